@@ -1,0 +1,47 @@
+# Two commands do all the set-up on a fresh machine: `make test` and `make demo`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo lint typecheck contracts template unit integration node-deps bench proto clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy layers/shared/python/prewarm agent/prewarm_agent local/prewarm_local
+
+contracts: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+template: $(STAMP)
+	$(VENV)/bin/cfn-lint template.yaml
+
+# Installs containerd and the registry for the node tests when running as root (see local/node-deps.sh).
+node-deps:
+	@bash local/node-deps.sh
+
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit -q
+
+test: lint typecheck contracts template node-deps
+	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+demo: $(STAMP) node-deps
+	$(VENV)/bin/prewarm demo
+
+bench: $(STAMP) node-deps
+	@echo "benchmarks are not available yet"; exit 1
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The Prewarm node agent: consumes per-node pull tasks and pulls through CRI."""

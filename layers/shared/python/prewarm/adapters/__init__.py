@@ -1,0 +1,1 @@
+"""Adapters to AWS, Kubernetes and CRI behind small protocols."""

@@ -1,0 +1,1 @@
+"""Use cases. Each takes its ports (adapters) as arguments."""

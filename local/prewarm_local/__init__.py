@@ -1,0 +1,1 @@
+"""Local mode and test infrastructure: the whole system on one machine."""
