@@ -1,0 +1,3 @@
+"""Shared pytest configuration. Fixture plugins for the local servers are registered here."""
+
+pytest_plugins: list[str] = []
