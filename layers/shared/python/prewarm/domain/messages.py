@@ -1,0 +1,141 @@
+"""Messages between the control plane and the node agents, defined once for both sides.
+
+Node queues carry `PullTask` and `CancelTask`; the status queue carries `StatusReport` and `Hello`.
+Every message has `v` (the schema version) and `kind`, so a reader can reject what it does not know
+with a clear error instead of guessing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+SCHEMA_VERSION = 1
+
+ReportPhase = Literal["Pulling", "Succeeded", "Failed", "Cancelled"]
+
+
+class MessageError(ValueError):
+    """A queue message that is not valid JSON or does not follow the schema (a poison message)."""
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: Literal[1] = SCHEMA_VERSION
+
+
+class JobRef(BaseModel):
+    """What identifies one pull of one job on one node: a report must match it exactly to count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    job: str = Field(description="`namespace/name` of the job")
+    job_uid: str = Field(min_length=1)
+    round: int = Field(ge=0)
+    node: str = Field(min_length=1)
+
+
+class PullTask(_Message, JobRef):
+    kind: Literal["task"] = "task"
+    image: str = Field(min_length=1, description="the pull reference (name@digest or name:tag)")
+    image_pull_policy: Literal["Always", "IfNotPresent"] = "IfNotPresent"
+    timeout_seconds: int = Field(default=600, ge=1)
+    backoff_limit: int = Field(default=3, ge=0)
+    deadline: float | None = Field(default=None, description="epoch seconds; no attempt runs past it")
+    sandbox_labels: dict[str, str] = Field(default_factory=dict)
+    sandbox_annotations: dict[str, str] = Field(default_factory=dict)
+    pull_secret_arns: list[str] = Field(
+        default_factory=list, description="Secrets Manager secrets holding .dockerconfigjson documents"
+    )
+    size_bytes: int | None = Field(default=None, ge=0, description="compressed size, for the disk guard")
+
+
+class CancelTask(_Message, JobRef):
+    kind: Literal["cancel"] = "cancel"
+    reason: str = ""
+
+
+class StatusReport(_Message, JobRef):
+    kind: Literal["status"] = "status"
+    phase: ReportPhase
+    attempt: int = Field(default=1, ge=0)
+    seq: int = Field(default=0, ge=0, description="increases with every report of one pull")
+    bytes_done: int | None = Field(default=None, ge=0)
+    bytes_total: int | None = Field(default=None, ge=0)
+    image_id: str | None = None
+    repo_digest: str | None = None
+    size_bytes: int | None = Field(default=None, ge=0)
+    message: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class Hello(_Message):
+    kind: Literal["hello"] = "hello"
+    node: str = Field(min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    architecture: str = ""
+    os: str = "linux"
+    queue_url: str = ""
+    images: list[str] = Field(default_factory=list, description="repo digests already present")
+    agent_version: str = ""
+
+
+NodeMessage = Annotated[PullTask | CancelTask, Field(discriminator="kind")]
+AgentMessage = Annotated[StatusReport | Hello, Field(discriminator="kind")]
+
+_node_message: TypeAdapter[PullTask | CancelTask] = TypeAdapter(NodeMessage)
+_agent_message: TypeAdapter[StatusReport | Hello] = TypeAdapter(AgentMessage)
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False, include_input=False):
+        path = ".".join(str(p) for p in item["loc"]) or "message"
+        parts.append(f"{path}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def parse_node_message(body: str | bytes) -> PullTask | CancelTask:
+    """Parse a node-queue message body, raising `MessageError` naming the field at fault."""
+    try:
+        return _node_message.validate_json(body)
+    except ValidationError as e:
+        raise MessageError(f"invalid node message: {_describe(e)}") from None
+
+
+def parse_agent_message(body: str | bytes) -> StatusReport | Hello:
+    """Parse a status-queue message body, raising `MessageError` naming the field at fault."""
+    try:
+        return _agent_message.validate_json(body)
+    except ValidationError as e:
+        raise MessageError(f"invalid agent message: {_describe(e)}") from None
+
+
+_SQS_NAME = re.compile(r"[^A-Za-z0-9_-]")
+SQS_NAME_MAX = 80
+
+
+def node_queue_name(prefix: str, node: str) -> str:
+    """The node's task queue name: `<prefix>-<node>` in SQS's alphabet, never shared by two nodes.
+
+    >>> node_queue_name("prewarm", "worker-1")
+    'prewarm-worker-1'
+    >>> node_queue_name("prewarm", "ip-10-0-1-5.ec2.internal")
+    'prewarm-ip-10-0-1-5-ec2-internal-9b098656'
+    """
+    if not prefix or _SQS_NAME.search(prefix):
+        raise ValueError(f"queue prefix {prefix!r} must use only letters, digits, '-', '_'")
+    if not node:
+        raise ValueError("node name must not be empty")
+    clean = _SQS_NAME.sub("-", node)
+    name = f"{prefix}-{clean}"
+    if clean == node and len(name) <= SQS_NAME_MAX:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
+    room = SQS_NAME_MAX - len(prefix) - len(digest) - 2
+    if room < 1:
+        raise ValueError(f"queue prefix {prefix!r} is too long to leave room for node names")
+    return f"{prefix}-{clean[:room]}-{digest}"

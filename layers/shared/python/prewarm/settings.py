@@ -1,0 +1,50 @@
+"""Function configuration: environment variables validated once, so a missing one fails at start.
+
+`template.yaml` sets these for every function; local mode sets them from the same template.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class SettingsError(RuntimeError):
+    """The function's environment is incomplete or wrong; names every variable at fault."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    table_name: str = Field(alias="TABLE_NAME", min_length=1)
+    status_queue_url: str = Field(default="", alias="STATUS_QUEUE_URL")
+    node_queue_prefix: str = Field(default="prewarm", alias="NODE_QUEUE_PREFIX", pattern=r"^[A-Za-z0-9_-]+$")
+    node_dlq_arn: str = Field(default="", alias="NODE_DLQ_ARN")
+    secret_prefix: str = Field(default="prewarm", alias="SECRET_PREFIX")
+    cluster_name: str = Field(default="", alias="CLUSTER_NAME")
+    kube_api_endpoint: str = Field(default="", alias="KUBE_API_ENDPOINT")
+    kube_ca_data: str = Field(default="", alias="KUBE_CA_DATA", description="base64 PEM, as in kubeconfig")
+    kubeconfig: str = Field(default="", alias="KUBECONFIG")
+    node_silence_grace_seconds: int = Field(default=300, alias="NODE_SILENCE_GRACE_SECONDS", ge=0)
+    task_resend_seconds: int = Field(default=300, alias="TASK_RESEND_SECONDS", ge=1)
+    node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        try:
+            return cls.model_validate(dict(env))
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                for err in e.errors(include_url=False, include_input=False)
+            )
+            raise SettingsError(f"invalid function environment: {problems}") from None
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The process's settings, read from the environment on first use."""
+    return Settings.from_env(os.environ)
