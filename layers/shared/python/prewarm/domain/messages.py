@@ -24,7 +24,7 @@ class MessageError(ValueError):
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    v: Literal[1] = SCHEMA_VERSION
+    v: Literal[1] = 1
 
 
 class JobRef(BaseModel):
