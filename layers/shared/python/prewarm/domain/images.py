@@ -169,7 +169,7 @@ def digest_problem(digest: str) -> str | None:
     if len(encoded) != expected:
         return f"{algorithm} digest must have exactly {expected} hex characters, got {len(encoded)}"
     if not _LOWER_HEX_RE.fullmatch(encoded):
-        return f"{algorithm} digest must be lowercase hex (0-9, a-f)"
+        return f"{algorithm} digest must contain only lowercase hex digits (0-9, a-f)"
     return None
 
 

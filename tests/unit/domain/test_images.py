@@ -1,0 +1,403 @@
+"""Image references: kubelet grammar, normalisation, default pull policy and the pull decision."""
+
+import pydantic
+import pytest
+
+from prewarm.domain.images import (
+    ImageNotPresentError,
+    ImageRef,
+    InvalidImageReference,
+    InvalidPullPolicyError,
+    check_pull,
+    default_pull_policy,
+    parse_image,
+    should_pull,
+)
+
+SHA = "sha256:" + "4f6a2e1b" * 8
+SHA512 = "sha512:" + "0123456789abcdef" * 8
+
+
+# Every example of https://kubernetes.io/docs/concepts/containers/images/ plus the registries we target.
+@pytest.mark.parametrize(
+    ("reference", "registry", "repository", "tag", "digest", "pull_reference"),
+    [
+        ("busybox", "docker.io", "library/busybox", None, None, "docker.io/library/busybox:latest"),
+        (
+            "busybox:1.32.0",
+            "docker.io",
+            "library/busybox",
+            "1.32.0",
+            None,
+            "docker.io/library/busybox:1.32.0",
+        ),
+        (
+            "registry.k8s.io/pause:latest",
+            "registry.k8s.io",
+            "pause",
+            "latest",
+            None,
+            "registry.k8s.io/pause:latest",
+        ),
+        ("registry.k8s.io/pause:3.5", "registry.k8s.io", "pause", "3.5", None, "registry.k8s.io/pause:3.5"),
+        (f"busybox@{SHA}", "docker.io", "library/busybox", None, SHA, f"docker.io/library/busybox@{SHA}"),
+        (
+            f"registry.k8s.io/pause:3.5@{SHA}",
+            "registry.k8s.io",
+            "pause",
+            "3.5",
+            SHA,
+            f"registry.k8s.io/pause@{SHA}",
+        ),
+        ("library/busybox", "docker.io", "library/busybox", None, None, "docker.io/library/busybox:latest"),
+        ("bitnami/redis:7", "docker.io", "bitnami/redis", "7", None, "docker.io/bitnami/redis:7"),
+        ("docker.io/busybox", "docker.io", "library/busybox", None, None, "docker.io/library/busybox:latest"),
+        (
+            "index.docker.io/busybox",
+            "docker.io",
+            "library/busybox",
+            None,
+            None,
+            "docker.io/library/busybox:latest",
+        ),
+        (
+            "index.docker.io/bitnami/redis",
+            "docker.io",
+            "bitnami/redis",
+            None,
+            None,
+            "docker.io/bitnami/redis:latest",
+        ),
+        ("localhost/app", "localhost", "app", None, None, "localhost/app:latest"),
+        (
+            "localhost:5000/team/app:v1",
+            "localhost:5000",
+            "team/app",
+            "v1",
+            None,
+            "localhost:5000/team/app:v1",
+        ),
+        (
+            "fictional.registry.example:10443/a/b/c:1.0",
+            "fictional.registry.example:10443",
+            "a/b/c",
+            "1.0",
+            None,
+            "fictional.registry.example:10443/a/b/c:1.0",
+        ),
+        ("127.0.0.1:5000/app", "127.0.0.1:5000", "app", None, None, "127.0.0.1:5000/app:latest"),
+        ("[::1]:5000/app:v2", "[::1]:5000", "app", "v2", None, "[::1]:5000/app:v2"),
+        ("[2001:db8::1]/app", "[2001:db8::1]", "app", None, None, "[2001:db8::1]/app:latest"),
+        ("myhost:5000/app", "myhost:5000", "app", None, None, "myhost:5000/app:latest"),
+        (
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/app:2024-01-01",
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com",
+            "team/app",
+            "2024-01-01",
+            None,
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/team/app:2024-01-01",
+        ),
+        ("public.ecr.aws/nginx/nginx:1.27", "public.ecr.aws", "nginx/nginx", "1.27", None, None),
+        ("a.b/x__y.z--w-v_u", "a.b", "x__y.z--w-v_u", None, None, None),
+        ("busybox:Latest_1.0-rc.1", "docker.io", "library/busybox", "Latest_1.0-rc.1", None, None),
+        (f"app@{SHA512}", "docker.io", "library/app", None, SHA512, None),
+        # A single component is always a Docker Hub name, even if it looks like a host.
+        ("localhost", "docker.io", "library/localhost", None, None, None),
+        ("localhost:5000", "docker.io", "library/localhost", "5000", None, None),
+        ("example.com", "docker.io", "library/example.com", None, None, None),
+        # distribution treats an uppercase first component as a host: Hub namespaces are lowercase.
+        ("Registry/app", "Registry", "app", None, None, "Registry/app:latest"),
+    ],
+)
+def test_parse_image_normalises_like_the_kubelet(
+    reference: str,
+    registry: str,
+    repository: str,
+    tag: str | None,
+    digest: str | None,
+    pull_reference: str | None,
+) -> None:
+    # Given a reference as written in a pod spec / When parsed
+    ref = parse_image(reference)
+
+    # Then registry, repository, tag and digest are the kubelet's
+    assert (ref.registry, ref.repository, ref.tag, ref.digest) == (registry, repository, tag, digest)
+    assert ref.name == f"{registry}/{repository}"
+    if pull_reference is not None:
+        assert ref.pull_reference == pull_reference
+    assert parse_image(str(ref)) == ref
+
+
+def test_format_gives_the_full_normalised_reference_with_tag_and_digest() -> None:
+    # Given a reference with both a tag and a digest
+    ref = parse_image(f"index.docker.io/busybox:1.36@{SHA}")
+
+    # Then format() keeps both while pull_reference pins the digest only
+    assert ref.format() == f"docker.io/library/busybox:1.36@{SHA}"
+    assert str(ref) == ref.format()
+    assert ref.pull_reference == f"docker.io/library/busybox@{SHA}"
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("Busybox", 'invalid image reference "Busybox": repository name must be lowercase'),
+        (
+            "example.com/Team/app",
+            'invalid image reference "example.com/Team/app": repository name must be lowercase',
+        ),
+        ("", 'invalid image reference "": image reference must not be empty'),
+        ("busybox:", 'invalid image reference "busybox:": tag after ":" is empty'),
+        (
+            "busybox:-1",
+            'invalid image reference "busybox:-1": tag "-1" is not valid: up to 128 letters, digits, '
+            "'_', '.' and '-', not starting with '.' or '-'",
+        ),
+        (
+            "busybox:.hidden",
+            'invalid image reference "busybox:.hidden": tag ".hidden" is not valid: up to 128 letters, digits, '
+            "'_', '.' and '-', not starting with '.' or '-'",
+        ),
+        (
+            "busybox:a+b",
+            'invalid image reference "busybox:a+b": tag "a+b" is not valid: up to 128 letters, digits, '
+            "'_', '.' and '-', not starting with '.' or '-'",
+        ),
+        (
+            "busybox@sha256:abc",
+            'invalid image reference "busybox@sha256:abc": sha256 digest must have exactly 64 hex characters, got 3',
+        ),
+        (
+            "busybox@sha256:" + "a" * 63,
+            f'invalid image reference "busybox@sha256:{"a" * 63}": '
+            "sha256 digest must have exactly 64 hex characters, got 63",
+        ),
+        (
+            "busybox@sha256:" + "A" * 64,
+            f'invalid image reference "busybox@sha256:{"A" * 64}": '
+            "sha256 digest must contain only lowercase hex digits (0-9, a-f)",
+        ),
+        (
+            "busybox@sha256:" + "g" * 64,
+            f'invalid image reference "busybox@sha256:{"g" * 64}": '
+            "sha256 digest must contain only lowercase hex digits (0-9, a-f)",
+        ),
+        (
+            "busybox@md5:" + "a" * 32,
+            f'invalid image reference "busybox@md5:{"a" * 32}": '
+            'unsupported digest algorithm "md5": use one of sha256, sha384, sha512',
+        ),
+        (
+            "busybox@SHA256:" + "a" * 64,
+            f'invalid image reference "busybox@SHA256:{"a" * 64}": digest algorithm must be lowercase, e.g. sha256',
+        ),
+        (
+            "busybox@",
+            'invalid image reference "busybox@": digest "" must be <algorithm>:<hex>, e.g. sha256:<64 hex characters>',
+        ),
+        (
+            "example.com//app",
+            'invalid image reference "example.com//app": '
+            "repository path has an empty component (leading, trailing or doubled '/')",
+        ),
+        (
+            "example.com/app/",
+            'invalid image reference "example.com/app/": '
+            "repository path has an empty component (leading, trailing or doubled '/')",
+        ),
+        (
+            "example.com/a_-b",
+            'invalid image reference "example.com/a_-b": repository path component "a_-b" must be lowercase '
+            "letters and digits separated by '.', '_', '__' or dashes",
+        ),
+        (
+            "example.com/a___b",
+            'invalid image reference "example.com/a___b": repository path component "a___b" must be lowercase '
+            "letters and digits separated by '.', '_', '__' or dashes",
+        ),
+        (
+            "example.com/-app",
+            'invalid image reference "example.com/-app": repository path component "-app" must be lowercase '
+            "letters and digits separated by '.', '_', '__' or dashes",
+        ),
+        (
+            "registry:port/app",
+            'invalid image reference "registry:port/app": registry host "registry:port" is not a valid host '
+            "name, IPv4 or [IPv6] address with an optional :port",
+        ),
+        (
+            "-bad.example/app",
+            'invalid image reference "-bad.example/app": registry host "-bad.example" is not a valid host '
+            "name, IPv4 or [IPv6] address with an optional :port",
+        ),
+        (
+            "foo.bar_baz/app",
+            'invalid image reference "foo.bar_baz/app": registry host "foo.bar_baz" is not a valid host '
+            "name, IPv4 or [IPv6] address with an optional :port",
+        ),
+        (
+            "[fe80::1%eth0]:5000/app",
+            'invalid image reference "[fe80::1%eth0]:5000/app": registry host "[fe80::1%eth0]:5000" is not a '
+            "valid host name, IPv4 or [IPv6] address with an optional :port",
+        ),
+        (
+            "a" * 64,
+            f'invalid image reference "{"a" * 64}": a 64-character hex string is an image ID, not a repository '
+            "name; use name@sha256:<hex>",
+        ),
+        (
+            "busybox\n",
+            'invalid image reference "busybox\\n": repository path component "busybox\\n" must be lowercase '
+            "letters and digits separated by '.', '_', '__' or dashes",
+        ),
+        (
+            " busybox",
+            'invalid image reference " busybox": repository path component " busybox" must be lowercase '
+            "letters and digits separated by '.', '_', '__' or dashes",
+        ),
+    ],
+)
+def test_invalid_reference_is_rejected_naming_what_is_wrong(reference: str, message: str) -> None:
+    # Given a reference the kubelet refuses / When parsed / Then the error says why
+    with pytest.raises(InvalidImageReference) as caught:
+        parse_image(reference)
+
+    assert str(caught.value) == message
+    assert caught.value.reference == reference
+    assert isinstance(caught.value, ValueError)
+
+
+def test_tag_may_be_128_characters_but_not_129() -> None:
+    assert parse_image("busybox:" + "t" * 128).tag == "t" * 128
+
+    with pytest.raises(InvalidImageReference, match="tag"):
+        parse_image("busybox:" + "t" * 129)
+
+
+def test_repository_path_may_be_255_characters_without_the_registry() -> None:
+    # Given a path of exactly 255 characters behind a long registry name
+    path = "team/" + "a" * 250
+
+    # Then it parses: distribution counts the path only
+    assert parse_image(f"very.long.registry.example.com:5000/{path}").repository == path
+
+
+def test_repository_path_of_256_characters_is_too_long() -> None:
+    path = "team/" + "a" * 251
+
+    with pytest.raises(InvalidImageReference) as caught:
+        parse_image(f"example.com/{path}")
+
+    assert caught.value.reason == "repository name must not be more than 255 characters (got 256)"
+
+
+def test_docker_hub_library_prefix_counts_towards_the_length_limit() -> None:
+    # "library/" makes a 248-character familiar name 256 long
+    with pytest.raises(InvalidImageReference, match=r"\(got 256\)"):
+        parse_image("a" * 248)
+    assert parse_image("a" * 247).repository == "library/" + "a" * 247
+
+
+def test_sha384_and_sha512_digests_need_their_own_lengths() -> None:
+    assert parse_image("app@sha384:" + "b" * 96).digest == "sha384:" + "b" * 96
+    with pytest.raises(
+        InvalidImageReference, match="sha512 digest must have exactly 128 hex characters, got 64"
+    ):
+        parse_image("app@sha512:" + "b" * 64)
+
+
+def test_a_non_string_reference_is_rejected() -> None:
+    with pytest.raises(InvalidImageReference, match="must be a string, not int"):
+        parse_image(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("image", "policy"),
+    [
+        ("busybox", "Always"),
+        ("busybox:latest", "Always"),
+        ("busybox:1.32.0", "IfNotPresent"),
+        ("registry.k8s.io/pause:latest", "Always"),
+        ("registry.k8s.io/pause:3.5", "IfNotPresent"),
+        (f"busybox@{SHA}", "IfNotPresent"),
+        (f"busybox:latest@{SHA}", "Always"),
+        (f"busybox:1.32.0@{SHA}", "IfNotPresent"),
+        ("busybox:Latest", "IfNotPresent"),
+        ("localhost:5000/app", "Always"),
+    ],
+)
+def test_default_pull_policy_follows_kubernetes_defaulting(image: str, policy: str) -> None:
+    # Given an image with no imagePullPolicy / Then Kubernetes' default applies
+    assert default_pull_policy(image) == policy
+
+
+def test_default_pull_policy_of_an_invalid_image_raises() -> None:
+    with pytest.raises(InvalidImageReference, match="repository name must be lowercase"):
+        default_pull_policy("Busybox")
+
+
+@pytest.mark.parametrize(
+    ("policy", "image_present", "pull"),
+    [
+        ("Always", True, True),
+        ("Always", False, True),
+        ("IfNotPresent", True, False),
+        ("IfNotPresent", False, True),
+        ("Never", True, False),
+        ("Never", False, False),
+    ],
+)
+def test_should_pull_matches_the_kubelet(policy: str, image_present: bool, pull: bool) -> None:
+    assert should_pull(policy, image_present) is pull  # type: ignore[arg-type]
+
+
+def test_should_pull_rejects_an_unknown_policy() -> None:
+    with pytest.raises(InvalidPullPolicyError) as caught:
+        should_pull("Sometimes", True)  # type: ignore[arg-type]
+
+    assert (
+        str(caught.value) == "invalid imagePullPolicy 'Sometimes': must be one of Always, IfNotPresent, Never"
+    )
+
+
+def test_check_pull_under_never_with_the_image_absent_raises_the_kubelet_message() -> None:
+    # Given an absent image and policy Never / When checked / Then the kubelet's ErrImageNeverPull text
+    with pytest.raises(ImageNotPresentError) as caught:
+        check_pull("myapp:v1.0", "Never", image_present=False)
+
+    assert str(caught.value) == 'Container image "myapp:v1.0" is not present with pull policy of Never'
+    assert caught.value.image == "myapp:v1.0"
+
+
+@pytest.mark.parametrize(
+    ("policy", "image_present", "pull"),
+    [
+        ("Never", True, False),
+        ("IfNotPresent", True, False),
+        ("IfNotPresent", False, True),
+        ("Always", True, True),
+    ],
+)
+def test_check_pull_otherwise_answers_like_should_pull(policy: str, image_present: bool, pull: bool) -> None:
+    assert check_pull("busybox", policy, image_present) is pull  # type: ignore[arg-type]
+
+
+class _Job(pydantic.BaseModel):
+    image: ImageRef
+
+
+def test_pydantic_models_accept_an_image_string_and_serialise_it_back() -> None:
+    # Given a model with an ImageRef field / When validated from JSON
+    job = _Job.model_validate_json('{"image": "busybox:1.36"}')
+
+    # Then the field is parsed and dumps as the normalised string
+    assert job.image == ImageRef("docker.io", "library/busybox", "1.36")
+    assert job.model_dump() == {"image": "docker.io/library/busybox:1.36"}
+    assert job.model_dump_json() == '{"image":"docker.io/library/busybox:1.36"}'
+    assert _Job(image=job.image).image is job.image
+    assert _Job.model_json_schema()["properties"]["image"]["type"] == "string"
+
+
+def test_pydantic_validation_error_carries_the_reference_message() -> None:
+    with pytest.raises(pydantic.ValidationError, match="repository name must be lowercase"):
+        _Job.model_validate({"image": "Busybox"})
