@@ -63,6 +63,7 @@ class EksTokenSource:
         self._refresh_after = refresh_after
         self._lock = threading.Lock()
         self._signer: Any = None
+        self._sts: Any = None
         self._sts_url = ""
         self._region = ""
         self._token = ""
@@ -93,8 +94,9 @@ class EksTokenSource:
                 f"no AWS credentials to sign the EKS token for cluster {self.cluster_name!r}: "
                 "give the function a role, or set AWS credentials for local runs"
             )
-        # The client is built only for its regional endpoint, service id and event hooks.
-        sts = session.client("sts", region_name=region)
+        # The client gives the regional endpoint, service id and event hooks; the signer holds the
+        # hooks weakly, so the client is kept alive with it.
+        sts = self._sts = session.client("sts", region_name=region)
         self._region = region
         self._sts_url = f"{sts.meta.endpoint_url}/?Action=GetCallerIdentity&Version=2011-06-15"
         self._signer = RequestSigner(
