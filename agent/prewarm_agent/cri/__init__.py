@@ -1,0 +1,1 @@
+"""CRI image client for the node agent."""

@@ -1,0 +1,214 @@
+"""CriImageClient and ContentStatusReader against an in-process gRPC server on a unix socket:
+the mapping of gRPC outcomes to typed errors, and real cancellation of an in-flight pull."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, filesystem_usage_percent
+from prewarm_agent.cri.errors import (
+    CriError,
+    CriUnavailableError,
+    ImagePullError,
+    PullCancelledError,
+    PullTimeoutError,
+)
+from prewarm_agent.cri.gen import containerd_content_v1_pb2 as content_pb2
+from prewarm_agent.cri.gen import containerd_content_v1_pb2_grpc as content_grpc
+from prewarm_agent.cri.gen import cri_runtime_v1_pb2 as cri_pb2
+from prewarm_agent.cri.gen import cri_runtime_v1_pb2_grpc as cri_grpc
+
+UNAUTHORIZED = (
+    'failed to pull and unpack image "r/app:v1": failed to resolve reference "r/app:v1": '
+    "pulling from host r failed with status code [manifests v1]: 401 Unauthorized"
+)
+
+
+class ScriptedImageService(cri_grpc.ImageServiceServicer):  # type: ignore[misc]
+    """Answers PullImage by image name: "ok", "denied", or "slow" (blocks until the call ends)."""
+
+    def __init__(self) -> None:
+        self.slow_pull_ended = threading.Event()
+        self.requests: list[cri_pb2.PullImageRequest] = []
+
+    def PullImage(
+        self, request: cri_pb2.PullImageRequest, context: grpc.ServicerContext
+    ) -> cri_pb2.PullImageResponse:
+        self.requests.append(request)
+        name = request.image.image
+        if name == "denied":
+            context.abort(grpc.StatusCode.UNKNOWN, UNAUTHORIZED)
+        if name == "slow":
+            context.add_callback(self.slow_pull_ended.set)
+            self.slow_pull_ended.wait(timeout=10)
+            context.abort(grpc.StatusCode.CANCELLED, "gone")
+        return cri_pb2.PullImageResponse(image_ref="sha256:" + "a" * 64)
+
+    def ImageStatus(
+        self, request: cri_pb2.ImageStatusRequest, context: grpc.ServicerContext
+    ) -> cri_pb2.ImageStatusResponse:
+        if request.image.image == "present":
+            image = cri_pb2.Image(id="sha256:" + "b" * 64, repo_tags=["r/present:v1"], size=42)
+            return cri_pb2.ImageStatusResponse(image=image)
+        return cri_pb2.ImageStatusResponse()
+
+
+class ScriptedContent(content_grpc.ContentServicer):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.namespaces: list[str] = []
+
+    def ListStatuses(
+        self, request: content_pb2.ListStatusesRequest, context: grpc.ServicerContext
+    ) -> content_pb2.ListStatusesResponse:
+        self.namespaces.append(dict(context.invocation_metadata()).get("containerd-namespace", ""))
+        status = content_pb2.Status(ref="layer-sha256:" + "c" * 64, offset=1048576, total=4194304)
+        status.started_at.FromSeconds(1_700_000_000)
+        status.updated_at.FromSeconds(1_700_000_005)
+        return content_pb2.ListStatusesResponse(statuses=[status])
+
+    def Status(
+        self, request: content_pb2.StatusRequest, context: grpc.ServicerContext
+    ) -> content_pb2.StatusResponse:
+        context.abort(grpc.StatusCode.NOT_FOUND, f"ref {request.ref} not found")
+
+
+Runtime = tuple[str, ScriptedImageService, ScriptedContent]
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    socket_path = str(tmp_path / "cri.sock")
+    images, content = ScriptedImageService(), ScriptedContent()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    cri_grpc.add_ImageServiceServicer_to_server(images, server)
+    content_grpc.add_ContentServicer_to_server(content, server)
+    server.add_insecure_port(f"unix://{socket_path}")
+    server.start()
+    yield socket_path, images, content
+    images.slow_pull_ended.set()
+    server.stop(grace=None)
+
+
+def test_a_missing_socket_is_a_retryable_unavailable_error(tmp_path: Path) -> None:
+    # Given no runtime listening
+    # When asking its version
+    with (
+        CriImageClient(str(tmp_path / "absent.sock"), timeout=2) as client,
+        pytest.raises(CriUnavailableError) as caught,
+    ):
+        client.version()
+
+    # Then the error names the socket and says a retry may work
+    assert caught.value.retryable
+    assert "absent.sock" in str(caught.value)
+
+
+def test_a_refused_pull_carries_the_runtime_text_verbatim(runtime: Runtime) -> None:
+    socket_path, _, _ = runtime
+    # When the runtime fails the pull
+    with CriImageClient(socket_path) as client, pytest.raises(ImagePullError) as caught:
+        client.pull_image("denied").result(timeout=5)
+
+    # Then the reason is there word for word
+    assert caught.value.details == UNAUTHORIZED
+    assert "401 Unauthorized" in str(caught.value)
+    assert caught.value.image == "denied"
+    assert not caught.value.retryable
+
+
+def test_a_pull_sends_credentials_and_sandbox_metadata(runtime: Runtime) -> None:
+    socket_path, images, _ = runtime
+    with CriImageClient(socket_path) as client:
+        # When pulling with credentials and sandbox labels
+        image_ref = client.pull_image(
+            "ok", auth=("AWS", "token"), sandbox_labels={"app": "prewarm"}, sandbox_annotations={"a": "b"}
+        ).result(timeout=5)
+
+    # Then the request carries them and the image ref comes back
+    request = images.requests[-1]
+    assert image_ref == "sha256:" + "a" * 64
+    assert (request.auth.username, request.auth.password) == ("AWS", "token")
+    assert dict(request.sandbox_config.labels) == {"app": "prewarm"}
+    assert dict(request.sandbox_config.annotations) == {"a": "b"}
+
+
+def test_a_pull_without_extras_sends_no_auth_or_sandbox(runtime: Runtime) -> None:
+    socket_path, images, _ = runtime
+    with CriImageClient(socket_path) as client:
+        client.pull_image("ok").result(timeout=5)
+
+    request = images.requests[-1]
+    assert not request.HasField("auth")
+    assert not request.HasField("sandbox_config")
+
+
+def test_cancel_ends_the_call_on_the_runtime_side(runtime: Runtime) -> None:
+    socket_path, images, _ = runtime
+    with CriImageClient(socket_path) as client:
+        # Given a pull the runtime is still working on
+        handle = client.pull_image("slow")
+        with pytest.raises(TimeoutError):
+            handle.result(timeout=0.2)
+
+        # When it is cancelled
+        assert handle.cancel()
+
+        # Then the caller gets PullCancelledError and the runtime sees its call end
+        with pytest.raises(PullCancelledError):
+            handle.result(timeout=5)
+        assert images.slow_pull_ended.wait(timeout=5)
+        assert handle.cancelled()
+
+
+def test_a_pull_past_its_deadline_is_a_timeout(runtime: Runtime) -> None:
+    socket_path, images, _ = runtime
+    with CriImageClient(socket_path) as client:
+        handle = client.pull_image("slow", timeout=0.3)
+        with pytest.raises(PullTimeoutError) as caught:
+            handle.result(timeout=5)
+
+    assert "0.3s" in str(caught.value)
+    assert caught.value.code == "DEADLINE_EXCEEDED"
+    assert images.slow_pull_ended.wait(timeout=5)
+
+
+def test_image_status_is_none_for_an_absent_image(runtime: Runtime) -> None:
+    socket_path, _, _ = runtime
+    with CriImageClient(socket_path) as client:
+        present = client.image_status("present")
+        absent = client.image_status("absent")
+
+    assert present is not None and present.repo_tags == ("r/present:v1",) and present.size == 42
+    assert absent is None
+
+
+def test_an_unimplemented_call_is_a_plain_cri_error(runtime: Runtime) -> None:
+    socket_path, _, _ = runtime
+    with CriImageClient(socket_path) as client, pytest.raises(CriError) as caught:
+        client.list_images()
+
+    assert caught.value.code == "UNIMPLEMENTED"
+    assert not isinstance(caught.value, CriUnavailableError)
+
+
+def test_ingest_statuses_are_read_in_the_cri_namespace(runtime: Runtime) -> None:
+    socket_path, _, content = runtime
+    with ContentStatusReader(socket_path) as reader:
+        statuses = reader.list_statuses()
+        missing = reader.status("layer-sha256:none")
+
+    assert content.namespaces == ["k8s.io"]
+    assert [(s.offset, s.total) for s in statuses] == [(1048576, 4194304)]
+    assert statuses[0].started_at is not None and statuses[0].started_at.year == 2023
+    assert missing is None
+
+
+def test_filesystem_usage_percent_describes_the_filesystem_of_the_path(tmp_path: Path) -> None:
+    percent = filesystem_usage_percent(str(tmp_path))
+
+    assert 0.0 < percent < 100.0
