@@ -31,6 +31,12 @@ class Settings(BaseModel):
     node_silence_grace_seconds: int = Field(default=300, alias="NODE_SILENCE_GRACE_SECONDS", ge=0)
     task_resend_seconds: int = Field(default=300, alias="TASK_RESEND_SECONDS", ge=1)
     node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
+    node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")
+
+    @property
+    def node_queue_sender_arns(self) -> list[str]:
+        """Roles allowed to send to node queues (the queue policy); empty leaves IAM alone to decide."""
+        return [a.strip() for a in self.node_queue_sender_arns_csv.split(",") if a.strip()]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

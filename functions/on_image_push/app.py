@@ -1,0 +1,29 @@
+"""EventBridge "ECR Image Action" → prewarm rules → one pull job per matching rule."""
+
+import time
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from prewarm import bootstrap
+from prewarm.events import EcrImageActionEvent
+from prewarm.observability import logger, metrics, tracer
+from prewarm.services.push import handle_push
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    action = parse(event=event, model=EcrImageActionEvent)
+    if not action.is_successful_push:
+        logger.info("ignored: not a successful push", extra={"action": action.detail.action_type})
+        return {"jobs": []}
+    push = action.to_push()
+    logger.append_keys(image=f"{push.registry_host}/{push.repository}@{push.digest}")
+    applied = handle_push(bootstrap.store(), bootstrap.images(), push, now=time.time())
+    created = sum(a.outcome != "unchanged" for a in applied)
+    metrics.add_metric(name="JobsStarted", unit=MetricUnit.Count, value=created)
+    logger.info("push handled", extra={"jobs": [a.describe() for a in applied]})
+    return {"jobs": [a.describe() for a in applied]}

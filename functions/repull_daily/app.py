@@ -1,0 +1,19 @@
+"""Daily schedule → a new round of every active `completionPolicy: Never` job."""
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from prewarm import bootstrap
+from prewarm.observability import logger, metrics, tracer
+from prewarm.services.schedules import repull_daily
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    started = repull_daily(bootstrap.store())
+    metrics.add_metric(name="RoundsStarted", unit=MetricUnit.Count, value=len(started))
+    logger.info("re-pull rounds started", extra={"jobs": started})
+    return {"rounds_started": started}

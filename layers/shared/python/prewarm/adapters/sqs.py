@@ -1,0 +1,220 @@
+"""Per-node task queues and the status queue on SQS.
+
+Node queue URLs are derived, not looked up: same endpoint and account as the status queue, name from
+`node_queue_name`. So a send costs one call; a queue that does not exist yet is created (with the
+shared DLQ redrive) and the send is retried once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, node_queue_name
+
+TAG_PREFIX = "prewarm:node-queue-prefix"
+TAG_NODE = "prewarm:node"
+_MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
+_RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled"}
+
+
+class QueueError(Exception):
+    """A queue operation failed for good (permissions, a malformed request)."""
+
+
+class QueueRetryableError(QueueError):
+    """Throttling or a transient SQS failure: retry later."""
+
+
+def _error(e: ClientError, what: str) -> QueueError:
+    code = e.response.get("Error", {}).get("Code", "")
+    cls = QueueRetryableError if code in _RETRYABLE else QueueError
+    return cls(f"{what}: {code or e}")
+
+
+def _code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def _sqs_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # Pools sized for the fan-out's worker threads; standard retries absorb RequestThrottled.
+    return boto3.client("sqs", config=Config(retries={"mode": "standard", "max_attempts": 8},
+                                             max_pool_connections=32))
+
+
+class NodeQueues:
+    """`TaskQueues` on SQS: one queue per node named `<prefix>-<node>`, sharing one DLQ."""
+
+    def __init__(
+        self,
+        prefix: str,
+        status_queue_url: str,
+        *,
+        dlq_arn: str = "",
+        visibility_seconds: int = 120,
+        max_receive_count: int = 5,
+        sender_arns: Sequence[str] = (),
+        client: Any = None,
+        workers: int = 16,
+    ) -> None:
+        if not status_queue_url:
+            raise QueueError("the status queue URL is needed to derive node queue URLs (STATUS_QUEUE_URL)")
+        self.prefix = prefix
+        self.base_url = status_queue_url.rsplit("/", 1)[0]
+        self.dlq_arn = dlq_arn
+        self.visibility_seconds = visibility_seconds
+        self.max_receive_count = max_receive_count
+        self.sender_arns = list(sender_arns)
+        self.workers = workers
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = _sqs_client()
+        return self._client
+
+    def queue_name(self, node: str) -> str:
+        return node_queue_name(self.prefix, node)
+
+    def queue_url(self, node: str) -> str:
+        return f"{self.base_url}/{self.queue_name(node)}"
+
+    def _attributes(self) -> dict[str, str]:
+        attrs = {
+            "VisibilityTimeout": str(self.visibility_seconds),
+            "MessageRetentionPeriod": str(4 * 24 * 3600),
+            "ReceiveMessageWaitTimeSeconds": "20",
+            "SqsManagedSseEnabled": "true",
+        }
+        if self.dlq_arn:
+            attrs["RedrivePolicy"] = json.dumps(
+                {"deadLetterTargetArn": self.dlq_arn, "maxReceiveCount": str(self.max_receive_count)}
+            )
+        if self.sender_arns:
+            attrs["Policy"] = json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Sid": "OnlyPrewarmSends",
+                            "Effect": "Allow",
+                            "Principal": {"AWS": self.sender_arns},
+                            "Action": "sqs:SendMessage",
+                            "Resource": "*",
+                        }
+                    ],
+                }
+            )
+        return attrs
+
+    def _tags(self, node: str) -> dict[str, str]:
+        # The tags mark the queue as this stack's, so `sweep` never deletes another stack's queue
+        # that happens to share the name prefix (`prewarm-` also matches `prewarm-staging-…`).
+        return {TAG_PREFIX: self.prefix, TAG_NODE: node[:256]}
+
+    def owns_queue(self, url: str) -> bool:
+        try:
+            tags = self.client.list_queue_tags(QueueUrl=url).get("Tags", {})
+        except ClientError as e:
+            if _code(e) in _MISSING:
+                return False
+            raise _error(e, f"read tags of {url}") from e
+        return bool(tags.get(TAG_PREFIX) == self.prefix)
+
+    def ensure_queue(self, node: str) -> str:
+        """Creates the node's queue if missing (idempotent) and returns its URL."""
+        name = self.queue_name(node)
+        try:
+            created = self.client.create_queue(QueueName=name, Attributes=self._attributes(), tags=self._tags(node))
+            return str(created["QueueUrl"])
+        except ClientError as e:
+            if _code(e) in {"QueueAlreadyExists", "QueueNameExists"}:
+                # Exists with other attributes (an older stack version): use it as it is.
+                return str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
+            raise _error(e, f"create queue {name}") from e
+
+    def send(self, message: PullTask | CancelTask) -> None:
+        url = self.queue_url(message.node)
+        body = message.model_dump_json()
+        try:
+            self.client.send_message(QueueUrl=url, MessageBody=body)
+        except ClientError as e:
+            if _code(e) not in _MISSING:
+                raise _error(e, f"send {message.kind} to {message.node}") from e
+            url = self.ensure_queue(message.node)
+            try:
+                self.client.send_message(QueueUrl=url, MessageBody=body)
+            except ClientError as again:
+                raise _error(again, f"send {message.kind} to {message.node}") from again
+
+    def send_many(self, messages: Sequence[PullTask | CancelTask]) -> list[tuple[str, str]]:
+        """Sends to many nodes concurrently; returns (node, error) for those that failed."""
+        if len(messages) <= 1:
+            failures = []
+            for m in messages:
+                try:
+                    self.send(m)
+                except QueueError as e:
+                    failures.append((m.node, str(e)))
+            return failures
+        _ = self.client  # build once, before the threads share it
+
+        def one(m: PullTask | CancelTask) -> tuple[str, str] | None:
+            try:
+                self.send(m)
+            except QueueError as e:
+                return (m.node, str(e))
+            return None
+
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(messages))) as pool:
+            return [r for r in pool.map(one, messages) if r is not None]
+
+    def list_node_queues(self) -> dict[str, str]:
+        """Queue name → URL of every node queue under the prefix."""
+        out: dict[str, str] = {}
+        kwargs: dict[str, Any] = {"QueueNamePrefix": f"{self.prefix}-", "MaxResults": 1000}
+        while True:
+            try:
+                page = self.client.list_queues(**kwargs)
+            except ClientError as e:
+                raise _error(e, "list node queues") from e
+            for url in page.get("QueueUrls", []):
+                out[url.rsplit("/", 1)[1]] = url
+            if not page.get("NextToken"):
+                return out
+            kwargs["NextToken"] = page["NextToken"]
+
+    def delete_queue(self, url: str) -> None:
+        try:
+            self.client.delete_queue(QueueUrl=url)
+        except ClientError as e:
+            if _code(e) not in _MISSING:
+                raise _error(e, f"delete queue {url}") from e
+
+
+class StatusQueue:
+    """The agents' side of the status queue: reports and hellos."""
+
+    def __init__(self, url: str, client: Any = None) -> None:
+        self.url = url
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = _sqs_client()
+        return self._client
+
+    def send(self, message: StatusReport | Hello) -> None:
+        try:
+            self.client.send_message(QueueUrl=self.url, MessageBody=message.model_dump_json())
+        except ClientError as e:
+            raise _error(e, f"send {message.kind} report") from e

@@ -1,0 +1,79 @@
+"""The composition root: builds each adapter once per process from the settings, on first use.
+
+Handlers ask for what they need; nothing is built at import time, so a function pays only for the
+clients it uses (the Kubernetes client alone costs ~120 ms of imports). `reset()` forgets them all,
+for tests that change the environment.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from prewarm.settings import settings
+
+if TYPE_CHECKING:
+    from prewarm.adapters.dynamodb import DynamoJobStore
+    from prewarm.adapters.ecr import EcrImages
+    from prewarm.adapters.kube import KubeCluster
+    from prewarm.adapters.sqs import NodeQueues
+    from prewarm.services.dispatch import PullSecretMirror
+
+
+@lru_cache(maxsize=1)
+def store() -> DynamoJobStore:
+    from prewarm.adapters.dynamodb import DynamoJobStore
+
+    return DynamoJobStore(settings().table_name)
+
+
+@lru_cache(maxsize=1)
+def queues() -> NodeQueues:
+    from prewarm.adapters.sqs import NodeQueues
+
+    s = settings()
+    return NodeQueues(
+        s.node_queue_prefix, s.status_queue_url, dlq_arn=s.node_dlq_arn,
+        visibility_seconds=s.node_queue_visibility_seconds, sender_arns=s.node_queue_sender_arns,
+    )
+
+
+@lru_cache(maxsize=1)
+def cluster() -> KubeCluster:
+    from prewarm.adapters.kube import KubeCluster
+
+    return KubeCluster.from_settings(settings())
+
+
+def cluster_or_none() -> KubeCluster | None:
+    """The cluster, or None when no Kubernetes access is configured (a hello then speaks for its node)."""
+    from prewarm.adapters.errors import ClusterConfigError
+
+    try:
+        return cluster()
+    except ClusterConfigError:
+        return None
+
+
+def secret_mirror() -> PullSecretMirror | None:
+    """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix)."""
+    from prewarm.adapters.secrets import SecretsManagerMirror
+
+    return _secret_mirror(SecretsManagerMirror)
+
+
+@lru_cache(maxsize=1)
+def _secret_mirror(cls: type) -> PullSecretMirror:
+    return cls(settings().secret_prefix, cluster())  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=1)
+def images() -> EcrImages:
+    from prewarm.adapters.ecr import EcrImages
+
+    return EcrImages()
+
+
+def reset() -> None:
+    for built in (store, queues, cluster, images, _secret_mirror, settings):
+        built.cache_clear()

@@ -1,0 +1,19 @@
+"""The one place that owns the functions' Logger, Metrics and Tracer (Powertools).
+
+Services log through the standard library (`logging.getLogger(__name__)`); their records are
+formatted by the Powertools logger so every line is JSON with the job and node correlation keys.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+
+copy_config_to_registered_loggers(source_logger=logger, include={"prewarm"})
+logging.getLogger("prewarm").setLevel(logger.log_level)

@@ -1,0 +1,364 @@
+"""Planning a job onto nodes and handing out parallelism slots.
+
+`plan_job` runs when a job item changes (the table stream): it selects the nodes, writes one node item
+each and sends the first `parallelism` tasks. `fill_slots` hands a freed slot to the next waiting node.
+Both are safe to run again after a crash at any point: writes are conditional on the job's `version`
+or on the node item's state, and a task sent twice is harmless (the agent and `record_status` dedupe).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prewarm.domain.images import parse_image
+from prewarm.domain.jobs import ImagePullJob, parse_manifest
+from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.selection import NodeSelection, Platform, evaluate_nodes
+from prewarm.domain.status import COMPLETED_MESSAGE, NodePhase
+from prewarm.services.ports import (
+    Cluster,
+    Counters,
+    JobRecord,
+    JobStore,
+    NodeTaskRecord,
+    StoreConflictError,
+    TaskQueues,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PullSecretError(RuntimeError):
+    """A job's pullSecrets cannot be made available to the agents; the job fails with this message."""
+
+
+class PullSecretMirror(Protocol):
+    """Copies a namespace's image pull secrets where agents can read them; returns their ARNs."""
+
+    def mirror(self, namespace: str, names: list[str]) -> list[str]: ...
+
+# Selecting by names: below this many names, one GET per node beats listing the cluster.
+_NAMES_BY_GET = 20
+
+
+@dataclass
+class PlanResult:
+    job: str
+    action: str
+    selected: int = 0
+    excluded: int = 0
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    sent: int = 0
+    send_failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+def job_spec(record: JobRecord) -> ImagePullJob:
+    job = parse_manifest(record.spec)
+    if not isinstance(job, ImagePullJob):
+        raise TypeError(f"job {record.key} is a {record.api_kind}, not an ImagePullJob")
+    return job
+
+
+def pull_task(record: JobRecord, job: ImagePullJob, node: str) -> PullTask:
+    spec = job.spec
+    deadline = None
+    ads = spec.completion_policy.active_deadline_seconds
+    if ads is not None and record.start_time is not None:
+        deadline = record.start_time + ads
+    sandbox = spec.sandbox_config
+    return PullTask(
+        job=record.key, job_uid=record.uid, round=record.round, node=node, image=parse_image(spec.image).pull_reference,
+        image_pull_policy=spec.image_pull_policy, timeout_seconds=spec.pull_policy.timeout_seconds,
+        backoff_limit=spec.pull_policy.backoff_limit, deadline=deadline,
+        sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
+        sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
+        pull_secret_arns=list(record.pull_secret_arns),
+    )
+
+
+def select(cluster: Cluster, record: JobRecord, job: ImagePullJob) -> NodeSelection:
+    """Lists what the job's selector needs from the API (label selectors evaluated server-side)."""
+    spec = job.spec
+    pods: list[dict[str, Any]] = []
+    if spec.pod_selector is not None:
+        pods = cluster.list_pods(
+            job.metadata.namespace, label_selector=spec.pod_selector.to_query() or None,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
+        wanted = sorted({p.get("spec", {}).get("nodeName") or "" for p in pods} - {""})
+        nodes = _nodes_by_name(cluster, wanted)
+    elif spec.selector is not None and spec.selector.names:
+        nodes = _nodes_by_name(cluster, list(spec.selector.names))
+    elif spec.selector is not None:
+        nodes = cluster.list_nodes(label_selector=spec.selector.to_query() or None)
+    else:
+        nodes = cluster.list_nodes()
+    return evaluate_nodes(job, nodes, pods, platforms=image_platforms(record))
+
+
+def image_platforms(record: JobRecord) -> list[Platform] | None:
+    """The platforms of the job's image when known (a pushed index), else None: any node will do."""
+    platforms = [Platform(os=p["os"], architecture=p["architecture"], variant=p.get("variant"))
+                 for p in record.platforms]
+    return platforms or None
+
+
+def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
+    if len(names) <= _NAMES_BY_GET:
+        return [n for name in names if (n := cluster.get_node(name)) is not None]
+    wanted = set(names)
+    return [n for n in cluster.list_nodes() if n.get("metadata", {}).get("name") in wanted]
+
+
+def needs_planning(item: Mapping[str, Any]) -> bool:
+    """Whether a job item from the table stream asks for planning.
+
+    Every report changes the job item's counters, and each change reaches the stream; only a
+    generation or round that has not been planned yet needs `plan_job`. A retried record still
+    reaches it, because the retry carries the same image.
+    """
+    if item.get("sk") != "JOB" or item.get("api_kind") != "ImagePullJob" or item.get("state") != "Running":
+        return False
+    return str(item.get("planned", "")) != f"{item.get('generation', 1)}.{item.get('round', 0)}"
+
+
+def plan_job(
+    store: JobStore,
+    cluster: Cluster,
+    queues: TaskQueues,
+    key: str,
+    *,
+    now: float,
+    secrets: PullSecretMirror | None = None,
+) -> PlanResult:
+    """Brings the job's node items in line with its spec and round, then fills the free slots.
+
+    `secrets` mirrors the job's `pullSecrets` where agents can read them; without it a job that
+    names pull secrets fails to plan rather than pulling without its credentials.
+    """
+    for _ in range(5):
+        record = store.get_job(key)
+        if record is None or record.api_kind != "ImagePullJob":
+            return PlanResult(key, "skipped: no such ImagePullJob")
+        if record.state != "Running":
+            return PlanResult(key, f"skipped: job is {record.state}")
+        if record.planned == record.plan_id:
+            result = PlanResult(key, "already planned")
+            result.sent, result.send_failures = resend_dispatched(store, queues, record)
+            fill = fill_slots(store, queues, key, now=now)
+            result.sent += fill.sent
+            result.send_failures += fill.send_failures
+            return result
+        job = job_spec(record)
+        if job.spec.pull_secrets:
+            try:
+                if secrets is None:
+                    raise PullSecretError("pullSecrets are named but no secret mirror is configured")
+                record.pull_secret_arns = secrets.mirror(record.namespace, list(job.spec.pull_secrets))
+            except PullSecretError as e:
+                store.finish_job(key, {"state": "Failed", "message": str(e), "completion_time": now},
+                                 require_done=False)
+                return PlanResult(key, f"failed: {e}")
+        selection = select(cluster, record, job)
+        tasks = store.get_tasks(key)
+        same_round = [t for t in tasks if t.round == record.round]
+        try:
+            if record.planned.partition(".")[2] == str(record.round) and same_round:
+                result = _replan_round(store, queues, record, selection, same_round, now=now)
+            else:
+                result = _plan_round(store, queues, record, job, selection, tasks, now=now)
+        except StoreConflictError:
+            log.info("job %s changed while planning; planning again", key)
+            continue
+        fill = fill_slots(store, queues, key, now=now)
+        result.sent += fill.sent
+        result.send_failures += fill.send_failures
+        finish_if_done(store, key, now=now)
+        return result
+    raise StoreConflictError(f"job {key} kept changing while being planned")
+
+
+def _excluded(selection: NodeSelection) -> list[dict[str, str]]:
+    return [{"name": e.name, "reason": e.reason} for e in selection.excluded]
+
+
+def _plan_round(
+    store: JobStore,
+    queues: TaskQueues,
+    record: JobRecord,
+    job: ImagePullJob,
+    selection: NodeSelection,
+    existing: list[NodeTaskRecord],
+    *,
+    now: float,
+) -> PlanResult:
+    """A new round: node items written in batches, the first `parallelism` already dispatched.
+
+    Dispatching in the same batch write keeps a 5,000-node fan-out at a few hundred DynamoDB calls;
+    the tasks are sent only after the counters are committed, and re-sent by a retry if that fails.
+    """
+    key = record.key
+    parallelism = job.spec.parallelism
+    tasks = [
+        NodeTaskRecord(node=n, round=record.round, updated_at=now, dispatched_at=now if i < parallelism else None)
+        for i, n in enumerate(selection.selected)
+    ]
+    chosen = set(selection.selected)
+    stale = [t.node for t in existing if t.node not in chosen]
+    cancels = [
+        CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="superseded by a new round")
+        for t in existing
+        if t.round < record.round and t.dispatched_at is not None and not t.phase.is_terminal
+    ]
+    store.put_tasks(key, tasks)
+    if stale:
+        store.delete_tasks(key, stale)
+    store.commit_plan(
+        key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks), failed_nodes=[],
+        excluded=_excluded(selection),
+        extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns},
+    )
+    if cancels:
+        queues.send_many(cancels)
+    dispatched = [pull_task(record, job, t.node) for t in tasks if t.dispatched_at]
+    failures = queues.send_many(dispatched)
+    log.info("planned %s round %d: %d nodes, %d excluded", key, record.round, len(tasks), len(selection.excluded))
+    return PlanResult(
+        key, f"planned round {record.round}", selected=len(tasks), excluded=len(selection.excluded),
+        added=[t.node for t in tasks], sent=len(dispatched) - len(failures), send_failures=failures,
+    )
+
+
+def _replan_round(
+    store: JobStore,
+    queues: TaskQueues,
+    record: JobRecord,
+    selection: NodeSelection,
+    tasks: list[NodeTaskRecord],
+    *,
+    now: float,
+) -> PlanResult:
+    """A changed spec in the same round: add newly selected nodes, cancel and drop deselected ones."""
+    key = record.key
+    have = {t.node: t for t in tasks}
+    wanted = set(selection.selected)
+    added = sorted(wanted - set(have))
+    removed = sorted(set(have) - wanted)
+    # Commit the plan id first: adds are conditional on it, and a crash after this point re-runs
+    # the diff from the stored node items (the "already planned" path would skip it), so keep the
+    # diff idempotent instead: the plan id is written last.
+    result = PlanResult(key, "re-planned", selected=len(wanted), excluded=len(selection.excluded))
+    for node in removed:
+        task = have[node]
+        store.remove_task(key, task, job_uid=record.uid)
+        if task.dispatched_at is not None and not task.phase.is_terminal:
+            queues.send(CancelTask(job=key, job_uid=record.uid, round=task.round, node=node,
+                                   reason="node no longer selected"))
+        result.removed.append(node)
+    for node in added:
+        store.add_task(key, NodeTaskRecord(node=node, round=record.round, updated_at=now),
+                       plan_id=record.planned, job_uid=record.uid)
+        result.added.append(node)
+    fresh = store.get_job(key)
+    if fresh is None:
+        return result
+    store.commit_plan(
+        key, plan_id=record.plan_id, expected_version=fresh.version, counters=fresh.counters,
+        failed_nodes=fresh.failed_nodes, excluded=_excluded(selection),
+        extra={"pull_secret_arns": record.pull_secret_arns},
+    )
+    return result
+
+
+def add_node_to_job(store: JobStore, record: JobRecord, node: str, *, now: float) -> bool:
+    """Adds one node (a new node's hello) to a planned round; False when it is already there."""
+    existing = store.get_task(record.key, node)
+    if existing is not None and existing.round == record.round:
+        return False
+    try:
+        store.add_task(record.key, NodeTaskRecord(node=node, round=record.round, updated_at=now),
+                       plan_id=record.plan_id, job_uid=record.uid)
+    except StoreConflictError:
+        return False
+    return True
+
+
+def resend_dispatched(
+    store: JobStore, queues: TaskQueues, record: JobRecord, *, older_than: float | None = None
+) -> tuple[int, list[tuple[str, str]]]:
+    """Sends again the tasks dispatched but never reported (a crash between claim and send)."""
+    job = job_spec(record)
+    pending = [
+        t for t in store.get_tasks(record.key)
+        if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None
+        and (older_than is None or t.dispatched_at <= older_than)
+    ]
+    if not pending:
+        return 0, []
+    failures = queues.send_many([pull_task(record, job, t.node) for t in pending])
+    return len(pending) - len(failures), failures
+
+
+@dataclass
+class FillResult:
+    claimed: list[str] = field(default_factory=list)
+    sent: int = 0
+    send_failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+def fill_slots(
+    store: JobStore, queues: TaskQueues, key: str, *, now: float
+) -> FillResult:
+    """Dispatches waiting nodes while `active < parallelism`. Each claim is one conditional transaction."""
+    result = FillResult()
+    record = store.get_job(key)
+    if record is None or record.state != "Running" or record.planned != record.plan_id:
+        return result
+    job = job_spec(record)
+    parallelism = job.spec.parallelism
+    free = parallelism - record.counters.active
+    fruitless = 0
+    while free > 0 and record.counters.waiting > 0 and fruitless < 3:
+        # The index is eventually consistent: a listed node may be claimed already; the claim re-checks.
+        candidates = store.waiting_nodes(key, limit=min(2 * free, 1000))
+        if not candidates:
+            break
+        claimed_now = 0
+        for node in candidates:
+            if free <= 0:
+                break
+            if store.claim_task(key, node, round=record.round, parallelism=parallelism, now=now):
+                result.claimed.append(node)
+                free -= 1
+                claimed_now += 1
+        if claimed_now == 0:
+            fruitless += 1
+            fresh = store.get_job(key)
+            if fresh is None or fresh.state != "Running":
+                break
+            record = fresh
+            free = parallelism - record.counters.active
+    if result.claimed:
+        messages = [pull_task(record, job, n) for n in result.claimed]
+        result.send_failures = queues.send_many(messages)
+        result.sent = len(messages) - len(result.send_failures)
+    return result
+
+
+def finish_if_done(store: JobStore, key: str, *, now: float) -> bool:
+    """Completes an `Always` job whose nodes have all finished (Kruise: succeeded + failed = desired)."""
+    record = store.get_job(key)
+    if record is None or record.state != "Running" or record.planned != record.plan_id:
+        return False
+    job = job_spec(record)
+    policy = job.spec.completion_policy
+    if policy.type != "Always" or record.counters.done < record.counters.desired:
+        return False
+    fields: dict[str, Any] = {"state": "Completed", "completion_time": now, "message": COMPLETED_MESSAGE}
+    if policy.ttl_seconds_after_finished is not None:
+        fields["ttl"] = int(now) + policy.ttl_seconds_after_finished
+    return store.finish_job(key, fields)

@@ -1,0 +1,234 @@
+"""Applying, reading and deleting jobs: the one path used by the CLI and by `on_image_push`."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, PrewarmRule, parse_manifest
+from prewarm.domain.messages import CancelTask
+from prewarm.domain.status import NodePhase, progress_message
+from prewarm.services.ports import JobRecord, JobStore, NodeTaskRecord, StoreConflictError, TaskQueues
+
+log = logging.getLogger(__name__)
+
+ApplyOutcome = Literal["created", "configured", "unchanged"]
+
+# Fields whose change means a different pull: a new round on every node, not a re-plan.
+_PULL_FIELDS = ("image", "imagePullPolicy", "pullPolicy", "pullSecrets", "sandboxConfig")
+
+
+class JobNotFoundError(LookupError):
+    """No job of that namespace and name."""
+
+
+@dataclass
+class Applied:
+    kind: str
+    namespace: str
+    name: str
+    outcome: ApplyOutcome
+    children: list[Applied] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """The kubectl-style line, e.g. `imagepulljob.apps.kruise.io/job-x created`."""
+        group = "prewarm.dev" if self.kind == "PrewarmRule" else "apps.kruise.io"
+        return f"{self.kind.lower()}.{group}/{self.name} {self.outcome}"
+
+
+def job_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def _pull_part(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: spec.get(k) for k in _PULL_FIELDS}
+
+
+def apply_manifest(store: JobStore, doc: dict[str, Any], *, now: float) -> Applied:
+    """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error."""
+    obj = parse_manifest(doc)
+    if isinstance(obj, PrewarmRule):
+        outcome = store.put_rule(obj.metadata.name, obj.to_manifest(), obj.spec_hash())
+        return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
+    return apply_job(store, obj, now=now)
+
+
+def apply_job(
+    store: JobStore,
+    job: ImagePullJob | ImageListPullJob,
+    *,
+    now: float,
+    platforms: list[dict[str, str]] | None = None,
+    owner: str = "",
+) -> Applied:
+    """Creates the job, or re-plans it when its spec changed; the same spec twice is a no-op.
+
+    A change of what is pulled (image, pull policy, secrets, sandbox config) starts a new round on every
+    node; any other change (selector, parallelism, deadlines) re-plans the current round.
+    """
+    if isinstance(job, ImageListPullJob):
+        return _apply_list_job(store, job, now=now)
+    ns, name = job.metadata.namespace, job.metadata.name
+    manifest = job.to_manifest()
+    spec_hash = job.spec_hash()
+    key = job_key(ns, name)
+    for _ in range(5):
+        current = store.get_job(key)
+        if current is None:
+            record = JobRecord(
+                namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImagePullJob", spec=manifest,
+                spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
+            )
+            try:
+                store.create_job(record)
+            except StoreConflictError:
+                continue  # created concurrently: compare with that one
+            return Applied("ImagePullJob", ns, name, "created")
+        if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
+            return Applied("ImagePullJob", ns, name, "unchanged")
+        old_spec = current.spec.get("spec", {})
+        new_round = _pull_part(old_spec) != _pull_part(manifest.get("spec", {}))
+        current.generation += 1
+        if new_round:
+            current.round += 1
+        current.spec = manifest
+        if platforms is not None:
+            current.platforms = platforms
+        if current.state in {"Completed", "Failed"} and new_round:
+            current.state = "Running"
+        old_hash, current.spec_hash = current.spec_hash, spec_hash
+        try:
+            store.replace_job_spec(current, expected_hash=old_hash)
+        except StoreConflictError:
+            continue
+        return Applied("ImagePullJob", ns, name, "configured")
+    raise StoreConflictError(f"job {key} kept changing while being applied; try again")
+
+
+def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Applied:
+    """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does."""
+    ns, name = job.metadata.namespace, job.metadata.name
+    key = job_key(ns, name)
+    manifest = job.to_manifest()
+    spec_hash = job.spec_hash()
+    current = store.get_job(key)
+    children = list(job.child_jobs())
+    child_names = [c.metadata.name for c in children]
+    applied_children = [apply_job(store, c, now=now, owner=key) for c in children]
+    if current is None:
+        store.create_job(
+            JobRecord(namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImageListPullJob", spec=manifest,
+                      spec_hash=spec_hash, start_time=now, created_at=now, planned="list",
+                      children=child_names)
+        )
+        outcome: ApplyOutcome = "created"
+    elif current.spec_hash == spec_hash:
+        outcome = "unchanged"
+    else:
+        stale = set(current.children) - set(child_names)
+        current.spec, current.generation = manifest, current.generation + 1
+        old_hash, current.spec_hash = current.spec_hash, spec_hash
+        store.replace_job_spec(current, expected_hash=old_hash)
+        store.set_job_fields(key, {"children": child_names})
+        outcome = "configured"
+        for child in sorted(stale):
+            _delete_one(store, None, job_key(ns, child))
+    return Applied("ImageListPullJob", ns, name, outcome, applied_children)
+
+
+def delete_job(store: JobStore, queues: TaskQueues | None, namespace: str, name: str) -> int:
+    """Cancels in-flight pulls, then removes the job (and a list job's children). Returns cancels sent."""
+    key = job_key(namespace, name)
+    record = store.get_job(key)
+    if record is None:
+        raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
+    sent = 0
+    for child in record.children if record.api_kind == "ImageListPullJob" else []:
+        sent += _delete_one(store, queues, job_key(namespace, child))
+    return sent + _delete_one(store, queues, key)
+
+
+def _delete_one(store: JobStore, queues: TaskQueues | None, key: str) -> int:
+    record = store.get_job(key)
+    if record is None:
+        return 0
+    # Mark it first: reports racing with the delete then find a finished job and change nothing.
+    store.finish_job(key, {"state": "Deleting", "message": "job is being deleted"}, require_done=False)
+    in_flight = [t for t in store.get_tasks(key) if t.dispatched_at is not None and not t.phase.is_terminal]
+    cancels = [
+        CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="job deleted") for t in in_flight
+    ]
+    if queues is not None and cancels:
+        for node, error in queues.send_many(cancels):
+            log.warning("cancel for %s of %s not sent: %s", node, key, error)
+    store.delete_job(key)
+    return len(cancels)
+
+
+@dataclass
+class JobView:
+    """A job's status as Kruise reports it, plus Prewarm's per-node detail."""
+
+    record: JobRecord
+    desired: int
+    active: int
+    succeeded: int
+    failed: int
+    failed_nodes: list[str]
+    message: str
+    completion_time: float | None
+    tasks: list[NodeTaskRecord] = field(default_factory=list)
+    children: list[JobView] = field(default_factory=list)
+
+
+def view_job(store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False) -> JobView:
+    record = store.get_job(job_key(namespace, name))
+    if record is None:
+        raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
+    return _view(store, record, now=now, with_tasks=with_tasks)
+
+
+def _view(store: JobStore, record: JobRecord, *, now: float, with_tasks: bool) -> JobView:
+    if record.api_kind == "ImageListPullJob":
+        children = []
+        for child in record.children:
+            child_record = store.get_job(job_key(record.namespace, child))
+            if child_record is not None:
+                children.append(_view(store, child_record, now=now, with_tasks=with_tasks))
+        desired = sum(c.desired for c in children)
+        done = all(c.completion_time is not None for c in children) and bool(children)
+        return JobView(
+            record=record, desired=desired, active=sum(c.active for c in children),
+            succeeded=sum(c.succeeded for c in children), failed=sum(c.failed for c in children),
+            failed_nodes=sorted({n for c in children for n in c.failed_nodes}),
+            message="job has completed" if done else f"{sum(c.completion_time is not None for c in children)}"
+            f"/{len(children)} images completed",
+            completion_time=max((c.completion_time or 0 for c in children), default=None) if done else None,
+            children=children,
+        )
+    c = record.counters
+    message = record.message or progress_message(c.desired, c.succeeded, c.failed, record.state == "Completed")
+    return JobView(
+        record=record, desired=c.desired, active=c.active, succeeded=c.succeeded, failed=c.failed,
+        failed_nodes=sorted(record.failed_nodes), message=message,
+        completion_time=record.completion_time,
+        tasks=sorted(store.get_tasks(record.key), key=lambda t: t.node) if with_tasks else [],
+    )
+
+
+def list_views(store: JobStore, *, namespace: str | None, now: float) -> list[JobView]:
+    """Every top-level job (children of list jobs appear under their list job)."""
+    return [
+        _view(store, r, now=now, with_tasks=False)
+        for r in sorted(store.list_jobs(), key=lambda r: (r.namespace, r.name))
+        if not r.owner and (namespace is None or r.namespace == namespace)
+    ]
+
+
+def node_phase_counts(tasks: list[NodeTaskRecord]) -> dict[str, int]:
+    counts = {p.value: 0 for p in NodePhase}
+    for t in tasks:
+        counts[t.phase.value] += 1
+    return counts

@@ -1,0 +1,205 @@
+"""The ports the use cases need, and the records they exchange with the job store.
+
+Adapters implement these protocols structurally; services receive them as arguments, so tests can
+hand in moto-backed adapters or fakes without patching anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.status import NodePhase
+
+
+class StoreError(Exception):
+    """Base of the job store's errors."""
+
+
+class StoreConflictError(StoreError):
+    """A conditional write lost a race or found the item changed; re-read and decide again."""
+
+
+class StoreRetryableError(StoreError):
+    """Throttling or a transient failure; the whole operation can be retried as is."""
+
+
+@dataclass
+class NodeTaskRecord:
+    """One node's part of one job round, as stored."""
+
+    node: str
+    round: int
+    phase: NodePhase = NodePhase.WAITING
+    dispatched_at: float | None = None
+    attempt: int = 0
+    seq: int = 0
+    version: int = 0
+    bytes_done: int | None = None
+    bytes_total: int | None = None
+    image_id: str | None = None
+    message: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    updated_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase.is_terminal
+
+
+@dataclass
+class Counters:
+    desired: int = 0
+    waiting: int = 0
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed
+
+    @classmethod
+    def of(cls, tasks: Iterable[NodeTaskRecord]) -> Counters:
+        c = cls()
+        for t in tasks:
+            c.desired += 1
+            if t.phase is NodePhase.SUCCEEDED:
+                c.succeeded += 1
+            elif t.phase.is_terminal:
+                c.failed += 1
+            elif t.dispatched_at is None:
+                c.waiting += 1
+            else:
+                c.active += 1
+        return c
+
+
+@dataclass
+class JobRecord:
+    """A job item: its spec (the manifest as applied) and its status counters."""
+
+    namespace: str
+    name: str
+    uid: str
+    api_kind: str
+    spec: dict[str, Any]
+    spec_hash: str
+    generation: int = 1
+    round: int = 0
+    planned: str = ""
+    state: str = "Running"
+    counters: Counters = field(default_factory=Counters)
+    failed_nodes: list[str] = field(default_factory=list)
+    excluded: list[dict[str, str]] = field(default_factory=list)
+    start_time: float | None = None
+    completion_time: float | None = None
+    message: str = ""
+    ttl: int | None = None
+    platforms: list[dict[str, str]] = field(default_factory=list)
+    created_at: float | None = None
+    version: int = 0
+    owner: str = ""
+    children: list[str] = field(default_factory=list)
+    pull_secret_arns: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def plan_id(self) -> str:
+        return f"{self.generation}.{self.round}"
+
+
+@dataclass
+class RegisteredNode:
+    name: str
+    labels: dict[str, str]
+    architecture: str
+    os: str
+    queue_url: str
+    last_hello: float
+
+
+@dataclass
+class ReportUpdate:
+    """One node item change and the job counter deltas that go with it, written atomically."""
+
+    job_key: str
+    job_uid: str
+    node: str
+    expected_version: int
+    round: int
+    fields: Mapping[str, Any]
+    deltas: Mapping[str, int]
+    add_failed_node: bool = False
+    remove_failed_node: bool = False
+
+
+class JobStore(Protocol):
+    def get_job(self, key: str, *, consistent: bool = True) -> JobRecord | None: ...
+    def create_job(self, job: JobRecord) -> None: ...
+    def replace_job_spec(self, job: JobRecord, *, expected_hash: str) -> None: ...
+    def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: str | None = None) -> None: ...
+    def list_jobs(self) -> list[JobRecord]: ...
+    def delete_job(self, key: str) -> None: ...
+    def get_tasks(self, key: str) -> list[NodeTaskRecord]: ...
+    def get_task(self, key: str, node: str) -> NodeTaskRecord | None: ...
+    def waiting_nodes(self, key: str, limit: int) -> list[str]: ...
+    def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord]) -> None: ...
+    def delete_tasks(self, key: str, nodes: Sequence[str]) -> None: ...
+    def commit_plan(
+        self,
+        key: str,
+        *,
+        plan_id: str,
+        expected_version: int,
+        counters: Counters,
+        failed_nodes: Sequence[str],
+        excluded: Sequence[Mapping[str, str]],
+        extra: Mapping[str, Any],
+    ) -> None: ...
+    def apply_update(self, update: ReportUpdate) -> None: ...
+    def add_task(self, key: str, task: NodeTaskRecord, *, plan_id: str, job_uid: str) -> None: ...
+    def remove_task(self, key: str, task: NodeTaskRecord, *, job_uid: str) -> None: ...
+    def claim_task(self, key: str, node: str, *, round: int, parallelism: int, now: float) -> bool: ...
+    def touch_task(self, key: str, node: str, fields: Mapping[str, Any], *, expected_version: int) -> None: ...
+    def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool: ...
+    def mark_once(self, marker: str, *, ttl: int) -> bool: ...
+    def put_rule(self, name: str, spec: dict[str, Any], spec_hash: str) -> str: ...
+    def list_rules(self) -> list[dict[str, Any]]: ...
+    def delete_rule(self, name: str) -> bool: ...
+    def put_node(self, node: RegisteredNode) -> None: ...
+    def list_nodes(self) -> list[RegisteredNode]: ...
+    def delete_node(self, name: str) -> None: ...
+
+
+class TaskQueues(Protocol):
+    def send(self, message: PullTask | CancelTask) -> None: ...
+    def send_many(self, messages: Sequence[PullTask | CancelTask]) -> list[tuple[str, str]]: ...
+    def list_node_queues(self) -> dict[str, str]: ...
+    def owns_queue(self, url: str) -> bool: ...
+    def delete_queue(self, url: str) -> None: ...
+
+
+class Cluster(Protocol):
+    """Read access to the cluster (the Kubernetes adapter). Objects are plain dicts as the API returns them."""
+
+    def list_nodes(
+        self, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+    def get_node(self, name: str) -> dict[str, Any] | None: ...
+    def list_pods(
+        self, namespace: str | None, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+class ImageMetadata(Protocol):
+    """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
+
+    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None: ...

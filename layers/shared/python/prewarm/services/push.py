@@ -1,0 +1,60 @@
+"""ECR pushes → prewarm rules → `Always` jobs pinned to the pushed digest."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from prewarm.domain.jobs import PrewarmRule, parse_manifest
+from prewarm.services.jobs import Applied, apply_job
+from prewarm.services.ports import ImageMetadata, JobStore
+
+log = logging.getLogger(__name__)
+
+INDEX_MEDIA_TYPES = frozenset(
+    {
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ImagePush:
+    """A successful ECR push, as the EventBridge `ECR Image Action` event describes it."""
+
+    account: str
+    region: str
+    repository: str
+    digest: str
+    tag: str | None
+    manifest_media_type: str = ""
+
+    @property
+    def registry_host(self) -> str:
+        suffix = "amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com"
+        return f"{self.account}.dkr.ecr.{self.region}.{suffix}"
+
+
+def matching_rules(store: JobStore, push: ImagePush) -> list[PrewarmRule]:
+    rules = []
+    for doc in store.list_rules():
+        rule = parse_manifest(doc)
+        if isinstance(rule, PrewarmRule) and rule.matches(push.repository, push.tag, push.registry_host):
+            rules.append(rule)
+    return sorted(rules, key=lambda r: r.metadata.name)
+
+
+def handle_push(store: JobStore, images: ImageMetadata | None, push: ImagePush, *, now: float) -> list[Applied]:
+    """Applies one job per matching rule. A duplicate event finds the same spec and changes nothing."""
+    rules = matching_rules(store, push)
+    if not rules:
+        return []
+    platforms = None
+    if images is not None and push.manifest_media_type in INDEX_MEDIA_TYPES:
+        platforms = images.platforms(push.account, push.repository, push.digest)
+    applied = []
+    for rule in rules:
+        job = rule.job_for_push(push.registry_host, push.repository, push.digest, push.tag)
+        applied.append(apply_job(store, job, now=now, platforms=platforms))
+    return applied

@@ -1,0 +1,151 @@
+"""The scheduled use cases: the daily re-pull of `Never` jobs, and the every-minute sweep."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from prewarm.domain.messages import CancelTask, node_queue_name
+from prewarm.domain.status import NodePhase
+from prewarm.services.dispatch import fill_slots, finish_if_done, job_spec, resend_dispatched
+from prewarm.services.ports import (
+    Cluster,
+    JobRecord,
+    JobStore,
+    ReportUpdate,
+    StoreConflictError,
+    TaskQueues,
+)
+
+log = logging.getLogger(__name__)
+
+DEADLINE_MESSAGE = "job exceeds activeDeadlineSeconds"
+SILENT_NODE_MESSAGE = "node has not responded for a long time"
+
+
+def repull_daily(store: JobStore) -> list[str]:
+    """Starts a new round of every active `Never` job; the table stream plans it. Returns the jobs."""
+    started = []
+    for record in store.list_jobs():
+        if record.api_kind != "ImagePullJob" or record.state != "Running":
+            continue
+        if job_spec(record).spec.completion_policy.type != "Never":
+            continue
+        try:
+            store.set_job_fields(record.key, {"round": record.round + 1}, condition_state="Running")
+        except StoreConflictError:
+            continue  # deleted or finished meanwhile
+        started.append(record.key)
+    return started
+
+
+@dataclass
+class SweepResult:
+    deadline_failed: list[str] = field(default_factory=list)
+    silent_nodes: list[str] = field(default_factory=list)
+    resent: int = 0
+    slots_filled: int = 0
+    expired: list[str] = field(default_factory=list)
+    queues_deleted: list[str] = field(default_factory=list)
+    nodes_forgotten: list[str] = field(default_factory=list)
+
+
+def sweep(
+    store: JobStore,
+    queues: TaskQueues,
+    cluster: Cluster | None,
+    *,
+    now: float,
+    prefix: str,
+    silence_grace_seconds: int = 300,
+    resend_after_seconds: int = 300,
+) -> SweepResult:
+    """Deadlines, silent nodes, lost sends, expired items and queues of departed nodes."""
+    result = SweepResult()
+    for record in store.list_jobs():
+        if record.ttl is not None and record.ttl <= now:
+            # DynamoDB TTL deletes within days, not at the second: hide and delete it here.
+            store.delete_job(record.key)
+            result.expired.append(record.key)
+            continue
+        if record.api_kind != "ImagePullJob" or record.state != "Running" or record.planned != record.plan_id:
+            continue
+        job = job_spec(record)
+        ads = job.spec.completion_policy.active_deadline_seconds
+        if ads is not None and record.start_time is not None and now > record.start_time + ads:
+            _fail_past_deadline(store, queues, record, now=now)
+            result.deadline_failed.append(record.key)
+            continue
+        limit = job.spec.pull_policy.timeout_seconds + silence_grace_seconds
+        for task in store.get_tasks(record.key):
+            if task.round != record.round or task.dispatched_at is None or task.phase.is_terminal:
+                continue
+            heard = task.updated_at if task.phase is not NodePhase.WAITING else task.dispatched_at
+            silent = heard is not None and now - heard > limit
+            if silent and _finish_task(store, record, task.node, NodePhase.FAILED, SILENT_NODE_MESSAGE, now=now):
+                result.silent_nodes.append(f"{record.key}:{task.node}")
+        sent, _failures = resend_dispatched(store, queues, record, older_than=now - resend_after_seconds)
+        result.resent += sent
+        result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
+        finish_if_done(store, record.key, now=now)
+    if cluster is not None:
+        _forget_departed_nodes(store, queues, cluster, prefix, result)
+    return result
+
+
+def _finish_task(
+    store: JobStore, record: JobRecord, node: str, phase: NodePhase, message: str, *, now: float
+) -> bool:
+    """Moves one node to a final phase on the control plane's own authority (silence, deadline)."""
+    for _ in range(5):
+        task = store.get_task(record.key, node)
+        if task is None or task.round != record.round or task.phase.is_terminal:
+            return False
+        deltas = {"failed": 1, "done": 1}
+        deltas["waiting" if task.dispatched_at is None else "active"] = -1
+        try:
+            store.apply_update(
+                ReportUpdate(
+                    job_key=record.key, job_uid=record.uid, node=node, expected_version=task.version,
+                    round=record.round, deltas=deltas, add_failed_node=True,
+                    fields={"phase": phase.value, "message": message, "finished_at": now, "updated_at": now,
+                            "seq": task.seq + 1},
+                )
+            )
+        except StoreConflictError:
+            continue
+        return True
+    return False
+
+
+def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: JobRecord, *, now: float) -> None:
+    """Kruise fails a job past activeDeadlineSeconds; every unfinished node is cancelled and counted failed."""
+    unfinished = [t for t in store.get_tasks(record.key) if t.round == record.round and not t.phase.is_terminal]
+    for task in unfinished:
+        _finish_task(store, record, task.node, NodePhase.CANCELLED, DEADLINE_MESSAGE, now=now)
+    cancels = [
+        CancelTask(job=record.key, job_uid=record.uid, round=record.round, node=t.node, reason=DEADLINE_MESSAGE)
+        for t in unfinished
+        if t.dispatched_at is not None
+    ]
+    queues.send_many(cancels)
+    fields: dict[str, object] = {"state": "Failed", "message": DEADLINE_MESSAGE, "completion_time": now}
+    ttl = job_spec(record).spec.completion_policy.ttl_seconds_after_finished
+    if ttl is not None:
+        fields["ttl"] = int(now) + ttl
+    store.finish_job(record.key, fields, require_done=False)
+
+
+def _forget_departed_nodes(
+    store: JobStore, queues: TaskQueues, cluster: Cluster, prefix: str, result: SweepResult
+) -> None:
+    present = {n.get("metadata", {}).get("name", "") for n in cluster.list_nodes()}
+    wanted_queues = {node_queue_name(prefix, n) for n in present if n}
+    for name, url in sorted(queues.list_node_queues().items()):
+        if name not in wanted_queues and queues.owns_queue(url):
+            queues.delete_queue(url)
+            result.queues_deleted.append(name)
+    for node in store.list_nodes():
+        if node.name not in present:
+            store.delete_node(node.name)
+            result.nodes_forgotten.append(node.name)

@@ -1,0 +1,371 @@
+"""The control plane's flow: apply → plan → tasks → reports → exact counters, as Kruise reports them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
+from prewarm.services.dispatch import needs_planning, plan_job
+from prewarm.services.jobs import apply_manifest, delete_job, view_job
+from prewarm.services.reports import record_report, register_node
+from prewarm.services.schedules import DEADLINE_MESSAGE, SILENT_NODE_MESSAGE, repull_daily, sweep
+
+from tests.unit.services.conftest import ControlPlane, make_node, make_pod
+
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/llm@sha256:" + "a" * 64
+
+
+def job_doc(name: str = "warm", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1",
+        "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"image": IMAGE, **spec},
+    }
+
+
+def cluster_of(plane: ControlPlane, n: int, **labels: str) -> list[str]:
+    names = [f"node-{i:02d}" for i in range(n)]
+    plane.cluster.nodes += [make_node(name, pool="gpu", **labels) for name in names]
+    return names
+
+
+def plan(plane: ControlPlane, name: str = "warm") -> Any:
+    return plan_job(plane.store, plane.cluster, plane.queues, f"default/{name}", now=plane.now())
+
+
+def tasks_sent(plane: ControlPlane, nodes: list[str]) -> dict[str, list[Any]]:
+    return {n: msgs for n in nodes if (msgs := plane.drain(n))}
+
+
+def report(plane: ControlPlane, task: PullTask, phase: str, *, seq: int = 0, attempt: int = 1, **kw: Any) -> Any:
+    msg = StatusReport(job=task.job, job_uid=task.job_uid, round=task.round, node=task.node, phase=phase,
+                       seq=seq, attempt=attempt, **kw)
+    return record_report(plane.store, plane.queues, msg, now=plane.now())
+
+
+def counters(plane: ControlPlane, name: str = "warm") -> tuple[int, int, int, int]:
+    v = view_job(plane.store, "default", name, now=plane.now())
+    return (v.desired, v.active, v.succeeded, v.failed)
+
+
+def assert_invariant(plane: ControlPlane, name: str = "warm") -> None:
+    record = plane.store.get_job(f"default/{name}")
+    assert record is not None
+    tasks = [t for t in plane.store.get_tasks(record.key) if t.round == record.round]
+    c = record.counters
+    assert c.desired == c.waiting + c.active + c.succeeded + c.failed
+    assert c.desired == len(tasks)
+    assert c.succeeded == sum(t.phase.value == "Succeeded" for t in tasks)
+    assert sorted(record.failed_nodes) == sorted(t.node for t in tasks if t.phase.value in ("Failed", "Cancelled"))
+
+
+def test_whole_flow_exact_counters_failed_nodes_and_messages(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 5)
+    plane.cluster.nodes.append(make_node("cpu-0", pool="cpu"))
+    assert apply_manifest(plane.store, job_doc(selector={"matchLabels": {"pool": "gpu"}}, parallelism=5),
+                          now=plane.now()).outcome == "created"
+    result = plan(plane)
+    assert result.selected == 5
+    sent = tasks_sent(plane, [*nodes, "cpu-0"])
+    assert sorted(sent) == nodes
+    assert view_job(plane.store, "default", "warm", now=plane.now()).message == "job is running, progress 0.0%"
+
+    tasks = {n: msgs[0] for n, msgs in sent.items()}
+    for n in nodes:
+        assert report(plane, tasks[n], "Pulling").applied
+    for n in nodes[:3]:
+        assert report(plane, tasks[n], "Succeeded", seq=1, image_id="sha256:1").applied
+    assert report(plane, tasks[nodes[3]], "Failed", seq=1, message="401 Unauthorized").applied
+    view = view_job(plane.store, "default", "warm", now=plane.now())
+    assert (view.desired, view.active, view.succeeded, view.failed) == (5, 1, 3, 1)
+    assert view.message == "job is running, progress 80.0%"
+    assert view.failed_nodes == [nodes[3]]
+    assert report(plane, tasks[nodes[4]], "Succeeded", seq=1).applied
+    view = view_job(plane.store, "default", "warm", now=plane.now())
+    assert view.message == "job has completed" and view.completion_time is not None
+    assert counters(plane) == (5, 0, 4, 1)
+    assert_invariant(plane)
+
+
+def test_same_spec_twice_is_unchanged_and_sends_nothing_new(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 2)
+    doc = job_doc(parallelism=2)
+    apply_manifest(plane.store, doc, now=plane.now())
+    plan(plane)
+    assert len(tasks_sent(plane, nodes)) == 2
+    assert apply_manifest(plane.store, doc, now=plane.now()).outcome == "unchanged"
+    record = plane.store.get_job("default/warm")
+    assert record is not None
+    item = {"sk": "JOB", "api_kind": "ImagePullJob", "state": "Running", "planned": record.planned,
+            "generation": record.generation, "round": record.round}
+    assert not needs_planning(item)  # the stream record of this write is skipped by dispatch_job
+    assert tasks_sent(plane, nodes) == {}
+
+
+def test_parallelism_two_never_has_more_than_two_active(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 10)
+    apply_manifest(plane.store, job_doc(parallelism=2), now=plane.now())
+    plan(plane)
+    done = 0
+    while done < 10:
+        sent = tasks_sent(plane, nodes)
+        assert 1 <= sum(len(m) for m in sent.values()) <= 2
+        assert plane.store.get_job("default/warm").counters.active <= 2  # type: ignore[union-attr]
+        for msgs in sent.values():
+            report(plane, msgs[0], "Pulling")
+            assert plane.store.get_job("default/warm").counters.active <= 2  # type: ignore[union-attr]
+            report(plane, msgs[0], "Succeeded", seq=1)
+            done += 1
+    assert counters(plane) == (10, 0, 10, 0)
+    assert_invariant(plane)
+
+
+def test_parallelism_zero_pauses_until_changed(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 3)
+    apply_manifest(plane.store, job_doc(parallelism=0), now=plane.now())
+    plan(plane)
+    assert tasks_sent(plane, nodes) == {}
+    assert counters(plane) == (3, 0, 0, 0)
+    assert apply_manifest(plane.store, job_doc(parallelism=3), now=plane.now()).outcome == "configured"
+    plan(plane)
+    assert sorted(tasks_sent(plane, nodes)) == nodes
+
+
+def test_duplicate_and_reordered_reports_count_once(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 2)
+    apply_manifest(plane.store, job_doc(parallelism=2), now=plane.now())
+    plan(plane)
+    tasks = {n: m[0] for n, m in tasks_sent(plane, nodes).items()}
+    t = tasks[nodes[0]]
+    assert report(plane, t, "Succeeded", seq=3).applied
+    assert not report(plane, t, "Pulling", seq=1).applied  # late progress never moves it back
+    assert not report(plane, t, "Succeeded", seq=3).applied  # duplicate
+    assert counters(plane) == (2, 1, 1, 0)
+    assert_invariant(plane)
+
+
+def test_pulling_progress_updates_bytes_and_keeps_counters(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc(), now=plane.now())
+    plan(plane)
+    task = tasks_sent(plane, nodes)[nodes[0]][0]
+    report(plane, task, "Pulling", seq=1, bytes_done=10, bytes_total=100)
+    report(plane, task, "Pulling", seq=2, bytes_done=60, bytes_total=100)
+    assert not report(plane, task, "Pulling", seq=1, bytes_done=10, bytes_total=100).applied
+    stored = plane.store.get_task("default/warm", nodes[0])
+    assert stored is not None and stored.bytes_done == 60
+    assert counters(plane) == (1, 1, 0, 0)
+
+
+def test_crash_after_report_transaction_converges_on_redelivery(plane: ControlPlane, monkeypatch: Any) -> None:
+    nodes = cluster_of(plane, 3)
+    apply_manifest(plane.store, job_doc(parallelism=1), now=plane.now())
+    plan(plane)
+    first = next(iter(tasks_sent(plane, nodes).values()))[0]
+    import prewarm.services.reports as reports
+
+    real_fill = reports.fill_slots
+    monkeypatch.setattr(reports, "fill_slots", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("crash")))
+    with pytest.raises(RuntimeError):
+        report(plane, first, "Succeeded", seq=1)
+    assert tasks_sent(plane, nodes) == {}  # the freed slot was not handed on: the crash hit first
+    monkeypatch.setattr(reports, "fill_slots", real_fill)
+    assert not report(plane, first, "Succeeded", seq=1).applied  # SQS redelivers the same message
+    assert len(tasks_sent(plane, nodes)) == 1  # ...and the retry hands the slot on
+    assert counters(plane) == (3, 1, 1, 0)
+    assert_invariant(plane)
+
+
+def test_crash_between_plan_commit_and_send_resends_on_retry(plane: ControlPlane, monkeypatch: Any) -> None:
+    nodes = cluster_of(plane, 2)
+    apply_manifest(plane.store, job_doc(parallelism=2), now=plane.now())
+
+    def failing(messages: Any) -> Any:
+        raise RuntimeError("crash before send")
+
+    monkeypatch.setattr(plane.queues, "send_many", failing)
+    with pytest.raises(RuntimeError):
+        plan(plane)
+    monkeypatch.undo()
+    plan(plane)  # the stream retries the record
+    assert sorted(tasks_sent(plane, nodes)) == nodes
+    assert counters(plane) == (2, 2, 0, 0)
+    assert_invariant(plane)
+
+
+def test_deadline_expiring_mid_job_fails_it_and_cancels_in_flight(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 3)
+    spec = {"parallelism": 1, "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 600},
+            "pullPolicy": {"timeoutSeconds": 300}}
+    apply_manifest(plane.store, job_doc(**spec), now=plane.now())
+    plan(plane)
+    task = next(iter(tasks_sent(plane, nodes).values()))[0]
+    report(plane, task, "Pulling")
+    result = sweep(plane.store, plane.queues, None, now=plane.now() + 700, prefix="pw")
+    assert result.deadline_failed == ["default/warm"]
+    cancels = tasks_sent(plane, nodes)
+    assert list(cancels) == [task.node] and isinstance(cancels[task.node][0], CancelTask)
+    view = view_job(plane.store, "default", "warm", now=plane.now())
+    assert view.message == DEADLINE_MESSAGE
+    assert (view.desired, view.active, view.succeeded, view.failed) == (3, 0, 0, 3)
+    assert not report(plane, task, "Succeeded", seq=1).applied
+    assert_invariant(plane)
+
+
+def test_silent_node_is_failed_after_timeout_plus_grace(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc(pullPolicy={"timeoutSeconds": 60}), now=plane.now())
+    plan(plane)
+    task = tasks_sent(plane, nodes)[nodes[0]][0]
+    report(plane, task, "Pulling")
+    result = sweep(plane.store, plane.queues, None, now=plane.now() + 60 + 301, prefix="pw")
+    assert result.silent_nodes == [f"default/warm:{nodes[0]}"]
+    view = view_job(plane.store, "default", "warm", now=plane.now())
+    assert view.failed_nodes == nodes and view.message == "job has completed"
+    stored = plane.store.get_task("default/warm", nodes[0])
+    assert stored is not None and stored.message == SILENT_NODE_MESSAGE
+
+
+def test_never_job_daily_round_ignores_old_round_reports(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 2)
+    apply_manifest(plane.store, job_doc(parallelism=2, completionPolicy={"type": "Never"}), now=plane.now())
+    plan(plane)
+    old = {n: m[0] for n, m in tasks_sent(plane, nodes).items()}
+    for t in old.values():
+        report(plane, t, "Succeeded", seq=1)
+    assert view_job(plane.store, "default", "warm", now=plane.now()).completion_time is None  # Never never completes
+    assert repull_daily(plane.store) == ["default/warm"]
+    plan(plane)
+    new = {n: m[0] for n, m in tasks_sent(plane, nodes).items()}
+    assert {t.round for t in new.values()} == {1}
+    assert counters(plane) == (2, 2, 0, 0)
+    assert not report(plane, old[nodes[0]], "Succeeded", seq=5).applied
+    assert report(plane, new[nodes[0]], "Succeeded", seq=1).applied
+    assert counters(plane) == (2, 1, 1, 0)
+    assert_invariant(plane)
+
+
+def test_new_node_hello_joins_active_never_jobs_at_once(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc(parallelism=5, completionPolicy={"type": "Never"},
+                                        selector={"matchLabels": {"pool": "gpu"}}), now=plane.now())
+    apply_manifest(plane.store, job_doc("always-job", selector={"matchLabels": {"pool": "gpu"}}), now=plane.now())
+    plan(plane)
+    plan(plane, "always-job")
+    tasks_sent(plane, nodes)
+    plane.cluster.nodes.append(make_node("node-new", pool="gpu"))
+    outcome = register_node(plane.store, plane.queues, plane.cluster,
+                            Hello(node="node-new", labels={"pool": "gpu"}, architecture="amd64"), now=plane.now())
+    assert outcome.added_to == ["default/warm"]
+    sent = tasks_sent(plane, ["node-new"])["node-new"]
+    assert [m.job for m in sent] == ["default/warm"]
+    assert counters(plane) == (2, 2, 0, 0)
+    assert_invariant(plane)
+    again = register_node(plane.store, plane.queues, plane.cluster,
+                          Hello(node="node-new", labels={"pool": "gpu"}), now=plane.now())
+    assert again.added_to == []
+
+
+def test_deleting_a_running_job_cancels_and_later_reports_count_nothing(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 2)
+    apply_manifest(plane.store, job_doc(parallelism=2), now=plane.now())
+    plan(plane)
+    tasks = {n: m[0] for n, m in tasks_sent(plane, nodes).items()}
+    report(plane, tasks[nodes[0]], "Pulling")
+    assert delete_job(plane.store, plane.queues, "default", "warm") == 2
+    cancels = tasks_sent(plane, nodes)
+    assert all(isinstance(m[0], CancelTask) for m in cancels.values()) and sorted(cancels) == nodes
+    assert not report(plane, tasks[nodes[0]], "Succeeded", seq=1).applied
+    assert plane.store.get_job("default/warm") is None
+    assert plane.store.get_tasks("default/warm") == []
+
+
+def test_editing_the_selector_adds_new_nodes_and_cancels_dropped_ones(plane: ControlPlane) -> None:
+    gpu = cluster_of(plane, 2)
+    plane.cluster.nodes += [make_node("cpu-0", pool="cpu")]
+    apply_manifest(plane.store, job_doc(parallelism=3, selector={"matchLabels": {"pool": "gpu"}}), now=plane.now())
+    plan(plane)
+    tasks = {n: m[0] for n, m in tasks_sent(plane, [*gpu, "cpu-0"]).items()}
+    report(plane, tasks[gpu[0]], "Succeeded", seq=1)
+    edited = job_doc(parallelism=3, selector={"names": [gpu[0], "cpu-0"]})
+    assert apply_manifest(plane.store, edited, now=plane.now()).outcome == "configured"
+    result = plan(plane)
+    assert result.added == ["cpu-0"] and result.removed == [gpu[1]]
+    sent = tasks_sent(plane, [*gpu, "cpu-0"])
+    assert isinstance(sent[gpu[1]][0], CancelTask)
+    assert isinstance(sent["cpu-0"][0], PullTask)
+    assert counters(plane) == (2, 1, 1, 0)
+    assert_invariant(plane)
+
+
+def test_pod_selector_targets_nodes_of_active_scheduled_pods(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 4)
+    plane.cluster.pods += [
+        make_pod("a", "default", nodes[0], app="llm"),
+        make_pod("b", "default", nodes[0], app="llm"),
+        make_pod("c", "default", nodes[1], app="llm"),
+        make_pod("d", "default", nodes[2], phase="Succeeded", app="llm"),
+        make_pod("e", "default", None, phase="Pending", app="llm"),
+    ]
+    apply_manifest(plane.store, job_doc(parallelism=5, podSelector={"matchLabels": {"app": "llm"}}), now=plane.now())
+    plan(plane)
+    assert sorted(tasks_sent(plane, nodes)) == nodes[:2]
+
+
+def test_index_platforms_skip_nodes_of_missing_architectures(plane: ControlPlane) -> None:
+    amd = cluster_of(plane, 2)
+    plane.cluster.nodes.append(make_node("arm-0", arch="arm64", pool="gpu"))
+    from prewarm.domain.jobs import ImagePullJob
+    from prewarm.services.jobs import apply_job
+
+    job = ImagePullJob.from_manifest(job_doc(parallelism=5))
+    apply_job(plane.store, job, now=plane.now(), platforms=[{"os": "linux", "architecture": "amd64"}])
+    plan(plane)
+    assert sorted(tasks_sent(plane, [*amd, "arm-0"])) == amd
+    record = plane.store.get_job("default/warm")
+    assert record is not None and [e["name"] for e in record.excluded] == ["arm-0"]
+
+
+def test_not_ready_and_virtual_kubelet_nodes_are_excluded_with_reasons(plane: ControlPlane) -> None:
+    cluster_of(plane, 1)
+    plane.cluster.nodes += [make_node("sick", ready=False), make_node("fargate", type="virtual-kubelet")]
+    apply_manifest(plane.store, job_doc(parallelism=5), now=plane.now())
+    plan(plane)
+    record = plane.store.get_job("default/warm")
+    assert record is not None
+    assert {e["name"]: e["reason"] for e in record.excluded} == {
+        "sick": "node is not Ready", "fargate": "virtual-kubelet node"}
+
+
+def test_job_with_no_eligible_nodes_completes_at_once(plane: ControlPlane) -> None:
+    apply_manifest(plane.store, job_doc(selector={"names": ["ghost"]}), now=plane.now())
+    plan(plane)
+    view = view_job(plane.store, "default", "warm", now=plane.now())
+    assert view.desired == 0 and view.message == "job has completed"
+
+
+def test_ttl_after_finished_deletes_in_sweep(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc(completionPolicy={"type": "Always", "ttlSecondsAfterFinished": 60}),
+                   now=plane.now())
+    plan(plane)
+    report(plane, tasks_sent(plane, nodes)[nodes[0]][0], "Succeeded", seq=1)
+    record = plane.store.get_job("default/warm")
+    assert record is not None and record.ttl is not None
+    # moto never deletes by TTL (nor does DynamoDB promptly): sweep does.
+    assert sweep(plane.store, plane.queues, None, now=record.ttl + 1, prefix="pw").expired == ["default/warm"]
+    assert plane.store.get_job("default/warm") is None
+
+
+def test_sweep_deletes_queues_of_departed_nodes_only_its_own(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 2)
+    for n in nodes:
+        plane.queues.ensure_queue(n)
+    plane.sqs.create_queue(QueueName="pw-other-stack-queue")
+    plane.cluster.nodes = plane.cluster.nodes[:1]
+    result = sweep(plane.store, plane.queues, plane.cluster, now=plane.now(), prefix="pw")
+    assert result.queues_deleted == [plane.queues.queue_name(nodes[1])]
+    left = plane.queues.list_node_queues()
+    assert plane.queues.queue_name(nodes[0]) in left and "pw-other-stack-queue" in left
