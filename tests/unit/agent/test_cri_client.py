@@ -29,16 +29,14 @@ UNAUTHORIZED = (
 )
 
 
-class ScriptedImageService(cri_grpc.ImageServiceServicer):  # type: ignore[misc]
+class ScriptedImageService(cri_grpc.ImageServiceServicer):  # type: ignore[misc, unused-ignore]
     """Answers PullImage by image name: "ok", "denied", or "slow" (blocks until the call ends)."""
 
     def __init__(self) -> None:
         self.slow_pull_ended = threading.Event()
         self.requests: list[cri_pb2.PullImageRequest] = []
 
-    def PullImage(
-        self, request: cri_pb2.PullImageRequest, context: grpc.ServicerContext
-    ) -> cri_pb2.PullImageResponse:
+    def PullImage(self, request: cri_pb2.PullImageRequest, context: grpc.ServicerContext) -> cri_pb2.PullImageResponse:
         self.requests.append(request)
         name = request.image.image
         if name == "denied":
@@ -58,7 +56,7 @@ class ScriptedImageService(cri_grpc.ImageServiceServicer):  # type: ignore[misc]
         return cri_pb2.ImageStatusResponse()
 
 
-class ScriptedContent(content_grpc.ContentServicer):  # type: ignore[misc]
+class ScriptedContent(content_grpc.ContentServicer):  # type: ignore[misc, unused-ignore]
     def __init__(self) -> None:
         self.namespaces: list[str] = []
 
@@ -71,10 +69,10 @@ class ScriptedContent(content_grpc.ContentServicer):  # type: ignore[misc]
         status.updated_at.FromSeconds(1_700_000_005)
         return content_pb2.ListStatusesResponse(statuses=[status])
 
-    def Status(
-        self, request: content_pb2.StatusRequest, context: grpc.ServicerContext
-    ) -> content_pb2.StatusResponse:
-        context.abort(grpc.StatusCode.NOT_FOUND, f"ref {request.ref} not found")
+    def Status(self, request: content_pb2.StatusRequest, context: grpc.ServicerContext) -> content_pb2.StatusResponse:
+        context.set_code(grpc.StatusCode.NOT_FOUND)
+        context.set_details(f"ref {request.ref} not found")
+        return content_pb2.StatusResponse()
 
 
 Runtime = tuple[str, ScriptedImageService, ScriptedContent]
@@ -85,8 +83,8 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
     socket_path = str(tmp_path / "cri.sock")
     images, content = ScriptedImageService(), ScriptedContent()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    cri_grpc.add_ImageServiceServicer_to_server(images, server)
-    content_grpc.add_ContentServicer_to_server(content, server)
+    cri_grpc.add_ImageServiceServicer_to_server(images, server)  # type: ignore[no-untyped-call, unused-ignore]
+    content_grpc.add_ContentServicer_to_server(content, server)  # type: ignore[no-untyped-call, unused-ignore]
     server.add_insecure_port(f"unix://{socket_path}")
     server.start()
     yield socket_path, images, content

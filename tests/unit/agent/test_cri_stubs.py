@@ -50,7 +50,7 @@ def test_generated_modules_import_each_other_through_the_package() -> None:
     # Then it imports the messages from the package, not as a top-level module
     assert "from prewarm_agent.cri.gen import cri_runtime_v1_pb2 as" in source
     assert "\nimport cri_runtime_v1_pb2" not in source
-    assert cri_grpc.cri__runtime__v1__pb2 is cri_pb2
+    assert vars(cri_grpc)["cri__runtime__v1__pb2"] is cri_pb2
 
 
 @pytest.mark.parametrize(

@@ -147,9 +147,7 @@ def test_minimal_job_gets_kruise_defaults() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    "api_version", ["apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1", "prewarm.dev/v1alpha1"]
-)
+@pytest.mark.parametrize("api_version", ["apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1", "prewarm.dev/v1alpha1"])
 def test_jobs_are_accepted_in_every_supported_api_version(api_version: str) -> None:
     job = parse_manifest({**pull_job(), "apiVersion": api_version})
     assert job.api_version == api_version
@@ -221,9 +219,7 @@ def test_all_problems_of_a_manifest_are_reported_together() -> None:
 
 
 def test_messages_never_use_pydantic_wording() -> None:
-    doc = pull_job(
-        parallelism="x", pullPolicy={"timeoutSeconds": "1"}, selector={"names": "n1"}, pullSecrets=[1]
-    )
+    doc = pull_job(parallelism="x", pullPolicy={"timeoutSeconds": "1"}, selector={"names": "n1"}, pullSecrets=[1])
     doc["metadata"]["labels"] = {"a": 1}
     for message in errors_of(doc):
         assert "Input should" not in message and "Value error" not in message
@@ -250,15 +246,12 @@ def test_unsupported_api_version_names_the_supported_ones() -> None:
         '"apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1", "prewarm.dev/v1alpha1"'
     ]
     assert errors_of({**rule(), "apiVersion": "apps.kruise.io/v1alpha1"}) == [
-        'apiVersion: unsupported apiVersion "apps.kruise.io/v1alpha1" for kind PrewarmRule: '
-        'use "prewarm.dev/v1alpha1"'
+        'apiVersion: unsupported apiVersion "apps.kruise.io/v1alpha1" for kind PrewarmRule: use "prewarm.dev/v1alpha1"'
     ]
 
 
 def test_a_manifest_must_be_a_mapping() -> None:
-    assert errors_of(["not", "a", "mapping"]) == [
-        "a manifest must be a mapping with apiVersion and kind (got a list)"
-    ]
+    assert errors_of(["not", "a", "mapping"]) == ["a manifest must be a mapping with apiVersion and kind (got a list)"]
 
 
 def test_unknown_fields_are_named_with_the_known_ones() -> None:
@@ -375,13 +368,10 @@ def test_selector_keys_and_values_are_kubernetes_qualified_names_and_label_value
     }
     assert errors_of(pull_job(podSelector=selector)) == [
         f'spec.podSelector.matchLabels[-bad]: key "-bad": name part {NAME_PART_RULE}',
-        'spec.podSelector.matchExpressions[0].key: key "Example.com/zone": '
-        f'prefix part "Example.com" {SUBDOMAIN_RULE}',
+        f'spec.podSelector.matchExpressions[0].key: key "Example.com/zone": prefix part "Example.com" {SUBDOMAIN_RULE}',
     ]
     assert errors_of(
-        pull_job(
-            podSelector={"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b c"]}]}
-        )
+        pull_job(podSelector={"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b c"]}]})
     ) == [f'spec.podSelector.matchExpressions[0].values[1]: value "b c" {NAME_PART_RULE}']
 
 
@@ -402,17 +392,12 @@ def test_parallelism_zero_pauses_the_job() -> None:
 
 
 def test_parallelism_must_be_a_non_negative_integer_not_a_percentage() -> None:
-    assert errors_of(pull_job(parallelism=-1)) == [
-        "spec.parallelism: must be greater than or equal to 0 (got -1)"
-    ]
+    assert errors_of(pull_job(parallelism=-1)) == ["spec.parallelism: must be greater than or equal to 0 (got -1)"]
     assert errors_of(pull_job(parallelism="50%")) == [
-        'spec.parallelism: must be an integer number of nodes (got string "50%"); '
-        "percentages are not supported"
+        'spec.parallelism: must be an integer number of nodes (got string "50%"); percentages are not supported'
     ]
     assert errors_of(pull_job(parallelism=2.5)) == ["spec.parallelism: must be an integer (got number 2.5)"]
-    assert errors_of(pull_job(parallelism=True)) == [
-        "spec.parallelism: must be an integer (got boolean true)"
-    ]
+    assert errors_of(pull_job(parallelism=True)) == ["spec.parallelism: must be an integer (got boolean true)"]
 
 
 def test_pull_policy_bounds() -> None:
@@ -538,9 +523,7 @@ def test_list_job_yields_one_image_pull_job_per_image_with_the_template() -> Non
 def test_child_names_do_not_depend_on_image_order() -> None:
     forward = ImageListPullJob.from_manifest(list_job(["nginx:1.25", "redis:7"]))
     backward = ImageListPullJob.from_manifest(list_job(["redis:7", "nginx:1.25"]))
-    assert {c.spec.image: c.name for c in forward.child_jobs()} == {
-        c.spec.image: c.name for c in backward.child_jobs()
-    }
+    assert {c.spec.image: c.name for c in forward.child_jobs()} == {c.spec.image: c.name for c in backward.child_jobs()}
 
 
 def test_child_names_stay_valid_for_the_longest_list_job_name() -> None:
@@ -708,7 +691,4 @@ def test_job_names_from_long_rule_names_stay_valid() -> None:
 
 def test_rule_hash_is_stable_and_spec_sensitive() -> None:
     assert PrewarmRule.from_manifest(rule()).spec_hash() == PrewarmRule.from_manifest(rule()).spec_hash()
-    assert (
-        PrewarmRule.from_manifest(rule()).spec_hash()
-        != PrewarmRule.from_manifest(rule(tags=["v*"])).spec_hash()
-    )
+    assert PrewarmRule.from_manifest(rule()).spec_hash() != PrewarmRule.from_manifest(rule(tags=["v*"])).spec_hash()

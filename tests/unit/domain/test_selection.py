@@ -143,9 +143,7 @@ def test_no_selector_selects_every_ready_node_sorted() -> None:
 
 def test_names_select_those_nodes_and_report_missing_ones() -> None:
     # Given a job naming three nodes, one of which is gone
-    selection = evaluate_nodes(
-        job(selector={"names": ["n2", "gone", "n1"]}), [node("n1"), node("n2"), node("n3")]
-    )
+    selection = evaluate_nodes(job(selector={"names": ["n2", "gone", "n1"]}), [node("n1"), node("n2"), node("n3")])
     # Then the two present ones are selected and the missing one is excluded with a reason
     assert selection.selected == ["n1", "n2"]
     assert selection.excluded == [ExcludedNode("gone", "node not found")]
@@ -222,10 +220,7 @@ def test_node_without_platform_labels_is_excluded_when_platforms_are_known() -> 
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
     (excluded,) = evaluate_nodes(job(), [unlabelled], platforms=[Platform("linux", "amd64")]).excluded
-    assert (
-        excluded.reason
-        == "node has no kubernetes.io/os and kubernetes.io/arch labels, so its platform is unknown"
-    )
+    assert excluded.reason == "node has no kubernetes.io/os and kubernetes.io/arch labels, so its platform is unknown"
     assert select_nodes(job(), [unlabelled]) == ["odd"]
 
 
@@ -254,9 +249,7 @@ def test_pod_selector_selects_nodes_of_active_scheduled_matching_pods_once() -> 
 
 
 def test_pod_selector_reports_a_pods_node_that_is_gone() -> None:
-    selection = evaluate_nodes(
-        job(podSelector={}), [node("n1")], [pod("p", "n1", {}), pod("q", "vanished", {})]
-    )
+    selection = evaluate_nodes(job(podSelector={}), [node("n1")], [pod("p", "n1", {}), pod("q", "vanished", {})])
     assert selection.selected == ["n1"]
     assert selection.excluded == [ExcludedNode("vanished", "node not found")]
 

@@ -88,10 +88,7 @@ def test_query_does_not_depend_on_the_order_selectors_are_written_in(
     if "matchExpressions" in selector:
         expressions = data.draw(st.permutations(selector["matchExpressions"]))
         shuffled["matchExpressions"] = [
-            {**e, "values": data.draw(st.permutations(e["values"]))} if "values" in e else e
-            for e in expressions
+            {**e, "values": data.draw(st.permutations(e["values"]))} if "values" in e else e for e in expressions
         ]
     # Then both render the same query
-    assert (
-        LabelSelector.model_validate(shuffled).to_query() == LabelSelector.model_validate(selector).to_query()
-    )
+    assert LabelSelector.model_validate(shuffled).to_query() == LabelSelector.model_validate(selector).to_query()

@@ -46,9 +46,7 @@ REPOSITORY_ANNOTATION = "prewarm.dev/repository"
 TAG_ANNOTATION = "prewarm.dev/tag"
 LIST_JOB_ANNOTATION = "prewarm.dev/image-list-pull-job"
 
-_ECR_HOST = re.compile(
-    r"(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?"
-)
+_ECR_HOST = re.compile(r"(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?")
 _ACCOUNT_ID = re.compile(r"\d{12}")
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d+")
 
@@ -246,9 +244,7 @@ def _subject(doc: Any) -> str | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        strict=True, extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
-    )
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
     @classmethod
     def from_manifest(cls: type[_ModelT], doc: Any) -> _ModelT:
@@ -503,9 +499,7 @@ def _canonical_selector(selector: Any) -> Any:
         result["names"] = _sorted_unique(result["names"])
     expressions = result.get("matchExpressions")
     if isinstance(expressions, list):
-        normalised = [
-            {**e, "values": _sorted_unique(e["values"])} if "values" in e else e for e in expressions
-        ]
+        normalised = [{**e, "values": _sorted_unique(e["values"])} if "values" in e else e for e in expressions]
         result["matchExpressions"] = sorted(normalised, key=lambda e: json.dumps(e, sort_keys=True))
     return result
 
@@ -743,9 +737,7 @@ class PrewarmRule(_Model):
             return self.spec.include_untagged
         return _any_glob(tag, self.spec.tags)
 
-    def job_for_push(
-        self, registry_host: str, repository: str, digest: str, tag: str | None = None
-    ) -> ImagePullJob:
+    def job_for_push(self, registry_host: str, repository: str, digest: str, tag: str | None = None) -> ImagePullJob:
         """The `Always` ImagePullJob for a pushed image, pinned to `<registry>/<repository>@<digest>`.
 
         It is named `<rule>-<first 12 hex of the digest>` and lives in `spec.template.metadata.namespace`.

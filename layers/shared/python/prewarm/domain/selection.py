@@ -128,9 +128,7 @@ Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
 
 
 class _SelectorModel(BaseModel):
-    model_config = ConfigDict(
-        strict=True, extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
-    )
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
 class LabelSelectorRequirement(_SelectorModel):
@@ -278,9 +276,7 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def _is_ready(node: Mapping[str, Any]) -> bool:
     conditions = _get(node, "status", "conditions") or []
-    return any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
-    )
+    return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _is_active_scheduled(pod: Mapping[str, Any]) -> bool:

@@ -307,9 +307,7 @@ def aggregate_list_status(
         succeeded += status.desired == status.succeeded
         if status.failed > 0:
             failed_images.append(
-                FailedImageStatus(
-                    image_pull_job=names[image], name=image, message=_failed_image_message(status)
-                )
+                FailedImageStatus(image_pull_job=names[image], name=image, message=_failed_image_message(status))
             )
     desired = len(list_job.spec.images)
     done = list_job.spec.completion_policy.type == "Always" and completed == desired
@@ -384,11 +382,7 @@ class RetryPolicy:
             raise ValueError(f"attempt numbers start at 1, got {number}")
         if number > self.max_attempts or (deadline_remaining is not None and deadline_remaining <= 0):
             return None
-        timeout = (
-            self.timeout_seconds
-            if deadline_remaining is None
-            else min(self.timeout_seconds, deadline_remaining)
-        )
+        timeout = self.timeout_seconds if deadline_remaining is None else min(self.timeout_seconds, deadline_remaining)
         return Attempt(number, timeout, self.backoff_seconds(number))
 
     def plan(self, deadline_remaining: float | None = None) -> list[Attempt]:

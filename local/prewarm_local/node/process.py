@@ -1,0 +1,108 @@
+"""A daemon run as a child process: own process group, log collected to a file, stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+class DaemonStartError(RuntimeError):
+    """A daemon exited or never became ready; the message ends with the tail of its log."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the daemon binds it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class DaemonProcess:
+    """One daemon process. ``start`` then ``wait_ready``; ``stop`` sends SIGTERM, then SIGKILL."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = env
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running process, None when stopped."""
+        return self._process.pid if self.running and self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        """True while the process has not exited."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        """Start the process, appending its stdout and stderr to the log file."""
+        if self.running:
+            raise DaemonStartError(f"{self.name} is already running as PID {self.pid}")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"--- starting {' '.join(self.argv)}\n".encode())
+            log.flush()
+            # Own session and process group, so a Ctrl-C aimed at pytest does not reach it first.
+            self._process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+
+    def wait_ready(self, ready: Callable[[], bool], timeout: float, interval: float = 0.05) -> None:
+        """Poll ``ready()`` until it is true; raise DaemonStartError with the log if it never is."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                code = self._process.returncode if self._process is not None else None
+                raise DaemonStartError(f"{self.name} exited with code {code}\n{self.log_tail()}")
+            if ready():
+                return
+            time.sleep(interval)
+        self.stop()
+        raise DaemonStartError(f"{self.name} did not become ready within {timeout:g}s\n{self.log_tail()}")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM the process, SIGKILL it if still alive after ``grace`` seconds, and reap it."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+        self._process = None
+
+    def kill(self) -> None:
+        """SIGKILL the process at once (a crash, for fault tests) and reap it."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        self._process = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the log, labelled with the daemon's name."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return f"(no {self.name} log at {self.log_path})"
+        tail = "\n".join(text.splitlines()[-lines:])
+        return f"--- last {lines} lines of {self.log_path}\n{tail}"
