@@ -1,0 +1,151 @@
+"""events/*.json: the sample events are the shapes AWS delivers, with bodies our own code accepts.
+
+Handler tests feed these files to the handlers, so a sample that drifts from the real shape, or from
+the message schema, would make those tests prove nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.parser.models import DynamoDBStreamModel, EventBridgeModel, SqsModel
+from prewarm.domain.messages import Hello, StatusReport, node_queue_name, parse_agent_message
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+ECR_EVENTS = ["ecr_push.json", "ecr_push_failed.json", "ecr_delete.json", "ecr_push_index.json"]
+STREAM_EVENTS = ["dynamodb_stream_job_insert.json", "dynamodb_stream_job_modify.json"]
+SQS_EVENTS = ["sqs_status_batch.json"]
+SCHEDULE_EVENTS = ["schedule_repull.json", "schedule_sweep.json", "schedule_refresh_credentials.json"]
+
+JOB_COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
+
+
+def load(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return loaded
+
+
+def test_every_sample_event_is_checked_here() -> None:
+    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS)
+    assert {p.name for p in EVENTS.glob("*.json")} == checked
+
+
+# -- ECR (EventBridge) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ECR_EVENTS)
+def test_ecr_events_parse_as_eventbridge_image_actions(name: str) -> None:
+    event = EventBridgeModel.model_validate(load(name))
+    assert (event.source, event.detail_type) == ("aws.ecr", "ECR Image Action")
+    detail = event.detail
+    assert isinstance(detail, dict)
+    assert {"result", "repository-name", "image-digest", "action-type", "image-tag"} <= detail.keys()
+    assert detail["image-digest"].startswith("sha256:") and len(detail["image-digest"]) == 71
+
+
+def test_push_event_carries_both_media_types() -> None:
+    detail = load("ecr_push.json")["detail"]
+    assert (detail["action-type"], detail["result"]) == ("PUSH", "SUCCESS")
+    assert detail["manifest-media-type"] == "application/vnd.oci.image.manifest.v1+json"
+    assert detail["artifact-media-type"] == "application/vnd.oci.image.config.v1+json"
+
+
+@pytest.mark.parametrize(
+    ("name", "action", "result"),
+    [("ecr_push_failed.json", "PUSH", "FAILURE"), ("ecr_delete.json", "DELETE", "SUCCESS")],
+)
+def test_the_events_on_image_push_must_ignore_are_what_they_claim(name: str, action: str, result: str) -> None:
+    detail = load(name)["detail"]
+    assert (detail["action-type"], detail["result"]) == (action, result)
+
+
+def test_index_push_names_an_oci_image_index() -> None:
+    detail = load("ecr_push_index.json")["detail"]
+    assert (detail["action-type"], detail["result"]) == ("PUSH", "SUCCESS")
+    assert detail["manifest-media-type"] == "application/vnd.oci.image.index.v1+json"
+
+
+# -- DynamoDB stream --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", STREAM_EVENTS)
+def test_stream_events_are_job_items_with_both_images_view(name: str) -> None:
+    event = DynamoDBStreamModel.model_validate(load(name))
+    assert event.Records
+    for record in event.Records:
+        change = record.dynamodb
+        assert change.StreamViewType == "NEW_AND_OLD_IMAGES"
+        # Keys only `pk`/`sk`, and the job item's sort key: what the event source filter lets through
+        assert change.Keys.keys() == {"pk", "sk"}
+        assert change.Keys["sk"] == "JOB" and change.Keys["pk"].startswith("JOB#")
+        assert isinstance(change.NewImage, dict)
+        image = change.NewImage
+        assert {k: image[k] for k in ("pk", "sk")} == change.Keys
+        assert image["kind"] == "job"
+        assert image["pk"] == f"JOB#{image['namespace']}/{image['name']}"
+        assert all(int(image[c]) >= 0 for c in JOB_COUNTERS)
+        assert image["done"] == image["succeeded"] + image["failed"]
+        assert image["desired"] == image["waiting"] + image["active"] + image["succeeded"] + image["failed"]
+        spec = json.loads(image["spec"])
+        assert (spec["kind"], spec["metadata"]["name"]) == (image["api_kind"], image["name"])
+        assert len(image["spec_hash"]) == 64
+
+
+def test_insert_is_a_new_job_not_yet_dispatched() -> None:
+    [record] = DynamoDBStreamModel.model_validate(load("dynamodb_stream_job_insert.json")).Records
+    assert record.eventName == "INSERT"
+    assert record.dynamodb.OldImage is None
+    image = record.dynamodb.NewImage
+    assert isinstance(image, dict)
+    assert (image["generation"], image["round"], image["planned"], image["state"]) == (1, 0, "", "Running")
+
+
+def test_modify_is_a_spec_change_of_a_dispatched_job() -> None:
+    [record] = DynamoDBStreamModel.model_validate(load("dynamodb_stream_job_modify.json")).Records
+    assert record.eventName == "MODIFY"
+    old, new = record.dynamodb.OldImage, record.dynamodb.NewImage
+    assert isinstance(old, dict) and isinstance(new, dict)
+    assert new["generation"] == old["generation"] + 1
+    assert new["spec_hash"] != old["spec_hash"]
+    assert new["uid"] == old["uid"] and new["planned"] == old["planned"] == "1.0"
+    assert json.loads(new["spec"])["spec"]["parallelism"] != json.loads(old["spec"])["spec"]["parallelism"]
+
+
+# -- SQS status batch -------------------------------------------------------------------------
+
+
+def test_status_batch_parses_as_sqs_and_every_body_as_an_agent_message() -> None:
+    event = SqsModel.model_validate(load("sqs_status_batch.json"))
+    messages = []
+    for record in event.Records:
+        assert isinstance(record.body, str)
+        # SQS checksums the body with MD5
+        assert record.md5OfBody == hashlib.md5(record.body.encode(), usedforsecurity=False).hexdigest()
+        messages.append(parse_agent_message(record.body))
+    phases = {m.phase for m in messages if isinstance(m, StatusReport)}
+    assert phases == {"Pulling", "Succeeded", "Failed"}
+    assert any(isinstance(m, Hello) for m in messages)
+
+
+def test_hello_in_the_batch_names_the_queue_the_control_plane_derives() -> None:
+    bodies = [parse_agent_message(r["body"]) for r in load("sqs_status_batch.json")["Records"]]
+    [hello] = [m for m in bodies if isinstance(m, Hello)]
+    assert hello.queue_url.rsplit("/", 1)[1] == node_queue_name("prewarm-node", hello.node)
+
+
+# -- schedules --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SCHEDULE_EVENTS)
+def test_schedule_events_carry_the_filled_in_scheduler_context(name: str) -> None:
+    event = load(name)
+    assert event["schedule_arn"].startswith("arn:aws:scheduler:")
+    assert datetime.fromisoformat(event["scheduled_time"]).tzinfo is not None
+    assert event["execution_id"] and int(event["attempt_number"]) >= 1
+    assert "<aws.scheduler." not in json.dumps(event)
