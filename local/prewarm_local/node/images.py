@@ -341,21 +341,24 @@ class RegistryPusher:
         self.push_blob(repository, image.config)
         self.push_manifest(repository, reference, image.manifest)
 
-    def push_image(self, repository: str, tag: str, image: OciImage) -> PushedImage:
-        """Push a single-platform image under ``tag``."""
-        self._push_platform_image(repository, image, tag)
+    def _pushed(self, repository: str, tag: str, image: OciImage, index: Blob | None = None) -> PushedImage:
         return PushedImage(
             registry_host=self.host,
             repository=repository,
             tag=tag,
-            digest=image.manifest.digest,
+            digest=(index or image.manifest).digest,
             manifest_digest=image.manifest.digest,
-            index_digest=None,
+            index_digest=index.digest if index is not None else None,
             config_digest=image.config.digest,
             layer_digests=tuple(layer.blob.digest for layer in image.layers),
             layer_sizes=tuple(layer.blob.size for layer in image.layers),
-            total_size=image.total_size,
+            total_size=image.total_size + (index.size if index is not None else 0),
         )
+
+    def push_image(self, repository: str, tag: str, image: OciImage) -> PushedImage:
+        """Push a single-platform image under ``tag``."""
+        self._push_platform_image(repository, image, tag)
+        return self._pushed(repository, tag, image)
 
     def push_index(self, repository: str, tag: str, index: OciIndex) -> PushedImage:
         """Push every platform's image by digest, then the index under ``tag``.
@@ -367,15 +370,4 @@ class RegistryPusher:
             self._push_platform_image(repository, image, image.manifest.digest)
         self.push_manifest(repository, tag, index.index)
         local = next((i for i in index.images if i.architecture == host_architecture()), index.images[0])
-        return PushedImage(
-            registry_host=self.host,
-            repository=repository,
-            tag=tag,
-            digest=index.index.digest,
-            manifest_digest=local.manifest.digest,
-            index_digest=index.index.digest,
-            config_digest=local.config.digest,
-            layer_digests=tuple(layer.blob.digest for layer in local.layers),
-            layer_sizes=tuple(layer.blob.size for layer in local.layers),
-            total_size=local.total_size + index.index.size,
-        )
+        return self._pushed(repository, tag, local, index.index)

@@ -23,6 +23,22 @@ def free_port() -> int:
         return port
 
 
+class LoopbackEndpoint:
+    """A server on 127.0.0.1:``port`` speaking plain HTTP (a registry, or a proxy in front of one)."""
+
+    port: int = 0
+
+    @property
+    def host(self) -> str:
+        """``127.0.0.1:<port>``: the host part of image references served here."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``: the endpoint for ``PrivateContainerd.add_registry_mirror``."""
+        return f"http://{self.host}"
+
+
 class DaemonProcess:
     """One daemon process. ``start`` then ``wait_ready``; ``stop`` sends SIGTERM, then SIGKILL."""
 

@@ -10,7 +10,7 @@ from typing import Self
 
 import bcrypt
 
-from prewarm_local.node.process import DaemonProcess, DaemonStartError, free_port
+from prewarm_local.node.process import DaemonProcess, DaemonStartError, LoopbackEndpoint, free_port
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 HTPASSWD_REALM = "prewarm-local"
@@ -21,7 +21,7 @@ def registry_binary() -> str | None:
     return shutil.which("docker-registry") or (REGISTRY_BINARY if Path(REGISTRY_BINARY).exists() else None)
 
 
-class LocalRegistry:
+class LocalRegistry(LoopbackEndpoint):
     """A registry storing blobs under ``base_dir``, with deletes enabled.
 
     With ``htpasswd_users`` ({username: password}) every request needs HTTP Basic auth, as a
@@ -39,16 +39,6 @@ class LocalRegistry:
         self.log_path = self.base_dir / "registry.log"
         self.port = 0
         self._daemon: DaemonProcess | None = None
-
-    @property
-    def host(self) -> str:
-        """``127.0.0.1:<port>``, the host part of image references served here."""
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://{self.host}"
 
     @property
     def auth(self) -> tuple[str, str] | None:

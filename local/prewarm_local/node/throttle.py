@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Self
 
+from prewarm_local.node.process import LoopbackEndpoint
+
 _CHUNK = 64 * 1024
 _POLL = 0.05
 # A peer that stops reading for this long is treated as gone.
@@ -88,7 +90,7 @@ def _forward(source: socket.socket, sink: socket.socket, limit: int, names: tupl
     return len(data)
 
 
-class ThrottlingProxy:
+class ThrottlingProxy(LoopbackEndpoint):
     """Forwards 127.0.0.1:<port> to ``upstream`` (host, port), at most ``bytes_per_second`` downstream.
 
     Only the upstream-to-client direction (the download) is limited. ``bytes_per_second=None`` lets
@@ -105,15 +107,6 @@ class ThrottlingProxy:
         self._threads: list[threading.Thread] = []
         self._ids = itertools.count(1)
         self.port = 0
-
-    @property
-    def host(self) -> str:
-        """``127.0.0.1:<port>``: use it as the image host to pull through the proxy."""
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}"
 
     def set_rate(self, bytes_per_second: int | None) -> None:
         """Change the download limit (None: unlimited)."""

@@ -227,9 +227,7 @@ def test_docker_hub_library_prefix_counts_towards_the_length_limit() -> None:
 
 def test_sha384_and_sha512_digests_need_their_own_lengths() -> None:
     assert parse_image("app@sha384:" + "b" * 96).digest == "sha384:" + "b" * 96
-    with pytest.raises(
-        InvalidImageReference, match="sha512 digest must have exactly 128 hex characters, got 64"
-    ):
+    with pytest.raises(InvalidImageReference, match="sha512 digest must have exactly 128 hex characters, got 64"):
         parse_image("app@sha512:" + "b" * 64)
 
 
@@ -282,9 +280,7 @@ def test_should_pull_rejects_an_unknown_policy() -> None:
     with pytest.raises(InvalidPullPolicyError) as caught:
         should_pull("Sometimes", True)  # type: ignore[arg-type]
 
-    assert (
-        str(caught.value) == "invalid imagePullPolicy 'Sometimes': must be one of Always, IfNotPresent, Never"
-    )
+    assert str(caught.value) == "invalid imagePullPolicy 'Sometimes': must be one of Always, IfNotPresent, Never"
 
 
 def test_check_pull_under_never_with_the_image_absent_raises_the_kubelet_message() -> None:

@@ -24,9 +24,7 @@ PORT = st.integers(1, 65535).map(lambda port: f":{port}")
 DOMAIN = st.lists(HOST_LABEL, min_size=2, max_size=4).map(".".join)
 REGISTRY = st.one_of(
     st.none(),  # a Docker Hub familiar name
-    st.sampled_from(
-        ["docker.io", "index.docker.io", "localhost", "localhost:5000", "[::1]:5000", "[fe80::1]"]
-    ),
+    st.sampled_from(["docker.io", "index.docker.io", "localhost", "localhost:5000", "[::1]:5000", "[fe80::1]"]),
     st.tuples(DOMAIN, st.one_of(st.just(""), PORT)).map("".join),
     st.tuples(HOST_LABEL, PORT).map("".join),
 )
@@ -40,7 +38,11 @@ DIGEST = st.one_of(
 @st.composite
 def valid_references(draw: st.DrawFn) -> str:
     registry = draw(REGISTRY)
-    path = "/".join(draw(st.lists(path_components(), min_size=1, max_size=3)))
+    components = draw(st.lists(path_components(), min_size=1, max_size=3))
+    if registry is None and len(components) > 1:
+        # A dotted first component would be read as a registry host.
+        assume("." not in components[0])
+    path = "/".join(components)
     reference = path if registry is None else f"{registry}/{path}"
     if tag := draw(st.one_of(st.none(), TAG)):
         reference += f":{tag}"

@@ -128,9 +128,7 @@ class ImageRef:
         return self.format()
 
     @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         # Lets pydantic models declare `image: ImageRef`: validated from a string, serialised as one.
         from_string = core_schema.no_info_after_validator_function(parse_image, core_schema.str_schema())
         return core_schema.json_or_python_schema(
@@ -183,14 +181,10 @@ def _explain(domain: str, remainder: str) -> str:
         if not tag:
             return 'tag after ":" is empty'
         return (
-            f"tag {_quote(tag)} is not valid: up to 128 letters, digits, '_', '.' and '-', "
-            "not starting with '.' or '-'"
+            f"tag {_quote(tag)} is not valid: up to 128 letters, digits, '_', '.' and '-', not starting with '.' or '-'"
         )
     if not _DOMAIN_AND_PORT_RE.fullmatch(domain):
-        return (
-            f"registry host {_quote(domain)} is not a valid host name, IPv4 or [IPv6] address "
-            "with an optional :port"
-        )
+        return f"registry host {_quote(domain)} is not a valid host name, IPv4 or [IPv6] address with an optional :port"
     for component in path.split("/"):
         if not component:
             return "repository path has an empty component (leading, trailing or doubled '/')"
@@ -229,8 +223,7 @@ def parse_image(reference: str) -> ImageRef:
     if len(repository) > REPOSITORY_NAME_MAX_LENGTH:
         raise InvalidImageReference(
             reference,
-            f"repository name must not be more than {REPOSITORY_NAME_MAX_LENGTH} characters "
-            f"(got {len(repository)})",
+            f"repository name must not be more than {REPOSITORY_NAME_MAX_LENGTH} characters (got {len(repository)})",
         )
     if digest and (problem := digest_problem(digest)):
         raise InvalidImageReference(reference, problem)
