@@ -24,8 +24,8 @@ def test_star_globs_in_host_labels_match_like_fnmatch_label_by_label(globs: list
     assert (keyring.lookup(image) != []) is expected
 
 
-USERNAME = st.text(st.characters(blacklist_characters=":", blacklist_categories=("Cs",)), max_size=20)
-PASSWORD = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+USERNAME = st.text(st.characters(exclude_characters=":", exclude_categories=["Cs"]), max_size=20)
+PASSWORD = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 
 
 @given(USERNAME, PASSWORD)
