@@ -189,11 +189,11 @@ def test_remove_image_makes_it_absent_and_is_idempotent(
     assert cri.image_status(image.reference) is None
 
 
-def _wait_for_used_bytes(cri: CriImageClient, timeout: float) -> list[FsUsage]:
+def _wait_for_used_bytes(cri: CriImageClient, at_least: int, timeout: float) -> list[FsUsage]:
     # containerd refreshes ImageFsInfo in the background (every second in the harness config).
     deadline = time.monotonic() + timeout
     usage: list[FsUsage] = cri.image_fs_info()
-    while not any(fs.used_bytes > 0 for fs in usage) and time.monotonic() < deadline:
+    while not any(fs.used_bytes >= at_least for fs in usage) and time.monotonic() < deadline:
         time.sleep(0.2)
         usage = cri.image_fs_info()
     return usage
@@ -210,7 +210,7 @@ def test_image_fs_info_reports_the_snapshotter_filesystem(
     cri.pull_image(image.reference).result(timeout=PULL_TIMEOUT)
 
     # When the image filesystem usage is read
-    usage = _wait_for_used_bytes(cri, timeout=5)
+    usage = _wait_for_used_bytes(cri, at_least=200_000, timeout=5)
 
     # Then it is the snapshotter directory under this containerd's root, with bytes and inodes used
     assert len(usage) == 1
