@@ -88,6 +88,7 @@ def _decode_basic(token: str, error: Callable[[str], Exception]) -> tuple[str, s
     try:
         decoded = base64.b64decode(cleaned, validate=True).decode("utf-8")
     except (binascii.Error, ValueError):
+        # "from None": a UnicodeDecodeError would carry the secret bytes into tracebacks.
         raise error("is not valid base64 of UTF-8 text") from None
     username, colon, password = decoded.partition(":")
     if not colon:
