@@ -1,0 +1,62 @@
+"""AWS on this machine: moto's `ThreadedMotoServer` on 127.0.0.1, started and stopped in-process."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+REGION = "us-west-2"
+
+
+class MotoServer:
+    """A moto server on a free 127.0.0.1 port. `url` is its endpoint; `client(name)` a boto3 client for it."""
+
+    def __init__(self, region: str = REGION) -> None:
+        from moto.server import ThreadedMotoServer
+
+        # One line per request otherwise: the server is chatty at INFO.
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.region = region
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.url = ""
+
+    def start(self) -> MotoServer:
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> MotoServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def client(self, service: str) -> Any:
+        import boto3
+
+        return boto3.client(service, region_name=self.region, endpoint_url=self.url,
+                            aws_access_key_id="local", aws_secret_access_key="local")
+
+
+@contextmanager
+def aws_environment(url: str, region: str = REGION) -> Iterator[None]:
+    """Points boto3 in this process at the local endpoint (restored on exit)."""
+    values = {"AWS_ENDPOINT_URL": url, "AWS_DEFAULT_REGION": region, "AWS_REGION": region,
+              "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
