@@ -1,0 +1,45 @@
+"""An embedded Kubernetes API server (core/v1) for integration tests, benchmarks and local mode.
+
+`with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets and service accounts over
+real HTTP on 127.0.0.1, so the official `kubernetes` client (typed `CoreV1Api` calls and raw
+`ApiClient.call_api`) talks to it as to EKS: bearer tokens (prefix `k8s-aws-v1.` as EKS tokens),
+`Status` errors with the real reasons, codes and wording, discovery (`/api`, `/api/v1`, `/apis`,
+`/version`), get/list/create/replace/patch/delete/deletecollection/watch, `status`
+subresources, label and field selectors with the real grammar, `limit`/`continue` paging over
+consistent snapshots, a global resourceVersion, optimistic concurrency, generateName, finalizers,
+namespace cascade deletion, and each type's defaulting and validation.
+
+What it does NOT implement (code relying on these must be tested against a real cluster):
+
+- API groups other than core/v1, and core/v1 resources other than the five above; no CRDs,
+  no aggregated discovery (`/apis` is empty; clients fall back to legacy discovery).
+- Authorization: any accepted token may do anything; no RBAC, no impersonation, no
+  `SelfSubjectAccessReview`. Anonymous requests get 401 unless `anonymous_auth=True`, in which
+  case they get 403 except `/version` and the health endpoints (EKS's behaviour).
+- TLS (plain HTTP on 127.0.0.1), HTTP/2, protobuf and CBOR bodies, `Table` output
+  (`as=Table`), `pretty` for watch streams, gzip responses.
+- Server-side apply (`application/apply-patch+yaml` is 415), `managedFields`, `fieldManager`
+  and `fieldValidation` (unknown fields are kept, not pruned or warned about).
+- Strategic merge patch: `retainKeys` strategies are not enforced beyond `$retainKeys`;
+  `$setElementOrder` orders listed items first and keeps the rest after them.
+- Admission beyond the ServiceAccount check and defaults of pods: no projected token volume,
+  no LimitRange/ResourceQuota/PodSecurity, no webhooks; no `metadata.generation`.
+- Controllers: no scheduler, kubelet, garbage collector (ownerReferences do nothing) or token
+  controller. A namespace's deletion removes its content at once (content with finalizers keeps
+  it Terminating); pod deletion is immediate (no grace period); `propagationPolicy`,
+  `gracePeriodSeconds` and `orphanDependents` are accepted and ignored.
+- Subresources other than `status` (no `binding`, `eviction`, `log`, `exec`, `proxy`,
+  `ephemeralcontainers`, `resize`, namespace `finalize`).
+- `resourceVersionMatch=Exact` for lists only at the current resourceVersion or one whose
+  snapshot a paged list still holds; continue tokens expire after `continue_ttl` seconds or
+  `expire_continue_tokens()`; watches can resume from the last `max_events` writes only.
+- Watch bookmarks every `bookmark_interval` seconds (60 by default) when requested; no
+  bookmark just before a watch times out.
+"""
+
+from prewarm_local.kubeapi.errors import StatusError
+from prewarm_local.kubeapi.registry import SeedError
+from prewarm_local.kubeapi.selectors import SelectorParseError
+from prewarm_local.kubeapi.server import DEFAULT_TOKEN_PREFIXES, KubeApiServer
+
+__all__ = ["DEFAULT_TOKEN_PREFIXES", "KubeApiServer", "SeedError", "SelectorParseError", "StatusError"]

@@ -1,0 +1,171 @@
+"""API errors as the Kubernetes API server reports them: a `Status` object with reason and code.
+
+Reasons, codes and message wording follow k8s.io/apimachinery/pkg/api/errors, so clients that
+branch on `reason` or parse `message` behave here as they do against EKS.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One validation failure of one field, rendered as `field.Error` renders it."""
+
+    type: str  # Required, Invalid, Forbidden, TooLong, NotSupported, Duplicate
+    field: str
+    value: Any = None
+    detail: str = ""
+
+    _CAUSES = {
+        "Required": ("FieldValueRequired", "Required value"),
+        "Invalid": ("FieldValueInvalid", "Invalid value"),
+        "Forbidden": ("FieldValueForbidden", "Forbidden"),
+        "TooLong": ("FieldValueTooLong", "Too long"),
+        "NotSupported": ("FieldValueNotSupported", "Unsupported value"),
+        "Duplicate": ("FieldValueDuplicate", "Duplicate value"),
+    }
+
+    @property
+    def cause_reason(self) -> str:
+        return self._CAUSES[self.type][0]
+
+    def body(self) -> str:
+        """The message without the field path, e.g. `Invalid value: "x": must be ...`."""
+        text = self._CAUSES[self.type][1]
+        if self.type in ("Invalid", "NotSupported", "Duplicate"):
+            text += f": {render_value(self.value)}"
+        if self.detail:
+            text += f": {self.detail}"
+        return text
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.body()}"
+
+
+def render_value(value: Any) -> str:
+    """A bad value as Go's `%#v`-like rendering in field errors shows it."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list):
+        return "[]string{" + ", ".join(render_value(v) for v in value) + "}"
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def aggregate(errors: list[FieldError]) -> str:
+    """Several errors the way `ErrorList.ToAggregate()` prints them: one bare, more in brackets."""
+    if len(errors) == 1:
+        return str(errors[0])
+    return "[" + ", ".join(str(e) for e in errors) + "]"
+
+
+@dataclass
+class StatusError(Exception):
+    """An API request failed; `status()` is the `Status` body the server answers with."""
+
+    code: int
+    reason: str
+    message: str
+    details: dict[str, Any] | None = None
+    continue_token: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {"continue": self.continue_token} if self.continue_token else {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def not_found(resource: str, name: str) -> StatusError:
+    return StatusError(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": resource})
+
+
+def route_not_found() -> StatusError:
+    return StatusError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def already_exists(resource: str, name: str) -> StatusError:
+    return StatusError(409, "AlreadyExists", f'{resource} "{name}" already exists', {"name": name, "kind": resource})
+
+
+def conflict(resource: str, name: str, why: str) -> StatusError:
+    return StatusError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource} "{name}": {why}',
+        {"name": name, "kind": resource},
+    )
+
+
+STALE_OBJECT = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+def invalid(kind: str, name: str, errors: list[FieldError]) -> StatusError:
+    causes = [{"reason": e.cause_reason, "message": e.body(), "field": e.field} for e in errors]
+    return StatusError(
+        422,
+        "Invalid",
+        f'{kind} "{name}" is invalid: {aggregate(errors)}',
+        {"name": name, "kind": kind, "causes": causes},
+    )
+
+
+def bad_request(message: str) -> StatusError:
+    return StatusError(400, "BadRequest", message)
+
+
+def expired(message: str, continue_token: str | None = None) -> StatusError:
+    return StatusError(410, "Expired", message, continue_token=continue_token)
+
+
+def unauthorized() -> StatusError:
+    return StatusError(401, "Unauthorized", "Unauthorized")
+
+
+def forbidden(message: str, details: dict[str, Any] | None = None) -> StatusError:
+    return StatusError(403, "Forbidden", message, details if details is not None else {})
+
+
+def method_not_allowed() -> StatusError:
+    return StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {})
+
+
+def unsupported_media_type(content_type: str, accepted: list[str]) -> StatusError:
+    return StatusError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: {', '.join(accepted)}",
+        {"causes": [{"reason": "UnexpectedServerResponse", "message": content_type}]},
+    )
+
+
+def internal_error(message: str) -> StatusError:
+    return StatusError(
+        500,
+        "InternalError",
+        f"Internal error occurred: {message}",
+        {"causes": [{"message": message}]},
+    )
+
+
+def timeout(message: str) -> StatusError:
+    return StatusError(504, "Timeout", message, {"retryAfterSeconds": 1})
