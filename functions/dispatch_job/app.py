@@ -6,6 +6,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from prewarm import bootstrap
 from prewarm.observability import logger, metrics, tracer
 from prewarm.services.dispatch import needs_planning, plan_job

@@ -7,6 +7,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from prewarm import bootstrap
 from prewarm.domain.messages import Hello, parse_agent_message
 from prewarm.observability import logger, metrics, tracer

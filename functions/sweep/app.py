@@ -6,6 +6,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from prewarm import bootstrap
 from prewarm.observability import logger, metrics, tracer
 from prewarm.services.schedules import sweep

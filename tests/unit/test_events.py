@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.parser.models import DynamoDBStreamModel, EventBridgeModel, SqsModel
+
 from prewarm.domain.messages import Hello, StatusReport, node_queue_name, parse_agent_message
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"

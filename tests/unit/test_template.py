@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from prewarm.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

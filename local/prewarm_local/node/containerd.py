@@ -18,7 +18,6 @@ from typing import Self
 
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, IngestStatus
 from prewarm_agent.cri.errors import CriError
-
 from prewarm_local.node.process import DaemonProcess, DaemonStartError
 
 CONTAINERD_BINARY = "containerd"

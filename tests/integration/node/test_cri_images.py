@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from prewarm_agent.cri.client import CriImageClient, FsUsage, filesystem_usage_percent
 from prewarm_agent.cri.errors import ImagePullError
 from prewarm_local.node.containerd import PrivateContainerd

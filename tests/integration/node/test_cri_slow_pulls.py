@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
 from prewarm_agent.cri.errors import PullCancelledError, PullTimeoutError
 from prewarm_local.node.containerd import PrivateContainerd

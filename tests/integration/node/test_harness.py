@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from prewarm_agent.cri.errors import CriUnavailableError
 from prewarm_local.node.containerd import PrivateContainerd
 from prewarm_local.node.pytest_plugin import OciImageFactory, node_tools_missing

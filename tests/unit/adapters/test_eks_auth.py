@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import boto3
 import pytest
 from moto import mock_aws
+
 from prewarm.adapters import eks_auth
 from prewarm.adapters.eks_auth import EksTokenSource, describe_cluster_endpoint
 from prewarm.adapters.errors import ClusterAuthError, ClusterConfigError

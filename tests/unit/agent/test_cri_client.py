@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, filesystem_usage_percent
 from prewarm_agent.cri.errors import (
     CriError,

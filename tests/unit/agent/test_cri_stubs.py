@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from prewarm_agent.cri import regenerate
 from prewarm_agent.cri.gen import containerd_content_v1_pb2 as content_pb2
 from prewarm_agent.cri.gen import cri_runtime_v1_pb2 as cri_pb2

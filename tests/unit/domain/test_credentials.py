@@ -3,6 +3,7 @@
 import base64
 
 import pytest
+
 from prewarm.domain.credentials import (
     EcrRegistry,
     InvalidCredentialsError,

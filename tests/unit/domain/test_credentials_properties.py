@@ -4,6 +4,7 @@ import fnmatch
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from prewarm.domain.credentials import Keyring, RegistryAuth, docker_config_auths, keyring_key
 
 LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?", fullmatch=True)

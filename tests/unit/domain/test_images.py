@@ -2,6 +2,7 @@
 
 import pydantic
 import pytest
+
 from prewarm.domain.images import (
     ImageNotPresentError,
     ImageRef,

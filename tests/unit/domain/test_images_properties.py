@@ -5,6 +5,7 @@ import re
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+
 from prewarm.domain.images import InvalidImageReference, parse_image
 
 ALNUM = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from prewarm.domain.jobs import (
     LIST_JOB_ANNOTATION,
     FieldError,

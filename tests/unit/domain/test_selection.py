@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
 from prewarm.domain.selection import (
     ExcludedNode,

@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from prewarm.domain.selection import LabelSelector
 
 KEYS = ["app", "zone", "example.com/tier", "kubernetes.io/arch", "a_b.c"]

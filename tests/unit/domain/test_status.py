@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
 from prewarm.domain.jobs import CompletionPolicy, ImageListPullJob, ImagePullJob, PullPolicy
 from prewarm.domain.status import (
     Attempt,

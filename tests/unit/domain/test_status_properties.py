@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from prewarm.domain.status import NodePhase, NodeReport, ReportKey, apply_report, can_transition, fold_reports
 
 reports = st.builds(

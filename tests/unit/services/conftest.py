@@ -10,6 +10,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import parse_node_message

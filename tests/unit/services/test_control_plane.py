@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
 from prewarm.services.dispatch import needs_planning, plan_job
 from prewarm.services.jobs import apply_manifest, delete_job, view_job
 from prewarm.services.reports import record_report, register_node
 from prewarm.services.schedules import DEADLINE_MESSAGE, SILENT_NODE_MESSAGE, repull_daily, sweep
-
 from tests.unit.services.conftest import ControlPlane, make_node, make_pod
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/llm@sha256:" + "a" * 64

@@ -8,7 +8,7 @@ for tests that change the environment.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prewarm.settings import settings
 
@@ -55,16 +55,26 @@ def cluster_or_none() -> KubeCluster | None:
         return None
 
 
-def secret_mirror() -> PullSecretMirror | None:
-    """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix)."""
-    from prewarm.adapters.secrets import SecretsManagerMirror
+class _LazySecretMirror:
+    """Builds the Secrets Manager mirror on the first job that names pullSecrets, not before."""
 
-    return _secret_mirror(SecretsManagerMirror)
+    def mirror(self, namespace: str, names: list[str]) -> list[str]:
+        return _secret_mirror().mirror(namespace, names)
+
+    def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]:
+        return _secret_mirror().cleanup(referenced)  # type: ignore[no-any-return]
+
+
+def secret_mirror() -> PullSecretMirror:
+    """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix)."""
+    return _LazySecretMirror()
 
 
 @lru_cache(maxsize=1)
-def _secret_mirror(cls: type) -> PullSecretMirror:
-    return cls(settings().secret_prefix, cluster())  # type: ignore[no-any-return]
+def _secret_mirror() -> Any:
+    from prewarm.adapters.secrets import SecretsManagerMirror
+
+    return SecretsManagerMirror(settings().secret_prefix, cluster())
 
 
 @lru_cache(maxsize=1)

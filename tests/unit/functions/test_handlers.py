@@ -1,0 +1,117 @@
+"""Every sample event in `events/` is fed to its handler; the handler does what the event asks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+
+from prewarm import bootstrap
+from prewarm.services.jobs import apply_manifest, view_job
+from tests.unit.functions.conftest import REGION, load_event, load_handler
+from tests.unit.services.conftest import make_node
+
+RULE = {
+    "apiVersion": "prewarm.dev/v1alpha1",
+    "kind": "PrewarmRule",
+    "metadata": {"name": "inference"},
+    "spec": {"repositories": ["ml/*", "platform/*"], "tags": ["v*", "1.*"],
+             "template": {"metadata": {"namespace": "ml"}, "spec": {"parallelism": 4}}},
+}
+
+
+def test_ecr_push_creates_one_job_per_matching_rule_pinned_to_the_digest(stack: dict[str, Any]) -> None:
+    bootstrap.store().put_rule("inference", RULE, "h")
+    apply_manifest(bootstrap.store(), RULE, now=1.0)
+    event = load_event("ecr_push")
+    result = load_handler("on_image_push").lambda_handler(event, stack["ctx"])
+    digest = event["detail"]["image-digest"]
+    name = f"inference-{digest.split(':')[1][:12]}"
+    assert result == {"jobs": [f"imagepulljob.apps.kruise.io/{name} created"]}
+    record = bootstrap.store().get_job(f"ml/{name}")
+    assert record is not None
+    assert record.spec["spec"]["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/inference@{digest}"
+    again = load_handler("on_image_push").lambda_handler(event, stack["ctx"])  # EventBridge may deliver twice
+    assert again == {"jobs": [f"imagepulljob.apps.kruise.io/{name} unchanged"]}
+
+
+def test_failed_pushes_and_deletes_are_ignored(stack: dict[str, Any]) -> None:
+    apply_manifest(bootstrap.store(), RULE, now=1.0)
+    handler = load_handler("on_image_push")
+    for name in ("ecr_push_failed", "ecr_delete"):
+        assert handler.lambda_handler(load_event(name), stack["ctx"]) == {"jobs": []}
+    assert bootstrap.store().list_jobs() == []
+
+
+def test_index_push_reads_platforms_from_ecr(stack: dict[str, Any]) -> None:
+    apply_manifest(bootstrap.store(), RULE, now=1.0)
+    event = load_event("ecr_push_index")
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "size": 500,
+             "digest": "sha256:" + "1" * 64, "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "size": 500,
+             "digest": "sha256:" + "2" * 64, "platform": {"os": "unknown", "architecture": "unknown"}},
+        ],
+    }
+    ecr = boto3.client("ecr", region_name=REGION)
+    ecr.create_repository(repositoryName="platform/web")
+    ecr.put_image(repositoryName="platform/web", imageManifest=json.dumps(index), imageTag="1.18.0",
+                  imageManifestMediaType="application/vnd.oci.image.index.v1+json")
+    digest = ecr.describe_images(repositoryName="platform/web")["imageDetails"][0]["imageDigest"]
+    event["detail"]["image-digest"] = digest
+    load_handler("on_image_push").lambda_handler(event, stack["ctx"])
+    (record,) = bootstrap.store().list_jobs()
+    assert record.platforms == [{"os": "linux", "architecture": "arm64", "variant": "v8"}]
+
+
+def _seed_stream_image(stack: dict[str, Any], name: str) -> dict[str, Any]:
+    event = load_event(name)
+    image = event["Records"][0]["dynamodb"]["NewImage"]
+    stack["ddb"].put_item(TableName="jobs", Item=image)
+    spec = json.loads(image["spec"]["S"])
+    stack["cluster"].nodes += [make_node(f"ip-10-0-9-{i}.ec2.internal", **(spec["spec"].get("selector", {})
+                                                                             .get("matchLabels", {})))
+                               for i in range(3)]
+    return event
+
+
+def test_job_stream_insert_plans_the_job_and_sends_first_tasks(stack: dict[str, Any]) -> None:
+    event = _seed_stream_image(stack, "dynamodb_stream_job_insert")
+    result = load_handler("dispatch_job").lambda_handler(event, stack["ctx"])
+    assert result == {"batchItemFailures": []}
+    view = view_job(bootstrap.store(), "ml", "warm-inference", now=2e9)
+    assert view.desired == 3 and view.active == 2  # parallelism 2
+    queues = stack["sqs"].list_queues(QueueNamePrefix="pw-")["QueueUrls"]
+    assert len(queues) == 2
+
+
+def test_job_stream_modify_re_plans(stack: dict[str, Any]) -> None:
+    event = _seed_stream_image(stack, "dynamodb_stream_job_modify")
+    assert load_handler("dispatch_job").lambda_handler(event, stack["ctx"]) == {"batchItemFailures": []}
+    record = bootstrap.store().get_job("ml/warm-inference")
+    assert record is not None and record.planned == record.plan_id
+
+
+def test_status_batch_applies_reports_and_registers_the_hello(stack: dict[str, Any]) -> None:
+    event = load_event("sqs_status_batch")
+    result = load_handler("record_status").lambda_handler(event, stack["ctx"])
+    assert result == {"batchItemFailures": []}  # reports of an unknown job are dropped, not retried
+    assert [n.name for n in bootstrap.store().list_nodes()] == ["ip-10-0-4-9.ec2.internal"]
+
+
+def test_poison_status_message_fails_only_itself(stack: dict[str, Any]) -> None:
+    event = load_event("sqs_status_batch")
+    event["Records"][0]["body"] = '{"v": 1, "kind": "status", "phase": "Exploded"}'
+    result = load_handler("record_status").lambda_handler(event, stack["ctx"])
+    assert result == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+
+
+def test_schedules_run_their_use_cases(stack: dict[str, Any]) -> None:
+    assert load_handler("repull_daily").lambda_handler(load_event("schedule_repull"), stack["ctx"]) == {
+        "rounds_started": []}
+    summary = load_handler("sweep").lambda_handler(load_event("schedule_sweep"), stack["ctx"])
+    assert summary["deadline_failed"] == [] and summary["expired"] == []
