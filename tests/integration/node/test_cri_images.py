@@ -161,8 +161,12 @@ def test_ecr_host_name_is_served_by_the_local_registry_through_hosts_toml(
     # Given an image pushed locally and a hosts.toml mapping an ECR host name to the registry
     image = oci_image_factory.push(registry, "ml/trainer", "2024.1").with_host(ECR_HOST)
 
-    # When it is pulled by its ECR name
-    cri.pull_image(image.reference).result(timeout=PULL_TIMEOUT)
+    # When it is pulled by its ECR name, with sandbox metadata as the agent sends it
+    cri.pull_image(
+        image.reference,
+        sandbox_labels={"app.kubernetes.io/name": "prewarm"},
+        sandbox_annotations={"prewarm.dev/job": "warm-trainer"},
+    ).result(timeout=PULL_TIMEOUT)
 
     # Then the node knows it by that name
     info = cri.image_status(image.reference)

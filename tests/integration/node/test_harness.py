@@ -123,3 +123,18 @@ def test_a_stopped_registry_no_longer_answers(tmp_path: Path) -> None:
     assert pid is not None and registry.pid is None
     with pytest.raises(ConnectionRefusedError):
         _get_v2(registry, None)
+
+
+def test_node_fixtures_explain_why_they_skip_without_root_or_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a machine where the tests do not run as root
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    not_root = node_tools_missing()
+
+    # And one where containerd is not installed
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    no_containerd = node_tools_missing()
+
+    # Then each reason says what is missing and how to get it
+    assert not_root is not None and "root" in not_root
+    assert no_containerd is not None and "containerd" in no_containerd and "make node-deps" in no_containerd
