@@ -1,3 +1,3 @@
 """Shared pytest configuration. Fixture plugins for the local servers are registered here."""
 
-pytest_plugins: list[str] = ["prewarm_local.node.pytest_plugin"]
+pytest_plugins: list[str] = ["prewarm_local.node.pytest_plugin", "prewarm_local.kubeapi.pytest_plugin"]

@@ -1,0 +1,330 @@
+"""Create, read, replace and delete, with the real registry's answers and errors."""
+
+# The typed client declares every field optional and takes models, not dicts: these tests pass
+# the API's JSON and read fields they just asserted exist.
+# mypy: disable-error-code="union-attr, arg-type, misc, index"
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, ApiException, CoreV1Api, V1Pod
+
+from prewarm_local.kubeapi import KubeApiServer
+from tests.integration.kubeapi.conftest import call, node, pod, status_of
+
+pytestmark = pytest.mark.integration
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def secret(name: str, secret_type: str = "Opaque", **data: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": secret_type, "data": data}
+
+
+def test_create_answers_201_with_server_set_fields(kube_client: ApiClient) -> None:
+    answer = call(kube_client, "POST", "/api/v1/nodes", body=node("n1", {"a": "b"}))
+    assert answer.status == 201
+    meta = answer.body["metadata"]
+    assert meta["uid"] and meta["creationTimestamp"].endswith("Z") and int(meta["resourceVersion"]) > 0
+    assert answer.body["kind"] == "Node" and answer.body["apiVersion"] == "v1"
+
+
+def test_resource_versions_increase_strictly_across_all_writes(core_v1: CoreV1Api) -> None:
+    versions = [
+        core_v1.create_node(node("n1")).metadata.resource_version,
+        core_v1.create_namespace({"metadata": {"name": "team"}}).metadata.resource_version,
+        core_v1.patch_node("n1", {"metadata": {"labels": {"x": "1"}}}).metadata.resource_version,
+        core_v1.create_namespaced_service_account("team", {"metadata": {"name": "sa"}}).metadata.resource_version,
+    ]
+    as_ints = [int(v) for v in versions]
+    assert as_ints == sorted(as_ints) and len(set(as_ints)) == 4
+    assert int(core_v1.list_node().metadata.resource_version) >= as_ints[-1]
+
+
+def test_creating_an_existing_name_is_409_already_exists(core_v1: CoreV1Api) -> None:
+    core_v1.create_node(node("n1"))
+    with pytest.raises(ApiException) as raised:
+        core_v1.create_node(node("n1"))
+    status = status_of(raised.value)
+    assert raised.value.status == 409
+    assert status["reason"] == "AlreadyExists"
+    assert status["message"] == 'nodes "n1" already exists'
+    assert status["details"] == {"name": "n1", "kind": "nodes"}
+
+
+def test_reading_a_missing_object_is_404_not_found(core_v1: CoreV1Api) -> None:
+    with pytest.raises(ApiException) as raised:
+        core_v1.read_namespaced_secret("missing", "default")
+    status = status_of(raised.value)
+    assert (raised.value.status, status["reason"], status["message"]) == (
+        404,
+        "NotFound",
+        'secrets "missing" not found',
+    )
+    assert status["details"] == {"name": "missing", "kind": "secrets"}
+
+
+def test_replace_with_a_stale_resource_version_is_409_conflict(core_v1: CoreV1Api) -> None:
+    # Given a node read, then changed by someone else
+    stale = core_v1.create_node(node("n1"))
+    core_v1.patch_node("n1", {"metadata": {"labels": {"changed": "yes"}}})
+    # When replacing it from the stale copy
+    stale.metadata.labels = {"mine": "yes"}
+    with pytest.raises(ApiException) as raised:
+        core_v1.replace_node("n1", stale)
+    # Then the API refuses with the optimistic-concurrency conflict
+    status = status_of(raised.value)
+    assert raised.value.status == 409 and status["reason"] == "Conflict"
+    assert status["message"] == (
+        'Operation cannot be fulfilled on nodes "n1": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
+    assert core_v1.read_node("n1").metadata.labels == {"changed": "yes"}
+
+
+def test_replace_with_the_current_resource_version_succeeds(core_v1: CoreV1Api) -> None:
+    current = core_v1.create_node(node("n1"))
+    current.metadata.labels = {"mine": "yes"}
+    replaced = core_v1.replace_node("n1", current)
+    assert replaced.metadata.labels == {"mine": "yes"}
+    assert int(replaced.metadata.resource_version) > int(current.metadata.resource_version)
+
+
+def test_replace_of_a_missing_object_is_404(kube_client: ApiClient) -> None:
+    answer = call(kube_client, "PUT", "/api/v1/nodes/ghost", body=node("ghost"))
+    assert (answer.status, answer.body["reason"]) == (404, "NotFound")
+
+
+def test_replace_with_another_name_than_the_url_is_400(kube_client: ApiClient) -> None:
+    call(kube_client, "POST", "/api/v1/nodes", body=node("n1"))
+    answer = call(kube_client, "PUT", "/api/v1/nodes/n1", body=node("n2"))
+    assert answer.status == 400
+    assert answer.body["message"] == "the name of the object (n2) does not match the name on the URL (n1)"
+
+
+def test_replace_of_the_main_resource_keeps_the_status(core_v1: CoreV1Api, kube_client: ApiClient) -> None:
+    # Given a node with a status
+    created = call(kube_client, "POST", "/api/v1/nodes", body={**node("n1"), "status": {"phase": "Running"}}).body
+    # When its status is changed through the main resource, Then it is ignored, as on a real server
+    created["status"] = {"phase": "Terminated"}
+    replaced = call(kube_client, "PUT", "/api/v1/nodes/n1", body=created).body
+    assert replaced["status"] == {"phase": "Running"}
+    # And through the status subresource it applies
+    status_update = core_v1.patch_node_status("n1", {"status": {"phase": "Terminated"}})
+    assert status_update.status.phase == "Terminated"
+
+
+def test_creating_a_pod_resets_its_status_to_pending(core_v1: CoreV1Api) -> None:
+    created = core_v1.create_namespaced_pod("default", pod("web-1", "default", phase="Running"))
+    assert created.status.phase == "Pending"
+    assert created.spec.service_account_name == "default"
+    assert created.spec.containers[0].image_pull_policy == "IfNotPresent"
+    running = core_v1.patch_namespaced_pod_status("web-1", "default", {"status": {"phase": "Running"}})
+    assert running.status.phase == "Running"
+
+
+def test_a_pod_whose_service_account_is_missing_is_forbidden(core_v1: CoreV1Api) -> None:
+    body = pod("web-1", "default")
+    body["spec"]["serviceAccountName"] = "nobody"
+    with pytest.raises(ApiException) as raised:
+        core_v1.create_namespaced_pod("default", body)
+    status = status_of(raised.value)
+    assert raised.value.status == 403
+    assert status["message"] == (
+        'pods "web-1" is forbidden: error looking up service account default/nobody: serviceaccount "nobody" not found'
+    )
+
+
+def test_changing_a_pod_spec_is_forbidden_except_images(core_v1: CoreV1Api) -> None:
+    core_v1.create_namespaced_pod("default", pod("web-1", "default"))
+    new_image = {"spec": {"containers": [{"name": "app", "image": "registry.example/app:2.0"}]}}
+    assert core_v1.patch_namespaced_pod("web-1", "default", new_image).spec.containers[0].image.endswith(":2.0")
+    with pytest.raises(ApiException) as raised:
+        core_v1.patch_namespaced_pod("web-1", "default", {"spec": {"nodeName": "elsewhere"}})
+    status = status_of(raised.value)
+    assert raised.value.status == 422
+    assert status["message"].startswith('Pod "web-1" is invalid: spec: Forbidden: pod updates may not change fields')
+
+
+def test_namespace_must_exist_for_a_namespaced_create(core_v1: CoreV1Api) -> None:
+    with pytest.raises(ApiException) as raised:
+        core_v1.create_namespaced_secret("nope", secret("s"))
+    status = status_of(raised.value)
+    assert (raised.value.status, status["message"]) == (404, 'namespaces "nope" not found')
+    assert status["details"] == {"name": "nope", "kind": "namespaces"}
+
+
+def test_namespace_in_the_body_must_match_the_url(kube_client: ApiClient) -> None:
+    body = secret("s")
+    body["metadata"]["namespace"] = "kube-system"
+    answer = call(kube_client, "POST", "/api/v1/namespaces/default/secrets", body=body)
+    assert (answer.status, answer.body["reason"]) == (400, "BadRequest")
+    assert (
+        answer.body["message"]
+        == "the namespace of the provided object does not match the namespace sent on the request"
+    )
+
+
+def test_a_new_namespace_gets_its_default_service_account_and_name_label(core_v1: CoreV1Api) -> None:
+    created = core_v1.create_namespace({"metadata": {"name": "team"}})
+    assert created.status.phase == "Active"
+    assert created.metadata.labels == {"kubernetes.io/metadata.name": "team"}
+    assert core_v1.read_namespaced_service_account("default", "team").metadata.namespace == "team"
+
+
+def test_generate_name_gets_a_random_suffix(kube_client: ApiClient) -> None:
+    body = {"metadata": {"generateName": "pull-"}, "type": "Opaque"}
+    names = {
+        call(kube_client, "POST", "/api/v1/namespaces/default/secrets", body=body).body["metadata"]["name"]
+        for _ in range(5)
+    }
+    assert len(names) == 5
+    assert all(name.startswith("pull-") and len(name) == len("pull-") + 5 for name in names)
+
+
+def test_missing_name_is_422_invalid(kube_client: ApiClient) -> None:
+    answer = call(kube_client, "POST", "/api/v1/nodes", body={"metadata": {}})
+    assert (answer.status, answer.body["reason"]) == (422, "Invalid")
+    assert (
+        answer.body["message"] == 'Node "" is invalid: metadata.name: Required value: name or generateName is required'
+    )
+
+
+def test_bad_name_is_422_naming_the_rule(kube_client: ApiClient) -> None:
+    answer = call(kube_client, "POST", "/api/v1/namespaces", body={"metadata": {"name": "Not_Valid"}})
+    assert answer.status == 422
+    assert answer.body["message"].startswith(
+        'Namespace "Not_Valid" is invalid: metadata.name: Invalid value: "Not_Valid": a lowercase RFC 1123 label'
+    )
+
+
+def test_resource_version_on_create_is_refused(kube_client: ApiClient) -> None:
+    body = node("n1")
+    body["metadata"]["resourceVersion"] = "5"
+    answer = call(kube_client, "POST", "/api/v1/nodes", body=body)
+    assert answer.status == 500
+    assert (
+        answer.body["message"] == "Internal error occurred: resourceVersion should not be set on objects to be created"
+    )
+
+
+def test_dockerconfigjson_secret_without_the_key_is_422(core_v1: CoreV1Api) -> None:
+    with pytest.raises(ApiException) as raised:
+        core_v1.create_namespaced_secret("default", secret("regcred", "kubernetes.io/dockerconfigjson"))
+    status = status_of(raised.value)
+    assert raised.value.status == 422 and status["reason"] == "Invalid"
+    assert status["message"] == 'Secret "regcred" is invalid: data[.dockerconfigjson]: Required value'
+    assert status["details"] == {
+        "name": "regcred",
+        "kind": "Secret",
+        "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "data[.dockerconfigjson]"}],
+    }
+
+
+def test_dockerconfigjson_secret_that_is_not_json_is_422(kube_client: ApiClient) -> None:
+    body = secret("regcred", "kubernetes.io/dockerconfigjson", **{".dockerconfigjson": b64("{not json")})
+    answer = call(kube_client, "POST", "/api/v1/namespaces/default/secrets", body=body)
+    assert answer.status == 422
+    assert answer.body["message"].startswith(
+        'Secret "regcred" is invalid: data[.dockerconfigjson]: Invalid value: "<secret contents redacted>": '
+    )
+    assert answer.body["details"]["causes"][0]["reason"] == "FieldValueInvalid"
+
+
+def test_secret_data_that_is_not_base64_is_400(kube_client: ApiClient) -> None:
+    answer = call(kube_client, "POST", "/api/v1/namespaces/default/secrets", body=secret("s", key="%%%"))
+    assert (answer.status, answer.body["reason"]) == (400, "BadRequest")
+    assert "illegal base64 data" in answer.body["message"]
+
+
+def test_valid_dockerconfigjson_secret_from_string_data_is_stored_as_data(kube_client: ApiClient) -> None:
+    config = json.dumps({"auths": {"registry.example": {"auth": b64("AWS:token")}}})
+    body = {
+        "metadata": {"name": "regcred"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config},
+    }
+    created = call(kube_client, "POST", "/api/v1/namespaces/default/secrets", body=body)
+    assert created.status == 201
+    read = call(kube_client, "GET", "/api/v1/namespaces/default/secrets/regcred").body
+    assert "stringData" not in read
+    assert base64.b64decode(read["data"][".dockerconfigjson"]).decode() == config
+
+
+def test_deleting_a_node_answers_a_success_status(core_v1: CoreV1Api) -> None:
+    uid = core_v1.create_node(node("n1")).metadata.uid
+    answer = core_v1.delete_node("n1")
+    assert answer == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": "n1", "kind": "nodes", "uid": uid},
+    }
+    with pytest.raises(ApiException) as raised:
+        core_v1.read_node("n1")
+    assert raised.value.status == 404
+
+
+def test_deleting_a_pod_or_service_account_answers_the_object(core_v1: CoreV1Api) -> None:
+    core_v1.create_namespaced_pod("default", pod("web-1", "default"))
+    deleted = core_v1.delete_namespaced_pod("web-1", "default")
+    assert isinstance(deleted, V1Pod) and deleted.metadata.name == "web-1"
+    core_v1.create_namespaced_service_account("default", {"metadata": {"name": "builder"}})
+    assert core_v1.delete_namespaced_service_account("builder", "default").metadata.name == "builder"
+
+
+def test_delete_with_a_stale_precondition_is_409(kube_client: ApiClient) -> None:
+    call(kube_client, "POST", "/api/v1/nodes", body=node("n1"))
+    answer = call(kube_client, "DELETE", "/api/v1/nodes/n1", body={"preconditions": {"resourceVersion": "1"}})
+    assert (answer.status, answer.body["reason"]) == (409, "Conflict")
+    assert answer.body["message"].startswith('Operation cannot be fulfilled on nodes "n1": Precondition failed')
+
+
+def test_finalizers_hold_a_deleted_object_until_removed(core_v1: CoreV1Api) -> None:
+    # Given a node with a finalizer
+    body = node("n1")
+    body["metadata"]["finalizers"] = ["example.com/drain"]
+    core_v1.create_node(body)
+    # When it is deleted, Then it stays, marked for deletion
+    core_v1.delete_node("n1")
+    assert core_v1.read_node("n1").metadata.deletion_timestamp is not None
+    # And when the finalizer goes, so does the node
+    core_v1.patch_node("n1", {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as raised:
+        core_v1.read_node("n1")
+    assert raised.value.status == 404
+
+
+def test_deleting_a_namespace_deletes_its_content(core_v1: CoreV1Api) -> None:
+    core_v1.create_namespace({"metadata": {"name": "team"}})
+    core_v1.create_namespaced_secret("team", secret("s"))
+    answer = core_v1.delete_namespace("team")
+    assert answer["status"]["phase"] == "Terminating"
+    assert [n.metadata.name for n in core_v1.list_namespace().items if n.metadata.name == "team"] == []
+    assert core_v1.list_secret_for_all_namespaces(field_selector="metadata.namespace=team").items == []
+
+
+def test_delete_collection_deletes_the_selected_objects(core_v1: CoreV1Api) -> None:
+    for name, tier in (("n1", "web"), ("n2", "web"), ("n3", "db")):
+        core_v1.create_node(node(name, {"tier": tier}))
+    core_v1.delete_collection_node(label_selector="tier=web")
+    assert [n.metadata.name for n in core_v1.list_node().items] == ["n3"]
+
+
+def test_dry_run_create_stores_nothing(kube_client: ApiClient, kube_api: KubeApiServer) -> None:
+    answer = call(kube_client, "POST", "/api/v1/nodes", [("dryRun", "All")], body=node("n1"))
+    assert answer.status == 201 and answer.body["metadata"]["name"] == "n1"
+    assert kube_api.get_object("nodes", "n1") is None
+
+
+def test_a_no_op_patch_writes_nothing(core_v1: CoreV1Api) -> None:
+    created = core_v1.create_node(node("n1", {"a": "b"}))
+    same = core_v1.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
+    assert same.metadata.resource_version == created.metadata.resource_version
