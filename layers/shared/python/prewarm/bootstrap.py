@@ -7,16 +7,21 @@ for tests that change the environment.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prewarm.settings import settings
 
 if TYPE_CHECKING:
     from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.adapters.ecr import EcrImages
+    from prewarm.adapters.ecr_auth import EcrTokenSource
     from prewarm.adapters.kube import KubeCluster
+    from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues
+    from prewarm.domain.refresh import CredentialsConfig
     from prewarm.services.dispatch import PullSecretMirror
 
 
@@ -62,7 +67,7 @@ class _LazySecretMirror:
         return _secret_mirror().mirror(namespace, names)
 
     def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]:
-        return _secret_mirror().cleanup(referenced)  # type: ignore[no-any-return]
+        return _secret_mirror().cleanup(referenced)
 
 
 def secret_mirror() -> PullSecretMirror:
@@ -71,10 +76,43 @@ def secret_mirror() -> PullSecretMirror:
 
 
 @lru_cache(maxsize=1)
-def _secret_mirror() -> Any:
+def _secret_mirror() -> SecretsManagerMirror:
     from prewarm.adapters.secrets import SecretsManagerMirror
 
     return SecretsManagerMirror(settings().secret_prefix, cluster())
+
+
+@lru_cache(maxsize=1)
+def registry_tokens() -> EcrTokenSource:
+    """ECR and ECR Public tokens; kept for the process so assumed-role sessions are reused."""
+    from prewarm.adapters.ecr_auth import EcrTokenSource
+
+    return EcrTokenSource()
+
+
+@lru_cache(maxsize=1)
+def credential_store() -> SecretsManagerCredentialStore:
+    """The agents' registry credentials in Secrets Manager, under the stack's secret prefix."""
+    from prewarm.adapters.secrets import SecretsManagerCredentialStore
+
+    return SecretsManagerCredentialStore(settings().secret_prefix)
+
+
+def credentials_config(env: Mapping[str, str] = os.environ) -> CredentialsConfig | None:
+    """The refresher's configuration, read on every call so a changed parameter applies at once.
+
+    `CREDENTIALS_CONFIG_PARAMETER` (an SSM parameter) wins over `CREDENTIALS_CONFIG` (JSON); None when
+    both are empty: there is nothing to refresh.
+    """
+    from prewarm.domain.refresh import CredentialsConfig
+
+    if parameter := env.get("CREDENTIALS_CONFIG_PARAMETER", "").strip():
+        from prewarm.adapters.secrets import read_config_parameter
+
+        return CredentialsConfig.parse(read_config_parameter(parameter), f"CREDENTIALS_CONFIG_PARAMETER {parameter}")
+    if text := env.get("CREDENTIALS_CONFIG", "").strip():
+        return CredentialsConfig.parse(text, "CREDENTIALS_CONFIG")
+    return None
 
 
 @lru_cache(maxsize=1)
@@ -85,5 +123,5 @@ def images() -> EcrImages:
 
 
 def reset() -> None:
-    for built in (store, queues, cluster, images, _secret_mirror, settings):
+    for built in (store, queues, cluster, images, _secret_mirror, registry_tokens, credential_store, settings):
         built.cache_clear()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prewarm.domain.messages import CancelTask, node_queue_name
 from prewarm.domain.status import NodePhase
@@ -18,6 +20,12 @@ from prewarm.services.ports import (
 )
 
 log = logging.getLogger(__name__)
+
+class PullSecretCleanup(Protocol):
+    """Deletes the mirrors of pull secrets that no job names any more (`SecretsManagerMirror`)."""
+
+    def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]: ...
+
 
 DEADLINE_MESSAGE = "job exceeds activeDeadlineSeconds"
 SILENT_NODE_MESSAGE = "node has not responded for a long time"
@@ -48,6 +56,7 @@ class SweepResult:
     expired: list[str] = field(default_factory=list)
     queues_deleted: list[str] = field(default_factory=list)
     nodes_forgotten: list[str] = field(default_factory=list)
+    pull_secrets_deleted: list[str] = field(default_factory=list)
 
 
 def sweep(
@@ -59,8 +68,10 @@ def sweep(
     prefix: str,
     silence_grace_seconds: int = 300,
     resend_after_seconds: int = 300,
+    secrets: PullSecretCleanup | None = None,
 ) -> SweepResult:
-    """Deadlines, silent nodes, lost sends, expired items and queues of departed nodes."""
+    """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
+    `secrets`, the mirrors of pull secrets no job names any more."""
     result = SweepResult()
     for record in store.list_jobs():
         if record.ttl is not None and record.ttl <= now:
@@ -90,7 +101,19 @@ def sweep(
         finish_if_done(store, record.key, now=now)
     if cluster is not None:
         _forget_departed_nodes(store, queues, cluster, prefix, result)
+    if secrets is not None:
+        # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
+        result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
     return result
+
+
+def referenced_pull_secrets(jobs: Iterable[JobRecord]) -> set[tuple[str, str]]:
+    """(namespace, name) of every pull secret a stored job names, whatever the job's state."""
+    referenced: set[tuple[str, str]] = set()
+    for record in jobs:
+        names = (record.spec.get("spec") or {}).get("pullSecrets") or ()
+        referenced.update((record.namespace, str(name)) for name in names if isinstance(name, str))
+    return referenced
 
 
 def _finish_task(

@@ -1,0 +1,37 @@
+"""Schedule → registry tokens → fresh pull secrets in the target namespaces and the agents' copies."""
+
+import logging
+import time
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from prewarm import bootstrap
+from prewarm.observability import logger, metrics, tracer
+from prewarm.services.credentials import refresh_credentials
+
+# botocore logs whole response bodies at DEBUG, tokens included: never here, whatever the log level.
+logging.getLogger("botocore.parsers").setLevel(logging.INFO)
+
+_UNITS = {"SecondsToEarliestExpiry": MetricUnit.Seconds}
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    config = bootstrap.credentials_config()
+    if config is None:
+        logger.warning("nothing to refresh: set CREDENTIALS_CONFIG or CREDENTIALS_CONFIG_PARAMETER")
+        return {"registries": [], "namespaces": [], "errors": []}
+    report = refresh_credentials(
+        config, bootstrap.cluster() if config.namespaces is not None else None, bootstrap.registry_tokens(),
+        bootstrap.credential_store(), clock=time.time,
+    )
+    for name, value in report.metrics(time.time()).items():
+        metrics.add_metric(name=name, unit=_UNITS.get(name, MetricUnit.Count), value=value)
+    summary = report.describe()
+    logger.info("credentials refreshed", extra=summary)
+    report.raise_for_failures()  # after every namespace was tried, so the invocation counts as failed
+    return summary
