@@ -149,6 +149,12 @@ class KubeCluster:
 
         if page_size < 1:
             raise ClusterConfigError(f"page_size must be at least 1, got {page_size}")
+        # Retry only what never reached the server (and one read of a GET). urllib3's default would
+        # also sleep out every Retry-After of a 429 or 503, unbounded, inside the function's time
+        # limit: those become ClusterUnavailableError with retry_after, for the caller to schedule.
+        configuration.retries = urllib3.util.Retry(
+            total=3, connect=3, read=1, status=0, other=0, backoff_factor=0.1, respect_retry_after_header=False
+        )
         self.host: str = configuration.host
         self.page_size = page_size
         self._authorization = authorization
@@ -212,8 +218,11 @@ class KubeCluster:
     def patch_service_account(
         self, namespace: str, name: str, patch: Mapping[str, Any], strategic: bool = True
     ) -> KubeObject:
-        """Patch a service account: strategic merge (lists such as imagePullSecrets merge by name)
-        or, with `strategic=False`, a JSON merge patch (lists are replaced)."""
+        """Patch a service account with a strategic merge patch or, with `strategic=False`, a JSON merge patch.
+
+        Only lists with a merge key merge strategically (`secrets`, by name); a ServiceAccount's
+        `imagePullSecrets` has none, so either patch replaces it: send the whole list.
+        """
         return self._request(
             "PATCH",
             _namespaced(namespace, "serviceaccounts", name),
