@@ -1,0 +1,514 @@
+"""The node agent: consumes its node's task queue, pulls through the CRI, reports to the status queue.
+
+Threads: one consumer long-polls the queue; one thread per task runs its pull (`TaskRunner`); a
+heartbeat keeps held messages invisible; a sampler sends byte progress; an HTTP server answers the
+probes and `/metrics`. Nothing is global, so several agents (one per simulated node) can share a
+process: each has its own settings, clients, metrics registry and threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Protocol
+
+from prewarm.adapters.secrets import AgentCredentials
+from prewarm.adapters.sqs import NodeQueues, QueueError, StatusQueue
+from prewarm.domain.images import parse_image
+from prewarm.domain.messages import CancelTask, Hello, MessageError, PullTask, StatusReport, parse_node_message
+from prewarm_agent.attempts import TaskRunner
+from prewarm_agent.clock import Clock, SystemClock
+from prewarm_agent.credentials import EcrTokens, RegistryCredentials
+from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
+from prewarm_agent.cri.errors import CriError
+from prewarm_agent.disk import DiskGuard
+from prewarm_agent.endpoints import OpsServer
+from prewarm_agent.logs import NodeLogger
+from prewarm_agent.manifests import ManifestError, ManifestResolver
+from prewarm_agent.metrics import AgentMetrics
+from prewarm_agent.node import KubeApiAccess, NodeFacts, node_facts
+from prewarm_agent.progress import Ingest
+from prewarm_agent.pulls import Delivery, PullCoordinator, SharedPull, TaskRun
+from prewarm_agent.queue import Received, TaskQueue
+from prewarm_agent.settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+# Outcomes remembered per (job_uid, round), so a redelivered task is answered without a second pull.
+OUTCOMES_KEPT = 4096
+SHUTDOWN_REASON = "agent shutting down"
+_REPORT_TRIES = 3
+
+
+def agent_version() -> str:
+    try:
+        return version("prewarm")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class StatusSink(Protocol):
+    """Where reports and the hello go (`StatusQueue`)."""
+
+    def send(self, message: StatusReport | Hello) -> None: ...
+
+
+class IngestSource(Protocol):
+    def list_statuses(self, filters: Sequence[str] = ()) -> Sequence[Ingest]: ...
+
+
+class LayerSource(Protocol):
+    def layers(self, image: Any, auth: Any) -> dict[str, int]: ...
+
+
+def aws_client(service: str, settings: AgentSettings, pool: int = 10) -> Any:
+    """A boto3 client for `service` in the agent's region, at `AWS_ENDPOINT_URL` when set."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        service,
+        region_name=settings.aws_region,
+        endpoint_url=settings.aws_endpoint_url,
+        config=Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=pool),
+    )
+
+
+class Agent:
+    """One node's agent. `start()`, then `stop(grace)`; or `run_forever()` until SIGTERM.
+
+    Every collaborator is injectable; the defaults are built from `settings`.
+    """
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        cri: Any = None,
+        content: IngestSource | None = None,
+        sqs: Any = None,
+        status: StatusSink | None = None,
+        clock: Clock | None = None,
+        credentials: RegistryCredentials | None = None,
+        manifests: LayerSource | None = None,
+        node: Callable[[], NodeFacts] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.log = NodeLogger(log, {"node": settings.node_name})
+        self._owned: list[Any] = []
+        if cri is None:
+            cri = CriImageClient(settings.cri_socket)
+            self._owned.append(cri)
+        if content is None:
+            content = ContentStatusReader(settings.cri_socket)
+            self._owned.append(content)
+        self.cri = cri
+        self.content = content
+        self.sqs = sqs or aws_client("sqs", settings, pool=2 * settings.max_concurrent_pulls + 8)
+        self.status = status or StatusQueue(settings.status_queue_url, client=self.sqs)
+        self.node_queues = NodeQueues(
+            settings.node_queue_prefix, settings.status_queue_url, dlq_arn=settings.node_dlq_arn,
+            visibility_seconds=settings.visibility_timeout_seconds, client=self.sqs,
+        )
+        self.credentials = credentials or RegistryCredentials(
+            secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),
+            tokens=EcrTokens(endpoint_url=settings.aws_endpoint_url, clock=self.clock.time),
+        )
+        self.manifests = manifests or ManifestResolver(settings.registry_config_path)
+        self._node = node or (lambda: node_facts(settings.node_name, self._kube_access()))
+        self.pulls = PullCoordinator(settings.max_concurrent_pulls, self.clock)
+        self.metrics = AgentMetrics(lambda: self.pulls.in_flight)
+        self.runner = TaskRunner(
+            runtime=self.cri, pulls=self.pulls, credentials=self.credentials,
+            disk=DiskGuard(self.cri, settings.disk_threshold_percent), clock=self.clock, events=self,
+            allowlist=settings.registry_allowlist,
+        )
+        self.queue: TaskQueue | None = None
+        self.http: OpsServer | None = None
+        self._runs: dict[tuple[str, int], TaskRun] = {}
+        self._run_threads: dict[tuple[str, int], threading.Thread] = {}
+        self._outcomes: OrderedDict[tuple[str, int], StatusReport] = OrderedDict()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stop_requested = threading.Event()
+        self._background_stop = threading.Event()
+        self._consumer: threading.Thread | None = None
+        self._background: list[threading.Thread] = []
+        self._hello: Hello | None = None
+        self._content_warned = False
+        self._stopped = False
+
+    # --- life cycle ------------------------------------------------------------------------------
+
+    def _kube_access(self) -> KubeApiAccess:
+        s = self.settings
+        return KubeApiAccess(endpoint=s.kube_api_endpoint, token=s.kube_bearer_token,
+                             token_file=s.kube_token_file, ca_file=s.kube_ca_file)
+
+    @property
+    def http_port(self) -> int | None:
+        """The port `/healthz`, `/readyz` and `/metrics` answer on (useful with `HTTP_PORT=0`)."""
+        return self.http.port if self.http is not None else None
+
+    def start(self) -> None:
+        """Serve the probes, ensure the node queue, say hello, and start consuming."""
+        s = self.settings
+        self.http = OpsServer(s.http_bind_address, s.http_port, healthy=self._healthy, ready=self._ready,
+                              registry=self.metrics.registry)
+        self.http.start()
+        if not s.node_dlq_arn:
+            self.log.warning("NODE_DLQ_ARN is empty: the node queue gets no dead-letter queue, poison messages "
+                             "come back until SQS drops them")
+        url = self.node_queues.ensure_queue(s.node_name)
+        self.queue = TaskQueue(self.sqs, url)
+        self._hello = self._make_hello(url)
+        self._send_hello()
+        self._consumer = self._spawn(self._consume, "agent-consumer")
+        self._background = [
+            self._spawn(self._heartbeat, "agent-heartbeat"),
+            self._spawn(self._sample_progress, "agent-progress"),
+        ]
+        self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=f"{name}-{self.settings.node_name}", daemon=True)
+        thread.start()
+        return thread
+
+    def _make_hello(self, queue_url: str) -> Hello:
+        facts = self._node()
+        try:
+            images = sorted({digest for image in self.cri.list_images() for digest in image.repo_digests})
+        except CriError as e:
+            self.log.warning("cannot list the node's images for the hello: %s", e)
+            images = []
+        return Hello(node=self.settings.node_name, labels=dict(facts.labels), architecture=facts.architecture,
+                     os=facts.os, queue_url=queue_url, images=images, agent_version=agent_version())
+
+    def _send_hello(self) -> None:
+        hello = self._hello
+        if hello is None:
+            return
+        try:
+            self.status.send(hello)
+        except QueueError as e:
+            self.log.warning("hello not sent, retrying with the next heartbeat: %s", e)
+            return
+        self._hello = None
+        self.log.info("hello sent: %s/%s, %d images present", hello.os, hello.architecture, len(hello.images))
+
+    def request_stop(self) -> None:
+        """Ask `run_forever` to stop (what SIGTERM does)."""
+        self._stop_requested.set()
+
+    def run_forever(self) -> int:
+        """Run until SIGTERM/SIGINT (or `request_stop`), drain within `SHUTDOWN_GRACE_SECONDS`; returns 0."""
+        self.start()
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: self.request_stop())
+        self._stop_requested.wait()
+        self.log.info("stop requested; draining for up to %gs", self.settings.shutdown_grace_seconds)
+        self.stop(self.settings.shutdown_grace_seconds)
+        return 0
+
+    def stop(self, grace: float) -> None:
+        """Stop taking messages; let pulls finish for `grace` seconds, then cancel them.
+
+        Cancelled pulls report Cancelled (when they had started) and their messages become visible
+        again at once, so a restarted agent retries them. Tasks still waiting for a slot are released
+        without a report.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stopping.set()
+        for run in self._current_runs():
+            if not run.pulling:
+                run.cancel(SHUTDOWN_REASON, shutdown=True)
+        self.pulls.close()
+        ends = self.clock.monotonic() + grace
+        while self._current_runs() and self.clock.monotonic() < ends:
+            self.clock.wait(self._background_stop, min(0.1, max(0.0, ends - self.clock.monotonic())))
+        for run in self._current_runs():
+            run.cancel(SHUTDOWN_REASON, shutdown=True)
+        for thread in self._current_threads():
+            thread.join(timeout=10)
+        if self._consumer is not None:
+            self._consumer.join(timeout=self.settings.receive_wait_seconds + 10)
+        self._background_stop.set()
+        for thread in self._background:
+            thread.join(timeout=10)
+        if self.http is not None:
+            self.http.stop()
+        for closable in self._owned:
+            closable.close()
+        self.log.info("stopped")
+
+    def _current_runs(self) -> list[TaskRun]:
+        with self._lock:
+            return list(self._runs.values())
+
+    def _current_threads(self) -> list[threading.Thread]:
+        with self._lock:
+            return list(self._run_threads.values())
+
+    # --- probes --------------------------------------------------------------------------------
+
+    def _healthy(self) -> str | None:
+        if self._consumer is not None and not self._consumer.is_alive() and not self._stopping.is_set():
+            return "the queue consumer has stopped"
+        return None
+
+    def _ready(self) -> str | None:
+        if self.queue is None:
+            return "starting: the node queue is not set up yet"
+        if self._stopping.is_set():
+            return "stopping"
+        try:
+            self.cri.version()
+            self.queue.check()
+        except (CriError, QueueError) as e:
+            return str(e)
+        return None
+
+    # --- consuming -----------------------------------------------------------------------------
+
+    def _consume(self) -> None:
+        assert self.queue is not None
+        pause = 1.0
+        while not self._stopping.is_set():
+            try:
+                received = self.queue.receive(
+                    wait_seconds=self.settings.receive_wait_seconds,
+                    visibility_seconds=self.settings.visibility_timeout_seconds,
+                )
+            except QueueError as e:
+                self.log.warning("receiving from the node queue failed, retrying in %gs: %s", pause, e)
+                self._stopping.wait(pause)
+                pause = min(pause * 2, 30.0)
+                continue
+            pause = 1.0
+            for message in received:
+                if self._stopping.is_set():
+                    self._release([message.delivery])
+                    continue
+                try:
+                    self._handle(message)
+                except Exception:
+                    # One bad message must not stop the node; it comes back after its visibility timeout.
+                    self.log.exception("message %s could not be handled", message.delivery.message_id,
+                                       extra={"message_id": message.delivery.message_id})
+
+    def _handle(self, message: Received) -> None:
+        delivery = message.delivery
+        try:
+            parsed = parse_node_message(message.body)
+        except MessageError as e:
+            self._poison(message, str(e))
+            return
+        if parsed.node != self.settings.node_name:
+            self._poison(message, f"message for node {parsed.node!r} on the queue of {self.settings.node_name!r}")
+            return
+        if isinstance(parsed, CancelTask):
+            self._cancel(parsed, delivery)
+        else:
+            self._task(parsed, delivery)
+
+    def _poison(self, message: Received, reason: str) -> None:
+        # Never deleted: after maxReceiveCount receives SQS moves it to the dead-letter queue.
+        self.metrics.messages.labels("poison").inc()
+        self.log.error(
+            "poison message %s (received %d times) left for the dead-letter queue: %s",
+            message.delivery.message_id, message.receive_count, reason,
+            extra={"message_id": message.delivery.message_id},
+        )
+
+    def _task(self, task: PullTask, delivery: Delivery) -> None:
+        key = (task.job_uid, task.round)
+        context = {"job": task.job, "image": task.image, "round": task.round}
+        finished: StatusReport | None = None
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None:
+                run.deliveries.append(delivery)
+                kind = "duplicate"
+            elif key in self._outcomes:
+                finished = self._outcomes[key]
+                kind = "finished"
+            else:
+                run = TaskRun(task, delivery)
+                self._runs[key] = run
+                self._run_threads[key] = self._spawn(lambda: self._run(run), f"pull-{task.job_uid[:8]}")
+                kind = "task"
+        self.metrics.messages.labels(kind).inc()
+        if kind == "duplicate":
+            self.log.info("task already running here; the duplicate joins it", extra=context)
+        elif finished is not None:
+            self.log.info("task already finished here (%s); reporting it again", finished.phase, extra=context)
+            if self._send(finished):
+                self._delete([delivery])
+        else:
+            self.log.info("task received (%s)", task.image_pull_policy, extra=context)
+
+    def _cancel(self, cancel: CancelTask, delivery: Delivery) -> None:
+        key = (cancel.job_uid, cancel.round)
+        reason = cancel.reason or "cancelled by the control plane"
+        context = {"job": cancel.job, "round": cancel.round}
+        unknown: StatusReport | None = None
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None and key not in self._outcomes:
+                # The task may still be on its way (SQS does not keep order): it will not run.
+                unknown = StatusReport(job=cancel.job, job_uid=cancel.job_uid, round=cancel.round, node=cancel.node,
+                                       phase="Cancelled", attempt=0, seq=1, message=reason,
+                                       finished_at=self.clock.time())
+                self._remember(key, unknown)
+        self.metrics.messages.labels("cancel").inc()
+        if run is not None:
+            self.log.info("cancelling the pull: %s", reason, extra=context)
+            run.cancel(reason)
+        elif unknown is not None:
+            self.log.info("cancel for a task not seen here; it is recorded as Cancelled", extra=context)
+            self._send(unknown)
+        self._delete([delivery])
+
+    def _remember(self, key: tuple[str, int], report: StatusReport) -> None:
+        self._outcomes[key] = report
+        self._outcomes.move_to_end(key)
+        while len(self._outcomes) > OUTCOMES_KEPT:
+            self._outcomes.popitem(last=False)
+
+    # --- running tasks -------------------------------------------------------------------------
+
+    def _run(self, run: TaskRun) -> None:
+        try:
+            report = self.runner.run(run)
+        except Exception as e:
+            self.log.exception("the pull failed unexpectedly", extra=_context(run))
+            report = run.report("Failed", message=f"agent error: {type(e).__name__}: {e}",
+                                finished_at=self.clock.time())
+        self._finish(run, report)
+
+    def _finish(self, run: TaskRun, report: StatusReport) -> None:
+        released = run.shutdown and report.phase == "Cancelled"
+        with self._lock:
+            self._runs.pop(run.key, None)
+            self._run_threads.pop(run.key, None)
+            deliveries = list(run.deliveries)
+            if not released:
+                self._remember(run.key, report)
+        if released:
+            if run.pulling:
+                self._send(report)
+            self._release(deliveries)
+            self.log.info("released for a restarted agent (pulling: %s)", run.pulling, extra=_context(run))
+            return
+        self._count(report)
+        self.log.info("%s %s", report.phase, report.message, extra=_context(run))
+        if self._send(report):
+            self._delete(deliveries)
+
+    def _count(self, report: StatusReport) -> None:
+        self.metrics.pulls.labels(report.phase).inc()
+        if report.started_at is not None and report.finished_at is not None:
+            self.metrics.pull_seconds.labels(report.phase).observe(max(0.0, report.finished_at - report.started_at))
+        if report.phase == "Succeeded" and report.bytes_total:
+            self.metrics.bytes_pulled.inc(report.bytes_total)
+
+    def _send(self, report: StatusReport) -> bool:
+        for attempt in range(1, _REPORT_TRIES + 1):
+            try:
+                self.status.send(report)
+                return True
+            except QueueError as e:
+                if attempt == _REPORT_TRIES:
+                    self.metrics.reports_failed.inc()
+                    self.log.error("%s report not sent, the task message will come back: %s", report.phase, e,
+                                   extra={"job": report.job, "round": report.round})
+                    return False
+                self.clock.wait(self._background_stop, 0.5 * attempt)
+        return False
+
+    def _delete(self, deliveries: Sequence[Delivery]) -> None:
+        if self.queue is not None and deliveries:
+            for failure in self.queue.delete(deliveries):
+                self.log.warning("message not deleted, it will come back and be answered again: %s", failure)
+
+    def _release(self, deliveries: Sequence[Delivery]) -> None:
+        if self.queue is not None and deliveries:
+            for failure in self.queue.set_visibility(deliveries, 0):
+                self.log.warning("message not released: %s", failure)
+
+    # --- PullEvents, called by the runner --------------------------------------------------------
+
+    def attempt_started(self, run: TaskRun, report: StatusReport) -> None:
+        self.log.info("attempt %d started", run.attempt, extra=_context(run))
+        self._send(report)
+
+    def pull_started(self, shared: SharedPull, auth: Any) -> None:
+        def resolve() -> None:
+            try:
+                shared.set_layers(self.manifests.layers(parse_image(shared.reference), auth))
+            except ManifestError as e:
+                self.log.info("layers of %s unknown, progress follows containerd only: %s", shared.reference, e)
+
+        self._spawn(resolve, "agent-manifest")
+
+    def disk_refused(self, run: TaskRun) -> None:
+        self.metrics.disk_guard_refusals.inc()
+
+    # --- background ----------------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        interval = self.settings.heartbeat_interval_seconds
+        while not self._background_stop.wait(interval):
+            with self._lock:
+                held = [delivery for run in self._runs.values() for delivery in run.deliveries]
+            if held and self.queue is not None:
+                for failure in self.queue.set_visibility(held, self.settings.visibility_timeout_seconds):
+                    self.log.warning("visibility not extended: %s", failure)
+            self._send_hello()
+
+    def _sample_progress(self) -> None:
+        while not self._background_stop.wait(self.settings.progress_interval_seconds):
+            try:
+                self._report_progress()
+            except Exception:
+                self.log.exception("progress sampling failed")
+
+    def _report_progress(self) -> None:
+        running = self.pulls.running()
+        if not running:
+            return
+        ingests: Sequence[Ingest] | None = None
+        try:
+            ingests = self.content.list_statuses()
+        except CriError as e:
+            if not self._content_warned:
+                self._content_warned = True
+                self.log.warning("containerd's content API is unavailable (%s): progress reports carry the "
+                                 "elapsed time only", e)
+        now = self.clock.time()
+        for shared, runs in running:
+            progress = shared.observe(ingests, exclusive=len(running) == 1) if ingests is not None else None
+            for run in runs:
+                if run.cancelled.is_set() or not run.pulling:
+                    continue
+                elapsed = now - (run.attempt_started_at or now)
+                if progress is None:
+                    report = run.report("Pulling", message=f"pulling for {elapsed:.0f}s")
+                else:
+                    total = "?" if progress.bytes_total is None else str(progress.bytes_total)
+                    report = run.report("Pulling", bytes_done=progress.bytes_done, bytes_total=progress.bytes_total,
+                                        message=f"{progress.bytes_done} of {total} bytes after {elapsed:.0f}s")
+                self._send(report)
+
+
+def _context(run: TaskRun) -> dict[str, object]:
+    return {"job": run.task.job, "image": run.task.image, "round": run.task.round, "attempt": run.attempt}

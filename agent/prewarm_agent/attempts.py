@@ -1,0 +1,293 @@
+"""One task, from its checks to its final report: Kruise's pull loop over the CRI.
+
+Checks first (image reference, registry allowlist, `IfNotPresent` against ImageStatus), then up to
+`backoff_limit + 1` attempts. Each attempt checks the disk, then tries each matching credential in
+turn (a registry refusal moves to the next) within `timeout_seconds`, cut to the task's `deadline`.
+Failed attempts sleep 1 s doubling to 30 s; a cancel interrupts any wait and cancels the pull.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from prewarm.domain.credentials import RegistryAuth
+from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
+from prewarm.domain.messages import ReportPhase, StatusReport
+from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE, Attempt, RetryPolicy
+from prewarm_agent.clock import Clock
+from prewarm_agent.credentials import Candidates, credential_identity
+from prewarm_agent.cri.client import ImageInfo
+from prewarm_agent.cri.errors import CriError, ImagePullError, PullCancelledError
+from prewarm_agent.pulls import ImageRuntime, PullCall, PullCoordinator, SharedPull, TaskRun
+
+log = logging.getLogger(__name__)
+
+PULLED_BY_ANNOTATION = "prewarm.dev/pulled-by"
+PULLED_BY = "prewarm-agent"
+# How a registry's refusal of credentials reads in containerd's pull errors.
+_AUTH_ERROR = re.compile(r"\b40[13]\b|unauthori[sz]ed|forbidden|denied|authorization failed", re.IGNORECASE)
+
+
+def is_auth_error(text: str) -> bool:
+    """Whether a pull error says the registry refused the credentials (401/403 and their words)."""
+    return bool(_AUTH_ERROR.search(text))
+
+
+def registry_allowed(host: str, allowlist: Sequence[str]) -> bool:
+    """Whether registry `host` (with its port, if any) matches one of the allowlist's globs."""
+    return not allowlist or any(fnmatch.fnmatchcase(host.lower(), glob) for glob in allowlist)
+
+
+def pull_reference(image: ImageRef) -> str:
+    """What to ask the runtime for: the normalised reference, `:latest` added when it has no tag or digest."""
+    return image.format() if image.tag or image.digest else image.pull_reference
+
+
+def error_text(error: CriError) -> str:
+    """The runtime's own words for a failed pull, verbatim; our description for other failures."""
+    if isinstance(error, ImagePullError) and error.details:
+        return str(error.details)
+    return str(error)
+
+
+class CredentialSource(Protocol):
+    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str]) -> Candidates: ...
+
+
+class DiskCheck(Protocol):
+    def check(self, size_bytes: int | None) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class _Pulled:
+    image_ref: str
+    shared: SharedPull
+
+
+@dataclass(frozen=True)
+class _Failed:
+    message: str
+    final: bool = False
+
+
+class _Cancelled:
+    pass
+
+
+_CANCELLED = _Cancelled()
+_Outcome = _Pulled | _Failed | _Cancelled
+
+
+class PullEvents(Protocol):
+    """What the runner tells the agent about (reports to send, metrics to count)."""
+
+    def attempt_started(self, run: TaskRun, report: StatusReport) -> None: ...
+
+    def pull_started(self, shared: SharedPull, auth: RegistryAuth | None) -> None:
+        """A new PullImage call started (not a joined one)."""
+        ...
+
+    def disk_refused(self, run: TaskRun) -> None: ...
+
+
+class _Starter:
+    """Starts the CRI pull for a run when the coordinator asks; remembers whether it did."""
+
+    def __init__(self, runtime: ImageRuntime, run: TaskRun, reference: str, auth: tuple[str, str] | None) -> None:
+        self.runtime = runtime
+        self.run = run
+        self.reference = reference
+        self.auth = auth
+        self.started = False
+
+    def __call__(self) -> PullCall:
+        task = self.run.task
+        self.started = True
+        # No gRPC deadline: each waiting run keeps its own, and the call is cancelled when all leave.
+        return self.runtime.pull_image(
+            self.reference,
+            auth=self.auth,
+            sandbox_labels=task.sandbox_labels,
+            sandbox_annotations={**task.sandbox_annotations, PULLED_BY_ANNOTATION: PULLED_BY},
+        )
+
+
+class TaskRunner:
+    """Runs one `TaskRun` to its final `StatusReport` (Succeeded, Failed or Cancelled)."""
+
+    def __init__(
+        self,
+        *,
+        runtime: ImageRuntime,
+        pulls: PullCoordinator,
+        credentials: CredentialSource,
+        disk: DiskCheck,
+        clock: Clock,
+        events: PullEvents,
+        allowlist: Sequence[str] = (),
+    ) -> None:
+        self.runtime = runtime
+        self.pulls = pulls
+        self.credentials = credentials
+        self.disk = disk
+        self.clock = clock
+        self.events = events
+        self.allowlist = tuple(allowlist)
+
+    def run(self, run: TaskRun) -> StatusReport:
+        """Check, pull with retries, and return the final report (not sent: the caller sends it)."""
+        task = run.task
+        try:
+            image = parse_image(task.image)
+        except InvalidImageReference as e:
+            return self._final(run, "Failed", message=str(e))
+        if not registry_allowed(image.registry, self.allowlist):
+            return self._final(run, "Failed", message=f"registry {image.registry} is not in the agent's allowlist")
+        reference = pull_reference(image)
+        if task.image_pull_policy == "IfNotPresent":
+            present = self._status(reference)
+            if present is not None:
+                return self._succeeded(run, image, present, None)
+        return self._attempts(run, image, reference)
+
+    def _attempts(self, run: TaskRun, image: ImageRef, reference: str) -> StatusReport:
+        task = run.task
+        policy = RetryPolicy(backoff_limit=task.backoff_limit, timeout_seconds=float(task.timeout_seconds))
+        last_error = ""
+        number = 1
+        while True:
+            if run.cancelled.is_set():
+                return self._cancelled(run)
+            attempt = policy.attempt(number, self._deadline_remaining(run))
+            if attempt is None:
+                message = PULL_DEADLINE_EXCEEDED_MESSAGE + (f"; last error: {last_error}" if last_error else "")
+                return self._final(run, "Failed", message=message)
+            outcome = self._attempt(run, image, reference, attempt)
+            if isinstance(outcome, _Pulled):
+                return self._succeeded(run, image, self._status(reference), outcome)
+            if isinstance(outcome, _Cancelled):
+                return self._cancelled(run)
+            last_error = outcome.message
+            if outcome.final or number >= policy.max_attempts:
+                return self._final(run, "Failed", message=last_error)
+            log.info(
+                "attempt %d of %d failed, retrying in %gs: %s", number, policy.max_attempts,
+                attempt.backoff_seconds, last_error, extra=_context(run),
+            )
+            remaining = self._deadline_remaining(run)
+            backoff = attempt.backoff_seconds if remaining is None else min(attempt.backoff_seconds, remaining)
+            if self.clock.wait(run.cancelled, max(0.0, backoff)):
+                return self._cancelled(run)
+            number += 1
+
+    def _attempt(self, run: TaskRun, image: ImageRef, reference: str, attempt: Attempt) -> _Outcome:
+        task = run.task
+        refusal = self.disk.check(task.size_bytes)
+        if refusal is not None:
+            self.events.disk_refused(run)
+            log.warning("%s; not pulling", refusal, extra=_context(run))
+            return _Failed(refusal, final=True)
+        candidates = self.credentials.candidates(image, task.pull_secret_arns)
+        ends: float | None = None
+        failure = _Failed("no credentials to try")
+        for index, auth in enumerate(candidates.auths):
+            not_after = ends if ends is not None else self._deadline_monotonic(run)
+            pair = (auth.username, auth.password) if auth is not None else None
+            starter = _Starter(self.runtime, run, reference, pair)
+            shared = self.pulls.join(run, (reference, credential_identity(auth)), starter, not_after=not_after)
+            if shared is None:
+                if run.cancelled.is_set():
+                    return _CANCELLED
+                return _Failed(f"no pull slot free before the deadline ({self.pulls.max_concurrent} pulls running)")
+            if ends is None:
+                ends = self.clock.monotonic() + attempt.timeout_seconds
+                run.begin_attempt(attempt.number, self.clock.time())
+                self.events.attempt_started(run, run.report("Pulling"))
+            if starter.started:
+                self.events.pull_started(shared, auth)
+            outcome = self._wait(run, shared, ends, attempt)
+            if not isinstance(outcome, _Failed):
+                return outcome
+            failure = outcome
+            if is_auth_error(outcome.message) and index + 1 < len(candidates.auths):
+                log.info(
+                    "registry refused credential %d of %d, trying the next", index + 1, len(candidates.auths),
+                    extra=_context(run),
+                )
+                continue
+            break
+        if candidates.problems:
+            return _Failed(f"{failure.message} ({'; '.join(candidates.problems)})", failure.final)
+        return failure
+
+    def _wait(self, run: TaskRun, shared: SharedPull, ends: float, attempt: Attempt) -> _Outcome:
+        while True:
+            run.wake.clear()
+            if shared.call.done():
+                self.pulls.leave(shared, run)
+                return self._result(run, shared)
+            if run.cancelled.is_set():
+                self.pulls.leave(shared, run)
+                return _CANCELLED
+            remaining = ends - self.clock.monotonic()
+            if remaining <= 0:
+                self.pulls.leave(shared, run)
+                return _Failed(f"pulling image {shared.reference} timed out after {attempt.timeout_seconds:g}s")
+            self.clock.wait(run.wake, min(remaining, 1.0))
+
+    def _result(self, run: TaskRun, shared: SharedPull) -> _Outcome:
+        try:
+            return _Pulled(shared.call.result(timeout=0), shared)
+        except PullCancelledError:
+            # Another run cannot cancel a call this run waits on; only the agent stopping does.
+            return _CANCELLED if run.cancelled.is_set() else _Failed(f"pulling image {shared.reference} was cancelled")
+        except CriError as e:
+            return _Failed(error_text(e))
+
+    def _status(self, reference: str) -> ImageInfo | None:
+        try:
+            return self.runtime.image_status(reference)
+        except CriError as e:
+            log.warning("ImageStatus of %s failed, treating the image as absent: %s", reference, e)
+            return None
+
+    def _deadline_remaining(self, run: TaskRun) -> float | None:
+        deadline = run.task.deadline
+        return None if deadline is None else deadline - self.clock.time()
+
+    def _deadline_monotonic(self, run: TaskRun) -> float | None:
+        remaining = self._deadline_remaining(run)
+        return None if remaining is None else self.clock.monotonic() + remaining
+
+    def _succeeded(self, run: TaskRun, image: ImageRef, info: ImageInfo | None, pulled: _Pulled | None
+                   ) -> StatusReport:
+        fields: dict[str, object] = {}
+        if pulled is not None:
+            fields["image_id"] = pulled.image_ref
+            progress = pulled.shared.finished()
+            if progress is not None:
+                fields.update(bytes_done=progress.bytes_done, bytes_total=progress.bytes_total)
+        if info is not None:
+            fields["image_id"] = info.id
+            fields["size_bytes"] = info.size
+            prefix = f"{image.name}@"
+            fields["repo_digest"] = next((d for d in info.repo_digests if d.startswith(prefix)),
+                                         info.repo_digests[0] if info.repo_digests else None)
+        message = "image already present" if pulled is None else ""
+        return self._final(run, "Succeeded", message=message, **fields)
+
+    def _cancelled(self, run: TaskRun) -> StatusReport:
+        return self._final(run, "Cancelled", message=run.cancel_reason or "cancelled")
+
+    def _final(self, run: TaskRun, phase: ReportPhase, **fields: object) -> StatusReport:
+        now = self.clock.time()
+        return run.report(phase, finished_at=now, started_at=run.started_at or now, **fields)
+
+
+def _context(run: TaskRun) -> dict[str, object]:
+    return {"job": run.task.job, "image": run.task.image, "round": run.task.round}

@@ -1,0 +1,52 @@
+"""The agent's Prometheus metrics, in a registry of its own so several agents can share a process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Pulls take seconds to tens of minutes.
+PULL_SECONDS_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+OUTCOMES = ("Succeeded", "Failed", "Cancelled")
+
+
+class AgentMetrics:
+    """Counters and gauges exposed on `/metrics`."""
+
+    def __init__(self, in_flight: Callable[[], float], registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.pulls = Counter(
+            "prewarm_agent_pulls", "Tasks finished on this node, by outcome", ["outcome"], registry=self.registry
+        )
+        for outcome in OUTCOMES:
+            self.pulls.labels(outcome)
+        self.pull_seconds = Histogram(
+            "prewarm_agent_pull_seconds", "Seconds from a task's first attempt to its outcome, by outcome",
+            ["outcome"], buckets=PULL_SECONDS_BUCKETS, registry=self.registry,
+        )
+        self.bytes_pulled = Counter(
+            "prewarm_agent_pulled_bytes", "Compressed layer bytes of images pulled", registry=self.registry
+        )
+        self.in_flight = Gauge(
+            "prewarm_agent_pulls_in_flight", "PullImage calls running now", registry=self.registry
+        )
+        self.in_flight.set_function(in_flight)
+        self.disk_guard_refusals = Counter(
+            "prewarm_agent_disk_guard_refusals", "Pulls refused because the image filesystem was too full",
+            registry=self.registry,
+        )
+        self.messages = Counter(
+            "prewarm_agent_messages_received",
+            "Node queue messages received, by kind (task, cancel, duplicate, finished, poison)",
+            ["kind"], registry=self.registry,
+        )
+        self.reports_failed = Counter(
+            "prewarm_agent_report_send_failures", "Status reports the status queue did not take",
+            registry=self.registry,
+        )
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """The current value of a sample (`prewarm_agent_pulls_total`, ...); 0 when it has none yet."""
+        value = self.registry.get_sample_value(name, labels or {})
+        return float(value) if value is not None else 0.0

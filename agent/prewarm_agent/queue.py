@@ -1,0 +1,93 @@
+"""The node's own task queue on SQS, as the agent consumes it: receive, keep invisible, delete, release."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from prewarm.adapters.sqs import QueueError, QueueRetryableError
+from prewarm_agent.pulls import Delivery
+
+_RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled",
+              "OverLimit"}
+# SQS batch calls take at most ten entries.
+_BATCH = 10
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message as received: its body and how to answer for it."""
+
+    delivery: Delivery
+    body: str = field(repr=False)
+    receive_count: int = 1
+
+
+def _error(e: ClientError | BotoCoreError, what: str) -> QueueError:
+    if isinstance(e, BotoCoreError):
+        return QueueRetryableError(f"{what}: {e}")
+    code = str(e.response.get("Error", {}).get("Code", ""))
+    cls = QueueRetryableError if code in _RETRYABLE else QueueError
+    return cls(f"{what}: {code}: {e.response.get('Error', {}).get('Message', '')}")
+
+
+class TaskQueue:
+    """Receive, extend, delete and release messages of one queue (`client` is a boto3 SQS client)."""
+
+    def __init__(self, client: Any, url: str) -> None:
+        self.client = client
+        self.url = url
+
+    def receive(self, *, wait_seconds: int, visibility_seconds: int, max_messages: int = _BATCH) -> list[Received]:
+        """Long-poll for up to `max_messages`; each stays invisible for `visibility_seconds`."""
+        try:
+            answer = self.client.receive_message(
+                QueueUrl=self.url,
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=wait_seconds,
+                VisibilityTimeout=visibility_seconds,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        except (ClientError, BotoCoreError) as e:
+            raise _error(e, f"receive from {self.url}") from e
+        return [
+            Received(
+                Delivery(str(m["MessageId"]), str(m["ReceiptHandle"])),
+                str(m.get("Body", "")),
+                int((m.get("Attributes") or {}).get("ApproximateReceiveCount", 1)),
+            )
+            for m in answer.get("Messages") or ()
+        ]
+
+    def delete(self, deliveries: Sequence[Delivery]) -> list[str]:
+        """Delete the messages; returns the ids that could not be deleted, with the reason."""
+        return self._batch("delete_message_batch", deliveries, {})
+
+    def set_visibility(self, deliveries: Sequence[Delivery], seconds: int) -> list[str]:
+        """Hide the messages for `seconds` more (0: visible again now); returns the failures."""
+        return self._batch("change_message_visibility_batch", deliveries, {"VisibilityTimeout": seconds})
+
+    def _batch(self, operation: str, deliveries: Sequence[Delivery], extra: dict[str, Any]) -> list[str]:
+        failures: list[str] = []
+        for start in range(0, len(deliveries), _BATCH):
+            chunk = deliveries[start : start + _BATCH]
+            entries = [{"Id": str(i), "ReceiptHandle": d.receipt_handle, **extra} for i, d in enumerate(chunk)]
+            try:
+                answer = getattr(self.client, operation)(QueueUrl=self.url, Entries=entries)
+            except (ClientError, BotoCoreError) as e:
+                failures.extend(f"{d.message_id}: {_error(e, operation)}" for d in chunk)
+                continue
+            for failed in answer.get("Failed") or ():
+                message_id = chunk[int(failed["Id"])].message_id
+                failures.append(f"{message_id}: {failed.get('Code', '')} {failed.get('Message', '')}".strip())
+        return failures
+
+    def check(self) -> None:
+        """Raise `QueueError` when the queue cannot be reached (for the readiness probe)."""
+        try:
+            self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])
+        except (ClientError, BotoCoreError) as e:
+            raise _error(e, f"reach {self.url}") from e

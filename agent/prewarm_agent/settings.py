@@ -1,0 +1,117 @@
+"""The agent's configuration: environment variables validated once at start, errors naming the variable.
+
+Every variable is documented in docs/agent.md. In a pod, `NODE_NAME` comes from the downward API
+(`spec.nodeName`) and the Kubernetes API defaults to the in-cluster service account.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+DEFAULT_CRI_SOCKET = "/run/containerd/containerd.sock"
+# Where EKS nodes' containerd reads per-registry hosts.toml files (its `config_path`).
+DEFAULT_REGISTRY_CONFIG_PATH = "/etc/containerd/certs.d"
+SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
+
+
+class AgentSettingsError(ValueError):
+    """The agent's environment is incomplete or wrong; the message names every variable at fault."""
+
+
+class AgentSettings(BaseModel):
+    """The agent's settings; build with `from_env`. Field aliases are the environment variable names."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    node_name: str = Field(alias="NODE_NAME", min_length=1)
+    node_queue_prefix: str = Field(alias="NODE_QUEUE_PREFIX", pattern=r"^[A-Za-z0-9_-]+$")
+    status_queue_url: str = Field(alias="STATUS_QUEUE_URL", pattern=r"^https?://\S+/\S+$")
+    node_dlq_arn: str = Field(default="", alias="NODE_DLQ_ARN")
+    aws_region: str = Field(alias="AWS_REGION", min_length=1)
+    aws_endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
+    cri_socket: str = Field(default=DEFAULT_CRI_SOCKET, alias="CRI_SOCKET", min_length=1)
+    max_concurrent_pulls: int = Field(default=2, alias="MAX_CONCURRENT_PULLS", ge=1, le=64)
+    disk_threshold_percent: float = Field(default=85.0, alias="DISK_THRESHOLD_PERCENT", gt=0, le=100)
+    visibility_timeout_seconds: int = Field(
+        default=120, alias="VISIBILITY_TIMEOUT_SECONDS", ge=3, le=SQS_MAX_VISIBILITY_SECONDS
+    )
+    heartbeat_seconds: float | None = Field(default=None, alias="HEARTBEAT_INTERVAL_SECONDS", gt=0)
+    progress_interval_seconds: float = Field(default=5.0, alias="PROGRESS_INTERVAL_SECONDS", gt=0)
+    receive_wait_seconds: int = Field(default=20, alias="RECEIVE_WAIT_SECONDS", ge=0, le=20)
+    registry_allowlist_csv: str = Field(default="", alias="REGISTRY_ALLOWLIST")
+    registry_config_path: str = Field(default=DEFAULT_REGISTRY_CONFIG_PATH, alias="REGISTRY_CONFIG_PATH")
+    kube_api_endpoint: str = Field(default="", alias="KUBE_API_ENDPOINT")
+    kube_token_file: str = Field(default=str(SERVICE_ACCOUNT_DIR / "token"), alias="KUBE_TOKEN_FILE")
+    kube_bearer_token: str = Field(default="", alias="KUBE_BEARER_TOKEN", repr=False)
+    kube_ca_file: str = Field(default=str(SERVICE_ACCOUNT_DIR / "ca.crt"), alias="KUBE_CA_FILE")
+    http_bind_address: str = Field(default="0.0.0.0", alias="HTTP_BIND_ADDRESS", min_length=1)
+    http_port: int = Field(default=9102, alias="HTTP_PORT", ge=0, le=65535)
+    shutdown_grace_seconds: float = Field(default=25.0, alias="SHUTDOWN_GRACE_SECONDS", ge=0)
+    log_level: str = Field(default="INFO", alias="LOG_LEVEL")
+
+    @field_validator("aws_endpoint_url", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return value or None
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in logging.getLevelNamesMapping():
+            raise ValueError(f"{value!r} is not a log level: use DEBUG, INFO, WARNING or ERROR")
+        return level
+
+    @field_validator("registry_allowlist_csv")
+    @classmethod
+    def _globs_without_scheme(cls, value: str) -> str:
+        for glob in value.split(","):
+            if "/" in glob:
+                raise ValueError(f"{glob.strip()!r} must be a registry host glob (no scheme or path)")
+        return value
+
+    @model_validator(mode="after")
+    def _heartbeat_inside_visibility(self) -> AgentSettings:
+        if self.heartbeat_seconds is not None and self.heartbeat_seconds >= self.visibility_timeout_seconds:
+            raise ValueError(
+                f"HEARTBEAT_INTERVAL_SECONDS ({self.heartbeat_seconds:g}) must be shorter than "
+                f"VISIBILITY_TIMEOUT_SECONDS ({self.visibility_timeout_seconds})"
+            )
+        return self
+
+    @property
+    def heartbeat_interval_seconds(self) -> float:
+        """How often held messages get their visibility extended: a third of the timeout unless set."""
+        return self.heartbeat_seconds or self.visibility_timeout_seconds / 3
+
+    @property
+    def registry_allowlist(self) -> tuple[str, ...]:
+        """Registry host globs the agent pulls from; empty allows every registry."""
+        return tuple(glob.strip().lower() for glob in self.registry_allowlist_csv.split(",") if glob.strip())
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AgentSettings:
+        """Validate `env`; raise `AgentSettingsError` naming each variable that is missing or wrong."""
+        values = dict(env)
+        if not values.get("KUBE_API_ENDPOINT") and values.get("KUBERNETES_SERVICE_HOST"):
+            host = values["KUBERNETES_SERVICE_HOST"]
+            host = f"[{host}]" if ":" in host else host
+            values["KUBE_API_ENDPOINT"] = f"https://{host}:{values.get('KUBERNETES_SERVICE_PORT', '443')}"
+        try:
+            return cls.model_validate(values)
+        except ValidationError as e:
+            problems = []
+            for err in e.errors(include_url=False, include_input=False):
+                field = str(err["loc"][0]) if err["loc"] else ""
+                name = _ALIASES.get(field, field) or "settings"
+                problems.append(f"{name}: {err['msg']}")
+            raise AgentSettingsError(f"invalid agent environment: {'; '.join(problems)}") from None
+
+
+_ALIASES = {name: str(info.alias) for name, info in AgentSettings.model_fields.items()}
