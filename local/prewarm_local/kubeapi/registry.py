@@ -24,7 +24,7 @@ from prewarm_local.kubeapi.errors import FieldError, StatusError
 from prewarm_local.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
 from prewarm_local.kubeapi.resources import BY_KIND, NAMESPACES, RESOURCES, ResourceType
 from prewarm_local.kubeapi.selectors import FieldSelector, LabelSelector
-from prewarm_local.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, dumps
+from prewarm_local.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
 
 Obj = dict[str, Any]
 
@@ -333,6 +333,7 @@ class Registry:
                 raws.append(entries[i].raw)
         metadata: Obj = {"resourceVersion": str(snapshot.rv)}
         if limit and last + 1 < hi and len(raws) == limit:
+            self.store.keep(rtype.name, snapshot)
             metadata["continue"] = encode_continue(snapshot.rv, keys[last][len(prefix) :] + "\x00")
             if not filtered:
                 metadata["remainingItemCount"] = hi - last - 1
@@ -630,7 +631,7 @@ class Registry:
             for event in events:
                 last = event.rv
                 if event.resource == rtype.name and event.key.startswith(prefix):
-                    line = self._event_line(rtype, event, query)
+                    line = self._event_line(event, query)
                     if line is not None:
                         yield line
             now = time.monotonic()
@@ -648,12 +649,16 @@ class Registry:
             obj, rtype.fields
         )
 
-    def _event_line(self, rtype: ResourceType, event: Event, query: ListQuery) -> bytes | None:
-        now_matches = self._matches(rtype, event.current.obj, query)
+    @staticmethod
+    def _version_matches(version: Version, query: ListQuery) -> bool:
+        return query.label_selector.matches(version.labels) and query.field_selector.matches_values(version.fields)
+
+    def _event_line(self, event: Event, query: ListQuery) -> bytes | None:
+        now_matches = self._version_matches(event.current, query)
         if event.type != "MODIFIED":
             return _watch_line(event.type, event.current.raw) if now_matches else None
         assert event.previous is not None
-        before = self._matches(rtype, event.previous.obj, query)
+        before = self._version_matches(event.previous, query)
         if now_matches:
             return _watch_line("MODIFIED" if before else "ADDED", event.current.raw)
         if before:

@@ -84,6 +84,10 @@ class ResourceType:
     def list_kind(self) -> str:
         return self.kind + "List"
 
+    def field_values(self, obj: Obj) -> dict[str, str]:
+        """The values of the selectable fields of `obj`."""
+        return {name: get(obj) for name, get in self.fields.items()}
+
     def convert_field(self, label: str) -> str:
         """The canonical field label, or SelectorParseError worded as the API server words it."""
         label = self.field_aliases.get(label, label)

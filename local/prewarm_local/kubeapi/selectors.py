@@ -354,8 +354,8 @@ class FieldSelector:
         return not self.terms
 
     def matches(self, obj: dict[str, Any], getters: Mapping[str, FieldGetter]) -> bool:
-        for term in self.terms:
-            have = getters[term.field](obj)
-            if (have == term.value) == term.negated:
-                return False
-        return True
+        return all((getters[t.field](obj) == t.value) != t.negated for t in self.terms)
+
+    def matches_values(self, values: Mapping[str, str]) -> bool:
+        """Match field values computed beforehand (missing fields are empty)."""
+        return all((values.get(t.field, "") == t.value) != t.negated for t in self.terms)

@@ -90,7 +90,7 @@ class KubeApiServer:
         watch_timeout: float = 1800.0,
         bookmark_interval: float = 60.0,
         continue_ttl: float = 300.0,
-        max_events: int = 50_000,
+        max_events: int = 10_000,
     ) -> None:
         self.token_prefixes = tuple(token_prefixes)
         self.token = token or f"{(self.token_prefixes or ('test-',))[0]}{secrets.token_urlsafe(24)}"
@@ -98,7 +98,9 @@ class KubeApiServer:
         self.version = dict(version or DEFAULT_VERSION)
         self.watch_timeout = watch_timeout
         self.bookmark_interval = bookmark_interval
-        self.store = Store(RESOURCES, max_events=max_events, snapshot_ttl=continue_ttl)
+        self.store = Store(
+            {r.name: r.field_values for r in RESOURCES.values()}, max_events=max_events, snapshot_ttl=continue_ttl
+        )
         self.registry = Registry(self.store)
         self._port = port
         self._httpd: _HttpServer | None = None
@@ -462,6 +464,8 @@ def _delete_options(headers: Any, body: bytes) -> dict[str, Any]:
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # Benchmarks open many connections at once; the default backlog of 5 would refuse some.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], api: KubeApiServer) -> None:
         self.api = api

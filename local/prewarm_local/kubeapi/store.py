@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +32,25 @@ class Stored:
 
 
 @dataclass(frozen=True, slots=True)
+class Version:
+    """What a watch needs of one state of an object: its JSON and what selectors look at."""
+
+    raw: bytes
+    labels: dict[str, str]
+    fields: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     rv: int
     resource: str
     type: str  # ADDED, MODIFIED or DELETED
     key: str
-    current: Stored  # for DELETED: the last state, at the deletion's resourceVersion
-    previous: Stored | None
+    current: Version  # for DELETED: the last state, at the deletion's resourceVersion
+    previous: Version | None
+
+
+FieldValues = Callable[[Obj], dict[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +77,15 @@ class Store:
 
     def __init__(
         self,
-        resources: Iterable[str],
+        resources: Mapping[str, FieldValues],
         *,
-        max_events: int = 50_000,
+        max_events: int = 10_000,
         snapshot_ttl: float = 300.0,
-        max_snapshots: int = 64,
+        max_snapshots: int = 16,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`resources` maps each resource to the values of its selectable fields, for watch events."""
+        self._field_values = dict(resources)
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.closed = False
@@ -115,7 +129,16 @@ class Store:
             stored = Stored(obj, dumps(obj), self._rv)
             if kind != "DELETED":
                 collection[key] = stored
-            self._events.append(Event(self._rv, resource, kind, key, stored, previous))
+            self._events.append(
+                Event(
+                    self._rv,
+                    resource,
+                    kind,
+                    key,
+                    self._version(resource, stored),
+                    None if previous is None else self._version(resource, previous),
+                )
+            )
             if len(self._events) > self._max_events:
                 drop = len(self._events) - self._max_events // 2
                 self._floor = self._events[drop - 1].rv
@@ -123,23 +146,31 @@ class Store:
             self.changed.notify_all()
             return stored
 
+    def _version(self, resource: str, stored: Stored) -> Version:
+        # Old versions in the log keep their JSON and selector data, not their whole dict.
+        labels = (stored.obj.get("metadata") or {}).get("labels") or {}
+        return Version(stored.raw, labels, self._field_values[resource](stored.obj))
+
     def snapshot(self, resource: str) -> Snapshot:
-        """The resource's objects now, sorted by key; cached for continue tokens."""
+        """The resource's objects now, sorted by key."""
         with self.lock:
             cached = self._snapshots.get((resource, self._rv))
             if cached is not None:
-                self._snapshots.move_to_end((resource, self._rv))
                 return cached
             keys = self._sorted[resource]
             collection = self._objects[resource]
             if keys is None:
                 keys = sorted(collection)
                 self._sorted[resource] = keys
-            snapshot = Snapshot(self._rv, keys, [collection[k] for k in keys], self._clock())
-            self._snapshots[(resource, self._rv)] = snapshot
+            return Snapshot(self._rv, keys, [collection[k] for k in keys], self._clock())
+
+    def keep(self, resource: str, snapshot: Snapshot) -> None:
+        """Hold `snapshot` for the continue tokens of a paged list (the oldest go first)."""
+        with self.lock:
+            self._snapshots[(resource, snapshot.rv)] = snapshot
+            self._snapshots.move_to_end((resource, snapshot.rv))
             while len(self._snapshots) > self._max_snapshots:
                 self._snapshots.popitem(last=False)
-            return snapshot
 
     def cached_snapshot(self, resource: str, rv: int) -> Snapshot | None:
         """The snapshot taken at `rv`, unless it expired (as etcd compaction expires continue tokens)."""

@@ -11,8 +11,10 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,28 @@ def test_cli_serves_the_sample_cluster_until_interrupted(tmp_path: Path) -> None
         process.send_signal(signal.SIGINT)
         code = process.wait(timeout=10)
     assert code == 0
+
+
+def test_typed_call_without_preloading_gives_the_raw_json(core_v1: CoreV1Api) -> None:
+    response = core_v1.list_namespace(limit=2, _preload_content=False)
+    body = json.loads(response.data)
+    assert (response.status, body["kind"], len(body["items"])) == (200, "NamespaceList", 2)
+    assert body["metadata"]["remainingItemCount"] == 2
+
+
+def test_stopping_the_server_leaves_no_thread_and_no_listener() -> None:
+    # Given a server with idle keep-alive connections and an open watch
+    before = set(threading.enumerate())
+    api = KubeApiServer().start()
+    port = api.port
+    client = api.api_client()
+    CoreV1Api(client).list_namespace()
+    watch_response = CoreV1Api(client).list_namespace(watch=True, _preload_content=False)
+    # When it stops
+    api.stop()
+    watch_response.release_conn()
+    client.close()
+    # Then its threads are gone and nothing listens on its port
+    assert {t for t in threading.enumerate() if t not in before and t.is_alive()} == set()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -328,3 +329,33 @@ def test_a_no_op_patch_writes_nothing(core_v1: CoreV1Api) -> None:
     created = core_v1.create_node(node("n1", {"a": "b"}))
     same = core_v1.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
     assert same.metadata.resource_version == created.metadata.resource_version
+
+
+def test_concurrent_read_modify_write_loses_no_update(kube_api: KubeApiServer) -> None:
+    # Given one node and eight writers, each incrementing its counter 25 times with optimistic concurrency
+    kube_api.seed_objects([{**node("n1"), "metadata": {"name": "n1", "annotations": {"count": "0"}}}])
+    conflicts = []
+
+    def writer() -> None:
+        with kube_api.api_client() as client:
+            v1 = CoreV1Api(client)
+            for _ in range(25):
+                while True:
+                    current = v1.read_node("n1")
+                    count = int(current.metadata.annotations["count"])
+                    current.metadata.annotations["count"] = str(count + 1)
+                    try:
+                        v1.replace_node("n1", current)
+                        break
+                    except ApiException as e:
+                        assert e.status == 409
+                        conflicts.append(e)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    # Then every increment landed, the losers of each race having been told 409
+    assert kube_api.get_object("nodes", "n1")["metadata"]["annotations"]["count"] == "200"
+    assert conflicts, "eight writers on one object should have collided at least once"
