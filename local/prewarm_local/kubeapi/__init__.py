@@ -7,7 +7,8 @@ real HTTP on 127.0.0.1, so the official `kubernetes` client (typed `CoreV1Api` c
 `/version`), get/list/create/replace/patch/delete/deletecollection/watch, `status`
 subresources, label and field selectors with the real grammar, `limit`/`continue` paging over
 consistent snapshots, a global resourceVersion, optimistic concurrency, generateName, finalizers,
-namespace cascade deletion, and each type's defaulting and validation.
+namespace cascade deletion, and each type's defaulting and validation. `fail_requests` makes it
+answer chosen requests with a given Status (429, 5xx...) to test retries.
 
 What it does NOT implement (code relying on these must be tested against a real cluster):
 
@@ -31,8 +32,10 @@ What it does NOT implement (code relying on these must be tested against a real 
 - Subresources other than `status` (no `binding`, `eviction`, `log`, `exec`, `proxy`,
   `ephemeralcontainers`, `resize`, namespace `finalize`).
 - `resourceVersionMatch=Exact` for lists only at the current resourceVersion or one whose
-  snapshot a paged list still holds; continue tokens expire after `continue_ttl` seconds or
-  `expire_continue_tokens()`; watches can resume from the last `max_events` writes only.
+  snapshot a paged list still holds. Continue tokens expire after `continue_ttl` seconds, when
+  more than 16 paged lists are pending, or on `expire_continue_tokens()`; watches can resume
+  from the last `max_events` writes only (older: 410 Expired). `limit` is honoured even with
+  `resourceVersion=0` (a real watch cache may ignore it and return everything).
 - Watch bookmarks every `bookmark_interval` seconds (60 by default) when requested; no
   bookmark just before a watch times out.
 """

@@ -62,6 +62,14 @@ class _Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class _Failure:
+    error: StatusError
+    remaining: int | None
+    method: str | None
+    path_prefix: str
+
+
 @dataclass(frozen=True)
 class _Target:
     rtype: ResourceType
@@ -103,6 +111,8 @@ class KubeApiServer:
         )
         self.registry = Registry(self.store)
         self._port = port
+        self._failures: list[_Failure] = []
+        self._failures_lock = threading.Lock()
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
         if default_namespaces:
@@ -216,6 +226,33 @@ class KubeApiServer:
         """Delete an object at once (no finalizers, no cascade); whether it existed."""
         return self.registry.remove(_resource(resource), namespace, name)
 
+    def fail_requests(
+        self, error: StatusError, count: int | None = 1, *, method: str | None = None, path_prefix: str = "/"
+    ) -> None:
+        """Answer the next `count` requests (all, when None) whose method and path match with `error`,
+        as a throttling (429) or failing (5xx) EKS control plane would. `error.headers` are sent too,
+        e.g. `{"Retry-After": "1"}`. Authentication is checked first."""
+        if count is not None and count < 1:
+            raise ValueError(f"count must be at least 1 (or None for every request), got {count}")
+        with self._failures_lock:
+            self._failures.append(_Failure(error, count, method.upper() if method else None, path_prefix))
+
+    def clear_failures(self) -> None:
+        """Forget the failures `fail_requests` set up."""
+        with self._failures_lock:
+            self._failures.clear()
+
+    def _injected_failure(self, method: str, path: str) -> StatusError | None:
+        with self._failures_lock:
+            for failure in self._failures:
+                if (failure.method in (None, method)) and path.startswith(failure.path_prefix):
+                    if failure.remaining is not None:
+                        failure.remaining -= 1
+                        if failure.remaining == 0:
+                            self._failures.remove(failure)
+                    return failure.error
+        return None
+
     def expire_continue_tokens(self) -> None:
         """Forget every list snapshot, as etcd compaction does: pending continue tokens get 410."""
         self.store.expire_snapshots()
@@ -261,6 +298,9 @@ class KubeApiServer:
             watch = True
         target = _resolve(parts[2:]) if parts[:2] == ["api", "v1"] and len(parts) > 2 else None
         self._authenticate(headers, method, path, target, watch)
+        injected = self._injected_failure(method, path)
+        if injected is not None:
+            raise injected
         if path == "/version":
             return _get_only(method, dumps(self.version))
         if path == "/api":

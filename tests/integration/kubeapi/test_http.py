@@ -15,13 +15,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiClient, ApiException, Configuration, CoreV1Api, VersionApi
 from kubernetes.config import kube_config
 
-from prewarm_local.kubeapi import KubeApiServer
+from prewarm_local.kubeapi import KubeApiServer, StatusError
 from tests.integration.kubeapi.conftest import SAMPLE_CLUSTER, call, status_of
 
 pytestmark = pytest.mark.integration
@@ -209,3 +210,39 @@ def test_stopping_the_server_leaves_no_thread_and_no_listener() -> None:
     assert {t for t in threading.enumerate() if t not in before and t.is_alive()} == set()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2)
+
+
+def test_injected_throttling_answers_the_next_matching_requests(kube_api: KubeApiServer, core_v1: CoreV1Api) -> None:
+    # Given two node lists to be throttled
+    throttled = StatusError(
+        429, "TooManyRequests", "Too many requests, please try again later.", {"retryAfterSeconds": 1}
+    )
+    kube_api.fail_requests(throttled, count=2, method="GET", path_prefix="/api/v1/nodes")
+    # When the client lists nodes, Then the first two calls get 429, other paths are served all along
+    for _ in range(2):
+        with pytest.raises(ApiException) as raised:
+            core_v1.list_node()
+        assert status_of(raised.value)["details"] == {"retryAfterSeconds": 1}
+        assert core_v1.list_namespace().items
+    # And the third call is served
+    assert core_v1.list_node().items == []
+
+
+def test_retry_after_header_is_sent_and_honoured_by_the_client(kube_api: KubeApiServer, core_v1: CoreV1Api) -> None:
+    # Given one request to be throttled with a Retry-After header
+    throttled = StatusError(429, "TooManyRequests", "slow down", {"retryAfterSeconds": 1}, headers={"Retry-After": "1"})
+    kube_api.fail_requests(throttled, count=1)
+    # When the client reads, Then its urllib3 retries after the second the header asked for
+    started = time.monotonic()
+    assert core_v1.read_namespace("default").metadata.name == "default"
+    assert time.monotonic() - started >= 0.9
+
+
+def test_injected_failures_last_until_cleared(kube_api: KubeApiServer, core_v1: CoreV1Api) -> None:
+    kube_api.fail_requests(StatusError(503, "ServiceUnavailable", "etcd is down"), count=None)
+    for _ in range(3):
+        with pytest.raises(ApiException) as raised:
+            core_v1.read_namespace("default")
+        assert raised.value.status == 503
+    kube_api.clear_failures()
+    assert core_v1.read_namespace("default").metadata.name == "default"
