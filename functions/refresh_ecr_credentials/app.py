@@ -9,10 +9,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
 from prewarm.observability import logger, metrics, tracer
-from prewarm.services.credentials import refresh_credentials
+from prewarm.services.credentials import RefreshReport, refresh_credentials
 
-# botocore logs whole response bodies at DEBUG, tokens included: never here, whatever the log level.
-logging.getLogger("botocore.parsers").setLevel(logging.INFO)
+# At DEBUG botocore logs request parameters and response bodies, tokens included: never in this function.
+logging.getLogger("botocore").setLevel(max(logging.INFO, logging.getLogger("botocore").getEffectiveLevel()))
 
 _UNITS = {"SecondsToEarliestExpiry": MetricUnit.Seconds}
 
@@ -24,11 +24,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     config = bootstrap.credentials_config()
     if config is None:
         logger.warning("nothing to refresh: set CREDENTIALS_CONFIG or CREDENTIALS_CONFIG_PARAMETER")
-        return {"registries": [], "namespaces": [], "errors": []}
-    report = refresh_credentials(
-        config, bootstrap.cluster() if config.namespaces is not None else None, bootstrap.registry_tokens(),
-        bootstrap.credential_store(), clock=time.time,
-    )
+        report = RefreshReport()
+    else:
+        report = refresh_credentials(
+            config, bootstrap.cluster() if config.namespaces is not None else None, bootstrap.registry_tokens(),
+            bootstrap.credential_store(), clock=time.time,
+        )
     for name, value in report.metrics(time.time()).items():
         metrics.add_metric(name=name, unit=_UNITS.get(name, MetricUnit.Count), value=value)
     summary = report.describe()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -59,6 +60,10 @@ CLEANUP_MIN_AGE_SECONDS = 900
 
 _DOCKER_CONFIG_JSON = ("kubernetes.io/dockerconfigjson", ".dockerconfigjson")
 _DOCKERCFG = ("kubernetes.io/dockercfg", ".dockercfg")
+# At DEBUG botocore logs request parameters and response bodies: the secret values this module moves.
+_botocore = logging.getLogger("botocore")
+_botocore.setLevel(max(logging.INFO, _botocore.getEffectiveLevel()))
+
 _RETRYABLE = {"ThrottlingException", "InternalServiceError", "InternalFailure", "ServiceUnavailable",
               "RequestTimeout", "RequestTimeoutException"}
 
@@ -302,9 +307,11 @@ class SecretsManagerMirror:
 
 
 def _last_mirrored(entry: Mapping[str, Any]) -> float:
+    """When a job last claimed the mirror: its tag, else when Secrets Manager last saw it change."""
     tags = {t.get("Key"): t.get("Value") for t in entry.get("Tags") or ()}
-    times = [float(tags[TAG_MIRRORED_AT])] if str(tags.get(TAG_MIRRORED_AT, "")).isdigit() else []
-    times += [d.timestamp() for d in (entry.get("CreatedDate"), entry.get("LastChangedDate")) if d is not None]
+    if str(tags.get(TAG_MIRRORED_AT, "")).isdigit():
+        return float(tags[TAG_MIRRORED_AT])
+    times = [d.timestamp() for d in (entry.get("CreatedDate"), entry.get("LastChangedDate")) if d is not None]
     return max(times, default=0.0)
 
 

@@ -1,0 +1,104 @@
+"""A job's pullSecrets through the control plane: mirrored at planning, read by agents, cleaned by sweep."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import boto3
+import pytest
+
+from prewarm.adapters.secrets import AgentCredentials, SecretsManagerMirror
+from prewarm.domain.messages import PullTask
+from prewarm.services.dispatch import plan_job
+from prewarm.services.jobs import apply_manifest, delete_job
+from prewarm.services.schedules import referenced_pull_secrets, sweep
+from tests.unit.credentials.conftest import Clock
+from tests.unit.services.conftest import REGION, ControlPlane, aws, make_node, plane  # noqa: F401  (fixtures)
+
+IMAGE = "registry.example.com/team/app@sha256:" + "b" * 64
+REGCRED = {"auths": {"registry.example.com": {"username": "robot", "password": "s3cret-robot"}}}
+
+
+def job_doc(name: str, namespace: str = "team-a", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"image": IMAGE, **spec}}
+
+
+def pull_secret(name: str, namespace: str = "team-a") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": base64.b64encode(json.dumps(REGCRED).encode()).decode()}}
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(1_800_000_000.0)
+
+
+@pytest.fixture
+def mirror(plane: ControlPlane, clock: Clock) -> SecretsManagerMirror:  # noqa: F811
+    client = boto3.client("secretsmanager", region_name=REGION)
+    return SecretsManagerMirror("prewarm/test", plane.cluster, client=client, clock=clock)
+
+
+def plan(plane: ControlPlane, mirror: SecretsManagerMirror, name: str, namespace: str = "team-a") -> Any:  # noqa: F811
+    return plan_job(plane.store, plane.cluster, plane.queues, f"{namespace}/{name}", now=plane.now(), secrets=mirror)
+
+
+def test_missing_pull_secret_fails_the_job_with_a_message_naming_it(plane: ControlPlane,  # noqa: F811
+                                                                    mirror: SecretsManagerMirror) -> None:
+    # Given a job naming a pull secret that does not exist
+    plane.cluster.nodes.append(make_node("node-1"))
+    apply_manifest(plane.store, job_doc("warm", pullSecrets=["regcred"]), now=plane.now())
+    # When it is planned
+    result = plan(plane, mirror, "warm")
+    # Then the job fails, saying which secret is missing and where; no task is sent
+    record = plane.store.get_job("team-a/warm")
+    assert record is not None and record.state == "Failed"
+    assert record.message == ("pull secret team-a/regcred not found: create it in namespace team-a or remove it "
+                              "from the job's pullSecrets")
+    assert result.action.startswith("failed: pull secret team-a/regcred not found")
+    assert plane.drain("node-1") == []
+
+
+def test_tasks_carry_mirror_arns_the_agent_turns_into_a_keyring(plane: ControlPlane,  # noqa: F811
+                                                               mirror: SecretsManagerMirror, clock: Clock) -> None:
+    plane.cluster.nodes.append(make_node("node-1"))
+    plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
+    apply_manifest(plane.store, job_doc("warm", pullSecrets=["regcred"]), now=plane.now())
+    plan(plane, mirror, "warm")
+    (task,) = plane.drain("node-1")
+    assert isinstance(task, PullTask) and len(task.pull_secret_arns) == 1
+    keyring = AgentCredentials(client=boto3.client("secretsmanager", region_name=REGION), clock=clock).keyring(
+        task.pull_secret_arns)
+    (auth,) = keyring.lookup(IMAGE)
+    assert (auth.username, auth.password) == ("robot", "s3cret-robot")
+
+
+def test_sweep_deletes_mirrors_of_pull_secrets_no_job_names_any_more(plane: ControlPlane,  # noqa: F811
+                                                                    mirror: SecretsManagerMirror, clock: Clock) -> None:
+    # Given two jobs in two namespaces, each with a mirrored pull secret
+    for namespace in ("team-a", "team-b"):
+        plane.cluster.secrets[(namespace, "regcred")] = pull_secret("regcred", namespace)
+        apply_manifest(plane.store, job_doc("warm", namespace, pullSecrets=["regcred"]), now=plane.now())
+        plan(plane, mirror, "warm", namespace)
+    assert referenced_pull_secrets(plane.store.list_jobs()) == {("team-a", "regcred"), ("team-b", "regcred")}
+    # When one job is deleted and the sweep runs well after the mirrors were written
+    delete_job(plane.store, plane.queues, "team-b", "warm")
+    clock.now += 3600
+    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
+    # Then only the deleted job's mirror is gone, for good
+    assert result.pull_secrets_deleted == ["prewarm/test/pull-secrets/team-b/regcred"]
+    names = {s["Name"] for s in boto3.client("secretsmanager", region_name=REGION).list_secrets(
+        IncludePlannedDeletion=True)["SecretList"]}
+    assert names == {"prewarm/test/pull-secrets/team-a/regcred"}
+
+
+def test_sweep_keeps_a_mirror_written_moments_ago_even_if_unreferenced(plane: ControlPlane,  # noqa: F811
+                                                                      mirror: SecretsManagerMirror) -> None:
+    # A job applied while the sweep runs may have claimed this mirror after the sweep listed the jobs.
+    plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
+    mirror.mirror("team-a", ["regcred"])
+    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
+    assert result.pull_secrets_deleted == []
