@@ -41,8 +41,8 @@ def test_defaults_secret_name_and_default_service_account_and_no_namespaces() ->
 
 
 def test_a_namespace_list_is_short_for_include_and_an_object_defaults_include_to_everything() -> None:
-    assert parse({"registries": [{"public": True}], "namespaces": ["team-*"]}).namespaces.include == (  # type: ignore[union-attr]
-        "team-*",)
+    listed = parse({"registries": [{"public": True}], "namespaces": ["team-*"]}).namespaces
+    assert listed is not None and listed.include == ("team-*",)
     targets = parse({"registries": [{"public": True}], "namespaces": {"exclude": ["kube-*"]}}).namespaces
     assert targets is not None and targets.include == ("*",)
 

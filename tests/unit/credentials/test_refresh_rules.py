@@ -38,7 +38,7 @@ def token(issued_at: float = T0, hosts: tuple[str, ...] = (HOST,), lifetime: flo
 
 
 def written(issued_at: float = T0, hosts: tuple[str, ...] = (HOST,)) -> dict[str, Any]:
-    secret = pull_secret("prewarm-ecr", "team-a", [token(issued_at, hosts)])
+    secret: dict[str, Any] = pull_secret("prewarm-ecr", "team-a", [token(issued_at, hosts)])
     secret["metadata"]["resourceVersion"] = "7"
     return secret
 
