@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck contracts template unit integration node-deps bench proto clean
+.PHONY: test demo lint typecheck contracts template sam-validate unit integration node-deps bench proto clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,16 @@ contracts: $(STAMP)
 template: $(STAMP)
 	$(VENV)/bin/cfn-lint template.yaml
 
+# aws-sam-cli lives in its own venv: its pins clash with the project's. Both checks run offline.
+SAM_VENV := .venv-sam
+$(SAM_VENV)/bin/sam:
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install -q 'aws-sam-cli>=1.170,<2'
+
+sam-validate: $(SAM_VENV)/bin/sam
+	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint -t template.yaml
+	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(SAM_VENV)/bin/sam validate -t template.yaml
+
 # Installs containerd and the registry for the node tests when running as root (see local/node-deps.sh).
 node-deps:
 	@bash local/node-deps.sh
@@ -34,7 +44,7 @@ node-deps:
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
 
-test: lint typecheck contracts template node-deps
+test: lint typecheck contracts template sam-validate node-deps
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 demo: $(STAMP) node-deps
@@ -44,4 +54,4 @@ bench: $(STAMP) node-deps
 	@echo "benchmarks are not available yet"; exit 1
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache
