@@ -15,7 +15,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from prewarm.adapters.ecr_auth import EcrTokenSource
 from prewarm.adapters.kube import KubeCluster
@@ -25,10 +24,10 @@ from prewarm.domain.refresh import CredentialsConfig
 from prewarm.services.credentials import CredentialRefreshError, RefreshReport, refresh_credentials
 from prewarm.services.dispatch import PullSecretError
 from prewarm_local.kubeapi import KubeApiServer
+from tests.unit.credentials.conftest import REGION, Clock
 
 pytestmark = pytest.mark.integration
 
-REGION = "us-east-1"
 HOUR = 3600.0
 # moto's ECR token is fixed and already expired (2015-01-01T00:00:00Z): the clock starts 12 hours
 # before that, so the token is as fresh as one straight from ECR.
@@ -48,14 +47,6 @@ CONFIG = {
 }
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def ns(name: str, **labels: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
@@ -72,17 +63,6 @@ def docker_secret(name: str, namespace: str, document: dict[str, Any], **labels:
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "data": {".dockerconfigjson": base64.b64encode(json.dumps(document).encode()).decode()}}
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        yield
 
 
 @pytest.fixture
