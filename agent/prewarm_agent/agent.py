@@ -452,6 +452,8 @@ class Agent:
         self._send(report)
 
     def pull_started(self, shared: SharedPull, auth: Any) -> None:
+        self.metrics.pull_calls.inc()
+
         def resolve() -> None:
             try:
                 shared.set_layers(self.manifests.layers(parse_image(shared.reference), auth))

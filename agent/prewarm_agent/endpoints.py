@@ -55,7 +55,10 @@ class OpsServer:
         return int(self._server.server_address[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="agent-http", daemon=True)
+        # A short poll interval keeps `stop()` quick.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="agent-http", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:

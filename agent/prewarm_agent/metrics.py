@@ -32,6 +32,10 @@ class AgentMetrics:
             "prewarm_agent_pulls_in_flight", "PullImage calls running now", registry=self.registry
         )
         self.in_flight.set_function(in_flight)
+        self.pull_calls = Counter(
+            "prewarm_agent_pull_calls", "PullImage calls started; tasks sharing one call count once",
+            registry=self.registry,
+        )
         self.disk_guard_refusals = Counter(
             "prewarm_agent_disk_guard_refusals", "Pulls refused because the image filesystem was too full",
             registry=self.registry,

@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, parse_agent_message
+
+from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, node_queue_name, parse_agent_message
 from prewarm_agent.agent import Agent
 from prewarm_agent.node import NodeFacts, local_architecture
 from prewarm_agent.settings import AgentSettings
@@ -42,17 +43,16 @@ def node_runtime(
 class AgentHarness:
     """One agent for one node, with its own status queue; sends it tasks and collects its reports."""
 
-    def __init__(self, aws: MotoServer, containerd: PrivateContainerd, env: dict[str, str],
-                 node_facts: Callable[[], NodeFacts] | None = None) -> None:
+    def __init__(self, aws: MotoServer, containerd: PrivateContainerd, env: dict[str, str], node: str = "") -> None:
         self.aws = aws
         self.sqs = aws.client("sqs")
         suffix = uuid.uuid4().hex[:10]
-        self.node = f"ip-10-0-{suffix}.ec2.internal"
+        self.node = node or f"ip-10-0-{suffix}.ec2.internal"
         self.status_url = self.sqs.create_queue(QueueName=f"status-{suffix}")["QueueUrl"]
         dlq_url = self.sqs.create_queue(QueueName=f"dlq-{suffix}")["QueueUrl"]
         self.dlq_url = dlq_url
         dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        self.settings = AgentSettings.from_env({
+        self.environment = {
             "NODE_NAME": self.node,
             "NODE_QUEUE_PREFIX": QUEUE_PREFIX,
             "STATUS_QUEUE_URL": self.status_url,
@@ -67,16 +67,21 @@ class AgentHarness:
             "HTTP_PORT": "0",
             "SHUTDOWN_GRACE_SECONDS": "2",
             **env,
-        })
-        facts = node_facts or (lambda: NodeFacts(name=self.node, architecture=local_architecture()))
-        self.agent = Agent(self.settings, node=facts if "KUBE_API_ENDPOINT" not in env else None)
+        }
+        self.settings = AgentSettings.from_env(self.environment)
+        # Without a Kubernetes API the hello says what this machine is, without a warning per test.
+        facts = None if "KUBE_API_ENDPOINT" in env else (
+            lambda: NodeFacts(name=self.node, architecture=local_architecture())
+        )
+        self.agent = Agent(self.settings, node=facts)
         self.messages: list[StatusReport | Hello] = []
         self._jobs = 0
 
     @property
     def queue_url(self) -> str:
-        assert self.agent.queue is not None, "start the agent first"
-        return self.agent.queue.url
+        """The node queue (created by the agent at start)."""
+        name = node_queue_name(QUEUE_PREFIX, self.node)
+        return str(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
 
     def start(self) -> AgentHarness:
         self.agent.start()
@@ -108,6 +113,10 @@ class AgentHarness:
             for message in batch:
                 self.messages.append(parse_agent_message(message["Body"]))
                 self.sqs.delete_message(QueueUrl=self.status_url, ReceiptHandle=message["ReceiptHandle"])
+
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of the in-process agent's metrics (`prewarm_agent_pull_calls_total`, ...)."""
+        return self.agent.metrics.sample(name, labels)
 
     def reports(self, task: PullTask) -> list[StatusReport]:
         self.collect()
@@ -151,13 +160,14 @@ def _show(reports: list[StatusReport]) -> str:
 
 @pytest.fixture
 def agents(aws: MotoServer, node_runtime: PrivateContainerd) -> Iterator[Callable[..., AgentHarness]]:
-    """Makes started agents (`agents(MAX_CONCURRENT_PULLS="1")`); all are stopped after the test."""
+    """Makes started agents (`agents(MAX_CONCURRENT_PULLS="1")`, settings as environment variables);
+    all are stopped after the test."""
     made: list[AgentHarness] = []
 
-    def make(node_facts: Callable[[], NodeFacts] | None = None, **env: str) -> AgentHarness:
-        harness = AgentHarness(aws, node_runtime, env, node_facts)
+    def make(node: str = "", start: bool = True, **env: str) -> AgentHarness:
+        harness = AgentHarness(aws, node_runtime, env, node)
         made.append(harness)
-        return harness.start()
+        return harness.start() if start else harness
 
     yield make
     for harness in made:

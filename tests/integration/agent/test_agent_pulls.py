@@ -1,0 +1,526 @@
+"""The agent end to end at full speed: real SQS messages (moto), real pulls into a private containerd
+from local registries, reports read back from the status queue."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from prewarm.domain.messages import PullTask
+from prewarm_agent.cri.client import CriImageClient
+from prewarm_agent.cri.errors import ImagePullError
+from prewarm_local.aws import MotoServer
+from prewarm_local.kubeapi.server import KubeApiServer
+from prewarm_local.node.containerd import PrivateContainerd
+from prewarm_local.node.images import host_architecture
+from prewarm_local.node.pytest_plugin import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
+from prewarm_local.node.registry import LocalRegistry
+from tests.integration.agent.conftest import AgentHarness
+
+pytestmark = [pytest.mark.node, pytest.mark.integration]
+
+Agents = Callable[..., AgentHarness]
+ECR_ACCOUNT = "123456789012"
+ECR_HOST = f"{ECR_ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com"
+
+
+@pytest.fixture(scope="module")
+def cri(node_runtime: PrivateContainerd) -> Iterator[CriImageClient]:
+    with node_runtime.cri_client() as client:
+        yield client
+
+
+def _pull_secret(aws: MotoServer, host: str, username: str, password: str) -> str:
+    """A Secrets Manager secret holding a docker config for `host`; returns its ARN."""
+    config = {"auths": {host: {"username": username, "password": password}}}
+    created = aws.client("secretsmanager").create_secret(
+        Name=f"prewarm/pull-secrets/default/regcred-{uuid.uuid4().hex[:8]}", SecretString=json.dumps(config)
+    )
+    return str(created["ARN"])
+
+
+def _http_get(agent: AgentHarness, path: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{agent.agent.http_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _eventually(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# --- pulls -------------------------------------------------------------------------------------------
+
+
+def test_pull_by_tag_reports_pulling_then_succeeded_and_deletes_the_message(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+) -> None:
+    # Given an agent and an image the node does not have
+    image = oci_image_factory.push(registry, "agent/by-tag", "v1")
+    agent = agents()
+    task = agent.task(image.reference, sandbox_labels={"team": "api"})
+
+    # When its task arrives on the node queue
+    agent.send(task)
+    final = agent.final(task)
+
+    # Then it reports Pulling, then Succeeded with what the runtime now holds
+    reports = agent.reports(task)
+    assert [r.phase for r in reports] == ["Pulling", "Succeeded"]
+    assert [r.seq for r in reports] == [1, 2]
+    assert all((r.job, r.round, r.node, r.attempt) == (task.job, 0, agent.node, 1) for r in reports)
+    assert final.image_id == image.config_digest
+    assert final.repo_digest == f"{registry.host}/agent/by-tag@{image.manifest_digest}"
+    assert final.size_bytes and final.size_bytes > 0
+    assert final.bytes_total == sum(image.layer_sizes) == final.bytes_done
+    assert final.started_at is not None and final.finished_at is not None
+    assert final.started_at <= final.finished_at
+    status = cri.image_status(image.reference)
+    assert status is not None and status.id == image.config_digest
+    # ... and the task message is gone from the queue
+    assert _eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
+
+
+def test_pull_by_digest(agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory) -> None:
+    image = oci_image_factory.push(registry, "agent/by-digest", "v1")
+    agent = agents()
+    task = agent.task(image.digest_reference)
+
+    agent.send(task)
+
+    final = agent.final(task)
+    assert final.phase == "Succeeded", final.message
+    assert final.image_id == image.config_digest
+    assert final.repo_digest == image.digest_reference
+
+
+def test_if_not_present_skips_the_pull_of_a_present_image(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+) -> None:
+    # Given an image already on the node
+    image = oci_image_factory.push(registry, "agent/present", "v1")
+    cri.pull_image(image.reference).result(timeout=30)
+    agent = agents()
+    task = agent.task(image.reference, image_pull_policy="IfNotPresent")
+
+    # When an IfNotPresent task for it arrives
+    agent.send(task)
+    final = agent.final(task)
+
+    # Then it succeeds at once without a pull: no Pulling report, no attempt, no PullImage call
+    assert [r.phase for r in agent.reports(task)] == ["Succeeded"]
+    assert final.attempt == 0
+    assert final.message == "image already present"
+    assert final.image_id == image.config_digest
+    assert agent.metric("prewarm_agent_pull_calls_total") == 0
+
+
+def test_always_pulls_again_and_picks_up_a_moved_tag(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+) -> None:
+    # Given v1 on the node, then the tag pushed again with a different image
+    old = oci_image_factory.push(registry, "agent/always", "v1")
+    cri.pull_image(old.reference).result(timeout=30)
+    new = oci_image_factory.push(registry, "agent/always", "v1")
+    assert new.config_digest != old.config_digest
+    agent = agents()
+    task = agent.task(new.reference, image_pull_policy="Always")
+
+    # When an Always task arrives
+    agent.send(task)
+    final = agent.final(task)
+
+    # Then it pulled (Pulling reported) and the node now has the tag's new image
+    assert [r.phase for r in agent.reports(task)] == ["Pulling", "Succeeded"]
+    assert final.image_id == new.config_digest
+    status = cri.image_status(new.reference)
+    assert status is not None and status.id == new.config_digest
+
+
+def test_index_without_this_platform_fails_with_the_runtime_reason(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    other = "s390x" if host_architecture() != "s390x" else "ppc64le"
+    image = oci_image_factory.push_index(registry, "agent/foreign", architectures=[other])
+    agent = agents()
+    task = agent.task(image.reference)
+
+    agent.send(task)
+
+    final = agent.final(task)
+    assert final.phase == "Failed"
+    assert "no match for platform in manifest" in final.message
+    assert final.attempt == 1
+
+
+def test_invalid_image_reference_fails_naming_the_part_at_fault(agents: Agents) -> None:
+    agent = agents()
+    task = agent.task("registry.example.com/Team/App:v1")
+
+    agent.send(task)
+
+    final = agent.final(task)
+    assert final.phase == "Failed"
+    assert final.message == (
+        'invalid image reference "registry.example.com/Team/App:v1": repository name must be lowercase'
+    )
+
+
+# --- credentials -------------------------------------------------------------------------------------
+
+
+def test_pull_secret_with_the_right_credentials_pulls_from_a_private_registry(
+    agents: Agents, aws: MotoServer, auth_registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    image = oci_image_factory.push(auth_registry, "private/app", "v1")
+    arn = _pull_secret(aws, auth_registry.host, AUTH_USERNAME, AUTH_PASSWORD)
+    agent = agents()
+    task = agent.task(image.reference, pull_secret_arns=[arn])
+
+    agent.send(task)
+
+    final = agent.final(task)
+    assert final.phase == "Succeeded", final.message
+    assert final.image_id == image.config_digest
+
+
+def test_a_refused_credential_moves_on_to_the_next_matching_one(
+    agents: Agents, aws: MotoServer, auth_registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    # Given two secrets that both match the image: the more specific key holds a wrong password
+    image = oci_image_factory.push(auth_registry, "private/ordered", "v1")
+    wrong = _pull_secret(aws, f"{auth_registry.host}/private", AUTH_USERNAME, "stale-password")
+    right = _pull_secret(aws, auth_registry.host, AUTH_USERNAME, AUTH_PASSWORD)
+    agent = agents()
+    task = agent.task(image.reference, pull_secret_arns=[wrong, right])
+
+    # When the task runs
+    agent.send(task)
+
+    # Then the registry's 401 for the first sends the pull on to the second, within one attempt
+    final = agent.final(task)
+    assert final.phase == "Succeeded", final.message
+    assert final.attempt == 1
+    assert agent.metric("prewarm_agent_pull_calls_total") == 2
+
+
+def test_wrong_credentials_fail_with_the_runtime_error_verbatim_and_no_secret_logged(
+    agents: Agents,
+    aws: MotoServer,
+    auth_registry: LocalRegistry,
+    oci_image_factory: OciImageFactory,
+    cri: CriImageClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a pull secret with a wrong password
+    caplog.set_level(logging.DEBUG)
+    image = oci_image_factory.push(auth_registry, "private/wrong", "v1")
+    password = f"wrong-{uuid.uuid4().hex}"
+    arn = _pull_secret(aws, auth_registry.host, AUTH_USERNAME, password)
+    agent = agents()
+    task = agent.task(image.reference, pull_secret_arns=[arn])
+
+    # When the task runs
+    agent.send(task)
+    final = agent.final(task)
+
+    # Then it fails with exactly what containerd says for that pull
+    with pytest.raises(ImagePullError) as direct:
+        cri.pull_image(image.reference, auth=(AUTH_USERNAME, password)).result(timeout=30)
+    assert final.phase == "Failed"
+    assert final.message == direct.value.details
+    assert "401 Unauthorized" in final.message
+    # ... and the password appears in no log line and no report
+    assert caplog.records, "the agent logged nothing"
+    assert password not in caplog.text
+    assert all(password not in r.model_dump_json() for r in agent.reports(task))
+
+
+def test_missing_credentials_fail_with_the_registry_401(
+    agents: Agents, auth_registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+) -> None:
+    image = oci_image_factory.push(auth_registry, "private/anonymous", "v1")
+    agent = agents()
+    task = agent.task(image.reference)
+
+    agent.send(task)
+
+    final = agent.final(task)
+    with pytest.raises(ImagePullError) as direct:
+        cri.pull_image(image.reference).result(timeout=30)
+    assert final.phase == "Failed"
+    assert final.message == direct.value.details
+    assert "401 Unauthorized" in final.message
+
+
+def test_unreadable_pull_secret_is_named_in_the_failure(
+    agents: Agents, auth_registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    image = oci_image_factory.push(auth_registry, "private/no-secret", "v1")
+    missing = "arn:aws:secretsmanager:us-west-2:123456789012:secret:prewarm/pull-secrets/default/gone-AbCdEf"
+    agent = agents()
+    task = agent.task(image.reference, pull_secret_arns=[missing])
+
+    agent.send(task)
+
+    final = agent.final(task)
+    assert final.phase == "Failed"
+    assert "401 Unauthorized" in final.message
+    assert f"secret {missing} does not exist" in final.message
+
+
+@pytest.fixture(scope="module")
+def ecr_registry(tmp_path_factory: pytest.TempPathFactory, node_runtime: PrivateContainerd) -> Iterator[LocalRegistry]:
+    """A registry serving the ECR host that only takes moto's ECR token for the account."""
+    with LocalRegistry(tmp_path_factory.mktemp("ecr"), htpasswd_users={"AWS": f"{ECR_ACCOUNT}-auth-token"}) as served:
+        node_runtime.add_registry_mirror(ECR_HOST, served.url)
+        yield served
+        served.remove_data()
+
+
+def test_ecr_image_is_pulled_with_a_token_from_the_agents_own_role(
+    agents: Agents, ecr_registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    # Given an ECR host whose registry accepts only ecr:GetAuthorizationToken's answer
+    pushed = oci_image_factory.push(ecr_registry, "team/api", "v1")
+    agent = agents()
+    task = agent.task(f"{ECR_HOST}/team/api:v1")
+
+    # When a task for it arrives, with no pull secret
+    agent.send(task)
+
+    # Then the agent got a token from (moto's) ECR and the pull succeeded
+    final = agent.final(task)
+    assert final.phase == "Succeeded", final.message
+    assert final.image_id == pushed.config_digest
+    assert final.repo_digest == f"{ECR_HOST}/team/api@{pushed.manifest_digest}"
+    # The layers came from the manifest read through the node's hosts.toml with the same token
+    assert final.bytes_total == sum(pushed.layer_sizes)
+
+
+# --- node protection ---------------------------------------------------------------------------------
+
+
+def test_registry_outside_the_allowlist_is_refused_without_a_pull(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    image = oci_image_factory.push(registry, "agent/not-allowed", "v1")
+    agent = agents(REGISTRY_ALLOWLIST="*.dkr.ecr.*.amazonaws.com, registry.example.com")
+    task = agent.task(image.reference)
+
+    agent.send(task)
+
+    final = agent.final(task)
+    assert final.phase == "Failed"
+    assert final.message == f"registry {registry.host} is not in the agent's allowlist"
+    assert agent.metric("prewarm_agent_pull_calls_total") == 0
+
+
+def test_allowlist_glob_with_a_port_lets_the_registry_through(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    image = oci_image_factory.push(registry, "agent/allowed", "v1")
+    agent = agents(REGISTRY_ALLOWLIST="registry.example.com,127.0.0.1:*")
+    task = agent.task(image.reference)
+
+    agent.send(task)
+
+    assert agent.final(task).phase == "Succeeded"
+
+
+def test_disk_guard_refuses_when_the_imagefs_is_above_the_threshold(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+) -> None:
+    # Given a threshold below any real disk's usage
+    image = oci_image_factory.push(registry, "agent/disk-full", "v1")
+    agent = agents(DISK_THRESHOLD_PERCENT="0.001")
+    task = agent.task(image.reference, backoff_limit=3)
+
+    # When a task arrives
+    agent.send(task)
+    final = agent.final(task)
+
+    # Then it fails at once with the guard's reason, no retries, no pull
+    assert final.phase == "Failed"
+    assert final.message.startswith("disk guard: imagefs ")
+    assert final.message.endswith("% used, threshold 0.001%")
+    assert cri.image_status(image.reference) is None
+    assert agent.metric("prewarm_agent_disk_guard_refusals_total") == 1
+    assert agent.metric("prewarm_agent_pull_calls_total") == 0
+
+
+def test_disk_guard_refuses_an_image_bigger_than_the_room_left(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    image = oci_image_factory.push(registry, "agent/too-big", "v1")
+    agent = agents(DISK_THRESHOLD_PERCENT="99.9")
+    task = agent.task(image.reference, size_bytes=10**18)
+
+    agent.send(task)
+
+    final = agent.final(task)
+    assert final.phase == "Failed"
+    assert "threshold 99.9%; the image needs 1000000000000000000 bytes" in final.message
+
+
+# --- messages ----------------------------------------------------------------------------------------
+
+
+def test_poison_messages_are_logged_and_left_for_the_dead_letter_queue(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an agent that receives a non-JSON body and a task missing its image
+    caplog.set_level(logging.ERROR, logger="prewarm_agent")
+    agent = agents()
+    agent.send("this is not json")
+    agent.send(json.dumps({"v": 1, "kind": "task", "job": "default/x", "job_uid": "u", "round": 0, "node": agent.node}))
+    image = oci_image_factory.push(registry, "agent/after-poison", "v1")
+    task = agent.task(image.reference)
+    agent.send(task)
+
+    # Then the loop goes on: the valid task still succeeds ...
+    assert agent.final(task).phase == "Succeeded"
+    assert _eventually(lambda: agent.metric("prewarm_agent_messages_received_total", kind="poison") == 2, timeout=5)
+    # ... the poison messages are neither deleted nor taken: they wait out their visibility timeout
+    assert agent.queue_depth() == (0, 2)
+    poison_logs = [r.getMessage() for r in caplog.records if "poison message" in r.getMessage()]
+    assert len(poison_logs) == 2
+    assert any("image: Field required" in line for line in poison_logs)
+
+
+def test_finished_task_delivered_again_is_answered_with_the_same_outcome(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    # Given a task that succeeded
+    image = oci_image_factory.push(registry, "agent/redelivered", "v1")
+    agent = agents()
+    task = agent.task(image.reference)
+    agent.send(task)
+    first = agent.final(task)
+
+    # When the same task arrives again (SQS delivers at least once)
+    agent.send(task)
+
+    # Then the same report is sent again, without another pull, and the message is deleted
+    agent.wait_for(task, lambda rs: len([r for r in rs if r.phase == "Succeeded"]) == 2, timeout=10)
+    again = [r for r in agent.reports(task) if r.phase == "Succeeded"]
+    assert again[0] == again[1] == first
+    assert agent.metric("prewarm_agent_pull_calls_total") == 1
+    assert _eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
+
+
+def test_cancel_before_its_task_is_recorded_and_the_task_never_pulls(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    # Given a cancel that overtakes its task (SQS keeps no order)
+    image = oci_image_factory.push(registry, "agent/cancel-first", "v1")
+    agent = agents()
+    task = agent.task(image.reference)
+    agent.cancel(task, reason="job deleted")
+    agent.wait_for(task, lambda rs: any(r.phase == "Cancelled" for r in rs), timeout=10)
+
+    # When the task arrives afterwards
+    agent.send(task)
+
+    # Then it is answered Cancelled again and never pulled
+    agent.wait_for(task, lambda rs: len(rs) == 2, timeout=10)
+    assert [(r.phase, r.message) for r in agent.reports(task)] == [("Cancelled", "job deleted")] * 2
+    assert agent.metric("prewarm_agent_pull_calls_total") == 0
+    assert _eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
+
+
+# --- hello, probes, metrics ----------------------------------------------------------------------
+
+
+def test_hello_carries_the_nodes_labels_and_architecture_from_the_api_and_its_images(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+) -> None:
+    # Given a Node object (architecture deliberately not this machine's) and an image on the node
+    image = oci_image_factory.push(registry, "agent/hello", "v1")
+    cri.pull_image(image.reference).result(timeout=30)
+    node = f"ip-10-1-{uuid.uuid4().hex[:6]}.ec2.internal"
+    labels = {"kubernetes.io/arch": "arm64", "node.kubernetes.io/instance-type": "m7g.large", "team": "ml"}
+    with KubeApiServer() as api:
+        api.seed_objects([{
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels},
+            "status": {"nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"}},
+        }])
+
+        # When the agent starts with the API's endpoint and a token
+        agent = agents(node=node, KUBE_API_ENDPOINT=api.url, KUBE_BEARER_TOKEN=api.token)
+
+    # Then its hello has the Node's labels and architecture, its queue and the images present
+    (hello,) = agent.hellos()
+    assert hello.node == node
+    assert hello.labels == labels
+    assert (hello.architecture, hello.os) == ("arm64", "linux")
+    assert hello.queue_url == agent.queue_url
+    assert f"{registry.host}/agent/hello@{image.manifest_digest}" in hello.images
+    assert hello.agent_version
+
+
+def test_hello_falls_back_to_this_machine_when_the_api_is_unreachable(
+    agents: Agents, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="prewarm_agent")
+
+    agent = agents(KUBE_API_ENDPOINT="http://127.0.0.1:9", KUBE_BEARER_TOKEN="test-token")
+
+    (hello,) = agent.hellos()
+    assert (hello.architecture, hello.labels) == (host_architecture(), {})
+    assert any("cannot read node" in r.getMessage() and "platform.machine()" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_probes_and_metrics_answer_on_the_http_port(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    image = oci_image_factory.push(registry, "agent/metrics", "v1")
+    agent = agents()
+    task = agent.task(image.reference)
+    agent.send(task)
+    agent.final(task)
+
+    assert _http_get(agent, "/healthz") == (200, "ok\n")
+    assert _http_get(agent, "/readyz") == (200, "ok\n")
+    status, metrics = _http_get(agent, "/metrics")
+    assert status == 200
+    assert 'prewarm_agent_pulls_total{outcome="Succeeded"} 1.0' in metrics
+    assert 'prewarm_agent_pull_seconds_count{outcome="Succeeded"} 1.0' in metrics
+    assert f"prewarm_agent_pulled_bytes_total {float(sum(image.layer_sizes))}" in metrics
+    assert "prewarm_agent_pulls_in_flight 0.0" in metrics
+    assert "prewarm_agent_disk_guard_refusals_total 0.0" in metrics
+
+
+def test_readyz_fails_when_the_runtime_is_gone(agents: Agents, tmp_path: pytest.TempPathFactory) -> None:
+    agent = agents(CRI_SOCKET=f"{tmp_path}/missing.sock")
+
+    status, body = _http_get(agent, "/readyz")
+
+    assert status == 503
+    assert "missing.sock is unavailable" in body
+    assert _http_get(agent, "/healthz")[0] == 200
+
+
+def test_task_for_another_node_is_left_for_the_dead_letter_queue(agents: Agents) -> None:
+    agent = agents()
+    stray = PullTask(job="default/x", job_uid="u-1", round=0, node="some-other-node", image="busybox:1")
+
+    agent.send(stray)
+
+    assert _eventually(lambda: agent.metric("prewarm_agent_messages_received_total", kind="poison") == 1, timeout=5)
+    assert agent.queue_depth() == (0, 1)
