@@ -1,0 +1,485 @@
+"""What the `prewarm` CLI prints: kubectl-style tables and documents, `describe` text and the watch display.
+
+Tables are plain columns three spaces apart, as kubectl prints them: no truncation, no trailing
+blanks, so they read well and pipe into `awk`. rich draws only the live watch progress, and is
+imported only then.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, parse_manifest
+from prewarm.domain.status import FailedImageStatus, ImageListPullJobStatus, JobStatus
+
+if TYPE_CHECKING:
+    from prewarm.services.jobs import JobView
+    from prewarm.services.ports import NodeTaskRecord, RegisteredNode
+
+NONE = "<none>"
+UNKNOWN = "<unknown>"
+_GAP = "   "
+_LISTED_IMAGES = 3
+
+
+# --- Units ---------------------------------------------------------------------------------------
+
+
+def human_age(seconds: float) -> str:
+    """An age the way kubectl prints it: `45s`, `3m20s`, `5h`, `2d3h`, `400d`, `2y10d`."""
+    if seconds < -1:
+        return "<invalid>"
+    s = max(int(seconds), 0)
+    minutes, hours, days = s // 60, s // 3600, s // 86400
+    if s < 120:
+        return f"{s}s"
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if days < 365 * 2:
+        return f"{days}d"
+    years = days // 365
+    if years < 8:
+        return f"{years}y{days % 365}d" if days % 365 else f"{years}y"
+    return f"{years}y"
+
+
+def human_duration(seconds: float) -> str:
+    """A pull's duration: tenths below ten seconds (`1.4s`), else as `human_age`."""
+    return f"{max(seconds, 0.0):.1f}s" if seconds < 10 else human_age(seconds)
+
+
+def human_bytes(count: int | float) -> str:
+    """Binary units as docker and kubectl print sizes: `512 B`, `12.3 MiB`."""
+    if abs(count) < 1024:
+        return f"{int(count)} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if abs(value) < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
+
+
+def rfc3339(epoch: float | None) -> str | None:
+    """Kubernetes' timestamp form, whole seconds in UTC: `2024-05-01T12:00:00Z`."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _utc(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(int(epoch), UTC)
+
+
+def _age(epoch: float | None, now: float) -> str:
+    return UNKNOWN if epoch is None else human_age(now - epoch)
+
+
+def _when(epoch: float | None, now: float) -> str:
+    return NONE if epoch is None else f"{rfc3339(epoch)} ({human_age(now - epoch)} ago)"
+
+
+# --- Tables --------------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, indent: str = "") -> str:
+    """Columns three spaces apart, left-aligned, the last one unpadded (kubectl's printer)."""
+    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]
+        lines.append((indent + _GAP.join(padded)).rstrip())
+    return "\n".join(lines)
+
+
+def _images(spec: dict[str, Any]) -> str:
+    if "image" in spec:
+        return str(spec["image"])
+    images = list(spec.get("images", []))
+    shown = ",".join(images[:_LISTED_IMAGES])
+    return shown + (f" +{len(images) - _LISTED_IMAGES} more" if len(images) > _LISTED_IMAGES else "")
+
+
+def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_namespaces: bool = False) -> str:
+    """Kruise's ImagePullJob columns: NAME TOTAL ACTIVE SUCCEED FAILED AGE MESSAGE (+ IMAGE PARALLELISM ROUND)."""
+    headers = ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
+    if wide:
+        headers += ["IMAGE", "PARALLELISM", "ROUND"]
+    if all_namespaces:
+        headers.insert(0, "NAMESPACE")
+    rows = []
+    for v in views:
+        r = v.record
+        row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now), v.message]
+        if wide:
+            spec = r.spec.get("spec", {})
+            is_list = r.api_kind == "ImageListPullJob"
+            row += [_images(spec), spec.get("parallelism", 1), "-" if is_list else r.round]
+        if all_namespaces:
+            row.insert(0, r.namespace)
+        rows.append(row)
+    return table(headers, rows)
+
+
+def _selector_text(selector: Any) -> str:
+    if selector is None:
+        return NONE
+    if getattr(selector, "names", None):
+        return "names " + ", ".join(selector.names)
+    return str(selector.to_query()) or "<everything>"
+
+
+def _spec_model(manifest: dict[str, Any]) -> ImagePullJob | ImageListPullJob:
+    job = parse_manifest(manifest)
+    if not isinstance(job, ImagePullJob | ImageListPullJob):
+        raise TypeError(f"{manifest.get('kind')} is not a job")
+    return job
+
+
+def rules_table(rules: Sequence[dict[str, Any]]) -> str:
+    """NAME REPOSITORIES TAGS NAMESPACE AGE; the store keeps no creation time of rules, so AGE is unknown."""
+    rows = []
+    for rule in rules:
+        spec = rule.get("spec", {})
+        namespace = spec.get("template", {}).get("metadata", {}).get("namespace", "default")
+        rows.append([
+            rule.get("metadata", {}).get("name", ""), ",".join(spec.get("repositories", [])),
+            ",".join(spec.get("tags", ["*"])), namespace, UNKNOWN,
+        ])
+    return table(["NAME", "REPOSITORIES", "TAGS", "NAMESPACE", "AGE"], rows)
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or NONE
+
+
+def nodes_table(nodes: Sequence[RegisteredNode], *, now: float, wide: bool = False) -> str:
+    """The registered agents: NAME ARCH LABELS LAST-HELLO QUEUE (+ OS and the queue URL)."""
+    headers = ["NAME", "ARCH", "LABELS", "LAST-HELLO", "QUEUE"] + (["OS", "QUEUE-URL"] if wide else [])
+    rows = []
+    for n in nodes:
+        row = [n.name, n.architecture or UNKNOWN, _labels(n.labels), f"{human_age(now - n.last_hello)} ago",
+               n.queue_url.rsplit("/", 1)[-1] or NONE]
+        rows.append(row + ([n.os or UNKNOWN, n.queue_url or NONE] if wide else []))
+    return table(headers, rows)
+
+
+# --- Documents (-o yaml|json|name) ---------------------------------------------------------------
+
+
+def job_status(view: JobView) -> JobStatus:
+    """An ImagePullJob's status, field for field as Kruise reports it."""
+    r = view.record
+    return JobStatus(
+        desired=view.desired, active=view.active, succeeded=view.succeeded, failed=view.failed,
+        failed_nodes=view.failed_nodes, start_time=_utc(r.start_time), completion_time=_utc(view.completion_time),
+        message=view.message,
+    )
+
+
+def list_job_status(view: JobView) -> ImageListPullJobStatus:
+    """An ImageListPullJob's status as Kruise reports it: counts of its ImagePullJobs, failed images listed."""
+    by_image = {c.record.spec.get("spec", {}).get("image"): c for c in view.children}
+    images = view.record.spec.get("spec", {}).get("images", [])
+    failed: list[FailedImageStatus] = []
+    for image in images:
+        child = by_image.get(image)
+        if child is not None and child.failed:
+            message = f"failed on {child.failed} of {child.desired} nodes: {', '.join(child.failed_nodes)}"
+            failed.append(FailedImageStatus(image_pull_job=child.record.name, name=image, message=message))
+    children = list(by_image.values())
+    return ImageListPullJobStatus(
+        desired=len(images),
+        active=sum(c.active > 0 for c in children),
+        completed=sum(c.completion_time is not None for c in children),
+        succeeded=sum(c.completion_time is not None and c.succeeded == c.desired for c in children),
+        failed_image_statuses=failed,
+        start_time=_utc(view.record.start_time),
+        completion_time=_utc(view.completion_time),
+    )
+
+
+def job_document(view: JobView) -> dict[str, Any]:
+    """The job as `kubectl get -o yaml` shows it: the applied manifest, server metadata and status."""
+    r = view.record
+    doc: dict[str, Any] = copy.deepcopy(r.spec)
+    metadata = doc.setdefault("metadata", {})
+    metadata.update({"name": r.name, "namespace": r.namespace, "uid": r.uid, "generation": r.generation})
+    if r.created_at is not None:
+        metadata["creationTimestamp"] = rfc3339(r.created_at)
+    status = list_job_status(view) if r.api_kind == "ImageListPullJob" else job_status(view)
+    doc["status"] = status.to_dict()
+    return doc
+
+
+def rule_document(rule: dict[str, Any]) -> dict[str, Any]:
+    doc: dict[str, Any] = copy.deepcopy(rule)
+    return doc
+
+
+def node_document(node: RegisteredNode) -> dict[str, Any]:
+    """A registered agent's node, Kubernetes-shaped."""
+    return {
+        "apiVersion": "prewarm.dev/v1alpha1",
+        "kind": "RegisteredNode",
+        "metadata": {"name": node.name, "labels": dict(node.labels)},
+        "status": {"architecture": node.architecture, "os": node.os, "queueUrl": node.queue_url,
+                   "lastHello": rfc3339(node.last_hello)},
+    }
+
+
+def object_name(doc: dict[str, Any]) -> str:
+    """`-o name`: `imagepulljob.apps.kruise.io/job-x`, as kubectl prints it."""
+    kind, api_version = doc.get("kind", ""), doc.get("apiVersion", "")
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    if kind in ("ImagePullJob", "ImageListPullJob"):
+        group = "apps.kruise.io"  # prewarm.dev/v1alpha1 jobs are Kruise jobs under another name
+    return f"{kind.lower()}.{group}/{doc.get('metadata', {}).get('name', '')}" if group else f"{kind.lower()}/"
+
+
+def render_documents(docs: list[dict[str, Any]], output: str, *, single: bool) -> str:
+    """yaml, json or name output; several objects (or a listing) become a `kind: List`, as kubectl does."""
+    if output == "name":
+        return "\n".join(object_name(d) for d in docs)
+    body: dict[str, Any] = docs[0] if single else {"apiVersion": "v1", "kind": "List", "items": docs}
+    if output == "json":
+        return json.dumps(body, indent=4)
+    import yaml
+
+    return yaml.safe_dump(body, sort_keys=False, default_flow_style=False, allow_unicode=True).rstrip("\n")
+
+
+# --- describe ------------------------------------------------------------------------------------
+
+
+def _fields(pairs: Sequence[tuple[str, object]], indent: str = "") -> list[str]:
+    width = max(len(k) for k, _ in pairs) + 2
+    return [f"{indent}{(k + ':').ljust(width)}{v}".rstrip() for k, v in pairs]
+
+
+def _seconds(value: object) -> str:
+    return NONE if value is None else f"{value}s"
+
+
+def _progress(task: NodeTaskRecord) -> str:
+    if task.bytes_total:
+        done = task.bytes_done or 0
+        return f"{human_bytes(done)}/{human_bytes(task.bytes_total)} ({100 * done // task.bytes_total}%)"
+    return human_bytes(task.bytes_done) if task.bytes_done else "-"
+
+
+def _duration(task: NodeTaskRecord, now: float) -> str:
+    if task.started_at is None:
+        return "-"
+    return human_duration((task.finished_at or now) - task.started_at)
+
+
+NODE_COLUMNS = ("NODE", "PHASE", "SENT", "ATTEMPTS", "PROGRESS", "DURATION", "MESSAGE")
+
+
+def node_rows(tasks: Sequence[NodeTaskRecord], *, now: float) -> list[list[object]]:
+    """One row per node, like a NodeImage's status: phase, when the task was sent (a Waiting node with a
+    task sent holds a parallelism slot), attempts, bytes pulled, duration, message.
+    """
+    return [
+        [t.node, t.phase.value, "-" if t.dispatched_at is None else f"{human_age(now - t.dispatched_at)} ago",
+         t.attempt, _progress(t), _duration(t, now), t.message or ""]
+        for t in tasks
+    ]
+
+
+def describe_job(view: JobView, *, now: float) -> str:
+    """`prewarm describe job`: spec summary, status, per-node table and excluded nodes (or the children)."""
+    r = view.record
+    job = _spec_model(r.spec)
+    spec = job.spec
+    meta = job.metadata
+    lines = _fields([
+        ("Name", r.name), ("Namespace", r.namespace), ("Kind", r.api_kind), ("API Version", job.api_version),
+        ("UID", r.uid), ("Created", _when(r.created_at, now)), ("Labels", _labels(meta.labels or {})),
+        ("Annotations", _labels(meta.annotations or {})),
+    ])
+    if r.owner:
+        lines += _fields([("Owner", f"ImageListPullJob {r.owner}")])
+    completion = spec.completion_policy
+    policy = completion.type
+    if completion.active_deadline_seconds is not None:
+        policy += f", activeDeadlineSeconds {completion.active_deadline_seconds}"
+    if completion.ttl_seconds_after_finished is not None:
+        policy += f", ttlSecondsAfterFinished {completion.ttl_seconds_after_finished}"
+    sandbox = spec.sandbox_config
+    image_pairs: list[tuple[str, object]] = (
+        [("Image", spec.image)] if isinstance(job, ImagePullJob) else [("Images", ", ".join(job.spec.images))]
+    )
+    lines.append("Spec:")
+    lines += _fields([
+        *image_pairs,
+        ("Selector", _selector_text(spec.selector)),
+        ("Pod Selector", _selector_text(spec.pod_selector)),
+        ("Parallelism", spec.parallelism),
+        ("Pull Policy", f"timeoutSeconds {spec.pull_policy.timeout_seconds}, "
+                        f"backoffLimit {spec.pull_policy.backoff_limit}"),
+        ("Image Pull Policy", spec.image_pull_policy),
+        ("Completion Policy", policy),
+        ("Pull Secrets", ", ".join(spec.pull_secrets or []) or NONE),
+        ("Sandbox Config", _labels({**(sandbox.labels or {}), **(sandbox.annotations or {})}) if sandbox else NONE),
+    ], "  ")
+    lines.append("Status:")
+    status_pairs: list[tuple[str, object]] = [("State", r.state), ("Generation", r.generation)]
+    if r.api_kind == "ImagePullJob":
+        status_pairs.append(("Round", r.round))
+    status_pairs += [
+        ("Desired", view.desired), ("Active", view.active), ("Succeeded", view.succeeded), ("Failed", view.failed),
+        ("Failed Nodes", ", ".join(view.failed_nodes) or NONE), ("Start Time", _when(r.start_time, now)),
+        ("Completion Time", _when(view.completion_time, now)), ("Message", view.message),
+    ]
+    lines += _fields(status_pairs, "  ")
+    if r.api_kind == "ImageListPullJob":
+        lines += _describe_children(view, now=now)
+    else:
+        lines += _describe_nodes(view, now=now)
+    return "\n".join(lines)
+
+
+def _describe_nodes(view: JobView, *, now: float) -> list[str]:
+    tasks = view.tasks
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t.phase.value] = counts.get(t.phase.value, 0) + 1
+    summary = ", ".join(f"{n} {phase}" for phase, n in counts.items())
+    lines = [f"Nodes ({len(tasks)}{': ' + summary if summary else ''}):"]
+    if tasks:
+        lines.append(table(NODE_COLUMNS, node_rows(tasks, now=now), indent="  "))
+    else:
+        lines.append("  " + ("<none yet: the job is not planned>" if view.record.planned != view.record.plan_id
+                             else NONE))
+    excluded = view.record.excluded
+    lines.append(f"Excluded Nodes ({len(excluded)}):")
+    if excluded:
+        lines.append(table(["NODE", "REASON"], [[e.get("name", ""), e.get("reason", "")] for e in excluded],
+                           indent="  "))
+    else:
+        lines.append(f"  {NONE}")
+    return lines
+
+
+def _describe_children(view: JobView, *, now: float) -> list[str]:
+    lines = [f"ImagePullJobs ({len(view.children)}):"]
+    rows = [
+        [c.record.name, c.record.spec.get("spec", {}).get("image", ""), c.desired, c.active, c.succeeded, c.failed,
+         c.message]
+        for c in view.children
+    ]
+    if rows:
+        lines.append(table(["NAME", "IMAGE", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "MESSAGE"], rows,
+                           indent="  "))
+        lines.append("  (`prewarm describe job NAME` shows one image's nodes)")
+    else:
+        lines.append(f"  {NONE}")
+    failed = list_job_status(view).failed_image_statuses
+    if failed:
+        lines.append("Failed Images:")
+        lines += [f"  {f.name}: {f.message}" for f in failed]
+    return lines
+
+
+# --- watch ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WatchState:
+    """What `prewarm watch` shows of a job: node counts and bytes over all its nodes."""
+
+    desired: int
+    waiting: int
+    active: int
+    succeeded: int
+    failed: int
+    bytes_done: int
+    bytes_total: int
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed
+
+    def line(self) -> str:
+        text = f"{self.done}/{self.desired} nodes done ({self.succeeded} succeeded, {self.failed} failed, " \
+               f"{self.active} active, {self.waiting} waiting)"
+        if self.bytes_total:
+            text += f", {human_bytes(self.bytes_done)} of {human_bytes(self.bytes_total)}"
+        return text
+
+
+class WatchDisplay:
+    """A live rich progress bar on a terminal; elsewhere (pipes, CI logs) one line per change."""
+
+    def __init__(self, title: str, *, file: TextIO | None = None, terminal: bool | None = None) -> None:
+        self.title = title
+        self._file = file
+        self._terminal = terminal
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+        self._last: WatchState | None = None
+
+    def __enter__(self) -> WatchDisplay:
+        from rich.console import Console
+
+        # No markup or highlighting: job names and messages are printed exactly as they are.
+        console = Console(file=self._file, force_terminal=self._terminal, highlight=False, markup=False, emoji=False)
+        if console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description:>6}"), BarColumn(), TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(), console=console, transient=False,
+            )
+            console.print(f"watching {self.title}")
+            self._tasks = {
+                "nodes": self._progress.add_task("nodes", total=None, detail="waiting for the plan"),
+                "bytes": self._progress.add_task("bytes", total=None, detail=""),
+            }
+            self._progress.start()
+        self._console = console
+        return self
+
+    def update(self, state: WatchState) -> None:
+        if self._progress is None:
+            if state != self._last:
+                self._console.print(f"{self.title}: {state.line()}", soft_wrap=True)
+        else:
+            detail = f"{state.done}/{state.desired} ({state.succeeded} ok, {state.failed} failed, " \
+                     f"{state.active} active, {state.waiting} waiting)"
+            self._progress.update(self._tasks["nodes"], completed=state.done, total=state.desired or None,
+                                  detail=detail)
+            self._progress.update(
+                self._tasks["bytes"], completed=state.bytes_done, total=state.bytes_total or None,
+                detail=f"{human_bytes(state.bytes_done)}/{human_bytes(state.bytes_total)}" if state.bytes_total
+                else "no size reported yet",
+            )
+        self._last = state
+
+    def finish(self, message: str | None = None) -> None:
+        """Stops the live display and prints the outcome, if any."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if message is not None:
+            self._console.print(message, soft_wrap=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()

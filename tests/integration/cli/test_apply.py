@@ -1,0 +1,202 @@
+"""`prewarm apply`: kubectl's answers, every manifest source, and errors naming file, document and field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from prewarm.services.jobs import job_key
+
+from .conftest import ControlPlane, Run, job_yaml
+
+pytestmark = pytest.mark.integration
+
+LIST_JOB = textwrap.dedent("""\
+    apiVersion: apps.kruise.io/v1alpha1
+    kind: ImageListPullJob
+    metadata:
+      name: base-images
+    spec:
+      images: [nginx:1.25, redis:7]
+      parallelism: 2
+    """)
+RULE = textwrap.dedent("""\
+    apiVersion: prewarm.dev/v1alpha1
+    kind: PrewarmRule
+    metadata:
+      name: team-a
+    spec:
+      repositories: ["team-a/*"]
+      tags: ["v*"]
+      template:
+        metadata:
+          namespace: team-a
+    """)
+
+
+def test_applying_a_job_twice_is_unchanged_and_a_changed_spec_is_configured(
+    prewarm: Run, tmp_path: Path, control_plane: ControlPlane
+) -> None:
+    # Given a job manifest
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(job_yaml("apply-web"))
+
+    # When it is applied, applied again, then applied with another parallelism
+    first = prewarm("apply", "-f", str(manifest))
+    second = prewarm("apply", "-f", str(manifest))
+    manifest.write_text(job_yaml("apply-web", parallelism=1))
+    third = prewarm("apply", "-f", str(manifest))
+
+    # Then kubectl's three answers come back, and the store holds the new spec
+    assert (first.exit_code, first.stdout) == (0, "imagepulljob.apps.kruise.io/apply-web created\n")
+    assert (second.exit_code, second.stdout) == (0, "imagepulljob.apps.kruise.io/apply-web unchanged\n")
+    assert (third.exit_code, third.stdout) == (0, "imagepulljob.apps.kruise.io/apply-web configured\n")
+    record = control_plane.store.get_job(job_key("default", "apply-web"))
+    assert record is not None and record.spec["spec"]["parallelism"] == 1 and record.generation == 2
+
+
+def test_a_directory_applies_its_list_job_and_rule_files_in_name_order(
+    prewarm: Run, tmp_path: Path, control_plane: ControlPlane
+) -> None:
+    # Given a directory with a list job, a rule and a file that is not a manifest
+    (tmp_path / "a-list.yaml").write_text(LIST_JOB)
+    (tmp_path / "b-rule.yml").write_text(RULE)
+    (tmp_path / "notes.txt").write_text("not a manifest")
+
+    # When the directory is applied
+    result = prewarm("apply", "-f", str(tmp_path))
+
+    # Then both objects are created, the list job with one child job per image
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "imagelistpulljob.apps.kruise.io/base-images created",
+        "prewarmrule.prewarm.dev/team-a created",
+    ]
+    record = control_plane.store.get_job(job_key("default", "base-images"))
+    assert record is not None and len(record.children) == 2
+    assert [r["metadata"]["name"] for r in control_plane.store.list_rules()] == ["team-a"]
+
+
+def test_recursive_reads_subdirectories(prewarm: Run, tmp_path: Path) -> None:
+    # Given a manifest one directory down
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "job.yaml").write_text(job_yaml("apply-nested"))
+
+    # When the top directory is applied without and with -R
+    flat = prewarm("apply", "-f", str(tmp_path))
+    recursive = prewarm("apply", "-R", "-f", str(tmp_path))
+
+    # Then only the recursive run finds the job
+    assert flat.exit_code == 2
+    assert flat.stderr == "error: no objects passed to apply (see 'prewarm apply --help')\n"
+    assert recursive.stdout == "imagepulljob.apps.kruise.io/apply-nested created\n"
+
+
+def test_stdin_with_a_kind_list_applies_every_item(prewarm: Run) -> None:
+    # Given a `kind: List` of two jobs on stdin, as `kubectl get -o yaml` writes it
+    items = textwrap.indent(job_yaml("apply-stdin-1"), "    ").replace("    apiVersion", "  - apiVersion", 1)
+    items += textwrap.indent(job_yaml("apply-stdin-2"), "    ").replace("    apiVersion", "  - apiVersion", 1)
+    stream = f"apiVersion: v1\nkind: List\nitems:\n{items}"
+
+    # When it is applied from `-`
+    result = prewarm("apply", "-f", "-", input=stream)
+
+    # Then both are created
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "imagepulljob.apps.kruise.io/apply-stdin-1 created",
+        "imagepulljob.apps.kruise.io/apply-stdin-2 created",
+    ]
+
+
+def test_bad_yaml_exits_2_with_one_line_naming_the_file_and_line(prewarm: Run, tmp_path: Path) -> None:
+    # Given a file that is not YAML
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\nmetadata: {name: x\n")
+
+    # When it is applied
+    result = prewarm("apply", "-f", str(bad))
+
+    # Then one error line names the file and where the YAML broke
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {bad}: invalid YAML at line 4, column 1: ")
+
+
+def test_an_unknown_kind_exits_2_naming_the_kind(prewarm: Run, tmp_path: Path) -> None:
+    # Given a Deployment
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n")
+
+    # When it is applied
+    result = prewarm("apply", "-f", str(manifest))
+
+    # Then the error names the file, the document, the field and the kind
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f'error: {manifest} document 1 (Deployment default/web): kind: unsupported kind "Deployment": '
+        "supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule"
+    ]
+
+
+def test_a_missing_field_is_named_by_its_path(prewarm: Run, tmp_path: Path) -> None:
+    # Given a job without spec.image and with a negative parallelism
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(job_yaml("apply-missing").replace("  image: nginx:1.25\n", "").replace(
+        "parallelism: 3", "parallelism: -1"))
+
+    # When it is applied
+    result = prewarm("apply", "-f", str(manifest))
+
+    # Then every problem is one line naming its field path
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith(f"error: {manifest} document 1 (ImagePullJob default/apply-missing): spec.")
+               for line in lines)
+    assert any(line.endswith("spec.image: required") for line in lines)
+    assert any("spec.parallelism: " in line for line in lines)
+
+
+def test_valid_documents_are_applied_even_when_others_are_invalid(
+    prewarm: Run, tmp_path: Path, control_plane: ControlPlane
+) -> None:
+    # Given one file with a valid job, an invalid job and another valid job, and a second broken file
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text("---\n".join([
+        job_yaml("apply-mix-1"),
+        job_yaml("apply-mix-bad").replace("nginx:1.25", "'NGINX::bad'"),
+        job_yaml("apply-mix-2"),
+    ]))
+    broken = tmp_path / "zz.yaml"
+    broken.write_text("kind: [\n")
+
+    # When both are applied
+    result = prewarm("apply", "-f", str(mixed), "-f", str(broken))
+
+    # Then the valid jobs are created, each bad document reported, and the exit code says invalid input
+    assert result.exit_code == 2
+    assert result.stdout.splitlines() == [
+        "imagepulljob.apps.kruise.io/apply-mix-1 created",
+        "imagepulljob.apps.kruise.io/apply-mix-2 created",
+    ]
+    errors = result.stderr.splitlines()
+    assert len(errors) == 2
+    assert errors[0].startswith(f"error: {mixed} document 2 (ImagePullJob default/apply-mix-bad): spec.image: ")
+    assert errors[1].startswith(f"error: {broken}: invalid YAML")
+    assert control_plane.store.get_job(job_key("default", "apply-mix-2")) is not None
+    assert control_plane.store.get_job(job_key("default", "apply-mix-bad")) is None
+
+
+def test_a_path_that_does_not_exist_is_a_usage_error(prewarm: Run, tmp_path: Path) -> None:
+    # When a missing file is applied
+    result = prewarm("apply", "-f", str(tmp_path / "nope.yaml"))
+
+    # Then nothing is applied and one line says which path
+    assert result.exit_code == 2
+    assert len(result.stderr.splitlines()) == 1
+    assert "nope.yaml" in result.stderr and "does not exist" in result.stderr

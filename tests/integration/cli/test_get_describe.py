@@ -1,0 +1,212 @@
+"""`prewarm get` in every output format, and `prewarm describe` with node rows driven through the control plane."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prewarm.domain.messages import Hello
+from prewarm.services.reports import register_node
+
+from .conftest import ControlPlane, Run, job_yaml
+
+pytestmark = pytest.mark.integration
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def running_job(control_plane: ControlPlane, state_file: Path) -> str:
+    """`get-web` on node-a..c plus a missing node-d: node-a succeeded, node-b failed, node-c sent its task."""
+    from click.testing import CliRunner
+
+    from prewarm_local.cli import cli
+
+    manifest = job_yaml("get-web", nodes=("node-a", "node-b", "node-c", "node-d"), parallelism=2)
+    result = CliRunner().invoke(cli, ["--local", "apply", "-f", "-"], input=manifest,
+                                env={"PREWARM_LOCAL_STATE": str(state_file)})
+    assert result.exit_code == 0, result.output
+    control_plane.plan("get-web")
+    control_plane.report("get-web", "node-a", "Pulling", bytes_done=10 * MIB, bytes_total=40 * MIB)
+    control_plane.report("get-web", "node-a", "Succeeded", bytes_done=40 * MIB, bytes_total=40 * MIB)
+    control_plane.report("get-web", "node-b", "Failed", attempt=4, message="failed to pull: 401 Unauthorized")
+    return "get-web"
+
+
+def test_get_jobs_prints_kruise_columns(prewarm: Run, running_job: str) -> None:
+    # When the jobs of the default namespace are listed
+    result = prewarm("get", "jobs")
+
+    # Then the header is Kruise's and the row carries the job's counters and message
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
+    row = next(line for line in lines if line.startswith("get-web "))
+    assert row.split()[:5] == ["get-web", "3", "1", "1", "1"]
+    assert row.endswith("job is running, progress 66.7%")
+
+
+def test_get_jobs_wide_across_namespaces_adds_namespace_image_parallelism_and_round(
+    prewarm: Run, running_job: str
+) -> None:
+    # Given a job in another namespace
+    assert prewarm("apply", "-f", "-", input=job_yaml("get-other", namespace="team-b")).exit_code == 0
+
+    # When every namespace is listed wide
+    result = prewarm("get", "jobs", "-A", "-o", "wide")
+
+    # Then both namespaces show, with the wide columns
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["NAMESPACE", "NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE",
+                              "IMAGE", "PARALLELISM", "ROUND"]
+    web = next(r for r in rows if " get-web " in r).split()
+    assert (web[0], web[-3:]) == ("default", ["nginx:1.25", "2", "0"])
+    assert any(r.split()[:2] == ["team-b", "get-other"] for r in rows)
+
+
+def test_get_job_yaml_is_the_manifest_with_a_kruise_status(prewarm: Run, running_job: str) -> None:
+    # When one job is shown as YAML
+    result = prewarm("get", "job", "get-web", "-o", "yaml")
+
+    # Then it is the applied manifest, server metadata, and Kruise's status fields
+    doc = yaml.safe_load(result.stdout)
+    assert (doc["apiVersion"], doc["kind"], doc["spec"]["image"]) == (
+        "apps.kruise.io/v1alpha1", "ImagePullJob", "nginx:1.25")
+    assert {"uid", "generation", "creationTimestamp"} <= doc["metadata"].keys()
+    status = doc["status"]
+    assert {k: status[k] for k in ("desired", "active", "succeeded", "failed", "failedNodes", "message")} == {
+        "desired": 3, "active": 1, "succeeded": 1, "failed": 1, "failedNodes": ["node-b"],
+        "message": "job is running, progress 66.7%",
+    }
+    assert status["startTime"].endswith("Z") and "completionTime" not in status
+
+
+def test_get_jobs_json_is_a_list_and_name_prints_kind_slash_name(prewarm: Run, running_job: str) -> None:
+    # When all jobs are shown as JSON and by name
+    as_json = json.loads(prewarm("get", "jobs", "-o", "json").stdout)
+    names = prewarm("get", "jobs", "-o", "name").stdout.splitlines()
+
+    # Then JSON is a `kind: List` of the jobs, and names are kubectl's resource/name form
+    assert as_json["kind"] == "List"
+    assert "get-web" in [item["metadata"]["name"] for item in as_json["items"]]
+    assert "imagepulljob.apps.kruise.io/get-web" in names
+
+
+def test_get_rules_in_table_and_yaml(prewarm: Run) -> None:
+    # Given a rule
+    rule = textwrap.dedent("""\
+        apiVersion: prewarm.dev/v1alpha1
+        kind: PrewarmRule
+        metadata: {name: get-rule}
+        spec:
+          repositories: ["ml/*", "base"]
+          tags: ["v*"]
+          template: {metadata: {namespace: ml}}
+        """)
+    assert prewarm("apply", "-f", "-", input=rule).exit_code == 0
+
+    # When rules are listed as a table and the rule as YAML
+    listed = prewarm("get", "rules")
+    shown = prewarm("get", "rule", "get-rule", "-o", "yaml")
+
+    # Then the columns say what it matches and where its jobs go; the YAML is the rule
+    header, *rows = listed.stdout.splitlines()
+    assert header.split() == ["NAME", "REPOSITORIES", "TAGS", "NAMESPACE", "AGE"]
+    assert next(r for r in rows if r.startswith("get-rule ")).split() == ["get-rule", "ml/*,base", "v*", "ml",
+                                                                          "<unknown>"]
+    doc = yaml.safe_load(shown.stdout)
+    assert (doc["kind"], doc["metadata"]["name"], doc["spec"]["repositories"]) == ("PrewarmRule", "get-rule",
+                                                                                  ["ml/*", "base"])
+
+
+def test_get_nodes_lists_registered_agents(prewarm: Run, control_plane: ControlPlane) -> None:
+    # Given an agent that said hello 90 seconds ago
+    hello = Hello(node="node-hello", labels={"pool": "gpu", "kubernetes.io/arch": "arm64"}, architecture="arm64",
+                  queue_url=control_plane.queues.queue_url("node-hello"))
+    register_node(control_plane.store, control_plane.queues, None, hello, now=time.time() - 90)
+
+    # When nodes are listed as a table and as JSON
+    table = prewarm("get", "nodes")
+    as_json = json.loads(prewarm("get", "node", "node-hello", "-o", "json").stdout)
+
+    # Then the row shows architecture, labels, the hello's age and the queue
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["NAME", "ARCH", "LABELS", "LAST-HELLO", "QUEUE"]
+    row = next(r for r in rows if r.startswith("node-hello ")).split()
+    assert row[:3] == ["node-hello", "arm64", "kubernetes.io/arch=arm64,pool=gpu"]
+    assert row[3] in ("90s", "91s", "92s") and row[4] == "ago"
+    assert row[5] == control_plane.queues.queue_name("node-hello")
+    assert as_json["metadata"]["name"] == "node-hello" and as_json["status"]["architecture"] == "arm64"
+
+
+def test_get_a_missing_job_exits_1_naming_it(prewarm: Run) -> None:
+    # When a job that does not exist is asked for
+    result = prewarm("get", "job", "nope")
+
+    # Then one line names it and its namespace
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == 'error: job "nope" not found in namespace "default"\n'
+
+
+def test_get_an_unknown_resource_type_is_a_usage_error(prewarm: Run) -> None:
+    result = prewarm("get", "deployments")
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith('error: "get" does not know the resource type "deployments": use jobs, rules')
+
+
+def test_describe_job_shows_spec_status_node_rows_and_excluded_nodes(prewarm: Run, running_job: str) -> None:
+    # When the job is described
+    result = prewarm("describe", "job", "get-web")
+
+    # Then spec and status are summarised and each node has a row
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "Image:             nginx:1.25" in text
+    assert "Selector:          names node-a, node-b, node-c, node-d" in text
+    assert "Failed Nodes:    node-b" in text
+    assert "Message:         job is running, progress 66.7%" in text
+    lines = text.splitlines()
+    header = lines.index("Nodes (3: 1 Succeeded, 1 Failed, 1 Waiting):")
+    assert lines[header + 1].split() == ["NODE", "PHASE", "SENT", "ATTEMPTS", "PROGRESS", "DURATION", "MESSAGE"]
+    rows = {line.split()[0]: line for line in lines[header + 2: header + 5]}
+    assert "Succeeded" in rows["node-a"] and "40.0 MiB/40.0 MiB (100%)" in rows["node-a"]
+    assert rows["node-b"].split()[1:2] == ["Failed"] and rows["node-b"].endswith("failed to pull: 401 Unauthorized")
+    assert rows["node-b"].split()[4] == "4"  # attempts, after SENT "Ns ago"
+    assert rows["node-c"].split()[1] == "Waiting" and "ago" in rows["node-c"]  # its task was sent
+    excluded = lines.index("Excluded Nodes (1):")
+    assert lines[excluded + 2].split(maxsplit=1) == ["node-d", "node not found"]
+
+
+def test_describe_list_job_shows_its_image_pull_jobs(prewarm: Run) -> None:
+    # Given a list job of two images
+    manifest = textwrap.dedent("""\
+        apiVersion: apps.kruise.io/v1beta1
+        kind: ImageListPullJob
+        metadata: {name: describe-list}
+        spec:
+          images: [busybox:1.36, alpine:3.20]
+        """)
+    assert prewarm("apply", "-f", "-", input=manifest).exit_code == 0
+
+    # When it is described
+    result = prewarm("describe", "job", "describe-list")
+
+    # Then each image's ImagePullJob has a row
+    lines = result.stdout.splitlines()
+    start = lines.index("ImagePullJobs (2):")
+    assert lines[start + 1].split() == ["NAME", "IMAGE", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "MESSAGE"]
+    images = sorted(line.split()[1] for line in lines[start + 2: start + 4])
+    assert images == ["alpine:3.20", "busybox:1.36"]
+    assert all(line.split()[0].startswith("describe-list-") for line in lines[start + 2: start + 4])
+
+
+def test_describe_a_missing_job_exits_1(prewarm: Run) -> None:
+    result = prewarm("describe", "job", "nope", "-n", "team-x")
+
+    assert (result.exit_code, result.stderr) == (1, 'error: job "nope" not found in namespace "team-x"\n')
