@@ -21,7 +21,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     result = sweep(
         bootstrap.store(), bootstrap.queues(), bootstrap.cluster_or_none(), now=time.time(),
         prefix=s.node_queue_prefix, silence_grace_seconds=s.node_silence_grace_seconds,
-        resend_after_seconds=s.task_resend_seconds,
+        resend_after_seconds=s.task_resend_seconds, secrets=bootstrap.secret_mirror(),
     )
     metrics.add_metric(name="JobsFailed", unit=MetricUnit.Count, value=len(result.deadline_failed))
     summary = dataclasses.asdict(result)

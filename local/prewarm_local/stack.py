@@ -14,18 +14,20 @@ Not emulated: IAM (policies are not enforced locally), X-Ray, CloudWatch alarms 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TextIO
 
 import boto3
 
@@ -86,8 +88,11 @@ class LocalStack:
         stack_name: str = "prewarm-local",
         region: str = "us-west-2",
         failed_visibility_seconds: int | None = None,
+        function_output: TextIO | None = None,
     ) -> None:
         self.endpoint_url = endpoint_url
+        # Where handlers' stdout goes (their JSON logs and EMF metrics, CloudWatch Logs in AWS).
+        self.function_output = function_output
         self.template = load_template(template_path)
         self.parameters = dict(parameters or {})
         self.stack_name = stack_name
@@ -244,17 +249,20 @@ class LocalStack:
             os.environ.update(fn.env)
             os.environ.setdefault("AWS_ENDPOINT_URL", self.endpoint_url)
             try:
-                from prewarm import bootstrap
+                from prewarm.settings import settings
 
-                bootstrap.settings.cache_clear()
+                settings.cache_clear()
                 if fn.module is None:
-                    fn.module = self._load(fn)
+                    # Loaded under the redirect, so loggers created at import write there too.
+                    with contextlib.redirect_stdout(self.function_output or sys.stdout):
+                        fn.module = self._load(fn)
                 attr = fn.handler.rpartition(".")[2]
                 context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
                                         fn.timeout)
                 fn.invocations += 1
                 try:
-                    return getattr(fn.module, attr)(dict(event), context)
+                    with contextlib.redirect_stdout(self.function_output or sys.stdout):
+                        return getattr(fn.module, attr)(dict(event), context)
                 except Exception:
                     fn.errors += 1
                     raise

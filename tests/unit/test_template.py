@@ -353,6 +353,7 @@ STAR_RESOURCE_ACTIONS = {
     "ecr-public:GetAuthorizationToken": "ECR Public token API has no resource type",
     "sts:GetServiceBearerToken": "required alongside ecr-public:GetAuthorizationToken",
     "sqs:ListQueues": "list action; sweep filters by the node queue prefix",
+    "secretsmanager:ListSecrets": "list action with no resource type; sweep filters by the pull-secret prefix",
     "xray:PutTraceSegments": "X-Ray write APIs have no resource type",
     "xray:PutTelemetryRecords": "X-Ray write APIs have no resource type",
     "xray:GetSamplingRules": "X-Ray sampling APIs have no resource type",

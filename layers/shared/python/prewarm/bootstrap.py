@@ -79,7 +79,8 @@ def secret_mirror() -> PullSecretMirror:
 def _secret_mirror() -> SecretsManagerMirror:
     from prewarm.adapters.secrets import SecretsManagerMirror
 
-    return SecretsManagerMirror(settings().secret_prefix, cluster())
+    # Cleanup needs no cluster; mirroring reads secrets through it and says so when it is missing.
+    return SecretsManagerMirror(settings().secret_prefix, cluster_or_none())
 
 
 @lru_cache(maxsize=1)

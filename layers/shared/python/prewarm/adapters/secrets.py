@@ -221,7 +221,7 @@ def docker_config_of(secret: Mapping[str, Any], namespace: str, name: str) -> di
 class SecretsManagerMirror:
     """`PullSecretMirror` on Secrets Manager: a job's pullSecrets copied where its nodes' agents can read them."""
 
-    def __init__(self, prefix: str, cluster: SecretReader, client: Any = None,
+    def __init__(self, prefix: str, cluster: SecretReader | None, client: Any = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.prefix = prefix
         self._cluster = cluster
@@ -252,6 +252,9 @@ class SecretsManagerMirror:
         return arns
 
     def _read(self, namespace: str, name: str) -> dict[str, Any]:
+        if self._cluster is None:
+            raise PullSecretError(f"pull secret {namespace}/{name} cannot be read: no Kubernetes API is configured "
+                                  "(set CLUSTER_NAME, or KUBE_API_ENDPOINT)")
         try:
             secret = self._cluster.get_secret(namespace, name)
         except ClusterError as e:

@@ -98,6 +98,10 @@ def record_report(
             value = getattr(report, name)
             if value is not None:
                 fields[name] = value
+        if new_phase is NodePhase.SUCCEEDED and report.size_bytes is not None:
+            # A pull too quick for a progress report still says how much it brought.
+            fields.setdefault("bytes_total", report.size_bytes)
+            fields.setdefault("bytes_done", report.size_bytes)
         if task.started_at is None:
             fields["started_at"] = report.started_at or now
         deltas = _counter_deltas(task.phase, new_phase, dispatched=task.dispatched_at is not None)
