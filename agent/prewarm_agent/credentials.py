@@ -20,7 +20,13 @@ from prewarm.adapters.ecr_auth import EcrTokenSource, RoleCredentials
 from prewarm.adapters.secrets import AgentCredentialsError
 from prewarm.domain.credentials import EcrRegistry, Keyring, RegistryAuth, ecr_registry_for
 from prewarm.domain.images import ImageRef
-from prewarm.domain.refresh import CredentialStoreError, RegistryConfig, RegistryTokenError, refresh_due_at
+from prewarm.domain.refresh import (
+    CredentialStoreError,
+    RegistryConfig,
+    RegistryToken,
+    RegistryTokenError,
+    refresh_due_at,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +35,12 @@ class PullSecretSource(Protocol):
     """Reads docker config secrets (Secrets Manager ARNs) into a keyring (`AgentCredentials` does)."""
 
     def keyring(self, secret_ids: Sequence[str]) -> Keyring: ...
+
+
+class TokenSource(Protocol):
+    """Issues ECR tokens (`EcrTokenSource` does)."""
+
+    def token(self, registry: RegistryConfig) -> RegistryToken: ...
 
 
 class RegistryTokens(Protocol):
@@ -73,10 +85,10 @@ class EcrTokens:
         *,
         endpoint_url: str | None = None,
         clock: Callable[[], float],
-        source: EcrTokenSource | None = None,
+        source: TokenSource | None = None,
     ) -> None:
         self._clock = clock
-        self._source = source or EcrTokenSource(client_factory=self._client, clock=clock)
+        self._source: TokenSource = source or EcrTokenSource(client_factory=self._client, clock=clock)
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
         self._cache: dict[tuple[str | None, str | None], tuple[str, str, float]] = {}

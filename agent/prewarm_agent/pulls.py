@@ -169,6 +169,12 @@ class PullCoordinator:
         with self._lock:
             return self._running
 
+    @property
+    def waiting(self) -> int:
+        """Runs queued for a slot."""
+        with self._lock:
+            return len(self._queue)
+
     def running(self) -> list[tuple[SharedPull, list[TaskRun]]]:
         """The pulls running now, each with the runs waiting on it."""
         with self._lock:

@@ -13,6 +13,7 @@ import pytest
 
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, node_queue_name, parse_agent_message
 from prewarm_agent.agent import Agent
+from prewarm_agent.cri.client import CriImageClient
 from prewarm_agent.node import NodeFacts, local_architecture
 from prewarm_agent.settings import AgentSettings
 from prewarm_local.aws import MotoServer, aws_environment
@@ -38,6 +39,13 @@ def node_runtime(
     containerd.add_registry_mirror(registry.host, registry.url)
     containerd.add_registry_mirror(auth_registry.host, auth_registry.url)
     return containerd
+
+
+@pytest.fixture(scope="module")
+def cri(node_runtime: PrivateContainerd) -> Iterator[CriImageClient]:
+    """A CRI client on the module's containerd, to look at what the agent did."""
+    with node_runtime.cri_client() as client:
+        yield client
 
 
 class AgentHarness:

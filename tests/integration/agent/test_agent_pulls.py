@@ -30,12 +30,6 @@ ECR_ACCOUNT = "123456789012"
 ECR_HOST = f"{ECR_ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com"
 
 
-@pytest.fixture(scope="module")
-def cri(node_runtime: PrivateContainerd) -> Iterator[CriImageClient]:
-    with node_runtime.cri_client() as client:
-        yield client
-
-
 def _pull_secret(aws: MotoServer, host: str, username: str, password: str) -> str:
     """A Secrets Manager secret holding a docker config for `host`; returns its ARN."""
     config = {"auths": {host: {"username": username, "password": password}}}

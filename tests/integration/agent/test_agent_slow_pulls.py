@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -27,12 +27,6 @@ pytestmark = [pytest.mark.node, pytest.mark.integration]
 
 Agents = Callable[..., AgentHarness]
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def cri(node_runtime: PrivateContainerd) -> Iterator[CriImageClient]:
-    with node_runtime.cri_client() as client:
-        yield client
 
 
 @pytest.fixture

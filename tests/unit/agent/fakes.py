@@ -1,0 +1,173 @@
+"""Fakes for the agent's unit tests: a runtime whose pulls end as scripted, and a clock that only
+moves when something waits on it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prewarm.domain.credentials import RegistryAuth
+from prewarm.domain.images import ImageRef, parse_image
+from prewarm.domain.messages import PullTask, StatusReport
+from prewarm_agent.credentials import Candidates
+from prewarm_agent.cri.client import ImageInfo
+from prewarm_agent.cri.errors import CriError, PullCancelledError
+from prewarm_agent.pulls import Delivery, SharedPull, TaskRun
+
+IMAGE_ID = "sha256:" + "c" * 64
+REPO_DIGEST = "sha256:" + "d" * 64
+NEVER = object()  # a pull that never finishes by itself
+
+
+class FakeClock:
+    """Wall and monotonic time that advance only when `wait` times out; records every wait."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+        self.elapsed = 0.0
+        self.waits: list[tuple[threading.Event, float]] = []
+        self.on_wait: Callable[[threading.Event, float], None] | None = None
+
+    def time(self) -> float:
+        return self.now + self.elapsed
+
+    def monotonic(self) -> float:
+        return self.elapsed
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        self.waits.append((event, timeout))
+        if self.on_wait is not None:
+            self.on_wait(event, timeout)
+        if not event.is_set():
+            self.elapsed += max(0.0, timeout)
+        return event.is_set()
+
+    def waits_on(self, event: threading.Event) -> list[float]:
+        return [timeout for waited, timeout in self.waits if waited is event]
+
+
+class FakeCall:
+    """A PullImage call that ends with `outcome` (an image ref, a CriError, or NEVER)."""
+
+    def __init__(self, outcome: object) -> None:
+        self.outcome = outcome
+        self.cancelled = False
+        self._callbacks: list[Callable[[FakeCall], None]] = []
+
+    def done(self) -> bool:
+        return self.cancelled or self.outcome is not NEVER
+
+    def cancel(self) -> bool:
+        if self.done():
+            return False
+        self.cancelled = True
+        for callback in self._callbacks:
+            callback(self)
+        return True
+
+    def result(self, timeout: float | None = None) -> str:
+        if self.cancelled:
+            raise PullCancelledError("pulling was cancelled")
+        if isinstance(self.outcome, CriError):
+            raise self.outcome
+        if self.outcome is NEVER:
+            raise TimeoutError("still running")
+        return str(self.outcome)
+
+    def finish(self, outcome: object) -> None:
+        self.outcome = outcome
+        for callback in self._callbacks:
+            callback(self)
+
+    def add_done_callback(self, callback: Callable[[FakeCall], None]) -> None:
+        if self.done():
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+
+@dataclass
+class PullRequest:
+    image: str
+    auth: tuple[str, str] | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    call: FakeCall
+
+
+class FakeRuntime:
+    """Pulls end with the next of `outcomes`; a successful pull makes the image present."""
+
+    def __init__(self, outcomes: Sequence[object] = (IMAGE_ID,), present: Mapping[str, ImageInfo] | None = None):
+        self.outcomes = list(outcomes)
+        self.present = dict(present or {})
+        self.pulls: list[PullRequest] = []
+
+    def image_status(self, image: str) -> ImageInfo | None:
+        return self.present.get(image)
+
+    def pull_image(
+        self,
+        image: str,
+        auth: tuple[str, str] | None = None,
+        sandbox_labels: Mapping[str, str] | None = None,
+        sandbox_annotations: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> FakeCall:
+        outcome = self.outcomes.pop(0) if self.outcomes else IMAGE_ID
+        call = FakeCall(outcome)
+        self.pulls.append(PullRequest(image, auth, dict(sandbox_labels or {}), dict(sandbox_annotations or {}), call))
+        if isinstance(outcome, str):
+            digest = f"{parse_image(image).name}@{REPO_DIGEST}"
+            self.present[image] = ImageInfo(id=outcome, repo_tags=(image,), repo_digests=(digest,), size=4096)
+        return call
+
+
+@dataclass
+class FakeCredentials:
+    auths: Sequence[RegistryAuth | None] = (None,)
+    problems: Sequence[str] = ()
+    asked: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+
+    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str]) -> Candidates:
+        self.asked.append((str(image), tuple(pull_secret_arns)))
+        return Candidates(list(self.auths), list(self.problems))
+
+
+@dataclass
+class FakeDisk:
+    refusal: str | None = None
+    checked: list[int | None] = field(default_factory=list)
+
+    def check(self, size_bytes: int | None) -> str | None:
+        self.checked.append(size_bytes)
+        return self.refusal
+
+
+@dataclass
+class RecordedEvents:
+    """What the runner told the agent: Pulling reports, started pulls, disk refusals."""
+
+    reports: list[StatusReport] = field(default_factory=list)
+    started: list[SharedPull] = field(default_factory=list)
+    refused: int = 0
+
+    def attempt_started(self, run: TaskRun, report: StatusReport) -> None:
+        self.reports.append(report)
+
+    def pull_started(self, shared: SharedPull, auth: RegistryAuth | None) -> None:
+        self.started.append(shared)
+
+    def disk_refused(self, run: TaskRun) -> None:
+        self.refused += 1
+
+
+def make_task(image: str = "registry.example.com/team/app:v1", **fields: object) -> PullTask:
+    values: dict[str, object] = {"job": "default/warm", "job_uid": "uid-1", "round": 2, "node": "node-a",
+                                 "image": image, **fields}
+    return PullTask.model_validate(values)
+
+
+def make_run(task: PullTask | None = None) -> TaskRun:
+    return TaskRun(task or make_task(), Delivery("m-1", "receipt-1"))

@@ -1,0 +1,176 @@
+"""Which credentials a pull tries, in which order, and the ECR token cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from prewarm.adapters.secrets import AgentCredentialsError
+from prewarm.domain.credentials import EcrRegistry, Keyring, RegistryAuth, parse_ecr_registry
+from prewarm.domain.images import parse_image
+from prewarm.domain.refresh import RegistryConfig, RegistryToken, RegistryTokenError
+from prewarm_agent.credentials import (
+    EcrTokens,
+    RegistryCredentials,
+    credential_identity,
+    credential_order,
+)
+
+ECR_HOST = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+ECR_IMAGE = f"{ECR_HOST}/team/api:v1"
+
+
+def keyring(entries: dict[str, tuple[str, str]]) -> Keyring:
+    return Keyring(RegistryAuth(user, password, server) for server, (user, password) in entries.items())
+
+
+def test_pull_secrets_come_first_most_specific_key_first_then_the_nodes_token() -> None:
+    secrets = keyring({ECR_HOST: ("ci", "broad"), f"{ECR_HOST}/team": ("ci", "narrow")})
+    node_token = RegistryAuth("AWS", "token", ECR_HOST)
+
+    order = credential_order(ECR_IMAGE, secrets, node_token)
+
+    assert [(a.username, a.password) for a in order if a] == [("ci", "narrow"), ("ci", "broad"), ("AWS", "token")]
+
+
+def test_anonymous_only_when_nothing_matches() -> None:
+    secrets = keyring({"quay.io": ("q", "p")})
+
+    assert credential_order(ECR_IMAGE, secrets, None) == [None]
+    assert None not in credential_order(ECR_IMAGE, secrets, RegistryAuth("AWS", "t", ECR_HOST))
+
+
+def test_the_same_user_and_password_is_tried_once() -> None:
+    secrets = keyring({ECR_HOST: ("AWS", "same"), f"{ECR_HOST}/team": ("AWS", "same")})
+
+    order = credential_order(ECR_IMAGE, secrets, RegistryAuth("AWS", "same", ECR_HOST))
+
+    assert len(order) == 1
+
+
+def test_credential_identity_hides_the_password_and_tells_credentials_apart() -> None:
+    one = credential_identity(RegistryAuth("ci", "s3cret-password", "r"))
+
+    assert "s3cret" not in one
+    assert one == credential_identity(RegistryAuth("ci", "s3cret-password", "other-server"))
+    assert one != credential_identity(RegistryAuth("ci", "other", "r"))
+    assert credential_identity(None) == "anonymous"
+
+
+class FakeSecrets:
+    def __init__(self, rings: dict[str, Keyring | Exception]) -> None:
+        self.rings = rings
+
+    def keyring(self, secret_ids: Sequence[str]) -> Keyring:
+        (secret_id,) = secret_ids
+        found = self.rings[secret_id]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+class FakeTokens:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.asked: list[tuple[EcrRegistry, str]] = []
+
+    def auth(self, registry: EcrRegistry, host: str) -> RegistryAuth:
+        self.asked.append((registry, host))
+        if self.error is not None:
+            raise self.error
+        return RegistryAuth("AWS", "ecr-token", host)
+
+
+def test_secrets_are_merged_in_the_tasks_order_and_unreadable_ones_are_named() -> None:
+    secrets = FakeSecrets({
+        "arn:1": keyring({ECR_HOST: ("first", "1")}),
+        "arn:gone": AgentCredentialsError("secret arn:gone does not exist (or is being deleted)"),
+        "arn:2": keyring({ECR_HOST: ("second", "2")}),
+    })
+    credentials = RegistryCredentials(secrets=secrets, tokens=FakeTokens())
+
+    found = credentials.candidates(parse_image(ECR_IMAGE), ["arn:1", "arn:gone", "arn:2", "arn:1"])
+
+    assert [a.username for a in found.auths if a] == ["first", "second", "AWS"]
+    assert found.problems == ["secret arn:gone does not exist (or is being deleted)"]
+
+
+def test_an_ecr_token_is_asked_only_for_ecr_hosts() -> None:
+    tokens = FakeTokens()
+    credentials = RegistryCredentials(secrets=FakeSecrets({}), tokens=tokens)
+
+    assert credentials.candidates(parse_image("quay.io/team/app:v1"), []).auths == [None]
+    credentials.candidates(parse_image(ECR_IMAGE), [])
+
+    assert [(registry.account, host) for registry, host in tokens.asked] == [("123456789012", ECR_HOST)]
+
+
+def test_a_token_that_cannot_be_had_is_named_and_the_pull_goes_anonymous() -> None:
+    tokens = FakeTokens(RegistryTokenError(ECR_HOST, "ecr:GetAuthorizationToken: AccessDeniedException: no"))
+    credentials = RegistryCredentials(secrets=FakeSecrets({}), tokens=tokens)
+
+    found = credentials.candidates(parse_image(ECR_IMAGE), [])
+
+    assert found.auths == [None]
+    reason = "ecr:GetAuthorizationToken: AccessDeniedException: no"
+    assert found.problems == [f"cannot get a token for {ECR_HOST}: {reason}"]
+
+
+class CountingSource:
+    def __init__(self, clock: list[float], lifetime: float) -> None:
+        self.clock = clock
+        self.lifetime = lifetime
+        self.calls: list[RegistryConfig] = []
+
+    def token(self, registry: RegistryConfig) -> RegistryToken:
+        self.calls.append(registry)
+        now = self.clock[0]
+        return RegistryToken.for_hosts("AWS", f"token-{len(self.calls)}", registry.hosts, issued_at=now,
+                                       expires_at=now + self.lifetime)
+
+
+@pytest.fixture
+def ecr() -> EcrRegistry:
+    registry = parse_ecr_registry(ECR_HOST)
+    assert registry is not None
+    return registry
+
+
+def test_ecr_tokens_are_cached_until_half_their_lifetime(ecr: EcrRegistry) -> None:
+    now = [1000.0]
+    source = CountingSource(now, lifetime=12 * 3600)
+    tokens = EcrTokens(clock=lambda: now[0], source=source)
+
+    first = tokens.auth(ecr, ECR_HOST)
+    now[0] += 6 * 3600 - 1
+    cached = tokens.auth(ecr, f"{ECR_HOST}:443")
+    now[0] += 1
+    renewed = tokens.auth(ecr, ECR_HOST)
+
+    assert (first.password, cached.password, renewed.password) == ("token-1", "token-1", "token-2")
+    assert cached.server == f"{ECR_HOST}:443"
+    assert (source.calls[0].account, source.calls[0].region) == ("123456789012", "us-west-2")
+
+
+def test_an_already_expired_token_is_not_cached(ecr: EcrRegistry) -> None:
+    now = [1000.0]
+    source = CountingSource(now, lifetime=-1)
+    tokens = EcrTokens(clock=lambda: now[0], source=source)
+
+    tokens.auth(ecr, ECR_HOST)
+    tokens.auth(ecr, ECR_HOST)
+
+    assert len(source.calls) == 2
+
+
+def test_ecr_public_asks_for_the_public_registrys_token() -> None:
+    now = [0.0]
+    source = CountingSource(now, lifetime=3600)
+    tokens = EcrTokens(clock=lambda: now[0], source=source)
+    public = parse_ecr_registry("public.ecr.aws")
+    assert public is not None
+
+    tokens.auth(public, "public.ecr.aws")
+
+    assert source.calls[0].public
