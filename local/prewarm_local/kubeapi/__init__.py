@@ -15,10 +15,13 @@ What it does NOT implement (code relying on these must be tested against a real 
 - API groups other than core/v1, and core/v1 resources other than the five above; no CRDs,
   no aggregated discovery (`/apis` is empty; clients fall back to legacy discovery).
 - Authorization: any accepted token may do anything; no RBAC, no impersonation, no
-  `SelfSubjectAccessReview`. Anonymous requests get 401 unless `anonymous_auth=True`, in which
-  case they get 403 except `/version` and the health endpoints (EKS's behaviour).
+  `SelfSubjectAccessReview`. Requests without a token get 401 by default; `anonymous="forbidden"`
+  gives EKS's answer (403 except `/version` and health), `anonymous="allowed"` serves them.
 - TLS (plain HTTP on 127.0.0.1), HTTP/2, protobuf and CBOR bodies, `Table` output
-  (`as=Table`), `pretty` for watch streams, gzip responses.
+  (`as=Table`), `pretty` for watch streams, gzip responses, `/openapi/v2` and `/openapi/v3`.
+  So kubectl (which sends no token over HTTP: serve with `anonymous="allowed"`) can get, watch,
+  label, annotate, cordon, patch, delete and `apply --validate=false`, but its typed
+  `kubectl create <kind>` commands (protobuf bodies) get 415 and its validation finds no OpenAPI.
 - Server-side apply (`application/apply-patch+yaml` is 415), `managedFields`, `fieldManager`
   and `fieldValidation` (unknown fields are kept, not pruned or warned about).
 - Strategic merge patch: `retainKeys` strategies are not enforced beyond `$retainKeys`;

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 
 from prewarm_local.kubeapi.registry import SeedError
-from prewarm_local.kubeapi.server import DEFAULT_TOKEN_PREFIXES, KubeApiServer
+from prewarm_local.kubeapi.server import ANONYMOUS_MODES, DEFAULT_TOKEN_PREFIXES, KubeApiServer
 from prewarm_local.kubeapi.synthetic import generate_cluster
 
 
@@ -31,7 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token", default=None, help="bearer token to print (default: a random k8s-aws-v1. one)")
     parser.add_argument("--kubeconfig", default=None, metavar="PATH", help="write a kubeconfig for the server here")
     parser.add_argument(
-        "--anonymous-auth", action="store_true", help="let requests without a token in as system:anonymous (403)"
+        "--anonymous",
+        choices=ANONYMOUS_MODES,
+        default="unauthorized",
+        help="requests without a token: 401 (default), 403 as EKS, or allowed (kubectl sends no token over HTTP)",
     )
     return parser
 
@@ -42,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--nodes and --pods-per-node must not be negative", file=sys.stderr)
         return 2
     api = KubeApiServer(
-        port=args.port, token=args.token, token_prefixes=DEFAULT_TOKEN_PREFIXES, anonymous_auth=args.anonymous_auth
+        port=args.port, token=args.token, token_prefixes=DEFAULT_TOKEN_PREFIXES, anonymous=args.anonymous
     )
     try:
         for path in args.seed:
@@ -60,18 +63,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cannot listen on 127.0.0.1:{args.port}: {e.strerror}", file=sys.stderr)
         return 1
     stop = threading.Event()
+    # Explicit handlers: a shell starting us in the background would have SIGINT ignored.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(f"Kubernetes API: {api.url}")
     print(f"Bearer token:   {api.token}")
     if args.kubeconfig:
         print(f"kubeconfig:     {api.write_kubeconfig(args.kubeconfig)}")
+        if args.anonymous != "allowed":
+            print("(kubectl sends no token over plain HTTP: start with --anonymous allowed to use it)")
     print("Ctrl-C to stop.", flush=True)
     try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(0.5):
+            pass
     finally:
         api.stop()
+    print("stopped")
     return 0
 
 

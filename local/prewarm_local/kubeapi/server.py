@@ -31,7 +31,7 @@ from prewarm_local.kubeapi.store import Store, dumps
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
 
-__all__ = ["DEFAULT_TOKEN_PREFIXES", "KubeApiServer"]
+__all__ = ["ANONYMOUS_MODES", "DEFAULT_TOKEN_PREFIXES", "KubeApiServer"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,9 @@ DEFAULT_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
+# How requests without a token fare: 401 (anonymous auth off), 403 but for /version and health
+# (EKS: anonymous auth on, no RBAC for it), or served (AlwaysAllow: kubectl sends no token over HTTP).
+ANONYMOUS_MODES = ("unauthorized", "forbidden", "allowed")
 _DEFAULT_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 _PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
 _JSON = "application/json"
@@ -83,7 +86,8 @@ class KubeApiServer:
 
     `with KubeApiServer() as api:` serves on a free port of 127.0.0.1 until the block ends;
     `api.client_configuration()` is a configured `kubernetes.client.Configuration`.
-    Bearer tokens are accepted when they start with one of `token_prefixes` (or equal `token`).
+    Bearer tokens are accepted when they start with one of `token_prefixes` (or equal `token`);
+    `anonymous` says what requests without one get (see ANONYMOUS_MODES).
     """
 
     def __init__(
@@ -92,7 +96,7 @@ class KubeApiServer:
         port: int = 0,
         token: str | None = None,
         token_prefixes: Iterable[str] = DEFAULT_TOKEN_PREFIXES,
-        anonymous_auth: bool = False,
+        anonymous: str = "unauthorized",
         default_namespaces: bool = True,
         version: dict[str, str] | None = None,
         watch_timeout: float = 1800.0,
@@ -102,7 +106,9 @@ class KubeApiServer:
     ) -> None:
         self.token_prefixes = tuple(token_prefixes)
         self.token = token or f"{(self.token_prefixes or ('test-',))[0]}{secrets.token_urlsafe(24)}"
-        self.anonymous_auth = anonymous_auth
+        if anonymous not in ANONYMOUS_MODES:
+            raise ValueError(f"anonymous must be one of {', '.join(ANONYMOUS_MODES)}, got {anonymous!r}")
+        self.anonymous = anonymous
         self.version = dict(version or DEFAULT_VERSION)
         self.watch_timeout = watch_timeout
         self.bookmark_interval = bookmark_interval
@@ -282,9 +288,9 @@ class KubeApiServer:
             if token == self.token or any(token.startswith(p) for p in self.token_prefixes):
                 return
             raise errors.unauthorized()
-        if not self.anonymous_auth:
+        if self.anonymous == "unauthorized":
             raise errors.unauthorized()
-        if path in _PUBLIC_PATHS:
+        if self.anonymous == "allowed" or path in _PUBLIC_PATHS:
             return
         raise _anonymous_forbidden(method, path, target, watch)
 
@@ -510,16 +516,25 @@ class _HttpServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], api: KubeApiServer) -> None:
         self.api = api
         self._live: dict[socket.socket, threading.Thread] = {}
+        self._handler_threads: set[threading.Thread] = set()
         self._live_lock = threading.Lock()
         super().__init__(address, handler)
 
-    def register(self, connection: socket.socket) -> None:
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # One thread per connection, known from the start so that stop() can close and join it.
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), name="kubeapi-connection", daemon=True
+        )
         with self._live_lock:
-            self._live[connection] = threading.current_thread()
+            self._handler_threads = {t for t in self._handler_threads if t.is_alive()}
+            self._handler_threads.add(thread)
+            self._live[request] = thread
+        thread.start()
 
-    def unregister(self, connection: socket.socket) -> None:
+    def shutdown_request(self, request: Any) -> None:
         with self._live_lock:
-            self._live.pop(connection, None)
+            self._live.pop(request, None)
+        super().shutdown_request(request)
 
     def close_connections(self) -> None:
         with self._live_lock:
@@ -532,9 +547,10 @@ class _HttpServer(ThreadingHTTPServer):
 
     def join_handlers(self, timeout: float) -> None:
         with self._live_lock:
-            threads = list(self._live.values())
+            threads = list(self._handler_threads)
         for thread in threads:
-            thread.join(timeout)
+            if thread is not threading.current_thread():
+                thread.join(timeout)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -547,10 +563,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         # Headers and body go in separate writes: without NODELAY, Nagle would delay the body.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.register(self.connection)
 
     def finish(self) -> None:
-        self.server.unregister(self.connection)
         try:
             super().finish()
         except OSError:

@@ -67,8 +67,8 @@ def test_tokens_with_a_configured_prefix_are_accepted(kube_api: KubeApiServer, t
         ]
 
 
-def test_anonymous_requests_are_forbidden_when_anonymous_auth_is_on() -> None:
-    with KubeApiServer(anonymous_auth=True) as api, client_with_token(api, None) as client:
+def test_anonymous_requests_are_forbidden_as_on_eks() -> None:
+    with KubeApiServer(anonymous="forbidden") as api, client_with_token(api, None) as client:
         assert VersionApi(client).get_code().git_version.startswith("v1.")
         answer = call(client, "GET", "/api/v1/namespaces/default/pods", authenticate=False)
         assert (answer.status, answer.body["reason"]) == (403, "Forbidden")
@@ -76,6 +76,16 @@ def test_anonymous_requests_are_forbidden_when_anonymous_auth_is_on() -> None:
             'pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" '
             'in the namespace "default"'
         )
+
+
+def test_anonymous_requests_can_be_allowed_for_local_use() -> None:
+    with KubeApiServer(anonymous="allowed") as api, client_with_token(api, None) as client:
+        assert CoreV1Api(client).read_namespace("default").metadata.name == "default"
+        # A token that is presented must still be valid.
+    with KubeApiServer(anonymous="allowed") as api, client_with_token(api, "bad") as client:
+        with pytest.raises(ApiException) as raised:
+            CoreV1Api(client).read_namespace("default")
+        assert raised.value.status == 401
 
 
 def test_discovery_documents(kube_client: ApiClient) -> None:
@@ -206,8 +216,9 @@ def test_stopping_the_server_leaves_no_thread_and_no_listener() -> None:
     api.stop()
     watch_response.release_conn()
     client.close()
-    # Then its threads are gone and nothing listens on its port
-    assert {t for t in threading.enumerate() if t not in before and t.is_alive()} == set()
+    # Then its threads (the serving loop, one per connection) are gone and nothing listens on its port
+    left = [t.name for t in threading.enumerate() if t not in before and t.name in ("kubeapi", "kubeapi-connection")]
+    assert left == []
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2)
 
