@@ -34,7 +34,6 @@ JSON_PATCH = "application/json-patch+json"
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
 
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_KEY_END = "\U0010ffff"
 _CONTINUE_EXPIRED = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new "
     "list without the continue parameter, or use the continue token in this response to retrieve the "
@@ -308,12 +307,10 @@ class Registry:
 
     def _page(self, rtype: ResourceType, snapshot: Snapshot, prefix: str, start: str, query: ListQuery) -> bytes:
         keys, entries = snapshot.keys, snapshot.entries
-        lo = bisect.bisect_left(keys, prefix)
-        hi = bisect.bisect_left(keys, prefix + _KEY_END) if prefix else len(keys)
+        lo, hi = snapshot.bounds(prefix)
         if start:
             lo = max(lo, bisect.bisect_left(keys, start))
-        labels, fields = query.label_selector, query.field_selector
-        filtered = not (labels.empty and fields.empty)
+        filtered = not (query.label_selector.empty and query.field_selector.empty)
         limit = query.limit if query.limit > 0 else 0
         if not filtered and not limit:
             raws = [e.raw for e in entries[lo:hi]]
@@ -325,12 +322,8 @@ class Registry:
                 if limit and len(raws) == limit:
                     break
                 last = i
-                obj = entries[i].obj
-                if filtered and not (
-                    labels.matches((obj.get("metadata") or {}).get("labels")) and fields.matches(obj, rtype.fields)
-                ):
-                    continue
-                raws.append(entries[i].raw)
+                if not filtered or self._matches(rtype, entries[i].obj, query):
+                    raws.append(entries[i].raw)
         metadata: Obj = {"resourceVersion": str(snapshot.rv)}
         if limit and last + 1 < hi and len(raws) == limit:
             self.store.keep(rtype.name, snapshot)
@@ -534,8 +527,7 @@ class Registry:
         for rtype in RESOURCES.values():
             if rtype.namespaced:
                 snapshot = self.store.snapshot(rtype.name)
-                lo = bisect.bisect_left(snapshot.keys, name + "/")
-                hi = bisect.bisect_left(snapshot.keys, name + "/" + _KEY_END)
+                lo, hi = snapshot.bounds(name + "/")
                 for key, entry in zip(snapshot.keys[lo:hi], snapshot.entries[lo:hi], strict=True):
                     self._delete(rtype, key, entry, dry_run=False)
                     held = held or self.store.get(rtype.name, key) is not None
@@ -598,8 +590,7 @@ class Registry:
                 if not self.store.wait_for_rv(wanted, TOO_LARGE_RV_WAIT):
                     raise _too_large(wanted, self.store.rv)
             snapshot = self.store.snapshot(rtype.name)
-            lo = bisect.bisect_left(snapshot.keys, prefix)
-            hi = bisect.bisect_left(snapshot.keys, prefix + _KEY_END) if prefix else len(snapshot.keys)
+            lo, hi = snapshot.bounds(prefix)
             initial = [e for e in snapshot.entries[lo:hi] if self._matches(rtype, e.obj, query)]
             last = snapshot.rv
         else:

@@ -225,8 +225,8 @@ class KubeApiServer:
         """Copies of the stored objects of `resource`, in key order."""
         rtype = _resource(resource)
         snapshot = self.store.snapshot(rtype.name)
-        prefix = f"{namespace}/" if namespace is not None and rtype.namespaced else ""
-        return [json.loads(e.raw) for k, e in zip(snapshot.keys, snapshot.entries, strict=True) if k.startswith(prefix)]
+        lo, hi = snapshot.bounds(f"{namespace}/" if namespace is not None and rtype.namespaced else "")
+        return [json.loads(e.raw) for e in snapshot.entries[lo:hi]]
 
     def remove_object(self, resource: str, name: str, namespace: str | None = None) -> bool:
         """Delete an object at once (no finalizers, no cascade); whether it existed."""

@@ -8,6 +8,7 @@ outside the lock.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 Obj = dict[str, Any]
+# Sorts after every character a key can hold.
+_KEY_END = "\U0010ffff"
 
 
 def dumps(obj: Any) -> bytes:
@@ -61,6 +64,12 @@ class Snapshot:
     keys: list[str]
     entries: list[Stored]
     taken_at: float
+
+    def bounds(self, prefix: str) -> tuple[int, int]:
+        """The index range of the keys starting with `prefix` (a namespace's `ns/`, or all for "")."""
+        if not prefix:
+            return 0, len(self.keys)
+        return bisect.bisect_left(self.keys, prefix), bisect.bisect_left(self.keys, prefix + _KEY_END)
 
 
 class TooOldError(Exception):
