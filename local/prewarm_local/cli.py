@@ -128,7 +128,7 @@ class PrewarmGroup(click.Group):
                 traceback.print_exception(e)
             message = e.format_message()
             if isinstance(e, click.UsageError) and e.ctx is not None:
-                message += f" (see '{e.ctx.command_path} --help')"
+                message = f"{message.rstrip('.')} (see '{e.ctx.command_path} --help')"
             click.echo(f"error: {message}", err=True)
             code = e.exit_code
         except click.Abort:

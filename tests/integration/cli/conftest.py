@@ -103,11 +103,16 @@ class ControlPlane:
         return record_report(self.store, self.queues, report, now=time.time())
 
     def node_messages(self, node: str) -> list[PullTask | CancelTask]:
-        """Takes every message off a node's queue."""
+        """Takes every message off a node's queue (none when the queue was never created)."""
         url = self.queues.queue_url(node)
         got: list[PullTask | CancelTask] = []
         while True:
-            batch = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+            try:
+                # Node queues long-poll by default: ask for what is there now.
+                batch = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                                 WaitTimeSeconds=0).get("Messages", [])
+            except self.sqs.exceptions.QueueDoesNotExist:
+                return got
             if not batch:
                 return got
             for message in batch:
