@@ -87,9 +87,11 @@ class StatusError(Exception):
             "metadata": {"continue": self.continue_token} if self.continue_token else {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         }
+        if self.reason:
+            # An error the registry does not classify has reason "" (StatusReasonUnknown), omitted.
+            body["reason"] = self.reason
         if self.details is not None:
             body["details"] = self.details
         return body

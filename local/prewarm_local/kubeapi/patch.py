@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from prewarm_local.kubeapi.errors import FieldError, StatusError, bad_request, internal_error, invalid
+from prewarm_local.kubeapi.errors import FieldError, StatusError, bad_request, invalid
 
 _PATCH = "$patch"
 _RETAIN_KEYS = "$retainKeys"
@@ -124,7 +124,8 @@ def _merge_list(original: Any, patch: list[Any], path: str, lists: Mapping[str, 
         if not isinstance(item, dict):
             raise bad_request(f"strategic merge patch of {path}: expected a list of objects, found {json.dumps(item)}")
         if merge_key not in item:
-            raise internal_error(f"map: {json.dumps(item)} does not contain declared merge key: {merge_key}")
+            # An unclassified error of the patch library: 500 with no reason, as the API answers it.
+            raise StatusError(500, "", f"map: {json.dumps(item)} does not contain declared merge key: {merge_key}")
         index = next(
             (i for i, have in enumerate(current) if isinstance(have, dict) and have.get(merge_key) == item[merge_key]),
             None,

@@ -184,7 +184,8 @@ class Registry:
         metadata = obj["metadata"]
         self._scope(rtype, namespace, metadata)
         if metadata.get("resourceVersion"):
-            raise errors.internal_error("resourceVersion should not be set on objects to be created")
+            # The storage layer's plain error: the API answers it as 500 with no reason.
+            raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
         rtype.decode(obj)
         with self.store.lock:
             if rtype.namespaced:

@@ -180,3 +180,16 @@ def test_server_side_apply_is_415(kube_client: ApiClient) -> None:
         kube_client, "PATCH", "/api/v1/nodes/n1", body="metadata: {}", content_type="application/apply-patch+yaml"
     )
     assert (answer.status, answer.body["reason"]) == (415, "UnsupportedMediaType")
+
+
+def test_strategic_merge_item_without_its_merge_key_is_refused(kube_client: ApiClient) -> None:
+    call(kube_client, "POST", "/api/v1/namespaces/default/serviceaccounts", body={"metadata": {"name": "sa"}})
+    answer = call(
+        kube_client,
+        "PATCH",
+        "/api/v1/namespaces/default/serviceaccounts/sa",
+        body={"secrets": [{"namespace": "x"}]},
+        content_type=STRATEGIC,
+    )
+    assert answer.status == 500
+    assert answer.body["message"].endswith("does not contain declared merge key: name")
