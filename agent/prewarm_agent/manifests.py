@@ -19,7 +19,7 @@ import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,17 +119,22 @@ class ManifestResolver:
     """Reads the layers (digest → compressed size) of an image for `platform`."""
 
     def __init__(
-        self, config_path: str | None = None, platform: Platform | None = None, timeout: float = 10.0
+        self,
+        config_path: str | None = None,
+        platform: Platform | None = None,
+        timeout: float = 10.0,
+        fetch: Callable[[Endpoint], Fetch] | None = None,
     ) -> None:
         self.config_path = config_path
         self.platform = platform or Platform.of_this_machine()
         self.timeout = timeout
+        self._fetch = fetch or (lambda endpoint: HttpFetch(endpoint, timeout))
 
     def layers(self, image: ImageRef, auth: RegistryAuth | None) -> dict[str, int]:
         """The layers a pull of `image` downloads; raises `ManifestError` when they cannot be read."""
         problems = []
         for endpoint in registry_endpoints(image.registry, self.config_path):
-            session = _Session(endpoint, auth, self.timeout)
+            session = _Session(endpoint, auth, self._fetch(endpoint))
             try:
                 return self._layers(session, image)
             except ManifestError as e:
@@ -151,35 +156,50 @@ class ManifestResolver:
         return {str(layer["digest"]): int(layer.get("size") or 0) for layer in document["layers"]}
 
 
-class _Session:
-    """Requests to one registry endpoint, answering its auth challenge once."""
+Fetch = Callable[[str, Mapping[str, str]], tuple[int, Mapping[str, str], bytes]]
+"""GET `url` with `headers`: (status, headers with lower-case names, body); `ManifestError` when unreachable."""
 
-    def __init__(self, endpoint: Endpoint, auth: RegistryAuth | None, timeout: float) -> None:
-        self.endpoint = endpoint
-        self.auth = auth
-        self.timeout = timeout
-        self.authorization: str | None = None
+
+def _lower(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers}
+
+
+class HttpFetch:
+    """`Fetch` over urllib, for one endpoint's TLS settings."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float) -> None:
         context = ssl.create_default_context()
         if endpoint.skip_verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+        self.timeout = timeout
         self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+
+    def __call__(self, url: str, headers: Mapping[str, str]) -> tuple[int, Mapping[str, str], bytes]:
+        request = urllib.request.Request(url, headers=dict(headers))
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                return int(response.status), _lower(response.headers.items()), response.read(_MAX_MANIFEST_BYTES)
+        except urllib.error.HTTPError as e:
+            return int(e.code), _lower(e.headers.items()), b""
+        except (OSError, ValueError) as e:
+            # URLError, timeouts and TLS failures; the text never holds credentials.
+            raise ManifestError(str(getattr(e, "reason", e))) from e
+
+
+class _Session:
+    """Requests to one registry endpoint, answering its auth challenge once."""
+
+    def __init__(self, endpoint: Endpoint, auth: RegistryAuth | None, fetch: Fetch) -> None:
+        self.endpoint = endpoint
+        self.auth = auth
+        self.authorization: str | None = None
+        self._open = fetch
 
     def _basic(self) -> str | None:
         if self.auth is None:
             return None
         return "Basic " + base64.b64encode(f"{self.auth.username}:{self.auth.password}".encode()).decode()
-
-    def _open(self, url: str, headers: Mapping[str, str]) -> tuple[int, Any, bytes]:
-        request = urllib.request.Request(url, headers=dict(headers))
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                return int(response.status), response.headers, response.read(_MAX_MANIFEST_BYTES)
-        except urllib.error.HTTPError as e:
-            return int(e.code), e.headers, b""
-        except (OSError, ValueError) as e:
-            # URLError, timeouts and TLS failures; the text never holds credentials.
-            raise ManifestError(str(getattr(e, "reason", e))) from e
 
     def manifest(self, repository: str, reference: str) -> dict[str, Any]:
         base = self.endpoint.url if self.endpoint.url.endswith("/v2") else f"{self.endpoint.url}/v2"
@@ -190,7 +210,7 @@ class _Session:
                 headers["Authorization"] = self.authorization
             status, response_headers, body = self._open(url, headers)
             if status == 401 and self.authorization is None:
-                self.authorization = self._answer(response_headers.get("WWW-Authenticate", ""))
+                self.authorization = self._answer(response_headers.get("www-authenticate", ""))
                 continue
             if status != 200:
                 raise ManifestError(f"registry answered {status} for {repository}:{reference}")
