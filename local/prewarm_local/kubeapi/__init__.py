@@ -26,6 +26,9 @@ What it does NOT implement (code relying on these must be tested against a real 
   and `fieldValidation` (unknown fields are kept, not pruned or warned about).
 - Strategic merge patch: `retainKeys` strategies are not enforced beyond `$retainKeys`;
   `$setElementOrder` orders listed items first and keeps the rest after them.
+- Validation beyond metadata (names, labels, annotations), secrets (types and their keys, data
+  keys, size, `type` and `immutable`) and pods (containers, names, images, spec immutability):
+  other fields of nodes and pods are stored as sent.
 - Admission beyond the ServiceAccount check and defaults of pods: no projected token volume,
   no LimitRange/ResourceQuota/PodSecurity, no webhooks; no `metadata.generation`.
 - Controllers: no scheduler, kubelet, garbage collector (ownerReferences do nothing) or token

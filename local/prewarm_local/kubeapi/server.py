@@ -298,12 +298,12 @@ class KubeApiServer:
         if path in ("/healthz", "/livez", "/readyz"):
             return _Response(200, b"ok", "text/plain; charset=utf-8")
         parts = path.strip("/").split("/") if path != "/" else []
-        watch = _flag(query, "watch")
-        if parts[:3] == ["api", "v1", "watch"]:
+        legacy_watch = parts[:3] == ["api", "v1", "watch"]
+        if legacy_watch:
             parts = parts[:2] + parts[3:]
-            watch = True
         target = _resolve(parts[2:]) if parts[:2] == ["api", "v1"] and len(parts) > 2 else None
-        self._authenticate(headers, method, path, target, watch)
+        self._authenticate(headers, method, path, target, legacy_watch or query.get("watch") in ("1", "true"))
+        watch = legacy_watch or _flag(query, "watch")
         injected = self._injected_failure(method, path)
         if injected is not None:
             raise injected
