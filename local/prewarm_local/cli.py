@@ -9,11 +9,11 @@ boto3, pydantic and rich are imported by the commands that need them.
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +23,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from prewarm_local.target import ENDPOINT_ENV, STACK_ENV, STATE_ENV, Target, TargetError, resolve_target
+from prewarm_local.target import (
+    ENDPOINT_ENV,
+    STACK_ENV,
+    STATE_ENV,
+    LocalState,
+    Target,
+    TargetError,
+    clear_local_state,
+    local_state_path,
+    process_alive,
+    read_local_state,
+    resolve_target,
+)
 
 if TYPE_CHECKING:
     from prewarm.adapters.dynamodb import DynamoJobStore
@@ -40,11 +52,6 @@ _RESOURCES = {
     "job": "jobs", "jobs": "jobs",
     "rule": "rules", "rules": "rules", "prewarmrule": "rules", "prewarmrules": "rules",
     "node": "nodes", "nodes": "nodes",
-}
-# Commands that live with local mode; listed when their module is installed.
-EXTRA_COMMANDS = {
-    "local": "prewarm_local.local_cli:local",
-    "demo": "prewarm_local.local_cli:demo",
 }
 
 
@@ -85,20 +92,7 @@ def _known_error(error: BaseException, target: Target | None) -> click.ClickExce
 
 
 class PrewarmGroup(click.Group):
-    """The root group: turns errors into one `error:` line and an exit code, and adds local-mode commands."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        extra = [name for name, ref in EXTRA_COMMANDS.items() if _module_exists(ref.partition(":")[0])]
-        return sorted({*super().list_commands(ctx), *extra})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is None and cmd_name in EXTRA_COMMANDS:
-            module_name, _, attr = EXTRA_COMMANDS[cmd_name].partition(":")
-            if _module_exists(module_name):
-                loaded = getattr(importlib.import_module(module_name), attr)
-                return loaded if isinstance(loaded, click.Command) else None
-        return command
+    """The root group: turns errors into one `error:` line and an exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -149,13 +143,6 @@ class PrewarmGroup(click.Group):
         if standalone_mode:
             sys.exit(code)
         return code
-
-
-def _module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def _configure_logging(debug: bool) -> None:
@@ -564,6 +551,133 @@ def watch(ctx: click.Context, resource: str, name: str, namespace: str, timeout:
                 view = view_job(store, namespace, name, now=time.time(), with_tasks=True)
             except JobNotFoundError:
                 raise CommandError(f'job "{name}" in namespace "{namespace}" was deleted while watched') from None
+
+
+# --- local mode ----------------------------------------------------------------------------------
+
+
+@cli.group("local")
+def local_group() -> None:
+    """Run the whole of Prewarm on this machine (127.0.0.1 only) for `prewarm --local`.
+
+    \b
+    `up` starts a moto server with template.yaml deployed, the embedded Kubernetes API (or a real
+    cluster), and one private containerd and agent per node (root, containerd and docker-registry
+    needed; --no-agents runs the control plane alone). It records itself in the state file that
+    `prewarm --local` reads, and runs until Ctrl-C or `prewarm local down`.
+    """
+
+
+def _running_local_stack() -> LocalState | None:
+    """The state of a local stack whose process is alive, None when there is none."""
+    path = local_state_path()
+    if not path.exists():
+        return None
+    state = read_local_state(path)
+    return state if state.pid is None or process_alive(state.pid) else None
+
+
+@local_group.command("up")
+@click.option("--nodes", type=click.IntRange(min=1), metavar="N",
+              help="N synthetic nodes instead of the sample cluster (samplefiles/cluster.yaml).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
+              help="Use this real cluster instead of the embedded Kubernetes API.")
+@click.option("--no-agents", is_flag=True, help="Only the control plane: no containerd, registry or agents.")
+@click.option("--stack-name", default="prewarm-local", show_default=True, help="Names the table and queues.")
+def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_name: str) -> int:
+    """Start a local stack and keep it running until Ctrl-C or `prewarm local down`."""
+    from prewarm_local.local_mode import LocalMode, LocalModeUnavailableError
+
+    running = _running_local_stack()
+    if running is not None:
+        raise CommandError(f"a local stack is already running (pid {running.pid}, {running.endpoint_url}); "
+                           "stop it with `prewarm local down`")
+    mode = LocalMode(nodes=nodes, kubeconfig=kubeconfig, agents=not no_agents, stack_name=stack_name)
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        try:
+            mode.start()
+        except LocalModeUnavailableError as e:
+            raise CommandError(str(e)) from e
+        assert mode.stack is not None
+        env = mode.stack.env()
+        click.echo(f"local stack up (pid {os.getpid()}): AWS at {mode.stack.endpoint_url}, "
+                   f"table {env.get('TABLE_NAME')}")
+        if mode.kube is not None:
+            click.echo(f"Kubernetes API at {mode.kube.url}")
+        click.echo(f"nodes with an agent: {', '.join(sorted(mode.nodes)) or 'none'}")
+        click.echo(f"state in {local_state_path()}; try `prewarm --local get jobs`; Ctrl-C or "
+                   "`prewarm local down` stops it")
+        while not stopping.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        click.echo("", err=True)  # after the terminal's ^C
+    finally:
+        mode.stop()
+        signal.signal(signal.SIGTERM, previous)
+    click.echo("local stack stopped")
+    return EXIT_OK
+
+
+@local_group.command("down")
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, metavar="SECONDS",
+              help="How long to wait for the stack to stop.")
+def local_down(timeout: float) -> int:
+    """Stop the running local stack (SIGTERM to its process, then wait for it)."""
+    path = local_state_path()
+    state = read_local_state(path)
+    if state.pid is None or not process_alive(state.pid):
+        clear_local_state(path)
+        click.echo(f"no local stack was running; removed its stale state {path}")
+        return EXIT_OK
+    os.kill(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while process_alive(state.pid) and path.exists():
+        if time.monotonic() >= deadline:
+            raise CommandError(f"the local stack (pid {state.pid}) did not stop within {timeout:g}s")
+        time.sleep(0.1)
+    click.echo(f"local stack (pid {state.pid}) stopped")
+    return EXIT_OK
+
+
+@local_group.command("status")
+def local_status() -> int:
+    """Say whether a local stack is running, where, and what it is made of (exit 1 when none is)."""
+    path = local_state_path()
+    state = read_local_state(path)
+    alive = state.pid is None or process_alive(state.pid)
+    pairs = [("state", str(path)), ("running", "yes" if alive else f"no (pid {state.pid} has exited)"),
+             ("pid", str(state.pid or "<unknown>")), ("endpoint", state.endpoint_url), ("region", state.region)]
+    pairs += [(k, state.env[k]) for k in ("TABLE_NAME", "STATUS_QUEUE_URL", "NODE_QUEUE_PREFIX") if k in state.env]
+    width = max(len(k) for k, _ in pairs) + 2
+    click.echo("\n".join(f"{(k + ':').ljust(width)}{v}" for k, v in pairs))
+    return EXIT_OK if alive else EXIT_FAILURE
+
+
+@cli.command()
+@click.option("--nodes", type=click.IntRange(min=0), default=3, show_default=True, metavar="N",
+              help="Synthetic nodes, each with its own containerd and agent (0: the sample cluster).")
+@click.option("--image-mb", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True,
+              help="Size of the pushed demo image.")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: the last line on stdout is one JSON report.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="SECONDS",
+              help="How long the pre-warm may take.")
+@click.option("--keep", is_flag=True, help="Leave local mode running afterwards (Ctrl-C stops it).")
+def demo(nodes: int, image_mb: float, output: str, timeout: float, keep: bool) -> int:
+    """Local mode end to end: rules, a push to the local ECR, live progress, pulls verified through CRI.
+
+    Exit 0 only when every eligible node has the image.
+    """
+    from prewarm_local.demo import DemoFailedError, run_demo
+    from prewarm_local.local_mode import LocalModeUnavailableError
+
+    try:
+        result = run_demo(nodes=nodes or None, image_mb=image_mb, output=output, keep=keep, timeout=timeout)
+    except (LocalModeUnavailableError, DemoFailedError) as e:
+        raise CommandError(str(e)) from e
+    return EXIT_OK if result.ok else EXIT_FAILURE
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -139,7 +139,8 @@ def clear_local_state(path: Path | str | None = None) -> bool:
     return True
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of that id exists (the local stack's, named in its state file)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -213,7 +214,7 @@ def target_from_env(env: Mapping[str, str], *, description: str, region: str | N
 def local_target(state: LocalState, *, endpoint_url: str | None = None, region: str | None = None,
                  check_pid: bool = True) -> Target:
     """The local stack of `state`; `endpoint_url` and `region` override what the state file says."""
-    if check_pid and state.pid is not None and not _process_alive(state.pid):
+    if check_pid and state.pid is not None and not process_alive(state.pid):
         raise TargetError(
             f"the local stack (pid {state.pid}) is not running any more; start it again with `prewarm local up`"
         )

@@ -210,3 +210,15 @@ def test_describe_a_missing_job_exits_1(prewarm: Run) -> None:
     result = prewarm("describe", "job", "nope", "-n", "team-x")
 
     assert (result.exit_code, result.stderr) == (1, 'error: job "nope" not found in namespace "team-x"\n')
+
+
+def test_what_get_prints_as_yaml_applies_back_unchanged(prewarm: Run, running_job: str) -> None:
+    # Given every job of the namespace as `get -o yaml` prints it (status, uid and timestamps included)
+    listing = prewarm("get", "jobs", "-o", "yaml").stdout
+
+    # When that is applied
+    result = prewarm("apply", "-f", "-", input=listing)
+
+    # Then nothing changes
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout and all(line.endswith(" unchanged") for line in result.stdout.splitlines())
