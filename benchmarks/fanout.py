@@ -10,8 +10,8 @@ neither shares this process's CPU (GIL) or memory. The job selects every node (n
   does for the stream record: nodes listed in raw pages, node items written with `BatchWriteItem`,
   the first `parallelism` tasks sent by 16 threads.
 - Baseline: a naive dispatcher: typed `CoreV1Api.list_node()`, one `PutItem` per node item and one
-  `SendMessage` per task, in sequence. Measured on `--baseline-nodes` nodes and extrapolated to
-  `--nodes` (list time as measured, per-node time scaled), and said so.
+  `SendMessage` per task, in sequence. Measured on every node, or on `--baseline-nodes` of them and
+  extrapolated to `--nodes` (list time as measured, per-node time scaled), and then said so.
 
 Node queues exist before the clock starts, as each node's agent creates its queue when it starts
 (`--cold-queues` leaves them to be created by the first send: SendMessage, CreateQueue, SendMessage).
@@ -218,7 +218,7 @@ def benchmark(nodes: int, parallelism: int, baseline_nodes: int, cold_queues: bo
                 create_node_queues(bootstrap.queues(), names)
                 print(f"  {len(names)} node queues created first, as agents do at start "
                       f"({time.perf_counter() - started:.1f} s, not counted)")
-            servers = {"moto": moto, "Kubernetes API": api}
+            servers = {"moto": moto, "kube": api}
             before = {name: server.cpu_seconds() for name, server in servers.items()}
             ours = prewarm_fanout(nodes, parallelism)
             ours["server_cpu"] = {name: server.cpu_seconds() - before[name] for name, server in servers.items()}
@@ -239,17 +239,19 @@ def summarize(nodes: int, ours: dict[str, Any], naive: dict[str, Any]) -> dict[s
     print("            AWS calls: " + ", ".join(f"{op} {n}" for op, n in aws.calls.most_common()))
     print(f"            SendMessage phase {aws.span('SendMessage'):.2f} s, BatchWriteItem phase "
           f"{aws.span('BatchWriteItem'):.2f} s; CPU meanwhile: {ours['cpu_s']:.2f} s in this process (boto3 and "
-          "the adapters), " + ", ".join(f"{name} {cpu:.2f} s" for name, cpu in ours["server_cpu"].items()))
+          "the adapters), " + ", ".join(f"{name} server {cpu:.2f} s" for name, cpu in ours["server_cpu"].items()))
     print("            Kubernetes: " + ", ".join(f"{what} {n}" for what, n in kube.most_common()))
     extrapolated = naive["measured_nodes"] < nodes
-    print(f"  baseline: {naive['measured_s']:.2f} s measured for {naive['measured_nodes']} nodes "
-          f"(typed list of all {nodes} nodes {naive['list_s']:.2f} s); "
-          + (f"{naive['seconds']:.1f} s extrapolated to {nodes} nodes" if extrapolated else "")
-          + f"; {sum(naive_aws.calls.values())} AWS calls: "
+    measured = f"{naive['measured_s']:.2f} s measured for {naive['measured_nodes']} nodes"
+    if extrapolated:
+        measured += f", {naive['seconds']:.1f} s extrapolated to {nodes} nodes"
+    print(f"  baseline: {measured} (typed list of all {nodes} nodes {naive['list_s']:.2f} s); "
+          f"{sum(naive_aws.calls.values())} AWS calls: "
           + ", ".join(f"{op} {n}" for op, n in naive_aws.calls.most_common()))
+    if aws.calls["CreateQueue"]:
+        print("            (it ran after Prewarm's sends had created the node queues: it cannot create them)")
     speedup = naive["seconds"] / seconds
-    print(f"  prewarm is {speedup:.1f}x faster than the naive dispatcher"
-          + (" (baseline extrapolated)" if extrapolated else ""))
+    print(f"  speedup over the naive dispatcher: {speedup:.1f}x" + (" (baseline extrapolated)" if extrapolated else ""))
     print_targets([
         Target("SQS calls per node", sqs / nodes, TARGET_SQS_PER_NODE),
         Target("DynamoDB calls per node", dynamodb / nodes, TARGET_DYNAMODB_PER_NODE),
@@ -263,6 +265,7 @@ def summarize(nodes: int, ours: dict[str, Any], naive: dict[str, Any]) -> dict[s
         "sqs_calls_per_node": round(sqs / nodes, 4),
         "dynamodb_calls_per_node": round(dynamodb / nodes, 4),
         "kube_calls": sum(kube.values()),
+        "cpu_s": {"client": round(ours["cpu_s"], 2), **{k: round(v, 2) for k, v in ours["server_cpu"].items()}},
         "baseline": {
             "seconds": round(naive["seconds"], 2),
             "extrapolated": extrapolated,
@@ -279,13 +282,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=5000, help="synthetic nodes, all selected (default 5000)")
     parser.add_argument("--parallelism", type=int, default=5000, help="tasks sent at once (default 5000)")
-    parser.add_argument("--baseline-nodes", type=int, default=1000,
-                        help="nodes the naive dispatcher is measured on, then extrapolated (default 1000)")
+    parser.add_argument("--baseline-nodes", type=int, default=0,
+                        help="measure the naive dispatcher on this many nodes and extrapolate (default: all)")
     parser.add_argument("--cold-queues", action="store_true", help="do not create the node queues first")
     args = parser.parse_args(argv)
-    if min(args.nodes, args.parallelism, args.baseline_nodes) < 1:
-        parser.error("--nodes, --parallelism and --baseline-nodes must be at least 1")
-    emit(benchmark(args.nodes, args.parallelism, args.baseline_nodes, args.cold_queues))
+    if min(args.nodes, args.parallelism) < 1 or args.baseline_nodes < 0:
+        parser.error("--nodes and --parallelism must be at least 1, --baseline-nodes not negative")
+    emit(benchmark(args.nodes, args.parallelism, args.baseline_nodes or args.nodes, args.cold_queues))
     return 0
 
 
