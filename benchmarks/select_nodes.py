@@ -132,19 +132,23 @@ def benchmark(nodes: int, repeat: int) -> dict[str, Any]:
             # Alternate which side goes first, so neither always meets a freshly idle server.
             order = SIDES if index % 2 == 0 else SIDES[::-1]
             for side in order:
-                runs[side].append(run_child("select_nodes", ["--side", side, "--url", api.url, "--token", api.token]))
+                server_cpu = api.cpu_seconds()
+                run = run_child("select_nodes", ["--side", side, "--url", api.url, "--token", api.token])
+                run["server_cpu_s"] = api.cpu_seconds() - server_cpu  # the child's whole life, imports included
+                runs[side].append(run)
     digests = {r["digest"] for side in SIDES for r in runs[side]}
     if len(digests) != 1:
         counts = {side: runs[side][0]["selected"] for side in SIDES}
         raise BenchmarkError(f"the two sides selected different nodes: {counts}")
     figures = {
-        side: {key: median([r[key] for r in runs[side]]) for key in ("seconds", "cpu_s", "peak_mb")} for side in SIDES
+        side: {key: median([r[key] for r in runs[side]]) for key in ("seconds", "cpu_s", "server_cpu_s", "peak_mb")}
+        for side in SIDES
     }
     for side in SIDES:
         times = ", ".join(f"{r['seconds']:.3f}" for r in runs[side])
         print(
             f"  {side:8}: {figures[side]['seconds']:.3f} s median of [{times}] "
-            f"({figures[side]['cpu_s']:.3f} s CPU in the client), "
+            f"(CPU: client {figures[side]['cpu_s']:.3f} s, server {figures[side]['server_cpu_s']:.3f} s), "
             f"peak RSS +{figures[side]['peak_mb']:.0f} MB (process peak {runs[side][0]['process_peak_mb']:.0f} MB)"
         )
     selected = runs["prewarm"][0]["selected"]
