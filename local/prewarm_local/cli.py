@@ -128,10 +128,6 @@ class PrewarmGroup(click.Group):
         except click.Abort:
             click.echo("error: interrupted", err=True)
             code = EXIT_INTERRUPTED
-        except BrokenPipeError:
-            # The reader went away (`prewarm get jobs | head`): nothing left to say, to anyone.
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for the rest of the process
-            code = EXIT_FAILURE
         except Exception as e:  # noqa: BLE001 - the top of the CLI: every bug becomes one line and exit 1
             if debug:
                 traceback.print_exception(e)

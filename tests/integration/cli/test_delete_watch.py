@@ -217,3 +217,19 @@ def test_watching_a_missing_job_exits_1(prewarm: Run) -> None:
     result = prewarm("watch", "job", "nope", "--timeout", "1")
 
     assert (result.exit_code, result.stderr) == (1, 'error: job "nope" not found in namespace "default"\n')
+
+
+def test_watch_exits_1_when_the_job_itself_failed(prewarm: Run, control_plane: ControlPlane) -> None:
+    # Given a job the sweep failed for passing its activeDeadlineSeconds
+    assert prewarm("apply", "-f", "-", input=job_yaml("watch-deadline", nodes=("node-a",))).exit_code == 0
+    control_plane.plan("watch-deadline")
+    control_plane.store.finish_job(job_key("default", "watch-deadline"), {
+        "state": "Failed", "message": "job exceeds activeDeadlineSeconds", "completion_time": time.time(),
+    }, require_done=False)
+
+    # When it is watched
+    code, lines, _ = _watch(prewarm, "watch-deadline")
+
+    # Then the job's own failure is the outcome
+    assert code == 1
+    assert lines[-1] == "ImagePullJob default/watch-deadline failed: job exceeds activeDeadlineSeconds"
