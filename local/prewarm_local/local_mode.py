@@ -179,7 +179,8 @@ class LocalMode:
 
         if self.kube is not None:
             return list(self.kube.list_objects("nodes"))
-        return bootstrap.cluster().list_nodes()
+        nodes: list[dict[str, Any]] = bootstrap.cluster().list_nodes()
+        return nodes
 
     def _start_node(self, name: str) -> None:
         from prewarm_agent.agent import Agent
@@ -254,13 +255,6 @@ class LocalMode:
 
     # -- state for the CLI ----------------------------------------------------------------------
 
-    def write_state(self) -> None:
-        """Tells `prewarm --local` where this stack is (`$PREWARM_LOCAL_STATE` or ~/.prewarm/local.json)."""
-        from prewarm_local.target import LocalState, write_local_state
-
-        assert self.stack is not None
-        self._state_path = write_local_state(LocalState.of_stack(self.stack, pid=os.getpid()))
-
     def remove_state(self) -> None:
         from prewarm_local.target import clear_local_state
 
@@ -271,36 +265,54 @@ class LocalMode:
     # -- pushing images -------------------------------------------------------------------------
 
     def push(self, repository: str, tag: str | None, *, size_mb: float = 1.0) -> PushedToEcr:
-        """Builds an image, pushes it to the registry that plays ECR, and emits ECR's PUSH event.
-
-        moto records the manifest too (so `BatchGetImage` answers as ECR would) but emits no event:
-        the event is delivered here, to every matching rule of the template, as EventBridge would.
-        """
-        from prewarm_local.node.images import RegistryPusher, build_image
-
+        """Builds an image, pushes it to the registry that plays ECR, and delivers ECR's PUSH event here."""
         assert self.aws is not None and self.stack is not None and self.registry is not None
-        image = build_image(size_mb=size_mb)
-        pusher = RegistryPusher(self.registry.url, auth=("AWS", self.ecr_password))
-        pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
-        ecr = self.aws.client("ecr")
-        with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
-            ecr.create_repository(repositoryName=repository)
-        ecr.put_image(repositoryName=repository, imageManifest=image.manifest.data.decode(),
-                      imageManifestMediaType=image.manifest.media_type, **({"imageTag": tag} if tag else {}))
-        pushed_at = time.time()
-        event = {
-            "version": "0", "id": f"local-{pushed.digest[7:19]}", "detail-type": "ECR Image Action",
-            "source": "aws.ecr", "account": ACCOUNT, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "region": REGION, "resources": [],
-            "detail": {"result": "SUCCESS", "repository-name": repository, "image-digest": pushed.digest,
-                       "action-type": "PUSH", "manifest-media-type": image.manifest.media_type,
-                       "artifact-media-type": image.config.media_type,
-                       **({"image-tag": tag} if tag else {})},
-        }
+        pushed, event = push_to_local_ecr(self.registry.url, self.aws.client("ecr"), repository, tag, size_mb=size_mb)
         results = self.stack.put_event(event)
-        jobs = [line for r in results for line in (r or {}).get("jobs", [])]
-        return PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
-                           image.total_size, pushed_at, jobs)
+        pushed.jobs = [line for r in results for line in (r or {}).get("jobs", [])]
+        return pushed
+
+    def write_state(self) -> None:
+        """Tells `prewarm --local` where this stack is (`$PREWARM_LOCAL_STATE` or ~/.prewarm/local.json)."""
+        from prewarm_local.target import LocalState, write_local_state
+
+        assert self.stack is not None
+        state = LocalState.of_stack(self.stack, pid=os.getpid())
+        if self.registry is not None:
+            state.env["LOCAL_REGISTRY_URL"] = self.registry.url
+        self._state_path = write_local_state(state)
+
+
+def push_to_local_ecr(
+    registry_url: str, ecr: Any, repository: str, tag: str | None, *, size_mb: float
+) -> tuple[PushedToEcr, dict[str, Any]]:
+    """Pushes a fresh image to the registry that plays ECR and returns it with ECR's PUSH event.
+
+    moto records the manifest too (so `BatchGetImage` answers as ECR would) but emits no event on a
+    push: the caller delivers the returned event, as EventBridge would.
+    """
+    from prewarm_local.node.images import RegistryPusher, build_image
+
+    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+    user, _, password = base64.b64decode(token).decode().partition(":")
+    image = build_image(size_mb=size_mb)
+    pusher = RegistryPusher(registry_url, auth=(user, password))
+    pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
+    with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
+        ecr.create_repository(repositoryName=repository)
+    ecr.put_image(repositoryName=repository, imageManifest=image.manifest.data.decode(),
+                  imageManifestMediaType=image.manifest.media_type, **({"imageTag": tag} if tag else {}))
+    event = {
+        "version": "0", "id": f"local-{pushed.digest[7:19]}", "detail-type": "ECR Image Action",
+        "source": "aws.ecr", "account": ACCOUNT, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": REGION, "resources": [],
+        "detail": {"result": "SUCCESS", "repository-name": repository, "image-digest": pushed.digest,
+                   "action-type": "PUSH", "manifest-media-type": image.manifest.media_type,
+                   "artifact-media-type": image.config.media_type, **({"image-tag": tag} if tag else {})},
+    }
+    result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
+                         image.total_size, time.time())
+    return result, event
 
 
 @contextmanager

@@ -110,6 +110,7 @@ class LocalStack:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self.resolver: Resolver | None = None
+        self.event_bus_url = ""
 
     # -- deploy -------------------------------------------------------------------------------
 
@@ -142,6 +143,8 @@ class LocalStack:
                 self.functions[logical] = self._function(logical, res.get("Properties", {}))
         for fn in self.functions.values():
             self._check_wiring(fn)
+        # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
+        self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
 
     def _create_queue(self, logical: str, props: Mapping[str, Any]) -> None:
@@ -323,6 +326,22 @@ class LocalStack:
                 return self.invoke(fn.logical_id, schedule_event(arn, self.region, ACCOUNT, payload))
         raise KeyError(f"{name} has no schedule")
 
+    def pump_event_bus(self) -> int:
+        """Delivers the events other processes put on the local event bus (see `put_event`)."""
+        if not self.event_bus_url:
+            return 0
+        got = self.sqs.receive_message(QueueUrl=self.event_bus_url, MaxNumberOfMessages=10,
+                                       WaitTimeSeconds=0).get("Messages", [])
+        for m in got:
+            try:
+                event = json.loads(m["Body"])
+            except json.JSONDecodeError:
+                log.warning("dropped a local event bus message that is not JSON")
+            else:
+                self.put_event(event)
+            self.sqs.delete_message(QueueUrl=self.event_bus_url, ReceiptHandle=m["ReceiptHandle"])
+        return len(got)
+
     def pump_sqs(self) -> int:
         """Delivers one batch from each SQS event source; returns how many messages were handled."""
         handled = 0
@@ -430,7 +449,7 @@ class LocalStack:
         deadline = time.monotonic() + timeout
         quiet = 0
         while quiet < idle_rounds:
-            moved = self.pump_streams() + self.pump_sqs() + (poll() if poll else 0)
+            moved = self.pump_event_bus() + self.pump_streams() + self.pump_sqs() + (poll() if poll else 0)
             quiet = 0 if moved else quiet + 1
             if time.monotonic() > deadline:
                 raise TimeoutError(f"local stack still busy after {timeout} s")
@@ -448,7 +467,7 @@ class LocalStack:
             next_fire = {fn.logical_id: time.monotonic() + period for fn, period in self._rate_schedules()}
             while not self._stop.is_set():
                 try:
-                    moved = self.pump_streams() + self.pump_sqs()
+                    moved = self.pump_event_bus() + self.pump_streams() + self.pump_sqs()
                     now = time.monotonic()
                     if schedules:
                         for fn, period in self._rate_schedules():
@@ -484,7 +503,7 @@ class LocalStack:
         common = None
         for fn in self.functions.values():
             common = dict(fn.env) if common is None else {k: v for k, v in common.items() if fn.env.get(k) == v}
-        return common or {}
+        return {**(common or {}), **({"LOCAL_EVENT_BUS_URL": self.event_bus_url} if self.event_bus_url else {})}
 
 
 _RATE = re.compile(r"rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)")
