@@ -27,6 +27,10 @@ class MotoServer:
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.url = f"http://{host}:{port}"
+        # moto keeps its state per process, not per server: start each server empty.
+        import urllib.request
+
+        urllib.request.urlopen(urllib.request.Request(f"{self.url}/moto-api/reset", method="POST"), timeout=10).close()
         return self
 
     def stop(self) -> None:

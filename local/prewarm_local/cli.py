@@ -9,6 +9,7 @@ boto3, pydantic and rich are imported by the commands that need them.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import signal
@@ -649,6 +650,40 @@ def local_status() -> int:
     width = max(len(k) for k, _ in pairs) + 2
     click.echo("\n".join(f"{(k + ':').ljust(width)}{v}" for k, v in pairs))
     return EXIT_OK if alive else EXIT_FAILURE
+
+
+@local_group.command("push")
+@click.argument("image", metavar="REPOSITORY[:TAG]")
+@click.option("--size-mb", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Size of the image's layer (random, incompressible data).")
+def local_push(image: str, size_mb: float) -> int:
+    """Build a test image, push it to the local registry that plays ECR, and emit ECR's PUSH event.
+
+    \b
+    REPOSITORY is an ECR repository name (`platform/web`), or the full local ECR reference
+    (`123456789012.dkr.ecr.us-west-2.amazonaws.com/platform/web:v2`). Without TAG the push is
+    untagged, as a digest-only push to ECR is. Rules that match create their jobs in the running stack.
+    """
+    import boto3
+
+    from prewarm_local.local_mode import ecr_host, push_to_local_ecr
+
+    state = _running_local_stack()
+    if state is None:
+        raise CommandError("no local stack is running: start one with `prewarm local up`")
+    registry, bus = state.env.get("LOCAL_REGISTRY_URL"), state.env.get("LOCAL_EVENT_BUS_URL")
+    if not registry or not bus:
+        raise CommandError("the running local stack has no registry (started with --no-agents?): nothing to push to")
+    repository, _, tag = image.removeprefix(ecr_host() + "/").partition(":")
+    if not repository or "@" in image:
+        raise click.UsageError(f"IMAGE {image!r}: give REPOSITORY[:TAG], e.g. platform/web:v2")
+    session = boto3.session.Session(region_name=state.region, aws_access_key_id="local",
+                                    aws_secret_access_key="local")
+    pushed, event = push_to_local_ecr(registry, session.client("ecr", endpoint_url=state.endpoint_url),
+                                      repository, tag or None, size_mb=size_mb)
+    session.client("sqs", endpoint_url=state.endpoint_url).send_message(QueueUrl=bus, MessageBody=json.dumps(event))
+    click.echo(f"pushed {pushed.reference} ({pushed.size_bytes:,} bytes); ECR PUSH event sent")
+    return EXIT_OK
 
 
 @cli.command()

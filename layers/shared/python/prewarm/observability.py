@@ -7,9 +7,13 @@ formatted by the Powertools logger so every line is JSON with the job and node c
 from __future__ import annotations
 
 import logging
+import warnings
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+# A run that had nothing to count (an ignored event) is normal, not worth a warning per invocation.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 logger = Logger()
 metrics = Metrics()
