@@ -455,10 +455,13 @@ class Agent:
         self.metrics.pull_calls.inc()
 
         def resolve() -> None:
+            layers = None
             try:
-                shared.set_layers(self.manifests.layers(parse_image(shared.reference), auth))
+                layers = self.manifests.layers(parse_image(shared.reference), auth)
             except ManifestError as e:
                 self.log.info("layers of %s unknown, progress follows containerd only: %s", shared.reference, e)
+            finally:
+                shared.set_layers(layers)
 
         self._spawn(resolve, "agent-manifest")
 

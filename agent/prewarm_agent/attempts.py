@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PULLED_BY_ANNOTATION = "prewarm.dev/pulled-by"
 PULLED_BY = "prewarm-agent"
+LAYERS_WAIT_SECONDS = 2.0
 # How a registry's refusal of credentials reads in containerd's pull errors.
 _AUTH_ERROR = re.compile(r"\b40[13]\b|unauthori[sz]ed|forbidden|denied|authorization failed", re.IGNORECASE)
 
@@ -269,6 +270,8 @@ class TaskRunner:
         fields: dict[str, object] = {}
         if pulled is not None:
             fields["image_id"] = pulled.image_ref
+            # A fast pull can end before its manifest was read; the byte total is worth a short wait.
+            self.clock.wait(pulled.shared.layers_resolved, LAYERS_WAIT_SECONDS)
             progress = pulled.shared.finished()
             if progress is not None:
                 fields.update(bytes_done=progress.bytes_done, bytes_total=progress.bytes_total)

@@ -126,11 +126,15 @@ class SharedPull:
         self._tracker = ProgressTracker()
         self._layers: dict[str, int] | None = None
         self._lock = threading.Lock()
+        #: Set once the manifest's layers are known, or known to be unknowable.
+        self.layers_resolved = threading.Event()
 
-    def set_layers(self, layers: Mapping[str, int]) -> None:
-        """The layers of the resolved manifest (from another thread); applied at the next sample."""
+    def set_layers(self, layers: Mapping[str, int] | None) -> None:
+        """The layers of the resolved manifest, None when it could not be read (from another thread)."""
         with self._lock:
-            self._layers = dict(layers)
+            if layers is not None:
+                self._layers = dict(layers)
+        self.layers_resolved.set()
 
     def _apply_layers(self) -> None:
         if self._layers is not None and not self._tracker.layers_known:

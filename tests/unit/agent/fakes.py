@@ -152,12 +152,15 @@ class RecordedEvents:
     reports: list[StatusReport] = field(default_factory=list)
     started: list[SharedPull] = field(default_factory=list)
     refused: int = 0
+    #: What the manifest says the started pulls' layers are (None: it could not be read).
+    layers: dict[str, int] | None = None
 
     def attempt_started(self, run: TaskRun, report: StatusReport) -> None:
         self.reports.append(report)
 
     def pull_started(self, shared: SharedPull, auth: RegistryAuth | None) -> None:
         self.started.append(shared)
+        shared.set_layers(self.layers)
 
     def disk_refused(self, run: TaskRun) -> None:
         self.refused += 1

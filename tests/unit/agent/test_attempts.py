@@ -152,6 +152,15 @@ def test_failed_attempts_back_off_one_two_four_seconds_then_fail_with_the_last_e
     assert len(setup.runtime.pulls) == 4
 
 
+def test_succeeded_carries_the_manifests_byte_total() -> None:
+    setup = Setup()
+    setup.events.layers = {"sha256:" + "1" * 64: 300, "sha256:" + "2" * 64: 700}
+
+    final = setup.runner.run(make_run(make_task(IMAGE)))
+
+    assert (final.bytes_done, final.bytes_total) == (1000, 1000)
+
+
 def test_a_retry_that_succeeds_reports_its_attempt_and_keeps_the_first_start() -> None:
     setup = Setup([pull_error("flaky"), IMAGE_ID])
     run = make_run(make_task(IMAGE, backoff_limit=3))
