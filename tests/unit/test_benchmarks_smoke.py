@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.cold_start import discover_functions, import_costs, parse_importtime
+from benchmarks.cold_start import ImportLine, discover_functions, import_costs, least, parse_importtime
 from benchmarks.measure import ROOT, Target
 
 IMPORTTIME = """\
@@ -21,11 +21,12 @@ import time: self [us] | cumulative | imported package
 import time:       300 |        300 |   json.decoder
 import time:       200 |        500 | json
 import time:      1000 |       1000 |       pydantic.main
-import time:      4000 |       5000 |     prewarm.domain.jobs
-import time:      2000 |       7000 |   prewarm.services.dispatch
+import time:      2000 |       2000 |       yaml
+import time:      4000 |       7000 |     prewarm.domain.jobs
+import time:      2000 |       9000 |   prewarm.services.dispatch
 import time:      3000 |       3000 |     botocore.client
 import time:       500 |       3500 |   prewarm.bootstrap
-import time:       100 |      10600 | app
+import time:       100 |      12600 | app
 import time:      9000 |       9000 | kubernetes.client.configuration
 """
 
@@ -73,13 +74,26 @@ def test_cold_start_measures_every_function_against_the_naive_baseline() -> None
 def test_import_costs_split_the_handler_tree_from_what_came_before_and_after() -> None:
     # Given -X importtime output with json imported before the handler and kubernetes during its invoke
     costs = import_costs(parse_importtime(IMPORTTIME), "app")
-    # Then only the handler's tree is charged to it, by package and by direct import
-    assert costs.total_ms == pytest.approx(10.6)
-    assert costs.by_package == [("prewarm", pytest.approx(6.5)), ("botocore", 3.0), ("pydantic", 1.0),
-                                ("app", 0.1)]
-    assert costs.direct == [("prewarm.services.dispatch", 7.0), ("prewarm.bootstrap", 3.5)]
+    # Then only the handler's tree is charged to it, by package (with who imported it) and by direct import
+    assert costs.total_ms == pytest.approx(12.6)
+    assert costs.by_package == [("prewarm", pytest.approx(6.5), ""), ("botocore", 3.0, ""),
+                                ("yaml", 2.0, "prewarm.domain.jobs"), ("pydantic", 1.0, ""), ("app", 0.1, "")]
+    assert costs.direct == [("prewarm.services.dispatch", 9.0), ("prewarm.bootstrap", 3.5)]
     assert costs.heaviest[0] == ("prewarm.domain.jobs", 4.0)
     assert costs.on_invoke == [("kubernetes.client.configuration", 9.0)]
+
+
+def test_least_keeps_the_tree_and_takes_each_modules_smallest_figure() -> None:
+    # Given two runs where noise slowed a different module in each
+    first = parse_importtime(IMPORTTIME)
+    second = parse_importtime(IMPORTTIME.replace("3000 |       3000 |     botocore", "1000 |  1000 |     botocore"))
+    slowed = [line if line.name != "yaml" else ImportLine(9.0, 9.0, line.depth, "yaml") for line in first]
+    # When the runs are combined
+    combined = least([slowed, second])
+    # Then the structure is the first run's, and every figure the smaller one
+    assert [(line.name, line.depth) for line in combined] == [(line.name, line.depth) for line in first]
+    figures = {line.name: (line.self_ms, line.cumulative_ms) for line in combined}
+    assert figures["yaml"] == (2.0, 2.0) and figures["botocore.client"] == (1.0, 1.0)
 
 
 def test_targets_say_whether_a_bound_is_met_in_either_direction() -> None:
