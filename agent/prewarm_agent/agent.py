@@ -113,7 +113,8 @@ class Agent:
         self.status = status or StatusQueue(settings.status_queue_url, client=self.sqs)
         self.node_queues = NodeQueues(
             settings.node_queue_prefix, settings.status_queue_url, dlq_arn=settings.node_dlq_arn,
-            visibility_seconds=settings.visibility_timeout_seconds, client=self.sqs,
+            visibility_seconds=settings.visibility_timeout_seconds, sender_arns=settings.node_queue_sender_arns,
+            client=self.sqs,
         )
         self.credentials = credentials or RegistryCredentials(
             secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),
