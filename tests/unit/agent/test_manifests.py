@@ -9,6 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
 from prewarm_agent.settings import AgentSettings
 
 DEPLOY = Path(__file__).resolve().parents[3] / "agent" / "deploy"
@@ -16,7 +17,7 @@ KUBERNETES_VERSION = "1.33.0"
 
 
 def documents() -> list[dict[str, Any]]:
-    docs = []
+    docs: list[dict[str, Any]] = []
     for path in sorted(DEPLOY.glob("*.yaml")):
         docs.extend(doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc)
     return docs
@@ -29,7 +30,7 @@ def one(kind: str) -> dict[str, Any]:
 
 def agent_container() -> dict[str, Any]:
     (container,) = one("DaemonSet")["spec"]["template"]["spec"]["containers"]
-    return container
+    return dict(container)
 
 
 @pytest.mark.parametrize("doc", documents(), ids=lambda doc: f"{doc['kind']}/{doc['metadata']['name']}")
