@@ -207,7 +207,7 @@ def explain(subject: Subject, prepare: Callable[[], None], runs: int = 3, top: i
     costs = import_costs(least(measured), subject.module)
     print(f"  {subject.name}: -X importtime says {costs.total_ms:.0f} ms (least of {runs} runs, its overhead included)")
     print("    by package (self time, imported by): " + ", ".join(
-        f"{p} {ms:.0f} ms" + (f" ({via})" if via and via != subject.module else "")
+        f"{p} {ms:.0f} ms" + (f" ({via})" if via and via.split(".")[0] not in (p, subject.module) else "")
         for p, ms, via in costs.by_package[:top]))
     print("    heaviest modules (self time): " + ", ".join(f"{n} {ms:.0f} ms" for n, ms in costs.heaviest[:top]))
     print("    its imports (cumulative): " + ", ".join(f"{n} {ms:.0f} ms" for n, ms in costs.direct[:top]))
