@@ -48,7 +48,7 @@ test: lint typecheck contracts template sam-validate node-deps
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 demo: $(STAMP) node-deps
-	$(VENV)/bin/prewarm demo
+	$(VENV)/bin/prewarm demo --nodes 3 --image-mb 50
 
 bench: $(STAMP) node-deps
 	@# Figures, machine and commands: docs/performance.md. Each benchmark's last line is one JSON object.
