@@ -17,8 +17,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -313,16 +312,6 @@ def push_to_local_ecr(
     result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
                          image.total_size, time.time())
     return result, event
-
-
-@contextmanager
-def local_mode(**kwargs: Any) -> Iterator[LocalMode]:
-    mode = LocalMode(**kwargs)
-    mode.start()
-    try:
-        yield mode
-    finally:
-        mode.stop()
 
 
 def json_line(obj: Any) -> str:

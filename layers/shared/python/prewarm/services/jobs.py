@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, PrewarmRule, parse_manifest
 from prewarm.domain.messages import CancelTask
-from prewarm.domain.status import NodePhase, progress_message
+from prewarm.domain.status import progress_message
 from prewarm.services.ports import JobRecord, JobStore, NodeTaskRecord, StoreConflictError, TaskQueues
 
 log = logging.getLogger(__name__)
@@ -225,10 +225,3 @@ def list_views(store: JobStore, *, namespace: str | None, now: float) -> list[Jo
         for r in sorted(store.list_jobs(), key=lambda r: (r.namespace, r.name))
         if not r.owner and (namespace is None or r.namespace == namespace)
     ]
-
-
-def node_phase_counts(tasks: list[NodeTaskRecord]) -> dict[str, int]:
-    counts = {p.value: 0 for p in NodePhase}
-    for t in tasks:
-        counts[t.phase.value] += 1
-    return counts
