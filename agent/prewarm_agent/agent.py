@@ -20,7 +20,7 @@ from prewarm.adapters.secrets import AgentCredentials
 from prewarm.adapters.sqs import NodeQueues, QueueError, StatusQueue
 from prewarm.domain.images import parse_image
 from prewarm.domain.messages import CancelTask, Hello, MessageError, PullTask, StatusReport, parse_node_message
-from prewarm_agent.attempts import TaskRunner
+from prewarm_agent.attempts import CredentialSource, TaskRunner
 from prewarm_agent.clock import Clock, SystemClock
 from prewarm_agent.credentials import EcrTokens, RegistryCredentials
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
@@ -93,7 +93,7 @@ class Agent:
         sqs: Any = None,
         status: StatusSink | None = None,
         clock: Clock | None = None,
-        credentials: RegistryCredentials | None = None,
+        credentials: CredentialSource | None = None,
         manifests: LayerSource | None = None,
         node: Callable[[], NodeFacts] | None = None,
     ) -> None:
@@ -116,7 +116,7 @@ class Agent:
             visibility_seconds=settings.visibility_timeout_seconds, sender_arns=settings.node_queue_sender_arns,
             client=self.sqs,
         )
-        self.credentials = credentials or RegistryCredentials(
+        self.credentials: CredentialSource = credentials or RegistryCredentials(
             secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),
             tokens=EcrTokens(endpoint_url=settings.aws_endpoint_url, clock=self.clock.time),
         )
@@ -364,14 +364,20 @@ class Agent:
         unknown: StatusReport | None = None
         with self._lock:
             run = self._runs.get(key)
-            if run is None and key not in self._outcomes:
+            mismatched = run is not None and run.task.job != cancel.job
+            if mismatched:
+                run = None
+            elif run is None and key not in self._outcomes:
                 # The task may still be on its way (SQS does not keep order): it will not run.
                 unknown = StatusReport(job=cancel.job, job_uid=cancel.job_uid, round=cancel.round, node=cancel.node,
                                        phase="Cancelled", attempt=0, seq=1, message=reason,
                                        finished_at=self.clock.time())
                 self._remember(key, unknown)
         self.metrics.messages.labels("cancel").inc()
-        if run is not None:
+        if mismatched:
+            self.log.warning("cancel names job %s but uid %s runs another job here; ignored", cancel.job,
+                             cancel.job_uid, extra=context)
+        elif run is not None:
             self.log.info("cancelling the pull: %s", reason, extra=context)
             run.cancel(reason)
         elif unknown is not None:
@@ -484,11 +490,12 @@ class Agent:
     def _sample_progress(self) -> None:
         while not self._background_stop.wait(self.settings.progress_interval_seconds):
             try:
-                self._report_progress()
+                self.report_progress()
             except Exception:
                 self.log.exception("progress sampling failed")
 
-    def _report_progress(self) -> None:
+    def report_progress(self) -> None:
+        """Send one Pulling report with the bytes so far for every running pull (the sampler's tick)."""
         running = self.pulls.running()
         if not running:
             return

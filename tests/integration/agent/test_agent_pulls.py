@@ -437,6 +437,52 @@ def test_cancel_before_its_task_is_recorded_and_the_task_never_pulls(
     assert _eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
 
 
+# --- start-up -------------------------------------------------------------------------------------
+
+
+def test_the_node_queue_is_created_with_the_dead_letter_redrive_and_reused_after_a_restart(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    # Given an agent that created its node's queue and was stopped
+    first = agents()
+    url = first.queue_url
+    attributes = first.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    first.stop()
+
+    # When an agent for the same node starts again
+    image = oci_image_factory.push(registry, "agent/restart", "v1")
+    second = agents(node=first.node)
+    task = second.task(image.reference)
+    second.send(task)
+
+    # Then the queue is the same, redriving to the shared DLQ, and tasks on it still run
+    assert second.queue_url == url
+    redrive = json.loads(attributes["RedrivePolicy"])
+    assert redrive["deadLetterTargetArn"] == first.settings.node_dlq_arn
+    assert int(redrive["maxReceiveCount"]) == 5
+    assert second.final(task).phase == "Succeeded"
+
+
+def test_two_agents_share_a_process_without_sharing_work_or_metrics(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
+) -> None:
+    # Given two agents (two simulated nodes) in this process
+    image = oci_image_factory.push(registry, "agent/two-nodes", "v1")
+    one, two = agents(), agents()
+    tasks = [one.task(image.reference), two.task(image.reference)]
+
+    # When each gets a task on its own queue
+    one.send(tasks[0])
+    two.send(tasks[1])
+
+    # Then each reports as its own node, counts only its own pull, and serves its own port
+    finals = [one.final(tasks[0]), two.final(tasks[1])]
+    assert [f.node for f in finals] == [one.node, two.node]
+    assert one.metric("prewarm_agent_pulls_total", outcome="Succeeded") == 1
+    assert two.metric("prewarm_agent_pulls_total", outcome="Succeeded") == 1
+    assert one.agent.http_port != two.agent.http_port
+
+
 # --- hello, probes, metrics ----------------------------------------------------------------------
 
 

@@ -1,0 +1,113 @@
+"""The agent's progress sampler: byte reports from containerd's downloads, elapsed time without them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from prewarm.domain.messages import Hello, StatusReport
+from prewarm_agent.agent import Agent
+from prewarm_agent.cri.errors import CriError
+from prewarm_agent.node import NodeFacts
+from prewarm_agent.pulls import TaskRun
+from prewarm_agent.settings import AgentSettings
+from tests.unit.agent.fakes import NEVER, FakeCall, FakeClock, FakeCredentials, FakeRuntime, make_run, make_task
+
+LAYER = "sha256:" + "a" * 64
+
+
+@dataclass(frozen=True)
+class Ingest:
+    ref: str
+    offset: int
+    total: int
+
+
+class Content:
+    def __init__(self, ingests: Sequence[Ingest] | None) -> None:
+        self.ingests = ingests
+
+    def list_statuses(self, filters: Sequence[str] = ()) -> Sequence[Ingest]:
+        if self.ingests is None:
+            raise CriError("listing ingest statuses failed (UNIMPLEMENTED): unknown service", code="UNIMPLEMENTED")
+        return self.ingests
+
+
+class Status:
+    def __init__(self) -> None:
+        self.sent: list[StatusReport | Hello] = []
+
+    def send(self, message: StatusReport | Hello) -> None:
+        self.sent.append(message)
+
+
+class NoLayers:
+    def layers(self, image: object, auth: object) -> dict[str, int]:
+        return {}
+
+
+def make_agent(content: Content, clock: FakeClock, status: Status) -> Agent:
+    settings = AgentSettings.from_env({
+        "NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": "prewarm-node", "AWS_REGION": "us-west-2",
+        "STATUS_QUEUE_URL": "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status",
+    })
+    return Agent(settings, cri=FakeRuntime(), content=content, sqs=object(), status=status, clock=clock,
+                 credentials=FakeCredentials(), manifests=NoLayers(),
+                 node=lambda: NodeFacts(name="node-a"))
+
+
+def pulling(agent: Agent, clock: FakeClock) -> TaskRun:
+    run = make_run(make_task())
+    agent.pulls.join(run, ("registry.example.com/team/app:v1", "anonymous"), lambda: FakeCall(NEVER))
+    run.begin_attempt(1, clock.time())
+    return run
+
+
+def test_a_running_pull_reports_its_layer_bytes() -> None:
+    clock, status = FakeClock(), Status()
+    agent = make_agent(Content([Ingest(f"layer-{LAYER}", 300, 1000)]), clock, status)
+    pulling(agent, clock)
+    clock.elapsed += 7
+
+    agent.report_progress()
+
+    (report,) = status.sent
+    assert isinstance(report, StatusReport)
+    assert (report.phase, report.bytes_done, report.bytes_total, report.attempt) == ("Pulling", 300, 1000, 1)
+    assert report.message == "300 of 1000 bytes after 7s"
+
+
+def test_without_the_content_api_reports_carry_the_elapsed_time_and_it_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="prewarm_agent")
+    clock, status = FakeClock(), Status()
+    agent = make_agent(Content(None), clock, status)
+    pulling(agent, clock)
+
+    clock.elapsed += 5
+    agent.report_progress()
+    clock.elapsed += 5
+    agent.report_progress()
+
+    assert [(r.bytes_done, r.message) for r in status.sent if isinstance(r, StatusReport)] == [
+        (None, "pulling for 5s"), (None, "pulling for 10s")
+    ]
+    assert [r.seq for r in status.sent if isinstance(r, StatusReport)] == [1, 2]
+    warnings = [r.getMessage() for r in caplog.records if "content API is unavailable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "elapsed time only" in warnings[0]
+
+
+def test_a_cancelled_run_sends_no_more_progress() -> None:
+    clock, status = FakeClock(), Status()
+    agent = make_agent(Content([]), clock, status)
+    run = pulling(agent, clock)
+    run.cancel("job deleted")
+
+    agent.report_progress()
+
+    assert status.sent == []
