@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -58,39 +59,43 @@ def job_manifest(name: str, parallelism: int) -> dict[str, Any]:
 
 
 class AwsCalls:
-    """Counts API calls (and HTTP attempts) per operation on the clients it is attached to."""
+    """Counts API calls (and HTTP attempts) per operation and per service on the clients it is attached to."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.by_service: Counter[str] = Counter()
         self.attempts: Counter[str] = Counter()
-        self.service: dict[str, str] = {}
         self.first: dict[str, float] = {}
         self.last: dict[str, float] = {}
+        self._lock = threading.Lock()  # the sender threads share the counters
 
     def attach(self, client: Any) -> None:
-        service = client.meta.service_model.service_name
         client.meta.events.register("before-call.*.*", self._call)
         client.meta.events.register("before-send.*.*", self._send)
         client.meta.events.register("after-call.*.*", self._done)
-        for operation in client.meta.service_model.operation_names:
-            self.service[operation] = service
 
-    def _call(self, model: Any, **_: Any) -> None:
-        self.calls[model.name] += 1  # Counter updates under the GIL: the sender threads share it
-        self.first.setdefault(model.name, time.perf_counter())
+    def _call(self, event_name: str, **_: Any) -> None:
+        service, operation = event_name.split(".")[1:]
+        with self._lock:
+            self.calls[operation] += 1
+            self.by_service[service] += 1
+            self.first.setdefault(operation, time.perf_counter())
 
-    def _done(self, model: Any, **_: Any) -> None:
-        self.last[model.name] = time.perf_counter()
+    def _done(self, event_name: str, **_: Any) -> None:
+        with self._lock:
+            self.last[event_name.rsplit(".", 1)[-1]] = time.perf_counter()
+
+    def _send(self, event_name: str, **_: Any) -> None:
+        with self._lock:
+            self.attempts[event_name.rsplit(".", 1)[-1]] += 1
 
     def span(self, operation: str) -> float:
         """Seconds from the first call of `operation` to the end of its last one."""
         return self.last.get(operation, 0.0) - self.first.get(operation, 0.0)
 
-    def _send(self, event_name: str, **_: Any) -> None:
-        self.attempts[event_name.rsplit(".", 1)[-1]] += 1
-
     def of(self, service: str) -> int:
-        return sum(n for op, n in self.calls.items() if self.service.get(op) == service)
+        """Calls made to `service` (its id in botocore's event names: `sqs`, `dynamodb`)."""
+        return self.by_service[service]
 
 
 @contextmanager
