@@ -20,6 +20,15 @@ REPO_DIGEST = "sha256:" + "d" * 64
 NEVER = object()  # a pull that never finishes by itself
 
 
+@dataclass(frozen=True)
+class Ingest:
+    """An in-flight download as containerd lists it."""
+
+    ref: str
+    offset: int
+    total: int
+
+
 class FakeClock:
     """Wall and monotonic time that advance only when `wait` times out; records every wait."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pytest
 
@@ -14,16 +13,9 @@ from prewarm_agent.cri.errors import CriError
 from prewarm_agent.node import NodeFacts
 from prewarm_agent.pulls import TaskRun
 from prewarm_agent.settings import AgentSettings
-from tests.unit.agent.fakes import NEVER, FakeCall, FakeClock, FakeCredentials, FakeRuntime, make_run, make_task
+from tests.unit.agent.fakes import NEVER, FakeCall, FakeClock, FakeCredentials, FakeRuntime, Ingest, make_run, make_task
 
 LAYER = "sha256:" + "a" * 64
-
-
-@dataclass(frozen=True)
-class Ingest:
-    ref: str
-    offset: int
-    total: int
 
 
 class Content:

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from prewarm_agent.progress import Progress, ProgressTracker, layer_digest
+from tests.unit.agent.fakes import Ingest
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64
 C = "sha256:" + "c" * 64
-
-
-@dataclass(frozen=True)
-class Ingest:
-    ref: str
-    offset: int
-    total: int
 
 
 def layer(digest: str, offset: int, total: int) -> Ingest:
