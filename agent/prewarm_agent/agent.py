@@ -70,7 +70,8 @@ def aws_client(service: str, settings: AgentSettings, pool: int = 10) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    # A session of its own: agents built on several threads must not share boto3's default one.
+    return boto3.session.Session().client(
         service,
         region_name=settings.aws_region,
         endpoint_url=settings.aws_endpoint_url,

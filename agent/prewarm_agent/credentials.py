@@ -88,15 +88,25 @@ class EcrTokens:
         source: TokenSource | None = None,
     ) -> None:
         self._clock = clock
+        self._clients_lock = threading.Lock()
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._session: Any = None
         self._source: TokenSource = source or EcrTokenSource(client_factory=self._client, clock=clock)
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
         self._cache: dict[tuple[str | None, str | None], tuple[str, str, float]] = {}
 
     def _client(self, service: str, region: str, credentials: RoleCredentials | None) -> Any:
-        import boto3
+        # Task threads ask at the same time; boto3 sessions are not safe to build clients from concurrently.
+        with self._clients_lock:
+            key = (service, region)
+            if key not in self._clients:
+                import boto3
 
-        return boto3.client(service, region_name=region, endpoint_url=self._endpoint_url)
+                if self._session is None:
+                    self._session = boto3.session.Session()
+                self._clients[key] = self._session.client(service, region_name=region, endpoint_url=self._endpoint_url)
+            return self._clients[key]
 
     def auth(self, registry: EcrRegistry, host: str) -> RegistryAuth:
         """The token for `registry` as credentials for `host`; raises `RegistryTokenError`."""
