@@ -143,13 +143,16 @@ def _finish_task(
 
 def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: JobRecord, *, now: float) -> None:
     """Kruise fails a job past activeDeadlineSeconds; every unfinished node is cancelled and counted failed."""
-    unfinished = [t for t in store.get_tasks(record.key) if t.round == record.round and not t.phase.is_terminal]
-    for task in unfinished:
-        _finish_task(store, record, task.node, NodePhase.CANCELLED, DEADLINE_MESSAGE, now=now)
+    tasks = [t for t in store.get_tasks(record.key) if t.round == record.round]
+    for task in tasks:
+        if not task.phase.is_terminal:
+            _finish_task(store, record, task.node, NodePhase.CANCELLED, DEADLINE_MESSAGE, now=now)
+    # A sweep retried after a crash here finds nodes it already cancelled: cancel them again, not never.
     cancels = [
         CancelTask(job=record.key, job_uid=record.uid, round=record.round, node=t.node, reason=DEADLINE_MESSAGE)
-        for t in unfinished
+        for t in tasks
         if t.dispatched_at is not None
+        and (not t.phase.is_terminal or (t.phase is NodePhase.CANCELLED and t.message == DEADLINE_MESSAGE))
     ]
     queues.send_many(cancels)
     fields: dict[str, object] = {"state": "Failed", "message": DEADLINE_MESSAGE, "completion_time": now}
