@@ -13,6 +13,14 @@ PINNED = {
         "deadline_passes_with_nodes_in_flight", Fault("store.apply_update", 2, "before")),
     "deadline cancels survive a crash before they are sent": (
         "deadline_passes_with_nodes_in_flight", Fault("queues.send_many", 1, "before")),
+    # a new round overwrote the old round's items, then cancelled: a retry found nothing to cancel
+    "superseded pulls are cancelled after a crash before the plan is committed": (
+        "new_image_starts_a_new_round", Fault("store.commit_plan", 1, "before")),
+    "superseded pulls are cancelled after a crash before the sends": (
+        "new_image_starts_a_new_round", Fault("queues.send_many", 1, "before")),
+    # a re-plan removed a deselected node's item, then cancelled it: a retry no longer saw the node
+    "a deselected node is cancelled after a crash between its removal and its cancel": (
+        "selector_edit_replans_the_round", Fault("queues.send", 1, "before")),
 }
 
 

@@ -214,6 +214,9 @@ def _plan_round(
         for t in existing
         if t.round < record.round and t.dispatched_at is not None and not t.phase.is_terminal
     ]
+    # Cancels first: once the new round's items replace the old ones, a retry cannot tell whom to cancel.
+    if cancels:
+        queues.send_many(cancels)
     store.put_tasks(key, tasks)
     if stale:
         store.delete_tasks(key, stale)
@@ -222,8 +225,6 @@ def _plan_round(
         excluded=_excluded(selection),
         extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns},
     )
-    if cancels:
-        queues.send_many(cancels)
     dispatched = [pull_task(record, job, t.node) for t in tasks if t.dispatched_at]
     failures = queues.send_many(dispatched)
     log.info("planned %s round %d: %d nodes, %d excluded", key, record.round, len(tasks), len(selection.excluded))
@@ -254,10 +255,11 @@ def _replan_round(
     result = PlanResult(key, "re-planned", selected=len(wanted), excluded=len(selection.excluded))
     for node in removed:
         task = have[node]
-        store.remove_task(key, task, job_uid=record.uid)
+        # Cancel before removing: a retry after a crash in between no longer sees the node's item.
         if task.dispatched_at is not None and not task.phase.is_terminal:
             queues.send(CancelTask(job=key, job_uid=record.uid, round=task.round, node=node,
                                    reason="node no longer selected"))
+        store.remove_task(key, task, job_uid=record.uid)
         result.removed.append(node)
     for node in added:
         store.add_task(key, NodeTaskRecord(node=node, round=record.round, updated_at=now),
