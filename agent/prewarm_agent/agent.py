@@ -233,10 +233,11 @@ class Agent:
         for run in self._current_runs():
             if not run.pulling:
                 run.cancel(SHUTDOWN_REASON, shutdown=True)
-        self.pulls.close()
         ends = self.clock.monotonic() + grace
         while self._current_runs() and self.clock.monotonic() < ends:
             self.clock.wait(self._background_stop, min(0.1, max(0.0, ends - self.clock.monotonic())))
+        # Only now: a run between attempts may start its next one within the grace period.
+        self.pulls.close()
         for run in self._current_runs():
             run.cancel(SHUTDOWN_REASON, shutdown=True)
         for thread in self._current_threads():
@@ -337,7 +338,10 @@ class Agent:
         finished: StatusReport | None = None
         with self._lock:
             run = self._runs.get(key)
-            if run is not None:
+            if self._stopping.is_set() and run is None:
+                # Checked under the lock `stop()` takes to list the runs, so no run starts unseen.
+                kind = "released"
+            elif run is not None:
                 run.deliveries.append(delivery)
                 kind = "duplicate"
             elif key in self._outcomes:
@@ -348,6 +352,9 @@ class Agent:
                 self._runs[key] = run
                 self._run_threads[key] = self._spawn(lambda: self._run(run), f"pull-{task.job_uid[:8]}")
                 kind = "task"
+        if kind == "released":
+            self._release([delivery])
+            return
         self.metrics.messages.labels(kind).inc()
         if kind == "duplicate":
             self.log.info("task already running here; the duplicate joins it", extra=context)

@@ -202,7 +202,7 @@ class TaskRunner:
             starter = _Starter(self.runtime, run, reference, pair)
             shared = self.pulls.join(run, (reference, credential_identity(auth)), starter, not_after=not_after)
             if shared is None:
-                if run.cancelled.is_set():
+                if run.cancelled.is_set() or self.pulls.closed:
                     return _CANCELLED
                 return _Failed(f"no pull slot free before the deadline ({self.pulls.max_concurrent} pulls running)")
             if ends is None:

@@ -174,6 +174,11 @@ class PullCoordinator:
             return self._running
 
     @property
+    def closed(self) -> bool:
+        """True once `close()` was called: no pull starts any more."""
+        return self._closed
+
+    @property
     def waiting(self) -> int:
         """Runs queued for a slot."""
         with self._lock:

@@ -279,20 +279,31 @@ def test_heartbeats_keep_a_long_pull_invisible(
     assert agent.queue_depth() == (0, 0)
 
 
-def test_stop_lets_a_pull_finish_within_the_grace_period(
+def test_stop_lets_a_pull_finish_within_the_grace_period_and_releases_queued_tasks(
     agents: Agents, registry: LocalRegistry, slow_link: ThrottlingProxy, oci_image_factory: OciImageFactory
 ) -> None:
+    # Given one pull running and another task waiting for the only slot
     slow_link.set_rate(2 * MIB)
     image = oci_image_factory.push(registry, "slow/finish", size_mb=3).with_host(slow_link.host)
-    agent = agents()
-    task = agent.task(image.reference)
+    queued_image = oci_image_factory.push(registry, "slow/queued", size_mb=1).with_host(slow_link.host)
+    agent = agents(MAX_CONCURRENT_PULLS="1")
+    task, queued = agent.task(image.reference), agent.task(queued_image.reference)
     agent.send(task)
     agent.wait_for(task, lambda rs: any(r.phase == "Pulling" for r in rs), timeout=10)
+    agent.send(queued)
+    deadline = time.monotonic() + 5
+    while agent.metric("prewarm_agent_messages_received_total", kind="task") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
 
+    # When the agent stops with a grace period long enough for the running pull
     agent.stop(grace=15)
 
+    # Then the running pull finished and was reported; the queued task reported nothing and is back
     assert agent.final(task, timeout=1).phase == "Succeeded"
-    assert agent.queue_depth() == (0, 0)
+    assert agent.reports(queued) == []
+    answer = agent.sqs.receive_message(QueueUrl=agent.queue_url, WaitTimeSeconds=1)
+    (message,) = answer["Messages"]
+    assert json.loads(message["Body"])["job_uid"] == queued.job_uid
 
 
 def test_sigterm_cancels_the_pull_releases_its_message_and_exits_0(
