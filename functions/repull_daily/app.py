@@ -1,5 +1,6 @@
 """Daily schedule → a new round of every active `completionPolicy: Never` job."""
 
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -14,7 +15,10 @@ from prewarm.services.schedules import repull_daily
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    started = repull_daily(bootstrap.store())
+    scheduled = event.get("scheduled_time")
+    # Retries of one scheduled invocation carry its scheduled time: they must not start a second round.
+    started = repull_daily(bootstrap.store(),
+                           scheduled_time=datetime.fromisoformat(scheduled).timestamp() if scheduled else None)
     metrics.add_metric(name="RoundsStarted", unit=MetricUnit.Count, value=len(started))
     logger.info("re-pull rounds started", extra={"jobs": started})
     return {"rounds_started": started}

@@ -31,13 +31,21 @@ DEADLINE_MESSAGE = "job exceeds activeDeadlineSeconds"
 SILENT_NODE_MESSAGE = "node has not responded for a long time"
 
 
-def repull_daily(store: JobStore) -> list[str]:
-    """Starts a new round of every active `Never` job; the table stream plans it. Returns the jobs."""
+def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> list[str]:
+    """Starts a new round of every active `Never` job; the table stream plans it. Returns the jobs.
+
+    `scheduled_time` (the schedule's, the same on every retry of one invocation) makes a retry start no
+    second round: a job whose round started at or after it, or is not planned yet, already has its round.
+    """
     started = []
     for record in store.list_jobs():
         if record.api_kind != "ImagePullJob" or record.state != "Running":
             continue
         if job_spec(record).spec.completion_policy.type != "Never":
+            continue
+        if scheduled_time is not None and (
+            record.planned != record.plan_id or (record.start_time or 0) >= scheduled_time
+        ):
             continue
         try:
             store.set_job_fields(record.key, {"round": record.round + 1}, condition_state="Running")
