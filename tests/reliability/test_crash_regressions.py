@@ -67,7 +67,8 @@ def test_a_daily_repull_retried_after_its_round_was_planned_starts_no_second_rou
         next_day = repull_daily(plane.store, scheduled_time=plane.clock.now() + 86400)
         # Then the retry starts nothing and the next day starts round 2
         assert (retried, next_day) == ([], [KEY])
-        assert plane.real_store.get_job(KEY).round == 2  # type: ignore[union-attr]
+        record = plane.real_store.get_job(KEY)
+        assert record is not None and record.round == 2
 
 
 def test_the_repull_handler_passes_the_schedules_time_so_its_retries_start_no_round(stack: dict[str, Any]) -> None:
