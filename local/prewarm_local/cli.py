@@ -299,6 +299,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
     from prewarm.services.ports import StoreError
 
     invalid = failed = applied = 0
+    queues = current_target(ctx).queues()  # a list job that drops an image cancels that image's pulls
     for source, read in _sources(filenames, recursive):
         try:
             text = read()
@@ -309,7 +310,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
         documents, yaml_error = _documents(source, text)
         for doc in documents:
             try:
-                outcome = apply_manifest(current_store(ctx), doc.body, now=time.time())
+                outcome = apply_manifest(current_store(ctx), doc.body, now=time.time(), queues=queues)
             except JobValidationError as e:
                 subject = f" ({e.subject})" if e.subject else ""
                 for problem in e.errors:

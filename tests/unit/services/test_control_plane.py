@@ -369,3 +369,76 @@ def test_sweep_deletes_queues_of_departed_nodes_only_its_own(plane: ControlPlane
     assert result.queues_deleted == [plane.queues.queue_name(nodes[1])]
     left = plane.queues.list_node_queues()
     assert plane.queues.queue_name(nodes[0]) in left and "pw-other-stack-queue" in left
+
+
+def test_editing_a_finished_job_runs_it_again_with_its_completion_cleared(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 2)
+    plane.cluster.nodes.append(make_node("extra", pool="cpu"))
+    ttl = {"type": "Always", "ttlSecondsAfterFinished": 600}
+    apply_manifest(plane.store, job_doc(parallelism=2, selector={"matchLabels": {"pool": "gpu"}},
+                                        completionPolicy=ttl), now=plane.now())
+    plan(plane)
+    for task in (m[0] for m in tasks_sent(plane, nodes).values()):
+        report(plane, task, "Succeeded", seq=1)
+    assert view_job(plane.store, "default", "warm", now=plane.now()).message == "job has completed"
+    edited = job_doc(parallelism=2, selector={"names": [*nodes, "extra"]}, completionPolicy=ttl)
+    assert apply_manifest(plane.store, edited, now=plane.now()).outcome == "configured"
+    record = plane.store.get_job("default/warm")
+    assert record is not None and record.state == "Running"
+    assert (record.completion_time, record.ttl, record.message) == (None, None, "")
+    plan(plane)
+    (task,) = tasks_sent(plane, [*nodes, "extra"])["extra"]
+    assert view_job(plane.store, "default", "warm", now=plane.now()).completion_time is None
+    report(plane, task, "Succeeded", seq=1)
+    assert counters(plane) == (3, 0, 3, 0)
+    assert view_job(plane.store, "default", "warm", now=plane.now()).message == "job has completed"
+    assert_invariant(plane)
+
+
+def test_reapplying_a_job_that_was_never_planned_retriggers_its_plan(plane: ControlPlane) -> None:
+    apply_manifest(plane.store, job_doc(), now=plane.now())
+    # Its stream record went to the DLQ: the job was never planned. Applying the same spec again
+    # must not be a no-op, or the job could only be recovered by deleting it.
+    assert apply_manifest(plane.store, job_doc(), now=plane.now()).outcome == "configured"
+    record = plane.store.get_job("default/warm")
+    assert record is not None and record.generation == 2 and record.planned != record.plan_id
+    plan(plane)
+    record = plane.store.get_job("default/warm")
+    assert record is not None and record.planned == record.plan_id
+    assert apply_manifest(plane.store, job_doc(), now=plane.now()).outcome == "unchanged"
+
+
+def test_image_list_job_dropping_an_image_cancels_its_pulls_and_finishes_with_a_ttl(plane: ControlPlane) -> None:
+    nodes = cluster_of(plane, 1)
+    other = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/tok@sha256:" + "b" * 64
+    doc = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImageListPullJob",
+           "metadata": {"name": "bundle", "namespace": "default"},
+           "spec": {"images": [IMAGE, other], "completionPolicy": {"type": "Always", "ttlSecondsAfterFinished": 60}}}
+    apply_manifest(plane.store, doc, now=plane.now())
+    record = plane.store.get_job("default/bundle")
+    assert record is not None
+    for child in record.children:
+        plan(plane, child)
+    sent = tasks_sent(plane, nodes)[nodes[0]]
+    assert len(sent) == 2
+    doc["spec"]["images"] = [IMAGE]
+    assert apply_manifest(plane.store, doc, now=plane.now(), queues=plane.queues).outcome == "configured"
+    (cancel,) = tasks_sent(plane, nodes)[nodes[0]]
+    assert isinstance(cancel, CancelTask) and cancel.reason == "job deleted"
+    kept = next(t for t in sent if t.image == IMAGE)
+    report(plane, kept, "Succeeded", seq=1)
+    sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw")
+    record = plane.store.get_job("default/bundle")
+    assert record is not None and record.state == "Completed" and record.ttl is not None
+    sweep(plane.store, plane.queues, None, now=record.ttl + 1, prefix="pw")
+    assert plane.store.get_job("default/bundle") is None
+
+
+def test_a_missing_pull_secret_fails_the_job_and_its_ttl_still_applies(plane: ControlPlane) -> None:
+    cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc(pullSecrets=["regcred"], completionPolicy={
+        "type": "Always", "ttlSecondsAfterFinished": 30}), now=plane.now())
+    result = plan(plane)
+    assert result.action.startswith("failed: ")
+    record = plane.store.get_job("default/warm")
+    assert record is not None and record.state == "Failed" and record.ttl is not None

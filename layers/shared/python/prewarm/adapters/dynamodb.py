@@ -251,6 +251,10 @@ class DynamoJobStore:
             "api_kind": job.api_kind,
             "platforms": json.dumps(job.platforms),
             "state": job.state,
+            "start_time": job.start_time,
+            "completion_time": job.completion_time,
+            "message": job.message,
+            "ttl": job.ttl,
         }
         self._update(
             f"update job {job.key}", job_pk(job.key), "JOB", fields,

@@ -160,8 +160,10 @@ def plan_job(
                     raise PullSecretError("pullSecrets are named but no secret mirror is configured")
                 record.pull_secret_arns = secrets.mirror(record.namespace, list(job.spec.pull_secrets))
             except PullSecretError as e:
-                store.finish_job(key, {"state": "Failed", "message": str(e), "completion_time": now},
-                                 require_done=False)
+                fields: dict[str, Any] = {"state": "Failed", "message": str(e), "completion_time": now}
+                if (ttl := job.spec.completion_policy.ttl_seconds_after_finished) is not None:
+                    fields["ttl"] = int(now) + ttl
+                store.finish_job(key, fields, require_done=False)
                 return PlanResult(key, f"failed: {e}")
         selection = select(cluster, record, job)
         tasks = store.get_tasks(key)

@@ -46,13 +46,15 @@ def _pull_part(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: spec.get(k) for k in _PULL_FIELDS}
 
 
-def apply_manifest(store: JobStore, doc: dict[str, Any], *, now: float) -> Applied:
+def apply_manifest(
+    store: JobStore, doc: dict[str, Any], *, now: float, queues: TaskQueues | None = None
+) -> Applied:
     """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error."""
     obj = parse_manifest(doc)
     if isinstance(obj, PrewarmRule):
         outcome = store.put_rule(obj.metadata.name, obj.to_manifest(), obj.spec_hash())
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
-    return apply_job(store, obj, now=now)
+    return apply_job(store, obj, now=now, queues=queues)
 
 
 def apply_job(
@@ -62,14 +64,17 @@ def apply_job(
     now: float,
     platforms: list[dict[str, str]] | None = None,
     owner: str = "",
+    queues: TaskQueues | None = None,
 ) -> Applied:
     """Creates the job, or re-plans it when its spec changed; the same spec twice is a no-op.
 
     A change of what is pulled (image, pull policy, secrets, sandbox config) starts a new round on every
-    node; any other change (selector, parallelism, deadlines) re-plans the current round.
+    node; any other change (selector, parallelism, deadlines) re-plans the current round. Editing a
+    finished job runs it again: its completion is cleared and the plan decides anew.
+    `queues` lets a list job cancel the pulls of images it no longer lists.
     """
     if isinstance(job, ImageListPullJob):
-        return _apply_list_job(store, job, now=now)
+        return _apply_list_job(store, job, now=now, queues=queues)
     ns, name = job.metadata.namespace, job.metadata.name
     manifest = job.to_manifest()
     spec_hash = job.spec_hash()
@@ -87,6 +92,14 @@ def apply_job(
                 continue  # created concurrently: compare with that one
             return Applied("ImagePullJob", ns, name, "created")
         if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
+            if current.state == "Running" and current.planned != current.plan_id:
+                # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
+                current.generation += 1
+                try:
+                    store.replace_job_spec(current, expected_hash=spec_hash)
+                except StoreConflictError:
+                    continue
+                return Applied("ImagePullJob", ns, name, "configured")
             return Applied("ImagePullJob", ns, name, "unchanged")
         old_spec = current.spec.get("spec", {})
         new_round = _pull_part(old_spec) != _pull_part(manifest.get("spec", {}))
@@ -96,8 +109,11 @@ def apply_job(
         current.spec = manifest
         if platforms is not None:
             current.platforms = platforms
-        if current.state in {"Completed", "Failed"} and new_round:
+        if current.state in {"Completed", "Failed"}:
             current.state = "Running"
+            current.completion_time, current.message, current.ttl = None, "", None
+            if new_round:
+                current.start_time = now
         old_hash, current.spec_hash = current.spec_hash, spec_hash
         try:
             store.replace_job_spec(current, expected_hash=old_hash)
@@ -107,7 +123,7 @@ def apply_job(
     raise StoreConflictError(f"job {key} kept changing while being applied; try again")
 
 
-def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Applied:
+def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, queues: TaskQueues | None) -> Applied:
     """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does."""
     ns, name = job.metadata.namespace, job.metadata.name
     key = job_key(ns, name)
@@ -134,7 +150,7 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Ap
         store.set_job_fields(key, {"children": child_names})
         outcome = "configured"
         for child in sorted(stale):
-            _delete_one(store, None, job_key(ns, child))
+            _delete_one(store, queues, job_key(ns, child))
     return Applied("ImageListPullJob", ns, name, outcome, applied_children)
 
 

@@ -87,6 +87,9 @@ def sweep(
             store.delete_job(record.key)
             result.expired.append(record.key)
             continue
+        if record.api_kind == "ImageListPullJob":
+            _finish_list_job(store, record, now=now)
+            continue
         if record.api_kind != "ImagePullJob" or record.state != "Running" or record.planned != record.plan_id:
             continue
         job = job_spec(record)
@@ -122,6 +125,21 @@ def referenced_pull_secrets(jobs: Iterable[JobRecord]) -> set[tuple[str, str]]:
         names = (record.spec.get("spec") or {}).get("pullSecrets") or ()
         referenced.update((record.namespace, str(name)) for name in names if isinstance(name, str))
     return referenced
+
+
+def _finish_list_job(store: JobStore, record: JobRecord, *, now: float) -> None:
+    """A list job finishes when all its images' jobs have; its own TTL then runs from the last of them."""
+    if record.state != "Running":
+        return
+    children = [store.get_job(f"{record.namespace}/{name}") for name in record.children]
+    if not children or any(c is not None and c.state == "Running" for c in children):
+        return
+    done_at = max((c.completion_time or now for c in children if c is not None), default=now)
+    fields: dict[str, object] = {"state": "Completed", "completion_time": done_at}
+    ttl = record.spec.get("spec", {}).get("completionPolicy", {}).get("ttlSecondsAfterFinished")
+    if ttl is not None:
+        fields["ttl"] = int(done_at) + int(ttl)
+    store.set_job_fields(record.key, fields, condition_state="Running")
 
 
 def _finish_task(
