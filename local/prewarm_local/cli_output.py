@@ -316,14 +316,14 @@ def describe_job(view: JobView, *, now: float) -> str:
     if r.owner:
         lines += _fields([("Owner", f"ImageListPullJob {r.owner}")])
     completion = spec.completion_policy
-    policy = completion.type
+    policy: str = completion.type
     if completion.active_deadline_seconds is not None:
         policy += f", activeDeadlineSeconds {completion.active_deadline_seconds}"
     if completion.ttl_seconds_after_finished is not None:
         policy += f", ttlSecondsAfterFinished {completion.ttl_seconds_after_finished}"
     sandbox = spec.sandbox_config
     image_pairs: list[tuple[str, object]] = (
-        [("Image", spec.image)] if isinstance(job, ImagePullJob) else [("Images", ", ".join(job.spec.images))]
+        [("Image", job.spec.image)] if isinstance(job, ImagePullJob) else [("Images", ", ".join(job.spec.images))]
     )
     lines.append("Spec:")
     lines += _fields([

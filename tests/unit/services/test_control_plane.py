@@ -397,9 +397,10 @@ def test_editing_a_finished_job_runs_it_again_with_its_completion_cleared(plane:
 
 def test_reapplying_a_job_that_was_never_planned_retriggers_its_plan(plane: ControlPlane) -> None:
     apply_manifest(plane.store, job_doc(), now=plane.now())
-    # Its stream record went to the DLQ: the job was never planned. Applying the same spec again
-    # must not be a no-op, or the job could only be recovered by deleting it.
-    assert apply_manifest(plane.store, job_doc(), now=plane.now()).outcome == "configured"
+    assert apply_manifest(plane.store, job_doc(), now=plane.now()).outcome == "unchanged"  # the stream is on it
+    # Minutes later it is still unplanned: its stream record went to the DLQ. Applying the same spec
+    # again must not be a no-op then, or the job could only be recovered by deleting it.
+    assert apply_manifest(plane.store, job_doc(), now=plane.now() + 600).outcome == "configured"
     record = plane.store.get_job("default/warm")
     assert record is not None and record.generation == 2 and record.planned != record.plan_id
     plan(plane)

@@ -20,6 +20,10 @@ ApplyOutcome = Literal["created", "configured", "unchanged"]
 _PULL_FIELDS = ("image", "imagePullPolicy", "pullPolicy", "pullSecrets", "sandboxConfig")
 
 
+# The table stream plans a job within seconds; one still unplanned after this long lost its record.
+UNPLANNED_RETRIGGER_SECONDS = 120
+
+
 class JobNotFoundError(LookupError):
     """No job of that namespace and name."""
 
@@ -92,7 +96,8 @@ def apply_job(
                 continue  # created concurrently: compare with that one
             return Applied("ImagePullJob", ns, name, "created")
         if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
-            if current.state == "Running" and current.planned != current.plan_id:
+            stale = now - (current.created_at or now) > UNPLANNED_RETRIGGER_SECONDS
+            if current.state == "Running" and current.planned != current.plan_id and stale:
                 # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
                 current.generation += 1
                 try:
