@@ -115,6 +115,11 @@ class LocalStack:
     # -- deploy -------------------------------------------------------------------------------
 
     def deploy(self) -> LocalStack:
+        from prewarm import bootstrap
+
+        # Handlers build their clients once per process: a stack deployed after another (on another
+        # moto server) must not reach the first one's endpoint and table.
+        bootstrap.reset()
         resources = self.template["Resources"]
         self.resolver = Resolver(
             self.template, parameters=self.parameters, physical=self.physical, stack_name=self.stack_name,
