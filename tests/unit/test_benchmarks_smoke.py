@@ -6,14 +6,20 @@ targets are the benchmarks' business (`make bench`), never asserted here.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from benchmarks.agent_overhead import image_left, missing_node_tools
 from benchmarks.cold_start import ImportLine, discover_functions, import_costs, least, parse_importtime
+from benchmarks.e2e_latency import Fit, FunctionClock
 from benchmarks.measure import ROOT, Target
 
 IMPORTTIME = """\
@@ -101,3 +107,105 @@ def test_targets_say_whether_a_bound_is_met_in_either_direction() -> None:
     assert not Target("time", 0.35, 0.3, " s").met
     assert Target("speedup", 6.0, 5.0, "x", at_least=True).met
     assert "NOT met" in Target("speedup", 4.0, 5.0, "x", at_least=True).line()
+
+
+# --- 4. agent overhead and 5. end to end: real containerd and registry, as root -------------------
+
+NODE_TOOLS_MISSING = "; ".join(missing_node_tools())
+
+
+@pytest.mark.integration
+@pytest.mark.node
+@pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
+def test_agent_overhead_pulls_one_image_directly_and_through_both_agents() -> None:
+    # Given a 1 MB image, when it is pulled once each way from a fresh content store
+    result = run_benchmark("agent_overhead.py", "--image-mb", "1", "--repeat", "1", "--warmup", "0",
+                           "--receive-wait", "1")
+    # Then every way produced a time, and the ratios are the ones of those times
+    assert {"image_mb", "direct_s", "agent_s", "ratio", "progress_ratio"} <= set(result)
+    assert result["image_mb"] == 1
+    assert result["direct_s"] > 0 and result["agent_s"] > 0 and result["agent_progress_s"] > 0
+    assert result["ratio"] == pytest.approx(result["agent_s"] / result["direct_s"], rel=0.01)
+    assert result["progress_ratio"] == pytest.approx(result["agent_progress_s"] / result["agent_s"], rel=0.01)
+    assert set(result["steps_s"]) == {"delivery", "before_pull", "pull", "after_pull", "report_send"}
+
+
+@pytest.mark.integration
+@pytest.mark.node
+@pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
+def test_e2e_latency_follows_one_push_to_every_node_and_measures_the_floor() -> None:
+    # Given local mode with two nodes, when one 1 MB image is pushed
+    result = run_benchmark("e2e_latency.py", "--nodes", "2", "--image-mb", "1", "--pushes", "1")
+    # Then both nodes pulled it, the first pull came before completion, and the floor was measured
+    assert result["nodes"] == 2 and result["desired"] == 2 and result["pushes"] == 1
+    assert 0 < result["push_to_first_pull_s"] <= result["push_to_done_s"]
+    assert result["direct_pull_s"] > 0
+
+
+@pytest.mark.parametrize("script", ["agent_overhead", "e2e_latency"])
+def test_node_benchmarks_exit_non_zero_naming_what_is_missing(
+    script: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a machine without root or containerd
+    import prewarm_local.local_mode
+
+    missing = ["root: containerd needs root", "containerd: apt-get install -y containerd"]
+    monkeypatch.setattr(prewarm_local.local_mode, "missing_prerequisites", lambda: missing)
+    module = importlib.import_module(f"benchmarks.{script}")
+    # When the benchmark starts
+    with pytest.raises(SystemExit) as exited:
+        module.main([])
+    # Then it stops before measuring, non-zero, and says what is missing
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert all(problem in err for problem in missing)
+
+
+class _Ingests:
+    def __init__(self, refs: list[str]) -> None:
+        self.refs = refs
+
+    def __call__(self) -> list[Any]:
+        return [SimpleNamespace(ref=ref) for ref in self.refs]
+
+
+def test_image_left_names_blobs_downloads_and_snapshots_until_they_are_gone(tmp_path: Path) -> None:
+    # Given a containerd root holding one of two blobs, a download in progress and a snapshot
+    blobs = tmp_path / "io.containerd.content.v1.content" / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    (blobs / ("a" * 64)).write_bytes(b"layer")
+    snapshot = tmp_path / "io.containerd.snapshotter.v1.overlayfs" / "snapshots" / "7"
+    snapshot.mkdir(parents=True)
+    ingests = _Ingests(["layer-sha256:" + "c" * 64])
+    containerd = SimpleNamespace(root_dir=tmp_path, snapshotter="overlayfs", stats_ingest=ingests)
+    digests = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
+    # When asked what is left, Then each of them is named
+    assert image_left(containerd, digests) == [f"blob {digests[0]}", f"download layer-sha256:{'c' * 64}", "snapshot 7"]
+    # And once they are gone nothing is
+    (blobs / ("a" * 64)).unlink()
+    snapshot.rmdir()
+    ingests.refs = []
+    assert image_left(containerd, digests) == []
+
+
+def test_function_clock_counts_invocations_records_and_time_per_function() -> None:
+    # Given a stack whose invoke it wraps
+    stack = SimpleNamespace(invoke=lambda name, event: f"{name} done")
+    clock = FunctionClock(stack)
+    before = clock.snapshot()
+    # When one stream batch of three records and one event go through the stack
+    assert stack.invoke("DispatchJobFunction", {"Records": [{}, {}, {}]}) == "DispatchJobFunction done"
+    stack.invoke("OnImagePushFunction", {"detail": {}})
+    # Then each function has its invocation and records counted (an event is one record)
+    since = clock.since(before)
+    assert {name: figures[:2] for name, figures in since.items()} == {
+        "DispatchJobFunction": (1, 3), "OnImagePushFunction": (1, 1)}
+    assert clock.since(clock.snapshot()) == {}
+
+
+def test_fit_says_why_a_node_count_does_not_fit() -> None:
+    cores = os.cpu_count() or 1
+    fits = Fit(nodes=20, start_s=9.0, process_mb=500, containerd_mb=780, available_mb=20_000, idle_cores=0.1)
+    assert fits.problems == []
+    tight = Fit(nodes=20, start_s=9.0, process_mb=500, containerd_mb=780, available_mb=300, idle_cores=cores)
+    assert [problem.split()[0] for problem in tight.problems] == ["only", "idle,"]
