@@ -40,9 +40,17 @@ def _busiest(proxy: ThrottlingProxy) -> ConnectionRecord:
     return max(proxy.connections(), key=lambda record: record.bytes_to_client)
 
 
+# More than any manifest or config: a connection that carried this much was downloading a layer.
+LAYER_BYTES = 100_000
+
+
+def _layer_connections(proxy: ThrottlingProxy) -> list[ConnectionRecord]:
+    return [c for c in proxy.connections() if c.bytes_to_client > LAYER_BYTES]
+
+
 def _downloading(proxy: ThrottlingProxy) -> list[ConnectionRecord]:
     """Open connections that carried layer bytes (idle keep-alive ones may stay open)."""
-    return [c for c in proxy.connections() if c.open and c.bytes_to_client > MIB]
+    return [c for c in _layer_connections(proxy) if c.open]
 
 
 def _with_bytes(reports: list[StatusReport]) -> list[StatusReport]:
@@ -174,7 +182,7 @@ def test_timeouts_are_retried_with_backoff_then_fail(
     # ... each timed-out attempt cancelled its call: containerd hung up both layer downloads
     assert agent.metric("prewarm_agent_pull_calls_total") == 2
     assert slow_link.wait_for(lambda proxy: not any(_downloading(proxy)), timeout=3)
-    assert [c.closed_by for c in slow_link.connections() if c.bytes_to_client > MIB] == ["client", "client"]
+    assert [c.closed_by for c in _layer_connections(slow_link)] == ["client", "client"]
 
 
 def test_the_task_deadline_cuts_the_attempt_short(
