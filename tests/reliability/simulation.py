@@ -157,27 +157,41 @@ class Agents:
         return [pulling, final]
 
 
-class Driver:
-    """Delivers inputs as their event sources do: a crashed delivery is delivered again."""
+class TaskSendsFailedError(RuntimeError):
+    """What `dispatch_job` raises when sends failed, so the stream retries the record."""
 
-    def __init__(self, plane: Plane, agents: Agents | None = None) -> None:
+
+class Driver:
+    """Delivers inputs as their event sources do: a delivery that failed with one of `retry_on` (the
+    crash, or errors the functions let escape for a retry) is delivered again, up to `attempts` times."""
+
+    def __init__(self, plane: Plane, agents: Agents | None = None, *,
+                 retry_on: tuple[type[Exception], ...] = (), attempts: int = 2) -> None:
         self.plane = plane
         self.agents = agents or Agents(plane)
-        self.redeliveries = 0
+        self.retry_on: tuple[type[Exception], ...] = (InjectedFault, TaskSendsFailedError, *retry_on)
+        self.attempts = attempts
+        self.redelivered: list[str] = []
         self.sweeps = 0
+
+    @property
+    def redeliveries(self) -> int:
+        return len(self.redelivered)
 
     def deliver(self, fn: Callable[[], T], *, gone_ok: bool = False) -> T | None:
         self.plane.plan.begin_step()
-        try:
-            result = fn()
-        except InjectedFault:
-            self.redeliveries += 1
+        for attempt in range(1, self.attempts + 1):
             try:
                 result = fn()
+                break
             except JobNotFoundError:
-                if not gone_ok:
+                if not (gone_ok and attempt > 1):
                     raise
-                return None  # the first delivery finished the delete before it crashed
+                return None  # the first delivery finished the delete before it failed
+            except self.retry_on as e:
+                if attempt == self.attempts:
+                    raise
+                self.redelivered.append(type(e).__name__)
         self.stream()
         return result
 
@@ -196,7 +210,10 @@ class Driver:
 
     def _plan(self, key: str) -> object:
         p = self.plane
-        return plan_job(p.store, p.cluster, p.queues, key, now=p.clock.now())
+        result = plan_job(p.store, p.cluster, p.queues, key, now=p.clock.now())
+        if result.send_failures:
+            raise TaskSendsFailedError(f"{len(result.send_failures)} task sends failed")
+        return result
 
     def apply(self, doc: dict[str, Any]) -> None:
         p = self.plane
