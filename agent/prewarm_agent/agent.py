@@ -22,7 +22,7 @@ from prewarm.domain.images import parse_image
 from prewarm.domain.messages import CancelTask, Hello, MessageError, PullTask, StatusReport, parse_node_message
 from prewarm_agent.attempts import CredentialSource, TaskRunner
 from prewarm_agent.clock import Clock, SystemClock
-from prewarm_agent.credentials import EcrTokens, RegistryCredentials
+from prewarm_agent.credentials import TokenSource, registry_credentials
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
 from prewarm_agent.cri.errors import CriError
 from prewarm_agent.disk import DiskGuard
@@ -97,6 +97,7 @@ class Agent:
         credentials: CredentialSource | None = None,
         manifests: LayerSource | None = None,
         node: Callable[[], NodeFacts] | None = None,
+        ecr_tokens: TokenSource | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -117,9 +118,9 @@ class Agent:
             visibility_seconds=settings.visibility_timeout_seconds, sender_arns=settings.node_queue_sender_arns,
             client=self.sqs,
         )
-        self.credentials: CredentialSource = credentials or RegistryCredentials(
-            secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),
-            tokens=EcrTokens(endpoint_url=settings.aws_endpoint_url, clock=self.clock.time),
+        self.credentials: CredentialSource = credentials or registry_credentials(
+            settings, secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),
+            clock=self.clock.time, token_source=ecr_tokens,
         )
         self.manifests = manifests or ManifestResolver(settings.registry_config_path)
         self._node = node or (lambda: node_facts(settings.node_name, self._kube_access()))

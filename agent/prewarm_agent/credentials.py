@@ -1,10 +1,12 @@
 """Which credentials a pull tries, in order, and where they come from.
 
 The order is the kubelet's union keyring: the task's pull secrets first (every matching entry, most
-specific registry key first), then the node's own credentials, here an ECR token from the agent's
-IAM role for ECR hosts (`ecr_registry_for`, the ECR credential provider's host rule). A pull tries
-them in turn and moves on when the registry refuses one; it goes anonymous only when no credential
-matches the image at all.
+specific registry key first), then the node's own credential for ECR hosts (`ecr_registry_for`, the
+ECR credential provider's host rule). That is an ECR token from the agent's IAM role or, when ECR
+refuses the role or the agent is told to use nothing else (`ECR_CREDENTIALS=copies`), the copy
+`refresh_ecr_credentials` keeps of the registry's token under `SECRET_PREFIX`. A pull tries them in
+turn and moves on when the registry refuses one; it goes anonymous only when no credential matches
+the image at all.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from prewarm.domain.refresh import (
     RegistryToken,
     RegistryTokenError,
     refresh_due_at,
+    registry_secret_name,
 )
+from prewarm_agent.settings import AgentSettings, EcrCredentials
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +48,24 @@ class TokenSource(Protocol):
 
 
 class RegistryTokens(Protocol):
-    """Registry tokens of the agent's own identity."""
+    """Registry tokens of the agent's own identity; raises `RegistryTokenError`."""
 
     def auth(self, registry: EcrRegistry, host: str) -> RegistryAuth: ...
+
+
+class RegistryCopyReader(Protocol):
+    """Reads the refresher's registry copies (`AgentCredentials` does): None when there is none,
+    `AgentCredentialsError` when one is expired or unreadable."""
+
+    def registry_keyring(self, prefix: str, host: str) -> Keyring | None: ...
+
+
+class AgentSecrets(PullSecretSource, RegistryCopyReader, Protocol):
+    """Both readers in one (`AgentCredentials`)."""
+
+
+class RegistryCopyError(AgentCredentialsError):
+    """The refresher's copy of a registry's token is missing or holds nothing for the registry."""
 
 
 def credential_identity(auth: RegistryAuth | None) -> str:
@@ -129,12 +148,45 @@ class EcrTokens:
         return RegistryAuth(username=first.username, password=first.password, server=host)
 
 
-class RegistryCredentials:
-    """The credentials a task's pull tries (see the module docstring)."""
+class RegistryCopies:
+    """The copies `refresh_ecr_credentials` keeps of each registry's token, `<prefix>/registry/<host>`."""
 
-    def __init__(self, *, secrets: PullSecretSource, tokens: RegistryTokens | None) -> None:
+    def __init__(self, reader: RegistryCopyReader, prefix: str) -> None:
+        self._reader = reader
+        self.prefix = prefix
+
+    def auth(self, registry: EcrRegistry, host: str) -> RegistryAuth:
+        """The copy's credentials for `registry`, as credentials for `host` (the image's, port included).
+
+        Raises `AgentCredentialsError` naming the secret (never its value): `RegistryCopyError` when
+        there is no copy or it holds nothing for the registry; the reader's error when it has expired or
+        cannot be read.
+        """
+        name = registry_secret_name(self.prefix, registry.host)
+        keyring = self._reader.registry_keyring(self.prefix, registry.host)
+        if keyring is None:
+            raise RegistryCopyError(
+                f"no registry copy for {registry.host}: secret {name} does not exist; add the registry to "
+                "refresh_ecr_credentials' CredentialsConfig, or check SECRET_PREFIX"
+            )
+        for auth in keyring.auths:
+            if auth.server.removeprefix("https://").rstrip("/").lower() == registry.host:
+                return RegistryAuth(username=auth.username, password=auth.password, server=host)
+        raise RegistryCopyError(f"registry copy {name} holds no credentials for {registry.host}")
+
+
+class RegistryCredentials:
+    """The credentials a task's pull tries (see the module docstring).
+
+    `tokens` None means the role is never asked; `copies` None means there is no fallback.
+    """
+
+    def __init__(
+        self, *, secrets: PullSecretSource, tokens: RegistryTokens | None, copies: RegistryCopies | None = None
+    ) -> None:
         self._secrets = secrets
         self._tokens = tokens
+        self._copies = copies
 
     def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str]) -> Candidates:
         """Credentials for `image`; an unreadable secret or token is left out and named in `problems`."""
@@ -148,11 +200,39 @@ class RegistryCredentials:
         keyring = rings[0].merge(*rings[1:]) if rings else Keyring()
         node_auth = None
         registry = ecr_registry_for(image.registry)
-        if registry is not None and self._tokens is not None:
-            try:
-                node_auth = self._tokens.auth(registry, image.registry)
-            except RegistryTokenError as e:
-                problems.append(str(e))
+        if registry is not None:
+            node_auth = self._node_auth(registry, image.registry, problems)
         for problem in problems:
             log.warning("credentials left out for %s: %s", image, problem, extra={"image": str(image)})
         return Candidates(credential_order(image.format(), keyring, node_auth), problems)
+
+    def _node_auth(self, registry: EcrRegistry, host: str, problems: list[str]) -> RegistryAuth | None:
+        """The role's token; the registry copy when there is no role or ECR refused it."""
+        if self._tokens is not None:
+            try:
+                return self._tokens.auth(registry, host)
+            except RegistryTokenError as e:
+                problems.append(str(e))
+        if self._copies is None:
+            return None
+        try:
+            return self._copies.auth(registry, host)
+        except (AgentCredentialsError, CredentialStoreError) as e:
+            problems.append(str(e))
+            return None
+
+
+def registry_credentials(
+    settings: AgentSettings,
+    *,
+    secrets: AgentSecrets,
+    clock: Callable[[], float],
+    token_source: TokenSource | None = None,
+) -> RegistryCredentials:
+    """The agent's credentials as `ECR_CREDENTIALS` and `SECRET_PREFIX` say; `token_source` replaces
+    ECR's `GetAuthorizationToken` for the role's tokens (tests, local mode)."""
+    copies = RegistryCopies(secrets, settings.secret_prefix) if settings.secret_prefix else None
+    tokens = None
+    if settings.ecr_credentials is EcrCredentials.ROLE:
+        tokens = EcrTokens(endpoint_url=settings.aws_endpoint_url, clock=clock, source=token_source)
+    return RegistryCredentials(secrets=secrets, tokens=tokens, copies=copies)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,15 @@ DEFAULT_CRI_SOCKET = "/run/containerd/containerd.sock"
 # Where EKS nodes' containerd reads per-registry hosts.toml files (its `config_path`).
 DEFAULT_REGISTRY_CONFIG_PATH = "/etc/containerd/certs.d"
 SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
+# The template's SecretPrefix: Secrets Manager name characters, `/`-separated, no empty part.
+SECRET_PREFIX_PATTERN = r"^([A-Za-z0-9_+=.@-]+(/[A-Za-z0-9_+=.@-]+)*)?$"
+
+
+class EcrCredentials(StrEnum):
+    """Where the agent's ECR tokens come from (`ECR_CREDENTIALS`)."""
+
+    ROLE = "role"  # its own role; the refresher's copy under SECRET_PREFIX when ECR refuses
+    COPIES = "copies"  # only the refresher's copies: for roles without ecr:GetAuthorizationToken
 
 
 class AgentSettingsError(ValueError):
@@ -47,6 +57,8 @@ class AgentSettings(BaseModel):
     receive_wait_seconds: int = Field(default=20, alias="RECEIVE_WAIT_SECONDS", ge=0, le=20)
     registry_allowlist_csv: str = Field(default="", alias="REGISTRY_ALLOWLIST")
     registry_config_path: str = Field(default=DEFAULT_REGISTRY_CONFIG_PATH, alias="REGISTRY_CONFIG_PATH")
+    secret_prefix: str = Field(default="", alias="SECRET_PREFIX", pattern=SECRET_PREFIX_PATTERN)
+    ecr_credentials: EcrCredentials = Field(default=EcrCredentials.ROLE, alias="ECR_CREDENTIALS")
     kube_api_endpoint: str = Field(default="", alias="KUBE_API_ENDPOINT")
     kube_token_file: str = Field(default=str(SERVICE_ACCOUNT_DIR / "token"), alias="KUBE_TOKEN_FILE")
     kube_bearer_token: str = Field(default="", alias="KUBE_BEARER_TOKEN", repr=False)
@@ -83,6 +95,15 @@ class AgentSettings(BaseModel):
             raise ValueError(
                 f"HEARTBEAT_INTERVAL_SECONDS ({self.heartbeat_seconds:g}) must be shorter than "
                 f"VISIBILITY_TIMEOUT_SECONDS ({self.visibility_timeout_seconds})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _copies_need_a_prefix(self) -> AgentSettings:
+        if self.ecr_credentials is EcrCredentials.COPIES and not self.secret_prefix:
+            raise ValueError(
+                "ECR_CREDENTIALS=copies reads the registry copies under SECRET_PREFIX: set SECRET_PREFIX to the "
+                "stack output SecretPrefix, or use ECR_CREDENTIALS=role"
             )
         return self
 

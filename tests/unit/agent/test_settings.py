@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from prewarm_agent.settings import AgentSettings, AgentSettingsError
+from prewarm_agent.settings import AgentSettings, AgentSettingsError, EcrCredentials
 
 REQUIRED = {
     "NODE_NAME": "ip-10-0-1-5.ec2.internal",
@@ -27,6 +27,7 @@ def test_defaults_are_those_documented() -> None:
     assert settings.aws_endpoint_url is None
     assert settings.kube_token_file == "/var/run/secrets/kubernetes.io/serviceaccount/token"
     assert settings.log_level == "INFO"
+    assert (settings.ecr_credentials, settings.secret_prefix) == (EcrCredentials.ROLE, "")
 
 
 def test_missing_variables_are_all_named() -> None:
@@ -50,6 +51,9 @@ def test_missing_variables_are_all_named() -> None:
         ("LOG_LEVEL", "chatty", "LOG_LEVEL: Value error, 'chatty' is not a log level"),
         ("REGISTRY_ALLOWLIST", "https://quay.io", "'https://quay.io' must be a registry host glob"),
         ("HEARTBEAT_INTERVAL_SECONDS", "120", "HEARTBEAT_INTERVAL_SECONDS (120) must be shorter than"),
+        ("ECR_CREDENTIALS", "instance-role", "ECR_CREDENTIALS: Input should be 'role' or 'copies'"),
+        ("ECR_CREDENTIALS", "copies", "ECR_CREDENTIALS=copies reads the registry copies under SECRET_PREFIX"),
+        ("SECRET_PREFIX", "prewarm//prod", "SECRET_PREFIX: String should match pattern"),
     ],
 )
 def test_a_wrong_value_names_its_variable(name: str, value: str, expected: str) -> None:
