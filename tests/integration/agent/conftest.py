@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -51,7 +51,8 @@ def cri(node_runtime: PrivateContainerd) -> Iterator[CriImageClient]:
 class AgentHarness:
     """One agent for one node, with its own status queue; sends it tasks and collects its reports."""
 
-    def __init__(self, aws: MotoServer, containerd: PrivateContainerd, env: dict[str, str], node: str = "") -> None:
+    def __init__(self, aws: MotoServer, containerd: PrivateContainerd, env: dict[str, str], node: str = "",
+                 collaborators: Mapping[str, Any] | None = None) -> None:
         self.aws = aws
         self.sqs = aws.client("sqs")
         suffix = uuid.uuid4().hex[:10]
@@ -81,7 +82,8 @@ class AgentHarness:
         facts = None if "KUBE_API_ENDPOINT" in env else (
             lambda: NodeFacts(name=self.node, architecture=local_architecture())
         )
-        self.agent = Agent(self.settings, node=facts)
+        options: dict[str, Any] = {"node": facts, **(collaborators or {})}
+        self.agent = Agent(self.settings, **options)
         self.messages: list[StatusReport | Hello] = []
         self._jobs = 0
 
@@ -168,12 +170,13 @@ def _show(reports: list[StatusReport]) -> str:
 
 @pytest.fixture
 def agents(aws: MotoServer, node_runtime: PrivateContainerd) -> Iterator[Callable[..., AgentHarness]]:
-    """Makes started agents (`agents(MAX_CONCURRENT_PULLS="1")`, settings as environment variables);
-    all are stopped after the test."""
+    """Makes started agents (`agents(MAX_CONCURRENT_PULLS="1")`, settings as environment variables;
+    `collaborators` go to `Agent`); all are stopped after the test."""
     made: list[AgentHarness] = []
 
-    def make(node: str = "", start: bool = True, **env: str) -> AgentHarness:
-        harness = AgentHarness(aws, node_runtime, env, node)
+    def make(node: str = "", start: bool = True, collaborators: Mapping[str, Any] | None = None,
+             **env: str) -> AgentHarness:
+        harness = AgentHarness(aws, node_runtime, env, node, collaborators)
         made.append(harness)
         return harness.start() if start else harness
 

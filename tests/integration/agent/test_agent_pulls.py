@@ -9,10 +9,15 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
+from prewarm.adapters.ecr_auth import EcrTokenSource
+from prewarm.adapters.secrets import SecretsManagerCredentialStore
 from prewarm.domain.messages import PullTask
+from prewarm.domain.refresh import RegistryToken, registry_secret_name
 from prewarm_agent.cri.client import CriImageClient
 from prewarm_agent.cri.errors import ImagePullError
 from prewarm_local.aws import MotoServer
@@ -304,6 +309,98 @@ def test_ecr_image_is_pulled_with_a_token_from_the_agents_own_role(
     assert final.repo_digest == f"{ECR_HOST}/team/api@{pushed.manifest_digest}"
     # The layers came from the manifest read through the node's hosts.toml with the same token
     assert final.bytes_total == sum(pushed.layer_sizes)
+
+
+COPY_ACCOUNT = "210987654321"
+COPY_HOST = f"{COPY_ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com"
+COPY_TOKEN = "token-from-the-refresher"
+
+
+class RefusedRole:
+    """An ECR client for a role without ecr:GetAuthorizationToken: every call answers botocore's
+    AccessDeniedException, which `EcrTokenSource` turns into the agent's `RegistryTokenError`."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def get_authorization_token(self, **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        raise ClientError(
+            {"Error": {"Code": "AccessDeniedException",
+                       "Message": "User: arn:aws:sts::210987654321:assumed-role/prewarm-agent/node is not "
+                                  "authorized to perform: ecr:GetAuthorizationToken on resource: *"}},
+            "GetAuthorizationToken",
+        )
+
+
+@pytest.fixture(scope="module")
+def copy_registry(tmp_path_factory: pytest.TempPathFactory, node_runtime: PrivateContainerd) -> Iterator[LocalRegistry]:
+    """A registry serving another ECR host that only takes the token the refresher stored."""
+    with LocalRegistry(tmp_path_factory.mktemp("ecr-copy"), htpasswd_users={"AWS": COPY_TOKEN}) as served:
+        node_runtime.add_registry_mirror(COPY_HOST, served.url)
+        yield served
+        served.remove_data()
+
+
+def _store_copy(aws: MotoServer, expires_in: float) -> tuple[str, str]:
+    """Writes the refresher's copy of COPY_HOST's token, as `refresh_ecr_credentials` does; returns
+    (SECRET_PREFIX, secret name). The token is made here: moto's ECR answers a fixed token that expired
+    in 2015, which the agent's expiry check would refuse."""
+    prefix = f"prewarm/it-{uuid.uuid4().hex[:8]}"
+    now = time.time()
+    token = RegistryToken.for_hosts("AWS", COPY_TOKEN, [COPY_HOST], issued_at=min(now, now + expires_in - 1),
+                                    expires_at=now + expires_in)
+    SecretsManagerCredentialStore(prefix, client=aws.client("secretsmanager")).write(COPY_HOST, token)
+    return prefix, registry_secret_name(prefix, COPY_HOST)
+
+
+@pytest.mark.parametrize(("mode", "role_asked"), [("role", True), ("copies", False)])
+def test_an_agent_ecr_refuses_pulls_with_the_refreshers_copy(
+    agents: Agents, aws: MotoServer, copy_registry: LocalRegistry, oci_image_factory: OciImageFactory,
+    mode: str, role_asked: bool,
+) -> None:
+    # Given an agent whose role ECR refuses, and the refresher's copy of the registry's token
+    pushed = oci_image_factory.push(copy_registry, "team/api", "v1")
+    prefix, _ = _store_copy(aws, expires_in=12 * 3600)
+    role = RefusedRole()
+    agent = agents(SECRET_PREFIX=prefix, ECR_CREDENTIALS=mode,
+                   collaborators={"ecr_tokens": EcrTokenSource(client_factory=lambda *_: role)})
+    task = agent.task(f"{COPY_HOST}/team/api:v1", image_pull_policy="Always")
+
+    # When a task for the registry arrives, with no pull secret
+    agent.send(task)
+
+    # Then the pull succeeds with the copy; the role is asked only with ECR_CREDENTIALS=role
+    final = agent.final(task)
+    assert final.phase == "Succeeded", final.message
+    assert final.repo_digest == f"{COPY_HOST}/team/api@{pushed.manifest_digest}"
+    assert final.bytes_total == sum(pushed.layer_sizes)
+    assert (role.calls > 0) is role_asked
+
+
+def test_an_expired_copy_is_named_in_the_failure_with_the_roles_refusal(
+    agents: Agents, aws: MotoServer, copy_registry: LocalRegistry, oci_image_factory: OciImageFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given an agent whose role ECR refuses, and a copy past its expiresAt
+    oci_image_factory.push(copy_registry, "team/expired", "v1")
+    prefix, name = _store_copy(aws, expires_in=-60)
+    refused = EcrTokenSource(client_factory=lambda *_: RefusedRole())
+    agent = agents(SECRET_PREFIX=prefix, collaborators={"ecr_tokens": refused})
+    task = agent.task(f"{COPY_HOST}/team/expired:v1")
+
+    # When a task for the registry arrives
+    with caplog.at_level(logging.DEBUG):
+        agent.send(task)
+        final = agent.final(task)
+
+    # Then the pull fails with the registry's 401, naming the refusal and the expired secret, never the token
+    assert final.phase == "Failed"
+    assert "401 Unauthorized" in final.message
+    assert "AccessDeniedException" in final.message
+    assert f"secret {name} expired at" in final.message
+    assert COPY_TOKEN not in final.message
+    assert COPY_TOKEN not in caplog.text
 
 
 # --- node protection ---------------------------------------------------------------------------------
