@@ -21,8 +21,10 @@ says what it measured and halves the nodes until it does, printing the count it 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -202,8 +204,26 @@ class FunctionClock:
         return out
 
 
-def push_and_watch(mode: Any, store: Any, functions: FunctionClock, tag: str, image_mb: float, timeout: float
-                   ) -> dict[str, Any]:
+class TaskReceipts:
+    """When an agent first received a task of each job: a botocore hook on every agent's SQS client."""
+
+    def __init__(self, agents: Sequence[Any]) -> None:
+        self.first: dict[str, float] = {}
+        self._lock = threading.Lock()
+        for agent in agents:
+            agent.sqs.meta.events.register("after-call.sqs.ReceiveMessage", self._received)
+
+    def _received(self, parsed: Mapping[str, Any] | None = None, **_: Any) -> None:
+        now = time.time()
+        for message in (parsed or {}).get("Messages") or ():
+            job = json.loads(message.get("Body") or "{}").get("job")
+            if job:
+                with self._lock:
+                    self.first.setdefault(job, now)
+
+
+def push_and_watch(mode: Any, store: Any, functions: FunctionClock, receipts: TaskReceipts, tag: str,
+                   image_mb: float, timeout: float) -> dict[str, Any]:
     """Push a fresh image, and follow the job its PUSH event creates until it completes."""
     from prewarm.services.jobs import view_job
 
@@ -242,6 +262,7 @@ def push_and_watch(mode: Any, store: Any, functions: FunctionClock, tag: str, im
         "steps": {
             "job_created": created - event,
             "first_dispatch": min(dispatched) - event if dispatched else float("nan"),
+            "first_receipt": receipts.first.get(f"{NAMESPACE}/{name}", float("nan")) - event,
             "first_pull": min(started) - event,
             "last_pull_started": max(started) - event,
             "last_pull_finished": max(finished) - event,
@@ -255,7 +276,8 @@ def push_and_watch(mode: Any, store: Any, functions: FunctionClock, tag: str, im
 STEP_NAMES = {
     "job_created": "PUSH event handled, job stored (on_image_push)",
     "first_dispatch": "first task sent (table stream, dispatch_job)",
-    "first_pull": "first node pulling (agent received it, attempt started)",
+    "first_receipt": "first task received by an agent (its long poll returned)",
+    "first_pull": "first node pulling (ImageStatus, ECR token, PullImage started)",
     "last_pull_started": "last node pulling",
     "last_pull_finished": "last node finished (agent's clock)",
     "done": "job complete (record_status counted every node)",
@@ -287,13 +309,15 @@ def benchmark(nodes: int, image_mb: float, pushes: int, timeout: float) -> dict[
             store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
             apply_manifest(store, rule_manifest(len(mode.nodes)), now=time.time())
             functions = FunctionClock(mode.stack)
+            receipts = TaskReceipts([node.agent for node in mode.nodes.values()])
             runs = []
             for number in range(1, pushes + 1):
-                run = push_and_watch(mode, store, functions, f"v{number}", image_mb, timeout)
+                run = push_and_watch(mode, store, functions, receipts, f"v{number}", image_mb, timeout)
                 runs.append(run)
                 steps = run["steps"]
                 print(f"  push {number} ({run['bytes']:,} bytes, job {run['job']} on {run['desired']} nodes): "
-                      f"first task sent {steps['first_dispatch']:.3f} s, first pull {steps['first_pull']:.3f} s, "
+                      f"first task sent {steps['first_dispatch']:.3f} s, received {steps['first_receipt']:.3f} s, "
+                      f"first pull {steps['first_pull']:.3f} s, "
                       f"last node finished {steps['last_pull_finished']:.3f} s, job complete {steps['done']:.3f} s; "
                       f"load average {[round(x, 2) for x in os.getloadavg()]}")
                 print("    functions (invocations, records, busy s): " + ", ".join(
