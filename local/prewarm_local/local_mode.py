@@ -139,15 +139,30 @@ class LocalMode:
             else:
                 self.kube.seed_from_file(SAMPLE_CLUSTER)
             parameters["KubeApiEndpoint"] = self.kube.url
+        parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
         self.function_log = open(self.base_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
                                 failed_visibility_seconds=1, function_output=self.function_log).deploy()
         self.stack.start()
+        # The schedule first fires an hour from now: refresh at once, so pull secrets and copies exist.
+        self.stack.fire("refresh_ecr_credentials")
         if self.agents_enabled:
             self._start_registry()
             for name in self.daemonset_nodes():
                 self._start_node(name)
         self.write_state()
+
+    def credentials_config(self) -> dict[str, Any]:
+        """`refresh_ecr_credentials`' configuration here: the ECR registry of this account and region.
+
+        Pull secrets go into every namespace of the embedded cluster but `kube-*` (`default`, the
+        sample's, any created later); never into a real cluster (`kubeconfig`), where moto's token
+        would be a bogus credential on real service accounts: there only the copies are written.
+        """
+        config: dict[str, Any] = {"registries": [{"account": ACCOUNT, "region": REGION}]}
+        if not self.kubeconfig:
+            config["namespaces"] = {"include": ["*"], "exclude": ["kube-*"]}
+        return config
 
     def _start_registry(self) -> None:
         from prewarm_local.node.registry import LocalRegistry
@@ -200,6 +215,9 @@ class LocalMode:
             "NODE_DLQ_ARN": env["NODE_DLQ_ARN"],
             "AWS_REGION": REGION,
             "AWS_ENDPOINT_URL": self.aws.url,
+            "SECRET_PREFIX": env["SECRET_PREFIX"],
+            # moto's ECR tokens are born expired (2015), so the refresher's copies would be refused.
+            "ECR_CREDENTIALS": "role",
             "CRI_SOCKET": str(containerd.socket_path),
             "REGISTRY_CONFIG_PATH": str(containerd.certs_dir),
             "HTTP_BIND_ADDRESS": "127.0.0.1",
