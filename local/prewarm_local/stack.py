@@ -115,7 +115,7 @@ class LocalStack:
     # -- deploy -------------------------------------------------------------------------------
 
     def deploy(self) -> LocalStack:
-        from prewarm import bootstrap
+        import prewarm.bootstrap as bootstrap
 
         # Handlers build their clients once per process: a stack deployed after another (on another
         # moto server) must not reach the first one's endpoint and table.
