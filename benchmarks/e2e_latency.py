@@ -13,6 +13,10 @@ event and the job it creates is watched to completion:
 - direct_pull_s: the floor, one CRI PullImage of the same image from the same registry on a fresh
   containerd, with nothing else running.
 
+To say where the time goes it also records, without changing them: when an agent first received
+each job's task (a botocore hook on the agents' SQS clients), each function's invocations, records and
+busy time (`LocalStack.invoke` wrapped), and the time moto spends in DynamoDB `TransactWriteItems`.
+
 Before measuring, the benchmark checks that the nodes fit the machine: local mode must start, leave
 at least 1 GiB of memory available and, idle, use at most half of the cores. If it does not fit, it
 says what it measured and halves the nodes until it does, printing the count it used.
@@ -204,6 +208,43 @@ class FunctionClock:
         return out
 
 
+class MotoTransactions:
+    """Calls and seconds of moto's DynamoDB `transact_write_items` in this process (local mode runs moto
+    here): moto deep-copies the whole table for every item of a transaction, so it slows as the table grows."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._original: Any = None
+
+    def __enter__(self) -> MotoTransactions:
+        from moto.dynamodb.models import DynamoDBBackend
+
+        self._original = original = DynamoDBBackend.transact_write_items
+
+        def timed(backend: Any, transact_items: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(backend, transact_items)
+            finally:
+                with self._lock:
+                    self.calls += 1
+                    self.seconds += time.perf_counter() - started
+
+        setattr(DynamoDBBackend, "transact_write_items", timed)  # noqa: B010 - moto's own signature is narrower
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from moto.dynamodb.models import DynamoDBBackend
+
+        setattr(DynamoDBBackend, "transact_write_items", self._original)  # noqa: B010
+
+    def snapshot(self) -> tuple[int, float]:
+        with self._lock:
+            return self.calls, self.seconds
+
+
 class TaskReceipts:
     """When an agent first received a task of each job: a botocore hook on every agent's SQS client."""
 
@@ -222,12 +263,13 @@ class TaskReceipts:
                     self.first.setdefault(job, now)
 
 
-def push_and_watch(mode: Any, store: Any, functions: FunctionClock, receipts: TaskReceipts, tag: str,
-                   image_mb: float, timeout: float) -> dict[str, Any]:
+def push_and_watch(mode: Any, store: Any, functions: FunctionClock, receipts: TaskReceipts,
+                   transactions: MotoTransactions, tag: str, image_mb: float, timeout: float) -> dict[str, Any]:
     """Push a fresh image, and follow the job its PUSH event creates until it completes."""
     from prewarm.services.jobs import view_job
 
     before = functions.snapshot()
+    transactions_before = transactions.snapshot()
     pushed = mode.push(REPOSITORY, tag, size_mb=image_mb)
     created = time.time()
     if len(pushed.jobs) != 1:
@@ -270,6 +312,8 @@ def push_and_watch(mode: Any, store: Any, functions: FunctionClock, receipts: Ta
         },
         "pull_s": [t.finished_at - t.started_at for t in view.tasks if t.finished_at and t.started_at],
         "functions": functions.since(before),
+        "moto_transactions": tuple(now - was for now, was in zip(transactions.snapshot(), transactions_before,
+                                                                  strict=True)),
     }
 
 
@@ -295,10 +339,36 @@ def floor_pull(mode: Any, base: Path, reference: str) -> float:
         return direct_pull(cri, reference, auth=mode.registry.auth)
 
 
-def benchmark(nodes: int, image_mb: float, pushes: int, timeout: float) -> dict[str, Any]:
+def measure_pushes(mode: Any, pushes: int, image_mb: float, timeout: float) -> list[dict[str, Any]]:
+    """Apply the rule, then push `pushes` fresh images one after another, each job watched to completion."""
     from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.services.jobs import apply_manifest
 
+    store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
+    apply_manifest(store, rule_manifest(len(mode.nodes)), now=time.time())
+    functions = FunctionClock(mode.stack)
+    receipts = TaskReceipts([node.agent for node in mode.nodes.values()])
+    runs = []
+    with MotoTransactions() as transactions:
+        for number in range(1, pushes + 1):
+            run = push_and_watch(mode, store, functions, receipts, transactions, f"v{number}", image_mb, timeout)
+            runs.append(run)
+            steps = run["steps"]
+            print(f"  push {number} ({run['bytes']:,} bytes, job {run['job']} on {run['desired']} nodes): "
+                  f"first task sent {steps['first_dispatch']:.3f} s, received {steps['first_receipt']:.3f} s, "
+                  f"first pull {steps['first_pull']:.3f} s, last node finished {steps['last_pull_finished']:.3f} s, "
+                  f"job complete {steps['done']:.3f} s; load average {[round(x, 2) for x in os.getloadavg()]}")
+            transact_calls, transact_s = run["moto_transactions"]
+            print("    functions (invocations, records, busy s): " + ", ".join(
+                f"{name} {calls}/{records}/{busy:.2f}" for name, (calls, records, busy) in
+                sorted(run["functions"].items()))
+                + f"; moto TransactWriteItems {transact_calls} calls, {transact_s:.2f} s")
+    for line in runs[0]["excluded"]:
+        print(f"  excluded by the job: {line}")
+    return runs
+
+
+def benchmark(nodes: int, image_mb: float, pushes: int, timeout: float) -> dict[str, Any]:
     print_machine()
     print(f"e2e_latency: local mode with {nodes} synthetic nodes, {pushes} pushes of a fresh {image_mb:g} MB image")
     with scratch_dir("pw-e2e-") as base:
@@ -306,25 +376,7 @@ def benchmark(nodes: int, image_mb: float, pushes: int, timeout: float) -> dict[
         os.environ["PREWARM_LOCAL_STATE"] = str(base / "local.json")
         mode, fit = start_fitting(nodes)
         try:
-            store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
-            apply_manifest(store, rule_manifest(len(mode.nodes)), now=time.time())
-            functions = FunctionClock(mode.stack)
-            receipts = TaskReceipts([node.agent for node in mode.nodes.values()])
-            runs = []
-            for number in range(1, pushes + 1):
-                run = push_and_watch(mode, store, functions, receipts, f"v{number}", image_mb, timeout)
-                runs.append(run)
-                steps = run["steps"]
-                print(f"  push {number} ({run['bytes']:,} bytes, job {run['job']} on {run['desired']} nodes): "
-                      f"first task sent {steps['first_dispatch']:.3f} s, received {steps['first_receipt']:.3f} s, "
-                      f"first pull {steps['first_pull']:.3f} s, "
-                      f"last node finished {steps['last_pull_finished']:.3f} s, job complete {steps['done']:.3f} s; "
-                      f"load average {[round(x, 2) for x in os.getloadavg()]}")
-                print("    functions (invocations, records, busy s): " + ", ".join(
-                    f"{name} {calls}/{records}/{busy:.2f}" for name, (calls, records, busy) in
-                    sorted(run["functions"].items())))
-            for line in runs[0]["excluded"]:
-                print(f"  excluded by the job: {line}")
+            runs = measure_pushes(mode, pushes, image_mb, timeout)
             direct = floor_pull(mode, base, runs[-1]["reference"])
         finally:
             mode.stop()
