@@ -22,7 +22,7 @@ from prewarm.domain.images import parse_image
 from prewarm.domain.messages import CancelTask, Hello, MessageError, PullTask, StatusReport, parse_node_message
 from prewarm_agent.attempts import CredentialSource, TaskRunner
 from prewarm_agent.clock import Clock, SystemClock
-from prewarm_agent.credentials import TokenSource, registry_credentials
+from prewarm_agent.credentials import RegistryCredentials, TokenSource, registry_credentials
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
 from prewarm_agent.cri.errors import CriError
 from prewarm_agent.disk import DiskGuard
@@ -168,6 +168,8 @@ class Agent:
             self.log.warning("NODE_DLQ_ARN is empty: the node queue gets no dead-letter queue, poison messages "
                              "come back until SQS drops them")
         url = self.node_queues.ensure_queue(s.node_name)
+        if isinstance(self.credentials, RegistryCredentials):
+            self.credentials.prepare(s.aws_region)
         self.queue = TaskQueue(self.sqs, url)
         self._hello = self._make_hello(url)
         self._send_hello()
