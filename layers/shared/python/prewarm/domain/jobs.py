@@ -793,10 +793,10 @@ def parse_manifest(doc: Any) -> Manifest:
     kind, api_version = doc.get("kind"), doc.get("apiVersion")
     if kind is None:
         raise JobValidationError([("kind", "required")], subject)
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         message = f'unsupported kind "{kind}": supported kinds are {", ".join(_KINDS)}'
         raise JobValidationError([("kind", message)], subject)
-    model, versions = _KINDS[str(kind)]
+    model, versions = _KINDS[kind]
     if api_version is None:
         raise JobValidationError([("apiVersion", "required")], subject)
     if api_version not in versions:
