@@ -11,11 +11,19 @@ import hashlib
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 SCHEMA_VERSION = 1
 
 ReportPhase = Literal["Pulling", "Succeeded", "Failed", "Cancelled"]
+
+# Bounds that keep every message storable: DynamoDB numbers hold 38 digits between 1e-130 and 1e126
+# (a larger count, NaN or a denormal timestamp would fail the write, not the parse), and its keys
+# are at most 1024 bytes. A job is `namespace/name` (63 + 1 + 253), a node name a DNS subdomain.
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+EpochSeconds = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False), AfterValidator(lambda t: round(t, 6))]
+JOB_KEY_MAX = 317
+NODE_NAME_MAX = 253
 
 
 class MessageError(ValueError):
@@ -31,25 +39,26 @@ class JobRef(BaseModel):
     """What identifies one pull of one job on one node: a report must match it exactly to count."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    job: str = Field(description="`namespace/name` of the job")
-    job_uid: str = Field(min_length=1)
-    round: int = Field(ge=0)
-    node: str = Field(min_length=1)
+    job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the job")
+    job_uid: str = Field(min_length=1, max_length=128)
+    round: Count
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
 
 
 class PullTask(_Message, JobRef):
     kind: Literal["task"] = "task"
     image: str = Field(min_length=1, description="the pull reference (name@digest or name:tag)")
     image_pull_policy: Literal["Always", "IfNotPresent"] = "IfNotPresent"
-    timeout_seconds: int = Field(default=600, ge=1)
-    backoff_limit: int = Field(default=3, ge=0)
-    deadline: float | None = Field(default=None, description="epoch seconds; no attempt runs past it")
+    timeout_seconds: int = Field(default=600, ge=1, le=2**63 - 1)
+    backoff_limit: Count = 3
+    deadline: float | None = Field(default=None, allow_inf_nan=False,
+                                   description="epoch seconds; no attempt runs past it")
     sandbox_labels: dict[str, str] = Field(default_factory=dict)
     sandbox_annotations: dict[str, str] = Field(default_factory=dict)
     pull_secret_arns: list[str] = Field(
         default_factory=list, description="Secrets Manager secrets holding .dockerconfigjson documents"
     )
-    size_bytes: int | None = Field(default=None, ge=0, description="compressed size, for the disk guard")
+    size_bytes: Count | None = Field(default=None, description="compressed size, for the disk guard")
 
 
 class CancelTask(_Message, JobRef):
@@ -60,21 +69,21 @@ class CancelTask(_Message, JobRef):
 class StatusReport(_Message, JobRef):
     kind: Literal["status"] = "status"
     phase: ReportPhase
-    attempt: int = Field(default=1, ge=0)
-    seq: int = Field(default=0, ge=0, description="increases with every report of one pull")
-    bytes_done: int | None = Field(default=None, ge=0)
-    bytes_total: int | None = Field(default=None, ge=0)
+    attempt: Count = 1
+    seq: Count = Field(default=0, description="increases with every report of one pull")
+    bytes_done: Count | None = None
+    bytes_total: Count | None = None
     image_id: str | None = None
     repo_digest: str | None = None
-    size_bytes: int | None = Field(default=None, ge=0)
+    size_bytes: Count | None = None
     message: str = ""
-    started_at: float | None = None
-    finished_at: float | None = None
+    started_at: EpochSeconds | None = None
+    finished_at: EpochSeconds | None = None
 
 
 class Hello(_Message):
     kind: Literal["hello"] = "hello"
-    node: str = Field(min_length=1)
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
     labels: dict[str, str] = Field(default_factory=dict)
     architecture: str = ""
     os: str = "linux"
