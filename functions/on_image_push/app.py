@@ -4,11 +4,10 @@ import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
-from prewarm.events import EcrImageActionEvent
+from prewarm.events import parse_image_action
 from prewarm.observability import logger, metrics, tracer
 from prewarm.services.push import handle_push
 
@@ -17,7 +16,7 @@ from prewarm.services.push import handle_push
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    action = parse(event=event, model=EcrImageActionEvent)
+    action = parse_image_action(event)  # a malformed event raises EventError naming its fields
     if not action.is_successful_push:
         logger.info("ignored: not a successful push", extra={"action": action.detail.action_type})
         return {"jobs": []}

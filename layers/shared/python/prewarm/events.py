@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from prewarm.services.push import ImagePush
 
@@ -38,3 +39,19 @@ class EcrImageActionEvent(EventBridgeModel):
             digest=self.detail.image_digest, tag=self.detail.image_tag or None,
             manifest_media_type=self.detail.manifest_media_type,
         )
+
+
+class EventError(ValueError):
+    """An event that is not the EventBridge "ECR Image Action" event the rule delivers; names each field."""
+
+
+def parse_image_action(event: Any) -> EcrImageActionEvent:
+    """The event as an `EcrImageActionEvent`, or `EventError` naming every field at fault."""
+    try:
+        return parse(event=event, model=EcrImageActionEvent)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'event'}: {error['msg']}"
+            for error in e.errors(include_url=False, include_input=False)
+        )
+        raise EventError(f"invalid ECR Image Action event: {problems}") from None

@@ -1,0 +1,65 @@
+"""EventBridge "ECR Image Action" events into `on_image_push`: jobs, or an error naming the field.
+
+The events are the sample push with fields deleted, replaced by garbage or added, and plain garbage.
+The handler answers with its result, an `EventError` naming the event's fields, or a
+`JobValidationError` naming what of the push cannot make a job (a digest, a repository name).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prewarm import bootstrap
+from prewarm.domain.jobs import JobValidationError
+from prewarm.events import EventError, parse_image_action
+from prewarm.services.jobs import apply_manifest
+from tests.fuzz.strategies import PYDANTIC_WORDING, json_values, mutated
+from tests.unit.functions.conftest import load_event, load_handler, stack
+
+__all__ = ["stack"]  # the handlers' moto stack, a fixture
+
+RULE = {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata": {"name": "all"},
+        "spec": {"repositories": ["*"], "tags": ["*"], "includeUntagged": True}}
+PUSH = load_event("ecr_push")
+details = st.fixed_dictionaries({
+    "repository-name": st.sampled_from(["ml/llm", "Team/App", "a//b", "", "x" * 300]) | st.text(max_size=20),
+    "image-digest": st.sampled_from(["sha256:" + "a" * 64, "sha256:abc", "SHA256:" + "a" * 64, ""])
+    | st.text(max_size=20),
+    "image-tag": st.sampled_from(["v1", "", "latest"]) | st.text(max_size=10),
+    "action-type": st.sampled_from(["PUSH", "DELETE"]), "result": st.sampled_from(["SUCCESS", "FAILURE"]),
+})
+events = st.one_of(
+    mutated(st.just(PUSH)),
+    st.builds(lambda detail: {**PUSH, "detail": {**PUSH["detail"], **detail}}, details).flatmap(
+        lambda e: mutated(st.just(e))),
+    json_values,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events)
+def test_any_event_makes_jobs_or_an_error_naming_the_field(stack: dict[str, Any], event: Any) -> None:
+    apply_manifest(bootstrap.store(), RULE, now=1.0)
+    handler = load_handler("on_image_push")
+    try:
+        result = handler.lambda_handler(event, stack["ctx"])
+    except EventError as e:
+        assert str(e).startswith("invalid ECR Image Action event: ") and not PYDANTIC_WORDING.search(str(e)), e
+    except JobValidationError as e:
+        assert all(p.path for p in e.errors) and not PYDANTIC_WORDING.search(str(e)), e
+    else:
+        assert set(result) == {"jobs"}
+
+
+def test_an_event_missing_its_detail_fields_names_them_without_pydantic_wording() -> None:
+    # Given a push event whose detail lost the repository and the action type
+    event = {**PUSH, "detail": {"result": "SUCCESS", "image-digest": "sha256:" + "a" * 64}}
+    # When it is parsed, then the error names both fields, in the event's words
+    with pytest.raises(EventError) as raised:
+        parse_image_action(event)
+    assert str(raised.value) == ("invalid ECR Image Action event: detail.repository-name: Field required; "
+                                 "detail.action-type: Field required")
