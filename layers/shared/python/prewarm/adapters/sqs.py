@@ -109,7 +109,16 @@ class NodeQueues:
                             "Principal": {"AWS": self.sender_arns},
                             "Action": "sqs:SendMessage",
                             "Resource": "*",
-                        }
+                        },
+                        # In one account an Allow only adds to IAM grants: the Deny makes the list exclusive.
+                        {
+                            "Sid": "NobodyElseSends",
+                            "Effect": "Deny",
+                            "Principal": "*",
+                            "Action": "sqs:SendMessage",
+                            "Resource": "*",
+                            "Condition": {"ArnNotEquals": {"aws:PrincipalArn": self.sender_arns}},
+                        },
                     ],
                 }
             )
