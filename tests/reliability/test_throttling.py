@@ -9,6 +9,7 @@ source delivers the input again, and the redelivery must end where an unthrottle
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from prewarm.adapters.sqs import NodeQueues
 from prewarm.services.ports import StoreRetryableError
 from tests.reliability.invariants import invariant_problems
 from tests.reliability.scenarios import KEY, SCENARIOS, differences
-from tests.reliability.simulation import REGION, Driver, Plane, moto_aws
+from tests.reliability.simulation import REGION, Driver, Plane, job_doc, moto_aws
 
 MAX_ATTEMPTS = 9  # the adapters' botocore config: retries={"max_attempts": 8} counts retries after the first
 DYNAMODB_ERROR = "com.amazonaws.dynamodb.v20120810#"
@@ -195,3 +196,24 @@ def test_task_sends_throttled_past_the_retry_budget_are_sent_again() -> None:
                 failures[n] = ["the failed send was neither retried nor re-sent"]
     assert counter.calls >= 4
     assert not failures, failures
+
+
+ACCESS_DENIED = {"__type": "com.amazonaws.sqs#AccessDenied", "message": "Access to the resource is denied."}
+
+
+def test_a_task_send_refused_for_good_is_logged_naming_the_node_and_the_error(caplog: pytest.LogCaptureFixture) -> None:
+    with moto_aws() as (ddb, sqs):
+        # Given a planned job with one of its two nodes waiting for the slot the other holds
+        plane = adapter_plane(ddb, sqs, "denied")
+        plane.add_nodes("n0", "n1")
+        driver = Driver(plane)
+        driver.apply(job_doc(parallelism=1))
+        (task,) = driver.agents.take()
+        # When the node queues start refusing sends (a policy gone wrong) and the first node finishes
+        Throttle(plane.real_queues.client, "SendMessage", ACCESS_DENIED, attempts=MAX_ATTEMPTS)
+        caplog.set_level(logging.WARNING, logger="prewarm")
+        for report in driver.agents.reports(task):
+            driver.report(report)
+    # Then the slot went to the other node, and the send that failed says so, naming the node and why
+    refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "n1" in r.getMessage()]
+    assert refused and "AccessDenied" in refused[0], [r.getMessage() for r in caplog.records]

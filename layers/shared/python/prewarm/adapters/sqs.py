@@ -8,6 +8,7 @@ shared DLQ redrive) and the send is retried once.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,6 +21,8 @@ TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
 _MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 _RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled"}
+
+log = logging.getLogger(__name__)
 
 
 class QueueError(Exception):
@@ -165,26 +168,21 @@ class NodeQueues:
                 raise _error(again, f"send {message.kind} to {message.node}") from again
 
     def send_many(self, messages: Sequence[PullTask | CancelTask]) -> list[tuple[str, str]]:
-        """Sends to many nodes concurrently; returns (node, error) for those that failed."""
+        """Sends to many nodes concurrently; returns (node, error) for those that failed, each logged."""
         if len(messages) <= 1:
-            failures = []
-            for m in messages:
-                try:
-                    self.send(m)
-                except QueueError as e:
-                    failures.append((m.node, str(e)))
-            return failures
+            return [r for r in map(self._send_or_fail, messages) if r is not None]
         _ = self.client  # build once, before the threads share it
-
-        def one(m: PullTask | CancelTask) -> tuple[str, str] | None:
-            try:
-                self.send(m)
-            except QueueError as e:
-                return (m.node, str(e))
-            return None
-
         with ThreadPoolExecutor(max_workers=min(self.workers, len(messages))) as pool:
-            return [r for r in pool.map(one, messages) if r is not None]
+            return [r for r in pool.map(self._send_or_fail, messages) if r is not None]
+
+    def _send_or_fail(self, message: PullTask | CancelTask) -> tuple[str, str] | None:
+        try:
+            self.send(message)
+        except QueueError as e:
+            # Logged here: callers that leave the retry to the sweep would otherwise say nothing.
+            log.warning("%s of %s for node %s not sent: %s", message.kind, message.job, message.node, e)
+            return (message.node, str(e))
+        return None
 
     def list_node_queues(self) -> dict[str, str]:
         """Queue name → URL of every node queue under the prefix."""
