@@ -7,7 +7,7 @@ Any body is a message or a `MessageError` naming the field; any message that par
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -80,26 +80,18 @@ def assert_names_the_field(error: MessageError) -> None:
     assert ": " in text.partition("message: ")[2] and not PYDANTIC_WORDING.search(text), text
 
 
+@pytest.mark.parametrize("parse", [parse_agent_message, parse_node_message], ids=["agent", "node"])
 @settings(max_examples=400, deadline=None)
-@given(bodies)
-def test_any_body_is_an_agent_message_or_a_message_error_naming_the_field(body: str | bytes) -> None:
+@given(body=bodies)
+def test_any_body_is_a_message_or_a_message_error_naming_the_field(
+    parse: Callable[[str | bytes], Any], body: str | bytes
+) -> None:
     try:
-        message = parse_agent_message(body)
+        message = parse(body)
     except MessageError as e:
         assert_names_the_field(e)
     else:
-        assert parse_agent_message(message.model_dump_json()) == message
-
-
-@settings(max_examples=400, deadline=None)
-@given(bodies)
-def test_any_body_is_a_node_message_or_a_message_error_naming_the_field(body: str | bytes) -> None:
-    try:
-        message = parse_node_message(body)
-    except MessageError as e:
-        assert_names_the_field(e)
-    else:
-        assert parse_node_message(message.model_dump_json()) == message
+        assert parse(message.model_dump_json()) == message
 
 
 @pytest.fixture(scope="module")
