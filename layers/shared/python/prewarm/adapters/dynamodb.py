@@ -531,12 +531,6 @@ class DynamoJobStore:
             return False
         return True
 
-    def touch_task(self, key: str, node: str, fields: Mapping[str, Any], *, expected_version: int) -> None:
-        self._update(
-            f"update task {node} of {key}", job_pk(key), node_sk(node), fields,
-            condition="#version = :v", values={":v": expected_version}, add={"version": 1},
-        )
-
     def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool:
         condition = "#state = :running" + (" AND #done = #desired" if require_done else "")
         try:
@@ -547,16 +541,6 @@ class DynamoJobStore:
         return True
 
     # -- markers, rules, nodes --------------------------------------------------------------
-
-    def mark_once(self, marker: str, *, ttl: int) -> bool:
-        try:
-            self._call(
-                "mark", "put_item", Item=_item({"pk": marker, "sk": "MARK", "kind": "mark", "ttl": ttl}),
-                ConditionExpression="attribute_not_exists(pk)",
-            )
-        except StoreConflictError:
-            return False
-        return True
 
     def put_rule(self, name: str, spec: dict[str, Any], spec_hash: str) -> str:
         """Writes a rule; returns `created`, `configured` or `unchanged`, as kubectl says it."""
