@@ -67,13 +67,9 @@ def deliver(plane: Plane, uids: dict[str, str], what: int | str) -> None:
 
 
 def comparable(state: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The state to compare. Left out: the progress bytes of a failed node. A Failed report carries no
-    bytes, so whether its last Pulling report's bytes were stored depends on which arrived first."""
-    if state is None:
-        return None
-    nodes = {n: s if s.phase == "Succeeded" else (s.phase, s.attempt, s.seq, s.message, s.dispatched)
-             for n, s in state["nodes"].items()}
-    return {**state, "nodes": nodes}
+    """The state to compare: all of it. A final report owns the byte fields, so even a failed node's
+    progress does not depend on whether its last Pulling report arrived before the Failed one."""
+    return state
 
 
 def end_state(order: list[int | str]) -> dict[str, Any]:

@@ -96,12 +96,14 @@ def record_report(
         }
         for name in ("bytes_done", "bytes_total", "image_id"):
             value = getattr(report, name)
-            if value is not None:
+            # A final report says what the node ended with: what it omits is cleared, so the stored
+            # state does not depend on whether a late progress report arrived before it.
+            if value is not None or new_phase.is_terminal:
                 fields[name] = value
         if new_phase is NodePhase.SUCCEEDED and report.size_bytes is not None:
             # A pull too quick for a progress report still says how much it brought.
-            fields.setdefault("bytes_total", report.size_bytes)
-            fields.setdefault("bytes_done", report.size_bytes)
+            fields["bytes_total"] = fields.get("bytes_total") or report.size_bytes
+            fields["bytes_done"] = fields.get("bytes_done") or report.size_bytes
         if task.started_at is None:
             fields["started_at"] = report.started_at or now
         deltas = _counter_deltas(task.phase, new_phase, dispatched=task.dispatched_at is not None)
