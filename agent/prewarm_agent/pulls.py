@@ -117,11 +117,11 @@ class TaskRun:
 class SharedPull:
     """One PullImage call, the runs waiting on it, and its byte progress."""
 
-    def __init__(self, key: tuple[str, str], reference: str, call: PullCall, started: float) -> None:
+    def __init__(self, key: tuple[str, str], call: PullCall) -> None:
+        #: (pull reference, credential identity): runs with the same key share this call.
         self.key = key
-        self.reference = reference
+        self.reference = key[0]
         self.call = call
-        self.started = started
         self.waiters: set[TaskRun] = set()
         self._tracker = ProgressTracker()
         self._layers: dict[str, int] | None = None
@@ -231,7 +231,7 @@ class PullCoordinator:
         if self._closed or self._running >= self.max_concurrent or (self._queue and self._queue[0] is not run):
             return None
         call = start()
-        shared = SharedPull(key, key[0], call, self.clock.monotonic())
+        shared = SharedPull(key, call)
         shared.waiters.add(run)
         run.shared = shared
         self._pulls[key] = shared
