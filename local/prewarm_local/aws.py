@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 REGION = "us-west-2"
@@ -50,10 +50,8 @@ class MotoServer:
 
 
 @contextmanager
-def aws_environment(url: str, region: str = REGION) -> Iterator[None]:
-    """Points boto3 in this process at the local endpoint (restored on exit)."""
-    values = {"AWS_ENDPOINT_URL": url, "AWS_DEFAULT_REGION": region, "AWS_REGION": region,
-              "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Sets `values` in `os.environ` for the block, then puts back what was there before."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -64,3 +62,9 @@ def aws_environment(url: str, region: str = REGION) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def aws_environment(url: str, region: str = REGION) -> AbstractContextManager[None]:
+    """Points boto3 in this process at the local endpoint (restored on exit)."""
+    return patched_environ({"AWS_ENDPOINT_URL": url, "AWS_DEFAULT_REGION": region, "AWS_REGION": region,
+                            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"})

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 import boto3
 
+from prewarm_local.aws import patched_environ
 from prewarm_local.events import LambdaContext, matches_pattern, schedule_event, sqs_event, stream_event
 from prewarm_local.intrinsics import Physical, Resolver
 from prewarm_local.template import ROOT, TEMPLATE, TemplateError, load_template, table_create_args
@@ -252,34 +253,27 @@ class LocalStack:
     def invoke(self, name: str, event: Mapping[str, Any]) -> Any:
         """Runs a handler in-process with its own environment, one invocation at a time."""
         fn = self.function(name)
-        with self._lock:
-            saved = {k: os.environ.get(k) for k in fn.env}
-            os.environ.update(fn.env)
-            os.environ.setdefault("AWS_ENDPOINT_URL", self.endpoint_url)
-            try:
-                from prewarm.settings import settings
+        env = dict(fn.env)
+        if "AWS_ENDPOINT_URL" not in os.environ:
+            env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        with self._lock, patched_environ(env):
+            from prewarm.settings import settings
 
-                settings.cache_clear()
-                if fn.module is None:
-                    # Loaded under the redirect, so loggers created at import write there too.
-                    with contextlib.redirect_stdout(self.function_output or sys.stdout):
-                        fn.module = self._load(fn)
-                attr = fn.handler.rpartition(".")[2]
-                context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
-                                        fn.timeout)
-                fn.invocations += 1
-                try:
-                    with contextlib.redirect_stdout(self.function_output or sys.stdout):
-                        return getattr(fn.module, attr)(dict(event), context)
-                except Exception:
-                    fn.errors += 1
-                    raise
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+            settings.cache_clear()
+            if fn.module is None:
+                # Loaded under the redirect, so loggers created at import write there too.
+                with contextlib.redirect_stdout(self.function_output or sys.stdout):
+                    fn.module = self._load(fn)
+            attr = fn.handler.rpartition(".")[2]
+            context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
+                                    fn.timeout)
+            fn.invocations += 1
+            try:
+                with contextlib.redirect_stdout(self.function_output or sys.stdout):
+                    return getattr(fn.module, attr)(dict(event), context)
+            except Exception:
+                fn.errors += 1
+                raise
 
     @staticmethod
     def _load(fn: Function) -> ModuleType:
