@@ -52,7 +52,19 @@ def _sqs_client() -> Any:
                                              max_pool_connections=32))
 
 
-class NodeQueues:
+class _SqsAdapter:
+    """Holds the injected SQS client, or builds one on first use."""
+
+    _client: Any
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = _sqs_client()
+        return self._client
+
+
+class NodeQueues(_SqsAdapter):
     """`TaskQueues` on SQS: one queue per node named `<prefix>-<node>`, sharing one DLQ."""
 
     def __init__(
@@ -77,12 +89,6 @@ class NodeQueues:
         self.sender_arns = list(sender_arns)
         self.workers = workers
         self._client = client
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = _sqs_client()
-        return self._client
 
     def queue_name(self, node: str) -> str:
         return node_queue_name(self.prefix, node)
@@ -207,18 +213,12 @@ class NodeQueues:
                 raise _error(e, f"delete queue {url}") from e
 
 
-class StatusQueue:
+class StatusQueue(_SqsAdapter):
     """The agents' side of the status queue: reports and hellos."""
 
     def __init__(self, url: str, client: Any = None) -> None:
         self.url = url
         self._client = client
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = _sqs_client()
-        return self._client
 
     def send(self, message: StatusReport | Hello) -> None:
         try:
