@@ -6,6 +6,7 @@ With `--output json` the last line printed is one JSON object (see `demo_report`
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.domain.jobs import parse_manifests
 from prewarm.services.jobs import JobView, apply_manifest, view_job
-from prewarm_local.local_mode import LocalMode, json_line
+from prewarm_local.local_mode import LocalMode
 from prewarm_local.template import ROOT
 
 RULES_DIR = ROOT / "samplefiles" / "rules"
@@ -94,7 +95,7 @@ def _run(mode: LocalMode, console: Any, *, image_mb: float, output: str, timeout
     ok = (view.completion_time is not None and view.failed == 0
           and all(n["verified_present"] and n["phase"] == "Succeeded" for n in report["nodes"]))
     if output == "json":
-        print(json_line(report))
+        print(json.dumps(report, default=str))
     else:
         _print_tables(console, report)
     console.print("[bold green]Demo passed[/]: every eligible node has the image, verified through CRI"

@@ -330,7 +330,3 @@ def push_to_local_ecr(
     result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
                          image.total_size, time.time())
     return result, event
-
-
-def json_line(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=False, default=str)

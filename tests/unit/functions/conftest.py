@@ -14,6 +14,7 @@ import pytest
 from moto import mock_aws
 
 from prewarm import bootstrap
+from prewarm_local.events import LambdaContext
 from prewarm_local.template import ROOT, create_table, load_template
 from tests.unit.services.conftest import FakeCluster
 
@@ -34,17 +35,6 @@ def load_handler(function: str) -> ModuleType:
     return module
 
 
-class Context:
-    function_name = "test"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:test"
-    memory_limit_in_mb = 512
-    aws_request_id = "req-1"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
-
-
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     for k, v in {
@@ -63,7 +53,8 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         cluster = FakeCluster()
         monkeypatch.setattr(bootstrap, "cluster", lambda: cluster)
         monkeypatch.setattr(bootstrap, "cluster_or_none", lambda: cluster)
-        yield {"ddb": ddb, "sqs": sqs, "cluster": cluster, "ctx": Context()}
+        context = LambdaContext("test", REGION, "123456789012", memory_mb=512, timeout_s=60)
+        yield {"ddb": ddb, "sqs": sqs, "cluster": cluster, "ctx": context}
         monkeypatch.undo()
         bootstrap.reset()
 
