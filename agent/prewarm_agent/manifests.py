@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
-import platform
 import re
 import ssl
 import tomllib
@@ -26,6 +25,7 @@ from typing import Any
 
 from prewarm.domain.credentials import RegistryAuth
 from prewarm.domain.images import DEFAULT_REGISTRY, DEFAULT_TAG, ImageRef
+from prewarm_agent.node import local_architecture
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -33,10 +33,6 @@ DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 _ACCEPT = ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST))
 DOCKER_HUB_ENDPOINT = "https://registry-1.docker.io"
-# Go's GOARCH names, which image platforms use.
-GO_ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
-                    "armv7l": "arm", "armv6l": "arm", "i386": "386", "i686": "386", "ppc64le": "ppc64le",
-                    "s390x": "s390x", "riscv64": "riscv64"}
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
 _MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
@@ -56,7 +52,7 @@ class Platform:
     @classmethod
     def of_this_machine(cls) -> Platform:
         """The platform containerd on this machine pulls for."""
-        arch = GO_ARCHITECTURES.get(platform.machine().lower(), platform.machine().lower())
+        arch = local_architecture()
         return cls("linux", arch, "v8" if arch == "arm64" else "")
 
     def matches(self, entry: Mapping[str, Any]) -> bool:

@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prewarm_agent.manifests import GO_ARCHITECTURES
-
 log = logging.getLogger(__name__)
+
+# Go's GOARCH names, which Kubernetes and image platforms use.
+GO_ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+                    "armv7l": "arm", "armv6l": "arm", "i386": "386", "i686": "386", "ppc64le": "ppc64le",
+                    "s390x": "s390x", "riscv64": "riscv64"}
 
 
 class NodeReadError(Exception):
