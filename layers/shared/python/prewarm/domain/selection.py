@@ -192,11 +192,6 @@ class LabelSelector(_SelectorModel):
         raise_problems(label_map_problems(labels or {}))
         return labels
 
-    @property
-    def is_empty(self) -> bool:
-        """An empty selector selects everything."""
-        return not self.match_labels and not self.match_expressions
-
     def matches(self, labels: Mapping[str, str] | None) -> bool:
         """Whether an object with `labels` is selected (an empty selector matches everything)."""
         labels = labels or {}
