@@ -209,16 +209,33 @@ class PullHandle:
         self._future.add_done_callback(lambda _future: callback(self))
 
 
-class CriImageClient:
+class _SocketClient:
+    """A gRPC channel to the runtime's unix socket, closed by `close()` or on leaving a ``with`` block."""
+
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._channel = _open_channel(socket_path)
+
+    def close(self) -> None:
+        """Close the channel; calls in flight (pulls too) are cancelled."""
+        self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CriImageClient(_SocketClient):
     """The CRI ImageService (and ``Version``) of the runtime listening on ``socket_path``.
 
     ``timeout`` bounds every call except pulls, whose deadline is given per pull.
     """
 
     def __init__(self, socket_path: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.socket_path = socket_path
-        self.timeout = timeout
-        self._channel = _open_channel(socket_path)
+        super().__init__(socket_path, timeout)
         self._images = cri_grpc.ImageServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._runtime = cri_grpc.RuntimeServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
@@ -295,16 +312,6 @@ class CriImageClient:
         future = self._images.PullImage.future(request, timeout=timeout)
         return PullHandle(image, future, socket_path=self.socket_path, timeout=timeout)
 
-    def close(self) -> None:
-        """Close the channel; in-flight pulls are cancelled."""
-        self._channel.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def _timestamp(ts: Timestamp) -> datetime | None:
     if ts.seconds == 0 and ts.nanos == 0:
@@ -313,7 +320,7 @@ def _timestamp(ts: Timestamp) -> datetime | None:
     return when
 
 
-class ContentStatusReader:
+class ContentStatusReader(_SocketClient):
     """In-flight downloads in containerd's content store (``content.v1`` ``ListStatuses``/``Status``).
 
     containerd names each download ``<kind>-<digest>`` (e.g. ``layer-sha256:...``); ``offset`` grows
@@ -324,10 +331,8 @@ class ContentStatusReader:
     def __init__(
         self, socket_path: str, namespace: str = CRI_NAMESPACE, timeout: float = DEFAULT_TIMEOUT
     ) -> None:
-        self.socket_path = socket_path
+        super().__init__(socket_path, timeout)
         self.namespace = namespace
-        self.timeout = timeout
-        self._channel = _open_channel(socket_path)
         self._content = content_grpc.ContentStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("containerd-namespace", namespace),)
 
@@ -367,13 +372,3 @@ class ContentStatusReader:
             started_at=_timestamp(status.started_at),
             updated_at=_timestamp(status.updated_at),
         )
-
-    def close(self) -> None:
-        """Close the channel."""
-        self._channel.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
