@@ -572,7 +572,7 @@ def _running_local_stack() -> LocalState | None:
     if not path.exists():
         return None
     state = read_local_state(path)
-    return state if state.pid is None or process_alive(state.pid) else None
+    return state if state.running else None
 
 
 @local_group.command("up")
@@ -644,7 +644,7 @@ def local_status() -> int:
     """Say whether a local stack is running, where, and what it is made of (exit 1 when none is)."""
     path = local_state_path()
     state = read_local_state(path)
-    alive = state.pid is None or process_alive(state.pid)
+    alive = state.running
     pairs = [("state", str(path)), ("running", "yes" if alive else f"no (pid {state.pid} has exited)"),
              ("pid", str(state.pid or "<unknown>")), ("endpoint", state.endpoint_url), ("region", state.region)]
     pairs += [(k, state.env[k]) for k in ("TABLE_NAME", "STATUS_QUEUE_URL", "NODE_QUEUE_PREFIX") if k in state.env]

@@ -58,6 +58,10 @@ def local_state_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(env.get(STATE_ENV) or DEFAULT_STATE_PATH).expanduser()
 
 
+def _state_file(path: Path | str | None) -> Path:
+    return Path(path).expanduser() if path is not None else local_state_path()
+
+
 @dataclass(frozen=True)
 class LocalState:
     """A running local stack: its AWS endpoint and region, and the functions' shared environment."""
@@ -71,6 +75,11 @@ class LocalState:
     def of_stack(cls, stack: Any, *, pid: int | None = None) -> LocalState:
         """The state of a deployed `prewarm_local.stack.LocalStack` (anything with endpoint_url, region, env())."""
         return cls(endpoint_url=stack.endpoint_url, region=stack.region, env=dict(stack.env()), pid=pid)
+
+    @property
+    def running(self) -> bool:
+        """Whether the stack's process is alive; a state without a pid counts as running."""
+        return self.pid is None or process_alive(self.pid)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"endpoint_url": self.endpoint_url, "region": self.region, "env": dict(self.env)}
@@ -96,7 +105,7 @@ class LocalState:
 
 def write_local_state(state: LocalState, path: Path | str | None = None) -> Path:
     """Writes the state file atomically (readable by the owner only) and returns its path."""
-    target = Path(path).expanduser() if path is not None else local_state_path()
+    target = _state_file(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".local-", suffix=".json", dir=target.parent)
     try:
@@ -112,7 +121,7 @@ def write_local_state(state: LocalState, path: Path | str | None = None) -> Path
 
 def read_local_state(path: Path | str | None = None) -> LocalState:
     """Reads the state file; `TargetError` says how to start a local stack when there is none."""
-    source = Path(path).expanduser() if path is not None else local_state_path()
+    source = _state_file(path)
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -131,7 +140,7 @@ def read_local_state(path: Path | str | None = None) -> LocalState:
 
 def clear_local_state(path: Path | str | None = None) -> bool:
     """Removes the state file (the local stack stopped); False when there was none."""
-    target = Path(path).expanduser() if path is not None else local_state_path()
+    target = _state_file(path)
     try:
         target.unlink()
     except FileNotFoundError:
@@ -211,10 +220,9 @@ def target_from_env(env: Mapping[str, str], *, description: str, region: str | N
     )
 
 
-def local_target(state: LocalState, *, endpoint_url: str | None = None, region: str | None = None,
-                 check_pid: bool = True) -> Target:
+def local_target(state: LocalState, *, endpoint_url: str | None = None, region: str | None = None) -> Target:
     """The local stack of `state`; `endpoint_url` and `region` override what the state file says."""
-    if check_pid and state.pid is not None and not process_alive(state.pid):
+    if not state.running:
         raise TargetError(
             f"the local stack (pid {state.pid}) is not running any more; start it again with `prewarm local up`"
         )
