@@ -38,7 +38,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.measure import BenchmarkError, Target, emit, median, print_machine, print_targets
+from benchmarks.measure import BenchmarkError, Target, emit, load_average, median, print_machine, print_targets
 
 QUEUE_PREFIX = "bench-agent"
 JOB = "bench/agent-overhead"
@@ -450,7 +450,7 @@ def summarize(image_mb: float, runs: dict[str, list[dict[str, float]]]) -> dict[
         "agent_progress_s": round(progress_s, 4),
         "agent_own_s": round(own, 4),
         "steps_s": {key: round(value, 4) for key, value in _medians(runs["agent"], keys).items()},
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average": load_average(),
     }
 
 

@@ -40,7 +40,16 @@ if __name__ == "__main__" and not __package__:  # run as a file: make `benchmark
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.agent_overhead import direct_pull, require_node_tools, scratch_dir
-from benchmarks.measure import BenchmarkError, Target, emit, median, print_machine, print_targets, rss_mb
+from benchmarks.measure import (
+    BenchmarkError,
+    Target,
+    emit,
+    load_average,
+    median,
+    print_machine,
+    print_targets,
+    rss_mb,
+)
 
 REPOSITORY = "bench/e2e"
 NAMESPACE = "default"
@@ -50,7 +59,6 @@ MIN_AVAILABLE_MB = 1024.0
 MAX_IDLE_CORES_SHARE = 0.5
 IDLE_SAMPLE_S = 3.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def rule_manifest(parallelism: int) -> dict[str, Any]:
@@ -81,11 +89,6 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-
-def _rss_of(pid: int) -> float:
-    with open(f"/proc/{pid}/statm") as statm:
-        return int(statm.read().split()[1]) * _PAGE_MB
 
 
 def available_mb() -> float:
@@ -136,7 +139,7 @@ def measure_fit(mode: Any, start_s: float) -> Fit:
         nodes=len(mode.nodes),
         start_s=start_s,
         process_mb=rss_mb(),
-        containerd_mb=sum(_rss_of(pid) for pid in containerds),
+        containerd_mb=sum(rss_mb(pid) for pid in containerds),
         available_mb=available_mb(),
         idle_cores=(after - before) / IDLE_SAMPLE_S,
     )
@@ -357,7 +360,7 @@ def measure_pushes(mode: Any, pushes: int, image_mb: float, timeout: float) -> l
             print(f"  push {number} ({run['bytes']:,} bytes, job {run['job']} on {run['desired']} nodes): "
                   f"first task sent {steps['first_dispatch']:.3f} s, received {steps['first_receipt']:.3f} s, "
                   f"first pull {steps['first_pull']:.3f} s, last node finished {steps['last_pull_finished']:.3f} s, "
-                  f"job complete {steps['done']:.3f} s; load average {[round(x, 2) for x in os.getloadavg()]}")
+                  f"job complete {steps['done']:.3f} s; load average {load_average()}")
             transact_calls, transact_s = run["moto_transactions"]
             print("    functions (invocations, records, busy s): " + ", ".join(
                 f"{name} {calls}/{records}/{busy:.2f}" for name, (calls, records, busy) in
@@ -400,7 +403,7 @@ def summarize(fit: Fit, runs: list[dict[str, Any]], direct: float) -> dict[str, 
         "direct_pull_s": round(direct, 3),
         "desired": runs[0]["desired"],
         "pushes": len(runs),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average": load_average(),
     }
 
 

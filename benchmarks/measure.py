@@ -36,8 +36,13 @@ def machine() -> dict[str, Any]:
         "nproc": os.cpu_count(),
         "cpu": model,
         "python": platform.python_version(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average": load_average(),
     }
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded: recorded beside each result."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def print_machine() -> None:
@@ -45,9 +50,9 @@ def print_machine() -> None:
     print(f"machine: {m['nproc']} cores, {m['cpu']}, Python {m['python']}, load average {m['load_average']}")
 
 
-def rss_mb() -> float:
-    """The resident set size of this process now."""
-    with open("/proc/self/statm") as statm:
+def rss_mb(pid: int | None = None) -> float:
+    """The resident set size now of process `pid`, this process by default."""
+    with open(f"/proc/{pid or 'self'}/statm") as statm:
         return int(statm.read().split()[1]) * _PAGE_MB
 
 
