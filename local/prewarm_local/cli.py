@@ -33,6 +33,7 @@ from prewarm_local.target import (
     TargetError,
     clear_local_state,
     local_state_path,
+    local_target,
     process_alive,
     read_local_state,
     resolve_target,
@@ -665,8 +666,6 @@ def local_push(image: str, size_mb: float) -> int:
     (`123456789012.dkr.ecr.us-west-2.amazonaws.com/platform/web:v2`). Without TAG the push is
     untagged, as a digest-only push to ECR is. Rules that match create their jobs in the running stack.
     """
-    import boto3
-
     from prewarm_local.local_mode import ecr_host, push_to_local_ecr
 
     state = _running_local_stack()
@@ -678,11 +677,9 @@ def local_push(image: str, size_mb: float) -> int:
     repository, _, tag = image.removeprefix(ecr_host() + "/").partition(":")
     if not repository or "@" in image:
         raise click.UsageError(f"IMAGE {image!r}: give REPOSITORY[:TAG], e.g. platform/web:v2")
-    session = boto3.session.Session(region_name=state.region, aws_access_key_id="local",
-                                    aws_secret_access_key="local")
-    pushed, event = push_to_local_ecr(registry, session.client("ecr", endpoint_url=state.endpoint_url),
-                                      repository, tag or None, size_mb=size_mb)
-    session.client("sqs", endpoint_url=state.endpoint_url).send_message(QueueUrl=bus, MessageBody=json.dumps(event))
+    target = local_target(state)
+    pushed, event = push_to_local_ecr(registry, target.client("ecr"), repository, tag or None, size_mb=size_mb)
+    target.client("sqs").send_message(QueueUrl=bus, MessageBody=json.dumps(event))
     click.echo(f"pushed {pushed.reference} ({pushed.size_bytes:,} bytes); ECR PUSH event sent")
     return EXIT_OK
 
