@@ -17,8 +17,11 @@ from prewarm import bootstrap
 from prewarm.adapters.errors import ClusterUnavailableError
 from prewarm.domain.refresh import CredentialsConfigError
 from prewarm.services.credentials import CredentialRefreshError
+from prewarm_local.events import LambdaContext
 from tests.unit.credentials.conftest import PASSWORD, REGION, Clock, FakeCluster, FakeTokens
-from tests.unit.functions.conftest import Context, load_event, load_handler
+from tests.unit.functions.conftest import load_event, load_handler
+
+CONTEXT = LambdaContext("test", REGION, "123456789012", memory_mb=512, timeout_s=60)
 
 HOST = "111122223333.dkr.ecr.us-east-1.amazonaws.com"
 CONFIG = {"registries": [{"account": "111122223333", "region": "us-east-1"}], "namespaces": ["team-*"]}
@@ -99,7 +102,7 @@ def test_a_run_with_a_failing_namespace_logs_no_token_and_fails_after_writing_th
     handler = load_handler("refresh_ecr_credentials")
     # When the scheduled event arrives
     with pytest.raises(CredentialRefreshError) as raised:
-        handler.lambda_handler(load_event("schedule_refresh_credentials"), Context())
+        handler.lambda_handler(load_event("schedule_refresh_credentials"), CONTEXT)
     # Then team-a got its secret and the invocation failed naming team-b
     assert ("team-a", "prewarm-ecr") in function.secrets
     assert "namespace team-b: GET secrets: 503" in str(raised.value)
@@ -124,7 +127,7 @@ def test_successful_run_returns_each_namespace_and_emits_seconds_to_earliest_exp
     function.add_namespace("team-a")
     function.add_namespace("kube-system")
     summary = load_handler("refresh_ecr_credentials").lambda_handler(
-        load_event("schedule_refresh_credentials"), Context())
+        load_event("schedule_refresh_credentials"), CONTEXT)
     assert summary["namespaces"] == [{"namespace": "team-a", "outcome": "created", "reason": "secret does not exist",
                                       "service_accounts_patched": ["default"], "service_accounts_missing": []}]
     assert summary["registries"] == [{"host": HOST, "outcome": "created", "reason": ""}]
@@ -137,7 +140,7 @@ def test_without_configuration_the_run_does_nothing_and_reports_zero(
 ) -> None:
     monkeypatch.setenv("CREDENTIALS_CONFIG", "")
     summary = load_handler("refresh_ecr_credentials").lambda_handler(
-        load_event("schedule_refresh_credentials"), Context())
+        load_event("schedule_refresh_credentials"), CONTEXT)
     assert summary == {"registries": [], "namespaces": [], "errors": []}
     # No expiry is emitted: the expiry alarm treats missing data as fine
     assert emf(capsys.readouterr().out) == {"NamespacesUpdated": 0, "NamespacesSkipped": 0, "NamespacesFailed": 0}
