@@ -8,11 +8,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.adapters.sqs import QueueError, QueueRetryableError
+from prewarm.adapters.sqs import queue_error
 from prewarm_agent.pulls import Delivery
 
-_RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled",
-              "OverLimit"}
 # SQS batch calls take at most ten entries.
 _BATCH = 10
 
@@ -24,14 +22,6 @@ class Received:
     delivery: Delivery
     body: str = field(repr=False)
     receive_count: int = 1
-
-
-def _error(e: ClientError | BotoCoreError, what: str) -> QueueError:
-    if isinstance(e, BotoCoreError):
-        return QueueRetryableError(f"{what}: {e}")
-    code = str(e.response.get("Error", {}).get("Code", ""))
-    cls = QueueRetryableError if code in _RETRYABLE else QueueError
-    return cls(f"{what}: {code}: {e.response.get('Error', {}).get('Message', '')}")
 
 
 class TaskQueue:
@@ -52,7 +42,7 @@ class TaskQueue:
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
         except (ClientError, BotoCoreError) as e:
-            raise _error(e, f"receive from {self.url}") from e
+            raise queue_error(e, f"receive from {self.url}") from e
         return [
             Received(
                 Delivery(str(m["MessageId"]), str(m["ReceiptHandle"])),
@@ -78,7 +68,7 @@ class TaskQueue:
             try:
                 answer = getattr(self.client, operation)(QueueUrl=self.url, Entries=entries)
             except (ClientError, BotoCoreError) as e:
-                failures.extend(f"{d.message_id}: {_error(e, operation)}" for d in chunk)
+                failures.extend(f"{d.message_id}: {queue_error(e, operation)}" for d in chunk)
                 continue
             for failed in answer.get("Failed") or ():
                 message_id = chunk[int(failed["Id"])].message_id
@@ -90,4 +80,4 @@ class TaskQueue:
         try:
             self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])
         except (ClientError, BotoCoreError) as e:
-            raise _error(e, f"reach {self.url}") from e
+            raise queue_error(e, f"reach {self.url}") from e

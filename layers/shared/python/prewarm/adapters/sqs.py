@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, node_queue_name
 
 TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
 _MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
-_RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled"}
+_RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled",
+              "OverLimit"}
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +34,18 @@ class QueueRetryableError(QueueError):
     """Throttling or a transient SQS failure: retry later."""
 
 
-def _error(e: ClientError, what: str) -> QueueError:
-    code = e.response.get("Error", {}).get("Code", "")
+def queue_error(e: ClientError | BotoCoreError, what: str) -> QueueError:
+    """The queue error for a botocore failure: connection problems and throttling are retryable."""
+    if isinstance(e, BotoCoreError):
+        return QueueRetryableError(f"{what}: {e}")
+    error = e.response.get("Error", {})
+    code = str(error.get("Code", ""))
     cls = QueueRetryableError if code in _RETRYABLE else QueueError
-    return cls(f"{what}: {code or e}")
+    message = error.get("Message", "")
+    return cls(f"{what}: {code or e}" + (f": {message}" if message else ""))
+
+
+_error = queue_error
 
 
 def _code(e: ClientError) -> str:
