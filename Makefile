@@ -19,7 +19,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy layers/shared/python/prewarm agent/prewarm_agent local/prewarm_local
+	$(VENV)/bin/mypy layers/shared/python/prewarm agent/prewarm_agent cli/prewarm_cli devtools/prewarm_devtools
 
 contracts: $(STAMP)
 	$(VENV)/bin/lint-imports
@@ -37,9 +37,9 @@ sam-validate: $(SAM_VENV)/bin/sam
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint -t template.yaml
 	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(SAM_VENV)/bin/sam validate -t template.yaml
 
-# Installs containerd and the registry for the node tests when running as root (see local/node-deps.sh).
+# Installs containerd and the registry for the node tests when running as root (see devtools/node-deps.sh).
 node-deps:
-	@bash local/node-deps.sh
+	@bash devtools/node-deps.sh
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q

@@ -69,7 +69,7 @@ STEPS = (
 
 def missing_node_tools() -> list[str]:
     """What a benchmark on real containerd and a real registry needs and this machine lacks."""
-    from prewarm_local.local_mode import missing_prerequisites
+    from prewarm_devtools.localmode import missing_prerequisites
 
     problems: list[str] = missing_prerequisites()
     return problems
@@ -90,7 +90,7 @@ def require_node_tools(benchmark: str) -> None:
 @contextmanager
 def scratch_dir(prefix: str) -> Iterator[Path]:
     """A short directory under /tmp (containerd's socket paths must stay short), removed at the end."""
-    from prewarm_local.node.containerd import unmount_all_under
+    from prewarm_devtools.node.containerd import unmount_all_under
 
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     try:
@@ -238,7 +238,7 @@ def start_agent(node: str, moto_url: str, containerd: Any, dlq_arn: str, *, prog
     from prewarm_agent.cri.client import CriImageClient
     from prewarm_agent.node import NodeFacts, local_architecture
     from prewarm_agent.settings import AgentSettings
-    from prewarm_local.aws import REGION
+    from prewarm_devtools.sam.aws import REGION
 
     sqs = moto_client(moto_url, "sqs")
     status_url = sqs.create_queue(QueueName=f"bench-status-{node}")["QueueUrl"]
@@ -317,10 +317,10 @@ def confirm_on_status_queue(sqs: Any, status_url: str, job_uid: str) -> None:
 
 def benchmark(image_mb: float, repeat: int, warmup: int, receive_wait: int) -> dict[str, Any]:
     from benchmarks.servers import MotoProcess
-    from prewarm_local.aws import aws_environment
-    from prewarm_local.node.containerd import PrivateContainerd
-    from prewarm_local.node.images import RegistryPusher, build_image
-    from prewarm_local.node.registry import LocalRegistry
+    from prewarm_devtools.node.containerd import PrivateContainerd
+    from prewarm_devtools.node.images import RegistryPusher, build_image
+    from prewarm_devtools.node.registry import LocalRegistry
+    from prewarm_devtools.sam.aws import aws_environment
 
     print_machine()
     with ExitStack() as stack:
@@ -387,7 +387,7 @@ def moto_client(url: str, service: str) -> Any:
     """A boto3 client for moto at `url`."""
     import boto3
 
-    from prewarm_local.aws import REGION
+    from prewarm_devtools.sam.aws import REGION
 
     return boto3.client(service, region_name=REGION, endpoint_url=url, aws_access_key_id="local",
                         aws_secret_access_key="local")

@@ -240,7 +240,7 @@ class SampleState:
 
 
 def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
-    from prewarm_local.stack import LocalStack
+    from prewarm_devtools.sam.stack import LocalStack
 
     print_machine()
     names = discover_functions()

@@ -1,6 +1,6 @@
 """End to end in local mode: an image pushed to ECR, to the first node pulling, to every node done.
 
-Local mode (`prewarm_local.local_mode.LocalMode`) runs everything on this machine: template.yaml's
+Local mode (`prewarm_devtools.localmode.LocalMode`) runs everything on this machine: template.yaml's
 functions on moto, the embedded Kubernetes API with `--nodes` synthetic nodes, a registry playing
 ECR, and on every node a private containerd and an agent (as root). A PrewarmRule matches the
 repository; each push (a fresh `--image-mb` image, so nothing is cached) is delivered as ECR's PUSH
@@ -147,7 +147,7 @@ def measure_fit(mode: Any, start_s: float) -> Fit:
 
 def start_fitting(nodes: int) -> tuple[Any, Fit]:
     """Local mode with `nodes` nodes, or the largest halving of it that fits; the caller stops it."""
-    from prewarm_local.local_mode import LocalMode
+    from prewarm_devtools.localmode import LocalMode
 
     while True:
         started = time.perf_counter()
@@ -333,8 +333,8 @@ STEP_NAMES = {
 
 def floor_pull(mode: Any, base: Path, reference: str) -> float:
     """One CRI pull of `reference` from the registry playing ECR, on a containerd that has nothing."""
-    from prewarm_local.local_mode import ecr_host
-    from prewarm_local.node.containerd import PrivateContainerd
+    from prewarm_devtools.localmode import ecr_host
+    from prewarm_devtools.node.containerd import PrivateContainerd
 
     containerd = PrivateContainerd(base / "floor")
     containerd.add_registry_mirror(ecr_host(), mode.registry.url)

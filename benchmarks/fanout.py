@@ -204,8 +204,8 @@ def naive_fanout(api_url: str, token: str, measured_nodes: int, total_nodes: int
 
 
 def benchmark(nodes: int, parallelism: int, baseline_nodes: int, cold_queues: bool) -> dict[str, Any]:
-    from prewarm_local.aws import aws_environment
-    from prewarm_local.stack import LocalStack
+    from prewarm_devtools.sam.aws import aws_environment
+    from prewarm_devtools.sam.stack import LocalStack
 
     print_machine()
     print(f"fanout: one job over {nodes} synthetic nodes, parallelism {parallelism}")

@@ -1,6 +1,6 @@
 """The servers a benchmark talks to, each in its own process so its CPU and memory are not measured.
 
-`KubeApiProcess` runs the embedded Kubernetes API (`python -m prewarm_local.kubeapi`);
+`KubeApiProcess` runs the embedded Kubernetes API (`python -m prewarm_devtools.kubeapi`);
 `MotoProcess` runs moto's `ThreadedMotoServer` (`python -m benchmarks.servers moto`). Both listen
 on 127.0.0.1 only and are stopped (SIGTERM, then SIGKILL) when their `with` block ends.
 """
@@ -93,7 +93,7 @@ class KubeApiProcess(ServerProcess):
 
     def __init__(self, nodes: int = 0, seeds: Sequence[Path] = (), token: str | None = None) -> None:
         self.token = token or f"bench-{secrets.token_urlsafe(16)}"
-        command = [sys.executable, "-m", "prewarm_local.kubeapi", "--port", "0", "--token", self.token]
+        command = [sys.executable, "-m", "prewarm_devtools.kubeapi", "--port", "0", "--token", self.token]
         if nodes:
             command += ["--nodes", str(nodes)]
         for seed in seeds:
@@ -109,7 +109,7 @@ class MotoProcess(ServerProcess):
 
 
 def _serve_moto() -> int:
-    from prewarm_local.aws import MotoServer
+    from prewarm_devtools.sam.aws import MotoServer
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

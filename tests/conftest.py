@@ -1,7 +1,7 @@
 """Shared pytest configuration. Fixture plugins for the local servers are registered here."""
 
 pytest_plugins: list[str] = [
-    "prewarm_local.node.pytest_plugin",
-    "prewarm_local.kubeapi.pytest_plugin",
+    "prewarm_devtools.pytest_plugins.node",
+    "prewarm_devtools.pytest_plugins.kubeapi",
     "tests.security.secret_guard",
 ]

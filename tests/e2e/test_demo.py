@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prewarm_local.local_mode import missing_prerequisites
+from prewarm_devtools.localmode import missing_prerequisites
 
 pytestmark = [pytest.mark.integration, pytest.mark.node]
 

@@ -17,9 +17,9 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import Hello, PullTask, StatusReport, parse_node_message
 from prewarm.services.jobs import apply_manifest
-from prewarm_local.aws import MotoServer, aws_environment
-from prewarm_local.kubeapi.server import KubeApiServer
-from prewarm_local.stack import LocalStack
+from prewarm_devtools.kubeapi.server import KubeApiServer
+from prewarm_devtools.sam.aws import MotoServer, aws_environment
+from prewarm_devtools.sam.stack import LocalStack
 from tests.reliability.simulation import job_doc
 
 pytestmark = pytest.mark.integration

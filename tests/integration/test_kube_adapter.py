@@ -24,8 +24,8 @@ from prewarm.adapters.errors import (
 )
 from prewarm.adapters.kube import KubeCluster
 from prewarm.settings import Settings
-from prewarm_local.kubeapi import KubeApiServer, StatusError
-from prewarm_local.kubeapi.synthetic import generate_cluster
+from prewarm_devtools.kubeapi import KubeApiServer, StatusError
+from prewarm_devtools.kubeapi.synthetic import generate_cluster
 
 pytestmark = pytest.mark.integration
 

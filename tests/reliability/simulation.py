@@ -25,7 +25,7 @@ from prewarm.services.dispatch import needs_planning, plan_job
 from prewarm.services.jobs import JobNotFoundError, apply_manifest, delete_job
 from prewarm.services.reports import record_report, register_node
 from prewarm.services.schedules import repull_daily, sweep
-from prewarm_local.template import create_table, load_template
+from prewarm_devtools.sam.template import create_table, load_template
 from tests.reliability.faults import FaultPlan, InjectedFault
 from tests.reliability.invariants import FINISHED_STATES, job_state
 from tests.unit.services.conftest import FakeCluster, make_node

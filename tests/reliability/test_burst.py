@@ -20,10 +20,10 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import PullTask, StatusReport, parse_node_message
 from prewarm.services.jobs import apply_manifest
-from prewarm_local.aws import MotoServer, aws_environment
-from prewarm_local.kubeapi.server import KubeApiServer
-from prewarm_local.kubeapi.synthetic import generate_cluster
-from prewarm_local.stack import LocalStack
+from prewarm_devtools.kubeapi.server import KubeApiServer
+from prewarm_devtools.kubeapi.synthetic import generate_cluster
+from prewarm_devtools.sam.aws import MotoServer, aws_environment
+from prewarm_devtools.sam.stack import LocalStack
 from tests.reliability.invariants import assert_invariant
 from tests.reliability.simulation import IMAGE
 

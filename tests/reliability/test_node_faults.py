@@ -26,8 +26,8 @@ from prewarm.domain.status import NodePhase
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.ports import JobRecord, NodeTaskRecord
 from prewarm_agent.settings import AgentSettings
-from prewarm_local.local_mode import LocalMode, LocalNode, ecr_host, missing_prerequisites
-from prewarm_local.node.throttle import ThrottlingProxy
+from prewarm_devtools.localmode import LocalMode, LocalNode, ecr_host, missing_prerequisites
+from prewarm_devtools.node.throttle import ThrottlingProxy
 from tests.reliability.invariants import assert_invariant
 
 pytestmark = [

@@ -19,9 +19,9 @@ import pytest
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.services.jobs import apply_manifest
-from prewarm_local.aws import MotoServer, aws_environment
-from prewarm_local.kubeapi.server import KubeApiServer
-from prewarm_local.stack import ACCOUNT, LocalStack
+from prewarm_devtools.kubeapi.server import KubeApiServer
+from prewarm_devtools.sam.aws import MotoServer, aws_environment
+from prewarm_devtools.sam.stack import ACCOUNT, LocalStack
 from tests.reliability.simulation import job_doc
 
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/"

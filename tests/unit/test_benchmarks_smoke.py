@@ -147,10 +147,10 @@ def test_node_benchmarks_exit_non_zero_naming_what_is_missing(
     script: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a machine without root or containerd
-    import prewarm_local.local_mode
+    import prewarm_devtools.localmode
 
     missing = ["root: containerd needs root", "containerd: apt-get install -y containerd"]
-    monkeypatch.setattr(prewarm_local.local_mode, "missing_prerequisites", lambda: missing)
+    monkeypatch.setattr(prewarm_devtools.localmode, "missing_prerequisites", lambda: missing)
     module = importlib.import_module(f"benchmarks.{script}")
     # When the benchmark starts
     with pytest.raises(SystemExit) as exited:

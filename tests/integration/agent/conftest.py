@@ -16,9 +16,9 @@ from prewarm_agent.agent import Agent
 from prewarm_agent.cri.client import CriImageClient
 from prewarm_agent.node import NodeFacts, local_architecture
 from prewarm_agent.settings import AgentSettings
-from prewarm_local.aws import MotoServer, aws_environment
-from prewarm_local.node.containerd import PrivateContainerd
-from prewarm_local.node.registry import LocalRegistry
+from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.registry import LocalRegistry
+from prewarm_devtools.sam.aws import MotoServer, aws_environment
 
 QUEUE_PREFIX = "prewarm-agent-it"
 FINAL_PHASES = ("Succeeded", "Failed", "Cancelled")

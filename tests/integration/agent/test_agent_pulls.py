@@ -20,12 +20,12 @@ from prewarm.domain.messages import PullTask
 from prewarm.domain.refresh import RegistryToken, registry_secret_name
 from prewarm_agent.cri.client import CriImageClient
 from prewarm_agent.cri.errors import ImagePullError
-from prewarm_local.aws import MotoServer
-from prewarm_local.kubeapi.server import KubeApiServer
-from prewarm_local.node.containerd import PrivateContainerd
-from prewarm_local.node.images import host_architecture
-from prewarm_local.node.pytest_plugin import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
-from prewarm_local.node.registry import LocalRegistry
+from prewarm_devtools.kubeapi.server import KubeApiServer
+from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.images import host_architecture
+from prewarm_devtools.node.registry import LocalRegistry
+from prewarm_devtools.pytest_plugins.node import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
+from prewarm_devtools.sam.aws import MotoServer
 from tests.integration.agent.conftest import AgentHarness
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]

@@ -17,10 +17,10 @@ import pytest
 from prewarm.domain.messages import StatusReport
 from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
-from prewarm_local.node.containerd import PrivateContainerd
-from prewarm_local.node.pytest_plugin import OciImageFactory
-from prewarm_local.node.registry import LocalRegistry
-from prewarm_local.node.throttle import ConnectionRecord, ThrottlingProxy
+from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.registry import LocalRegistry
+from prewarm_devtools.node.throttle import ConnectionRecord, ThrottlingProxy
+from prewarm_devtools.pytest_plugins.node import OciImageFactory
 from tests.integration.agent.conftest import AgentHarness
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]

@@ -24,10 +24,10 @@ from prewarm.domain.messages import CancelTask, PullTask, StatusReport, parse_no
 from prewarm.services.dispatch import PlanResult, plan_job
 from prewarm.services.jobs import job_key
 from prewarm.services.reports import ReportOutcome, record_report
-from prewarm_local.aws import MotoServer
-from prewarm_local.cli import cli
-from prewarm_local.stack import LocalStack
-from prewarm_local.target import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, write_local_state
+from prewarm_cli.app import cli
+from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, write_local_state
+from prewarm_devtools.sam.aws import MotoServer
+from prewarm_devtools.sam.stack import LocalStack
 
 NODES = ("node-a", "node-b", "node-c")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prewarm_local.target import ENDPOINT_ENV, STACK_ENV, STATE_ENV
+from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV
 
 from .conftest import job_yaml
 
@@ -56,7 +56,7 @@ def test_help_and_version_load_neither_boto3_nor_pydantic_nor_rich() -> None:
     # Given the CLI started for --help in a fresh interpreter
     probe = (
         "import sys\n"
-        "from prewarm_local.cli import cli\n"
+        "from prewarm_cli.app import cli\n"
         "code = cli.main(['--help'], standalone_mode=False)\n"
         "heavy = sorted(m for m in ('boto3', 'botocore', 'pydantic', 'rich', 'yaml') if m in sys.modules)\n"
         "print('loaded:', ','.join(heavy) or 'none')\n"

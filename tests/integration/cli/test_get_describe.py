@@ -25,7 +25,7 @@ def running_job(control_plane: ControlPlane, state_file: Path) -> str:
     """`get-web` on node-a..c plus a missing node-d: node-a succeeded, node-b failed, node-c sent its task."""
     from click.testing import CliRunner
 
-    from prewarm_local.cli import cli
+    from prewarm_cli.app import cli
 
     manifest = job_yaml("get-web", nodes=("node-a", "node-b", "node-c", "node-d"), parallelism=2)
     result = CliRunner().invoke(cli, ["--local", "apply", "-f", "-"], input=manifest,

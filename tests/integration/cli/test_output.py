@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from prewarm_local.cli_output import WatchDisplay, WatchState, human_age, human_bytes, object_name, table
+from prewarm_cli.output import WatchDisplay, WatchState, human_age, human_bytes, object_name, table
 
 
 @pytest.mark.parametrize(

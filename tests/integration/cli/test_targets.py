@@ -13,10 +13,8 @@ import boto3
 import pytest
 from click.testing import CliRunner
 
-from prewarm_local.aws import aws_environment
-from prewarm_local.cli import cli
-from prewarm_local.stack import LocalStack
-from prewarm_local.target import (
+from prewarm_cli.app import cli
+from prewarm_cli.targets import (
     ENDPOINT_ENV,
     STACK_ENV,
     STATE_ENV,
@@ -25,6 +23,8 @@ from prewarm_local.target import (
     read_local_state,
     write_local_state,
 )
+from prewarm_devtools.sam.aws import aws_environment
+from prewarm_devtools.sam.stack import LocalStack
 
 from .conftest import Run, job_yaml
 

@@ -19,10 +19,10 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, parse_node_message
 from prewarm.services.jobs import apply_manifest, delete_job, view_job
-from prewarm_local.aws import MotoServer, aws_environment
-from prewarm_local.kubeapi.server import KubeApiServer
-from prewarm_local.stack import LocalStack, WiringError
-from prewarm_local.template import ROOT, TEMPLATE
+from prewarm_devtools.kubeapi.server import KubeApiServer
+from prewarm_devtools.sam.aws import MotoServer, aws_environment
+from prewarm_devtools.sam.stack import LocalStack, WiringError
+from prewarm_devtools.sam.template import ROOT, TEMPLATE
 
 pytestmark = pytest.mark.integration
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from prewarm_local.aws import MotoServer, aws_environment
-from prewarm_local.stack import LocalStack
+from prewarm_devtools.sam.aws import MotoServer, aws_environment
+from prewarm_devtools.sam.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

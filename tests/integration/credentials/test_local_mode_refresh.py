@@ -11,7 +11,7 @@ import pytest
 
 from prewarm.domain.refresh import registry_secret_name
 from prewarm_agent.settings import EcrCredentials
-from prewarm_local.local_mode import LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
 
 pytestmark = [
     pytest.mark.integration,

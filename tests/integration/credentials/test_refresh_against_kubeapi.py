@@ -23,7 +23,7 @@ from prewarm.domain.credentials import Keyring
 from prewarm.domain.refresh import CredentialsConfig
 from prewarm.services.credentials import CredentialRefreshError, RefreshReport, refresh_credentials
 from prewarm.services.dispatch import PullSecretError
-from prewarm_local.kubeapi import KubeApiServer
+from prewarm_devtools.kubeapi import KubeApiServer
 from tests.unit.credentials.conftest import REGION, Clock
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import pytest
 from kubernetes.client import ApiClient, ApiException, Configuration, CoreV1Api, VersionApi
 from kubernetes.config import kube_config
 
-from prewarm_local.kubeapi import KubeApiServer, StatusError
+from prewarm_devtools.kubeapi import KubeApiServer, StatusError
 from tests.integration.kubeapi.conftest import SAMPLE_CLUSTER, call, status_of
 
 pytestmark = pytest.mark.integration
@@ -165,7 +165,7 @@ def test_cli_serves_the_sample_cluster_until_interrupted(tmp_path: Path) -> None
     command = [
         sys.executable,
         "-m",
-        "prewarm_local.kubeapi",
+        "prewarm_devtools.kubeapi",
         "--seed",
         str(SAMPLE_CLUSTER),
         "--nodes",

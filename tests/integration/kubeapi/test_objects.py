@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient, ApiException, CoreV1Api, V1Pod
 
-from prewarm_local.kubeapi import KubeApiServer
+from prewarm_devtools.kubeapi import KubeApiServer
 from tests.integration.kubeapi.conftest import call, node, pod, status_of
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient, ApiException, CoreV1Api
 
-from prewarm_local.kubeapi import KubeApiServer
-from prewarm_local.kubeapi.synthetic import generate_nodes
+from prewarm_devtools.kubeapi import KubeApiServer
+from prewarm_devtools.kubeapi.synthetic import generate_nodes
 from tests.integration.kubeapi.conftest import call, node, status_of
 
 pytestmark = pytest.mark.integration

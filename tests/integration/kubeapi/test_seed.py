@@ -17,8 +17,8 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from prewarm_local.kubeapi import KubeApiServer, SeedError
-from prewarm_local.kubeapi.synthetic import generate_cluster, generate_nodes
+from prewarm_devtools.kubeapi import KubeApiServer, SeedError
+from prewarm_devtools.kubeapi.synthetic import generate_cluster, generate_nodes
 from tests.integration.kubeapi.conftest import SAMPLE_CLUSTER, call, node, pod
 
 pytestmark = pytest.mark.integration

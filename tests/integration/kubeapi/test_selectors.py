@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes.client import ApiClient, ApiException, CoreV1Api
 
-from prewarm_local.kubeapi import KubeApiServer
+from prewarm_devtools.kubeapi import KubeApiServer
 from tests.integration.kubeapi.conftest import node, pod, status_of
 
 pytestmark = pytest.mark.integration

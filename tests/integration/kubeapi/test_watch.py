@@ -16,7 +16,7 @@ import pytest
 from kubernetes import watch
 from kubernetes.client import ApiClient, ApiException, CoreV1Api
 
-from prewarm_local.kubeapi import KubeApiServer
+from prewarm_devtools.kubeapi import KubeApiServer
 from tests.integration.kubeapi.conftest import node, pod
 
 pytestmark = pytest.mark.integration

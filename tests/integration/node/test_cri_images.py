@@ -10,10 +10,10 @@ import pytest
 
 from prewarm_agent.cri.client import CriImageClient, FsUsage, filesystem_usage_percent
 from prewarm_agent.cri.errors import ImagePullError
-from prewarm_local.node.containerd import PrivateContainerd
-from prewarm_local.node.images import host_architecture
-from prewarm_local.node.pytest_plugin import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
-from prewarm_local.node.registry import LocalRegistry
+from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.images import host_architecture
+from prewarm_devtools.node.registry import LocalRegistry
+from prewarm_devtools.pytest_plugins.node import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 

@@ -9,10 +9,10 @@ import pytest
 
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
 from prewarm_agent.cri.errors import PullCancelledError, PullTimeoutError
-from prewarm_local.node.containerd import PrivateContainerd
-from prewarm_local.node.pytest_plugin import OciImageFactory
-from prewarm_local.node.registry import LocalRegistry
-from prewarm_local.node.throttle import ConnectionRecord, ThrottlingProxy
+from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.registry import LocalRegistry
+from prewarm_devtools.node.throttle import ConnectionRecord, ThrottlingProxy
+from prewarm_devtools.pytest_plugins.node import OciImageFactory
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 

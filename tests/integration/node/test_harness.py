@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from prewarm_agent.cri.errors import CriUnavailableError
-from prewarm_local.node.containerd import PrivateContainerd
-from prewarm_local.node.pytest_plugin import OciImageFactory, node_tools_missing
-from prewarm_local.node.registry import LocalRegistry
-from prewarm_local.node.throttle import ThrottlingProxy
+from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.registry import LocalRegistry
+from prewarm_devtools.node.throttle import ThrottlingProxy
+from prewarm_devtools.pytest_plugins.node import OciImageFactory, node_tools_missing
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 

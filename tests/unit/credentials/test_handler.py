@@ -17,7 +17,7 @@ from prewarm import bootstrap
 from prewarm.adapters.errors import ClusterUnavailableError
 from prewarm.domain.refresh import CredentialsConfigError
 from prewarm.services.credentials import CredentialRefreshError
-from prewarm_local.events import LambdaContext
+from prewarm_devtools.sam.events import LambdaContext
 from tests.unit.credentials.conftest import PASSWORD, REGION, Clock, FakeCluster, FakeTokens
 from tests.unit.functions.conftest import load_event, load_handler
 

@@ -14,8 +14,8 @@ import pytest
 from moto import mock_aws
 
 from prewarm import bootstrap
-from prewarm_local.events import LambdaContext
-from prewarm_local.template import ROOT, create_table, load_template
+from prewarm_devtools.sam.events import LambdaContext
+from prewarm_devtools.sam.template import ROOT, create_table, load_template
 from tests.unit.services.conftest import FakeCluster
 
 REGION = "us-east-1"

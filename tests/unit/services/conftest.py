@@ -14,7 +14,7 @@ from moto import mock_aws
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import parse_node_message
-from prewarm_local.template import create_table, load_template
+from prewarm_devtools.sam.template import create_table, load_template
 
 REGION = "us-west-2"
 

@@ -1,0 +1,1 @@
+"""One module per `prewarm` verb; `prewarm_cli.app` adds each to the root group."""

@@ -1,0 +1,123 @@
+"""`prewarm apply`: create or update jobs and rules from manifests, as kubectl apply does."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    pass
+
+from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from prewarm_cli.options import current_store, current_target, target_options
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+STDIN_NAME = "<stdin>"
+
+
+@dataclass
+class _Document:
+    where: str  # `jobs.yaml document 2` (`, item 1` inside a `kind: List`)
+    body: Any
+
+
+def _sources(filenames: Sequence[str], recursive: bool) -> Iterator[tuple[str, Callable[[], str]]]:
+    for name in filenames:
+        if name == "-":
+            yield STDIN_NAME, lambda: sys.stdin.read()
+            continue
+        path = Path(name)
+        if path.is_dir():
+            found = path.rglob("*") if recursive else path.iterdir()
+            for file in sorted(p for p in found if p.is_file() and p.suffix.lower() in MANIFEST_SUFFIXES):
+                yield str(file), functools.partial(file.read_text, encoding="utf-8")
+        else:
+            yield name, functools.partial(path.read_text, encoding="utf-8")
+
+
+def _documents(source: str, text: str) -> tuple[list[_Document], str | None]:
+    """The documents of one file (a `kind: List` unpacked), and the YAML error that ended it early."""
+    import yaml
+
+    documents: list[_Document] = []
+    number = 0
+    try:
+        for body in yaml.safe_load_all(text):
+            if body is None:
+                continue
+            number += 1
+            where = f"{source} document {number}"
+            items = body.get("items") if isinstance(body, dict) and body.get("kind") == "List" else None
+            if isinstance(items, list):
+                documents += [_Document(f"{where}, item {i}", item) for i, item in enumerate(items, start=1)]
+            else:
+                documents.append(_Document(where, body))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).replace("\n", " ")
+        return documents, f"{source}: invalid YAML{at}: {problem}"
+    return documents, None
+
+
+@click.command()
+@click.option("-f", "--filename", "filenames", multiple=True, required=True,
+              type=click.Path(exists=True, allow_dash=True), metavar="FILE|DIR|-",
+              help="Manifests to apply: a file, a directory of .yaml/.yml/.json files, or - for stdin. Repeatable.")
+@click.option("-R", "--recursive", is_flag=True, help="Also read the directories' subdirectories.")
+@target_options
+@click.pass_context
+def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> int:
+    """Create or update jobs and rules from manifests, as `kubectl apply` does.
+
+    \b
+    Kinds: ImagePullJob, ImageListPullJob (apps.kruise.io/v1alpha1 or v1beta1, prewarm.dev/v1alpha1)
+    and PrewarmRule (prewarm.dev/v1alpha1); multi-document YAML and `kind: List` are read.
+    Valid documents are applied even when others are invalid; invalid ones are reported, each
+    naming the file, the document and the field, and the exit code is then 2.
+    """
+    from prewarm.domain.jobs import JobValidationError
+    from prewarm.services.jobs import apply_manifest
+    from prewarm.services.ports import StoreError
+
+    invalid = failed = applied = 0
+    queues = current_target(ctx).queues()  # a list job that drops an image cancels that image's pulls
+    for source, read in _sources(filenames, recursive):
+        try:
+            text = read()
+        except (OSError, UnicodeDecodeError) as e:
+            click.echo(f"error: {source}: cannot read: {getattr(e, 'strerror', None) or e}", err=True)
+            invalid += 1
+            continue
+        documents, yaml_error = _documents(source, text)
+        for doc in documents:
+            try:
+                outcome = apply_manifest(current_store(ctx), doc.body, now=time.time(), queues=queues)
+            except JobValidationError as e:
+                subject = f" ({e.subject})" if e.subject else ""
+                for problem in e.errors:
+                    click.echo(f"error: {doc.where}{subject}: {problem}", err=True)
+                invalid += 1
+            except StoreError as e:
+                click.echo(f"error: {doc.where}: {e}", err=True)
+                failed += 1
+            else:
+                click.echo(outcome.describe())
+                applied += 1
+        if yaml_error is not None:
+            click.echo(f"error: {yaml_error}", err=True)
+            invalid += 1
+    if not (applied or invalid or failed):
+        raise click.UsageError("no objects passed to apply")
+    return EXIT_USAGE if invalid else EXIT_FAILURE if failed else EXIT_OK
+
+
+# --- get -----------------------------------------------------------------------------------------
+

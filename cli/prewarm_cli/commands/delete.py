@@ -1,0 +1,51 @@
+"""`prewarm delete`: delete jobs (cancelling their in-flight pulls) or rules."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    pass
+
+from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
+from prewarm_cli.options import current_store, current_target, namespace_option, resource_name, target_options
+
+
+@click.command()
+@click.argument("resource", metavar="job|rule")
+@click.argument("names", nargs=-1, required=True)
+@namespace_option
+@target_options
+@click.pass_context
+def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str) -> int:
+    """Delete jobs (in-flight pulls are cancelled on their nodes) or rules."""
+    kind = resource_name(resource, ("jobs", "rules"), "delete")
+    store = current_store(ctx)
+    code = EXIT_OK
+    if kind == "rules":
+        for name in names:
+            if store.delete_rule(name):
+                click.echo(f'prewarmrule.prewarm.dev "{name}" deleted')
+            else:
+                click.echo(f'error: rule "{name}" not found', err=True)
+                code = EXIT_FAILURE
+        return code
+    from prewarm.services.jobs import delete_job, job_key
+
+    queues = current_target(ctx).queues()
+    for name in names:
+        record = store.get_job(job_key(namespace, name))
+        if record is None:
+            click.echo(f'error: job "{name}" not found in namespace "{namespace}"', err=True)
+            code = EXIT_FAILURE
+            continue
+        cancelled = delete_job(store, queues, namespace, name)
+        note = f" ({cancelled} in-flight pull{'s' if cancelled != 1 else ''} cancelled)" if cancelled else ""
+        click.echo(f'{record.api_kind.lower()}.apps.kruise.io "{name}" deleted{note}')
+    return code
+
+
+# --- watch ---------------------------------------------------------------------------------------
+

@@ -1,0 +1,111 @@
+"""`prewarm watch`: live progress of one job until it finishes; the exit code says how it ended."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from prewarm.services.jobs import JobView
+    from prewarm_cli.output import WatchState
+
+from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
+from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
+
+
+def _completion_type(view: JobView) -> str:
+    return str(view.record.spec.get("spec", {}).get("completionPolicy", {}).get("type", "Always"))
+
+
+def watch_state(view: JobView) -> WatchState:
+    """Node counts and bytes over the job's nodes (a list job's over all its ImagePullJobs)."""
+    from prewarm_cli.output import WatchState
+
+    parts = view.children if view.record.api_kind == "ImageListPullJob" else [view]
+    sized = [t for p in parts for t in p.tasks if t.bytes_total]
+    return WatchState(
+        desired=sum(p.record.counters.desired for p in parts),
+        waiting=sum(p.record.counters.waiting for p in parts),
+        active=sum(p.record.counters.active for p in parts),
+        succeeded=sum(p.record.counters.succeeded for p in parts),
+        failed=sum(p.record.counters.failed for p in parts),
+        bytes_done=sum(min(t.bytes_done or 0, t.bytes_total or 0) for t in sized),
+        bytes_total=sum(t.bytes_total or 0 for t in sized),
+    )
+
+
+def _finished(view: JobView) -> bool:
+    """Whether the job has nothing more to do: completed or failed (`Always`), or its round is done (`Never`)."""
+    r = view.record
+    if r.api_kind == "ImageListPullJob":
+        return bool(view.children) and all(_finished(c) for c in view.children)
+    if r.state in ("Completed", "Failed") or view.completion_time is not None:
+        return True
+    planned = r.planned == r.plan_id
+    return _completion_type(view) == "Never" and planned and r.counters.waiting + r.counters.active == 0
+
+
+def watch_outcome(view: JobView) -> tuple[int, str] | None:
+    """The exit code and closing line once the job has finished, else None."""
+    if not _finished(view):
+        return None
+    r = view.record
+    state = watch_state(view)
+    title = f"{r.api_kind} {r.key}"
+    failed_states = [c.record for c in ([view, *view.children])
+                     if c.record.state == "Failed" and c.record.message]
+    if failed_states:
+        return EXIT_FAILURE, f"{title} failed: {failed_states[0].message}"
+    verb = "round done" if _completion_type(view) == "Never" else "completed"
+    if state.failed:
+        listed = ", ".join(view.failed_nodes)
+        return EXIT_FAILURE, f"{title} {verb}: {state.failed} of {state.desired} nodes failed: {listed}"
+    return EXIT_OK, f"{title} {verb}: {state.succeeded}/{state.desired} nodes succeeded"
+
+
+@click.command()
+@click.argument("resource", metavar="job")
+@click.argument("name")
+@namespace_option
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Give up after this long (exit 1). Default: wait until the job finishes.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, metavar="SECONDS",
+              help="Time between reads of the job.")
+@target_options
+@click.pass_context
+def watch(ctx: click.Context, resource: str, name: str, namespace: str, timeout: float | None,
+          interval: float) -> int:
+    """Follow a job until it finishes: exit 0 when every node succeeded, 1 when a node or the job failed.
+
+    A `Never` job is followed until its current round has no pulling or waiting node.
+    """
+    resource_name(resource, ("jobs",), "watch")
+    from prewarm.services.jobs import JobNotFoundError, view_job
+    from prewarm_cli.output import WatchDisplay
+
+    store = current_store(ctx)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    view = view_job(store, namespace, name, now=time.time(), with_tasks=True)
+    with WatchDisplay(f"{view.record.api_kind} {namespace}/{name}") as display:
+        while True:
+            display.update(watch_state(view))
+            outcome = watch_outcome(view)
+            if outcome is not None:
+                display.finish(outcome[1])
+                return outcome[0]
+            if deadline is not None and time.monotonic() >= deadline:
+                display.finish()
+                raise CommandError(f"timed out after {timeout:g}s waiting for job {namespace}/{name} to finish: "
+                                   f"{watch_state(view).line()}")
+            remaining = interval if deadline is None else min(interval, max(deadline - time.monotonic(), 0))
+            time.sleep(remaining)
+            try:
+                view = view_job(store, namespace, name, now=time.time(), with_tasks=True)
+            except JobNotFoundError:
+                raise CommandError(f'job "{name}" in namespace "{namespace}" was deleted while watched') from None
+
+
+# --- local mode ----------------------------------------------------------------------------------
+

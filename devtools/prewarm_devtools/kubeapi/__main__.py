@@ -1,0 +1,86 @@
+"""Serve the embedded Kubernetes API server until Ctrl-C.
+
+python -m prewarm_devtools.kubeapi --seed samplefiles/cluster.yaml [--nodes N] [--port P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from prewarm_devtools.kubeapi.registry import SeedError
+from prewarm_devtools.kubeapi.server import ANONYMOUS_MODES, DEFAULT_TOKEN_PREFIXES, KubeApiServer
+from prewarm_devtools.kubeapi.synthetic import generate_cluster
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m prewarm_devtools.kubeapi",
+        description="Serve a local Kubernetes API (core/v1) on 127.0.0.1 until Ctrl-C.",
+    )
+    parser.add_argument(
+        "--seed", action="append", default=[], metavar="FILE", help="YAML or JSON objects to load (repeatable)"
+    )
+    parser.add_argument("--nodes", type=int, default=0, metavar="N", help="also generate N synthetic EKS nodes")
+    parser.add_argument("--pods-per-node", type=int, default=0, metavar="N", help="with --nodes: N pods on each node")
+    parser.add_argument("--random-seed", type=int, default=0, metavar="S", help="seed of the synthetic cluster")
+    parser.add_argument("--port", type=int, default=0, metavar="P", help="port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--token", default=None, help="bearer token to print (default: a random k8s-aws-v1. one)")
+    parser.add_argument("--kubeconfig", default=None, metavar="PATH", help="write a kubeconfig for the server here")
+    parser.add_argument(
+        "--anonymous",
+        choices=ANONYMOUS_MODES,
+        default="unauthorized",
+        help="requests without a token: 401 (default), 403 as EKS, or allowed (kubectl sends no token over HTTP)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.nodes < 0 or args.pods_per_node < 0:
+        print("--nodes and --pods-per-node must not be negative", file=sys.stderr)
+        return 2
+    api = KubeApiServer(
+        port=args.port, token=args.token, token_prefixes=DEFAULT_TOKEN_PREFIXES, anonymous=args.anonymous
+    )
+    try:
+        for path in args.seed:
+            count = api.seed_from_file(path)
+            print(f"seeded {count} objects from {path}")
+        if args.nodes:
+            count = api.seed_objects(generate_cluster(args.nodes, args.random_seed, pods_per_node=args.pods_per_node))
+            print(f"seeded {count} synthetic objects ({args.nodes} nodes)")
+    except SeedError as e:
+        print(f"cannot seed: {e}", file=sys.stderr)
+        return 1
+    try:
+        api.start()
+    except OSError as e:
+        print(f"cannot listen on 127.0.0.1:{args.port}: {e.strerror}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    # Explicit handlers: a shell starting us in the background would have SIGINT ignored.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"Kubernetes API: {api.url}")
+    print(f"Bearer token:   {api.token}")
+    if args.kubeconfig:
+        print(f"kubeconfig:     {api.write_kubeconfig(args.kubeconfig)}")
+        if args.anonymous != "allowed":
+            print("(kubectl sends no token over plain HTTP: start with --anonymous allowed to use it)")
+    print("Ctrl-C to stop.", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        api.stop()
+    print("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,750 @@
+"""What each verb does to the store, as the generic registry of the API server does it.
+
+Create (generateName, namespace existence, admission defaults), replace (optimistic concurrency
+on `metadata.resourceVersion`, immutable fields, status kept off the main resource), patch (three
+formats), delete (preconditions, finalizers, namespace cascade, Status or object as the real
+registry answers), list (selectors, consistent paged snapshots, continue tokens) and watch.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prewarm_devtools.kubeapi import errors
+from prewarm_devtools.kubeapi.errors import FieldError, StatusError
+from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
+from prewarm_devtools.kubeapi.resources import BY_KIND, NAMESPACES, RESOURCES, ResourceType
+from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
+from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
+
+_NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
+# How long a list or watch for a future resourceVersion waits before 504, as the apiserver does.
+TOO_LARGE_RV_WAIT = 3.0
+
+
+class SeedError(ValueError):
+    """An object given to seed the store cannot be stored; the message names the object and why."""
+
+
+def now_rfc3339(clock: Callable[[], float] = time.time) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """The list and watch parameters of a request."""
+
+    label_selector: LabelSelector = field(default_factory=lambda: LabelSelector(()))
+    field_selector: FieldSelector = field(default_factory=lambda: FieldSelector(()))
+    limit: int = 0
+    continue_token: str = ""
+    resource_version: str = ""
+    resource_version_match: str = ""
+    send_initial_events: bool | None = None
+    allow_bookmarks: bool = False
+
+
+def encode_continue(rv: int, start: str) -> str:
+    token = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(token.encode()).rstrip(b"=").decode()
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    """The resourceVersion and start key of a continue token, or 400 as the apiserver words it."""
+
+    def invalid(why: str) -> StatusError:
+        return errors.bad_request(f"invalid continue token: continue key is not valid{why}")
+
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        parsed = json.loads(raw)
+    except (binascii.Error, ValueError) as e:
+        raise invalid(f": {e}") from None
+    if not isinstance(parsed, dict):
+        raise invalid("")
+    if parsed.get("v") != "meta.k8s.io/v1":
+        raise invalid(": server does not recognize this encoded version")
+    rv, start = parsed.get("rv"), parsed.get("start")
+    if not isinstance(rv, int) or rv == 0:
+        raise invalid(": incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    if not isinstance(start, str) or not start:
+        raise invalid(": encoded start key empty (version meta.k8s.io/v1)")
+    if ".." in start.split("/"):
+        raise invalid("")
+    return rv, start
+
+
+def _without_rv(obj: Obj) -> Obj:
+    metadata = dict(obj.get("metadata") or {})
+    metadata.pop("resourceVersion", None)
+    metadata.pop("managedFields", None)
+    return {**obj, "metadata": metadata}
+
+
+def _watch_line(kind: str, raw: bytes) -> bytes:
+    return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
+
+
+class Registry:
+    """The verbs of the API over a `Store`."""
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time, seed: int | None = None) -> None:
+        self.store = store
+        self._clock = clock
+        self._random = random.Random(seed)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def key(rtype: ResourceType, namespace: str | None, name: str) -> str:
+        return f"{namespace}/{name}" if rtype.namespaced else name
+
+    def _get(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
+        stored = self.store.get(rtype.name, self.key(rtype, namespace, name))
+        if stored is None:
+            raise errors.not_found(rtype.name, name)
+        return stored
+
+    def _require_namespace(self, namespace: str) -> Stored:
+        stored = self.store.get("namespaces", namespace)
+        if stored is None:
+            raise errors.not_found("namespaces", namespace)
+        return stored
+
+    def _uid(self) -> str:
+        return str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+
+    def _check_body(self, rtype: ResourceType, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request(
+                f'{rtype.kind} in version "v1" cannot be handled as a {rtype.kind}: the body must be a JSON object'
+            )
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        if api_version not in (None, "", "v1"):
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version (v1)"
+            )
+        if kind not in (None, "", rtype.kind):
+            raise errors.bad_request(
+                f'{kind} in version "v1" cannot be handled as a {rtype.kind}: the kind in the body does not '
+                f"match the resource {rtype.name}"
+            )
+        body["kind"], body["apiVersion"] = rtype.kind, "v1"
+        metadata = body.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise errors.bad_request(
+                f'{rtype.kind} in version "v1" cannot be handled as a {rtype.kind}: metadata must be an object'
+            )
+        return body
+
+    def _scope(self, rtype: ResourceType, namespace: str | None, metadata: Obj) -> None:
+        if rtype.namespaced:
+            given = metadata.get("namespace")
+            if given and given != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+
+    def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
+        problems = rtype.full_validation(obj, old)
+        if problems:
+            raise errors.invalid(rtype.kind, str(obj["metadata"].get("name") or ""), problems)
+
+    # -- create --------------------------------------------------------------------------------------
+
+    def create(self, rtype: ResourceType, namespace: str | None, body: Any, *, dry_run: bool = False) -> Obj:
+        """POST: the created object (201)."""
+        obj = self._check_body(rtype, body)
+        metadata = obj["metadata"]
+        self._scope(rtype, namespace, metadata)
+        if metadata.get("resourceVersion"):
+            # The storage layer's plain error: the API answers it as 500 with no reason.
+            raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
+        rtype.decode(obj)
+        with self.store.lock:
+            if rtype.namespaced:
+                assert namespace is not None
+                self._require_namespace(namespace)
+            if not metadata.get("name") and metadata.get("generateName"):
+                metadata["name"] = self._generated_name(rtype, namespace, str(metadata["generateName"]))
+            for system_field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+                metadata.pop(system_field, None)
+            rtype.prepare_for_create(obj)
+            self._validate(rtype, obj, None)
+            name = metadata["name"]
+            key = self.key(rtype, namespace, name)
+            if self.store.get(rtype.name, key) is not None:
+                raise errors.already_exists(rtype.name, name)
+            if rtype.kind == "Pod":
+                self._admit_pod(obj, namespace or "")
+            metadata["uid"] = self._uid()
+            metadata["creationTimestamp"] = now_rfc3339(self._clock)
+            if dry_run:
+                return obj
+            stored = self.store.write(rtype.name, key, obj)
+            if rtype is NAMESPACES:
+                self._ensure_default_service_account(name)
+            return stored.obj
+
+    def _generated_name(self, rtype: ResourceType, namespace: str | None, prefix: str) -> str:
+        # The real server retries a taken generated name a few times before AlreadyExists.
+        prefix = prefix[: 63 - 5] if rtype.name_is_label else prefix[: 253 - 5]
+        for _ in range(8):
+            name = prefix + "".join(self._random.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
+            if self.store.get(rtype.name, self.key(rtype, namespace, name)) is None:
+                return name
+        raise errors.already_exists(rtype.name, name)
+
+    def _admit_pod(self, pod: Obj, namespace: str) -> None:
+        account = pod["spec"].get("serviceAccountName") or "default"
+        if self.store.get("serviceaccounts", f"{namespace}/{account}") is None:
+            name = pod["metadata"]["name"]
+            raise errors.forbidden(
+                f'pods "{name}" is forbidden: error looking up service account {namespace}/{account}: '
+                f'serviceaccount "{account}" not found',
+                {"name": name, "kind": "pods"},
+            )
+
+    def _ensure_default_service_account(self, namespace: str) -> None:
+        # The service account controller gives every namespace a `default` account.
+        key = f"{namespace}/default"
+        if self.store.get("serviceaccounts", key) is None:
+            account = {
+                "kind": "ServiceAccount",
+                "apiVersion": "v1",
+                "metadata": {
+                    "name": "default",
+                    "namespace": namespace,
+                    "uid": self._uid(),
+                    "creationTimestamp": now_rfc3339(self._clock),
+                },
+            }
+            self.store.write("serviceaccounts", key, account)
+
+    # -- read ----------------------------------------------------------------------------------------
+
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
+        return self._get(rtype, namespace, name)
+
+    def list_collection(self, rtype: ResourceType, namespace: str | None, query: ListQuery) -> bytes:
+        """GET on a collection: the serialised list, one page of it when `limit` is set."""
+        prefix = f"{namespace}/" if namespace is not None else ""
+        start = ""
+        if query.continue_token:
+            if query.resource_version not in ("", "0"):
+                raise errors.bad_request("specifying resource version is not allowed when using continue")
+            token_rv, start = decode_continue(query.continue_token)
+            if token_rv == -1:
+                snapshot = self.store.snapshot(rtype.name)
+            else:
+                cached = self.store.cached_snapshot(rtype.name, token_rv)
+                if cached is None:
+                    raise errors.expired(_CONTINUE_EXPIRED, encode_continue(-1, start))
+                snapshot = cached
+            start = prefix + start
+        else:
+            snapshot = self._list_snapshot(rtype, query)
+        return self._page(rtype, snapshot, prefix, start, query)
+
+    def _list_snapshot(self, rtype: ResourceType, query: ListQuery) -> Snapshot:
+        rv_text, match = query.resource_version, query.resource_version_match
+        if match and match not in ("Exact", "NotOlderThan"):
+            raise _invalid_list_options(
+                FieldError("NotSupported", "resourceVersionMatch", match, 'supported values: "Exact", "NotOlderThan"')
+            )
+        if match and not rv_text:
+            raise _invalid_list_options(
+                FieldError(
+                    "Forbidden",
+                    "resourceVersionMatch",
+                    detail="resourceVersionMatch is forbidden unless resourceVersion is provided",
+                )
+            )
+        if rv_text in ("", "0"):
+            if match == "Exact":
+                raise _invalid_list_options(
+                    FieldError(
+                        "Forbidden",
+                        "resourceVersionMatch",
+                        detail='resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                    )
+                )
+            return self.store.snapshot(rtype.name)
+        rv = _parse_rv(rv_text)
+        if rv > self.store.rv and not self.store.wait_for_rv(rv, TOO_LARGE_RV_WAIT):
+            raise _too_large(rv, self.store.rv)
+        if match == "Exact" and rv != self.store.rv:
+            cached = self.store.cached_snapshot(rtype.name, rv)
+            if cached is None:
+                raise errors.expired("The resourceVersion for the provided list is too old.")
+            return cached
+        return self.store.snapshot(rtype.name)
+
+    def _page(self, rtype: ResourceType, snapshot: Snapshot, prefix: str, start: str, query: ListQuery) -> bytes:
+        keys, entries = snapshot.keys, snapshot.entries
+        lo, hi = snapshot.bounds(prefix)
+        if start:
+            lo = max(lo, bisect.bisect_left(keys, start))
+        filtered = not (query.label_selector.empty and query.field_selector.empty)
+        limit = query.limit if query.limit > 0 else 0
+        if not filtered and not limit:
+            raws = [e.raw for e in entries[lo:hi]]
+            last = hi - 1
+        else:
+            raws = []
+            last = lo - 1
+            for i in range(lo, hi):
+                if limit and len(raws) == limit:
+                    break
+                last = i
+                if not filtered or self._matches(rtype, entries[i].obj, query):
+                    raws.append(entries[i].raw)
+        metadata: Obj = {"resourceVersion": str(snapshot.rv)}
+        if limit and last + 1 < hi and len(raws) == limit:
+            self.store.keep(rtype.name, snapshot)
+            metadata["continue"] = encode_continue(snapshot.rv, keys[last][len(prefix) :] + "\x00")
+            if not filtered:
+                metadata["remainingItemCount"] = hi - last - 1
+        head = dumps({"kind": rtype.list_kind, "apiVersion": "v1", "metadata": metadata})
+        return head[:-1] + b',"items":[' + b",".join(raws) + b"]}"
+
+    # -- replace and patch ---------------------------------------------------------------------------
+
+    def replace(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
+    ) -> Obj:
+        """PUT: the stored object after the update."""
+        obj = self._check_body(rtype, body)
+        with self.store.lock:
+            old = self._get(rtype, namespace, name)
+            return self._update(rtype, namespace, name, old, obj, subresource, dry_run)
+
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        patch: Any,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
+    ) -> Obj:
+        """PATCH in one of the three formats: the stored object after the update."""
+        with self.store.lock:
+            old = self._get(rtype, namespace, name)
+            current = json.loads(old.raw)
+            if content_type == MERGE_PATCH:
+                if not isinstance(patch, dict):
+                    raise errors.bad_request("merge patch must be a JSON object")
+                patched = merge_patch(current, patch)
+            elif content_type == STRATEGIC_MERGE_PATCH:
+                patched = strategic_merge_patch(current, patch, rtype.merge_lists)
+            else:
+                patched = json_patch(current, patch)
+            requested_rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+            if requested_rv is None:
+                # A patch without a resourceVersion applies to whatever is current.
+                patched.setdefault("metadata", {})["resourceVersion"] = old.obj["metadata"]["resourceVersion"]
+            return self._update(rtype, namespace, name, old, self._check_body(rtype, patched), subresource, dry_run)
+
+    def _update(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        old: Stored,
+        obj: Obj,
+        subresource: str,
+        dry_run: bool,
+    ) -> Obj:
+        metadata = obj["metadata"]
+        body_name = metadata.get("name")
+        if body_name and body_name != name:
+            raise errors.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        metadata["name"] = name
+        self._scope(rtype, namespace, metadata)
+        wanted_rv = metadata.get("resourceVersion")
+        if wanted_rv and str(wanted_rv) != old.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.name, name, errors.STALE_OBJECT)
+        old_obj = json.loads(old.raw)
+        old_meta = old_obj["metadata"]
+        if metadata.get("uid") and metadata["uid"] != old_meta.get("uid"):
+            raise errors.invalid(
+                rtype.kind, name, [FieldError("Invalid", "metadata.uid", metadata["uid"], "field is immutable")]
+            )
+        for system_field in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generateName",
+        ):
+            if system_field in old_meta:
+                metadata[system_field] = old_meta[system_field]
+            else:
+                metadata.pop(system_field, None)
+        rtype.decode(obj)
+        if subresource == "status":
+            # A status write changes the status only.
+            status = obj.get("status")
+            obj = (
+                {**old_obj, "status": status}
+                if status is not None
+                else {k: v for k, v in old_obj.items() if k != "status"}
+            )
+        elif rtype.has_status:
+            if "status" in old_obj:
+                obj["status"] = old_obj["status"]
+            else:
+                obj.pop("status", None)
+            rtype.prepare_for_update(obj, old_obj)
+        finalizers = obj["metadata"].get("finalizers") or []
+        if old_meta.get("deletionTimestamp") and any(f not in (old_meta.get("finalizers") or []) for f in finalizers):
+            raise errors.invalid(
+                rtype.kind,
+                name,
+                [
+                    FieldError(
+                        "Forbidden",
+                        "metadata.finalizers",
+                        detail="no new finalizers can be added if the object is being deleted",
+                    )
+                ],
+            )
+        self._validate(rtype, obj, old_obj)
+        if _without_rv(obj) == _without_rv(old.obj):
+            # A no-op write is not a write: no new resourceVersion, no watch event.
+            return old.obj
+        if dry_run:
+            return obj
+        key = self.key(rtype, namespace, name)
+        stored = self.store.write(rtype.name, key, obj)
+        if old_meta.get("deletionTimestamp") and not finalizers:
+            # The last finalizer is gone from an object being deleted: it goes now.
+            self.store.write(rtype.name, key, None)
+        return stored.obj
+
+    # -- delete --------------------------------------------------------------------------------------
+
+    def delete(
+        self, rtype: ResourceType, namespace: str | None, name: str, options: Obj, *, dry_run: bool = False
+    ) -> Obj:
+        """DELETE: the object (pods, service accounts, namespaces, anything with finalizers) or a Status."""
+        with self.store.lock:
+            stored = self._get(rtype, namespace, name)
+            self._check_preconditions(rtype, stored, options)
+            if rtype is NAMESPACES:
+                return self._delete_namespace(stored, dry_run)
+            return self._delete(rtype, self.key(rtype, namespace, name), stored, dry_run)
+
+    def _check_preconditions(self, rtype: ResourceType, stored: Stored, options: Obj) -> None:
+        preconditions = options.get("preconditions") or {}
+        metadata = stored.obj["metadata"]
+        name = metadata["name"]
+        uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
+        if uid and uid != metadata.get("uid"):
+            raise errors.conflict(
+                rtype.name,
+                name,
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {metadata.get('uid')}",
+            )
+        if rv and rv != metadata.get("resourceVersion"):
+            raise errors.conflict(
+                rtype.name,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: "
+                f"{metadata.get('resourceVersion')}",
+            )
+
+    def _delete(self, rtype: ResourceType, key: str, stored: Stored, dry_run: bool) -> Obj:
+        metadata = stored.obj["metadata"]
+        if metadata.get("finalizers"):
+            # Finalizers hold the object: it is only marked for deletion.
+            if metadata.get("deletionTimestamp") or dry_run:
+                return stored.obj
+            obj = json.loads(stored.raw)
+            obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
+            obj["metadata"]["deletionGracePeriodSeconds"] = 0
+            return self.store.write(rtype.name, key, obj).obj
+        gone = stored if dry_run else self.store.write(rtype.name, key, None)
+        if rtype.returns_deleted_object:
+            return gone.obj
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {"name": metadata["name"], "kind": rtype.name, "uid": metadata.get("uid")},
+        }
+
+    def _delete_namespace(self, stored: Stored, dry_run: bool) -> Obj:
+        obj: Obj = json.loads(stored.raw)
+        name = obj["metadata"]["name"]
+        if not obj["metadata"].get("deletionTimestamp"):
+            obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
+            obj["metadata"]["deletionGracePeriodSeconds"] = 0
+        obj.setdefault("status", {})["phase"] = "Terminating"
+        if dry_run:
+            return obj
+        answer = self.store.write("namespaces", name, obj).obj
+        held = False
+        # The namespace controller's work, done at once: delete the content, then the namespace.
+        for rtype in RESOURCES.values():
+            if rtype.namespaced:
+                snapshot = self.store.snapshot(rtype.name)
+                lo, hi = snapshot.bounds(name + "/")
+                for key, entry in zip(snapshot.keys[lo:hi], snapshot.entries[lo:hi], strict=True):
+                    self._delete(rtype, key, entry, dry_run=False)
+                    held = held or self.store.get(rtype.name, key) is not None
+        # Content or the namespace itself held by finalizers keeps it Terminating.
+        if not held and not answer["metadata"].get("finalizers"):
+            self.store.write("namespaces", name, None)
+        return answer
+
+    def delete_collection(
+        self, rtype: ResourceType, namespace: str | None, query: ListQuery, options: Obj, *, dry_run: bool = False
+    ) -> bytes:
+        """DELETE on a collection: the list of what was deleted."""
+        with self.store.lock:
+            page = json.loads(
+                self.list_collection(rtype, namespace, ListQuery(query.label_selector, query.field_selector))
+            )
+            deleted = []
+            for item in page["items"]:
+                meta = item["metadata"]
+                key = self.key(rtype, meta.get("namespace"), meta["name"])
+                stored = self.store.get(rtype.name, key)
+                if stored is None:
+                    continue
+                self._check_preconditions(rtype, stored, options)
+                self._delete(rtype, key, stored, dry_run)
+                deleted.append(item)
+            page["items"] = deleted
+            page["metadata"] = {"resourceVersion": str(self.store.rv)}
+            return dumps(page)
+
+    # -- watch ---------------------------------------------------------------------------------------
+
+    def watch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        query: ListQuery,
+        timeout: float,
+        bookmark_interval: float,
+    ) -> Iterator[bytes | None]:
+        """Watch event lines; None now and then while idle, so the caller can check its client."""
+        deadline = time.monotonic() + timeout
+        prefix = f"{namespace}/" if namespace is not None else ""
+        rv_text = query.resource_version
+        send_initial = query.send_initial_events
+        if send_initial and query.resource_version_match != "NotOlderThan":
+            raise _invalid_list_options(
+                FieldError(
+                    "Forbidden",
+                    "resourceVersionMatch",
+                    detail="sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                )
+            )
+        if send_initial is None:
+            send_initial = rv_text in ("", "0")
+        initial: list[Stored] = []
+        if send_initial:
+            if rv_text not in ("", "0"):
+                wanted = _parse_rv(rv_text)
+                if not self.store.wait_for_rv(wanted, TOO_LARGE_RV_WAIT):
+                    raise _too_large(wanted, self.store.rv)
+            snapshot = self.store.snapshot(rtype.name)
+            lo, hi = snapshot.bounds(prefix)
+            initial = [e for e in snapshot.entries[lo:hi] if self._matches(rtype, e.obj, query)]
+            last = snapshot.rv
+        else:
+            last = _parse_rv(rv_text)
+        return self._events(rtype, prefix, query, initial, last, deadline, bookmark_interval)
+
+    def _events(
+        self,
+        rtype: ResourceType,
+        prefix: str,
+        query: ListQuery,
+        initial: list[Stored],
+        last: int,
+        deadline: float,
+        bookmark_interval: float,
+    ) -> Iterator[bytes | None]:
+        for entry in initial:
+            yield _watch_line("ADDED", entry.raw)
+        if query.send_initial_events:
+            yield self._bookmark(rtype, last, initial_end=True)
+        next_bookmark = time.monotonic() + bookmark_interval
+        while not self.store.closed:
+            try:
+                events = self.store.events_after(last)
+            except TooOldError as e:
+                status = StatusError(410, "Expired", str(e)).status()
+                yield _watch_line("ERROR", dumps(status))
+                return
+            for event in events:
+                last = event.rv
+                if event.resource == rtype.name and event.key.startswith(prefix):
+                    line = self._event_line(event, query)
+                    if line is not None:
+                        yield line
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if query.allow_bookmarks and now >= next_bookmark:
+                yield self._bookmark(rtype, last)
+                next_bookmark = now + bookmark_interval
+            if not events:
+                self.store.wait(last, max(0.0, min(1.0, deadline - now, next_bookmark - now)))
+                yield None
+
+    def _matches(self, rtype: ResourceType, obj: Obj, query: ListQuery) -> bool:
+        return query.label_selector.matches((obj.get("metadata") or {}).get("labels")) and query.field_selector.matches(
+            obj, rtype.fields
+        )
+
+    @staticmethod
+    def _version_matches(version: Version, query: ListQuery) -> bool:
+        return query.label_selector.matches(version.labels) and query.field_selector.matches_values(version.fields)
+
+    def _event_line(self, event: Event, query: ListQuery) -> bytes | None:
+        now_matches = self._version_matches(event.current, query)
+        if event.type != "MODIFIED":
+            return _watch_line(event.type, event.current.raw) if now_matches else None
+        assert event.previous is not None
+        before = self._version_matches(event.previous, query)
+        if now_matches:
+            return _watch_line("MODIFIED" if before else "ADDED", event.current.raw)
+        if before:
+            # It left the selection: DELETED with its previous content at the event's resourceVersion.
+            obj = json.loads(event.previous.raw)
+            obj["metadata"]["resourceVersion"] = str(event.rv)
+            return _watch_line("DELETED", dumps(obj))
+        return None
+
+    @staticmethod
+    def _bookmark(rtype: ResourceType, rv: int, initial_end: bool = False) -> bytes:
+        metadata: Obj = {"resourceVersion": str(rv)}
+        if initial_end:
+            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return _watch_line("BOOKMARK", dumps({"kind": rtype.kind, "apiVersion": "v1", "metadata": metadata}))
+
+    # -- seeding -------------------------------------------------------------------------------------
+
+    def seed(self, objects: list[Obj]) -> int:
+        """Store objects as given (status kept, resourceVersion renewed); namespaces made as needed."""
+        prepared = []
+        for index, original in enumerate(objects):
+            kind = original.get("kind") if isinstance(original, dict) else None
+            rtype = BY_KIND.get(str(kind))
+            if rtype is None:
+                raise SeedError(f"object #{index} has kind {kind!r}: only {', '.join(sorted(BY_KIND))} can be seeded")
+            obj: Obj = json.loads(json.dumps(original))
+            metadata = obj.setdefault("metadata", {})
+            if not metadata.get("name"):
+                raise SeedError(f"{kind} #{index} has no metadata.name")
+            prepared.append((rtype, obj))
+        # Namespaces first, so that namespaced objects find theirs.
+        prepared.sort(key=lambda pair: pair[0] is not NAMESPACES)
+        with self.store.lock:
+            for rtype, obj in prepared:
+                self._seed_one(rtype, obj)
+        return len(prepared)
+
+    def _seed_one(self, rtype: ResourceType, obj: Obj) -> None:
+        metadata = obj["metadata"]
+        obj["apiVersion"] = "v1"
+        metadata.pop("resourceVersion", None)
+        namespace = None
+        if rtype.namespaced:
+            namespace = metadata.get("namespace") or "default"
+            metadata["namespace"] = namespace
+            if self.store.get("namespaces", namespace) is None:
+                self._seed_one(NAMESPACES, {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": namespace}})
+        else:
+            metadata.pop("namespace", None)
+        rtype.decode(obj)
+        if rtype is NAMESPACES:
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj.setdefault("status", {"phase": "Active"})
+        key = self.key(rtype, namespace, metadata["name"])
+        existing = self.store.get(rtype.name, key)
+        old_meta = existing.obj["metadata"] if existing is not None else {}
+        metadata.setdefault("uid", old_meta.get("uid") or self._uid())
+        metadata.setdefault("creationTimestamp", old_meta.get("creationTimestamp") or now_rfc3339(self._clock))
+        problems = rtype.full_validation(obj, None)
+        if problems:
+            raise SeedError(f"{rtype.kind} {key!r} is invalid: {errors.aggregate(problems)}")
+        self.store.write(rtype.name, key, obj)
+        if rtype is NAMESPACES:
+            self._ensure_default_service_account(metadata["name"])
+
+    def remove(self, rtype: ResourceType, namespace: str | None, name: str) -> bool:
+        """Delete an object outright (no finalizers, no cascade); whether it existed."""
+        with self.store.lock:
+            key = self.key(rtype, namespace, name)
+            if self.store.get(rtype.name, key) is None:
+                return False
+            self.store.write(rtype.name, key, None)
+            return True
+
+
+def _parse_rv(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise _invalid_list_options(FieldError("Invalid", "resourceVersion", text, "must be a non-negative integer"))
+    return value
+
+
+def _invalid_list_options(error: FieldError) -> StatusError:
+    return errors.invalid("ListOptions.meta.k8s.io", "", [error])
+
+
+def _too_large(wanted: int, current: int) -> StatusError:
+    error = errors.timeout(f"Timeout: Too large resource version: {wanted}, current: {current}")
+    assert error.details is not None
+    error.details["causes"] = [
+        {"reason": "ResourceVersionTooLarge", "message": f"Too large resource version: {wanted}, current: {current}"}
+    ]
+    return error

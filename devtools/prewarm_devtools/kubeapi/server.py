@@ -1,0 +1,669 @@
+"""The HTTP/1.1 front of the embedded API server: routing, bearer-token authentication, JSON
+bodies, keep-alive, and chunked streaming for watches. Binds to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import select
+import socket
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from prewarm_devtools.kubeapi import errors
+from prewarm_devtools.kubeapi.errors import StatusError
+from prewarm_devtools.kubeapi.registry import PATCH_TYPES, ListQuery, Registry
+from prewarm_devtools.kubeapi.resources import RESOURCES, ResourceType, discovery
+from prewarm_devtools.kubeapi.seed import load_objects
+from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector, SelectorParseError
+from prewarm_devtools.kubeapi.store import Store, dumps
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, Configuration
+
+__all__ = ["ANONYMOUS_MODES", "DEFAULT_TOKEN_PREFIXES", "KubeApiServer"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOKEN_PREFIXES = ("k8s-aws-v1.", "test-")
+DEFAULT_VERSION = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.5-eks-3025e55",
+    "gitCommit": "f5ab2e8f1c9a4bfbd4a2f0d7c9dd43a0b3a2a1e4",
+    "gitTreeState": "clean",
+    "buildDate": "2025-09-30T18:22:11Z",
+    "goVersion": "go1.24.6",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+# How requests without a token fare: 401 (anonymous auth off), 403 but for /version and health
+# (EKS: anonymous auth on, no RBAC for it), or served (AlwaysAllow: kubectl sends no token over HTTP).
+ANONYMOUS_MODES = ("unauthorized", "forbidden", "allowed")
+_DEFAULT_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+_PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+_JSON = "application/json"
+_YAML = "application/yaml"
+
+
+@dataclass
+class _Response:
+    code: int
+    body: bytes = b""
+    content_type: str = _JSON
+    stream: Iterator[bytes | None] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Failure:
+    error: StatusError
+    remaining: int | None
+    method: str | None
+    path_prefix: str
+
+
+@dataclass(frozen=True)
+class _Target:
+    rtype: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str = ""
+
+
+class KubeApiServer:
+    """A Kubernetes API server for core/v1 nodes, namespaces, pods, secrets and service accounts.
+
+    `with KubeApiServer() as api:` serves on a free port of 127.0.0.1 until the block ends;
+    `api.client_configuration()` is a configured `kubernetes.client.Configuration`.
+    Bearer tokens are accepted when they start with one of `token_prefixes` (or equal `token`);
+    `anonymous` says what requests without one get (see ANONYMOUS_MODES).
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        token: str | None = None,
+        token_prefixes: Iterable[str] = DEFAULT_TOKEN_PREFIXES,
+        anonymous: str = "unauthorized",
+        default_namespaces: bool = True,
+        version: dict[str, str] | None = None,
+        watch_timeout: float = 1800.0,
+        bookmark_interval: float = 60.0,
+        continue_ttl: float = 300.0,
+        max_events: int = 10_000,
+    ) -> None:
+        self.token_prefixes = tuple(token_prefixes)
+        self.token = token or f"{(self.token_prefixes or ('test-',))[0]}{secrets.token_urlsafe(24)}"
+        if anonymous not in ANONYMOUS_MODES:
+            raise ValueError(f"anonymous must be one of {', '.join(ANONYMOUS_MODES)}, got {anonymous!r}")
+        self.anonymous = anonymous
+        self.version = dict(version or DEFAULT_VERSION)
+        self.watch_timeout = watch_timeout
+        self.bookmark_interval = bookmark_interval
+        self.store = Store(
+            {r.name: r.field_values for r in RESOURCES.values()}, max_events=max_events, snapshot_ttl=continue_ttl
+        )
+        self.registry = Registry(self.store)
+        self._port = port
+        self._failures: list[_Failure] = []
+        self._failures_lock = threading.Lock()
+        self._httpd: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+        if default_namespaces:
+            self.registry.seed([{"kind": "Namespace", "metadata": {"name": n}} for n in _DEFAULT_NAMESPACES])
+
+    # -- life cycle ----------------------------------------------------------------------------------
+
+    def start(self) -> KubeApiServer:
+        """Bind 127.0.0.1 and serve in a background thread."""
+        if self._httpd is not None:
+            raise RuntimeError("the API server is already running")
+        self.store.reopen()
+        self._httpd = _HttpServer(("127.0.0.1", self._port), _Handler, self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kubeapi", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: end watches, close every connection, join the threads."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self.store.close()
+        httpd.shutdown()
+        httpd.close_connections()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        httpd.join_handlers(timeout=5)
+
+    def __enter__(self) -> KubeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the API server is not running: call start() or use it as a context manager")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def resource_version(self) -> int:
+        """The current (global) resourceVersion."""
+        return self.store.rv
+
+    # -- clients -------------------------------------------------------------------------------------
+
+    def client_configuration(self) -> Configuration:
+        """A `kubernetes.client.Configuration` for this server and its token."""
+        from kubernetes.client import Configuration
+
+        return Configuration(
+            host=self.url, api_key={"BearerToken": self.token}, api_key_prefix={"BearerToken": "Bearer"}
+        )
+
+    def api_client(self) -> ApiClient:
+        """A new `kubernetes.client.ApiClient` for this server; close it when done."""
+        from kubernetes.client import ApiClient
+
+        return ApiClient(self.client_configuration())
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig for this server, as a dict."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "prewarm-local", "cluster": {"server": self.url}}],
+            "users": [{"name": "prewarm-local", "user": {"token": self.token}}],
+            "contexts": [{"name": "prewarm-local", "context": {"cluster": "prewarm-local", "user": "prewarm-local"}}],
+            "current-context": "prewarm-local",
+        }
+
+    def write_kubeconfig(self, path: str | Path) -> Path:
+        """Write `kubeconfig()` as YAML to `path`."""
+        target = Path(path)
+        target.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        return target
+
+    # -- data ----------------------------------------------------------------------------------------
+
+    def seed_objects(self, objects: Iterable[dict[str, Any]]) -> int:
+        """Store objects as they are (status included); returns how many. Existing ones are replaced."""
+        return self.registry.seed(list(objects))
+
+    def seed_from_file(self, path: str | Path) -> int:
+        """Seed from a YAML or JSON file: a `List` (as `kubectl get -o yaml` prints), or documents."""
+        return self.seed_objects(load_objects(path))
+
+    def get_object(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The stored object (a copy), or None."""
+        rtype = _resource(resource)
+        stored = self.store.get(rtype.name, self.registry.key(rtype, namespace, name))
+        return None if stored is None else json.loads(stored.raw)
+
+    def list_objects(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the stored objects of `resource`, in key order."""
+        rtype = _resource(resource)
+        snapshot = self.store.snapshot(rtype.name)
+        lo, hi = snapshot.bounds(f"{namespace}/" if namespace is not None and rtype.namespaced else "")
+        return [json.loads(e.raw) for e in snapshot.entries[lo:hi]]
+
+    def remove_object(self, resource: str, name: str, namespace: str | None = None) -> bool:
+        """Delete an object at once (no finalizers, no cascade); whether it existed."""
+        return self.registry.remove(_resource(resource), namespace, name)
+
+    def fail_requests(
+        self, error: StatusError, count: int | None = 1, *, method: str | None = None, path_prefix: str = "/"
+    ) -> None:
+        """Answer the next `count` requests (all, when None) whose method and path match with `error`,
+        as a throttling (429) or failing (5xx) EKS control plane would. `error.headers` are sent too,
+        e.g. `{"Retry-After": "1"}`. Authentication is checked first."""
+        if count is not None and count < 1:
+            raise ValueError(f"count must be at least 1 (or None for every request), got {count}")
+        with self._failures_lock:
+            self._failures.append(_Failure(error, count, method.upper() if method else None, path_prefix))
+
+    def clear_failures(self) -> None:
+        """Forget the failures `fail_requests` set up."""
+        with self._failures_lock:
+            self._failures.clear()
+
+    def _injected_failure(self, method: str, path: str) -> StatusError | None:
+        with self._failures_lock:
+            for failure in self._failures:
+                if (failure.method in (None, method)) and path.startswith(failure.path_prefix):
+                    if failure.remaining is not None:
+                        failure.remaining -= 1
+                        if failure.remaining == 0:
+                            self._failures.remove(failure)
+                    return failure.error
+        return None
+
+    def expire_continue_tokens(self) -> None:
+        """Forget every list snapshot, as etcd compaction does: pending continue tokens get 410."""
+        self.store.expire_snapshots()
+
+    # -- requests ------------------------------------------------------------------------------------
+
+    def handle(self, method: str, raw_path: str, headers: Any, body: bytes) -> _Response:
+        """Answer one request; StatusError becomes a Status body."""
+        url = urlsplit(raw_path)
+        path = "/" + "/".join(unquote(p) for p in url.path.split("/") if p)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        try:
+            response = self._route(method, path, query, headers, body)
+        except StatusError as e:
+            response = _Response(e.code, dumps(e.status()), headers=e.headers)
+        if query.get("pretty") in ("true", "1") and response.stream is None and response.content_type == _JSON:
+            response.body = json.dumps(json.loads(response.body), indent=2).encode() + b"\n"
+        return response
+
+    def _authenticate(self, headers: Any, method: str, path: str, target: _Target | None, watch: bool) -> None:
+        authorization = headers.get("Authorization") or ""
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                raise errors.unauthorized()
+            if token == self.token or any(token.startswith(p) for p in self.token_prefixes):
+                return
+            raise errors.unauthorized()
+        if self.anonymous == "unauthorized":
+            raise errors.unauthorized()
+        if self.anonymous == "allowed" or path in _PUBLIC_PATHS:
+            return
+        raise _anonymous_forbidden(method, path, target, watch)
+
+    def _route(self, method: str, path: str, query: dict[str, str], headers: Any, body: bytes) -> _Response:
+        if path in ("/healthz", "/livez", "/readyz"):
+            return _Response(200, b"ok", "text/plain; charset=utf-8")
+        parts = path.strip("/").split("/") if path != "/" else []
+        legacy_watch = parts[:3] == ["api", "v1", "watch"]
+        if legacy_watch:
+            parts = parts[:2] + parts[3:]
+        target = _resolve(parts[2:]) if parts[:2] == ["api", "v1"] and len(parts) > 2 else None
+        self._authenticate(headers, method, path, target, legacy_watch or query.get("watch") in ("1", "true"))
+        watch = legacy_watch or _flag(query, "watch")
+        injected = self._injected_failure(method, path)
+        if injected is not None:
+            raise injected
+        if path == "/version":
+            return _get_only(method, dumps(self.version))
+        if path == "/api":
+            versions = {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}],
+            }
+            return _get_only(method, dumps(versions))
+        if path == "/apis":
+            return _get_only(method, dumps({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}))
+        if path == "/api/v1":
+            return _get_only(method, dumps(discovery()))
+        if target is None:
+            raise errors.route_not_found()
+        if target.name is None:
+            return self._collection(method, target, query, headers, body, watch)
+        return self._item(method, target, query, headers, body)
+
+    def _collection(
+        self, method: str, target: _Target, query: dict[str, str], headers: Any, body: bytes, watch: bool
+    ) -> _Response:
+        rtype, namespace = target.rtype, target.namespace
+        if method == "GET":
+            list_query = _list_query(rtype, query)
+            if watch:
+                timeout = float(_int(query, "timeoutSeconds") or self.watch_timeout)
+                stream = self.registry.watch(rtype, namespace, list_query, timeout, self.bookmark_interval)
+                return _Response(200, stream=stream)
+            return _Response(200, self.registry.list_collection(rtype, namespace, list_query))
+        if method == "POST" and (namespace is not None or not rtype.namespaced):
+            created = self.registry.create(rtype, namespace, _decode_body(headers, body), dry_run=_dry_run(query))
+            return _Response(201, dumps(created))
+        if method == "DELETE" and "deletecollection" in rtype.verbs:
+            options = _delete_options(headers, body)
+            return _Response(
+                200,
+                self.registry.delete_collection(
+                    rtype, namespace, _list_query(rtype, query), options, dry_run=_dry_run(query)
+                ),
+            )
+        raise errors.method_not_allowed()
+
+    def _item(self, method: str, target: _Target, query: dict[str, str], headers: Any, body: bytes) -> _Response:
+        rtype, namespace, name, sub = target.rtype, target.namespace, target.name, target.subresource
+        assert name is not None
+        dry_run = _dry_run(query)
+        if method == "GET":
+            return _Response(200, self.registry.get(rtype, namespace, name).raw)
+        if method == "PUT":
+            replaced = self.registry.replace(
+                rtype, namespace, name, _decode_body(headers, body), subresource=sub, dry_run=dry_run
+            )
+            return _Response(200, dumps(replaced))
+        if method == "PATCH":
+            content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if content_type not in PATCH_TYPES:
+                raise errors.unsupported_media_type(content_type, list(PATCH_TYPES))
+            try:
+                patch = json.loads(body or b"null")
+            except ValueError as e:
+                raise errors.bad_request(f"error decoding patch: {e}") from None
+            patched = self.registry.patch(rtype, namespace, name, content_type, patch, subresource=sub, dry_run=dry_run)
+            return _Response(200, dumps(patched))
+        if method == "DELETE" and not sub:
+            return _Response(
+                200,
+                dumps(self.registry.delete(rtype, namespace, name, _delete_options(headers, body), dry_run=dry_run)),
+            )
+        raise errors.method_not_allowed()
+
+
+def _resource(resource: str) -> ResourceType:
+    rtype = RESOURCES.get(resource)
+    if rtype is None:
+        raise KeyError(f"unknown resource {resource!r}: one of {', '.join(sorted(RESOURCES))}")
+    return rtype
+
+
+def _resolve(parts: list[str]) -> _Target | None:
+    """What a path under /api/v1 names, or None for no such resource."""
+    if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] in RESOURCES:
+        rtype = RESOURCES[parts[2]]
+        if not rtype.namespaced or len(parts) > 5:
+            return None
+        name = parts[3] if len(parts) > 3 else None
+        sub = parts[4] if len(parts) > 4 else ""
+        if sub and (sub != "status" or not rtype.has_status):
+            return None
+        return _Target(rtype, parts[1], name, sub)
+    found = RESOURCES.get(parts[0])
+    if found is None or len(parts) > 3:
+        return None
+    if len(parts) == 1:
+        return _Target(found, None, None)
+    if found.namespaced:
+        return None
+    sub = parts[2] if len(parts) > 2 else ""
+    if sub and (sub != "status" or not found.has_status):
+        return None
+    return _Target(found, None, parts[1], sub)
+
+
+def _anonymous_forbidden(method: str, path: str, target: _Target | None, watch: bool) -> StatusError:
+    user = 'User "system:anonymous"'
+    if target is None:
+        return errors.forbidden(f'forbidden: {user} cannot {method.lower()} path "{path}"')
+    rtype = target.rtype
+    resource = rtype.name + (f"/{target.subresource}" if target.subresource else "")
+    if target.name is None:
+        verb = {"GET": "watch" if watch else "list", "POST": "create", "DELETE": "deletecollection"}.get(
+            method, method.lower()
+        )
+    else:
+        verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+    scope = f'in the namespace "{target.namespace}"' if target.namespace else "at the cluster scope"
+    subject = f'{rtype.name} "{target.name}"' if target.name else rtype.name
+    return errors.forbidden(
+        f'{subject} is forbidden: {user} cannot {verb} resource "{resource}" in API group "" {scope}',
+        {"name": target.name, "kind": rtype.name} if target.name else {"kind": rtype.name},
+    )
+
+
+def _get_only(method: str, body: bytes) -> _Response:
+    if method != "GET":
+        raise errors.method_not_allowed()
+    return _Response(200, body)
+
+
+def _flag(query: dict[str, str], name: str) -> bool:
+    value = query.get(name)
+    if value is None or value == "":
+        return False
+    if value in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if value in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise errors.bad_request(f'{name}: invalid value "{value}": must be true or false')
+
+
+def _int(query: dict[str, str], name: str) -> int:
+    value = query.get(name, "")
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.bad_request(f'{name}: invalid value "{value}": must be an integer') from None
+
+
+def _list_query(rtype: ResourceType, query: dict[str, str]) -> ListQuery:
+    try:
+        labels = LabelSelector.parse(query.get("labelSelector", ""))
+        fields = FieldSelector.parse(query.get("fieldSelector", ""), rtype.convert_field)
+    except SelectorParseError as e:
+        raise errors.bad_request(str(e)) from None
+    send_initial = _flag(query, "sendInitialEvents") if query.get("sendInitialEvents") else None
+    return ListQuery(
+        label_selector=labels,
+        field_selector=fields,
+        limit=_int(query, "limit"),
+        continue_token=query.get("continue", ""),
+        resource_version=query.get("resourceVersion", ""),
+        resource_version_match=query.get("resourceVersionMatch", ""),
+        send_initial_events=send_initial,
+        allow_bookmarks=_flag(query, "allowWatchBookmarks"),
+    )
+
+
+def _dry_run(query: dict[str, str]) -> bool:
+    value = query.get("dryRun", "")
+    if value and value != "All":
+        raise errors.bad_request(f'Unsupported value: "{value}": supported values: "All"')
+    return value == "All"
+
+
+def _decode_body(headers: Any, body: bytes) -> Any:
+    content_type = (headers.get("Content-Type") or _JSON).split(";")[0].strip().lower()
+    if content_type in (_JSON, "*/*", ""):
+        try:
+            return json.loads(body or b"null")
+        except ValueError as e:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+    if content_type in (_YAML, "application/x-yaml", "text/yaml"):
+        try:
+            return yaml.safe_load(body or b"")
+        except yaml.YAMLError as e:
+            raise errors.bad_request(f"error converting YAML to JSON: {e}") from None
+    raise errors.unsupported_media_type(content_type, [_JSON, _YAML])
+
+
+def _delete_options(headers: Any, body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    options = _decode_body(headers, body)
+    if not isinstance(options, dict):
+        raise errors.bad_request("DeleteOptions must be a JSON object")
+    return options
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    # Benchmarks open many connections at once; the default backlog of 5 would refuse some.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], api: KubeApiServer) -> None:
+        self.api = api
+        self._live: dict[socket.socket, threading.Thread] = {}
+        self._handler_threads: set[threading.Thread] = set()
+        self._live_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # One thread per connection, known from the start so that stop() can close and join it.
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), name="kubeapi-connection", daemon=True
+        )
+        with self._live_lock:
+            self._handler_threads = {t for t in self._handler_threads if t.is_alive()}
+            self._handler_threads.add(thread)
+            self._live[request] = thread
+        thread.start()
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._live_lock:
+            self._live.pop(request, None)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._live_lock:
+            connections = list(self._live)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                log.debug("connection already closed", exc_info=True)
+
+    def join_handlers(self, timeout: float) -> None:
+        with self._live_lock:
+            threads = list(self._handler_threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "kube-apiserver"
+    sys_version = ""
+    server: _HttpServer
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go in separate writes: without NODELAY, Nagle would delay the body.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            log.debug("client went away before the response was flushed", exc_info=True)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
+
+    def do_OPTIONS(self) -> None:
+        self._serve("OPTIONS")
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _serve(self, method: str) -> None:
+        try:
+            body = self._read_body()
+            response = self.server.api.handle(method, self.path, self.headers, body)
+        except Exception:
+            log.exception("the embedded API server failed on %s %s", method, self.path)
+            response = _Response(
+                500, dumps(errors.internal_error("unexpected server error; see the server log").status())
+            )
+        try:
+            if response.stream is not None:
+                self._stream(response.stream)
+            else:
+                self._send(response)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.close_connection = True
+
+    def _start(self, response: _Response) -> None:
+        self.send_response(response.code)
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Content-Type", response.content_type)
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+
+    def _send(self, response: _Response) -> None:
+        self._start(response)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
+
+    def _stream(self, stream: Iterator[bytes | None]) -> None:
+        self._start(_Response(200))
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for line in stream:
+                if line is None:
+                    if self._client_gone():
+                        self.close_connection = True
+                        return
+                    continue
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            # The client closed the watch (or the server is stopping): nothing more to send.
+            self.close_connection = True
+        except Exception:
+            # Headers are out: the only way left to report a failure is to cut the stream.
+            log.exception("the embedded API server failed while streaming %s", self.path)
+            self.close_connection = True
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True

@@ -1,0 +1,264 @@
+"""A private containerd (with its CRI plugin) for tests and local mode, isolated under one directory.
+
+Nothing is shared with a containerd the host may run: root, state, sockets, temp files, CNI and
+registry configuration all live under ``base_dir``. Registries are reached through
+``certs.d/<host>/hosts.toml`` files, so any image host name (an ECR one included) can be served by a
+local registry over plain http.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Self
+
+from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, IngestStatus
+from prewarm_agent.cri.errors import CriError
+from prewarm_devtools.node.process import DaemonProcess, DaemonStartError
+
+CONTAINERD_BINARY = "containerd"
+# Unix socket paths longer than this fail to bind (sun_path is 108 bytes, containerd adds ".ttrpc").
+_MAX_SOCKET_PATH = 100
+# Snapshotters that cannot work in a private test instance; disabling them keeps start-up quiet.
+DISABLED_PLUGINS = (
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.zfs",
+)
+SANDBOX_IMAGE = "registry.k8s.io/pause:3.6"
+
+
+def _toml(value: str) -> str:
+    # A JSON string is a valid TOML basic string.
+    return json.dumps(value)
+
+
+def overlayfs_works(probe_parent: Path) -> bool:
+    """True when an overlay mount succeeds on the filesystem of ``probe_parent`` (needs root).
+
+    Overlay fails on some sandboxes and when the directory is itself on overlayfs (nested Docker),
+    and containerd's CRI plugin then refuses to load, so the snapshotter is chosen by trying.
+    """
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        return False
+    probe_parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="overlay-probe-", dir=probe_parent) as probe:
+        lower, upper, work, merged = (Path(probe, name) for name in ("lower", "upper", "work", "merged"))
+        for path in (lower, upper, work, merged):
+            path.mkdir()
+        mounted = subprocess.run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={lower},upperdir={upper},workdir={work}",
+                str(merged),
+            ],
+            capture_output=True,
+            check=False,
+        )
+        if mounted.returncode != 0:
+            return False
+        subprocess.run(["umount", str(merged)], capture_output=True, check=True)
+        return True
+
+
+def _mounts_under(base_dir: Path) -> list[str]:
+    base = str(base_dir.resolve())
+    mounts = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+        for line in mountinfo:
+            # Field 5 is the mount point, with spaces and the like escaped as octal.
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == base or point.startswith(base + "/"):
+                mounts.append(point)
+    return mounts
+
+
+def unmount_all_under(base_dir: Path) -> None:
+    """Lazily unmount whatever a killed containerd left mounted under ``base_dir``, deepest first."""
+    for point in sorted(_mounts_under(base_dir), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+class PrivateContainerd:
+    """containerd with its CRI plugin, running from ``base_dir``; use as a context manager.
+
+    ``snapshotter`` defaults to overlayfs when an overlay mount works here, else native.
+    ``stop``/``kill`` and ``start`` keep the content store, so images survive a restart.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        snapshotter: str | None = None,
+        start_timeout: float = 20.0,
+        log_level: str = "info",
+    ) -> None:
+        self.base_dir = Path(base_dir).resolve()
+        self.socket_path = self.base_dir / "containerd.sock"
+        if len(str(self.socket_path)) > _MAX_SOCKET_PATH:
+            raise ValueError(
+                f"base_dir {self.base_dir} is too long for a unix socket path "
+                f"(max {_MAX_SOCKET_PATH} characters with /containerd.sock); use a shorter directory"
+            )
+        self.config_path = self.base_dir / "config.toml"
+        self.certs_dir = self.base_dir / "certs.d"
+        self.root_dir = self.base_dir / "root"
+        self.state_dir = self.base_dir / "state"
+        self.log_path = self.base_dir / "containerd.log"
+        self.start_timeout = start_timeout
+        self.log_level = log_level
+        self.snapshotter = snapshotter or ("overlayfs" if overlayfs_works(self.base_dir) else "native")
+        self._daemon = DaemonProcess(
+            "containerd", [CONTAINERD_BINARY, "--config", str(self.config_path)], self.log_path
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running containerd, None when stopped."""
+        return self._daemon.pid
+
+    @property
+    def running(self) -> bool:
+        """True while the containerd process is alive."""
+        return self._daemon.running
+
+    def config_text(self) -> str:
+        """The containerd config (version 2) this instance runs with."""
+        base = self.base_dir
+        disabled = ", ".join(_toml(name) for name in DISABLED_PLUGINS)
+        cri = '[plugins."io.containerd.grpc.v1.cri"'
+        return f"""version = 2
+root = {_toml(str(self.root_dir))}
+state = {_toml(str(self.state_dir))}
+temp = {_toml(str(base / "tmp"))}
+disabled_plugins = [{disabled}]
+
+[grpc]
+  address = {_toml(str(self.socket_path))}
+
+[ttrpc]
+  address = {_toml(str(self.socket_path) + ".ttrpc")}
+
+[debug]
+  level = {_toml(self.log_level)}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {_toml(str(base / "opt"))}
+
+{cri}]
+  sandbox_image = {_toml(SANDBOX_IMAGE)}
+  disable_cgroup = true
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  # ImageFsInfo answers from a cache refreshed this often (seconds); the default is 10.
+  stats_collect_period = 1
+
+{cri}.containerd]
+  snapshotter = {_toml(self.snapshotter)}
+
+{cri}.cni]
+  bin_dir = {_toml(str(base / "cni" / "bin"))}
+  conf_dir = {_toml(str(base / "cni" / "net.d"))}
+
+{cri}.registry]
+  config_path = {_toml(str(self.certs_dir))}
+"""
+
+    def add_registry_mirror(self, host: str, endpoint: str) -> Path:
+        """Serve image host ``host`` (``127.0.0.1:5000``, ``1234.dkr.ecr.us-west-2.amazonaws.com``) from
+        ``endpoint`` (``http://127.0.0.1:<port>``), over plain http or unverified TLS.
+
+        containerd reads ``hosts.toml`` on every pull, so this works while it runs.
+        """
+        host_dir = self.certs_dir / host
+        host_dir.mkdir(parents=True, exist_ok=True)
+        path = host_dir / "hosts.toml"
+        # containerd 1.6 rejects a hosts.toml without a host table ("invalid `host` tree"); an empty
+        # one keeps the server as the only endpoint, so a failed pull is not retried elsewhere.
+        path.write_text(
+            f'server = {_toml(endpoint)}\ncapabilities = ["pull", "resolve"]\nskip_verify = true\n\n[host]\n',
+            encoding="utf-8",
+        )
+        return path
+
+    def start(self) -> Self:
+        """Write the config, start containerd and wait until the CRI answers ``Version``."""
+        for path in (self.certs_dir, self.base_dir / "tmp", self.base_dir / "cni" / "net.d"):
+            path.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config_text(), encoding="utf-8")
+        # A previous instance killed with SIGKILL leaves its sockets behind.
+        for stale in (self.socket_path, Path(str(self.socket_path) + ".ttrpc")):
+            stale.unlink(missing_ok=True)
+        self._daemon.start()
+        self._daemon.wait_ready(self._answers, timeout=self.start_timeout)
+        return self
+
+    def _answers(self) -> bool:
+        if not self.socket_path.exists():
+            return False
+        with CriImageClient(str(self.socket_path), timeout=1.0) as client:
+            try:
+                client.version()
+            except CriError:
+                return False
+        return True
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop containerd (SIGTERM, then SIGKILL after ``grace`` seconds)."""
+        self._daemon.stop(grace)
+        unmount_all_under(self.base_dir)
+
+    def kill(self) -> None:
+        """Kill containerd with SIGKILL, as a crash would."""
+        self._daemon.kill()
+        unmount_all_under(self.base_dir)
+
+    def restart(self) -> Self:
+        """Stop and start again with the same root: pulled images and partial downloads remain."""
+        self.stop()
+        return self.start()
+
+    def cri_client(self, timeout: float = 10.0) -> CriImageClient:
+        """A CRI client on this containerd's socket; close it when done."""
+        return CriImageClient(str(self.socket_path), timeout=timeout)
+
+    def content_status_reader(self) -> ContentStatusReader:
+        """A reader of this containerd's in-flight downloads (namespace ``k8s.io``); close it when done."""
+        return ContentStatusReader(str(self.socket_path))
+
+    def stats_ingest(self) -> list[IngestStatus]:
+        """The in-flight downloads right now."""
+        with self.content_status_reader() as reader:
+            statuses: list[IngestStatus] = reader.list_statuses()
+        return statuses
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of containerd's log, for failure messages."""
+        return self._daemon.log_tail(lines)
+
+    def remove_data(self) -> None:
+        """Delete the content store, snapshots and state (containerd must be stopped); keeps the log."""
+        if self.running:
+            raise DaemonStartError(f"containerd (PID {self.pid}) is running; stop it before removing its data")
+        unmount_all_under(self.base_dir)
+        for path in (self.root_dir, self.state_dir, self.base_dir / "tmp", self.base_dir / "opt"):
+            shutil.rmtree(path, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""pytest fixtures for the local servers: the embedded Kubernetes API and private containerd nodes."""

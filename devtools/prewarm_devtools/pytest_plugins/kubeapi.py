@@ -1,0 +1,46 @@
+"""Pytest fixtures for the embedded Kubernetes API server.
+
+Register with `pytest_plugins = ["prewarm_devtools.pytest_plugins.kubeapi"]`. Every server binds
+127.0.0.1 on a free port and is stopped (watches ended, connections closed) by its fixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from prewarm_devtools.kubeapi.server import KubeApiServer
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, CoreV1Api
+
+
+@pytest.fixture
+def kube_api() -> Iterator[KubeApiServer]:
+    """A fresh API server for one test: the four default namespaces, nothing else."""
+    with KubeApiServer() as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+def kube_api_module() -> Iterator[KubeApiServer]:
+    """An API server shared by the tests of a module (seed it once, in a module fixture)."""
+    with KubeApiServer() as api:
+        yield api
+
+
+@pytest.fixture
+def kube_client(kube_api: KubeApiServer) -> Iterator[ApiClient]:
+    """A `kubernetes.client.ApiClient` for `kube_api`, closed after the test."""
+    with kube_api.api_client() as client:
+        yield client
+
+
+@pytest.fixture
+def core_v1(kube_client: ApiClient) -> CoreV1Api:
+    """A typed `CoreV1Api` on `kube_api`."""
+    from kubernetes.client import CoreV1Api
+
+    return CoreV1Api(kube_client)
