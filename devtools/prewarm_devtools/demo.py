@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from prewarm.adapters.dynamodb import DynamoJobStore
-from prewarm.domain.jobs import parse_manifests
+from prewarm.domain.manifests import parse_manifests
 from prewarm.services.jobs import JobView, apply_manifest, view_job
 from prewarm_devtools.localmode import LocalMode
-from prewarm_devtools.sam.template import ROOT
+from prewarm_devtools.project import project_files
 
-RULES_DIR = ROOT / "samplefiles" / "rules"
-NEVER_JOB = ROOT / "samplefiles" / "jobs" / "node-base-never.yaml"
 DEMO_REPOSITORY, DEMO_TAG = "platform/demo", "v1"
 BASE_REPOSITORY, BASE_TAG = "tools/node-base", "1.0"
 
@@ -76,11 +74,12 @@ def _run(mode: LocalMode, console: Any, *, image_mb: float, output: str, timeout
     assert mode.stack is not None and mode.aws is not None
     store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
     console.print(f"Nodes with an agent: {len(mode.nodes)}")
-    for path in sorted(RULES_DIR.glob("*.yaml")):
+    samples = project_files().samplefiles
+    for path in sorted((samples / "rules").glob("*.yaml")):
         for line in _apply_file(store, path):
             console.print(f"  {line}")
     mode.push(BASE_REPOSITORY, BASE_TAG, size_mb=1)
-    for line in _apply_file(store, NEVER_JOB):
+    for line in _apply_file(store, samples / "jobs" / "node-base-never.yaml"):
         console.print(f"  {line}")
     console.print(f"[bold]Pushing[/] {DEMO_REPOSITORY}:{DEMO_TAG} ({image_mb:g} MB) and emitting ECR's PUSH event")
     pushed = mode.push(DEMO_REPOSITORY, DEMO_TAG, size_mb=image_mb)

@@ -22,13 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import REGION, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import ACCOUNT, LocalStack
-from prewarm_devtools.sam.template import ROOT
 
 log = logging.getLogger(__name__)
-
-SAMPLE_CLUSTER = ROOT / "samplefiles" / "cluster.yaml"
 
 
 class LocalModeUnavailableError(RuntimeError):
@@ -137,7 +135,7 @@ class LocalMode:
 
                 self.kube.seed_objects(generate_cluster(self.node_count))
             else:
-                self.kube.seed_from_file(SAMPLE_CLUSTER)
+                self.kube.seed_from_file(project_files().samplefiles / "cluster.yaml")
             parameters["KubeApiEndpoint"] = self.kube.url
         parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
         self.function_log = open(self.base_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
@@ -174,7 +172,7 @@ class LocalMode:
 
     def daemonset_nodes(self) -> list[str]:
         """The nodes a DaemonSet pod would run on: real kubelets that are Ready (no virtual-kubelet)."""
-        from prewarm.domain.selection import NODE_NOT_READY, VIRTUAL_KUBELET_NODE
+        from prewarm.domain.placement import NODE_NOT_READY, VIRTUAL_KUBELET_NODE
 
         names = []
         for node in self.cluster_nodes():

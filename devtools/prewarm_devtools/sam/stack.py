@@ -31,10 +31,11 @@ from typing import Any, TextIO
 
 import boto3
 
+from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import patched_environ
 from prewarm_devtools.sam.events import LambdaContext, matches_pattern, schedule_event, sqs_event, stream_event
 from prewarm_devtools.sam.intrinsics import Physical, Resolver
-from prewarm_devtools.sam.template import ROOT, TEMPLATE, TemplateError, load_template, table_create_args
+from prewarm_devtools.sam.template import TemplateError, load_template, table_create_args
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class LocalStack:
         self,
         endpoint_url: str,
         *,
-        template_path: Path | str = TEMPLATE,
+        template_path: Path | str | None = None,
         parameters: Mapping[str, str] | None = None,
         stack_name: str = "prewarm-local",
         region: str = "us-west-2",
@@ -196,7 +197,7 @@ class LocalStack:
         return Function(
             logical_id=logical,
             name=env.get("POWERTOOLS_SERVICE_NAME", logical),
-            code_dir=ROOT / str(code_uri),
+            code_dir=project_files().root / str(code_uri),
             handler=str(handler),
             env=env,
             timeout=int(props.get("Timeout", globals_.get("Timeout", 3))),
@@ -208,10 +209,10 @@ class LocalStack:
         module_file, _, attr = fn.handler.rpartition(".")
         path = fn.code_dir / f"{module_file}.py"
         if not path.is_file():
-            raise WiringError(f"{fn.logical_id}: handler file {path.relative_to(ROOT)} does not exist")
+            raise WiringError(f"{fn.logical_id}: handler file {_shown(path)} does not exist")
         tree = ast.parse(path.read_text(encoding="utf-8"))
         if not any(isinstance(n, ast.FunctionDef) and n.name == attr for n in tree.body):
-            raise WiringError(f"{fn.logical_id}: {path.relative_to(ROOT)} defines no function {attr}")
+            raise WiringError(f"{fn.logical_id}: {_shown(path)} defines no function {attr}")
         for name, event in fn.events.items():
             kind, props = event.get("Type"), event.get("Properties", {})
             where = f"{fn.logical_id} event {name}"
@@ -507,6 +508,12 @@ class LocalStack:
 
 _RATE = re.compile(r"rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)")
 _CRON = re.compile(r"cron\((\S+\s+){5}\S+\)")
+
+
+def _shown(path: Path) -> Path:
+    """`path` as the template names it: relative to the project's files when it lies under them."""
+    root = project_files().root
+    return path.relative_to(root) if path.is_relative_to(root) else path
 
 
 def parse_schedule(expression: str, where: str) -> float | None:

@@ -11,8 +11,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
-TEMPLATE = ROOT / "template.yaml"
+from prewarm_devtools.project import project_files
 
 
 class TemplateError(ValueError):
@@ -47,7 +46,18 @@ for _tag, _name in {
     _CfnLoader.add_constructor(_tag, _intrinsic(_name))
 
 
-def load_template(path: Path | str = TEMPLATE) -> dict[str, Any]:
+def __getattr__(name: str) -> Path:
+    """`ROOT` and `TEMPLATE`, looked up when first read (see `prewarm_devtools.project`)."""
+    if name == "ROOT":
+        return project_files().root
+    if name == "TEMPLATE":
+        return project_files().template
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_template(path: Path | str | None = None) -> dict[str, Any]:
+    """The template at `path`, the project's own `template.yaml` by default."""
+    path = project_files().template if path is None else path
     with open(path, encoding="utf-8") as f:
         doc = yaml.load(f, Loader=_CfnLoader)
     if not isinstance(doc, dict) or "Resources" not in doc:
