@@ -62,8 +62,9 @@ SIDES = ("prewarm", "baseline")
 
 def _prewarm_side(url: str, token: str) -> tuple[list[str], float, float, float, float]:
     from prewarm.adapters.kube import KubeCluster
-    from prewarm.domain.jobs import ImagePullJob, parse_manifest
-    from prewarm.domain.selection import evaluate_nodes
+    from prewarm.domain.jobs import ImagePullJob
+    from prewarm.domain.manifests import parse_manifest
+    from prewarm.domain.placement import evaluate_nodes
 
     job = parse_manifest(JOB)
     assert isinstance(job, ImagePullJob) and job.spec.selector is not None
@@ -72,7 +73,7 @@ def _prewarm_side(url: str, token: str) -> tuple[list[str], float, float, float,
         before = rss_mb()
         started, cpu = time.perf_counter(), time.process_time()
         nodes = cluster.list_nodes(label_selector=job.spec.selector.to_query())
-        selection = evaluate_nodes(job, nodes)
+        selection = evaluate_nodes(job.placement, nodes)
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         return selection.selected, seconds, cpu, before, peak_rss_mb()
 

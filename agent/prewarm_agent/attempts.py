@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from prewarm.domain.credentials import RegistryAuth
 from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
 from prewarm.domain.messages import ReportPhase, StatusReport
+from prewarm.domain.registries import RegistryAuth
 from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE, Attempt, RetryPolicy
 from prewarm_agent.clock import Clock
 from prewarm_agent.credentials import Candidates, credential_identity

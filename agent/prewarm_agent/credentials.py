@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from prewarm.adapters.ecr_auth import EcrTokenSource, RoleCredentials
 from prewarm.adapters.secrets import AgentCredentialsError
-from prewarm.domain.credentials import EcrRegistry, Keyring, RegistryAuth, ecr_registry_for
 from prewarm.domain.images import ImageRef
 from prewarm.domain.refresh import (
     CredentialStoreError,
@@ -30,6 +29,7 @@ from prewarm.domain.refresh import (
     refresh_due_at,
     registry_secret_name,
 )
+from prewarm.domain.registries import EcrRegistry, Keyring, RegistryAuth, ecr_registry_for
 from prewarm_agent.settings import AgentSettings, EcrCredentials
 
 log = logging.getLogger(__name__)

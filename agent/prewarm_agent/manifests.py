@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prewarm.domain.credentials import RegistryAuth
 from prewarm.domain.images import DEFAULT_REGISTRY, DEFAULT_TAG, ImageRef
+from prewarm.domain.registries import RegistryAuth
 from prewarm_agent.node import local_architecture
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

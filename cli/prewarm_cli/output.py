@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, parse_manifest
+from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
+from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.status import FailedImageStatus, ImageListPullJobStatus, JobStatus
 
 if TYPE_CHECKING:

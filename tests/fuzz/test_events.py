@@ -14,13 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prewarm import bootstrap
-from prewarm.domain.jobs import JobValidationError
+from prewarm.domain.kubernetes import JobValidationError
 from prewarm.events import EventError, parse_image_action
 from prewarm.services.jobs import apply_manifest
 from tests.fuzz.strategies import PYDANTIC_WORDING, json_values, mutated
-from tests.unit.functions.conftest import load_event, load_handler, stack
-
-__all__ = ["stack"]  # the handlers' moto stack, a fixture
+from tests.support.events import load_event
+from tests.support.handlers import load_handler
 
 RULE = {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata": {"name": "all"},
         "spec": {"repositories": ["*"], "tags": ["*"], "includeUntagged": True}}

@@ -12,14 +12,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prewarm.domain.jobs import (
-    ImageListPullJob,
-    ImagePullJob,
-    JobValidationError,
-    PrewarmRule,
-    parse_manifest,
-    parse_manifests,
-)
+from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
+from prewarm.domain.kubernetes import JobValidationError
+from prewarm.domain.manifests import parse_manifest, parse_manifests
+from prewarm.domain.rules import PrewarmRule
 from tests.fuzz.strategies import (
     PYDANTIC_WORDING,
     digests,

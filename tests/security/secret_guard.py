@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.credentials import RegistryAuth
+from prewarm.domain.registries import RegistryAuth
 
 # Values the credential and agent tests may use as secrets; any test may log-check against them.
 CANARY_PASSWORD = "canary-registry-password-5d1f0a"

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prewarm.domain.credentials import Keyring, RegistryAuth
+from prewarm.domain.registries import Keyring, RegistryAuth
 from tests.security.secret_guard import CANARY_PASSWORD, GUARD, SecretGuard, base64_needles
 
 ROOT = Path(__file__).resolve().parents[2]

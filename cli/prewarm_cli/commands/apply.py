@@ -83,7 +83,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
     Valid documents are applied even when others are invalid; invalid ones are reported, each
     naming the file, the document and the field, and the exit code is then 2.
     """
-    from prewarm.domain.jobs import JobValidationError
+    from prewarm.domain.kubernetes import JobValidationError
     from prewarm.services.jobs import apply_manifest
     from prewarm.services.ports import StoreError
 

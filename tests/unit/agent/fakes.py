@@ -7,9 +7,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prewarm.domain.credentials import RegistryAuth
 from prewarm.domain.images import ImageRef, parse_image
 from prewarm.domain.messages import PullTask, StatusReport
+from prewarm.domain.registries import RegistryAuth
 from prewarm_agent.credentials import Candidates
 from prewarm_agent.cri.client import ImageInfo
 from prewarm_agent.cri.errors import CriError, PullCancelledError

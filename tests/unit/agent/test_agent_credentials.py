@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import pytest
 
 from prewarm.adapters.secrets import AgentCredentialsError
-from prewarm.domain.credentials import EcrRegistry, Keyring, RegistryAuth, parse_ecr_registry
 from prewarm.domain.images import parse_image
 from prewarm.domain.refresh import RegistryConfig, RegistryToken, RegistryTokenError
+from prewarm.domain.registries import EcrRegistry, Keyring, RegistryAuth, parse_ecr_registry
 from prewarm_agent.credentials import (
     EcrTokens,
     RegistryCopies,

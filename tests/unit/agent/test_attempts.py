@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from prewarm.domain.credentials import RegistryAuth
+from prewarm.domain.registries import RegistryAuth
 from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE
 from prewarm_agent.attempts import (
     PULLED_BY,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from prewarm.domain.credentials import RegistryAuth
 from prewarm.domain.images import parse_image
+from prewarm.domain.registries import RegistryAuth
 from prewarm_agent.manifests import (
     DOCKER_HUB_ENDPOINT,
     OCI_INDEX,

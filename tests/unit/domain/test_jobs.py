@@ -9,17 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from prewarm.domain.jobs import (
-    LIST_JOB_ANNOTATION,
-    FieldError,
-    ImageListPullJob,
-    ImagePullJob,
-    JobValidationError,
-    PrewarmRule,
-    ecr_registry,
-    parse_manifest,
-    parse_manifests,
-)
+from prewarm.domain.jobs import LIST_JOB_ANNOTATION, ImageListPullJob, ImagePullJob
+from prewarm.domain.kubernetes import FieldError, JobValidationError
+from prewarm.domain.manifests import parse_manifest, parse_manifests
+from prewarm.domain.rules import PrewarmRule
 
 # Kubernetes' naming rules, in the words users see them.
 SUBDOMAIN_RULE = (
@@ -608,11 +601,9 @@ def test_rule_account_and_region_filters_read_the_ecr_host() -> None:
     assert scoped.matches("shop/cart", "v1", registry="123456789012.dkr.ecr.us-west-2.amazonaws.com")
     assert not scoped.matches("shop/cart", "v1", registry="210987654321.dkr.ecr.us-east-1.amazonaws.com")
     assert not scoped.matches("shop/cart", "v1", registry="ghcr.io")
-    assert ecr_registry("123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com") == (
-        "123456789012",
-        "us-gov-west-1",
-    )
-    assert ecr_registry("ghcr.io") is None
+    gov = PrewarmRule.from_manifest(rule(accountIds=["123456789012"], regions=["us-gov-west-1"]))
+    assert gov.matches("shop/cart", "v1", registry="123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com")
+    assert not gov.matches("shop/cart", "v1", registry="public.ecr.aws")
 
 
 def test_rule_account_ids_must_be_quoted_strings() -> None:

@@ -7,13 +7,8 @@ from typing import Any
 import pytest
 
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
-from prewarm.domain.selection import (
-    ExcludedNode,
-    LabelSelector,
-    Platform,
-    evaluate_nodes,
-    select_nodes,
-)
+from prewarm.domain.kubernetes import LabelSelector
+from prewarm.domain.placement import ExcludedNode, Placement, Platform, evaluate_nodes, select_nodes
 
 AMD64 = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 ARM64 = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
@@ -42,7 +37,8 @@ def pod(
     }
 
 
-def job(**spec: Any) -> ImagePullJob:
+def placement(**spec: Any) -> Placement:
+    """The placement of an ImagePullJob `shop/web` with `spec`."""
     return ImagePullJob.from_manifest(
         {
             "apiVersion": "apps.kruise.io/v1alpha1",
@@ -50,7 +46,7 @@ def job(**spec: Any) -> ImagePullJob:
             "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"image": "nginx:1.25", **spec},
         }
-    )
+    ).placement
 
 
 def selector(doc: dict[str, Any]) -> LabelSelector:
@@ -139,12 +135,13 @@ def test_platform_parses_and_prints_os_architecture_and_variant() -> None:
 
 def test_no_selector_selects_every_ready_node_sorted() -> None:
     nodes = [node("n3"), node("n1"), node("n2")]
-    assert select_nodes(job(), nodes, []) == ["n1", "n2", "n3"]
+    assert select_nodes(placement(), nodes, []) == ["n1", "n2", "n3"]
 
 
 def test_names_select_those_nodes_and_report_missing_ones() -> None:
     # Given a job naming three nodes, one of which is gone
-    selection = evaluate_nodes(job(selector={"names": ["n2", "gone", "n1"]}), [node("n1"), node("n2"), node("n3")])
+    nodes = [node("n1"), node("n2"), node("n3")]
+    selection = evaluate_nodes(placement(selector={"names": ["n2", "gone", "n1"]}), nodes)
     # Then the two present ones are selected and the missing one is excluded with a reason
     assert selection.selected == ["n1", "n2"]
     assert selection.excluded == [ExcludedNode("gone", "node not found")]
@@ -152,43 +149,43 @@ def test_names_select_those_nodes_and_report_missing_ones() -> None:
 
 def test_label_selector_picks_matching_nodes_only() -> None:
     nodes = [node("web-1", {"pool": "web"}), node("db-1", {"pool": "db"}), node("web-2", {"pool": "web"})]
-    selection = evaluate_nodes(job(selector={"matchLabels": {"pool": "web"}}), nodes)
+    selection = evaluate_nodes(placement(selector={"matchLabels": {"pool": "web"}}), nodes)
     assert selection.selected == ["web-1", "web-2"]
     # Nodes the selector does not match are not targeted, so they are not listed as excluded.
     assert selection.excluded == []
 
 
 def test_empty_selector_selects_every_node() -> None:
-    assert select_nodes(job(selector={}), [node("n1"), node("n2")]) == ["n1", "n2"]
+    assert select_nodes(placement(selector={}), [node("n1"), node("n2")]) == ["n1", "n2"]
 
 
 @pytest.mark.parametrize("ready", ["False", "Unknown"])
 def test_nodes_that_are_not_ready_are_excluded(ready: str) -> None:
-    selection = evaluate_nodes(job(), [node("ok"), node("sick", ready=ready)])
+    selection = evaluate_nodes(placement(), [node("ok"), node("sick", ready=ready)])
     assert selection.selected == ["ok"]
     assert selection.excluded == [ExcludedNode("sick", "node is not Ready")]
 
 
 def test_node_without_a_ready_condition_is_excluded() -> None:
     bare = {"metadata": {"name": "new"}, "status": {}}
-    assert evaluate_nodes(job(), [bare]).excluded == [ExcludedNode("new", "node is not Ready")]
+    assert evaluate_nodes(placement(), [bare]).excluded == [ExcludedNode("new", "node is not Ready")]
 
 
 def test_virtual_kubelet_nodes_are_excluded() -> None:
-    selection = evaluate_nodes(job(), [node("fargate-1", {"type": "virtual-kubelet"}), node("n1")])
+    selection = evaluate_nodes(placement(), [node("fargate-1", {"type": "virtual-kubelet"}), node("n1")])
     assert selection.selected == ["n1"]
     assert selection.excluded == [ExcludedNode("fargate-1", "virtual-kubelet node")]
 
 
 def test_cordoned_nodes_are_kept_as_kruise_does() -> None:
-    assert select_nodes(job(), [node("cordoned", unschedulable=True)]) == ["cordoned"]
+    assert select_nodes(placement(), [node("cordoned", unschedulable=True)]) == ["cordoned"]
 
 
 def test_nodes_of_a_platform_the_image_lacks_are_excluded() -> None:
     # Given an image built for linux/amd64 only, and a mixed cluster
     nodes = [node("x86", AMD64), node("graviton", ARM64)]
     # When nodes are chosen for it
-    selection = evaluate_nodes(job(), nodes, platforms=[Platform("linux", "amd64")])
+    selection = evaluate_nodes(placement(), nodes, platforms=[Platform("linux", "amd64")])
     # Then the arm64 node is left out, saying why
     assert selection.selected == ["x86"]
     assert selection.excluded == [ExcludedNode("graviton", "image has no linux/arm64 variant")]
@@ -196,7 +193,7 @@ def test_nodes_of_a_platform_the_image_lacks_are_excluded() -> None:
 
 def test_platform_variants_do_not_restrict_nodes() -> None:
     platforms = [Platform("linux", "amd64"), Platform("linux", "arm64", "v8")]
-    assert select_nodes(job(), [node("x86", AMD64), node("graviton", ARM64)], platforms=platforms) == [
+    assert select_nodes(placement(), [node("x86", AMD64), node("graviton", ARM64)], platforms=platforms) == [
         "graviton",
         "x86",
     ]
@@ -210,7 +207,7 @@ def test_beta_platform_labels_are_read_when_the_stable_ones_are_missing() -> Non
         },
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
-    assert evaluate_nodes(job(), [old], platforms=[Platform("linux", "amd64")]).excluded == [
+    assert evaluate_nodes(placement(), [old], platforms=[Platform("linux", "amd64")]).excluded == [
         ExcludedNode("old", "image has no linux/arm64 variant")
     ]
 
@@ -220,9 +217,9 @@ def test_node_without_platform_labels_is_excluded_when_platforms_are_known() -> 
         "metadata": {"name": "odd"},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
-    (excluded,) = evaluate_nodes(job(), [unlabelled], platforms=[Platform("linux", "amd64")]).excluded
+    (excluded,) = evaluate_nodes(placement(), [unlabelled], platforms=[Platform("linux", "amd64")]).excluded
     assert excluded.reason == "node has no kubernetes.io/os and kubernetes.io/arch labels, so its platform is unknown"
-    assert select_nodes(job(), [unlabelled]) == ["odd"]
+    assert select_nodes(placement(), [unlabelled]) == ["odd"]
 
 
 def test_pod_selector_selects_nodes_of_active_scheduled_matching_pods_once() -> None:
@@ -243,14 +240,14 @@ def test_pod_selector_selects_nodes_of_active_scheduled_matching_pods_once() -> 
     ]
     nodes = [node(f"n{i}") for i in range(1, 7)]
     # When nodes are chosen by podSelector
-    selection = evaluate_nodes(job(podSelector={"matchLabels": {"app": "front"}}), nodes, pods)
+    selection = evaluate_nodes(placement(podSelector={"matchLabels": {"app": "front"}}), nodes, pods)
     # Then only the nodes running active, scheduled, matching pods of the job's namespace are selected
     assert selection.selected == ["n1", "n2"]
     assert selection.excluded == []
 
 
 def test_pod_selector_reports_a_pods_node_that_is_gone() -> None:
-    selection = evaluate_nodes(job(podSelector={}), [node("n1")], [pod("p", "n1", {}), pod("q", "vanished", {})])
+    selection = evaluate_nodes(placement(podSelector={}), [node("n1")], [pod("p", "n1", {}), pod("q", "vanished", {})])
     assert selection.selected == ["n1"]
     assert selection.excluded == [ExcludedNode("vanished", "node not found")]
 
@@ -264,13 +261,13 @@ def test_list_jobs_select_nodes_like_pull_jobs() -> None:
             "spec": {"images": ["nginx:1.25"], "selector": {"names": ["n2"]}},
         }
     )
-    assert select_nodes(images, [node("n1"), node("n2")]) == ["n2"]
+    assert select_nodes(images.placement, [node("n1"), node("n2")]) == ["n2"]
 
 
 def test_every_node_needs_a_name() -> None:
     with pytest.raises(ValueError, match=r"every node must have metadata\.name"):
-        evaluate_nodes(job(), [{"metadata": {}}])
+        evaluate_nodes(placement(), [{"metadata": {}}])
 
 
 def test_a_node_listed_twice_is_selected_once() -> None:
-    assert select_nodes(job(), [node("n1"), node("n1")]) == ["n1"]
+    assert select_nodes(placement(), [node("n1"), node("n1")]) == ["n1"]

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prewarm.domain.selection import LabelSelector
+from prewarm.domain.kubernetes import LabelSelector
 
 KEYS = ["app", "zone", "example.com/tier", "kubernetes.io/arch", "a_b.c"]
 VALUES = ["", "a", "b", "web", "arm64", "v1.2"]

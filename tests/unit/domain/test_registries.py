@@ -4,7 +4,8 @@ import base64
 
 import pytest
 
-from prewarm.domain.credentials import (
+from prewarm.domain.images import InvalidImageReference
+from prewarm.domain.registries import (
     EcrRegistry,
     InvalidCredentialsError,
     InvalidDockerConfigError,
@@ -15,7 +16,6 @@ from prewarm.domain.credentials import (
     keyring_key,
     parse_ecr_registry,
 )
-from prewarm.domain.images import InvalidImageReference
 
 
 def b64(text: str) -> str:

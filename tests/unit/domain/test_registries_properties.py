@@ -5,7 +5,7 @@ import fnmatch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prewarm.domain.credentials import Keyring, RegistryAuth, docker_config_auths, keyring_key
+from prewarm.domain.registries import Keyring, RegistryAuth, docker_config_auths, keyring_key
 
 LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?", fullmatch=True)
 GLOB_LABEL = st.text("ab-*?", min_size=1, max_size=6)

@@ -16,8 +16,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.credentials import InvalidCredentialsError, RegistryAuth
 from prewarm.domain.refresh import RegistryConfig, RegistryToken, RegistryTokenError
+from prewarm.domain.registries import InvalidCredentialsError, RegistryAuth
 
 __all__ = ["ClientFactory", "EcrTokenSource", "RegistryTokenError", "RoleCredentials"]
 

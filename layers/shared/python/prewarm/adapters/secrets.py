@@ -26,7 +26,6 @@ from typing import Any, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from prewarm.adapters.errors import ClusterError
-from prewarm.domain.credentials import InvalidCredentialsError, Keyring, docker_config_auths
 from prewarm.domain.refresh import (
     CredentialStoreError,
     RegistryToken,
@@ -37,6 +36,7 @@ from prewarm.domain.refresh import (
     registry_secret_name,
     stored_token,
 )
+from prewarm.domain.registries import InvalidCredentialsError, Keyring, docker_config_auths
 from prewarm.services.dispatch import PullSecretError
 
 __all__ = [

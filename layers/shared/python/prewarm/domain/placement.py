@@ -1,23 +1,18 @@
-"""Which nodes a job pulls on: Kubernetes label selectors, node eligibility and image platforms.
+"""Which nodes a job pulls on: its node and pod selectors, node eligibility and image platforms.
 
 Everything here is pure: nodes and pods are the plain dicts the Kubernetes API returns
 (`metadata.name`, `metadata.labels`, `status.conditions`, `spec.nodeName`, `status.phase`).
-The Kubernetes naming rules (qualified names, label values, DNS-1123 names) live here too, since
-selectors are where they bite first; `prewarm.domain.jobs` reuses them for metadata.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import field_validator, model_validator
 
-if TYPE_CHECKING:
-    from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
+from prewarm.domain.kubernetes import LabelSelector, dns1123_subdomain_problem, raise_problems
 
 ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
@@ -29,181 +24,40 @@ NODE_NOT_FOUND = "node not found"
 NODE_NOT_READY = "node is not Ready"
 VIRTUAL_KUBELET_NODE = "virtual-kubelet node"
 
-# --- Kubernetes naming rules -------------------------------------------------------------------
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+class NodeSelector(LabelSelector):
+    """`spec.selector`: node `names`, or a label selector over nodes (not both)."""
 
-_SUBDOMAIN_HINT = (
-    "must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character (e.g. 'example.com')"
-)
-_LABEL_HINT = (
-    "must consist of lower case alphanumeric characters or '-', "
-    "and must start and end with an alphanumeric character (e.g. 'my-name')"
-)
-_NAME_PART_HINT = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character (e.g. 'MyName' or 'my.name')"
-)
+    names: list[str] | None = None
 
-
-def _dns_name_problem(value: str, limit: int, pattern: re.Pattern[str], hint: str) -> str | None:
-    if not value:
-        return "must not be empty"
-    if len(value) > limit:
-        return f"must be no more than {limit} characters (got {len(value)})"
-    if not pattern.fullmatch(value):
-        return f'"{value}" {hint}'
-    return None
-
-
-def dns1123_subdomain_problem(value: str) -> str | None:
-    """Why `value` is not a DNS-1123 subdomain (object names such as an ImagePullJob's), or None."""
-    return _dns_name_problem(value, 253, _DNS1123_SUBDOMAIN, _SUBDOMAIN_HINT)
-
-
-def dns1123_label_problem(value: str) -> str | None:
-    """Why `value` is not a DNS-1123 label (namespace names), or None."""
-    return _dns_name_problem(value, 63, _DNS1123_LABEL, _LABEL_HINT)
-
-
-def qualified_name_problem(key: str) -> str | None:
-    """Why `key` is not a qualified name (`[prefix/]name`, label and annotation keys), or None."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and not prefix:
-        return f'key "{key}": prefix part must not be empty'
-    if prefix and (problem := dns1123_subdomain_problem(prefix)):
-        return f'key "{key}": prefix part {problem}'
-    if not name:
-        return f'key "{key}": name part must not be empty'
-    if len(name) > 63:
-        return f'key "{key}": name part must be no more than 63 characters'
-    if not _QUALIFIED_NAME_PART.fullmatch(name):
-        return f'key "{key}": name part {_NAME_PART_HINT}'
-    return None
-
-
-def label_value_problem(value: str) -> str | None:
-    """Why `value` is not a valid label value (empty is valid), or None."""
-    if len(value) > 63:
-        return f'value "{value}" must be no more than 63 characters'
-    if value and not _QUALIFIED_NAME_PART.fullmatch(value):
-        return f'value "{value}" {_NAME_PART_HINT}'
-    return None
-
-
-class FieldProblems(ValueError):
-    """Problems found by a validator, each at a path relative to the value it validated.
-
-    Raised inside pydantic validators; `prewarm.domain.jobs` turns them into `JobValidationError`
-    entries whose paths join the validated value's path with each relative one (`[2]`, `.values`).
-    """
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(f"{path}: {message}" if path else message for path, message in problems))
-
-
-def raise_problems(problems: list[tuple[str, str]]) -> None:
-    """Raise `FieldProblems` when there is anything in `problems`."""
-    if problems:
-        raise FieldProblems(problems)
-
-
-def label_map_problems(labels: Mapping[str, str], *, check_values: bool = True) -> list[tuple[str, str]]:
-    """Problems of a labels (or, with `check_values=False`, annotations) map, at `[key]` paths."""
-    problems: list[tuple[str, str]] = []
-    for key, value in labels.items():
-        problem = qualified_name_problem(key) or (label_value_problem(value) if check_values else None)
-        if problem:
-            problems.append((f"[{key}]", problem))
-    return problems
-
-
-# --- Label selectors ---------------------------------------------------------------------------
-
-Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
-
-
-class _SelectorModel(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
-class LabelSelectorRequirement(_SelectorModel):
-    """One `matchExpressions` entry: `key`, `operator` and (for In/NotIn) `values`."""
-
-    key: str
-    operator: Operator
-    values: list[str] | None = None
-
-    @field_validator("key")
+    @field_validator("names")
     @classmethod
-    def _key_is_qualified_name(cls, key: str) -> str:
-        if problem := qualified_name_problem(key):
-            raise ValueError(problem)
-        return key
+    def _names_are_distinct_node_names(cls, names: list[str] | None) -> list[str] | None:
+        problems: list[tuple[str, str]] = []
+        seen: dict[str, int] = {}
+        for index, name in enumerate(names or ()):
+            if problem := dns1123_subdomain_problem(name):
+                problems.append((f"[{index}]", f"invalid node name: {problem}"))
+            elif name in seen:
+                problems.append((f"[{index}]", f'duplicate node name "{name}" (also at [{seen[name]}])'))
+            seen.setdefault(name, index)
+        raise_problems(problems)
+        return names
 
     @model_validator(mode="after")
-    def _values_fit_operator(self) -> LabelSelectorRequirement:
-        problems: list[tuple[str, str]] = []
-        if self.operator in ("In", "NotIn"):
-            if not self.values:
-                problems.append((".values", f"must be non-empty when operator is {self.operator}"))
-            for index, value in enumerate(self.values or ()):
-                if problem := label_value_problem(value):
-                    problems.append((f".values[{index}]", problem))
-        elif self.values:
-            problems.append((".values", f"must be empty when operator is {self.operator}"))
-        raise_problems(problems)
+    def _names_or_labels(self) -> NodeSelector:
+        if self.names is not None and (self.match_labels is not None or self.match_expressions is not None):
+            raise_problems([("", "names cannot be combined with matchLabels or matchExpressions; use one")])
         return self
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether `labels` satisfy this requirement, with Kubernetes semantics."""
-        present = self.key in labels
-        if self.operator == "Exists":
-            return present
-        if self.operator == "DoesNotExist":
-            return not present
-        inside = present and labels[self.key] in (self.values or ())
-        # NotIn matches a node without the key, as in Kubernetes.
-        return inside if self.operator == "In" else not inside
 
-    def to_query(self) -> str:
-        """This requirement in `labelSelector` query syntax."""
-        if self.operator == "Exists":
-            return self.key
-        if self.operator == "DoesNotExist":
-            return f"!{self.key}"
-        word = "in" if self.operator == "In" else "notin"
-        return f"{self.key} {word} ({','.join(sorted(set(self.values or ())))})"
+@dataclass(frozen=True)
+class Placement:
+    """What decides a job's nodes: its `spec.selector`, `spec.podSelector` and namespace (for pods)."""
 
-
-class LabelSelector(_SelectorModel):
-    """A Kubernetes label selector: `matchLabels` and `matchExpressions`, all of which must hold."""
-
-    match_labels: dict[str, str] | None = None
-    match_expressions: list[LabelSelectorRequirement] | None = None
-
-    @field_validator("match_labels")
-    @classmethod
-    def _labels_are_valid(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
-        raise_problems(label_map_problems(labels or {}))
-        return labels
-
-    def matches(self, labels: Mapping[str, str] | None) -> bool:
-        """Whether an object with `labels` is selected (an empty selector matches everything)."""
-        labels = labels or {}
-        if any(labels.get(key) != value for key, value in (self.match_labels or {}).items()):
-            return False
-        return all(requirement.matches(labels) for requirement in self.match_expressions or ())
-
-    def to_query(self) -> str:
-        """The `labelSelector` query string, e.g. `a=b,c in (x,y),!d,e`, sorted so it is deterministic."""
-        terms = [(key, f"{key}={value}") for key, value in (self.match_labels or {}).items()]
-        terms += [(requirement.key, requirement.to_query()) for requirement in self.match_expressions or ()]
-        return ",".join(dict.fromkeys(term for _, term in sorted(terms)))
+    selector: NodeSelector | None = None
+    pod_selector: LabelSelector | None = None
+    namespace: str = "default"
 
 
 # --- Platforms -------------------------------------------------------------------------------
@@ -306,36 +160,35 @@ def _ineligibility(node: Mapping[str, Any], platforms: list[Platform] | None) ->
 
 
 def _targeted(
-    job: ImagePullJob | ImageListPullJob,
+    placement: Placement,
     nodes_by_name: Mapping[str, Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
 ) -> list[str]:
-    spec = job.spec
-    if spec.pod_selector is not None:
-        namespace = job.metadata.namespace
+    pod_selector, selector = placement.pod_selector, placement.selector
+    if pod_selector is not None:
         return sorted(
             {
                 str(_get(pod, "spec", "nodeName"))
                 for pod in pods
-                if _get(pod, "metadata", "namespace") in (None, namespace)
+                if _get(pod, "metadata", "namespace") in (None, placement.namespace)
                 and _is_active_scheduled(pod)
-                and spec.pod_selector.matches(_labels(pod))
+                and pod_selector.matches(_labels(pod))
             }
         )
-    if spec.selector is None:
+    if selector is None:
         return sorted(nodes_by_name)
-    if spec.selector.names is not None:
-        return sorted(set(spec.selector.names))
-    return sorted(name for name, node in nodes_by_name.items() if spec.selector.matches(_labels(node)))
+    if selector.names is not None:
+        return sorted(set(selector.names))
+    return sorted(name for name, node in nodes_by_name.items() if selector.matches(_labels(node)))
 
 
 def evaluate_nodes(
-    job: ImagePullJob | ImageListPullJob,
+    placement: Placement,
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]] = (),
     platforms: Iterable[Platform] | None = None,
 ) -> NodeSelection:
-    """Decide the nodes `job` pulls on, and why each targeted node is left out.
+    """Decide the nodes a job with `placement` pulls on, and why each targeted node is left out.
 
     Targeted nodes are those named by `spec.selector.names`, matched by the selector's labels, or
     running an active, scheduled pod of the job's namespace that matches `spec.podSelector`; with
@@ -351,7 +204,7 @@ def evaluate_nodes(
     platform_list = list(platforms) if platforms is not None else None
     selected: list[str] = []
     excluded: list[ExcludedNode] = []
-    for name in _targeted(job, nodes_by_name, pods):
+    for name in _targeted(placement, nodes_by_name, pods):
         node = nodes_by_name.get(name)
         reason = NODE_NOT_FOUND if node is None else _ineligibility(node, platform_list)
         if reason is None:
@@ -362,10 +215,10 @@ def evaluate_nodes(
 
 
 def select_nodes(
-    job: ImagePullJob | ImageListPullJob,
+    placement: Placement,
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]] = (),
     platforms: Iterable[Platform] | None = None,
 ) -> list[str]:
-    """The sorted names of the nodes `job` pulls on (see `evaluate_nodes`)."""
-    return evaluate_nodes(job, nodes, pods, platforms).selected
+    """The sorted names of the nodes a job with `placement` pulls on (see `evaluate_nodes`)."""
+    return evaluate_nodes(placement, nodes, pods, platforms).selected

@@ -22,8 +22,8 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from prewarm.domain.credentials import ECR_PUBLIC_HOST, InvalidCredentialsError, RegistryAuth, docker_config_auths
-from prewarm.domain.selection import LabelSelector, dns1123_label_problem, dns1123_subdomain_problem
+from prewarm.domain.kubernetes import LabelSelector, dns1123_label_problem, dns1123_subdomain_problem
+from prewarm.domain.registries import ECR_PUBLIC_HOST, InvalidCredentialsError, RegistryAuth, docker_config_auths
 
 DEFAULT_SECRET_NAME: Final = "prewarm-ecr"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"

@@ -17,13 +17,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from prewarm.domain.jobs import (
-    CompletionPolicy,
-    ImageListPullJob,
-    ImagePullJob,
-    ImagePullJobTemplate,
-    PullPolicy,
-)
+from prewarm.domain.jobs import CompletionPolicy, ImageListPullJob, ImagePullJob, ImagePullJobTemplate, PullPolicy
 
 # Kruise's ImagePullJob status messages, word for word.
 NO_PROGRESS_MESSAGE = "job is running, no progress"

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prewarm.domain.images import parse_image
-from prewarm.domain.jobs import ImagePullJob, parse_manifest
+from prewarm.domain.jobs import ImagePullJob
+from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, PullTask
-from prewarm.domain.selection import NodeSelection, Platform, evaluate_nodes
+from prewarm.domain.placement import NodeSelection, Platform, evaluate_nodes
 from prewarm.domain.status import COMPLETED_MESSAGE, NodePhase
 from prewarm.services.ports import (
     Cluster,
@@ -97,7 +98,7 @@ def select(cluster: Cluster, record: JobRecord, job: ImagePullJob) -> NodeSelect
         nodes = cluster.list_nodes(label_selector=spec.selector.to_query() or None)
     else:
         nodes = cluster.list_nodes()
-    return evaluate_nodes(job, nodes, pods, platforms=image_platforms(record))
+    return evaluate_nodes(job.placement, nodes, pods, platforms=image_platforms(record))
 
 
 def image_platforms(record: JobRecord) -> list[Platform] | None:

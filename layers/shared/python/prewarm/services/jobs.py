@@ -7,8 +7,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, PrewarmRule, parse_manifest
+from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
+from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask
+from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.status import progress_message
 from prewarm.services.ports import JobRecord, JobStore, NodeTaskRecord, StoreConflictError, TaskQueues
 

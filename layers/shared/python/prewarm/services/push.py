@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from prewarm.domain.jobs import PrewarmRule, parse_manifest
+from prewarm.domain.manifests import parse_manifest
+from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
 from prewarm.services.ports import ImageMetadata, JobStore
 

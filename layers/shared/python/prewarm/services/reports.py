@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prewarm.domain.messages import Hello, StatusReport
-from prewarm.domain.selection import evaluate_nodes
+from prewarm.domain.placement import evaluate_nodes
 from prewarm.domain.status import NodePhase, ReportKey, can_transition, is_newer
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done, image_platforms, job_spec
 from prewarm.services.ports import (
@@ -168,7 +168,7 @@ def register_node(
                 continue
             pods = cluster.list_pods(record.namespace, label_selector=job.spec.pod_selector.to_query() or None,
                                      field_selector=f"spec.nodeName={hello.node}")
-        selection = evaluate_nodes(job, [node], pods, platforms=image_platforms(record))
+        selection = evaluate_nodes(job.placement, [node], pods, platforms=image_platforms(record))
         if hello.node in selection.selected and add_node_to_job(store, record, hello.node, now=now):
             outcome.added_to.append(record.key)
             fill_slots(store, queues, record.key, now=now)

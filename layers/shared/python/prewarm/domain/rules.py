@@ -1,0 +1,195 @@
+"""Prewarm's `PrewarmRule`: which pushed ECR images become ImagePullJobs, and with what template."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from prewarm.domain.images import digest_problem
+from prewarm.domain.jobs import PREWARM_API_VERSION, ImagePullJob, ImagePullJobTemplate, hash_spec
+from prewarm.domain.kubernetes import (
+    InNamespace,
+    JobValidationError,
+    KubernetesModel,
+    ObjectMeta,
+    WithLabels,
+    bounded_name,
+    describe_value,
+    raise_problems,
+)
+from prewarm.domain.registries import parse_ecr_registry
+
+# Annotations Prewarm puts on the jobs a rule derives, so their origin can be traced.
+RULE_ANNOTATION = "prewarm.dev/rule"
+REPOSITORY_ANNOTATION = "prewarm.dev/repository"
+TAG_ANNOTATION = "prewarm.dev/tag"
+
+_ACCOUNT_ID = re.compile(r"\d{12}")
+_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d+")
+
+
+class RuleTemplateMetadata(InNamespace, WithLabels):
+    """`spec.template.metadata`: where the jobs a rule creates live, and their labels/annotations."""
+
+
+class RuleTemplate(KubernetesModel):
+    """`spec.template`: the ImagePullJob spec (without `image`) of every job the rule creates."""
+
+    metadata: RuleTemplateMetadata = Field(default_factory=RuleTemplateMetadata)
+    spec: ImagePullJobTemplate = Field(default_factory=ImagePullJobTemplate)
+
+    @model_validator(mode="after")
+    def _jobs_must_finish(self) -> RuleTemplate:
+        if self.spec.completion_policy.type != "Always":
+            raise_problems(
+                [(".spec.completionPolicy.type", "must be Always: each push creates a job that must finish")]
+            )
+        return self
+
+
+def _patterns_problems(patterns: list[str], what: str) -> list[tuple[str, str]]:
+    return [
+        (f"[{index}]", f"must be a non-empty {what} glob without spaces")
+        for index, pattern in enumerate(patterns)
+        if not pattern or any(c.isspace() for c in pattern)
+    ]
+
+
+class PrewarmRuleSpec(KubernetesModel):
+    """`spec` of a PrewarmRule: which pushed images to pre-warm and the job template to use."""
+
+    repositories: list[str] = Field(min_length=1)
+    tags: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    include_untagged: bool = False
+    registries: list[str] | None = None
+    account_ids: list[str] | None = None
+    regions: list[str] | None = None
+    template: RuleTemplate = Field(default_factory=RuleTemplate)
+
+    @field_validator("repositories", "tags", "registries")
+    @classmethod
+    def _globs_are_usable(cls, patterns: list[str] | None) -> list[str] | None:
+        raise_problems(_patterns_problems(patterns or [], "pattern"))
+        return patterns
+
+    @field_validator("account_ids", mode="before")
+    @classmethod
+    def _account_ids_are_quoted(cls, values: Any) -> Any:
+        if isinstance(values, list):
+            problems = [
+                (
+                    f"[{index}]",
+                    f'must be a 12-digit string such as "123456789012"; got {describe_value(value)}'
+                    + ("; quote it in YAML" if isinstance(value, int) else ""),
+                )
+                for index, value in enumerate(values)
+                if not isinstance(value, str) or not _ACCOUNT_ID.fullmatch(value)
+            ]
+            raise_problems(problems)
+        return values
+
+    @field_validator("regions")
+    @classmethod
+    def _regions_are_valid(cls, regions: list[str] | None) -> list[str] | None:
+        problems = [
+            (f"[{index}]", f'"{region}" is not an AWS region name such as "us-east-1"')
+            for index, region in enumerate(regions or [])
+            if not _REGION.fullmatch(region)
+        ]
+        raise_problems(problems)
+        return regions
+
+
+def _any_glob(value: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
+
+
+class PrewarmRule(KubernetesModel):
+    """Prewarm's rule: pushes to matching ECR repositories and tags become ImagePullJobs.
+
+    Globs use shell rules (`*`, `?`, `[abc]`); `*` also matches `/`, so `team/*` covers nested
+    repositories.
+    """
+
+    api_version: Literal["prewarm.dev/v1alpha1"]
+    kind: Literal["PrewarmRule"]
+    metadata: ObjectMeta
+    spec: PrewarmRuleSpec
+    status: Any = Field(default=None, exclude=True)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def spec_hash(self) -> str:
+        """SHA-256 of the canonical JSON of the spec."""
+        return hash_spec(self.spec)
+
+    def _registry_matches(self, registry: str | None) -> bool:
+        spec = self.spec
+        if spec.registries is None and spec.account_ids is None and spec.regions is None:
+            return True
+        # A rule limited to some registries cannot vouch for a push from an unknown one.
+        if registry is None:
+            return False
+        if spec.registries is not None and not _any_glob(registry, spec.registries):
+            return False
+        if spec.account_ids is None and spec.regions is None:
+            return True
+        ecr = parse_ecr_registry(registry)
+        if ecr is None or ecr.public:
+            return False
+        return (spec.account_ids is None or ecr.account in spec.account_ids) and (
+            spec.regions is None or ecr.region in spec.regions
+        )
+
+    def matches(self, repository: str, tag: str | None, registry: str | None = None) -> bool:
+        """Whether a push of `repository` with `tag` (None or "" when untagged) is pre-warmed by this rule.
+
+        When the rule has `registries`, `accountIds` or `regions`, `registry` (the registry host)
+        must be given and match them.
+        """
+        if not _any_glob(repository, self.spec.repositories) or not self._registry_matches(registry):
+            return False
+        if not tag:
+            return self.spec.include_untagged
+        return _any_glob(tag, self.spec.tags)
+
+    def job_for_push(self, registry_host: str, repository: str, digest: str, tag: str | None = None) -> ImagePullJob:
+        """The `Always` ImagePullJob for a pushed image, pinned to `<registry>/<repository>@<digest>`.
+
+        It is named `<rule>-<first 12 hex of the digest>` and lives in `spec.template.metadata.namespace`.
+        Call `matches` first: this does not check the push against the rule's patterns.
+        """
+        if problem := digest_problem(digest):
+            raise JobValidationError([("digest", problem)])
+        if not registry_host or not repository:
+            raise JobValidationError([("image", "registry host and repository must not be empty")])
+        template = self.spec.template
+        annotations = {
+            **(template.metadata.annotations or {}),
+            RULE_ANNOTATION: self.name,
+            REPOSITORY_ANNOTATION: repository,
+        }
+        if tag:
+            annotations[TAG_ANNOTATION] = tag
+        metadata: dict[str, Any] = {
+            "name": bounded_name(self.name, digest.partition(":")[2][:12]),
+            "namespace": template.metadata.namespace,
+            "annotations": annotations,
+        }
+        if template.metadata.labels:
+            metadata["labels"] = template.metadata.labels
+        spec = template.spec.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return ImagePullJob.from_manifest(
+            {
+                "apiVersion": PREWARM_API_VERSION,
+                "kind": "ImagePullJob",
+                "metadata": metadata,
+                "spec": {**spec, "image": f"{registry_host}/{repository}@{digest}"},
+            }
+        )
