@@ -1,4 +1,9 @@
-"""AWS on this machine: moto's `ThreadedMotoServer` on 127.0.0.1, started and stopped in-process."""
+"""AWS on this machine: moto's `ThreadedMotoServer` on 127.0.0.1, started and stopped in-process.
+
+The server answers within AWS's limits (`prewarm_devtools.aws_limits`): on by default, off with
+`MotoServer(limits=False)` or `PREWARM_AWS_LIMITS=off`. A layer already in force (a test's own
+quotas, the pytest plugin's) is kept as it is.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,22 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prewarm_devtools.aws_limits import AwsLimits, Quotas
 
 REGION = "us-west-2"
 
 
 class MotoServer:
-    """A moto server on a free 127.0.0.1 port. `url` is its endpoint; `client(name)` a boto3 client for it."""
+    """A moto server on a free 127.0.0.1 port. `url` is its endpoint; `client(name)` a boto3 client for it.
 
-    def __init__(self, region: str = REGION) -> None:
+    `limits`: True (default unless `PREWARM_AWS_LIMITS=off`) puts AWS's limits in force with AWS's
+    quotas, a `Quotas` with those; `layer` is the layer in force while the server runs.
+    """
+
+    def __init__(self, region: str = REGION, *, limits: bool | Quotas | None = None) -> None:
         from moto.server import ThreadedMotoServer
 
         # One line per request otherwise: the server is chatty at INFO.
@@ -22,8 +34,19 @@ class MotoServer:
         self.region = region
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.url = ""
+        from prewarm_devtools import aws_limits
+
+        self._limits = aws_limits.wanted() if limits is None else limits
+        self._own_layer = False
+        self.layer: AwsLimits | None = None
 
     def start(self) -> MotoServer:
+        from prewarm_devtools import aws_limits
+
+        self.layer = aws_limits.active()
+        if self.layer is None and self._limits:
+            self.layer = aws_limits.enable(None if self._limits is True else self._limits)
+            self._own_layer = True
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.url = f"http://{host}:{port}"
@@ -35,6 +58,11 @@ class MotoServer:
 
     def stop(self) -> None:
         self._server.stop()
+        if self._own_layer:
+            from prewarm_devtools import aws_limits
+
+            aws_limits.disable()
+            self._own_layer = False
 
     def __enter__(self) -> MotoServer:
         return self.start()

@@ -1,0 +1,109 @@
+"""Where the layer hooks into moto: its request handlers' actions, the table copy of a transaction,
+stream reads and backend resets. moto has no plugin API, so these are patches of its classes, put in
+place by `install` and taken out by `uninstall`; one set serves `mock_aws` and `ThreadedMotoServer`
+alike, since both dispatch each request to the same handler classes in this process."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_lock = threading.Lock()
+_originals: list[tuple[Any, str, Any]] = []
+
+DYNAMODB_ACTIONS = ("put_item", "update_item", "delete_item", "batch_write_item", "transact_write_items",
+                    "get_item", "batch_get_item", "query", "transact_get_items")
+SQS_ACTIONS = ("create_queue", "delete_queue", "send_message", "send_message_batch", "delete_message_batch",
+               "change_message_visibility_batch")
+
+
+def install(current: Callable[[], Any]) -> None:
+    """Patches moto; `current()` answers the active layer (an `AwsLimits`) or None to pass through."""
+    import moto.dynamodb.models as dynamodb_models
+    from moto.core.base_backend import BackendDict
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend, ShardIterator
+    from moto.ecr.responses import ECRResponse
+    from moto.sqs.responses import SQSResponse
+
+    from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED
+
+    with _lock:
+        if _originals:
+            return
+        for cls, names, part in ((DynamoHandler, DYNAMODB_ACTIONS, "dynamodb"), (SQSResponse, SQS_ACTIONS, "sqs"),
+                                 (ECRResponse, ("get_authorization_token",), "ecr")):
+            for name in names:
+                _replace(cls, name, _guarded(cls.__dict__[name], name, part, current))
+        # moto deep-copies each table a transaction names, stream included, to roll back; the layer's
+        # ItemSnapshot rolls back the touched items instead.
+        _replace(dynamodb_models, "copy", TABLES_ARE_NOT_COPIED)
+        _replace(DynamoDBStreamsBackend, "get_shard_iterator",
+                 _started_reader(DynamoDBStreamsBackend.get_shard_iterator, current))
+        _replace(ShardIterator, "get", _read_records(ShardIterator.get, current))
+        reset = BackendDict.__dict__["reset"].__func__
+        _replace(BackendDict, "reset", classmethod(_resetting(reset, current)))
+
+
+def uninstall() -> None:
+    with _lock:
+        while _originals:
+            owner, name, original = _originals.pop()
+            setattr(owner, name, original)
+
+
+def _replace(owner: Any, name: str, value: Any) -> None:
+    _originals.append((owner, name, owner.__dict__[name]))
+    setattr(owner, name, value)
+
+
+def _guarded(original: Callable[[Any], Any], name: str, part: str, current: Callable[[], Any]) -> Callable[[Any], Any]:
+    @functools.wraps(original)
+    def limited(handler: Any) -> Any:
+        layer = current()
+        if layer is None:
+            return original(handler)
+        return getattr(layer, part).guard(name, handler, lambda: original(handler))
+
+    return limited
+
+
+def _started_reader(original: Callable[..., Any], current: Callable[[], Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def get_shard_iterator(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        iterator = original(backend, *args, **kwargs)
+        if (layer := current()) is not None:
+            layer.streams.started(iterator)
+        return iterator
+
+    return get_shard_iterator
+
+
+def _read_records(original: Callable[..., Any], current: Callable[[], Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def get(iterator: Any, limit: int = 1000) -> Any:
+        layer = current()
+        if layer is None:
+            return original(iterator, limit)
+        with layer.dynamodb.write_lock:
+            shard = iterator.stream_shard
+            # Records before the shard's first were dropped: read on from the oldest kept.
+            iterator.sequence_number = max(int(iterator.sequence_number), shard.starting_sequence_number)
+            result = original(iterator, limit)
+            following = iterator.streams_backend.shard_iterators[result["NextShardIterator"]]
+            layer.streams.read(iterator, following, iterator.streams_backend)
+            return result
+
+    return get
+
+
+def _resetting(original: Callable[[Any], Any], current: Callable[[], Any]) -> Callable[[Any], Any]:
+    @functools.wraps(original)
+    def reset(cls: Any) -> None:
+        original(cls)
+        if (layer := current()) is not None:
+            layer.reset()
+
+    return reset
