@@ -20,9 +20,10 @@ from prewarm.adapters.secrets import AgentCredentials
 from prewarm.adapters.sqs import NodeQueues, QueueError, StatusQueue
 from prewarm.domain.images import parse_image
 from prewarm.domain.messages import CancelTask, Hello, MessageError, PullTask, StatusReport, parse_node_message
+from prewarm.services.ports import RegistryTokenSource
 from prewarm_agent.attempts import CredentialSource, TaskRunner
 from prewarm_agent.clock import Clock, SystemClock
-from prewarm_agent.credentials import RegistryCredentials, TokenSource, registry_credentials
+from prewarm_agent.credentials import RegistryCredentials, registry_credentials
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
 from prewarm_agent.cri.errors import CriError
 from prewarm_agent.disk import DiskGuard
@@ -97,7 +98,7 @@ class Agent:
         credentials: CredentialSource | None = None,
         manifests: LayerSource | None = None,
         node: Callable[[], NodeFacts] | None = None,
-        ecr_tokens: TokenSource | None = None,
+        ecr_tokens: RegistryTokenSource | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()

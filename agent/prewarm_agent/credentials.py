@@ -19,17 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prewarm.adapters.ecr_auth import EcrTokenSource, RoleCredentials
-from prewarm.adapters.secrets import AgentCredentialsError
 from prewarm.domain.images import ImageRef
-from prewarm.domain.refresh import (
-    CredentialStoreError,
-    RegistryConfig,
-    RegistryToken,
-    RegistryTokenError,
-    refresh_due_at,
-    registry_secret_name,
-)
+from prewarm.domain.refresh import RegistryConfig, refresh_due_at, registry_secret_name
 from prewarm.domain.registries import EcrRegistry, Keyring, RegistryAuth, ecr_registry_for
+from prewarm.services.ports import AgentCredentialsError, CredentialStoreError, RegistryTokenError, RegistryTokenSource
 from prewarm_agent.settings import AgentSettings, EcrCredentials
 
 log = logging.getLogger(__name__)
@@ -39,12 +32,6 @@ class PullSecretSource(Protocol):
     """Reads docker config secrets (Secrets Manager ARNs) into a keyring (`AgentCredentials` does)."""
 
     def keyring(self, secret_ids: Sequence[str]) -> Keyring: ...
-
-
-class TokenSource(Protocol):
-    """Issues ECR tokens (`EcrTokenSource` does)."""
-
-    def token(self, registry: RegistryConfig) -> RegistryToken: ...
 
 
 class RegistryTokens(Protocol):
@@ -104,13 +91,13 @@ class EcrTokens:
         *,
         endpoint_url: str | None = None,
         clock: Callable[[], float],
-        source: TokenSource | None = None,
+        source: RegistryTokenSource | None = None,
     ) -> None:
         self._clock = clock
         self._clients_lock = threading.Lock()
         self._clients: dict[tuple[str, str], Any] = {}
         self._session: Any = None
-        self._source: TokenSource = source or EcrTokenSource(client_factory=self._client, clock=clock)
+        self._source: RegistryTokenSource = source or EcrTokenSource(client_factory=self._client, clock=clock)
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
         self._cache: dict[tuple[str | None, str | None], tuple[str, str, float]] = {}
@@ -237,7 +224,7 @@ def registry_credentials(
     *,
     secrets: AgentSecrets,
     clock: Callable[[], float],
-    token_source: TokenSource | None = None,
+    token_source: RegistryTokenSource | None = None,
 ) -> RegistryCredentials:
     """The agent's credentials as `ECR_CREDENTIALS` and `SECRET_PREFIX` say; `token_source` replaces
     ECR's `GetAuthorizationToken` for the role's tokens (tests, local mode)."""

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from prewarm.adapters.secrets import AgentCredentialsError
 from prewarm.domain.images import parse_image
-from prewarm.domain.refresh import RegistryConfig, RegistryToken, RegistryTokenError
+from prewarm.domain.refresh import RegistryConfig, RegistryToken
 from prewarm.domain.registries import EcrRegistry, Keyring, RegistryAuth, parse_ecr_registry
+from prewarm.services.ports import AgentCredentialsError, RegistryTokenError
 from prewarm_agent.credentials import (
     EcrTokens,
     RegistryCopies,

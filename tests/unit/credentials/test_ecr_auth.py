@@ -11,8 +11,9 @@ import pytest
 from botocore.stub import Stubber
 
 from prewarm.adapters.ecr_auth import EcrTokenSource, RoleCredentials, boto3_client
-from prewarm.domain.refresh import RegistryConfig, RegistryTokenError
-from tests.unit.credentials.conftest import HOUR, Clock
+from prewarm.domain.refresh import RegistryConfig
+from prewarm.services.ports import RegistryTokenError
+from tests.support.clock import HOUR, Clock
 
 ROLE = "arn:aws:iam::444455556666:role/prewarm-ecr-pull"
 # moto's ECR token is fixed and already expired: it expires at 2015-01-01T00:00:00Z. The clock is put

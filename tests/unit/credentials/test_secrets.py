@@ -9,18 +9,18 @@ from typing import Any
 import boto3
 import pytest
 
-from prewarm.adapters.errors import ClusterAuthError, ClusterUnavailableError
 from prewarm.adapters.secrets import (
     AgentCredentials,
-    AgentCredentialsError,
     ConfigParameterError,
     SecretsManagerCredentialStore,
     SecretsManagerMirror,
     read_config_parameter,
 )
 from prewarm.domain.refresh import RegistryToken
-from prewarm.services.dispatch import PullSecretError
-from tests.unit.credentials.conftest import HOUR, PASSWORD, REGION, T0, Clock, FakeCluster
+from prewarm.services.ports import AgentCredentialsError, ClusterAuthError, ClusterUnavailableError, PullSecretError
+from tests.support.clock import HOUR, T0, Clock
+from tests.support.cluster import FakeCluster
+from tests.support.credentials import PASSWORD, REGION
 
 pytestmark = pytest.mark.usefixtures("aws")
 

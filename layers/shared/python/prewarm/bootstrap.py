@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues
     from prewarm.domain.refresh import CredentialsConfig
-    from prewarm.services.dispatch import PullSecretMirror
+    from prewarm.services.ports import PullSecretMirror
 
 
 @lru_cache(maxsize=1)
@@ -52,7 +52,7 @@ def cluster() -> KubeCluster:
 
 def cluster_or_none() -> KubeCluster | None:
     """The cluster, or None when no Kubernetes access is configured (a hello then speaks for its node)."""
-    from prewarm.adapters.errors import ClusterConfigError
+    from prewarm.services.ports import ClusterConfigError
 
     try:
         return cluster()

@@ -16,8 +16,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.refresh import RegistryConfig, RegistryToken, RegistryTokenError
+from prewarm.domain.refresh import RegistryConfig, RegistryToken
 from prewarm.domain.registries import InvalidCredentialsError, RegistryAuth
+from prewarm.services.ports import RegistryTokenError
 
 __all__ = ["ClientFactory", "EcrTokenSource", "RegistryTokenError", "RoleCredentials"]
 

@@ -13,12 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from prewarm.adapters.errors import (
-    ClusterAuthError,
-    ClusterConfigError,
-    ClusterError,
-    ClusterUnavailableError,
-)
+from prewarm.services.ports import ClusterAuthError, ClusterConfigError, ClusterError, ClusterUnavailableError
 
 if TYPE_CHECKING:
     import boto3

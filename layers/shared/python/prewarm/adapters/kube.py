@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from prewarm.adapters.errors import (
+from prewarm.services.ports import (
+    BearerTokenSource,
     ClusterAuthError,
     ClusterConfigError,
     ClusterConflictError,
@@ -33,10 +34,9 @@ if TYPE_CHECKING:
 
     from prewarm.settings import Settings
 
-__all__ = ["DEFAULT_PAGE_SIZE", "KubeCluster", "KubeObject", "TokenSource"]
+__all__ = ["DEFAULT_PAGE_SIZE", "KubeCluster", "KubeObject"]
 
 KubeObject = dict[str, Any]
-TokenSource = Callable[[], str]
 
 DEFAULT_PAGE_SIZE = 500
 # (connect, read) seconds: a page of 500 nodes is well under a second on a healthy API server.
@@ -56,7 +56,7 @@ class KubeCluster:
     def __init__(
         self,
         host: str,
-        token_source: TokenSource | None = None,
+        token_source: BearerTokenSource | None = None,
         ca_data: str | None = None,
         verify: bool = True,
         page_size: int = DEFAULT_PAGE_SIZE,
@@ -322,7 +322,7 @@ def ca_pem(ca_data: str, parameter: str) -> str:
     return text
 
 
-def _bearer(token_source: TokenSource) -> Callable[[], str]:
+def _bearer(token_source: BearerTokenSource) -> Callable[[], str]:
     def authorization() -> str:
         return f"Bearer {token_source()}"
 

@@ -25,9 +25,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.adapters.errors import ClusterError
 from prewarm.domain.refresh import (
-    CredentialStoreError,
     RegistryToken,
     StoredToken,
     format_time,
@@ -37,7 +35,7 @@ from prewarm.domain.refresh import (
     stored_token,
 )
 from prewarm.domain.registries import InvalidCredentialsError, Keyring, docker_config_auths
-from prewarm.services.dispatch import PullSecretError
+from prewarm.services.ports import AgentCredentialsError, ClusterError, CredentialStoreError, PullSecretError
 
 __all__ = [
     "AgentCredentials",
@@ -74,10 +72,6 @@ class SecretStoreError(CredentialStoreError):
 
 class SecretStoreRetryableError(SecretStoreError):
     """Throttling or a transient Secrets Manager failure: the same call may succeed later."""
-
-
-class AgentCredentialsError(RuntimeError):
-    """Credentials an agent was told to use cannot be read; names the secret, never its value."""
 
 
 class ConfigParameterError(RuntimeError):

@@ -48,19 +48,6 @@ class CredentialsConfigError(ValueError):
     """The credentials configuration is invalid; the message names each field at fault."""
 
 
-class RegistryTokenError(RuntimeError):
-    """A registry token could not be got; names the registry and AWS's reason, never a token."""
-
-    def __init__(self, host: str, reason: str) -> None:
-        super().__init__(f"cannot get a token for {host}: {reason}")
-        self.host = host
-        self.reason = reason
-
-
-class CredentialStoreError(RuntimeError):
-    """The agents' credential store (Secrets Manager) refused or failed a read or write."""
-
-
 # --- configuration --------------------------------------------------------------------------------
 
 

@@ -9,59 +9,36 @@ accounts. One namespace failing never stops the others; the report lists what ha
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
-from prewarm.adapters.errors import ClusterConflictError, ClusterError
 from prewarm.domain.refresh import (
     Action,
     CredentialsConfig,
-    CredentialStoreError,
     RegistryConfig,
     RegistryToken,
-    RegistryTokenError,
-    StoredToken,
     decide,
     image_pull_secrets_with,
     pull_secret,
     select_namespaces,
     stored_token_is_fresh,
 )
+from prewarm.services.ports import (
+    ClusterConflictError,
+    ClusterError,
+    CredentialsCluster,
+    CredentialStore,
+    CredentialStoreError,
+    RegistryTokenError,
+    RegistryTokenSource,
+)
 
 log = logging.getLogger(__name__)
 
 # Writes that lose a race re-read and decide again this many times before the namespace fails.
 _ATTEMPTS = 5
-
-
-class CredentialsCluster(Protocol):
-    """What the refresher needs of the Kubernetes adapter (`prewarm.adapters.kube.KubeCluster`)."""
-
-    def list_namespaces(self, label_selector: str | None = None) -> list[dict[str, Any]]: ...
-    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def create_secret(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
-    def replace_secret(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
-    def get_service_account(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def patch_service_account(
-        self, namespace: str, name: str, patch: Mapping[str, Any], strategic: bool = True
-    ) -> dict[str, Any]: ...
-
-
-class TokenSource(Protocol):
-    """Gets a new token for a registry (`prewarm.adapters.ecr_auth.EcrTokenSource`); raises
-    `RegistryTokenError` when it cannot."""
-
-    def token(self, registry: RegistryConfig) -> RegistryToken: ...
-
-
-class CredentialStore(Protocol):
-    """The agents' registry credentials (`prewarm.adapters.secrets.SecretsManagerCredentialStore`);
-    raises `CredentialStoreError` when it cannot read or write."""
-
-    def read(self, host: str) -> StoredToken | None: ...
-    def write(self, host: str, token: RegistryToken) -> str: ...
 
 
 class Outcome(StrEnum):
@@ -157,7 +134,7 @@ class _Tokens:
     """Each registry's token, got on first need and at most once per run; a failure is remembered
     so every namespace that needs the token reports it without asking AWS again."""
 
-    def __init__(self, source: TokenSource) -> None:
+    def __init__(self, source: RegistryTokenSource) -> None:
         self._source = source
         self._got: dict[str, RegistryToken | RegistryTokenError] = {}
 
@@ -176,7 +153,7 @@ class _Tokens:
 def refresh_credentials(
     config: CredentialsConfig,
     cluster: CredentialsCluster | None,
-    tokens: TokenSource,
+    tokens: RegistryTokenSource,
     store: CredentialStore,
     *,
     clock: Callable[[], float],

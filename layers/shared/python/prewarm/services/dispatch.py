@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from prewarm.domain.images import parse_image
 from prewarm.domain.jobs import ImagePullJob
@@ -25,6 +25,8 @@ from prewarm.services.ports import (
     JobRecord,
     JobStore,
     NodeTaskRecord,
+    PullSecretError,
+    PullSecretMirror,
     StoreConflictError,
     TaskQueues,
 )
@@ -32,14 +34,6 @@ from prewarm.services.ports import (
 log = logging.getLogger(__name__)
 
 
-class PullSecretError(RuntimeError):
-    """A job's pullSecrets cannot be made available to the agents; the job fails with this message."""
-
-
-class PullSecretMirror(Protocol):
-    """Copies a namespace's image pull secrets where agents can read them; returns their ARNs."""
-
-    def mirror(self, namespace: str, names: list[str]) -> list[str]: ...
 
 # Selecting by names: below this many names, one GET per node beats listing the cluster.
 _NAMES_BY_GET = 20

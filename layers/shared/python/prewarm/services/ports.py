@@ -1,17 +1,97 @@
-"""The ports the use cases need, and the records they exchange with the job store.
+"""The ports the use cases need, the errors they raise, and the records they exchange with the job store.
 
-Adapters implement these protocols structurally; services receive them as arguments, so tests can
-hand in moto-backed adapters or fakes without patching anything.
+Adapters implement these protocols structurally and raise these errors; services receive them as
+arguments and catch them, so tests can hand in moto-backed adapters or fakes without patching
+anything, and no service imports an adapter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
 from prewarm.domain.status import NodePhase
+
+# --- Errors the ports raise ----------------------------------------------------------------------
+
+class ClusterError(RuntimeError):
+    """A call to the Kubernetes API failed.
+
+    `status` is the HTTP status (None when no response arrived), `reason` the `Status` reason
+    (`NotFound`, `AlreadyExists`, `Conflict`, `Invalid`, ...). `retryable` says whether the same call
+    may succeed later unchanged.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.reason = reason
+
+
+class ClusterConfigError(ClusterError):
+    """The cluster connection is configured wrongly (endpoint, CA data, kubeconfig, cluster name)."""
+
+
+class ClusterUnavailableError(ClusterError):
+    """The API could not answer now: connection refused or reset, timeout, 429 or 5xx. Retry later.
+
+    `retry_after` is the server's hint in seconds (`Retry-After` or the Status `retryAfterSeconds`).
+    """
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, status: int | None = None, reason: str = "", retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status, reason=reason)
+        self.retry_after = retry_after
+
+
+class ClusterAuthError(ClusterError):
+    """The API refused the caller (401 or 403): the role lacks an EKS access entry or RBAC rights."""
+
+
+class ClusterNotFoundError(ClusterError):
+    """The object or its namespace does not exist (404)."""
+
+
+class ClusterConflictError(ClusterError):
+    """The write conflicts (409): `reason` is `AlreadyExists`, or `Conflict` for a stale resourceVersion."""
+
+
+class ClusterInvalidError(ClusterError):
+    """The API rejected the request body or parameters (400 or 422); the message is the server's."""
+
+
+class ClusterExpiredError(ClusterError):
+    """The resource version or `continue` token is too old (410 Gone); restart the listing."""
+
+
+class RegistryTokenError(RuntimeError):
+    """A registry token could not be got; names the registry and AWS's reason, never a token."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__(f"cannot get a token for {host}: {reason}")
+        self.host = host
+        self.reason = reason
+
+
+class CredentialStoreError(RuntimeError):
+    """The agents' credential store (Secrets Manager) refused or failed a read or write."""
+
+
+class AgentCredentialsError(RuntimeError):
+    """Credentials an agent was told to use cannot be read; names the secret, never its value."""
+
+
+class PullSecretError(RuntimeError):
+    """A job's pullSecrets cannot be made available to the agents; the job fails with this message."""
 
 
 class StoreError(Exception):
@@ -201,3 +281,49 @@ class ImageMetadata(Protocol):
     """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
 
     def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None: ...
+
+
+# --- Credentials ---------------------------------------------------------------------------------
+
+# A Kubernetes API bearer token, fetched anew for each request (`EksTokenSource` caches and renews).
+BearerTokenSource = Callable[[], str]
+
+
+class CredentialsCluster(Protocol):
+    """What the refresher needs of the Kubernetes adapter (`prewarm.adapters.kube.KubeCluster`)."""
+
+    def list_namespaces(self, label_selector: str | None = None) -> list[dict[str, Any]]: ...
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def create_secret(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def replace_secret(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def get_service_account(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def patch_service_account(
+        self, namespace: str, name: str, patch: Mapping[str, Any], strategic: bool = True
+    ) -> dict[str, Any]: ...
+
+
+class RegistryTokenSource(Protocol):
+    """Gets a new token for a registry (`prewarm.adapters.ecr_auth.EcrTokenSource`); raises
+    `RegistryTokenError` when it cannot."""
+
+    def token(self, registry: RegistryConfig) -> RegistryToken: ...
+
+
+class CredentialStore(Protocol):
+    """The agents' registry credentials (`prewarm.adapters.secrets.SecretsManagerCredentialStore`);
+    raises `CredentialStoreError` when it cannot read or write."""
+
+    def read(self, host: str) -> StoredToken | None: ...
+    def write(self, host: str, token: RegistryToken) -> str: ...
+
+
+class PullSecretMirror(Protocol):
+    """Copies a namespace's image pull secrets where agents can read them; returns their ARNs."""
+
+    def mirror(self, namespace: str, names: list[str]) -> list[str]: ...
+
+
+class PullSecretCleanup(Protocol):
+    """Deletes the mirrors of pull secrets that no job names any more (`SecretsManagerMirror`)."""
+
+    def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]: ...

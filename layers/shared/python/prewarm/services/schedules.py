@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from prewarm.domain.messages import CancelTask, node_queue_name
 from prewarm.domain.status import NodePhase
@@ -14,6 +13,7 @@ from prewarm.services.ports import (
     Cluster,
     JobRecord,
     JobStore,
+    PullSecretCleanup,
     ReportUpdate,
     StoreConflictError,
     TaskQueues,
@@ -21,10 +21,6 @@ from prewarm.services.ports import (
 
 log = logging.getLogger(__name__)
 
-class PullSecretCleanup(Protocol):
-    """Deletes the mirrors of pull secrets that no job names any more (`SecretsManagerMirror`)."""
-
-    def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]: ...
 
 
 DEADLINE_MESSAGE = "job exceeds activeDeadlineSeconds"
