@@ -5,4 +5,5 @@ pytest_plugins: list[str] = [
     "prewarm_devtools.pytest_plugins.node",
     "prewarm_devtools.pytest_plugins.kubeapi",
     "tests.security.secret_guard",
+    "tests.support.lambda_stack",
 ]

@@ -20,7 +20,8 @@ from prewarm.services.jobs import apply_manifest
 from prewarm.services.reports import ReportOutcome, record_report, register_node
 from tests.fuzz.strategies import PYDANTIC_WORDING, document, json_values, maybe, mutated
 from tests.reliability.invariants import assert_invariant
-from tests.reliability.simulation import Plane, job_doc, moto_aws
+from tests.reliability.simulation import Plane, moto_aws
+from tests.support.manifests import job_doc
 
 KEY = "default/warm"
 NODES = ["n0", "n1", "n2"]

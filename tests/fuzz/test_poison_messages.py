@@ -20,7 +20,7 @@ from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
-from tests.reliability.simulation import job_doc
+from tests.support.manifests import job_doc
 
 pytestmark = pytest.mark.integration
 

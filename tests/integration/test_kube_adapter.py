@@ -13,7 +13,8 @@ from typing import Any
 import boto3
 import pytest
 
-from prewarm.adapters.errors import (
+from prewarm.adapters.kube import KubeCluster
+from prewarm.services.ports import (
     ClusterAuthError,
     ClusterConflictError,
     ClusterError,
@@ -22,14 +23,13 @@ from prewarm.adapters.errors import (
     ClusterNotFoundError,
     ClusterUnavailableError,
 )
-from prewarm.adapters.kube import KubeCluster
 from prewarm.settings import Settings
 from prewarm_devtools.kubeapi import KubeApiServer, StatusError
 from prewarm_devtools.kubeapi.synthetic import generate_cluster
+from tests.support.kube import SAMPLE_CLUSTER
 
 pytestmark = pytest.mark.integration
 
-SAMPLE_CLUSTER = Path(__file__).resolve().parents[2] / "samplefiles" / "cluster.yaml"
 SYNTHETIC_NODES = 1200
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from prewarm.domain.messages import Hello
 from tests.reliability.faults import Fault, FaultPlan
 from tests.reliability.invariants import invariant_problems
-from tests.reliability.simulation import IMAGE, Driver, Plane, job_doc, moto_aws
+from tests.reliability.simulation import Driver, Plane, moto_aws
+from tests.support.manifests import IMAGE, job_doc
 
 KEY = "default/warm"
 Scenario = Callable[[Driver], list[str]]

@@ -20,7 +20,7 @@ from moto import mock_aws
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
-from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, parse_node_message
+from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
 from prewarm.services.dispatch import needs_planning, plan_job
 from prewarm.services.jobs import JobNotFoundError, apply_manifest, delete_job
 from prewarm.services.reports import record_report, register_node
@@ -28,12 +28,13 @@ from prewarm.services.schedules import repull_daily, sweep
 from prewarm_devtools.sam.template import create_table, load_template
 from tests.reliability.faults import FaultPlan, InjectedFault
 from tests.reliability.invariants import FINISHED_STATES, job_state
-from tests.unit.services.conftest import FakeCluster, make_node
+from tests.support.clock import Clock
+from tests.support.cluster import FakeCluster, make_node
+from tests.support.control_plane import take_node_messages
 
 REGION = "us-west-2"
 T0 = 1_800_000_000.0
 RESEND_AFTER = 300
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/llm@sha256:" + "a" * 64
 
 T = TypeVar("T")
 Outcome = Literal["Succeeded", "Failed", "Silent", "Absent"]
@@ -55,23 +56,6 @@ def moto_aws() -> Iterator[tuple[Any, Any]]:
                             aws_secret_access_key="testing"))
 
 
-def job_doc(name: str = "warm", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
-            "metadata": {"name": name, "namespace": "default"}, "spec": {"image": IMAGE, **spec}}
-
-
-@dataclass
-class Clock:
-    t: float = T0
-
-    def now(self) -> float:
-        self.t += 1
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
 class Plane:
     """One table, one status queue and one node queue prefix of their own, so runs never meet."""
 
@@ -87,7 +71,7 @@ class Plane:
         self.store: Any = self.plan.wrap("store", self.real_store)
         self.queues: Any = self.plan.wrap("queues", self.real_queues)
         self.cluster = FakeCluster()
-        self.clock = Clock()
+        self.clock = Clock(T0, tick=1)
 
     def add_nodes(self, *names: str, **labels: str) -> list[str]:
         for name in names:
@@ -121,11 +105,7 @@ class Agents:
         got: list[PullTask | CancelTask] = []
         sqs = self.plane.sqs
         for url in sorted(sqs.list_queues(QueueNamePrefix=f"{self.plane.real_queues.prefix}-").get("QueueUrls", [])):
-            while msgs := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
-                                              WaitTimeSeconds=0).get("Messages", []):
-                for m in msgs:
-                    got.append(parse_node_message(m["Body"]))
-                    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            got += take_node_messages(sqs, url)
         for msg in got:
             detail = msg.reason if isinstance(msg, CancelTask) else ""
             self.delivered.add((msg.kind, msg.job, str(msg.round), msg.node, detail))
@@ -210,31 +190,31 @@ class Driver:
 
     def _plan(self, key: str) -> object:
         p = self.plane
-        result = plan_job(p.store, p.cluster, p.queues, key, now=p.clock.now())
+        result = plan_job(p.store, p.cluster, p.queues, key, now=p.clock())
         if result.send_failures:
             raise TaskSendsFailedError(f"{len(result.send_failures)} task sends failed")
         return result
 
     def apply(self, doc: dict[str, Any]) -> None:
         p = self.plane
-        self.deliver(lambda: apply_manifest(p.store, doc, now=p.clock.now()))
+        self.deliver(lambda: apply_manifest(p.store, doc, now=p.clock()))
 
     def report(self, report: StatusReport) -> None:
         p = self.plane
-        self.deliver(lambda: record_report(p.store, p.queues, report, now=p.clock.now()))
+        self.deliver(lambda: record_report(p.store, p.queues, report, now=p.clock()))
 
     def hello(self, hello: Hello) -> None:
         p = self.plane
-        self.deliver(lambda: register_node(p.store, p.queues, p.cluster, hello, now=p.clock.now()))
+        self.deliver(lambda: register_node(p.store, p.queues, p.cluster, hello, now=p.clock()))
 
     def sweep(self) -> None:
         p = self.plane
         self.sweeps += 1
-        self.deliver(lambda: sweep(p.store, p.queues, None, now=p.clock.now(), prefix=p.real_queues.prefix,
+        self.deliver(lambda: sweep(p.store, p.queues, None, now=p.clock(), prefix=p.real_queues.prefix,
                                    resend_after_seconds=RESEND_AFTER))
 
     def repull(self) -> None:
-        scheduled = self.plane.clock.now()  # a retried invocation carries the same scheduled time
+        scheduled = self.plane.clock()  # a retried invocation carries the same scheduled time
         self.deliver(lambda: repull_daily(self.plane.store, scheduled_time=scheduled))
 
     def delete(self, key: str) -> None:

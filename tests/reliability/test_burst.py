@@ -25,7 +25,7 @@ from prewarm_devtools.kubeapi.synthetic import generate_cluster
 from prewarm_devtools.sam.aws import MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
 from tests.reliability.invariants import assert_invariant
-from tests.reliability.simulation import IMAGE
+from tests.support.manifests import IMAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,11 +14,11 @@ from prewarm.services.jobs import apply_manifest
 from prewarm.services.schedules import repull_daily
 from tests.reliability.faults import Fault
 from tests.reliability.scenarios import KEY, crash_runs, describe
-from tests.reliability.simulation import Driver, Plane, job_doc, moto_aws
-from tests.unit.functions.conftest import load_event, load_handler, stack
-from tests.unit.services.conftest import make_node
-
-__all__ = ["stack"]  # the handlers' moto stack, a fixture
+from tests.reliability.simulation import Driver, Plane, moto_aws
+from tests.support.cluster import make_node
+from tests.support.events import load_event
+from tests.support.handlers import load_handler
+from tests.support.manifests import job_doc
 
 PINNED = {
     # sweep cancelled node by node, then sent the cancels: a retry found the nodes cancelled and sent none
@@ -58,13 +58,13 @@ def test_a_daily_repull_retried_after_its_round_was_planned_starts_no_second_rou
         plane.add_nodes("n0")
         d.apply(job_doc(completionPolicy={"type": "Never"}))
         d.work()
-        scheduled = plane.clock.now()
+        scheduled = plane.clock()
         assert repull_daily(plane.store, scheduled_time=scheduled) == [KEY]
         d.stream()
         d.work()
         # When the scheduler retries the same invocation, then the next day's arrives
         retried = repull_daily(plane.store, scheduled_time=scheduled)
-        next_day = repull_daily(plane.store, scheduled_time=plane.clock.now() + 86400)
+        next_day = repull_daily(plane.store, scheduled_time=plane.clock() + 86400)
         # Then the retry starts nothing and the next day starts round 2
         assert (retried, next_day) == ([], [KEY])
         record = plane.real_store.get_job(KEY)

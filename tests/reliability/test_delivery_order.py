@@ -20,7 +20,8 @@ from prewarm.services.jobs import apply_manifest
 from prewarm.services.push import ImagePush, handle_push
 from prewarm.services.reports import record_report
 from tests.reliability.invariants import assert_invariant, job_state
-from tests.reliability.simulation import Plane, job_doc, moto_aws
+from tests.reliability.simulation import Plane, moto_aws
+from tests.support.manifests import job_doc
 
 WARM, KEEP = "default/warm", "default/keep"
 DIGEST = "sha256:" + "c" * 64
@@ -48,22 +49,22 @@ def fresh_plane(ddb: Any, sqs: Any) -> Plane:
     """Both jobs applied and planned: `warm` (3 nodes, 2 at a time) and `keep` (Never, 2 nodes)."""
     plane = Plane(ddb, sqs, "order")
     plane.add_nodes("n0", "n1", "n2", pool="gpu")
-    apply_manifest(plane.store, job_doc("warm", parallelism=2), now=plane.clock.now())
+    apply_manifest(plane.store, job_doc("warm", parallelism=2), now=plane.clock())
     apply_manifest(plane.store, job_doc("keep", parallelism=2, completionPolicy={"type": "Never"},
-                                        selector={"names": ["n0", "n1"]}), now=plane.clock.now())
+                                        selector={"names": ["n0", "n1"]}), now=plane.clock())
     for key in (WARM, KEEP):
-        plan_job(plane.store, plane.cluster, plane.queues, key, now=plane.clock.now())
+        plan_job(plane.store, plane.cluster, plane.queues, key, now=plane.clock())
     return plane
 
 
 def deliver(plane: Plane, uids: dict[str, str], what: int | str) -> None:
     if isinstance(what, str):
-        plan_job(plane.store, plane.cluster, plane.queues, what.removeprefix("plan "), now=plane.clock.now())
+        plan_job(plane.store, plane.cluster, plane.queues, what.removeprefix("plan "), now=plane.clock())
         return
     job, node, phase, attempt, seq, extra = REPORTS[what]
     report = StatusReport.model_validate({"job": job, "job_uid": uids[job], "round": 0, "node": node,
                                           "phase": phase, "attempt": attempt, "seq": seq, **extra})
-    record_report(plane.store, plane.queues, report, now=plane.clock.now())
+    record_report(plane.store, plane.queues, report, now=plane.clock())
 
 
 def comparable(state: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -131,7 +132,7 @@ def jobs_after(pushes: list[int]) -> list[tuple[Any, ...]]:
         for rule in RULES:
             apply_manifest(plane.store, rule, now=1.0)
         for i in pushes:
-            handle_push(plane.store, None, PUSHES[i], now=plane.clock.now())
+            handle_push(plane.store, None, PUSHES[i], now=plane.clock())
         return sorted((r.key, r.spec_hash, r.generation, r.round, r.state) for r in plane.real_store.list_jobs())
 
 

@@ -23,7 +23,8 @@ from prewarm.adapters.sqs import NodeQueues
 from prewarm.services.ports import StoreRetryableError
 from tests.reliability.invariants import invariant_problems
 from tests.reliability.scenarios import KEY, SCENARIOS, differences
-from tests.reliability.simulation import REGION, Driver, Plane, job_doc, moto_aws
+from tests.reliability.simulation import REGION, Driver, Plane, moto_aws
+from tests.support.manifests import job_doc
 
 MAX_ATTEMPTS = 9  # the adapters' botocore config: retries={"max_attempts": 8} counts retries after the first
 DYNAMODB_ERROR = "com.amazonaws.dynamodb.v20120810#"

@@ -26,7 +26,8 @@ from prewarm_devtools.node.images import host_architecture
 from prewarm_devtools.node.registry import LocalRegistry
 from prewarm_devtools.pytest_plugins.node import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
 from prewarm_devtools.sam.aws import MotoServer
-from tests.integration.agent.conftest import AgentHarness
+from tests.support.agent_harness import AgentHarness
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -51,15 +52,6 @@ def _http_get(agent: AgentHarness, path: str) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-
-
-def _eventually(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 # --- pulls -------------------------------------------------------------------------------------------
@@ -91,7 +83,7 @@ def test_pull_by_tag_reports_pulling_then_succeeded_and_deletes_the_message(
     status = cri.image_status(image.reference)
     assert status is not None and status.id == image.config_digest
     # ... and the task message is gone from the queue
-    assert _eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
+    assert eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
 
 
 def test_pull_by_digest(agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory) -> None:
@@ -485,7 +477,7 @@ def test_poison_messages_are_logged_and_left_for_the_dead_letter_queue(
 
     # Then the loop goes on: the valid task still succeeds ...
     assert agent.final(task).phase == "Succeeded"
-    assert _eventually(lambda: agent.metric("prewarm_agent_messages_received_total", kind="poison") == 2, timeout=5)
+    assert eventually(lambda: agent.metric("prewarm_agent_messages_received_total", kind="poison") == 2, timeout=5)
     # ... the poison messages are neither deleted nor taken: they wait out their visibility timeout
     assert agent.queue_depth() == (0, 2)
     poison_logs = [r.getMessage() for r in caplog.records if "poison message" in r.getMessage()]
@@ -511,7 +503,7 @@ def test_finished_task_delivered_again_is_answered_with_the_same_outcome(
     again = [r for r in agent.reports(task) if r.phase == "Succeeded"]
     assert again[0] == again[1] == first
     assert agent.metric("prewarm_agent_pull_calls_total") == 1
-    assert _eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
+    assert eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
 
 
 def test_cancel_before_its_task_is_recorded_and_the_task_never_pulls(
@@ -531,7 +523,7 @@ def test_cancel_before_its_task_is_recorded_and_the_task_never_pulls(
     agent.wait_for(task, lambda rs: len(rs) == 2, timeout=10)
     assert [(r.phase, r.message) for r in agent.reports(task)] == [("Cancelled", "job deleted")] * 2
     assert agent.metric("prewarm_agent_pull_calls_total") == 0
-    assert _eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
+    assert eventually(lambda: agent.queue_depth() == (0, 0), timeout=5)
 
 
 # --- start-up -------------------------------------------------------------------------------------
@@ -659,5 +651,5 @@ def test_task_for_another_node_is_left_for_the_dead_letter_queue(agents: Agents)
 
     agent.send(stray)
 
-    assert _eventually(lambda: agent.metric("prewarm_agent_messages_received_total", kind="poison") == 1, timeout=5)
+    assert eventually(lambda: agent.metric("prewarm_agent_messages_received_total", kind="poison") == 1, timeout=5)
     assert agent.queue_depth() == (0, 1)

@@ -21,7 +21,8 @@ from prewarm_devtools.node.containerd import PrivateContainerd
 from prewarm_devtools.node.registry import LocalRegistry
 from prewarm_devtools.node.throttle import ConnectionRecord, ThrottlingProxy
 from prewarm_devtools.pytest_plugins.node import OciImageFactory
-from tests.integration.agent.conftest import AgentHarness
+from tests.support.agent_harness import AgentHarness
+from tests.support.waiting import busiest
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -34,10 +35,6 @@ def slow_link(node_runtime: PrivateContainerd, throttled_registry: ThrottlingPro
     """The registry at 1 MiB/s (change with `set_rate`), served to containerd and the agent by hosts.toml."""
     node_runtime.add_registry_mirror(throttled_registry.host, throttled_registry.url)
     return throttled_registry
-
-
-def _busiest(proxy: ThrottlingProxy) -> ConnectionRecord:
-    return max(proxy.connections(), key=lambda record: record.bytes_to_client)
 
 
 # More than any manifest or config: a connection that carried this much was downloading a layer.
@@ -138,8 +135,8 @@ def test_cancel_stops_containerds_download_within_two_seconds(
     # Then it reports Cancelled with the reason ...
     assert (final.phase, final.message) == ("Cancelled", "job deleted")
     # ... containerd hung up on the registry within 2 s of the cancel being sent ...
-    assert slow_link.wait_for(lambda proxy: not _busiest(proxy).open, timeout=3)
-    connection = _busiest(slow_link)
+    assert slow_link.wait_for(lambda proxy: not busiest(proxy).open, timeout=3)
+    connection = busiest(slow_link)
     assert connection.closed_by == "client"
     assert connection.upstream_closed_at is not None and connection.upstream_closed_at - sent_at < 2
     # ... its ingest stopped growing and no bytes flow any more ...
@@ -349,8 +346,8 @@ def test_sigterm_cancels_the_pull_releases_its_message_and_exits_0(
     final = harness.final(task, timeout=5)
     assert (final.phase, final.message) == ("Cancelled", "agent shutting down")
     # ... containerd's download was stopped ...
-    assert slow_link.wait_for(lambda proxy: not _busiest(proxy).open, timeout=2)
-    assert _busiest(slow_link).bytes_to_client < 16 * MIB
+    assert slow_link.wait_for(lambda proxy: not busiest(proxy).open, timeout=2)
+    assert busiest(slow_link).bytes_to_client < 16 * MIB
     # ... the task's message is visible again at once, for the restarted agent ...
     answer = harness.sqs.receive_message(QueueUrl=harness.queue_url, WaitTimeSeconds=1,
                                          MessageSystemAttributeNames=["ApproximateReceiveCount"])

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from prewarm.services.jobs import job_key
-
-from .conftest import ControlPlane, Run, job_yaml
+from tests.support.cli import Run
+from tests.support.control_plane import ControlPlane
+from tests.support.manifests import job_yaml
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,9 @@ import yaml
 
 from prewarm.domain.messages import Hello
 from prewarm.services.reports import register_node
-
-from .conftest import ControlPlane, Run, job_yaml
+from tests.support.cli import Run
+from tests.support.control_plane import ControlPlane
+from tests.support.manifests import job_yaml
 
 pytestmark = pytest.mark.integration
 

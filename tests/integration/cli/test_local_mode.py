@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, read_local_state, write_local_state
-
-from .conftest import job_yaml
+from tests.support.manifests import job_yaml
 
 pytestmark = pytest.mark.integration
 

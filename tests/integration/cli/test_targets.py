@@ -25,8 +25,8 @@ from prewarm_cli.targets import (
 )
 from prewarm_devtools.sam.aws import aws_environment
 from prewarm_devtools.sam.stack import LocalStack
-
-from .conftest import Run, job_yaml
+from tests.support.cli import Run
+from tests.support.manifests import job_yaml
 
 pytestmark = pytest.mark.integration
 

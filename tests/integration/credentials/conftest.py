@@ -1,5 +1,14 @@
-"""moto for the credentials integration tests: the same `aws` fixture as the unit tests."""
+"""moto for the credentials integration tests, as for the unit tests."""
 
-from tests.unit.credentials.conftest import aws
+from collections.abc import Iterator
 
-__all__ = ["aws"]
+import pytest
+
+from tests.support.aws import mocked_aws
+from tests.support.credentials import REGION
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with mocked_aws(monkeypatch, REGION):
+        yield

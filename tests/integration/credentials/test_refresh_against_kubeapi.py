@@ -22,9 +22,10 @@ from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManag
 from prewarm.domain.credentials import Keyring
 from prewarm.domain.refresh import CredentialsConfig
 from prewarm.services.credentials import CredentialRefreshError, RefreshReport, refresh_credentials
-from prewarm.services.dispatch import PullSecretError
+from prewarm.services.ports import PullSecretError
 from prewarm_devtools.kubeapi import KubeApiServer
-from tests.unit.credentials.conftest import REGION, Clock
+from tests.support.clock import Clock
+from tests.support.credentials import REGION, outcomes
 
 pytestmark = pytest.mark.integration
 
@@ -90,10 +91,6 @@ class Refresher:
 @pytest.fixture
 def refresher(aws: None, cluster: KubeCluster) -> Refresher:
     return Refresher(cluster, Clock(ISSUED))
-
-
-def outcomes(report: RefreshReport) -> dict[str, str]:
-    return {n.namespace: n.outcome.value for n in report.namespaces}
 
 
 def test_refresh_creates_skips_while_fresh_and_refreshes_after_half_life(

@@ -23,7 +23,7 @@ from kubernetes.client import ApiClient, ApiException, Configuration, CoreV1Api,
 from kubernetes.config import kube_config
 
 from prewarm_devtools.kubeapi import KubeApiServer, StatusError
-from tests.integration.kubeapi.conftest import SAMPLE_CLUSTER, call, status_of
+from tests.support.kube import SAMPLE_CLUSTER, call, status_of
 
 pytestmark = pytest.mark.integration
 

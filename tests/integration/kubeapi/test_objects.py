@@ -15,7 +15,7 @@ import pytest
 from kubernetes.client import ApiClient, ApiException, CoreV1Api, V1Pod
 
 from prewarm_devtools.kubeapi import KubeApiServer
-from tests.integration.kubeapi.conftest import call, node, pod, status_of
+from tests.support.kube import call, node, pod, status_of
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from kubernetes.client import ApiClient, ApiException, CoreV1Api
 
 from prewarm_devtools.kubeapi import KubeApiServer
 from prewarm_devtools.kubeapi.synthetic import generate_nodes
-from tests.integration.kubeapi.conftest import call, node, status_of
+from tests.support.kube import call, node, status_of
 
 pytestmark = pytest.mark.integration
 

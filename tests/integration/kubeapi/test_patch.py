@@ -11,7 +11,7 @@ import base64
 import pytest
 from kubernetes.client import ApiClient, ApiException, CoreV1Api
 
-from tests.integration.kubeapi.conftest import call, node, status_of
+from tests.support.kube import call, node, status_of
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from kubernetes.client import CoreV1Api
 
 from prewarm_devtools.kubeapi import KubeApiServer, SeedError
 from prewarm_devtools.kubeapi.synthetic import generate_cluster, generate_nodes
-from tests.integration.kubeapi.conftest import SAMPLE_CLUSTER, call, node, pod
+from tests.support.kube import SAMPLE_CLUSTER, call, node, pod
 
 pytestmark = pytest.mark.integration
 

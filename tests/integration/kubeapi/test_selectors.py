@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client import ApiClient, ApiException, CoreV1Api
 
 from prewarm_devtools.kubeapi import KubeApiServer
-from tests.integration.kubeapi.conftest import node, pod, status_of
+from tests.support.kube import node, pod, status_of
 
 pytestmark = pytest.mark.integration
 

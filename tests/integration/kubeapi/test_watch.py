@@ -17,7 +17,7 @@ from kubernetes import watch
 from kubernetes.client import ApiClient, ApiException, CoreV1Api
 
 from prewarm_devtools.kubeapi import KubeApiServer
-from tests.integration.kubeapi.conftest import node, pod
+from tests.support.kube import node, pod
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,8 +11,9 @@ from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
 from prewarm_agent.cri.errors import PullCancelledError, PullTimeoutError
 from prewarm_devtools.node.containerd import PrivateContainerd
 from prewarm_devtools.node.registry import LocalRegistry
-from prewarm_devtools.node.throttle import ConnectionRecord, ThrottlingProxy
+from prewarm_devtools.node.throttle import ThrottlingProxy
 from prewarm_devtools.pytest_plugins.node import OciImageFactory
+from tests.support.waiting import busiest, eventually
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -37,22 +38,9 @@ def slow_link(containerd: PrivateContainerd, throttled_registry: ThrottlingProxy
     return throttled_registry
 
 
-def _eventually(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-    return True
-
-
 def _offset(reader: ContentStatusReader, ref: str) -> int | None:
     status = reader.status(ref)
     return status.offset if status is not None else None
-
-
-def _busiest(proxy: ThrottlingProxy) -> ConnectionRecord:
-    return max(proxy.connections(), key=lambda record: record.bytes_to_client)
 
 
 def test_ingest_offsets_grow_while_a_throttled_pull_downloads(
@@ -100,7 +88,7 @@ def test_pull_past_its_deadline_fails_with_a_timeout_and_hangs_up(
     # Then the pull fails at the deadline and containerd drops the download
     assert time.monotonic() - started < 5
     assert caught.value.code == "DEADLINE_EXCEEDED"
-    assert slow_link.wait_for(lambda proxy: not _busiest(proxy).open, timeout=2)
+    assert slow_link.wait_for(lambda proxy: not busiest(proxy).open, timeout=2)
     assert cri.image_status(image.reference) is None
 
 
@@ -115,7 +103,7 @@ def test_cancel_closes_the_registry_connection_and_freezes_the_ingest(
     image = oci_image_factory.push(registry, "slow/cancel", size_mb=16).with_host(slow_link.host)
     layer_ref = f"layer-{image.layer_digests[0]}"
     handle = cri.pull_image(image.reference)
-    assert _eventually(lambda: (_offset(ingests, layer_ref) or 0) > 0, timeout=10), "download never started"
+    assert eventually(lambda: (_offset(ingests, layer_ref) or 0) > 0, timeout=10), "download never started"
 
     # When the pull is cancelled
     assert handle.cancel()
@@ -124,8 +112,8 @@ def test_cancel_closes_the_registry_connection_and_freezes_the_ingest(
         handle.result(timeout=5)
 
     # Then within 2 s containerd hangs up on the registry ...
-    assert slow_link.wait_for(lambda proxy: not _busiest(proxy).open, timeout=2)
-    layer_connection = _busiest(slow_link)
+    assert slow_link.wait_for(lambda proxy: not busiest(proxy).open, timeout=2)
+    layer_connection = busiest(slow_link)
     assert layer_connection.closed_by == "client"
     assert layer_connection.upstream_closed_at is not None
     assert layer_connection.upstream_closed_at - cancelled_at < 2

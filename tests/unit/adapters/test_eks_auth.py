@@ -21,6 +21,7 @@ from prewarm.adapters.eks_auth import EksTokenSource, describe_cluster_endpoint
 from prewarm.adapters.errors import ClusterAuthError, ClusterConfigError
 from prewarm.adapters.kube import KubeCluster, ca_pem
 from prewarm.settings import Settings
+from tests.support.clock import Clock
 
 REGION = "eu-west-1"
 
@@ -41,18 +42,10 @@ def aws() -> Iterator[None]:
         yield
 
 
-class FakeClock:
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """A clock for the token source that botocore also signs with, so re-signed tokens differ visibly."""
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     monkeypatch.setattr(
         "botocore.auth.get_current_datetime",
         lambda: datetime.datetime.fromtimestamp(clock.now, datetime.UTC).replace(tzinfo=None),
@@ -138,7 +131,7 @@ def test_signature_covers_the_cluster_id_header() -> None:
     assert "prod-cluster" not in decode(source())
 
 
-def test_tokens_for_different_clusters_differ(clock: FakeClock) -> None:
+def test_tokens_for_different_clusters_differ(clock: Clock) -> None:
     # Given two token sources signing at the same instant with the same credentials
     first = EksTokenSource("cluster-a", session())
     second = EksTokenSource("cluster-b", session())
@@ -159,7 +152,7 @@ def test_token_uses_the_regional_sts_endpoint_of_the_sessions_region(region: str
     assert urlsplit(decode(source())).hostname == host
 
 
-def test_token_is_reused_before_the_refresh_margin(clock: FakeClock) -> None:
+def test_token_is_reused_before_the_refresh_margin(clock: Clock) -> None:
     # Given a token made now
     source = EksTokenSource("prod-cluster", session(), clock=clock)
     first = source()
@@ -171,7 +164,7 @@ def test_token_is_reused_before_the_refresh_margin(clock: FakeClock) -> None:
     assert source() == first
 
 
-def test_token_is_re_signed_once_older_than_the_refresh_margin(clock: FakeClock) -> None:
+def test_token_is_re_signed_once_older_than_the_refresh_margin(clock: Clock) -> None:
     # Given a token made now
     source = EksTokenSource("prod-cluster", session(), clock=clock)
     first = source()
@@ -187,7 +180,7 @@ def test_token_is_re_signed_once_older_than_the_refresh_margin(clock: FakeClock)
     assert source() == second
 
 
-def test_token_is_re_signed_when_the_clock_goes_backwards(clock: FakeClock) -> None:
+def test_token_is_re_signed_when_the_clock_goes_backwards(clock: Clock) -> None:
     # Given a token made now
     source = EksTokenSource("prod-cluster", session(), clock=clock)
     first = source()

@@ -13,7 +13,8 @@ from prewarm_agent.cri.errors import CriError
 from prewarm_agent.node import NodeFacts
 from prewarm_agent.pulls import TaskRun
 from prewarm_agent.settings import AgentSettings
-from tests.unit.agent.fakes import NEVER, FakeCall, FakeClock, FakeCredentials, FakeRuntime, Ingest, make_run, make_task
+from tests.support.agent import NEVER, FakeCall, FakeCredentials, FakeRuntime, Ingest, make_run, make_task
+from tests.support.clock import Clock
 
 LAYER = "sha256:" + "a" * 64
 
@@ -41,7 +42,7 @@ class NoLayers:
         return {}
 
 
-def make_agent(content: Content, clock: FakeClock, status: Status) -> Agent:
+def make_agent(content: Content, clock: Clock, status: Status) -> Agent:
     settings = AgentSettings.from_env({
         "NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": "prewarm-node", "AWS_REGION": "us-west-2",
         "STATUS_QUEUE_URL": "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status",
@@ -51,7 +52,7 @@ def make_agent(content: Content, clock: FakeClock, status: Status) -> Agent:
                  node=lambda: NodeFacts(name="node-a"))
 
 
-def pulling(agent: Agent, clock: FakeClock) -> TaskRun:
+def pulling(agent: Agent, clock: Clock) -> TaskRun:
     run = make_run(make_task())
     agent.pulls.join(run, ("registry.example.com/team/app:v1", "anonymous"), lambda: FakeCall(NEVER))
     run.begin_attempt(1, clock.time())
@@ -59,10 +60,10 @@ def pulling(agent: Agent, clock: FakeClock) -> TaskRun:
 
 
 def test_a_running_pull_reports_its_layer_bytes() -> None:
-    clock, status = FakeClock(), Status()
+    clock, status = Clock(), Status()
     agent = make_agent(Content([Ingest(f"layer-{LAYER}", 300, 1000)]), clock, status)
     pulling(agent, clock)
-    clock.elapsed += 7
+    clock.advance(7)
 
     agent.report_progress()
 
@@ -76,13 +77,13 @@ def test_without_the_content_api_reports_carry_the_elapsed_time_and_it_is_logged
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="prewarm_agent")
-    clock, status = FakeClock(), Status()
+    clock, status = Clock(), Status()
     agent = make_agent(Content(None), clock, status)
     pulling(agent, clock)
 
-    clock.elapsed += 5
+    clock.advance(5)
     agent.report_progress()
-    clock.elapsed += 5
+    clock.advance(5)
     agent.report_progress()
 
     assert [(r.bytes_done, r.message) for r in status.sent if isinstance(r, StatusReport)] == [
@@ -95,7 +96,7 @@ def test_without_the_content_api_reports_carry_the_elapsed_time_and_it_is_logged
 
 
 def test_a_cancelled_run_sends_no_more_progress() -> None:
-    clock, status = FakeClock(), Status()
+    clock, status = Clock(), Status()
     agent = make_agent(Content([]), clock, status)
     run = pulling(agent, clock)
     run.cancel("job deleted")

@@ -19,11 +19,10 @@ from prewarm_agent.attempts import (
 from prewarm_agent.cri.client import ImageInfo
 from prewarm_agent.cri.errors import CriUnavailableError, ImagePullError
 from prewarm_agent.pulls import PullCoordinator, TaskRun
-from tests.unit.agent.fakes import (
+from tests.support.agent import (
     IMAGE_ID,
     NEVER,
     REPO_DIGEST,
-    FakeClock,
     FakeCredentials,
     FakeDisk,
     FakeRuntime,
@@ -31,6 +30,7 @@ from tests.unit.agent.fakes import (
     make_run,
     make_task,
 )
+from tests.support.clock import Clock
 
 IMAGE = "registry.example.com/team/app:v1"
 UNAUTHORIZED = (
@@ -55,7 +55,7 @@ class Setup:
         allowlist: tuple[str, ...] = (),
         max_concurrent: int = 2,
     ) -> None:
-        self.clock = FakeClock()
+        self.clock = Clock()
         self.runtime = FakeRuntime(outcomes if outcomes is not None else [IMAGE_ID], present)
         self.credentials = credentials or FakeCredentials()
         self.disk = disk or FakeDisk()
@@ -80,7 +80,7 @@ def test_a_successful_pull_reports_pulling_then_succeeded_with_the_image() -> No
     final = setup.runner.run(run)
 
     (pulling,) = setup.events.reports
-    assert (pulling.phase, pulling.attempt, pulling.seq, pulling.started_at) == ("Pulling", 1, 1, setup.clock.now)
+    assert (pulling.phase, pulling.attempt, pulling.seq, pulling.started_at) == ("Pulling", 1, 1, setup.clock.started)
     assert (final.phase, final.attempt, final.seq) == ("Succeeded", 1, 2)
     assert (final.job, final.job_uid, final.round, final.node) == ("default/warm", "uid-1", 2, "node-a")
     assert final.image_id == IMAGE_ID
@@ -209,7 +209,7 @@ def test_the_last_timeout_is_reported() -> None:
 def test_the_deadline_cuts_the_attempt_and_no_attempt_starts_after_it() -> None:
     # Given a deadline 12 s away, 10 s attempts and many retries
     setup = Setup([NEVER, NEVER, NEVER])
-    run = make_run(make_task(IMAGE, timeout_seconds=10, backoff_limit=5, deadline=FakeClock().now + 12))
+    run = make_run(make_task(IMAGE, timeout_seconds=10, backoff_limit=5, deadline=Clock().now + 12))
 
     final = setup.runner.run(run)
 
@@ -223,7 +223,7 @@ def test_the_deadline_cuts_the_attempt_and_no_attempt_starts_after_it() -> None:
 def test_a_task_past_its_deadline_fails_without_pulling() -> None:
     setup = Setup()
 
-    final = setup.runner.run(make_run(make_task(IMAGE, deadline=FakeClock().now - 1)))
+    final = setup.runner.run(make_run(make_task(IMAGE, deadline=Clock().now - 1)))
 
     assert (final.phase, final.message, final.attempt) == ("Failed", PULL_DEADLINE_EXCEEDED_MESSAGE, 0)
     assert setup.runtime.pulls == []

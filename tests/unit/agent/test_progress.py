@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prewarm_agent.progress import Progress, ProgressTracker, layer_digest
-from tests.unit.agent.fakes import Ingest
+from tests.support.agent import Ingest
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64

@@ -9,7 +9,8 @@ import pytest
 
 from prewarm_agent.clock import SystemClock
 from prewarm_agent.pulls import PullCoordinator, TaskRun
-from tests.unit.agent.fakes import NEVER, FakeCall, FakeClock, make_run, make_task
+from tests.support.agent import NEVER, FakeCall, make_run, make_task
+from tests.support.clock import Clock
 
 KEY = ("registry.example.com/team/app:v1", "anonymous")
 
@@ -24,7 +25,7 @@ def starter(calls: list[FakeCall], outcome: object = NEVER) -> Callable[[], Fake
 
 
 def test_a_second_run_with_the_same_key_joins_the_running_call() -> None:
-    pulls = PullCoordinator(2, FakeClock())
+    pulls = PullCoordinator(2, Clock())
     calls: list[FakeCall] = []
     first, second = make_run(make_task(job_uid="a")), make_run(make_task(job_uid="b"))
 
@@ -38,7 +39,7 @@ def test_a_second_run_with_the_same_key_joins_the_running_call() -> None:
 
 
 def test_other_credentials_get_their_own_call() -> None:
-    pulls = PullCoordinator(2, FakeClock())
+    pulls = PullCoordinator(2, Clock())
     calls: list[FakeCall] = []
 
     pulls.join(make_run(), KEY, starter(calls))
@@ -48,7 +49,7 @@ def test_other_credentials_get_their_own_call() -> None:
 
 
 def test_the_call_is_cancelled_only_when_its_last_waiter_leaves() -> None:
-    pulls = PullCoordinator(2, FakeClock())
+    pulls = PullCoordinator(2, Clock())
     calls: list[FakeCall] = []
     first, second = make_run(make_task(job_uid="a")), make_run(make_task(job_uid="b"))
     shared = pulls.join(first, KEY, starter(calls))
@@ -64,7 +65,7 @@ def test_the_call_is_cancelled_only_when_its_last_waiter_leaves() -> None:
 
 
 def test_a_finished_call_frees_its_slot_and_wakes_its_waiters() -> None:
-    pulls = PullCoordinator(1, FakeClock())
+    pulls = PullCoordinator(1, Clock())
     calls: list[FakeCall] = []
     run = make_run()
     pulls.join(run, KEY, starter(calls))
@@ -78,7 +79,7 @@ def test_a_finished_call_frees_its_slot_and_wakes_its_waiters() -> None:
 
 
 def test_a_new_call_waits_for_a_slot_until_the_deadline() -> None:
-    clock = FakeClock()
+    clock = Clock()
     pulls = PullCoordinator(1, clock)
     calls: list[FakeCall] = []
     pulls.join(make_run(make_task(job_uid="a")), KEY, starter(calls))
@@ -136,7 +137,7 @@ def test_cancel_wakes_a_run_waiting_for_a_slot() -> None:
 
 
 def test_close_turns_away_runs_waiting_for_a_slot_and_starts_nothing() -> None:
-    pulls = PullCoordinator(1, FakeClock())
+    pulls = PullCoordinator(1, Clock())
     calls: list[FakeCall] = []
     pulls.close()
 

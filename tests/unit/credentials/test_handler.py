@@ -14,22 +14,19 @@ import boto3
 import pytest
 
 from prewarm import bootstrap
-from prewarm.adapters.errors import ClusterUnavailableError
 from prewarm.domain.refresh import CredentialsConfigError
 from prewarm.services.credentials import CredentialRefreshError
+from prewarm.services.ports import ClusterUnavailableError
 from prewarm_devtools.sam.events import LambdaContext
-from tests.unit.credentials.conftest import PASSWORD, REGION, Clock, FakeCluster, FakeTokens
-from tests.unit.functions.conftest import load_event, load_handler
+from tests.support.cluster import FakeCluster
+from tests.support.credentials import PASSWORD, REGION, FakeTokens
+from tests.support.events import load_event
+from tests.support.handlers import load_handler
 
 CONTEXT = LambdaContext("test", REGION, "123456789012", memory_mb=512, timeout_s=60)
 
 HOST = "111122223333.dkr.ecr.us-east-1.amazonaws.com"
 CONFIG = {"registries": [{"account": "111122223333", "region": "us-east-1"}], "namespaces": ["team-*"]}
-
-
-class WallClock(Clock):
-    def __call__(self) -> float:
-        return time.time()
 
 
 @pytest.fixture
@@ -46,7 +43,7 @@ def function(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster
     bootstrap.reset()
     cluster = FakeCluster()
     monkeypatch.setattr(bootstrap, "cluster", lambda: cluster)
-    monkeypatch.setattr(bootstrap, "registry_tokens", lambda: FakeTokens(WallClock()))
+    monkeypatch.setattr(bootstrap, "registry_tokens", lambda: FakeTokens(time.time))
     yield cluster
     monkeypatch.undo()
     bootstrap.reset()

@@ -24,7 +24,9 @@ from prewarm.domain.refresh import (
     stored_token,
     stored_token_is_fresh,
 )
-from tests.unit.credentials.conftest import HOUR, PASSWORD, T0, namespace
+from tests.support.clock import HOUR, T0
+from tests.support.cluster import make_namespace
+from tests.support.credentials import PASSWORD
 
 HOST = "111122223333.dkr.ecr.us-east-1.amazonaws.com"
 
@@ -45,9 +47,9 @@ def written(issued_at: float = T0, hosts: tuple[str, ...] = (HOST,)) -> dict[str
 
 # -- namespaces ------------------------------------------------------------------------------------
 
-ALL = [namespace("default"), namespace("kube-system"), namespace("team-a", team="a"),
-       namespace("team-b", team="b"), namespace("team-sandbox-1", team="a"), namespace("ml-01"),
-       namespace("ml-100"), namespace("team-gone", "Terminating", team="a")]
+ALL = [make_namespace("default"), make_namespace("kube-system"), make_namespace("team-a", team="a"),
+       make_namespace("team-b", team="b"), make_namespace("team-sandbox-1", team="a"), make_namespace("ml-01"),
+       make_namespace("ml-100"), make_namespace("team-gone", "Terminating", team="a")]
 
 
 @pytest.mark.parametrize(
@@ -79,7 +81,7 @@ def test_terminating_namespaces_are_never_targets() -> None:
 
 
 def test_wildcards_match_whole_names_only() -> None:
-    assert select_namespaces([namespace("xteam-a"), namespace("team-ab")], targets(include=["team-?"])) == []
+    assert select_namespaces([make_namespace("xteam-a"), make_namespace("team-ab")], targets(include=["team-?"])) == []
 
 
 # -- the decision ----------------------------------------------------------------------------------

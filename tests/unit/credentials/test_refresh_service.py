@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
-from prewarm.adapters.errors import ClusterAuthError, ClusterUnavailableError
 from prewarm.services.credentials import CredentialRefreshError, Outcome, RefreshReport, refresh_credentials
-from tests.unit.credentials.conftest import HOUR, T0, Clock, FakeCluster, FakeStore, FakeTokens, config
+from prewarm.services.ports import ClusterAuthError, ClusterUnavailableError
+from tests.support.clock import HOUR, T0, Clock
+from tests.support.cluster import FakeCluster
+from tests.support.credentials import FakeCredentialStore, FakeTokens, config, outcomes
 
 HOST = "111122223333.dkr.ecr.us-east-1.amazonaws.com"
 
@@ -18,7 +20,7 @@ class Run:
         self.clock = clock
         self.cluster = FakeCluster()
         self.tokens = FakeTokens(clock)
-        self.store = FakeStore()
+        self.store = FakeCredentialStore()
 
     def __call__(self, **fields: Any) -> RefreshReport:
         return refresh_credentials(config(**fields), self.cluster, self.tokens, self.store, clock=self.clock)
@@ -27,10 +29,6 @@ class Run:
 @pytest.fixture
 def run(clock: Clock) -> Run:
     return Run(clock)
-
-
-def outcomes(report: RefreshReport) -> dict[str, str]:
-    return {n.namespace: n.outcome.value for n in report.namespaces}
 
 
 def test_secret_is_created_then_skipped_while_fresh_then_refreshed_after_half_life(run: Run) -> None:
@@ -195,7 +193,7 @@ def test_agent_copies_are_written_per_host_and_kept_while_fresh(run: Run) -> Non
 
 
 def test_without_namespaces_only_agent_copies_are_written(clock: Clock) -> None:
-    tokens, store = FakeTokens(clock), FakeStore()
+    tokens, store = FakeTokens(clock), FakeCredentialStore()
     cfg = config(namespaces=None)
     report = refresh_credentials(cfg, None, tokens, store, clock=clock)
     assert report.namespaces == [] and store.writes == [HOST]

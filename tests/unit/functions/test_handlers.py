@@ -9,8 +9,10 @@ import boto3
 
 from prewarm import bootstrap
 from prewarm.services.jobs import apply_manifest, view_job
-from tests.unit.functions.conftest import REGION, load_event, load_handler
-from tests.unit.services.conftest import make_node
+from tests.support.cluster import make_node
+from tests.support.events import load_event
+from tests.support.handlers import load_handler
+from tests.support.lambda_stack import REGION
 
 RULE = {
     "apiVersion": "prewarm.dev/v1alpha1",

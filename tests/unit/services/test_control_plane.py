@@ -11,18 +11,9 @@ from prewarm.services.dispatch import needs_planning, plan_job
 from prewarm.services.jobs import apply_manifest, delete_job, view_job
 from prewarm.services.reports import record_report, register_node
 from prewarm.services.schedules import DEADLINE_MESSAGE, SILENT_NODE_MESSAGE, repull_daily, sweep
-from tests.unit.services.conftest import ControlPlane, make_node, make_pod
-
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/llm@sha256:" + "a" * 64
-
-
-def job_doc(name: str = "warm", **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps.kruise.io/v1alpha1",
-        "kind": "ImagePullJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"image": IMAGE, **spec},
-    }
+from tests.support.cluster import make_node, make_pod
+from tests.support.control_plane import ControlPlane
+from tests.support.manifests import IMAGE, job_doc
 
 
 def cluster_of(plane: ControlPlane, n: int, **labels: str) -> list[str]:
@@ -36,7 +27,7 @@ def plan(plane: ControlPlane, name: str = "warm") -> Any:
 
 
 def tasks_sent(plane: ControlPlane, nodes: list[str]) -> dict[str, list[Any]]:
-    return {n: msgs for n in nodes if (msgs := plane.drain(n))}
+    return {n: msgs for n in nodes if (msgs := plane.node_messages(n))}
 
 
 def report(plane: ControlPlane, task: PullTask, phase: str, *, seq: int = 0, attempt: int = 1, **kw: Any) -> Any:

@@ -14,8 +14,9 @@ from prewarm.domain.messages import PullTask
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, delete_job
 from prewarm.services.schedules import referenced_pull_secrets, sweep
-from tests.unit.credentials.conftest import Clock
-from tests.unit.services.conftest import REGION, ControlPlane, aws, make_node, plane  # noqa: F401  (fixtures)
+from tests.support.clock import Clock
+from tests.support.cluster import make_node
+from tests.support.control_plane import ControlPlane
 
 IMAGE = "registry.example.com/team/app@sha256:" + "b" * 64
 REGCRED = {"auths": {"registry.example.com": {"username": "robot", "password": "s3cret-robot"}}}
@@ -37,16 +38,16 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def mirror(plane: ControlPlane, clock: Clock) -> SecretsManagerMirror:  # noqa: F811
-    client = boto3.client("secretsmanager", region_name=REGION)
+def mirror(plane: ControlPlane, clock: Clock) -> SecretsManagerMirror:
+    client = boto3.client("secretsmanager")
     return SecretsManagerMirror("prewarm/test", plane.cluster, client=client, clock=clock)
 
 
-def plan(plane: ControlPlane, mirror: SecretsManagerMirror, name: str, namespace: str = "team-a") -> Any:  # noqa: F811
+def plan(plane: ControlPlane, mirror: SecretsManagerMirror, name: str, namespace: str = "team-a") -> Any:
     return plan_job(plane.store, plane.cluster, plane.queues, f"{namespace}/{name}", now=plane.now(), secrets=mirror)
 
 
-def test_missing_pull_secret_fails_the_job_with_a_message_naming_it(plane: ControlPlane,  # noqa: F811
+def test_missing_pull_secret_fails_the_job_with_a_message_naming_it(plane: ControlPlane,
                                                                     mirror: SecretsManagerMirror) -> None:
     # Given a job naming a pull secret that does not exist
     plane.cluster.nodes.append(make_node("node-1"))
@@ -59,24 +60,24 @@ def test_missing_pull_secret_fails_the_job_with_a_message_naming_it(plane: Contr
     assert record.message == ("pull secret team-a/regcred not found: create it in namespace team-a or remove it "
                               "from the job's pullSecrets")
     assert result.action.startswith("failed: pull secret team-a/regcred not found")
-    assert plane.drain("node-1") == []
+    assert plane.node_messages("node-1") == []
 
 
-def test_tasks_carry_mirror_arns_the_agent_turns_into_a_keyring(plane: ControlPlane,  # noqa: F811
+def test_tasks_carry_mirror_arns_the_agent_turns_into_a_keyring(plane: ControlPlane,
                                                                mirror: SecretsManagerMirror, clock: Clock) -> None:
     plane.cluster.nodes.append(make_node("node-1"))
     plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
     apply_manifest(plane.store, job_doc("warm", pullSecrets=["regcred"]), now=plane.now())
     plan(plane, mirror, "warm")
-    (task,) = plane.drain("node-1")
+    (task,) = plane.node_messages("node-1")
     assert isinstance(task, PullTask) and len(task.pull_secret_arns) == 1
-    keyring = AgentCredentials(client=boto3.client("secretsmanager", region_name=REGION), clock=clock).keyring(
+    keyring = AgentCredentials(client=boto3.client("secretsmanager"), clock=clock).keyring(
         task.pull_secret_arns)
     (auth,) = keyring.lookup(IMAGE)
     assert (auth.username, auth.password) == ("robot", "s3cret-robot")
 
 
-def test_sweep_deletes_mirrors_of_pull_secrets_no_job_names_any_more(plane: ControlPlane,  # noqa: F811
+def test_sweep_deletes_mirrors_of_pull_secrets_no_job_names_any_more(plane: ControlPlane,
                                                                     mirror: SecretsManagerMirror, clock: Clock) -> None:
     # Given two jobs in two namespaces, each with a mirrored pull secret
     for namespace in ("team-a", "team-b"):
@@ -90,12 +91,12 @@ def test_sweep_deletes_mirrors_of_pull_secrets_no_job_names_any_more(plane: Cont
     result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
     # Then only the deleted job's mirror is gone, for good
     assert result.pull_secrets_deleted == ["prewarm/test/pull-secrets/team-b/regcred"]
-    names = {s["Name"] for s in boto3.client("secretsmanager", region_name=REGION).list_secrets(
+    names = {s["Name"] for s in boto3.client("secretsmanager").list_secrets(
         IncludePlannedDeletion=True)["SecretList"]}
     assert names == {"prewarm/test/pull-secrets/team-a/regcred"}
 
 
-def test_sweep_keeps_a_mirror_written_moments_ago_even_if_unreferenced(plane: ControlPlane,  # noqa: F811
+def test_sweep_keeps_a_mirror_written_moments_ago_even_if_unreferenced(plane: ControlPlane,
                                                                       mirror: SecretsManagerMirror) -> None:
     # A job applied while the sweep runs may have claimed this mirror after the sweep listed the jobs.
     plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")

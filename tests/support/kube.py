@@ -1,4 +1,5 @@
-"""Helpers for the embedded API server's tests: raw requests through the official client."""
+"""Requests to a Kubernetes API server (the embedded one) through the official client, and the objects
+they send."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes.client import ApiClient, ApiException
 
-SAMPLE_CLUSTER = Path(__file__).resolve().parents[3] / "samplefiles" / "cluster.yaml"
+#: The small EKS cluster of `samplefiles/`, as local mode seeds it.
+SAMPLE_CLUSTER = Path(__file__).resolve().parents[2] / "samplefiles" / "cluster.yaml"
 
 
 @dataclass
@@ -76,8 +77,3 @@ def pod(name: str, namespace: str, node_name: str | None = None, phase: str = "R
         "spec": spec,
         "status": {"phase": phase},
     }
-
-
-@pytest.fixture
-def sample_cluster() -> Path:
-    return SAMPLE_CLUSTER

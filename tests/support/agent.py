@@ -1,9 +1,8 @@
-"""Fakes for the agent's unit tests: a runtime whose pulls end as scripted, and a clock that only
-moves when something waits on it."""
+"""Fakes for the agent's unit tests: a runtime whose pulls end as scripted, credentials, a disk, and
+what the runner tells the agent. The clock is `tests.support.clock.Clock`."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -27,33 +26,6 @@ class Ingest:
     ref: str
     offset: int
     total: int
-
-
-class FakeClock:
-    """Wall and monotonic time that advance only when `wait` times out; records every wait."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-        self.elapsed = 0.0
-        self.waits: list[tuple[threading.Event, float]] = []
-        self.on_wait: Callable[[threading.Event, float], None] | None = None
-
-    def time(self) -> float:
-        return self.now + self.elapsed
-
-    def monotonic(self) -> float:
-        return self.elapsed
-
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        self.waits.append((event, timeout))
-        if self.on_wait is not None:
-            self.on_wait(event, timeout)
-        if not event.is_set():
-            self.elapsed += max(0.0, timeout)
-        return event.is_set()
-
-    def waits_on(self, event: threading.Event) -> list[float]:
-        return [timeout for waited, timeout in self.waits if waited is event]
 
 
 class FakeCall:

@@ -1,0 +1,142 @@
+"""`FakeCluster`: the Kubernetes ports (`Cluster` for dispatch, the refresher's and the mirror's) over
+plain dicts, and builders of the objects it holds."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prewarm.services.ports import ClusterConflictError, ClusterError
+
+
+def make_node(name: str, *, arch: str = "amd64", ready: bool = True, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/arch": arch, "kubernetes.io/os": "linux", **labels}},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def make_pod(name: str, namespace: str, node: str | None, phase: str = "Running", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase},
+    }
+
+
+def make_namespace(name: str, phase: str = "Active", **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}},
+            "status": {"phase": phase}}
+
+
+@dataclass
+class FakeCluster:
+    """A cluster in memory, with resourceVersion checks on writes as the API server does.
+
+    Lists return every node and namespace: the domain re-checks selectors (`selectors` records the
+    namespace selectors asked for). `before_write(namespace, name)` runs between a read and the next
+    write, to stage a race; `broken[namespace]` is raised by every secret or service account call in
+    that namespace.
+    """
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
+    secrets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    service_accounts: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    broken: dict[str, ClusterError] = field(default_factory=dict)
+    before_write: Callable[[str, str], None] | None = None
+    rv: int = 100
+    selectors: list[str | None] = field(default_factory=list)
+    writes: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _check(self, ns: str) -> None:
+        if ns in self.broken:
+            raise self.broken[ns]
+
+    def _hook(self, ns: str, name: str) -> None:
+        if self.before_write is not None:
+            self.before_write(ns, name)
+
+    # --- nodes and pods (dispatch) ----------------------------------------------------------------
+
+    def list_nodes(self, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
+        return list(self.nodes)
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        return next((n for n in self.nodes if n["metadata"]["name"] == name), None)
+
+    def list_pods(self, namespace: str | None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> list[dict[str, Any]]:
+        return [p for p in self.pods if namespace is None or p["metadata"]["namespace"] == namespace]
+
+    # --- namespaces, secrets, service accounts (credentials) --------------------------------------
+
+    def add_namespace(self, name: str, phase: str = "Active", *, accounts: tuple[str, ...] = ("default",),
+                      **labels: str) -> None:
+        self.namespaces.append(make_namespace(name, phase, **labels))
+        for account in accounts:
+            self.service_accounts[(name, account)] = {
+                "metadata": {"name": account, "namespace": name, "resourceVersion": self._next_rv()}}
+
+    def list_namespaces(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        self.selectors.append(label_selector)
+        return copy.deepcopy(self.namespaces)
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._check(namespace)
+        found = self.secrets.get((namespace, name))
+        return copy.deepcopy(found)
+
+    def create_secret(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._check(namespace)
+        name = body["metadata"]["name"]
+        self._hook(namespace, name)
+        if (namespace, name) in self.secrets:
+            raise ClusterConflictError(f'secrets "{name}" already exists', status=409, reason="AlreadyExists")
+        stored = copy.deepcopy(dict(body))
+        stored["metadata"]["resourceVersion"] = self._next_rv()
+        self.secrets[(namespace, name)] = stored
+        self.writes.append(("create", namespace, name))
+        return copy.deepcopy(stored)
+
+    def replace_secret(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._check(namespace)
+        self._hook(namespace, name)
+        current = self.secrets[(namespace, name)]
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise ClusterConflictError("the object has been modified", status=409, reason="Conflict")
+        stored = copy.deepcopy(dict(body))
+        stored["metadata"]["resourceVersion"] = self._next_rv()
+        self.secrets[(namespace, name)] = stored
+        self.writes.append(("replace", namespace, name))
+        return copy.deepcopy(stored)
+
+    def get_service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._check(namespace)
+        return copy.deepcopy(self.service_accounts.get((namespace, name)))
+
+    def patch_service_account(
+        self, namespace: str, name: str, patch: Mapping[str, Any], strategic: bool = True
+    ) -> dict[str, Any]:
+        self._check(namespace)
+        self._hook(namespace, name)
+        current = self.service_accounts[(namespace, name)]
+        expected = (patch.get("metadata") or {}).get("resourceVersion")
+        if expected is not None and expected != current["metadata"]["resourceVersion"]:
+            raise ClusterConflictError("the object has been modified", status=409, reason="Conflict")
+        # imagePullSecrets has no merge key: both patch types replace the list, as on a real server.
+        updated = copy.deepcopy(current)
+        for key, value in patch.items():
+            if key != "metadata":
+                updated[key] = copy.deepcopy(value)
+        updated["metadata"]["resourceVersion"] = self._next_rv()
+        self.service_accounts[(namespace, name)] = updated
+        self.writes.append(("patch", namespace, name))
+        return copy.deepcopy(updated)

@@ -1,0 +1,63 @@
+"""`ControlPlane`: the table and queues of a stack, driven as the dispatch function and the agents would."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prewarm.adapters.dynamodb import DynamoJobStore
+from prewarm.adapters.sqs import NodeQueues
+from prewarm.domain.messages import CancelTask, PullTask, StatusReport, parse_node_message
+from prewarm.services.dispatch import PlanResult, plan_job
+from prewarm.services.jobs import job_key
+from prewarm.services.reports import ReportOutcome, record_report
+from tests.support.cluster import FakeCluster
+
+
+def take_node_messages(sqs: Any, url: str) -> list[PullTask | CancelTask]:
+    """Takes every message off a node queue, parsed (none when the queue was never created)."""
+    got: list[PullTask | CancelTask] = []
+    while True:
+        try:
+            # Node queues long-poll by default: ask for what is there now.
+            batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+        except sqs.exceptions.QueueDoesNotExist:
+            return got
+        if not batch:
+            return got
+        for message in batch:
+            got.append(parse_node_message(message["Body"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+
+
+@dataclass
+class ControlPlane:
+    """A job store and node queues, with `plan` standing in for the dispatch function, `report` for the
+    agents' reports, and `node_messages` for what an agent would receive. `clock` gives each call's time."""
+
+    store: DynamoJobStore
+    queues: NodeQueues
+    sqs: Any
+    cluster: FakeCluster = field(default_factory=FakeCluster)
+    clock: Callable[[], float] = time.time
+    _seq: int = 0
+
+    def now(self) -> float:
+        return self.clock()
+
+    def plan(self, name: str, namespace: str = "default") -> PlanResult:
+        return plan_job(self.store, self.cluster, self.queues, job_key(namespace, name), now=self.now())
+
+    def report(self, name: str, node: str, phase: str, namespace: str = "default", **fields: Any) -> ReportOutcome:
+        record = self.store.get_job(job_key(namespace, name))
+        assert record is not None, f"no job {namespace}/{name}"
+        self._seq += 1
+        report = StatusReport(job=record.key, job_uid=record.uid, round=record.round, node=node, phase=phase,
+                              attempt=fields.pop("attempt", 1), seq=self._seq, **fields)
+        return record_report(self.store, self.queues, report, now=self.now())
+
+    def node_messages(self, node: str) -> list[PullTask | CancelTask]:
+        """Takes every message off a node's queue (none when the queue was never created)."""
+        return take_node_messages(self.sqs, self.queues.queue_url(node))
