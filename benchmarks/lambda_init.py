@@ -2,8 +2,9 @@
 
 `python -m benchmarks.lambda_init CODE_DIR MODULE [--event FILE]` puts CODE_DIR first on sys.path
 (Lambda's /var/task), imports MODULE and, with an event, calls its `lambda_handler` with a
-Lambda-like context. Prints one JSON line: `import_ms`, `import_cpu_ms`, `first_invoke_ms` and
-the error if the handler raised. Imports nothing heavy itself, so the import is measured clean.
+Lambda-like context. Prints one JSON line: `import_ms`, `import_cpu_ms`, `first_invoke_ms`, the
+error if the handler raised, and `shared_package`, the file the `prewarm` package was imported from
+(None if it was not). Imports nothing heavy itself, so the import is measured clean.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def main(argv: list[str]) -> int:
         except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the benchmark
             result["error"] = f"{type(e).__name__}: {e}"
         result["first_invoke_ms"] = (time.perf_counter() - started) * 1000
+    result["shared_package"] = getattr(sys.modules.get("prewarm"), "__file__", None)
     print(json.dumps(result), flush=True)
     return 0
 

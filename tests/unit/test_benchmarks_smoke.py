@@ -7,8 +7,10 @@ targets are the benchmarks' business (`make bench`), never asserted here.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,17 @@ from typing import Any
 import pytest
 
 from benchmarks.agent_overhead import image_left, missing_node_tools
-from benchmarks.cold_start import ImportLine, discover_functions, import_costs, least, parse_importtime
+from benchmarks.cold_start import (
+    ImportLine,
+    build_shared_layer,
+    bytecode_written,
+    discover_functions,
+    import_costs,
+    least,
+    parse_importtime,
+    read_only_copy,
+    set_writable,
+)
 from benchmarks.e2e_latency import Fit, FunctionClock
 from benchmarks.measure import ROOT, Target
 
@@ -75,6 +87,43 @@ def test_cold_start_measures_every_function_against_the_naive_baseline() -> None
     for figures in result["functions"].values():
         assert figures["import_ms"] > 0 and figures["first_invoke_ms"] >= 0
     assert result["baseline_import_ms"] > 0 and result["worst_ratio"] > 0
+    # And it says which Python compiled the layer it measured
+    assert result["layer_python"] == platform.python_version()
+
+
+def test_the_built_shared_layer_has_unchecked_hash_bytecode_for_every_module(tmp_path: Path) -> None:
+    # When the shared layer is built as sam build builds it, by this interpreter
+    layer = build_shared_layer(tmp_path)
+    # Then every module has its .pyc, valid without checking the source (flags 0b01: hash, unchecked)
+    modules = sorted(layer.rglob("*.py"))
+    assert modules and all(m.is_relative_to(layer / "prewarm") for m in modules)
+    for module in modules:
+        pyc = Path(importlib.util.cache_from_source(str(module)))
+        header = pyc.read_bytes()[:8]
+        assert header[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(header[4:8], "little") == 0b01, pyc
+
+
+def test_read_only_copies_carry_no_bytecode_and_bytecode_written_later_is_found(tmp_path: Path) -> None:
+    # Given a function's code with stale bytecode beside it
+    source = tmp_path / "function"
+    (source / "__pycache__").mkdir(parents=True)
+    (source / "app.py").write_text("x = 1\n")
+    (source / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"stale")
+    layer = tmp_path / "copies" / "layer"
+    (layer / "__pycache__").mkdir(parents=True)
+    (layer / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"built")
+    # When it is copied for a cold start and made read-only
+    copy = read_only_copy(source, tmp_path / "copies" / "function")
+    set_writable(tmp_path / "copies", False)
+    # Then the copy has the source only, nothing under it is writable, and the layer's bytecode is no finding
+    assert sorted(p.name for p in copy.rglob("*")) == ["app.py"]
+    assert all(p.stat().st_mode & 0o222 == 0 for p in [copy, *copy.rglob("*")])
+    assert bytecode_written(tmp_path / "copies", layer) == []
+    # And bytecode appearing beside the function's code is
+    set_writable(tmp_path / "copies", True)
+    (copy / "__pycache__").mkdir()
+    (copy / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"written")
+    assert bytecode_written(tmp_path / "copies", layer) == [copy / "__pycache__" / "app.cpython-311.pyc"]
 
 
 def test_import_costs_split_the_handler_tree_from_what_came_before_and_after() -> None:

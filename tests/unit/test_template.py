@@ -149,6 +149,17 @@ def test_every_function_code_folder_has_its_handler(function: str) -> None:
     assert handler in defined, f"{function}: {source.relative_to(ROOT)} does not define {handler}"
 
 
+def test_layers_built_by_a_makefile_have_its_build_target_for_their_logical_id() -> None:
+    # Given the layers sam build builds with `BuildMethod: makefile`, the shared layer among them
+    built = {name: layer for name, layer in resources("AWS::Serverless::LayerVersion").items()
+             if layer.get("Metadata", {}).get("BuildMethod") == "makefile"}
+    assert "SharedLayer" in built
+    for name, layer in built.items():
+        # Then sam build finds `build-<LogicalId>` in the Makefile of the layer's ContentUri
+        makefile = ROOT / layer["Properties"]["ContentUri"] / "Makefile"
+        assert re.search(rf"^build-{name}:", makefile.read_text(), re.MULTILINE), f"{makefile} lacks build-{name}"
+
+
 def test_each_function_names_its_own_service_after_its_code_folder() -> None:
     for name in functions():
         folder = Path(props(name)["CodeUri"]).name
