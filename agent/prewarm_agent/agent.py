@@ -19,7 +19,15 @@ from typing import Any, Protocol
 from prewarm.adapters.secrets import AgentCredentials
 from prewarm.adapters.sqs import NodeQueues, QueueError, StatusQueue
 from prewarm.domain.images import parse_image
-from prewarm.domain.messages import CancelTask, Hello, MessageError, PullTask, StatusReport, parse_node_message
+from prewarm.domain.messages import (
+    CancelTask,
+    Hello,
+    MessageError,
+    NodePhase,
+    PullTask,
+    StatusReport,
+    parse_node_message,
+)
 from prewarm.services.ports import RegistryTokenSource
 from prewarm_agent.attempts import CredentialSource, TaskRunner
 from prewarm_agent.clock import Clock, SystemClock
@@ -116,7 +124,7 @@ class Agent:
         self.status = status or StatusQueue(settings.status_queue_url, client=self.sqs)
         self.node_queues = NodeQueues(
             settings.node_queue_prefix, settings.status_queue_url, dlq_arn=settings.node_dlq_arn,
-            visibility_seconds=settings.visibility_timeout_seconds, sender_arns=settings.node_queue_sender_arns,
+            visibility_seconds=settings.node_queue_visibility_seconds, sender_arns=settings.node_queue_sender_arns,
             client=self.sqs,
         )
         self.credentials: CredentialSource = credentials or registry_credentials(
@@ -293,7 +301,7 @@ class Agent:
             try:
                 received = self.queue.receive(
                     wait_seconds=self.settings.receive_wait_seconds,
-                    visibility_seconds=self.settings.visibility_timeout_seconds,
+                    visibility_seconds=self.settings.node_queue_visibility_seconds,
                 )
             except QueueError as e:
                 self.log.warning("receiving from the node queue failed, retrying in %gs: %s", pause, e)
@@ -410,7 +418,7 @@ class Agent:
             report = self.runner.run(run)
         except Exception as e:
             self.log.exception("the pull failed unexpectedly", extra=_context(run))
-            report = run.report("Failed", message=f"agent error: {type(e).__name__}: {e}",
+            report = run.report(NodePhase.FAILED, message=f"agent error: {type(e).__name__}: {e}",
                                 finished_at=self.clock.time())
         self._finish(run, report)
 
@@ -495,7 +503,7 @@ class Agent:
             with self._lock:
                 held = [delivery for run in self._runs.values() for delivery in run.deliveries]
             if held and self.queue is not None:
-                for failure in self.queue.set_visibility(held, self.settings.visibility_timeout_seconds):
+                for failure in self.queue.set_visibility(held, self.settings.node_queue_visibility_seconds):
                     self.log.warning("visibility not extended: %s", failure)
             self._send_hello()
 
@@ -527,10 +535,11 @@ class Agent:
                     continue
                 elapsed = now - (run.attempt_started_at or now)
                 if progress is None:
-                    report = run.report("Pulling", message=f"pulling for {elapsed:.0f}s")
+                    report = run.report(NodePhase.PULLING, message=f"pulling for {elapsed:.0f}s")
                 else:
                     total = "?" if progress.bytes_total is None else str(progress.bytes_total)
-                    report = run.report("Pulling", bytes_done=progress.bytes_done, bytes_total=progress.bytes_total,
+                    report = run.report(NodePhase.PULLING, bytes_done=progress.bytes_done,
+                                        bytes_total=progress.bytes_total,
                                         message=f"{progress.bytes_done} of {total} bytes after {elapsed:.0f}s")
                 self._send(report)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
-from prewarm.domain.messages import ReportPhase, StatusReport
+from prewarm.domain.messages import NodePhase, StatusReport
 from prewarm.domain.registries import RegistryAuth
 from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE, Attempt, RetryPolicy
 from prewarm_agent.clock import Clock
@@ -146,9 +146,10 @@ class TaskRunner:
         try:
             image = parse_image(task.image)
         except InvalidImageReference as e:
-            return self._final(run, "Failed", message=str(e))
+            return self._final(run, NodePhase.FAILED, message=str(e))
         if not registry_allowed(image.registry, self.allowlist):
-            return self._final(run, "Failed", message=f"registry {image.registry} is not in the agent's allowlist")
+            message = f"registry {image.registry} is not in the agent's allowlist"
+            return self._final(run, NodePhase.FAILED, message=message)
         reference = pull_reference(image)
         if task.image_pull_policy == "IfNotPresent":
             present = self._status(reference)
@@ -167,7 +168,7 @@ class TaskRunner:
             attempt = policy.attempt(number, self._deadline_remaining(run))
             if attempt is None:
                 message = PULL_DEADLINE_EXCEEDED_MESSAGE + (f"; last error: {last_error}" if last_error else "")
-                return self._final(run, "Failed", message=message)
+                return self._final(run, NodePhase.FAILED, message=message)
             outcome = self._attempt(run, image, reference, attempt)
             if isinstance(outcome, _Pulled):
                 return self._succeeded(run, image, self._status(reference), outcome)
@@ -175,7 +176,7 @@ class TaskRunner:
                 return self._cancelled(run)
             last_error = outcome.message
             if outcome.final or number >= policy.max_attempts:
-                return self._final(run, "Failed", message=last_error)
+                return self._final(run, NodePhase.FAILED, message=last_error)
             log.info(
                 "attempt %d of %d failed, retrying in %gs: %s", number, policy.max_attempts,
                 attempt.backoff_seconds, last_error, extra=_context(run),
@@ -208,7 +209,7 @@ class TaskRunner:
             if ends is None:
                 ends = self.clock.monotonic() + attempt.timeout_seconds
                 run.begin_attempt(attempt.number, self.clock.time())
-                self.events.attempt_started(run, run.report("Pulling"))
+                self.events.attempt_started(run, run.report(NodePhase.PULLING))
             if starter.started:
                 self.events.pull_started(shared, auth)
             outcome = self._wait(run, shared, ends, attempt)
@@ -282,12 +283,12 @@ class TaskRunner:
             fields["repo_digest"] = next((d for d in info.repo_digests if d.startswith(prefix)),
                                          info.repo_digests[0] if info.repo_digests else None)
         message = "image already present" if pulled is None else ""
-        return self._final(run, "Succeeded", message=message, **fields)
+        return self._final(run, NodePhase.SUCCEEDED, message=message, **fields)
 
     def _cancelled(self, run: TaskRun) -> StatusReport:
-        return self._final(run, "Cancelled", message=run.cancel_reason or "cancelled")
+        return self._final(run, NodePhase.CANCELLED, message=run.cancel_reason or "cancelled")
 
-    def _final(self, run: TaskRun, phase: ReportPhase, **fields: object) -> StatusReport:
+    def _final(self, run: TaskRun, phase: NodePhase, **fields: object) -> StatusReport:
         now = self.clock.time()
         return run.report(phase, finished_at=now, started_at=run.started_at or now, **fields)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prewarm.domain.messages import PullTask, ReportPhase, StatusReport
+from prewarm.domain.messages import NodePhase, PullTask, StatusReport
 from prewarm_agent.clock import Clock
 from prewarm_agent.cri.client import ImageInfo
 from prewarm_agent.progress import Ingest, Progress, ProgressTracker
@@ -100,7 +100,7 @@ class TaskRun:
         if self.started_at is None:
             self.started_at = now
 
-    def report(self, phase: ReportPhase, **fields: object) -> StatusReport:
+    def report(self, phase: NodePhase, **fields: object) -> StatusReport:
         """The next report of this run: same job, round and node, the current attempt, a higher `seq`."""
         with self._lock:
             self._seq += 1

@@ -49,8 +49,8 @@ class AgentSettings(BaseModel):
     cri_socket: str = Field(default=DEFAULT_CRI_SOCKET, alias="CRI_SOCKET", min_length=1)
     max_concurrent_pulls: int = Field(default=2, alias="MAX_CONCURRENT_PULLS", ge=1, le=64)
     disk_threshold_percent: float = Field(default=85.0, alias="DISK_THRESHOLD_PERCENT", gt=0, le=100)
-    visibility_timeout_seconds: int = Field(
-        default=120, alias="VISIBILITY_TIMEOUT_SECONDS", ge=3, le=SQS_MAX_VISIBILITY_SECONDS
+    node_queue_visibility_seconds: int = Field(
+        default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=3, le=SQS_MAX_VISIBILITY_SECONDS
     )
     heartbeat_seconds: float | None = Field(default=None, alias="HEARTBEAT_INTERVAL_SECONDS", gt=0)
     progress_interval_seconds: float = Field(default=5.0, alias="PROGRESS_INTERVAL_SECONDS", gt=0)
@@ -91,10 +91,10 @@ class AgentSettings(BaseModel):
 
     @model_validator(mode="after")
     def _heartbeat_inside_visibility(self) -> AgentSettings:
-        if self.heartbeat_seconds is not None and self.heartbeat_seconds >= self.visibility_timeout_seconds:
+        if self.heartbeat_seconds is not None and self.heartbeat_seconds >= self.node_queue_visibility_seconds:
             raise ValueError(
                 f"HEARTBEAT_INTERVAL_SECONDS ({self.heartbeat_seconds:g}) must be shorter than "
-                f"VISIBILITY_TIMEOUT_SECONDS ({self.visibility_timeout_seconds})"
+                f"NODE_QUEUE_VISIBILITY_SECONDS ({self.node_queue_visibility_seconds})"
             )
         return self
 
@@ -110,7 +110,7 @@ class AgentSettings(BaseModel):
     @property
     def heartbeat_interval_seconds(self) -> float:
         """How often held messages get their visibility extended: a third of the timeout unless set."""
-        return self.heartbeat_seconds or self.visibility_timeout_seconds / 3
+        return self.heartbeat_seconds or self.node_queue_visibility_seconds / 3
 
     @property
     def node_queue_sender_arns(self) -> tuple[str, ...]:

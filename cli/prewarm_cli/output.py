@@ -127,7 +127,7 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
         r = v.record
         row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now), v.message]
         if wide:
-            spec = r.spec.get("spec", {})
+            spec = r.manifest.get("spec", {})
             is_list = r.api_kind == "ImageListPullJob"
             row += [_images(spec), spec.get("parallelism", 1), "-" if is_list else r.round]
         if all_namespaces:
@@ -194,8 +194,8 @@ def job_status(view: JobView) -> JobStatus:
 
 def list_job_status(view: JobView) -> ImageListPullJobStatus:
     """An ImageListPullJob's status as Kruise reports it: counts of its ImagePullJobs, failed images listed."""
-    by_image = {c.record.spec.get("spec", {}).get("image"): c for c in view.children}
-    images = view.record.spec.get("spec", {}).get("images", [])
+    by_image = {c.record.manifest.get("spec", {}).get("image"): c for c in view.children}
+    images = view.record.manifest.get("spec", {}).get("images", [])
     failed: list[FailedImageStatus] = []
     for image in images:
         child = by_image.get(image)
@@ -217,7 +217,7 @@ def list_job_status(view: JobView) -> ImageListPullJobStatus:
 def job_document(view: JobView) -> dict[str, Any]:
     """The job as `kubectl get -o yaml` shows it: the applied manifest, server metadata and status."""
     r = view.record
-    doc: dict[str, Any] = copy.deepcopy(r.spec)
+    doc: dict[str, Any] = copy.deepcopy(r.manifest)
     metadata = doc.setdefault("metadata", {})
     metadata.update({"name": r.name, "namespace": r.namespace, "uid": r.uid, "generation": r.generation})
     if r.created_at is not None:
@@ -306,7 +306,7 @@ def node_rows(tasks: Sequence[NodeTaskRecord], *, now: float) -> list[list[objec
 def describe_job(view: JobView, *, now: float) -> str:
     """`prewarm describe job`: spec summary, status, per-node table and excluded nodes (or the children)."""
     r = view.record
-    job = _spec_model(r.spec)
+    job = _spec_model(r.manifest)
     spec = job.spec
     meta = job.metadata
     lines = _fields([
@@ -381,7 +381,7 @@ def _describe_nodes(view: JobView, *, now: float) -> list[str]:
 def _describe_children(view: JobView, *, now: float) -> list[str]:
     lines = [f"ImagePullJobs ({len(view.children)}):"]
     rows = [
-        [c.record.name, c.record.spec.get("spec", {}).get("image", ""), c.desired, c.active, c.succeeded, c.failed,
+        [c.record.name, c.record.manifest.get("spec", {}).get("image", ""), c.desired, c.active, c.succeeded, c.failed,
          c.message]
         for c in view.children
     ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prewarm.adapters.dynamodb import DynamoJobStore, job_pk
-from prewarm.domain.status import NodePhase
+from prewarm.domain.messages import NodePhase
 from prewarm.services.ports import NodeTaskRecord
 
 _FAILED = {NodePhase.FAILED, NodePhase.CANCELLED}

@@ -21,8 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from prewarm.adapters.dynamodb import DynamoJobStore
-from prewarm.domain.messages import node_queue_name
-from prewarm.domain.status import NodePhase
+from prewarm.domain.messages import NodePhase, node_queue_name
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.ports import JobRecord, NodeTaskRecord
 from prewarm_agent.settings import AgentSettings
@@ -205,7 +204,7 @@ def test_an_agent_killed_mid_pull_is_replaced_and_the_node_counts_once(
 ) -> None:
     # Given the node's agent running as its own process with a 6 s visibility timeout
     node.agent.stop(0)  # the in-process one would compete for the queue
-    env = agent_environment(node.agent.settings, VISIBILITY_TIMEOUT_SECONDS=str(VISIBILITY_SECONDS))
+    env = agent_environment(node.agent.settings, NODE_QUEUE_VISIBILITY_SECONDS=str(VISIBILITY_SECONDS))
     first = AgentProcess(env, tmp_path / "agent-1.log").start()
     second = AgentProcess(env, tmp_path / "agent-2.log")
     try:

@@ -11,12 +11,13 @@ if TYPE_CHECKING:
     from prewarm.services.jobs import JobView
     from prewarm_cli.output import WatchState
 
+from prewarm.domain.jobs import JobState
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
 from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
 
 
 def _completion_type(view: JobView) -> str:
-    return str(view.record.spec.get("spec", {}).get("completionPolicy", {}).get("type", "Always"))
+    return str(view.record.manifest.get("spec", {}).get("completionPolicy", {}).get("type", "Always"))
 
 
 def watch_state(view: JobView) -> WatchState:
@@ -41,7 +42,7 @@ def _finished(view: JobView) -> bool:
     r = view.record
     if r.api_kind == "ImageListPullJob":
         return bool(view.children) and all(_finished(c) for c in view.children)
-    if r.state in ("Completed", "Failed") or view.completion_time is not None:
+    if r.state.is_finished or view.completion_time is not None:
         return True
     planned = r.planned == r.plan_id
     return _completion_type(view) == "Never" and planned and r.counters.waiting + r.counters.active == 0
@@ -55,7 +56,7 @@ def watch_outcome(view: JobView) -> tuple[int, str] | None:
     state = watch_state(view)
     title = f"{r.api_kind} {r.key}"
     failed_states = [c.record for c in ([view, *view.children])
-                     if c.record.state == "Failed" and c.record.message]
+                     if c.record.state == JobState.FAILED and c.record.message]
     if failed_states:
         return EXIT_FAILURE, f"{title} failed: {failed_states[0].message}"
     verb = "round done" if _completion_type(view) == "Never" else "completed"

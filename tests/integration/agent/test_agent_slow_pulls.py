@@ -267,7 +267,7 @@ def test_heartbeats_keep_a_long_pull_invisible(
 ) -> None:
     # Given a 3 s visibility timeout and a pull of about 6 s
     image = oci_image_factory.push(registry, "slow/heartbeat", size_mb=6).with_host(slow_link.host)
-    agent = agents(VISIBILITY_TIMEOUT_SECONDS="3")
+    agent = agents(NODE_QUEUE_VISIBILITY_SECONDS="3")
     task = agent.task(image.reference)
 
     # When it runs

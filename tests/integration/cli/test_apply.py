@@ -55,7 +55,7 @@ def test_applying_a_job_twice_is_unchanged_and_a_changed_spec_is_configured(
     assert (second.exit_code, second.stdout) == (0, "imagepulljob.apps.kruise.io/apply-web unchanged\n")
     assert (third.exit_code, third.stdout) == (0, "imagepulljob.apps.kruise.io/apply-web configured\n")
     record = control_plane.store.get_job(job_key("default", "apply-web"))
-    assert record is not None and record.spec["spec"]["parallelism"] == 1 and record.generation == 2
+    assert record is not None and record.manifest["spec"]["parallelism"] == 1 and record.generation == 2
 
 
 def test_a_directory_applies_its_list_job_and_rule_files_in_name_order(

@@ -19,7 +19,7 @@ def test_defaults_are_those_documented() -> None:
 
     assert settings.cri_socket == "/run/containerd/containerd.sock"
     assert (settings.max_concurrent_pulls, settings.disk_threshold_percent) == (2, 85.0)
-    assert (settings.visibility_timeout_seconds, settings.heartbeat_interval_seconds) == (120, 40.0)
+    assert (settings.node_queue_visibility_seconds, settings.heartbeat_interval_seconds) == (120, 40.0)
     assert settings.progress_interval_seconds == 5.0
     assert (settings.http_bind_address, settings.http_port) == ("0.0.0.0", 9102)
     assert settings.shutdown_grace_seconds == 25.0
@@ -45,7 +45,8 @@ def test_missing_variables_are_all_named() -> None:
     [
         ("MAX_CONCURRENT_PULLS", "0", "MAX_CONCURRENT_PULLS: Input should be greater than or equal to 1"),
         ("DISK_THRESHOLD_PERCENT", "150", "DISK_THRESHOLD_PERCENT: Input should be less than or equal to 100"),
-        ("VISIBILITY_TIMEOUT_SECONDS", "2", "VISIBILITY_TIMEOUT_SECONDS: Input should be greater than or equal to 3"),
+        ("NODE_QUEUE_VISIBILITY_SECONDS", "2",
+         "NODE_QUEUE_VISIBILITY_SECONDS: Input should be greater than or equal to 3"),
         ("HTTP_PORT", "http", "HTTP_PORT: Input should be a valid integer"),
         ("NODE_QUEUE_PREFIX", "prewarm.node", "NODE_QUEUE_PREFIX: String should match pattern"),
         ("LOG_LEVEL", "chatty", "LOG_LEVEL: Value error, 'chatty' is not a log level"),

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from prewarm.domain.jobs import CompletionPolicy, ImageListPullJob, ImagePullJob, PullPolicy
+from prewarm.domain.messages import NodePhase
 from prewarm.domain.status import (
     Attempt,
     FailedImageStatus,
     InvalidTransitionError,
     JobStatus,
-    NodePhase,
     NodeReport,
     ReportKey,
     RetryPolicy,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prewarm.domain.status import NodePhase, NodeReport, ReportKey, apply_report, can_transition, fold_reports
+from prewarm.domain.messages import NodePhase
+from prewarm.domain.status import NodeReport, ReportKey, apply_report, can_transition, fold_reports
 
 reports = st.builds(
     NodeReport,

@@ -33,7 +33,7 @@ def test_ecr_push_creates_one_job_per_matching_rule_pinned_to_the_digest(stack: 
     assert result == {"jobs": [f"imagepulljob.apps.kruise.io/{name} created"]}
     record = bootstrap.store().get_job(f"ml/{name}")
     assert record is not None
-    assert record.spec["spec"]["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/inference@{digest}"
+    assert record.manifest["spec"]["image"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/ml/inference@{digest}"
     again = load_handler("on_image_push").lambda_handler(event, stack["ctx"])  # EventBridge may deliver twice
     assert again == {"jobs": [f"imagepulljob.apps.kruise.io/{name} unchanged"]}
 

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
+from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
 from prewarm.services.dispatch import needs_planning, plan_job
 from prewarm.services.jobs import apply_manifest, delete_job, view_job
 from prewarm.services.reports import record_report, register_node
-from prewarm.services.schedules import DEADLINE_MESSAGE, SILENT_NODE_MESSAGE, repull_daily, sweep
+from prewarm.services.schedules import SILENT_NODE_MESSAGE, repull_daily, sweep
 from tests.support.cluster import make_node, make_pod
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import IMAGE, job_doc
@@ -199,7 +200,7 @@ def test_deadline_expiring_mid_job_fails_it_and_cancels_in_flight(plane: Control
     cancels = tasks_sent(plane, nodes)
     assert list(cancels) == [task.node] and isinstance(cancels[task.node][0], CancelTask)
     view = view_job(plane.store, "default", "warm", now=plane.now())
-    assert view.message == DEADLINE_MESSAGE
+    assert view.message == DEADLINE_EXCEEDED_MESSAGE
     assert (view.desired, view.active, view.succeeded, view.failed) == (3, 0, 0, 3)
     assert not report(plane, task, "Succeeded", seq=1).applied
     assert_invariant(plane)

@@ -30,6 +30,7 @@ class Settings(BaseModel):
     kubeconfig: str = Field(default="", alias="KUBECONFIG")
     node_silence_grace_seconds: int = Field(default=300, alias="NODE_SILENCE_GRACE_SECONDS", ge=0)
     task_resend_seconds: int = Field(default=300, alias="TASK_RESEND_SECONDS", ge=1)
+    # The agent reads the same variable for the visibility timeout of its receives.
     node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
     node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")
 

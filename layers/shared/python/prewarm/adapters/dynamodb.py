@@ -18,7 +18,8 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from prewarm.domain.status import NodePhase
+from prewarm.domain.jobs import JobState
+from prewarm.domain.messages import NodePhase
 from prewarm.services.ports import (
     Counters,
     JobRecord,
@@ -174,7 +175,8 @@ class DynamoJobStore:
                 "name": job.name,
                 "uid": job.uid,
                 "api_kind": job.api_kind,
-                "spec": json.dumps(job.spec, sort_keys=True),
+                # Stored as `spec`, the attribute existing tables already hold.
+                "spec": json.dumps(job.manifest, sort_keys=True),
                 "spec_hash": job.spec_hash,
                 "generation": job.generation,
                 "round": job.round,
@@ -208,12 +210,12 @@ class DynamoJobStore:
             name=values["name"],
             uid=values["uid"],
             api_kind=values["api_kind"],
-            spec=json.loads(values["spec"]),
+            manifest=json.loads(values["spec"]),
             spec_hash=values["spec_hash"],
             generation=values.get("generation", 1),
             round=values.get("round", 0),
             planned=values.get("planned", ""),
-            state=values.get("state", "Running"),
+            state=JobState(values.get("state", JobState.RUNNING)),
             version=values.get("version", 0),
             counters=Counters(**{k: values.get(k, 0) for k in _COUNTERS if k != "done"}),
             failed_nodes=list(values.get("failed_nodes", [])),
@@ -244,7 +246,7 @@ class DynamoJobStore:
 
     def replace_job_spec(self, job: JobRecord, *, expected_hash: str) -> None:
         fields = {
-            "spec": json.dumps(job.spec, sort_keys=True),
+            "spec": json.dumps(job.manifest, sort_keys=True),
             "spec_hash": job.spec_hash,
             "generation": job.generation,
             "round": job.round,
@@ -318,7 +320,7 @@ class DynamoJobStore:
             args["ExpressionAttributeValues"] = vals
         return args
 
-    def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: str | None = None) -> None:
+    def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: JobState | None = None) -> None:
         if "excluded" in fields or "platforms" in fields:
             fields = {k: json.dumps(v) if k in {"excluded", "platforms"} else v for k, v in fields.items()}
         self._update(
@@ -522,7 +524,7 @@ class DynamoJobStore:
         )
         job = self._update_args(
             job_pk(key), "JOB", {}, condition="#active < :p AND #round = :r AND #state = :running",
-            values={":p": parallelism, ":r": round, ":running": "Running"},
+            values={":p": parallelism, ":r": round, ":running": JobState.RUNNING},
             add={"active": 1, "waiting": -1, "version": 1},
         )
         try:
@@ -535,7 +537,7 @@ class DynamoJobStore:
         condition = "#state = :running" + (" AND #done = #desired" if require_done else "")
         try:
             self._update(f"finish job {key}", job_pk(key), "JOB", fields, condition=condition,
-                         values={":running": "Running"}, add={"version": 1})
+                         values={":running": JobState.RUNNING}, add={"version": 1})
         except StoreConflictError:
             return False
         return True

@@ -9,13 +9,30 @@ from __future__ import annotations
 
 import hashlib
 import re
+from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 SCHEMA_VERSION = 1
 
-ReportPhase = Literal["Pulling", "Succeeded", "Failed", "Cancelled"]
+
+class NodePhase(StrEnum):
+    """Where one node's pull of one job stands: stored per node, and reported by agents (never Waiting)."""
+
+    WAITING = "Waiting"
+    PULLING = "Pulling"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Succeeded, Failed and Cancelled end the node's work for the round."""
+        return self in TERMINAL_PHASES
+
+
+TERMINAL_PHASES = frozenset({NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.CANCELLED})
 
 # Bounds that keep every message storable: DynamoDB numbers hold 38 digits between 1e-130 and 1e126
 # (a larger count, NaN or a denormal timestamp would fail the write, not the parse), and its keys
@@ -68,7 +85,7 @@ class CancelTask(_Message, JobRef):
 
 class StatusReport(_Message, JobRef):
     kind: Literal["status"] = "status"
-    phase: ReportPhase
+    phase: NodePhase
     attempt: Count = 1
     seq: Count = Field(default=0, description="increases with every report of one pull")
     bytes_done: Count | None = None
@@ -79,6 +96,13 @@ class StatusReport(_Message, JobRef):
     message: str = ""
     started_at: EpochSeconds | None = None
     finished_at: EpochSeconds | None = None
+
+    @field_validator("phase")
+    @classmethod
+    def _is_reported_phase(cls, phase: NodePhase) -> NodePhase:
+        if phase is NodePhase.WAITING:
+            raise ValueError("a node reports Pulling, Succeeded, Failed or Cancelled, never Waiting")
+        return phase
 
 
 class Hello(_Message):

@@ -1,4 +1,4 @@
-"""Node pull phases, report ordering, job status as Kruise reports it, and retry delays.
+"""Node phase transitions, report ordering, job status as Kruise reports it, and retry delays.
 
 Reports from node agents arrive late, twice or out of order (SQS is at-least-once and unordered).
 `apply_report` keeps, for each node, the report with the highest precedence, which is a total order:
@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from prewarm.domain.jobs import CompletionPolicy, ImageListPullJob, ImagePullJob, ImagePullJobTemplate, PullPolicy
+from prewarm.domain.messages import NodePhase
 
 # Kruise's ImagePullJob status messages, word for word.
 NO_PROGRESS_MESSAGE = "job is running, no progress"
@@ -26,23 +26,6 @@ DEADLINE_EXCEEDED_MESSAGE = "job exceeds activeDeadlineSeconds"
 # kruise-daemon's error when a pull's own deadline has passed.
 PULL_DEADLINE_EXCEEDED_MESSAGE = "pulling exceeds the activeDeadlineSeconds"
 
-
-class NodePhase(StrEnum):
-    """Where one node's pull of one job stands."""
-
-    WAITING = "Waiting"
-    PULLING = "Pulling"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    CANCELLED = "Cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        """Succeeded, Failed and Cancelled end the node's work for the round."""
-        return self in TERMINAL_PHASES
-
-
-TERMINAL_PHASES = frozenset({NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.CANCELLED})
 
 # Phases in the only order a node may move through them. Among the terminal phases, a later report
 # may only correct towards what really happened on the node: a pull that finished despite a cancel,
@@ -78,11 +61,11 @@ def transition(current: NodePhase, new: NodePhase) -> NodePhase:
 
 
 class ReportKey(NamedTuple):
-    """Orders the reports of one node: a new `round` restarts the node; `attempt` and `sequence` grow."""
+    """Orders the reports of one node: a new `round` restarts the node; `attempt` and `seq` grow."""
 
     round: int
     attempt: int
-    sequence: int
+    seq: int
 
 
 def is_newer(report_key: ReportKey, stored_key: ReportKey) -> bool:
@@ -103,10 +86,10 @@ class NodeReport:
         """The total order `apply_report` keeps the maximum of.
 
         A later round wins; within a round the phase order wins (so a delayed Pulling never undoes a
-        Succeeded); within a phase the later attempt and sequence win (progress updates). The message
+        Succeeded); within a phase the later attempt and seq win (progress updates). The message
         only breaks exact ties, so that the order is total.
         """
-        return (self.key.round, _RANK[self.phase], self.key.attempt, self.key.sequence, self.message)
+        return (self.key.round, _RANK[self.phase], self.key.attempt, self.key.seq, self.message)
 
 
 def apply_report(stored: NodeReport | None, report: NodeReport) -> NodeReport:

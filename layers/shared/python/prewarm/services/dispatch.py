@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prewarm.domain.images import parse_image
-from prewarm.domain.jobs import ImagePullJob
+from prewarm.domain.jobs import ImagePullJob, JobState
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.messages import CancelTask, NodePhase, PullTask
 from prewarm.domain.placement import NodeSelection, Platform, evaluate_nodes
-from prewarm.domain.status import COMPLETED_MESSAGE, NodePhase
+from prewarm.domain.status import COMPLETED_MESSAGE
 from prewarm.services.ports import (
     Cluster,
     Counters,
@@ -52,7 +52,7 @@ class PlanResult:
 
 
 def job_spec(record: JobRecord) -> ImagePullJob:
-    job = parse_manifest(record.spec)
+    job = parse_manifest(record.manifest)
     if not isinstance(job, ImagePullJob):
         raise TypeError(f"job {record.key} is a {record.api_kind}, not an ImagePullJob")
     return job
@@ -116,7 +116,7 @@ def needs_planning(item: Mapping[str, Any]) -> bool:
     generation or round that has not been planned yet needs `plan_job`. A retried record still
     reaches it, because the retry carries the same image.
     """
-    if item.get("sk") != "JOB" or item.get("api_kind") != "ImagePullJob" or item.get("state") != "Running":
+    if item.get("sk") != "JOB" or item.get("api_kind") != "ImagePullJob" or item.get("state") != JobState.RUNNING:
         return False
     return str(item.get("planned", "")) != f"{item.get('generation', 1)}.{item.get('round', 0)}"
 
@@ -139,7 +139,7 @@ def plan_job(
         record = store.get_job(key)
         if record is None or record.api_kind != "ImagePullJob":
             return PlanResult(key, "skipped: no such ImagePullJob")
-        if record.state != "Running":
+        if record.state != JobState.RUNNING:
             return PlanResult(key, f"skipped: job is {record.state}")
         if record.planned == record.plan_id:
             result = PlanResult(key, "already planned")
@@ -155,7 +155,7 @@ def plan_job(
                     raise PullSecretError("pullSecrets are named but no secret mirror is configured")
                 record.pull_secret_arns = secrets.mirror(record.namespace, list(job.spec.pull_secrets))
             except PullSecretError as e:
-                fields: dict[str, Any] = {"state": "Failed", "message": str(e), "completion_time": now}
+                fields: dict[str, Any] = {"state": JobState.FAILED, "message": str(e), "completion_time": now}
                 if (ttl := job.spec.completion_policy.ttl_seconds_after_finished) is not None:
                     fields["ttl"] = int(now) + ttl
                 store.finish_job(key, fields, require_done=False)
@@ -315,7 +315,7 @@ def fill_slots(
     """Dispatches waiting nodes while `active < parallelism`. Each claim is one conditional transaction."""
     result = FillResult()
     record = store.get_job(key)
-    if record is None or record.state != "Running" or record.planned != record.plan_id:
+    if record is None or record.state != JobState.RUNNING or record.planned != record.plan_id:
         return result
     job = job_spec(record)
     parallelism = job.spec.parallelism
@@ -337,7 +337,7 @@ def fill_slots(
         if claimed_now == 0:
             fruitless += 1
             fresh = store.get_job(key)
-            if fresh is None or fresh.state != "Running":
+            if fresh is None or fresh.state != JobState.RUNNING:
                 break
             record = fresh
             free = parallelism - record.counters.active
@@ -351,13 +351,13 @@ def fill_slots(
 def finish_if_done(store: JobStore, key: str, *, now: float) -> bool:
     """Completes an `Always` job whose nodes have all finished (Kruise: succeeded + failed = desired)."""
     record = store.get_job(key)
-    if record is None or record.state != "Running" or record.planned != record.plan_id:
+    if record is None or record.state != JobState.RUNNING or record.planned != record.plan_id:
         return False
     job = job_spec(record)
     policy = job.spec.completion_policy
     if policy.type != "Always" or record.counters.done < record.counters.desired:
         return False
-    fields: dict[str, Any] = {"state": "Completed", "completion_time": now, "message": COMPLETED_MESSAGE}
+    fields: dict[str, Any] = {"state": JobState.COMPLETED, "completion_time": now, "message": COMPLETED_MESSAGE}
     if policy.ttl_seconds_after_finished is not None:
         fields["ttl"] = int(now) + policy.ttl_seconds_after_finished
     return store.finish_job(key, fields)

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
+from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, JobState
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask
 from prewarm.domain.rules import PrewarmRule
@@ -89,7 +89,7 @@ def apply_job(
         current = store.get_job(key)
         if current is None:
             record = JobRecord(
-                namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImagePullJob", spec=manifest,
+                namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImagePullJob", manifest=manifest,
                 spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
             )
             try:
@@ -99,7 +99,7 @@ def apply_job(
             return Applied("ImagePullJob", ns, name, "created")
         if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
             stale = now - (current.created_at or now) > UNPLANNED_RETRIGGER_SECONDS
-            if current.state == "Running" and current.planned != current.plan_id and stale:
+            if current.state == JobState.RUNNING and current.planned != current.plan_id and stale:
                 # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
                 current.generation += 1
                 try:
@@ -108,16 +108,16 @@ def apply_job(
                     continue
                 return Applied("ImagePullJob", ns, name, "configured")
             return Applied("ImagePullJob", ns, name, "unchanged")
-        old_spec = current.spec.get("spec", {})
+        old_spec = current.manifest.get("spec", {})
         new_round = _pull_part(old_spec) != _pull_part(manifest.get("spec", {}))
         current.generation += 1
         if new_round:
             current.round += 1
-        current.spec = manifest
+        current.manifest = manifest
         if platforms is not None:
             current.platforms = platforms
-        if current.state in {"Completed", "Failed"}:
-            current.state = "Running"
+        if current.state.is_finished:
+            current.state = JobState.RUNNING
             current.completion_time, current.message, current.ttl = None, "", None
             if new_round:
                 current.start_time = now
@@ -142,7 +142,7 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, queue
     applied_children = [apply_job(store, c, now=now, owner=key) for c in children]
     if current is None:
         store.create_job(
-            JobRecord(namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImageListPullJob", spec=manifest,
+            JobRecord(namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImageListPullJob", manifest=manifest,
                       spec_hash=spec_hash, start_time=now, created_at=now, planned="list",
                       children=child_names)
         )
@@ -151,7 +151,7 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, queue
         outcome = "unchanged"
     else:
         stale = set(current.children) - set(child_names)
-        current.spec, current.generation = manifest, current.generation + 1
+        current.manifest, current.generation = manifest, current.generation + 1
         old_hash, current.spec_hash = current.spec_hash, spec_hash
         store.replace_job_spec(current, expected_hash=old_hash)
         store.set_job_fields(key, {"children": child_names})
@@ -178,7 +178,7 @@ def _delete_one(store: JobStore, queues: TaskQueues | None, key: str) -> int:
     if record is None:
         return 0
     # Mark it first: reports racing with the delete then find a finished job and change nothing.
-    store.finish_job(key, {"state": "Deleting", "message": "job is being deleted"}, require_done=False)
+    store.finish_job(key, {"state": JobState.DELETING, "message": "job is being deleted"}, require_done=False)
     in_flight = [t for t in store.get_tasks(key) if t.dispatched_at is not None and not t.phase.is_terminal]
     cancels = [
         CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="job deleted") for t in in_flight
@@ -232,7 +232,7 @@ def _view(store: JobStore, record: JobRecord, *, now: float, with_tasks: bool) -
             children=children,
         )
     c = record.counters
-    message = record.message or progress_message(c.desired, c.succeeded, c.failed, record.state == "Completed")
+    message = record.message or progress_message(c.desired, c.succeeded, c.failed, record.state == JobState.COMPLETED)
     return JobView(
         record=record, desired=c.desired, active=c.active, succeeded=c.succeeded, failed=c.failed,
         failed_nodes=sorted(record.failed_nodes), message=message,

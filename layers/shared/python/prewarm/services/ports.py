@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.jobs import JobState
+from prewarm.domain.messages import CancelTask, NodePhase, PullTask
 from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
-from prewarm.domain.status import NodePhase
 
 # --- Errors the ports raise ----------------------------------------------------------------------
 
@@ -160,18 +160,18 @@ class Counters:
 
 @dataclass
 class JobRecord:
-    """A job item: its spec (the manifest as applied) and its status counters."""
+    """A job item: the manifest as applied and its status counters."""
 
     namespace: str
     name: str
     uid: str
     api_kind: str
-    spec: dict[str, Any]
+    manifest: dict[str, Any]
     spec_hash: str
     generation: int = 1
     round: int = 0
     planned: str = ""
-    state: str = "Running"
+    state: JobState = JobState.RUNNING
     counters: Counters = field(default_factory=Counters)
     failed_nodes: list[str] = field(default_factory=list)
     excluded: list[dict[str, str]] = field(default_factory=list)
@@ -224,7 +224,9 @@ class JobStore(Protocol):
     def get_job(self, key: str, *, consistent: bool = True) -> JobRecord | None: ...
     def create_job(self, job: JobRecord) -> None: ...
     def replace_job_spec(self, job: JobRecord, *, expected_hash: str) -> None: ...
-    def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: str | None = None) -> None: ...
+    def set_job_fields(
+        self, key: str, fields: Mapping[str, Any], *, condition_state: JobState | None = None
+    ) -> None: ...
     def list_jobs(self) -> list[JobRecord]: ...
     def delete_job(self, key: str) -> None: ...
     def get_tasks(self, key: str) -> list[NodeTaskRecord]: ...

@@ -6,9 +6,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from prewarm.domain.messages import Hello, StatusReport
+from prewarm.domain.jobs import JobState
+from prewarm.domain.messages import Hello, NodePhase, StatusReport
 from prewarm.domain.placement import evaluate_nodes
-from prewarm.domain.status import NodePhase, ReportKey, can_transition, is_newer
+from prewarm.domain.status import ReportKey, can_transition, is_newer
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done, image_platforms, job_spec
 from prewarm.services.ports import (
     Cluster,
@@ -78,7 +79,7 @@ def record_report(
             return ReportOutcome(False, "job no longer exists")
         if record.round != report.round:
             return ReportOutcome(False, f"report of round {report.round}, job is in round {record.round}")
-        if record.state != "Running":
+        if record.state != JobState.RUNNING:
             return ReportOutcome(False, f"job is {record.state}")
         task = store.get_task(key, report.node)
         if task is None or task.round != report.round:
@@ -157,7 +158,7 @@ def register_node(
             "status": {"conditions": [{"type": "Ready", "status": "True"}]},
         }
     for record in store.list_jobs():
-        if record.api_kind != "ImagePullJob" or record.state != "Running" or record.planned != record.plan_id:
+        if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING or record.planned != record.plan_id:
             continue
         job = job_spec(record)
         if job.spec.completion_policy.type != "Never":

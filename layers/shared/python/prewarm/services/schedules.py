@@ -6,8 +6,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prewarm.domain.messages import CancelTask, node_queue_name
-from prewarm.domain.status import NodePhase
+from prewarm.domain.jobs import JobState
+from prewarm.domain.messages import CancelTask, NodePhase, node_queue_name
+from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
 from prewarm.services.dispatch import fill_slots, finish_if_done, job_spec, resend_dispatched
 from prewarm.services.ports import (
     Cluster,
@@ -23,7 +24,6 @@ log = logging.getLogger(__name__)
 
 
 
-DEADLINE_MESSAGE = "job exceeds activeDeadlineSeconds"
 SILENT_NODE_MESSAGE = "node has not responded for a long time"
 
 
@@ -35,7 +35,7 @@ def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> lis
     """
     started = []
     for record in store.list_jobs():
-        if record.api_kind != "ImagePullJob" or record.state != "Running":
+        if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING:
             continue
         if job_spec(record).spec.completion_policy.type != "Never":
             continue
@@ -44,7 +44,7 @@ def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> lis
         ):
             continue
         try:
-            store.set_job_fields(record.key, {"round": record.round + 1}, condition_state="Running")
+            store.set_job_fields(record.key, {"round": record.round + 1}, condition_state=JobState.RUNNING)
         except StoreConflictError:
             continue  # deleted or finished meanwhile
         started.append(record.key)
@@ -86,7 +86,7 @@ def sweep(
         if record.api_kind == "ImageListPullJob":
             _finish_list_job(store, record, now=now)
             continue
-        if record.api_kind != "ImagePullJob" or record.state != "Running" or record.planned != record.plan_id:
+        if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING or record.planned != record.plan_id:
             continue
         job = job_spec(record)
         ads = job.spec.completion_policy.active_deadline_seconds
@@ -118,24 +118,24 @@ def referenced_pull_secrets(jobs: Iterable[JobRecord]) -> set[tuple[str, str]]:
     """(namespace, name) of every pull secret a stored job names, whatever the job's state."""
     referenced: set[tuple[str, str]] = set()
     for record in jobs:
-        names = (record.spec.get("spec") or {}).get("pullSecrets") or ()
+        names = (record.manifest.get("spec") or {}).get("pullSecrets") or ()
         referenced.update((record.namespace, str(name)) for name in names if isinstance(name, str))
     return referenced
 
 
 def _finish_list_job(store: JobStore, record: JobRecord, *, now: float) -> None:
     """A list job finishes when all its images' jobs have; its own TTL then runs from the last of them."""
-    if record.state != "Running":
+    if record.state != JobState.RUNNING:
         return
     children = [store.get_job(f"{record.namespace}/{name}") for name in record.children]
-    if not children or any(c is not None and c.state == "Running" for c in children):
+    if not children or any(c is not None and c.state == JobState.RUNNING for c in children):
         return
     done_at = max((c.completion_time or now for c in children if c is not None), default=now)
-    fields: dict[str, object] = {"state": "Completed", "completion_time": done_at}
-    ttl = record.spec.get("spec", {}).get("completionPolicy", {}).get("ttlSecondsAfterFinished")
+    fields: dict[str, object] = {"state": JobState.COMPLETED, "completion_time": done_at}
+    ttl = record.manifest.get("spec", {}).get("completionPolicy", {}).get("ttlSecondsAfterFinished")
     if ttl is not None:
         fields["ttl"] = int(done_at) + int(ttl)
-    store.set_job_fields(record.key, fields, condition_state="Running")
+    store.set_job_fields(record.key, fields, condition_state=JobState.RUNNING)
 
 
 def _finish_task(
@@ -168,16 +168,20 @@ def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: JobRecord, 
     tasks = [t for t in store.get_tasks(record.key) if t.round == record.round]
     for task in tasks:
         if not task.phase.is_terminal:
-            _finish_task(store, record, task.node, NodePhase.CANCELLED, DEADLINE_MESSAGE, now=now)
+            _finish_task(store, record, task.node, NodePhase.CANCELLED, DEADLINE_EXCEEDED_MESSAGE, now=now)
     # A sweep retried after a crash here finds nodes it already cancelled: cancel them again, not never.
     cancels = [
-        CancelTask(job=record.key, job_uid=record.uid, round=record.round, node=t.node, reason=DEADLINE_MESSAGE)
+        CancelTask(
+            job=record.key, job_uid=record.uid, round=record.round, node=t.node, reason=DEADLINE_EXCEEDED_MESSAGE
+        )
         for t in tasks
         if t.dispatched_at is not None
-        and (not t.phase.is_terminal or (t.phase is NodePhase.CANCELLED and t.message == DEADLINE_MESSAGE))
+        and (not t.phase.is_terminal or (t.phase is NodePhase.CANCELLED and t.message == DEADLINE_EXCEEDED_MESSAGE))
     ]
     queues.send_many(cancels)
-    fields: dict[str, object] = {"state": "Failed", "message": DEADLINE_MESSAGE, "completion_time": now}
+    fields: dict[str, object] = {
+        "state": JobState.FAILED, "message": DEADLINE_EXCEEDED_MESSAGE, "completion_time": now
+    }
     ttl = job_spec(record).spec.completion_policy.ttl_seconds_after_finished
     if ttl is not None:
         fields["ttl"] = int(now) + ttl
