@@ -1,6 +1,5 @@
 """EventBridge "ECR Image Action" → prewarm rules → one pull job per matching rule."""
 
-import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -9,7 +8,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from prewarm import bootstrap
 from prewarm.events import parse_image_action
 from prewarm.observability import logger, metrics, tracer
-from prewarm.services.push import handle_push
 
 
 @logger.inject_lambda_context
@@ -22,7 +20,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         return {"jobs": []}
     push = action.to_push()
     logger.append_keys(image=f"{push.registry_host}/{push.repository}@{push.digest}")
-    applied = handle_push(bootstrap.store(), bootstrap.images(), push, now=time.time())
+    applied = bootstrap.handle_push(push)
     created = sum(a.outcome != "unchanged" for a in applied)
     metrics.add_metric(name="JobsStarted", unit=MetricUnit.Count, value=created)
     logger.info("push handled", extra={"jobs": [a.describe() for a in applied]})

@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
 from prewarm.observability import logger, metrics, tracer
-from prewarm.services.credentials import RefreshReport, refresh_credentials
+from prewarm.services.credentials import RefreshReport
 
 # At DEBUG botocore logs request parameters and response bodies, tokens included: never in this function.
 logging.getLogger("botocore").setLevel(max(logging.INFO, logging.getLogger("botocore").getEffectiveLevel()))
@@ -21,15 +21,10 @@ _UNITS = {"SecondsToEarliestExpiry": MetricUnit.Seconds}
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    config = bootstrap.credentials_config()
-    if config is None:
+    report = bootstrap.refresh_credentials()
+    if report is None:
         logger.warning("nothing to refresh: set CREDENTIALS_CONFIG or CREDENTIALS_CONFIG_PARAMETER")
         report = RefreshReport()
-    else:
-        report = refresh_credentials(
-            config, bootstrap.cluster() if config.namespaces is not None else None, bootstrap.registry_tokens(),
-            bootstrap.credential_store(), clock=time.time,
-        )
     for name, value in report.metrics(time.time()).items():
         metrics.add_metric(name=name, unit=_UNITS.get(name, MetricUnit.Count), value=value)
     summary = report.describe()

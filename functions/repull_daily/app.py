@@ -8,7 +8,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
 from prewarm.observability import logger, metrics, tracer
-from prewarm.services.schedules import repull_daily
 
 
 @logger.inject_lambda_context
@@ -17,8 +16,7 @@ from prewarm.services.schedules import repull_daily
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     scheduled = event.get("scheduled_time")
     # Retries of one scheduled invocation carry its scheduled time: they must not start a second round.
-    started = repull_daily(bootstrap.store(),
-                           scheduled_time=datetime.fromisoformat(scheduled).timestamp() if scheduled else None)
+    started = bootstrap.repull_daily(datetime.fromisoformat(scheduled).timestamp() if scheduled else None)
     metrics.add_metric(name="RoundsStarted", unit=MetricUnit.Count, value=len(started))
     logger.info("re-pull rounds started", extra={"jobs": started})
     return {"rounds_started": started}

@@ -1,13 +1,15 @@
-"""The composition root: builds each adapter once per process from the settings, on first use.
+"""The composition root: builds each adapter once per process from the settings, on first use, and
+hands handlers ready-to-call use cases bound to them.
 
-Handlers ask for what they need; nothing is built at import time, so a function pays only for the
-clients it uses (the Kubernetes client alone costs ~120 ms of imports). `reset()` forgets them all,
-for tests that change the environment.
+A handler parses its event, calls one use case below and returns; it never builds an adapter. Nothing
+is built at import time, so a function pays only for the clients it uses (the Kubernetes client alone
+costs ~120 ms of imports). `reset()` forgets them all, for tests that change the environment.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -21,8 +23,14 @@ if TYPE_CHECKING:
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues
+    from prewarm.domain.messages import Hello, StatusReport
     from prewarm.domain.refresh import CredentialsConfig
-    from prewarm.services.ports import PullSecretMirror
+    from prewarm.services.credentials import RefreshReport
+    from prewarm.services.dispatch import PlanResult
+    from prewarm.services.jobs import Applied
+    from prewarm.services.push import ImagePush
+    from prewarm.services.reports import HelloOutcome, ReportOutcome
+    from prewarm.services.schedules import SweepResult
 
 
 @lru_cache(maxsize=1)
@@ -61,7 +69,10 @@ def cluster_or_none() -> KubeCluster | None:
 
 
 class _LazySecretMirror:
-    """Builds the Secrets Manager mirror on the first job that names pullSecrets, not before."""
+    """Builds the Secrets Manager mirror on the first job that names pullSecrets, not before.
+
+    A `PullSecretMirror` for planning and a `PullSecretCleanup` for the sweep.
+    """
 
     def mirror(self, namespace: str, names: list[str]) -> list[str]:
         return _secret_mirror().mirror(namespace, names)
@@ -70,7 +81,7 @@ class _LazySecretMirror:
         return _secret_mirror().cleanup(referenced)
 
 
-def secret_mirror() -> PullSecretMirror:
+def secret_mirror() -> _LazySecretMirror:
     """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix)."""
     return _LazySecretMirror()
 
@@ -121,6 +132,69 @@ def images() -> EcrImages:
     from prewarm.adapters.ecr import EcrImages
 
     return EcrImages()
+
+
+# --- Use cases, bound to the adapters above -------------------------------------------------------
+
+
+def plan_job(key: str) -> PlanResult:
+    """Select the nodes of job `key` and send the first tasks; `TaskSendError` when a send failed."""
+    from prewarm.services.dispatch import plan_job
+
+    result = plan_job(store(), cluster(), queues(), key, now=time.time(), secrets=secret_mirror())
+    result.raise_for_send_failures()
+    return result
+
+
+def record_report(report: StatusReport) -> ReportOutcome:
+    """Apply an agent's status report to its job."""
+    from prewarm.services.reports import record_report
+
+    return record_report(store(), queues(), report, now=time.time())
+
+
+def register_node(hello: Hello) -> HelloOutcome:
+    """Register a node from its hello and add it to the jobs that select it."""
+    from prewarm.services.reports import register_node
+
+    return register_node(store(), queues(), cluster_or_none(), hello, now=time.time())
+
+
+def handle_push(push: ImagePush) -> list[Applied]:
+    """Apply one job per prewarm rule matching a pushed image."""
+    from prewarm.services.push import handle_push
+
+    return handle_push(store(), images(), push, now=time.time())
+
+
+def refresh_credentials() -> RefreshReport | None:
+    """Refresh registry credentials as configured; None when nothing is configured."""
+    from prewarm.services.credentials import refresh_credentials
+
+    config = credentials_config()
+    if config is None:
+        return None
+    kube = cluster() if config.namespaces is not None else None
+    return refresh_credentials(config, kube, registry_tokens(), credential_store(), clock=time.time)
+
+
+def repull_daily(scheduled_time: float | None) -> list[str]:
+    """Start a new round of every active `Never` job (once per scheduled time)."""
+    from prewarm.services.schedules import repull_daily
+
+    return repull_daily(store(), scheduled_time=scheduled_time)
+
+
+def sweep() -> SweepResult:
+    """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues."""
+    from prewarm.services.schedules import sweep
+
+    s = settings()
+    return sweep(
+        store(), queues(), cluster_or_none(), now=time.time(), prefix=s.node_queue_prefix,
+        silence_grace_seconds=s.node_silence_grace_seconds, resend_after_seconds=s.task_resend_seconds,
+        secrets=secret_mirror(),
+    )
 
 
 def reset() -> None:

@@ -29,6 +29,7 @@ from prewarm.services.ports import (
     PullSecretMirror,
     StoreConflictError,
     TaskQueues,
+    TaskSendError,
 )
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,11 @@ class PlanResult:
     removed: list[str] = field(default_factory=list)
     sent: int = 0
     send_failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def raise_for_send_failures(self) -> None:
+        """Raise `TaskSendError` when any send failed."""
+        if self.send_failures:
+            raise TaskSendError(self.send_failures)
 
 
 def job_spec(record: JobRecord) -> ImagePullJob:

@@ -90,6 +90,17 @@ class AgentCredentialsError(RuntimeError):
     """Credentials an agent was told to use cannot be read; names the secret, never its value."""
 
 
+class TaskSendError(RuntimeError):
+    """Some task or cancel messages could not be sent; `failures` lists `(node, error)`.
+
+    Raised so the triggering record is retried: a re-run re-sends what was not sent.
+    """
+
+    def __init__(self, failures: Sequence[tuple[str, str]]) -> None:
+        super().__init__(f"{len(failures)} task sends failed, first: {failures[0] if failures else None}")
+        self.failures = list(failures)
+
+
 class PullSecretError(RuntimeError):
     """A job's pullSecrets cannot be made available to the agents; the job fails with this message."""
 
