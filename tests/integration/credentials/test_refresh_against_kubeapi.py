@@ -19,8 +19,8 @@ import pytest
 from prewarm.adapters.ecr_auth import EcrTokenSource
 from prewarm.adapters.kube import KubeCluster
 from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
-from prewarm.domain.credentials import Keyring
 from prewarm.domain.refresh import CredentialsConfig
+from prewarm.domain.registries import Keyring
 from prewarm.services.credentials import CredentialRefreshError, RefreshReport, refresh_credentials
 from prewarm.services.ports import PullSecretError
 from prewarm_devtools.kubeapi import KubeApiServer

@@ -18,8 +18,8 @@ from moto import mock_aws
 
 from prewarm.adapters import eks_auth
 from prewarm.adapters.eks_auth import EksTokenSource, describe_cluster_endpoint
-from prewarm.adapters.errors import ClusterAuthError, ClusterConfigError
 from prewarm.adapters.kube import KubeCluster, ca_pem
+from prewarm.services.ports import ClusterAuthError, ClusterConfigError
 from prewarm.settings import Settings
 from tests.support.clock import Clock
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.credentials import Keyring
 from prewarm.domain.refresh import (
     Action,
     NamespaceTargets,
@@ -24,6 +23,7 @@ from prewarm.domain.refresh import (
     stored_token,
     stored_token_is_fresh,
 )
+from prewarm.domain.registries import Keyring
 from tests.support.clock import HOUR, T0
 from tests.support.cluster import make_namespace
 from tests.support.credentials import PASSWORD
