@@ -102,8 +102,8 @@ def planned() -> Iterator[tuple[Plane, str]]:
     with moto_aws() as (ddb, sqs):
         plane = Plane(ddb, sqs, "fuzz")
         plane.add_nodes(*NODES)
-        apply_manifest(plane.store, job_doc(parallelism=2, completionPolicy={"type": "Never"}), now=plane.clock.now())
-        plan_job(plane.store, plane.cluster, plane.queues, KEY, now=plane.clock.now())
+        apply_manifest(plane.store, job_doc(parallelism=2, completionPolicy={"type": "Never"}), now=plane.clock())
+        plan_job(plane.store, plane.cluster, plane.queues, KEY, now=plane.clock())
         record = plane.real_store.get_job(KEY)
         assert record is not None
         yield plane, record.uid
@@ -121,12 +121,12 @@ def test_any_parsed_report_or_hello_is_applied_or_ignored_and_the_invariant_hold
     except MessageError:
         return
     if isinstance(message, StatusReport):
-        outcome = record_report(plane.store, plane.queues, message, now=plane.clock.now())
+        outcome = record_report(plane.store, plane.queues, message, now=plane.clock())
         assert isinstance(outcome, ReportOutcome) and outcome.reason
         event("applied" if outcome.applied else "ignored")
     else:
         assert isinstance(message, Hello)
-        register_node(plane.store, plane.queues, plane.cluster, message, now=plane.clock.now())
+        register_node(plane.store, plane.queues, plane.cluster, message, now=plane.clock())
     assert_invariant(plane.real_store, KEY)
 
 
@@ -152,5 +152,5 @@ def test_a_timestamp_too_small_for_dynamodb_is_recorded_as_zero(planned: tuple[P
     # When it is recorded, then it is stored rounded to the microsecond
     report = parse_agent_message(body)
     assert isinstance(report, StatusReport) and report.finished_at == 0.0
-    assert record_report(plane.store, plane.queues, report, now=plane.clock.now()).reason
+    assert record_report(plane.store, plane.queues, report, now=plane.clock()).reason
     assert_invariant(plane.real_store, KEY)
