@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from prewarm.services.jobs import JobView
     from prewarm_cli.output import WatchState
 
-from prewarm.domain.jobs import JobState
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
 from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
 
@@ -52,6 +51,8 @@ def watch_outcome(view: JobView) -> tuple[int, str] | None:
     """The exit code and closing line once the job has finished, else None."""
     if not _finished(view):
         return None
+    from prewarm.domain.jobs import JobState
+
     r = view.record
     state = watch_state(view)
     title = f"{r.api_kind} {r.key}"
