@@ -261,6 +261,7 @@ class LocalStack:
             from prewarm.settings import settings
 
             settings.cache_clear()
+            _name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.
                 with contextlib.redirect_stdout(self.function_output or sys.stdout):
@@ -508,6 +509,22 @@ class LocalStack:
 
 _RATE = re.compile(r"rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)")
 _CRON = re.compile(r"cron\((\S+\s+){5}\S+\)")
+
+
+def _name_the_service(service: str) -> None:
+    """Labels the functions' logs and metrics with this invocation's `POWERTOOLS_SERVICE_NAME`.
+
+    Powertools reads the variable once, when `prewarm.observability` builds its Logger and Metrics. In
+    AWS one process runs one function; here every function shares one process, so each invocation
+    names its own service (its environment is already in force).
+    """
+    import prewarm.observability as observability
+
+    observability.logger.service = service
+    observability.logger.append_keys(service=service)
+    provider = getattr(observability.metrics, "provider", None)
+    if provider is not None and hasattr(provider, "service"):
+        provider.service = service
 
 
 def _shown(path: Path) -> Path:

@@ -1,0 +1,33 @@
+"""Local mode runs every function in one process: each must still log under its own service name."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from prewarm_devtools.sam.aws import MotoServer, aws_environment
+from prewarm_devtools.sam.stack import LocalStack
+
+pytestmark = pytest.mark.integration
+
+
+def test_each_function_logs_under_its_own_service_name() -> None:
+    # Given a local stack whose functions write their logs to one stream
+    output = io.StringIO()
+    with MotoServer() as aws, aws_environment(aws.url):
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=output).deploy()
+
+        # When two functions run one after the other in the same process
+        stack.fire("sweep")
+        stack.fire("repull_daily")
+        stack.fire("sweep")
+
+    # Then each line carries the service of the function that wrote it, as template.yaml names it
+    services = [json.loads(line)["service"] for line in output.getvalue().splitlines()
+                if line.startswith("{") and '"service"' in line]
+    lines_by_function = {name: [s for s in services if s == name] for name in ("sweep", "repull_daily")}
+    assert set(services) == {"sweep", "repull_daily"}, services
+    assert all(lines_by_function.values())
+    assert stack.function("sweep").env["POWERTOOLS_SERVICE_NAME"] == "sweep"
