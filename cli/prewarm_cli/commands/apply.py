@@ -42,18 +42,50 @@ def _sources(filenames: Sequence[str], recursive: bool) -> Iterator[tuple[str, C
             yield name, functools.partial(path.read_text, encoding="utf-8")
 
 
-def _documents(source: str, text: str) -> tuple[list[_Document], str | None]:
-    """The documents of one file (a `kind: List` unpacked), and the YAML error that ended it early."""
+def _duplicate_key(node: Any) -> Any:
+    """The first mapping key node that repeats an earlier key of its mapping (kubectl refuses those)."""
+    import yaml
+
+    seen_nodes: set[int] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen_nodes:
+            continue
+        seen_nodes.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            keys: set[tuple[str, str]] = set()
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if (key.tag, key.value) in keys:
+                        return key
+                    keys.add((key.tag, key.value))
+                pending += [key, value]
+        elif isinstance(current, yaml.SequenceNode):
+            pending += current.value
+    return None
+
+
+def _documents(source: str, text: str) -> tuple[list[_Document], list[str]]:
+    """The documents of one file (a `kind: List` unpacked), and its problems: a document with a duplicate
+    key is left out (the others are kept); a YAML syntax error ends the file."""
     import yaml
 
     documents: list[_Document] = []
+    problems: list[str] = []
     number = 0
+    loader = yaml.SafeLoader(text)
     try:
-        for body in yaml.safe_load_all(text):
-            if body is None:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"):
                 continue
             number += 1
             where = f"{source} document {number}"
+            if (duplicate := _duplicate_key(node)) is not None:
+                problems.append(f'{where}: duplicate key "{duplicate.value}" at line {duplicate.start_mark.line + 1}')
+                continue
+            body = loader.construct_document(node)
             items = body.get("items") if isinstance(body, dict) and body.get("kind") == "List" else None
             if isinstance(items, list):
                 documents += [_Document(f"{where}, item {i}", item) for i, item in enumerate(items, start=1)]
@@ -63,8 +95,10 @@ def _documents(source: str, text: str) -> tuple[list[_Document], str | None]:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).replace("\n", " ")
-        return documents, f"{source}: invalid YAML{at}: {problem}"
-    return documents, None
+        problems.append(f"{source}: invalid YAML{at}: {problem}")
+    finally:
+        loader.dispose()
+    return documents, problems
 
 
 @click.command()
@@ -96,7 +130,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
             click.echo(f"error: {source}: cannot read: {getattr(e, 'strerror', None) or e}", err=True)
             invalid += 1
             continue
-        documents, yaml_error = _documents(source, text)
+        documents, problems = _documents(source, text)
         for doc in documents:
             try:
                 outcome = apply_manifest(current_store(ctx), doc.body, now=time.time(), queues=queues)
@@ -111,8 +145,8 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
             else:
                 click.echo(outcome.describe())
                 applied += 1
-        if yaml_error is not None:
-            click.echo(f"error: {yaml_error}", err=True)
+        for file_problem in problems:
+            click.echo(f"error: {file_problem}", err=True)
             invalid += 1
     if not (applied or invalid or failed):
         raise click.UsageError("no objects passed to apply")

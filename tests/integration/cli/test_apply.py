@@ -201,3 +201,33 @@ def test_a_path_that_does_not_exist_is_a_usage_error(prewarm: Run, tmp_path: Pat
     assert result.exit_code == 2
     assert len(result.stderr.splitlines()) == 1
     assert "nope.yaml" in result.stderr and "does not exist" in result.stderr
+
+
+def test_a_document_with_a_duplicate_key_is_refused_with_its_line_and_the_others_apply(
+    prewarm: Run, tmp_path: Path, control_plane: ControlPlane
+) -> None:
+    # Given a file whose second document says `spec` twice (the second would silently win) and a nested
+    # duplicate in the third
+    manifest = tmp_path / "dup.yaml"
+    second = job_yaml("apply-dup-bad") + "spec:\n  image: redis:7\n"
+    third = job_yaml("apply-dup-nested").replace("  image: nginx:1.25\n", "  image: nginx:1.25\n  image: redis:7\n")
+    manifest.write_text("---\n".join([job_yaml("apply-dup-1"), second, third, job_yaml("apply-dup-2")]))
+    spec_line = 1 + len(job_yaml("apply-dup-1").splitlines()) + 1 + len(job_yaml("apply-dup-bad").splitlines())
+    nested_line = next(i for i, line in enumerate(manifest.read_text().splitlines(), start=1)
+                       if line == "  image: redis:7" and i > spec_line + 1)
+
+    # When it is applied
+    result = prewarm("apply", "-f", str(manifest))
+
+    # Then the documents with a duplicate key are refused, naming the key and its line, and the others apply
+    assert result.exit_code == 2
+    assert result.stdout.splitlines() == [
+        "imagepulljob.apps.kruise.io/apply-dup-1 created",
+        "imagepulljob.apps.kruise.io/apply-dup-2 created",
+    ]
+    assert result.stderr.splitlines() == [
+        f'error: {manifest} document 2: duplicate key "spec" at line {spec_line}',
+        f'error: {manifest} document 3: duplicate key "image" at line {nested_line}',
+    ]
+    assert control_plane.store.get_job(job_key("default", "apply-dup-bad")) is None
+    assert control_plane.store.get_job(job_key("default", "apply-dup-nested")) is None
