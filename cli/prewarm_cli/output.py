@@ -26,6 +26,8 @@ NONE = "<none>"
 UNKNOWN = "<unknown>"
 _GAP = "   "
 _LISTED_IMAGES = 3
+# describe lists this many failed or excluded nodes and counts the rest.
+LISTED = 20
 
 
 # --- Units ---------------------------------------------------------------------------------------
@@ -168,14 +170,27 @@ def _labels(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or NONE
 
 
-def nodes_table(nodes: Sequence[RegisteredNode], *, now: float, wide: bool = False) -> str:
-    """The registered agents: NAME ARCH LABELS LAST-HELLO QUEUE (+ OS and the queue URL)."""
-    headers = ["NAME", "ARCH", "LABELS", "LAST-HELLO", "QUEUE"] + (["OS", "QUEUE-URL"] if wide else [])
+# Well-known labels shown as columns of `get nodes` (kubectl's -L): a node's full labels run to hundreds
+# of characters, so they are shown only with --show-labels or -o wide.
+NODE_LABEL_COLUMNS = (
+    ("INSTANCE-TYPE", "node.kubernetes.io/instance-type"),
+    ("ZONE", "topology.kubernetes.io/zone"),
+)
+
+
+def nodes_table(nodes: Sequence[RegisteredNode], *, now: float, wide: bool = False, show_labels: bool = False) -> str:
+    """The registered agents: NAME ARCH INSTANCE-TYPE ZONE LAST-HELLO; `wide` adds QUEUE, OS, QUEUE-URL and
+    LABELS, `show_labels` adds LABELS."""
+    headers = ["NAME", "ARCH", *(title for title, _ in NODE_LABEL_COLUMNS), "LAST-HELLO"]
+    headers += ["QUEUE", "OS", "QUEUE-URL"] if wide else []
+    headers += ["LABELS"] if wide or show_labels else []
     rows = []
     for n in nodes:
-        row = [n.name, n.architecture or UNKNOWN, _labels(n.labels), f"{human_age(now - n.last_hello)} ago",
-               n.queue_url.rsplit("/", 1)[-1] or NONE]
-        rows.append(row + ([n.os or UNKNOWN, n.queue_url or NONE] if wide else []))
+        row = [n.name, n.architecture or UNKNOWN, *(n.labels.get(key) or NONE for _, key in NODE_LABEL_COLUMNS),
+               f"{human_age(now - n.last_hello)} ago"]
+        row += [n.queue_url.rsplit("/", 1)[-1] or NONE, n.os or UNKNOWN, n.queue_url or NONE] if wide else []
+        row += [_labels(n.labels)] if wide or show_labels else []
+        rows.append(row)
     return table(headers, rows)
 
 
@@ -345,7 +360,7 @@ def describe_job(view: JobView, *, now: float) -> str:
         status_pairs.append(("Round", r.round))
     status_pairs += [
         ("Desired", view.desired), ("Active", view.active), ("Succeeded", view.succeeded), ("Failed", view.failed),
-        ("Failed Nodes", ", ".join(view.failed_nodes) or NONE), ("Start Time", _when(r.start_time, now)),
+        ("Failed Nodes", listed(view.failed_nodes) or NONE), ("Start Time", _when(r.start_time, now)),
         ("Completion Time", _when(view.completion_time, now)), ("Message", view.message),
     ]
     lines += _fields(status_pairs, "  ")
@@ -368,14 +383,22 @@ def _describe_nodes(view: JobView, *, now: float) -> list[str]:
     else:
         lines.append("  " + ("<none yet: the job is not planned>" if view.record.planned != view.record.plan_id
                              else NONE))
-    excluded = view.record.excluded
+    excluded = view.excluded
     lines.append(f"Excluded Nodes ({len(excluded)}):")
     if excluded:
-        lines.append(table(["NODE", "REASON"], [[e.get("name", ""), e.get("reason", "")] for e in excluded],
-                           indent="  "))
+        shown = excluded[:LISTED]
+        lines.append(table(["NODE", "REASON"], [[e.name, e.reason] for e in shown], indent="  "))
+        if len(excluded) > len(shown):
+            lines.append(f"  ... and {len(excluded) - len(shown)} more (`-o yaml` on `get` lists every node)")
     else:
         lines.append(f"  {NONE}")
     return lines
+
+
+def listed(names: Sequence[str]) -> str:
+    """The first `LISTED` names and how many more: a fleet's failed nodes on one line a person can read."""
+    shown = ", ".join(names[:LISTED])
+    return f"{shown} and {len(names) - LISTED} more" if len(names) > LISTED else shown
 
 
 def _describe_children(view: JobView, *, now: float) -> list[str]:

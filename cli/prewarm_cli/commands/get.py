@@ -21,10 +21,11 @@ from prewarm_cli.options import current_store, namespace_option, resource_name, 
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs of every namespace.")
 @click.option("-o", "--output", type=click.Choice(["wide", "yaml", "json", "name"]),
               help="wide: more columns; yaml/json: the manifests with their status; name: kind/name only.")
+@click.option("--show-labels", is_flag=True, help="Nodes: add a LABELS column with every label.")
 @target_options
 @click.pass_context
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,
-        output: str | None) -> int:
+        output: str | None, show_labels: bool) -> int:
     """List jobs (Kruise's columns), rules or registered nodes; or show the named ones."""
     kind = resource_name(resource, ("jobs", "rules", "nodes"), "get")
     if all_namespaces and names:
@@ -65,7 +66,7 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
             missing = [f'node "{n}" not registered' for n in names if n not in known]
             nodes = [n for n in nodes if n.name in names]
         docs = [cli_output.node_document(n) for n in nodes]
-        text = cli_output.nodes_table(nodes, now=now, wide=output == "wide")
+        text = cli_output.nodes_table(nodes, now=now, wide=output == "wide", show_labels=show_labels)
         empty = "No nodes have registered: no agent has said hello yet."
     if docs:
         if output in ("yaml", "json", "name"):

@@ -135,14 +135,39 @@ def test_get_nodes_lists_registered_agents(prewarm: Run, control_plane: ControlP
     table = prewarm("get", "nodes")
     as_json = json.loads(prewarm("get", "node", "node-hello", "-o", "json").stdout)
 
-    # Then the row shows architecture, labels, the hello's age and the queue
+    # Then the row shows architecture, the well-known labels, and the hello's age
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["NAME", "ARCH", "LABELS", "LAST-HELLO", "QUEUE"]
+    assert header.split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO"]
     row = next(r for r in rows if r.startswith("node-hello ")).split()
-    assert row[:3] == ["node-hello", "arm64", "kubernetes.io/arch=arm64,pool=gpu"]
-    assert row[3] in ("90s", "91s", "92s") and row[4] == "ago"
-    assert row[5] == control_plane.queues.queue_name("node-hello")
+    assert row[:4] == ["node-hello", "arm64", "<none>", "<none>"]
+    assert row[4] in ("90s", "91s", "92s") and row[5] == "ago"
     assert as_json["metadata"]["name"] == "node-hello" and as_json["status"]["architecture"] == "arm64"
+
+
+def test_get_nodes_is_compact_and_show_labels_or_wide_give_every_label(
+    prewarm: Run, control_plane: ControlPlane
+) -> None:
+    # Given an agent on an EKS-like node with dozens of labels
+    labels = {f"feature.node.kubernetes.io/cpu-cpuid.{i:02d}": "true" for i in range(40)}
+    labels |= {"node.kubernetes.io/instance-type": "g5.2xlarge", "topology.kubernetes.io/zone": "us-west-2b"}
+    hello = Hello(node="node-labels", labels=labels, architecture="amd64",
+                  queue_url=control_plane.queues.queue_url("node-labels"))
+    register_node(control_plane.store, control_plane.queues, None, hello, now=time.time())
+
+    # When nodes are listed plainly, with --show-labels and wide
+    plain = prewarm("get", "node", "node-labels")
+    labelled = prewarm("get", "node", "node-labels", "--show-labels")
+    wide = prewarm("get", "node", "node-labels", "-o", "wide")
+
+    # Then the plain row is short and names the instance type and zone; the others add every label
+    assert len(plain.stdout.splitlines()[1]) < 100
+    assert plain.stdout.splitlines()[1].split()[:4] == ["node-labels", "amd64", "g5.2xlarge", "us-west-2b"]
+    assert "cpu-cpuid" not in plain.stdout
+    assert labelled.stdout.splitlines()[0].split()[-1] == "LABELS"
+    assert labelled.stdout.count("cpu-cpuid") == 40
+    assert wide.stdout.splitlines()[0].split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "QUEUE",
+                                                   "OS", "QUEUE-URL", "LABELS"]
+    assert wide.stdout.count("cpu-cpuid") == 40
 
 
 def test_get_a_missing_job_exits_1_naming_it(prewarm: Run) -> None:
