@@ -1,22 +1,35 @@
-"""An embedded Kubernetes API server (core/v1) for integration tests, benchmarks and local mode.
+"""An embedded Kubernetes API server (core/v1 and RBAC) for integration tests, benchmarks and local mode.
 
-`with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets and service accounts over
-real HTTP on 127.0.0.1, so the official `kubernetes` client (typed `CoreV1Api` calls and raw
-`ApiClient.call_api`) talks to it as to EKS: bearer tokens (prefix `k8s-aws-v1.` as EKS tokens),
-`Status` errors with the real reasons, codes and wording, discovery (`/api`, `/api/v1`, `/apis`,
-`/version`), get/list/create/replace/patch/delete/deletecollection/watch, `status`
+`with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets and service accounts, and
+ClusterRoles, Roles and their bindings (rbac.authorization.k8s.io/v1), over real HTTP on
+127.0.0.1, so the official `kubernetes` client (typed `CoreV1Api`/`RbacAuthorizationV1Api` calls
+and raw `ApiClient.call_api`) talks to it as to EKS. Every request is authenticated (a static
+token or an EKS `k8s-aws-v1.` token maps to an `Identity`, as EKS access entries map IAM
+principals; see `KubeApiServer`) and authorized by RBAC (`system:masters` may do anything), with
+the API server's 401 and 403 answers; `SelfSubjectAccessReview` and `SubjectAccessReview` are
+answered, and `Impersonate-User`/`Impersonate-Group` honoured. Also: `Status` errors with the real
+reasons, codes and wording, discovery (`/api`, `/api/v1`, `/apis`, each group, `/version`),
+get/list/create/replace/patch/delete/deletecollection/watch, `status`
 subresources, label and field selectors with the real grammar, `limit`/`continue` paging over
 consistent snapshots, a global resourceVersion, optimistic concurrency, generateName, finalizers,
-namespace cascade deletion, and each type's defaulting and validation. `fail_requests` makes it
+namespace cascade deletion, `dryRun` (query or DeleteOptions), the NamespaceLifecycle refusal to
+delete `default`, `kube-system` and `kube-public`, and each type's defaulting and validation. `fail_requests` makes it
 answer chosen requests with a given Status (429, 5xx...) to test retries.
 
 What it does NOT implement (code relying on these must be tested against a real cluster):
 
-- API groups other than core/v1, and core/v1 resources other than the five above; no CRDs,
-  no aggregated discovery (`/apis` is empty; clients fall back to legacy discovery).
-- Authorization: any accepted token may do anything; no RBAC, no impersonation, no
-  `SelfSubjectAccessReview`. Requests without a token get 401 by default; `anonymous="forbidden"`
-  gives EKS's answer (403 except `/version` and health), `anonymous="allowed"` serves them.
+- API groups other than core/v1, rbac.authorization.k8s.io/v1 and authorization.k8s.io/v1
+  (access reviews only: no `LocalSubjectAccessReview`, no `SelfSubjectRulesReview`), and core/v1
+  resources other than the five above; no CRDs, no aggregated discovery (clients fall back to
+  legacy discovery).
+- Authentication and authorization: EKS token signatures are not checked (no STS is asked: the
+  access key names the principal); no client certificates, no service account token issuing
+  (`TokenRequest`), no `userextras` impersonation. RBAC: no aggregated ClusterRoles
+  (`aggregationRule` is stored, not followed), no escalation or `bind` checks on role writes, and
+  only the bootstrap policy's cluster-admin, system:discovery, system:basic-user and
+  system:public-info-viewer. Requests without a token get 401 by default; `anonymous="forbidden"`
+  makes them `system:anonymous` (as on EKS: RBAC lets it read `/version` and health only),
+  `anonymous="allowed"` serves them as the cluster admin.
 - TLS (plain HTTP on 127.0.0.1), HTTP/2, protobuf and CBOR bodies, `Table` output
   (`as=Table`), `pretty` for watch streams, gzip responses, `/openapi/v2` and `/openapi/v3`.
   So kubectl (which sends no token over HTTP: serve with `anonymous="allowed"`) can get, watch,
@@ -46,9 +59,19 @@ What it does NOT implement (code relying on these must be tested against a real 
   bookmark just before a watch times out.
 """
 
+from prewarm_devtools.kubeapi.auth import DEFAULT_CLUSTER_CREATOR, AccessEntry, Identity, service_account
 from prewarm_devtools.kubeapi.errors import StatusError
 from prewarm_devtools.kubeapi.registry import SeedError
 from prewarm_devtools.kubeapi.selectors import SelectorParseError
-from prewarm_devtools.kubeapi.server import DEFAULT_TOKEN_PREFIXES, KubeApiServer
+from prewarm_devtools.kubeapi.server import KubeApiServer
 
-__all__ = ["DEFAULT_TOKEN_PREFIXES", "KubeApiServer", "SeedError", "SelectorParseError", "StatusError"]
+__all__ = [
+    "DEFAULT_CLUSTER_CREATOR",
+    "AccessEntry",
+    "Identity",
+    "KubeApiServer",
+    "SeedError",
+    "SelectorParseError",
+    "StatusError",
+    "service_account",
+]

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 
 from prewarm_devtools.kubeapi.registry import SeedError
-from prewarm_devtools.kubeapi.server import ANONYMOUS_MODES, DEFAULT_TOKEN_PREFIXES, KubeApiServer
+from prewarm_devtools.kubeapi.server import ANONYMOUS_MODES, KubeApiServer
 from prewarm_devtools.kubeapi.synthetic import generate_cluster
 
 
@@ -28,13 +28,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pods-per-node", type=int, default=0, metavar="N", help="with --nodes: N pods on each node")
     parser.add_argument("--random-seed", type=int, default=0, metavar="S", help="seed of the synthetic cluster")
     parser.add_argument("--port", type=int, default=0, metavar="P", help="port on 127.0.0.1 (default: a free one)")
-    parser.add_argument("--token", default=None, help="bearer token to print (default: a random k8s-aws-v1. one)")
+    parser.add_argument("--token", default=None, help="the cluster admin's bearer token (default: a random one)")
     parser.add_argument("--kubeconfig", default=None, metavar="PATH", help="write a kubeconfig for the server here")
     parser.add_argument(
         "--anonymous",
         choices=ANONYMOUS_MODES,
         default="unauthorized",
-        help="requests without a token: 401 (default), 403 as EKS, or allowed (kubectl sends no token over HTTP)",
+        help="requests without a token: 401 (default), system:anonymous as on EKS, or the cluster admin "
+        "(kubectl sends no token over plain HTTP)",
     )
     return parser
 
@@ -44,9 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nodes < 0 or args.pods_per_node < 0:
         print("--nodes and --pods-per-node must not be negative", file=sys.stderr)
         return 2
-    api = KubeApiServer(
-        port=args.port, token=args.token, token_prefixes=DEFAULT_TOKEN_PREFIXES, anonymous=args.anonymous
-    )
+    api = KubeApiServer(port=args.port, token=args.token, anonymous=args.anonymous)
     try:
         for path in args.seed:
             count = api.seed_from_file(path)
@@ -67,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(f"Kubernetes API: {api.url}")
-    print(f"Bearer token:   {api.token}")
+    print(f"Bearer token:   {api.token} (cluster admin)")
     if args.kubeconfig:
         print(f"kubeconfig:     {api.write_kubeconfig(args.kubeconfig)}")
         if args.anonymous != "allowed":

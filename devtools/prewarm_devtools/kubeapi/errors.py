@@ -97,24 +97,40 @@ class StatusError(Exception):
         return body
 
 
-def not_found(resource: str, name: str) -> StatusError:
-    return StatusError(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": resource})
+def _details(resource: str, name: str, group: str) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    return details
+
+
+def _qualified(resource: str, group: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def not_found(resource: str, name: str, group: str = "") -> StatusError:
+    return StatusError(
+        404, "NotFound", f'{_qualified(resource, group)} "{name}" not found', _details(resource, name, group)
+    )
 
 
 def route_not_found() -> StatusError:
     return StatusError(404, "NotFound", "the server could not find the requested resource", {})
 
 
-def already_exists(resource: str, name: str) -> StatusError:
-    return StatusError(409, "AlreadyExists", f'{resource} "{name}" already exists', {"name": name, "kind": resource})
+def already_exists(resource: str, name: str, group: str = "") -> StatusError:
+    return StatusError(
+        409, "AlreadyExists", f'{_qualified(resource, group)} "{name}" already exists', _details(resource, name, group)
+    )
 
 
-def conflict(resource: str, name: str, why: str) -> StatusError:
+def conflict(resource: str, name: str, why: str, group: str = "") -> StatusError:
     return StatusError(
         409,
         "Conflict",
-        f'Operation cannot be fulfilled on {resource} "{name}": {why}',
-        {"name": name, "kind": resource},
+        f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {why}',
+        _details(resource, name, group),
     )
 
 
@@ -145,6 +161,15 @@ def unauthorized() -> StatusError:
 
 def forbidden(message: str, details: dict[str, Any] | None = None) -> StatusError:
     return StatusError(403, "Forbidden", message, details if details is not None else {})
+
+
+def forbidden_resource(resource: str, name: str, group: str, why: str) -> StatusError:
+    """`NewForbidden(groupResource, name, err)`: `<resource>[.<group>] ["<name>"] is forbidden: <why>`."""
+    subject = _qualified(resource, group) + (f' "{name}"' if name else "")
+    details = _details(resource, name, group)
+    if not name:
+        del details["name"]
+    return forbidden(f"{subject} is forbidden: {why}", details)
 
 
 def method_not_allowed() -> StatusError:

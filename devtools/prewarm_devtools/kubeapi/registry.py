@@ -41,6 +41,8 @@ _CONTINUE_EXPIRED = (
     "that were created, modified, or deleted between the time the first chunk was returned and now may show "
     "up in the list."
 )
+# Namespaces the NamespaceLifecycle admission plugin refuses to delete.
+IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 # How long a list or watch for a future resourceVersion waits before 504, as the apiserver does.
 TOO_LARGE_RV_WAIT = 3.0
 
@@ -125,7 +127,7 @@ class Registry:
     def _get(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
         stored = self.store.get(rtype.name, self.key(rtype, namespace, name))
         if stored is None:
-            raise errors.not_found(rtype.name, name)
+            raise errors.not_found(rtype.name, name, rtype.group)
         return stored
 
     def _require_namespace(self, namespace: str) -> Stored:
@@ -137,26 +139,29 @@ class Registry:
     def _uid(self) -> str:
         return str(uuid.UUID(int=self._random.getrandbits(128), version=4))
 
-    def _check_body(self, rtype: ResourceType, body: Any) -> Obj:
+    def check_body(self, rtype: ResourceType, body: Any) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request(
-                f'{rtype.kind} in version "v1" cannot be handled as a {rtype.kind}: the body must be a JSON object'
+                f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                "the body must be a JSON object"
             )
         kind, api_version = body.get("kind"), body.get("apiVersion")
-        if api_version not in (None, "", "v1"):
+        if api_version not in (None, "", rtype.api_version):
             raise errors.bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API version (v1)"
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({rtype.api_version})"
             )
         if kind not in (None, "", rtype.kind):
             raise errors.bad_request(
-                f'{kind} in version "v1" cannot be handled as a {rtype.kind}: the kind in the body does not '
-                f"match the resource {rtype.name}"
+                f'{kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                f"the kind in the body does not match the resource {rtype.name}"
             )
-        body["kind"], body["apiVersion"] = rtype.kind, "v1"
+        body["kind"], body["apiVersion"] = rtype.kind, rtype.api_version
         metadata = body.setdefault("metadata", {})
         if not isinstance(metadata, dict):
             raise errors.bad_request(
-                f'{rtype.kind} in version "v1" cannot be handled as a {rtype.kind}: metadata must be an object'
+                f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                "metadata must be an object"
             )
         return body
 
@@ -180,7 +185,7 @@ class Registry:
 
     def create(self, rtype: ResourceType, namespace: str | None, body: Any, *, dry_run: bool = False) -> Obj:
         """POST: the created object (201)."""
-        obj = self._check_body(rtype, body)
+        obj = self.check_body(rtype, body)
         metadata = obj["metadata"]
         self._scope(rtype, namespace, metadata)
         if metadata.get("resourceVersion"):
@@ -200,7 +205,7 @@ class Registry:
             name = metadata["name"]
             key = self.key(rtype, namespace, name)
             if self.store.get(rtype.name, key) is not None:
-                raise errors.already_exists(rtype.name, name)
+                raise errors.already_exists(rtype.name, name, rtype.group)
             if rtype.kind == "Pod":
                 self._admit_pod(obj, namespace or "")
             metadata["uid"] = self._uid()
@@ -219,7 +224,7 @@ class Registry:
             name = prefix + "".join(self._random.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
             if self.store.get(rtype.name, self.key(rtype, namespace, name)) is None:
                 return name
-        raise errors.already_exists(rtype.name, name)
+        raise errors.already_exists(rtype.name, name, rtype.group)
 
     def _admit_pod(self, pod: Obj, namespace: str) -> None:
         account = pod["spec"].get("serviceAccountName") or "default"
@@ -331,7 +336,7 @@ class Registry:
             metadata["continue"] = encode_continue(snapshot.rv, keys[last][len(prefix) :] + "\x00")
             if not filtered:
                 metadata["remainingItemCount"] = hi - last - 1
-        head = dumps({"kind": rtype.list_kind, "apiVersion": "v1", "metadata": metadata})
+        head = dumps({"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": metadata})
         return head[:-1] + b',"items":[' + b",".join(raws) + b"]}"
 
     # -- replace and patch ---------------------------------------------------------------------------
@@ -347,7 +352,7 @@ class Registry:
         dry_run: bool = False,
     ) -> Obj:
         """PUT: the stored object after the update."""
-        obj = self._check_body(rtype, body)
+        obj = self.check_body(rtype, body)
         with self.store.lock:
             old = self._get(rtype, namespace, name)
             return self._update(rtype, namespace, name, old, obj, subresource, dry_run)
@@ -379,7 +384,7 @@ class Registry:
             if requested_rv is None:
                 # A patch without a resourceVersion applies to whatever is current.
                 patched.setdefault("metadata", {})["resourceVersion"] = old.obj["metadata"]["resourceVersion"]
-            return self._update(rtype, namespace, name, old, self._check_body(rtype, patched), subresource, dry_run)
+            return self._update(rtype, namespace, name, old, self.check_body(rtype, patched), subresource, dry_run)
 
     def _update(
         self,
@@ -401,7 +406,7 @@ class Registry:
         self._scope(rtype, namespace, metadata)
         wanted_rv = metadata.get("resourceVersion")
         if wanted_rv and str(wanted_rv) != old.obj["metadata"]["resourceVersion"]:
-            raise errors.conflict(rtype.name, name, errors.STALE_OBJECT)
+            raise errors.conflict(rtype.name, name, errors.STALE_OBJECT, rtype.group)
         old_obj = json.loads(old.raw)
         old_meta = old_obj["metadata"]
         if metadata.get("uid") and metadata["uid"] != old_meta.get("uid"):
@@ -470,6 +475,9 @@ class Registry:
             stored = self._get(rtype, namespace, name)
             self._check_preconditions(rtype, stored, options)
             if rtype is NAMESPACES:
+                if name in IMMORTAL_NAMESPACES:
+                    # The NamespaceLifecycle admission plugin, which runs for dry runs too.
+                    raise errors.forbidden_resource("namespaces", name, "", "this namespace may not be deleted")
                 return self._delete_namespace(stored, dry_run)
             return self._delete(rtype, self.key(rtype, namespace, name), stored, dry_run)
 
@@ -483,6 +491,7 @@ class Registry:
                 rtype.name,
                 name,
                 f"Precondition failed: UID in precondition: {uid}, UID in object meta: {metadata.get('uid')}",
+                rtype.group,
             )
         if rv and rv != metadata.get("resourceVersion"):
             raise errors.conflict(
@@ -490,6 +499,7 @@ class Registry:
                 name,
                 f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: "
                 f"{metadata.get('resourceVersion')}",
+                rtype.group,
             )
 
     def _delete(self, rtype: ResourceType, key: str, stored: Stored, dry_run: bool) -> Obj:
@@ -510,7 +520,12 @@ class Registry:
             "apiVersion": "v1",
             "metadata": {},
             "status": "Success",
-            "details": {"name": metadata["name"], "kind": rtype.name, "uid": metadata.get("uid")},
+            "details": {
+                "name": metadata["name"],
+                **({"group": rtype.group} if rtype.group else {}),
+                "kind": rtype.name,
+                "uid": metadata.get("uid"),
+            },
         }
 
     def _delete_namespace(self, stored: Stored, dry_run: bool) -> Obj:
@@ -665,7 +680,9 @@ class Registry:
         metadata: Obj = {"resourceVersion": str(rv)}
         if initial_end:
             metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return _watch_line("BOOKMARK", dumps({"kind": rtype.kind, "apiVersion": "v1", "metadata": metadata}))
+        return _watch_line(
+            "BOOKMARK", dumps({"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": metadata})
+        )
 
     # -- seeding -------------------------------------------------------------------------------------
 
@@ -691,7 +708,7 @@ class Registry:
 
     def _seed_one(self, rtype: ResourceType, obj: Obj) -> None:
         metadata = obj["metadata"]
-        obj["apiVersion"] = "v1"
+        obj["apiVersion"] = rtype.api_version
         metadata.pop("resourceVersion", None)
         namespace = None
         if rtype.namespaced:

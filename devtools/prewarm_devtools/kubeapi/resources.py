@@ -65,12 +65,15 @@ class ResourceType:
     singular: str
     kind: str
     namespaced: bool
+    group: str = ""
+    version: str = "v1"
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     verbs: tuple[str, ...] = _ALL_VERBS
     has_status: bool = False
     returns_deleted_object: bool = False
     name_is_label: bool = False
+    name_is_path_segment: bool = False
     fields: Mapping[str, FieldGetter] = field(default_factory=dict)
     field_aliases: Mapping[str, str] = field(default_factory=dict)
     default_field_conversion: bool = False
@@ -83,6 +86,15 @@ class ResourceType:
     @property
     def list_kind(self) -> str:
         return self.kind + "List"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """The resource as errors name it: `pods`, `roles.rbac.authorization.k8s.io`."""
+        return f"{self.name}.{self.group}" if self.group else self.name
 
     def field_values(self, obj: Obj) -> dict[str, str]:
         """The values of the selectable fields of `obj`."""
@@ -107,7 +119,12 @@ class ResourceType:
 
     def full_validation(self, obj: Obj, old: Obj | None) -> list[FieldError]:
         metadata = obj.get("metadata") or {}
-        errors = metadata_errors(metadata, name_is_label=self.name_is_label, namespaced=self.namespaced)
+        errors = metadata_errors(
+            metadata,
+            name_is_label=self.name_is_label,
+            namespaced=self.namespaced,
+            path_segment_name=self.name_is_path_segment,
+        )
         return errors + self.validate(obj, old)
 
 
@@ -459,14 +476,202 @@ SERVICE_ACCOUNTS = ResourceType(
     merge_lists={**_COMMON_MERGE_LISTS, "secrets": "name"},
 )
 
-RESOURCES: dict[str, ResourceType] = {r.name: r for r in (NAMESPACES, NODES, PODS, SECRETS, SERVICE_ACCOUNTS)}
+# -- RBAC (rbac.authorization.k8s.io/v1) -----------------------------------------------------------
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+AUTHORIZATION_GROUP = "authorization.k8s.io"
+
+
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _rule_errors(rules: Any, namespaced: bool) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if rules is not None and not isinstance(rules, list):
+        return [FieldError("Invalid", "rules", rules, "must be a list of policy rules")]
+    for i, rule in enumerate(rules or []):
+        where = f"rules[{i}]"
+        if not isinstance(rule, dict):
+            errors.append(FieldError("Invalid", where, rule, "must be an object"))
+            continue
+        if not _strings(rule.get("verbs")):
+            errors.append(FieldError("Required", f"{where}.verbs", detail="verbs must contain at least one value"))
+        urls = _strings(rule.get("nonResourceURLs"))
+        if urls:
+            if namespaced:
+                errors.append(
+                    FieldError(
+                        "Invalid",
+                        f"{where}.nonResourceURLs",
+                        urls,
+                        "namespaced rules cannot apply to non-resource URLs",
+                    )
+                )
+            if rule.get("apiGroups") or rule.get("resources") or rule.get("resourceNames"):
+                errors.append(
+                    FieldError(
+                        "Invalid",
+                        f"{where}.nonResourceURLs",
+                        urls,
+                        "rules cannot apply to both regular resources and non-resource URLs",
+                    )
+                )
+            continue
+        if not _strings(rule.get("apiGroups")):
+            errors.append(
+                FieldError("Required", f"{where}.apiGroups", detail="resource rules must supply at least one api group")
+            )
+        if not _strings(rule.get("resources")):
+            errors.append(
+                FieldError("Required", f"{where}.resources", detail="resource rules must supply at least one resource")
+            )
+    return errors
+
+
+def _validate_role(obj: Obj, old: Obj | None) -> list[FieldError]:
+    return _rule_errors(obj.get("rules"), namespaced=True)
+
+
+def _validate_cluster_role(obj: Obj, old: Obj | None) -> list[FieldError]:
+    return _rule_errors(obj.get("rules"), namespaced=False)
+
+
+def _default_binding(obj: Obj) -> None:
+    # v1 defaulting: roleRef and User/Group subjects are in the RBAC group unless they say otherwise.
+    role_ref = obj.get("roleRef")
+    if isinstance(role_ref, dict) and not role_ref.get("apiGroup"):
+        role_ref["apiGroup"] = RBAC_GROUP
+    for subject in obj.get("subjects") or []:
+        if isinstance(subject, dict) and not subject.get("apiGroup") and subject.get("kind") in ("User", "Group"):
+            subject["apiGroup"] = RBAC_GROUP
+
+
+def _supported(where: str, value: Any, allowed: tuple[str, ...]) -> FieldError:
+    return FieldError("NotSupported", where, value, "supported values: " + ", ".join(f'"{a}"' for a in allowed))
+
+
+def _binding_errors(obj: Obj, old: Obj | None, role_kinds: tuple[str, ...], namespaced: bool) -> list[FieldError]:
+    errors: list[FieldError] = []
+    role_ref = obj.get("roleRef")
+    if not isinstance(role_ref, dict):
+        role_ref = {}
+    if role_ref.get("apiGroup") != RBAC_GROUP:
+        errors.append(_supported("roleRef.apiGroup", role_ref.get("apiGroup") or "", (RBAC_GROUP,)))
+    if role_ref.get("kind") not in role_kinds:
+        errors.append(_supported("roleRef.kind", role_ref.get("kind") or "", role_kinds))
+    if not role_ref.get("name"):
+        errors.append(FieldError("Required", "roleRef.name"))
+    subjects = obj.get("subjects")
+    for i, subject in enumerate(subjects if isinstance(subjects, list) else []):
+        where = f"subjects[{i}]"
+        if not isinstance(subject, dict):
+            errors.append(FieldError("Invalid", where, subject, "must be an object"))
+            continue
+        if not subject.get("name"):
+            errors.append(FieldError("Required", f"{where}.name"))
+        kind, group = subject.get("kind"), subject.get("apiGroup") or ""
+        if kind == "ServiceAccount":
+            if group:
+                errors.append(_supported(f"{where}.apiGroup", group, ("",)))
+            if not namespaced and not subject.get("namespace"):
+                errors.append(FieldError("Required", f"{where}.namespace"))
+        elif kind in ("User", "Group"):
+            if group != RBAC_GROUP:
+                errors.append(_supported(f"{where}.apiGroup", group, (RBAC_GROUP,)))
+        else:
+            errors.append(_supported(f"{where}.kind", kind or "", ("ServiceAccount", "User", "Group")))
+    if old is not None and old.get("roleRef") != obj.get("roleRef"):
+        errors.append(FieldError("Invalid", "roleRef", obj.get("roleRef"), "cannot change roleRef"))
+    return errors
+
+
+def _validate_role_binding(obj: Obj, old: Obj | None) -> list[FieldError]:
+    return _binding_errors(obj, old, ("Role", "ClusterRole"), namespaced=True)
+
+
+def _validate_cluster_role_binding(obj: Obj, old: Obj | None) -> list[FieldError]:
+    return _binding_errors(obj, old, ("ClusterRole",), namespaced=False)
+
+
+def _rbac_type(
+    name: str,
+    kind: str,
+    namespaced: bool,
+    validate: Callable[[Obj, Obj | None], list[FieldError]],
+    default: Callable[[Obj], None] = _noop,
+) -> ResourceType:
+    return ResourceType(
+        name=name,
+        singular=name[:-1],
+        kind=kind,
+        namespaced=namespaced,
+        group=RBAC_GROUP,
+        name_is_path_segment=True,
+        fields={"metadata.name": _path("metadata", "name"), "metadata.namespace": _path("metadata", "namespace")},
+        default_field_conversion=True,
+        merge_lists=_COMMON_MERGE_LISTS,
+        default=default,
+        validate=validate,
+    )
+
+
+ROLES = _rbac_type("roles", "Role", True, _validate_role)
+CLUSTER_ROLES = _rbac_type("clusterroles", "ClusterRole", False, _validate_cluster_role)
+ROLE_BINDINGS = _rbac_type("rolebindings", "RoleBinding", True, _validate_role_binding, _default_binding)
+CLUSTER_ROLE_BINDINGS = _rbac_type(
+    "clusterrolebindings", "ClusterRoleBinding", False, _validate_cluster_role_binding, _default_binding
+)
+
+# Reviews are answered, never stored: create is their only verb.
+SELF_SUBJECT_ACCESS_REVIEWS = ResourceType(
+    name="selfsubjectaccessreviews",
+    singular="selfsubjectaccessreview",
+    kind="SelfSubjectAccessReview",
+    namespaced=False,
+    group=AUTHORIZATION_GROUP,
+    verbs=("create",),
+)
+
+SUBJECT_ACCESS_REVIEWS = ResourceType(
+    name="subjectaccessreviews",
+    singular="subjectaccessreview",
+    kind="SubjectAccessReview",
+    namespaced=False,
+    group=AUTHORIZATION_GROUP,
+    verbs=("create",),
+)
+
+
+#: The stored resources, by plural name (unique across the served groups).
+RESOURCES: dict[str, ResourceType] = {
+    r.name: r
+    for r in (
+        NAMESPACES,
+        NODES,
+        PODS,
+        SECRETS,
+        SERVICE_ACCOUNTS,
+        CLUSTER_ROLES,
+        CLUSTER_ROLE_BINDINGS,
+        ROLES,
+        ROLE_BINDINGS,
+    )
+}
 BY_KIND: dict[str, ResourceType] = {r.kind: r for r in RESOURCES.values()}
+REVIEWS: dict[str, ResourceType] = {r.name: r for r in (SELF_SUBJECT_ACCESS_REVIEWS, SUBJECT_ACCESS_REVIEWS)}
+#: What each served group version serves, by plural name.
+GROUP_VERSIONS: dict[str, dict[str, ResourceType]] = {
+    "v1": {name: r for name, r in RESOURCES.items() if not r.group},
+    f"{RBAC_GROUP}/v1": {name: r for name, r in RESOURCES.items() if r.group == RBAC_GROUP},
+    f"{AUTHORIZATION_GROUP}/v1": REVIEWS,
+}
 
 
-def discovery() -> dict[str, Any]:
-    """The `APIResourceList` of `/api/v1`."""
+def discovery(group_version: str = "v1") -> dict[str, Any]:
+    """The `APIResourceList` of `/api/v1` or `/apis/<group>/<version>`."""
     entries: list[dict[str, Any]] = []
-    for r in sorted(RESOURCES.values(), key=lambda r: r.name):
+    for r in sorted(GROUP_VERSIONS[group_version].values(), key=lambda r: r.name):
         entry: dict[str, Any] = {
             "name": r.name,
             "singularName": r.singular,
@@ -489,4 +694,17 @@ def discovery() -> dict[str, Any]:
                     "verbs": ["get", "patch", "update"],
                 }
             )
-    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": entries}
+    if "/" not in group_version:
+        return {"kind": "APIResourceList", "groupVersion": group_version, "resources": entries}
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}
+
+
+def api_groups() -> list[dict[str, Any]]:
+    """The `APIGroup`s of `/apis`: every served group but the core one."""
+    groups = []
+    for group_version in GROUP_VERSIONS:
+        if "/" in group_version:
+            name, version = group_version.split("/")
+            preferred = {"groupVersion": group_version, "version": version}
+            groups.append({"name": name, "versions": [preferred], "preferredVersion": preferred})
+    return groups

@@ -1,5 +1,6 @@
-"""The HTTP/1.1 front of the embedded API server: routing, bearer-token authentication, JSON
-bodies, keep-alive, and chunked streaming for watches. Binds to 127.0.0.1 only.
+"""The HTTP/1.1 front of the embedded API server: routing, authentication (bearer tokens to
+identities), impersonation, RBAC authorization, JSON bodies, keep-alive, and chunked streaming
+for watches. Binds to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import secrets
 import select
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,9 +23,31 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from prewarm_devtools.kubeapi import errors
-from prewarm_devtools.kubeapi.errors import StatusError
+from prewarm_devtools.kubeapi.auth import (
+    ADMIN,
+    ANONYMOUS,
+    AUTHENTICATED,
+    DEFAULT_CLUSTER_CREATOR,
+    MASTERS,
+    UNAUTHENTICATED,
+    AccessEntry,
+    AuthenticationError,
+    Authenticator,
+    Identity,
+)
+from prewarm_devtools.kubeapi.errors import FieldError, StatusError
+from prewarm_devtools.kubeapi.protobuf import PROTOBUF, ProtobufError, decode_review
+from prewarm_devtools.kubeapi.rbac import BOOTSTRAP_POLICY, Attributes, Authorizer, request_attributes
 from prewarm_devtools.kubeapi.registry import PATCH_TYPES, ListQuery, Registry
-from prewarm_devtools.kubeapi.resources import RESOURCES, ResourceType, discovery
+from prewarm_devtools.kubeapi.resources import (
+    GROUP_VERSIONS,
+    RESOURCES,
+    REVIEWS,
+    SELF_SUBJECT_ACCESS_REVIEWS,
+    ResourceType,
+    api_groups,
+    discovery,
+)
 from prewarm_devtools.kubeapi.seed import load_objects
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector, SelectorParseError
 from prewarm_devtools.kubeapi.store import Store, dumps
@@ -31,11 +55,10 @@ from prewarm_devtools.kubeapi.store import Store, dumps
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
 
-__all__ = ["ANONYMOUS_MODES", "DEFAULT_TOKEN_PREFIXES", "KubeApiServer"]
+__all__ = ["ANONYMOUS_MODES", "KubeApiServer"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOKEN_PREFIXES = ("k8s-aws-v1.", "test-")
 DEFAULT_VERSION = {
     "major": "1",
     "minor": "33",
@@ -47,11 +70,11 @@ DEFAULT_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-# How requests without a token fare: 401 (anonymous auth off), 403 but for /version and health
-# (EKS: anonymous auth on, no RBAC for it), or served (AlwaysAllow: kubectl sends no token over HTTP).
+# How requests without a token fare: 401 (anonymous auth off); as system:anonymous, which RBAC
+# lets read /version and health only (EKS: anonymous auth on); or as the cluster admin (kubectl
+# sends no token over plain HTTP, so local use of kubectl needs this).
 ANONYMOUS_MODES = ("unauthorized", "forbidden", "allowed")
 _DEFAULT_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
-_PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
 _JSON = "application/json"
 _YAML = "application/yaml"
 
@@ -82,12 +105,31 @@ class _Target:
 
 
 class KubeApiServer:
-    """A Kubernetes API server for core/v1 nodes, namespaces, pods, secrets and service accounts.
+    """A Kubernetes API server for core/v1 nodes, namespaces, pods, secrets and service accounts,
+    and RBAC (rbac.authorization.k8s.io/v1) enforced on every request.
 
     `with KubeApiServer() as api:` serves on a free port of 127.0.0.1 until the block ends;
-    `api.client_configuration()` is a configured `kubernetes.client.Configuration`.
-    Bearer tokens are accepted when they start with one of `token_prefixes` (or equal `token`);
-    `anonymous` says what requests without one get (see ANONYMOUS_MODES).
+    `api.client_configuration()` is a configured `kubernetes.client.Configuration` for the admin.
+
+    Who a request is:
+    - `token` (random unless given) is the cluster admin's: user `kubernetes-admin`, group
+      `system:masters`, which RBAC never refuses, as on a real cluster.
+    - `identities` maps more static tokens to identities: `{"t0k3n": Identity("alice", ("dev",))}`,
+      or `service_account("ns", "name")`; `add_identity` adds one while the server runs.
+    - EKS tokens (`k8s-aws-v1.`, as `aws eks get-token` signs them) name an AWS access key:
+      `aws_principals` maps access keys to IAM ARNs (as STS would answer; `map_access_key` adds
+      one), and `access_entries` maps IAM role or user ARNs to an `AccessEntry` (username and
+      Kubernetes groups), as EKS access entries do (`add_access_entry`). A key that
+      `aws_principals` does not name is `default_aws_principal`: as moto answers for any key, every
+      local AWS credential is the cluster creator, which (as EKS bootstraps the creator) has an
+      admin entry unless `access_entries` is given. `default_aws_principal=None` makes such tokens
+      401. Any other token is 401 Unauthorized.
+    - `anonymous` says what requests without a token get (see ANONYMOUS_MODES).
+    - `Impersonate-User`/`Impersonate-Group` headers (kubectl `--as`, `--as-group`) act as another
+      identity when RBAC allows the `impersonate` verb.
+
+    What it may do: the stored ClusterRoles, Roles and their bindings decide (plus the bootstrap
+    policy: discovery, self reviews, health), and a denial is the API server's 403.
     """
 
     def __init__(
@@ -95,17 +137,30 @@ class KubeApiServer:
         *,
         port: int = 0,
         token: str | None = None,
-        token_prefixes: Iterable[str] = DEFAULT_TOKEN_PREFIXES,
+        identities: Mapping[str, Identity] | None = None,
+        aws_principals: Mapping[str, str] | None = None,
+        access_entries: Mapping[str, AccessEntry] | None = None,
+        default_aws_principal: str | None = DEFAULT_CLUSTER_CREATOR,
         anonymous: str = "unauthorized",
         default_namespaces: bool = True,
+        bootstrap_policy: bool = True,
         version: dict[str, str] | None = None,
         watch_timeout: float = 1800.0,
         bookmark_interval: float = 60.0,
         continue_ttl: float = 300.0,
         max_events: int = 10_000,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.token_prefixes = tuple(token_prefixes)
-        self.token = token or f"{(self.token_prefixes or ('test-',))[0]}{secrets.token_urlsafe(24)}"
+        self.token = token or f"admin-{secrets.token_urlsafe(24)}"
+        if access_entries is None:
+            access_entries = {DEFAULT_CLUSTER_CREATOR: AccessEntry(groups=(MASTERS,))}
+        self.authenticator = Authenticator(
+            {self.token: ADMIN, **(identities or {})},
+            aws_principals=aws_principals,
+            access_entries=access_entries,
+            default_aws_principal=default_aws_principal,
+            clock=clock,
+        )
         if anonymous not in ANONYMOUS_MODES:
             raise ValueError(f"anonymous must be one of {', '.join(ANONYMOUS_MODES)}, got {anonymous!r}")
         self.anonymous = anonymous
@@ -116,6 +171,7 @@ class KubeApiServer:
             {r.name: r.field_values for r in RESOURCES.values()}, max_events=max_events, snapshot_ttl=continue_ttl
         )
         self.registry = Registry(self.store)
+        self.authorizer = Authorizer(self.store)
         self._port = port
         self._failures: list[_Failure] = []
         self._failures_lock = threading.Lock()
@@ -123,6 +179,33 @@ class KubeApiServer:
         self._thread: threading.Thread | None = None
         if default_namespaces:
             self.registry.seed([{"kind": "Namespace", "metadata": {"name": n}} for n in _DEFAULT_NAMESPACES])
+        if bootstrap_policy:
+            self.registry.seed(list(BOOTSTRAP_POLICY))
+
+    # -- identities ----------------------------------------------------------------------------------
+
+    def add_identity(self, token: str, identity: Identity) -> None:
+        """Requests with bearer `token` are `identity` from now on (also while serving)."""
+        self.authenticator.add_identity(token, identity)
+
+    def remove_identity(self, token: str) -> None:
+        """`token` is refused (401) from now on."""
+        self.authenticator.remove_identity(token)
+
+    def map_access_key(self, access_key_id: str, principal_arn: str) -> None:
+        """EKS tokens signed with `access_key_id` come from `principal_arn` (role, user or assumed role)."""
+        self.authenticator.map_access_key(access_key_id, principal_arn)
+
+    def add_access_entry(self, principal_arn: str, entry: AccessEntry) -> None:
+        """Give an IAM role or user an access entry: its Kubernetes username and groups."""
+        self.authenticator.add_access_entry(principal_arn, entry)
+
+    def remove_access_entry(self, principal_arn: str) -> None:
+        self.authenticator.remove_access_entry(principal_arn)
+
+    def allowed(self, identity: Identity, attributes: Attributes) -> bool:
+        """Whether RBAC lets `identity` (as authenticated) do what `attributes` say."""
+        return self.authorizer.authorize(identity.authenticated(), attributes).allowed
 
     # -- life cycle ----------------------------------------------------------------------------------
 
@@ -174,19 +257,19 @@ class KubeApiServer:
 
     # -- clients -------------------------------------------------------------------------------------
 
-    def client_configuration(self) -> Configuration:
-        """A `kubernetes.client.Configuration` for this server and its token."""
+    def client_configuration(self, token: str | None = None) -> Configuration:
+        """A `kubernetes.client.Configuration` for this server with `token` (the admin's by default)."""
         from kubernetes.client import Configuration
 
         return Configuration(
-            host=self.url, api_key={"BearerToken": self.token}, api_key_prefix={"BearerToken": "Bearer"}
+            host=self.url, api_key={"BearerToken": token or self.token}, api_key_prefix={"BearerToken": "Bearer"}
         )
 
-    def api_client(self) -> ApiClient:
-        """A new `kubernetes.client.ApiClient` for this server; close it when done."""
+    def api_client(self, token: str | None = None) -> ApiClient:
+        """A new `kubernetes.client.ApiClient` for this server and `token`; close it when done."""
         from kubernetes.client import ApiClient
 
-        return ApiClient(self.client_configuration())
+        return ApiClient(self.client_configuration(token))
 
     def kubeconfig(self) -> dict[str, Any]:
         """A kubeconfig for this server, as a dict."""
@@ -278,35 +361,61 @@ class KubeApiServer:
             response.body = json.dumps(json.loads(response.body), indent=2).encode() + b"\n"
         return response
 
-    def _authenticate(self, headers: Any, method: str, path: str, target: _Target | None, watch: bool) -> None:
+    def _identity(self, headers: Any) -> Identity:
         authorization = headers.get("Authorization") or ""
         if authorization:
             scheme, _, token = authorization.partition(" ")
             token = token.strip()
             if scheme.lower() != "bearer" or not token:
                 raise errors.unauthorized()
-            if token == self.token or any(token.startswith(p) for p in self.token_prefixes):
-                return
-            raise errors.unauthorized()
+            try:
+                return self.authenticator.authenticate(token)
+            except AuthenticationError as e:
+                log.debug("refused a bearer token: %s", e)
+                raise errors.unauthorized() from None
         if self.anonymous == "unauthorized":
             raise errors.unauthorized()
-        if self.anonymous == "allowed" or path in _PUBLIC_PATHS:
-            return
-        raise _anonymous_forbidden(method, path, target, watch)
+        if self.anonymous == "allowed":
+            return ADMIN.authenticated()
+        return ANONYMOUS
+
+    def _impersonate(self, identity: Identity, headers: Any) -> Identity:
+        """The identity `Impersonate-*` headers ask for, when RBAC lets `identity` impersonate it."""
+        get_all = getattr(headers, "get_all", None)
+        user = headers.get("Impersonate-User") or ""
+        groups = [
+            g for g in (get_all("Impersonate-Group") if get_all else [headers.get("Impersonate-Group")]) or [] if g
+        ]
+        if not user:
+            if groups:
+                raise errors.internal_error("requested impersonation of groups without impersonating a user")
+            return identity
+        checks: list[Attributes] = []
+        sa_parts = user.split(":")
+        if len(sa_parts) == 4 and sa_parts[:2] == ["system", "serviceaccount"]:
+            namespace = sa_parts[2]
+            checks.append(_impersonation("serviceaccounts", sa_parts[3], namespace))
+            if not groups:
+                groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+        else:
+            checks.append(_impersonation("users", user))
+        checks += [_impersonation("groups", g) for g in groups]
+        for check in checks:
+            self.authorizer.check(identity, check)
+        if user != ANONYMOUS.user and AUTHENTICATED not in groups and UNAUTHENTICATED not in groups:
+            groups.append(AUTHENTICATED)
+        return Identity(user, tuple(groups))
 
     def _route(self, method: str, path: str, query: dict[str, str], headers: Any, body: bytes) -> _Response:
         if path in ("/healthz", "/livez", "/readyz"):
             return _Response(200, b"ok", "text/plain; charset=utf-8")
-        parts = path.strip("/").split("/") if path != "/" else []
-        legacy_watch = parts[:3] == ["api", "v1", "watch"]
-        if legacy_watch:
-            parts = parts[:2] + parts[3:]
-        target = _resolve(parts[2:]) if parts[:2] == ["api", "v1"] and len(parts) > 2 else None
-        self._authenticate(headers, method, path, target, legacy_watch or query.get("watch") in ("1", "true"))
-        watch = legacy_watch or _flag(query, "watch")
+        identity = self._impersonate(self._identity(headers), headers)
         injected = self._injected_failure(method, path)
         if injected is not None:
             raise injected
+        attributes = request_attributes(method, path, query)
+        self.authorizer.check(identity, attributes)
+        parts = path.strip("/").split("/") if path != "/" else []
         if path == "/version":
             return _get_only(method, dumps(self.version))
         if path == "/api":
@@ -317,14 +426,90 @@ class KubeApiServer:
             }
             return _get_only(method, dumps(versions))
         if path == "/apis":
-            return _get_only(method, dumps({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}))
-        if path == "/api/v1":
-            return _get_only(method, dumps(discovery()))
+            return _get_only(method, dumps({"kind": "APIGroupList", "apiVersion": "v1", "groups": api_groups()}))
+        if parts[:1] == ["apis"] and len(parts) == 2:
+            group = next((g for g in api_groups() if g["name"] == parts[1]), None)
+            if group is None:
+                raise errors.route_not_found()
+            return _get_only(method, dumps({"kind": "APIGroup", "apiVersion": "v1", **group}))
+        group_version = _group_version(parts)
+        if group_version is None:
+            raise errors.route_not_found()
+        prefix_length = 2 if parts[0] == "api" else 3
+        if len(parts) == prefix_length:
+            return _get_only(method, dumps(discovery(group_version)))
+        legacy_watch = parts[prefix_length] == "watch"
+        rest = parts[prefix_length + 1 :] if legacy_watch else parts[prefix_length:]
+        target = _resolve(rest, GROUP_VERSIONS[group_version]) if rest else None
         if target is None:
             raise errors.route_not_found()
+        if target.rtype.name in REVIEWS:
+            return self._review(method, target, identity, headers, body)
+        watch = legacy_watch or _flag(query, "watch")
         if target.name is None:
             return self._collection(method, target, query, headers, body, watch)
         return self._item(method, target, query, headers, body)
+
+    def _review(self, method: str, target: _Target, identity: Identity, headers: Any, body: bytes) -> _Response:
+        """Answer a SelfSubjectAccessReview (for the caller) or SubjectAccessReview (for anyone)."""
+        rtype = target.rtype
+        if method != "POST" or target.name is not None:
+            raise errors.method_not_allowed()
+        if (headers.get("Content-Type") or "").split(";")[0].strip().lower() == PROTOBUF:
+            try:
+                decoded: Any = decode_review(body)
+            except (ProtobufError, UnicodeDecodeError) as e:
+                raise errors.bad_request(f"cannot decode the protobuf {rtype.kind}: {e}") from None
+        else:
+            decoded = _decode_body(headers, body)
+        review = self.registry.check_body(rtype, decoded)
+        spec = review.get("spec")
+        if not isinstance(spec, dict):
+            spec = review["spec"] = {}
+        problems = []
+        resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+        if resource is not None and non_resource is not None:
+            problems.append(
+                FieldError(
+                    "Invalid",
+                    "spec.nonResourceAttributes",
+                    non_resource,
+                    "cannot be specified in combination with resourceAttributes",
+                )
+            )
+        elif resource is None and non_resource is None:
+            problems.append(
+                FieldError(
+                    "Invalid",
+                    "spec.resourceAttributes",
+                    "null",
+                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+                )
+            )
+        if rtype is SELF_SUBJECT_ACCESS_REVIEWS:
+            subject = identity
+        else:
+            groups = spec.get("groups") or []
+            if not spec.get("user") and not groups:
+                problems.append(
+                    FieldError(
+                        "Invalid",
+                        "spec.user",
+                        spec.get("user") or "",
+                        "at least one of user or group must be specified",
+                    )
+                )
+            subject = Identity(str(spec.get("user") or ""), tuple(str(g) for g in groups), str(spec.get("uid") or ""))
+        if problems:
+            raise errors.invalid(f"{rtype.kind}.{rtype.group}", "", problems)
+        asked = _asked(resource) if resource is not None else _asked(non_resource, resource_request=False)
+        decision = self.authorizer.authorize(subject, asked)
+        status: dict[str, Any] = {"allowed": decision.allowed}
+        if decision.reason:
+            status["reason"] = decision.reason
+        review["metadata"] = {"creationTimestamp": None}
+        review["status"] = status
+        return _Response(201, dumps(review))
 
     def _collection(
         self, method: str, target: _Target, query: dict[str, str], headers: Any, body: bytes, watch: bool
@@ -345,7 +530,7 @@ class KubeApiServer:
             return _Response(
                 200,
                 self.registry.delete_collection(
-                    rtype, namespace, _list_query(rtype, query), options, dry_run=_dry_run(query)
+                    rtype, namespace, _list_query(rtype, query), options, dry_run=_dry_run(query, options)
                 ),
             )
         raise errors.method_not_allowed()
@@ -372,9 +557,10 @@ class KubeApiServer:
             patched = self.registry.patch(rtype, namespace, name, content_type, patch, subresource=sub, dry_run=dry_run)
             return _Response(200, dumps(patched))
         if method == "DELETE" and not sub:
+            options = _delete_options(headers, body)
             return _Response(
                 200,
-                dumps(self.registry.delete(rtype, namespace, name, _delete_options(headers, body), dry_run=dry_run)),
+                dumps(self.registry.delete(rtype, namespace, name, options, dry_run=_dry_run(query, options))),
             )
         raise errors.method_not_allowed()
 
@@ -386,10 +572,19 @@ def _resource(resource: str) -> ResourceType:
     return rtype
 
 
-def _resolve(parts: list[str]) -> _Target | None:
-    """What a path under /api/v1 names, or None for no such resource."""
-    if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] in RESOURCES:
-        rtype = RESOURCES[parts[2]]
+def _group_version(parts: list[str]) -> str | None:
+    """The served group version a path is under (`v1`, `rbac.authorization.k8s.io/v1`), or None."""
+    if parts[:2] == ["api", "v1"]:
+        return "v1"
+    if len(parts) >= 3 and parts[0] == "apis" and f"{parts[1]}/{parts[2]}" in GROUP_VERSIONS:
+        return f"{parts[1]}/{parts[2]}"
+    return None
+
+
+def _resolve(parts: list[str], served: Mapping[str, ResourceType]) -> _Target | None:
+    """What a path under a group version names, or None for no such resource."""
+    if parts[0] == "namespaces" and len(parts) >= 3 and parts[2] in served:
+        rtype = served[parts[2]]
         if not rtype.namespaced or len(parts) > 5:
             return None
         name = parts[3] if len(parts) > 3 else None
@@ -397,7 +592,7 @@ def _resolve(parts: list[str]) -> _Target | None:
         if sub and (sub != "status" or not rtype.has_status):
             return None
         return _Target(rtype, parts[1], name, sub)
-    found = RESOURCES.get(parts[0])
+    found = served.get(parts[0])
     if found is None or len(parts) > 3:
         return None
     if len(parts) == 1:
@@ -410,23 +605,31 @@ def _resolve(parts: list[str]) -> _Target | None:
     return _Target(found, None, parts[1], sub)
 
 
-def _anonymous_forbidden(method: str, path: str, target: _Target | None, watch: bool) -> StatusError:
-    user = 'User "system:anonymous"'
-    if target is None:
-        return errors.forbidden(f'forbidden: {user} cannot {method.lower()} path "{path}"')
-    rtype = target.rtype
-    resource = rtype.name + (f"/{target.subresource}" if target.subresource else "")
-    if target.name is None:
-        verb = {"GET": "watch" if watch else "list", "POST": "create", "DELETE": "deletecollection"}.get(
-            method, method.lower()
-        )
-    else:
-        verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
-    scope = f'in the namespace "{target.namespace}"' if target.namespace else "at the cluster scope"
-    subject = f'{rtype.name} "{target.name}"' if target.name else rtype.name
-    return errors.forbidden(
-        f'{subject} is forbidden: {user} cannot {verb} resource "{resource}" in API group "" {scope}',
-        {"name": target.name, "kind": rtype.name} if target.name else {"kind": rtype.name},
+def _asked(attributes: Any, resource_request: bool = True) -> Attributes:
+    """The attributes an access review's `resourceAttributes` or `nonResourceAttributes` give."""
+    if not isinstance(attributes, dict):
+        raise errors.bad_request("the attributes of an access review must be an object")
+
+    def text(key: str) -> str:
+        return str(attributes.get(key) or "")
+
+    if not resource_request:
+        return Attributes(verb=text("verb"), resource_request=False, path=text("path"))
+    return Attributes(
+        verb=text("verb"),
+        resource_request=True,
+        group=text("group"),
+        version=text("version"),
+        resource=text("resource"),
+        subresource=text("subresource"),
+        namespace=text("namespace"),
+        name=text("name"),
+    )
+
+
+def _impersonation(resource: str, name: str, namespace: str = "") -> Attributes:
+    return Attributes(
+        verb="impersonate", resource_request=True, resource=resource, namespace=namespace, name=name, version="v1"
     )
 
 
@@ -476,10 +679,20 @@ def _list_query(rtype: ResourceType, query: dict[str, str]) -> ListQuery:
     )
 
 
-def _dry_run(query: dict[str, str]) -> bool:
+def _dry_run(query: dict[str, str], options: dict[str, Any] | None = None) -> bool:
+    """Whether the request is a dry run: `?dryRun=All`, or `dryRun: ["All"]` in DeleteOptions."""
     value = query.get("dryRun", "")
     if value and value != "All":
         raise errors.bad_request(f'Unsupported value: "{value}": supported values: "All"')
+    in_body = (options or {}).get("dryRun")
+    if in_body:
+        if not isinstance(in_body, list) or any(v != "All" for v in in_body):
+            raise errors.invalid(
+                "DeleteOptions.meta.k8s.io",
+                "",
+                [FieldError("NotSupported", "dryRun", in_body, 'supported values: "All"')],
+            )
+        return True
     return value == "All"
 
 

@@ -109,7 +109,16 @@ def config_key_errors(value: str) -> list[str]:
     return errors
 
 
-def metadata_errors(metadata: dict[str, object], *, name_is_label: bool, namespaced: bool) -> list[FieldError]:
+def path_segment_errors(value: str) -> list[str]:
+    """Errors of a name that only has to be a URL path segment (RBAC roles and bindings)."""
+    if value in (".", ".."):
+        return [f"may not be '{value}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in value]
+
+
+def metadata_errors(
+    metadata: dict[str, object], *, name_is_label: bool, namespaced: bool, path_segment_name: bool = False
+) -> list[FieldError]:
     """Validation of `metadata`: name, labels, annotations (ValidateObjectMeta)."""
     errors: list[FieldError] = []
     name = metadata.get("name")
@@ -118,7 +127,11 @@ def metadata_errors(metadata: dict[str, object], *, name_is_label: bool, namespa
     elif not isinstance(name, str):
         errors.append(FieldError("Invalid", "metadata.name", name, "must be a string"))
     else:
-        for message in dns1123_label_errors(name) if name_is_label else dns1123_subdomain_errors(name):
+        if path_segment_name:
+            messages = path_segment_errors(name)
+        else:
+            messages = dns1123_label_errors(name) if name_is_label else dns1123_subdomain_errors(name)
+        for message in messages:
             errors.append(FieldError("Invalid", "metadata.name", name, message))
     if namespaced and not metadata.get("namespace"):
         errors.append(FieldError("Required", "metadata.namespace"))
