@@ -77,3 +77,48 @@ def pod(name: str, namespace: str, node_name: str | None = None, phase: str = "R
         "spec": spec,
         "status": {"phase": phase},
     }
+
+
+RBAC = "rbac.authorization.k8s.io"
+
+
+def rule(
+    resources: list[str], verbs: list[str], groups: tuple[str, ...] = ("",), names: list[str] | None = None
+) -> dict[str, Any]:
+    """A PolicyRule on resources of `groups` (the core group by default)."""
+    found: dict[str, Any] = {"apiGroups": list(groups), "resources": resources, "verbs": verbs}
+    if names:
+        found["resourceNames"] = names
+    return found
+
+
+def role(name: str, rules: list[dict[str, Any]], namespace: str | None = None) -> dict[str, Any]:
+    """A Role in `namespace`, or a ClusterRole when there is none."""
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "Role" if namespace else "ClusterRole",
+        "metadata": metadata,
+        "rules": rules,
+    }
+
+
+def binding(
+    name: str, role_name: str, subjects: list[dict[str, Any]], namespace: str | None = None, role_kind: str = ""
+) -> dict[str, Any]:
+    """A RoleBinding in `namespace` (of a Role unless `role_kind` says ClusterRole), or a ClusterRoleBinding."""
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding" if namespace else "ClusterRoleBinding",
+        "metadata": metadata,
+        "roleRef": {"apiGroup": RBAC, "kind": role_kind or ("Role" if namespace else "ClusterRole"), "name": role_name},
+        "subjects": subjects,
+    }
+
+
+def subject(kind: str, name: str, namespace: str = "") -> dict[str, Any]:
+    """A binding subject: `User`, `Group` or `ServiceAccount` (in `namespace`)."""
+    if kind == "ServiceAccount":
+        return {"kind": kind, "name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiGroup": RBAC, "kind": kind, "name": name}

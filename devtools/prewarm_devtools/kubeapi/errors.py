@@ -137,13 +137,13 @@ def conflict(resource: str, name: str, why: str, group: str = "") -> StatusError
 STALE_OBJECT = "the object has been modified; please apply your changes to the latest version and try again"
 
 
-def invalid(kind: str, name: str, errors: list[FieldError]) -> StatusError:
+def invalid(kind: str, name: str, errors: list[FieldError], group: str = "") -> StatusError:
     causes = [{"reason": e.cause_reason, "message": e.body(), "field": e.field} for e in errors]
     return StatusError(
         422,
         "Invalid",
-        f'{kind} "{name}" is invalid: {aggregate(errors)}',
-        {"name": name, "kind": kind, "causes": causes},
+        f'{_qualified(kind, group)} "{name}" is invalid: {aggregate(errors)}',
+        {**_details(kind, name, group), "causes": causes},
     )
 
 

@@ -179,7 +179,7 @@ class Registry:
     def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
         problems = rtype.full_validation(obj, old)
         if problems:
-            raise errors.invalid(rtype.kind, str(obj["metadata"].get("name") or ""), problems)
+            raise errors.invalid(rtype.kind, str(obj["metadata"].get("name") or ""), problems, rtype.group)
 
     # -- create --------------------------------------------------------------------------------------
 
@@ -411,7 +411,10 @@ class Registry:
         old_meta = old_obj["metadata"]
         if metadata.get("uid") and metadata["uid"] != old_meta.get("uid"):
             raise errors.invalid(
-                rtype.kind, name, [FieldError("Invalid", "metadata.uid", metadata["uid"], "field is immutable")]
+                rtype.kind,
+                name,
+                [FieldError("Invalid", "metadata.uid", metadata["uid"], "field is immutable")],
+                rtype.group,
             )
         for system_field in (
             "uid",
@@ -451,6 +454,7 @@ class Registry:
                         detail="no new finalizers can be added if the object is being deleted",
                     )
                 ],
+                rtype.group,
             )
         self._validate(rtype, obj, old_obj)
         if _without_rv(obj) == _without_rv(old.obj):

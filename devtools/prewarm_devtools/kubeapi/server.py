@@ -501,7 +501,7 @@ class KubeApiServer:
                 )
             subject = Identity(str(spec.get("user") or ""), tuple(str(g) for g in groups), str(spec.get("uid") or ""))
         if problems:
-            raise errors.invalid(f"{rtype.kind}.{rtype.group}", "", problems)
+            raise errors.invalid(rtype.kind, "", problems, rtype.group)
         asked = _asked(resource) if resource is not None else _asked(non_resource, resource_request=False)
         decision = self.authorizer.authorize(subject, asked)
         status: dict[str, Any] = {"allowed": decision.allowed}
