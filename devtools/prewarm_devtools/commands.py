@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import threading
-import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,7 +23,7 @@ from prewarm_cli.targets import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from prewarm_devtools.control import ControlClient
 
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
 
@@ -32,9 +34,11 @@ def local() -> None:
 
     \b
     `up` starts a moto server with template.yaml deployed, the embedded Kubernetes API (or a real
-    cluster), and one private containerd and agent per node (root, containerd and docker-registry
-    needed; --no-agents runs the control plane alone). It records itself in the state file that
-    `prewarm --local` reads, and runs until Ctrl-C or `prewarm local down`.
+    cluster), a registry that plays ECR, and one private containerd and agent process per node (root,
+    containerd and docker-registry needed; --no-agents runs the control plane alone). It records
+    itself in the state file that `prewarm --local` reads, and runs until Ctrl-C or `prewarm local down`.
+    `fire`, `node`, `agent` and `status` talk to it; `logs` reads its logs; `down` stops it, or cleans
+    up after one that crashed.
     """
 
 
@@ -47,6 +51,38 @@ def _running_local_stack() -> LocalState | None:
     return state if state.running else None
 
 
+_BANDWIDTH = re.compile(r"(\d+(?:\.\d+)?)\s*(|[kKMG]i?B?|B)(?:/s)?")
+_UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 1000**2, "MB": 1000**2, "MIB": 1024**2,
+          "G": 1000**3, "GB": 1000**3, "GIB": 1024**3, "KI": 1024, "MI": 1024**2, "GI": 1024**3}
+
+
+def parse_bandwidth(text: str) -> int:
+    """`20MiB/s`, `500KB/s`, `1.5M`, `1048576` -> bytes per second."""
+    m = _BANDWIDTH.fullmatch(text.strip())
+    if m is None or float(m.group(1)) <= 0:
+        raise click.BadParameter(f"{text!r}: give a rate such as 20MiB/s, 500KB/s or 1048576 (bytes/s)")
+    return max(1, int(float(m.group(1)) * _UNITS[m.group(2).upper()]))
+
+
+def _cleaned(lines: list[str]) -> str:
+    return "".join(f"\n  {line}" for line in lines)
+
+
+def _clean_up_crashed(record_path: Path) -> list[str] | None:
+    """Cleans up after a stack whose process has exited; None when there was no record of one."""
+    from prewarm_devtools.localrun import clean_up, read_run_record
+
+    record = read_run_record(record_path)
+    if record is None:
+        return None
+    if record.running:
+        raise CommandError(f"a local stack is running (pid {record.pid}, run record {record_path}); "
+                           "stop it with `prewarm local down`")
+    lines = clean_up(record).lines()
+    record_path.unlink(missing_ok=True)
+    return lines
+
+
 @local.command("up")
 @click.option("--nodes", type=click.IntRange(min=1), metavar="N",
               help="N synthetic nodes instead of the sample cluster (samplefiles/cluster.yaml).")
@@ -54,15 +90,24 @@ def _running_local_stack() -> LocalState | None:
               help="Use this real cluster instead of the embedded Kubernetes API.")
 @click.option("--no-agents", is_flag=True, help="Only the control plane: no containerd, registry or agents.")
 @click.option("--stack-name", default="prewarm-local", show_default=True, help="Names the table and queues.")
-def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_name: str) -> int:
+@click.option("--registry-bandwidth", metavar="RATE",
+              help="Limit the nodes' pulls from the registry, e.g. 20MiB/s (to watch progress and cancel).")
+def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_name: str,
+             registry_bandwidth: str | None) -> int:
     """Start a local stack and keep it running until Ctrl-C or `prewarm local down`."""
     from prewarm_devtools.localmode import LocalMode, LocalModeUnavailableError
+    from prewarm_devtools.localrun import run_record_path
 
+    bandwidth = parse_bandwidth(registry_bandwidth) if registry_bandwidth else None
     running = _running_local_stack()
     if running is not None:
         raise CommandError(f"a local stack is already running (pid {running.pid}, {running.endpoint_url}); "
                            "stop it with `prewarm local down`")
-    mode = LocalMode(nodes=nodes, kubeconfig=kubeconfig, agents=not no_agents, stack_name=stack_name)
+    leftovers = _clean_up_crashed(run_record_path(local_state_path()))
+    if leftovers:
+        click.echo("cleaned up after a local stack that did not stop:" + _cleaned(leftovers))
+    mode = LocalMode(nodes=nodes, kubeconfig=kubeconfig, agents=not no_agents, stack_name=stack_name,
+                     agent_processes=True, registry_bandwidth=bandwidth)
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
@@ -76,7 +121,12 @@ def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_n
                    f"table {env.get('TABLE_NAME')}")
         if mode.kube is not None:
             click.echo(f"Kubernetes API at {mode.kube.url}")
+        if mode.registry is not None:
+            limit = f" (nodes pull through {mode.registry_proxy.url}, limited to {bandwidth:,} bytes/s)" \
+                if mode.registry_proxy is not None else ""
+            click.echo(f"registry (plays ECR) at {mode.registry.url}{limit}")
         click.echo(f"nodes with an agent: {', '.join(sorted(mode.nodes)) or 'none'}")
+        click.echo(f"logs in {mode.logs_dir} (`prewarm local logs`)")
         click.echo(f"state in {local_state_path()}; try `prewarm --local get jobs`; Ctrl-C or "
                    "`prewarm local down` stops it")
         while not stopping.wait(0.5):
@@ -92,37 +142,210 @@ def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_n
 
 @local.command("down")
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, metavar="SECONDS",
-              help="How long to wait for the stack to stop.")
+              help="How long the stack may take to stop before it is killed.")
 def local_down(timeout: float) -> int:
-    """Stop the running local stack (SIGTERM to its process, then wait for it)."""
+    """Stop the running local stack, or clean up after one that crashed.
+
+    \b
+    SIGTERM to the stack's process, then waits until it and every process it started have exited.
+    After a crash (or past --timeout, when the stack is killed), stops what it left running, unmounts
+    containerd's mounts, removes its run directory and says what it cleaned.
+    """
+    from prewarm_devtools.localrun import RecordedProcess, clean_up, read_run_record, run_record_path, wait_exited
+
     path = local_state_path()
-    state = read_local_state(path)
-    if state.pid is None or not process_alive(state.pid):
-        clear_local_state(path)
-        click.echo(f"no local stack was running; removed its stale state {path}")
-        return EXIT_OK
-    os.kill(state.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while process_alive(state.pid) and path.exists():
-        if time.monotonic() >= deadline:
-            raise CommandError(f"the local stack (pid {state.pid}) did not stop within {timeout:g}s")
-        time.sleep(0.1)
-    click.echo(f"local stack (pid {state.pid}) stopped")
+    record_path = run_record_path(path)
+    record = read_run_record(record_path)
+    if record is not None:
+        owner = RecordedProcess("local stack", record.pid, record.start_time)
+    else:
+        state = read_local_state(path)  # no record and no state: "no local stack", exit 1
+        if state.pid is None or not process_alive(state.pid):
+            clear_local_state(path)
+            click.echo(f"no local stack was running; removed its stale state {path}")
+            return EXIT_OK
+        owner = RecordedProcess("local stack", state.pid)
+    notes: list[str] = []
+    if owner.running:
+        os.kill(owner.pid, signal.SIGTERM)
+        if wait_exited([owner], timeout):
+            os.kill(owner.pid, signal.SIGKILL)
+            wait_exited([owner], 10.0)
+            notes.append(f"did not stop within {timeout:g}s: killed it")
+        verb = "stopped"
+    else:
+        verb = "was not running (it crashed or was killed)"
+    record = read_run_record(record_path)  # a clean stop removed it, with everything it named
+    if record is not None:
+        notes += clean_up(record).lines() or ["nothing was left behind"]
+        record_path.unlink(missing_ok=True)
+    clear_local_state(path)
+    click.echo(f"local stack (pid {owner.pid}) {verb}" + _cleaned(notes))
     return EXIT_OK
+
+
+def _control() -> tuple[LocalState, ControlClient]:
+    from prewarm_devtools.control import ControlClient
+
+    state = _running_local_stack()
+    if state is None:
+        raise CommandError("no local stack is running: start one with `prewarm local up`")
+    url, token = state.env.get("LOCAL_CONTROL_URL"), state.env.get("LOCAL_CONTROL_TOKEN")
+    if not url or not token:
+        raise CommandError("the running local stack has no control channel (started by an older prewarm?): "
+                           "restart it with `prewarm local down` and `prewarm local up`")
+    return state, ControlClient(url, token)
+
+
+def _call(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    from prewarm_devtools.control import ControlError
+
+    _, client = _control()
+    try:
+        return client.call(method, path, body)
+    except ControlError as e:
+        raise CommandError(str(e)) from e
 
 
 @local.command("status")
 def local_status() -> int:
-    """Say whether a local stack is running, where, and what it is made of (exit 1 when none is)."""
+    """Say whether a local stack is running, its endpoints, and every node with its agent (exit 1 when none is)."""
+    from prewarm_devtools.control import ControlClient, ControlError
+
     path = local_state_path()
     state = read_local_state(path)
     alive = state.running
-    pairs = [("state", str(path)), ("running", "yes" if alive else f"no (pid {state.pid} has exited)"),
-             ("pid", str(state.pid or "<unknown>")), ("endpoint", state.endpoint_url), ("region", state.region)]
-    pairs += [(k, state.env[k]) for k in ("TABLE_NAME", "STATUS_QUEUE_URL", "NODE_QUEUE_PREFIX") if k in state.env]
-    width = max(len(k) for k, _ in pairs) + 2
-    click.echo("\n".join(f"{(k + ':').ljust(width)}{v}" for k, v in pairs))
+    pairs = [("state", str(path)), ("running", f"yes (pid {state.pid})" if alive else
+                                     f"no (pid {state.pid} has exited; `prewarm local down` cleans up)")]
+    live: dict[str, Any] = {}
+    url, token = state.env.get("LOCAL_CONTROL_URL"), state.env.get("LOCAL_CONTROL_TOKEN")
+    problem = None
+    if alive and url and token:
+        try:
+            live = ControlClient(url, token, timeout=10).call("GET", "/status")
+        except ControlError as e:
+            problem = str(e)
+    if run_dir := live.get("run_dir") or state.env.get("LOCAL_RUN_DIR"):
+        pairs.append(("run dir", run_dir))
+    pairs += [(k.lower().replace("_", " "), state.env[k]) for k in ("TABLE_NAME", "STATUS_QUEUE_URL",
+                                                                     "NODE_QUEUE_PREFIX") if k in state.env]
+    endpoints = live.get("endpoints") or {
+        "aws": state.endpoint_url, **({"kubernetes": state.env["LOCAL_KUBE_API_URL"]}
+                                      if "LOCAL_KUBE_API_URL" in state.env else {}),
+        **({"registry": state.env["LOCAL_REGISTRY_URL"]} if "LOCAL_REGISTRY_URL" in state.env else {}),
+        **({"control": url} if url else {})}
+    lines = [f"{(k + ':').ljust(19)}{v}" for k, v in pairs]
+    lines.append("endpoints:")
+    width = max(len(k) for k in endpoints) + 3
+    lines += [f"  {(k + ':').ljust(width)}{v}" for k, v in endpoints.items()]
+    if problem:
+        lines.append(f"{'control:'.ljust(19)}{problem}")
+    if "nodes" in live:
+        nodes = live["nodes"]
+        lines.append(f"nodes ({len(nodes)}):")
+        from prewarm_cli.output import table
+
+        rows = [[n["name"], n["agent"], n["pid"] or "-", n["containerd_pid"] or "-"] for n in nodes]
+        lines.append(table(["NAME", "AGENT", "PID", "CONTAINERD-PID"], rows, indent="  ") if rows else "  none")
+    click.echo("\n".join(lines))
     return EXIT_OK if alive else EXIT_FAILURE
+
+
+@local.command("fire")
+@click.argument("schedule", type=click.Choice(["repull", "sweep", "refresh"]))
+def local_fire(schedule: str) -> int:
+    """Fire a schedule of the running stack now: the daily re-pull, the sweep, or the ECR credential refresh."""
+    answer = _call("POST", "/fire", {"schedule": schedule})
+    click.echo(f"fired {answer['function']}: {json.dumps(answer.get('result'), sort_keys=True, default=str)}")
+    return EXIT_OK
+
+
+@local.group("node")
+def local_node() -> None:
+    """Add a node to the running stack's Kubernetes API (with its containerd and agent), or remove one."""
+
+
+def _labels(text: str | None) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: labels are key=value, separated by commas", param_hint="--labels")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def _taint(text: str) -> dict[str, str]:
+    keyvalue, sep, effect = text.rpartition(":")
+    key, _, value = keyvalue.partition("=")
+    if not sep or not key or not effect:
+        raise click.BadParameter(f"{text!r}: a taint is key=value:Effect or key:Effect "
+                                 "(Effect: NoSchedule, PreferNoSchedule or NoExecute)", param_hint="--taint")
+    return {"key": key, "effect": effect, **({"value": value} if value else {})}
+
+
+@local_node.command("add")
+@click.argument("name")
+@click.option("--labels", metavar="K=V,...", help="Labels of the node, e.g. pool=gpu,team=ml.")
+@click.option("--taint", "taints", multiple=True, metavar="KEY=VALUE:EFFECT", help="A taint; repeatable.")
+@click.option("--no-agent", is_flag=True, help="Only the Node object: no containerd, no agent (as a node "
+                                               "the DaemonSet has not reached).")
+def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool) -> int:
+    """Add a Ready node NAME; unless --no-agent, start its own containerd and agent."""
+    body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent}
+    answer = _call("POST", "/nodes", body)
+    agent = f"agent running (pid {answer['pid']})" if answer["agent"] == "running" else "no agent"
+    click.echo(f"node/{name} added, {agent}")
+    return EXIT_OK
+
+
+@local_node.command("remove")
+@click.argument("name")
+def local_node_remove(name: str) -> int:
+    """Remove node NAME: stop its agent and containerd, delete its files and its Node object."""
+    answer = _call("DELETE", f"/nodes/{name}")
+    click.echo(f"node/{name} removed" + (" with its agent and containerd" if answer.get("had_agent") else ""))
+    return EXIT_OK
+
+
+@local.command("agent")
+@click.argument("action", type=click.Choice(["stop", "kill", "start"]))
+@click.argument("node")
+def local_agent(action: str, node: str) -> int:
+    """Stop (SIGTERM: drain, then exit), kill (SIGKILL, as a crash) or start NODE's agent."""
+    answer = _call("POST", f"/agents/{node}/{action}")
+    if answer["agent"] == "running":
+        click.echo(f"agent of {node} running (pid {answer['pid']})")
+    else:
+        click.echo(f"agent of {node} {'killed' if action == 'kill' else 'stopped'}")
+    return EXIT_OK
+
+
+@local.command("logs")
+@click.option("--agent", "agent", metavar="NODE", help="Only this node's agent's log.")
+@click.option("--function", "function", metavar="NAME", help="Only this function's lines (dispatch_job, sweep...).")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C or the stack stops.")
+def local_logs(agent: str | None, function: str | None, follow: bool) -> int:
+    """Print the local stack's logs: every function's (JSON, one line each) and every agent's.
+
+    \b
+    Without --agent or --function, every log, each line prefixed with where it comes from.
+    """
+    from prewarm_devtools.logs import LogSource, follow_logs, stack_logs
+
+    if agent and function:
+        raise click.UsageError("--agent and --function exclude each other")
+    logs_dir, owner = stack_logs()
+    sources: list[LogSource]
+    if agent:
+        sources = [LogSource.of_agent(logs_dir, agent)]
+    elif function:
+        sources = [LogSource.of_function(logs_dir, function)]
+    else:
+        sources = LogSource.every(logs_dir)
+    with contextlib.suppress(KeyboardInterrupt):
+        follow_logs(sources, follow=follow, prefix=len(sources) > 1, alive=owner)
+    return EXIT_OK
 
 
 @local.command("push")

@@ -6,14 +6,21 @@ kubeconfig; every node that would run the DaemonSet gets its own private contain
 agent; a registry plays ECR: it answers for the ECR host name (mapped in each containerd's
 `certs.d`) and wants user `AWS` with the password of the token the AWS side hands out, so pulls go
 through the real credential path. Nothing is simulated: a pull that fails here fails for real.
+
+Crash safety: every child process (containerd, the registry, agents run as processes) dies with the
+thread that started it, and the run record beside the state file (`localrun`) names the run
+directory and every child, so `prewarm local down` cleans up after a stack killed with SIGKILL.
+The running stack answers `prewarm local fire|node|agent|status` on its control channel (`control`).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import os
+import platform
 import shutil
 import tempfile
 import time
@@ -22,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prewarm_devtools.control import ControlError, ControlServer
+from prewarm_devtools.localrun import RunRecord, run_record_path, write_run_record
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import REGION, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import ACCOUNT, LocalStack
@@ -49,8 +58,34 @@ def ecr_host(account: str = ACCOUNT, region: str = REGION) -> str:
     return f"{account}.dkr.ecr.{region}.amazonaws.com"
 
 
+# `prewarm local fire NAME`: the schedules a user fires, and the function each one runs.
+SCHEDULES = {"repull": "repull_daily", "sweep": "sweep", "refresh": "refresh_ecr_credentials"}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def node_object(name: str, labels: dict[str, str], taints: list[dict[str, str]]) -> dict[str, Any]:
+    """A Ready Linux node of this machine's architecture, as a kubelet would register it."""
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "creationTimestamp": now, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch,
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch, **labels}},
+        "spec": {"taints": taints} if taints else {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status", "lastHeartbeatTime": now,
+                            "lastTransitionTime": now}],
+            "nodeInfo": {"architecture": arch, "operatingSystem": "linux"},
+        },
+    }
+
+
 @dataclass
 class LocalNode:
+    """A node with its own containerd and agent (`AgentProcess`, or `InProcessAgent`)."""
+
     name: str
     containerd: Any
     agent: Any
@@ -86,12 +121,22 @@ class LocalMode:
         agents: bool = True,
         stack_name: str = "prewarm-local",
         agent_settings: dict[str, str] | None = None,
+        agent_processes: bool = False,
+        registry_bandwidth: int | None = None,
+        control: bool = True,
     ) -> None:
+        """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
+        runs them) rather than an `Agent` in this process (whose internals tests reach).
+        `registry_bandwidth`: bytes per second the nodes may pull from the registry (None: unlimited).
+        `control`: serve the control channel for `prewarm local fire|node|agent|status`."""
         self.node_count = nodes
         self.kubeconfig = kubeconfig
         self.agents_enabled = agents
         self.stack_name = stack_name
         self.agent_overrides = dict(agent_settings or {})
+        self.agent_processes = agent_processes
+        self.registry_bandwidth = registry_bandwidth
+        self.control_enabled = control
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
@@ -99,11 +144,21 @@ class LocalMode:
         self.kube: Any = None
         self.stack: LocalStack | None = None
         self.registry: Any = None
+        self.registry_proxy: Any = None
+        self.control: ControlServer | None = None
         self.nodes: dict[str, LocalNode] = {}
         self.ecr_password = ""
         self._env_cm: Any = None
         self._state_path: Path | None = None
+        self._record: RunRecord | None = None
+        self._record_path: Path | None = None
+        self._node_dirs = itertools.count()
         self.function_log: Any = None
+
+    @property
+    def logs_dir(self) -> Path:
+        """Where the functions' log (`functions.log`) and each agent's (`agent-NODE.log`) go."""
+        return self.base_dir / "logs"
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -112,6 +167,7 @@ class LocalMode:
             raise LocalModeUnavailableError(
                 "local mode runs real containerd and a real registry for its nodes; missing: " + "; ".join(problems)
             )
+        self._write_record()
         try:
             self._start()
         except BaseException:
@@ -119,7 +175,23 @@ class LocalMode:
             raise
         return self
 
+    def _write_record(self) -> None:
+        """The run record, before anything starts and again as each child does (see `localrun`)."""
+        from prewarm_cli.targets import local_state_path
+
+        if self._record is None:
+            self._record = RunRecord.of_this_process(self.base_dir, own_dir=self._own_dir)
+            self._record_path = run_record_path(local_state_path())
+        assert self._record_path is not None
+        write_run_record(self._record, self._record_path)
+
+    def _record_child(self, name: str, process: Any) -> None:
+        if self._record is not None:
+            self._record.add_child(name, process.pid, process.start_time)
+            self._write_record()
+
     def _start(self) -> None:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.aws = MotoServer().start()
         self._env_cm = aws_environment(self.aws.url)
         self._env_cm.__enter__()
@@ -138,12 +210,14 @@ class LocalMode:
                 self.kube.seed_from_file(project_files().samplefiles / "cluster.yaml")
             parameters["KubeApiEndpoint"] = self.kube.url
         parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
-        self.function_log = open(self.base_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
+        self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
                                 failed_visibility_seconds=1, function_output=self.function_log).deploy()
         self.stack.start()
         # The schedule first fires an hour from now: refresh at once, so pull secrets and copies exist.
         self.stack.fire("refresh_ecr_credentials")
+        if self.control_enabled:
+            self.control = ControlServer(self._control_route).start()
         if self.agents_enabled:
             self._start_registry()
             for name in self.daemonset_nodes():
@@ -169,6 +243,16 @@ class LocalMode:
         token = self.aws.client("ecr").get_authorization_token()["authorizationData"][0]["authorizationToken"]
         user, _, self.ecr_password = base64.b64decode(token).decode().partition(":")
         self.registry = LocalRegistry(self.base_dir / "registry", htpasswd_users={user: self.ecr_password}).start()
+        self._record_child("registry", self.registry)
+        if self.registry_bandwidth is not None:
+            from prewarm_devtools.node.throttle import ThrottlingProxy
+
+            self.registry_proxy = ThrottlingProxy(("127.0.0.1", self.registry.port), self.registry_bandwidth).start()
+
+    @property
+    def nodes_registry_url(self) -> str:
+        """Where the nodes pull from: the registry, or the proxy that limits its bandwidth."""
+        return str((self.registry_proxy or self.registry).url)
 
     def daemonset_nodes(self) -> list[str]:
         """The nodes a DaemonSet pod would run on: real kubelets that are Ready (no virtual-kubelet)."""
@@ -195,16 +279,24 @@ class LocalMode:
         return nodes
 
     def _start_node(self, name: str) -> None:
-        from prewarm_agent.agent import Agent
-        from prewarm_agent.settings import AgentSettings
         from prewarm_devtools.node.containerd import PrivateContainerd
 
         assert self.stack is not None and self.aws is not None and self.registry is not None
-        index = len(self.nodes)
-        containerd = PrivateContainerd(self.base_dir / f"n{index}")
-        containerd.add_registry_mirror(ecr_host(), self.registry.url)
-        containerd.add_registry_mirror(self.registry.host, self.registry.url)
+        containerd = PrivateContainerd(self.base_dir / f"n{next(self._node_dirs)}")
+        containerd.add_registry_mirror(ecr_host(), self.nodes_registry_url)
+        containerd.add_registry_mirror(self.registry.host, self.nodes_registry_url)
         containerd.start()
+        self._record_child(f"containerd of {name}", containerd)
+        node = LocalNode(name, containerd, None)
+        self.nodes[name] = node
+        node.agent = self._new_agent(name, containerd)
+        node.agent.start()
+        self._record_child(f"agent of {name}", node.agent)
+
+    def _new_agent(self, name: str, containerd: Any) -> Any:
+        from prewarm_devtools.node.agent import AgentProcess, InProcessAgent, agent_output_path
+
+        assert self.stack is not None and self.aws is not None
         env = self.stack.env()
         values = {
             "NODE_NAME": name,
@@ -226,17 +318,29 @@ class LocalMode:
             **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self.kube.token} if self.kube else {}),
             **self.agent_overrides,
         }
-        agent = Agent(AgentSettings.from_env(values))
-        agent.start()
-        self.nodes[name] = LocalNode(name, containerd, agent)
+        if self.agent_processes:
+            return AgentProcess(values, agent_output_path(self.logs_dir, name))
+        return InProcessAgent(values)
+
+    def _stop_node(self, node: LocalNode) -> None:
+        try:
+            node.agent.stop(2.0)
+        finally:
+            node.containerd.stop()
 
     def stop(self) -> None:
+        """Stops everything and removes what it made; returns once every child process has exited."""
+        if self.control is not None:
+            self.control.stop_serving()  # no new requests; the one in flight finishes
         for node in self.nodes.values():
-            try:
-                node.agent.stop(2.0)
-            finally:
-                node.containerd.stop()
+            self._stop_node(node)
         self.nodes.clear()
+        if self.control is not None:
+            self.control.stop()
+            self.control = None
+        if self.registry_proxy is not None:
+            self.registry_proxy.stop()
+            self.registry_proxy = None
         if self.registry is not None:
             self.registry.stop()
             self.registry = None
@@ -256,11 +360,14 @@ class LocalMode:
             self.aws.stop()
             self.aws = None
         self.remove_state()
-        if self._own_dir:
-            from prewarm_devtools.node.containerd import unmount_all_under
+        from prewarm_devtools.node.containerd import unmount_all_under
 
-            unmount_all_under(self.base_dir)
+        unmount_all_under(self.base_dir)
+        if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+        if self._record_path is not None:
+            self._record_path.unlink(missing_ok=True)
+            self._record = self._record_path = None
 
     def __enter__(self) -> LocalMode:
         return self.start()
@@ -293,9 +400,132 @@ class LocalMode:
 
         assert self.stack is not None
         state = LocalState.of_stack(self.stack, pid=os.getpid())
+        state.env["LOCAL_RUN_DIR"] = str(self.base_dir)
         if self.registry is not None:
             state.env["LOCAL_REGISTRY_URL"] = self.registry.url
+        if self.kube is not None:
+            state.env["LOCAL_KUBE_API_URL"] = self.kube.url
+        if self.control is not None:
+            state.env["LOCAL_CONTROL_URL"] = self.control.url
+            state.env["LOCAL_CONTROL_TOKEN"] = self.control.token
         self._state_path = write_local_state(state)
+
+    # -- the control channel (`prewarm local fire|node|agent|status`) -----------------------------
+
+    def _control_route(self, method: str, parts: list[str], body: dict[str, Any]) -> dict[str, Any]:
+        match method, parts:
+            case "GET", ["status"]:
+                return self.status()
+            case "POST", ["fire"]:
+                return self.fire(str(body.get("schedule", "")))
+            case "POST", ["nodes"]:
+                return self.add_node(str(body.get("name", "")), labels=dict(body.get("labels") or {}),
+                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)))
+            case "DELETE", ["nodes", name]:
+                return self.remove_node(name)
+            case "POST", ["agents", node, action]:
+                return self.agent_action(node, action)
+        raise ControlError(f"no such request: {method} /{'/'.join(parts)}", 404)
+
+    def fire(self, schedule: str) -> dict[str, Any]:
+        """Fires a schedule now: `repull` (the daily re-pull), `sweep` or `refresh` (ECR credentials)."""
+        if schedule not in SCHEDULES:
+            raise ControlError(f"unknown schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}")
+        assert self.stack is not None
+        function = SCHEDULES[schedule]
+        result = self.stack.fire(function)
+        return {"function": function, "result": result}
+
+    def add_node(self, name: str, *, labels: dict[str, str], taints: list[dict[str, str]],
+                 agent: bool = True) -> dict[str, Any]:
+        """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent."""
+        from prewarm.domain.kubernetes import dns1123_subdomain_problem, label_map_problems
+
+        if self.kube is None:
+            raise ControlError("nodes can be added only to the embedded Kubernetes API, not to a real cluster")
+        problems = [f"name: {p}" for p in [dns1123_subdomain_problem(name)] if p]
+        problems += [f"labels.{key}: {problem}" for key, problem in label_map_problems(labels)]
+        problems += [f"taint {t.get('key')}: effect must be one of {', '.join(TAINT_EFFECTS)}"
+                     for t in taints if t.get("effect") not in TAINT_EFFECTS]
+        if problems:
+            raise ControlError("; ".join(problems))
+        if self.kube.get_object("nodes", name) is not None:
+            raise ControlError(f'node "{name}" already exists', 409)
+        if agent and not self.agents_enabled:
+            raise ControlError("this stack runs no agents (started with --no-agents): add the node with --no-agent")
+        self.kube.seed_objects([node_object(name, labels, taints)])
+        if agent:
+            try:
+                self._start_node(name)
+            except BaseException:
+                self.kube.remove_object("nodes", name)
+                raise
+        return self._node_status(name)
+
+    def remove_node(self, name: str) -> dict[str, Any]:
+        """Stops the node's agent and containerd, removes its files and its Node object."""
+        node = self.nodes.pop(name, None)
+        known = self.kube is not None and self.kube.get_object("nodes", name) is not None
+        if node is None and not known:
+            raise ControlError(f'node "{name}" not found', 404)
+        if node is not None:
+            self._stop_node(node)
+            node.containerd.remove_data()
+            shutil.rmtree(node.containerd.base_dir, ignore_errors=True)
+        if self.kube is not None:
+            self.kube.remove_object("nodes", name)
+        return {"name": name, "removed": True, "had_agent": node is not None}
+
+    def agent_action(self, name: str, action: str) -> dict[str, Any]:
+        """`stop` (SIGTERM: drain, then exit), `kill` (SIGKILL) or `start` one node's agent."""
+        if action not in ("stop", "kill", "start"):
+            raise ControlError(f"unknown agent action {action!r}: choose stop, kill or start", 404)
+        node = self.nodes.get(name)
+        if node is None:
+            if name not in {n["metadata"]["name"] for n in self.cluster_nodes()}:
+                raise ControlError(f'node "{name}" not found', 404)
+            if action != "start" or not self.agents_enabled:
+                raise ControlError(f'node "{name}" has no agent' + ("" if self.agents_enabled else
+                                   " (this stack was started with --no-agents)"))
+            self._start_node(name)  # a node added with --no-agent gets its containerd and agent now
+            return self._node_status(name)
+        running = node.agent.state == "running"
+        if action == "start":
+            if running:
+                raise ControlError(f'the agent of "{name}" is already running (pid {node.agent.pid})')
+            node.agent.start()
+            self._record_child(f"agent of {name}", node.agent)
+        elif not running:
+            raise ControlError(f'the agent of "{name}" is not running')
+        elif action == "stop":
+            node.agent.stop(float(node.agent.settings.shutdown_grace_seconds) + 5)
+        else:
+            node.agent.kill()
+        return self._node_status(name)
+
+    def _node_status(self, name: str) -> dict[str, Any]:
+        node = self.nodes.get(name)
+        if node is None:
+            return {"name": name, "agent": "none", "pid": None, "containerd_pid": None}
+        return {"name": name, "agent": node.agent.state, "pid": node.agent.pid,
+                "containerd_pid": node.containerd.pid,
+                "agent_kind": "process" if self.agent_processes else "in-process"}
+
+    def status(self) -> dict[str, Any]:
+        """Every endpoint, and every node of the cluster with its agent's state."""
+        assert self.aws is not None
+        endpoints = {"aws": self.aws.url,
+                     "kubernetes": self.kube.url if self.kube is not None else f"kubeconfig {self.kubeconfig}"}
+        if self.registry is not None:
+            endpoints["registry"] = self.registry.url
+        if self.registry_proxy is not None:
+            endpoints["registry (nodes, limited)"] = (f"{self.registry_proxy.url} at "
+                                                      f"{self.registry_bandwidth:,} bytes/s")
+        if self.control is not None:
+            endpoints["control"] = self.control.url
+        names = sorted({n["metadata"]["name"] for n in self.cluster_nodes()} | set(self.nodes))
+        return {"pid": os.getpid(), "run_dir": str(self.base_dir), "endpoints": endpoints,
+                "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names]}
 
 
 def push_to_local_ecr(

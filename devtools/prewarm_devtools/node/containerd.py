@@ -18,7 +18,7 @@ from typing import Self
 
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, IngestStatus
 from prewarm_agent.cri.errors import CriError
-from prewarm_devtools.node.process import DaemonProcess, DaemonStartError
+from prewarm_devtools.node.process import DaemonBacked, DaemonProcess, DaemonStartError
 
 CONTAINERD_BINARY = "containerd"
 # Unix socket paths longer than this fail to bind (sun_path is 108 bytes, containerd adds ".ttrpc").
@@ -82,13 +82,17 @@ def _mounts_under(base_dir: Path) -> list[str]:
     return mounts
 
 
-def unmount_all_under(base_dir: Path) -> None:
-    """Lazily unmount whatever a killed containerd left mounted under ``base_dir``, deepest first."""
-    for point in sorted(_mounts_under(base_dir), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+def unmount_all_under(base_dir: Path) -> int:
+    """Unmount whatever a killed containerd left mounted under ``base_dir``, deepest first (lazily when a
+    mount is busy); returns how many there were."""
+    points = sorted(_mounts_under(base_dir), key=len, reverse=True)
+    for point in points:
+        if subprocess.run(["umount", point], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    return len(points)
 
 
-class PrivateContainerd:
+class PrivateContainerd(DaemonBacked):
     """containerd with its CRI plugin, running from ``base_dir``; use as a context manager.
 
     ``snapshotter`` defaults to overlayfs when an overlay mount works here, else native.
@@ -121,16 +125,6 @@ class PrivateContainerd:
         self._daemon = DaemonProcess(
             "containerd", [CONTAINERD_BINARY, "--config", str(self.config_path)], self.log_path
         )
-
-    @property
-    def pid(self) -> int | None:
-        """PID of the running containerd, None when stopped."""
-        return self._daemon.pid
-
-    @property
-    def running(self) -> bool:
-        """True while the containerd process is alive."""
-        return self._daemon.running
 
     def config_text(self) -> str:
         """The containerd config (version 2) this instance runs with."""

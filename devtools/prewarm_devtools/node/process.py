@@ -1,7 +1,14 @@
-"""A daemon run as a child process: own process group, log collected to a file, stopped by PID."""
+"""A daemon run as a child process: own process group, log collected to a file, stopped by PID.
+
+Every daemon dies with the thread that started it (``PR_SET_PDEATHSIG``): a local stack killed with
+SIGKILL leaves no containerd, registry or agent running. Start daemons from a thread that lives as
+long as they should (the main thread, or a long-lived worker), never from a short-lived one.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import socket
@@ -21,6 +28,56 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """libc's prctl, looked up in the parent: after a fork only the call itself may run."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    prctl: ctypes._CFuncPtr = libc.prctl  # type: ignore[name-defined]
+    return prctl
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` that has the kernel SIGKILL the child when its parent (thread) exits.
+
+    If the parent already died between the fork and the call, the child exits at once.
+    """
+    prctl = _prctl()
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def process_start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22), None if it is gone.
+
+    A pid with its start time names one process for good: a pid reused later has another start time.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # fields[0] is the state (field 3); the start time is field 22.
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def process_running(pid: int, start_time: int | None = None) -> bool:
+    """Whether that process is alive (a zombie counts as exited), and is the one that started at ``start_time``."""
+    started = process_start_time(pid)
+    return started is not None and (start_time is None or started == start_time)
 
 
 class LoopbackEndpoint:
@@ -55,6 +112,12 @@ class DaemonProcess:
         return self._process.pid if self.running and self._process is not None else None
 
     @property
+    def start_time(self) -> int | None:
+        """The running process's start time (see ``process_start_time``), None when stopped."""
+        pid = self.pid
+        return process_start_time(pid) if pid is not None else None
+
+    @property
     def running(self) -> bool:
         """True while the process has not exited."""
         return self._process is not None and self._process.poll() is None
@@ -75,6 +138,7 @@ class DaemonProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
 
     def wait_ready(self, ready: Callable[[], bool], timeout: float, interval: float = 0.05) -> None:
@@ -122,3 +186,24 @@ class DaemonProcess:
             return f"(no {self.name} log at {self.log_path})"
         tail = "\n".join(text.splitlines()[-lines:])
         return f"--- last {lines} lines of {self.log_path}\n{tail}"
+
+
+class DaemonBacked:
+    """A server run as one ``DaemonProcess`` (``self._daemon``): its pid, start time and liveness."""
+
+    _daemon: DaemonProcess
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running process, None when stopped."""
+        return self._daemon.pid
+
+    @property
+    def start_time(self) -> int | None:
+        """The running process's start time (see ``process_start_time``), None when stopped."""
+        return self._daemon.start_time
+
+    @property
+    def running(self) -> bool:
+        """True while the process is alive."""
+        return self._daemon.running

@@ -50,6 +50,11 @@ class LocalRegistry(LoopbackEndpoint):
         """PID of the running registry, None when stopped."""
         return self._daemon.pid if self._daemon is not None else None
 
+    @property
+    def start_time(self) -> int | None:
+        """The running registry's start time (see ``process_start_time``), None when stopped."""
+        return self._daemon.start_time if self._daemon is not None else None
+
     def _write_config(self) -> None:
         auth = ""
         if self.htpasswd_users:

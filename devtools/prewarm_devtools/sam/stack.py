@@ -261,11 +261,11 @@ class LocalStack:
             from prewarm.settings import settings
 
             settings.cache_clear()
-            _name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.
                 with contextlib.redirect_stdout(self.function_output or sys.stdout):
                     fn.module = self._load(fn)
+            _name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
             attr = fn.handler.rpartition(".")[2]
             context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
                                     fn.timeout)

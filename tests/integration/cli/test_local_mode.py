@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, read_local_state, write_local_state
+from prewarm_devtools.node.process import process_running
 from tests.support.manifests import job_yaml
 
 pytestmark = pytest.mark.integration
@@ -72,17 +73,22 @@ def test_local_up_serves_the_cli_until_local_down_stops_it(
     status = _prewarm("local", "status", env=env)
     second = _prewarm("local", "up", "--no-agents", env=env)
     down = _prewarm("local", "down", env=env)
+    exited_when_down_returned = not process_running(local_up.pid)
     exit_code = local_up.wait(timeout=30)
     after = _prewarm("local", "status", env=env)
 
     # Then the CLI reached it, the second start was refused, and down stopped it cleanly and removed its state
     assert applied.stdout == "imagepulljob.apps.kruise.io/local-up created\n"
     assert listed.stdout == "imagepulljob.apps.kruise.io/local-up\n"
-    assert status.returncode == 0 and "running:           yes" in status.stdout
+    assert status.returncode == 0 and f"running:           yes (pid {local_up.pid})" in status.stdout
+    endpoints = dict(line.split() for line in status.stdout.splitlines() if line.startswith("  ") and ": " in line)
+    assert endpoints["aws:"] == state.endpoint_url
+    assert endpoints["kubernetes:"].startswith("http://127.0.0.1:") and endpoints["control:"].startswith("http://")
     assert second.returncode == 1
     assert second.stderr == f"error: a local stack is already running (pid {local_up.pid}, {state.endpoint_url}); " \
                             "stop it with `prewarm local down`\n"
     assert (down.returncode, down.stdout) == (0, f"local stack (pid {local_up.pid}) stopped\n")
+    assert exited_when_down_returned
     assert exit_code == 0
     assert not Path(env[STATE_ENV]).exists()
     assert after.returncode == 1 and after.stderr.startswith("error: no local stack:")
@@ -102,3 +108,42 @@ def test_local_down_clears_the_state_of_a_stack_that_already_exited(env: dict[st
     assert (down.returncode, down.stdout) == (0, f"no local stack was running; removed its stale state "
                                                  f"{env[STATE_ENV]}\n")
     assert not Path(env[STATE_ENV]).exists()
+
+
+def test_local_down_after_a_crash_stops_what_the_stack_left_and_removes_its_files(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given a stack killed with SIGKILL: its state and run record name a process still running from its
+    # run directory (as a containerd would) and the run directory's files
+    from prewarm_devtools.localrun import RunRecord, run_record_path, write_run_record
+
+    run_dir = tmp_path / "pw-crashed"
+    (run_dir / "n0" / "root").mkdir(parents=True)
+    (run_dir / "n0" / "root" / "blob").write_bytes(b"x" * 4096)
+    left = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    state_path = Path(env[STATE_ENV])
+    write_local_state(LocalState("http://127.0.0.1:1", "us-west-2", {"TABLE_NAME": "t"}, pid=int(dead.stdout)),
+                      state_path)
+    record = RunRecord(pid=int(dead.stdout), run_dir=str(run_dir))
+    record.add_child("containerd of node-a", left.pid, None)
+    write_run_record(record, run_record_path(state_path))
+
+    try:
+        # When local down runs
+        down = _prewarm("local", "down", env=env)
+
+        # Then it stopped the process, removed the run directory, the state and the record, and said so
+        assert down.returncode == 0, down.stderr
+        assert left.wait(timeout=5) is not None
+        assert down.stdout.splitlines() == [
+            f"local stack (pid {dead.stdout.strip()}) was not running (it crashed or was killed)",
+            f"  stopped containerd of node-a (pid {left.pid})",
+            f"  removed {run_dir} (4.0 KiB)",
+        ]
+        assert not run_dir.exists() and not state_path.exists() and not run_record_path(state_path).exists()
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()

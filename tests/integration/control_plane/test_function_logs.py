@@ -25,8 +25,9 @@ def test_each_function_logs_under_its_own_service_name() -> None:
         stack.fire("sweep")
 
     # Then each line carries the service of the function that wrote it, as template.yaml names it
-    services = [json.loads(line)["service"] for line in output.getvalue().splitlines()
-                if line.startswith("{") and '"service"' in line]
+    lines = [json.loads(line) for line in output.getvalue().splitlines() if line.startswith("{")]
+    services = [doc["service"] for doc in lines if "service" in doc]
+    assert [doc["service"] for doc in lines if doc.get("message") == "sweep"] == ["sweep", "sweep"]
     lines_by_function = {name: [s for s in services if s == name] for name in ("sweep", "repull_daily")}
     assert set(services) == {"sweep", "repull_daily"}, services
     assert all(lines_by_function.values())

@@ -1,0 +1,108 @@
+"""A node's agent in local mode: a process of its own (`python -m prewarm_agent`, as the DaemonSet runs
+it) or, for callers that need its internals, the `Agent` object in this process. Both answer `start`,
+`stop` (SIGTERM: drain, then exit), `kill` (SIGKILL: a crash), `state` and `pid`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from prewarm_devtools.node.process import DaemonBacked, DaemonProcess
+
+# What the agent logs once it has said hello and consumes its queue.
+_READY_LINE = '"consuming '
+
+
+class AgentProcess(DaemonBacked):
+    """The agent of one node as a child process, logging JSON lines to ``log_path``."""
+
+    def __init__(self, values: dict[str, str], log_path: Path, start_timeout: float = 60.0) -> None:
+        from prewarm_agent.settings import AgentSettings
+
+        self.settings = AgentSettings.from_env(values)
+        self.log_path = log_path
+        self.start_timeout = start_timeout
+        env = {**os.environ, **values, "PYTHONUNBUFFERED": "1"}
+        self._daemon = DaemonProcess(f"agent of {self.settings.node_name}", [sys.executable, "-m", "prewarm_agent"],
+                                     log_path, env=env)
+
+    @property
+    def state(self) -> str:
+        """`running` or `stopped`."""
+        return "running" if self.running else "stopped"
+
+    def start(self) -> None:
+        """Start the process and wait until it consumes its queue (it said hello)."""
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._daemon.start()
+        self._daemon.wait_ready(lambda: self._logged_since(offset), timeout=self.start_timeout, interval=0.1)
+
+    def _logged_since(self, offset: int) -> bool:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return _READY_LINE.encode() in log.read()
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM: the agent drains for its SHUTDOWN_GRACE_SECONDS and exits; SIGKILL after ``grace`` more."""
+        self._daemon.stop(grace)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed agent."""
+        self._daemon.kill()
+
+
+class InProcessAgent:
+    """The agent of one node as an `Agent` object in this process (its internals stay reachable)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        from prewarm_agent.settings import AgentSettings
+
+        self.settings = AgentSettings.from_env(values)
+        self.agent: Any = None
+
+    @property
+    def pid(self) -> int | None:
+        return os.getpid() if self.agent is not None else None
+
+    @property
+    def start_time(self) -> int | None:
+        return None
+
+    @property
+    def state(self) -> str:
+        return "running" if self.agent is not None else "stopped"
+
+    def start(self) -> None:
+        from prewarm_agent.agent import Agent
+
+        agent = Agent(self.settings)
+        agent.start()
+        self.agent = agent
+
+    def stop(self, grace: float) -> None:
+        if self.agent is not None:
+            self.agent.stop(grace)
+            self.agent = None
+
+    def kill(self) -> None:
+        """As close to a crash as a thread gets: stop at once, without draining."""
+        self.stop(0)
+
+    def __getattr__(self, name: str) -> Any:
+        # `node.agent.metrics`, `node.agent.http_port`...: the running Agent's own attributes.
+        agent = self.__dict__.get("agent")
+        if agent is None:
+            raise AttributeError(name)
+        return getattr(agent, name)
+
+
+def agent_log_name(node: str) -> str:
+    """The file name of a node's agent log under the stack's `logs/` directory."""
+    return f"agent-{node}.log"
+
+
+def agent_output_path(logs_dir: Path, node: str) -> Path:
+    return logs_dir / agent_log_name(node)
+
