@@ -6,11 +6,14 @@ Register with `pytest_plugins = ["prewarm_devtools.pytest_plugins.kubeapi"]`. Ev
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import pytest
 
+from prewarm_devtools.kubeapi.auth import Identity
 from prewarm_devtools.kubeapi.server import KubeApiServer
 
 if TYPE_CHECKING:
@@ -33,7 +36,7 @@ def kube_api_module() -> Iterator[KubeApiServer]:
 
 @pytest.fixture
 def kube_client(kube_api: KubeApiServer) -> Iterator[ApiClient]:
-    """A `kubernetes.client.ApiClient` for `kube_api`, closed after the test."""
+    """A `kubernetes.client.ApiClient` for `kube_api` as its admin (system:masters), closed after the test."""
     with kube_api.api_client() as client:
         yield client
 
@@ -44,3 +47,20 @@ def core_v1(kube_client: ApiClient) -> CoreV1Api:
     from kubernetes.client import CoreV1Api
 
     return CoreV1Api(kube_client)
+
+
+@pytest.fixture
+def kube_client_as(kube_api: KubeApiServer) -> Iterator[Callable[[Identity], ApiClient]]:
+    """A factory of `ApiClient`s for `kube_api` acting as a given identity (RBAC applies), each with
+    a token of its own; all are closed after the test.
+
+    `client = kube_client_as(Identity("alice", ("dev",)))`
+    """
+    with ExitStack() as clients:
+
+        def client_for(identity: Identity) -> ApiClient:
+            token = f"test-{secrets.token_urlsafe(16)}"
+            kube_api.add_identity(token, identity)
+            return clients.enter_context(kube_api.api_client(token))
+
+        yield client_for

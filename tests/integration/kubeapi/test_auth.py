@@ -6,11 +6,11 @@ for any other token, impersonation, as the official client sees them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import boto3
 import pytest
-from kubernetes.client import ApiException, AuthorizationV1Api, CoreV1Api, V1SelfSubjectAccessReview
+from kubernetes.client import ApiClient, ApiException, AuthorizationV1Api, CoreV1Api, V1SelfSubjectAccessReview
 
 from prewarm.adapters.eks_auth import EksTokenSource
 from prewarm_devtools.kubeapi import DEFAULT_CLUSTER_CREATOR, AccessEntry, Identity, KubeApiServer, service_account
@@ -175,4 +175,16 @@ def test_impersonation_needs_the_impersonate_verb(api: KubeApiServer) -> None:
         'users "alice" is forbidden: User "bob" cannot impersonate resource "users" in API group "" '
         "at the cluster scope",
         {"name": "alice", "kind": "users"},
+    )
+
+
+def test_the_plugin_makes_clients_for_any_identity(kube_client_as: Callable[[Identity], ApiClient]) -> None:
+    # Given a client acting as a service account with no RBAC
+    client = kube_client_as(service_account("prewarm", "record-status"))
+    # When it reads a node, Then it is refused as that account
+    answer = call(client, "GET", "/api/v1/nodes/n1")
+    assert (answer.status, answer.body["message"]) == (
+        403,
+        'nodes "n1" is forbidden: User "system:serviceaccount:prewarm:record-status" cannot get resource "nodes" '
+        'in API group "" at the cluster scope',
     )
