@@ -61,6 +61,7 @@ def kube_client_as(kube_api: KubeApiServer) -> Iterator[Callable[[Identity], Api
         def client_for(identity: Identity) -> ApiClient:
             token = f"test-{secrets.token_urlsafe(16)}"
             kube_api.add_identity(token, identity)
-            return clients.enter_context(kube_api.api_client(token))
+            client: ApiClient = clients.enter_context(kube_api.api_client(token))
+            return client
 
         yield client_for
