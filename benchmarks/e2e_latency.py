@@ -301,7 +301,7 @@ def push_and_watch(mode: Any, store: Any, functions: FunctionClock, receipts: Ta
         "reference": pushed.reference,
         "bytes": pushed.size_bytes,
         "desired": view.desired,
-        "excluded": [f"{e['name']}: {e['reason']}" for e in view.record.excluded],
+        "excluded": [f"{e.name}: {e.reason}" for e in view.excluded],
         "push_to_first_pull_s": min(started) - event,
         "push_to_done_s": view.completion_time - event,
         "steps": {

@@ -151,7 +151,7 @@ def demo_report(mode: LocalMode, store: DynamoJobStore, view: JobView, pushed: A
             "message": view.message,
         },
         "nodes": nodes,
-        "excluded": [{"name": e["name"], "reason": e["reason"]} for e in view.record.excluded],
+        "excluded": [{"name": e.name, "reason": e.reason} for e in view.excluded],
         "timings": {
             "push_to_first_pull_s": round(min(started) - pushed.pushed_at, 3) if started else None,
             "push_to_done_s": round(view.completion_time - pushed.pushed_at, 3) if view.completion_time else None,

@@ -16,8 +16,9 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
 def plan_record(record: DynamoDBRecord) -> None:
     image = record.dynamodb.new_image if record.dynamodb else None
-    if not image or not needs_planning(image):
-        return  # a removed job (its delete cancelled the nodes), or only its counters changed
+    old = record.dynamodb.old_image if record.dynamodb else None
+    if not image or not needs_planning(image, old or None):
+        return  # a removed job (its delete cancelled the nodes), or only its counters or shards changed
     key = f"{image['namespace']}/{image['name']}"
     logger.append_keys(job=key)
     # A failed send raises TaskSendError, so the stream retries this record and re-sends what was not sent.

@@ -1,44 +1,45 @@
-"""Status queue → agent reports and hellos, applied exactly once; freed slots go to waiting nodes."""
+"""Status queue → agent reports and hellos: a batch applied together, exactly once; freed slots refilled."""
 
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
-from prewarm.domain.messages import Hello, NodePhase, parse_agent_message
+from prewarm.domain.messages import Hello, MessageError, NodePhase, StatusReport, parse_agent_message
 from prewarm.observability import logger, metrics, tracer
-
-processor = BatchProcessor(event_type=EventType.SQS)
-
-
-def handle_message(record: SQSRecord) -> None:
-    message = parse_agent_message(record.body)  # a poison message raises: retried, then the DLQ
-    if isinstance(message, Hello):
-        logger.append_keys(node=message.node, job=None)
-        hello = bootstrap.register_node(message)
-        logger.info("node registered", extra={"added_to": hello.added_to})
-        return
-    logger.append_keys(job=message.job, node=message.node)
-    outcome = bootstrap.record_report(message)
-    if not outcome.applied:
-        logger.info("report ignored", extra={"reason": outcome.reason, "phase": message.phase})
-        return
-    if outcome.phase is NodePhase.SUCCEEDED:
-        metrics.add_metric(name="NodesSucceeded", unit=MetricUnit.Count, value=1)
-    elif outcome.phase in (NodePhase.FAILED, NodePhase.CANCELLED):
-        metrics.add_metric(name="NodesFailed", unit=MetricUnit.Count, value=1)
-    if outcome.seconds is not None:
-        metrics.add_metric(name="NodePullSeconds", unit=MetricUnit.Seconds, value=outcome.seconds)
-    if outcome.finished_job:
-        metrics.add_metric(name="JobsCompleted", unit=MetricUnit.Count, value=1)
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    return process_partial_response(event=event, record_handler=handle_message, processor=processor, context=context)
+    messages: list[tuple[str, StatusReport | Hello]] = []
+    poison: list[str] = []
+    for record in event["Records"]:
+        try:
+            messages.append((record["messageId"], parse_agent_message(record["body"])))
+        except MessageError as e:
+            # Left on the queue: retried, then the DLQ keeps it for a person to read.
+            logger.warning("poison message on the status queue", extra={"message_id": record["messageId"],
+                                                                        "error": str(e)})
+            poison.append(record["messageId"])
+    outcome = bootstrap.record_status(messages)
+    for hello in outcome.hellos:
+        logger.info("node registered", extra={"node": hello.node, "added_to": hello.added_to})
+    for report, result in outcome.reports:
+        if not result.applied:
+            logger.info("report not applied", extra={"job": report.job, "node": report.node, "reason": result.reason,
+                                                     "phase": report.phase, "retry": result.retry})
+            continue
+        if result.phase is NodePhase.SUCCEEDED:
+            metrics.add_metric(name="NodesSucceeded", unit=MetricUnit.Count, value=1)
+        elif result.phase in (NodePhase.FAILED, NodePhase.CANCELLED):
+            metrics.add_metric(name="NodesFailed", unit=MetricUnit.Count, value=1)
+        if result.seconds is not None:
+            metrics.add_metric(name="NodePullSeconds", unit=MetricUnit.Seconds, value=result.seconds)
+        if result.finished_job:
+            metrics.add_metric(name="JobsCompleted", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="JobItemWrites", unit=MetricUnit.Count, value=outcome.job_writes)
+    return {"batchItemFailures": [{"itemIdentifier": i} for i in poison + outcome.retry_ids]}

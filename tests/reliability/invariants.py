@@ -48,8 +48,8 @@ def invariant_problems(store: DynamoJobStore, key: str) -> list[str]:
         if getattr(c, name) != count:
             problems.append(f"{name} counter {getattr(c, name)} but {count} node items are {name}")
     failed_nodes = sorted(t.node for t in tasks if t.phase in _FAILED)
-    if sorted(record.failed_nodes) != failed_nodes:
-        problems.append(f"failedNodes {sorted(record.failed_nodes)} but failed node items {failed_nodes}")
+    if (shown := sorted(store.failed_nodes(key))) != failed_nodes:
+        problems.append(f"failedNodes {shown} but failed node items {failed_nodes}")
     if (done := stored_done(store, key)) != c.succeeded + c.failed:
         problems.append(f"stored done {done} != succeeded + failed {c.succeeded + c.failed}")
     if record.state in FINISHED_STATES and (open_nodes := sorted(t.node for t in tasks if not t.phase.is_terminal)):
@@ -95,7 +95,7 @@ def job_state(store: DynamoJobStore, key: str) -> dict[str, Any] | None:
         "planned": record.planned,
         "counters": (c.desired, c.waiting, c.active, c.succeeded, c.failed),
         "done": stored_done(store, key),
-        "failed_nodes": sorted(record.failed_nodes),
-        "excluded": sorted((e["name"], e["reason"]) for e in record.excluded),
+        "failed_nodes": sorted(store.failed_nodes(key)),
+        "excluded": sorted((e.name, e.reason) for e in store.get_excluded(key)),
         "nodes": {t.node: NodeState.of(t) for t in store.get_tasks(key)},
     }

@@ -150,7 +150,7 @@ def test_fifty_jobs_at_once_on_two_hundred_nodes_all_complete_with_exact_counter
             assert record is not None
             failed = sorted(node for job, node in failing if job == key)
             c = record.counters
-            got = (record.state, c.desired, c.active, c.waiting, c.succeeded, c.failed, sorted(record.failed_nodes))
+            got = (record.state, c.desired, c.active, c.waiting, c.succeeded, c.failed, sorted(store.failed_nodes(key)))
             want = ("Completed", len(chosen), 0, 0, len(chosen) - len(failed), len(failed), failed)
             if got != want or {n for (j, n) in fleet.tasks if j == key} != chosen:
                 wrong.append(f"{key}: {got} != {want}")

@@ -23,7 +23,7 @@ from tests.support.manifests import job_doc
 PINNED = {
     # sweep cancelled node by node, then sent the cancels: a retry found the nodes cancelled and sent none
     "deadline cancels survive a crash between the node updates": (
-        "deadline_passes_with_nodes_in_flight", Fault("store.apply_update", 2, "before")),
+        "deadline_passes_with_nodes_in_flight", Fault("store.apply_updates", 2, "before")),
     "deadline cancels survive a crash before they are sent": (
         "deadline_passes_with_nodes_in_flight", Fault("queues.send_many", 1, "before")),
     # a new round overwrote the old round's items, then cancelled: a retry found nothing to cancel

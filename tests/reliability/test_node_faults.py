@@ -238,7 +238,7 @@ def test_an_agent_killed_mid_pull_is_replaced_and_the_node_counts_once(
     record = wait_until(lambda: completed(store, key), 30, describe(store, key))
     c = record.counters
     assert (c.desired, c.succeeded, c.failed, c.active, c.waiting) == (1, 1, 0, 0, 0)
-    assert record.failed_nodes == []
+    assert store.failed_nodes(record.key) == []
     assert_invariant(store, key)
 
 

@@ -150,9 +150,11 @@ def test_throttling_past_the_retry_budget_is_a_retryable_error_and_the_redeliver
                 ddb, sqs, f"{operation}-{n}", [("dynamodb", operation, throughput_exceeded(), options)],
                 retry_on=(StoreRetryableError,))
             assert throttle.failed == MAX_ATTEMPTS
-            # Then the use case failed with StoreRetryableError, and its redelivery converged
+            # Then the use case failed with StoreRetryableError and its redelivery converged, or (a report
+            # batch backs off and tries again by itself) it converged without a redelivery
             if found := problems + differences(expected, got) + (
-                    [] if driver.redelivered == ["StoreRetryableError"] else [f"redelivered: {driver.redelivered}"]):
+                    [] if driver.redelivered in ([], ["StoreRetryableError"])
+                    else [f"redelivered: {driver.redelivered}"]):
                 failures[n] = found
     assert counter.calls >= 1
     assert not failures, failures
@@ -174,9 +176,11 @@ def test_a_transaction_cancelled_for_throttling_or_conflict_is_redelivered_and_c
             got, problems, driver, _ = play(
                 ddb, sqs, f"{reason}-{n}", [("dynamodb", "TransactWriteItems", transaction_cancelled(reason), options)],
                 retry_on=(StoreRetryableError,))
-            # Then it reaches the event source as StoreRetryableError and the redelivery converges
+            # Then it reaches the event source as StoreRetryableError and the redelivery converges, or a
+            # report batch, which backs off and tries again by itself, converges without one
             if found := problems + differences(expected, got) + (
-                    [] if driver.redelivered == ["StoreRetryableError"] else [f"redelivered: {driver.redelivered}"]):
+                    [] if driver.redelivered in ([], ["StoreRetryableError"])
+                    else [f"redelivered: {driver.redelivered}"]):
                 failures[n] = found
     assert counter.calls >= 4
     assert not failures, failures

@@ -294,7 +294,8 @@ def test_jobs_table_matches_the_documented_design_and_is_retained() -> None:
         for i in p["GlobalSecondaryIndexes"]
     }
     assert indexes == {
-        "by_kind": ([("kind", "HASH"), ("pk", "RANGE")], "ALL"),
+        # keys only: job counter updates never write it
+        "kinds": ([("kind", "HASH"), ("pk", "RANGE")], "KEYS_ONLY"),
         # sparse: only node items waiting for a parallelism slot carry wpk
         "waiting": ([("wpk", "HASH"), ("sk", "RANGE")], "KEYS_ONLY"),
     }

@@ -106,7 +106,7 @@ def test_push_to_completed_job_on_the_sample_cluster_with_exact_counters(env: di
     stack.run_until_idle()
     view = view_job(store, *key, now=0)
     assert view.desired == 10 and view.active == 3
-    assert {e["name"]: e["reason"] for e in view.record.excluded} == EXCLUDED
+    assert {e.name: e.reason for e in view.excluded} == EXCLUDED
     failed_node = "ip-10-0-27-143.us-west-2.compute.internal"
     reported: set[str] = set()
     while len(reported) < 10:

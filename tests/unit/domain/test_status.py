@@ -2,46 +2,36 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from prewarm.domain.jobs import CompletionPolicy, ImageListPullJob, ImagePullJob, PullPolicy
-from prewarm.domain.messages import NodePhase
+from prewarm.domain.jobs import PullPolicy
+from prewarm.domain.messages import NodePhase, StatusReport
 from prewarm.domain.status import (
     Attempt,
-    FailedImageStatus,
+    Counters,
     InvalidTransitionError,
     JobStatus,
-    NodeReport,
+    NodeTaskRecord,
     ReportKey,
     RetryPolicy,
-    aggregate_list_status,
-    apply_report,
+    applied,
     can_transition,
-    compute_job_status,
-    deadline,
-    expiry,
-    fold_reports,
     is_newer,
+    job_bytes,
     kruise_attempt_plan,
     kubelet_image_backoff,
+    merged,
+    progress_message,
+    removal_deltas,
+    report_change,
     transition,
 )
 
 W, P, S, F, C = (NodePhase.WAITING, NodePhase.PULLING, NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.CANCELLED)
 START = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
-ALWAYS = CompletionPolicy()
-NEVER = CompletionPolicy(type="Never")
-
-
-def later(seconds: float) -> datetime:
-    return START + timedelta(seconds=seconds)
-
-
-def status_of(phases: dict[str, NodePhase], policy: CompletionPolicy = ALWAYS, now: float = 30) -> JobStatus:
-    return compute_job_status(policy, phases, START, later(now))
 
 
 # --- Phases and transitions -----------------------------------------------------------------------
@@ -87,143 +77,115 @@ def test_report_keys_order_by_round_then_attempt_then_sequence() -> None:
     assert not is_newer(ReportKey(0, 1, 6), ReportKey(0, 1, 7))
 
 
+def report(phase: NodePhase, attempt: int = 1, seq: int = 0, round: int = 0, **fields: Any) -> StatusReport:
+    return StatusReport(job="default/web", job_uid="u1", round=round, node="n1", phase=phase, attempt=attempt,
+                        seq=seq, **fields)
+
+
+def task(phase: NodePhase = W, *, dispatched: bool = True, attempt: int = 0, seq: int = 0) -> NodeTaskRecord:
+    return NodeTaskRecord(node="n1", round=0, phase=phase, dispatched_at=100.0 if dispatched else None,
+                          attempt=attempt, seq=seq, started_at=100.0 if phase is not W else None)
+
+
 def test_a_delayed_pulling_report_does_not_undo_success() -> None:
     # Given a node that already reported success
-    done = NodeReport("n1", S, ReportKey(0, 1, 5))
+    done = task(S, attempt=1, seq=5)
     # When an earlier progress report arrives late, even with a higher sequence from a retry
-    kept = apply_report(done, NodeReport("n1", P, ReportKey(0, 2, 9)))
-    # Then the success stands
-    assert kept is done
+    change = report_change(done, report(P, attempt=2, seq=9), now=200)
+    # Then it changes nothing
+    assert change is None
 
 
 def test_progress_reports_of_a_later_attempt_replace_earlier_ones() -> None:
-    first = NodeReport("n1", P, ReportKey(0, 1, 3), "pulling 10%")
-    second = NodeReport("n1", P, ReportKey(0, 2, 1), "retrying")
-    assert apply_report(first, second) is second
-    assert apply_report(second, first) is second
-
-
-def test_a_new_round_restarts_a_finished_node() -> None:
-    finished = NodeReport("n1", S, ReportKey(0, 1, 4))
-    restarted = NodeReport("n1", W, ReportKey(1, 0, 0))
-    assert apply_report(finished, restarted) is restarted
+    pulling = task(P, attempt=1, seq=3)
+    assert report_change(pulling, report(P, attempt=2, seq=1), now=200) is not None
+    assert report_change(task(P, attempt=2, seq=1), report(P, attempt=1, seq=3), now=200) is None
 
 
 def test_a_late_success_corrects_a_failure_declared_by_the_sweep() -> None:
-    swept = NodeReport("n1", F, ReportKey(0, 1, 10), "no report for 900 s")
-    pulled = NodeReport("n1", S, ReportKey(0, 1, 4))
-    assert apply_report(swept, pulled) is pulled
-    assert apply_report(pulled, swept) is pulled
+    swept = task(F, attempt=1, seq=10)
+    change = report_change(swept, report(S, attempt=1, seq=4), now=200)
+    assert change is not None and change.deltas == {"failed": -1, "succeeded": 1}
+    assert not change.finished  # the node had already finished: no slot is freed twice
+    assert report_change(task(S, attempt=1, seq=4), report(F, attempt=1, seq=10), now=200) is None
 
 
-def test_reports_of_another_node_are_refused() -> None:
-    with pytest.raises(ValueError, match="report for node 'n2' cannot update node 'n1'"):
-        apply_report(NodeReport("n1", W, ReportKey(0, 0, 0)), NodeReport("n2", P, ReportKey(0, 1, 0)))
+def test_a_final_report_repeated_is_a_duplicate() -> None:
+    assert report_change(task(S, attempt=1, seq=4), report(S, attempt=1, seq=4), now=200) is None
 
 
-def test_fold_keeps_one_report_per_node() -> None:
-    reports = [
-        NodeReport("n1", P, ReportKey(0, 1, 1)),
-        NodeReport("n2", F, ReportKey(0, 4, 2)),
-        NodeReport("n1", S, ReportKey(0, 1, 2)),
-    ]
-    assert {node: report.phase for node, report in fold_reports(reports).items()} == {"n1": S, "n2": F}
+# --- What a report does to the counters --------------------------------------------------------------
 
 
-# --- compute_job_status ---------------------------------------------------------------------------
+def test_pulling_of_a_dispatched_node_writes_no_counter() -> None:
+    # A dispatched node is already active: only its node item changes, the job item is not written.
+    change = report_change(task(W), report(P, seq=1, bytes_done=10, bytes_total=100), now=200)
+    assert change is not None and not change.counts
+    assert change.fields["phase"] == "Pulling" and change.fields["bytes_done"] == 10
 
 
-def test_running_job_reports_progress_with_one_decimal() -> None:
-    # Given 5 nodes: two finished, one pulling, two waiting
-    status = status_of({"n1": S, "n2": F, "n3": P, "n4": W, "n5": W})
-    # Then the counts and message are Kruise's
-    assert (status.desired, status.active, status.succeeded, status.failed) == (5, 1, 1, 1)
-    assert status.failed_nodes == ["n2"]
-    assert status.message == "job is running, progress 40.0%"
-    assert status.completion_time is None
-    assert status.start_time == START
+def test_a_node_never_dispatched_moves_from_waiting_to_active() -> None:
+    change = report_change(task(W, dispatched=False), report(P, seq=1), now=200)
+    assert change is not None and change.deltas == {"waiting": -1, "active": 1}
+    assert change.fields["dispatched_at"] == 200
 
 
-def test_progress_rounds_like_go_formatting() -> None:
-    assert status_of({"n1": S, "n2": F, "n3": P}).message == "job is running, progress 66.7%"
-    assert status_of({"n1": W, "n2": P, "n3": P}).message == "job is running, progress 0.0%"
+@pytest.mark.parametrize(("final", "counter"), [(S, "succeeded"), (F, "failed"), (C, "failed")])
+def test_a_final_report_frees_a_slot_and_counts_once(final: NodePhase, counter: str) -> None:
+    change = report_change(task(P, attempt=1, seq=3), report(final, seq=4, finished_at=160.0), now=200)
+    assert change is not None and change.finished
+    assert change.deltas == {"active": -1, "done": 1, counter: 1}
+    assert change.seconds == 60.0
 
 
-def test_job_without_nodes_that_never_completes_has_no_progress() -> None:
-    assert status_of({}, NEVER).message == "job is running, no progress"
+def test_a_final_report_clears_the_bytes_it_omits_and_a_quick_success_keeps_its_size() -> None:
+    change = report_change(task(P, attempt=1, seq=3), report(F, seq=4), now=200)
+    assert change is not None and change.fields["bytes_done"] is None and change.fields["bytes_total"] is None
+    quick = report_change(task(W), report(S, seq=1, size_bytes=500), now=200)
+    assert quick is not None and quick.fields["bytes_done"] == quick.fields["bytes_total"] == 500
 
 
-def test_always_job_without_nodes_completes_at_once() -> None:
-    status = status_of({}, ALWAYS, now=5)
-    assert status.message == "job has completed"
-    assert status.completion_time == later(5)
+def test_removing_a_node_takes_it_out_of_its_counter() -> None:
+    assert removal_deltas(task(W, dispatched=False)) == {"desired": -1, "waiting": -1}
+    assert removal_deltas(task(P)) == {"desired": -1, "active": -1}
+    assert removal_deltas(task(C)) == {"desired": -1, "failed": -1, "done": -1}
 
 
-def test_always_job_completes_when_every_node_finished() -> None:
-    status = status_of({"b": F, "a": S, "c": C}, now=90)
-    assert status.message == "job has completed"
-    assert status.completion_time == later(90)
-    assert (status.succeeded, status.failed, status.active) == (1, 2, 0)
-    # Cancelled nodes count as failed: the image is not on them.
-    assert status.failed_nodes == ["b", "c"]
+def test_successive_reports_of_a_batch_merge_into_one_write() -> None:
+    # Given a waiting node's Pulling and Succeeded reports in one batch
+    first = report_change(task(W, dispatched=False), report(P, seq=1), now=200)
+    assert first is not None
+    second = report_change(applied(task(W, dispatched=False), first), report(S, seq=2), now=201)
+    assert second is not None
+    # When they are merged
+    both = merged([first, second])
+    # Then one write carries the last fields and the summed deltas
+    assert both.fields["phase"] == "Succeeded" and both.finished
+    assert both.deltas == {"waiting": -1, "done": 1, "succeeded": 1}
 
 
-def test_never_job_keeps_running_when_every_node_finished() -> None:
-    status = status_of({"a": S, "b": S}, NEVER)
-    assert status.completion_time is None
-    assert status.message == "job is running, progress 100.0%"
+def test_counters_of_node_items() -> None:
+    tasks = [task(W, dispatched=False), task(P), task(S), task(C)]
+    c = Counters.of(tasks)
+    assert (c.desired, c.waiting, c.active, c.succeeded, c.failed, c.done) == (4, 1, 1, 1, 1, 2)
 
 
-def test_deadline_fails_the_unfinished_nodes() -> None:
-    # Given a job with a 10-minute deadline that has run for 10 minutes
-    policy = CompletionPolicy(active_deadline_seconds=600)
-    status = compute_job_status(policy, {"a": S, "d": F, "c": P, "b": W}, START, later(600))
-    # Then it completes, failing the pulling and waiting nodes, as Kruise does
-    assert status.message == "job exceeds activeDeadlineSeconds"
-    assert status.completion_time == later(600)
-    assert (status.desired, status.active, status.succeeded, status.failed) == (4, 0, 1, 3)
-    assert status.failed_nodes == ["b", "c", "d"]
+def test_job_bytes_are_summed_over_its_nodes_when_viewed() -> None:
+    a = NodeTaskRecord(node="a", round=0, bytes_done=10, bytes_total=100)
+    b = NodeTaskRecord(node="b", round=0, bytes_done=100, bytes_total=100)
+    assert job_bytes([a, b, NodeTaskRecord(node="c", round=0)]) == (110, 200)
 
 
-def test_deadline_not_yet_reached_keeps_the_job_running() -> None:
-    policy = CompletionPolicy(active_deadline_seconds=600)
-    status = compute_job_status(policy, {"a": S, "b": P}, START, later(599))
-    assert status.message == "job is running, progress 50.0%"
-
-
-def test_finished_job_is_not_failed_by_its_deadline() -> None:
-    policy = CompletionPolicy(active_deadline_seconds=600)
-    status = compute_job_status(policy, {"a": S, "b": F}, START, later(700))
-    assert status.message == "job has completed"
-
-
-def test_completed_status_does_not_change_again() -> None:
-    done = status_of({"a": S}, now=60)
-    assert compute_job_status(ALWAYS, {"a": F, "b": P}, START, later(120), previous=done) is done
-
-
-def test_start_time_defaults_to_the_previous_status_or_now() -> None:
-    first = compute_job_status(NEVER, {"a": W}, None, later(5))
-    assert first.start_time == later(5)
-    second = compute_job_status(NEVER, {"a": P}, None, later(50), previous=first)
-    assert second.start_time == later(5)
-
-
-def test_policy_can_be_given_as_the_job_itself() -> None:
-    job = ImagePullJob.from_manifest(
-        {
-            "apiVersion": "apps.kruise.io/v1alpha1",
-            "kind": "ImagePullJob",
-            "metadata": {"name": "web"},
-            "spec": {"image": "nginx:1.25", "completionPolicy": {"type": "Never"}},
-        }
-    )
-    assert compute_job_status(job, {"a": S}, START, later(1)).completion_time is None
-    assert compute_job_status(job.spec, {"a": S}, START, later(1)).completion_time is None
+def test_progress_message_follows_kruise() -> None:
+    assert progress_message(4, 1, 1, completed=False) == "job is running, progress 50.0%"
+    assert progress_message(3, 1, 0, completed=False) == "job is running, progress 33.3%"
+    assert progress_message(0, 0, 0, completed=False) == "job is running, no progress"
+    assert progress_message(2, 2, 0, completed=True) == "job has completed"
 
 
 def test_status_serialises_as_kruise_omitting_empty_optional_fields() -> None:
-    assert status_of({"a": P}).to_dict() == {
+    status = JobStatus(desired=1, active=1, start_time=START, message="job is running, progress 0.0%")
+    assert status.to_dict() == {
         "desired": 1,
         "active": 1,
         "succeeded": 0,
@@ -231,72 +193,7 @@ def test_status_serialises_as_kruise_omitting_empty_optional_fields() -> None:
         "startTime": "2024-05-01T10:00:00Z",
         "message": "job is running, progress 0.0%",
     }
-    assert status_of({"a": F}, now=60).to_dict()["failedNodes"] == ["a"]
-
-
-def test_deadline_and_expiry_times() -> None:
-    with_deadline = CompletionPolicy(active_deadline_seconds=600, ttl_seconds_after_finished=30)
-    assert deadline(START, with_deadline) == later(600)
-    assert deadline(START, ALWAYS) is None
-    assert expiry(later(700), with_deadline) == later(730)
-    assert expiry(later(700), ALWAYS) is None
-
-
-# --- aggregate_list_status ------------------------------------------------------------------------
-
-
-def list_job(images: list[str], completion: dict[str, Any] | None = None) -> ImageListPullJob:
-    return ImageListPullJob.from_manifest(
-        {
-            "apiVersion": "apps.kruise.io/v1alpha1",
-            "kind": "ImageListPullJob",
-            "metadata": {"name": "base"},
-            "spec": {"images": images, "completionPolicy": completion or {"type": "Always"}},
-        }
-    )
-
-
-def child(phases: dict[str, NodePhase]) -> JobStatus:
-    return compute_job_status(NEVER, phases, START, later(10))
-
-
-def test_list_status_counts_children_as_kruise_does() -> None:
-    # Given three images: one done, one with a failed node and one still pulling, and one not started
-    job = list_job(["nginx:1.25", "redis:7", "busybox:1.36", "alpine:3.20"])
-    children = {
-        "nginx:1.25": child({"n1": S, "n2": S}),
-        "redis:7": child({"n1": S, "n2": F}),
-        "busybox:1.36": child({"n1": P, "n2": S}),
-    }
-    # When the list job's status is aggregated
-    status = aggregate_list_status(job, children, START, later(60))
-    # Then it counts desired images, active, completed and succeeded children, and lists the failure
-    assert (status.desired, status.active, status.completed, status.succeeded) == (4, 1, 2, 1)
-    redis_job = next(c.name for c in job.child_jobs() if c.spec.image == "redis:7")
-    assert status.failed_image_statuses == [
-        FailedImageStatus(image_pull_job=redis_job, name="redis:7", message="failed on 1 of 2 nodes: n2")
-    ]
-    assert status.completion_time is None
-
-
-def test_list_job_completes_when_every_child_completed() -> None:
-    job = list_job(["nginx:1.25", "redis:7"])
-    children = {"nginx:1.25": child({"n1": S}), "redis:7": child({"n1": F})}
-    status = aggregate_list_status(job, children, START, later(60))
-    assert status.completion_time == later(60)
-    assert status.to_dict()["failedImageStatuses"][0]["imagePullJob"].startswith("base-")
-
-
-def test_never_list_job_does_not_complete() -> None:
-    job = list_job(["nginx:1.25"], {"type": "Never"})
-    assert aggregate_list_status(job, {"nginx:1.25": child({"n1": S})}, START, later(60)).completion_time is None
-
-
-def test_failed_image_message_lists_at_most_ten_nodes() -> None:
-    phases = {f"n{i:02d}": F for i in range(12)}
-    status = aggregate_list_status(list_job(["nginx:1.25"]), {"nginx:1.25": child(phases)}, START, later(9))
-    (failed,) = status.failed_image_statuses
-    assert failed.message == "failed on 12 of 12 nodes: n00, n01, n02, n03, n04, n05, n06, n07, n08, n09 and 2 more"
+    assert JobStatus(desired=1, failed=1, failed_nodes=["a"]).to_dict()["failedNodes"] == ["a"]
 
 
 # --- Retries --------------------------------------------------------------------------------------

@@ -1,40 +1,104 @@
-"""Properties of report handling: order and duplication of reports never change the outcome."""
+"""Properties of the counting rules: order, duplication and batching of reports never change the outcome."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prewarm.domain.messages import NodePhase
-from prewarm.domain.status import NodeReport, ReportKey, apply_report, can_transition, fold_reports
-
-reports = st.builds(
-    NodeReport,
-    node=st.sampled_from(["n1", "n2", "n3"]),
-    phase=st.sampled_from(list(NodePhase)),
-    key=st.builds(ReportKey, st.integers(0, 2), st.integers(0, 3), st.integers(0, 5)),
-    message=st.sampled_from(["", "timeout", "pulled"]),
+from prewarm.domain.messages import NodePhase, StatusReport
+from prewarm.domain.status import (
+    COUNTERS,
+    NodeChange,
+    NodeTaskRecord,
+    applied,
+    can_transition,
+    merged,
+    precedence,
+    report_change,
 )
 
+FINAL = [NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.CANCELLED]
 
-@given(sent=st.lists(reports, max_size=12), data=st.data())
-def test_final_state_is_the_same_for_any_order_and_duplication(sent: list[NodeReport], data: st.DataObject) -> None:
-    # Given reports delivered shuffled, with some delivered more than once
+
+@st.composite
+def agent_reports(draw: st.DrawFn) -> list[StatusReport]:
+    """What one agent sends for one node in one round: progress with growing (attempt, seq), then one final report."""
+    reports = []
+    seq = 0
+    for attempt in range(1, draw(st.integers(1, 3)) + 1):
+        for _ in range(draw(st.integers(0, 3))):
+            seq += 1
+            reports.append(StatusReport(job="d/j", job_uid="u", round=0, node="n", phase=NodePhase.PULLING,
+                                        attempt=attempt, seq=seq, bytes_done=seq * 10, bytes_total=100))
+    if draw(st.booleans()):
+        seq += 1
+        reports.append(StatusReport(job="d/j", job_uid="u", round=0, node="n", phase=draw(st.sampled_from(FINAL)),
+                                    attempt=attempt, seq=seq, message="done"))
+    return reports
+
+
+def apply_all(task: NodeTaskRecord, delivered: list[StatusReport]) -> tuple[NodeTaskRecord, dict[str, int]]:
+    """Applies reports one by one, as separate batches would; returns the node and the summed counter deltas."""
+    deltas: dict[str, int] = {}
+    for report in delivered:
+        change = report_change(task, report, now=1000.0)
+        if change is not None:
+            task = applied(task, change)
+            for name, delta in change.deltas.items():
+                deltas[name] = deltas.get(name, 0) + delta
+    return task, {k: v for k, v in deltas.items() if v}
+
+
+def start(dispatched: bool) -> NodeTaskRecord:
+    return NodeTaskRecord(node="n", round=0, dispatched_at=10.0 if dispatched else None)
+
+
+def state(task: NodeTaskRecord) -> tuple[object, ...]:
+    return (task.phase, task.attempt, task.seq, task.bytes_done, task.bytes_total, task.message)
+
+
+@given(sent=agent_reports(), data=st.data(), dispatched=st.booleans())
+def test_final_state_and_counters_are_the_same_for_any_order_and_duplication(
+    sent: list[StatusReport], data: st.DataObject, dispatched: bool
+) -> None:
+    # Given an agent's reports delivered shuffled, some more than once
     duplicated = sent + data.draw(st.lists(st.sampled_from(sent), max_size=6)) if sent else []
     delivered = data.draw(st.permutations(duplicated))
-    # Then the state kept for every node is the same as for in-order, once-only delivery
-    assert fold_reports(delivered) == fold_reports(sent)
+    # Then the node and the job counters end as for in-order, once-only delivery
+    expected_task, expected_deltas = apply_all(start(dispatched), sent)
+    task, deltas = apply_all(start(dispatched), delivered)
+    assert state(task) == state(expected_task)
+    assert deltas == expected_deltas
+    # And the counters moved the node out of waiting/active into exactly one final counter
+    if task.phase.is_terminal:
+        assert sum(deltas.get(c, 0) for c in COUNTERS) == 0 and deltas.get("done") == 1
 
 
-@given(delivered=st.lists(reports, max_size=12))
-def test_a_node_never_moves_backwards_within_a_round(delivered: list[NodeReport]) -> None:
-    kept: dict[str, NodeReport] = {}
+@given(sent=agent_reports(), data=st.data(), dispatched=st.booleans())
+def test_a_batch_merged_into_one_write_equals_its_reports_applied_one_by_one(
+    sent: list[StatusReport], data: st.DataObject, dispatched: bool
+) -> None:
+    batch = sorted(data.draw(st.permutations(sent)), key=precedence)
+    changes: list[NodeChange] = []
+    task = start(dispatched)
+    for report in batch:
+        change = report_change(task, report, now=1000.0)
+        if change is not None:
+            changes.append(change)
+            task = applied(task, change)
+    one_by_one, deltas = apply_all(start(dispatched), sent)
+    if changes:
+        write = merged(changes)
+        assert state(applied(start(dispatched), write)) == state(one_by_one)
+        assert dict(write.deltas) == deltas
+
+
+@given(delivered=st.lists(agent_reports(), max_size=3).map(lambda rs: [r for group in rs for r in group]))
+def test_a_node_never_moves_backwards_within_a_round(delivered: list[StatusReport]) -> None:
+    task = start(True)
     for report in delivered:
-        before = kept.get(report.node)
-        after = apply_report(before, report)
-        if before is not None:
-            # A later round may restart the node; within a round, phases only move forward.
-            assert after.key.round >= before.key.round
-            if after.key.round == before.key.round:
-                assert can_transition(before.phase, after.phase)
-        kept[report.node] = after
+        change = report_change(task, report, now=1000.0)
+        if change is not None:
+            after = applied(task, change)
+            assert can_transition(task.phase, after.phase)
+            task = after

@@ -50,7 +50,7 @@ def assert_invariant(plane: ControlPlane, name: str = "warm") -> None:
     assert c.desired == c.waiting + c.active + c.succeeded + c.failed
     assert c.desired == len(tasks)
     assert c.succeeded == sum(t.phase.value == "Succeeded" for t in tasks)
-    assert sorted(record.failed_nodes) == sorted(t.node for t in tasks if t.phase.value in ("Failed", "Cancelled"))
+    assert sorted(plane.store.failed_nodes(record.key)) == sorted(t.node for t in tasks if t.failed)
 
 
 def test_whole_flow_exact_counters_failed_nodes_and_messages(plane: ControlPlane) -> None:
@@ -317,7 +317,7 @@ def test_index_platforms_skip_nodes_of_missing_architectures(plane: ControlPlane
     plan(plane)
     assert sorted(tasks_sent(plane, [*amd, "arm-0"])) == amd
     record = plane.store.get_job("default/warm")
-    assert record is not None and [e["name"] for e in record.excluded] == ["arm-0"]
+    assert record is not None and [e.name for e in plane.store.get_excluded(record.key)] == ["arm-0"]
 
 
 def test_not_ready_and_virtual_kubelet_nodes_are_excluded_with_reasons(plane: ControlPlane) -> None:
@@ -327,7 +327,7 @@ def test_not_ready_and_virtual_kubelet_nodes_are_excluded_with_reasons(plane: Co
     plan(plane)
     record = plane.store.get_job("default/warm")
     assert record is not None
-    assert {e["name"]: e["reason"] for e in record.excluded} == {
+    assert {e.name: e.reason for e in plane.store.get_excluded(record.key)} == {
         "sick": "node is not Ready", "fargate": "virtual-kubelet node"}
 
 

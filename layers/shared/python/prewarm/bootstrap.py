@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
     from prewarm.services.push import ImagePush
-    from prewarm.services.reports import HelloOutcome, ReportOutcome
+    from prewarm.services.reports import HelloOutcome, ReportOutcome, StatusBatchOutcome
     from prewarm.services.schedules import SweepResult
 
 
@@ -151,6 +151,13 @@ def record_report(report: StatusReport) -> ReportOutcome:
     from prewarm.services.reports import record_report
 
     return record_report(store(), queues(), report, now=time.time())
+
+
+def record_status(messages: Sequence[tuple[str, StatusReport | Hello]]) -> StatusBatchOutcome:
+    """Apply a batch of the status queue (message id, parsed message): hellos, then reports together."""
+    from prewarm.services.reports import record_status
+
+    return record_status(store(), queues(), cluster_or_none(), messages, now=time.time())
 
 
 def register_node(hello: Hello) -> HelloOutcome:

@@ -1,17 +1,18 @@
-"""The job store on one DynamoDB table (key design in docs/architecture.md).
+"""The job store on one DynamoDB table (key design and capacity model in docs/architecture.md).
 
-A report's node-item change and the job counters are written in one `TransactWriteItems`, guarded
-by the node item's `version`, so duplicated or reordered reports can never double-count. Client
-error codes become the store's error types: a failed condition is a conflict (re-read, decide
-again), throttling is retryable.
+Phase changes of a batch of reports and the job counters are written together in `TransactWriteItems`,
+each node item guarded by its `version`, so duplicated or reordered reports can never double-count;
+progress writes only its node item. Client error codes become the store's error types: a failed
+condition is a conflict (re-read, decide again), throttling is retryable.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -20,12 +21,15 @@ from botocore.exceptions import ClientError
 
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import NodePhase
+from prewarm.domain.status import removal_deltas
 from prewarm.services.ports import (
     Counters,
+    ExcludedNode,
     JobRecord,
+    JobRef,
     NodeTaskRecord,
+    NodeUpdate,
     RegisteredNode,
-    ReportUpdate,
     StoreConflictError,
     StoreError,
     StoreRetryableError,
@@ -41,6 +45,11 @@ _RETRYABLE = {
 }
 _COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 _BATCH = 25
+_BATCH_GET = 100
+# TransactWriteItems takes at most 100 actions (DynamoDB quotas): 99 node items and the job item.
+MAX_NODES_PER_TRANSACTION = 99
+NODES_PER_SHARD = 250
+MAX_SHARDS = 64
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -77,18 +86,28 @@ def _unitem(item: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _delete_from_set(update: dict[str, Any], attribute: str, value: str) -> None:
-    update["UpdateExpression"] += " DELETE #del :del"
-    update.setdefault("ExpressionAttributeNames", {})["#del"] = attribute
-    update.setdefault("ExpressionAttributeValues", {})[":del"] = _ser({value})
-
-
 def job_pk(key: str) -> str:
     return f"JOB#{key}"
 
 
 def node_sk(node: str) -> str:
     return f"NODE#{node}"
+
+
+def excluded_sk(node: str) -> str:
+    return f"EXCL#{node}"
+
+
+def task_pk(key: str, shard: int) -> str:
+    """The partition key of a job's node items in one shard."""
+    return f"JOB#{key}#{shard}"
+
+
+def shard_of(node: str, shards: int) -> int:
+    """The shard a node's items live in: a stable hash, so every writer finds the same one."""
+    if shards <= 1:
+        return 0
+    return int.from_bytes(hashlib.sha256(node.encode()).digest()[:4], "big") % shards
 
 
 def _error(e: ClientError, what: str) -> StoreError:
@@ -146,20 +165,25 @@ class DynamoJobStore:
 
     def _batch_write(self, what: str, requests: list[dict[str, Any]]) -> None:
         for start in range(0, len(requests), _BATCH):
-            pending = {self.table_name: requests[start : start + _BATCH]}
-            delay = 0.05
-            for _ in range(10):
-                try:
-                    result = self.client.batch_write_item(RequestItems=pending)
-                except ClientError as e:
-                    raise _error(e, what) from e
-                pending = result.get("UnprocessedItems") or {}
-                if not pending:
-                    break
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            else:
-                raise StoreRetryableError(f"{what}: items left unprocessed after retries")
+            self._until_processed(what, "batch_write_item", "UnprocessedItems",
+                                  {self.table_name: requests[start : start + _BATCH]})
+
+    def _until_processed(self, what: str, op: str, unprocessed: str, pending: dict[str, Any]) -> list[dict[str, Any]]:
+        """Calls a batch operation again with what it left unprocessed (throttled keys), backing off."""
+        responses: list[dict[str, Any]] = []
+        delay = 0.05
+        for _ in range(10):
+            try:
+                out = getattr(self.client, op)(RequestItems=pending)
+            except ClientError as e:
+                raise _error(e, what) from e
+            responses += out.get("Responses", {}).get(self.table_name, [])
+            pending = out.get(unprocessed) or {}
+            if not pending:
+                return responses
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise StoreRetryableError(f"{what}: items left unprocessed after retries")
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -189,8 +213,7 @@ class DynamoJobStore:
                 "succeeded": c.succeeded,
                 "failed": c.failed,
                 "done": c.done,
-                "failed_nodes": set(job.failed_nodes) or None,
-                "excluded": json.dumps(job.excluded),
+                "shards": job.shards or None,
                 "platforms": json.dumps(job.platforms),
                 "start_time": job.start_time,
                 "completion_time": job.completion_time,
@@ -218,8 +241,7 @@ class DynamoJobStore:
             state=JobState(values.get("state", JobState.RUNNING)),
             version=values.get("version", 0),
             counters=Counters(**{k: values.get(k, 0) for k in _COUNTERS if k != "done"}),
-            failed_nodes=list(values.get("failed_nodes", [])),
-            excluded=json.loads(values.get("excluded", "[]")),
+            shards=values.get("shards", 0),
             platforms=json.loads(values.get("platforms", "[]")),
             start_time=values.get("start_time"),
             completion_time=values.get("completion_time"),
@@ -321,44 +343,87 @@ class DynamoJobStore:
         return args
 
     def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: JobState | None = None) -> None:
-        if "excluded" in fields or "platforms" in fields:
-            fields = {k: json.dumps(v) if k in {"excluded", "platforms"} else v for k, v in fields.items()}
+        if "platforms" in fields:
+            fields = {k: json.dumps(v) if k == "platforms" else v for k, v in fields.items()}
         self._update(
             f"update job {key}", job_pk(key), "JOB", fields,
             condition="attribute_exists(pk)" + (" AND #state = :state" if condition_state else ""),
             values={":state": condition_state} if condition_state else None,
         )
 
-    def list_jobs(self) -> list[JobRecord]:
-        return [
-            self._job(v)
-            for v in self._query(
-                "list jobs", IndexName="by_kind", KeyConditionExpression="kind = :k",
-                ExpressionAttributeValues={":k": {"S": "job"}},
-            )
+    def _list_kind(self, kind: str) -> list[dict[str, Any]]:
+        """Every item of a kind: keys from the keys-only `kinds` index, then the items themselves.
+
+        The index projects keys only, so counter updates on job items never write it: with all
+        attributes projected, every report of every job would land on the index key `job`.
+        """
+        keys = [
+            {"pk": {"S": v["pk"]}, "sk": {"S": v["sk"]}}
+            for v in self._query(f"list {kind}s", IndexName="kinds", KeyConditionExpression="kind = :k",
+                                 ExpressionAttributeValues={":k": {"S": kind}})
         ]
+        return self._batch_get(f"read {kind}s", keys)
+
+    def _batch_get(self, what: str, keys: list[dict[str, Any]], *, consistent: bool = True) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(keys), _BATCH_GET):
+            request = {self.table_name: {"Keys": keys[start : start + _BATCH_GET], "ConsistentRead": consistent}}
+            items += [_unitem(i) for i in self._until_processed(what, "batch_get_item", "UnprocessedKeys", request)]
+        return items
+
+    def list_jobs(self) -> list[JobRecord]:
+        return sorted((self._job(v) for v in self._list_kind("job")), key=lambda r: r.key)
 
     def delete_job(self, key: str) -> None:
+        """Deletes the node and excluded items of every shard, then the job item (a retry finds the rest)."""
         keys = [
             {"DeleteRequest": {"Key": self._key(v["pk"], v["sk"])}}
+            for pk in self._shard_pks(key, self._shards(key, None))
             for v in self._query(
-                f"read job {key}", KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues={":pk": {"S": job_pk(key)}},
+                f"read job {key}", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": pk}},
                 ProjectionExpression="pk, sk", ConsistentRead=True,
             )
         ]
         self._batch_write(f"delete job {key}", keys)
+        self._call(f"delete job {key}", "delete_item", Key=self._key(job_pk(key), "JOB"))
 
     # -- node tasks -------------------------------------------------------------------------
+    #
+    # A job's node items (and its excluded nodes) are spread over `shards` partition keys, each node
+    # always in the same one. DynamoDB serves one partition key value at most 1,000 WCU/s
+    # (developer guide, "Partitions and data distribution" / "burst and adaptive capacity"); 5,000
+    # nodes reporting progress every 5 s write 1,000 node items per second, so one key per job would
+    # throttle. `reserve_shards` fixes the count at the first plan: one shard per `NODES_PER_SHARD`
+    # nodes considered, at most `MAX_SHARDS`.
+
+    def reserve_shards(self, key: str, nodes: int) -> int:
+        wanted = max(1, min(MAX_SHARDS, -(-nodes // NODES_PER_SHARD)))
+        try:
+            self._update(f"fix the shards of {key}", job_pk(key), "JOB", {"shards": wanted},
+                         condition="attribute_exists(pk) AND attribute_not_exists(#shards)")
+        except StoreConflictError:
+            record = self.get_job(key)
+            return record.shards if record is not None and record.shards else wanted
+        return wanted
+
+    def _shards(self, key: str, shards: int | None) -> int:
+        if shards is not None:
+            return max(1, shards)
+        record = self.get_job(key)
+        return max(1, record.shards) if record is not None else 1
 
     @staticmethod
-    def _task_item(key: str, task: NodeTaskRecord) -> dict[str, Any]:
+    def _shard_pks(key: str, shards: int) -> list[str]:
+        return [task_pk(key, i) for i in range(shards)]
+
+    @staticmethod
+    def _task_item(key: str, task: NodeTaskRecord, shards: int) -> dict[str, Any]:
+        pk = task_pk(key, shard_of(task.node, shards))
         waiting = task.phase is NodePhase.WAITING and task.dispatched_at is None
         return _item(
             {
-                "pk": job_pk(key),
+                "pk": pk,
                 "sk": node_sk(task.node),
-                "kind": "task",
                 "node": task.node,
                 "round": task.round,
                 "phase": task.phase.value,
@@ -373,8 +438,8 @@ class DynamoJobStore:
                 "started_at": task.started_at,
                 "finished_at": task.finished_at,
                 "updated_at": task.updated_at,
-                # sparse index of the tasks still waiting for a parallelism slot
-                "wpk": job_pk(key) if waiting else None,
+                # sparse index of the tasks still waiting for a parallelism slot, per shard
+                "wpk": pk if waiting else None,
             }
         )
 
@@ -397,34 +462,69 @@ class DynamoJobStore:
             updated_at=values.get("updated_at"),
         )
 
-    def get_tasks(self, key: str) -> list[NodeTaskRecord]:
-        return [
-            self._task(v)
-            for v in self._query(
-                f"read tasks of {key}", KeyConditionExpression="pk = :pk AND begins_with(sk, :node)",
-                ExpressionAttributeValues={":pk": {"S": job_pk(key)}, ":node": {"S": "NODE#"}}, ConsistentRead=True,
+    def _shard_items(self, what: str, key: str, shards: int, prefix: str) -> Iterator[dict[str, Any]]:
+        for pk in self._shard_pks(key, shards):
+            yield from self._query(
+                what, KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}}, ConsistentRead=True,
             )
-        ]
 
-    def get_task(self, key: str, node: str) -> NodeTaskRecord | None:
-        out = self._call("get task", "get_item", Key=self._key(job_pk(key), node_sk(node)), ConsistentRead=True)
+    def get_tasks(self, key: str, *, shards: int | None = None) -> list[NodeTaskRecord]:
+        items = self._shard_items(f"read tasks of {key}", key, self._shards(key, shards), "NODE#")
+        return sorted((self._task(v) for v in items), key=lambda t: t.node)
+
+    def get_task(self, key: str, node: str, *, shards: int | None = None) -> NodeTaskRecord | None:
+        pk = task_pk(key, shard_of(node, self._shards(key, shards)))
+        out = self._call("get task", "get_item", Key=self._key(pk, node_sk(node)), ConsistentRead=True)
         return self._task(_unitem(out["Item"])) if "Item" in out else None
 
-    def waiting_nodes(self, key: str, limit: int) -> list[str]:
+    def get_tasks_of(self, ref: JobRef, nodes: Iterable[str]) -> dict[str, NodeTaskRecord]:
+        keys = [self._key(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n)) for n in sorted(set(nodes))]
+        return {t.node: t for t in (self._task(v) for v in self._batch_get(f"read tasks of {ref.key}", keys))}
+
+    def failed_nodes(self, key: str, *, shards: int | None = None) -> list[str]:
+        return [t.node for t in self.get_tasks(key, shards=shards) if t.failed]
+
+    def waiting_nodes(self, key: str, limit: int, *, shards: int | None = None) -> list[str]:
         """Up to `limit` nodes still waiting for a slot (eventually consistent; claims re-check)."""
-        out = self._call(
-            "read waiting tasks", "query", IndexName="waiting", KeyConditionExpression="wpk = :pk",
-            ExpressionAttributeValues={":pk": {"S": job_pk(key)}}, Limit=limit,
-        )
-        return [item["sk"]["S"].removeprefix("NODE#") for item in out.get("Items", [])]
+        nodes: list[str] = []
+        for pk in self._shard_pks(key, self._shards(key, shards)):
+            if len(nodes) >= limit:
+                break
+            out = self._call(
+                "read waiting tasks", "query", IndexName="waiting", KeyConditionExpression="wpk = :pk",
+                ExpressionAttributeValues={":pk": {"S": pk}}, Limit=limit - len(nodes),
+            )
+            nodes += [item["sk"]["S"].removeprefix("NODE#") for item in out.get("Items", [])]
+        return nodes
 
-    def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord]) -> None:
-        self._batch_write(f"write tasks of {key}", [{"PutRequest": {"Item": self._task_item(key, t)}} for t in tasks])
+    def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord], *, shards: int) -> None:
+        self._batch_write(f"write tasks of {key}",
+                          [{"PutRequest": {"Item": self._task_item(key, t, shards)}} for t in tasks])
 
-    def delete_tasks(self, key: str, nodes: Sequence[str]) -> None:
+    def delete_tasks(self, key: str, nodes: Sequence[str], *, shards: int) -> None:
         self._batch_write(
-            f"delete tasks of {key}", [{"DeleteRequest": {"Key": self._key(job_pk(key), node_sk(n))}} for n in nodes]
+            f"delete tasks of {key}",
+            [{"DeleteRequest": {"Key": self._key(task_pk(key, shard_of(n, shards)), node_sk(n))}} for n in nodes],
         )
+
+    def get_excluded(self, key: str, *, shards: int | None = None) -> list[ExcludedNode]:
+        items = self._shard_items(f"read excluded nodes of {key}", key, self._shards(key, shards), "EXCL#")
+        return sorted((ExcludedNode(v["node"], v.get("reason", "")) for v in items), key=lambda e: e.name)
+
+    def put_excluded(self, key: str, excluded: Sequence[ExcludedNode], *, shards: int) -> None:
+        """Replaces the job's excluded nodes: each is an item of its own, so the job item never grows."""
+        wanted = {e.name: e for e in excluded}
+        stale = [e.name for e in self.get_excluded(key, shards=shards) if e.name not in wanted]
+        requests = [
+            {"PutRequest": {"Item": _item({"pk": task_pk(key, shard_of(e.name, shards)), "sk": excluded_sk(e.name),
+                                           "node": e.name, "reason": e.reason})}}
+            for e in wanted.values()
+        ]
+        requests += [
+            {"DeleteRequest": {"Key": self._key(task_pk(key, shard_of(n, shards)), excluded_sk(n))}} for n in stale
+        ]
+        self._batch_write(f"write excluded nodes of {key}", requests)
 
     def commit_plan(
         self,
@@ -433,8 +533,6 @@ class DynamoJobStore:
         plan_id: str,
         expected_version: int,
         counters: Counters,
-        failed_nodes: Sequence[str],
-        excluded: Sequence[Mapping[str, str]],
         extra: Mapping[str, Any],
     ) -> None:
         fields: dict[str, Any] = {
@@ -445,8 +543,6 @@ class DynamoJobStore:
             "succeeded": counters.succeeded,
             "failed": counters.failed,
             "done": counters.done,
-            "failed_nodes": set(failed_nodes) or None,
-            "excluded": json.dumps(list(excluded)),
             **extra,
         }
         self._update(
@@ -454,84 +550,103 @@ class DynamoJobStore:
             condition="#version = :v", values={":v": expected_version}, add={"version": 1},
         )
 
-    def apply_update(self, update: ReportUpdate) -> None:
-        node_fields = dict(update.fields)
-        if "phase" in node_fields and node_fields["phase"] != NodePhase.WAITING.value:
-            node_fields["wpk"] = None
-        node = self._update_args(
-            job_pk(update.job_key), node_sk(update.node), node_fields,
-            condition="#version = :v AND #round = :r", values={":v": update.expected_version, ":r": update.round},
+    def _node_update(self, ref: JobRef, update: NodeUpdate) -> dict[str, Any]:
+        fields = dict(update.fields)
+        if "phase" in fields and fields["phase"] != NodePhase.WAITING.value:
+            fields["wpk"] = None
+        return self._update_args(
+            task_pk(ref.key, shard_of(update.node, ref.shards)), node_sk(update.node), fields,
+            condition="#version = :v AND #round = :r", values={":v": update.expected_version, ":r": ref.round},
             add={"version": 1},
         )
-        deltas: dict[str, Any] = {k: v for k, v in update.deltas.items() if v}
-        deltas["version"] = 1
-        if update.add_failed_node:
-            deltas["failed_nodes"] = {update.node}
-        job = self._update_args(
-            job_pk(update.job_key), "JOB", {}, condition="#uid = :u AND #round = :r",
-            values={":u": update.job_uid, ":r": update.round}, add=deltas,
-        )
-        if update.remove_failed_node:
-            _delete_from_set(job, "failed_nodes", update.node)
-        self._transact(f"record {update.node} in {update.job_key}", [{"Update": node}, {"Update": job}])
 
-    def add_task(self, key: str, task: NodeTaskRecord, *, plan_id: str, job_uid: str) -> None:
+    def update_task(self, ref: JobRef, update: NodeUpdate) -> None:
+        """One node item alone (progress): the job item is not written."""
+        self._call(f"record {update.node} in {ref.key}", "update_item", **self._node_update(ref, update))
+
+    def apply_updates(self, ref: JobRef, updates: Sequence[NodeUpdate], deltas: Mapping[str, int]) -> None:
+        """Node items and one job counter update in one transaction (at most 99 nodes: 100 actions)."""
+        if len(updates) > MAX_NODES_PER_TRANSACTION:
+            raise ValueError(f"{len(updates)} node updates in one transaction; at most {MAX_NODES_PER_TRANSACTION}")
+        items = [{"Update": self._node_update(ref, u)} for u in updates]
+        adds: dict[str, Any] = {k: v for k, v in deltas.items() if v}
+        if adds:
+            adds["version"] = 1
+            job = self._update_args(job_pk(ref.key), "JOB", {}, condition="#uid = :u AND #round = :r",
+                                    values={":u": ref.uid, ":r": ref.round}, add=adds)
+            items.append({"Update": job})
+        self._transact(f"record {len(updates)} nodes in {ref.key}", items)
+
+    def add_task(self, ref: JobRef, task: NodeTaskRecord, *, plan_id: str) -> None:
         """Adds one node to a planned round, counting it, atomically (new nodes, edited selectors)."""
-        item = self._task_item(key, task)
         put = {
-            "Item": item,
+            "Item": self._task_item(ref.key, task, ref.shards),
             "ConditionExpression": "attribute_not_exists(pk) OR #round < :r",
             "ExpressionAttributeNames": {"#round": "round"},
             "ExpressionAttributeValues": {":r": _ser(task.round)},
         }
         job = self._update_args(
-            job_pk(key), "JOB", {}, condition="#uid = :u AND #round = :r AND #planned = :p",
-            values={":u": job_uid, ":r": task.round, ":p": plan_id},
+            job_pk(ref.key), "JOB", {}, condition="#uid = :u AND #round = :r AND #planned = :p",
+            values={":u": ref.uid, ":r": task.round, ":p": plan_id},
             add={"desired": 1, "waiting": 1, "version": 1},
         )
-        self._transact(f"add {task.node} to {key}", [{"Put": put}, {"Update": job}])
+        self._transact(f"add {task.node} to {ref.key}", [{"Put": put}, {"Update": job}])
 
-    def remove_task(self, key: str, task: NodeTaskRecord, *, job_uid: str) -> None:
+    def remove_task(self, ref: JobRef, task: NodeTaskRecord) -> None:
         """Removes one node from the round and from the counters, atomically (deselected nodes)."""
-        counter = (
-            "succeeded" if task.phase is NodePhase.SUCCEEDED
-            else "failed" if task.phase.is_terminal
-            else "waiting" if task.dispatched_at is None
-            else "active"
-        )
-        deltas: dict[str, Any] = {"desired": -1, counter: -1, "version": 1}
-        if counter in {"succeeded", "failed"}:
-            deltas["done"] = -1
         delete = {
-            "Key": self._key(job_pk(key), node_sk(task.node)),
+            "Key": self._key(task_pk(ref.key, shard_of(task.node, ref.shards)), node_sk(task.node)),
             "ConditionExpression": "#version = :v",
             "ExpressionAttributeNames": {"#version": "version"},
             "ExpressionAttributeValues": {":v": _ser(task.version)},
         }
         job = self._update_args(
-            job_pk(key), "JOB", {}, condition="#uid = :u AND #round = :r",
-            values={":u": job_uid, ":r": task.round}, add=deltas,
+            job_pk(ref.key), "JOB", {}, condition="#uid = :u AND #round = :r",
+            values={":u": ref.uid, ":r": task.round}, add={**removal_deltas(task), "version": 1},
         )
-        if counter == "failed":
-            _delete_from_set(job, "failed_nodes", task.node)
-        self._transact(f"remove {task.node} from {key}", [{"Delete": delete}, {"Update": job}])
+        self._transact(f"remove {task.node} from {ref.key}", [{"Delete": delete}, {"Update": job}])
 
-    def claim_task(self, key: str, node: str, *, round: int, parallelism: int, now: float) -> bool:
-        claim = self._update_args(
-            job_pk(key), node_sk(node), {"dispatched_at": now, "wpk": None},
-            condition="attribute_not_exists(dispatched_at) AND #round = :r AND #phase = :w",
-            values={":r": round, ":w": NodePhase.WAITING.value}, add={"version": 1},
-        )
-        job = self._update_args(
-            job_pk(key), "JOB", {}, condition="#active < :p AND #round = :r AND #state = :running",
-            values={":p": parallelism, ":r": round, ":running": JobState.RUNNING},
-            add={"active": 1, "waiting": -1, "version": 1},
-        )
-        try:
-            self._transact(f"claim {node} in {key}", [{"Update": claim}, {"Update": job}])
-        except StoreConflictError:
-            return False
-        return True
+    def claim_tasks(self, ref: JobRef, nodes: Sequence[str], *, parallelism: int, now: float) -> list[str]:
+        """Dispatches `nodes` in one transaction: each still waiting, and `active` stays within `parallelism`.
+
+        A node another run claimed first cancels the transaction; it is dropped and the rest tried
+        again, so the job item is written once per batch of claims, not once per node.
+        """
+        pending = list(dict.fromkeys(nodes))[:MAX_NODES_PER_TRANSACTION]
+        while pending:
+            claims = [
+                self._update_args(
+                    task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n), {"dispatched_at": now, "wpk": None},
+                    condition="attribute_not_exists(dispatched_at) AND #round = :r AND #phase = :w",
+                    values={":r": ref.round, ":w": NodePhase.WAITING.value}, add={"version": 1},
+                )
+                for n in pending
+            ]
+            job = self._update_args(
+                job_pk(ref.key), "JOB", {}, condition="#active <= :most AND #round = :r AND #state = :running",
+                values={":most": parallelism - len(pending), ":r": ref.round, ":running": JobState.RUNNING},
+                add={"active": len(pending), "waiting": -len(pending), "version": 1},
+            )
+            for entry in claims:
+                entry["TableName"] = self.table_name
+            job["TableName"] = self.table_name
+            try:
+                self.client.transact_write_items(TransactItems=[{"Update": c} for c in claims] + [{"Update": job}])
+            except ClientError as e:
+                reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
+                if e.response.get("Error", {}).get("Code") != "TransactionCanceledException" or any(
+                    r not in ("", "None", "ConditionalCheckFailed") for r in reasons
+                ):
+                    raise _error(e, f"claim {len(pending)} nodes in {ref.key}") from e
+                if len(reasons) > len(pending) and reasons[len(pending)] == "ConditionalCheckFailed":
+                    # The job has fewer free slots than asked for (or left the round): ask for fewer.
+                    pending = pending[:-1]
+                    continue
+                taken = {n for n, r in zip(pending, reasons, strict=False) if r == "ConditionalCheckFailed"}
+                pending = [n for n in pending if n not in taken]
+                continue
+            return pending
+        return []
 
     def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool:
         condition = "#state = :running" + (" AND #done = #desired" if require_done else "")
@@ -557,11 +672,7 @@ class DynamoJobStore:
         return "configured" if "Item" in current else "created"
 
     def list_rules(self) -> list[dict[str, Any]]:
-        return [
-            json.loads(v["spec"])
-            for v in self._query("list rules", IndexName="by_kind", KeyConditionExpression="kind = :k",
-                                 ExpressionAttributeValues={":k": {"S": "rule"}})
-        ]
+        return [json.loads(v["spec"]) for v in sorted(self._list_kind("rule"), key=lambda v: str(v["name"]))]
 
     def delete_rule(self, name: str) -> bool:
         out = self._call(f"delete rule {name}", "delete_item", Key=self._key(f"RULE#{name}", "RULE"),
@@ -580,8 +691,7 @@ class DynamoJobStore:
         return [
             RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
                            os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0))
-            for v in self._query("list nodes", IndexName="by_kind", KeyConditionExpression="kind = :k",
-                                 ExpressionAttributeValues={":k": {"S": "node"}})
+            for v in sorted(self._list_kind("node"), key=lambda v: str(v["name"]))
         ]
 
     def delete_node(self, name: str) -> None:

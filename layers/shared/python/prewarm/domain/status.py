@@ -1,17 +1,20 @@
-"""Node phase transitions, report ordering, job status as Kruise reports it, and retry delays.
+"""The counting rules: node phase transitions, report ordering, what one report does to its node and to
+the job's counters, job status as Kruise reports it, and retry delays.
 
 Reports from node agents arrive late, twice or out of order (SQS is at-least-once and unordered).
-`apply_report` keeps, for each node, the report with the highest precedence, which is a total order:
-the final state is the same for any permutation or duplication of the same reports, and a node
-never moves backwards within a round.
+`report_change` accepts a report only if it moves its node forward (or is a newer report of the same
+running phase), so the final state and the counters are the same for any order or duplication of
+the same reports, and a node never moves backwards within a round. `record_status` applies these
+rules to a whole batch; this module decides, the job store only writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
+from datetime import datetime
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -73,40 +76,245 @@ def is_newer(report_key: ReportKey, stored_key: ReportKey) -> bool:
     return tuple(report_key) > tuple(stored_key)
 
 
+# --- Node items and job counters ----------------------------------------------------------------
+
+
+@dataclass
+class NodeTaskRecord:
+    """One node's part of one job round, as stored."""
+
+    node: str
+    round: int
+    phase: NodePhase = NodePhase.WAITING
+    dispatched_at: float | None = None
+    attempt: int = 0
+    seq: int = 0
+    version: int = 0
+    bytes_done: int | None = None
+    bytes_total: int | None = None
+    image_id: str | None = None
+    message: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    updated_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase.is_terminal
+
+    @property
+    def failed(self) -> bool:
+        """Failed or Cancelled: the image is not on the node (Kruise lists it in failedNodes)."""
+        return self.phase in FAILED_PHASES
+
+
+FAILED_PHASES = frozenset({NodePhase.FAILED, NodePhase.CANCELLED})
+COUNTERS = ("desired", "waiting", "active", "succeeded", "failed")
+
+
+@dataclass
+class Counters:
+    """A job round's counters: `desired = waiting + active + succeeded + failed` always holds.
+
+    `waiting` nodes have no slot yet; `active` ones were dispatched and have not finished; `failed`
+    counts Failed and Cancelled nodes (the image is not there). `done = succeeded + failed` is stored
+    too, so that completion is one condition (`done = desired`).
+    """
+
+    desired: int = 0
+    waiting: int = 0
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed
+
+    @classmethod
+    def of(cls, tasks: Iterable[NodeTaskRecord]) -> Counters:
+        c = cls()
+        for t in tasks:
+            c.desired += 1
+            if t.phase is NodePhase.SUCCEEDED:
+                c.succeeded += 1
+            elif t.phase.is_terminal:
+                c.failed += 1
+            elif t.dispatched_at is None:
+                c.waiting += 1
+            else:
+                c.active += 1
+        return c
+
+
+def accepts(stored: NodePhase, stored_key: ReportKey, new: NodePhase, new_key: ReportKey) -> bool:
+    """A report counts if it moves the node forward, or is a newer report of the same running phase.
+
+    The phase order lets a final phase give way only to a truer one (a pull that succeeded after the
+    sweep declared the node silent); the same final phase twice is a duplicate.
+    """
+    if not can_transition(stored, new):
+        return False
+    if new == stored:
+        return not new.is_terminal and is_newer(new_key, stored_key)
+    return True
+
+
+def counter_deltas(old: NodePhase, new: NodePhase, *, dispatched: bool) -> dict[str, int]:
+    """How the job counters move when one node goes from `old` to `new` (Cancelled counts as failed).
+
+    A report from a node that was never dispatched (its task was claimed by a crashed run, or the
+    agent picked up a re-sent task) moves it from waiting to active first.
+    """
+    deltas: dict[str, int] = {}
+    if not dispatched:
+        deltas.update(waiting=-1, active=1)
+    if not new.is_terminal:
+        return deltas
+    if not old.is_terminal:
+        deltas["active"] = deltas.get("active", 0) - 1
+        deltas["done"] = 1
+        deltas["succeeded" if new is NodePhase.SUCCEEDED else "failed"] = 1
+    elif old in FAILED_PHASES and new is NodePhase.SUCCEEDED:
+        deltas.update(failed=-1, succeeded=1)
+    return deltas
+
+
+def removal_deltas(task: NodeTaskRecord) -> dict[str, int]:
+    """How the job counters move when a node leaves the round (deselected by an edit)."""
+    counter = (
+        "succeeded" if task.phase is NodePhase.SUCCEEDED
+        else "failed" if task.phase.is_terminal
+        else "waiting" if task.dispatched_at is None
+        else "active"
+    )
+    deltas = {"desired": -1, counter: -1}
+    if counter in {"succeeded", "failed"}:
+        deltas["done"] = -1
+    return deltas
+
+
+class Report(Protocol):
+    """What the counting rules read of an agent's status report (`messages.StatusReport`)."""
+
+    @property
+    def round(self) -> int: ...
+    @property
+    def phase(self) -> NodePhase: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def bytes_done(self) -> int | None: ...
+    @property
+    def bytes_total(self) -> int | None: ...
+    @property
+    def image_id(self) -> str | None: ...
+    @property
+    def size_bytes(self) -> int | None: ...
+    @property
+    def started_at(self) -> float | None: ...
+    @property
+    def finished_at(self) -> float | None: ...
+
+
 @dataclass(frozen=True)
-class NodeReport:
-    """One node's phase as reported (or the last report kept for it)."""
+class NodeChange:
+    """What one accepted report does: the node item's new fields, and the job counters' deltas.
+
+    A change with no deltas (progress within Pulling) touches only the node item; only a change with
+    deltas has to be written together with the job item.
+    """
 
     node: str
     phase: NodePhase
-    key: ReportKey
-    message: str = ""
+    fields: Mapping[str, Any]
+    deltas: Mapping[str, int]
+    finished: bool = False
+    seconds: float | None = None
 
-    def precedence(self) -> tuple[int, int, int, int, str]:
-        """The total order `apply_report` keeps the maximum of.
-
-        A later round wins; within a round the phase order wins (so a delayed Pulling never undoes a
-        Succeeded); within a phase the later attempt and seq win (progress updates). The message
-        only breaks exact ties, so that the order is total.
-        """
-        return (self.key.round, _RANK[self.phase], self.key.attempt, self.key.seq, self.message)
+    @property
+    def counts(self) -> bool:
+        return any(self.deltas.values())
 
 
-def apply_report(stored: NodeReport | None, report: NodeReport) -> NodeReport:
-    """The report to keep for a node once `report` arrives: whichever has the higher precedence."""
-    if stored is None:
-        return report
-    if stored.node != report.node:
-        raise ValueError(f"report for node {report.node!r} cannot update node {stored.node!r}")
-    return report if report.precedence() > stored.precedence() else stored
+def precedence(report: Report) -> tuple[int, int, int, int]:
+    """Sorting a node's reports by this applies them forwards: fewer are refused as stale."""
+    return (report.round, _RANK[report.phase], report.attempt, report.seq)
 
 
-def fold_reports(reports: Iterable[NodeReport]) -> dict[str, NodeReport]:
-    """The report kept for each node after all `reports`, in any order."""
-    kept: dict[str, NodeReport] = {}
-    for report in reports:
-        kept[report.node] = apply_report(kept.get(report.node), report)
-    return kept
+def report_change(task: NodeTaskRecord, report: Report, *, now: float) -> NodeChange | None:
+    """The change `report` makes to its node's stored `task`, or None when it is stale or a duplicate.
+
+    The report must already belong to the task's round. A final report says what the node ended with:
+    byte fields it omits are cleared, so the stored state does not depend on whether a late progress
+    report arrived first.
+    """
+    new = report.phase
+    if not accepts(task.phase, ReportKey(task.round, task.attempt, task.seq), new,
+                   ReportKey(report.round, report.attempt, report.seq)):
+        return None
+    fields: dict[str, Any] = {
+        "phase": new.value, "attempt": report.attempt, "seq": report.seq, "updated_at": now, "message": report.message,
+    }
+    for name in ("bytes_done", "bytes_total", "image_id"):
+        value = getattr(report, name)
+        if value is not None or new.is_terminal:
+            fields[name] = value
+    if new is NodePhase.SUCCEEDED and report.size_bytes is not None:
+        # A pull too quick for a progress report still says how much it brought.
+        fields["bytes_total"] = fields.get("bytes_total") or report.size_bytes
+        fields["bytes_done"] = fields.get("bytes_done") or report.size_bytes
+    if task.started_at is None:
+        fields["started_at"] = report.started_at or now
+    if task.dispatched_at is None:
+        fields["dispatched_at"] = now
+    finished = new.is_terminal and not task.phase.is_terminal
+    seconds = None
+    if new.is_terminal:
+        fields["finished_at"] = report.finished_at or now
+        started = task.started_at or report.started_at
+        seconds = fields["finished_at"] - started if finished and started else None
+    deltas = counter_deltas(task.phase, new, dispatched=task.dispatched_at is not None)
+    return NodeChange(node=task.node, phase=new, fields=fields, deltas=deltas, finished=finished, seconds=seconds)
+
+
+def applied(task: NodeTaskRecord, change: NodeChange) -> NodeTaskRecord:
+    """The task as it is once `change` is written (the next report of the same batch is judged on it)."""
+    known = {f.name for f in dataclass_fields(NodeTaskRecord)}
+    values: dict[str, Any] = {k: (NodePhase(v) if k == "phase" else v) for k, v in change.fields.items() if k in known}
+    return replace(task, **values)
+
+
+def merged(changes: Sequence[NodeChange]) -> NodeChange:
+    """One node's successive changes in a batch as one write: the last fields win, deltas add up."""
+    fields: dict[str, Any] = {}
+    deltas: dict[str, int] = {}
+    for change in changes:
+        fields.update(change.fields)
+        for name, delta in change.deltas.items():
+            deltas[name] = deltas.get(name, 0) + delta
+    last = changes[-1]
+    seconds = next((c.seconds for c in changes if c.seconds is not None), None)
+    return NodeChange(node=last.node, phase=last.phase, fields=fields,
+                      deltas={k: v for k, v in deltas.items() if v}, finished=any(c.finished for c in changes),
+                      seconds=seconds)
+
+
+def job_bytes(tasks: Iterable[NodeTaskRecord]) -> tuple[int, int]:
+    """Bytes pulled and bytes to pull over a job's nodes, computed when the job is viewed.
+
+    Progress reports write only their node's item, so job-level progress is never stored: storing it
+    would put every progress report of the fleet on the job item.
+    """
+    done = total = 0
+    for t in tasks:
+        done += t.bytes_done or 0
+        total += t.bytes_total or 0
+    return done, total
 
 
 # --- Job status ----------------------------------------------------------------------------------
@@ -180,123 +388,6 @@ def progress_message(desired: int, succeeded: int, failed: int, completed: bool)
     if desired == 0:
         return NO_PROGRESS_MESSAGE
     return f"job is running, progress {100.0 * (succeeded + failed) / desired:.1f}%"
-
-
-def deadline(start_time: datetime, policy: JobSpecBits) -> datetime | None:
-    """When an `Always` job with `activeDeadlineSeconds` runs out of time, else None."""
-    completion = _completion_policy(policy)
-    if completion.type != "Always" or completion.active_deadline_seconds is None:
-        return None
-    return start_time + timedelta(seconds=completion.active_deadline_seconds)
-
-
-def expiry(completion_time: datetime, policy: JobSpecBits) -> datetime | None:
-    """When a finished job is deleted (`ttlSecondsAfterFinished`), else None."""
-    ttl = _completion_policy(policy).ttl_seconds_after_finished
-    return None if ttl is None else completion_time + timedelta(seconds=ttl)
-
-
-def compute_job_status(
-    spec: JobSpecBits,
-    node_phases: Mapping[str, NodePhase],
-    start_time: datetime | None,
-    now: datetime,
-    previous: JobStatus | None = None,
-) -> JobStatus:
-    """The job's status from its nodes' phases, as Kruise's ImagePullJob controller computes it.
-
-    `desired` is the number of nodes; Pulling nodes are `active`; Waiting nodes count nowhere yet;
-    Cancelled nodes count as failed (the image is not there). An `Always` job completes when every
-    node has finished, or fails the unfinished nodes once `activeDeadlineSeconds` has passed since
-    `start_time`; a `Never` job never completes. A status that has completed stays as it was.
-    """
-    if previous is not None and previous.completion_time is not None:
-        return previous
-    start = start_time or (previous.start_time if previous else None) or now
-    completion = _completion_policy(spec)
-    by_phase: dict[NodePhase, list[str]] = {phase: [] for phase in NodePhase}
-    for node, phase in node_phases.items():
-        by_phase[phase].append(node)
-    succeeded = len(by_phase[NodePhase.SUCCEEDED])
-    failed_nodes = by_phase[NodePhase.FAILED] + by_phase[NodePhase.CANCELLED]
-    desired = len(node_phases)
-    finished = succeeded + len(failed_nodes) == desired
-    ends = deadline(start, completion)
-    if not finished and ends is not None and now >= ends:
-        failed_nodes += by_phase[NodePhase.PULLING] + by_phase[NodePhase.WAITING]
-        return JobStatus(
-            desired=desired,
-            succeeded=succeeded,
-            failed=len(failed_nodes),
-            failed_nodes=sorted(failed_nodes),
-            start_time=start,
-            completion_time=now,
-            message=DEADLINE_EXCEEDED_MESSAGE,
-        )
-    completed = finished and completion.type == "Always"
-    return JobStatus(
-        desired=desired,
-        active=len(by_phase[NodePhase.PULLING]),
-        succeeded=succeeded,
-        failed=len(failed_nodes),
-        failed_nodes=sorted(failed_nodes),
-        start_time=start,
-        completion_time=now if completed else None,
-        message=progress_message(desired, succeeded, len(failed_nodes), completed),
-    )
-
-
-_LISTED_FAILED_NODES = 10
-
-
-def _failed_image_message(status: JobStatus) -> str:
-    nodes = status.failed_nodes[:_LISTED_FAILED_NODES]
-    more = len(status.failed_nodes) - len(nodes)
-    listed = ", ".join(nodes) + (f" and {more} more" if more > 0 else "")
-    return f"failed on {status.failed} of {status.desired} nodes: {listed}"
-
-
-def aggregate_list_status(
-    list_job: ImageListPullJob,
-    children: Mapping[str, JobStatus],
-    start_time: datetime | None,
-    now: datetime,
-    previous: ImageListPullJobStatus | None = None,
-) -> ImageListPullJobStatus:
-    """The ImageListPullJob's status from its children's statuses (`children` keyed by image).
-
-    As Kruise: a child not started yet counts nowhere; a child is `active` while it has pulling
-    nodes, `completed` when all its nodes finished, `succeeded` when all succeeded; children with
-    failed nodes are listed in `failedImageStatuses`. An `Always` list job completes when every
-    image's job has completed; a completed status stays as it was.
-    """
-    if previous is not None and previous.completion_time is not None:
-        return previous
-    names = {child.spec.image: child.name for child in list_job.child_jobs()}
-    active = completed = succeeded = 0
-    failed_images: list[FailedImageStatus] = []
-    for image in list_job.spec.images:
-        status = children.get(image)
-        if status is None or status.start_time is None:
-            continue
-        active += status.active > 0
-        completed += status.desired == status.succeeded + status.failed
-        succeeded += status.desired == status.succeeded
-        if status.failed > 0:
-            failed_images.append(
-                FailedImageStatus(image_pull_job=names[image], name=image, message=_failed_image_message(status))
-            )
-    desired = len(list_job.spec.images)
-    done = list_job.spec.completion_policy.type == "Always" and completed == desired
-    return ImageListPullJobStatus(
-        desired=desired,
-        active=active,
-        completed=completed,
-        succeeded=succeeded,
-        failed_image_statuses=failed_images,
-        start_time=start_time or (previous.start_time if previous else None) or now,
-        completion_time=now if done else None,
-    )
 
 
 # --- Retries -------------------------------------------------------------------------------------

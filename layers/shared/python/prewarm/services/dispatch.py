@@ -22,6 +22,7 @@ from prewarm.domain.status import COMPLETED_MESSAGE
 from prewarm.services.ports import (
     Cluster,
     Counters,
+    ExcludedNode,
     JobRecord,
     JobStore,
     NodeTaskRecord,
@@ -35,6 +36,9 @@ from prewarm.services.ports import (
 log = logging.getLogger(__name__)
 
 
+
+# TransactWriteItems takes 100 actions: 99 claimed node items and the job item.
+MAX_CLAIMS_PER_TRANSACTION = 99
 
 # Selecting by names: below this many names, one GET per node beats listing the cluster.
 _NAMES_BY_GET = 20
@@ -115,14 +119,18 @@ def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
     return [n for n in cluster.list_nodes() if n.get("metadata", {}).get("name") in wanted]
 
 
-def needs_planning(item: Mapping[str, Any]) -> bool:
+def needs_planning(item: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> bool:
     """Whether a job item from the table stream asks for planning.
 
-    Every report changes the job item's counters, and each change reaches the stream; only a
-    generation or round that has not been planned yet needs `plan_job`. A retried record still
-    reaches it, because the retry carries the same image.
+    Reports change the job item's counters, and a plan fixes its shards before it commits; each such
+    change reaches the stream, but only a generation or round that has not been planned yet needs
+    `plan_job`. A change that leaves generation, round, plan and state as they were (`old`, the item's
+    previous image) is skipped: a plan that crashed is retried through the record that asked for it,
+    which carries the same image.
     """
     if item.get("sk") != "JOB" or item.get("api_kind") != "ImagePullJob" or item.get("state") != JobState.RUNNING:
+        return False
+    if old is not None and all(old.get(k) == item.get(k) for k in ("generation", "round", "planned", "state")):
         return False
     return str(item.get("planned", "")) != f"{item.get('generation', 1)}.{item.get('round', 0)}"
 
@@ -167,7 +175,10 @@ def plan_job(
                 store.finish_job(key, fields, require_done=False)
                 return PlanResult(key, f"failed: {e}")
         selection = select(cluster, record, job)
-        tasks = store.get_tasks(key)
+        # Fixed at the first plan, from the nodes considered: where this job's node items live.
+        if not record.shards:
+            record.shards = store.reserve_shards(key, len(selection.selected) + len(selection.excluded))
+        tasks = store.get_tasks(key, shards=record.shards)
         same_round = [t for t in tasks if t.round == record.round]
         try:
             if record.planned.partition(".")[2] == str(record.round) and same_round:
@@ -185,8 +196,8 @@ def plan_job(
     raise StoreConflictError(f"job {key} kept changing while being planned")
 
 
-def _excluded(selection: NodeSelection) -> list[dict[str, str]]:
-    return [{"name": e.name, "reason": e.reason} for e in selection.excluded]
+def _excluded(selection: NodeSelection) -> list[ExcludedNode]:
+    return [ExcludedNode(e.name, e.reason) for e in selection.excluded]
 
 
 def _plan_round(
@@ -220,12 +231,12 @@ def _plan_round(
     # Cancels first: once the new round's items replace the old ones, a retry cannot tell whom to cancel.
     if cancels:
         queues.send_many(cancels)
-    store.put_tasks(key, tasks)
+    store.put_tasks(key, tasks, shards=record.shards)
     if stale:
-        store.delete_tasks(key, stale)
+        store.delete_tasks(key, stale, shards=record.shards)
+    store.put_excluded(key, _excluded(selection), shards=record.shards)
     store.commit_plan(
-        key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks), failed_nodes=[],
-        excluded=_excluded(selection),
+        key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks),
         extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns},
     )
     dispatched = [pull_task(record, job, t.node) for t in tasks if t.dispatched_at]
@@ -262,18 +273,18 @@ def _replan_round(
         if task.dispatched_at is not None and not task.phase.is_terminal:
             queues.send(CancelTask(job=key, job_uid=record.uid, round=task.round, node=node,
                                    reason="node no longer selected"))
-        store.remove_task(key, task, job_uid=record.uid)
+        store.remove_task(record.ref, task)
         result.removed.append(node)
     for node in added:
-        store.add_task(key, NodeTaskRecord(node=node, round=record.round, updated_at=now),
-                       plan_id=record.planned, job_uid=record.uid)
+        store.add_task(record.ref, NodeTaskRecord(node=node, round=record.round, updated_at=now),
+                       plan_id=record.planned)
         result.added.append(node)
+    store.put_excluded(key, _excluded(selection), shards=record.shards)
     fresh = store.get_job(key)
     if fresh is None:
         return result
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=fresh.version, counters=fresh.counters,
-        failed_nodes=fresh.failed_nodes, excluded=_excluded(selection),
         extra={"pull_secret_arns": record.pull_secret_arns},
     )
     return result
@@ -281,12 +292,12 @@ def _replan_round(
 
 def add_node_to_job(store: JobStore, record: JobRecord, node: str, *, now: float) -> bool:
     """Adds one node (a new node's hello) to a planned round; False when it is already there."""
-    existing = store.get_task(record.key, node)
+    existing = store.get_task(record.key, node, shards=record.ref.shards)
     if existing is not None and existing.round == record.round:
         return False
     try:
-        store.add_task(record.key, NodeTaskRecord(node=node, round=record.round, updated_at=now),
-                       plan_id=record.plan_id, job_uid=record.uid)
+        store.add_task(record.ref, NodeTaskRecord(node=node, round=record.round, updated_at=now),
+                       plan_id=record.plan_id)
     except StoreConflictError:
         return False
     return True
@@ -298,7 +309,7 @@ def resend_dispatched(
     """Sends again the tasks dispatched but never reported (a crash between claim and send)."""
     job = job_spec(record)
     pending = [
-        t for t in store.get_tasks(record.key)
+        t for t in store.get_tasks(record.key, shards=record.ref.shards)
         if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None
         and (older_than is None or t.dispatched_at <= older_than)
     ]
@@ -318,7 +329,7 @@ class FillResult:
 def fill_slots(
     store: JobStore, queues: TaskQueues, key: str, *, now: float
 ) -> FillResult:
-    """Dispatches waiting nodes while `active < parallelism`. Each claim is one conditional transaction."""
+    """Dispatches waiting nodes while `active < parallelism`: each batch of claims is one transaction."""
     result = FillResult()
     record = store.get_job(key)
     if record is None or record.state != JobState.RUNNING or record.planned != record.plan_id:
@@ -329,24 +340,17 @@ def fill_slots(
     fruitless = 0
     while free > 0 and record.counters.waiting > 0 and fruitless < 3:
         # The index is eventually consistent: a listed node may be claimed already; the claim re-checks.
-        candidates = store.waiting_nodes(key, limit=min(2 * free, 1000))
+        candidates = store.waiting_nodes(key, limit=min(free, MAX_CLAIMS_PER_TRANSACTION), shards=record.ref.shards)
         if not candidates:
             break
-        claimed_now = 0
-        for node in candidates:
-            if free <= 0:
-                break
-            if store.claim_task(key, node, round=record.round, parallelism=parallelism, now=now):
-                result.claimed.append(node)
-                free -= 1
-                claimed_now += 1
-        if claimed_now == 0:
-            fruitless += 1
-            fresh = store.get_job(key)
-            if fresh is None or fresh.state != JobState.RUNNING:
-                break
-            record = fresh
-            free = parallelism - record.counters.active
+        claimed = store.claim_tasks(record.ref, candidates, parallelism=parallelism, now=now)
+        result.claimed += claimed
+        fresh = store.get_job(key)
+        if fresh is None or fresh.state != JobState.RUNNING or fresh.round != record.round:
+            break
+        fruitless = 0 if claimed else fruitless + 1
+        record = fresh
+        free = parallelism - record.counters.active
     if result.claimed:
         messages = [pull_task(record, job, n) for n in result.claimed]
         result.send_failures = queues.send_many(messages)

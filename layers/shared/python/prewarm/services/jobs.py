@@ -11,8 +11,8 @@ from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, JobState
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask
 from prewarm.domain.rules import PrewarmRule
-from prewarm.domain.status import progress_message
-from prewarm.services.ports import JobRecord, JobStore, NodeTaskRecord, StoreConflictError, TaskQueues
+from prewarm.domain.status import COMPLETED_MESSAGE, job_bytes, progress_message
+from prewarm.services.ports import ExcludedNode, JobRecord, JobStore, NodeTaskRecord, StoreConflictError, TaskQueues
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,8 @@ def _delete_one(store: JobStore, queues: TaskQueues | None, key: str) -> int:
         return 0
     # Mark it first: reports racing with the delete then find a finished job and change nothing.
     store.finish_job(key, {"state": JobState.DELETING, "message": "job is being deleted"}, require_done=False)
-    in_flight = [t for t in store.get_tasks(key) if t.dispatched_at is not None and not t.phase.is_terminal]
+    in_flight = [t for t in store.get_tasks(key, shards=record.ref.shards)
+                 if t.dispatched_at is not None and not t.phase.is_terminal]
     cancels = [
         CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="job deleted") for t in in_flight
     ]
@@ -192,7 +193,11 @@ def _delete_one(store: JobStore, queues: TaskQueues | None, key: str) -> int:
 
 @dataclass
 class JobView:
-    """A job's status as Kruise reports it, plus Prewarm's per-node detail."""
+    """A job's status as Kruise reports it, plus Prewarm's per-node detail.
+
+    `failed_nodes` and `excluded` come from their own items (the job item holds neither, so it does not
+    grow with the fleet); a list view without `with_tasks` reads failed nodes only for jobs that have some.
+    """
 
     record: JobRecord
     desired: int
@@ -204,13 +209,22 @@ class JobView:
     completion_time: float | None
     tasks: list[NodeTaskRecord] = field(default_factory=list)
     children: list[JobView] = field(default_factory=list)
+    excluded: list[ExcludedNode] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> tuple[int, int]:
+        """Bytes pulled and to pull over the nodes read (`with_tasks`), summed when viewed."""
+        return job_bytes(self.tasks if not self.children else [t for c in self.children for t in c.tasks])
 
 
 def view_job(store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False) -> JobView:
     record = store.get_job(job_key(namespace, name))
     if record is None:
         raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
-    return _view(store, record, now=now, with_tasks=with_tasks)
+    view = _view(store, record, now=now, with_tasks=with_tasks)
+    if record.shards and not view.excluded:
+        view.excluded = store.get_excluded(record.key, shards=record.shards)
+    return view
 
 
 def _view(store: JobStore, record: JobRecord, *, now: float, with_tasks: bool) -> JobView:
@@ -226,18 +240,25 @@ def _view(store: JobStore, record: JobRecord, *, now: float, with_tasks: bool) -
             record=record, desired=desired, active=sum(c.active for c in children),
             succeeded=sum(c.succeeded for c in children), failed=sum(c.failed for c in children),
             failed_nodes=sorted({n for c in children for n in c.failed_nodes}),
-            message="job has completed" if done else f"{sum(c.completion_time is not None for c in children)}"
+            message=COMPLETED_MESSAGE if done else f"{sum(c.completion_time is not None for c in children)}"
             f"/{len(children)} images completed",
             completion_time=max((c.completion_time or 0 for c in children), default=None) if done else None,
             children=children,
         )
     c = record.counters
     message = record.message or progress_message(c.desired, c.succeeded, c.failed, record.state == JobState.COMPLETED)
+    shards = record.ref.shards
+    tasks = store.get_tasks(record.key, shards=shards) if with_tasks and record.shards else []
+    if with_tasks:
+        failed_nodes = [t.node for t in tasks if t.failed and t.round == record.round]
+    elif c.failed and record.shards:
+        failed_nodes = store.failed_nodes(record.key, shards=shards)
+    else:
+        failed_nodes = []
     return JobView(
         record=record, desired=c.desired, active=c.active, succeeded=c.succeeded, failed=c.failed,
-        failed_nodes=sorted(record.failed_nodes), message=message,
-        completion_time=record.completion_time,
-        tasks=sorted(store.get_tasks(record.key), key=lambda t: t.node) if with_tasks else [],
+        failed_nodes=sorted(failed_nodes), message=message, completion_time=record.completion_time, tasks=tasks,
+        excluded=store.get_excluded(record.key, shards=shards) if with_tasks and record.shards else [],
     )
 
 

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import CancelTask, NodePhase, PullTask
+from prewarm.domain.messages import CancelTask, PullTask
 from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
+from prewarm.domain.status import Counters as Counters  # re-exported: the records the store exchanges
+from prewarm.domain.status import NodeTaskRecord as NodeTaskRecord
 
 # --- Errors the ports raise ----------------------------------------------------------------------
 
@@ -118,58 +120,6 @@ class StoreRetryableError(StoreError):
 
 
 @dataclass
-class NodeTaskRecord:
-    """One node's part of one job round, as stored."""
-
-    node: str
-    round: int
-    phase: NodePhase = NodePhase.WAITING
-    dispatched_at: float | None = None
-    attempt: int = 0
-    seq: int = 0
-    version: int = 0
-    bytes_done: int | None = None
-    bytes_total: int | None = None
-    image_id: str | None = None
-    message: str = ""
-    started_at: float | None = None
-    finished_at: float | None = None
-    updated_at: float | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.phase.is_terminal
-
-
-@dataclass
-class Counters:
-    desired: int = 0
-    waiting: int = 0
-    active: int = 0
-    succeeded: int = 0
-    failed: int = 0
-
-    @property
-    def done(self) -> int:
-        return self.succeeded + self.failed
-
-    @classmethod
-    def of(cls, tasks: Iterable[NodeTaskRecord]) -> Counters:
-        c = cls()
-        for t in tasks:
-            c.desired += 1
-            if t.phase is NodePhase.SUCCEEDED:
-                c.succeeded += 1
-            elif t.phase.is_terminal:
-                c.failed += 1
-            elif t.dispatched_at is None:
-                c.waiting += 1
-            else:
-                c.active += 1
-        return c
-
-
-@dataclass
 class JobRecord:
     """A job item: the manifest as applied and its status counters."""
 
@@ -184,8 +134,6 @@ class JobRecord:
     planned: str = ""
     state: JobState = JobState.RUNNING
     counters: Counters = field(default_factory=Counters)
-    failed_nodes: list[str] = field(default_factory=list)
-    excluded: list[dict[str, str]] = field(default_factory=list)
     start_time: float | None = None
     completion_time: float | None = None
     message: str = ""
@@ -196,10 +144,16 @@ class JobRecord:
     owner: str = ""
     children: list[str] = field(default_factory=list)
     pull_secret_arns: list[str] = field(default_factory=list)
+    # How many partitions the job's node items are spread over, fixed at its first plan (0: not planned).
+    shards: int = 0
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> JobRef:
+        return JobRef(self.key, self.uid, self.round, self.shards or 1)
 
     @property
     def plan_id(self) -> str:
@@ -216,22 +170,37 @@ class RegisteredNode:
     last_hello: float
 
 
-@dataclass
-class ReportUpdate:
-    """One node item change and the job counter deltas that go with it, written atomically."""
+@dataclass(frozen=True)
+class JobRef:
+    """Which job round a node-item write belongs to, and where its node items live."""
 
-    job_key: str
-    job_uid: str
+    key: str
+    uid: str
+    round: int
+    shards: int = 1
+
+
+@dataclass(frozen=True)
+class NodeUpdate:
+    """A change to one node item, guarded by the version it was read at."""
+
     node: str
     expected_version: int
-    round: int
     fields: Mapping[str, Any]
-    deltas: Mapping[str, int]
-    add_failed_node: bool = False
-    remove_failed_node: bool = False
+
+
+@dataclass(frozen=True)
+class ExcludedNode:
+    """A node the job's selector matched but that will not pull, and why (Prewarm's detail, not Kruise's)."""
+
+    name: str
+    reason: str
 
 
 class JobStore(Protocol):
+    """The job table. A job's node items are spread over `shards` partitions (`JobRecord.shards`);
+    reads that are given no `shards` look it up on the job item."""
+
     def get_job(self, key: str, *, consistent: bool = True) -> JobRecord | None: ...
     def create_job(self, job: JobRecord) -> None: ...
     def replace_job_spec(self, job: JobRecord, *, expected_hash: str) -> None: ...
@@ -240,11 +209,16 @@ class JobStore(Protocol):
     ) -> None: ...
     def list_jobs(self) -> list[JobRecord]: ...
     def delete_job(self, key: str) -> None: ...
-    def get_tasks(self, key: str) -> list[NodeTaskRecord]: ...
-    def get_task(self, key: str, node: str) -> NodeTaskRecord | None: ...
-    def waiting_nodes(self, key: str, limit: int) -> list[str]: ...
-    def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord]) -> None: ...
-    def delete_tasks(self, key: str, nodes: Sequence[str]) -> None: ...
+    def reserve_shards(self, key: str, nodes: int) -> int: ...
+    def get_tasks(self, key: str, *, shards: int | None = None) -> list[NodeTaskRecord]: ...
+    def get_task(self, key: str, node: str, *, shards: int | None = None) -> NodeTaskRecord | None: ...
+    def get_tasks_of(self, ref: JobRef, nodes: Iterable[str]) -> dict[str, NodeTaskRecord]: ...
+    def failed_nodes(self, key: str, *, shards: int | None = None) -> list[str]: ...
+    def waiting_nodes(self, key: str, limit: int, *, shards: int | None = None) -> list[str]: ...
+    def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord], *, shards: int) -> None: ...
+    def delete_tasks(self, key: str, nodes: Sequence[str], *, shards: int) -> None: ...
+    def get_excluded(self, key: str, *, shards: int | None = None) -> list[ExcludedNode]: ...
+    def put_excluded(self, key: str, excluded: Sequence[ExcludedNode], *, shards: int) -> None: ...
     def commit_plan(
         self,
         key: str,
@@ -252,14 +226,13 @@ class JobStore(Protocol):
         plan_id: str,
         expected_version: int,
         counters: Counters,
-        failed_nodes: Sequence[str],
-        excluded: Sequence[Mapping[str, str]],
         extra: Mapping[str, Any],
     ) -> None: ...
-    def apply_update(self, update: ReportUpdate) -> None: ...
-    def add_task(self, key: str, task: NodeTaskRecord, *, plan_id: str, job_uid: str) -> None: ...
-    def remove_task(self, key: str, task: NodeTaskRecord, *, job_uid: str) -> None: ...
-    def claim_task(self, key: str, node: str, *, round: int, parallelism: int, now: float) -> bool: ...
+    def update_task(self, ref: JobRef, update: NodeUpdate) -> None: ...
+    def apply_updates(self, ref: JobRef, updates: Sequence[NodeUpdate], deltas: Mapping[str, int]) -> None: ...
+    def add_task(self, ref: JobRef, task: NodeTaskRecord, *, plan_id: str) -> None: ...
+    def remove_task(self, ref: JobRef, task: NodeTaskRecord) -> None: ...
+    def claim_tasks(self, ref: JobRef, nodes: Sequence[str], *, parallelism: int, now: float) -> list[str]: ...
     def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool: ...
     def put_rule(self, name: str, spec: dict[str, Any], spec_hash: str) -> str: ...
     def list_rules(self) -> list[dict[str, Any]]: ...

@@ -1,57 +1,45 @@
-"""Applying agent reports and hellos (the `record_status` function's use cases)."""
+"""Applying agent reports and hellos (the `record_status` function's use cases).
+
+A batch of reports is applied job by job: the job item is read once, the reported nodes' items are
+read together, the pure counting rules (`prewarm.domain.status`) decide what each report does, and:
+- progress within Pulling writes only its node item;
+- phase changes are written in transactions of up to 99 node items plus one counter update of the
+  job item, so the job item is written once per batch, not once per report;
+- every freed slot of the job is refilled once, after the batch.
+Each node item write is guarded by the version it was read at, so redeliveries, duplicates and
+reordered reports end in exact counters; a conflict re-reads and decides again.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import Hello, NodePhase, StatusReport
 from prewarm.domain.placement import evaluate_nodes
-from prewarm.domain.status import ReportKey, can_transition, is_newer
+from prewarm.domain.status import NodeChange, applied, merged, precedence, report_change
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done, image_platforms, job_spec
 from prewarm.services.ports import (
     Cluster,
+    JobRecord,
     JobStore,
+    NodeTaskRecord,
+    NodeUpdate,
     RegisteredNode,
-    ReportUpdate,
     StoreConflictError,
+    StoreRetryableError,
     TaskQueues,
 )
 
 log = logging.getLogger(__name__)
 
-_FAILED = frozenset({NodePhase.FAILED, NodePhase.CANCELLED})
-
-
-def _accepts(stored: NodePhase, stored_key: ReportKey, new: NodePhase, new_key: ReportKey) -> bool:
-    """A report counts if it moves the node forward, or is a newer report of the same running phase.
-
-    The domain's phase order lets a final phase give way only to a truer one (a pull that succeeded
-    after the sweep declared the node silent); the same final phase twice is a duplicate.
-    """
-    if not can_transition(stored, new):
-        return False
-    if new == stored:
-        return not new.is_terminal and is_newer(new_key, stored_key)
-    return True
-
-
-def _counter_deltas(old: NodePhase, new: NodePhase, *, dispatched: bool) -> dict[str, int]:
-    """How the job counters move when one node goes from `old` to `new` (Cancelled counts as failed)."""
-    deltas: dict[str, int] = {}
-    if not dispatched:
-        deltas.update(waiting=-1, active=1)
-    if not new.is_terminal:
-        return deltas
-    if not old.is_terminal:
-        deltas["active"] = deltas.get("active", 0) - 1
-        deltas["done"] = 1
-        deltas["succeeded" if new is NodePhase.SUCCEEDED else "failed"] = 1
-    elif old in _FAILED and new is NodePhase.SUCCEEDED:
-        deltas.update(failed=-1, succeeded=1)
-    return deltas
+# TransactWriteItems takes 100 actions (DynamoDB quotas): 99 node items and the job item.
+NODES_PER_TRANSACTION = 99
+_ATTEMPTS = 6
 
 
 @dataclass
@@ -59,77 +47,193 @@ class ReportOutcome:
     applied: bool
     reason: str
     finished_job: bool = False
-    phase: str = ""
+    phase: NodePhase | None = None
     seconds: float | None = None
+    # Not applied for a reason that may pass: the message goes back to the queue to be delivered again.
+    retry: bool = False
+    throttled: bool = False
 
 
-def record_report(
+@dataclass
+class BatchOutcome:
+    """One outcome per report, in the order given; `retry` lists the indexes to deliver again."""
+
+    outcomes: list[ReportOutcome]
+    job_writes: int = 0
+    node_writes: int = 0
+
+    @property
+    def retry(self) -> list[int]:
+        return [i for i, o in enumerate(self.outcomes) if o.retry]
+
+
+def record_report(store: JobStore, queues: TaskQueues, report: StatusReport, *, now: float) -> ReportOutcome:
+    """Applies one report (a batch of one); a report that keeps conflicting raises `StoreConflictError`."""
+    outcome = record_reports(store, queues, [report], now=now).outcomes[0]
+    if outcome.retry:
+        error = StoreRetryableError if outcome.throttled else StoreConflictError
+        raise error(f"node {report.node} of job {report.job}: {outcome.reason}; retried later")
+    return outcome
+
+
+def record_reports(
     store: JobStore,
     queues: TaskQueues,
-    report: StatusReport,
+    reports: Sequence[StatusReport],
     *,
     now: float,
-) -> ReportOutcome:
-    """Applies one report exactly once. Duplicates, stale rounds and backwards moves change nothing."""
-    key = report.job
-    new_phase = NodePhase(report.phase)
-    for _ in range(10):
-        record = store.get_job(key)
+    sleep: Callable[[float], None] = time.sleep,
+) -> BatchOutcome:
+    """Applies a batch of reports exactly once each. Duplicates, stale rounds and backwards moves change nothing."""
+    result = BatchOutcome([ReportOutcome(False, "not processed") for _ in reports])
+    by_job: dict[str, list[int]] = {}
+    for i, report in enumerate(reports):
+        by_job.setdefault(report.job, []).append(i)
+    for key, indexes in by_job.items():
+        _JobBatch(store, queues, key, reports, indexes, result, now=now, sleep=sleep).run()
+    return result
+
+
+class _JobBatch:
+    """The reports of one job in one batch."""
+
+    def __init__(self, store: JobStore, queues: TaskQueues, key: str, reports: Sequence[StatusReport],
+                 indexes: list[int], result: BatchOutcome, *, now: float, sleep: Callable[[float], None]) -> None:
+        self.store, self.queues, self.key, self.now, self.sleep = store, queues, key, now, sleep
+        self.reports, self.result = reports, result
+        self.pending = list(indexes)
+        self.freed = False  # a node finished: refill slots and see whether the job is done
+        self.redelivered_final = False
+
+    def run(self) -> None:
+        delay = 0.05
+        for attempt in range(_ATTEMPTS):
+            try:
+                self._attempt()
+            except StoreRetryableError as e:
+                # Throttling or a transaction conflict with another writer: back off, try what is left.
+                log.info("job %s: %s; retrying %d reports", self.key, e, len(self.pending))
+                for i in self.pending:
+                    self.result.outcomes[i] = ReportOutcome(False, str(e), retry=True, throttled=True)
+                if attempt + 1 < _ATTEMPTS:
+                    self.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                continue
+            if not self.pending:
+                break
+        else:
+            for i in self.pending:
+                if not self.result.outcomes[i].throttled:
+                    self.result.outcomes[i] = ReportOutcome(
+                        False, f"node {self.reports[i].node} kept changing", retry=True
+                    )
+        if self.freed or self.redelivered_final:
+            # Once per job per batch, and also when a redelivery finds the work written by a run that
+            # crashed before refilling: finish what that run started.
+            fill_slots(self.store, self.queues, self.key, now=self.now)
+            finished = finish_if_done(self.store, self.key, now=self.now)
+            if finished:
+                for o in self.result.outcomes:
+                    if o.applied and o.phase is not None and o.phase.is_terminal:
+                        o.finished_job = True
+                        break
+
+    def _attempt(self) -> None:
+        record = self.store.get_job(self.key)
+        live = [i for i in self.pending if self._belongs(record, i)]
+        self.pending = live
+        if not live or record is None:
+            return
+        ref = record.ref
+        tasks = self.store.get_tasks_of(ref, {self.reports[i].node for i in live})
+        by_node: dict[str, list[int]] = {}
+        for i in live:
+            node = self.reports[i].node
+            task = tasks.get(node)
+            if task is None or task.round != self.reports[i].round:
+                self.result.outcomes[i] = ReportOutcome(False, "node is not part of this round")
+                continue
+            by_node.setdefault(node, []).append(i)
+        self.pending = [i for ids in by_node.values() for i in ids]
+        counted: list[tuple[NodeUpdate, NodeChange, list[int]]] = []
+        progress: list[tuple[NodeUpdate, NodeChange, list[int]]] = []
+        for node, ids in by_node.items():
+            update = self._decide(tasks[node], sorted(ids, key=lambda i: precedence(self.reports[i])))
+            if update is None:
+                continue
+            change, accepted = update
+            write = NodeUpdate(node, tasks[node].version, change.fields)
+            (counted if change.counts else progress).append((write, change, accepted))
+        for write, change, accepted in progress:
+            try:
+                self.store.update_task(ref, write)
+            except StoreConflictError:
+                continue  # another writer changed this node: decided again on the next attempt
+            self.result.node_writes += 1
+            self._done(change, accepted)
+        for start in range(0, len(counted), NODES_PER_TRANSACTION):
+            chunk = counted[start : start + NODES_PER_TRANSACTION]
+            deltas: dict[str, int] = {}
+            for _, change, _ in chunk:
+                for name, delta in change.deltas.items():
+                    deltas[name] = deltas.get(name, 0) + delta
+            try:
+                self.store.apply_updates(ref, [w for w, _, _ in chunk], deltas)
+            except StoreConflictError:
+                continue  # one of these nodes, or the job's round, changed: the chunk is decided again
+            self.result.node_writes += len(chunk)
+            self.result.job_writes += 1
+            for _, change, accepted in chunk:
+                self._done(change, accepted)
+
+    def _belongs(self, record: JobRecord | None, i: int) -> bool:
+        report = self.reports[i]
         if record is None or record.uid != report.job_uid:
-            return ReportOutcome(False, "job no longer exists")
-        if record.round != report.round:
-            return ReportOutcome(False, f"report of round {report.round}, job is in round {record.round}")
-        if record.state != JobState.RUNNING:
-            return ReportOutcome(False, f"job is {record.state}")
-        task = store.get_task(key, report.node)
-        if task is None or task.round != report.round:
-            return ReportOutcome(False, "node is not part of this round")
-        if not _accepts(task.phase, ReportKey(task.round, task.attempt, task.seq), new_phase,
-                        ReportKey(report.round, report.attempt, report.seq)):
-            if task.phase.is_terminal:
-                # A redelivery after a crash past the transaction: finish what that run started.
-                fill_slots(store, queues, key, now=now)
-                finish_if_done(store, key, now=now)
-            return ReportOutcome(False, f"{task.phase.value} -> {new_phase.value} is stale or a duplicate")
-        fields: dict[str, Any] = {
-            "phase": new_phase.value, "attempt": report.attempt, "seq": report.seq, "updated_at": now,
-            "message": report.message,
-        }
-        for name in ("bytes_done", "bytes_total", "image_id"):
-            value = getattr(report, name)
-            # A final report says what the node ended with: what it omits is cleared, so the stored
-            # state does not depend on whether a late progress report arrived before it.
-            if value is not None or new_phase.is_terminal:
-                fields[name] = value
-        if new_phase is NodePhase.SUCCEEDED and report.size_bytes is not None:
-            # A pull too quick for a progress report still says how much it brought.
-            fields["bytes_total"] = fields.get("bytes_total") or report.size_bytes
-            fields["bytes_done"] = fields.get("bytes_done") or report.size_bytes
-        if task.started_at is None:
-            fields["started_at"] = report.started_at or now
-        deltas = _counter_deltas(task.phase, new_phase, dispatched=task.dispatched_at is not None)
-        if task.dispatched_at is None:
-            fields["dispatched_at"] = now
-        if new_phase.is_terminal:
-            fields["finished_at"] = report.finished_at or now
-        update = ReportUpdate(
-            job_key=key, job_uid=record.uid, node=report.node, expected_version=task.version, round=report.round,
-            fields=fields, deltas=deltas,
-            add_failed_node=new_phase in _FAILED and task.phase not in _FAILED,
-            remove_failed_node=task.phase in _FAILED and new_phase is NodePhase.SUCCEEDED,
-        )
-        try:
-            store.apply_update(update)
-        except StoreConflictError:
-            continue  # another report for this node, or the job changed: decide again on fresh state
-        outcome = ReportOutcome(True, "applied", phase=new_phase.value)
-        if new_phase.is_terminal and not task.phase.is_terminal:
-            started = task.started_at or report.started_at
-            outcome.seconds = (fields["finished_at"] - started) if started else None
-            fill_slots(store, queues, key, now=now)
-            outcome.finished_job = finish_if_done(store, key, now=now)
-        return outcome
-    raise StoreConflictError(f"node {report.node} of job {key} kept changing; the report will be retried")
+            self.result.outcomes[i] = ReportOutcome(False, "job no longer exists")
+        elif record.round != report.round:
+            self.result.outcomes[i] = ReportOutcome(
+                False, f"report of round {report.round}, job is in round {record.round}"
+            )
+        elif record.state != JobState.RUNNING:
+            self.result.outcomes[i] = ReportOutcome(False, f"job is {record.state}")
+        else:
+            return True
+        return False
+
+    def _decide(self, task: NodeTaskRecord, ids: list[int]) -> tuple[NodeChange, list[int]] | None:
+        """Folds one node's reports (in precedence order) into one change, or None when none counts."""
+        changes: list[NodeChange] = []
+        accepted: list[int] = []
+        current = task
+        for i in ids:
+            report = self.reports[i]
+            change = report_change(current, report, now=self.now)
+            if change is None:
+                self.result.outcomes[i] = ReportOutcome(
+                    False, f"{current.phase.value} -> {report.phase.value} is stale or a duplicate"
+                )
+                if current.phase.is_terminal and current is task:
+                    self.redelivered_final = True
+                continue
+            changes.append(change)
+            accepted.append(i)
+            current = applied(current, change)
+        self.pending = [i for i in self.pending if i not in ids or i in accepted]
+        if not changes:
+            return None
+        return merged(changes), accepted
+
+    def _done(self, change: NodeChange, accepted: list[int]) -> None:
+        for i in accepted:
+            report = self.reports[i]
+            self.result.outcomes[i] = ReportOutcome(True, "applied", phase=report.phase)
+        if change.finished:
+            self.freed = True
+            # The metric of the pull's duration goes with the report that finished it.
+            last = next(i for i in reversed(accepted) if self.reports[i].phase.is_terminal)
+            self.result.outcomes[last].seconds = change.seconds
+        done = set(accepted)
+        self.pending = [i for i in self.pending if i not in done]
 
 
 @dataclass
@@ -173,4 +277,48 @@ def register_node(
         if hello.node in selection.selected and add_node_to_job(store, record, hello.node, now=now):
             outcome.added_to.append(record.key)
             fill_slots(store, queues, record.key, now=now)
+    return outcome
+
+
+@dataclass
+class StatusBatchOutcome:
+    """What one batch of the status queue did: the message ids to deliver again, and what counted."""
+
+    retry_ids: list[str] = field(default_factory=list)
+    reports: list[tuple[StatusReport, ReportOutcome]] = field(default_factory=list)
+    hellos: list[HelloOutcome] = field(default_factory=list)
+    job_writes: int = 0
+
+
+def record_status(
+    store: JobStore,
+    queues: TaskQueues,
+    cluster: Cluster | None,
+    messages: Sequence[tuple[str, StatusReport | Hello]],
+    *,
+    now: float,
+) -> StatusBatchOutcome:
+    """A batch of the status queue, keyed by message id: hellos one by one, reports together.
+
+    A hello that fails goes back to the queue on its own; reports that could not be applied yet
+    (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
+    """
+    outcome = StatusBatchOutcome()
+    reports: list[tuple[str, StatusReport]] = []
+    for message_id, message in messages:
+        if isinstance(message, Hello):
+            try:
+                outcome.hellos.append(register_node(store, queues, cluster, message, now=now))
+            except (StoreConflictError, StoreRetryableError) as e:
+                log.warning("hello of %s not registered yet: %s", message.node, e)
+                outcome.retry_ids.append(message_id)
+        else:
+            reports.append((message_id, message))
+    if reports:
+        batch = record_reports(store, queues, [r for _, r in reports], now=now)
+        outcome.job_writes = batch.job_writes
+        for (message_id, report), result in zip(reports, batch.outcomes, strict=True):
+            outcome.reports.append((report, result))
+            if result.retry:
+                outcome.retry_ids.append(message_id)
     return outcome

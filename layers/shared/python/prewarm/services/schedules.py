@@ -14,8 +14,8 @@ from prewarm.services.ports import (
     Cluster,
     JobRecord,
     JobStore,
+    NodeUpdate,
     PullSecretCleanup,
-    ReportUpdate,
     StoreConflictError,
     TaskQueues,
 )
@@ -95,7 +95,7 @@ def sweep(
             result.deadline_failed.append(record.key)
             continue
         limit = job.spec.pull_policy.timeout_seconds + silence_grace_seconds
-        for task in store.get_tasks(record.key):
+        for task in store.get_tasks(record.key, shards=record.ref.shards):
             if task.round != record.round or task.dispatched_at is None or task.phase.is_terminal:
                 continue
             heard = task.updated_at if task.phase is not NodePhase.WAITING else task.dispatched_at
@@ -143,20 +143,14 @@ def _finish_task(
 ) -> bool:
     """Moves one node to a final phase on the control plane's own authority (silence, deadline)."""
     for _ in range(5):
-        task = store.get_task(record.key, node)
+        task = store.get_task(record.key, node, shards=record.ref.shards)
         if task is None or task.round != record.round or task.phase.is_terminal:
             return False
         deltas = {"failed": 1, "done": 1}
         deltas["waiting" if task.dispatched_at is None else "active"] = -1
+        fields = {"phase": phase.value, "message": message, "finished_at": now, "updated_at": now, "seq": task.seq + 1}
         try:
-            store.apply_update(
-                ReportUpdate(
-                    job_key=record.key, job_uid=record.uid, node=node, expected_version=task.version,
-                    round=record.round, deltas=deltas, add_failed_node=True,
-                    fields={"phase": phase.value, "message": message, "finished_at": now, "updated_at": now,
-                            "seq": task.seq + 1},
-                )
-            )
+            store.apply_updates(record.ref, [NodeUpdate(node, task.version, fields)], deltas)
         except StoreConflictError:
             continue
         return True
@@ -165,7 +159,7 @@ def _finish_task(
 
 def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: JobRecord, *, now: float) -> None:
     """Kruise fails a job past activeDeadlineSeconds; every unfinished node is cancelled and counted failed."""
-    tasks = [t for t in store.get_tasks(record.key) if t.round == record.round]
+    tasks = [t for t in store.get_tasks(record.key, shards=record.ref.shards) if t.round == record.round]
     for task in tasks:
         if not task.phase.is_terminal:
             _finish_task(store, record, task.node, NodePhase.CANCELLED, DEADLINE_EXCEEDED_MESSAGE, now=now)
