@@ -9,6 +9,7 @@ ECR push events for two rules. The end state must equal in-order delivery's.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +19,8 @@ from prewarm.domain.messages import StatusReport
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.push import ImagePush, handle_push
-from prewarm.services.reports import record_report
+from prewarm.services.reports import record_report, record_reports
+from tests.reliability.faults import InjectedFault
 from tests.reliability.invariants import assert_invariant, job_state
 from tests.reliability.simulation import Plane, moto_aws
 from tests.support.manifests import job_doc
@@ -151,3 +153,88 @@ def test_push_events_in_any_order_and_twice_create_each_job_once(order: list[int
     # Then the same jobs exist, each at its first generation
     assert jobs_after(order) == expected
     assert len(expected) == 5 and {generation for _, _, generation, _, _ in expected} == {1}
+
+
+# --- The batched path: record_status applies a whole SQS batch at once -----------------------------
+
+WRITES = ("update_task", "apply_updates", "claim_tasks", "finish_job")
+
+
+class CrashOnce:
+    """The store, crashing (as a Lambda timeout would) before its n-th write of the named kinds, once."""
+
+    def __init__(self, store: Any, n: int | None) -> None:
+        self.store, self.n, self.writes = store, n, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.store, name)
+        if name not in WRITES:
+            return attr
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            self.writes += 1
+            if self.writes == self.n:
+                raise InjectedFault(f"crash before write {self.n} ({name})")
+            return attr(*args, **kwargs)
+
+        return write
+
+
+def batched_end_state(batches: list[list[int | str]], crash_at: int | None) -> dict[str, Any]:
+    with moto_aws() as (ddb, sqs):
+        plane = fresh_plane(ddb, sqs)
+        uids = {r.key: r.uid for r in plane.real_store.list_jobs()}
+        store = CrashOnce(plane.store, crash_at)
+        for batch in batches:
+            reports = []
+            for what in batch:
+                if isinstance(what, str):
+                    plan_job(plane.store, plane.cluster, plane.queues, what.removeprefix("plan "), now=plane.clock())
+                    continue
+                job, node, phase, attempt, seq, extra = REPORTS[what]
+                reports.append(StatusReport.model_validate({"job": job, "job_uid": uids[job], "round": 0, "node": node,
+                                                            "phase": phase, "attempt": attempt, "seq": seq, **extra}))
+            try:
+                outcome = record_reports(store, plane.queues, reports, now=plane.clock())
+            except InjectedFault:
+                # The invocation died: Lambda delivers the whole batch again.
+                outcome = record_reports(store, plane.queues, reports, now=plane.clock())
+            assert not outcome.retry, [o.reason for o in outcome.outcomes if o.retry]
+        assert_invariant(plane.real_store, WARM, KEEP)
+        return {key: comparable(job_state(plane.real_store, key)) for key in (WARM, KEEP)}
+
+
+@st.composite
+def batched_deliveries(draw: st.DrawFn) -> list[list[int | str]]:
+    """The reports (some twice, stream redeliveries anywhere, any order) cut into batches of any size."""
+    order = draw(deliveries())
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(order) - 1)), max_size=4)))
+    bounds = [0, *cuts, len(order)]
+    return [order[a:b] for a, b in itertools.pairwise(bounds) if order[a:b]]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=batched_deliveries(), crash_at=st.one_of(st.none(), st.integers(1, 12)))
+def test_batches_of_reports_in_any_order_twice_and_after_a_crash_end_as_in_order(
+    batches: list[list[int | str]], crash_at: int | None
+) -> None:
+    # Given the state in-order delivery of the reports, one at a time, ends in
+    expected = in_order_end_state()
+    # When the same reports arrive in batches (a node's reports may share one), duplicated and shuffled,
+    # and one invocation crashes before one of its writes and its whole batch is delivered again
+    got = batched_end_state(batches, crash_at)
+    # Then the jobs end in the same state, with exact counters (the invariant is checked in the run)
+    assert got == expected
+
+
+def test_one_batch_of_a_jobs_phase_changes_writes_its_job_item_once() -> None:
+    with moto_aws() as (ddb, sqs):
+        plane = fresh_plane(ddb, sqs)
+        uids = {r.key: r.uid for r in plane.real_store.list_jobs()}
+        reports = [StatusReport.model_validate({"job": job, "job_uid": uids[job], "round": 0, "node": node,
+                                                "phase": phase, "attempt": attempt, "seq": seq, **extra})
+                   for job, node, phase, attempt, seq, extra in REPORTS if job == KEEP or node == "n0"]
+        outcome = record_reports(plane.store, plane.queues, reports, now=plane.clock())
+    # Two jobs with phase changes in the batch: one counter write each, whatever the number of reports
+    assert all(o.applied for o in outcome.outcomes)
+    assert outcome.job_writes == 2

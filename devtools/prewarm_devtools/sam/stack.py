@@ -23,7 +23,8 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -108,6 +109,7 @@ class LocalStack:
         self.functions: dict[str, Function] = {}
         self.not_emulated: list[str] = []
         self._lock = threading.RLock()
+        self._gate = _InvocationGate()
         self._cursors: dict[tuple[str, str], _StreamCursor] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -252,30 +254,41 @@ class LocalStack:
         raise KeyError(f"no function {name!r}; have {sorted(f.code_dir.name for f in self.functions.values())}")
 
     def invoke(self, name: str, event: Mapping[str, Any]) -> Any:
-        """Runs a handler in-process with its own environment, one invocation at a time."""
+        """Runs a handler in-process with its own environment.
+
+        Invocations of one function may overlap, as Lambda runs concurrent batches of one event source
+        in separate environments; those of different functions take turns, since this process has one
+        `os.environ` and one stdout for all of them.
+        """
         fn = self.function(name)
         env = dict(fn.env)
         if "AWS_ENDPOINT_URL" not in os.environ:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
-        with self._lock, patched_environ(env):
+        with self._gate.enter(fn.logical_id, lambda: self._environment(fn, env)):
+            attr = fn.handler.rpartition(".")[2]
+            context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
+                                    fn.timeout)
+            with self._lock:
+                fn.invocations += 1
+            try:
+                return getattr(fn.module, attr)(dict(event), context)
+            except Exception:
+                with self._lock:
+                    fn.errors += 1
+                raise
+
+    @contextlib.contextmanager
+    def _environment(self, fn: Function, env: Mapping[str, str]) -> Iterator[None]:
+        """What the first of a function's overlapping invocations sets up and the last one takes down."""
+        with patched_environ(env), contextlib.redirect_stdout(self.function_output or sys.stdout):
             from prewarm.settings import settings
 
             settings.cache_clear()
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.
-                with contextlib.redirect_stdout(self.function_output or sys.stdout):
-                    fn.module = self._load(fn)
+                fn.module = self._load(fn)
             _name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
-            attr = fn.handler.rpartition(".")[2]
-            context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
-                                    fn.timeout)
-            fn.invocations += 1
-            try:
-                with contextlib.redirect_stdout(self.function_output or sys.stdout):
-                    return getattr(fn.module, attr)(dict(event), context)
-            except Exception:
-                fn.errors += 1
-                raise
+            yield
 
     @staticmethod
     def _load(fn: Function) -> ModuleType:
@@ -344,33 +357,69 @@ class LocalStack:
         return len(got)
 
     def pump_sqs(self) -> int:
-        """Delivers one batch from each SQS event source; returns how many messages were handled."""
+        """Delivers batches from each SQS event source; returns how many messages were handled.
+
+        As Lambda's event source mapping: a batch gathers up to `BatchSize` messages (10 per receive),
+        and up to `ScalingConfig.MaximumConcurrency` batches are in flight at once. Locally a batch
+        takes what the queue holds now instead of waiting out `MaximumBatchingWindowInSeconds`, so at
+        low traffic AWS adds up to that window of latency that local mode does not.
+        """
         handled = 0
         for fn, _name, props in self.bindings("SQS"):
             queue = self._queue_by_arn(props["Queue"], fn.logical_id)
+            size = int(props.get("BatchSize", 10))
+            in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
+            batches = []
+            for _ in range(in_flight):
+                batch = self._gather(queue.ref, size)
+                if not batch:
+                    break
+                batches.append(batch)
+            if not batches:
+                continue
+            handled += sum(len(b) for b in batches)
+            if len(batches) == 1:
+                self._deliver_sqs_batch(fn, props, queue.ref, batches[0])
+                continue
+            with ThreadPoolExecutor(len(batches), thread_name_prefix=f"esm-{fn.name}") as pool:
+                futures = [pool.submit(self._deliver_sqs_batch, fn, props, queue.ref, b) for b in batches]
+                for future in futures:
+                    future.result()
+        return handled
+
+    def _gather(self, queue_url: str, size: int) -> list[dict[str, Any]]:
+        batch: list[dict[str, Any]] = []
+        while len(batch) < size:
             got = self.sqs.receive_message(
-                QueueUrl=queue.ref, MaxNumberOfMessages=min(int(props.get("BatchSize", 10)), 10),
-                WaitTimeSeconds=0, AttributeNames=["All"],
+                QueueUrl=queue_url, MaxNumberOfMessages=min(size - len(batch), 10), WaitTimeSeconds=0,
+                AttributeNames=["All"],
             ).get("Messages", [])
             if not got:
-                continue
-            handled += len(got)
-            failed: set[str] = {m["MessageId"] for m in got}
-            try:
-                response = self.invoke(fn.logical_id, sqs_event(got, props["Queue"], self.region))
-                if "ReportBatchItemFailures" in props.get("FunctionResponseTypes", []):
-                    failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
-                else:
-                    failed = set()
-            except Exception as e:  # noqa: BLE001 - the batch returns to the queue, as Lambda does
-                log.warning("%s failed a batch of %d: %s", fn.name, len(got), e)
+                break
+            batch += got
+        return batch
+
+    def _deliver_sqs_batch(self, fn: Function, props: Mapping[str, Any], queue_url: str,
+                           got: list[dict[str, Any]]) -> None:
+        failed: set[str] = {m["MessageId"] for m in got}
+        try:
+            response = self.invoke(fn.logical_id, sqs_event(got, props["Queue"], self.region))
+            if "ReportBatchItemFailures" in props.get("FunctionResponseTypes", []):
+                failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
+            else:
+                failed = set()
+        except Exception as e:  # noqa: BLE001 - the batch returns to the queue, as Lambda does
+            log.warning("%s failed a batch of %d: %s", fn.name, len(got), e)
+        done = [m for m in got if m["MessageId"] not in failed]
+        for start in range(0, len(done), 10):
+            chunk = done[start : start + 10]
+            entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)]
+            self.sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+        if self.failed_visibility_seconds is not None:
             for m in got:
-                if m["MessageId"] not in failed:
-                    self.sqs.delete_message(QueueUrl=queue.ref, ReceiptHandle=m["ReceiptHandle"])
-                elif self.failed_visibility_seconds is not None:
-                    self.sqs.change_message_visibility(QueueUrl=queue.ref, ReceiptHandle=m["ReceiptHandle"],
+                if m["MessageId"] in failed:
+                    self.sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"],
                                                        VisibilityTimeout=self.failed_visibility_seconds)
-        return handled
 
     def pump_streams(self) -> int:
         """Delivers one batch from each table stream event source; returns how many records were handled."""
@@ -545,3 +594,55 @@ def parse_schedule(expression: str, where: str) -> float | None:
 
 def _as_filter_input(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"eventName": record.get("eventName"), "dynamodb": record.get("dynamodb", {})}
+
+
+class _InvocationGate:
+    """Lets invocations of one function overlap while keeping different functions apart.
+
+    The first invocation of a function to enter sets up its environment; the last to leave takes it
+    down; then another function may enter. An invocation made from inside another (the same thread)
+    enters at once.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._owner: str | None = None
+        self._inside = 0
+        self._setup: contextlib.AbstractContextManager[None] | None = None
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def enter(self, name: str, setup: Callable[[], contextlib.AbstractContextManager[None]]) -> Iterator[None]:
+        if getattr(self._local, "depth", 0):
+            self._local.depth += 1
+            try:
+                with setup():
+                    yield
+            finally:
+                self._local.depth -= 1
+            return
+        with self._cond:
+            while self._owner not in (None, name):
+                self._cond.wait()
+            self._owner = name
+            self._inside += 1
+            if self._setup is None:
+                self._setup = setup()
+                try:
+                    self._setup.__enter__()
+                except BaseException:
+                    self._setup, self._owner, self._inside = None, None, 0
+                    self._cond.notify_all()
+                    raise
+        self._local.depth = 1
+        try:
+            yield
+        finally:
+            self._local.depth = 0
+            with self._cond:
+                self._inside -= 1
+                if self._inside == 0:
+                    setup_done, self._setup, self._owner = self._setup, None, None
+                    if setup_done is not None:
+                        setup_done.__exit__(None, None, None)
+                    self._cond.notify_all()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,3 +177,46 @@ def test_wrong_event_wiring_in_the_template_fails_deploy(env: dict[str, Any], tm
     with pytest.raises(WiringError, match="is no table stream"):
         LocalStack(env["aws"].url, template_path=broken, stack_name="broken2",
                    parameters={"ClusterName": "local"}).deploy()
+
+
+def test_status_event_source_gathers_batches_of_100_with_up_to_10_in_flight(env: dict[str, Any]) -> None:
+    # Given 250 hellos on the status queue, and a handler that notes how many of its invocations overlap
+    stack, sqs = env["stack"], env["sqs"]
+    fn = stack.function("RecordStatusFunction")
+    stack.invoke(fn.logical_id, {"Records": []})  # loads the handler module
+    module = fn.module
+    real = module.lambda_handler
+    sizes: list[int] = []
+    overlap = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        with lock:
+            sizes.append(len(event["Records"]))
+            overlap["now"] += 1
+            overlap["most"] = max(overlap["most"], overlap["now"])
+        time.sleep(0.2)
+        try:
+            return real(event, context)
+        finally:
+            with lock:
+                overlap["now"] -= 1
+
+    names = [f"esm-node-{i:03d}" for i in range(250)]
+    for start in range(0, len(names), 10):
+        sqs.send_message_batch(QueueUrl=env["status_url"], Entries=[
+            {"Id": str(i), "MessageBody": Hello(node=n, architecture="amd64").model_dump_json()}
+            for i, n in enumerate(names[start:start + 10])])
+    module.lambda_handler = handler
+    try:
+        # When the event source mapping pumps once
+        handled = stack.pump_sqs()
+    finally:
+        module.lambda_handler = real
+    # Then it gathered batches of up to BatchSize (100) over several receives, ran them at once, and
+    # every hello was registered and deleted from the queue
+    assert handled == 250 and sorted(sizes) == [50, 100, 100]
+    assert overlap["most"] == 3
+    assert set(names) <= {n.name for n in env["store"].list_nodes()}
+    attrs = sqs.get_queue_attributes(QueueUrl=env["status_url"], AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "0" and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
