@@ -48,7 +48,7 @@ _BATCH = 25
 _BATCH_GET = 100
 # TransactWriteItems takes at most 100 actions (DynamoDB quotas): 99 node items and the job item.
 MAX_NODES_PER_TRANSACTION = 99
-NODES_PER_SHARD = 250
+NODES_PER_SHARD = 100
 MAX_SHARDS = 64
 
 _serializer = TypeSerializer()
