@@ -60,6 +60,7 @@ bench: $(STAMP) node-deps
 	@# 4 and 5 need root, containerd and docker-registry (node-deps); they exit 2 naming what is missing.
 	$(PY) benchmarks/agent_overhead.py --image-mb 200
 	$(PY) benchmarks/e2e_latency.py --nodes 20
+	$(PY) benchmarks/slot_refill.py --nodes 10 --parallelism 5 --image-mb 30
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache
