@@ -170,7 +170,7 @@ class Agent:
     def start(self) -> None:
         """Serve the probes, ensure the node queue, say hello, and start consuming."""
         s = self.settings
-        self.http = OpsServer(s.http_bind_address, s.http_port, healthy=self._healthy, ready=self._ready,
+        self.http = OpsServer(s.http_bind_address, s.http_port, healthy=self.liveness, ready=self.readiness,
                               registry=self.metrics.registry)
         self.http.start()
         if not s.node_dlq_arn:
@@ -275,22 +275,24 @@ class Agent:
 
     # --- probes --------------------------------------------------------------------------------
 
-    def _healthy(self) -> str | None:
+    def liveness(self) -> str | None:
+        """What `/healthz` answers: None while the queue consumer is alive, else why not."""
         if self._consumer is not None and not self._consumer.is_alive() and not self._stopping.is_set():
             return "the queue consumer has stopped"
         return None
 
-    def _ready(self) -> str | None:
+    def readiness(self) -> str | None:
+        """What `/readyz` answers: None when containerd answers and the last receive did, else why not."""
         if self.queue is None:
             return "starting: the node queue is not set up yet"
         if self._stopping.is_set():
             return "stopping"
         try:
             self.cri.version()
-            self.queue.check()
-        except (CriError, QueueError) as e:
+        except CriError as e:
             return str(e)
-        return None
+        # The outcome of the last long poll: a probe must not cost an SQS request of its own.
+        return self.queue.problem
 
     # --- consuming -----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The agent's HTTP endpoints: `/healthz` (alive), `/readyz` (runtime and queue answer), `/metrics`."""
+"""The agent's HTTP endpoints: `/healthz` (alive), `/readyz` (runtime answers, last receive did), `/metrics`."""
 
 from __future__ import annotations
 

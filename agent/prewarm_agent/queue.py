@@ -1,4 +1,8 @@
-"""The node's own task queue on SQS, as the agent consumes it: receive, keep invisible, delete, release."""
+"""The node's own task queue on SQS, as the agent consumes it: receive, keep invisible, delete, release.
+
+The long poll is the only call an idle agent makes. Readiness is answered from its last outcome, so a
+probe costs no request (`TaskQueue.problem`).
+"""
 
 from __future__ import annotations
 
@@ -30,6 +34,14 @@ class TaskQueue:
     def __init__(self, client: Any, url: str) -> None:
         self.client = client
         self.url = url
+        # Why the last receive failed; None after one that answered (or before the first: the queue was
+        # just created or found, so it answered then).
+        self._problem: str | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the node queue cannot be reached, from the outcome of the last receive; None when it answered."""
+        return self._problem
 
     def receive(self, *, wait_seconds: int, visibility_seconds: int, max_messages: int = _BATCH) -> list[Received]:
         """Long-poll for up to `max_messages`; each stays invisible for `visibility_seconds`."""
@@ -42,7 +54,10 @@ class TaskQueue:
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
         except (ClientError, BotoCoreError) as e:
-            raise queue_error(e, f"receive from {self.url}") from e
+            error = queue_error(e, f"receive from {self.url}")
+            self._problem = str(error)
+            raise error from e
+        self._problem = None
         return [
             Received(
                 Delivery(str(m["MessageId"]), str(m["ReceiptHandle"])),
@@ -74,10 +89,3 @@ class TaskQueue:
                 message_id = chunk[int(failed["Id"])].message_id
                 failures.append(f"{message_id}: {failed.get('Code', '')} {failed.get('Message', '')}".strip())
         return failures
-
-    def check(self) -> None:
-        """Raise `QueueError` when the queue cannot be reached (for the readiness probe)."""
-        try:
-            self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])
-        except (ClientError, BotoCoreError) as e:
-            raise queue_error(e, f"reach {self.url}") from e

@@ -1,10 +1,14 @@
-"""Fakes for the agent's unit tests: a runtime whose pulls end as scripted, credentials, a disk, and
-what the runner tells the agent. The clock is `tests.support.clock.Clock`."""
+"""Fakes for the agent's unit tests: a runtime whose pulls end as scripted, credentials, a disk, what the
+runner tells the agent, and an SQS client that counts every request. The clock is
+`tests.support.clock.Clock`."""
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prewarm.domain.images import ImageRef, parse_image
 from prewarm.domain.messages import PullTask, StatusReport
@@ -88,6 +92,12 @@ class FakeRuntime:
     def image_status(self, image: str) -> ImageInfo | None:
         return self.present.get(image)
 
+    def version(self) -> str:
+        return "fake-runtime"
+
+    def list_images(self) -> list[ImageInfo]:
+        return list(self.present.values())
+
     def pull_image(
         self,
         image: str,
@@ -155,3 +165,52 @@ def make_task(image: str = "registry.example.com/team/app:v1", **fields: object)
 
 def make_run(task: PullTask | None = None) -> TaskRun:
     return TaskRun(task or make_task(), Delivery("m-1", "receipt-1"))
+
+
+class CountingSqs:
+    """An SQS client that counts every request by operation, as SQS bills them.
+
+    `receive_message` is an empty long poll: it moves `clock` by its `WaitTimeSeconds` (what the poll
+    lasts when nothing arrives), then calls `on_receive`; `failures` (exceptions) are raised by the next
+    receives, one each. Every other operation answers what the agent needs at start.
+    """
+
+    def __init__(self, clock: Any, on_receive: Callable[[], None] | None = None) -> None:
+        self.clock = clock
+        self.on_receive = on_receive
+        self.failures: list[Exception] = []
+        self.requests: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, operation: str) -> None:
+        with self._lock:
+            self.requests[operation] += 1
+
+    def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+        self._count("ReceiveMessage")
+        if self.failures:
+            raise self.failures.pop(0)
+        self.clock.advance(float(kwargs.get("WaitTimeSeconds", 0)))
+        if self.on_receive is not None:
+            self.on_receive()
+        return {}
+
+    def create_queue(self, **kwargs: Any) -> dict[str, Any]:
+        self._count("CreateQueue")
+        return {"QueueUrl": f"https://sqs.us-west-2.amazonaws.com/123456789012/{kwargs['QueueName']}"}
+
+    def send_message(self, **kwargs: Any) -> dict[str, Any]:
+        self._count("SendMessage")
+        return {"MessageId": "m-1"}
+
+    def __getattr__(self, operation: str) -> Callable[..., dict[str, Any]]:
+        # Any other request (GetQueueAttributes, ChangeMessageVisibilityBatch, ...) is counted too.
+        if operation.startswith("_"):
+            raise AttributeError(operation)
+        name = "".join(part.capitalize() for part in operation.split("_"))
+
+        def call(**kwargs: Any) -> dict[str, Any]:
+            self._count(name)
+            return {}
+
+        return call
