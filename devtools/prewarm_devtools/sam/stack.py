@@ -288,7 +288,8 @@ class LocalStack:
                 # Loaded under the redirect, so loggers created at import write there too.
                 fn.module = self._load(fn)
             _name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
-            yield
+            with _logs_to(sys.stdout):
+                yield
 
     @staticmethod
     def _load(fn: Function) -> ModuleType:
@@ -558,6 +559,25 @@ class LocalStack:
 
 _RATE = re.compile(r"rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)")
 _CRON = re.compile(r"cron\((\S+\s+){5}\S+\)")
+
+
+@contextlib.contextmanager
+def _logs_to(stream: TextIO) -> Iterator[None]:
+    """Points the functions' log handler at this invocation's stdout, then back.
+
+    Its StreamHandler kept the stdout of whatever imported `prewarm.observability` first.
+    """
+    import prewarm.observability as observability
+
+    handlers = [h for h in observability.logger.handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    before = [h.setStream(stream) for h in handlers]
+    try:
+        yield
+    finally:
+        for handler, old in zip(handlers, before, strict=True):
+            if old is not None:
+                handler.setStream(old)
 
 
 def _name_the_service(service: str) -> None:

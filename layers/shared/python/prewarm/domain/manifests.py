@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from prewarm.domain.jobs import JOB_API_VERSIONS, PREWARM_API_VERSION, ImageListPullJob, ImagePullJob
 from prewarm.domain.kubernetes import JobValidationError, describe_value, manifest_subject, quoted_choices
 from prewarm.domain.rules import PrewarmRule
@@ -47,6 +45,8 @@ def parse_manifests(text: str) -> list[Manifest]:
     All invalid documents are reported together, each named by its position and kind/name.
     """
     try:
+        import yaml  # here: only the CLI and rules files read YAML; the functions' cold start skips it
+
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as e:
         raise JobValidationError([("", f"invalid YAML: {e}")]) from None
