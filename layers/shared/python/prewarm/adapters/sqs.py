@@ -20,8 +20,10 @@ from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, n
 TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
 _MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
+# QueueDeletedRecently: SQS refuses a deleted queue's name for 60 s (CreateQueue, "Quotas related to
+# queues"); EKS reuses node names with IPs, so a node can come back just after the sweep deleted its queue.
 _RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled",
-              "OverLimit"}
+              "OverLimit", "QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently"}
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,11 @@ class NodeQueues(_SqsAdapter):
             if _code(e) in {"QueueAlreadyExists", "QueueNameExists"}:
                 # Exists with other attributes (an older stack version): use it as it is.
                 return str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
+            if "QueueDeletedRecently" in _code(e):
+                raise QueueRetryableError(
+                    f"create queue {name}: a queue of that name was deleted less than 60 s ago (node {node} left "
+                    "and came back under the same name); the task is sent again once SQS allows the name"
+                ) from e
             raise _error(e, f"create queue {name}") from e
 
     def send(self, message: PullTask | CancelTask) -> None:
