@@ -130,6 +130,8 @@ class Agent:
         self.credentials: CredentialSource = credentials or registry_credentials(
             settings, secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),
             clock=self.clock.time, token_source=ecr_tokens,
+            # A throttled token request backs off on the agent's clock; a stop cuts the wait short.
+            wait=lambda seconds: self.clock.wait(self._background_stop, seconds),
         )
         self.manifests = manifests or ManifestResolver(settings.registry_config_path)
         self._node = node or (lambda: node_facts(settings.node_name, self._kube_access()))

@@ -2,30 +2,64 @@
 
 The order is the kubelet's union keyring: the task's pull secrets first (every matching entry, most
 specific registry key first), then the node's own credential for ECR hosts (`ecr_registry_for`, the
-ECR credential provider's host rule). That is an ECR token from the agent's IAM role or, when ECR
-refuses the role or the agent is told to use nothing else (`ECR_CREDENTIALS=copies`), the copy
-`refresh_ecr_credentials` keeps of the registry's token under `SECRET_PREFIX`. A pull tries them in
-turn and moves on when the registry refuses one; it goes anonymous only when no credential matches
-the image at all.
+ECR credential provider's host rule). A pull tries them in turn and moves on when the registry refuses
+one; it goes anonymous only when no credential matches the image at all.
+
+The node's credential fans in (`ECR_CREDENTIALS=shared`, the default): the copy `refresh_ecr_credentials`
+keeps of each registry's token under `SECRET_PREFIX` is read first, so a whole fleet's first pull makes
+no `ecr:GetAuthorizationToken` call of its own; the refresher's one call per registry and refresh period
+serves every agent. A copy is kept until the refresher has had time to write the next one, plus a
+jitter of each agent's own, so agents re-read about once per period and never all at once
+(`copy_kept_until`). The agent's role asks ECR only when there is no usable copy, and is throttle-aware:
+a `ThrottlingException` is retried after a backoff with full jitter, and a refusal that outlives the
+tries pauses the role's asking for a jittered minute (`EcrTokens`). `role` asks the role first and reads
+the copy only when ECR refuses; `copies` never asks ECR.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
+
 from prewarm.adapters.ecr_auth import EcrTokenSource, RoleCredentials
+from prewarm.adapters.secrets import RegistryCopy
 from prewarm.domain.images import ImageRef
-from prewarm.domain.refresh import RegistryConfig, refresh_due_at, registry_secret_name
+from prewarm.domain.refresh import RegistryConfig, RegistryToken, format_time, refresh_due_at, registry_secret_name
 from prewarm.domain.registries import EcrRegistry, Keyring, RegistryAuth, ecr_registry_for
 from prewarm.services.ports import AgentCredentialsError, CredentialStoreError, RegistryTokenError, RegistryTokenSource
 from prewarm_agent.settings import AgentSettings, EcrCredentials
 
 log = logging.getLogger(__name__)
+
+# The refresher rewrites a copy once its token is past half its lifetime, on its hourly schedule: the
+# new copy is there at most this long after the old one's half-life.
+COPY_REFRESH_GRACE_SECONDS = 3600.0
+# Agents re-read a copy spread over this window after that, each at its own random point.
+COPY_JITTER_SECONDS = 3600.0
+# A copy that is missing, expired, unreadable, or already past its half-life plus the grace (the
+# refresher is late) is looked for again after this, plus up to as much again of jitter.
+COPY_RECHECK_SECONDS = 300.0
+# A copy is never kept closer than this to its expiry.
+COPY_EXPIRY_MARGIN_SECONDS = 600.0
+
+# ECR's answers to a caller over its GetAuthorizationToken rate.
+THROTTLE_CODES = frozenset({"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded"})
+# GetAuthorizationToken tries per token; between them a backoff with full jitter: random() times
+# min(TOKEN_BACKOFF_CAP_SECONDS, TOKEN_BACKOFF_SECONDS * 2**(try - 1)).
+TOKEN_TRIES = 4
+TOKEN_BACKOFF_SECONDS = 1.0
+TOKEN_BACKOFF_CAP_SECONDS = 16.0
+# After a refusal (or a throttle that outlived the tries) the role is not asked again for this long,
+# times a random factor between 0.5 and 1.5.
+TOKEN_PAUSE_SECONDS = 60.0
 
 
 class PullSecretSource(Protocol):
@@ -44,7 +78,7 @@ class RegistryCopyReader(Protocol):
     """Reads the refresher's registry copies (`AgentCredentials` does): None when there is none,
     `AgentCredentialsError` when one is expired or unreadable."""
 
-    def registry_keyring(self, prefix: str, host: str) -> Keyring | None: ...
+    def registry_copy(self, prefix: str, host: str) -> RegistryCopy | None: ...
 
 
 class AgentSecrets(PullSecretSource, RegistryCopyReader, Protocol):
@@ -83,8 +117,44 @@ class Candidates:
     problems: list[str]
 
 
+def copy_kept_until(issued_at: float | None, expires_at: float | None, read_at: float, jitter: float) -> float:
+    """Until when an agent keeps a registry copy read at `read_at`; `jitter` is the agent's draw in [0, 1).
+
+    A copy is rewritten by the refresher within `COPY_REFRESH_GRACE_SECONDS` after its half-life, so it
+    is kept until then, plus up to `COPY_JITTER_SECONDS`: each agent reads each copy about once, and the
+    fleet's reads are spread over an hour. A copy read later than that (the refresher is late) or
+    without its times is looked for again after `COPY_RECHECK_SECONDS` (jittered). Never past its expiry
+    less `COPY_EXPIRY_MARGIN_SECONDS`, nor less than a minute (still never past the expiry).
+
+    >>> copy_kept_until(0.0, 12 * 3600.0, read_at=60.0, jitter=0.5) / 3600
+    7.5
+    """
+    recheck = read_at + COPY_RECHECK_SECONDS * (1 + jitter)
+    if issued_at is None or expires_at is None or expires_at <= issued_at:
+        until = recheck
+    else:
+        written_by = refresh_due_at(issued_at, expires_at) + COPY_REFRESH_GRACE_SECONDS
+        until = written_by + COPY_JITTER_SECONDS * jitter if read_at < written_by else recheck
+    if expires_at is not None:
+        until = max(min(until, expires_at - COPY_EXPIRY_MARGIN_SECONDS), min(read_at + 60, expires_at))
+    return until
+
+
+def is_throttle(error: RegistryTokenError) -> bool:
+    """Whether ECR refused for the caller's rate (the adapter chains botocore's error)."""
+    cause = error.__cause__
+    return isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code") in THROTTLE_CODES
+
+
 class EcrTokens:
-    """ECR tokens from the agent's own role, cached until half their lifetime has passed."""
+    """ECR tokens from the agent's own role, cached until half their lifetime has passed.
+
+    Throttle-aware: one call at a time per registry (concurrent pulls share its outcome); a
+    `ThrottlingException` is tried again, up to `TOKEN_TRIES` calls, after a backoff with full jitter;
+    a refusal that remains pauses the asking for about `TOKEN_PAUSE_SECONDS` (jittered), during which
+    `auth` raises at once without calling ECR. `wait` sleeps (the agent's clock, so a stop interrupts
+    it); `random` draws the jitter.
+    """
 
     def __init__(
         self,
@@ -92,15 +162,21 @@ class EcrTokens:
         endpoint_url: str | None = None,
         clock: Callable[[], float],
         source: RegistryTokenSource | None = None,
+        wait: Callable[[float], object] = time.sleep,
+        random: Callable[[], float] = random.random,
     ) -> None:
         self._clock = clock
+        self._wait = wait
+        self._random = random
         self._clients_lock = threading.Lock()
         self._clients: dict[tuple[str, str], Any] = {}
         self._session: Any = None
         self._source: RegistryTokenSource = source or EcrTokenSource(client_factory=self._client, clock=clock)
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
+        self._registry_locks: dict[tuple[str | None, str | None], threading.Lock] = {}
         self._cache: dict[tuple[str | None, str | None], tuple[str, str, float]] = {}
+        self._paused: dict[tuple[str | None, str | None], tuple[float, str]] = {}
 
     def _client(self, service: str, region: str, credentials: RoleCredentials | None) -> Any:
         # Task threads ask at the same time; boto3 sessions are not safe to build clients from concurrently.
@@ -108,10 +184,15 @@ class EcrTokens:
             key = (service, region)
             if key not in self._clients:
                 import boto3
+                from botocore.config import Config
 
                 if self._session is None:
                     self._session = boto3.session.Session()
-                self._clients[key] = self._session.client(service, region_name=region, endpoint_url=self._endpoint_url)
+                # No retries of botocore's own: `auth` retries throttles, with jitter, and then pauses.
+                self._clients[key] = self._session.client(
+                    service, region_name=region, endpoint_url=self._endpoint_url,
+                    config=Config(retries={"mode": "standard", "max_attempts": 1}),
+                )
             return self._clients[key]
 
     def prepare(self, region: str) -> None:
@@ -122,63 +203,119 @@ class EcrTokens:
     def auth(self, registry: EcrRegistry, host: str) -> RegistryAuth:
         """The token for `registry` as credentials for `host`; raises `RegistryTokenError`."""
         key = (registry.account, registry.region)
-        now = self._clock()
         with self._lock:
+            registry_lock = self._registry_locks.setdefault(key, threading.Lock())
+        with registry_lock:
+            now = self._clock()
             cached = self._cache.get(key)
-        if cached is not None and now < cached[2]:
-            return RegistryAuth(username=cached[0], password=cached[1], server=host)
-        config = (
-            RegistryConfig(public=True)
-            if registry.public
-            else RegistryConfig(account=registry.account, region=registry.region)
-        )
-        token = self._source.token(config)
-        first = token.auths[0]
-        due = refresh_due_at(token.issued_at, token.expires_at)
-        with self._lock:
-            self._cache[key] = (first.username, first.password, due)
+            if cached is not None and now < cached[2]:
+                return RegistryAuth(username=cached[0], password=cached[1], server=host)
+            paused = self._paused.get(key)
+            if paused is not None and now < paused[0]:
+                raise RegistryTokenError(registry.host, f"{paused[1]}; not asking again before "
+                                                        f"{format_time(paused[0])}")
+            config = (
+                RegistryConfig(public=True)
+                if registry.public
+                else RegistryConfig(account=registry.account, region=registry.region)
+            )
+            token = self._token(key, config)
+            first = token.auths[0]
+            self._cache[key] = (first.username, first.password, refresh_due_at(token.issued_at, token.expires_at))
         return RegistryAuth(username=first.username, password=first.password, server=host)
+
+    def _token(self, key: tuple[str | None, str | None], config: RegistryConfig) -> RegistryToken:
+        for attempt in range(1, TOKEN_TRIES + 1):
+            try:
+                token = self._source.token(config)
+            except RegistryTokenError as e:
+                if is_throttle(e) and attempt < TOKEN_TRIES:
+                    delay = self._random() * min(TOKEN_BACKOFF_CAP_SECONDS, TOKEN_BACKOFF_SECONDS * 2 ** (attempt - 1))
+                    log.info("ECR throttled the token request for %s (try %d of %d); asking again in %.1fs",
+                             config.host, attempt, TOKEN_TRIES, delay)
+                    self._wait(delay)
+                    continue
+                pause = TOKEN_PAUSE_SECONDS * (0.5 + self._random())
+                self._paused[key] = (self._clock() + pause, e.reason)
+                raise
+            self._paused.pop(key, None)
+            return token
+        raise AssertionError("unreachable: the last try returns or raises")
 
 
 class RegistryCopies:
-    """The copies `refresh_ecr_credentials` keeps of each registry's token, `<prefix>/registry/<host>`."""
+    """The copies `refresh_ecr_credentials` keeps of each registry's token, `<prefix>/registry/<host>`,
+    each kept as `copy_kept_until` says; so is a missing or unusable one, so that it is not looked
+    for on every pull. `random` draws the jitter."""
 
-    def __init__(self, reader: RegistryCopyReader, prefix: str) -> None:
+    def __init__(
+        self,
+        reader: RegistryCopyReader,
+        prefix: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        random: Callable[[], float] = random.random,
+    ) -> None:
         self._reader = reader
         self.prefix = prefix
+        self._clock = clock
+        self._random = random
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[float, RegistryAuth | Exception]] = {}
 
     def auth(self, registry: EcrRegistry, host: str) -> RegistryAuth:
         """The copy's credentials for `registry`, as credentials for `host` (the image's, port included).
 
         Raises `AgentCredentialsError` naming the secret (never its value): `RegistryCopyError` when
         there is no copy or it holds nothing for the registry; the reader's error when it has expired or
-        cannot be read.
+        cannot be read (`CredentialStoreError` when Secrets Manager failed).
         """
+        with self._lock:
+            now = self._clock()
+            kept = self._kept.get(registry.host)
+            if kept is None or now >= kept[0]:
+                kept = self._read(registry, now)
+                self._kept[registry.host] = kept
+        found = kept[1]
+        if isinstance(found, Exception):
+            raise found
+        return RegistryAuth(username=found.username, password=found.password, server=host)
+
+    def _read(self, registry: EcrRegistry, now: float) -> tuple[float, RegistryAuth | Exception]:
         name = registry_secret_name(self.prefix, registry.host)
-        keyring = self._reader.registry_keyring(self.prefix, registry.host)
-        if keyring is None:
-            raise RegistryCopyError(
-                f"no registry copy for {registry.host}: secret {name} does not exist; add the registry to "
-                "refresh_ecr_credentials' CredentialsConfig, or check SECRET_PREFIX"
-            )
-        for auth in keyring.auths:
-            if auth.server.removeprefix("https://").rstrip("/").lower() == registry.host:
-                return RegistryAuth(username=auth.username, password=auth.password, server=host)
-        raise RegistryCopyError(f"registry copy {name} holds no credentials for {registry.host}")
+        jitter = self._random()
+        try:
+            copy = self._reader.registry_copy(self.prefix, registry.host)
+            if copy is None:
+                raise RegistryCopyError(
+                    f"no registry copy for {registry.host}: secret {name} does not exist; add the registry to "
+                    "refresh_ecr_credentials' CredentialsConfig, or check SECRET_PREFIX"
+                )
+            for auth in copy.keyring.auths:
+                if auth.server.removeprefix("https://").rstrip("/").lower() == registry.host:
+                    return copy_kept_until(copy.issued_at, copy.expires_at, now, jitter), auth
+            raise RegistryCopyError(f"registry copy {name} holds no credentials for {registry.host}")
+        except (AgentCredentialsError, CredentialStoreError) as e:
+            until = copy_kept_until(None, None, now, jitter)
+            log.info("registry copy %s not used until %s: %s", name, format_time(until), e)
+            return until, e
 
 
 class RegistryCredentials:
     """The credentials a task's pull tries (see the module docstring).
 
-    `tokens` None means the role is never asked; `copies` None means there is no fallback.
+    `tokens` None means the role is never asked; `copies` None means there is no copy to read;
+    `copies_first` reads the copy before asking the role (else only when the role is refused).
     """
 
     def __init__(
-        self, *, secrets: PullSecretSource, tokens: RegistryTokens | None, copies: RegistryCopies | None = None
+        self, *, secrets: PullSecretSource, tokens: RegistryTokens | None, copies: RegistryCopies | None = None,
+        copies_first: bool = False,
     ) -> None:
         self._secrets = secrets
         self._tokens = tokens
         self._copies = copies
+        self._copies_first = copies_first
 
     def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str]) -> Candidates:
         """Credentials for `image`; an unreadable secret or token is left out and named in `problems`."""
@@ -204,19 +341,27 @@ class RegistryCredentials:
             self._tokens.prepare(region)
 
     def _node_auth(self, registry: EcrRegistry, host: str, problems: list[str]) -> RegistryAuth | None:
-        """The role's token; the registry copy when there is no role or ECR refused it."""
-        if self._tokens is not None:
+        """The node's credential: the copy then the role (`copies_first`), else the role then the copy.
+
+        When one source fails and the other serves, the failure is not a problem of the pull (the copy's
+        is logged when it is read); when both fail, both are named.
+        """
+        copy_errors: tuple[type[Exception], ...] = (AgentCredentialsError, CredentialStoreError)
+        sources: list[tuple[RegistryTokens | RegistryCopies | None, tuple[type[Exception], ...]]] = [
+            (self._copies, copy_errors), (self._tokens, (RegistryTokenError,)),
+        ]
+        if not self._copies_first:
+            sources.reverse()
+        found: list[str] = []
+        for source, errors in sources:
+            if source is None:
+                continue
             try:
-                return self._tokens.auth(registry, host)
-            except RegistryTokenError as e:
-                problems.append(str(e))
-        if self._copies is None:
-            return None
-        try:
-            return self._copies.auth(registry, host)
-        except (AgentCredentialsError, CredentialStoreError) as e:
-            problems.append(str(e))
-            return None
+                return source.auth(registry, host)
+            except errors as e:
+                found.append(str(e))
+        problems.extend(found)
+        return None
 
 
 def registry_credentials(
@@ -225,11 +370,18 @@ def registry_credentials(
     secrets: AgentSecrets,
     clock: Callable[[], float],
     token_source: RegistryTokenSource | None = None,
+    wait: Callable[[float], object] = time.sleep,
+    random: Callable[[], float] = random.random,
 ) -> RegistryCredentials:
     """The agent's credentials as `ECR_CREDENTIALS` and `SECRET_PREFIX` say; `token_source` replaces
-    ECR's `GetAuthorizationToken` for the role's tokens (tests, local mode)."""
-    copies = RegistryCopies(secrets, settings.secret_prefix) if settings.secret_prefix else None
+    ECR's `GetAuthorizationToken` for the role's tokens (tests, local mode); `wait` and `random` are the
+    backoff's sleep and the jitter's draw."""
+    copies = (
+        RegistryCopies(secrets, settings.secret_prefix, clock=clock, random=random) if settings.secret_prefix else None
+    )
     tokens = None
-    if settings.ecr_credentials is EcrCredentials.ROLE:
-        tokens = EcrTokens(endpoint_url=settings.aws_endpoint_url, clock=clock, source=token_source)
-    return RegistryCredentials(secrets=secrets, tokens=tokens, copies=copies)
+    if settings.ecr_credentials is not EcrCredentials.COPIES:
+        tokens = EcrTokens(endpoint_url=settings.aws_endpoint_url, clock=clock, source=token_source, wait=wait,
+                           random=random)
+    return RegistryCredentials(secrets=secrets, tokens=tokens, copies=copies,
+                               copies_first=settings.ecr_credentials is EcrCredentials.SHARED)

@@ -26,7 +26,8 @@ SECRET_PREFIX_PATTERN = r"^([A-Za-z0-9_+=.@-]+(/[A-Za-z0-9_+=.@-]+)*)?$"
 class EcrCredentials(StrEnum):
     """Where the agent's ECR tokens come from (`ECR_CREDENTIALS`)."""
 
-    ROLE = "role"  # its own role; the refresher's copy under SECRET_PREFIX when ECR refuses
+    SHARED = "shared"  # the refresher's copy under SECRET_PREFIX first; its own role when there is none
+    ROLE = "role"  # its own role first; the refresher's copy under SECRET_PREFIX when ECR refuses
     COPIES = "copies"  # only the refresher's copies: for roles without ecr:GetAuthorizationToken
 
 
@@ -58,7 +59,7 @@ class AgentSettings(BaseModel):
     registry_allowlist_csv: str = Field(default="", alias="REGISTRY_ALLOWLIST")
     registry_config_path: str = Field(default=DEFAULT_REGISTRY_CONFIG_PATH, alias="REGISTRY_CONFIG_PATH")
     secret_prefix: str = Field(default="", alias="SECRET_PREFIX", pattern=SECRET_PREFIX_PATTERN)
-    ecr_credentials: EcrCredentials = Field(default=EcrCredentials.ROLE, alias="ECR_CREDENTIALS")
+    ecr_credentials: EcrCredentials = Field(default=EcrCredentials.SHARED, alias="ECR_CREDENTIALS")
     kube_api_endpoint: str = Field(default="", alias="KUBE_API_ENDPOINT")
     kube_token_file: str = Field(default=str(SERVICE_ACCOUNT_DIR / "token"), alias="KUBE_TOKEN_FILE")
     kube_bearer_token: str = Field(default="", alias="KUBE_BEARER_TOKEN", repr=False)

@@ -346,7 +346,7 @@ def _store_copy(aws: MotoServer, expires_in: float) -> tuple[str, str]:
     return prefix, registry_secret_name(prefix, COPY_HOST)
 
 
-@pytest.mark.parametrize(("mode", "role_asked"), [("role", True), ("copies", False)])
+@pytest.mark.parametrize(("mode", "role_asked"), [("shared", False), ("role", True), ("copies", False)])
 def test_an_agent_ecr_refuses_pulls_with_the_refreshers_copy(
     agents: Agents, aws: MotoServer, copy_registry: LocalRegistry, oci_image_factory: OciImageFactory,
     mode: str, role_asked: bool,
@@ -362,7 +362,8 @@ def test_an_agent_ecr_refuses_pulls_with_the_refreshers_copy(
     # When a task for the registry arrives, with no pull secret
     agent.send(task)
 
-    # Then the pull succeeds with the copy; the role is asked only with ECR_CREDENTIALS=role
+    # Then the pull succeeds with the copy; the role is asked only with ECR_CREDENTIALS=role (shared, the
+    # default, reads the copy first and asks the role only when there is no usable copy)
     final = agent.final(task)
     assert final.phase == "Succeeded", final.message
     assert final.repo_digest == f"{COPY_HOST}/team/api@{pushed.manifest_digest}"

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from prewarm.adapters.secrets import RegistryCopy
 from prewarm.domain.images import parse_image
-from prewarm.domain.refresh import RegistryConfig, RegistryToken
+from prewarm.domain.refresh import RegistryConfig, RegistryToken, registry_secret_name
 from prewarm.domain.registries import EcrRegistry, Keyring, RegistryAuth, parse_ecr_registry
 from prewarm.services.ports import AgentCredentialsError, RegistryTokenError
 from prewarm_agent.credentials import (
@@ -197,12 +198,12 @@ class FakeCopies:
         self.copies = copies
         self.read: list[tuple[str, str]] = []
 
-    def registry_keyring(self, prefix: str, host: str) -> Keyring | None:
+    def registry_copy(self, prefix: str, host: str) -> RegistryCopy | None:
         self.read.append((prefix, host))
         found = self.copies.get(host)
         if isinstance(found, Exception):
             raise found
-        return found
+        return None if found is None else RegistryCopy(registry_secret_name(prefix, host), found, None, None)
 
 
 def copy_of(host: str, password: str = "copied-token") -> Keyring:
@@ -234,13 +235,13 @@ def test_when_ecr_refuses_the_role_the_copy_is_tried_after_the_pull_secrets() ->
     # When an ECR image's credentials are gathered
     found = credentials.candidates(parse_image(ECR_IMAGE), ["arn:ci"])
 
-    # Then the pull secret comes first, then the copy; the role's refusal is named for a failed pull
+    # Then the pull secret comes first, then the copy; the copy served, so the refusal is no problem
     assert [(a.username, a.password, a.server) for a in found.auths if a] == [
         ("ci", "pw", f"{ECR_HOST}/team"), ("AWS", "copied-token", ECR_HOST)
     ]
     assert len(tokens.asked) == 1
     assert copies.read == [(PREFIX, ECR_HOST)]
-    assert found.problems == [str(ACCESS_DENIED)]
+    assert found.problems == []
 
 
 def test_with_copies_only_the_role_is_never_asked() -> None:
@@ -341,14 +342,16 @@ SETTINGS = {
     ("env", "role_asked", "copy_read"),
     [
         ({}, 1, False),
-        ({"SECRET_PREFIX": PREFIX}, 1, True),
+        ({"SECRET_PREFIX": PREFIX}, 0, True),
+        ({"SECRET_PREFIX": PREFIX, "ECR_CREDENTIALS": "shared"}, 0, True),
         ({"SECRET_PREFIX": PREFIX, "ECR_CREDENTIALS": "role"}, 1, True),
         ({"SECRET_PREFIX": PREFIX, "ECR_CREDENTIALS": "copies"}, 0, True),
     ],
 )
 def test_the_settings_choose_the_role_the_copies_or_both(env: dict[str, str], role_asked: int,
                                                          copy_read: bool) -> None:
-    # Given an agent configured by its environment, whose role ECR refuses
+    # Given an agent configured by its environment, whose role ECR refuses (shared, the default, reads
+    # the copy first and so never asks the role while the copy serves)
     settings = AgentSettings.from_env({**SETTINGS, **env})
     source = RefusingSource()
     secrets = FakeAgentSecrets({ECR_HOST: copy_of(ECR_HOST)})

@@ -27,7 +27,7 @@ def test_defaults_are_those_documented() -> None:
     assert settings.aws_endpoint_url is None
     assert settings.kube_token_file == "/var/run/secrets/kubernetes.io/serviceaccount/token"
     assert settings.log_level == "INFO"
-    assert (settings.ecr_credentials, settings.secret_prefix) == (EcrCredentials.ROLE, "")
+    assert (settings.ecr_credentials, settings.secret_prefix) == (EcrCredentials.SHARED, "")
 
 
 def test_missing_variables_are_all_named() -> None:
@@ -52,7 +52,7 @@ def test_missing_variables_are_all_named() -> None:
         ("LOG_LEVEL", "chatty", "LOG_LEVEL: Value error, 'chatty' is not a log level"),
         ("REGISTRY_ALLOWLIST", "https://quay.io", "'https://quay.io' must be a registry host glob"),
         ("HEARTBEAT_INTERVAL_SECONDS", "120", "HEARTBEAT_INTERVAL_SECONDS (120) must be shorter than"),
-        ("ECR_CREDENTIALS", "instance-role", "ECR_CREDENTIALS: Input should be 'role' or 'copies'"),
+        ("ECR_CREDENTIALS", "instance-role", "ECR_CREDENTIALS: Input should be 'shared', 'role' or 'copies'"),
         ("ECR_CREDENTIALS", "copies", "ECR_CREDENTIALS=copies reads the registry copies under SECRET_PREFIX"),
         ("SECRET_PREFIX", "prewarm//prod", "SECRET_PREFIX: String should match pattern"),
     ],

@@ -41,6 +41,7 @@ __all__ = [
     "AgentCredentials",
     "AgentCredentialsError",
     "ConfigParameterError",
+    "RegistryCopy",
     "SecretStoreError",
     "SecretStoreRetryableError",
     "SecretsManagerCredentialStore",
@@ -346,6 +347,17 @@ class _Cached:
     keyring: Keyring
     read_at: float
     expires_at: float | None
+    issued_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryCopy:
+    """A registry copy as the agents read it: its credentials and its token's times (None when absent)."""
+
+    secret_id: str
+    keyring: Keyring
+    issued_at: float | None
+    expires_at: float | None
 
 
 class AgentCredentials:
@@ -369,20 +381,30 @@ class AgentCredentials:
 
     def registry_keyring(self, prefix: str, host: str) -> Keyring | None:
         """The refresher's credentials for registry `host`, or None when it stores none for it."""
+        copy = self.registry_copy(prefix, host)
+        return copy.keyring if copy is not None else None
+
+    def registry_copy(self, prefix: str, host: str) -> RegistryCopy | None:
+        """The refresher's credentials for registry `host` with their token's times, or None when it
+        stores none for it. Raises `AgentCredentialsError` when the copy expired or cannot be read."""
         secret_id = registry_secret_name(prefix, host)
         try:
-            return self._keyring_of(secret_id)
+            cached = self._read(secret_id)
         except _MissingSecretError:
             return None
+        return RegistryCopy(secret_id, cached.keyring, cached.issued_at, cached.expires_at)
 
     def _keyring_of(self, secret_id: str) -> Keyring:
+        return self._read(secret_id).keyring
+
+    def _read(self, secret_id: str) -> _Cached:
         now = self._clock()
         with self._lock:
             cached = self._cache.get(secret_id)
         if cached is not None and now - cached.read_at < self._max_age and (
             cached.expires_at is None or now < cached.expires_at
         ):
-            return cached.keyring
+            return cached
         try:
             found = self._secrets.read(secret_id)
         except SecretStoreRetryableError:
@@ -402,9 +424,11 @@ class AgentCredentials:
             raise AgentCredentialsError(
                 f"secret {secret_id} expired at {format_time(expires_at)}; check that refresh_ecr_credentials runs"
             )
+        issued_at = parse_time(document.get("issuedAt")) if isinstance(document, dict) else None
+        entry = _Cached(keyring=keyring, read_at=now, expires_at=expires_at, issued_at=issued_at)
         with self._lock:
-            self._cache[secret_id] = _Cached(keyring=keyring, read_at=now, expires_at=expires_at)
-        return keyring
+            self._cache[secret_id] = entry
+        return entry
 
 
 class _MissingSecretError(AgentCredentialsError):
