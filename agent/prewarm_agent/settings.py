@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from prewarm.domain.liveness import REPORT_INTERVAL_SECONDS
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_CRI_SOCKET = "/run/containerd/containerd.sock"
 # Where EKS nodes' containerd reads per-registry hosts.toml files (its `config_path`).
@@ -54,7 +56,8 @@ class AgentSettings(BaseModel):
         default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=3, le=SQS_MAX_VISIBILITY_SECONDS
     )
     heartbeat_seconds: float | None = Field(default=None, alias="HEARTBEAT_INTERVAL_SECONDS", gt=0)
-    progress_interval_seconds: float = Field(default=5.0, alias="PROGRESS_INTERVAL_SECONDS", gt=0)
+    # Longer than the report interval the control plane expects, a running pull reads as "agent not reporting".
+    progress_interval_seconds: float = Field(default=REPORT_INTERVAL_SECONDS, alias="PROGRESS_INTERVAL_SECONDS", gt=0)
     receive_wait_seconds: int = Field(default=20, alias="RECEIVE_WAIT_SECONDS", ge=0, le=20)
     registry_allowlist_csv: str = Field(default="", alias="REGISTRY_ALLOWLIST")
     registry_config_path: str = Field(default=DEFAULT_REGISTRY_CONFIG_PATH, alias="REGISTRY_CONFIG_PATH")

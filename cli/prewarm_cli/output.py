@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
+from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.status import FailedImageStatus, ImageListPullJobStatus, JobStatus
 
@@ -304,16 +305,32 @@ def _duration(task: NodeTaskRecord, now: float) -> str:
     return human_duration((task.finished_at or now) - task.started_at)
 
 
-NODE_COLUMNS = ("NODE", "PHASE", "SENT", "ATTEMPTS", "PROGRESS", "DURATION", "MESSAGE")
+NODE_COLUMNS = ("NODE", "PHASE", "SENT", "REPORTED", "ATTEMPTS", "PROGRESS", "DURATION", "MESSAGE")
 
 
-def node_rows(tasks: Sequence[NodeTaskRecord], *, now: float) -> list[list[object]]:
+def _reported(task: NodeTaskRecord, now: float) -> str:
+    quiet = silence(task, now=now)
+    return "-" if quiet is None else f"{human_age(quiet)} ago"
+
+
+def _message(task: NodeTaskRecord, now: float, agents: Container[str] | None) -> str:
+    problem = node_problem(task, now=now, agents=agents)
+    if problem is None:
+        return task.message or ""
+    return f"{problem}; {task.message}" if task.message else problem
+
+
+def node_rows(
+    tasks: Sequence[NodeTaskRecord], *, now: float, agents: Container[str] | None = None
+) -> list[list[object]]:
     """One row per node, like a NodeImage's status: phase, when the task was sent (a Waiting node with a
-    task sent holds a parallelism slot), attempts, bytes pulled, duration, message.
+    task sent holds a parallelism slot), how long ago the node last reported, attempts, bytes pulled,
+    duration, message. The message starts with `agent not reporting` or `no agent on node` (`agents`: the
+    nodes whose agent said hello) when that is what holds the node up, judged now.
     """
     return [
         [t.node, t.phase.value, "-" if t.dispatched_at is None else f"{human_age(now - t.dispatched_at)} ago",
-         t.attempt, _progress(t), _duration(t, now), t.message or ""]
+         _reported(t, now), t.attempt, _progress(t), _duration(t, now), _message(t, now, agents)]
         for t in tasks
     ]
 
@@ -379,7 +396,7 @@ def _describe_nodes(view: JobView, *, now: float) -> list[str]:
     summary = ", ".join(f"{n} {phase}" for phase, n in counts.items())
     lines = [f"Nodes ({len(tasks)}{': ' + summary if summary else ''}):"]
     if tasks:
-        lines.append(table(NODE_COLUMNS, node_rows(tasks, now=now), indent="  "))
+        lines.append(table(NODE_COLUMNS, node_rows(tasks, now=now, agents=view.agents), indent="  "))
     else:
         lines.append("  " + ("<none yet: the job is not planned>" if view.record.planned != view.record.plan_id
                              else NONE))

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from prewarm.domain.liveness import AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS
 from prewarm.domain.messages import Hello
+from prewarm.services.schedules import sweep
 from tests.reliability.faults import Fault, FaultPlan
 from tests.reliability.invariants import invariant_problems
 from tests.reliability.simulation import Driver, Plane, moto_aws
@@ -35,7 +37,8 @@ def deadline_passes_with_nodes_in_flight(d: Driver) -> list[str]:
     d.agents.outcomes.update(n1="Silent", n2="Absent")
     d.apply(job_doc(parallelism=2, pullPolicy={"timeoutSeconds": 3000},
                     completionPolicy={"type": "Always", "activeDeadlineSeconds": 3600}))
-    d.work()
+    # No sweep before the deadline's: one would fail the silent node (its agent sends no progress).
+    d.work(recover=False)
     d.plane.clock.advance(3700)
     d.watch()
     d.sweep()
@@ -102,10 +105,28 @@ def daily_round_of_a_never_job(d: Driver) -> list[str]:
     return [KEY]
 
 
+def silent_and_agentless_nodes_fail_within_their_bounds(d: Driver) -> list[str]:
+    """sweep: a node whose agent fell silent while Pulling and a node with no agent are failed with their
+    reasons two minutes on, though each pull may take an hour; the job completes."""
+    d.plane.add_nodes("n0", "n1", "n2")
+    for node in ("n0", "n1"):
+        d.hello(Hello(node=node))
+    d.agents.outcomes.update(n1="Silent", n2="Absent")
+    d.apply(job_doc(parallelism=3, pullPolicy={"timeoutSeconds": 3600}))
+    d.work(recover=False)
+    d.plane.clock.advance(max(AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS) + 1)
+    d.watch()
+    p = d.plane
+    d.deliver(lambda: sweep(p.store, p.queues, None, now=p.clock(), prefix=p.real_queues.prefix,
+                            no_agent_grace_seconds=NO_AGENT_GRACE_SECONDS))
+    d.work(recover=False)
+    return [KEY]
+
+
 SCENARIOS: dict[str, Scenario] = {s.__name__: s for s in (
     always_job_with_a_failing_node, deadline_passes_with_nodes_in_flight, delete_with_nodes_in_flight,
     selector_edit_replans_the_round, new_image_starts_a_new_round, new_node_hello_joins_a_never_job,
-    daily_round_of_a_never_job,
+    daily_round_of_a_never_job, silent_and_agentless_nodes_fail_within_their_bounds,
 )}
 
 

@@ -27,7 +27,7 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str) -> in
     from prewarm_cli import output as cli_output
 
     now = time.time()
-    view = view_job(current_store(ctx), namespace, name, now=now, with_tasks=True)
+    view = view_job(current_store(ctx), namespace, name, now=now, with_tasks=True, with_agents=True)
     click.echo(cli_output.describe_job(view, now=now))
     return EXIT_OK
 

@@ -200,6 +200,7 @@ def sweep() -> SweepResult:
     return sweep(
         store(), queues(), cluster_or_none(), now=time.time(), prefix=s.node_queue_prefix,
         silence_grace_seconds=s.node_silence_grace_seconds, resend_after_seconds=s.task_resend_seconds,
+        agent_silence_seconds=s.agent_silence_seconds, no_agent_grace_seconds=s.no_agent_grace_seconds,
         secrets=secret_mirror(),
     )
 

@@ -11,6 +11,8 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from prewarm.domain.liveness import AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS, REPORT_INTERVAL_SECONDS
+
 
 class SettingsError(RuntimeError):
     """The function's environment is incomplete or wrong; names every variable at fault."""
@@ -30,6 +32,12 @@ class Settings(BaseModel):
     kubeconfig: str = Field(default="", alias="KUBECONFIG")
     node_silence_grace_seconds: int = Field(default=300, alias="NODE_SILENCE_GRACE_SECONDS", ge=0)
     task_resend_seconds: int = Field(default=300, alias="TASK_RESEND_SECONDS", ge=1)
+    # A Pulling node silent this long is failed "agent not reporting" (docs/template.md, AgentSilenceSeconds).
+    agent_silence_seconds: int = Field(
+        default=AGENT_SILENCE_SECONDS, alias="AGENT_SILENCE_SECONDS", ge=int(4 * REPORT_INTERVAL_SECONDS)
+    )
+    # A node with no agent holds a round open this long, then fails "no agent on node" (NoAgentGraceSeconds).
+    no_agent_grace_seconds: int = Field(default=NO_AGENT_GRACE_SECONDS, alias="NO_AGENT_GRACE_SECONDS", ge=0)
     # The agent reads the same variable for the visibility timeout of its receives.
     node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
     node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")

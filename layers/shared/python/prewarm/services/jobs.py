@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, JobState
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.messages import CancelTask
+from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.status import COMPLETED_MESSAGE, job_bytes, progress_message
 from prewarm.services.ports import ExcludedNode, JobRecord, JobStore, NodeTaskRecord, StoreConflictError, TaskQueues
@@ -210,6 +210,8 @@ class JobView:
     tasks: list[NodeTaskRecord] = field(default_factory=list)
     children: list[JobView] = field(default_factory=list)
     excluded: list[ExcludedNode] = field(default_factory=list)
+    # Nodes whose agent said hello, read (`with_agents`) when some node still waits; None when not read.
+    agents: frozenset[str] | None = None
 
     @property
     def bytes(self) -> tuple[int, int]:
@@ -217,13 +219,19 @@ class JobView:
         return job_bytes(self.tasks if not self.children else [t for c in self.children for t in c.tasks])
 
 
-def view_job(store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False) -> JobView:
+def view_job(
+    store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False, with_agents: bool = False
+) -> JobView:
+    """One job; `with_tasks` reads its nodes, and `with_agents` the registered agents when a node still
+    waits (so that a node with no agent can be told from one waiting its turn)."""
     record = store.get_job(job_key(namespace, name))
     if record is None:
         raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
     view = _view(store, record, now=now, with_tasks=with_tasks)
     if record.shards and not view.excluded:
         view.excluded = store.get_excluded(record.key, shards=record.shards)
+    if with_agents and any(t.phase is NodePhase.WAITING for t in view.tasks):
+        view.agents = frozenset(n.name for n in store.list_nodes())
     return view
 
 

@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prewarm.domain.jobs import JobState
+from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
 from prewarm.domain.messages import CancelTask, NodePhase, node_queue_name
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
-from prewarm.services.dispatch import fill_slots, finish_if_done, job_spec, resend_dispatched
+from prewarm.services.dispatch import fill_slots, finish_if_done, job_spec, pull_task, resend_dispatched
 from prewarm.services.ports import (
     Cluster,
     JobRecord,
@@ -21,7 +22,6 @@ from prewarm.services.ports import (
 )
 
 log = logging.getLogger(__name__)
-
 
 
 SILENT_NODE_MESSAGE = "node has not responded for a long time"
@@ -55,6 +55,7 @@ def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> lis
 class SweepResult:
     deadline_failed: list[str] = field(default_factory=list)
     silent_nodes: list[str] = field(default_factory=list)
+    agentless_nodes: list[str] = field(default_factory=list)
     resent: int = 0
     slots_filled: int = 0
     expired: list[str] = field(default_factory=list)
@@ -72,11 +73,23 @@ def sweep(
     prefix: str,
     silence_grace_seconds: int = 300,
     resend_after_seconds: int = 300,
+    agent_silence_seconds: float = AGENT_SILENCE_SECONDS,
+    no_agent_grace_seconds: float | None = None,
     secrets: PullSecretCleanup | None = None,
 ) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
-    `secrets`, the mirrors of pull secrets no job names any more."""
+    `secrets`, the mirrors of pull secrets no job names any more.
+
+    Silence (`prewarm.domain.liveness`): a `Pulling` node whose agent has not reported for three report
+    intervals gets its task sent again (a restarted agent picks it up, a living one ignores the
+    duplicate); silent for `agent_silence_seconds`, it is failed with `agent not reporting`, whatever
+    the job's pull timeout. Given `no_agent_grace_seconds`, a node still `Waiting` whose agent never
+    said hello is failed with `no agent on node` that long after it was planned or sent its task. A
+    node sent its task but never reporting, though its agent said hello (the task may wait for one of
+    the agent's pull slots), is failed after the pull timeout plus `silence_grace_seconds`.
+    """
     result = SweepResult()
+    agents: set[str] | None = None
     for record in store.list_jobs():
         if record.ttl is not None and record.ttl <= now:
             # DynamoDB TTL deletes within days, not at the second: hide and delete it here.
@@ -94,14 +107,39 @@ def sweep(
             _fail_past_deadline(store, queues, record, now=now)
             result.deadline_failed.append(record.key)
             continue
-        limit = job.spec.pull_policy.timeout_seconds + silence_grace_seconds
+        unclaimed_limit = job.spec.pull_policy.timeout_seconds + silence_grace_seconds
+        resend: list[str] = []
         for task in store.get_tasks(record.key, shards=record.ref.shards):
-            if task.round != record.round or task.dispatched_at is None or task.phase.is_terminal:
+            if task.round != record.round or task.phase.is_terminal:
                 continue
-            heard = task.updated_at if task.phase is not NodePhase.WAITING else task.dispatched_at
-            silent = heard is not None and now - heard > limit
-            if silent and _finish_task(store, record, task.node, NodePhase.FAILED, SILENT_NODE_MESSAGE, now=now):
-                result.silent_nodes.append(f"{record.key}:{task.node}")
+            name = f"{record.key}:{task.node}"
+            if task.phase is NodePhase.WAITING and no_agent_grace_seconds is not None:
+                if agents is None:
+                    agents = {n.name for n in store.list_nodes()}
+                # A paused job (parallelism 0) holds its waiting nodes on purpose.
+                if task.node not in agents and (task.dispatched_at is not None or job.spec.parallelism > 0):
+                    since = task.dispatched_at or task.updated_at or record.start_time or now
+                    if now - since > no_agent_grace_seconds and _finish_task(
+                        store, record, task.node, NodePhase.FAILED, NO_AGENT_ON_NODE, now=now
+                    ):
+                        result.agentless_nodes.append(name)
+                    continue
+            if task.dispatched_at is None:
+                continue
+            if task.phase is NodePhase.PULLING:
+                quiet = now - (task.updated_at or task.dispatched_at)
+                if quiet > agent_silence_seconds:
+                    if _finish_task(store, record, task.node, NodePhase.FAILED, AGENT_NOT_REPORTING, now=now):
+                        result.silent_nodes.append(name)
+                elif is_silent(task, now=now):
+                    resend.append(task.node)
+            elif now - task.dispatched_at > unclaimed_limit and _finish_task(
+                store, record, task.node, NodePhase.FAILED, SILENT_NODE_MESSAGE, now=now
+            ):
+                result.silent_nodes.append(name)
+        if resend:
+            failures = queues.send_many([pull_task(record, job, node) for node in resend])
+            result.resent += len(resend) - len(failures)
         sent, _failures = resend_dispatched(store, queues, record, older_than=now - resend_after_seconds)
         result.resent += sent
         result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
