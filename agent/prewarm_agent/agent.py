@@ -519,8 +519,15 @@ class Agent:
                 self.log.exception("progress sampling failed")
 
     def report_progress(self) -> None:
-        """Send one Pulling report with the bytes so far for every running pull (the sampler's tick)."""
+        """Send one Pulling report for every task past its first attempt (the sampler's tick): the bytes so
+        far of a running pull, or that the next attempt waits. The control plane reads silence as a gone
+        agent (docs/agent.md, "Reports"), so a run between attempts reports too.
+        """
         running = self.pulls.running()
+        waiting = [run for run in self._current_runs()
+                   if run.pulling and not run.cancelled.is_set() and not any(run in runs for _, runs in running)]
+        for run in waiting:
+            self._send(run.report(NodePhase.PULLING, message=f"attempt {run.attempt} ended; waiting for the next"))
         if not running:
             return
         ingests: Sequence[Ingest] | None = None

@@ -104,3 +104,29 @@ def test_a_cancelled_run_sends_no_more_progress() -> None:
     agent.report_progress()
 
     assert status.sent == []
+
+
+def test_a_task_between_attempts_still_reports_so_the_control_plane_hears_from_its_agent() -> None:
+    clock, status = Clock(), Status()
+    agent = make_agent(Content([]), clock, status)
+    run = make_run(make_task())
+    run.begin_attempt(1, clock.time())  # the attempt failed; the retry sleeps or waits for a pull slot
+    agent._runs[run.key] = run
+
+    agent.report_progress()
+    agent.report_progress()
+
+    reports = [r for r in status.sent if isinstance(r, StatusReport)]
+    assert [(r.phase, r.attempt, r.seq) for r in reports] == [("Pulling", 1, 1), ("Pulling", 1, 2)]
+    assert reports[0].message == "attempt 1 ended; waiting for the next"
+
+
+def test_a_task_not_started_yet_sends_nothing() -> None:
+    clock, status = Clock(), Status()
+    agent = make_agent(Content([]), clock, status)
+    run = make_run(make_task())
+    agent._runs[run.key] = run
+
+    agent.report_progress()
+
+    assert status.sent == []
