@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Protocol
 
 from prewarm.adapters.secrets import AgentCredentials
-from prewarm.adapters.sqs import NodeQueues, QueueError, StatusQueue
+from prewarm.adapters.sqs import NodeQueues, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.images import parse_image
 from prewarm.domain.messages import (
     CancelTask,
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 OUTCOMES_KEPT = 4096
 SHUTDOWN_REASON = "agent shutting down"
 _REPORT_TRIES = 3
+# Waiting for a node queue name SQS refuses for 60 s after a deletion: retries back off to this.
+QUEUE_RETRY_MAX_SECONDS = 15.0
 
 
 def agent_version() -> str:
@@ -149,6 +151,7 @@ class Agent:
         self._outcomes: OrderedDict[tuple[str, int], StatusReport] = OrderedDict()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self.start_problem = ""  # why the node queue could not be set up yet, for /readyz
         self._stop_requested = threading.Event()
         self._background_stop = threading.Event()
         self._consumer: threading.Thread | None = None
@@ -178,7 +181,9 @@ class Agent:
         if not s.node_dlq_arn:
             self.log.warning("NODE_DLQ_ARN is empty: the node queue gets no dead-letter queue, poison messages "
                              "come back until SQS drops them")
-        url = self.node_queues.ensure_queue(s.node_name)
+        url = self._ensure_queue()
+        if url is None:
+            return  # stopped while waiting for the queue
         if isinstance(self.credentials, RegistryCredentials):
             self.credentials.prepare(s.aws_region)
         self.queue = TaskQueue(self.sqs, url)
@@ -190,6 +195,20 @@ class Agent:
             self._spawn(self._sample_progress, "agent-progress"),
         ]
         self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
+
+    def _ensure_queue(self) -> str | None:
+        """The node's queue, waiting out what may pass: SQS refuses a deleted queue's name for 60 s, and
+        EKS gives a new node the name of one that left (its IP). Exiting would only crash-loop the pod."""
+        delay = 1.0
+        while True:
+            try:
+                return self.node_queues.ensure_queue(self.settings.node_name)
+            except QueueRetryableError as e:
+                self.start_problem = str(e)
+                self.log.warning("node queue not available yet, trying again in %.0f s: %s", delay, e)
+                if self._stop_requested.wait(delay) or self._stopping.is_set():
+                    return None
+                delay = min(delay * 2, QUEUE_RETRY_MAX_SECONDS)
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"{name}-{self.settings.node_name}", daemon=True)
@@ -224,10 +243,10 @@ class Agent:
 
     def run_forever(self) -> int:
         """Run until SIGTERM/SIGINT (or `request_stop`), drain within `SHUTDOWN_GRACE_SECONDS`; returns 0."""
-        self.start()
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: self.request_stop())
+        self.start()
         self._stop_requested.wait()
         self.log.info("stop requested; draining for up to %gs", self.settings.shutdown_grace_seconds)
         self.stop(self.settings.shutdown_grace_seconds)
@@ -286,7 +305,8 @@ class Agent:
     def readiness(self) -> str | None:
         """What `/readyz` answers: None when containerd answers and the last receive did, else why not."""
         if self.queue is None:
-            return "starting: the node queue is not set up yet"
+            why = f": {self.start_problem}" if self.start_problem else ""
+            return f"starting: the node queue is not set up yet{why}"
         if self._stopping.is_set():
             return "stopping"
         try:

@@ -1,0 +1,61 @@
+"""An agent on a node whose name came back (EKS reuses node names with IPs) within SQS's 60 s refusal
+of the old queue's name: it waits for the name, reporting why, instead of exiting into CrashLoopBackOff."""
+
+from __future__ import annotations
+
+import threading
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from prewarm.adapters.sqs import NodeQueues
+from prewarm_agent.agent import Agent
+from prewarm_agent.node import NodeFacts
+from prewarm_agent.settings import AgentSettings
+from tests.support.agent import FakeCredentials, FakeRuntime
+from tests.support.waiting import eventually
+
+PREFIX = "prewarm-node"
+
+
+class NoContent:
+    def list_statuses(self, filters: object = ()) -> list[object]:
+        return []
+
+
+class NoLayers:
+    def layers(self, image: object, auth: object) -> dict[str, int]:
+        return {}
+
+
+# moto would hand the name back at once; the limits layer refuses it as SQS does, here for 3 s.
+@pytest.mark.aws_quotas(sqs_queue_name_reuse_s=3.0)
+def test_an_agent_waits_out_a_recently_deleted_queue_name_and_then_consumes() -> None:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        # Given the sweep deleted the queue of a node that left
+        queues = NodeQueues(PREFIX, status, client=sqs)
+        queues.delete_queue(queues.ensure_queue("node-a"))
+        settings = AgentSettings.from_env({
+            "NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": PREFIX, "AWS_REGION": "us-west-2",
+            "STATUS_QUEUE_URL": status, "HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": "0",
+            "RECEIVE_WAIT_SECONDS": "1",
+        })
+        agent = Agent(settings, cri=FakeRuntime(), content=NoContent(), sqs=sqs, credentials=FakeCredentials(),
+                      manifests=NoLayers(), node=lambda: NodeFacts(name="node-a"))
+        # When a node of the same name starts its agent at once
+        starting = threading.Thread(target=agent.start, daemon=True)
+        starting.start()
+        try:
+            # Then it is not ready and says why, and does not exit
+            assert eventually(lambda: "deleted less than 60 s ago" in (agent.readiness() or ""), timeout=5)
+            assert starting.is_alive()
+            # And once SQS allows the name it creates the queue, says hello and becomes ready
+            starting.join(timeout=15)
+            assert not starting.is_alive()
+            assert eventually(lambda: agent.readiness() is None, timeout=10), agent.readiness()
+            assert queues.queue_name("node-a") in {u.rsplit("/", 1)[1] for u in sqs.list_queues()["QueueUrls"]}
+        finally:
+            agent.stop(0)
