@@ -541,7 +541,7 @@ class Agent:
     def report_progress(self) -> None:
         """Send one Pulling report for every task past its first attempt (the sampler's tick): the bytes so
         far of a running pull, or that the next attempt waits. The control plane reads silence as a gone
-        agent (docs/agent.md, "Reports"), so a run between attempts reports too.
+        agent (docs/agent.md, "Progress"), so a run between attempts reports too.
         """
         running = self.pulls.running()
         waiting = [run for run in self._current_runs()

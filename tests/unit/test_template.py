@@ -270,6 +270,23 @@ def test_schedule_defaults() -> None:
     assert parameters["CredentialRefreshSchedule"]["Default"] == "rate(1 hour)"
 
 
+def test_the_sweep_bounds_on_silent_and_agentless_nodes_are_parameters_its_settings_read() -> None:
+    from prewarm.settings import Settings
+
+    parameters = template()["Parameters"]
+    env = props("SweepFunction")["Environment"]["Variables"]
+    values = {}
+    for variable, parameter in (("AGENT_SILENCE_SECONDS", "AgentSilenceSeconds"),
+                                ("NO_AGENT_GRACE_SECONDS", "NoAgentGraceSeconds")):
+        assert env[variable] == {"Ref": parameter}
+        assert parameters[parameter]["Default"] == 120
+        values[variable] = str(parameters[parameter]["Default"])
+    settings = Settings.from_env({"TABLE_NAME": "jobs", **values})
+    assert (settings.agent_silence_seconds, settings.no_agent_grace_seconds) == (120, 120)
+    floor = Settings.model_fields["agent_silence_seconds"].metadata[0].ge
+    assert floor == parameters["AgentSilenceSeconds"]["MinValue"]
+
+
 def test_asynchronous_functions_send_failed_invocations_to_a_dead_letter_queue() -> None:
     for name in ("OnImagePushFunction", "RepullDailyFunction", "SweepFunction", "RefreshEcrCredentialsFunction"):
         on_failure = props(name)["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]
