@@ -258,3 +258,21 @@ def test_fit_says_why_a_node_count_does_not_fit() -> None:
     assert fits.problems == []
     tight = Fit(nodes=20, start_s=9.0, process_mb=500, containerd_mb=780, available_mb=300, idle_cores=cores)
     assert [problem.split()[0] for problem in tight.problems] == ["only", "idle,"]
+
+
+FLEET_KEYS = {"nodes", "reports", "sim_seconds", "wall_seconds", "hottest_key", "hottest_key_writes_per_report",
+              "hottest_key_wcu_per_s", "throttles", "transaction_conflicts", "dlq_messages", "lost_reports",
+              "counters_exact", "job_item_bytes", "slot_refill_p50_s", "slot_refill_p99_s"}
+
+
+@pytest.mark.integration
+def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
+    # Given 50 simulated agents with short pulls, failures, duplicates, reordering and one restart
+    result = run_benchmark("fleet.py", "--nodes", "50", "--pull-median", "20", "--old-window", "5")
+    # Then the JSON line has every field, nothing was lost and the counters are exact in both runs
+    assert set(result) >= FLEET_KEYS
+    assert result["nodes"] == 50 and result["reports"] > 50
+    assert result["lost_reports"] == 0 and result["counters_exact"] is True and result["dlq_messages"] == 0
+    assert result["never"]["counters_exact"] is True and result["never"]["slot_refill_p50_s"] is not None
+    # And the old path wrote the job item with every report it applied
+    assert result["old"]["job_item_writes_per_report"] >= 1.0
