@@ -32,8 +32,8 @@ from typing import Any
 from prewarm_devtools.control import ControlError, ControlServer
 from prewarm_devtools.localrun import RunRecord, run_record_path, write_run_record
 from prewarm_devtools.project import project_files
-from prewarm_devtools.sam.aws import REGION, MotoServer, aws_environment
-from prewarm_devtools.sam.stack import ACCOUNT, LocalStack
+from prewarm_devtools.sam.aws import ACCOUNT, REGION, LocalIdentity, MotoServer, aws_environment
+from prewarm_devtools.sam.stack import LocalStack
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,8 @@ class LocalMode:
         self.aws = MotoServer().start()
         self._env_cm = aws_environment(self.aws.url)
         self._env_cm.__enter__()
-        parameters = {"ClusterName": "local"}
+        # The agents' role joins the node queues' senders, as docs/operations.md has a deploy pass it.
+        parameters = {"ClusterName": "local", "AgentRoleArn": self.agent_identity.arn}
         if self.kubeconfig:
             os.environ["KUBECONFIG"] = self.kubeconfig
         else:
@@ -213,6 +214,7 @@ class LocalMode:
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
                                 failed_visibility_seconds=1, function_output=self.function_log).deploy()
+        self.agent_identity.register()
         self.stack.start()
         # The schedule first fires an hour from now: refresh at once, so pull secrets and copies exist.
         self.stack.fire("refresh_ecr_credentials")
@@ -223,6 +225,11 @@ class LocalMode:
             for name in self.daemonset_nodes():
                 self._start_node(name)
         self.write_state()
+
+    @property
+    def agent_identity(self) -> LocalIdentity:
+        """The agents' role (IRSA or Pod Identity on EKS): the principal every agent process signs as."""
+        return LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-agent", "AG")
 
     def credentials_config(self) -> dict[str, Any]:
         """`refresh_ecr_credentials`' configuration here: the ECR registry of this account and region.
@@ -303,6 +310,8 @@ class LocalMode:
             "NODE_QUEUE_PREFIX": env["NODE_QUEUE_PREFIX"],
             "STATUS_QUEUE_URL": env["STATUS_QUEUE_URL"],
             "NODE_DLQ_ARN": env["NODE_DLQ_ARN"],
+            # A queue the agent creates for itself gets the same policy as the control plane's.
+            "NODE_QUEUE_SENDER_ARNS": env["NODE_QUEUE_SENDER_ARNS"],
             "AWS_REGION": REGION,
             "AWS_ENDPOINT_URL": self.aws.url,
             "SECRET_PREFIX": env["SECRET_PREFIX"],
@@ -316,8 +325,11 @@ class LocalMode:
             "PROGRESS_INTERVAL_SECONDS": "1",
             "SHUTDOWN_GRACE_SECONDS": "5",
             **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self.kube.token} if self.kube else {}),
+            **self.agent_identity.environment(),
             **self.agent_overrides,
         }
+        # An agent in this process builds its clients from this process's environment (the operator's
+        # keys, or a function's while it runs): only an agent process signs as the agents' role.
         if self.agent_processes:
             return AgentProcess(values, agent_output_path(self.logs_dir, name))
         return InProcessAgent(values)

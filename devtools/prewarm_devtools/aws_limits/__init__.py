@@ -6,6 +6,10 @@ allows (`Quotas`: each number with its source): DynamoDB's item size, transactio
 conflicts, per-partition capacity of the base table and each GSI; SQS's message and batch sizes and
 queue name reuse; ECR's GetAuthorizationToken rate. Refusals are the errors AWS answers.
 
+A send to a queue whose policy explicitly denies the caller is refused with AccessDenied, for callers
+the layer knows by access key (`layer.principals.add(key, arn)`: local mode registers its function
+roles, agents' role and operator); any other key is moto's default caller and is not evaluated.
+
 The layer also counts the capacity each DynamoDB partition key value consumed:
 
     >>> from prewarm_devtools import aws_limits
@@ -33,13 +37,15 @@ from prewarm_devtools.aws_limits import patches
 from prewarm_devtools.aws_limits.counting import CapacityKey, CapacityStats, KeyUsage, TokenBucket
 from prewarm_devtools.aws_limits.dynamodb import DynamoDBLimits, item_size, read_units, write_units
 from prewarm_devtools.aws_limits.ecr import ECRLimits
+from prewarm_devtools.aws_limits.policy import PolicyError, Principals, explicit_deny
 from prewarm_devtools.aws_limits.quotas import Quotas
 from prewarm_devtools.aws_limits.sqs import SQSLimits, message_size
 from prewarm_devtools.aws_limits.tables import StreamReaders
 
 __all__ = [
-    "AwsLimits", "CapacityKey", "CapacityStats", "KeyUsage", "Quotas", "TokenBucket", "active", "disable",
-    "enable", "item_size", "limits", "message_size", "read_units", "stats", "wanted", "write_units",
+    "AwsLimits", "CapacityKey", "CapacityStats", "KeyUsage", "PolicyError", "Principals", "Quotas", "TokenBucket",
+    "active", "disable", "enable", "explicit_deny", "item_size", "limits", "message_size", "read_units", "stats",
+    "wanted", "write_units",
 ]
 
 OFF_VALUES = {"0", "off", "false", "no"}
@@ -52,6 +58,8 @@ class AwsLimits:
         self.quotas = quotas or Quotas()
         self.clock = clock
         self.stats = CapacityStats(clock)
+        # Who calls, by access key: configuration rather than state, so a reset keeps it.
+        self.principals = Principals()
         self.dynamodb = DynamoDBLimits(self)
         self.sqs = SQSLimits(self)
         self.ecr = ECRLimits(self)

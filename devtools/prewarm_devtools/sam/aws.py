@@ -3,20 +3,70 @@
 The server answers within AWS's limits (`prewarm_devtools.aws_limits`): on by default, off with
 `MotoServer(limits=False)` or `PREWARM_AWS_LIMITS=off`. A layer already in force (a test's own
 quotas, the pytest plugin's) is kept as it is.
+
+Each local process has its principal, known to the layer by its access key id (`LocalIdentity`): the
+operator (the CLI, tests, the stack's own event plumbing) signs with `OPERATOR`'s key, each function
+with its role's (`LocalStack.invoke`), the agents with their role's (`LocalMode`). A queue policy's
+explicit Deny is evaluated for them as AWS would; a key the layer does not know is moto's default
+caller, for which nothing is evaluated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prewarm_devtools.aws_limits import AwsLimits, Quotas
 
 REGION = "us-west-2"
+ACCOUNT = "123456789012"
+
+
+@dataclass(frozen=True)
+class LocalIdentity:
+    """A local principal: its ARN and the access key it signs with (the secret is not checked)."""
+
+    arn: str
+    access_key_id: str
+    secret_access_key: str = "local"
+
+    @classmethod
+    def of_role(cls, arn: str, kind: str = "FN") -> LocalIdentity:
+        """The identity of a role, its key derived from the ARN (so every process derives the same one).
+
+        >>> LocalIdentity.of_role("arn:aws:iam::123456789012:role/prewarm-local-SweepRole").access_key_id[:7]
+        'LOCALFN'
+        """
+        digest = hashlib.sha256(arn.encode()).hexdigest()[:13].upper()
+        return cls(arn, f"LOCAL{kind}{digest}")
+
+    def environment(self) -> dict[str, str]:
+        """The variables that make boto3 sign as this identity."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+
+    def register(self) -> None:
+        """Makes the layer in force (if any) know this key as this principal."""
+        from prewarm_devtools import aws_limits
+
+        if (layer := aws_limits.active()) is not None:
+            layer.principals.add(self.access_key_id, self.arn)
+
+    def unregister(self) -> None:
+        """Makes this key moto's default caller again, for whatever runs after."""
+        from prewarm_devtools import aws_limits
+
+        if (layer := aws_limits.active()) is not None:
+            layer.principals.remove(self.access_key_id)
+
+
+# The person at the keyboard: the CLI's local target, tests' clients and the local stack's own plumbing.
+OPERATOR = LocalIdentity(f"arn:aws:iam::{ACCOUNT}:user/operator", "local", "local")
 
 
 class MotoServer:
@@ -47,6 +97,7 @@ class MotoServer:
         if self.layer is None and self._limits:
             self.layer = aws_limits.enable(None if self._limits is True else self._limits)
             self._own_layer = True
+        OPERATOR.register()
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.url = f"http://{host}:{port}"
@@ -58,6 +109,7 @@ class MotoServer:
 
     def stop(self) -> None:
         self._server.stop()
+        OPERATOR.unregister()
         if self._own_layer:
             from prewarm_devtools import aws_limits
 
@@ -74,7 +126,8 @@ class MotoServer:
         import boto3
 
         return boto3.client(service, region_name=self.region, endpoint_url=self.url,
-                            aws_access_key_id="local", aws_secret_access_key="local")
+                            aws_access_key_id=OPERATOR.access_key_id,
+                            aws_secret_access_key=OPERATOR.secret_access_key)
 
 
 @contextmanager
@@ -95,4 +148,4 @@ def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
 def aws_environment(url: str, region: str = REGION) -> AbstractContextManager[None]:
     """Points boto3 in this process at the local endpoint (restored on exit)."""
     return patched_environ({"AWS_ENDPOINT_URL": url, "AWS_DEFAULT_REGION": region, "AWS_REGION": region,
-                            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"})
+                            **OPERATOR.environment()})

@@ -8,7 +8,11 @@ and schedules (a timer for `rate(...)`, `fire()` on demand for any). Handlers ru
 Lambda-like context. A wiring mistake in the template (a handler that does not exist, an event
 source pointing nowhere, an environment the settings reject) fails `deploy()`.
 
-Not emulated: IAM (policies are not enforced locally), X-Ray, CloudWatch alarms and dashboards.
+Each function runs as its role: its invocations sign with the role's own access key, which the AWS
+limits layer maps to the role's ARN, so a queue policy's explicit Deny applies to it as on AWS.
+
+Not emulated: IAM identity policies (what a role may do is not checked locally), X-Ray, CloudWatch alarms
+and dashboards.
 """
 
 from __future__ import annotations
@@ -33,14 +37,13 @@ from typing import Any, TextIO
 import boto3
 
 from prewarm_devtools.project import project_files
-from prewarm_devtools.sam.aws import patched_environ
+from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
 from prewarm_devtools.sam.events import LambdaContext, matches_pattern, schedule_event, sqs_event, stream_event
 from prewarm_devtools.sam.intrinsics import Physical, Resolver
 from prewarm_devtools.sam.template import TemplateError, load_template, table_create_args
 
 log = logging.getLogger(__name__)
 
-ACCOUNT = "123456789012"
 # Created only as names locally: their effect (permissions, alarms, logs) is not emulated.
 _NAME_ONLY = {
     "AWS::IAM::Role": "arn:aws:iam::{account}:role/{name}",
@@ -69,6 +72,7 @@ class Function:
     timeout: int
     memory: int
     events: dict[str, dict[str, Any]]
+    identity: LocalIdentity | None = None
     module: ModuleType | None = None
     invocations: int = 0
     errors: int = 0
@@ -115,6 +119,7 @@ class LocalStack:
         self._stop = threading.Event()
         self.resolver: Resolver | None = None
         self.event_bus_url = ""
+        self._clients_of: str | None = None
 
     # -- deploy -------------------------------------------------------------------------------
 
@@ -152,6 +157,8 @@ class LocalStack:
                 self.functions[logical] = self._function(logical, res.get("Properties", {}))
         for fn in self.functions.values():
             self._check_wiring(fn)
+            if fn.identity is not None:
+                fn.identity.register()
         # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
         self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
@@ -205,6 +212,9 @@ class LocalStack:
             timeout=int(props.get("Timeout", globals_.get("Timeout", 3))),
             memory=int(props.get("MemorySize", globals_.get("MemorySize", 128))),
             events={k: self.resolver.resolve(v) for k, v in props.get("Events", {}).items()},
+            # SAM makes `<Function>Role` for a function that names no Role.
+            identity=LocalIdentity.of_role(str(self.resolver.resolve(props["Role"])) if "Role" in props
+                                           else f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-{logical}Role"),
         )
 
     def _check_wiring(self, fn: Function) -> None:
@@ -261,7 +271,7 @@ class LocalStack:
         `os.environ` and one stdout for all of them.
         """
         fn = self.function(name)
-        env = dict(fn.env)
+        env = {**fn.env, **(fn.identity.environment() if fn.identity else {})}
         if "AWS_ENDPOINT_URL" not in os.environ:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
         with self._gate.enter(fn.logical_id, lambda: self._environment(fn, env)):
@@ -284,6 +294,13 @@ class LocalStack:
             from prewarm.settings import settings
 
             settings.cache_clear()
+            if self._clients_of != fn.logical_id:
+                # The shared package's clients sign with the keys in force when they were built: a
+                # function's own, as in its own Lambda environment, not the last function's.
+                import prewarm.bootstrap as bootstrap
+
+                bootstrap.reset()
+                self._clients_of = fn.logical_id
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.
                 fn.module = self._load(fn)
