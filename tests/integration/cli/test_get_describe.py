@@ -199,12 +199,16 @@ def test_describe_job_shows_spec_status_node_rows_and_excluded_nodes(prewarm: Ru
     assert "Message:         job is running, progress 66.7%" in text
     lines = text.splitlines()
     header = lines.index("Nodes (3: 1 Succeeded, 1 Failed, 1 Waiting):")
-    assert lines[header + 1].split() == ["NODE", "PHASE", "SENT", "ATTEMPTS", "PROGRESS", "DURATION", "MESSAGE"]
+    assert lines[header + 1].split() == [
+        "NODE", "PHASE", "SENT", "REPORTED", "ATTEMPTS", "PROGRESS", "DURATION", "MESSAGE"
+    ]
     rows = {line.split()[0]: line for line in lines[header + 2: header + 5]}
     assert "Succeeded" in rows["node-a"] and "40.0 MiB/40.0 MiB (100%)" in rows["node-a"]
     assert rows["node-b"].split()[1:2] == ["Failed"] and rows["node-b"].endswith("failed to pull: 401 Unauthorized")
-    assert rows["node-b"].split()[4] == "4"  # attempts, after SENT "Ns ago"
-    assert rows["node-c"].split()[1] == "Waiting" and "ago" in rows["node-c"]  # its task was sent
+    assert rows["node-b"].split()[6] == "4"  # attempts, after SENT and REPORTED "Ns ago"
+    # Its task was sent, it has not reported, and no agent on it ever said hello
+    assert rows["node-c"].split()[1:6] == ["Waiting", rows["node-c"].split()[2], "ago", "-", "0"]
+    assert rows["node-c"].endswith("no agent on node")
     excluded = lines.index("Excluded Nodes (1):")
     assert lines[excluded + 2].split(maxsplit=1) == ["node-d", "node not found"]
 
