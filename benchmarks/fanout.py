@@ -213,8 +213,11 @@ def benchmark(nodes: int, parallelism: int, baseline_nodes: int, cold_queues: bo
         print(f"  moto ThreadedMotoServer in its own process at {moto.url}; "
               f"embedded Kubernetes API in its own process at {api.url}")
         stack = LocalStack(moto.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
-        # The functions' environment from template.yaml, as each function has it.
-        with mock.patch.dict(os.environ, stack.env()):
+        # dispatch_job's environment from template.yaml, signing as its role (node queues take tasks
+        # from the stack's sending roles only).
+        dispatch = stack.function("DispatchJobFunction")
+        identity = dispatch.identity.environment() if dispatch.identity else {}
+        with mock.patch.dict(os.environ, {**stack.env(), **identity}):
             from prewarm import bootstrap
 
             names = [n["metadata"]["name"] for n in bootstrap.cluster().list_nodes()]

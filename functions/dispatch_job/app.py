@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from prewarm import bootstrap
 from prewarm.observability import logger, metrics, tracer
 from prewarm.services.dispatch import needs_planning
+from prewarm.services.jobs import needs_deletion
 
 if TYPE_CHECKING:
     # The batch utility's package costs ~100 ms of imports: its response type is for the type checker only.
@@ -19,8 +20,14 @@ if TYPE_CHECKING:
 def plan_record(record: DynamoDBRecord) -> None:
     image = record.dynamodb.new_image if record.dynamodb else None
     old = record.dynamodb.old_image if record.dynamodb else None
+    if image and needs_deletion(image, old or None):
+        key = f"{image['namespace']}/{image['name']}"
+        logger.append_keys(job=key)
+        # A failed cancel raises TaskSendError: the stream retries this record, the items still there.
+        logger.info("deleted", extra={"cancels_sent": bootstrap.complete_deletion(key)})
+        return
     if not image or not needs_planning(image, old or None):
-        return  # a removed job (its delete cancelled the nodes), or only its counters or shards changed
+        return  # a removed job, or only its counters or shards changed
     key = f"{image['namespace']}/{image['name']}"
     logger.append_keys(job=key)
     # A failed send raises TaskSendError, so the stream retries this record and re-sends what was not sent.

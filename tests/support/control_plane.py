@@ -9,9 +9,10 @@ from typing import Any
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
+from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import CancelTask, PullTask, StatusReport, parse_node_message
 from prewarm.services.dispatch import PlanResult, plan_job
-from prewarm.services.jobs import job_key
+from prewarm.services.jobs import complete_deletion, job_key
 from prewarm.services.reports import ReportOutcome, record_report
 from tests.support.cluster import FakeCluster
 
@@ -57,6 +58,13 @@ class ControlPlane:
         report = StatusReport(job=record.key, job_uid=record.uid, round=record.round, node=node, phase=phase,
                               attempt=fields.pop("attempt", 1), seq=self._seq, **fields)
         return record_report(self.store, self.queues, report, now=self.now())
+
+    def finish_deletions(self) -> list[str]:
+        """What dispatch_job does with the stream records of jobs marked Deleting: cancels, then removal."""
+        keys = [r.key for r in self.store.list_jobs() if r.state == JobState.DELETING]
+        for key in keys:
+            complete_deletion(self.store, self.queues, key)
+        return keys
 
     def node_messages(self, node: str) -> list[PullTask | CancelTask]:
         """Takes every message off a node's queue (none when the queue was never created)."""

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     pass
 
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from prewarm_cli.options import current_store, current_target, target_options
+from prewarm_cli.options import current_store, target_options
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN_NAME = "<stdin>"
@@ -122,7 +122,6 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
     from prewarm.services.ports import StoreError
 
     invalid = failed = applied = 0
-    queues = current_target(ctx).queues()  # a list job that drops an image cancels that image's pulls
     for source, read in _sources(filenames, recursive):
         try:
             text = read()
@@ -133,7 +132,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
         documents, problems = _documents(source, text)
         for doc in documents:
             try:
-                outcome = apply_manifest(current_store(ctx), doc.body, now=time.time(), queues=queues)
+                outcome = apply_manifest(current_store(ctx), doc.body, now=time.time())
             except JobValidationError as e:
                 subject = f" ({e.subject})" if e.subject else ""
                 for problem in e.errors:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import click
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     pass
 
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
-from prewarm_cli.options import current_store, current_target, namespace_option, resource_name, target_options
+from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
 
 
 @click.command()
@@ -32,17 +33,17 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
                 click.echo(f'error: rule "{name}" not found', err=True)
                 code = EXIT_FAILURE
         return code
-    from prewarm.services.jobs import delete_job, job_key
+    from prewarm.services.jobs import job_key, request_deletion
 
-    queues = current_target(ctx).queues()
     for name in names:
         record = store.get_job(job_key(namespace, name))
         if record is None:
             click.echo(f'error: job "{name}" not found in namespace "{namespace}"', err=True)
             code = EXIT_FAILURE
             continue
-        cancelled = delete_job(store, queues, namespace, name)
-        note = f" ({cancelled} in-flight pull{'s' if cancelled != 1 else ''} cancelled)" if cancelled else ""
+        # The stack's dispatch function sends the cancels: node queues take messages from its roles only.
+        cancelling = request_deletion(store, namespace, name, now=time.time())
+        note = f" ({cancelling} in-flight pull{'s' if cancelling != 1 else ''} being cancelled)" if cancelling else ""
         click.echo(f'{record.api_kind.lower()}.apps.kruise.io "{name}" deleted{note}')
     return code
 

@@ -300,6 +300,8 @@ class LocalStack:
                 import prewarm.bootstrap as bootstrap
 
                 bootstrap.reset()
+                # boto3's default session keeps the credentials it resolved first: start a new one.
+                boto3.DEFAULT_SESSION = None
                 self._clients_of = fn.logical_id
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.

@@ -38,10 +38,14 @@ def test_deleting_a_job_cancels_its_in_flight_pulls_on_their_node_queues(
     # When it is deleted
     result = prewarm("delete", "job", "delete-web")
 
-    # Then kubectl's answer says how many pulls were cancelled, the cancels are on those nodes' queues,
-    # and the job is gone
+    # Then kubectl's answer says how many pulls are being cancelled, and the CLI itself sent nothing:
+    # node queues take messages from the stack's roles only
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == 'imagepulljob.apps.kruise.io "delete-web" deleted (2 in-flight pulls cancelled)\n'
+    assert result.stdout == 'imagepulljob.apps.kruise.io "delete-web" deleted (2 in-flight pulls being cancelled)\n'
+    assert all(control_plane.node_messages(n) == [] for n in ("node-a", "node-b", "node-c"))
+    # And once the control plane has the job's Deleting record, the cancels are on those nodes' queues
+    # and the job is gone
+    assert control_plane.finish_deletions() == ["default/delete-web"]
     for node in ("node-a", "node-b"):
         (cancel,) = control_plane.node_messages(node)
         assert isinstance(cancel, CancelTask)
@@ -61,8 +65,10 @@ def test_deleting_a_list_job_removes_its_image_pull_jobs(prewarm: Run, control_p
     # When it is deleted
     result = prewarm("delete", "job", "delete-list")
 
-    # Then it and its children are gone
+    # Then it and its children are gone once the control plane has their Deleting records
     assert result.stdout == 'imagelistpulljob.apps.kruise.io "delete-list" deleted\n'
+    assert sorted(control_plane.finish_deletions()) == sorted(
+        [job_key("default", c) for c in record.children] + [job_key("default", "delete-list")])
     assert all(control_plane.store.get_job(job_key("default", c)) is None for c in record.children)
     assert control_plane.store.get_job(job_key("default", "delete-list")) is None
 

@@ -20,7 +20,7 @@ import pytest
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, parse_node_message
-from prewarm.services.jobs import apply_manifest, delete_job, view_job
+from prewarm.services.jobs import apply_manifest, request_deletion, view_job
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack, WiringError
@@ -158,9 +158,14 @@ def test_pod_selector_never_job_adds_a_new_node_on_hello_and_deletes_with_cancel
     stack.run_until_idle()
     assert [t.node for t in agents.take()] == [new]
     assert view_job(store, "ml", "inference-warm", now=0).desired == 3
-    assert delete_job(store, env["queues"], "ml", "inference-warm") == 3
+    # The operator's delete only marks the job (the node queues' policy refuses the operator's sends) ...
+    assert request_deletion(store, "ml", "inference-warm", now=2.0) == 3
+    assert agents.take() == []
+    # ... and dispatch_job, as its own role, sends the cancels when the job's record reaches it
+    stack.run_until_idle()
     cancels = agents.take()
     assert len(cancels) == 3 and all(isinstance(c, CancelTask) for c in cancels)
+    assert store.get_job("ml/inference-warm") is None
 
 
 def test_wrong_event_wiring_in_the_template_fails_deploy(env: dict[str, Any], tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
 from prewarm.services.dispatch import needs_planning, plan_job
-from prewarm.services.jobs import apply_manifest, delete_job, view_job
+from prewarm.services.jobs import apply_manifest, complete_deletion, delete_job, view_job
 from prewarm.services.reports import record_report, register_node
 from prewarm.services.schedules import SILENT_NODE_MESSAGE, repull_daily, sweep
 from tests.support.cluster import make_node, make_pod
@@ -416,7 +416,13 @@ def test_image_list_job_dropping_an_image_cancels_its_pulls_and_finishes_with_a_
     sent = tasks_sent(plane, nodes)[nodes[0]]
     assert len(sent) == 2
     doc["spec"]["images"] = [IMAGE]
-    assert apply_manifest(plane.store, doc, now=plane.now(), queues=plane.queues).outcome == "configured"
+    assert apply_manifest(plane.store, doc, now=plane.now()).outcome == "configured"
+    # The apply (the CLI) sends nothing: it marks the dropped image's job Deleting ...
+    assert not tasks_sent(plane, nodes).get(nodes[0])
+    deleting = [r.key for r in plane.store.list_jobs() if r.state == "Deleting"]
+    assert len(deleting) == 1
+    # ... and the table stream hands that record to dispatch_job, which cancels its pulls
+    assert complete_deletion(plane.store, plane.queues, deleting[0]) == 1
     (cancel,) = tasks_sent(plane, nodes)[nodes[0]]
     assert isinstance(cancel, CancelTask) and cancel.reason == "job deleted"
     kept = next(t for t in sent if t.image == IMAGE)

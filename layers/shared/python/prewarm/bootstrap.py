@@ -153,6 +153,13 @@ def record_report(report: StatusReport) -> ReportOutcome:
     return record_report(store(), queues(), report, now=time.time())
 
 
+def complete_deletion(key: str) -> int:
+    """Cancel a deleted job's in-flight pulls (as this stack's role) and remove its items."""
+    from prewarm.services.jobs import complete_deletion
+
+    return complete_deletion(store(), queues(), key)
+
+
 def record_status(messages: Sequence[tuple[str, StatusReport | Hello]]) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos, then reports together."""
     from prewarm.services.reports import record_status

@@ -242,6 +242,7 @@ class DynamoJobStore:
             version=values.get("version", 0),
             counters=Counters(**{k: values.get(k, 0) for k in _COUNTERS if k != "done"}),
             shards=values.get("shards", 0),
+            deleting_since=values.get("deleting_since"),
             platforms=json.loads(values.get("platforms", "[]")),
             start_time=values.get("start_time"),
             completion_time=values.get("completion_time"),

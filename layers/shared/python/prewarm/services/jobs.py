@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -12,7 +13,15 @@ from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.status import COMPLETED_MESSAGE, job_bytes, progress_message
-from prewarm.services.ports import ExcludedNode, JobRecord, JobStore, NodeTaskRecord, StoreConflictError, TaskQueues
+from prewarm.services.ports import (
+    ExcludedNode,
+    JobRecord,
+    JobStore,
+    NodeTaskRecord,
+    StoreConflictError,
+    TaskQueues,
+    TaskSendError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +62,14 @@ def _pull_part(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def apply_manifest(
-    store: JobStore, doc: dict[str, Any], *, now: float, queues: TaskQueues | None = None
+    store: JobStore, doc: dict[str, Any], *, now: float
 ) -> Applied:
     """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error."""
     obj = parse_manifest(doc)
     if isinstance(obj, PrewarmRule):
         outcome = store.put_rule(obj.metadata.name, obj.to_manifest(), obj.spec_hash())
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
-    return apply_job(store, obj, now=now, queues=queues)
+    return apply_job(store, obj, now=now)
 
 
 def apply_job(
@@ -70,17 +79,17 @@ def apply_job(
     now: float,
     platforms: list[dict[str, str]] | None = None,
     owner: str = "",
-    queues: TaskQueues | None = None,
 ) -> Applied:
     """Creates the job, or re-plans it when its spec changed; the same spec twice is a no-op.
 
     A change of what is pulled (image, pull policy, secrets, sandbox config) starts a new round on every
     node; any other change (selector, parallelism, deadlines) re-plans the current round. Editing a
     finished job runs it again: its completion is cleared and the plan decides anew.
-    `queues` lets a list job cancel the pulls of images it no longer lists.
+    A list job that no longer lists an image marks that image's job for deletion (the control plane
+    cancels its pulls).
     """
     if isinstance(job, ImageListPullJob):
-        return _apply_list_job(store, job, now=now, queues=queues)
+        return _apply_list_job(store, job, now=now)
     ns, name = job.metadata.namespace, job.metadata.name
     manifest = job.to_manifest()
     spec_hash = job.spec_hash()
@@ -130,7 +139,7 @@ def apply_job(
     raise StoreConflictError(f"job {key} kept changing while being applied; try again")
 
 
-def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, queues: TaskQueues | None) -> Applied:
+def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Applied:
     """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does."""
     ns, name = job.metadata.namespace, job.metadata.name
     key = job_key(ns, name)
@@ -157,38 +166,77 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, queue
         store.set_job_fields(key, {"children": child_names})
         outcome = "configured"
         for child in sorted(stale):
-            _delete_one(store, queues, job_key(ns, child))
+            # Its pulls are cancelled by the control plane, which sees the child marked Deleting.
+            _mark_deleting(store, job_key(ns, child), now=now)
     return Applied("ImageListPullJob", ns, name, outcome, applied_children)
 
 
-def delete_job(store: JobStore, queues: TaskQueues | None, namespace: str, name: str) -> int:
-    """Cancels in-flight pulls, then removes the job (and a list job's children). Returns cancels sent."""
+def request_deletion(store: JobStore, namespace: str, name: str, *, now: float) -> int:
+    """Marks a job (and a list job's children) for deletion; the control plane does the rest.
+
+    This is all the CLI does: the node queues take messages from the stack's roles only, so the
+    cancels are sent by `complete_deletion`, run by `dispatch_job` on the job's stream record (and by
+    the sweep if that record is lost). Reports racing with the delete find the job `Deleting` and
+    change nothing. Returns how many in-flight pulls will be cancelled.
+    """
     key = job_key(namespace, name)
     record = store.get_job(key)
     if record is None:
         raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
-    sent = 0
-    for child in record.children if record.api_kind == "ImageListPullJob" else []:
-        sent += _delete_one(store, queues, job_key(namespace, child))
-    return sent + _delete_one(store, queues, key)
+    children = record.children if record.api_kind == "ImageListPullJob" else []
+    return sum(_mark_deleting(store, job_key(namespace, c), now=now) for c in children) + _mark_deleting(
+        store, key, now=now)
 
 
-def _delete_one(store: JobStore, queues: TaskQueues | None, key: str) -> int:
+def _mark_deleting(store: JobStore, key: str, *, now: float) -> int:
     record = store.get_job(key)
     if record is None:
         return 0
-    # Mark it first: reports racing with the delete then find a finished job and change nothing.
-    store.finish_job(key, {"state": JobState.DELETING, "message": "job is being deleted"}, require_done=False)
-    in_flight = [t for t in store.get_tasks(key, shards=record.ref.shards)
-                 if t.dispatched_at is not None and not t.phase.is_terminal]
-    cancels = [
-        CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="job deleted") for t in in_flight
-    ]
-    if queues is not None and cancels:
-        for node, error in queues.send_many(cancels):
-            log.warning("cancel for %s of %s not sent: %s", node, key, error)
+    if record.state != JobState.DELETING:
+        store.set_job_fields(key, {"state": JobState.DELETING, "message": "job is being deleted",
+                                   "deleting_since": now})
+    return len(_in_flight(store, record))
+
+
+def needs_deletion(item: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> bool:
+    """Whether a job item from the table stream asks the control plane to finish its deletion."""
+    if item.get("sk") != "JOB" or item.get("state") != JobState.DELETING:
+        return False
+    return old is None or old.get("state") != JobState.DELETING
+
+
+def _in_flight(store: JobStore, record: JobRecord) -> list[NodeTaskRecord]:
+    if not record.shards:
+        return []
+    return [t for t in store.get_tasks(record.key, shards=record.ref.shards)
+            if t.dispatched_at is not None and not t.phase.is_terminal]
+
+
+def complete_deletion(store: JobStore, queues: TaskQueues, key: str) -> int:
+    """The control plane's half of a delete: cancels the in-flight pulls, then removes the job's items.
+
+    Safe to run again (a stream retry, the sweep): a job already gone is a no-op. Returns cancels sent.
+    """
+    record = store.get_job(key)
+    if record is None or record.state != JobState.DELETING:
+        return 0
+    cancels = [CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="job deleted")
+               for t in _in_flight(store, record)]
+    failures = queues.send_many(cancels) if cancels else []
+    if failures:
+        # Kept for a retry: once the items are gone, nobody could tell whom to cancel.
+        raise TaskSendError(failures)
     store.delete_job(key)
     return len(cancels)
+
+
+def delete_job(store: JobStore, queues: TaskQueues, namespace: str, name: str, *, now: float = 0.0) -> int:
+    """Both halves of a delete in one process (the control plane's own tests and tools); returns cancels sent."""
+    record = store.get_job(job_key(namespace, name))
+    request_deletion(store, namespace, name, now=now)
+    children = record.children if record is not None and record.api_kind == "ImageListPullJob" else []
+    keys = [job_key(namespace, c) for c in children] + [job_key(namespace, name)]
+    return sum(complete_deletion(store, queues, k) for k in keys)
 
 
 @dataclass

@@ -146,6 +146,7 @@ class JobRecord:
     pull_secret_arns: list[str] = field(default_factory=list)
     # How many partitions the job's node items are spread over, fixed at its first plan (0: not planned).
     shards: int = 0
+    deleting_since: float | None = None
 
     @property
     def key(self) -> str:

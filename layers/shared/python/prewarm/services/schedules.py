@@ -11,6 +11,7 @@ from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, 
 from prewarm.domain.messages import CancelTask, NodePhase, node_queue_name
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
 from prewarm.services.dispatch import fill_slots, finish_if_done, job_spec, pull_task, resend_dispatched
+from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
     Cluster,
     JobRecord,
@@ -62,6 +63,12 @@ class SweepResult:
     queues_deleted: list[str] = field(default_factory=list)
     nodes_forgotten: list[str] = field(default_factory=list)
     pull_secrets_deleted: list[str] = field(default_factory=list)
+    deletions_completed: list[str] = field(default_factory=list)
+
+
+# A deletion the dispatch function has not finished this long after it was asked (its stream record
+# lost or failed for good) is finished by the sweep.
+DELETION_GRACE_SECONDS = 60
 
 
 def sweep(
@@ -91,6 +98,11 @@ def sweep(
     result = SweepResult()
     agents: set[str] | None = None
     for record in store.list_jobs():
+        if record.state == JobState.DELETING:
+            if (record.deleting_since or 0) <= now - DELETION_GRACE_SECONDS:
+                complete_deletion(store, queues, record.key)
+                result.deletions_completed.append(record.key)
+            continue
         if record.ttl is not None and record.ttl <= now:
             # DynamoDB TTL deletes within days, not at the second: hide and delete it here.
             store.delete_job(record.key)
