@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from prewarm.domain.liveness import AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS, REPORT_INTERVAL_SECONDS
+from prewarm.domain.intervals import AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS, REPORT_INTERVAL_SECONDS
 
 
 class SettingsError(RuntimeError):

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Container
 
+# Re-exported: the intervals belong with the rules that judge silence by them.
+from prewarm.domain.intervals import AGENT_SILENCE_SECONDS as AGENT_SILENCE_SECONDS
+from prewarm.domain.intervals import NO_AGENT_GRACE_SECONDS as NO_AGENT_GRACE_SECONDS
+from prewarm.domain.intervals import REPORT_INTERVAL_SECONDS as REPORT_INTERVAL_SECONDS
+from prewarm.domain.intervals import SILENT_AFTER_INTERVALS as SILENT_AFTER_INTERVALS
+from prewarm.domain.intervals import SILENT_AFTER_SECONDS as SILENT_AFTER_SECONDS
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.status import NodeTaskRecord
-
-# The agent's PROGRESS_INTERVAL_SECONDS may be shorter, never longer: the control plane and the CLI
-# judge silence by this interval.
-REPORT_INTERVAL_SECONDS = 5.0
-SILENT_AFTER_INTERVALS = 3
-SILENT_AFTER_SECONDS = SILENT_AFTER_INTERVALS * REPORT_INTERVAL_SECONDS
-
-# The sweep's defaults (Settings AGENT_SILENCE_SECONDS and NO_AGENT_GRACE_SECONDS, docs/template.md).
-AGENT_SILENCE_SECONDS = 120
-NO_AGENT_GRACE_SECONDS = 120
 
 AGENT_NOT_REPORTING = "agent not reporting"
 NO_AGENT_ON_NODE = "no agent on node"
