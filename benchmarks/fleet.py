@@ -502,7 +502,13 @@ class Fleet:
             if quiet >= 3:
                 break
             if t > limit:
-                raise BenchmarkError(f"{result.label}: not finished after {self.args.max_sim_seconds} simulated s")
+                open_nodes = [(n.node, n.phase.value, n.attempt, n.seq, agents.final_phase.get(n.node))
+                              for n in self.store.get_tasks(result.key) if not n.phase.is_terminal]
+                raise BenchmarkError(
+                    f"{result.label}: not finished after {self.args.max_sim_seconds} simulated s: counters "
+                    f"{record.counters if record else None}, DLQs {self.dlq_messages()}, unfinished node items "
+                    f"(node, phase, attempt, seq, the agent's final phase) {open_nodes[:5]}, agents still pulling "
+                    f"{len(agents.runs)}, node queues with tasks {len(busy)}")
             if self.args.verbose and int(t) % 30 == 0:
                 c = record.counters if record else None
                 print(f"    t={t - result.sim_start:.0f}s pulls {len(agents.runs)} reports/s {len(bodies)} "
