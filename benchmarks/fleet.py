@@ -467,7 +467,7 @@ class Fleet:
         result.sim_start = self.clock.now
         first_final: set[str] = set()
         quiet = 0
-        limit = self.clock.now + self.args.max_sim_seconds
+        limit = self.clock.now + (self.args.max_sim_seconds or 20 * self.args.pull_median)
         while True:
             t = self.tick()
             busy = self.moto.busy(self.node_prefix)
@@ -505,7 +505,7 @@ class Fleet:
                 open_nodes = [(n.node, n.phase.value, n.attempt, n.seq, agents.final_phase.get(n.node))
                               for n in self.store.get_tasks(result.key) if not n.phase.is_terminal]
                 raise BenchmarkError(
-                    f"{result.label}: not finished after {self.args.max_sim_seconds} simulated s: counters "
+                    f"{result.label}: not finished after {t - result.sim_start:.0f} simulated s: counters "
                     f"{record.counters if record else None}, DLQs {self.dlq_messages()}, unfinished node items "
                     f"(node, phase, attempt, seq, the agent's final phase) {open_nodes[:5]}, agents still pulling "
                     f"{len(agents.runs)}, node queues with tasks {len(busy)}")
@@ -989,7 +989,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="share of reports duplicated or held back (default 0.01)")
     parser.add_argument("--old-window", type=float, default=15.0,
                         help="simulated seconds of each round replayed through the old path (default 15; 0: none)")
-    parser.add_argument("--max-sim-seconds", type=float, default=7200.0, help="give up after (default 7200)")
+    parser.add_argument("--max-sim-seconds", type=float, default=0.0,
+                        help="give up on a round after (default: 20 median pulls)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--verbose", action="store_true", help="a progress line every 30 simulated s")
     args = parser.parse_args(argv)
