@@ -294,15 +294,15 @@ class LocalStack:
             from prewarm.settings import settings
 
             settings.cache_clear()
-            if self._clients_of != fn.logical_id:
-                # The shared package's clients sign with the keys in force when they were built: a
-                # function's own, as in its own Lambda environment, not the last function's.
-                import prewarm.bootstrap as bootstrap
+            # The shared package's clients sign with the keys in force when they were built: a
+            # function's own, as in its own Lambda environment, not those of the last function or of
+            # whatever else in this process built them meanwhile.
+            import prewarm.bootstrap as bootstrap
 
-                bootstrap.reset()
-                # boto3's default session keeps the credentials it resolved first: start a new one.
-                boto3.DEFAULT_SESSION = None
-                self._clients_of = fn.logical_id
+            bootstrap.reset()
+            # boto3's default session keeps the credentials it resolved first: start a new one.
+            boto3.DEFAULT_SESSION = None
+            self._clients_of = fn.logical_id
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.
                 fn.module = self._load(fn)
