@@ -276,7 +276,7 @@ def view_job(
     if record is None:
         raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
     view = _view(store, record, now=now, with_tasks=with_tasks)
-    if record.shards and not view.excluded:
+    if record.shards and not with_tasks:  # with_tasks has read them already
         view.excluded = store.get_excluded(record.key, shards=record.shards)
     if with_agents and any(t.phase is NodePhase.WAITING for t in view.tasks):
         view.agents = frozenset(n.name for n in store.list_nodes())

@@ -101,6 +101,7 @@ class _JobBatch:
                  indexes: list[int], result: BatchOutcome, *, now: float, sleep: Callable[[float], None]) -> None:
         self.store, self.queues, self.key, self.now, self.sleep = store, queues, key, now, sleep
         self.reports, self.result = reports, result
+        self.indexes = list(indexes)
         self.pending = list(indexes)
         self.freed = False  # a node finished: refill slots and see whether the job is done
         self.redelivered_final = False
@@ -133,7 +134,9 @@ class _JobBatch:
             fill_slots(self.store, self.queues, self.key, now=self.now)
             finished = finish_if_done(self.store, self.key, now=self.now)
             if finished:
-                for o in self.result.outcomes:
+                # Credited to one final report of this job (another job's reports share the batch).
+                for i in self.indexes:
+                    o = self.result.outcomes[i]
                     if o.applied and o.phase is not None and o.phase.is_terminal:
                         o.finished_job = True
                         break
