@@ -21,18 +21,19 @@ def _completion_type(view: JobView) -> str:
 
 def watch_state(view: JobView) -> WatchState:
     """Node counts and bytes over the job's nodes (a list job's over all its ImagePullJobs)."""
+    from prewarm.domain.status import job_bytes
     from prewarm_cli.output import WatchState
 
     parts = view.children if view.record.api_kind == "ImageListPullJob" else [view]
-    sized = [t for p in parts for t in p.tasks if t.bytes_total]
+    bytes_done, bytes_total = job_bytes(t for p in parts for t in p.tasks)
     return WatchState(
         desired=sum(p.record.counters.desired for p in parts),
         waiting=sum(p.record.counters.waiting for p in parts),
         active=sum(p.record.counters.active for p in parts),
         succeeded=sum(p.record.counters.succeeded for p in parts),
         failed=sum(p.record.counters.failed for p in parts),
-        bytes_done=sum(min(t.bytes_done or 0, t.bytes_total or 0) for t in sized),
-        bytes_total=sum(t.bytes_total or 0 for t in sized),
+        bytes_done=bytes_done,
+        bytes_total=bytes_total,
     )
 
 

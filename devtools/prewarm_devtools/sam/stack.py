@@ -119,7 +119,6 @@ class LocalStack:
         self._stop = threading.Event()
         self.resolver: Resolver | None = None
         self.event_bus_url = ""
-        self._clients_of: str | None = None
 
     # -- deploy -------------------------------------------------------------------------------
 
@@ -302,7 +301,6 @@ class LocalStack:
             bootstrap.reset()
             # boto3's default session keeps the credentials it resolved first: start a new one.
             boto3.DEFAULT_SESSION = None
-            self._clients_of = fn.logical_id
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.
                 fn.module = self._load(fn)

@@ -312,8 +312,9 @@ def job_bytes(tasks: Iterable[NodeTaskRecord]) -> tuple[int, int]:
     """
     done = total = 0
     for t in tasks:
-        done += t.bytes_done or 0
-        total += t.bytes_total or 0
+        if t.bytes_total:  # a node that has not said how big the image is counts in neither
+            done += min(t.bytes_done or 0, t.bytes_total)
+            total += t.bytes_total
     return done, total
 
 

@@ -12,7 +12,7 @@ from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, JobState
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.rules import PrewarmRule
-from prewarm.domain.status import COMPLETED_MESSAGE, job_bytes, progress_message
+from prewarm.domain.status import COMPLETED_MESSAGE, progress_message
 from prewarm.services.ports import (
     ExcludedNode,
     JobRecord,
@@ -260,11 +260,6 @@ class JobView:
     excluded: list[ExcludedNode] = field(default_factory=list)
     # Nodes whose agent said hello, read (`with_agents`) when some node still waits; None when not read.
     agents: frozenset[str] | None = None
-
-    @property
-    def bytes(self) -> tuple[int, int]:
-        """Bytes pulled and to pull over the nodes read (`with_tasks`), summed when viewed."""
-        return job_bytes(self.tasks if not self.children else [t for c in self.children for t in c.tasks])
 
 
 def view_job(
