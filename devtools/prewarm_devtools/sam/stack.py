@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import boto3
 
@@ -273,23 +273,29 @@ class LocalStack:
         env = {**fn.env, **(fn.identity.environment() if fn.identity else {})}
         if "AWS_ENDPOINT_URL" not in os.environ:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
-        with self._gate.enter(fn.logical_id, lambda: self._environment(fn, env)):
-            attr = fn.handler.rpartition(".")[2]
-            context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
-                                    fn.timeout)
-            with self._lock:
-                fn.invocations += 1
-            try:
-                return getattr(fn.module, attr)(dict(event), context)
-            except Exception:
+        inside = getattr(_invocation, "active", False)
+        _invocation.active = True  # what this thread prints now is the function's output
+        try:
+            with self._gate.enter(fn.logical_id, lambda: self._environment(fn, env)):
+                attr = fn.handler.rpartition(".")[2]
+                context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
+                                        fn.timeout)
                 with self._lock:
-                    fn.errors += 1
-                raise
+                    fn.invocations += 1
+                try:
+                    return getattr(fn.module, attr)(dict(event), context)
+                except Exception:
+                    with self._lock:
+                        fn.errors += 1
+                    raise
+        finally:
+            _invocation.active = inside
 
     @contextlib.contextmanager
     def _environment(self, fn: Function, env: Mapping[str, str]) -> Iterator[None]:
         """What the first of a function's overlapping invocations sets up and the last one takes down."""
-        with patched_environ(env), contextlib.redirect_stdout(self.function_output or sys.stdout):
+        routed = _RoutedStdout(sys.stdout, self.function_output or sys.stdout)
+        with patched_environ(env), contextlib.redirect_stdout(cast(TextIO, routed)):
             from prewarm.settings import settings
 
             settings.cache_clear()
@@ -631,6 +637,30 @@ def parse_schedule(expression: str, where: str) -> float | None:
 
 def _as_filter_input(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"eventName": record.get("eventName"), "dynamodb": record.get("dynamodb", {})}
+
+
+_invocation = threading.local()
+
+
+class _RoutedStdout:
+    """This process's stdout while functions run: what a function's thread writes (its logs, its
+    metrics) goes to the functions' output; what any other thread writes (the CLI, the demo's report,
+    a benchmark) still reaches the real stdout, whenever it happens to print."""
+
+    def __init__(self, normal: TextIO, functions: TextIO) -> None:
+        self.normal, self.functions = normal, functions
+
+    def _target(self) -> TextIO:
+        return self.functions if getattr(_invocation, "active", False) else self.normal
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.normal, name)
 
 
 class _InvocationGate:

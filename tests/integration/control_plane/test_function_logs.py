@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import threading
 
 import pytest
 
@@ -32,3 +34,33 @@ def test_each_function_logs_under_its_own_service_name() -> None:
     assert set(services) == {"sweep", "repull_daily"}, services
     assert all(lines_by_function.values())
     assert stack.function("sweep").env["POWERTOOLS_SERVICE_NAME"] == "sweep"
+
+
+def test_what_other_threads_print_while_a_function_runs_stays_on_stdout() -> None:
+    # Given a local stack whose functions write to their own output, and a handler that prints, then
+    # waits while the rest of the process goes on
+    functions, stdout = io.StringIO(), io.StringIO()
+    running, release = threading.Event(), threading.Event()
+
+    def handler(event: dict[str, object], context: object) -> None:
+        print("printed by the function")
+        running.set()
+        release.wait(10)
+
+    with MotoServer() as aws, aws_environment(aws.url), contextlib.redirect_stdout(stdout):
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=functions).deploy()
+        fn = stack.function("sweep")
+        stack.invoke(fn.logical_id, {})  # loads the module
+        fn.module.lambda_handler = handler
+        invocation = threading.Thread(target=stack.invoke, args=(fn.logical_id, {}))
+        invocation.start()
+        assert running.wait(10)
+        # When another thread prints during the invocation (the CLI, the demo's JSON report)
+        print("printed by the CLI")
+        release.set()
+        invocation.join(10)
+
+    # Then each line lands where its writer meant it
+    assert "printed by the CLI" in stdout.getvalue() and "printed by the CLI" not in functions.getvalue()
+    assert "printed by the function" in functions.getvalue()
+    assert "printed by the function" not in stdout.getvalue()
