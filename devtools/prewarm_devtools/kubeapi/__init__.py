@@ -1,27 +1,34 @@
-"""An embedded Kubernetes API server (core/v1 and RBAC) for integration tests, benchmarks and local mode.
+"""An embedded Kubernetes API server (core/v1, apps, scheduling and RBAC) for integration tests,
+benchmarks and local mode.
 
-`with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets and service accounts, and
-ClusterRoles, Roles and their bindings (rbac.authorization.k8s.io/v1), over real HTTP on
-127.0.0.1, so the official `kubernetes` client (typed `CoreV1Api`/`RbacAuthorizationV1Api` calls
-and raw `ApiClient.call_api`) talks to it as to EKS. Every request is authenticated (a static
+`with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets, service accounts,
+ConfigMaps and Events (core/v1), DaemonSets (apps/v1), PriorityClasses (scheduling.k8s.io/v1, with
+the two system classes every cluster has), and ClusterRoles, Roles and their bindings
+(rbac.authorization.k8s.io/v1), over real HTTP on 127.0.0.1, so the official `kubernetes` client
+(typed `CoreV1Api`/`AppsV1Api`/`SchedulingV1Api`/`RbacAuthorizationV1Api` calls and raw
+`ApiClient.call_api`) and kubectl talk to it as to EKS. Every request is authenticated (a static
 token or an EKS `k8s-aws-v1.` token maps to an `Identity`, as EKS access entries map IAM
 principals; see `KubeApiServer`) and authorized by RBAC (`system:masters` may do anything), with
 the API server's 401 and 403 answers; `SelfSubjectAccessReview` and `SubjectAccessReview` are
 answered, and `Impersonate-User`/`Impersonate-Group` honoured. Also: `Status` errors with the real
 reasons, codes and wording, discovery (`/api`, `/api/v1`, `/apis`, each group, `/version`),
-get/list/create/replace/patch/delete/deletecollection/watch, `status`
-subresources, label and field selectors with the real grammar, `limit`/`continue` paging over
-consistent snapshots, a global resourceVersion, optimistic concurrency, generateName, finalizers,
-namespace cascade deletion, `dryRun` (query or DeleteOptions), the NamespaceLifecycle refusal to
-delete `default`, `kube-system` and `kube-public`, and each type's defaulting and validation. `fail_requests` makes it
-answer chosen requests with a given Status (429, 5xx...) to test retries.
+get/list/create/replace/patch/delete/deletecollection/watch, `status` subresources,
+`metadata.generation` (DaemonSets: bumped by spec changes only, with the
+`deprecated.daemonset.template.generation` annotation), label and field selectors with the real
+grammar, `limit`/`continue` paging over consistent snapshots, a global resourceVersion, optimistic
+concurrency, generateName, finalizers, namespace cascade deletion, `dryRun` (query or
+DeleteOptions), the NamespaceLifecycle refusal to delete `default`, `kube-system` and
+`kube-public`, the Priority admission plugin's single `globalDefault` PriorityClass, and each
+type's defaulting and validation. `fail_requests` makes it answer chosen requests with a given
+Status (429, 5xx...) to test retries.
 
 What it does NOT implement (code relying on these must be tested against a real cluster):
 
-- API groups other than core/v1, rbac.authorization.k8s.io/v1 and authorization.k8s.io/v1
-  (access reviews only: no `LocalSubjectAccessReview`, no `SelfSubjectRulesReview`), and core/v1
-  resources other than the five above; no CRDs, no aggregated discovery (clients fall back to
-  legacy discovery).
+- API groups other than core/v1, apps/v1 (DaemonSets only: no Deployments, ReplicaSets,
+  StatefulSets, ControllerRevisions), scheduling.k8s.io/v1, rbac.authorization.k8s.io/v1 and
+  authorization.k8s.io/v1 (access reviews only: no `LocalSubjectAccessReview`, no
+  `SelfSubjectRulesReview`); no events.k8s.io (core/v1 Events only), and core/v1 resources other
+  than the seven above; no CRDs, no aggregated discovery (clients fall back to legacy discovery).
 - Authentication and authorization: EKS token signatures are not checked (no STS is asked: the
   access key names the principal); no client certificates, no service account token issuing
   (`TokenRequest`), no `userextras` impersonation. RBAC: no aggregated ClusterRoles
@@ -40,13 +47,21 @@ What it does NOT implement (code relying on these must be tested against a real 
 - Strategic merge patch: `retainKeys` strategies are not enforced beyond `$retainKeys`;
   `$setElementOrder` orders listed items first and keeps the rest after them.
 - Validation beyond metadata (names, labels, annotations), secrets (types and their keys, data
-  keys, size, `type` and `immutable`) and pods (containers, names, images, spec immutability):
-  other fields of nodes and pods are stored as sent.
-- Admission beyond the ServiceAccount check and defaults of pods: no projected token volume,
-  no LimitRange/ResourceQuota/PodSecurity, no webhooks; no `metadata.generation`.
-- Controllers: no scheduler, kubelet, garbage collector (ownerReferences do nothing) or token
-  controller. A namespace's deletion removes its content at once (content with finalizers keeps
-  it Terminating); pod deletion is immediate (no grace period); `propagationPolicy`,
+  keys, size, `type` and `immutable`), ConfigMaps (keys, no key in both `data` and `binaryData`,
+  size, `immutable`), events (the namespace rules of core/v1, and what an `eventTime` event
+  requires), pods and pod templates (containers, names, images; pods' spec immutability),
+  DaemonSets (selector against template labels, selector immutability, restartPolicy, update
+  strategy) and PriorityClasses (value range and `system-` names, immutable value and
+  preemptionPolicy): other fields are stored as sent. Pod templates get the PodSpec and container
+  defaults of pods, not probe, port or volume defaults.
+- Admission beyond the ServiceAccount check and defaults of pods and the single default
+  PriorityClass: no projected token volume, no pod priority from its class, no
+  LimitRange/ResourceQuota/PodSecurity, no webhooks; `metadata.generation` only for DaemonSets.
+- Controllers: no scheduler, kubelet, DaemonSet controller (no pods, no status, no
+  ControllerRevisions), garbage collector (ownerReferences do nothing), token controller or
+  root-CA publisher (no `kube-root-ca.crt` ConfigMap per namespace); events do not expire. A
+  namespace's deletion removes its content at once (content with finalizers keeps it
+  Terminating); pod deletion is immediate (no grace period); `propagationPolicy`,
   `gracePeriodSeconds` and `orphanDependents` are accepted and ignored.
 - Subresources other than `status` (no `binding`, `eviction`, `log`, `exec`, `proxy`,
   `ephemeralcontainers`, `resize`, namespace `finalize`).

@@ -46,8 +46,14 @@ class FieldError:
         return f"{self.field}: {self.body()}"
 
 
+class GoSyntax(str):
+    """A bad value already written as Go's `%#v` writes it, e.g. `map[string]string{"a":"b"}`."""
+
+
 def render_value(value: Any) -> str:
     """A bad value as Go's `%#v`-like rendering in field errors shows it."""
+    if isinstance(value, GoSyntax):
+        return str(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, bool):

@@ -22,7 +22,15 @@ from typing import Any
 from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi.errors import FieldError, StatusError
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
-from prewarm_devtools.kubeapi.resources import BY_KIND, NAMESPACES, RESOURCES, ResourceType
+from prewarm_devtools.kubeapi.resources import (
+    BY_KIND,
+    NAMESPACES,
+    PRIORITY_CLASSES,
+    RESOURCES,
+    SCHEDULING_GROUP,
+    SYSTEM_PRIORITY_CLASSES,
+    ResourceType,
+)
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
 from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
 
@@ -43,6 +51,7 @@ _CONTINUE_EXPIRED = (
 )
 # Namespaces the NamespaceLifecycle admission plugin refuses to delete.
 IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+_SYSTEM_PRIORITY_CLASS_NAMES = frozenset(c["metadata"]["name"] for c in SYSTEM_PRIORITY_CLASSES)
 # How long a list or watch for a future resourceVersion waits before 504, as the apiserver does.
 TOO_LARGE_RV_WAIT = 3.0
 
@@ -208,6 +217,8 @@ class Registry:
                 raise errors.already_exists(rtype.name, name, rtype.group)
             if rtype.kind == "Pod":
                 self._admit_pod(obj, namespace or "")
+            if rtype is PRIORITY_CLASSES:
+                self._admit_priority_class(obj, creating=True)
             metadata["uid"] = self._uid()
             metadata["creationTimestamp"] = now_rfc3339(self._clock)
             if dry_run:
@@ -234,6 +245,24 @@ class Registry:
                 f'pods "{name}" is forbidden: error looking up service account {namespace}/{account}: '
                 f'serviceaccount "{account}" not found',
                 {"name": name, "kind": "pods"},
+            )
+
+    def _admit_priority_class(self, obj: Obj, *, creating: bool) -> None:
+        # The Priority admission plugin: one globalDefault class at most (the lowest wins a race).
+        if not obj.get("globalDefault"):
+            return
+        snapshot = self.store.snapshot(PRIORITY_CLASSES.name)
+        defaults = [e.obj for e in snapshot.entries if e.obj.get("globalDefault")]
+        if not defaults:
+            return
+        current = min(defaults, key=lambda c: int(c.get("value") or 0))["metadata"]["name"]
+        name = obj["metadata"]["name"]
+        if creating or current != name:
+            raise errors.forbidden_resource(
+                PRIORITY_CLASSES.name,
+                name,
+                SCHEDULING_GROUP,
+                f"PriorityClass {current} is already marked as default. Only one default can exist",
             )
 
     def _ensure_default_service_account(self, namespace: str) -> None:
@@ -416,12 +445,14 @@ class Registry:
                 [FieldError("Invalid", "metadata.uid", metadata["uid"], "field is immutable")],
                 rtype.group,
             )
+        # Clients cannot set these on update; generation moves only by the type's own rules.
         for system_field in (
             "uid",
             "creationTimestamp",
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
             "generateName",
+            "generation",
         ):
             if system_field in old_meta:
                 metadata[system_field] = old_meta[system_field]
@@ -436,11 +467,12 @@ class Registry:
                 if status is not None
                 else {k: v for k, v in old_obj.items() if k != "status"}
             )
-        elif rtype.has_status:
-            if "status" in old_obj:
-                obj["status"] = old_obj["status"]
-            else:
-                obj.pop("status", None)
+        else:
+            if rtype.has_status:
+                if "status" in old_obj:
+                    obj["status"] = old_obj["status"]
+                else:
+                    obj.pop("status", None)
             rtype.prepare_for_update(obj, old_obj)
         finalizers = obj["metadata"].get("finalizers") or []
         if old_meta.get("deletionTimestamp") and any(f not in (old_meta.get("finalizers") or []) for f in finalizers):
@@ -457,6 +489,8 @@ class Registry:
                 rtype.group,
             )
         self._validate(rtype, obj, old_obj)
+        if rtype is PRIORITY_CLASSES:
+            self._admit_priority_class(obj, creating=False)
         if _without_rv(obj) == _without_rv(old.obj):
             # A no-op write is not a write: no new resourceVersion, no watch event.
             return old.obj
@@ -483,6 +517,10 @@ class Registry:
                     # The NamespaceLifecycle admission plugin, which runs for dry runs too.
                     raise errors.forbidden_resource("namespaces", name, "", "this namespace may not be deleted")
                 return self._delete_namespace(stored, dry_run)
+            if rtype is PRIORITY_CLASSES and name in _SYSTEM_PRIORITY_CLASS_NAMES:
+                raise errors.forbidden_resource(
+                    rtype.name, name, rtype.group, "this is a system priority class and cannot be deleted"
+                )
             return self._delete(rtype, self.key(rtype, namespace, name), stored, dry_run)
 
     def _check_preconditions(self, rtype: ResourceType, stored: Stored, options: Obj) -> None:

@@ -44,6 +44,7 @@ from prewarm_devtools.kubeapi.resources import (
     RESOURCES,
     REVIEWS,
     SELF_SUBJECT_ACCESS_REVIEWS,
+    SYSTEM_PRIORITY_CLASSES,
     ResourceType,
     api_groups,
     discovery,
@@ -105,8 +106,9 @@ class _Target:
 
 
 class KubeApiServer:
-    """A Kubernetes API server for core/v1 nodes, namespaces, pods, secrets and service accounts,
-    and RBAC (rbac.authorization.k8s.io/v1) enforced on every request.
+    """A Kubernetes API server for core/v1 nodes, namespaces, pods, secrets, service accounts,
+    ConfigMaps and Events, apps/v1 DaemonSets, scheduling.k8s.io/v1 PriorityClasses and RBAC
+    (rbac.authorization.k8s.io/v1), enforced on every request.
 
     `with KubeApiServer() as api:` serves on a free port of 127.0.0.1 until the block ends;
     `api.client_configuration()` is a configured `kubernetes.client.Configuration` for the admin.
@@ -181,6 +183,8 @@ class KubeApiServer:
             self.registry.seed([{"kind": "Namespace", "metadata": {"name": n}} for n in _DEFAULT_NAMESPACES])
         if bootstrap_policy:
             self.registry.seed(list(BOOTSTRAP_POLICY))
+        # The scheduling bootstrap hook makes these on every real API server.
+        self.registry.seed(list(SYSTEM_PRIORITY_CLASSES))
 
     # -- identities ----------------------------------------------------------------------------------
 
