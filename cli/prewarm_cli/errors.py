@@ -40,7 +40,7 @@ def known_error(error: BaseException, target: Target | None) -> click.ClickExcep
 
     from prewarm.adapters.sqs import QueueError
     from prewarm.services.jobs import JobNotFoundError
-    from prewarm.services.ports import StoreError
+    from prewarm.services.ports import ClusterError, StoreError
 
     where = f" ({target.description}, table {target.table_name})" if target is not None else ""
     if isinstance(error, TargetError):
@@ -51,6 +51,8 @@ def known_error(error: BaseException, target: Target | None) -> click.ClickExcep
         return CommandError(f"{error}: is the local stack running? Start it with `prewarm local up`")
     if isinstance(error, NoCredentialsError):
         return CommandError(f"{error}: configure AWS credentials (AWS_PROFILE, aws configure or SSO)")
+    if isinstance(error, ClusterError):
+        return CommandError(f"Kubernetes API: {error}")
     if isinstance(error, StoreError | QueueError | BotoCoreError | ClientError):
         return CommandError(f"{error}{where}")
     return None

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import platform
+import secrets
 import shutil
 import tempfile
 import time
@@ -154,6 +155,8 @@ class LocalMode:
         self._record_path: Path | None = None
         self._node_dirs = itertools.count()
         self.function_log: Any = None
+        # The agents' service account token, as the kubelet would project it into their pods.
+        self.agent_token = f"agent-{secrets.token_urlsafe(24)}"
 
     @property
     def logs_dir(self) -> Path:
@@ -210,11 +213,15 @@ class LocalMode:
             else:
                 self.kube.seed_from_file(project_files().samplefiles / "cluster.yaml")
             parameters["KubeApiEndpoint"] = self.kube.url
+            parameters["ClusterAccess"] = "access-entries"
         parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
                                 failed_visibility_seconds=1, function_output=self.function_log).deploy()
         self.agent_identity.register()
+        if self.kube is not None:
+            grant_cluster_access(self.kube, self.stack, agent_token=self.agent_token,
+                                 agent_role_arn=self.agent_identity.arn, credentials_config=self.credentials_config())
         self.stack.start()
         # The schedule first fires an hour from now: refresh at once, so pull secrets and copies exist.
         self.stack.fire("refresh_ecr_credentials")
@@ -324,7 +331,7 @@ class LocalMode:
             "RECEIVE_WAIT_SECONDS": "1",
             "PROGRESS_INTERVAL_SECONDS": "1",
             "SHUTDOWN_GRACE_SECONDS": "5",
-            **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self.kube.token} if self.kube else {}),
+            **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self.agent_token} if self.kube else {}),
             **self.agent_identity.environment(),
             **self.agent_overrides,
         }
@@ -408,7 +415,7 @@ class LocalMode:
 
     def write_state(self) -> None:
         """Tells `prewarm --local` where this stack is (`$PREWARM_LOCAL_STATE` or ~/.prewarm/local.json)."""
-        from prewarm_cli.targets import LocalState, write_local_state
+        from prewarm_cli.targets import STACK_OUTPUTS, LocalState, write_local_state
 
         assert self.stack is not None
         state = LocalState.of_stack(self.stack, pid=os.getpid())
@@ -417,6 +424,13 @@ class LocalMode:
             state.env["LOCAL_REGISTRY_URL"] = self.registry.url
         if self.kube is not None:
             state.env["LOCAL_KUBE_API_URL"] = self.kube.url
+        # What `prewarm --local install|doctor` reads from a deployed stack's outputs and parameters.
+        outputs = self.stack.outputs()
+        state.env.update({name: outputs[key] for key, name in STACK_OUTPUTS.items() if outputs.get(key)})
+        state.env["CREDENTIALS_CONFIG"] = json.dumps(self.credentials_config())
+        if self.kube is not None:
+            # EKS keeps access entries; here the embedded API does, so the state says what they are.
+            state.env["LOCAL_ACCESS_ENTRIES"] = json.dumps(self.stack.access_entries())
         if self.control is not None:
             state.env["LOCAL_CONTROL_URL"] = self.control.url
             state.env["LOCAL_CONTROL_TOKEN"] = self.control.token
@@ -570,3 +584,33 @@ def push_to_local_ecr(
     result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
                          image.total_size, time.time())
     return result, event
+
+def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agent_role_arn: str,
+                         credentials_config: dict[str, Any]) -> None:
+    """Each function calls the embedded API as its own role, with exactly the RBAC `prewarm install` ships.
+
+    As on EKS: the template's access entries give each function role its Kubernetes groups, the
+    operator (the cluster's creator) is an admin, the agents are their service account (`agent_token`),
+    and install binds the groups and the agents' service account.
+    """
+    from prewarm.adapters.kube import KubeCluster
+    from prewarm_cli.commands.install import LOCAL_IMAGE
+    from prewarm_cli.install.apply import install
+    from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE, ALL_NAMESPACES, render, values_from_stack
+    from prewarm_devtools.kubeapi.auth import MASTERS, AccessEntry, service_account
+    from prewarm_devtools.sam.aws import OPERATOR
+
+    kube.map_access_key(OPERATOR.access_key_id, OPERATOR.arn)
+    kube.add_access_entry(OPERATOR.arn, AccessEntry(groups=(MASTERS,)))
+    for principal, groups in stack.access_entries().items():
+        kube.add_access_entry(principal, AccessEntry(groups=groups))
+    for fn in stack.functions.values():
+        if fn.identity is not None:
+            kube.map_access_key(fn.identity.access_key_id, fn.identity.arn)
+    kube.add_identity(agent_token, service_account(AGENT_NAMESPACE, AGENT_NAME))
+    values = values_from_stack(
+        {**stack.env(), "AGENT_ROLE_ARN": agent_role_arn}, region=stack.region, image=LOCAL_IMAGE,
+        credentials_config=json.dumps(credentials_config), pull_secret_namespaces=ALL_NAMESPACES,
+    )
+    with KubeCluster(kube.url, lambda: kube.token) as cluster:
+        install(cluster, render(values))

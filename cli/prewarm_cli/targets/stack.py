@@ -16,6 +16,22 @@ STACK_OUTPUTS = {
     "StatusQueueUrl": "STATUS_QUEUE_URL",
     "NodeQueuePrefix": "NODE_QUEUE_PREFIX",
     "NodeDLQArn": "NODE_DLQ_ARN",
+    "SecretPrefix": "SECRET_PREFIX",
+    "NodeQueueSenderArns": "NODE_QUEUE_SENDER_ARNS",
+    "ClusterName": "CLUSTER_NAME",
+    "KubeApiEndpoint": "KUBE_API_ENDPOINT",
+    "KubeCaData": "KUBE_CA_DATA",
+    "AgentRoleArn": "AGENT_ROLE_ARN",
+    "DeadLetterQueueUrls": "DEAD_LETTER_QUEUE_URLS",
+    "DispatchJobRoleArn": "DISPATCH_JOB_ROLE_ARN",
+    "RecordStatusRoleArn": "RECORD_STATUS_ROLE_ARN",
+    "SweepRoleArn": "SWEEP_ROLE_ARN",
+    "RefreshEcrCredentialsRoleArn": "REFRESH_ECR_CREDENTIALS_ROLE_ARN",
+}
+# Stack parameters `prewarm install` reads: what the credential refresher writes into the cluster.
+STACK_PARAMETERS = {
+    "CredentialsConfig": "CREDENTIALS_CONFIG",
+    "CredentialsConfigParameter": "CREDENTIALS_CONFIG_PARAMETER",
 }
 _REQUIRED_OUTPUTS = ("JobsTableName", "StatusQueueUrl", "NodeQueuePrefix")
 
@@ -47,6 +63,8 @@ def stack_target(stack_name: str, *, region: str | None = None, cloudformation: 
             f"stack {stack_name!r} has no output {', '.join(missing)}: is it a Prewarm stack, fully deployed?"
         )
     env = {variable: outputs[key] for key, variable in STACK_OUTPUTS.items() if outputs.get(key)}
+    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stacks[0].get("Parameters", [])}
+    env.update({variable: parameters[key] for key, variable in STACK_PARAMETERS.items() if parameters.get(key)})
     actual_region = client.meta.region_name
     return target_from_env(env, description=f"stack {stack_name} ({actual_region})", region=actual_region,
                            endpoint_url=None, local=False)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prewarm.adapters.dynamodb import DynamoJobStore
+    from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.sqs import NodeQueues
 
 # Local stacks accept any credentials; fixed ones keep real ones from ever being sent to them.
@@ -37,6 +38,8 @@ class Target:
     region: str | None = None
     endpoint_url: str | None = None
     local: bool = False
+    #: The stack's settings as the functions' environment names them (CLUSTER_NAME, SECRET_PREFIX, ...).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def session(self) -> Any:
         import boto3
@@ -65,6 +68,23 @@ class Target:
                           sender_arns=self.node_queue_sender_arns, client=self.client("sqs"))
 
 
+    def cluster(self, kubeconfig: str | None = None, context: str | None = None) -> KubeCluster:
+        """The stack's cluster as the caller: a kubeconfig's user, or an EKS token from these AWS credentials
+        for the cluster the stack names (its endpoint from the stack, else `eks:DescribeCluster`)."""
+        from prewarm.adapters.kube import KubeCluster
+        from prewarm.services.ports import ClusterConfigError
+        from prewarm.settings import Settings
+
+        if kubeconfig:
+            return KubeCluster.from_kubeconfig(kubeconfig, context)
+        names = {"CLUSTER_NAME", "KUBE_API_ENDPOINT", "KUBE_CA_DATA"}
+        settings = Settings.from_env({**{k: v for k, v in self.env.items() if k in names},
+                                      "TABLE_NAME": self.table_name})
+        if not settings.cluster_name:
+            raise ClusterConfigError(f"{self.description} names no EKS cluster: pass --kubeconfig")
+        return KubeCluster.from_settings(settings, session=self.session())
+
+
 def target_from_env(env: Mapping[str, str], *, description: str, region: str | None, endpoint_url: str | None,
                     local: bool) -> Target:
     """A target from the functions' environment variables (TABLE_NAME, STATUS_QUEUE_URL, ...)."""
@@ -78,7 +98,7 @@ def target_from_env(env: Mapping[str, str], *, description: str, region: str | N
         description=description, table_name=settings.table_name, status_queue_url=settings.status_queue_url,
         node_queue_prefix=settings.node_queue_prefix, node_dlq_arn=settings.node_dlq_arn,
         node_queue_sender_arns=tuple(settings.node_queue_sender_arns), region=region,
-        endpoint_url=endpoint_url, local=local,
+        endpoint_url=endpoint_url, local=local, env=dict(env),
     )
 
 

@@ -112,6 +112,7 @@ class LocalStack:
         self.physical: dict[str, Physical] = {}
         self.functions: dict[str, Function] = {}
         self.not_emulated: list[str] = []
+        self._pending_entries: list[tuple[str, Mapping[str, Any]]] = []
         self._lock = threading.RLock()
         self._gate = _InvocationGate()
         self._cursors: dict[tuple[str, str], _StreamCursor] = {}
@@ -128,6 +129,7 @@ class LocalStack:
         # Handlers build their clients once per process: a stack deployed after another (on another
         # moto server) must not reach the first one's endpoint and table.
         bootstrap.reset()
+        self._pending_entries = []
         resources = self.template["Resources"]
         self.resolver = Resolver(
             self.template, parameters=self.parameters, physical=self.physical, stack_name=self.stack_name,
@@ -137,9 +139,14 @@ class LocalStack:
         queues = {k: v for k, v in resources.items() if v["Type"] == "AWS::SQS::Queue"}
         for logical, res in sorted(queues.items(), key=lambda kv: "RedrivePolicy" in kv[1].get("Properties", {})):
             self._create_queue(logical, res.get("Properties", {}))
+        # A resource whose Condition is false is not created, as CloudFormation does.
+        resources = {k: v for k, v in resources.items()
+                     if "Condition" not in v or self.resolver.condition(v["Condition"])}
         for logical, res in resources.items():
             kind = res["Type"]
-            if kind == "AWS::DynamoDB::Table":
+            if kind == "AWS::EKS::AccessEntry":
+                self._access_entry(logical, res.get("Properties", {}))
+            elif kind == "AWS::DynamoDB::Table":
                 self._create_table(logical)
             elif kind in _NAME_ONLY:
                 name = f"{self.stack_name}-{logical}"
@@ -161,6 +168,32 @@ class LocalStack:
         # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
         self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
+
+    def _access_entry(self, logical: str, props: Mapping[str, Any]) -> None:
+        # Resolved after the roles exist; the embedded Kubernetes API holds the entries (moto has no EKS
+        # access entries), so `access_entries` is what local mode hands it.
+        self._pending_entries.append((logical, props))
+
+    def access_entries(self) -> dict[str, tuple[str, ...]]:
+        """The template's EKS access entries: principal ARN → Kubernetes groups."""
+        assert self.resolver is not None
+        entries = {}
+        for logical, props in self._pending_entries:
+            resolved = self.resolver.resolve(dict(props))
+            if resolved.get("Type", "STANDARD") != "STANDARD" or resolved.get("AccessPolicies"):
+                raise TemplateError(f"{logical}: local mode models STANDARD access entries without access policies")
+            entries[str(resolved["PrincipalArn"])] = tuple(resolved.get("KubernetesGroups") or ())
+        return entries
+
+    def outputs(self) -> dict[str, str]:
+        """The template's Outputs as CloudFormation reports them (those whose Condition holds)."""
+        assert self.resolver is not None
+        found = {}
+        for key, spec in self.template.get("Outputs", {}).items():
+            if "Condition" in spec and not self.resolver.condition(spec["Condition"]):
+                continue
+            found[key] = str(self.resolver.resolve(spec["Value"]))
+        return found
 
     def _create_queue(self, logical: str, props: Mapping[str, Any]) -> None:
         assert self.resolver is not None

@@ -25,7 +25,6 @@ from tests.support.kube import binding, call, role, rule, status_of, subject
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[3]
 KUBECTL = shutil.which("kubectl")
 
 
@@ -550,17 +549,25 @@ def test_rbac_authorizes_daemon_sets_by_the_apps_group(
 # -- kubectl ---------------------------------------------------------------------------------------
 
 
-def _manifests() -> list[Path]:
-    # agent/deploy is where the manifests were; `prewarm install` ships them beside itself.
-    for directory in (REPO / "agent" / "deploy", REPO / "cli" / "prewarm_cli" / "install" / "manifests"):
-        found = sorted(directory.glob("*.yaml"))
-        if found:
-            return found
-    raise AssertionError("no agent manifests in agent/deploy or cli/prewarm_cli/install/manifests")
+def _manifests(directory: Path) -> list[Path]:
+    """What `prewarm install --render` prints for a stack, one file per object, in apply order."""
+    import yaml
+
+    from prewarm_cli.install.render import render, values_from_stack
+
+    stack = {"STATUS_QUEUE_URL": "https://sqs.us-west-2.amazonaws.com/123456789012/pw-Status",
+             "NODE_QUEUE_PREFIX": "pw-node", "NODE_DLQ_ARN": "arn:aws:sqs:us-west-2:123456789012:pw-NodeDLQ",
+             "SECRET_PREFIX": "prewarm/pw", "AGENT_ROLE_ARN": "arn:aws:iam::123456789012:role/agents"}
+    paths = []
+    for index, doc in enumerate(render(values_from_stack(stack, region="us-west-2", image="agent:1",
+                                                         pull_secret_namespaces=["default"]))):
+        paths.append(directory / f"{index:02d}-{doc['kind'].lower()}.yaml")
+        paths[-1].write_text(yaml.safe_dump(doc))
+    return paths
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
-def test_kubectl_applies_the_agent_manifests(tmp_path: Path) -> None:
+def test_kubectl_applies_what_install_renders(tmp_path: Path) -> None:
     # Given kubectl (which sends no token over plain HTTP: the server serves it as the admin)
     assert KUBECTL is not None
     with KubeApiServer(anonymous="allowed") as api:
@@ -573,7 +580,7 @@ def test_kubectl_applies_the_agent_manifests(tmp_path: Path) -> None:
 
         # When every manifest is applied, twice (create, then kubectl's three-way patch)
         for _ in range(2):
-            for manifest in _manifests():
+            for manifest in _manifests(tmp_path):
                 # No /openapi is served, so kubectl's client-side validation is off.
                 applied = kubectl("apply", "--validate=false", "-f", str(manifest))
                 assert applied.returncode == 0, f"{manifest.name}: {applied.stderr}"

@@ -18,7 +18,7 @@ from tests.support.clock import Clock
 from tests.support.waiting import eventually
 
 DAY = 86_400
-DAEMONSET = Path(__file__).parents[3] / "agent" / "deploy" / "40-daemonset.yaml"
+DAEMONSET = Path(__file__).parents[3] / "cli" / "prewarm_cli" / "install" / "manifests" / "40-daemonset.yaml"
 
 
 def readiness_period() -> int:

@@ -230,6 +230,39 @@ class KubeCluster:
             content_type=_PATCH_CONTENT_TYPES[strategic],
         )
 
+    # -- any object, by API version and plural (install, doctor) ------------------------------------
+
+    def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> KubeObject | None:
+        """The object, or None when it (or its namespace) does not exist."""
+        return self._get(object_path(api_version, plural, namespace, name))
+
+    def list_objects(
+        self, api_version: str, plural: str, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[KubeObject]:
+        """The objects of a type (in `namespace`, or cluster-wide) matching `label_selector`, every page."""
+        return self._list(object_path(api_version, plural, namespace), label_selector, None)
+
+    def create_object(
+        self, api_version: str, plural: str, body: Mapping[str, Any], namespace: str | None = None
+    ) -> KubeObject:
+        """Create an object (also a review: SubjectAccessReview answers in the returned object)."""
+        return self._request("POST", object_path(api_version, plural, namespace), body=dict(body))
+
+    def replace_object(
+        self, api_version: str, plural: str, name: str, body: Mapping[str, Any], namespace: str | None = None
+    ) -> KubeObject:
+        """Replace an object; a stale `metadata.resourceVersion` raises `ClusterConflictError`."""
+        return self._request("PUT", object_path(api_version, plural, namespace, name), body=dict(body))
+
+    def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool:
+        """Delete an object (its dependents in the background); False when it was not there."""
+        try:
+            self._request("DELETE", object_path(api_version, plural, namespace, name),
+                          body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+        except ClusterNotFoundError:
+            return False
+        return True
+
     # -- HTTP ----------------------------------------------------------------------------------------
 
     def _get(self, path: str) -> KubeObject | None:
@@ -333,6 +366,13 @@ def _segment(value: str) -> str:
     if not value:
         raise ClusterInvalidError("a Kubernetes object name or namespace is empty")
     return quote(value, safe="")
+
+
+def object_path(api_version: str, plural: str, namespace: str | None = None, name: str | None = None) -> str:
+    """`/api/v1/...` or `/apis/<group>/<version>/...`, namespaced when `namespace` is given."""
+    root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{root}/namespaces/{_segment(namespace)}/{plural}" if namespace else f"{root}/{plural}"
+    return path if name is None else f"{path}/{_segment(name)}"
 
 
 def _namespaced(namespace: str, resource: str, name: str | None = None) -> str:

@@ -1,0 +1,102 @@
+"""`prewarm install` and `prewarm uninstall`: the agent DaemonSet, its RBAC and the functions' RBAC."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from prewarm_cli.errors import EXIT_OK
+from prewarm_cli.options import current_target, target_options
+
+# What `prewarm local up` installs: its agents run beside the embedded cluster, not from an image.
+LOCAL_IMAGE = "prewarm-agent:local"
+
+if TYPE_CHECKING:
+    from prewarm_cli.targets import Target
+
+
+
+def _cluster_options(f: Any) -> Any:
+    f = click.option("--context", metavar="NAME", help="The kubeconfig context (with --kubeconfig).")(f)
+    return click.option(
+        "--kubeconfig", metavar="PATH", envvar="PREWARM_KUBECONFIG",
+        help="Reach the cluster as this kubeconfig's user instead of an EKS token from your AWS credentials.",
+    )(f)
+
+
+@click.command()
+@click.option("--render", is_flag=True, help="Print the manifests as YAML instead of installing them.")
+@click.option("--image", metavar="IMAGE", help="The agent's container image (required for a deployed stack).")
+@click.option("--agent-role-arn", metavar="ARN",
+              help="The agents' IAM role, for IRSA (default: the stack's AgentRoleArn).")
+@click.option("--pod-identity", is_flag=True,
+              help="The agents get AWS credentials from an EKS Pod Identity association, not IRSA.")
+@click.option("--registry-allowlist", metavar="HOSTS", default="",
+              help="Comma-separated registries the agents may pull from (default: any).")
+@click.option("--bottlerocket", is_flag=True,
+              help="Give the agent the SELinux type Bottlerocket requires to reach containerd's socket.")
+@click.option("--pull-secret-namespaces", metavar="NS,...", default="",
+              help="Namespaces whose pull secrets jobs may name ('*': every namespace, also later ones).")
+@_cluster_options
+@target_options
+@click.pass_context
+def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn: str | None, pod_identity: bool,
+            registry_allowlist: str, bottlerocket: bool, pull_secret_namespaces: str, kubeconfig: str | None,
+            context: str | None) -> int:
+    """Install the agent and the functions' RBAC into the stack's cluster, filled in from the stack.
+
+    \b
+    Idempotent: an unchanged object is not written; objects an earlier install made that are no longer
+    wanted are deleted. `prewarm uninstall` removes everything it installed.
+    """
+    from prewarm_cli.install.render import InstallError, values_from_stack
+    from prewarm_cli.install.render import render as render_objects
+
+    target = current_target(ctx)
+    try:
+        values = values_from_stack(
+            target.env, region=target.region or "", image=image or (LOCAL_IMAGE if target.local else ""),
+            credentials_config=_credentials_config(target), agent_role_arn=agent_role_arn or "",
+            pod_identity=pod_identity, registry_allowlist=[h for h in registry_allowlist.split(",") if h],
+            bottlerocket=bottlerocket, pull_secret_namespaces=[pull_secret_namespaces],
+        )
+        objects = render_objects(values)
+    except InstallError as e:
+        raise click.UsageError(str(e).replace("image is empty", "--image is required")) from None
+    if render:
+        import yaml
+
+        click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+        return EXIT_OK
+    from prewarm_cli.install.apply import install as apply_objects
+
+    with target.cluster(kubeconfig, context) as cluster:
+        apply_objects(cluster, objects, report=lambda change: click.echo(str(change)))
+    return EXIT_OK
+
+
+@click.command()
+@_cluster_options
+@target_options
+@click.pass_context
+def uninstall(ctx: click.Context, kubeconfig: str | None, context: str | None) -> int:
+    """Remove everything `prewarm install` installed (and nothing else)."""
+    from prewarm_cli.install.apply import uninstall as remove_objects
+
+    target = current_target(ctx)
+    with target.cluster(kubeconfig, context) as cluster:
+        changes = remove_objects(cluster, report=lambda change: click.echo(str(change)))
+    if not changes:
+        click.echo("No resources found: nothing that prewarm install made is in the cluster")
+    return EXIT_OK
+
+
+def _credentials_config(target: Target) -> str:
+    """The stack's credentials configuration: inline, or read from its SSM parameter."""
+    inline = target.env.get("CREDENTIALS_CONFIG", "")
+    parameter = target.env.get("CREDENTIALS_CONFIG_PARAMETER", "")
+    if inline or not parameter:
+        return inline
+    value: str = target.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
+    return value

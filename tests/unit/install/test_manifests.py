@@ -1,0 +1,255 @@
+"""What `prewarm install` installs: valid against the API schemas (offline), least privilege, filled in
+from the stack with nothing left to edit, and consistent with the agent's own settings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from prewarm_agent.settings import AgentSettings
+from prewarm_cli.install.render import (
+    ALL_NAMESPACES,
+    CONTROL_PLANE_GROUP,
+    CREDENTIALS_GROUP,
+    MANAGED_BY,
+    PULL_SECRETS_GROUP,
+    InstallError,
+    base_documents,
+    render,
+    values_from_stack,
+)
+
+KUBERNETES_VERSION = "1.33.0"
+ROLE = "arn:aws:iam::210987654321:role/team-prewarm-agents"
+STACK = {
+    "STATUS_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/210987654321/pw-StatusQueue-AbC",
+    "NODE_QUEUE_PREFIX": "pw-node",
+    "NODE_DLQ_ARN": "arn:aws:sqs:eu-west-1:210987654321:pw-NodeDLQ-XyZ",
+    "SECRET_PREFIX": "prewarm/pw",
+    "NODE_QUEUE_SENDER_ARNS": "arn:aws:iam::210987654321:role/pw-DispatchJobRole,"
+                              "arn:aws:iam::210987654321:role/pw-SweepRole",
+    "AGENT_ROLE_ARN": ROLE,
+}
+IMAGE = "210987654321.dkr.ecr.eu-west-1.amazonaws.com/prewarm-agent:0.2.0"
+CREDENTIALS = json.dumps({"registries": [{"account": "210987654321", "region": "eu-west-1"}],
+                          "namespaces": ["team-a", "team-b"], "secretName": "ecr-pull",
+                          "serviceAccounts": ["default", "builder"]})
+
+
+def documents(**overrides: Any) -> list[dict[str, Any]]:
+    arguments: dict[str, Any] = {"region": "eu-west-1", "image": IMAGE, "credentials_config": CREDENTIALS,
+                                 "pull_secret_namespaces": ["shop"], **overrides}
+    return render(values_from_stack(STACK, **arguments))
+
+
+def one(kind: str, name: str | None = None, **overrides: Any) -> dict[str, Any]:
+    (found,) = [doc for doc in documents(**overrides)
+                if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name)]
+    return found
+
+
+def agent_container(**overrides: Any) -> dict[str, Any]:
+    (container,) = one("DaemonSet", **overrides)["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+@pytest.mark.parametrize("doc", documents(), ids=lambda doc: f"{doc['kind']}/{doc['metadata']['name']}")
+def test_every_manifest_is_valid_for_the_kubernetes_api(doc: dict[str, Any]) -> None:
+    # strict: unknown fields are errors too. Runs with the network off (the schemas ship with the package).
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -> None:
+    names = sorted((doc["kind"], doc["metadata"]["name"], doc["metadata"].get("namespace", "")) for doc in documents())
+
+    assert names == sorted([
+        ("Namespace", "prewarm-system", ""), ("PriorityClass", "prewarm-agent", ""),
+        ("ServiceAccount", "prewarm-agent", "prewarm-system"), ("ClusterRole", "prewarm-agent", ""),
+        ("ClusterRoleBinding", "prewarm-agent", ""), ("ConfigMap", "prewarm-agent", "prewarm-system"),
+        ("DaemonSet", "prewarm-agent", "prewarm-system"),
+        ("ClusterRole", CONTROL_PLANE_GROUP, ""), ("ClusterRoleBinding", CONTROL_PLANE_GROUP, ""),
+        ("ClusterRole", PULL_SECRETS_GROUP, ""), ("RoleBinding", PULL_SECRETS_GROUP, "shop"),
+        ("ClusterRole", "prewarm-credentials-namespaces", ""),
+        ("ClusterRoleBinding", "prewarm-credentials-namespaces", ""),
+        ("ClusterRole", CREDENTIALS_GROUP, ""), ("RoleBinding", CREDENTIALS_GROUP, "team-a"),
+        ("RoleBinding", CREDENTIALS_GROUP, "team-b"),
+    ])
+    assert all(doc["metadata"]["labels"][MANAGED_BY[0]] == MANAGED_BY[1] for doc in documents())
+
+
+def test_namespaces_come_before_what_lives_in_them_and_roles_before_bindings() -> None:
+    kinds = [doc["kind"] for doc in documents()]
+
+    assert kinds.index("Namespace") == 0
+    assert max(i for i, k in enumerate(kinds) if k == "ClusterRole") < kinds.index("ClusterRoleBinding")
+    assert kinds[-1] == "DaemonSet"
+
+
+def test_every_stack_value_is_filled_in_and_no_example_value_is_left() -> None:
+    text = json.dumps(documents())
+    data = one("ConfigMap")["data"]
+
+    assert "111122223333" not in text and "us-west-2" not in text
+    assert data["AWS_REGION"] == "eu-west-1" and data["STATUS_QUEUE_URL"] == STACK["STATUS_QUEUE_URL"]
+    assert data["NODE_QUEUE_PREFIX"] == "pw-node" and data["NODE_DLQ_ARN"] == STACK["NODE_DLQ_ARN"]
+    assert data["SECRET_PREFIX"] == "prewarm/pw" and data["NODE_QUEUE_SENDER_ARNS"] == STACK["NODE_QUEUE_SENDER_ARNS"]
+    assert agent_container()["image"] == IMAGE
+    assert one("ServiceAccount")["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == ROLE
+
+
+def test_pod_identity_drops_the_irsa_annotations() -> None:
+    account = one("ServiceAccount", pod_identity=True)
+
+    assert "annotations" not in account["metadata"]
+
+
+def test_an_explicit_role_wins_over_the_stacks() -> None:
+    other = "arn:aws:iam::210987654321:role/other"
+
+    assert one("ServiceAccount", agent_role_arn=other)["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == other
+
+
+def test_the_allowlist_and_bottlerocket_selinux_type_reach_the_agent() -> None:
+    container = agent_container(registry_allowlist=["ghcr.io", "public.ecr.aws"], bottlerocket=True)
+
+    assert one("ConfigMap", registry_allowlist=["ghcr.io"])["data"]["REGISTRY_ALLOWLIST"] == "ghcr.io"
+    assert container["securityContext"]["seLinuxOptions"] == {"type": "super_t"}
+    assert "seLinuxOptions" not in agent_container()["securityContext"]
+
+
+def test_every_namespace_binds_the_pull_secret_group_cluster_wide() -> None:
+    binding = one("ClusterRoleBinding", PULL_SECRETS_GROUP, pull_secret_namespaces=["*"])
+
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": PULL_SECRETS_GROUP}]
+    assert not [d for d in documents(pull_secret_namespaces=ALL_NAMESPACES) if d["kind"] == "RoleBinding"
+                and d["metadata"]["name"] == PULL_SECRETS_GROUP]
+
+
+def test_credential_rbac_names_the_configured_secret_and_service_accounts_only() -> None:
+    rules = one("ClusterRole", CREDENTIALS_GROUP)["rules"]
+
+    assert rules == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["ecr-pull"],
+         "verbs": ["get", "update", "patch"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["default", "builder"],
+         "verbs": ["get", "patch"]},
+    ]
+
+
+def test_pattern_targets_bind_credentials_cluster_wide_and_no_targets_install_no_credential_rbac() -> None:
+    patterns = json.dumps({"registries": [{"account": "210987654321", "region": "eu-west-1"}],
+                           "namespaces": {"include": ["team-*"]}})
+    copies_only = json.dumps({"registries": [{"account": "210987654321", "region": "eu-west-1"}]})
+
+    binding = one("ClusterRoleBinding", CREDENTIALS_GROUP, credentials_config=patterns)
+    assert binding["roleRef"]["name"] == CREDENTIALS_GROUP
+    assert not [d for d in documents(credentials_config=copies_only) if "credentials" in d["metadata"]["name"]]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"image": ""}, "image is empty"),
+    ({"pod_identity": True, "agent_role_arn": ROLE}, "--agent-role-arn and --pod-identity exclude each other"),
+    ({"pull_secret_namespaces": ["Shop"]}, "--pull-secret-namespaces: 'Shop'"),
+    ({"pull_secret_namespaces": ["*,shop"]}, "'*' (every namespace) stands alone"),
+    ({"credentials_config": '{"registries": []}'}, "the stack's CredentialsConfig: registries"),
+])
+def test_bad_values_are_refused_naming_the_value(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(InstallError) as caught:
+        documents(**overrides)
+
+    assert message in str(caught.value)
+
+
+def test_no_agent_role_is_refused_with_both_ways_to_give_one() -> None:
+    stack = {k: v for k, v in STACK.items() if k != "AGENT_ROLE_ARN"}
+
+    with pytest.raises(InstallError) as caught:
+        render(values_from_stack(stack, region="eu-west-1", image=IMAGE))
+
+    assert "--agent-role-arn ARN" in str(caught.value) and "--pod-identity" in str(caught.value)
+
+
+def test_the_shipped_files_keep_their_example_values_apart_from_the_code() -> None:
+    # The files are readable examples; render() must change them, not the cached originals.
+    before = base_documents()
+    documents(bottlerocket=True, pod_identity=True)
+
+    assert base_documents() == before
+
+
+def test_the_cluster_role_allows_only_get_on_nodes() -> None:
+    rules = one("ClusterRole", "prewarm-agent")["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+
+
+def test_the_role_is_bound_to_the_agents_service_account() -> None:
+    binding, account = one("ClusterRoleBinding", "prewarm-agent"), one("ServiceAccount")
+
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "prewarm-agent"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": account["metadata"]["namespace"]}]
+    assert "eks.amazonaws.com/role-arn" in account["metadata"]["annotations"]
+
+
+def test_the_daemonset_runs_on_every_node_with_its_own_priority() -> None:
+    pod = one("DaemonSet")["spec"]["template"]["spec"]
+
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["priorityClassName"] == one("PriorityClass")["metadata"]["name"]
+    assert pod["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
+    assert one("PriorityClass")["preemptionPolicy"] == "Never"
+
+
+def test_the_node_name_comes_from_the_downward_api() -> None:
+    env = {item["name"]: item for item in agent_container()["env"]}
+
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def test_the_containerd_socket_is_mounted_from_the_host_at_the_configured_path() -> None:
+    pod = one("DaemonSet")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in agent_container()["volumeMounts"]}
+    env = {item["name"]: item.get("value") for item in agent_container()["env"]}
+
+    assert volumes["containerd-socket"]["hostPath"] == {"path": env["CRI_SOCKET"], "type": "Socket"}
+    assert mounts["containerd-socket"]["mountPath"] == env["CRI_SOCKET"]
+    assert mounts["registry-config"]["mountPath"] == env["REGISTRY_CONFIG_PATH"]
+    assert mounts["containerd-root"]["readOnly"] is True
+
+
+def test_probes_and_metrics_use_the_agents_port() -> None:
+    container = agent_container()
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    (port,) = container["ports"]
+
+    assert port == {"name": "metrics", "containerPort": int(env["HTTP_PORT"]), "protocol": "TCP"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert env["HTTP_BIND_ADDRESS"] == "0.0.0.0"
+
+
+def test_settings_in_the_manifests_are_valid_and_the_grace_period_outlasts_the_drain() -> None:
+    env = {item["name"]: item["value"] for item in agent_container()["env"] if "value" in item}
+    environment = {**one("ConfigMap")["data"], **env, "NODE_NAME": "ip-10-0-1-5.ec2.internal"}
+
+    settings = AgentSettings.from_env(environment)
+
+    pod = one("DaemonSet")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > settings.shutdown_grace_seconds + 5
+    known = {str(field.alias) for field in AgentSettings.model_fields.values()}
+    assert set(environment) <= known
+
+
+def test_the_container_keeps_only_what_root_needs() -> None:
+    security = agent_container()["securityContext"]
+
+    assert security == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]}}
+    assert "limits" in agent_container()["resources"] and "requests" in agent_container()["resources"]
