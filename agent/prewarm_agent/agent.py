@@ -25,6 +25,7 @@ from prewarm.domain.messages import (
     MessageError,
     NodePhase,
     PullTask,
+    RequiredImages,
     StatusReport,
     parse_node_message,
 )
@@ -44,6 +45,7 @@ from prewarm_agent.progress import Ingest
 from prewarm_agent.pulls import Delivery, PullCoordinator, SharedPull, TaskRun
 from prewarm_agent.queue import Received, TaskQueue
 from prewarm_agent.settings import AgentSettings
+from prewarm_agent.warming import KubeNodeWrites, NodeWrites, StartupTaintHold
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class Agent:
         manifests: LayerSource | None = None,
         node: Callable[[], NodeFacts] | None = None,
         ecr_tokens: RegistryTokenSource | None = None,
+        node_writes: NodeWrites | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -137,6 +140,11 @@ class Agent:
         )
         self.manifests = manifests or ManifestResolver(settings.registry_config_path)
         self._node = node or (lambda: node_facts(settings.node_name, self._kube_access()))
+        self.node_writes = node_writes or KubeNodeWrites(settings.node_name, self._kube_access())
+        # Held while the node has the startup taint (docs/agent.md, "Startup taint").
+        self.warming: StartupTaintHold | None = None
+        # Why the last pull of each image did not end with the image: for the warm deadline's Event.
+        self._pull_failures: dict[str, str] = {}
         self.pulls = PullCoordinator(settings.max_concurrent_pulls, self.clock)
         self.metrics = AgentMetrics(lambda: self.pulls.in_flight)
         self.runner = TaskRunner(
@@ -187,13 +195,18 @@ class Agent:
         if isinstance(self.credentials, RegistryCredentials):
             self.credentials.prepare(s.aws_region)
         self.queue = TaskQueue(self.sqs, url)
-        self._hello = self._make_hello(url)
+        facts = self._node()
+        self.warming = self._startup_taint_hold(facts)
+        self._hello = self._make_hello(url, facts)
         self._send_hello()
         self._consumer = self._spawn(self._consume, "agent-consumer")
         self._background = [
             self._spawn(self._heartbeat, "agent-heartbeat"),
             self._spawn(self._sample_progress, "agent-progress"),
         ]
+        if self.warming is not None:
+            hold = self.warming
+            self._background.append(self._spawn(lambda: hold.run(self._background_stop), "agent-warming"))
         self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
 
     def _ensure_queue(self) -> str | None:
@@ -215,15 +228,42 @@ class Agent:
         thread.start()
         return thread
 
-    def _make_hello(self, queue_url: str) -> Hello:
-        facts = self._node()
+    def _startup_taint_hold(self, facts: NodeFacts) -> StartupTaintHold | None:
+        """A hold when the node joined with the startup taint (and still has it), else None."""
+        taint = self.settings.startup_taint
+        if not any(taint.matches(t) for t in facts.taints):
+            return None
+        # From the node's join, not the agent's start: a restarted agent must not hold the node longer.
+        joined_at = facts.created_at if facts.created_at is not None else self.clock.time()
+        until = joined_at + self.settings.max_warm_seconds
+        self.log.info("node holds the startup taint %s: removing it once its images are present, at the latest "
+                      "%.0f s after it joined", taint, self.settings.max_warm_seconds)
+        return StartupTaintHold(
+            node=self.settings.node_name, taint=taint, joined_at=joined_at, until=until, images=self.cri,
+            api=self.node_writes, clock=self.clock, metrics=self.metrics, why=self.why_missing, logger=self.log,
+        )
+
+    def why_missing(self, image: str) -> str:
+        """Why `image` is not on the node, as far as this agent knows."""
+        for run in self._current_runs():
+            if run.task.image != image:
+                continue
+            if run.last_error:
+                return f"pull failed (attempt {run.attempt}, retrying): {run.last_error}"
+            return f"pull running (attempt {run.attempt})" if run.pulling else "pull waiting for a slot"
+        if image in self._pull_failures:
+            return f"pull failed: {self._pull_failures[image]}"
+        return "no pull task received"
+
+    def _make_hello(self, queue_url: str, facts: NodeFacts) -> Hello:
         try:
             images = sorted({digest for image in self.cri.list_images() for digest in image.repo_digests})
         except CriError as e:
             self.log.warning("cannot list the node's images for the hello: %s", e)
             images = []
         return Hello(node=self.settings.node_name, labels=dict(facts.labels), architecture=facts.architecture,
-                     os=facts.os, queue_url=queue_url, images=images, agent_version=agent_version())
+                     os=facts.os, queue_url=queue_url, images=images, agent_version=agent_version(),
+                     warm_until=self.warming.until if self.warming is not None else None)
 
     def _send_hello(self) -> None:
         hello = self._hello
@@ -356,8 +396,23 @@ class Agent:
             return
         if isinstance(parsed, CancelTask):
             self._cancel(parsed, delivery)
+        elif isinstance(parsed, RequiredImages):
+            self._required(parsed, delivery)
         else:
             self._task(parsed, delivery)
+
+    def _required(self, required: RequiredImages, delivery: Delivery) -> None:
+        self.metrics.messages.labels("required").inc()
+        hold = self.warming
+        if hold is None or hold.done.is_set():
+            self.log.info("list of %d required images ignored: the node holds no startup taint",
+                          len(required.images))
+        elif hold.offer(required):
+            self.log.info("node must have %d images before its startup taint comes off: %s", len(required.images),
+                          ", ".join(sorted({i.image for i in required.images})) or "none")
+        else:
+            self.log.info("an older list of required images ignored")
+        self._delete([delivery])
 
     def _poison(self, message: Received, reason: str) -> None:
         # Never deleted: after maxReceiveCount receives SQS moves it to the dead-letter queue.
@@ -462,6 +517,12 @@ class Agent:
             return
         self._count(report)
         self.log.info("%s %s", report.phase, report.message, extra=_context(run))
+        if self.warming is not None and not self.warming.done.is_set():
+            if report.phase == "Succeeded":
+                self._pull_failures.pop(run.task.image, None)
+            else:
+                self._pull_failures[run.task.image] = report.message
+            self.warming.poke()
         if self._send(report):
             self._delete(deliveries)
 

@@ -174,7 +174,7 @@ class TaskRunner:
                 return self._succeeded(run, image, self._status(reference), outcome)
             if isinstance(outcome, _Cancelled):
                 return self._cancelled(run)
-            last_error = outcome.message
+            last_error = run.last_error = outcome.message
             if outcome.final or number >= policy.max_attempts:
                 return self._final(run, NodePhase.FAILED, message=last_error)
             log.info(

@@ -42,11 +42,22 @@ class AgentMetrics:
         )
         self.messages = Counter(
             "prewarm_agent_messages_received",
-            "Node queue messages received, by kind (task, cancel, duplicate, finished, poison)",
+            "Node queue messages received, by kind (task, cancel, duplicate, finished, required, poison)",
             ["kind"], registry=self.registry,
         )
         self.reports_failed = Counter(
             "prewarm_agent_report_send_failures", "Status reports the status queue did not take",
+            registry=self.registry,
+        )
+
+        self.startup_taint_removals = Counter(
+            "prewarm_agent_startup_taint_removals",
+            "Startup taint removed from this node: warm (every required image present) or timeout "
+            "(MAX_WARM_SECONDS passed with images missing)", ["outcome"], registry=self.registry,
+        )
+        self.startup_taint_seconds = Gauge(
+            "prewarm_agent_startup_taint_seconds",
+            "Seconds from the node's join to the removal of its startup taint (0 until removed)",
             registry=self.registry,
         )
 

@@ -1,8 +1,11 @@
-"""The agent's own Node: labels, architecture and OS for the hello, read with one HTTPS GET.
+"""The agent's own Node: labels, architecture and OS for the hello, read with one HTTPS GET; and the
+two writes of the startup taint: removing it from that Node, and an Event on it when it was removed
+before the node was warm.
 
-The agent's service account may only `get` nodes, and this module asks for its own node only. It does
-not use the `kubernetes` package (an import-linter contract keeps it out of the agent): the pod's
-projected token is re-read on every call, as it rotates.
+The agent's service account may `get` and `patch` nodes and `create` events in `default`; this module
+touches its own node only (and the admission policy of `prewarm install` refuses anything else). It
+does not use the `kubernetes` package (an import-linter contract keeps it out of the agent): the
+pod's projected token is re-read on every call, as it rotates.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,14 @@ GO_ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "ar
 
 
 class NodeReadError(Exception):
-    """The Node object could not be read; the message says which endpoint and why."""
+    """The Node object could not be read (or written); the message says which endpoint and why.
+
+    `status` is the HTTP status when the API answered (422: a patch's `test` failed, the Node changed).
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class NodeFacts:
     architecture: str = ""
     os: str = "linux"
     from_api: bool = False
+    taints: tuple[Mapping[str, str], ...] = ()
+    created_at: float | None = None  # when the node joined (metadata.creationTimestamp)
 
 
 def local_architecture() -> str:
@@ -78,22 +91,71 @@ class KubeApiAccess:
 
 def read_node(name: str, access: KubeApiAccess) -> dict[str, Any]:
     """GET `/api/v1/nodes/<name>`; raises `NodeReadError` naming the endpoint and the reason."""
+    return _call(access, "GET", f"/api/v1/nodes/{urllib.parse.quote(name, safe='')}")
+
+
+def patch_node(name: str, access: KubeApiAccess, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """A JSON patch (`application/json-patch+json`) of the node; `NodeReadError` (status 422 when a `test` failed)."""
+    return _call(access, "PATCH", f"/api/v1/nodes/{urllib.parse.quote(name, safe='')}", ops,
+                 content_type="application/json-patch+json")
+
+
+def create_event(access: KubeApiAccess, event: dict[str, Any]) -> dict[str, Any]:
+    """POST a core/v1 Event into its namespace (a Node's go to `default`)."""
+    namespace = urllib.parse.quote(str(event["metadata"]["namespace"]), safe="")
+    return _call(access, "POST", f"/api/v1/namespaces/{namespace}/events", event)
+
+
+_HINTS = {
+    "GET": " (the agent's ClusterRole must allow get on nodes)",
+    "PATCH": " (the agent's ClusterRole must allow patch on nodes, and the admission policy "
+             "prewarm-agent-startup-taint lets it remove only the startup taint of its own node)",
+    "POST": " (the agent's Role in namespace default must allow create on events)",
+}
+
+
+def _call(access: KubeApiAccess, method: str, path: str, body: Any = None,
+          content_type: str = "application/json") -> dict[str, Any]:
     if not access.endpoint:
         raise NodeReadError("no Kubernetes API endpoint (KUBE_API_ENDPOINT or KUBERNETES_SERVICE_HOST)")
-    url = f"{access.endpoint.rstrip('/')}/api/v1/nodes/{urllib.parse.quote(name, safe='')}"
+    url = f"{access.endpoint.rstrip('/')}{path}"
     headers = {"Accept": "application/json"}
     if token := access.bearer_token():
         headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, headers=headers)
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = content_type
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=access.timeout, context=access.ssl_context()) as response:
             document: dict[str, Any] = json.loads(response.read())
             return document
     except urllib.error.HTTPError as e:
-        hint = " (the agent's ClusterRole must allow get on nodes)" if e.code == 403 else ""
-        raise NodeReadError(f"GET {url} answered {e.code} {e.reason}{hint}") from None
+        hint = _HINTS[method] if e.code == 403 else ""
+        detail = _status_message(e)
+        raise NodeReadError(f"{method} {url} answered {e.code} {e.reason}{hint}{detail}", e.code) from None
     except (OSError, ValueError) as e:
-        raise NodeReadError(f"GET {url} failed: {getattr(e, 'reason', e)}") from e
+        raise NodeReadError(f"{method} {url} failed: {getattr(e, 'reason', e)}") from e
+
+
+def _status_message(error: urllib.error.HTTPError) -> str:
+    """The API's own words from its Status body (an admission policy's message), when it sent one."""
+    try:
+        message = json.loads(error.read()).get("message")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f": {message}" if message else ""
+
+
+def _created_at(metadata: Mapping[str, Any]) -> float | None:
+    text = metadata.get("creationTimestamp")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def node_facts(name: str, access: KubeApiAccess) -> NodeFacts:
@@ -113,4 +175,6 @@ def node_facts(name: str, access: KubeApiAccess) -> NodeFacts:
     labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
     arch = info.get("architecture") or labels.get("kubernetes.io/arch") or local_architecture()
     os_name = info.get("operatingSystem") or labels.get("kubernetes.io/os") or "linux"
-    return NodeFacts(name=name, labels=labels, architecture=str(arch), os=str(os_name), from_api=True)
+    taints = tuple(t for t in (node.get("spec") or {}).get("taints") or () if isinstance(t, Mapping))
+    return NodeFacts(name=name, labels=labels, architecture=str(arch), os=str(os_name), from_api=True,
+                     taints=taints, created_at=_created_at(metadata))

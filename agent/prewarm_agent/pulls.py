@@ -74,6 +74,7 @@ class TaskRun:
         #: Set whenever the run should look at its pull again (finished, cancelled, a slot freed).
         self.wake = threading.Event()
         self.attempt = 0
+        self.last_error = ""  # the last failed attempt's, while the run retries
         self.started_at: float | None = None
         self.attempt_started_at: float | None = None
         self.shared: SharedPull | None = None

@@ -10,11 +10,12 @@ import logging
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prewarm.domain.liveness import REPORT_INTERVAL_SECONDS
+from prewarm.domain.warming import DEFAULT_MAX_WARM_SECONDS, DEFAULT_TAINT_KEY, StartupTaint
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_CRI_SOCKET = "/run/containerd/containerd.sock"
@@ -23,6 +24,8 @@ DEFAULT_REGISTRY_CONFIG_PATH = "/etc/containerd/certs.d"
 SQS_MAX_VISIBILITY_SECONDS = 12 * 3600
 # The template's SecretPrefix: Secrets Manager name characters, `/`-separated, no empty part.
 SECRET_PREFIX_PATTERN = r"^([A-Za-z0-9_+=.@-]+(/[A-Za-z0-9_+=.@-]+)*)?$"
+# A taint key is a qualified name: an optional DNS subdomain prefix and `/`, then a name.
+TAINT_KEY_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 
 
 class EcrCredentials(StrEnum):
@@ -70,6 +73,11 @@ class AgentSettings(BaseModel):
     http_bind_address: str = Field(default="0.0.0.0", alias="HTTP_BIND_ADDRESS", min_length=1)
     http_port: int = Field(default=9102, alias="HTTP_PORT", ge=0, le=65535)
     shutdown_grace_seconds: float = Field(default=25.0, alias="SHUTDOWN_GRACE_SECONDS", ge=0)
+    startup_taint_key: str = Field(default=DEFAULT_TAINT_KEY, alias="STARTUP_TAINT_KEY", pattern=TAINT_KEY_PATTERN)
+    startup_taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        default="NoSchedule", alias="STARTUP_TAINT_EFFECT"
+    )
+    max_warm_seconds: float = Field(default=DEFAULT_MAX_WARM_SECONDS, alias="MAX_WARM_SECONDS", gt=0)
     log_level: str = Field(default="INFO", alias="LOG_LEVEL")
 
     @field_validator("aws_endpoint_url", mode="before")
@@ -120,6 +128,11 @@ class AgentSettings(BaseModel):
     def node_queue_sender_arns(self) -> tuple[str, ...]:
         """Roles the node queue's policy lets send (as the control plane sets it); empty sets no policy."""
         return tuple(arn.strip() for arn in self.node_queue_sender_arns_csv.split(",") if arn.strip())
+
+    @property
+    def startup_taint(self) -> StartupTaint:
+        """The taint a new node holds until its images are present (docs/agent.md, "Startup taint")."""
+        return StartupTaint(self.startup_taint_key, self.startup_taint_effect)
 
     @property
     def registry_allowlist(self) -> tuple[str, ...]:

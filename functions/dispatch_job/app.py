@@ -25,6 +25,8 @@ def plan_record(record: DynamoDBRecord) -> None:
         logger.append_keys(job=key)
         # A failed cancel raises TaskSendError: the stream retries this record, the items still there.
         logger.info("deleted", extra={"cancels_sent": bootstrap.complete_deletion(key)})
+        # Nodes still warming no longer wait for its image (a failed send retries this record).
+        bootstrap.tell_warming_nodes()
         return
     if not image or not needs_planning(image, old or None):
         return  # a removed job, or only its counters or shards changed

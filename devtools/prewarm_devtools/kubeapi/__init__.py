@@ -3,8 +3,9 @@ benchmarks and local mode.
 
 `with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets, service accounts,
 ConfigMaps and Events (core/v1), DaemonSets (apps/v1), PriorityClasses (scheduling.k8s.io/v1, with
-the two system classes every cluster has), and ClusterRoles, Roles and their bindings
-(rbac.authorization.k8s.io/v1), over real HTTP on 127.0.0.1, so the official `kubernetes` client
+the two system classes every cluster has), ValidatingAdmissionPolicies and their bindings
+(admissionregistration.k8s.io/v1: stored and served, never evaluated), and ClusterRoles, Roles and
+their bindings (rbac.authorization.k8s.io/v1), over real HTTP on 127.0.0.1, so the official `kubernetes` client
 (typed `CoreV1Api`/`AppsV1Api`/`SchedulingV1Api`/`RbacAuthorizationV1Api` calls and raw
 `ApiClient.call_api`) and kubectl talk to it as to EKS. Every request is authenticated (a static
 token or an EKS `k8s-aws-v1.` token maps to an `Identity`, as EKS access entries map IAM
@@ -25,13 +26,16 @@ Status (429, 5xx...) to test retries.
 What it does NOT implement (code relying on these must be tested against a real cluster):
 
 - API groups other than core/v1, apps/v1 (DaemonSets only: no Deployments, ReplicaSets,
-  StatefulSets, ControllerRevisions), scheduling.k8s.io/v1, rbac.authorization.k8s.io/v1 and
+  StatefulSets, ControllerRevisions), scheduling.k8s.io/v1, admissionregistration.k8s.io/v1
+  (ValidatingAdmissionPolicy and its binding only), rbac.authorization.k8s.io/v1 and
   authorization.k8s.io/v1 (access reviews only: no `LocalSubjectAccessReview`, no
   `SelfSubjectRulesReview`); no events.k8s.io (core/v1 Events only), and core/v1 resources other
   than the seven above; no CRDs, no aggregated discovery (clients fall back to legacy discovery).
 - Authentication and authorization: EKS token signatures are not checked (no STS is asked: the
   access key names the principal); no client certificates, no service account token issuing
-  (`TokenRequest`), no `userextras` impersonation. RBAC: no aggregated ClusterRoles
+  (`TokenRequest`: `service_account(ns, name, node=...)` is the identity of a token bound to a
+  node, with the user extra `authentication.kubernetes.io/node-name`), no `userextras`
+  impersonation. RBAC: no aggregated ClusterRoles
   (`aggregationRule` is stored, not followed), no escalation or `bind` checks on role writes, and
   only the bootstrap policy's cluster-admin, system:discovery, system:basic-user and
   system:public-info-viewer. Requests without a token get 401 by default; `anonymous="forbidden"`
@@ -55,7 +59,9 @@ What it does NOT implement (code relying on these must be tested against a real 
   preemptionPolicy): other fields are stored as sent. Pod templates get the PodSpec and container
   defaults of pods, not probe, port or volume defaults.
 - Admission beyond the ServiceAccount check and defaults of pods and the single default
-  PriorityClass: no projected token volume, no pod priority from its class, no
+  PriorityClass: ValidatingAdmissionPolicies are stored (with their defaults and required fields
+  checked) but their CEL is neither type-checked nor evaluated, so nothing they forbid is refused;
+  no projected token volume, no pod priority from its class, no
   LimitRange/ResourceQuota/PodSecurity, no webhooks; `metadata.generation` only for DaemonSets.
 - Controllers: no scheduler, kubelet, DaemonSet controller (no pods, no status, no
   ControllerRevisions), garbage collector (ownerReferences do nothing), token controller or

@@ -61,21 +61,37 @@ class Identity:
     user: str
     groups: tuple[str, ...] = ()
     uid: str = ""
+    # The user's extra attributes (`userInfo.extra`), as pairs so the identity stays hashable.
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def authenticated(self) -> Identity:
         if AUTHENTICATED in self.groups or self.user == ANONYMOUS.user:
             return self
-        return Identity(self.user, (*self.groups, AUTHENTICATED), self.uid)
+        return Identity(self.user, (*self.groups, AUTHENTICATED), self.uid, self.extra)
+
+    @property
+    def extra_map(self) -> dict[str, list[str]]:
+        """`userInfo.extra` as the API writes it: key → values."""
+        return {key: list(values) for key, values in self.extra}
 
 
 ANONYMOUS = Identity("system:anonymous", (UNAUTHENTICATED,))
 ADMIN = Identity("kubernetes-admin", (MASTERS,))
 
 
-def service_account(namespace: str, name: str) -> Identity:
-    """The identity of a service account's token: `system:serviceaccount:<ns>:<name>` and its groups."""
+#: The user extra a bound service account token carries: the node of the pod it was issued for.
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def service_account(namespace: str, name: str, *, node: str | None = None) -> Identity:
+    """The identity of a service account's token: `system:serviceaccount:<ns>:<name>` and its groups.
+
+    With `node`, a token bound to a pod on that node, as the kubelet projects it (Kubernetes 1.30 and
+    later): its user extra `authentication.kubernetes.io/node-name` names the node.
+    """
     return Identity(
-        f"system:serviceaccount:{namespace}:{name}", ("system:serviceaccounts", f"system:serviceaccounts:{namespace}")
+        f"system:serviceaccount:{namespace}:{name}", ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+        extra=((NODE_NAME_EXTRA, (node,)),) if node else (),
     )
 
 

@@ -61,7 +61,8 @@ def run(api: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def installed(api: KubeApiServer) -> dict[tuple[str, str, str], dict[str, Any]]:
     found = {}
     for plural in ("namespaces", "priorityclasses", "serviceaccounts", "clusterroles", "clusterrolebindings",
-                   "rolebindings", "configmaps", "daemonsets"):
+                   "rolebindings", "configmaps", "validatingadmissionpolicies",
+                   "validatingadmissionpolicybindings", "daemonsets"):
         for obj in api.list_objects(plural):
             if (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "prewarm-install":
                 found[(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace", ""))] = obj
@@ -74,7 +75,7 @@ def test_install_creates_every_rendered_object_then_a_rerun_changes_nothing(api:
     second = run("install", "--pull-secret-namespaces", "shop")
 
     assert first.exit_code == 0, first.output
-    assert len(first.stdout.splitlines()) == len(versions) == 15
+    assert len(first.stdout.splitlines()) == len(versions) == 19
     assert all(line.split(" ")[1] == "created" for line in first.stdout.splitlines())
     assert "daemonset.apps/prewarm-agent created (namespace prewarm-system)" in first.stdout
     assert "rolebinding.rbac.authorization.k8s.io/prewarm-pull-secrets created (namespace shop)" in first.stdout
@@ -120,7 +121,7 @@ def test_uninstall_removes_what_install_made_and_nothing_else(api: KubeApiServer
     removed = run("uninstall")
     again = run("uninstall")
 
-    assert removed.exit_code == 0 and len(removed.stdout.splitlines()) == 15
+    assert removed.exit_code == 0 and len(removed.stdout.splitlines()) == 19
     assert removed.stdout.splitlines()[0] == "daemonset.apps/prewarm-agent deleted (namespace prewarm-system)"
     assert installed(api) == {}
     assert {(p, o["metadata"]["name"]) for p in ("clusterroles", "namespaces") for o in api.list_objects(p)} == before

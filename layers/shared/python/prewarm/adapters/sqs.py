@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, node_queue_name
+from prewarm.domain.messages import CancelTask, Hello, PullTask, RequiredImages, StatusReport, node_queue_name
 
 TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
@@ -175,7 +175,7 @@ class NodeQueues(_SqsAdapter):
                 ) from e
             raise _error(e, f"create queue {name}") from e
 
-    def send(self, message: PullTask | CancelTask) -> None:
+    def send(self, message: PullTask | CancelTask | RequiredImages) -> None:
         url = self.queue_url(message.node)
         body = message.model_dump_json()
         try:
@@ -189,7 +189,7 @@ class NodeQueues(_SqsAdapter):
             except ClientError as again:
                 raise _error(again, f"send {message.kind} to {message.node}") from again
 
-    def send_many(self, messages: Sequence[PullTask | CancelTask]) -> list[tuple[str, str]]:
+    def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]:
         """Sends to many nodes concurrently; returns (node, error) for those that failed, each logged."""
         if len(messages) <= 1:
             return [r for r in map(self._send_or_fail, messages) if r is not None]
@@ -197,12 +197,13 @@ class NodeQueues(_SqsAdapter):
         with ThreadPoolExecutor(max_workers=min(self.workers, len(messages))) as pool:
             return [r for r in pool.map(self._send_or_fail, messages) if r is not None]
 
-    def _send_or_fail(self, message: PullTask | CancelTask) -> tuple[str, str] | None:
+    def _send_or_fail(self, message: PullTask | CancelTask | RequiredImages) -> tuple[str, str] | None:
         try:
             self.send(message)
         except QueueError as e:
             # Logged here: callers that leave the retry to the sweep would otherwise say nothing.
-            log.warning("%s of %s for node %s not sent: %s", message.kind, message.job, message.node, e)
+            what = message.kind if isinstance(message, RequiredImages) else f"{message.kind} of {message.job}"
+            log.warning("%s for node %s not sent: %s", what, message.node, e)
             return (message.node, str(e))
         return None
 

@@ -1,8 +1,14 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
-Node queues carry `PullTask` and `CancelTask`; the status queue carries `StatusReport` and `Hello`.
-Every message has `v` (the schema version) and `kind`, so a reader can reject what it does not know
-with a clear error instead of guessing.
+Node queues carry `PullTask`, `CancelTask` and `RequiredImages`; the status queue carries
+`StatusReport` and `Hello`. Every message has `v` (the schema version) and `kind`, so a reader can
+reject what it does not know with a clear error instead of guessing.
+
+Versioning: `v` changes only when an existing kind changes meaning or loses a field. A new kind, or a
+new optional field, keeps `v` but is sent only to readers that announced they take it: readers
+forbid unknown fields and kinds (a poison message to them), so an old agent must never see a
+`RequiredImages` (the control plane sends it only after a hello with `warm_until`), and an agent
+leaves `warm_until` out of its hello unless its node holds the startup taint.
 """
 
 from __future__ import annotations
@@ -10,9 +16,19 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 SCHEMA_VERSION = 1
 
@@ -114,12 +130,46 @@ class Hello(_Message):
     queue_url: str = ""
     images: list[str] = Field(default_factory=list, description="repo digests already present")
     agent_version: str = ""
+    warm_until: EpochSeconds | None = Field(
+        default=None,
+        description="the node holds the startup taint until its images are present, at the latest until then; "
+                    "absent otherwise (and from agents that predate it)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_warm_until(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A control plane older than the field refuses a hello that has it, even as null.
+        data: dict[str, Any] = handler(self)
+        if data.get("warm_until") is None:
+            data.pop("warm_until", None)
+        return data
 
 
-NodeMessage = Annotated[PullTask | CancelTask, Field(discriminator="kind")]
+class RequiredImage(BaseModel):
+    """One image a warming node must have before its startup taint comes off, and the job that wants it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    image: str = Field(min_length=1, description="the pull reference, as the job's PullTask names it")
+    job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the `Never` job")
+
+
+class RequiredImages(_Message):
+    """Every image the node must have before its startup taint comes off (empty: none).
+
+    Each list replaces the one before; SQS does not keep order, so the agent keeps the one with the
+    latest `as_of` (when the control plane read the jobs it was computed from).
+    """
+
+    kind: Literal["required"] = "required"
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    as_of: EpochSeconds
+    images: list[RequiredImage] = Field(default_factory=list)
+
+
+NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
 AgentMessage = Annotated[StatusReport | Hello, Field(discriminator="kind")]
 
-_node_message: TypeAdapter[PullTask | CancelTask] = TypeAdapter(NodeMessage)
+_node_message: TypeAdapter[PullTask | CancelTask | RequiredImages] = TypeAdapter(NodeMessage)
 _agent_message: TypeAdapter[StatusReport | Hello] = TypeAdapter(AgentMessage)
 
 
@@ -131,7 +181,7 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_node_message(body: str | bytes) -> PullTask | CancelTask:
+def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredImages:
     """Parse a node-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _node_message.validate_json(body)

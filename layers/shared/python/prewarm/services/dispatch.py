@@ -161,6 +161,8 @@ def plan_job(
             fill = fill_slots(store, queues, key, now=now)
             result.sent += fill.sent
             result.send_failures += fill.send_failures
+            # A retry of a plan whose lists to warming nodes did not all go out.
+            result.send_failures += _tell_warming_nodes(store, queues, cluster, record, now=now)
             return result
         job = job_spec(record)
         if job.spec.pull_secrets:
@@ -192,8 +194,21 @@ def plan_job(
         result.sent += fill.sent
         result.send_failures += fill.send_failures
         finish_if_done(store, key, now=now)
+        result.send_failures += _tell_warming_nodes(store, queues, cluster, record, now=now)
         return result
     raise StoreConflictError(f"job {key} kept changing while being planned")
+
+
+def _tell_warming_nodes(
+    store: JobStore, queues: TaskQueues, cluster: Cluster, record: JobRecord, *, now: float
+) -> list[tuple[str, str]]:
+    """A `Never` job planned anew changes what warming nodes must have: they get their lists again."""
+    # Imported here: the warming service builds on this module.
+    from prewarm.services.warming import send_required_images
+
+    if job_spec(record).spec.completion_policy.type != "Never":
+        return []
+    return send_required_images(store, queues, cluster, now=now)
 
 
 def _excluded(selection: NodeSelection) -> list[ExcludedNode]:

@@ -16,13 +16,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import Hello, NodePhase, StatusReport
-from prewarm.domain.placement import evaluate_nodes
+from prewarm.domain.messages import Hello, NodePhase, RequiredImages, StatusReport
 from prewarm.domain.status import NodeChange, applied, merged, precedence, report_change
-from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done, image_platforms, job_spec
+from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done
 from prewarm.services.ports import (
     Cluster,
     JobRecord,
@@ -33,7 +31,9 @@ from prewarm.services.ports import (
     StoreConflictError,
     StoreRetryableError,
     TaskQueues,
+    TaskSendError,
 )
+from prewarm.services.warming import jobs_selecting
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,8 @@ class _JobBatch:
 class HelloOutcome:
     node: str
     added_to: list[str] = field(default_factory=list)
+    # What a warming node was told it must have (None: the node does not hold the startup taint).
+    required: list[str] | None = None
 
 
 def register_node(
@@ -252,10 +254,16 @@ def register_node(
     hello: Hello,
     *,
     now: float,
+    clock: Callable[[], float] = time.time,
 ) -> HelloOutcome:
-    """Registers an agent's node and adds it at once to every active `Never` job that selects it."""
+    """Registers an agent's node and adds it at once to every active `Never` job that selects it.
+
+    A node that holds the startup taint (`warm_until`) is then sent the images of those jobs; a send
+    that fails raises `TaskSendError`, so the hello is delivered again.
+    """
     store.put_node(RegisteredNode(name=hello.node, labels=dict(hello.labels), architecture=hello.architecture,
-                                  os=hello.os, queue_url=hello.queue_url, last_hello=now))
+                                  os=hello.os, queue_url=hello.queue_url, last_hello=now,
+                                  warm_until=hello.warm_until))
     outcome = HelloOutcome(hello.node)
     node = cluster.get_node(hello.node) if cluster is not None else None
     if node is None:
@@ -264,22 +272,18 @@ def register_node(
             "metadata": {"name": hello.node, "labels": dict(hello.labels)},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]},
         }
-    for record in store.list_jobs():
-        if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING or record.planned != record.plan_id:
-            continue
-        job = job_spec(record)
-        if job.spec.completion_policy.type != "Never":
-            continue
-        pods: list[dict[str, Any]] = []
-        if job.spec.pod_selector is not None:
-            if cluster is None:
-                continue
-            pods = cluster.list_pods(record.namespace, label_selector=job.spec.pod_selector.to_query() or None,
-                                     field_selector=f"spec.nodeName={hello.node}")
-        selection = evaluate_nodes(job.placement, [node], pods, platforms=image_platforms(record))
-        if hello.node in selection.selected and add_node_to_job(store, record, hello.node, now=now):
+    # Read before the jobs are: a list computed from older jobs never replaces a newer one.
+    as_of = clock()
+    selecting, images = jobs_selecting(store, cluster, node)
+    for record in selecting:
+        if add_node_to_job(store, record, hello.node, now=now):
             outcome.added_to.append(record.key)
             fill_slots(store, queues, record.key, now=now)
+    if hello.warm_until is not None and hello.warm_until > now:
+        failures = queues.send_many([RequiredImages(node=hello.node, as_of=as_of, images=images)])
+        if failures:
+            raise TaskSendError(failures)
+        outcome.required = [i.image for i in images]
     return outcome
 
 
@@ -312,7 +316,7 @@ def record_status(
         if isinstance(message, Hello):
             try:
                 outcome.hellos.append(register_node(store, queues, cluster, message, now=now))
-            except (StoreConflictError, StoreRetryableError) as e:
+            except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
                 log.warning("hello of %s not registered yet: %s", message.node, e)
                 outcome.retry_ids.append(message_id)
         else:

@@ -1,0 +1,113 @@
+"""The startup taint: which images a new node must have before pods may land on it, and how its agent
+lifts the taint (docs/agent.md, "Startup taint").
+
+A node joins with the taint (Karpenter `startupTaints`, a node group's taints). The control plane
+tells its agent the images of every `Never` job that selects the node (`required_images`); the agent
+removes the taint once each is present, or when `maxWarmSeconds` have passed since the node joined,
+whatever is missing then. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prewarm.domain.messages import RequiredImage
+from prewarm.domain.placement import Placement, Platform, evaluate_nodes
+
+DEFAULT_TAINT_KEY = "prewarm.dev/warming"
+DEFAULT_TAINT_EFFECT = "NoSchedule"
+DEFAULT_MAX_WARM_SECONDS = 900
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class NeverJob:
+    """What decides whether a running `Never` job wants its image on a node."""
+
+    key: str
+    image: str  # the pull reference its tasks carry
+    placement: Placement
+    platforms: tuple[Platform, ...] | None = None
+
+
+def required_images(
+    jobs: Iterable[NeverJob],
+    node: Mapping[str, Any],
+    pods: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> list[RequiredImage]:
+    """The images `node` must have: one entry per job whose placement selects it, sorted.
+
+    `pods` holds, per job key, the pods of that job's `podSelector` (only such jobs need them). The
+    rule is the hello's own (`evaluate_nodes`): a node excluded from a job (wrong platform, not
+    Ready, virtual-kubelet) needs nothing from it, since nothing will be pulled there.
+    """
+    name = node.get("metadata", {}).get("name")
+    wanted = []
+    for job in jobs:
+        job_pods = (pods or {}).get(job.key, ())
+        if job.placement.pod_selector is not None and not job_pods:
+            continue
+        selection = evaluate_nodes(job.placement, [node], job_pods, platforms=job.platforms)
+        if name in selection.selected:
+            wanted.append(RequiredImage(image=job.image, job=job.key))
+    return sorted(set(wanted), key=lambda r: (r.image, r.job))
+
+
+@dataclass(frozen=True)
+class StartupTaint:
+    """The taint a node joins with and its agent removes: `key` with `effect`, whatever its value."""
+
+    key: str = DEFAULT_TAINT_KEY
+    effect: str = DEFAULT_TAINT_EFFECT
+
+    def __str__(self) -> str:
+        return f"{self.key}:{self.effect}"
+
+    def matches(self, taint: Mapping[str, Any]) -> bool:
+        return taint.get("key") == self.key and taint.get("effect") == self.effect
+
+    def held_by(self, node: Mapping[str, Any]) -> bool:
+        """Whether the Node object carries this taint."""
+        return any(isinstance(t, Mapping) and self.matches(t) for t in _taints(node))
+
+    def removal_patch(self, node: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """A JSON patch that removes the taint from `node` and nothing else, or None when it has none.
+
+        Each removal is guarded by a `test` of the taint it removes, so a patch computed from a Node
+        that changed meanwhile fails (422) instead of removing another taint at that index.
+        """
+        ops: list[dict[str, Any]] = []
+        for index, taint in reversed(list(enumerate(_taints(node)))):
+            if isinstance(taint, Mapping) and self.matches(taint):
+                path = f"/spec/taints/{index}"
+                ops += [{"op": "test", "path": path, "value": dict(taint)}, {"op": "remove", "path": path}]
+        return ops or None
+
+
+def _taints(node: Mapping[str, Any]) -> list[Any]:
+    taints = (node.get("spec") or {}).get("taints")
+    return list(taints) if isinstance(taints, list) else []
+
+
+def parse_taint(text: str) -> StartupTaint:
+    """`key:Effect` or `key=value:Effect` (as kubectl and Karpenter write taints), the value ignored."""
+    key_value, sep, effect = text.strip().rpartition(":")
+    key = key_value.partition("=")[0]
+    if not sep or not key or effect not in TAINT_EFFECTS:
+        raise ValueError(f"taint {text!r} must be key[=value]:Effect with Effect one of {', '.join(TAINT_EFFECTS)}")
+    return StartupTaint(key, effect)
+
+
+def missing_summary(missing: Mapping[str, str], limit: int = 900) -> str:
+    """`image (why); image (why)` for a log line and an Event message, cut at `limit` characters
+    (an Event's message holds 1024): how many were left out is said at the end."""
+    parts = [f"{image} ({why})" for image, why in sorted(missing.items())]
+    text = ""
+    for shown, part in enumerate(parts):
+        candidate = f"{text}; {part}" if text else part
+        if len(candidate) > limit:
+            return f"{text}; and {len(parts) - shown} more"
+        text = candidate
+    return text

@@ -1,0 +1,96 @@
+"""Telling warming nodes which images they must have before their startup taint comes off.
+
+A node whose agent said hello with `warm_until` holds the startup taint (docs/agent.md, "Startup
+taint"). It gets a `RequiredImages` after that hello, and again whenever the set of `Never` jobs
+changes while it warms (a job planned, re-planned or deleted), so a job applied meanwhile is waited
+for and a deleted one is not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prewarm.domain.images import parse_image
+from prewarm.domain.jobs import JobState
+from prewarm.domain.messages import RequiredImage, RequiredImages
+from prewarm.domain.warming import NeverJob, required_images
+from prewarm.services.dispatch import image_platforms, job_spec
+from prewarm.services.ports import Cluster, JobRecord, JobStore, TaskQueues
+
+log = logging.getLogger(__name__)
+
+
+def is_running_never_job(record: JobRecord) -> bool:
+    """A planned, running `Never` ImagePullJob: what a new node is added to, and must be warm for."""
+    if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING or record.planned != record.plan_id:
+        return False
+    return job_spec(record).spec.completion_policy.type == "Never"
+
+
+def jobs_selecting(
+    store: JobStore, cluster: Cluster | None, node: Mapping[str, Any]
+) -> tuple[list[JobRecord], list[RequiredImage]]:
+    """The running `Never` jobs that select `node` (a Node object), and the images they want there.
+
+    Jobs with a `podSelector` need the cluster to see the node's pods: without one they select nothing.
+    """
+    name = str(node.get("metadata", {}).get("name", ""))
+    records = [r for r in store.list_jobs() if is_running_never_job(r)]
+    never: list[NeverJob] = []
+    pods: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        job = job_spec(record)
+        if job.spec.pod_selector is not None:
+            if cluster is None:
+                continue
+            pods[record.key] = cluster.list_pods(
+                record.namespace, label_selector=job.spec.pod_selector.to_query() or None,
+                field_selector=f"spec.nodeName={name}",
+            )
+        platforms = image_platforms(record)
+        never.append(NeverJob(record.key, parse_image(job.spec.image).pull_reference, job.placement,
+                              tuple(platforms) if platforms is not None else None))
+    wanted = required_images(never, node, pods)
+    keys = {w.job for w in wanted}
+    return [r for r in records if r.key in keys], wanted
+
+
+def warming_nodes(store: JobStore, *, now: float) -> list[str]:
+    """The registered nodes whose agents hold the startup taint now (by their last hello)."""
+    return [n.name for n in store.list_nodes() if n.warm_until is not None and n.warm_until > now]
+
+
+def send_required_images(
+    store: JobStore,
+    queues: TaskQueues,
+    cluster: Cluster | None,
+    *,
+    now: float,
+    nodes: Iterable[str] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> list[tuple[str, str]]:
+    """Sends each warming node (of `nodes`, or all) its list again; returns the (node, error) of failed sends.
+
+    Called after the set of `Never` jobs changed. A node the cluster no longer has is skipped.
+    """
+    names = warming_nodes(store, now=now)
+    if nodes is not None:
+        wanted = set(nodes)
+        names = [n for n in names if n in wanted]
+    if not names or cluster is None:
+        return []
+    messages = []
+    for name in names:
+        node = cluster.get_node(name)
+        if node is None:
+            continue
+        # Read before the jobs are: a list computed from older jobs never replaces a newer one.
+        as_of = clock()
+        _, images = jobs_selecting(store, cluster, node)
+        messages.append(RequiredImages(node=name, as_of=as_of, images=images))
+    failures = queues.send_many(messages) if messages else []
+    log.info("sent %d warming nodes their required images", len(messages) - len(failures))
+    return failures

@@ -1,0 +1,165 @@
+"""Issue #12, the startup taint: a node that joins with `prewarm.dev/warming=true:NoSchedule` keeps it
+while its `Never` jobs' images are pulled, loses it within 2 s of the last one being present, and
+loses it anyway at `MAX_WARM_SECONDS` when a pull keeps failing, with a log line, a metric and an
+Event on the node naming the image and why.
+
+A real local stack: moto behind the AWS limits layer, the functions on their event sources, the
+embedded Kubernetes API with what `prewarm install` ships (RBAC, the admission policy), the registry
+behind a bandwidth-limiting proxy, and a private containerd and agent per node. Nodes join with
+`LocalMode.add_node`, as `prewarm local node add NAME --taint ...` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prewarm.adapters.dynamodb import DynamoJobStore
+from prewarm.services.jobs import apply_manifest
+from prewarm_agent.cri.client import ContentStatusReader
+from prewarm_agent.warming import EVENT_REASON
+from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+
+pytestmark = [pytest.mark.integration, pytest.mark.node,
+              pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
+
+MIB = 1024 * 1024
+# Two 4 MiB images through 3 MiB/s: a few seconds of pulling to watch the taint stay through.
+BANDWIDTH = 3 * MIB
+IMAGE_MB = 4
+MAX_WARM_SECONDS = 12
+# Issue #12: seconds from the last required image being present to the taint gone.
+UNTAINT_WITHIN = 2.0
+TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
+    state = tmp_path_factory.mktemp("taint") / "local.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREWARM_LOCAL_STATE", str(state))
+        with LocalMode(nodes=1, registry_bandwidth=BANDWIDTH,
+                       agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
+            yield mode
+
+
+def never_job(name: str, image: str, pool: str, **pull_policy: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"image": image, "parallelism": 10, "selector": {"matchLabels": {"pool": pool}},
+                 "pullPolicy": {"backoffLimit": 0, "timeoutSeconds": 60, **pull_policy},
+                 "completionPolicy": {"type": "Never"}},
+    }
+
+
+def apply_planned(local: LocalMode, *jobs: dict[str, Any]) -> None:
+    """Applies the jobs as the CLI does and waits until dispatch_job has planned each (no node yet)."""
+    assert local.aws is not None and local.stack is not None
+    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    for job in jobs:
+        apply_manifest(store, job, now=time.time())
+    keys = [f"default/{job['metadata']['name']}" for job in jobs]
+
+    def planned() -> bool:
+        records = [store.get_job(key) for key in keys]
+        return all(r is not None and r.planned == r.plan_id for r in records)
+
+    wait_for(planned, 20, "the jobs planned")
+
+
+def wait_for(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
+        time.sleep(0.05)
+
+
+def tainted(local: LocalMode, node: str) -> bool:
+    assert local.kube is not None
+    obj = local.kube.get_object("nodes", node)
+    assert obj is not None
+    return any(t.get("key") == TAINT["key"] for t in (obj.get("spec") or {}).get("taints") or [])
+
+
+def ingesting(socket: Path) -> bool:
+    with ContentStatusReader(str(socket)) as reader:
+        return any(s.ref.startswith("layer-") and s.offset > 0 for s in reader.list_statuses())
+
+
+def test_the_taint_stays_while_pulls_run_and_goes_within_2_s_of_the_last_image(local: LocalMode) -> None:
+    # Given two Never jobs for the "warm" pool, planned before any such node exists
+    first, second = local.push("e2e/warm-a", "v1", size_mb=IMAGE_MB), local.push("e2e/warm-b", "v1", size_mb=IMAGE_MB)
+    apply_planned(local, never_job("warm-a", first.reference, "warm"), never_job("warm-b", second.reference, "warm"))
+
+    # When a node of that pool joins with the startup taint
+    joined = time.monotonic()
+    local.add_node("warm-1", labels={"pool": "warm"}, taints=[dict(TAINT)])
+    try:
+        node = local.nodes["warm-1"]
+        present: dict[str, float] = {}
+        pulling_while_tainted = False
+        while tainted(local, "warm-1"):
+            assert time.monotonic() - joined < MAX_WARM_SECONDS, "the taint outlived the pulls"
+            pulling_while_tainted = pulling_while_tainted or ingesting(node.containerd.socket_path)
+            for image in (first.reference, second.reference):
+                if image not in present and node.image_present(image):
+                    present[image] = time.monotonic()
+            time.sleep(0.02)
+        untainted = time.monotonic()
+
+        # Then the taint stayed on while the layers were downloading ...
+        assert pulling_while_tainted
+        # ... both images are present, and the taint went within 2 s of the last one arriving
+        for image in (first.reference, second.reference):
+            present.setdefault(image, untainted) if node.image_present(image) else pytest.fail(f"{image} missing")
+        delay = untainted - max(present.values())
+        print(f"\ntaint removed {delay:.3f} s after the last image was present, "
+              f"{untainted - joined:.1f} s after the node joined")
+        assert delay < UNTAINT_WITHIN
+        assert node.agent.metrics.sample("prewarm_agent_startup_taint_removals_total", {"outcome": "warm"}) == 1
+    finally:
+        local.remove_node("warm-1")
+
+
+def test_the_taint_goes_at_max_warm_seconds_with_an_event_when_a_pull_keeps_failing(
+    local: LocalMode, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a Never job for the "cold" pool whose image does not exist: every attempt fails
+    missing = f"{ecr_host()}/e2e/never-pushed:v1"
+    apply_planned(local, never_job("cold", missing, "cold", backoffLimit=1000))
+    caplog.set_level(logging.INFO, logger="prewarm_agent")
+
+    # When a node of that pool joins with the startup taint
+    local.add_node("cold-1", labels={"pool": "cold"}, taints=[dict(TAINT)])
+    try:
+        assert local.kube is not None
+        created = time.mktime(time.strptime(
+            local.kube.get_object("nodes", "cold-1")["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"
+        )) - time.timezone
+        assert tainted(local, "cold-1")
+        wait_for(lambda: not tainted(local, "cold-1"), MAX_WARM_SECONDS + 10, "the taint removed at the deadline")
+        untainted = time.time()
+
+        # Then it stayed until MAX_WARM_SECONDS after the node joined (the timestamp has whole seconds) ...
+        assert untainted >= created + MAX_WARM_SECONDS - 0.1
+        assert untainted < created + MAX_WARM_SECONDS + 1 + UNTAINT_WITHIN
+        # ... the agent said so, naming the image and its failure ...
+        (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("node not warm after")]
+        assert missing.split("/", 1)[1].split(":")[0] in line and "pull failed" in line, line
+        node = local.nodes["cold-1"]
+        assert node.agent.metrics.sample("prewarm_agent_startup_taint_removals_total", {"outcome": "timeout"}) == 1
+        # ... and so does an Event on the node, in `default` where a Node's events live
+        events = [e for e in local.kube.list_objects("events", "default")
+                  if e["involvedObject"].get("name") == "cold-1" and e["reason"] == EVENT_REASON]
+        assert len(events) == 1, events
+        (event,) = events
+        assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Node"
+        assert "never-pushed" in event["message"] and "pull failed" in event["message"], event["message"]
+    finally:
+        local.remove_node("cold-1")

@@ -1,0 +1,136 @@
+"""The startup taint's admission policy, evaluated offline: its CEL (with cel-python, a CEL
+implementation of its own: Kubernetes' type checking and CEL libraries are not there, and the policy
+uses neither) against the updates the agent makes and those it must not."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+
+from prewarm_cli.install.render import base_documents
+
+AGENT = "system:serviceaccount:prewarm-system:prewarm-agent"
+NODE_NAME = "authentication.kubernetes.io/node-name"
+WARMING = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
+OTHER = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def shipped(kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in base_documents() if d["kind"] == kind]
+    return doc
+
+
+def params(**data: str) -> dict[str, Any]:
+    config = copy.deepcopy(next(d for d in base_documents() if d["kind"] == "ConfigMap"))
+    config["data"].update(data)
+    return config
+
+
+def node(name: str = "ip-10-0-1-5", taints: list[dict[str, str]] | None = None, **labels: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"providerID": f"aws:///us-west-2a/i-{name}"}
+    if taints:
+        spec["taints"] = taints
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"pool": "gpu", **labels}},
+            "spec": spec}
+
+
+def admit(old: dict[str, Any], new: dict[str, Any], *, user: str = AGENT, bound: str | None = "ip-10-0-1-5",
+          config: dict[str, Any] | None = None) -> list[str]:
+    """The messages of the policy's failed validations (empty: admitted), as the API server evaluates it."""
+    policy = shipped("ValidatingAdmissionPolicy")["spec"]
+    env = celpy.Environment()
+    extra = {NODE_NAME: [bound]} if bound is not None else {}
+    activation: dict[str, Any] = {
+        "object": new, "oldObject": old, "params": config or params(),
+        "request": {"operation": "UPDATE", "userInfo": {"username": user, "groups": [], "extra": extra}},
+    }
+
+    def evaluate(expression: str, variables: dict[str, Any]) -> Any:
+        program = env.program(env.compile(expression))
+        return program.evaluate({k: celpy.json_to_cel(v) for k, v in {**activation, "variables": variables}.items()})
+
+    variables: dict[str, Any] = {}
+    if not all(evaluate(c["expression"], variables) for c in policy["matchConditions"]):
+        return []
+    for variable in policy["variables"]:
+        variables[variable["name"]] = evaluate(variable["expression"], variables)
+    failed = []
+    for validation in policy["validations"]:
+        if not evaluate(validation["expression"], variables):
+            failed.append(str(evaluate(validation["messageExpression"], variables)
+                              if "messageExpression" in validation else validation["message"]))
+    return failed
+
+
+def without(node_: dict[str, Any], taint: dict[str, str]) -> dict[str, Any]:
+    changed = copy.deepcopy(node_)
+    changed["spec"]["taints"] = [t for t in changed["spec"]["taints"] if t != taint]
+    if not changed["spec"]["taints"]:
+        del changed["spec"]["taints"]
+    return changed
+
+
+def test_the_policy_and_its_binding_validate_for_the_kubernetes_api_and_read_the_agents_configmap() -> None:
+    policy, binding = shipped("ValidatingAdmissionPolicy"), shipped("ValidatingAdmissionPolicyBinding")
+    config = shipped("ConfigMap")
+
+    for doc in (policy, binding):
+        kubernetes_validate.validate(doc, "1.33.0", strict=True)
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["paramRef"] == {"name": config["metadata"]["name"],
+                                           "namespace": config["metadata"]["namespace"],
+                                           "parameterNotFoundAction": "Deny"}
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+
+
+def test_the_agent_may_remove_the_startup_taint_from_its_own_node() -> None:
+    before = node(taints=[OTHER, WARMING])
+
+    assert admit(before, without(before, WARMING)) == []
+    assert admit(node(taints=[WARMING]), node()) == []
+    # Nothing to remove is no change at all.
+    assert admit(node(taints=[OTHER]), node(taints=[OTHER])) == []
+
+
+def test_another_nodes_taint_or_an_unbound_token_is_refused() -> None:
+    other = node("ip-10-0-9-9", taints=[WARMING])
+
+    assert admit(other, without(other, WARMING)) == [
+        "the prewarm agent of node ip-10-0-1-5 may not change node ip-10-0-9-9"]
+    before = node(taints=[WARMING])
+    assert admit(before, without(before, WARMING), bound=None) == [
+        "the prewarm agent must use a service account token bound to its node"]
+
+
+@pytest.mark.parametrize(("change", "refusal"), [
+    (lambda n: n["spec"].update(taints=[WARMING]), "may only remove the startup taint"),
+    (lambda n: n["spec"].update(taints=[OTHER, WARMING, {**OTHER, "key": "new"}]), "may only remove the startup taint"),
+    (lambda n: n["spec"].update(taints=[WARMING, OTHER]), "may only remove the startup taint"),
+    (lambda n: n["metadata"]["labels"].update(pool="cpu"), "labels, annotations, finalizers"),
+    (lambda n: n["metadata"].update(annotations={"a": "b"}), "labels, annotations, finalizers"),
+    (lambda n: n["spec"].update(unschedulable=True), "spec other than removing the startup taint"),
+    (lambda n: n["spec"].pop("providerID"), "spec other than removing the startup taint"),
+], ids=["other taint removed", "taint added", "reordered", "label", "annotation", "cordon", "provider id"])
+def test_any_other_change_by_the_agent_is_refused(change: Any, refusal: str) -> None:
+    before = node(taints=[OTHER, WARMING])
+    after = copy.deepcopy(before)
+    change(after)
+
+    (message,) = admit(before, after)
+
+    assert refusal in message
+
+
+def test_the_taint_comes_from_the_agents_settings_and_others_are_not_judged() -> None:
+    custom = {"key": "example.com/cold", "value": "", "effect": "NoExecute"}
+    before = node(taints=[WARMING, custom])
+    config = params(STARTUP_TAINT_KEY="example.com/cold", STARTUP_TAINT_EFFECT="NoExecute")
+
+    assert admit(before, without(before, custom), config=config) == []
+    assert admit(before, without(before, WARMING), config=config) != []
+    assert admit(before, node(), user="system:node:ip-10-0-1-5") == []
