@@ -1,12 +1,14 @@
-"""An embedded Kubernetes API server (core/v1, apps, scheduling and RBAC) for integration tests,
-benchmarks and local mode.
+"""An embedded Kubernetes API server (core/v1, apps, scheduling, RBAC and CustomResourceDefinitions)
+for integration tests, benchmarks and local mode.
 
 `with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets, service accounts,
 ConfigMaps and Events (core/v1), DaemonSets (apps/v1), PriorityClasses (scheduling.k8s.io/v1, with
 the two system classes every cluster has), ValidatingAdmissionPolicies and their bindings
-(admissionregistration.k8s.io/v1: stored and served, never evaluated), and ClusterRoles, Roles and
-their bindings (rbac.authorization.k8s.io/v1), over real HTTP on 127.0.0.1, so the official `kubernetes` client
-(typed `CoreV1Api`/`AppsV1Api`/`SchedulingV1Api`/`RbacAuthorizationV1Api` calls and raw
+(admissionregistration.k8s.io/v1: stored and served, never evaluated), ClusterRoles, Roles and
+their bindings (rbac.authorization.k8s.io/v1), and CustomResourceDefinitions
+(apiextensions.k8s.io/v1) with the resources they define, over real HTTP on 127.0.0.1, so the
+official `kubernetes` client (typed `CoreV1Api`/`AppsV1Api`/`SchedulingV1Api`/
+`RbacAuthorizationV1Api`/`ApiextensionsV1Api`/`CustomObjectsApi` calls and raw
 `ApiClient.call_api`) and kubectl talk to it as to EKS. Every request is authenticated (a static
 token or an EKS `k8s-aws-v1.` token maps to an `Identity`, as EKS access entries map IAM
 principals; see `KubeApiServer`) and authorized by RBAC (`system:masters` may do anything), with
@@ -23,14 +25,42 @@ DeleteOptions), the NamespaceLifecycle refusal to delete `default`, `kube-system
 type's defaulting and validation. `fail_requests` makes it answer chosen requests with a given
 Status (429, 5xx...) to test retries.
 
+CRDs: the CRD validation that matters (name `<plural>.<group>`, a group with a dot, scope, one
+storage version, names and their defaults, printer columns, the structural schema rules), names
+accepted and the CRD Established at once (already in the create answer, where a real server's
+controllers write them a moment later; names another CRD of the group holds are not accepted), and
+deletion with the cleanup finalizer (objects deleted, a CRD held by their finalizers until they
+go). Once established, each served version is served at `/apis/<group>/<version>/...` with every
+verb, selectors (`metadata.name`, `metadata.namespace`), paging and watches as for built-in types;
+generation (1, then +1 for anything but metadata, and status when it is a subresource); the status
+subresource; validation against the version's openAPIV3Schema (the common keywords: see
+`schema.py`) worded as kube-openapi words it; pruning of unknown fields with `Warning` headers, or
+400 with `fieldValidation=Strict` (kubectl's default); defaults; merge and JSON patch (strategic
+merge patch is 415, as for any custom resource); `PUT` needs a resourceVersion. Discovery follows
+CRDs as they come and go, with short names and categories; RBAC applies by group and plural.
+`Accept: application/json;as=Table;v=v1;g=meta.k8s.io` gets custom resources as a `Table` of their
+printer columns, and `/openapi/v3` describes every group version (paths, and component schemas for
+custom resources), so kubectl 1.27+ validates on the server and `kubectl apply` needs no
+`--validate=false`; `/openapi/v2` is an empty document, so older kubectl (Debian's 1.20) finds
+nothing to validate against and applies too.
+
 What it does NOT implement (code relying on these must be tested against a real cluster):
 
 - API groups other than core/v1, apps/v1 (DaemonSets only: no Deployments, ReplicaSets,
   StatefulSets, ControllerRevisions), scheduling.k8s.io/v1, admissionregistration.k8s.io/v1
-  (ValidatingAdmissionPolicy and its binding only), rbac.authorization.k8s.io/v1 and
+  (ValidatingAdmissionPolicy and its binding only), rbac.authorization.k8s.io/v1,
   authorization.k8s.io/v1 (access reviews only: no `LocalSubjectAccessReview`, no
-  `SelfSubjectRulesReview`); no events.k8s.io (core/v1 Events only), and core/v1 resources other
-  than the seven above; no CRDs, no aggregated discovery (clients fall back to legacy discovery).
+  `SelfSubjectRulesReview`), apiextensions.k8s.io/v1 and the CRDs' groups; no events.k8s.io
+  (core/v1 Events only), and core/v1 resources other than the seven above; no aggregated
+  discovery (clients fall back to legacy discovery), no `storageVersionHash`.
+- CRDs and custom resources: no conversion webhooks (every version holds the same fields: only
+  apiVersion changes), no `scale` subresource, no `selectableFields`, no CEL
+  (`x-kubernetes-validations`), no validation ratcheting (unchanged invalid fields are refused on
+  update), no list-type/map-type semantics, no allOf/anyOf/oneOf/not evaluation, no check that
+  defaults are valid and pruned, regular expressions are Python's (not RE2), and only some string
+  formats are checked (see `schema.py`). Errors render Go values as JSON where the real server
+  prints internal structs (`spec.versions`). Tables only for custom resources (built-in
+  types answer JSON; watches answer JSON events), no `managedFields`.
 - Authentication and authorization: EKS token signatures are not checked (no STS is asked: the
   access key names the principal); no client certificates, no service account token issuing
   (`TokenRequest`: `service_account(ns, name, node=...)` is the identity of a token bound to a
@@ -41,13 +71,15 @@ What it does NOT implement (code relying on these must be tested against a real 
   system:public-info-viewer. Requests without a token get 401 by default; `anonymous="forbidden"`
   makes them `system:anonymous` (as on EKS: RBAC lets it read `/version` and health only),
   `anonymous="allowed"` serves them as the cluster admin.
-- TLS (plain HTTP on 127.0.0.1), HTTP/2, protobuf and CBOR bodies, `Table` output
-  (`as=Table`), `pretty` for watch streams, gzip responses, `/openapi/v2` and `/openapi/v3`.
-  So kubectl (which sends no token over HTTP: serve with `anonymous="allowed"`) can get, watch,
-  label, annotate, cordon, patch, delete and `apply --validate=false`, but its typed
-  `kubectl create <kind>` commands (protobuf bodies) get 415 and its validation finds no OpenAPI.
-- Server-side apply (`application/apply-patch+yaml` is 415), `managedFields`, `fieldManager`
-  and `fieldValidation` (unknown fields are kept, not pruned or warned about).
+- TLS (plain HTTP on 127.0.0.1), HTTP/2, protobuf and CBOR bodies, `Table` output for built-in
+  types, `pretty` for watch streams, gzip responses, the schemas of built-in types in OpenAPI
+  (v3 has their paths only; v2 is empty). So kubectl (which sends no token over HTTP: serve with
+  `anonymous="allowed"`) can get, watch, label, annotate, cordon, patch, delete and apply, but its
+  typed `kubectl create <kind>` commands (protobuf bodies) get 415 and `kubectl explain` knows
+  custom resources only.
+- Server-side apply (`application/apply-patch+yaml` is 415), `managedFields`, `fieldManager`,
+  and `fieldValidation` for built-in types (their unknown fields are kept, not pruned or warned
+  about).
 - Strategic merge patch: `retainKeys` strategies are not enforced beyond `$retainKeys`;
   `$setElementOrder` orders listed items first and keeps the rest after them.
 - Validation beyond metadata (names, labels, annotations), secrets (types and their keys, data
@@ -62,7 +94,8 @@ What it does NOT implement (code relying on these must be tested against a real 
   PriorityClass: ValidatingAdmissionPolicies are stored (with their defaults and required fields
   checked) but their CEL is neither type-checked nor evaluated, so nothing they forbid is refused;
   no projected token volume, no pod priority from its class, no
-  LimitRange/ResourceQuota/PodSecurity, no webhooks; `metadata.generation` only for DaemonSets.
+  LimitRange/ResourceQuota/PodSecurity, no webhooks; `metadata.generation` only for DaemonSets,
+  CRDs and custom resources.
 - Controllers: no scheduler, kubelet, DaemonSet controller (no pods, no status, no
   ControllerRevisions), garbage collector (ownerReferences do nothing), token controller or
   root-CA publisher (no `kube-root-ca.crt` ConfigMap per namespace); events do not expire. A

@@ -15,7 +15,7 @@ from typing import Any
 class FieldError:
     """One validation failure of one field, rendered as `field.Error` renders it."""
 
-    type: str  # Required, Invalid, Forbidden, TooLong, NotSupported, Duplicate
+    type: str  # Required, Invalid, TypeInvalid, Forbidden, TooLong, TooMany, NotSupported, Duplicate
     field: str
     value: Any = None
     detail: str = ""
@@ -23,8 +23,10 @@ class FieldError:
     _CAUSES = {
         "Required": ("FieldValueRequired", "Required value"),
         "Invalid": ("FieldValueInvalid", "Invalid value"),
+        "TypeInvalid": ("FieldValueTypeInvalid", "Invalid value"),
         "Forbidden": ("FieldValueForbidden", "Forbidden"),
         "TooLong": ("FieldValueTooLong", "Too long"),
+        "TooMany": ("FieldValueTooMany", "Too many"),
         "NotSupported": ("FieldValueNotSupported", "Unsupported value"),
         "Duplicate": ("FieldValueDuplicate", "Duplicate value"),
     }
@@ -36,7 +38,7 @@ class FieldError:
     def body(self) -> str:
         """The message without the field path, e.g. `Invalid value: "x": must be ...`."""
         text = self._CAUSES[self.type][1]
-        if self.type in ("Invalid", "NotSupported", "Duplicate"):
+        if self.type in ("Invalid", "TypeInvalid", "NotSupported", "Duplicate", "TooMany"):
             text += f": {render_value(self.value)}"
         if self.detail:
             text += f": {self.detail}"
@@ -66,10 +68,11 @@ def render_value(value: Any) -> str:
 
 
 def aggregate(errors: list[FieldError]) -> str:
-    """Several errors the way `ErrorList.ToAggregate()` prints them: one bare, more in brackets."""
-    if len(errors) == 1:
-        return str(errors[0])
-    return "[" + ", ".join(str(e) for e in errors) + "]"
+    """Several errors the way `ErrorList.ToAggregate()` prints them: repeats dropped, one bare, more in brackets."""
+    messages = list(dict.fromkeys(str(e) for e in errors))
+    if len(messages) == 1:
+        return messages[0]
+    return "[" + ", ".join(messages) + "]"
 
 
 @dataclass

@@ -4,6 +4,9 @@ Create (generateName, namespace existence, admission defaults), replace (optimis
 on `metadata.resourceVersion`, immutable fields, status kept off the main resource), patch (three
 formats), delete (preconditions, finalizers, namespace cascade, Status or object as the real
 registry answers), list (selectors, consistent paged snapshots, continue tokens) and watch.
+Decoding drops unknown fields of custom resources as `fieldValidation` says. Writes of CRDs change
+what the `Catalog` serves; a deleted CRD takes its objects with it (the cleanup controller's work,
+done at once). A custom resource is stored in its CRD's storage version and read in any served one.
 """
 
 from __future__ import annotations
@@ -17,16 +20,26 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from prewarm_devtools.kubeapi import errors
-from prewarm_devtools.kubeapi.errors import FieldError, StatusError
+from prewarm_devtools.kubeapi.catalog import Catalog
+from prewarm_devtools.kubeapi.customresources import (
+    CLEANUP_FINALIZER,
+    CUSTOM_RESOURCE_DEFINITIONS,
+    custom_resource_types,
+    definition_status,
+    is_established,
+    is_terminating,
+    storage_version,
+    terminating,
+)
+from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
 from prewarm_devtools.kubeapi.resources import (
-    BY_KIND,
     NAMESPACES,
     PRIORITY_CLASSES,
-    RESOURCES,
     SCHEDULING_GROUP,
     SYSTEM_PRIORITY_CLASSES,
     ResourceType,
@@ -39,7 +52,11 @@ Obj = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
+#: What a custom resource's PATCH accepts (and the 415 lists): no strategic merge without Go types.
+CUSTOM_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
+FIELD_VALIDATIONS = ("Ignore", "Strict", "Warn")
 
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _CONTINUE_EXPIRED = (
@@ -119,11 +136,37 @@ def _watch_line(kind: str, raw: bytes) -> bytes:
     return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
 
 
+def _served_as(rtype: ResourceType, obj: Obj) -> Obj:
+    """`obj` (as stored) in the version `rtype` serves: a custom resource's apiVersion is the request's."""
+    if rtype.custom is None or rtype.version == rtype.custom.storage_version:
+        return obj
+    return {**obj, "apiVersion": rtype.api_version}
+
+
+def _raw_served_as(rtype: ResourceType, raw: bytes) -> bytes:
+    if rtype.custom is None or rtype.version == rtype.custom.storage_version:
+        return raw
+    return dumps(_served_as(rtype, json.loads(raw)))
+
+
+def _to_storage(rtype: ResourceType, obj: Obj) -> None:
+    # Conversion strategy None: versions differ by apiVersion alone.
+    if rtype.custom is not None:
+        obj["apiVersion"] = f"{rtype.group}/{rtype.custom.storage_version}"
+
+
 class Registry:
     """The verbs of the API over a `Store`."""
 
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float] = time.time,
+        seed: int | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
         self.store = store
+        self.catalog = catalog or Catalog()
         self._clock = clock
         self._random = random.Random(seed)
 
@@ -134,7 +177,7 @@ class Registry:
         return f"{namespace}/{name}" if rtype.namespaced else name
 
     def _get(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
-        stored = self.store.get(rtype.name, self.key(rtype, namespace, name))
+        stored = self.store.get(rtype.storage, self.key(rtype, namespace, name))
         if stored is None:
             raise errors.not_found(rtype.name, name, rtype.group)
         return stored
@@ -185,22 +228,69 @@ class Registry:
         else:
             metadata.pop("namespace", None)
 
-    def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> None:
-        problems = rtype.full_validation(obj, old)
+    def _validate(self, rtype: ResourceType, obj: Obj, old: Obj | None, subresource: str = "") -> None:
+        if subresource == "status" and old is not None and rtype.validate_status is not None:
+            problems = rtype.validate_status(obj, old)
+        else:
+            problems = rtype.full_validation(obj, old)
         if problems:
             raise errors.invalid(rtype.kind, str(obj["metadata"].get("name") or ""), problems, rtype.group)
 
+    @staticmethod
+    def _decode(
+        rtype: ResourceType,
+        obj: Obj,
+        field_validation: str = "Warn",
+        warnings: list[str] | None = None,
+        patching: bool = False,
+    ) -> None:
+        """Decode `obj` as the type's codec does: unknown fields dropped with a warning (`Warn`), silently
+        (`Ignore`) or refused (`Strict`), as fieldValidation asks."""
+        unknown = rtype.decode(obj)
+        if not unknown or field_validation == "Ignore":
+            return
+        problems = [f'unknown field "{path}"' for path in unknown]
+        if field_validation != "Strict":
+            if warnings is not None:
+                warnings.extend(problems)
+            return
+        strict = "strict decoding error: " + ", ".join(problems)
+        if patching:
+            raise errors.bad_request(strict)
+        raise errors.bad_request(
+            f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {strict}'
+        )
+
+    def _write(self, rtype: ResourceType, key: str, obj: Obj | None) -> Stored:
+        """Store (or, with None, remove) an object, and do what follows from that for CRDs and their objects."""
+        stored = self.store.write(rtype.storage, key, obj)
+        if rtype is CUSTOM_RESOURCE_DEFINITIONS:
+            self._define(key)
+        elif obj is None and rtype.custom is not None:
+            self._finish_definition(rtype.custom.definition)
+        return stored
+
     # -- create --------------------------------------------------------------------------------------
 
-    def create(self, rtype: ResourceType, namespace: str | None, body: Any, *, dry_run: bool = False) -> Obj:
-        """POST: the created object (201)."""
+    def create(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        field_validation: str = "Warn",
+        warnings: list[str] | None = None,
+    ) -> Obj:
+        """POST: the created object (201); `warnings` gets what the answer's Warning headers say."""
         obj = self.check_body(rtype, body)
         metadata = obj["metadata"]
         self._scope(rtype, namespace, metadata)
         if metadata.get("resourceVersion"):
             # The storage layer's plain error: the API answers it as 500 with no reason.
             raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
-        rtype.decode(obj)
+        self._decode(rtype, obj, field_validation, warnings)
+        _to_storage(rtype, obj)
         with self.store.lock:
             if rtype.namespaced:
                 assert namespace is not None
@@ -213,27 +303,31 @@ class Registry:
             self._validate(rtype, obj, None)
             name = metadata["name"]
             key = self.key(rtype, namespace, name)
-            if self.store.get(rtype.name, key) is not None:
+            if self.store.get(rtype.storage, key) is not None:
                 raise errors.already_exists(rtype.name, name, rtype.group)
             if rtype.kind == "Pod":
                 self._admit_pod(obj, namespace or "")
             if rtype is PRIORITY_CLASSES:
                 self._admit_priority_class(obj, creating=True)
+            if rtype.custom is not None:
+                self._admit_custom_resource(rtype, name)
             metadata["uid"] = self._uid()
             metadata["creationTimestamp"] = now_rfc3339(self._clock)
+            if rtype is CUSTOM_RESOURCE_DEFINITIONS:
+                definition_status(obj, self._group_definitions(obj), metadata["creationTimestamp"])
             if dry_run:
-                return obj
-            stored = self.store.write(rtype.name, key, obj)
+                return _served_as(rtype, obj)
+            stored = self._write(rtype, key, obj)
             if rtype is NAMESPACES:
                 self._ensure_default_service_account(name)
-            return stored.obj
+            return _served_as(rtype, stored.obj)
 
     def _generated_name(self, rtype: ResourceType, namespace: str | None, prefix: str) -> str:
         # The real server retries a taken generated name a few times before AlreadyExists.
         prefix = prefix[: 63 - 5] if rtype.name_is_label else prefix[: 253 - 5]
         for _ in range(8):
             name = prefix + "".join(self._random.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
-            if self.store.get(rtype.name, self.key(rtype, namespace, name)) is None:
+            if self.store.get(rtype.storage, self.key(rtype, namespace, name)) is None:
                 return name
         raise errors.already_exists(rtype.name, name, rtype.group)
 
@@ -265,6 +359,50 @@ class Registry:
                 f"PriorityClass {current} is already marked as default. Only one default can exist",
             )
 
+    def _admit_custom_resource(self, rtype: ResourceType, name: str) -> None:
+        # The CRD handler refuses new objects while their definition is being deleted.
+        assert rtype.custom is not None
+        crd = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage, rtype.custom.definition)
+        if crd is None or is_terminating(crd.obj):
+            raise errors.forbidden_resource(
+                rtype.name, name, rtype.group, "create not allowed while custom resource definition is terminating"
+            )
+
+    def _group_definitions(self, crd: Obj) -> list[Obj]:
+        group = (crd.get("spec") or {}).get("group")
+        snapshot = self.store.snapshot(CUSTOM_RESOURCE_DEFINITIONS.storage)
+        return [e.obj for e in snapshot.entries if (e.obj.get("spec") or {}).get("group") == group]
+
+    def _define(self, name: str) -> None:
+        """Serve what the CRD `name` defines now: its established versions, or nothing once it is gone."""
+        stored = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage, name)
+        types = custom_resource_types(stored.obj) if stored is not None and is_established(stored.obj) else []
+        for rtype in types:
+            self.store.add_resource(rtype.storage, rtype.field_values)
+        self.catalog.define(name, types)
+
+    def _finish_definition(self, name: str) -> None:
+        """The CRD cleanup finalizer's last step: a terminating CRD whose objects are all gone goes too."""
+        stored = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage, name)
+        if stored is None or not is_terminating(stored.obj):
+            return
+        types = self.catalog.definition(name)
+        if types and self.store.snapshot(types[0].storage).keys:
+            return
+        crd = json.loads(stored.raw)
+        finalizers = [f for f in crd["metadata"].get("finalizers") or [] if f != CLEANUP_FINALIZER]
+        crd["metadata"]["finalizers"] = finalizers
+        conditions = crd.get("status", {}).get("conditions") or []
+        for i, found in enumerate(conditions):
+            if found.get("type") == "Terminating":
+                conditions[i] = {
+                    **found,
+                    "reason": "InstanceDeletionCompleted",
+                    "message": "removed all instances",
+                    "lastTransitionTime": now_rfc3339(self._clock),
+                }
+        self._write(CUSTOM_RESOURCE_DEFINITIONS, name, crd if finalizers else None)
+
     def _ensure_default_service_account(self, namespace: str) -> None:
         # The service account controller gives every namespace a `default` account.
         key = f"{namespace}/default"
@@ -283,8 +421,9 @@ class Registry:
 
     # -- read ----------------------------------------------------------------------------------------
 
-    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
-        return self._get(rtype, namespace, name)
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> bytes:
+        """GET of one object: its JSON, in the version asked for."""
+        return _raw_served_as(rtype, self._get(rtype, namespace, name).raw)
 
     def list_collection(self, rtype: ResourceType, namespace: str | None, query: ListQuery) -> bytes:
         """GET on a collection: the serialised list, one page of it when `limit` is set."""
@@ -295,9 +434,9 @@ class Registry:
                 raise errors.bad_request("specifying resource version is not allowed when using continue")
             token_rv, start = decode_continue(query.continue_token)
             if token_rv == -1:
-                snapshot = self.store.snapshot(rtype.name)
+                snapshot = self.store.snapshot(rtype.storage)
             else:
-                cached = self.store.cached_snapshot(rtype.name, token_rv)
+                cached = self.store.cached_snapshot(rtype.storage, token_rv)
                 if cached is None:
                     raise errors.expired(_CONTINUE_EXPIRED, encode_continue(-1, start))
                 snapshot = cached
@@ -329,16 +468,16 @@ class Registry:
                         detail='resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
                     )
                 )
-            return self.store.snapshot(rtype.name)
+            return self.store.snapshot(rtype.storage)
         rv = _parse_rv(rv_text)
         if rv > self.store.rv and not self.store.wait_for_rv(rv, TOO_LARGE_RV_WAIT):
             raise _too_large(rv, self.store.rv)
         if match == "Exact" and rv != self.store.rv:
-            cached = self.store.cached_snapshot(rtype.name, rv)
+            cached = self.store.cached_snapshot(rtype.storage, rv)
             if cached is None:
                 raise errors.expired("The resourceVersion for the provided list is too old.")
             return cached
-        return self.store.snapshot(rtype.name)
+        return self.store.snapshot(rtype.storage)
 
     def _page(self, rtype: ResourceType, snapshot: Snapshot, prefix: str, start: str, query: ListQuery) -> bytes:
         keys, entries = snapshot.keys, snapshot.entries
@@ -361,12 +500,12 @@ class Registry:
                     raws.append(entries[i].raw)
         metadata: Obj = {"resourceVersion": str(snapshot.rv)}
         if limit and last + 1 < hi and len(raws) == limit:
-            self.store.keep(rtype.name, snapshot)
+            self.store.keep(rtype.storage, snapshot)
             metadata["continue"] = encode_continue(snapshot.rv, keys[last][len(prefix) :] + "\x00")
             if not filtered:
                 metadata["remainingItemCount"] = hi - last - 1
         head = dumps({"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": metadata})
-        return head[:-1] + b',"items":[' + b",".join(raws) + b"]}"
+        return head[:-1] + b',"items":[' + b",".join(_raw_served_as(rtype, raw) for raw in raws) + b"]}"
 
     # -- replace and patch ---------------------------------------------------------------------------
 
@@ -379,12 +518,15 @@ class Registry:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "Warn",
+        warnings: list[str] | None = None,
     ) -> Obj:
-        """PUT: the stored object after the update."""
+        """PUT: the stored object after the update; `warnings` gets what the answer's Warning headers say."""
         obj = self.check_body(rtype, body)
         with self.store.lock:
             old = self._get(rtype, namespace, name)
-            return self._update(rtype, namespace, name, old, obj, subresource, dry_run)
+            decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings)
+            return self._update(rtype, namespace, name, old, obj, subresource, dry_run, decode)
 
     def patch(
         self,
@@ -396,11 +538,13 @@ class Registry:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "Warn",
+        warnings: list[str] | None = None,
     ) -> Obj:
         """PATCH in one of the three formats: the stored object after the update."""
         with self.store.lock:
             old = self._get(rtype, namespace, name)
-            current = json.loads(old.raw)
+            current = _served_as(rtype, json.loads(old.raw))
             if content_type == MERGE_PATCH:
                 if not isinstance(patch, dict):
                     raise errors.bad_request("merge patch must be a JSON object")
@@ -413,7 +557,10 @@ class Registry:
             if requested_rv is None:
                 # A patch without a resourceVersion applies to whatever is current.
                 patched.setdefault("metadata", {})["resourceVersion"] = old.obj["metadata"]["resourceVersion"]
-            return self._update(rtype, namespace, name, old, self.check_body(rtype, patched), subresource, dry_run)
+            decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings, patching=True)
+            return self._update(
+                rtype, namespace, name, old, self.check_body(rtype, patched), subresource, dry_run, decode
+            )
 
     def _update(
         self,
@@ -424,6 +571,7 @@ class Registry:
         obj: Obj,
         subresource: str,
         dry_run: bool,
+        decode: Callable[[Obj], None],
     ) -> Obj:
         metadata = obj["metadata"]
         body_name = metadata.get("name")
@@ -433,7 +581,14 @@ class Registry:
             )
         metadata["name"] = name
         self._scope(rtype, namespace, metadata)
+        _to_storage(rtype, obj)
         wanted_rv = metadata.get("resourceVersion")
+        if not wanted_rv and not rtype.unconditional_update:
+            # The generic store's check, worded with the resource for the kind.
+            problem = FieldError(
+                "Invalid", "metadata.resourceVersion", GoSyntax("0"), "must be specified for an update"
+            )
+            raise errors.invalid(rtype.name, name, [problem], rtype.group)
         if wanted_rv and str(wanted_rv) != old.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(rtype.name, name, errors.STALE_OBJECT, rtype.group)
         old_obj = json.loads(old.raw)
@@ -458,7 +613,7 @@ class Registry:
                 metadata[system_field] = old_meta[system_field]
             else:
                 metadata.pop(system_field, None)
-        rtype.decode(obj)
+        decode(obj)
         if subresource == "status":
             # A status write changes the status only.
             status = obj.get("status")
@@ -488,20 +643,22 @@ class Registry:
                 ],
                 rtype.group,
             )
-        self._validate(rtype, obj, old_obj)
+        self._validate(rtype, obj, old_obj, subresource)
         if rtype is PRIORITY_CLASSES:
             self._admit_priority_class(obj, creating=False)
+        if rtype is CUSTOM_RESOURCE_DEFINITIONS and subresource != "status":
+            definition_status(obj, self._group_definitions(obj), now_rfc3339(self._clock))
         if _without_rv(obj) == _without_rv(old.obj):
             # A no-op write is not a write: no new resourceVersion, no watch event.
-            return old.obj
+            return _served_as(rtype, old.obj)
         if dry_run:
-            return obj
+            return _served_as(rtype, obj)
         key = self.key(rtype, namespace, name)
-        stored = self.store.write(rtype.name, key, obj)
+        stored = self._write(rtype, key, obj)
         if old_meta.get("deletionTimestamp") and not finalizers:
             # The last finalizer is gone from an object being deleted: it goes now.
-            self.store.write(rtype.name, key, None)
-        return stored.obj
+            self._write(rtype, key, None)
+        return _served_as(rtype, stored.obj)
 
     # -- delete --------------------------------------------------------------------------------------
 
@@ -521,6 +678,8 @@ class Registry:
                 raise errors.forbidden_resource(
                     rtype.name, name, rtype.group, "this is a system priority class and cannot be deleted"
                 )
+            if rtype is CUSTOM_RESOURCE_DEFINITIONS:
+                return self._delete_definition(stored, dry_run)
             return self._delete(rtype, self.key(rtype, namespace, name), stored, dry_run)
 
     def _check_preconditions(self, rtype: ResourceType, stored: Stored, options: Obj) -> None:
@@ -553,10 +712,10 @@ class Registry:
             obj = json.loads(stored.raw)
             obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
-            return self.store.write(rtype.name, key, obj).obj
-        gone = stored if dry_run else self.store.write(rtype.name, key, None)
+            return _served_as(rtype, self._write(rtype, key, obj).obj)
+        gone = stored if dry_run else self._write(rtype, key, None)
         if rtype.returns_deleted_object:
-            return gone.obj
+            return _served_as(rtype, gone.obj)
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -582,16 +741,33 @@ class Registry:
         answer = self.store.write("namespaces", name, obj).obj
         held = False
         # The namespace controller's work, done at once: delete the content, then the namespace.
-        for rtype in RESOURCES.values():
+        for rtype in self.catalog.stored_types():
             if rtype.namespaced:
-                snapshot = self.store.snapshot(rtype.name)
+                snapshot = self.store.snapshot(rtype.storage)
                 lo, hi = snapshot.bounds(name + "/")
                 for key, entry in zip(snapshot.keys[lo:hi], snapshot.entries[lo:hi], strict=True):
                     self._delete(rtype, key, entry, dry_run=False)
-                    held = held or self.store.get(rtype.name, key) is not None
+                    held = held or self.store.get(rtype.storage, key) is not None
         # Content or the namespace itself held by finalizers keeps it Terminating.
         if not held and not answer["metadata"].get("finalizers"):
             self.store.write("namespaces", name, None)
+        return answer
+
+    def _delete_definition(self, stored: Stored, dry_run: bool) -> Obj:
+        """Delete a CRD: marked Terminating, then (the cleanup controller's work, done at once) its objects
+        are deleted, and it goes when none is left (objects with finalizers hold it until released)."""
+        crd: Obj = json.loads(stored.raw)
+        name = crd["metadata"]["name"]
+        terminating(crd, now_rfc3339(self._clock))
+        if dry_run:
+            return crd
+        answer = self._write(CUSTOM_RESOURCE_DEFINITIONS, name, crd).obj if crd != stored.obj else stored.obj
+        for rtype in self.catalog.definition(name)[:1]:
+            snapshot = self.store.snapshot(rtype.storage)
+            for key, entry in zip(snapshot.keys, snapshot.entries, strict=True):
+                if self.store.get(rtype.storage, key) is not None:
+                    self._delete(rtype, key, entry, dry_run=False)
+        self._finish_definition(name)
         return answer
 
     def delete_collection(
@@ -606,7 +782,7 @@ class Registry:
             for item in page["items"]:
                 meta = item["metadata"]
                 key = self.key(rtype, meta.get("namespace"), meta["name"])
-                stored = self.store.get(rtype.name, key)
+                stored = self.store.get(rtype.storage, key)
                 if stored is None:
                     continue
                 self._check_preconditions(rtype, stored, options)
@@ -647,7 +823,7 @@ class Registry:
                 wanted = _parse_rv(rv_text)
                 if not self.store.wait_for_rv(wanted, TOO_LARGE_RV_WAIT):
                     raise _too_large(wanted, self.store.rv)
-            snapshot = self.store.snapshot(rtype.name)
+            snapshot = self.store.snapshot(rtype.storage)
             lo, hi = snapshot.bounds(prefix)
             initial = [e for e in snapshot.entries[lo:hi] if self._matches(rtype, e.obj, query)]
             last = snapshot.rv
@@ -666,7 +842,7 @@ class Registry:
         bookmark_interval: float,
     ) -> Iterator[bytes | None]:
         for entry in initial:
-            yield _watch_line("ADDED", entry.raw)
+            yield _watch_line("ADDED", _raw_served_as(rtype, entry.raw))
         if query.send_initial_events:
             yield self._bookmark(rtype, last, initial_end=True)
         next_bookmark = time.monotonic() + bookmark_interval
@@ -679,8 +855,8 @@ class Registry:
                 return
             for event in events:
                 last = event.rv
-                if event.resource == rtype.name and event.key.startswith(prefix):
-                    line = self._event_line(event, query)
+                if event.resource == rtype.storage and event.key.startswith(prefix):
+                    line = self._event_line(rtype, event, query)
                     if line is not None:
                         yield line
             now = time.monotonic()
@@ -702,17 +878,17 @@ class Registry:
     def _version_matches(version: Version, query: ListQuery) -> bool:
         return query.label_selector.matches(version.labels) and query.field_selector.matches_values(version.fields)
 
-    def _event_line(self, event: Event, query: ListQuery) -> bytes | None:
+    def _event_line(self, rtype: ResourceType, event: Event, query: ListQuery) -> bytes | None:
         now_matches = self._version_matches(event.current, query)
         if event.type != "MODIFIED":
-            return _watch_line(event.type, event.current.raw) if now_matches else None
+            return _watch_line(event.type, _raw_served_as(rtype, event.current.raw)) if now_matches else None
         assert event.previous is not None
         before = self._version_matches(event.previous, query)
         if now_matches:
-            return _watch_line("MODIFIED" if before else "ADDED", event.current.raw)
+            return _watch_line("MODIFIED" if before else "ADDED", _raw_served_as(rtype, event.current.raw))
         if before:
             # It left the selection: DELETED with its previous content at the event's resourceVersion.
-            obj = json.loads(event.previous.raw)
+            obj = _served_as(rtype, json.loads(event.previous.raw))
             obj["metadata"]["resourceVersion"] = str(event.rv)
             return _watch_line("DELETED", dumps(obj))
         return None
@@ -729,24 +905,31 @@ class Registry:
     # -- seeding -------------------------------------------------------------------------------------
 
     def seed(self, objects: list[Obj]) -> int:
-        """Store objects as given (status kept, resourceVersion renewed); namespaces made as needed."""
-        prepared = []
+        """Store objects as given (status kept, resourceVersion renewed); namespaces made as needed, CRDs
+        established before the objects they define."""
+        prepared: list[tuple[int, Obj]] = []
         for index, original in enumerate(objects):
             kind = original.get("kind") if isinstance(original, dict) else None
-            rtype = BY_KIND.get(str(kind))
-            if rtype is None:
-                raise SeedError(f"object #{index} has kind {kind!r}: only {', '.join(sorted(BY_KIND))} can be seeded")
+            if not isinstance(original, dict) or not kind:
+                raise SeedError(f"object #{index} has kind {kind!r}: {self._seedable()}")
             obj: Obj = json.loads(json.dumps(original))
-            metadata = obj.setdefault("metadata", {})
-            if not metadata.get("name"):
+            if not obj.setdefault("metadata", {}).get("name"):
                 raise SeedError(f"{kind} #{index} has no metadata.name")
-            prepared.append((rtype, obj))
-        # Namespaces first, so that namespaced objects find theirs.
-        prepared.sort(key=lambda pair: pair[0] is not NAMESPACES)
+            prepared.append((index, obj))
+        # Namespaces first, so that namespaced objects find theirs; CRDs next, so that their objects have a type.
+        first = ("Namespace", CUSTOM_RESOURCE_DEFINITIONS.kind)
+        prepared.sort(key=lambda pair: first.index(pair[1]["kind"]) if pair[1]["kind"] in first else len(first))
         with self.store.lock:
-            for rtype, obj in prepared:
+            for index, obj in prepared:
+                rtype = self.catalog.by_kind(str(obj.get("apiVersion") or ""), str(obj["kind"]))
+                if rtype is None:
+                    raise SeedError(f"object #{index} has kind {obj['kind']!r}: {self._seedable()}")
                 self._seed_one(rtype, obj)
         return len(prepared)
+
+    def _seedable(self) -> str:
+        kinds = sorted({t.kind for t in self.catalog.stored_types()})
+        return f"only {', '.join(kinds)} (and the kinds of established CRDs) can be seeded"
 
     def _seed_one(self, rtype: ResourceType, obj: Obj) -> None:
         metadata = obj["metadata"]
@@ -761,18 +944,25 @@ class Registry:
         else:
             metadata.pop("namespace", None)
         rtype.decode(obj)
+        _to_storage(rtype, obj)
         if rtype is NAMESPACES:
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj.setdefault("status", {"phase": "Active"})
         key = self.key(rtype, namespace, metadata["name"])
-        existing = self.store.get(rtype.name, key)
+        existing = self.store.get(rtype.storage, key)
         old_meta = existing.obj["metadata"] if existing is not None else {}
         metadata.setdefault("uid", old_meta.get("uid") or self._uid())
         metadata.setdefault("creationTimestamp", old_meta.get("creationTimestamp") or now_rfc3339(self._clock))
+        if rtype is CUSTOM_RESOURCE_DEFINITIONS:
+            # A CRD seeded without its controllers' status gets it, as if they had run.
+            status = obj.setdefault("status", {})
+            if not status.get("storedVersions"):
+                status["storedVersions"] = [v for v in [storage_version(obj)] if v]
+            definition_status(obj, self._group_definitions(obj), metadata["creationTimestamp"])
         problems = rtype.full_validation(obj, None)
         if problems:
             raise SeedError(f"{rtype.kind} {key!r} is invalid: {errors.aggregate(problems)}")
-        self.store.write(rtype.name, key, obj)
+        self._write(rtype, key, obj)
         if rtype is NAMESPACES:
             self._ensure_default_service_account(metadata["name"])
 
@@ -780,9 +970,9 @@ class Registry:
         """Delete an object outright (no finalizers, no cascade); whether it existed."""
         with self.store.lock:
             key = self.key(rtype, namespace, name)
-            if self.store.get(rtype.name, key) is None:
+            if self.store.get(rtype.storage, key) is None:
                 return False
-            self.store.write(rtype.name, key, None)
+            self._write(rtype, key, None)
             return True
 
 

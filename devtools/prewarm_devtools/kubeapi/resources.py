@@ -1,5 +1,6 @@
-"""The resource types served (core/v1, apps/v1, scheduling.k8s.io/v1, RBAC, access reviews), with
-what the real registry does for each.
+"""The built-in resource types served (core/v1, apps/v1, scheduling.k8s.io/v1, RBAC, access reviews),
+with what the real registry does for each; `ResourceType` also describes the resources of CRDs
+(customresources.py), and catalog.py adds the CRDs' own type.
 
 Per type: scope, discovery entry, supported field selectors (pkg/apis/core/v1/conversion.go and
 each registry's strategy), strategic-merge list keys (the OpenAPI `x-kubernetes-patch-merge-key`
@@ -66,9 +67,24 @@ def _no_errors(obj: Obj, old: Obj | None) -> list[FieldError]:
     return []
 
 
+def _no_unknown_fields(obj: Obj) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    """What the CustomResourceDefinition says of one served version of its resource."""
+
+    definition: str  # the CRD's name, `<plural>.<group>`
+    storage_version: str
+    schema: Obj | None  # the version's openAPIV3Schema
+    columns: tuple[Obj, ...]  # additionalPrinterColumns, or the default AGE
+
+
 @dataclass(frozen=True)
 class ResourceType:
-    """One served resource of core/v1 and the behaviour of its registry strategy."""
+    """One served resource (of a built-in group, or of a CustomResourceDefinition) and the
+    behaviour of its registry strategy."""
 
     name: str
     singular: str
@@ -91,10 +107,25 @@ class ResourceType:
     prepare_for_create: Callable[[Obj], None] = _noop
     prepare_for_update: Callable[[Obj, Obj], None] = _noop
     validate: Callable[[Obj, Obj | None], list[FieldError]] = _no_errors
+    # What a write of the status subresource is checked against; None: the whole object, as on create.
+    validate_status: Callable[[Obj, Obj], list[FieldError]] | None = None
+    # Drops the fields the type does not know and returns their paths (pruning of custom resources).
+    coerce: Callable[[Obj], list[str]] = _no_unknown_fields
+    # Whether PUT may leave out metadata.resourceVersion (AllowUnconditionalUpdate).
+    unconditional_update: bool = True
+    # The store's collection when it is not `name` (custom resources: `<plural>.<group>`).
+    store_name: str = ""
+    custom: CustomResource | None = None
+    list_kind_name: str = ""
 
     @property
     def list_kind(self) -> str:
-        return self.kind + "List"
+        return self.list_kind_name or self.kind + "List"
+
+    @property
+    def storage(self) -> str:
+        """The store's collection of these objects (shared by every served version of a custom resource)."""
+        return self.store_name or self.name
 
     @property
     def api_version(self) -> str:
@@ -120,11 +151,14 @@ class ResourceType:
             )
         raise SelectorParseError(f"field label not supported: {label}")
 
-    def decode(self, obj: Obj) -> None:
-        """What decoding the request body does: conversion quirks, then defaulting."""
+    def decode(self, obj: Obj) -> list[str]:
+        """What decoding the request body does: conversion quirks, pruning, then defaulting; the
+        paths of the unknown fields it dropped."""
         if self.kind == "Secret":
             _fold_string_data(obj)
+        unknown = self.coerce(obj)
         self.default(obj)
+        return unknown
 
     def full_validation(self, obj: Obj, old: Obj | None) -> list[FieldError]:
         metadata = obj.get("metadata") or {}
@@ -1327,45 +1361,3 @@ GROUP_VERSIONS: dict[str, dict[str, ResourceType]] = {
     f"{RBAC_GROUP}/v1": _group(RBAC_GROUP),
     f"{SCHEDULING_GROUP}/v1": _group(SCHEDULING_GROUP),
 }
-
-
-def discovery(group_version: str = "v1") -> dict[str, Any]:
-    """The `APIResourceList` of `/api/v1` or `/apis/<group>/<version>`."""
-    entries: list[dict[str, Any]] = []
-    for r in sorted(GROUP_VERSIONS[group_version].values(), key=lambda r: r.name):
-        entry: dict[str, Any] = {
-            "name": r.name,
-            "singularName": r.singular,
-            "namespaced": r.namespaced,
-            "kind": r.kind,
-            "verbs": list(r.verbs),
-        }
-        if r.short_names:
-            entry["shortNames"] = list(r.short_names)
-        if r.categories:
-            entry["categories"] = list(r.categories)
-        entries.append(entry)
-        if r.has_status:
-            entries.append(
-                {
-                    "name": f"{r.name}/status",
-                    "singularName": "",
-                    "namespaced": r.namespaced,
-                    "kind": r.kind,
-                    "verbs": ["get", "patch", "update"],
-                }
-            )
-    if "/" not in group_version:
-        return {"kind": "APIResourceList", "groupVersion": group_version, "resources": entries}
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}
-
-
-def api_groups() -> list[dict[str, Any]]:
-    """The `APIGroup`s of `/apis`: every served group but the core one."""
-    groups = []
-    for group_version in GROUP_VERSIONS:
-        if "/" in group_version:
-            name, version = group_version.split("/")
-            preferred = {"groupVersion": group_version, "version": version}
-            groups.append({"name": name, "versions": [preferred], "preferredVersion": preferred})
-    return groups

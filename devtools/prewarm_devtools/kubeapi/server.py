@@ -1,6 +1,6 @@
 """The HTTP/1.1 front of the embedded API server: routing, authentication (bearer tokens to
-identities), impersonation, RBAC authorization, JSON bodies, keep-alive, and chunked streaming
-for watches. Binds to 127.0.0.1 only.
+identities), impersonation, RBAC authorization, JSON bodies (Tables of custom resources when asked),
+`Warning` headers, OpenAPI, keep-alive, and chunked streaming for watches. Binds to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -35,23 +35,35 @@ from prewarm_devtools.kubeapi.auth import (
     Authenticator,
     Identity,
 )
+from prewarm_devtools.kubeapi.catalog import BUILT_IN, Catalog
 from prewarm_devtools.kubeapi.errors import FieldError, StatusError
+from prewarm_devtools.kubeapi.openapi import (
+    V2_PROTOBUF,
+    V2_PROTOBUF_ACCEPTED,
+    document,
+    index,
+    path_of,
+    v2_document,
+)
 from prewarm_devtools.kubeapi.protobuf import PROTOBUF, ProtobufError, decode_review
 from prewarm_devtools.kubeapi.rbac import BOOTSTRAP_POLICY, Attributes, Authorizer, request_attributes
-from prewarm_devtools.kubeapi.registry import PATCH_TYPES, ListQuery, Registry
+from prewarm_devtools.kubeapi.registry import (
+    CUSTOM_PATCH_TYPES,
+    FIELD_VALIDATIONS,
+    PATCH_TYPES,
+    ListQuery,
+    Registry,
+)
 from prewarm_devtools.kubeapi.resources import (
-    GROUP_VERSIONS,
-    RESOURCES,
     REVIEWS,
     SELF_SUBJECT_ACCESS_REVIEWS,
     SYSTEM_PRIORITY_CLASSES,
     ResourceType,
-    api_groups,
-    discovery,
 )
 from prewarm_devtools.kubeapi.seed import load_objects
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector, SelectorParseError
 from prewarm_devtools.kubeapi.store import Store, dumps
+from prewarm_devtools.kubeapi.table import table_version, to_table
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
@@ -87,6 +99,7 @@ class _Response:
     content_type: str = _JSON
     stream: Iterator[bytes | None] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -107,8 +120,9 @@ class _Target:
 
 class KubeApiServer:
     """A Kubernetes API server for core/v1 nodes, namespaces, pods, secrets, service accounts,
-    ConfigMaps and Events, apps/v1 DaemonSets, scheduling.k8s.io/v1 PriorityClasses and RBAC
-    (rbac.authorization.k8s.io/v1), enforced on every request.
+    ConfigMaps and Events, apps/v1 DaemonSets, scheduling.k8s.io/v1 PriorityClasses, RBAC
+    (rbac.authorization.k8s.io/v1, enforced on every request), and CustomResourceDefinitions
+    (apiextensions.k8s.io/v1) with the resources they define.
 
     `with KubeApiServer() as api:` serves on a free port of 127.0.0.1 until the block ends;
     `api.client_configuration()` is a configured `kubernetes.client.Configuration` for the admin.
@@ -170,9 +184,10 @@ class KubeApiServer:
         self.watch_timeout = watch_timeout
         self.bookmark_interval = bookmark_interval
         self.store = Store(
-            {r.name: r.field_values for r in RESOURCES.values()}, max_events=max_events, snapshot_ttl=continue_ttl
+            {r.storage: r.field_values for r in BUILT_IN.values()}, max_events=max_events, snapshot_ttl=continue_ttl
         )
-        self.registry = Registry(self.store)
+        self.catalog = Catalog()
+        self.registry = Registry(self.store, catalog=self.catalog)
         self.authorizer = Authorizer(self.store)
         self._port = port
         self._failures: list[_Failure] = []
@@ -303,21 +318,29 @@ class KubeApiServer:
         return self.seed_objects(load_objects(path))
 
     def get_object(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        """The stored object (a copy), or None."""
-        rtype = _resource(resource)
-        stored = self.store.get(rtype.name, self.registry.key(rtype, namespace, name))
+        """The stored object (a copy), or None. `resource`: a plural (`pods`), or a custom resource's
+        plural and group (`imagepulljobs.prewarm.dev`)."""
+        rtype = self._resource(resource)
+        stored = self.store.get(rtype.storage, self.registry.key(rtype, namespace, name))
         return None if stored is None else json.loads(stored.raw)
 
     def list_objects(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Copies of the stored objects of `resource`, in key order."""
-        rtype = _resource(resource)
-        snapshot = self.store.snapshot(rtype.name)
+        rtype = self._resource(resource)
+        snapshot = self.store.snapshot(rtype.storage)
         lo, hi = snapshot.bounds(f"{namespace}/" if namespace is not None and rtype.namespaced else "")
         return [json.loads(e.raw) for e in snapshot.entries[lo:hi]]
 
     def remove_object(self, resource: str, name: str, namespace: str | None = None) -> bool:
         """Delete an object at once (no finalizers, no cascade); whether it existed."""
-        return self.registry.remove(_resource(resource), namespace, name)
+        return self.registry.remove(self._resource(resource), namespace, name)
+
+    def _resource(self, resource: str) -> ResourceType:
+        rtype = self.catalog.find(resource)
+        if rtype is None:
+            known = sorted(t.storage for t in self.catalog.stored_types())
+            raise KeyError(f"unknown resource {resource!r}: one of {', '.join(known)}")
+        return rtype
 
     def fail_requests(
         self, error: StatusError, count: int | None = 1, *, method: str | None = None, path_prefix: str = "/"
@@ -430,21 +453,30 @@ class KubeApiServer:
             }
             return _get_only(method, dumps(versions))
         if path == "/apis":
-            return _get_only(method, dumps({"kind": "APIGroupList", "apiVersion": "v1", "groups": api_groups()}))
+            groups = self.catalog.api_groups()
+            return _get_only(method, dumps({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
         if parts[:1] == ["apis"] and len(parts) == 2:
-            group = next((g for g in api_groups() if g["name"] == parts[1]), None)
+            group = next((g for g in self.catalog.api_groups() if g["name"] == parts[1]), None)
             if group is None:
                 raise errors.route_not_found()
             return _get_only(method, dumps({"kind": "APIGroup", "apiVersion": "v1", **group}))
-        group_version = _group_version(parts)
-        if group_version is None:
+        if parts[:2] == ["openapi", "v3"]:
+            return _get_only(method, self._openapi("/".join(parts[2:])))
+        if path == "/openapi/v2":
+            protobuf = any(media in (headers.get("Accept") or "") for media in V2_PROTOBUF_ACCEPTED)
+            response = _get_only(method, v2_document(self.version["gitVersion"], protobuf))
+            response.content_type = V2_PROTOBUF if protobuf else _JSON
+            return response
+        group_version = _group_version(parts, self.catalog)
+        served = self.catalog.served(group_version) if group_version else None
+        if group_version is None or served is None:
             raise errors.route_not_found()
         prefix_length = 2 if parts[0] == "api" else 3
         if len(parts) == prefix_length:
-            return _get_only(method, dumps(discovery(group_version)))
+            return _get_only(method, dumps(self.catalog.discovery(group_version)))
         legacy_watch = parts[prefix_length] == "watch"
         rest = parts[prefix_length + 1 :] if legacy_watch else parts[prefix_length:]
-        target = _resolve(rest, GROUP_VERSIONS[group_version]) if rest else None
+        target = _resolve(rest, served) if rest else None
         if target is None:
             raise errors.route_not_found()
         if target.rtype.name in REVIEWS:
@@ -453,6 +485,17 @@ class KubeApiServer:
         if target.name is None:
             return self._collection(method, target, query, headers, body, watch)
         return self._item(method, target, query, headers, body)
+
+    def _openapi(self, path: str) -> bytes:
+        """`/openapi/v3` (the index) or one group version's document."""
+        group_versions = self.catalog.group_versions()
+        if not path:
+            version = self.version["gitVersion"]
+            return dumps(index({path_of(gv): document(gv, served, version) for gv, served in group_versions.items()}))
+        for group_version, served in group_versions.items():
+            if path_of(group_version) == path:
+                return dumps(document(group_version, served, self.version["gitVersion"]))
+        raise errors.route_not_found()
 
     def _review(self, method: str, target: _Target, identity: Identity, headers: Any, body: bytes) -> _Response:
         """Answer a SelfSubjectAccessReview (for the caller) or SubjectAccessReview (for anyone)."""
@@ -525,10 +568,18 @@ class KubeApiServer:
                 timeout = float(_int(query, "timeoutSeconds") or self.watch_timeout)
                 stream = self.registry.watch(rtype, namespace, list_query, timeout, self.bookmark_interval)
                 return _Response(200, stream=stream)
-            return _Response(200, self.registry.list_collection(rtype, namespace, list_query))
+            return self._read(rtype, self.registry.list_collection(rtype, namespace, list_query), query, headers)
         if method == "POST" and (namespace is not None or not rtype.namespaced):
-            created = self.registry.create(rtype, namespace, _decode_body(headers, body), dry_run=_dry_run(query))
-            return _Response(201, dumps(created))
+            warnings: list[str] = []
+            created = self.registry.create(
+                rtype,
+                namespace,
+                _decode_body(headers, body),
+                dry_run=_dry_run(query),
+                field_validation=_field_validation(query, "CreateOptions"),
+                warnings=warnings,
+            )
+            return _Response(201, dumps(created), warnings=warnings)
         if method == "DELETE" and "deletecollection" in rtype.verbs:
             options = _delete_options(headers, body)
             return _Response(
@@ -543,23 +594,42 @@ class KubeApiServer:
         rtype, namespace, name, sub = target.rtype, target.namespace, target.name, target.subresource
         assert name is not None
         dry_run = _dry_run(query)
+        warnings: list[str] = []
         if method == "GET":
-            return _Response(200, self.registry.get(rtype, namespace, name).raw)
+            return self._read(rtype, self.registry.get(rtype, namespace, name), query, headers)
         if method == "PUT":
             replaced = self.registry.replace(
-                rtype, namespace, name, _decode_body(headers, body), subresource=sub, dry_run=dry_run
+                rtype,
+                namespace,
+                name,
+                _decode_body(headers, body),
+                subresource=sub,
+                dry_run=dry_run,
+                field_validation=_field_validation(query, "UpdateOptions"),
+                warnings=warnings,
             )
-            return _Response(200, dumps(replaced))
+            return _Response(200, dumps(replaced), warnings=warnings)
         if method == "PATCH":
             content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
-            if content_type not in PATCH_TYPES:
-                raise errors.unsupported_media_type(content_type, list(PATCH_TYPES))
+            accepted = CUSTOM_PATCH_TYPES if rtype.custom is not None else PATCH_TYPES
+            if content_type not in PATCH_TYPES or content_type not in accepted:
+                raise errors.unsupported_media_type(content_type, list(accepted))
             try:
                 patch = json.loads(body or b"null")
             except ValueError as e:
                 raise errors.bad_request(f"error decoding patch: {e}") from None
-            patched = self.registry.patch(rtype, namespace, name, content_type, patch, subresource=sub, dry_run=dry_run)
-            return _Response(200, dumps(patched))
+            patched = self.registry.patch(
+                rtype,
+                namespace,
+                name,
+                content_type,
+                patch,
+                subresource=sub,
+                dry_run=dry_run,
+                field_validation=_field_validation(query, "PatchOptions"),
+                warnings=warnings,
+            )
+            return _Response(200, dumps(patched), warnings=warnings)
         if method == "DELETE" and not sub:
             options = _delete_options(headers, body)
             return _Response(
@@ -568,19 +638,19 @@ class KubeApiServer:
             )
         raise errors.method_not_allowed()
 
+    def _read(self, rtype: ResourceType, body: bytes, query: dict[str, str], headers: Any) -> _Response:
+        """A GET's answer: JSON, or for a custom resource the Table the Accept header prefers."""
+        version = table_version(headers.get("Accept") or "") if rtype.custom is not None else None
+        if version is None:
+            return _Response(200, body)
+        return _Response(200, dumps(to_table(rtype, json.loads(body), version, query.get("includeObject", ""))))
 
-def _resource(resource: str) -> ResourceType:
-    rtype = RESOURCES.get(resource)
-    if rtype is None:
-        raise KeyError(f"unknown resource {resource!r}: one of {', '.join(sorted(RESOURCES))}")
-    return rtype
 
-
-def _group_version(parts: list[str]) -> str | None:
+def _group_version(parts: list[str], catalog: Catalog) -> str | None:
     """The served group version a path is under (`v1`, `rbac.authorization.k8s.io/v1`), or None."""
     if parts[:2] == ["api", "v1"]:
         return "v1"
-    if len(parts) >= 3 and parts[0] == "apis" and f"{parts[1]}/{parts[2]}" in GROUP_VERSIONS:
+    if len(parts) >= 3 and parts[0] == "apis" and catalog.served(f"{parts[1]}/{parts[2]}") is not None:
         return f"{parts[1]}/{parts[2]}"
     return None
 
@@ -681,6 +751,16 @@ def _list_query(rtype: ResourceType, query: dict[str, str]) -> ListQuery:
         send_initial_events=send_initial,
         allow_bookmarks=_flag(query, "allowWatchBookmarks"),
     )
+
+
+def _field_validation(query: dict[str, str], options_kind: str) -> str:
+    """What a write's unknown fields get (`fieldValidation`): Warn unless the request says otherwise."""
+    value = query.get("fieldValidation", "")
+    if value and value not in FIELD_VALIDATIONS:
+        allowed = ", ".join(f'"{v}"' for v in ("", *FIELD_VALIDATIONS))
+        problem = FieldError("NotSupported", "fieldValidation", value, f"supported values: {allowed}")
+        raise errors.invalid(f"{options_kind}.meta.k8s.io", "", [problem])
+    return value or "Warn"
 
 
 def _dry_run(query: dict[str, str], options: dict[str, Any] | None = None) -> bool:
@@ -849,6 +929,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", response.content_type)
         for name, value in response.headers.items():
             self.send_header(name, value)
+        for warning in response.warnings:
+            self.send_header("Warning", '299 - "' + warning.replace("\\", "\\\\").replace('"', '\\"') + '"')
 
     def _send(self, response: _Response) -> None:
         self._start(response)

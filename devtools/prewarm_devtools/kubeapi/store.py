@@ -114,6 +114,14 @@ class Store:
     def rv(self) -> int:
         return self._rv
 
+    def add_resource(self, resource: str, field_values: FieldValues) -> None:
+        """Hold objects of `resource` from now on (a CRD's); one held already keeps its objects."""
+        with self.lock:
+            self._field_values[resource] = field_values
+            if resource not in self._objects:
+                self._objects[resource] = {}
+                self._sorted[resource] = None
+
     def get(self, resource: str, key: str) -> Stored | None:
         return self._objects[resource].get(key)
 
