@@ -71,6 +71,7 @@ FUNCTION_EVENTS = {
     "refresh_ecr_credentials": "schedule_refresh_credentials",
     "repull_daily": "schedule_repull",
     "sweep": "schedule_sweep",
+    "sync_resources": "schedule_sync_resources",
 }
 # Matches events/ecr_push.json, so the push creates a job.
 PUSH_RULE = {

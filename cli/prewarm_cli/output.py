@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
 from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.status import FailedImageStatus, ImageListPullJobStatus, JobStatus
 
 if TYPE_CHECKING:
     from prewarm.services.jobs import JobView
@@ -84,10 +83,6 @@ def rfc3339(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _utc(epoch: float | None) -> datetime | None:
-    return None if epoch is None else datetime.fromtimestamp(int(epoch), UTC)
-
-
 def _age(epoch: float | None, now: float) -> str:
     return UNKNOWN if epoch is None else human_age(now - epoch)
 
@@ -119,8 +114,11 @@ def _images(spec: dict[str, Any]) -> str:
 
 
 def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_namespaces: bool = False) -> str:
-    """Kruise's ImagePullJob columns: NAME TOTAL ACTIVE SUCCEED FAILED AGE MESSAGE (+ IMAGE PARALLELISM ROUND)."""
-    headers = ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
+    """Kruise's ImagePullJob columns and where the job comes from: NAME TOTAL ACTIVE SUCCEED FAILED AGE SOURCE
+    MESSAGE (+ IMAGE PARALLELISM ROUND). SOURCE: resource (a prewarm.dev resource in the cluster), cli or rule."""
+    from prewarm.domain.sources import source_of
+
+    headers = ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "SOURCE", "MESSAGE"]
     if wide:
         headers += ["IMAGE", "PARALLELISM", "ROUND"]
     if all_namespaces:
@@ -128,7 +126,8 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
     rows = []
     for v in views:
         r = v.record
-        row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now), v.message]
+        row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now),
+                             source_of(r.manifest), v.message]
         if wide:
             spec = r.manifest.get("spec", {})
             is_list = r.api_kind == "ImageListPullJob"
@@ -198,38 +197,6 @@ def nodes_table(nodes: Sequence[RegisteredNode], *, now: float, wide: bool = Fal
 # --- Documents (-o yaml|json|name) ---------------------------------------------------------------
 
 
-def job_status(view: JobView) -> JobStatus:
-    """An ImagePullJob's status, field for field as Kruise reports it."""
-    r = view.record
-    return JobStatus(
-        desired=view.desired, active=view.active, succeeded=view.succeeded, failed=view.failed,
-        failed_nodes=view.failed_nodes, start_time=_utc(r.start_time), completion_time=_utc(view.completion_time),
-        message=view.message,
-    )
-
-
-def list_job_status(view: JobView) -> ImageListPullJobStatus:
-    """An ImageListPullJob's status as Kruise reports it: counts of its ImagePullJobs, failed images listed."""
-    by_image = {c.record.manifest.get("spec", {}).get("image"): c for c in view.children}
-    images = view.record.manifest.get("spec", {}).get("images", [])
-    failed: list[FailedImageStatus] = []
-    for image in images:
-        child = by_image.get(image)
-        if child is not None and child.failed:
-            message = f"failed on {child.failed} of {child.desired} nodes: {', '.join(child.failed_nodes)}"
-            failed.append(FailedImageStatus(image_pull_job=child.record.name, name=image, message=message))
-    children = list(by_image.values())
-    return ImageListPullJobStatus(
-        desired=len(images),
-        active=sum(c.active > 0 for c in children),
-        completed=sum(c.completion_time is not None for c in children),
-        succeeded=sum(c.completion_time is not None and c.succeeded == c.desired for c in children),
-        failed_image_statuses=failed,
-        start_time=_utc(view.record.start_time),
-        completion_time=_utc(view.completion_time),
-    )
-
-
 def job_document(view: JobView) -> dict[str, Any]:
     """The job as `kubectl get -o yaml` shows it: the applied manifest, server metadata and status."""
     r = view.record
@@ -238,7 +205,9 @@ def job_document(view: JobView) -> dict[str, Any]:
     metadata.update({"name": r.name, "namespace": r.namespace, "uid": r.uid, "generation": r.generation})
     if r.created_at is not None:
         metadata["creationTimestamp"] = rfc3339(r.created_at)
-    status = list_job_status(view) if r.api_kind == "ImageListPullJob" else job_status(view)
+    from prewarm.services.jobs import kruise_status
+
+    status = kruise_status(view)
     doc["status"] = status.to_dict()
     return doc
 
@@ -431,6 +400,8 @@ def _describe_children(view: JobView, *, now: float) -> list[str]:
         lines.append("  (`prewarm describe job NAME` shows one image's nodes)")
     else:
         lines.append(f"  {NONE}")
+    from prewarm.services.jobs import list_job_status
+
     failed = list_job_status(view).failed_image_statuses
     if failed:
         lines.append("Failed Images:")

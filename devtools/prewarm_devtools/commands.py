@@ -252,9 +252,10 @@ def local_status() -> int:
 
 
 @local.command("fire")
-@click.argument("schedule", type=click.Choice(["repull", "sweep", "refresh"]))
+@click.argument("schedule", type=click.Choice(["repull", "sweep", "refresh", "sync"]))
 def local_fire(schedule: str) -> int:
-    """Fire a schedule of the running stack now: the daily re-pull, the sweep, or the ECR credential refresh."""
+    """Fire a schedule of the running stack now: the daily re-pull, the sweep, the ECR credential refresh, or the
+    resource sync."""
     answer = _call("POST", "/fire", {"schedule": schedule})
     click.echo(f"fired {answer['function']}: {json.dumps(answer.get('result'), sort_keys=True, default=str)}")
     return EXIT_OK

@@ -11,6 +11,10 @@ Crash safety: every child process (containerd, the registry, agents run as proce
 thread that started it, and the run record beside the state file (`localrun`) names the run
 directory and every child, so `prewarm local down` cleans up after a stack killed with SIGKILL.
 The running stack answers `prewarm local fire|node|agent|status` on its control channel (`control`).
+
+In the embedded API, local mode also plays the DaemonSet controller and the kubelets for the agent
+DaemonSet that `prewarm install` created (`daemonset.AgentDaemonSet`): one pod per node, Ready while
+that node's agent runs. ECR tokens live 12 hours, as ECR's do, rather than moto's fixed 2015 expiry.
 """
 
 from __future__ import annotations
@@ -59,8 +63,11 @@ def ecr_host(account: str = ACCOUNT, region: str = REGION) -> str:
     return f"{account}.dkr.ecr.{region}.amazonaws.com"
 
 
+# GetAuthorizationToken: "The authorization token is valid for 12 hours."
+ECR_TOKEN_LIFETIME_SECONDS = 12 * 3600.0
+
 # `prewarm local fire NAME`: the schedules a user fires, and the function each one runs.
-SCHEDULES = {"repull": "repull_daily", "sweep": "sweep", "refresh": "refresh_ecr_credentials"}
+SCHEDULES = {"repull": "repull_daily", "sweep": "sweep", "refresh": "refresh_ecr_credentials", "sync": "sync_resources"}
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -157,6 +164,10 @@ class LocalMode:
         self.function_log: Any = None
         # The agents' service account token, as the kubelet would project it into their pods.
         self.agent_token = f"agent-{secrets.token_urlsafe(24)}"
+        self.agent_daemonset: Any = None
+        self._starting = False
+        # How each stopped agent went (`prewarm local agent stop|kill`), for its pod's status.
+        self._agent_exits: dict[str, str] = {}
 
     @property
     def logs_dir(self) -> Path:
@@ -171,12 +182,51 @@ class LocalMode:
                 "local mode runs real containerd and a real registry for its nodes; missing: " + "; ".join(problems)
             )
         self._write_record()
+        # Callers of `prewarm local up` take the state file for "ready": it is written once all runs.
+        self._starting = True
         try:
             self._start()
+            self._give_ecr_tokens_their_lifetime()
+            self._start_agent_daemonset()
         except BaseException:
             self.stop()
             raise
+        finally:
+            self._starting = False
+        self.write_state()
         return self
+
+    def _give_ecr_tokens_their_lifetime(self) -> None:
+        """ECR's 12-hour tokens from now on, and the credentials `_start` refreshed with moto's 2015 ones
+        refreshed again: what the refresher writes expires as it would on AWS."""
+        assert self.aws is not None and self.stack is not None
+        if self.aws.layer is None:
+            return  # PREWARM_AWS_LIMITS=off: moto answers as it does on its own
+        self.aws.layer.ecr.token_lifetime_s = ECR_TOKEN_LIFETIME_SECONDS
+        self.stack.fire("refresh_ecr_credentials")
+
+    def _start_agent_daemonset(self) -> None:
+        from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
+        from prewarm_devtools.daemonset import AgentDaemonSet
+
+        if self.kube is None:
+            return  # a real cluster runs its own controller and kubelets
+        self.agent_daemonset = AgentDaemonSet(self.kube, self._agent_state, namespace=AGENT_NAMESPACE,
+                                              name=AGENT_NAME).start()
+
+    def _agent_state(self, name: str) -> Any:
+        from prewarm_devtools.daemonset import AgentState
+
+        node = self.nodes.get(name)
+        if node is None:
+            return AgentState.ABSENT
+        if node.agent.state == "running":
+            return AgentState.RUNNING
+        return AgentState(self._agent_exits.get(name, AgentState.EXITED))
+
+    def _reconcile_agents(self) -> None:
+        if self.agent_daemonset is not None:
+            self.agent_daemonset.reconcile()
 
     def _write_record(self) -> None:
         """The run record, before anything starts and again as each child does (see `localrun`)."""
@@ -322,7 +372,8 @@ class LocalMode:
             "AWS_REGION": REGION,
             "AWS_ENDPOINT_URL": self.aws.url,
             "SECRET_PREFIX": env["SECRET_PREFIX"],
-            # moto's ECR tokens are born expired (2015), so the refresher's copies would be refused.
+            # The refresher's copies carry moto's 2015 expiry until `_give_ecr_tokens_their_lifetime` (for
+            # good with PREWARM_AWS_LIMITS=off), which agents would refuse: they ask ECR as their role.
             "ECR_CREDENTIALS": "role",
             "CRI_SOCKET": str(containerd.socket_path),
             "REGISTRY_CONFIG_PATH": str(containerd.certs_dir),
@@ -331,7 +382,8 @@ class LocalMode:
             "RECEIVE_WAIT_SECONDS": "1",
             "PROGRESS_INTERVAL_SECONDS": "1",
             "SHUTDOWN_GRACE_SECONDS": "5",
-            **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self.agent_token} if self.kube else {}),
+            **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self._agent_token_of(name)}
+               if self.kube else {}),
             **self.agent_identity.environment(),
             **self.agent_overrides,
         }
@@ -340,6 +392,17 @@ class LocalMode:
         if self.agent_processes:
             return AgentProcess(values, agent_output_path(self.logs_dir, name))
         return InProcessAgent(values)
+
+    def _agent_token_of(self, node: str) -> str:
+        """The token the kubelet would project into the node's agent pod: bound to that node, which the
+        startup taint's admission policy checks."""
+        from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
+        from prewarm_devtools.kubeapi.auth import service_account
+
+        assert self.kube is not None
+        token = f"{self.agent_token}.{node}"
+        self.kube.add_identity(token, service_account(AGENT_NAMESPACE, AGENT_NAME, node=node))
+        return token
 
     def _stop_node(self, node: LocalNode) -> None:
         try:
@@ -351,6 +414,11 @@ class LocalMode:
         """Stops everything and removes what it made; returns once every child process has exited."""
         if self.control is not None:
             self.control.stop_serving()  # no new requests; the one in flight finishes
+        if self.agent_daemonset is not None:
+            self.agent_daemonset.stop()
+            self.agent_daemonset = None
+        if self.aws is not None and self.aws.layer is not None:
+            self.aws.layer.ecr.token_lifetime_s = None  # a layer the test run shares goes back to moto's answer
         for node in self.nodes.values():
             self._stop_node(node)
         self.nodes.clear()
@@ -417,6 +485,8 @@ class LocalMode:
         """Tells `prewarm --local` where this stack is (`$PREWARM_LOCAL_STATE` or ~/.prewarm/local.json)."""
         from prewarm_cli.targets import STACK_OUTPUTS, LocalState, write_local_state
 
+        if self._starting:
+            return  # `start` writes it when everything runs
         assert self.stack is not None
         state = LocalState.of_stack(self.stack, pid=os.getpid())
         state.env["LOCAL_RUN_DIR"] = str(self.base_dir)
@@ -428,6 +498,10 @@ class LocalMode:
         outputs = self.stack.outputs()
         state.env.update({name: outputs[key] for key, name in STACK_OUTPUTS.items() if outputs.get(key)})
         state.env["CREDENTIALS_CONFIG"] = json.dumps(self.credentials_config())
+        # How often the sweep and the daily round run, which `prewarm doctor` judges their last runs by.
+        assert self.stack.resolver is not None
+        for parameter, name in (("SweepSchedule", "SWEEP_SCHEDULE"), ("RepullSchedule", "REPULL_SCHEDULE")):
+            state.env[name] = str(self.stack.resolver.resolve({"Ref": parameter}))
         if self.kube is not None:
             # EKS keeps access entries; here the embedded API does, so the state says what they are.
             state.env["LOCAL_ACCESS_ENTRIES"] = json.dumps(self.stack.access_entries())
@@ -454,7 +528,8 @@ class LocalMode:
         raise ControlError(f"no such request: {method} /{'/'.join(parts)}", 404)
 
     def fire(self, schedule: str) -> dict[str, Any]:
-        """Fires a schedule now: `repull` (the daily re-pull), `sweep` or `refresh` (ECR credentials)."""
+        """Fires a schedule now: `repull` (the daily re-pull), `sweep`, `refresh` (ECR credentials) or `sync`
+        (the prewarm.dev resources)."""
         if schedule not in SCHEDULES:
             raise ControlError(f"unknown schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}")
         assert self.stack is not None
@@ -486,6 +561,7 @@ class LocalMode:
             except BaseException:
                 self.kube.remove_object("nodes", name)
                 raise
+        self._reconcile_agents()
         return self._node_status(name)
 
     def remove_node(self, name: str) -> dict[str, Any]:
@@ -500,6 +576,8 @@ class LocalMode:
             shutil.rmtree(node.containerd.base_dir, ignore_errors=True)
         if self.kube is not None:
             self.kube.remove_object("nodes", name)
+        self._agent_exits.pop(name, None)
+        self._reconcile_agents()
         return {"name": name, "removed": True, "had_agent": node is not None}
 
     def agent_action(self, name: str, action: str) -> dict[str, Any]:
@@ -514,6 +592,7 @@ class LocalMode:
                 raise ControlError(f'node "{name}" has no agent' + ("" if self.agents_enabled else
                                    " (this stack was started with --no-agents)"))
             self._start_node(name)  # a node added with --no-agent gets its containerd and agent now
+            self._reconcile_agents()
             return self._node_status(name)
         running = node.agent.state == "running"
         if action == "start":
@@ -521,12 +600,16 @@ class LocalMode:
                 raise ControlError(f'the agent of "{name}" is already running (pid {node.agent.pid})')
             node.agent.start()
             self._record_child(f"agent of {name}", node.agent)
+            self._agent_exits.pop(name, None)
         elif not running:
             raise ControlError(f'the agent of "{name}" is not running')
         elif action == "stop":
+            self._agent_exits[name] = "stopped"
             node.agent.stop(float(node.agent.settings.shutdown_grace_seconds) + 5)
         else:
+            self._agent_exits[name] = "killed"
             node.agent.kill()
+        self._reconcile_agents()
         return self._node_status(name)
 
     def _node_status(self, name: str) -> dict[str, Any]:
@@ -584,6 +667,7 @@ def push_to_local_ecr(
     result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
                          image.total_size, time.time())
     return result, event
+
 
 def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agent_role_arn: str,
                          credentials_config: dict[str, Any]) -> None:

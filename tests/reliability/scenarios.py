@@ -16,6 +16,7 @@ from tests.reliability.faults import Fault, FaultPlan
 from tests.reliability.invariants import invariant_problems
 from tests.reliability.simulation import Driver, Plane, moto_aws
 from tests.support.manifests import IMAGE, job_doc
+from tests.support.resources import API, FakeResources
 
 KEY = "default/warm"
 Scenario = Callable[[Driver], list[str]]
@@ -123,10 +124,30 @@ def silent_and_agentless_nodes_fail_within_their_bounds(d: Driver) -> list[str]:
     return [KEY]
 
 
+def resource_applied_edited_and_deleted(d: Driver) -> list[str]:
+    """sync_resources: a resource becomes a job, its edit re-plans it, its deletion cancels and removes it."""
+    d.plane.add_nodes("n0", "n1", "n2")
+    d.agents.outcomes.update(n2="Silent")
+    api = FakeResources()
+    api.put("ImagePullJob", "warm", {"image": IMAGE, "parallelism": 2})
+    d.watch()
+    d.sync(api)
+    d.work()
+    d.sync(api)
+    api.put("ImagePullJob", "warm", {"image": IMAGE, "parallelism": 3})
+    d.sync(api)
+    d.work()
+    api.delete_object(API, "imagepulljobs", "warm", "default")
+    d.sync(api)
+    d.finish_deletion(KEY)
+    return [KEY]
+
+
 SCENARIOS: dict[str, Scenario] = {s.__name__: s for s in (
     always_job_with_a_failing_node, deadline_passes_with_nodes_in_flight, delete_with_nodes_in_flight,
     selector_edit_replans_the_round, new_image_starts_a_new_round, new_node_hello_joins_a_never_job,
     daily_round_of_a_never_job, silent_and_agentless_nodes_fail_within_their_bounds,
+    resource_applied_edited_and_deleted,
 )}
 
 

@@ -22,8 +22,9 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
 from prewarm.services.dispatch import needs_planning, plan_job
-from prewarm.services.jobs import JobNotFoundError, apply_manifest, delete_job
+from prewarm.services.jobs import JobNotFoundError, apply_manifest, complete_deletion, delete_job
 from prewarm.services.reports import record_report, register_node
+from prewarm.services.resources import ResourceApi, sync_resources
 from prewarm.services.schedules import repull_daily, sweep
 from prewarm_devtools.sam.template import create_table, load_template
 from tests.reliability.faults import FaultPlan, InjectedFault
@@ -216,6 +217,14 @@ class Driver:
     def repull(self) -> None:
         scheduled = self.plane.clock()  # a retried invocation carries the same scheduled time
         self.deliver(lambda: repull_daily(self.plane.store, scheduled_time=scheduled))
+
+    def sync(self, api: ResourceApi) -> None:
+        """`sync_resources` as its schedule runs it; a crashed run is superseded by the next one."""
+        self.deliver(lambda: sync_resources(self.plane.store, api, now=self.plane.clock()))
+
+    def finish_deletion(self, key: str) -> None:
+        """`dispatch_job` on the stream record of a job marked Deleting."""
+        self.deliver(lambda: complete_deletion(self.plane.store, self.plane.queues, key))
 
     def delete(self, key: str) -> None:
         namespace, name = key.split("/")

@@ -79,6 +79,18 @@ def test_fanout_sends_one_task_per_node_in_one_call_each() -> None:
 
 
 @pytest.mark.integration
+def test_resource_sync_writes_only_what_changed() -> None:
+    # Given 30 job resources over 3 namespaces, when they are synced, synced again, and 4 are edited
+    result = run_benchmark("resource_sync.py", "--jobs", "30", "--namespaces", "3", "--edit", "4")
+    # Then the first sync applies and writes every one, the second nothing, the third only the edits
+    first, steady, edited = result["first"], result["steady"], result["edited"]
+    assert (first["applied"], first["statuses_written"], first["dynamodb_writes"]) == (30, 30, 30)
+    assert (steady["applied"], steady["statuses_written"], steady["dynamodb_writes"]) == (0, 0, 0)
+    assert steady["kubernetes_calls"] == {"list": 3}
+    assert (edited["applied"], edited["statuses_written"], edited["dynamodb_writes"]) == (4, 4, 4)
+
+
+@pytest.mark.integration
 def test_cold_start_measures_every_function_against_the_naive_baseline() -> None:
     # Given every function of functions/, when each is imported and invoked once on its sample event
     result = run_benchmark("cold_start.py", "--repeat", "1")

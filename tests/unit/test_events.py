@@ -22,7 +22,8 @@ EVENTS = Path(__file__).resolve().parents[2] / "events"
 ECR_EVENTS = ["ecr_push.json", "ecr_push_failed.json", "ecr_delete.json", "ecr_push_index.json"]
 STREAM_EVENTS = ["dynamodb_stream_job_insert.json", "dynamodb_stream_job_modify.json"]
 SQS_EVENTS = ["sqs_status_batch.json"]
-SCHEDULE_EVENTS = ["schedule_repull.json", "schedule_sweep.json", "schedule_refresh_credentials.json"]
+SCHEDULE_EVENTS = ["schedule_repull.json", "schedule_sweep.json", "schedule_refresh_credentials.json",
+                   "schedule_sync_resources.json"]
 
 JOB_COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 

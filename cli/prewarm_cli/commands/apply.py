@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     pass
 
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from prewarm_cli.options import current_store, target_options
+from prewarm_cli.options import current_store, current_target, target_options
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN_NAME = "<stdin>"
@@ -106,9 +106,15 @@ def _documents(source: str, text: str) -> tuple[list[_Document], list[str]]:
               type=click.Path(exists=True, allow_dash=True), metavar="FILE|DIR|-",
               help="Manifests to apply: a file, a directory of .yaml/.yml/.json files, or - for stdin. Repeatable.")
 @click.option("-R", "--recursive", is_flag=True, help="Also read the directories' subdirectories.")
+@click.option("--as-resource", is_flag=True,
+              help="Create or update the prewarm.dev/v1alpha1 resources in the stack's cluster instead of the table "
+                   "(the stack's sync_resources applies them within a minute).")
+@click.option("--kubeconfig", metavar="PATH", envvar="PREWARM_KUBECONFIG",
+              help="With --as-resource: reach the cluster as this kubeconfig's user.")
 @target_options
 @click.pass_context
-def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> int:
+def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_resource: bool,
+          kubeconfig: str | None) -> int:
     """Create or update jobs and rules from manifests, as `kubectl apply` does.
 
     \b
@@ -118,8 +124,18 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
     naming the file, the document and the field, and the exit code is then 2.
     """
     from prewarm.domain.kubernetes import JobValidationError
+    from prewarm.domain.sources import SourceConflictError
     from prewarm.services.jobs import apply_manifest
-    from prewarm.services.ports import StoreError
+    from prewarm.services.ports import ClusterError, StoreError
+
+    write: Callable[[dict[str, Any]], str]
+    if as_resource:
+        from prewarm_cli.resources import ResourceWriter
+
+        write = ResourceWriter(lambda: current_target(ctx).cluster(kubeconfig)).apply
+    else:
+        def write(body: dict[str, Any]) -> str:
+            return str(apply_manifest(current_store(ctx), body, now=time.time()).describe())
 
     invalid = failed = applied = 0
     for source, read in _sources(filenames, recursive):
@@ -132,17 +148,17 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool) -> in
         documents, problems = _documents(source, text)
         for doc in documents:
             try:
-                outcome = apply_manifest(current_store(ctx), doc.body, now=time.time())
+                outcome = write(doc.body)
             except JobValidationError as e:
                 subject = f" ({e.subject})" if e.subject else ""
                 for problem in e.errors:
                     click.echo(f"error: {doc.where}{subject}: {problem}", err=True)
                 invalid += 1
-            except StoreError as e:
+            except (StoreError, SourceConflictError, ClusterError) as e:
                 click.echo(f"error: {doc.where}: {e}", err=True)
                 failed += 1
             else:
-                click.echo(outcome.describe())
+                click.echo(outcome)
                 applied += 1
         for file_problem in problems:
             click.echo(f"error: {file_problem}", err=True)

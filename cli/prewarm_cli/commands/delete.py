@@ -25,16 +25,25 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
     kind = resource_name(resource, ("jobs", "rules"), "delete")
     store = current_store(ctx)
     code = EXIT_OK
+    from prewarm.domain.sources import Source, SourceConflictError, source_of
+    from prewarm.services.jobs import check_source, job_key, request_deletion
+
     if kind == "rules":
+        rules = {r.get("metadata", {}).get("name"): r for r in store.list_rules()}
         for name in names:
+            try:
+                if name in rules:
+                    check_source("PrewarmRule", "", name, owner=source_of(rules[name]), by=Source.CLI)
+            except SourceConflictError as e:
+                click.echo(f"error: {e}", err=True)
+                code = EXIT_FAILURE
+                continue
             if store.delete_rule(name):
                 click.echo(f'prewarmrule.prewarm.dev "{name}" deleted')
             else:
                 click.echo(f'error: rule "{name}" not found', err=True)
                 code = EXIT_FAILURE
         return code
-    from prewarm.services.jobs import job_key, request_deletion
-
     for name in names:
         record = store.get_job(job_key(namespace, name))
         if record is None:
@@ -42,7 +51,12 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
             code = EXIT_FAILURE
             continue
         # The stack's dispatch function sends the cancels: node queues take messages from its roles only.
-        cancelling = request_deletion(store, namespace, name, now=time.time())
+        try:
+            cancelling = request_deletion(store, namespace, name, now=time.time())
+        except SourceConflictError as e:
+            click.echo(f"error: {e}", err=True)
+            code = EXIT_FAILURE
+            continue
         note = f" ({cancelling} in-flight pull{'s' if cancelling != 1 else ''} being cancelled)" if cancelling else ""
         click.echo(f'{record.api_kind.lower()}.apps.kruise.io "{name}" deleted{note}')
     return code

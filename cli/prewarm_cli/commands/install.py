@@ -77,18 +77,24 @@ def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn:
 
 
 @click.command()
+@click.option("--crds", is_flag=True,
+              help="Also delete the CustomResourceDefinitions, and with them every ImagePullJob, "
+                   "ImageListPullJob and PrewarmRule resource.")
 @_cluster_options
 @target_options
 @click.pass_context
-def uninstall(ctx: click.Context, kubeconfig: str | None, context: str | None) -> int:
-    """Remove everything `prewarm install` installed (and nothing else)."""
+def uninstall(ctx: click.Context, crds: bool, kubeconfig: str | None, context: str | None) -> int:
+    """Remove what `prewarm install` installed (and nothing else); the CRDs stay unless --crds."""
     from prewarm_cli.install.apply import uninstall as remove_objects
 
     target = current_target(ctx)
     with target.cluster(kubeconfig, context) as cluster:
-        changes = remove_objects(cluster, report=lambda change: click.echo(str(change)))
+        changes = remove_objects(cluster, include_crds=crds, report=lambda change: click.echo(str(change)))
     if not changes:
         click.echo("No resources found: nothing that prewarm install made is in the cluster")
+    if not crds:
+        click.echo("The prewarm.dev CustomResourceDefinitions and their resources were kept (--crds deletes them)",
+                   err=True)
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from prewarm_cli.install.render import KIND_PLURALS, MANAGED_BY
 __all__ = ["DIGEST_ANNOTATION", "Change", "ObjectApi", "install", "uninstall"]
 
 DIGEST_ANNOTATION = "prewarm.dev/applied-digest"
+CRD_KIND = "CustomResourceDefinition"
 
 Obj = dict[str, Any]
 
@@ -98,10 +99,17 @@ def install(
     return changes
 
 
-def uninstall(api: ObjectApi, *, report: Callable[[Change], None] = lambda c: None) -> list[Change]:
-    """Deletes every object an install made, dependents first; nothing else is touched."""
+def uninstall(
+    api: ObjectApi, *, include_crds: bool = False, report: Callable[[Change], None] = lambda c: None
+) -> list[Change]:
+    """Deletes every object an install made, dependents first; nothing else is touched.
+
+    The CustomResourceDefinitions stay unless `include_crds`: deleting one deletes every resource of it,
+    the users' jobs and rules, which reinstalling would not bring back.
+    """
     order = list(KIND_PLURALS)
-    found = sorted(_installed(api), key=lambda k: order.index(k[0]), reverse=True)
+    found = sorted((k for k in _installed(api) if include_crds or k[0] != CRD_KIND),
+                   key=lambda k: order.index(k[0]), reverse=True)
     return [_delete(api, kind, name, namespace, report) for kind, name, namespace in found]
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from prewarm_cli.install.crds import custom_resource_definitions
+
 __all__ = [
     "ALL_NAMESPACES",
     "CONTROL_PLANE_GROUP",
@@ -27,6 +29,7 @@ __all__ = [
     "KIND_PLURALS",
     "MANAGED_BY",
     "PULL_SECRETS_GROUP",
+    "RESOURCES_GROUP",
     "InstallError",
     "InstallValues",
     "render",
@@ -43,6 +46,7 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "prewarm-install")
 CONTROL_PLANE_GROUP = "prewarm-control-plane"
 PULL_SECRETS_GROUP = "prewarm-pull-secrets"
 CREDENTIALS_GROUP = "prewarm-credentials"
+RESOURCES_GROUP = "prewarm-resources"
 ALL_NAMESPACES = ("*",)
 #: Each function role's groups, as template.yaml's access entries give them (keyed by the stack
 #: setting that names the role).
@@ -51,15 +55,21 @@ FUNCTION_GROUPS: dict[str, tuple[str, ...]] = {
     "RECORD_STATUS_ROLE_ARN": (CONTROL_PLANE_GROUP,),
     "SWEEP_ROLE_ARN": (CONTROL_PLANE_GROUP,),
     "REFRESH_ECR_CREDENTIALS_ROLE_ARN": (CREDENTIALS_GROUP,),
+    "SYNC_RESOURCES_ROLE_ARN": (RESOURCES_GROUP,),
 }
 #: Kind → (API version, plural, namespaced): every kind install writes.
 KIND_PLURALS: dict[str, tuple[str, str, bool]] = {
+    "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Namespace": ("v1", "namespaces", False),
     "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "ServiceAccount": ("v1", "serviceaccounts", True),
     "ConfigMap": ("v1", "configmaps", True),
+    # After the ConfigMap it reads its parameters from, before the DaemonSet whose agents it constrains.
+    "ValidatingAdmissionPolicy": ("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": (
+        "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", False),
     "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
     "DaemonSet": ("apps/v1", "daemonsets", True),
 }
@@ -133,7 +143,7 @@ def render(values: InstallValues) -> list[Obj]:
     problems = values.problems()
     if problems:
         raise InstallError("; ".join(problems))
-    objects: list[Obj] = []
+    objects: list[Obj] = custom_resource_definitions()
     for doc in base_documents():
         kind, name = doc["kind"], doc["metadata"]["name"]
         if kind == "ServiceAccount" and name == AGENT_NAME:

@@ -27,6 +27,7 @@ STACK_OUTPUTS = {
     "RecordStatusRoleArn": "RECORD_STATUS_ROLE_ARN",
     "SweepRoleArn": "SWEEP_ROLE_ARN",
     "RefreshEcrCredentialsRoleArn": "REFRESH_ECR_CREDENTIALS_ROLE_ARN",
+    "SyncResourcesRoleArn": "SYNC_RESOURCES_ROLE_ARN",
 }
 # Stack parameters `prewarm install` reads: what the credential refresher writes into the cluster.
 STACK_PARAMETERS = {

@@ -1,9 +1,13 @@
-"""ECR's GetAuthorizationToken rate in front of moto's handler: 20 a second, bursts of 200."""
+"""ECR's GetAuthorizationToken rate in front of moto's handler: 20 a second, bursts of 200; and, when
+`token_lifetime_s` is set, the token's expiry as ECR gives it (that many seconds from now, 12 hours on
+AWS) instead of moto's fixed 2015-01-01, which tests pin their clocks to."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from moto.core.exceptions import JsonRESTError
@@ -20,6 +24,9 @@ class ECRLimits:
         self.quotas = layer.quotas
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        #: Seconds an authorization token lives from the moment it is handed out; None: moto's answer.
+        self.token_lifetime_s: float | None = None
+        self.wall_clock: Callable[[], float] = time.time
 
     def reset(self) -> None:
         with self._lock:
@@ -40,4 +47,11 @@ class ECRLimits:
             if not allowed:
                 self.layer.stats.record_refusal("ThrottlingException")
                 raise JsonRESTError("ThrottlingException", "Rate exceeded")
+            lifetime = self.token_lifetime_s
+            if lifetime is not None:
+                answer = run()
+                expires = datetime.fromtimestamp(self.wall_clock() + lifetime, tz=UTC)
+                for data in answer.result.get("authorizationData", []):
+                    data["expiresAt"] = expires
+                return answer
         return run()

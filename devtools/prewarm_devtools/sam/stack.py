@@ -215,11 +215,17 @@ class LocalStack:
         self.physical[logical] = Physical(ref=url, attrs={"Arn": arn, "QueueName": name, "QueueUrl": url})
 
     def _create_table(self, logical: str) -> None:
+        assert self.resolver is not None
         name = f"{self.stack_name}-{logical}"
         args = table_create_args(self.template, name, logical)
         self.dynamodb.create_table(**args)
         self.dynamodb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 0.05, "MaxAttempts": 200})
         table = self.dynamodb.describe_table(TableName=name)["Table"]
+        policy = self.resolver.resolve(dict(self.template["Resources"][logical]["Properties"])).get("ResourcePolicy")
+        if policy:
+            # moto keeps it; the AWS limits layer evaluates its Deny statements for each caller.
+            self.dynamodb.put_resource_policy(ResourceArn=table["TableArn"],
+                                              Policy=json.dumps(policy["PolicyDocument"]))
         attrs = {"Arn": table["TableArn"]}
         if table.get("LatestStreamArn"):
             attrs["StreamArn"] = table["LatestStreamArn"]

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -287,6 +288,20 @@ def test_get_authorization_token_is_throttled_past_a_burst_of_200_then_20_a_seco
         ecr.get_authorization_token()
     with pytest.raises(ClientError):
         ecr.get_authorization_token()
+
+
+def test_a_token_expires_at_moto_s_fixed_time_unless_a_lifetime_is_set(aws: Aws) -> None:
+    ecr = aws.client("ecr")
+    fixed = ecr.get_authorization_token()["authorizationData"][0]["expiresAt"]
+    assert fixed.timestamp() == datetime(2015, 1, 1, tzinfo=UTC).timestamp()
+
+    # Local mode gives tokens ECR's 12 hours, from the wall clock (the layer's clock is for rates)
+    aws.layer.ecr.token_lifetime_s = 12 * 3600
+    aws.layer.ecr.wall_clock = lambda: 1_800_000_000.0
+    (data,) = ecr.get_authorization_token()["authorizationData"]
+
+    assert data["expiresAt"].timestamp() == 1_800_000_000.0 + 12 * 3600
+    assert data["authorizationToken"]
 
 
 # --- off ------------------------------------------------------------------------------------------

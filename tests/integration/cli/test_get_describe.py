@@ -46,9 +46,9 @@ def test_get_jobs_prints_kruise_columns(prewarm: Run, running_job: str) -> None:
     # Then the header is Kruise's and the row carries the job's counters and message
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
+    assert lines[0].split() == ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "SOURCE", "MESSAGE"]
     row = next(line for line in lines if line.startswith("get-web "))
-    assert row.split()[:5] == ["get-web", "3", "1", "1", "1"]
+    assert row.split()[:5] == ["get-web", "3", "1", "1", "1"] and row.split()[6] == "cli"
     assert row.endswith("job is running, progress 66.7%")
 
 
@@ -63,7 +63,7 @@ def test_get_jobs_wide_across_namespaces_adds_namespace_image_parallelism_and_ro
 
     # Then both namespaces show, with the wide columns
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAMESPACE", "NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE",
+    assert header.split() == ["NAMESPACE", "NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "SOURCE", "MESSAGE",
                               "IMAGE", "PARALLELISM", "ROUND"]
     web = next(r for r in rows if " get-web " in r).split()
     assert (web[0], web[-3:]) == ("default", ["nginx:1.25", "2", "0"])

@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from prewarm_cli.app import cli
 from prewarm_cli.install.apply import DIGEST_ANNOTATION
+from prewarm_cli.install.render import KIND_PLURALS
 from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, write_local_state
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.stack import LocalStack
@@ -60,13 +61,15 @@ def run(api: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def installed(api: KubeApiServer) -> dict[tuple[str, str, str], dict[str, Any]]:
     found = {}
-    for plural in ("namespaces", "priorityclasses", "serviceaccounts", "clusterroles", "clusterrolebindings",
-                   "rolebindings", "configmaps", "validatingadmissionpolicies",
-                   "validatingadmissionpolicybindings", "daemonsets"):
+    for _, plural, _ in KIND_PLURALS.values():
         for obj in api.list_objects(plural):
             if (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "prewarm-install":
                 found[(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace", ""))] = obj
     return found
+
+
+def rendered(run: Any, *args: str) -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all(run("install", "--render", *args).stdout))
 
 
 def test_install_creates_every_rendered_object_then_a_rerun_changes_nothing(api: KubeApiServer, run: Any) -> None:
@@ -75,7 +78,7 @@ def test_install_creates_every_rendered_object_then_a_rerun_changes_nothing(api:
     second = run("install", "--pull-secret-namespaces", "shop")
 
     assert first.exit_code == 0, first.output
-    assert len(first.stdout.splitlines()) == len(versions) == 19
+    assert len(first.stdout.splitlines()) == len(versions) == len(rendered(run, "--pull-secret-namespaces", "shop"))
     assert all(line.split(" ")[1] == "created" for line in first.stdout.splitlines())
     assert "daemonset.apps/prewarm-agent created (namespace prewarm-system)" in first.stdout
     assert "rolebinding.rbac.authorization.k8s.io/prewarm-pull-secrets created (namespace shop)" in first.stdout
@@ -84,13 +87,13 @@ def test_install_creates_every_rendered_object_then_a_rerun_changes_nothing(api:
 
 
 def test_installed_objects_match_the_render_and_the_daemonset_is_served(api: KubeApiServer, run: Any) -> None:
-    rendered = list(yaml.safe_load_all(run("install", "--render", "--pull-secret-namespaces", "shop").stdout))
+    docs = rendered(run, "--pull-secret-namespaces", "shop")
     run("install", "--pull-secret-namespaces", "shop")
     objects = installed(api)
 
     assert sorted(objects) == sorted((o["kind"], o["metadata"]["name"], o["metadata"].get("namespace", ""))
-                                     for o in rendered)
-    for doc in rendered:
+                                     for o in docs)
+    for doc in docs:
         obj = objects[(doc["kind"], doc["metadata"]["name"], doc["metadata"].get("namespace", ""))]
         assert obj["metadata"]["labels"].items() >= doc["metadata"]["labels"].items()
         assert DIGEST_ANNOTATION in obj["metadata"]["annotations"]
@@ -119,9 +122,15 @@ def test_uninstall_removes_what_install_made_and_nothing_else(api: KubeApiServer
     run("install", "--pull-secret-namespaces", "shop")
 
     removed = run("uninstall")
+    crds = run("uninstall", "--crds")
     again = run("uninstall")
 
-    assert removed.exit_code == 0 and len(removed.stdout.splitlines()) == 19
+    kept = [d for d in rendered(run, "--pull-secret-namespaces", "shop") if d["kind"] == "CustomResourceDefinition"]
+    assert removed.exit_code == 0
+    assert len(removed.stdout.splitlines()) == len(rendered(run, "--pull-secret-namespaces", "shop")) - len(kept)
+    assert "CustomResourceDefinitions and their resources were kept" in removed.stderr
+    assert sorted(crds.stdout.splitlines()) == sorted(
+        f"customresourcedefinition.apiextensions.k8s.io/{d['metadata']['name']} deleted" for d in kept)
     assert removed.stdout.splitlines()[0] == "daemonset.apps/prewarm-agent deleted (namespace prewarm-system)"
     assert installed(api) == {}
     assert {(p, o["metadata"]["name"]) for p in ("clusterroles", "namespaces") for o in api.list_objects(p)} == before

@@ -176,7 +176,8 @@ def test_store_errors_name_the_target_and_debug_adds_the_traceback(local_stack: 
 
     # Then the error is one line naming the table and the stack; --debug shows the traceback before it
     assert plain[0] == 1
-    assert plain[2] == f"error: get job: ResourceNotFoundException (local stack at {state.endpoint_url}, table gone)\n"
+    assert plain[2] == (f"error: get job: ResourceNotFoundException: Requested resource not found (local stack at "
+                        f"{state.endpoint_url}, table gone)\n")
     assert debug[0] == 1
     assert "Traceback (most recent call last)" in debug[2]
     assert debug[2].endswith(plain[2])

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from prewarm.domain.refresh import registry_secret_name
+from prewarm.domain.refresh import parse_time, registry_secret_name
 from prewarm_agent.settings import EcrCredentials
-from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localmode import ECR_TOKEN_LIFETIME_SECONDS, LocalMode, ecr_host, missing_prerequisites
 
 pytestmark = [
     pytest.mark.integration,
@@ -61,10 +62,11 @@ def test_the_agents_copy_is_in_secrets_manager_under_the_stacks_prefix(local: Lo
     # When the registry's copy is read from moto's Secrets Manager
     value = local.aws.client("secretsmanager").get_secret_value(SecretId=registry_secret_name(prefix, ecr_host()))
 
-    # Then it holds the ECR host's credentials and moto's expiry: 2015, why local agents keep their role
+    # Then it holds the ECR host's credentials, which expire in 12 hours as ECR's tokens do
     document = json.loads(value["SecretString"])
     assert document["auths"][ecr_host()]["password"] == local.ecr_password
-    assert document["expiresAt"] == "2015-01-01T00:00:00Z"
+    expires = parse_time(document["expiresAt"])
+    assert expires is not None and abs(expires - (time.time() + ECR_TOKEN_LIFETIME_SECONDS)) < 300
 
 
 def test_local_agents_know_the_prefix_and_get_tokens_from_their_role(local: LocalMode) -> None:

@@ -581,8 +581,7 @@ def test_kubectl_applies_what_install_renders(tmp_path: Path) -> None:
         # When every manifest is applied, twice (create, then kubectl's three-way patch)
         for _ in range(2):
             for manifest in _manifests(tmp_path):
-                # No /openapi is served, so kubectl's client-side validation is off.
-                applied = kubectl("apply", "--validate=false", "-f", str(manifest))
+                applied = kubectl("apply", "-f", str(manifest))
                 assert applied.returncode == 0, f"{manifest.name}: {applied.stderr}"
         # Then the DaemonSet is there, as kubectl and the API show it
         listed = kubectl("get", "ds", "-n", "prewarm-system")

@@ -16,6 +16,7 @@ from prewarm_cli.install.render import (
     CREDENTIALS_GROUP,
     MANAGED_BY,
     PULL_SECRETS_GROUP,
+    RESOURCES_GROUP,
     InstallError,
     base_documents,
     render,
@@ -69,6 +70,9 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("Namespace", "prewarm-system", ""), ("PriorityClass", "prewarm-agent", ""),
         ("ServiceAccount", "prewarm-agent", "prewarm-system"), ("ClusterRole", "prewarm-agent", ""),
         ("ClusterRoleBinding", "prewarm-agent", ""), ("ConfigMap", "prewarm-agent", "prewarm-system"),
+        ("ClusterRole", "prewarm-agent-events", ""), ("RoleBinding", "prewarm-agent-events", "default"),
+        ("ValidatingAdmissionPolicy", "prewarm-agent-startup-taint", ""),
+        ("ValidatingAdmissionPolicyBinding", "prewarm-agent-startup-taint", ""),
         ("DaemonSet", "prewarm-agent", "prewarm-system"),
         ("ClusterRole", CONTROL_PLANE_GROUP, ""), ("ClusterRoleBinding", CONTROL_PLANE_GROUP, ""),
         ("ClusterRole", PULL_SECRETS_GROUP, ""), ("RoleBinding", PULL_SECRETS_GROUP, "shop"),
@@ -76,6 +80,11 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("ClusterRoleBinding", "prewarm-credentials-namespaces", ""),
         ("ClusterRole", CREDENTIALS_GROUP, ""), ("RoleBinding", CREDENTIALS_GROUP, "team-a"),
         ("RoleBinding", CREDENTIALS_GROUP, "team-b"),
+        ("ClusterRole", RESOURCES_GROUP, ""), ("ClusterRoleBinding", RESOURCES_GROUP, ""),
+        ("ClusterRole", "prewarm-jobs-edit", ""), ("ClusterRole", "prewarm-jobs-view", ""),
+        ("CustomResourceDefinition", "imagepulljobs.prewarm.dev", ""),
+        ("CustomResourceDefinition", "imagelistpulljobs.prewarm.dev", ""),
+        ("CustomResourceDefinition", "prewarmrules.prewarm.dev", ""),
     ])
     assert all(doc["metadata"]["labels"][MANAGED_BY[0]] == MANAGED_BY[1] for doc in documents())
 
@@ -83,7 +92,8 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
 def test_namespaces_come_before_what_lives_in_them_and_roles_before_bindings() -> None:
     kinds = [doc["kind"] for doc in documents()]
 
-    assert kinds.index("Namespace") == 0
+    assert kinds.index("Namespace") < min(i for i, d in enumerate(documents()) if d["metadata"].get("namespace"))
+    assert kinds.index("CustomResourceDefinition") == 0
     assert max(i for i, k in enumerate(kinds) if k == "ClusterRole") < kinds.index("ClusterRoleBinding")
     assert kinds[-1] == "DaemonSet"
 
@@ -182,9 +192,15 @@ def test_the_shipped_files_keep_their_example_values_apart_from_the_code() -> No
     assert base_documents() == before
 
 
-def test_the_cluster_role_allows_only_get_on_nodes() -> None:
+def test_the_cluster_role_allows_only_get_and_patch_on_nodes_and_events_only_in_default() -> None:
     rules = one("ClusterRole", "prewarm-agent")["rules"]
-    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    events = one("RoleBinding", "prewarm-agent-events")
+
+    assert rules == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert one("ClusterRole", "prewarm-agent-events")["rules"] == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert events["metadata"]["namespace"] == "default"
+    assert events["subjects"] == [{"kind": "ServiceAccount", "name": "prewarm-agent", "namespace": "prewarm-system"}]
 
 
 def test_the_role_is_bound_to_the_agents_service_account() -> None:
@@ -253,3 +269,25 @@ def test_the_container_keeps_only_what_root_needs() -> None:
     assert security == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                         "capabilities": {"drop": ["ALL"]}}
     assert "limits" in agent_container()["resources"] and "requests" in agent_container()["resources"]
+
+
+def test_the_job_crds_take_kruises_spec_and_print_kruises_columns() -> None:
+    crd = one("CustomResourceDefinition", "imagepulljobs.prewarm.dev")
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+    assert (crd["spec"]["group"], crd["spec"]["scope"], version["name"]) == ("prewarm.dev", "Namespaced", "v1alpha1")
+    assert version["subresources"] == {"status": {}}
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
+    assert set(spec["properties"]) == {"image", "pullSecrets", "selector", "podSelector", "parallelism", "pullPolicy",
+                                       "completionPolicy", "sandboxConfig", "imagePullPolicy"}
+    assert one("CustomResourceDefinition", "prewarmrules.prewarm.dev")["spec"]["scope"] == "Cluster"
+
+
+def test_namespace_editors_may_run_jobs_and_viewers_read_them_through_the_built_in_roles() -> None:
+    edit, view = one("ClusterRole", "prewarm-jobs-edit"), one("ClusterRole", "prewarm-jobs-view")
+
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert "prewarmrules" not in json.dumps(edit["rules"])

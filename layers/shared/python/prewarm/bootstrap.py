@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from prewarm.services.jobs import Applied
     from prewarm.services.push import ImagePush
     from prewarm.services.reports import HelloOutcome, ReportOutcome, StatusBatchOutcome
+    from prewarm.services.resources import SyncReport
     from prewarm.services.schedules import SweepResult
 
 
@@ -160,6 +161,16 @@ def complete_deletion(key: str) -> int:
     return complete_deletion(store(), queues(), key)
 
 
+def tell_warming_nodes() -> None:
+    """Send every warming node its required images again (a `Never` job went); `TaskSendError` when a send failed."""
+    from prewarm.services.ports import TaskSendError
+    from prewarm.services.warming import send_required_images
+
+    failures = send_required_images(store(), queues(), cluster_or_none(), now=time.time())
+    if failures:
+        raise TaskSendError(failures)
+
+
 def record_status(messages: Sequence[tuple[str, StatusReport | Hello]]) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos, then reports together."""
     from prewarm.services.reports import record_status
@@ -193,23 +204,38 @@ def refresh_credentials() -> RefreshReport | None:
 
 
 def repull_daily(scheduled_time: float | None) -> list[str]:
-    """Start a new round of every active `Never` job (once per scheduled time)."""
-    from prewarm.services.schedules import repull_daily
+    """Start a new round of every active `Never` job (once per scheduled time), and record the run."""
+    from prewarm.domain.schedules import DAILY_ROUND
+    from prewarm.services.schedules import record_run, repull_daily
 
-    return repull_daily(store(), scheduled_time=scheduled_time)
+    started = time.time()
+    jobs = repull_daily(store(), scheduled_time=scheduled_time)
+    record_run(store(), DAILY_ROUND, started_at=started, finished_at=time.time())
+    return jobs
 
 
 def sweep() -> SweepResult:
-    """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues."""
-    from prewarm.services.schedules import sweep
+    """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues; and record the run."""
+    from prewarm.domain.schedules import SWEEP
+    from prewarm.services.schedules import record_run, sweep
 
     s = settings()
-    return sweep(
-        store(), queues(), cluster_or_none(), now=time.time(), prefix=s.node_queue_prefix,
+    started = time.time()
+    result = sweep(
+        store(), queues(), cluster_or_none(), now=started, prefix=s.node_queue_prefix,
         silence_grace_seconds=s.node_silence_grace_seconds, resend_after_seconds=s.task_resend_seconds,
         agent_silence_seconds=s.agent_silence_seconds, no_agent_grace_seconds=s.no_agent_grace_seconds,
         secrets=secret_mirror(),
     )
+    record_run(store(), SWEEP, started_at=started, finished_at=time.time())
+    return result
+
+
+def sync_resources() -> SyncReport:
+    """ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back to them."""
+    from prewarm.services.resources import sync_resources
+
+    return sync_resources(store(), cluster(), now=time.time())
 
 
 def reset() -> None:

@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import NodePhase
+from prewarm.domain.schedules import ScheduleRun
 from prewarm.domain.status import removal_deltas
 from prewarm.services.ports import (
     Counters,
@@ -121,7 +122,8 @@ def _error(e: ClientError, what: str) -> StoreError:
         return StoreConflictError(f"{what}: transaction condition failed ({', '.join(r or 'None' for r in reasons)})")
     if code in _RETRYABLE:
         return StoreRetryableError(f"{what}: {code}")
-    return StoreError(f"{what}: {code or e}")
+    message = e.response.get("Error", {}).get("Message", "")
+    return StoreError(f"{what}: {code}: {message}" if code and message else f"{what}: {code or e}")
 
 
 class DynamoJobStore:
@@ -685,15 +687,38 @@ class DynamoJobStore:
             f"register node {node.name}", "put_item",
             Item=_item({"pk": f"NODE#{node.name}", "sk": "NODE", "kind": "node", "name": node.name,
                         "labels": node.labels, "architecture": node.architecture, "os": node.os,
-                        "queue_url": node.queue_url, "last_hello": node.last_hello}),
+                        "queue_url": node.queue_url, "last_hello": node.last_hello, "warm_until": node.warm_until}),
         )
 
     def list_nodes(self) -> list[RegisteredNode]:
         return [
             RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
-                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0))
+                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
+                           warm_until=float(v["warm_until"]) if "warm_until" in v else None)
             for v in sorted(self._list_kind("node"), key=lambda v: str(v["name"]))
         ]
 
     def delete_node(self, name: str) -> None:
         self._call(f"forget node {name}", "delete_item", Key=self._key(f"NODE#{name}", "NODE"))
+
+    # -- schedule runs ----------------------------------------------------------------------
+    #
+    # One item per schedule, overwritten by each run: the sweep's costs one write a minute. No `kind`,
+    # so the items stay out of the kinds index (and its writes), and `sk` is not JOB, so the stream's
+    # filter keeps them from dispatch_job.
+
+    def record_run(self, run: ScheduleRun) -> None:
+        self._call(
+            f"record the {run.schedule} run", "put_item",
+            Item=_item({"pk": f"SCHEDULE#{run.schedule}", "sk": "RUN", "schedule": run.schedule,
+                        "started_at": run.started_at, "finished_at": run.finished_at}),
+        )
+
+    def last_runs(self, schedules: Sequence[str]) -> dict[str, ScheduleRun]:
+        """The last recorded run of each of `schedules` that has one."""
+        keys = [self._key(f"SCHEDULE#{name}", "RUN") for name in dict.fromkeys(schedules)]
+        return {
+            v["schedule"]: ScheduleRun(v["schedule"], started_at=float(v["started_at"]),
+                                       finished_at=float(v["finished_at"]))
+            for v in self._batch_get("read schedule runs", keys)
+        }

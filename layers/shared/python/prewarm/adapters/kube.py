@@ -254,6 +254,12 @@ class KubeCluster:
         """Replace an object; a stale `metadata.resourceVersion` raises `ClusterConflictError`."""
         return self._request("PUT", object_path(api_version, plural, namespace, name), body=dict(body))
 
+    def replace_status(
+        self, api_version: str, plural: str, name: str, body: Mapping[str, Any], namespace: str | None = None
+    ) -> KubeObject:
+        """Replace an object's status subresource; a stale `metadata.resourceVersion` raises `ClusterConflictError`."""
+        return self._request("PUT", object_path(api_version, plural, namespace, name) + "/status", body=dict(body))
+
     def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool:
         """Delete an object (its dependents in the background); False when it was not there."""
         try:

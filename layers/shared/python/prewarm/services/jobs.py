@@ -6,13 +6,21 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from prewarm.domain.jobs import ImageListPullJob, ImagePullJob, JobState
+from prewarm.domain.jobs import PREWARM_API_VERSION, ImageListPullJob, ImagePullJob, JobState
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.rules import PrewarmRule
-from prewarm.domain.status import COMPLETED_MESSAGE, progress_message
+from prewarm.domain.sources import Source, SourceConflictError, reserved_annotation_problems, source_of
+from prewarm.domain.status import (
+    COMPLETED_MESSAGE,
+    FailedImageStatus,
+    ImageListPullJobStatus,
+    JobStatus,
+    progress_message,
+)
 from prewarm.services.ports import (
     ExcludedNode,
     JobRecord,
@@ -62,14 +70,40 @@ def _pull_part(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def apply_manifest(
-    store: JobStore, doc: dict[str, Any], *, now: float
+    store: JobStore, doc: dict[str, Any], *, now: float, from_resource: bool = False
 ) -> Applied:
-    """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error."""
+    """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error,
+    or `SourceConflictError` when the name belongs to a resource (or, `from_resource`, to the CLI).
+
+    Only the resource sync (`from_resource`) may apply a manifest marked as a resource's.
+    """
+    from prewarm.domain.kubernetes import JobValidationError, manifest_subject
+
+    if not from_resource and (problems := reserved_annotation_problems(doc)):
+        raise JobValidationError(problems, manifest_subject(doc))
     obj = parse_manifest(doc)
     if isinstance(obj, PrewarmRule):
-        outcome = store.put_rule(obj.metadata.name, obj.to_manifest(), obj.spec_hash())
+        manifest = obj.to_manifest()
+        name = obj.metadata.name
+        current = next((r for r in store.list_rules() if r.get("metadata", {}).get("name") == name), None)
+        if current is not None:
+            check_source("PrewarmRule", "", obj.metadata.name, owner=source_of(current), by=source_of(manifest))
+        outcome = store.put_rule(obj.metadata.name, manifest, obj.spec_hash())
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
     return apply_job(store, obj, now=now)
+
+
+def check_source(kind: str, namespace: str, name: str, *, owner: Source, by: Source) -> None:
+    """Refuses a change of a resource's job or rule from elsewhere, and a resource over another's name."""
+    if owner == by or Source.RESOURCE not in (owner, by):
+        return
+    what = f"{kind.lower()} {namespace + '/' if namespace else ''}{name}"
+    if owner is Source.RESOURCE:
+        raise SourceConflictError(
+            f"{what} is managed by its {kind} resource ({PREWARM_API_VERSION}): change or delete it with kubectl")
+    made = "was made by a PrewarmRule on an image push:" if owner is Source.RULE else (
+        f"was applied with the prewarm CLI: delete it with `prewarm delete` before creating the {kind} resource, or")
+    raise SourceConflictError(f"{what} {made} give the resource another name")
 
 
 def apply_job(
@@ -96,6 +130,8 @@ def apply_job(
     key = job_key(ns, name)
     for _ in range(5):
         current = store.get_job(key)
+        if current is not None and not current.owner:
+            check_source("ImagePullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
         if current is None:
             record = JobRecord(
                 namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImagePullJob", manifest=manifest,
@@ -146,6 +182,8 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Ap
     manifest = job.to_manifest()
     spec_hash = job.spec_hash()
     current = store.get_job(key)
+    if current is not None:
+        check_source("ImageListPullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
     children = list(job.child_jobs())
     child_names = [c.metadata.name for c in children]
     applied_children = [apply_job(store, c, now=now, owner=key) for c in children]
@@ -171,7 +209,9 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Ap
     return Applied("ImageListPullJob", ns, name, outcome, applied_children)
 
 
-def request_deletion(store: JobStore, namespace: str, name: str, *, now: float) -> int:
+def request_deletion(
+    store: JobStore, namespace: str, name: str, *, now: float, by: Source = Source.CLI
+) -> int:
     """Marks a job (and a list job's children) for deletion; the control plane does the rest.
 
     This is all the CLI does: the node queues take messages from the stack's roles only, so the
@@ -183,6 +223,8 @@ def request_deletion(store: JobStore, namespace: str, name: str, *, now: float) 
     record = store.get_job(key)
     if record is None:
         raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
+    if by is not Source.RESOURCE and source_of(record.manifest) is Source.RESOURCE:
+        check_source(record.api_kind, namespace, name, owner=Source.RESOURCE, by=by)
     children = record.children if record.api_kind == "ImageListPullJob" else []
     return sum(_mark_deleting(store, job_key(namespace, c), now=now) for c in children) + _mark_deleting(
         store, key, now=now)
@@ -310,6 +352,47 @@ def _view(store: JobStore, record: JobRecord, *, now: float, with_tasks: bool) -
         record=record, desired=c.desired, active=c.active, succeeded=c.succeeded, failed=c.failed,
         failed_nodes=sorted(failed_nodes), message=message, completion_time=record.completion_time, tasks=tasks,
         excluded=store.get_excluded(record.key, shards=shards) if with_tasks and record.shards else [],
+    )
+
+
+def _utc(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(int(epoch), UTC)
+
+
+def kruise_status(view: JobView) -> JobStatus | ImageListPullJobStatus:
+    """The job's status field for field as Kruise reports it (the CLI's `-o yaml` and the resources')."""
+    return list_job_status(view) if view.record.api_kind == "ImageListPullJob" else job_status(view)
+
+
+def job_status(view: JobView) -> JobStatus:
+    """An ImagePullJob's status, field for field as Kruise reports it."""
+    r = view.record
+    return JobStatus(
+        desired=view.desired, active=view.active, succeeded=view.succeeded, failed=view.failed,
+        failed_nodes=view.failed_nodes, start_time=_utc(r.start_time), completion_time=_utc(view.completion_time),
+        message=view.message,
+    )
+
+
+def list_job_status(view: JobView) -> ImageListPullJobStatus:
+    """An ImageListPullJob's status as Kruise reports it: counts of its ImagePullJobs, failed images listed."""
+    by_image = {c.record.manifest.get("spec", {}).get("image"): c for c in view.children}
+    images = view.record.manifest.get("spec", {}).get("images", [])
+    failed: list[FailedImageStatus] = []
+    for image in images:
+        child = by_image.get(image)
+        if child is not None and child.failed:
+            message = f"failed on {child.failed} of {child.desired} nodes: {', '.join(child.failed_nodes)}"
+            failed.append(FailedImageStatus(image_pull_job=child.record.name, name=image, message=message))
+    children = list(by_image.values())
+    return ImageListPullJobStatus(
+        desired=len(images),
+        active=sum(c.active > 0 for c in children),
+        completed=sum(c.completion_time is not None for c in children),
+        succeeded=sum(c.completion_time is not None and c.succeeded == c.desired for c in children),
+        failed_image_statuses=failed,
+        start_time=_utc(view.record.start_time),
+        completion_time=_utc(view.completion_time),
     )
 
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
 from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
+from prewarm.domain.schedules import ScheduleRun
 from prewarm.domain.status import Counters as Counters  # re-exported: the records the store exchanges
 from prewarm.domain.status import NodeTaskRecord as NodeTaskRecord
 
@@ -169,6 +170,8 @@ class RegisteredNode:
     os: str
     queue_url: str
     last_hello: float
+    # The hello's: until when the node holds the startup taint, at the latest (None: it does not).
+    warm_until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -244,11 +247,18 @@ class JobStore(Protocol):
 
 
 class TaskQueues(Protocol):
-    def send(self, message: PullTask | CancelTask) -> None: ...
-    def send_many(self, messages: Sequence[PullTask | CancelTask]) -> list[tuple[str, str]]: ...
+    def send(self, message: PullTask | CancelTask | RequiredImages) -> None: ...
+    def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]: ...
     def list_node_queues(self) -> dict[str, str]: ...
     def owns_queue(self, url: str) -> bool: ...
     def delete_queue(self, url: str) -> None: ...
+
+
+class ScheduleRuns(Protocol):
+    """The last completed run of each schedule (`DynamoJobStore` keeps them in the job table)."""
+
+    def record_run(self, run: ScheduleRun) -> None: ...
+    def last_runs(self, schedules: Sequence[str]) -> dict[str, ScheduleRun]: ...
 
 
 class Cluster(Protocol):

@@ -1,4 +1,5 @@
-"""The scheduled use cases: the daily re-pull of `Never` jobs, and the every-minute sweep."""
+"""The scheduled use cases: the daily re-pull of `Never` jobs, and the every-minute sweep; and the record
+of each one's last completed run."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from prewarm.domain.jobs import JobState
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
 from prewarm.domain.messages import CancelTask, NodePhase, node_queue_name
+from prewarm.domain.schedules import RECORDED_SCHEDULES, ScheduleRun
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
 from prewarm.services.dispatch import fill_slots, finish_if_done, job_spec, pull_task, resend_dispatched
 from prewarm.services.jobs import complete_deletion
@@ -18,6 +20,7 @@ from prewarm.services.ports import (
     JobStore,
     NodeUpdate,
     PullSecretCleanup,
+    ScheduleRuns,
     StoreConflictError,
     TaskQueues,
 )
@@ -26,6 +29,18 @@ log = logging.getLogger(__name__)
 
 
 SILENT_NODE_MESSAGE = "node has not responded for a long time"
+
+
+def record_run(runs: ScheduleRuns, schedule: str, *, started_at: float, finished_at: float) -> ScheduleRun:
+    """Records that a run of `schedule` completed; called only after it did, so a run that fails (or a
+    schedule that stops firing) leaves the last good run standing for `prewarm doctor` to see."""
+    if schedule not in RECORDED_SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: one of {', '.join(RECORDED_SCHEDULES)}")
+    if finished_at < started_at:
+        raise ValueError(f"a run cannot finish ({finished_at}) before it started ({started_at})")
+    run = ScheduleRun(schedule, started_at=started_at, finished_at=finished_at)
+    runs.record_run(run)
+    return run
 
 
 def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> list[str]:

@@ -1,0 +1,239 @@
+"""Runs the checks in order, each given what the earlier ones learnt: a check whose input failed (the
+API did not answer, the stack names no dead-letter queues) is reported as skipped, not as a second
+failure of the same cause. An AWS or Kubernetes error inside a check fails that check alone."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from prewarm_cli.doctor.checks import (
+    AgentCoverage,
+    CheckResult,
+    ClusterAccess,
+    ClusterApi,
+    check_agent_daemonset,
+    check_cluster_access,
+    check_credentials,
+    check_dead_letter_queues,
+    check_function_rbac,
+    check_node_queues,
+    check_schedule,
+    check_stack_outputs,
+    skipped,
+)
+from prewarm_cli.doctor.identities import (
+    LOCAL_ACCESS_ENTRIES,
+    AccessEntries,
+    CredentialTargets,
+    EksAccessEntries,
+    LocalAccessEntries,
+    required_access,
+)
+
+CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "node queues",
+          "dead-letter queues", "credentials", "sweep", "daily round")
+
+
+@dataclass
+class Doctor:
+    """What the checks read through. `client(service)` builds a boto3 client; `cluster()` opens the
+    cluster as you (raising `ClusterError` when it cannot); `store` and `queues` are the stack's job
+    store and node queues (`DynamoJobStore`, `NodeQueues`)."""
+
+    env: Mapping[str, str]
+    local: bool
+    client: Callable[[str], Any]
+    cluster: Callable[[], ClusterApi]
+    store: Any
+    queues: Any
+    outputs: Mapping[str, str]
+    clock: Callable[[], float] = time.time
+    # What the checks learn for those after them.
+    _access: ClusterAccess = field(default_factory=lambda: ClusterAccess(False), init=False)
+    _agents: AgentCoverage | None = field(default=None, init=False)
+    _nodes: list[dict[str, Any]] | None = field(default=None, init=False)
+    _config: tuple[Any] | None = field(default=None, init=False)
+    _runs: tuple[float, dict[str, Any]] | None = field(default=None, init=False)
+
+    def run(self) -> Iterator[CheckResult]:
+        """Each check's result as soon as it is known."""
+        with ExitStack() as stack:
+            api, why = self._open_cluster(stack)
+            yield self._guarded("stack outputs", lambda: check_stack_outputs(
+                self.env, self.outputs, dynamodb=self.client("dynamodb"), sqs=self.client("sqs"), local=self.local))
+            yield self._cluster_access(api, why)
+            unreachable = why or "the Kubernetes API did not answer (cluster access)"
+            reachable = api is not None and self._access.reachable
+            yield self._guarded("function RBAC", lambda: self._rbac(api)) if reachable \
+                else skipped("function RBAC", unreachable)
+            yield self._guarded("agent DaemonSet", lambda: self._daemon_set(api)) if reachable \
+                else skipped("agent DaemonSet", unreachable)
+            yield self._guarded("node queues", self._node_queues) if self._agents is not None \
+                else skipped("node queues", "the cluster's nodes are unknown (cluster access)")
+            yield self._guarded("dead-letter queues", self._dead_letter_queues)
+            yield self._guarded("credentials", lambda: self._credentials(api if reachable else None))
+            yield from self._schedules()
+
+    # -- cluster ------------------------------------------------------------------------------------
+
+    def _open_cluster(self, stack: ExitStack) -> tuple[ClusterApi | None, str]:
+        from prewarm.services.ports import ClusterError
+
+        try:
+            api = self.cluster()
+        except ClusterError as e:
+            return None, f"no cluster to reach: {e}"
+        close = getattr(api, "close", None)
+        if close is not None:
+            stack.callback(close)
+        return api, ""
+
+    def _entries(self, api: ClusterApi) -> AccessEntries | None:
+        if LOCAL_ACCESS_ENTRIES in self.env:
+            return LocalAccessEntries(self.env)
+        if self.local:
+            return None  # local mode on a real cluster: its access is the kubeconfig's, not entries
+        return EksAccessEntries(self.client("eks"), self.env.get("CLUSTER_NAME", ""),
+                                lambda namespace, name: api.get_object("v1", "configmaps", name, namespace))
+
+    def _cluster_access(self, api: ClusterApi | None, why: str) -> CheckResult:
+        if api is None:
+            return CheckResult("cluster access", False, why, "pass --kubeconfig, or deploy the stack with ClusterName")
+        fix = ("is the local stack running? (`prewarm local status`)" if self.local else
+               "check that this machine reaches the cluster endpoint and that your AWS credentials have an access "
+               "entry (or pass --kubeconfig)")
+
+        def check() -> CheckResult:
+            result, self._access = check_cluster_access(api, self._entries(api), self.env, kubeconfig_fix=fix)
+            return result
+
+        return self._guarded("cluster access", check)
+
+    def _rbac(self, api: Any) -> CheckResult:
+        from prewarm.domain.refresh import select_namespaces
+        from prewarm.services.schedules import referenced_pull_secrets
+
+        jobs = self.store.list_jobs()
+        config = self._credentials_config()
+        targets = None
+        if config is not None and config.namespaces is not None:
+            query = config.namespaces.label_selector.to_query() if config.namespaces.label_selector else None
+            namespaces = select_namespaces(api.list_objects("v1", "namespaces", None, query or None), config.namespaces)
+            targets = CredentialTargets(tuple(namespaces), config.secret_name, config.service_accounts)
+        needs = required_access({j.namespace for j in jobs}, referenced_pull_secrets(jobs), targets)
+        return check_function_rbac(api, self._access.subjects, needs)
+
+    def _daemon_set(self, api: Any) -> CheckResult:
+        self._nodes = api.list_objects("v1", "nodes")
+        result, self._agents = check_agent_daemonset(api, self._nodes)
+        return result
+
+    # -- AWS ----------------------------------------------------------------------------------------
+
+    def _node_queues(self) -> CheckResult:
+        assert self._agents is not None and self._nodes is not None
+        names = [n["metadata"]["name"] for n in self._nodes]
+        return check_node_queues(self.queues, names, self._agents.ready, run_sweep=self._command("sweep"))
+
+    def _dead_letter_queues(self) -> CheckResult:
+        urls = [u for u in self.env.get("DEAD_LETTER_QUEUE_URLS", "").split(",") if u]
+        if not urls:
+            return skipped("dead-letter queues", "the stack names none (DeadLetterQueueUrls)")
+        return check_dead_letter_queues(self.client("sqs"), urls)
+
+    def _credentials_config(self) -> Any:
+        """The refresher's configuration, read once: the SSM parameter wins over the inline JSON, as for
+        the function itself."""
+        if self._config is None:
+            self._config = (self._read_credentials_config(),)
+        return self._config[0]
+
+    def _read_credentials_config(self) -> Any:
+        from prewarm.domain.refresh import CredentialsConfig
+
+        if parameter := self.env.get("CREDENTIALS_CONFIG_PARAMETER", "").strip():
+            text = self.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
+            return CredentialsConfig.parse(text, f"SSM parameter {parameter}")
+        if text := self.env.get("CREDENTIALS_CONFIG", "").strip():
+            return CredentialsConfig.parse(text, "the stack's CredentialsConfig")
+        return None
+
+    def _credentials(self, api: Any) -> CheckResult:
+        from prewarm.domain.refresh import MANAGED_BY, MANAGED_BY_LABEL
+
+        config = self._credentials_config()
+        pull_secrets = None
+        if api is not None and config is not None and config.namespaces is not None:
+            def pull_secrets() -> list[dict[str, Any]]:
+                found = api.list_objects("v1", "secrets", None, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+                return [s for s in found if s["metadata"]["name"] == config.secret_name]
+
+        return check_credentials(config, secret_prefix=self.env.get("SECRET_PREFIX", ""),
+                                 secretsmanager=self.client("secretsmanager"), pull_secrets=pull_secrets,
+                                 now=self.clock(), refresh_fix=self._refresh_fix())
+
+    def _refresh_fix(self) -> str:
+        return ("refresh_ecr_credentials is not renewing them (it does at half their life): see its logs and "
+                f"the ScheduleDLQ, then run it ({self._command('refresh')})")
+
+    def _command(self, schedule: str) -> str:
+        """How to run a scheduled function now."""
+        if self.local:
+            return f"`prewarm local fire {schedule}`"
+        output = {"sweep": "SweepFunctionName", "repull": "RepullDailyFunctionName",
+                  "refresh": "RefreshEcrCredentialsFunctionName"}[schedule]
+        return f"`aws lambda invoke --function-name <the stack's {output}> out.json`"
+
+    def _schedules(self) -> Iterator[CheckResult]:
+        from prewarm.domain.schedules import DAILY_ROUND, SWEEP
+
+        for schedule, name, setting, command in ((SWEEP, "sweep", "SWEEP_SCHEDULE", "sweep"),
+                                                 (DAILY_ROUND, "daily round", "REPULL_SCHEDULE", "repull")):
+            yield self._guarded(name, functools.partial(self._schedule, schedule, name, setting, command))
+
+    def _schedule(self, schedule: str, name: str, setting: str, command: str) -> CheckResult:
+        from prewarm.domain.schedules import DEFAULT_EXPRESSIONS, RECORDED_SCHEDULES, schedule_period
+
+        if self._runs is None:
+            table = self.client("dynamodb").describe_table(TableName=self.env["TABLE_NAME"])["Table"]
+            self._runs = (table["CreationDateTime"].timestamp(), self.store.last_runs(RECORDED_SCHEDULES))
+        created, runs = self._runs
+        period = schedule_period(self.env.get(setting) or DEFAULT_EXPRESSIONS[schedule])
+        fix = (f"check its logs and the ScheduleDLQ, and that its schedule is enabled; "
+               f"then run it ({self._command(command)})")
+        return check_schedule(name, runs.get(schedule), period=period, since=created, now=self.clock(), fix=fix)
+
+    # -- errors -------------------------------------------------------------------------------------
+
+    def _guarded(self, name: str, check: Callable[[], CheckResult]) -> CheckResult:
+        try:
+            return check()
+        except Exception as e:
+            failure = _known_failure(e)
+            if failure is None:
+                raise
+            return CheckResult(name, False, f"cannot check: {failure}")
+
+
+def _known_failure(error: Exception) -> str | None:
+    """The message of an error a call to AWS or the cluster can end in; None for anything else (a bug)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from prewarm.adapters.sqs import QueueError
+    from prewarm.domain.refresh import CredentialsConfigError
+    from prewarm.domain.schedules import ScheduleExpressionError
+    from prewarm.services.ports import ClusterError, StoreError
+
+    known = (ClientError, BotoCoreError, ClusterError, StoreError, QueueError, CredentialsConfigError,
+             ScheduleExpressionError)
+    if isinstance(error, known):
+        return str(error)
+    if isinstance(error, json.JSONDecodeError):
+        return f"not JSON: {error}"
+    return None

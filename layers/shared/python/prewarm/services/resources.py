@@ -1,0 +1,197 @@
+"""Kubernetes-native jobs: ImagePullJob, ImageListPullJob and PrewarmRule resources kept in step with the table.
+
+`sync_resources` runs every minute. It lists the three resources across the cluster (one paged list
+each), compares them with one read of the table's jobs and rules, applies what changed through the
+same `apply_manifest` as the CLI, deletes the jobs and rules whose resource is gone, and writes each
+resource's status (Kruise's fields, plus Prewarm's node counts and bytes) only when it differs from
+what the resource holds. A resource whose `metadata.generation` is the one its job was applied from
+costs no table write; a status that did not change costs no API write. So a quiet cluster of 1,000
+jobs costs three list calls, one table scan and a byte read per running job.
+
+Who meets whom (`prewarm.domain.sources`): a resource owns its name; a CLI job of the same name is
+kept, and the resource's status says why it is not applied.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prewarm.domain.jobs import JobState
+from prewarm.domain.kubernetes import JobValidationError
+from prewarm.domain.sources import (
+    RESOURCE_API_VERSION,
+    RESOURCE_KINDS,
+    Source,
+    SourceConflictError,
+    resource_generation,
+    resource_manifest,
+    source_of,
+)
+from prewarm.domain.status import job_bytes
+from prewarm.services.jobs import JobView, apply_manifest, job_key, kruise_status, list_views, request_deletion
+from prewarm.services.ports import ClusterConflictError, ClusterNotFoundError, JobStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ResourceApi", "SyncReport", "resource_status", "sync_resources"]
+
+Obj = dict[str, Any]
+
+
+class ResourceApi(Protocol):
+    """The Kubernetes API as the sync needs it (`prewarm.adapters.kube.KubeCluster` is one)."""
+
+    def list_objects(self, api_version: str, plural: str, namespace: str | None = None,
+                     label_selector: str | None = None) -> list[Obj]: ...
+
+    def replace_status(self, api_version: str, plural: str, name: str, body: Mapping[str, Any],
+                       namespace: str | None = None) -> Obj: ...
+
+    def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool: ...
+
+
+@dataclass
+class SyncReport:
+    """What one sync did, for its log line and metrics."""
+
+    listed: int = 0
+    applied: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    refused: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    statuses_written: int = 0
+    status_conflicts: int = 0
+    missing_kinds: list[str] = field(default_factory=list)
+
+
+def sync_resources(store: JobStore, api: ResourceApi, *, now: float) -> SyncReport:
+    report = SyncReport()
+    listed: dict[str, list[Obj]] = {}
+    for kind, plural in RESOURCE_KINDS.items():
+        try:
+            listed[kind] = api.list_objects(RESOURCE_API_VERSION, plural)
+        except ClusterNotFoundError:
+            # No CRD: nothing to apply, and nothing is deleted on the strength of an absent type.
+            report.missing_kinds.append(f"{plural}.prewarm.dev")
+    report.listed = sum(len(objs) for objs in listed.values())
+    stored = _stored_manifests(store)
+    problems: dict[tuple[str, str], str] = {}
+    for kind, objs in listed.items():
+        for obj in objs:
+            problem = _apply(store, api, kind, obj, stored.get((kind, _key(obj))), report, now=now)
+            if problem is not None:
+                problems[(kind, _key(obj))] = problem
+    _delete_gone(store, listed, stored, report, now=now)
+    views = {v.record.key: v for v in list_views(store, namespace=None, now=now)}
+    expired = set(report.expired)
+    for kind, objs in listed.items():
+        for obj in objs:
+            key = _key(obj)
+            if f"{kind} {key}" in expired:
+                continue
+            view = views.get(key) if kind != "PrewarmRule" else None
+            if view is not None and source_of(view.record.manifest) is not Source.RESOURCE:
+                view = None  # a CLI job of that name: its status is not this resource's
+            status = resource_status(obj, view, problems.get((kind, key)), store=store)
+            if status != (obj.get("status") or {}):
+                _write_status(api, kind, obj, status, report)
+    if report.applied or report.refused or report.deleted or report.statuses_written:
+        log.info("resources synced: %d listed, %d applied, %d unchanged, %d refused, %d deleted, %d statuses written",
+                 report.listed, len(report.applied), report.unchanged, len(report.refused), len(report.deleted),
+                 report.statuses_written)
+    return report
+
+
+def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj | None, report: SyncReport, *,
+           now: float) -> str | None:
+    """Applies one resource unless its job holds its generation already; the problem when refused."""
+    key, meta = _key(obj), obj["metadata"]
+    if current is not None and source_of(current) is Source.RESOURCE and (
+            resource_generation(current) == str(meta.get("generation", ""))):
+        report.unchanged += 1
+        return None
+    if current is None and kind != "PrewarmRule" and (obj.get("status") or {}).get("completionTime"):
+        # Its job finished and ttlSecondsAfterFinished removed it: as Kruise, the resource goes too.
+        api.delete_object(RESOURCE_API_VERSION, RESOURCE_KINDS[kind], meta["name"], meta.get("namespace"))
+        report.expired.append(f"{kind} {key}")
+        return None
+    try:
+        applied = apply_manifest(store, resource_manifest(obj), now=now, from_resource=True)
+    except (JobValidationError, SourceConflictError) as e:
+        report.refused.append(f"{kind} {key}: {e}")
+        return str(e)
+    report.applied.append(f"{kind} {key} {applied.outcome}")
+    return None
+
+
+def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str | None, *, store: JobStore) -> Obj:
+    """The status a resource should hold: Kruise's fields and Prewarm's node counts and bytes for a job,
+    `observedGeneration`, and `message` saying why it is not applied when it is not."""
+    generation = (obj.get("metadata") or {}).get("generation")
+    status: Obj = {}
+    if view is not None:
+        status.update(kruise_status(view).to_dict())
+        if view.record.api_kind == "ImagePullJob":
+            status["nodes"] = _node_counts(view)
+            if view.active and view.record.shards:
+                done, total = job_bytes(store.get_tasks(view.record.key, shards=view.record.ref.shards))
+                status["bytes"] = {"done": done, "total": total}
+            elif (old := (obj.get("status") or {}).get("bytes")) is not None and not view.active:
+                status["bytes"] = old  # the last figures stand once nothing is pulling
+    if problem is not None:
+        status["message"] = f"not applied: {problem}"
+    elif obj.get("kind") == "PrewarmRule":
+        status["message"] = "rule is active"
+    if generation is not None and problem is None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def _node_counts(view: JobView) -> dict[str, int]:
+    waiting = max(0, view.desired - view.active - view.succeeded - view.failed)
+    return {"waiting": waiting, "pulling": view.active, "succeeded": view.succeeded, "failed": view.failed}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return job_key(meta["namespace"], meta["name"]) if meta.get("namespace") else str(meta["name"])
+
+
+def _stored_manifests(store: JobStore) -> dict[tuple[str, str], Obj]:
+    """Each top-level job's and rule's stored manifest, by (kind, key)."""
+    found: dict[tuple[str, str], Obj] = {}
+    for record in store.list_jobs():
+        if not record.owner and record.state is not JobState.DELETING:
+            found[(record.api_kind, record.key)] = record.manifest
+    for rule in store.list_rules():
+        found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
+    return found
+
+
+def _delete_gone(store: JobStore, listed: Mapping[str, Sequence[Obj]], stored: Mapping[tuple[str, str], Obj],
+                 report: SyncReport, *, now: float) -> None:
+    present = {(kind, _key(obj)) for kind, objs in listed.items() for obj in objs}
+    for (kind, key), manifest in stored.items():
+        if kind not in listed or (kind, key) in present or source_of(manifest) is not Source.RESOURCE:
+            continue
+        if kind == "PrewarmRule":
+            store.delete_rule(key)
+        else:
+            namespace, name = key.split("/", 1)
+            request_deletion(store, namespace, name, now=now, by=Source.RESOURCE)
+        report.deleted.append(f"{kind} {key}")
+
+
+def _write_status(api: ResourceApi, kind: str, obj: Obj, status: Obj, report: SyncReport) -> None:
+    meta = obj["metadata"]
+    body = {**obj, "status": status}  # its resourceVersion: a resource changed meanwhile is not overwritten
+    try:
+        api.replace_status(RESOURCE_API_VERSION, RESOURCE_KINDS[kind], meta["name"], body, meta.get("namespace"))
+    except (ClusterConflictError, ClusterNotFoundError):
+        report.status_conflicts += 1  # changed or deleted meanwhile: the next sync sees the new one
+        return
+    report.statuses_written += 1

@@ -1,0 +1,138 @@
+"""Kubernetes-native jobs on a real local stack: an ImagePullJob resource pulls onto real nodes (private
+containerd, agents, the registry behind a bandwidth limit), its `.status` converges to the job's exact
+counters, deleting it cancels the pulls, and a job cannot use another namespace's pull secret.
+
+The resource is created through the Kubernetes API as the cluster admin (kubectl against local mode is
+tested in tests/integration/control_plane/test_resource_jobs.py). moto's schedules never fire: the test
+fires `sync_resources` itself, as local mode's scheduler does every minute.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from prewarm.adapters.dynamodb import DynamoJobStore
+from prewarm.adapters.kube import KubeCluster
+from prewarm.services.jobs import job_key, view_job
+from prewarm_agent.cri.client import ContentStatusReader
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+
+pytestmark = [pytest.mark.integration, pytest.mark.node,
+              pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
+
+API = "prewarm.dev/v1alpha1"
+MIB = 1024 * 1024
+# Two pulls share it: a 1 MiB image takes about a second, a 24 MiB one over 20 s.
+BANDWIDTH = 2 * MIB
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
+    state = tmp_path_factory.mktemp("state") / "local.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREWARM_LOCAL_STATE", str(state))
+        with LocalMode(nodes=2, registry_bandwidth=BANDWIDTH) as mode:
+            yield mode
+
+
+@pytest.fixture(scope="module")
+def admin(local: LocalMode) -> Iterator[KubeCluster]:
+    with KubeCluster(local.kube.url, lambda: local.kube.token) as cluster:
+        yield cluster
+
+
+def sync_until(local: LocalMode, condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        local.fire("sync")
+        if found := condition():
+            return found
+        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
+        time.sleep(0.5)
+
+
+def resource(name: str, namespace: str, image: str, nodes: list[str], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "ImagePullJob", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"image": image, "parallelism": len(nodes), "selector": {"names": nodes},
+                     "pullPolicy": {"backoffLimit": 0, "timeoutSeconds": 300}, **spec}}
+
+
+def ingested(local: LocalMode, node: str) -> int:
+    with ContentStatusReader(str(local.nodes[node].containerd.socket_path)) as reader:
+        return sum(s.offset for s in reader.list_statuses() if s.ref.startswith("layer-"))
+
+
+def test_a_resource_pulls_on_every_node_and_its_status_converges_to_the_exact_counters(
+    local: LocalMode, admin: KubeCluster
+) -> None:
+    assert local.aws is not None and local.stack is not None
+    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    nodes = sorted(local.nodes)
+    pushed = local.push("e2e/small", "v1", size_mb=1)
+
+    admin.create_object(API, "imagepulljobs", resource("res-small", "default", pushed.reference, nodes), "default")
+
+    def done() -> dict[str, Any] | None:
+        status = admin.get_object(API, "imagepulljobs", "res-small", "default")["status"]
+        return status if status.get("completionTime") else None
+
+    status = sync_until(local, done, 60, "the resource's status reports the job complete")
+    view = view_job(store, "default", "res-small", now=time.time())
+    assert (status["desired"], status["active"], status["succeeded"], status["failed"]) == (
+        view.desired, view.active, view.succeeded, view.failed) == (2, 0, 2, 0)
+    assert status["nodes"] == {"waiting": 0, "pulling": 0, "succeeded": 2, "failed": 0}
+    assert status["message"] == view.message and status["observedGeneration"] == 1
+    for node in nodes:
+        assert local.nodes[node].image_present(pushed.reference), node
+
+
+def test_deleting_the_resource_cancels_its_pulls(local: LocalMode, admin: KubeCluster) -> None:
+    assert local.aws is not None and local.stack is not None
+    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    nodes = sorted(local.nodes)
+    pushed = local.push("e2e/big", "v1", size_mb=24)
+    admin.create_object(API, "imagepulljobs", resource("res-big", "default", pushed.reference, nodes), "default")
+    sync_until(local, lambda: all(ingested(local, n) > 0 for n in nodes), 30, "both nodes downloading")
+
+    admin.delete_object(API, "imagepulljobs", "res-big", "default")
+    sync_until(local, lambda: store.get_job(job_key("default", "res-big")) is None, 20, "the job gone")
+
+    # Then no node goes on downloading and neither has the image
+    time.sleep(1.0)
+    before = {n: ingested(local, n) for n in nodes}
+    time.sleep(1.0)
+    assert {n: ingested(local, n) for n in nodes} == before
+    assert not any(local.nodes[n].image_present(pushed.reference) for n in nodes)
+
+
+def test_a_job_may_not_name_another_namespaces_pull_secret(local: LocalMode, admin: KubeCluster) -> None:
+    # Given a pull secret in namespace team-b, and a job resource in team-a that names it
+    import base64
+    import json
+
+    for namespace in ("team-a", "team-b"):
+        admin.create_object("v1", "namespaces", {"metadata": {"name": namespace}})
+    config = json.dumps({"auths": {"registry.example": {"auth": base64.b64encode(b"u:p").decode()}}})
+    admin.create_object("v1", "secrets", {"metadata": {"name": "team-b-pull", "namespace": "team-b"},
+                                          "type": "kubernetes.io/dockerconfigjson",
+                                          "data": {".dockerconfigjson": base64.b64encode(config.encode()).decode()}},
+                        "team-b")
+    nodes = sorted(local.nodes)
+    pushed = local.push("e2e/secret", "v1", size_mb=1)
+    admin.create_object(API, "imagepulljobs",
+                        resource("res-steal", "team-a", pushed.reference, nodes, pullSecrets=["team-b-pull"]),
+                        "team-a")
+
+    def refused() -> str | None:
+        status = admin.get_object(API, "imagepulljobs", "res-steal", "team-a").get("status", {})
+        return str(status["message"]) if "pull secret" in str(status.get("message", "")) else None
+
+    # Then the job is refused, the message saying where the secret must be, and nothing was pulled
+    message = sync_until(local, refused, 30, "the job refused for its pull secret")
+    assert message == ("pull secret team-a/team-b-pull not found: create it in namespace team-a or remove it from "
+                       "the job's pullSecrets")
+    assert not any(local.nodes[n].image_present(pushed.reference) for n in nodes)

@@ -1,0 +1,207 @@
+"""Kubernetes-native jobs end to end: prewarm.dev resources in the embedded API, `sync_resources` run by the
+stack as its own role with the RBAC `prewarm install` ships, jobs planned by `dispatch_job`, status back
+on the resources, deletes, and Kubernetes RBAC deciding who may run jobs where.
+
+moto's schedules never fire: the test fires `sync_resources` itself, as local mode's scheduler does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from prewarm.adapters.dynamodb import DynamoJobStore
+from prewarm.adapters.kube import KubeCluster
+from prewarm.domain.jobs import JobState
+from prewarm.domain.sources import Source, source_of
+from prewarm.services.jobs import job_key
+from prewarm.services.ports import ClusterAuthError
+from prewarm_cli.app import cli
+from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, write_local_state
+from prewarm_devtools.kubeapi.auth import Identity
+from prewarm_devtools.kubeapi.server import KubeApiServer
+from prewarm_devtools.localmode import grant_cluster_access
+from prewarm_devtools.sam.aws import ACCOUNT, MotoServer, aws_environment
+from prewarm_devtools.sam.stack import LocalStack
+from prewarm_devtools.sam.template import ROOT
+
+pytestmark = pytest.mark.integration
+
+API = "prewarm.dev/v1alpha1"
+KUBECTL = shutil.which("kubectl")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    # kubectl sends no token over plain HTTP: a request without one is the cluster admin's here.
+    with MotoServer() as aws, KubeApiServer(anonymous="allowed") as api, aws_environment(aws.url):
+        api.seed_from_file(ROOT / "samplefiles" / "cluster.yaml")
+        stack = LocalStack(aws.url, stack_name=f"res-{uuid.uuid4().hex[:6]}", failed_visibility_seconds=0,
+                           parameters={"ClusterName": "local", "KubeApiEndpoint": api.url,
+                                       "ClusterAccess": "access-entries"}).deploy()
+        grant_cluster_access(api, stack, agent_token="agent-token",
+                             agent_role_arn=f"arn:aws:iam::{ACCOUNT}:role/agents",
+                             credentials_config={"registries": [{"account": ACCOUNT, "region": "us-west-2"}]})
+        stack.prime_streams()
+        state = LocalState.of_stack(stack, pid=os.getpid())
+        state.env.update({"KUBE_API_ENDPOINT": api.url, "CLUSTER_NAME": "local"})
+        path = write_local_state(state, tmp_path_factory.mktemp("state") / "local.json")
+        admin = KubeCluster(api.url, lambda: api.token)
+        yield {"stack": stack, "api": api, "aws": aws, "admin": admin, "state": path,
+               "store": DynamoJobStore(stack.env()["TABLE_NAME"], client=aws.client("dynamodb"))}
+        admin.close()
+
+
+def prewarm(env: dict[str, Any], *args: str, input: str | None = None) -> Any:
+    environ = {STATE_ENV: str(env["state"]), ENDPOINT_ENV: "", STACK_ENV: ""}
+    return CliRunner(env=environ).invoke(cli, ["--local", *args], input=input, catch_exceptions=False)
+
+
+def job(name: str, namespace: str = "shop", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "ImagePullJob", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"image": "nginx:1.27", "parallelism": 2, **spec}}
+
+
+def test_a_resource_runs_as_a_job_and_its_status_comes_back(env: dict[str, Any]) -> None:
+    env["admin"].create_object(API, "imagepulljobs", job("res-web", pullSecrets=["ecr-pull"]), "shop")
+
+    env["stack"].fire("sync_resources")
+    env["stack"].run_until_idle()
+    summary = env["stack"].fire("sync_resources")
+
+    record = env["store"].get_job(job_key("shop", "res-web"))
+    assert record is not None and source_of(record.manifest) is Source.RESOURCE
+    status = env["admin"].get_object(API, "imagepulljobs", "res-web", "shop")["status"]
+    assert (status["desired"], status["active"], status["observedGeneration"]) == (10, 2, 1)
+    assert status["nodes"]["pulling"] == 2 and status["message"] == "job is running, progress 0.0%"
+    assert summary["unchanged"] >= 1 and summary["applied"] == []
+
+
+def test_get_jobs_shows_where_each_job_comes_from(env: dict[str, Any]) -> None:
+    env["admin"].create_object(API, "imagepulljobs", job("res-listed"), "shop")
+    env["stack"].fire("sync_resources")
+    cli_job = ("apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\n"
+               "metadata: {name: cli-listed, namespace: shop}\nspec: {image: 'redis:7'}\n")
+    assert prewarm(env, "apply", "-f", "-", input=cli_job).exit_code == 0
+
+    result = prewarm(env, "get", "jobs", "-n", "shop")
+
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()}
+    assert rows["NAME"][6] == "SOURCE"
+    assert rows["res-listed"][6] == "resource" and rows["cli-listed"][6] == "cli"
+
+
+def test_the_cli_is_refused_a_resources_job_and_says_how_to_change_it(env: dict[str, Any]) -> None:
+    env["admin"].create_object(API, "imagepulljobs", job("res-owned"), "shop")
+    env["stack"].fire("sync_resources")
+    manifest = ("apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\n"
+                "metadata: {name: res-owned, namespace: shop}\nspec: {image: 'redis:7'}\n")
+
+    applied = prewarm(env, "apply", "-f", "-", input=manifest)
+    deleted = prewarm(env, "delete", "job", "res-owned", "-n", "shop")
+
+    assert applied.exit_code == 1 and "managed by its ImagePullJob resource (prewarm.dev/v1alpha1)" in applied.stderr
+    assert deleted.exit_code == 1 and "change or delete it with kubectl" in deleted.stderr
+    assert env["store"].get_job(job_key("shop", "res-owned")).manifest["spec"]["image"] == "nginx:1.27"
+
+
+def test_apply_as_resource_writes_the_resource_and_the_sync_runs_it(env: dict[str, Any]) -> None:
+    manifest = "apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\nmetadata: {name: as-res, namespace: shop}\n" \
+               "spec: {image: 'redis:7', parallelism: 3}\n"
+
+    first = prewarm(env, "apply", "--as-resource", "-f", "-", input=manifest)
+    again = prewarm(env, "apply", "--as-resource", "-f", "-", input=manifest)
+    env["stack"].fire("sync_resources")
+
+    assert first.stdout == "imagepulljob.prewarm.dev/as-res created\n", first.output
+    assert again.stdout == "imagepulljob.prewarm.dev/as-res unchanged\n"
+    resource = env["admin"].get_object(API, "imagepulljobs", "as-res", "shop")
+    assert resource["spec"] == {"image": "redis:7", "parallelism": 3}
+    assert env["store"].get_job(job_key("shop", "as-res")) is not None
+
+
+def test_deleting_the_resource_deletes_the_job(env: dict[str, Any]) -> None:
+    env["admin"].create_object(API, "imagepulljobs", job("res-gone"), "shop")
+    env["stack"].fire("sync_resources")
+    env["stack"].run_until_idle()
+
+    env["admin"].delete_object(API, "imagepulljobs", "res-gone", "shop")
+    summary = env["stack"].fire("sync_resources")
+    marked = env["store"].get_job(job_key("shop", "res-gone"))
+    env["stack"].run_until_idle()
+
+    assert summary["deleted"] == ["ImagePullJob shop/res-gone"]
+    assert marked is not None and marked.state == JobState.DELETING
+    assert env["store"].get_job(job_key("shop", "res-gone")) is None
+
+
+def test_who_may_create_jobs_in_a_namespace_uses_its_pull_secrets_and_no_other_namespaces(env: dict[str, Any]) -> None:
+    # alice edits team-a only: the built-in edit role aggregates prewarm-jobs-edit; here it is bound directly.
+    api, admin = env["api"], env["admin"]
+    api.add_identity("alice-token", Identity("alice", ()))
+    admin.create_object("v1", "namespaces", {"metadata": {"name": "team-a"}})
+    admin.create_object("rbac.authorization.k8s.io/v1", "rolebindings", {
+        "metadata": {"name": "alice-jobs", "namespace": "team-a"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "prewarm-jobs-edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}, "team-a")
+
+    with KubeCluster(api.url, lambda: "alice-token") as alice:
+        alice.create_object(API, "imagepulljobs", job("alice-job", "team-a", pullSecrets=["team-a-pull"]), "team-a")
+        with pytest.raises(ClusterAuthError) as refused:
+            alice.create_object(API, "imagepulljobs", job("steal", "shop", pullSecrets=["ecr-pull"]), "shop")
+
+    assert 'cannot create resource "imagepulljobs" in API group "prewarm.dev" in the namespace "shop"' in str(
+        refused.value)
+
+
+def test_the_sync_function_may_not_create_jobs_itself(env: dict[str, Any]) -> None:
+    import boto3
+
+    from prewarm.adapters.eks_auth import EksTokenSource
+
+    identity = env["stack"].functions["SyncResourcesFunction"].identity
+    session = boto3.session.Session(aws_access_key_id=identity.access_key_id, aws_secret_access_key="local",
+                                    region_name="us-west-2")
+    with KubeCluster(env["api"].url, EksTokenSource("local", session)) as sync, \
+            pytest.raises(ClusterAuthError) as refused:
+        sync.create_object(API, "imagepulljobs", job("by-sync"), "shop")
+
+    assert 'cannot create resource "imagepulljobs" in API group "prewarm.dev"' in str(refused.value)
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
+def test_kubectl_applies_a_kruise_manifest_with_only_its_api_version_changed(env: dict[str, Any],
+                                                                             tmp_path: Path) -> None:
+    assert KUBECTL is not None
+    kubeconfig = env["api"].write_kubeconfig(tmp_path / "config")
+    manifest = tmp_path / "job.yaml"
+    sample = (ROOT / "samplefiles" / "jobs").glob("*.yaml")
+    kruise = next(p for p in sorted(sample) if "kind: ImagePullJob" in p.read_text())
+    doc = yaml.safe_load(re.sub(r"apps\.kruise\.io/v1\w+", API, kruise.read_text()))
+    doc["metadata"]["namespace"] = "shop"
+    manifest.write_text(yaml.safe_dump(doc))
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    applied = kubectl("apply", "-f", str(manifest))
+    env["stack"].fire("sync_resources")
+    listed = kubectl("get", "imagepulljobs", "-A")
+
+    assert applied.returncode == 0, applied.stderr
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split("\n")[0].split() == ["NAMESPACE", "NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED",
+                                                    "AGE", "MESSAGE"]
+    assert json.loads(kubectl("get", "imagepulljobs", "-A", "-o", "json").stdout)["items"]

@@ -1,0 +1,198 @@
+"""`sync_resources`: prewarm.dev resources into the table and status back, writing only what changed.
+
+The Kubernetes side is an in-memory API that keeps resourceVersion and generation as the API server
+does for a custom resource with a status subresource (spec changes bump the generation, status writes
+do not, a stale resourceVersion is a conflict); the embedded API server's own CRD support is tested
+in tests/integration/kubeapi and end to end in tests/integration/control_plane/test_resource_jobs.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from prewarm.domain.jobs import JobState
+from prewarm.domain.sources import SOURCE_ANNOTATION, Source, SourceConflictError, source_of
+from prewarm.services.jobs import apply_manifest, job_key, request_deletion
+from prewarm.services.ports import ClusterConflictError
+from prewarm.services.resources import sync_resources
+from tests.support.control_plane import ControlPlane
+from tests.support.resources import FakeResources
+
+API = "prewarm.dev/v1alpha1"
+
+
+@pytest.fixture
+def api() -> FakeResources:
+    return FakeResources()
+
+
+def job_spec(image: str = "nginx:1.27", **extra: Any) -> dict[str, Any]:
+    return {"image": image, "parallelism": 2, "selector": {"names": ["node-a", "node-b"]}, **extra}
+
+
+def test_a_new_resource_becomes_a_job_of_the_resource_and_gets_kruises_status(plane: ControlPlane,
+                                                                              api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+
+    report = sync_resources(plane.store, api, now=10.0)
+
+    record = plane.store.get_job(job_key("default", "web"))
+    assert record is not None and source_of(record.manifest) is Source.RESOURCE
+    assert report.applied == ["ImagePullJob default/web created"]
+    status = api.get("ImagePullJob", "web")["status"]
+    assert status["observedGeneration"] == 1
+    assert status["nodes"] == {"waiting": 0, "pulling": 0, "succeeded": 0, "failed": 0}
+    assert status["startTime"] == "1970-01-01T00:00:10Z"
+
+
+def test_an_unchanged_resource_costs_no_table_write_and_no_status_write(plane: ControlPlane,
+                                                                        api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+    sync_resources(plane.store, api, now=10.0)
+    version = plane.store.get_job(job_key("default", "web")).version  # type: ignore[union-attr]
+    api.calls.clear()
+
+    report = sync_resources(plane.store, api, now=20.0)
+
+    assert (report.unchanged, report.applied, report.statuses_written) == (1, [], 0)
+    assert api.calls == ["list prewarmrules", "list imagelistpulljobs", "list imagepulljobs"]
+    assert plane.store.get_job(job_key("default", "web")).version == version  # type: ignore[union-attr]
+
+
+def test_a_spec_change_reconfigures_the_job(plane: ControlPlane, api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+    sync_resources(plane.store, api, now=10.0)
+    api.put("ImagePullJob", "web", job_spec(parallelism=5))
+
+    report = sync_resources(plane.store, api, now=20.0)
+
+    assert report.applied == ["ImagePullJob default/web configured"]
+    record = plane.store.get_job(job_key("default", "web"))
+    assert record is not None and record.manifest["spec"]["parallelism"] == 5
+    assert api.get("ImagePullJob", "web")["status"]["observedGeneration"] == 2
+
+
+def test_a_deleted_resource_marks_its_job_for_deletion(plane: ControlPlane, api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+    sync_resources(plane.store, api, now=10.0)
+    api.delete_object(API, "imagepulljobs", "web", "default")
+
+    report = sync_resources(plane.store, api, now=20.0)
+
+    assert report.deleted == ["ImagePullJob default/web"]
+    record = plane.store.get_job(job_key("default", "web"))
+    assert record is not None and record.state == JobState.DELETING
+
+
+def test_missing_crds_delete_nothing(plane: ControlPlane, api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+    sync_resources(plane.store, api, now=10.0)
+    api.missing.add("imagepulljobs")
+
+    report = sync_resources(plane.store, api, now=20.0)
+
+    assert report.missing_kinds == ["imagepulljobs.prewarm.dev"] and report.deleted == []
+    assert plane.store.get_job(job_key("default", "web")).state == JobState.RUNNING  # type: ignore[union-attr]
+
+
+def test_a_cli_job_keeps_its_name_and_the_resource_is_told_why(plane: ControlPlane, api: FakeResources) -> None:
+    cli_job = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+               "metadata": {"name": "web", "namespace": "default"}, "spec": job_spec("redis:7")}
+    apply_manifest(plane.store, cli_job, now=1.0)
+    api.put("ImagePullJob", "web", job_spec())
+
+    report = sync_resources(plane.store, api, now=10.0)
+
+    record = plane.store.get_job(job_key("default", "web"))
+    assert record is not None and record.manifest["spec"]["image"] == "redis:7"
+    assert len(report.refused) == 1
+    message = api.get("ImagePullJob", "web")["status"]["message"]
+    assert message.startswith("not applied: imagepulljob default/web was applied with the prewarm CLI")
+    assert "observedGeneration" not in api.get("ImagePullJob", "web")["status"]
+
+
+def test_the_cli_may_neither_apply_over_nor_delete_a_resources_job(plane: ControlPlane, api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+    sync_resources(plane.store, api, now=10.0)
+    cli_job = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+               "metadata": {"name": "web", "namespace": "default"}, "spec": job_spec("redis:7")}
+
+    with pytest.raises(SourceConflictError, match=r"managed by its ImagePullJob resource .* with kubectl"):
+        apply_manifest(plane.store, cli_job, now=20.0)
+    with pytest.raises(SourceConflictError, match="managed by its ImagePullJob resource"):
+        request_deletion(plane.store, "default", "web", now=20.0)
+
+
+def test_a_cli_manifest_may_not_claim_to_be_a_resources(plane: ControlPlane) -> None:
+    from prewarm.domain.kubernetes import JobValidationError
+
+    forged = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+              "metadata": {"name": "web", "annotations": {SOURCE_ANNOTATION: "resource"}}, "spec": job_spec()}
+
+    with pytest.raises(JobValidationError, match=f"metadata.annotations.{SOURCE_ANNOTATION}: is set by the resource"):
+        apply_manifest(plane.store, forged, now=1.0)
+
+
+def test_an_invalid_resource_is_not_applied_and_its_status_names_the_field(plane: ControlPlane,
+                                                                           api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec(image="nginx:1.27", completionPolicy={"type": "Never"},
+                                            pullPolicy={"timeoutSeconds": 0}))
+
+    report = sync_resources(plane.store, api, now=10.0)
+
+    assert plane.store.get_job(job_key("default", "web")) is None and len(report.refused) == 1
+    assert "spec.pullPolicy.timeoutSeconds" in api.get("ImagePullJob", "web")["status"]["message"]
+
+
+def test_a_finished_job_removed_by_its_ttl_removes_its_resource_as_kruise_does(plane: ControlPlane,
+                                                                              api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+    sync_resources(plane.store, api, now=10.0)
+    api.get("ImagePullJob", "web")["status"]["completionTime"] = "1970-01-01T00:01:00Z"
+    plane.store.delete_job(job_key("default", "web"))  # what the sweep does once the TTL has passed
+
+    report = sync_resources(plane.store, api, now=100.0)
+
+    assert report.expired == ["ImagePullJob default/web"] and report.applied == []
+    assert ("imagepulljobs", "default", "web") not in api.objects
+
+
+def test_rules_come_and_go_with_their_resource(plane: ControlPlane, api: FakeResources) -> None:
+    api.put("PrewarmRule", "team-a", {"repositories": ["team-a/*"]}, namespace=None)
+    sync_resources(plane.store, api, now=10.0)
+    (rule,) = plane.store.list_rules()
+    assert source_of(rule) is Source.RESOURCE
+    assert api.get("PrewarmRule", "team-a", None)["status"] == {"message": "rule is active", "observedGeneration": 1}
+
+    api.delete_object(API, "prewarmrules", "team-a")
+    report = sync_resources(plane.store, api, now=20.0)
+
+    assert report.deleted == ["PrewarmRule team-a"] and plane.store.list_rules() == []
+
+
+def test_a_list_job_resource_makes_its_image_pull_jobs_and_reports_their_count(plane: ControlPlane,
+                                                                              api: FakeResources) -> None:
+    api.put("ImageListPullJob", "base", {"images": ["redis:7", "nginx:1.27"], "selector": {"names": ["node-a"]}})
+
+    sync_resources(plane.store, api, now=10.0)
+
+    record = plane.store.get_job(job_key("default", "base"))
+    assert record is not None and len(record.children) == 2
+    assert api.get("ImageListPullJob", "base")["status"]["desired"] == 2
+
+
+def test_a_status_changed_meanwhile_is_left_for_the_next_sync(plane: ControlPlane, api: FakeResources) -> None:
+    api.put("ImagePullJob", "web", job_spec())
+    original = api.replace_status
+
+    def raced(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise ClusterConflictError("the object has been modified")
+
+    api.replace_status = raced  # type: ignore[method-assign]
+    report = sync_resources(plane.store, api, now=10.0)
+    api.replace_status = original  # type: ignore[method-assign]
+
+    assert (report.status_conflicts, report.statuses_written) == (1, 0)
+    assert sync_resources(plane.store, api, now=20.0).statuses_written == 1
