@@ -638,6 +638,10 @@ def _logs_to(stream: TextIO) -> Iterator[None]:
         yield
     finally:
         for handler, old in zip(handlers, before, strict=True):
+            # A stack's routed stdout ends with that stack (its function log is closed): hand the handler
+            # back the real stdout behind it, so no later stack flushes into a closed file.
+            while isinstance(old, _RoutedStdout):
+                old = old.normal
             if old is not None:
                 handler.setStream(old)
 
