@@ -139,7 +139,8 @@ def test_a_function_without_its_access_entry_is_named(local: LocalMode, tmp_path
     code, lines = doctor(state_copy(tmp_path, drop_sweep))
 
     assert code == 1 and failing(lines) == ["cluster access"]
-    assert lines["cluster access"] == f"FAIL  cluster access: sweep ({sweep_role}) has no access entry: {RESTART}"
+    assert lines["cluster access"] == (f"FAIL  cluster access: sweep ({sweep_role}) has no access entry: {RESTART}: "
+                                       "it creates the entries")
 
 
 def test_a_deleted_cluster_role_binding_denies_each_verb_of_the_functions_that_need_it(local: LocalMode) -> None:
