@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
+from prewarm.events import StreamRecord, parse_stream_record
 from prewarm.observability import logger, metrics, tracer
 from prewarm.services.dispatch import needs_planning
 from prewarm.services.jobs import needs_deletion
@@ -17,10 +17,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 
 
-def plan_record(record: DynamoDBRecord) -> None:
-    image = record.dynamodb.new_image if record.dynamodb else None
-    old = record.dynamodb.old_image if record.dynamodb else None
-    if image and needs_deletion(image, old or None):
+def plan_record(record: StreamRecord) -> None:
+    image, old = record.new_image, record.old_image
+    if image and needs_deletion(image, old):
         key = f"{image['namespace']}/{image['name']}"
         logger.append_keys(job=key)
         # A failed cancel raises TaskSendError: the stream retries this record, the items still there.
@@ -28,7 +27,7 @@ def plan_record(record: DynamoDBRecord) -> None:
         # Nodes still warming no longer wait for its image (a failed send retries this record).
         bootstrap.tell_warming_nodes()
         return
-    if not image or not needs_planning(image, old or None):
+    if not image or not needs_planning(image, old):
         return  # a removed job, or only its counters or shards changed
     key = f"{image['namespace']}/{image['name']}"
     logger.append_keys(job=key)
@@ -45,11 +44,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
     # The stream's records in order; at the first that fails, Lambda retries from it (checkpointing
     # the ones before), so the rest are left for that retry. (The batch utility costs 70 ms of imports.)
     for raw in event["Records"]:
-        record = DynamoDBRecord(raw)
+        record = parse_stream_record(raw)
         try:
             plan_record(record)
         except Exception:  # noqa: BLE001 - reported to the event source, which retries it and then dead-letters it
             logger.exception("planning failed; the stream retries from this record")
-            sequence = record.dynamodb.sequence_number if record.dynamodb else None
-            return {"batchItemFailures": [{"itemIdentifier": sequence or ""}]}
+            return {"batchItemFailures": [{"itemIdentifier": record.sequence_number or ""}]}
     return {"batchItemFailures": []}

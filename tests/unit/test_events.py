@@ -151,3 +151,39 @@ def test_schedule_events_carry_the_filled_in_scheduler_context(name: str) -> Non
     assert datetime.fromisoformat(event["scheduled_time"]).tzinfo is not None
     assert event["execution_id"] and int(event["attempt_number"]) >= 1
     assert "<aws.scheduler." not in json.dumps(event)
+
+
+@pytest.mark.parametrize("name", STREAM_EVENTS)
+def test_stream_records_read_as_powertools_reads_them(name: str) -> None:
+    """dispatch_job reads stream records itself (a lighter import): the images and sequence numbers
+    must be what Powertools' DynamoDBRecord gives, numbers as Decimal."""
+    from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+
+    from prewarm.events import parse_stream_record
+
+    for raw in json.loads((EVENTS / name).read_text())["Records"]:
+        ours, theirs = parse_stream_record(raw), DynamoDBRecord(raw)
+        assert theirs.dynamodb is not None
+        assert ours.new_image == (theirs.dynamodb.new_image or None)
+        assert ours.old_image == (theirs.dynamodb.old_image or None)
+        assert ours.sequence_number == theirs.dynamodb.sequence_number
+
+
+def test_stream_record_without_images() -> None:
+    from prewarm.events import parse_stream_record
+
+    record = parse_stream_record({"eventName": "REMOVE", "dynamodb": {"Keys": {"pk": {"S": "JOB#a/b"}},
+                                                                      "SequenceNumber": "7"}})
+    assert (record.new_image, record.old_image, record.sequence_number) == (None, None, "7")
+    assert parse_stream_record({}).sequence_number is None
+
+
+@pytest.mark.parametrize("name", ECR_EVENTS)
+def test_eventbridge_envelope_matches_powertools(name: str) -> None:
+    """on_image_push declares the EventBridge envelope itself (a lighter import): same fields as
+    Powertools' EventBridgeModel on every ECR sample."""
+    from prewarm.events import EventBridgeEnvelope
+
+    raw = json.loads((EVENTS / name).read_text())
+    ours, theirs = EventBridgeEnvelope.model_validate(raw), EventBridgeModel.model_validate(raw)
+    assert ours.model_dump() == theirs.model_dump(include=set(ours.model_dump()))

@@ -9,14 +9,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
-from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
-from prewarm.domain.schedules import ScheduleRun
-from prewarm.domain.status import Counters as Counters  # re-exported: the records the store exchanges
-from prewarm.domain.status import NodeTaskRecord as NodeTaskRecord
+
+if TYPE_CHECKING:  # annotations only: every function imports this module, few need these models
+    from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
+    from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
+    from prewarm.domain.schedules import ScheduleRun
+    from prewarm.domain.status import Counters as Counters  # re-exported: the records the store exchanges
+    from prewarm.domain.status import NodeTaskRecord as NodeTaskRecord
+
+_REEXPORTED = {"Counters", "NodeTaskRecord"}
+
+
+def __getattr__(name: str) -> Any:
+    # The counting rules (and the message models they use) load when a store record is first needed,
+    # not with the errors and protocols: refresh_ecr_credentials never touches them.
+    if name in _REEXPORTED:
+        from prewarm.domain import status
+
+        return getattr(status, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _new_counters() -> Counters:
+    from prewarm.domain.status import Counters
+
+    return Counters()
 
 # --- Errors the ports raise ----------------------------------------------------------------------
 
@@ -134,7 +154,7 @@ class JobRecord:
     round: int = 0
     planned: str = ""
     state: JobState = JobState.RUNNING
-    counters: Counters = field(default_factory=Counters)
+    counters: Counters = field(default_factory=_new_counters)
     start_time: float | None = None
     completion_time: float | None = None
     message: str = ""
