@@ -9,15 +9,15 @@ where nothing listens), imports the handler module with its code directory first
 invokes `lambda_handler` once on the function's sample event from events/. The table is reset and
 re-seeded (a rule for the push, the job of the stream insert) before every run. Median of `--repeat`.
 
-As Lambda runs the code: the shared layer is built as `sam build` builds it (layers/shared/Makefile:
-the package with bytecode from `compileall --invalidation-mode unchecked-hash`) into a temporary
-directory, under this interpreter (the runtime's python3.13 when it is the one running this), and put
-on PYTHONPATH as Lambda puts /opt/python on sys.path. Each function's code and the baseline are
-copied there without bytecode, everything is made read-only, and every interpreter runs with
-PYTHONDONTWRITEBYTECODE=1: the layer's modules load from its .pyc, the handler module is compiled
-each time, as on Lambda's read-only /opt and /var/task. Third-party packages come from this venv
-(bytecode compiled by pip). The benchmark checks that `prewarm` came from the built layer and that
-no bytecode was written.
+As Lambda runs the code: both layers are built as `sam build` builds them (layers/shared/Makefile: the
+package; layers/deps/Makefile: the wheels of layers/deps/requirements.txt, for this machine's platform;
+each with bytecode from `compileall --invalidation-mode unchecked-hash`) into a temporary directory,
+under this interpreter (the runtime's python3.13 when it is the one running this), and put on
+PYTHONPATH as Lambda puts /opt/python on sys.path. Each function's code and the baseline are copied
+there without bytecode, everything is made read-only, and every interpreter runs with
+PYTHONDONTWRITEBYTECODE=1: the layers' modules load from their .pyc, the handler module is compiled
+each time, as on Lambda's read-only /opt and /var/task. The benchmark checks that `prewarm` and
+`botocore` came from the built layers and that no bytecode was written.
 
 Baseline: `benchmarks/naive_handler.py`, imported the same way: typed Kubernetes client, Powertools
 Logger, Metrics and Tracer, boto3 clients made at import.
@@ -105,26 +105,32 @@ def discover_functions() -> list[str]:
     return names
 
 
-def build_shared_layer(into: Path) -> Path:
-    """The shared layer as `sam build` makes it (layers/shared/Makefile), compiled by this interpreter.
-
-    Returns the layer's `python/` directory, what Lambda mounts as /opt/python.
+def build_layer(name: str, into: Path, **variables: str) -> Path:
+    """Layer `name` (layers/<name>/Makefile, target `build-<Name>Layer`) as `sam build` makes it, with
+    bytecode compiled by this interpreter. Returns the layer's `python/` directory (Lambda's /opt/python).
     """
-    artifacts = into / "shared-layer"
-    command = ["make", "-s", "-C", str(SHARED_LAYER), "build-SharedLayer", f"ARTIFACTS_DIR={artifacts}",
-               f"PYTHON={sys.executable}"]
+    artifacts = into / f"{name}-layer"
+    target = f"build-{name.capitalize()}Layer"
+    command = ["make", "-s", "-C", str(ROOT / "layers" / name), target, f"ARTIFACTS_DIR={artifacts}",
+               f"PYTHON={sys.executable}", *(f"{k}={v}" for k, v in variables.items())]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     except FileNotFoundError as e:
-        raise BenchmarkError("make is needed to build the shared layer (apt-get install -y make)") from e
+        raise BenchmarkError("make is needed to build the layers (apt-get install -y make)") from e
     if done.returncode != 0:
-        raise BenchmarkError(f"the shared layer's build exited with {done.returncode}:\n{done.stderr[-3000:]}")
+        raise BenchmarkError(f"the {name} layer's build exited with {done.returncode}:\n{done.stderr[-3000:]}")
     python = artifacts / "python"
     sources = sorted(python.rglob("*.py"))
     compiled = {p.parent.parent / f"{p.name.split('.')[0]}.py" for p in python.rglob("__pycache__/*.pyc")}
     if not sources or set(sources) - compiled:
-        raise BenchmarkError(f"the shared layer's build left modules without bytecode in {python}")
+        raise BenchmarkError(f"the {name} layer's build left modules without bytecode in {python}")
     return python
+
+
+def build_layers(into: Path) -> list[Path]:
+    """The shared layer, then the dependencies layer (for this machine's platform and Python), in the
+    order template.yaml lists them: Lambda puts each on sys.path under /opt/python."""
+    return [build_layer("shared", into), build_layer("deps", into, PLATFORM="", VERSION="")]
 
 
 def read_only_copy(source: Path, target: Path) -> Path:
@@ -154,21 +160,21 @@ def lambda_code_dir() -> Iterator[Path]:
             set_writable(Path(tmp), True)
 
 
-def bytecode_written(root: Path, layer: Path) -> list[Path]:
-    """Bytecode under `root` outside the built layer: a cold start wrote it, which Lambda's could not."""
-    return [p for p in root.rglob("*.pyc") if not p.is_relative_to(layer)]
+def bytecode_written(root: Path, layers: Sequence[Path]) -> list[Path]:
+    """Bytecode under `root` outside the built layers: a cold start wrote it, which Lambda's could not."""
+    return [p for p in root.rglob("*.pyc") if not any(p.is_relative_to(layer) for layer in layers)]
 
 
 def lambda_env(function_env: dict[str, str], aws_url: str, region: str, name: str, code_dir: Path,
-               memory: int, layer: Path) -> dict[str, str]:
+               memory: int, layers: Sequence[Path]) -> dict[str, str]:
     """This machine's PATH and the like, the function's environment, and what Lambda itself sets.
 
-    The built layer is on PYTHONPATH (Lambda's /opt/python) and no bytecode is written (read-only code).
+    The built layers are on PYTHONPATH (Lambda's /opt/python) and no bytecode is written (read-only code).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "POWERTOOLS_", "_X_AMZN", "PYTHON"))}
     env.update(function_env)
     env.update({
-        "PYTHONPATH": str(layer), "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join(str(layer) for layer in layers), "PYTHONDONTWRITEBYTECODE": "1",
         "AWS_ENDPOINT_URL": aws_url, "AWS_REGION": region, "AWS_DEFAULT_REGION": region,
         "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
         "AWS_LAMBDA_FUNCTION_NAME": name, "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
@@ -191,14 +197,17 @@ def cold_start(subject: Subject, importtime: bool = False) -> subprocess.Complet
     return done
 
 
-def measure(subject: Subject, layer: Path) -> dict[str, Any]:
+def measure(subject: Subject, layers: Sequence[Path]) -> dict[str, Any]:
     done = cold_start(subject)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     if result.get("error"):
         raise BenchmarkError(f"{subject.name} failed on {subject.event}: {result['error']}\n{done.stderr[-2000:]}")
-    shared = result.get("shared_package")
-    if subject.event is not None and (shared is None or not Path(shared).is_relative_to(layer)):
-        raise BenchmarkError(f"{subject.name} imported prewarm from {shared}, not from the built layer {layer}")
+    shared, deps = layers
+    for package, came_from, layer in (("prewarm", result.get("shared_package"), shared),
+                                      ("botocore", result.get("deps_package"), deps)):
+        if (subject.event is not None or package == "botocore") and (
+                came_from is None or not Path(came_from).is_relative_to(layer)):
+            raise BenchmarkError(f"{subject.name} imported {package} from {came_from}, not from the built layer {layer}")
     return result
 
 
@@ -329,9 +338,9 @@ def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
           lambda_code_dir() as code):
         print(f"  moto ThreadedMotoServer and the embedded Kubernetes API in their own processes "
               f"({moto.url}, {api.url})")
-        layer = build_shared_layer(code)
-        print(f"  shared layer built by layers/shared/Makefile with Python {platform.python_version()} "
-              f"({runtime} the one running the functions here); layer, functions and baseline read-only, "
+        layers = build_layers(code)
+        print(f"  shared and deps layers built by their Makefiles with Python {platform.python_version()} "
+              f"({runtime} the one running the functions here); layers, functions and baseline read-only, "
               "PYTHONDONTWRITEBYTECODE=1")
         stack = LocalStack(moto.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
         state = SampleState(stack.dynamodb, stack.env()["TABLE_NAME"])
@@ -342,13 +351,13 @@ def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
             subjects.append(Subject(
                 name, code_dir, fn.handler.rpartition(".")[0],
                 lambda_env(fn.env, moto.url, stack.region, f"{stack.stack_name}-{fn.logical_id}", code_dir,
-                           fn.memory, layer),
+                           fn.memory, layers),
                 EVENTS / f"{FUNCTION_EVENTS[name]}.json",
             ))
         dispatch = stack.function("dispatch_job")
         naive_dir = read_only_copy(ROOT / "benchmarks" / "naive_handler.py", code / "naive")
         baseline = Subject(BASELINE, naive_dir, "naive_handler",
-                           lambda_env(dispatch.env, moto.url, stack.region, "naive", naive_dir, 512, layer), None)
+                           lambda_env(dispatch.env, moto.url, stack.region, "naive", naive_dir, 512, layers), None)
         set_writable(code, False)
         runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for _ in range(repeat):
@@ -356,7 +365,7 @@ def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
             for subject in [*subjects, baseline]:
                 if subject.event is not None:
                     state.reset()
-                runs[subject.name].append(measure(subject, layer))
+                runs[subject.name].append(measure(subject, layers))
         figures = {
             s.name: {key: median([r[key] for r in runs[s.name]]) for key in ("import_ms", "import_cpu_ms")}
             for s in [*subjects, baseline]
@@ -376,7 +385,7 @@ def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
             print("  where the import time goes:")
             for s in to_explain:
                 explain(s, state.reset if s.event is not None else lambda: None)
-        written = bytecode_written(code, layer)
+        written = bytecode_written(code, layers)
         if written:
             raise BenchmarkError(f"cold starts wrote bytecode, which Lambda's read-only code cannot: {written[:5]}")
     worst = max(figures[s.name]["import_ms"] for s in subjects)

@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
             result["error"] = f"{type(e).__name__}: {e}"
         result["first_invoke_ms"] = (time.perf_counter() - started) * 1000
     result["shared_package"] = getattr(sys.modules.get("prewarm"), "__file__", None)
+    result["deps_package"] = getattr(sys.modules.get("botocore"), "__file__", None)
     print(json.dumps(result), flush=True)
     return 0
 

@@ -22,7 +22,7 @@ import pytest
 from benchmarks.agent_overhead import image_left, missing_node_tools
 from benchmarks.cold_start import (
     ImportLine,
-    build_shared_layer,
+    build_layer,
     bytecode_written,
     discover_functions,
     import_costs,
@@ -105,10 +105,23 @@ def test_cold_start_measures_every_function_against_the_naive_baseline() -> None
 
 def test_the_built_shared_layer_has_unchecked_hash_bytecode_for_every_module(tmp_path: Path) -> None:
     # When the shared layer is built as sam build builds it, by this interpreter
-    layer = build_shared_layer(tmp_path)
+    layer = build_layer("shared", tmp_path)
     # Then every module has its .pyc, valid without checking the source (flags 0b01: hash, unchecked)
     modules = sorted(layer.rglob("*.py"))
     assert modules and all(m.is_relative_to(layer / "prewarm") for m in modules)
+    assert_unchecked_hash_bytecode(modules)
+
+
+def test_the_built_deps_layer_has_the_requirements_with_unchecked_hash_bytecode(tmp_path: Path) -> None:
+    # When the deps layer is built by its Makefile for this machine (sam build: python3.13 on arm64)
+    layer = build_layer("deps", tmp_path, PLATFORM="", VERSION="")
+    # Then every requirement is there, compiled like the shared layer (SAM's pip builder ships source only)
+    for package in ("boto3", "botocore", "aws_lambda_powertools", "aws_xray_sdk", "kubernetes", "pydantic", "yaml"):
+        assert (layer / package / "__init__.py").is_file(), package
+    assert_unchecked_hash_bytecode(sorted((layer / "botocore").rglob("*.py")))
+
+
+def assert_unchecked_hash_bytecode(modules: list[Path]) -> None:
     for module in modules:
         pyc = Path(importlib.util.cache_from_source(str(module)))
         header = pyc.read_bytes()[:8]
@@ -130,12 +143,12 @@ def test_read_only_copies_carry_no_bytecode_and_bytecode_written_later_is_found(
     # Then the copy has the source only, nothing under it is writable, and the layer's bytecode is no finding
     assert sorted(p.name for p in copy.rglob("*")) == ["app.py"]
     assert all(p.stat().st_mode & 0o222 == 0 for p in [copy, *copy.rglob("*")])
-    assert bytecode_written(tmp_path / "copies", layer) == []
+    assert bytecode_written(tmp_path / "copies", [layer]) == []
     # And bytecode appearing beside the function's code is
     set_writable(tmp_path / "copies", True)
     (copy / "__pycache__").mkdir()
     (copy / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"written")
-    assert bytecode_written(tmp_path / "copies", layer) == [copy / "__pycache__" / "app.cpython-311.pyc"]
+    assert bytecode_written(tmp_path / "copies", [layer]) == [copy / "__pycache__" / "app.cpython-311.pyc"]
 
 
 def test_import_costs_split_the_handler_tree_from_what_came_before_and_after() -> None:
