@@ -78,9 +78,20 @@ def _clean_up_crashed(record_path: Path) -> list[str] | None:
     if record.running:
         raise CommandError(f"a local stack is running (pid {record.pid}, run record {record_path}); "
                            "stop it with `prewarm local down`")
-    lines = clean_up(record).lines()
+    lines = clean_up(record).lines() + _remove_stale_kubeconfig()
     record_path.unlink(missing_ok=True)
     return lines
+
+
+def _remove_stale_kubeconfig() -> list[str]:
+    """The kubeconfig a stack that did not stop left beside the state file, removed (its API is gone)."""
+    from prewarm_devtools.localrun import kubeconfig_path
+
+    path = kubeconfig_path(local_state_path())
+    if not path.exists():
+        return []
+    path.unlink(missing_ok=True)
+    return [f"removed its kubeconfig {path}"]
 
 
 @local.command("up")
@@ -121,6 +132,8 @@ def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_n
                    f"table {env.get('TABLE_NAME')}")
         if mode.kube is not None:
             click.echo(f"Kubernetes API at {mode.kube.url}")
+        if mode.kubeconfig_written is not None:
+            click.echo(f"kubectl as the cluster admin: export KUBECONFIG={mode.kubeconfig_written}")
         if mode.registry is not None:
             limit = f" (nodes pull through {mode.registry_proxy.url}, limited to {bandwidth:,} bytes/s)" \
                 if mode.registry_proxy is not None else ""
@@ -162,6 +175,7 @@ def local_down(timeout: float) -> int:
         state = read_local_state(path)  # no record and no state: "no local stack", exit 1
         if state.pid is None or not process_alive(state.pid):
             clear_local_state(path)
+            _remove_stale_kubeconfig()
             click.echo(f"no local stack was running; removed its stale state {path}")
             return EXIT_OK
         owner = RecordedProcess("local stack", state.pid)
@@ -177,7 +191,7 @@ def local_down(timeout: float) -> int:
         verb = "was not running (it crashed or was killed)"
     record = read_run_record(record_path)  # a clean stop removed it, with everything it named
     if record is not None:
-        notes += clean_up(record).lines() or ["nothing was left behind"]
+        notes += (clean_up(record).lines() + _remove_stale_kubeconfig()) or ["nothing was left behind"]
         record_path.unlink(missing_ok=True)
     clear_local_state(path)
     click.echo(f"local stack (pid {owner.pid}) {verb}" + _cleaned(notes))
@@ -227,6 +241,8 @@ def local_status() -> int:
             problem = str(e)
     if run_dir := live.get("run_dir") or state.env.get("LOCAL_RUN_DIR"):
         pairs.append(("run dir", run_dir))
+    if kubeconfig := live.get("kubeconfig") or state.env.get("LOCAL_KUBECONFIG"):
+        pairs.append(("kubeconfig", f"{kubeconfig}  (kubectl: export KUBECONFIG={kubeconfig})"))
     pairs += [(k.lower().replace("_", " "), state.env[k]) for k in ("TABLE_NAME", "STATUS_QUEUE_URL",
                                                                      "NODE_QUEUE_PREFIX") if k in state.env]
     endpoints = live.get("endpoints") or {

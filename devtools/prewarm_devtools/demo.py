@@ -62,6 +62,8 @@ def run_demo(
         if keep:
             console.print("[yellow]--keep[/]: local mode stays up (state written for `prewarm --local`); "
                           "press Ctrl-C to stop it")
+            if mode.kubeconfig_written is not None:
+                console.print(f"kubectl as the cluster admin: export KUBECONFIG={mode.kubeconfig_written}")
             try:
                 while True:
                     time.sleep(3600)

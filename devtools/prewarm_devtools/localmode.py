@@ -15,6 +15,12 @@ The running stack answers `prewarm local fire|node|agent|status` on its control 
 In the embedded API, local mode also plays the DaemonSet controller and the kubelets for the agent
 DaemonSet that `prewarm install` created (`daemonset.AgentDaemonSet`): one pod per node, Ready while
 that node's agent runs. ECR tokens live 12 hours, as ECR's do, rather than moto's fixed 2015 expiry.
+
+The embedded API serves HTTPS with a CA made at start, which every client here trusts (the functions
+through `KubeCaData`, the agents through `KUBE_CA_FILE`, the CLI through the state file): kubectl
+sends a kubeconfig's token over TLS only. The cluster admin's kubeconfig is written beside the state
+file (`kubeconfig_path`) for kubectl; requests without a token get 401, and RBAC holds for everyone
+but the admin.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from prewarm_devtools.control import ControlError, ControlServer
-from prewarm_devtools.localrun import RunRecord, run_record_path, write_run_record
+from prewarm_devtools.localrun import RunRecord, kubeconfig_path, run_record_path, write_run_record
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, REGION, LocalIdentity, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
@@ -160,6 +166,7 @@ class LocalMode:
         self._state_path: Path | None = None
         self._record: RunRecord | None = None
         self._record_path: Path | None = None
+        self.kubeconfig_written: Path | None = None
         self._node_dirs = itertools.count()
         self.function_log: Any = None
         # The agents' service account token, as the kubelet would project it into their pods.
@@ -255,7 +262,8 @@ class LocalMode:
         else:
             from prewarm_devtools.kubeapi.server import KubeApiServer
 
-            self.kube = KubeApiServer().start()
+            self.kube = KubeApiServer(tls=True).start()
+            (self.base_dir / "kube-ca.crt").write_text(self.kube.ca_pem)
             if self.node_count:
                 from prewarm_devtools.kubeapi.synthetic import generate_cluster
 
@@ -263,6 +271,7 @@ class LocalMode:
             else:
                 self.kube.seed_from_file(project_files().samplefiles / "cluster.yaml")
             parameters["KubeApiEndpoint"] = self.kube.url
+            parameters["KubeCaData"] = base64.b64encode(self.kube.ca_pem.encode()).decode()
             parameters["ClusterAccess"] = "access-entries"
         parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
@@ -272,6 +281,7 @@ class LocalMode:
         if self.kube is not None:
             grant_cluster_access(self.kube, self.stack, agent_token=self.agent_token,
                                  agent_role_arn=self.agent_identity.arn, credentials_config=self.credentials_config())
+            self._write_kubeconfig()
         self.stack.start()
         # The schedule first fires an hour from now: refresh at once, so pull secrets and copies exist.
         self.stack.fire("refresh_ecr_credentials")
@@ -282,6 +292,14 @@ class LocalMode:
             for name in self.daemonset_nodes():
                 self._start_node(name)
         self.write_state()
+
+    def _write_kubeconfig(self) -> None:
+        """The cluster admin's kubeconfig for kubectl, beside the state file; `stop` removes it, and
+        `prewarm local down` after a crash."""
+        from prewarm_cli.targets import local_state_path
+
+        assert self.kube is not None
+        self.kubeconfig_written = self.kube.write_kubeconfig(kubeconfig_path(local_state_path()), self.stack_name)
 
     @property
     def agent_identity(self) -> LocalIdentity:
@@ -382,7 +400,8 @@ class LocalMode:
             "RECEIVE_WAIT_SECONDS": "1",
             "PROGRESS_INTERVAL_SECONDS": "1",
             "SHUTDOWN_GRACE_SECONDS": "5",
-            **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self._agent_token_of(name)}
+            **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self._agent_token_of(name),
+                "KUBE_CA_FILE": str(self.base_dir / "kube-ca.crt")}
                if self.kube else {}),
             **self.agent_identity.environment(),
             **self.agent_overrides,
@@ -437,6 +456,9 @@ class LocalMode:
         if self.kube is not None:
             self.kube.stop()
             self.kube = None
+        if self.kubeconfig_written is not None:
+            self.kubeconfig_written.unlink(missing_ok=True)
+            self.kubeconfig_written = None
         if self.function_log is not None:
             self.function_log.close()
             self.function_log = None
@@ -494,6 +516,8 @@ class LocalMode:
             state.env["LOCAL_REGISTRY_URL"] = self.registry.url
         if self.kube is not None:
             state.env["LOCAL_KUBE_API_URL"] = self.kube.url
+        if self.kubeconfig_written is not None:
+            state.env["LOCAL_KUBECONFIG"] = str(self.kubeconfig_written)
         # What `prewarm --local install|doctor` reads from a deployed stack's outputs and parameters.
         outputs = self.stack.outputs()
         state.env.update({name: outputs[key] for key, name in STACK_OUTPUTS.items() if outputs.get(key)})
@@ -634,7 +658,8 @@ class LocalMode:
             endpoints["control"] = self.control.url
         names = sorted({n["metadata"]["name"] for n in self.cluster_nodes()} | set(self.nodes))
         return {"pid": os.getpid(), "run_dir": str(self.base_dir), "endpoints": endpoints,
-                "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names]}
+                "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names],
+                **({"kubeconfig": str(self.kubeconfig_written)} if self.kubeconfig_written else {})}
 
 
 def push_to_local_ecr(
@@ -696,5 +721,5 @@ def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agen
         {**stack.env(), "AGENT_ROLE_ARN": agent_role_arn}, region=stack.region, image=LOCAL_IMAGE,
         credentials_config=json.dumps(credentials_config), pull_secret_namespaces=ALL_NAMESPACES,
     )
-    with KubeCluster(kube.url, lambda: kube.token) as cluster:
+    with KubeCluster(kube.url, lambda: kube.token, ca_data=kube.ca_pem) as cluster:
         install(cluster, render(values))

@@ -85,6 +85,11 @@ def run_record_path(state_path: Path) -> Path:
     return state_path.with_name(f"{state_path.stem}.run.json")
 
 
+def kubeconfig_path(state_path: Path) -> Path:
+    """The cluster admin's kubeconfig beside the state file: `local.json` has `local.kubeconfig`."""
+    return state_path.with_name(f"{state_path.stem}.kubeconfig")
+
+
 def write_run_record(record: RunRecord, path: Path) -> None:
     """Writes the record atomically, readable by its owner only."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from prewarm_devtools.localmode import missing_prerequisites
-from prewarm_devtools.localrun import read_run_record, run_record_path
+from prewarm_devtools.localrun import kubeconfig_path, read_run_record, run_record_path
 from prewarm_devtools.node.process import process_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
@@ -78,6 +78,11 @@ def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: 
         assert f"  {endpoint}" in status.stdout
     (first, (agent, pid, _containerd)), = status_nodes(env).items()
     assert agent == "running" and process_running(int(pid))
+
+    # The cluster admin's kubeconfig beside the state file (the official client's view of it is tested in
+    # tests/integration/cli/test_local_mode.py, kubectl's in tests/e2e/test_resource_jobs.py)
+    kubeconfig = kubeconfig_path(Path(env["PREWARM_LOCAL_STATE"]))
+    assert f"kubeconfig:        {kubeconfig}  (kubectl: export KUBECONFIG={kubeconfig})" in status.stdout
 
     # fire: each schedule runs its function on the running stack, which logs under its own name
     for schedule, function in (("repull", "repull_daily"), ("sweep", "sweep"), ("refresh", "refresh_ecr_credentials")):
@@ -147,6 +152,7 @@ def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: 
     assert not process_running(stack.pid)
     assert not [c for c in record.children if c.running]
     assert not Path(record.run_dir).exists() and not mounts_under(record.run_dir)
+    assert not kubeconfig.exists()
     assert stack.wait(timeout=10) == 0
 
 
@@ -174,8 +180,10 @@ def test_local_down_cleans_up_after_local_up_killed_with_sigkill(env: dict[str, 
     assert down.returncode == 0, down.stderr
     assert down.stdout.startswith(f"local stack (pid {up.pid}) was not running (it crashed or was killed)\n")
     assert f"  removed {record.run_dir} (" in down.stdout
+    kubeconfig = kubeconfig_path(Path(env["PREWARM_LOCAL_STATE"]))
+    assert f"  removed its kubeconfig {kubeconfig}\n" in down.stdout
     assert not Path(record.run_dir).exists() and not mounts_under(record.run_dir)
-    assert not record_path.exists() and not Path(env["PREWARM_LOCAL_STATE"]).exists()
+    assert not record_path.exists() and not Path(env["PREWARM_LOCAL_STATE"]).exists() and not kubeconfig.exists()
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _names(p, record.run_dir)]
 
 

@@ -2,23 +2,30 @@
 containerd, agents, the registry behind a bandwidth limit), its `.status` converges to the job's exact
 counters, deleting it cancels the pulls, and a job cannot use another namespace's pull secret.
 
-The resource is created through the Kubernetes API as the cluster admin (kubectl against local mode is
-tested in tests/integration/control_plane/test_resource_jobs.py). moto's schedules never fire: the test
-fires `sync_resources` itself, as local mode's scheduler does every minute.
+The first resource is applied with the real kubectl and the kubeconfig local mode writes (the cluster
+admin, over TLS), when kubectl is installed; without it, through the Kubernetes API with that same
+kubeconfig. The others go through the API. moto's schedules never fire: the test fires
+`sync_resources` itself, as local mode's scheduler does every minute.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.kube import KubeCluster
 from prewarm.services.jobs import job_key, view_job
 from prewarm_agent.cri.client import ContentStatusReader
+from prewarm_cli.app import cli
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
@@ -28,6 +35,7 @@ API = "prewarm.dev/v1alpha1"
 MIB = 1024 * 1024
 # Two pulls share it: a 1 MiB image takes about a second, a 24 MiB one over 20 s.
 BANDWIDTH = 2 * MIB
+KUBECTL = shutil.which("kubectl")
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +49,16 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
 
 @pytest.fixture(scope="module")
 def admin(local: LocalMode) -> Iterator[KubeCluster]:
-    with KubeCluster(local.kube.url, lambda: local.kube.token) as cluster:
+    # The cluster admin as the kubeconfig local mode wrote for kubectl says
+    assert local.kubeconfig_written is not None
+    with KubeCluster.from_kubeconfig(str(local.kubeconfig_written)) as cluster:
         yield cluster
+
+
+def kubectl(local: LocalMode, *args: str) -> subprocess.CompletedProcess[str]:
+    assert KUBECTL is not None and local.kubeconfig_written is not None
+    return subprocess.run([KUBECTL, "--kubeconfig", str(local.kubeconfig_written), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def sync_until(local: LocalMode, condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -67,14 +83,25 @@ def ingested(local: LocalMode, node: str) -> int:
 
 
 def test_a_resource_pulls_on_every_node_and_its_status_converges_to_the_exact_counters(
-    local: LocalMode, admin: KubeCluster
+    local: LocalMode, admin: KubeCluster, tmp_path: Path
 ) -> None:
     assert local.aws is not None and local.stack is not None
     store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
     nodes = sorted(local.nodes)
     pushed = local.push("e2e/small", "v1", size_mb=1)
+    manifest = resource("res-small", "default", pushed.reference, nodes)
 
-    admin.create_object(API, "imagepulljobs", resource("res-small", "default", pushed.reference, nodes), "default")
+    if KUBECTL is not None:
+        # kubectl reaches the stack as the cluster admin with the kubeconfig local mode wrote
+        listed = kubectl(local, "get", "nodes", "-o", "name")
+        assert listed.returncode == 0, listed.stderr
+        assert set(listed.stdout.split()) >= {f"node/{n}" for n in nodes}
+        (tmp_path / "job.yaml").write_text(yaml.safe_dump(manifest))
+        applied = kubectl(local, "apply", "-f", str(tmp_path / "job.yaml"))
+        assert (applied.returncode, applied.stdout) == (0, "imagepulljob.prewarm.dev/res-small created\n"), \
+            applied.stderr
+    else:
+        admin.create_object(API, "imagepulljobs", manifest, "default")
 
     def done() -> dict[str, Any] | None:
         status = admin.get_object(API, "imagepulljobs", "res-small", "default")["status"]
@@ -88,6 +115,14 @@ def test_a_resource_pulls_on_every_node_and_its_status_converges_to_the_exact_co
     assert status["message"] == view.message and status["observedGeneration"] == 1
     for node in nodes:
         assert local.nodes[node].image_present(pushed.reference), node
+    # And `prewarm --local get jobs` lists the job the resource made, as does kubectl the resource
+    jobs = CliRunner().invoke(cli, ["--local", "get", "jobs"], catch_exceptions=False)
+    assert jobs.exit_code == 0 and "res-small" in jobs.stdout, jobs.output
+    if KUBECTL is not None:
+        shown = kubectl(local, "get", "imagepulljobs", "-A")
+        assert shown.returncode == 0, shown.stderr
+        row = next(line.split() for line in shown.stdout.splitlines() if " res-small " in f" {line} ")
+        assert row[:6] == ["default", "res-small", "2", "0", "2", "0"]
 
 
 def test_deleting_the_resource_cancels_its_pulls(local: LocalMode, admin: KubeCluster) -> None:

@@ -6,9 +6,9 @@ ConfigMaps and Events (core/v1), DaemonSets (apps/v1), PriorityClasses (scheduli
 the two system classes every cluster has), ValidatingAdmissionPolicies and their bindings
 (admissionregistration.k8s.io/v1: stored and served, never evaluated), ClusterRoles, Roles and
 their bindings (rbac.authorization.k8s.io/v1), and CustomResourceDefinitions
-(apiextensions.k8s.io/v1) with the resources they define, over real HTTP on 127.0.0.1, so the
-official `kubernetes` client (typed `CoreV1Api`/`AppsV1Api`/`SchedulingV1Api`/
-`RbacAuthorizationV1Api`/`ApiextensionsV1Api`/`CustomObjectsApi` calls and raw
+(apiextensions.k8s.io/v1) with the resources they define, over real HTTP (HTTPS with
+`tls=True`) on 127.0.0.1, so the official `kubernetes` client (typed `CoreV1Api`/`AppsV1Api`/
+`SchedulingV1Api`/`RbacAuthorizationV1Api`/`ApiextensionsV1Api`/`CustomObjectsApi` calls and raw
 `ApiClient.call_api`) and kubectl talk to it as to EKS. Every request is authenticated (a static
 token or an EKS `k8s-aws-v1.` token maps to an `Identity`, as EKS access entries map IAM
 principals; see `KubeApiServer`) and authorized by RBAC (`system:masters` may do anything), with
@@ -71,10 +71,12 @@ What it does NOT implement (code relying on these must be tested against a real 
   system:public-info-viewer. Requests without a token get 401 by default; `anonymous="forbidden"`
   makes them `system:anonymous` (as on EKS: RBAC lets it read `/version` and health only),
   `anonymous="allowed"` serves them as the cluster admin.
-- TLS (plain HTTP on 127.0.0.1), HTTP/2, protobuf and CBOR bodies, `Table` output for built-in
-  types, `pretty` for watch streams, gzip responses, the schemas of built-in types in OpenAPI
-  (v3 has their paths only; v2 is empty). So kubectl (which sends no token over HTTP: serve with
-  `anonymous="allowed"`) can get, watch, label, annotate, cordon, patch, delete and apply, but its
+- TLS unless `tls=True` (then HTTPS with a CA made at start, `ca_pem`, and a certificate for
+  127.0.0.1 and localhost; no client certificates), HTTP/2, protobuf and CBOR bodies, `Table` output
+  for built-in types, `pretty` for watch streams, gzip responses, the schemas of built-in types in
+  OpenAPI (v3 has their paths only; v2 is empty). So kubectl (which sends a kubeconfig's token over
+  TLS only: serve with `tls=True` and give it `write_kubeconfig`'s file) can get, watch, label,
+  annotate, cordon, patch, delete and apply, but its
   typed `kubectl create <kind>` commands (protobuf bodies) get 415 and `kubectl explain` knows
   custom resources only.
 - Server-side apply (`application/apply-patch+yaml` is 415), `managedFields`, `fieldManager`,

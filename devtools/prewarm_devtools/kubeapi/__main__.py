@@ -31,11 +31,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token", default=None, help="the cluster admin's bearer token (default: a random one)")
     parser.add_argument("--kubeconfig", default=None, metavar="PATH", help="write a kubeconfig for the server here")
     parser.add_argument(
+        "--tls", action="store_true",
+        help="serve HTTPS with a CA made at start (in the kubeconfig): kubectl sends its token over TLS only",
+    )
+    parser.add_argument(
         "--anonymous",
         choices=ANONYMOUS_MODES,
         default="unauthorized",
         help="requests without a token: 401 (default), system:anonymous as on EKS, or the cluster admin "
-        "(kubectl sends no token over plain HTTP)",
+        "(kubectl sends no token over plain HTTP: prefer --tls)",
     )
     return parser
 
@@ -45,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nodes < 0 or args.pods_per_node < 0:
         print("--nodes and --pods-per-node must not be negative", file=sys.stderr)
         return 2
-    api = KubeApiServer(port=args.port, token=args.token, anonymous=args.anonymous)
+    api = KubeApiServer(port=args.port, token=args.token, anonymous=args.anonymous, tls=args.tls)
     try:
         for path in args.seed:
             count = api.seed_from_file(path)
@@ -69,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Bearer token:   {api.token} (cluster admin)")
     if args.kubeconfig:
         print(f"kubeconfig:     {api.write_kubeconfig(args.kubeconfig)}")
-        if args.anonymous != "allowed":
-            print("(kubectl sends no token over plain HTTP: start with --anonymous allowed to use it)")
+        if not args.tls and args.anonymous != "allowed":
+            print("(kubectl sends no token over plain HTTP: start with --tls to use it)")
     print("Ctrl-C to stop.", flush=True)
     try:
         while not stop.wait(0.5):

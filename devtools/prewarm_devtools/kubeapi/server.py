@@ -1,15 +1,19 @@
 """The HTTP/1.1 front of the embedded API server: routing, authentication (bearer tokens to
 identities), impersonation, RBAC authorization, JSON bodies (Tables of custom resources when asked),
-`Warning` headers, OpenAPI, keep-alive, and chunked streaming for watches. Binds to 127.0.0.1 only.
+`Warning` headers, OpenAPI, keep-alive, and chunked streaming for watches. Binds to 127.0.0.1 only,
+over plain HTTP or (`tls=True`) HTTPS with a CA made at start.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import os
 import secrets
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -36,6 +40,7 @@ from prewarm_devtools.kubeapi.auth import (
     Identity,
 )
 from prewarm_devtools.kubeapi.catalog import BUILT_IN, Catalog
+from prewarm_devtools.kubeapi.certificates import ServingCertificate
 from prewarm_devtools.kubeapi.errors import FieldError, StatusError
 from prewarm_devtools.kubeapi.openapi import (
     V2_PROTOBUF,
@@ -85,11 +90,13 @@ DEFAULT_VERSION = {
 }
 # How requests without a token fare: 401 (anonymous auth off); as system:anonymous, which RBAC
 # lets read /version and health only (EKS: anonymous auth on); or as the cluster admin (kubectl
-# sends no token over plain HTTP, so local use of kubectl needs this).
+# sends no token over plain HTTP: serve with `tls=True` instead where RBAC must hold).
 ANONYMOUS_MODES = ("unauthorized", "forbidden", "allowed")
 _DEFAULT_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 _JSON = "application/json"
 _YAML = "application/yaml"
+# Seconds a TLS client has to finish its handshake.
+_HANDSHAKE_TIMEOUT = 10.0
 
 
 @dataclass
@@ -144,6 +151,10 @@ class KubeApiServer:
     - `Impersonate-User`/`Impersonate-Group` headers (kubectl `--as`, `--as-group`) act as another
       identity when RBAC allows the `impersonate` verb.
 
+    `tls=True` serves HTTPS with a CA and a certificate for 127.0.0.1 made at construction
+    (`ca_pem`): kubectl sends a kubeconfig's token over TLS only, so `write_kubeconfig` then gives
+    kubectl the admin with RBAC enforced for everyone else.
+
     What it may do: the stored ClusterRoles, Roles and their bindings decide (plus the bootstrap
     policy: discovery, self reviews, health), and a denial is the API server's 403.
     """
@@ -158,6 +169,7 @@ class KubeApiServer:
         access_entries: Mapping[str, AccessEntry] | None = None,
         default_aws_principal: str | None = DEFAULT_CLUSTER_CREATOR,
         anonymous: str = "unauthorized",
+        tls: bool = False,
         default_namespaces: bool = True,
         bootstrap_policy: bool = True,
         version: dict[str, str] | None = None,
@@ -180,6 +192,8 @@ class KubeApiServer:
         if anonymous not in ANONYMOUS_MODES:
             raise ValueError(f"anonymous must be one of {', '.join(ANONYMOUS_MODES)}, got {anonymous!r}")
         self.anonymous = anonymous
+        self.certificate = ServingCertificate.generate() if tls else None
+        self._tls_context = self.certificate.server_context() if self.certificate is not None else None
         self.version = dict(version or DEFAULT_VERSION)
         self.watch_timeout = watch_timeout
         self.bookmark_interval = bookmark_interval
@@ -233,7 +247,7 @@ class KubeApiServer:
         if self._httpd is not None:
             raise RuntimeError("the API server is already running")
         self.store.reopen()
-        self._httpd = _HttpServer(("127.0.0.1", self._port), _Handler, self)
+        self._httpd = _HttpServer(("127.0.0.1", self._port), _Handler, self, self._tls_context)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kubeapi", daemon=True
         )
@@ -267,7 +281,13 @@ class KubeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.certificate is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_pem(self) -> str | None:
+        """The CA (PEM) that signed the serving certificate, for clients to trust; None over plain HTTP."""
+        return self.certificate.ca_pem if self.certificate is not None else None
 
     @property
     def resource_version(self) -> int:
@@ -281,7 +301,8 @@ class KubeApiServer:
         from kubernetes.client import Configuration
 
         return Configuration(
-            host=self.url, api_key={"BearerToken": token or self.token}, api_key_prefix={"BearerToken": "Bearer"}
+            host=self.url, api_key={"BearerToken": token or self.token}, api_key_prefix={"BearerToken": "Bearer"},
+            ca_cert_data=self.ca_pem,
         )
 
     def api_client(self, token: str | None = None) -> ApiClient:
@@ -290,21 +311,29 @@ class KubeApiServer:
 
         return ApiClient(self.client_configuration(token))
 
-    def kubeconfig(self) -> dict[str, Any]:
-        """A kubeconfig for this server, as a dict."""
+    def kubeconfig(self, name: str = "prewarm-local") -> dict[str, Any]:
+        """A kubeconfig for this server as the cluster admin (with the CA over TLS), as a dict; `name`
+        names its cluster, user and context."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if self.ca_pem is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca_pem.encode()).decode()
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "prewarm-local", "cluster": {"server": self.url}}],
-            "users": [{"name": "prewarm-local", "user": {"token": self.token}}],
-            "contexts": [{"name": "prewarm-local", "context": {"cluster": "prewarm-local", "user": "prewarm-local"}}],
-            "current-context": "prewarm-local",
+            "clusters": [{"name": name, "cluster": cluster}],
+            "users": [{"name": name, "user": {"token": self.token}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
         }
 
-    def write_kubeconfig(self, path: str | Path) -> Path:
-        """Write `kubeconfig()` as YAML to `path`."""
+    def write_kubeconfig(self, path: str | Path, name: str = "prewarm-local") -> Path:
+        """Write `kubeconfig(name)` as YAML to `path`, readable by its owner only (it holds the admin token)."""
         target = Path(path)
-        target.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(yaml.safe_dump(self.kubeconfig(name), sort_keys=False))
         return target
 
     # -- data ----------------------------------------------------------------------------------------
@@ -810,12 +839,26 @@ class _HttpServer(ThreadingHTTPServer):
     # Benchmarks open many connections at once; the default backlog of 5 would refuse some.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], api: KubeApiServer) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], api: KubeApiServer,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.api = api
+        self.tls = tls
         self._live: dict[socket.socket, threading.Thread] = {}
         self._handler_threads: set[threading.Thread] = set()
         self._live_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        if self.tls is None:
+            return connection, address
+        # The handshake happens in the connection's own thread (`_Handler.setup`): a slow or silent
+        # client must not hold up the accept loop.
+        return self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gives up mid-handshake (or probes with plain HTTP) is not a server failure.
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # One thread per connection, known from the start so that stop() can close and join it.
@@ -857,9 +900,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
 
     def setup(self) -> None:
-        super().setup()
         # Headers and body go in separate writes: without NODELAY, Nagle would delay the body.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(_HANDSHAKE_TIMEOUT)
+            self.request.do_handshake()  # failures go to _HttpServer.handle_error
+            self.request.settimeout(None)
+        super().setup()
 
     def finish(self) -> None:
         try:
@@ -963,6 +1010,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            if not readable:
+                return False
+            if not isinstance(self.connection, ssl.SSLSocket):
+                return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
+            # An SSLSocket cannot peek, and TLS 1.3 hides a close_notify among application data:
+            # read what came. A watch's client sends nothing while it watches, so that is its
+            # close_notify or end of stream (b""), or a request it should not have pipelined,
+            # which ends the watch as well.
+            self.connection.setblocking(False)
+            try:
+                self.connection.recv(1)
+            except ssl.SSLWantReadError:
+                return False  # part of a record, or a post-handshake message TLS handled itself
+            finally:
+                self.connection.setblocking(True)
+            return True
         except OSError:
             return True

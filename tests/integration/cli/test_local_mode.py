@@ -1,4 +1,5 @@
-"""`prewarm local up|status|down` as a user runs them: a control-plane-only local stack in its own process."""
+"""`prewarm local up|status|down` as a user runs them: a control-plane-only local stack in its own process,
+and the cluster admin's kubeconfig it writes for kubectl, as the official client loads it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes.client import ApiClient, AuthorizationV1Api, Configuration, CoreV1Api, V1SelfSubjectAccessReview
+from kubernetes.config import kube_config
 
 from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, read_local_state, write_local_state
+from prewarm_devtools.kubeapi.seed import load_objects
+from prewarm_devtools.localrun import kubeconfig_path
 from prewarm_devtools.node.process import process_running
+from tests.support.kube import SAMPLE_CLUSTER, call
 from tests.support.manifests import job_yaml
 
 pytestmark = pytest.mark.integration
@@ -67,7 +73,9 @@ def test_local_up_serves_the_cli_until_local_down_stops_it(
     state = read_local_state(env[STATE_ENV])
     assert state.pid == local_up.pid and state.endpoint_url.startswith("http://127.0.0.1:")
 
-    # When the CLI uses it, a second one is started, and it is stopped
+    # When the CLI uses it, kubectl's kubeconfig is loaded, a second one is started, and it is stopped
+    kubeconfig = kubeconfig_path(Path(env[STATE_ENV]))
+    admin = _admin_through(kubeconfig)
     applied = _prewarm("--local", "apply", "-f", "-", env=env, stdin=job_yaml("local-up"))
     listed = _prewarm("get", "jobs", "-o", "name", env=env)
     status = _prewarm("local", "status", env=env)
@@ -83,15 +91,36 @@ def test_local_up_serves_the_cli_until_local_down_stops_it(
     assert status.returncode == 0 and f"running:           yes (pid {local_up.pid})" in status.stdout
     endpoints = dict(line.split() for line in status.stdout.splitlines() if line.startswith("  ") and ": " in line)
     assert endpoints["aws:"] == state.endpoint_url
-    assert endpoints["kubernetes:"].startswith("http://127.0.0.1:") and endpoints["control:"].startswith("http://")
+    assert endpoints["kubernetes:"].startswith("https://127.0.0.1:") and endpoints["control:"].startswith("http://")
+    assert f"kubeconfig:        {kubeconfig}  (kubectl: export KUBECONFIG={kubeconfig})" in status.stdout
+    assert admin == {"server": endpoints["kubernetes:"], "mode": 0o600, "nodes": _sample_nodes(), "admin": True,
+                     "without token": 401}
     assert second.returncode == 1
     assert second.stderr == f"error: a local stack is already running (pid {local_up.pid}, {state.endpoint_url}); " \
                             "stop it with `prewarm local down`\n"
     assert (down.returncode, down.stdout) == (0, f"local stack (pid {local_up.pid}) stopped\n")
     assert exited_when_down_returned
     assert exit_code == 0
-    assert not Path(env[STATE_ENV]).exists()
+    assert not Path(env[STATE_ENV]).exists() and not kubeconfig.exists()
     assert after.returncode == 1 and after.stderr.startswith("error: no local stack:")
+
+
+def _admin_through(kubeconfig: Path) -> dict[str, object]:
+    """What the official client sees with the kubeconfig (`load_kube_config`, as kubectl reads it)."""
+    configuration = Configuration()
+    kube_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration,
+                                 persist_config=False)
+    with ApiClient(configuration) as client:
+        review = AuthorizationV1Api(client).create_self_subject_access_review(V1SelfSubjectAccessReview(
+            spec={"resourceAttributes": {"verb": "*", "group": "*", "resource": "*"}}))
+        return {"server": configuration.host, "mode": kubeconfig.stat().st_mode & 0o777,
+                "nodes": sorted(n.metadata.name for n in CoreV1Api(client).list_node().items),
+                "admin": review.status.allowed,
+                "without token": call(client, "GET", "/api/v1/nodes", authenticate=False).status}
+
+
+def _sample_nodes() -> list[str]:
+    return sorted(o["metadata"]["name"] for o in load_objects(SAMPLE_CLUSTER) if o.get("kind") == "Node")
 
 
 def test_local_down_clears_the_state_of_a_stack_that_already_exited(env: dict[str, str]) -> None:

@@ -7,6 +7,7 @@ moto's schedules never fire: the test fires `sync_resources` itself, as local mo
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -44,20 +45,21 @@ KUBECTL = shutil.which("kubectl")
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    # kubectl sends no token over plain HTTP: a request without one is the cluster admin's here.
-    with MotoServer() as aws, KubeApiServer(anonymous="allowed") as api, aws_environment(aws.url):
+    # Over TLS, as local mode serves it: kubectl sends the kubeconfig's token over TLS only.
+    with MotoServer() as aws, KubeApiServer(tls=True) as api, aws_environment(aws.url):
         api.seed_from_file(ROOT / "samplefiles" / "cluster.yaml")
+        ca_data = base64.b64encode(str(api.ca_pem).encode()).decode()
         stack = LocalStack(aws.url, stack_name=f"res-{uuid.uuid4().hex[:6]}", failed_visibility_seconds=0,
-                           parameters={"ClusterName": "local", "KubeApiEndpoint": api.url,
+                           parameters={"ClusterName": "local", "KubeApiEndpoint": api.url, "KubeCaData": ca_data,
                                        "ClusterAccess": "access-entries"}).deploy()
         grant_cluster_access(api, stack, agent_token="agent-token",
                              agent_role_arn=f"arn:aws:iam::{ACCOUNT}:role/agents",
                              credentials_config={"registries": [{"account": ACCOUNT, "region": "us-west-2"}]})
         stack.prime_streams()
         state = LocalState.of_stack(stack, pid=os.getpid())
-        state.env.update({"KUBE_API_ENDPOINT": api.url, "CLUSTER_NAME": "local"})
+        state.env.update({"KUBE_API_ENDPOINT": api.url, "KUBE_CA_DATA": ca_data, "CLUSTER_NAME": "local"})
         path = write_local_state(state, tmp_path_factory.mktemp("state") / "local.json")
-        admin = KubeCluster(api.url, lambda: api.token)
+        admin = KubeCluster(api.url, lambda: api.token, ca_data=api.ca_pem)
         yield {"stack": stack, "api": api, "aws": aws, "admin": admin, "state": path,
                "store": DynamoJobStore(stack.env()["TABLE_NAME"], client=aws.client("dynamodb"))}
         admin.close()
@@ -156,7 +158,7 @@ def test_who_may_create_jobs_in_a_namespace_uses_its_pull_secrets_and_no_other_n
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "prewarm-jobs-edit"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}, "team-a")
 
-    with KubeCluster(api.url, lambda: "alice-token") as alice:
+    with KubeCluster(api.url, lambda: "alice-token", ca_data=api.ca_pem) as alice:
         alice.create_object(API, "imagepulljobs", job("alice-job", "team-a", pullSecrets=["team-a-pull"]), "team-a")
         with pytest.raises(ClusterAuthError) as refused:
             alice.create_object(API, "imagepulljobs", job("steal", "shop", pullSecrets=["ecr-pull"]), "shop")
@@ -173,7 +175,7 @@ def test_the_sync_function_may_not_create_jobs_itself(env: dict[str, Any]) -> No
     identity = env["stack"].functions["SyncResourcesFunction"].identity
     session = boto3.session.Session(aws_access_key_id=identity.access_key_id, aws_secret_access_key="local",
                                     region_name="us-west-2")
-    with KubeCluster(env["api"].url, EksTokenSource("local", session)) as sync, \
+    with KubeCluster(env["api"].url, EksTokenSource("local", session), ca_data=env["api"].ca_pem) as sync, \
             pytest.raises(ClusterAuthError) as refused:
         sync.create_object(API, "imagepulljobs", job("by-sync"), "shop")
 

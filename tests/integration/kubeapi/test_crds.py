@@ -767,8 +767,8 @@ def _kubectl_1_20() -> str | None:
 
 @pytest.fixture
 def kubectl_api() -> Iterator[KubeApiServer]:
-    # kubectl sends no token over plain HTTP: the server serves it as the admin.
-    with KubeApiServer(anonymous="allowed") as api:
+    # kubectl sends the kubeconfig's token over TLS only.
+    with KubeApiServer(tls=True) as api:
         yield api
 
 

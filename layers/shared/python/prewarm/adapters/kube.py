@@ -162,6 +162,7 @@ class KubeCluster:
         self._client: Any = ApiClient(configuration)
         self._api_exception: Any = ApiException
         self._transport_error: type[Exception] = urllib3.exceptions.HTTPError
+        self._ssl_error: type[Exception] = urllib3.exceptions.SSLError
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -332,6 +333,10 @@ class KubeCluster:
             # The client reports TLS failures as a status-0 ApiException.
             raise _tls_error(self.host, what, e) from e
         except self._transport_error as e:
+            # With retries configured, urllib3 wraps a failed TLS verification in MaxRetryError.
+            reason = getattr(e, "reason", None)
+            if isinstance(reason, self._ssl_error):
+                raise _tls_error(self.host, what, reason) from e
             raise ClusterUnavailableError(f"Kubernetes API {self.host} did not answer {what}: {e}") from e
         if not 200 <= response.status <= 299:
             raise _status_error(response.status, data, response.headers, what) from self._api_exception(
