@@ -12,11 +12,11 @@ their bindings (rbac.authorization.k8s.io/v1), and CustomResourceDefinitions
 `ApiClient.call_api`) and kubectl talk to it as to EKS. Every request is authenticated (a static
 token or an EKS `k8s-aws-v1.` token maps to an `Identity`, as EKS access entries map IAM
 principals; see `KubeApiServer`) and authorized by RBAC (`system:masters` may do anything), with
-the API server's 401 and 403 answers; `SelfSubjectAccessReview` and `SubjectAccessReview` are
-answered, and `Impersonate-User`/`Impersonate-Group` honoured. Also: `Status` errors with the real
-reasons, codes and wording, discovery (`/api`, `/api/v1`, `/apis`, each group, `/version`),
-get/list/create/replace/patch/delete/deletecollection/watch, `status` subresources,
-`metadata.generation` (DaemonSets: bumped by spec changes only, with the
+the API server's 401 and 403 answers; `SelfSubjectAccessReview`, `SubjectAccessReview` and
+`SelfSubjectReview` (`kubectl auth whoami`) are answered, and `Impersonate-User`/`Impersonate-Group`
+honoured. Also: `Status` errors with the real reasons, codes and wording, discovery (`/api`,
+`/api/v1`, `/apis`, each group, `/version`), get/list/create/replace/patch/delete/deletecollection/
+watch, `status` subresources, `metadata.generation` (DaemonSets: bumped by spec changes only, with the
 `deprecated.daemonset.template.generation` annotation), label and field selectors with the real
 grammar, `limit`/`continue` paging over consistent snapshots, a global resourceVersion, optimistic
 concurrency, generateName, finalizers, namespace cascade deletion, `dryRun` (query or
@@ -49,6 +49,7 @@ What it does NOT implement (code relying on these must be tested against a real 
 - API groups other than core/v1, apps/v1 (DaemonSets only: no Deployments, ReplicaSets,
   StatefulSets, ControllerRevisions), scheduling.k8s.io/v1, admissionregistration.k8s.io/v1
   (ValidatingAdmissionPolicy and its binding only), rbac.authorization.k8s.io/v1,
+  authentication.k8s.io/v1 (`SelfSubjectReview` only: no `TokenReview`, no `TokenRequest`),
   authorization.k8s.io/v1 (access reviews only: no `LocalSubjectAccessReview`, no
   `SelfSubjectRulesReview`), apiextensions.k8s.io/v1 and the CRDs' groups; no events.k8s.io
   (core/v1 Events only), and core/v1 resources other than the seven above; no aggregated

@@ -297,7 +297,8 @@ BOOTSTRAP_POLICY: tuple[Obj, ...] = (
                 "apiGroups": ["authorization.k8s.io"],
                 "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
                 "verbs": ["create"],
-            }
+            },
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
         ],
     ),
     _cluster_role("system:public-info-viewer", [{"nonResourceURLs": _PUBLIC_INFO, "verbs": ["get"]}]),

@@ -1160,6 +1160,7 @@ VALIDATING_ADMISSION_POLICY_BINDINGS = ResourceType(
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 AUTHORIZATION_GROUP = "authorization.k8s.io"
+AUTHENTICATION_GROUP = "authentication.k8s.io"
 
 
 def _strings(value: Any) -> list[str]:
@@ -1304,23 +1305,16 @@ CLUSTER_ROLE_BINDINGS = _rbac_type(
 )
 
 # Reviews are answered, never stored: create is their only verb.
-SELF_SUBJECT_ACCESS_REVIEWS = ResourceType(
-    name="selfsubjectaccessreviews",
-    singular="selfsubjectaccessreview",
-    kind="SelfSubjectAccessReview",
-    namespaced=False,
-    group=AUTHORIZATION_GROUP,
-    verbs=("create",),
-)
+def _review_type(name: str, kind: str, group: str) -> ResourceType:
+    return ResourceType(
+        name=name, singular=name[:-1], kind=kind, namespaced=False, group=group, verbs=("create",)
+    )
 
-SUBJECT_ACCESS_REVIEWS = ResourceType(
-    name="subjectaccessreviews",
-    singular="subjectaccessreview",
-    kind="SubjectAccessReview",
-    namespaced=False,
-    group=AUTHORIZATION_GROUP,
-    verbs=("create",),
-)
+
+SELF_SUBJECT_ACCESS_REVIEWS = _review_type("selfsubjectaccessreviews", "SelfSubjectAccessReview", AUTHORIZATION_GROUP)
+SUBJECT_ACCESS_REVIEWS = _review_type("subjectaccessreviews", "SubjectAccessReview", AUTHORIZATION_GROUP)
+# Who the caller is, as authentication saw it (`kubectl auth whoami`).
+SELF_SUBJECT_REVIEWS = _review_type("selfsubjectreviews", "SelfSubjectReview", AUTHENTICATION_GROUP)
 
 
 #: The stored resources, by plural name (unique across the served groups).
@@ -1357,6 +1351,7 @@ GROUP_VERSIONS: dict[str, dict[str, ResourceType]] = {
     "v1": _group(""),
     f"{APPS_GROUP}/v1": _group(APPS_GROUP),
     f"{ADMISSION_GROUP}/v1": _group(ADMISSION_GROUP),
+    f"{AUTHENTICATION_GROUP}/v1": {SELF_SUBJECT_REVIEWS.name: SELF_SUBJECT_REVIEWS},
     f"{AUTHORIZATION_GROUP}/v1": REVIEWS,
     f"{RBAC_GROUP}/v1": _group(RBAC_GROUP),
     f"{SCHEDULING_GROUP}/v1": _group(SCHEDULING_GROUP),

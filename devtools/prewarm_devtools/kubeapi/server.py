@@ -62,6 +62,7 @@ from prewarm_devtools.kubeapi.registry import (
 from prewarm_devtools.kubeapi.resources import (
     REVIEWS,
     SELF_SUBJECT_ACCESS_REVIEWS,
+    SELF_SUBJECT_REVIEWS,
     SYSTEM_PRIORITY_CLASSES,
     ResourceType,
 )
@@ -510,6 +511,8 @@ class KubeApiServer:
             raise errors.route_not_found()
         if target.rtype.name in REVIEWS:
             return self._review(method, target, identity, headers, body)
+        if target.rtype is SELF_SUBJECT_REVIEWS:
+            return self._self_subject_review(method, target, identity, headers, body)
         watch = legacy_watch or _flag(query, "watch")
         if target.name is None:
             return self._collection(method, target, query, headers, body, watch)
@@ -585,6 +588,30 @@ class KubeApiServer:
             status["reason"] = decision.reason
         review["metadata"] = {"creationTimestamp": None}
         review["status"] = status
+        return _Response(201, dumps(review))
+
+    def _self_subject_review(
+        self, method: str, target: _Target, identity: Identity, headers: Any, body: bytes
+    ) -> _Response:
+        """Answer a SelfSubjectReview (`kubectl auth whoami`): the caller as authentication (and
+        impersonation) made it."""
+        rtype = target.rtype
+        if method != "POST" or target.name is not None:
+            raise errors.method_not_allowed()
+        # The review asks nothing but who calls: kubectl's protobuf body (metadata only) is not read.
+        if (headers.get("Content-Type") or "").split(";")[0].strip().lower() != PROTOBUF:
+            self.registry.check_body(rtype, _decode_body(headers, body))
+        user: dict[str, Any] = {"username": identity.user, "groups": list(identity.groups)}
+        if identity.uid:
+            user["uid"] = identity.uid
+        if identity.extra:
+            user["extra"] = identity.extra_map
+        review = {
+            "kind": rtype.kind,
+            "apiVersion": rtype.api_version,
+            "metadata": {"creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+            "status": {"userInfo": user},
+        }
         return _Response(201, dumps(review))
 
     def _collection(

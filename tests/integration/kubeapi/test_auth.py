@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -176,6 +177,36 @@ def test_impersonation_needs_the_impersonate_verb(api: KubeApiServer) -> None:
         "at the cluster scope",
         {"name": "alice", "kind": "users"},
     )
+
+
+def test_a_self_subject_review_says_who_the_caller_is_as_kubectl_auth_whoami_asks(api: KubeApiServer) -> None:
+    api.add_identity("agent-token", service_account("prewarm-system", "prewarm-agent", node="n1"))
+    api.add_identity("carol-token", Identity("carol", ("dev",)))
+
+    def whoami(token: str, *, impersonate: str = "") -> tuple[int, Any]:
+        with api.api_client(token) as client:
+            if impersonate:
+                client.set_default_header("Impersonate-User", impersonate)
+            answer = call(client, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body={})
+        return answer.status, answer.body
+
+    # The admin, a node-bound service account token (with its extra), a user RBAC grants nothing,
+    # and the admin impersonating alice: each is told its own user, as authentication made it
+    admin, agent, carol, alice = whoami(api.token), whoami("agent-token"), whoami("carol-token"), \
+        whoami(api.token, impersonate="alice")
+    assert admin[0] == 201 and admin[1]["kind"] == "SelfSubjectReview"
+    assert admin[1]["apiVersion"] == "authentication.k8s.io/v1"
+    assert admin[1]["status"]["userInfo"] == {"username": "kubernetes-admin",
+                                              "groups": ["system:masters", "system:authenticated"]}
+    assert agent[1]["status"]["userInfo"] == {
+        "username": "system:serviceaccount:prewarm-system:prewarm-agent",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:prewarm-system", "system:authenticated"],
+        "extra": {"authentication.kubernetes.io/node-name": ["n1"]}}
+    assert carol[0] == 201 and carol[1]["status"]["userInfo"]["username"] == "carol"
+    assert alice[1]["status"]["userInfo"] == {"username": "alice", "groups": ["system:authenticated"]}
+    # A review is not stored: there is nothing to read back
+    with api.api_client() as client:
+        assert call(client, "GET", "/apis/authentication.k8s.io/v1/selfsubjectreviews").status == 405
 
 
 def test_the_plugin_makes_clients_for_any_identity(kube_client_as: Callable[[Identity], ApiClient]) -> None:
