@@ -207,7 +207,8 @@ def measure(subject: Subject, layers: Sequence[Path]) -> dict[str, Any]:
                                       ("botocore", result.get("deps_package"), deps)):
         if (subject.event is not None or package == "botocore") and (
                 came_from is None or not Path(came_from).is_relative_to(layer)):
-            raise BenchmarkError(f"{subject.name} imported {package} from {came_from}, not from the built layer {layer}")
+            raise BenchmarkError(f"{subject.name} imported {package} from {came_from}, "
+                                 f"not from the built layer {layer}")
     return result
 
 
