@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -63,15 +64,20 @@ class MessageError(ValueError):
     """A queue message that is not valid JSON or does not follow the schema (a poison message)."""
 
 
+# The models are built on first use, not at import (defer_build): on_image_push and
+# refresh_ecr_credentials import this module for NodePhase and the queue names but never build a message.
+_MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _MODEL_CONFIG
     v: Literal[1] = 1
 
 
 class JobRef(BaseModel):
     """What identifies one pull of one job on one node: a report must match it exactly to count."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _MODEL_CONFIG
     job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the job")
     job_uid: str = Field(min_length=1, max_length=128)
     round: Count
@@ -148,7 +154,7 @@ class Hello(_Message):
 class RequiredImage(BaseModel):
     """One image a warming node must have before its startup taint comes off, and the job that wants it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _MODEL_CONFIG
     image: str = Field(min_length=1, description="the pull reference, as the job's PullTask names it")
     job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the `Never` job")
 
@@ -169,8 +175,16 @@ class RequiredImages(_Message):
 NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
 AgentMessage = Annotated[StatusReport | Hello, Field(discriminator="kind")]
 
-_node_message: TypeAdapter[PullTask | CancelTask | RequiredImages] = TypeAdapter(NodeMessage)
-_agent_message: TypeAdapter[StatusReport | Hello] = TypeAdapter(AgentMessage)
+
+
+@cache
+def _node_message() -> TypeAdapter[PullTask | CancelTask | RequiredImages]:
+    return TypeAdapter(NodeMessage)
+
+
+@cache
+def _agent_message() -> TypeAdapter[StatusReport | Hello]:
+    return TypeAdapter(AgentMessage)
 
 
 def _describe(error: ValidationError) -> str:
@@ -184,7 +198,7 @@ def _describe(error: ValidationError) -> str:
 def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredImages:
     """Parse a node-queue message body, raising `MessageError` naming the field at fault."""
     try:
-        return _node_message.validate_json(body)
+        return _node_message().validate_json(body)
     except ValidationError as e:
         raise MessageError(f"invalid node message: {_describe(e)}") from None
 
@@ -192,7 +206,7 @@ def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredIma
 def parse_agent_message(body: str | bytes) -> StatusReport | Hello:
     """Parse a status-queue message body, raising `MessageError` naming the field at fault."""
     try:
-        return _agent_message.validate_json(body)
+        return _agent_message().validate_json(body)
     except ValidationError as e:
         raise MessageError(f"invalid agent message: {_describe(e)}") from None
 
