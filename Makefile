@@ -46,8 +46,14 @@ node-deps:
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
 
+# Every tier but e2e on two workers, a test file per worker at a time (files share their servers);
+# then the e2e tier alone: each test runs a whole local stack, and some time what a stack does.
+PYTEST_WORKERS ?= 2
 test: lint typecheck contracts template sam-validate node-deps
-	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/e2e; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
+	  $(PY) -m pytest -q tests/e2e; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no e2e tests" >&2; exit 1; fi; exit $$rc
 
 demo: $(STAMP) node-deps
 	$(VENV)/bin/prewarm demo --nodes 3 --image-mb 50
