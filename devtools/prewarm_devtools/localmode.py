@@ -42,6 +42,7 @@ from typing import Any
 
 from prewarm_devtools.control import ControlError, ControlServer
 from prewarm_devtools.localrun import RunRecord, kubeconfig_path, run_record_path, write_run_record
+from prewarm_devtools.node.process import limit_malloc_arenas
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, REGION, LocalIdentity, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
@@ -188,6 +189,7 @@ class LocalMode:
             raise LocalModeUnavailableError(
                 "local mode runs real containerd and a real registry for its nodes; missing: " + "; ".join(problems)
             )
+        limit_malloc_arenas()  # before any of the stack's threads start
         self._write_record()
         # Callers of `prewarm local up` take the state file for "ready": it is written once all runs.
         self._starting = True
