@@ -10,6 +10,11 @@ event and the job it creates is watched to completion:
   began: the agent's first Pulling report);
 - push_to_done_s: from the PUSH event to the job's completion (every node reported Succeeded and
   the status function counted it);
+- new_node_join_to_untaint_s: a `Never` job for the last pushed image selects a pool no node is in;
+  then a node of that pool joins with the startup taint (`prewarm.dev/warming=true:NoSchedule`,
+  as Karpenter's `startupTaints` sets it): from the Node's creation to the taint removed by its
+  agent (which starts its containerd, says hello, is sent the job's task and the list of required
+  images, pulls, and removes the taint). `describe node`'s hello-to-warm time is printed beside it;
 - direct_pull_s: the floor, one CRI PullImage of the same image from the same registry on a fresh
   containerd, with nothing else running.
 
@@ -342,6 +347,60 @@ def floor_pull(mode: Any, base: Path, reference: str) -> float:
         return direct_pull(cri, reference, auth=mode.registry.auth)
 
 
+JOIN_POOL = "bench-joining"
+STARTUP_TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
+# From a node's join to its taint removed, beyond the floor (one direct pull): the node's containerd
+# and agent starting, the hello, the task and the list of required images, and the taint's removal.
+TARGET_JOIN_OVERHEAD_S = 5.0
+
+
+def measure_join_to_untaint(mode: Any, reference: str, timeout: float) -> dict[str, float]:
+    """A `Never` job for `reference`, then a node of its pool joining with the startup taint: seconds
+    from the Node's creation to the taint gone, and the hello-to-warm time the control plane recorded."""
+    from prewarm.adapters.dynamodb import DynamoJobStore
+    from prewarm.services.jobs import apply_manifest
+
+    store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
+    job = {
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+        "metadata": {"name": "bench-join", "namespace": NAMESPACE},
+        "spec": {"image": reference, "parallelism": 10, "selector": {"matchLabels": {"pool": JOIN_POOL}},
+                 "pullPolicy": {"timeoutSeconds": 600, "backoffLimit": 3}, "completionPolicy": {"type": "Never"}},
+    }
+    apply_manifest(store, job, now=time.time())
+    deadline = time.monotonic() + 60
+    while (record := store.get_job(f"{NAMESPACE}/bench-join")) is None or record.planned != record.plan_id:
+        if time.monotonic() > deadline:
+            raise BenchmarkError("the Never job for the joining node was not planned within 60 s")
+        time.sleep(0.05)
+    name = "bench-join-1"
+    joined = time.monotonic()
+    mode.add_node(name, labels={"pool": JOIN_POOL}, taints=[dict(STARTUP_TAINT)])
+    try:
+        while any(t.get("key") == STARTUP_TAINT["key"]
+                  for t in (mode.kube.get_object("nodes", name).get("spec") or {}).get("taints") or []):
+            if time.monotonic() - joined > timeout:
+                raise BenchmarkError(f"the startup taint of {name} was still on after {timeout:g} s")
+            time.sleep(0.02)
+        untainted = time.monotonic() - joined
+        node = mode.nodes[name]
+        if not node.image_present(reference):
+            raise BenchmarkError(f"the startup taint of {name} came off without {reference} on the node")
+        deadline = time.monotonic() + 30
+        while (registered := store.get_node(name)) is None or registered.warm is None:
+            if time.monotonic() > deadline:
+                raise BenchmarkError(f"the control plane did not record how {name} warmed within 30 s")
+            time.sleep(0.05)
+        warm = registered.warm
+        if warm.outcome != "warm":
+            raise BenchmarkError(f"{name} warmed by timeout, missing {', '.join(warm.missing)}")
+    finally:
+        mode.remove_node(name)
+    print(f"  new node: taint removed {untainted:.3f} s after it joined; recorded hello to warm "
+          f"{warm.hello_to_warm:.3f} s, join to warm {warm.join_to_warm:.3f} s")
+    return {"join_to_untaint_s": untainted, "hello_to_warm_s": warm.hello_to_warm}
+
+
 def measure_pushes(mode: Any, pushes: int, image_mb: float, timeout: float) -> list[dict[str, Any]]:
     """Apply the rule, then push `pushes` fresh images one after another, each job watched to completion."""
     from prewarm.adapters.dynamodb import DynamoJobStore
@@ -380,13 +439,14 @@ def benchmark(nodes: int, image_mb: float, pushes: int, timeout: float) -> dict[
         mode, fit = start_fitting(nodes)
         try:
             runs = measure_pushes(mode, pushes, image_mb, timeout)
+            join = measure_join_to_untaint(mode, runs[-1]["reference"], timeout)
             direct = floor_pull(mode, base, runs[-1]["reference"])
         finally:
             mode.stop()
-    return summarize(fit, runs, direct)
+    return summarize(fit, runs, direct, join)
 
 
-def summarize(fit: Fit, runs: list[dict[str, Any]], direct: float) -> dict[str, Any]:
+def summarize(fit: Fit, runs: list[dict[str, Any]], direct: float, join: Mapping[str, float]) -> dict[str, Any]:
     first = median([run["push_to_first_pull_s"] for run in runs])
     done = median([run["push_to_done_s"] for run in runs])
     print(f"  medians over {len(runs)} pushes, from the PUSH event:")
@@ -395,11 +455,18 @@ def summarize(fit: Fit, runs: list[dict[str, Any]], direct: float) -> dict[str, 
     pulls = [s for run in runs for s in run["pull_s"]]
     print(f"  a node's pull (started_at to finished_at, all nodes pulling at once): median {median(pulls):.3f} s, "
           f"longest {max(pulls):.3f} s; alone on a fresh containerd (the floor): {direct:.3f} s")
-    print_targets([Target("push_to_first_pull_s", first, TARGET_FIRST_PULL_S, " s")])
+    untaint = join["join_to_untaint_s"]
+    print(f"  a new node with the startup taint: joined to untainted {untaint:.3f} s against {direct:.3f} s for one "
+          f"direct pull of the same image ({untaint - direct:+.3f} s)")
+    print_targets([Target("push_to_first_pull_s", first, TARGET_FIRST_PULL_S, " s"),
+                   Target("new_node_join_to_untaint_s - direct_pull_s", untaint - direct, TARGET_JOIN_OVERHEAD_S,
+                          " s")])
     return {
         "nodes": fit.nodes,
         "push_to_first_pull_s": round(first, 3),
         "push_to_done_s": round(done, 3),
+        "new_node_join_to_untaint_s": round(untaint, 3),
+        "new_node_hello_to_warm_s": round(join["hello_to_warm_s"], 3),
         "direct_pull_s": round(direct, 3),
         "desired": runs[0]["desired"],
         "pushes": len(runs),

@@ -20,6 +20,7 @@ from prewarm.adapters.secrets import AgentCredentials
 from prewarm.adapters.sqs import NodeQueues, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.images import parse_image
 from prewarm.domain.messages import (
+    WARMED_MISSING_MAX,
     CancelTask,
     Hello,
     MessageError,
@@ -27,6 +28,7 @@ from prewarm.domain.messages import (
     PullTask,
     RequiredImages,
     StatusReport,
+    Warmed,
     parse_node_message,
 )
 from prewarm.services.ports import RegistryTokenSource
@@ -67,7 +69,7 @@ def agent_version() -> str:
 class StatusSink(Protocol):
     """Where reports and the hello go (`StatusQueue`)."""
 
-    def send(self, message: StatusReport | Hello) -> None: ...
+    def send(self, message: StatusReport | Hello | Warmed) -> None: ...
 
 
 class IngestSource(Protocol):
@@ -165,6 +167,8 @@ class Agent:
         self._consumer: threading.Thread | None = None
         self._background: list[threading.Thread] = []
         self._hello: Hello | None = None
+        self.hello_at: float | None = None  # when the first hello went out
+        self._warmed: Warmed | None = None  # how the taint came off, until sent
         self._content_warned = False
         self._stopped = False
 
@@ -206,7 +210,7 @@ class Agent:
         ]
         if self.warming is not None:
             hold = self.warming
-            self._background.append(self._spawn(lambda: hold.run(self._background_stop), "agent-warming"))
+            self._background.append(self._spawn(lambda: self._warm(hold), "agent-warming"))
         self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
 
     def _ensure_queue(self) -> str | None:
@@ -275,7 +279,33 @@ class Agent:
             self.log.warning("hello not sent, retrying with the next heartbeat: %s", e)
             return
         self._hello = None
+        self.hello_at = self.clock.time()
         self.log.info("hello sent: %s/%s, %d images present", hello.os, hello.architecture, len(hello.images))
+
+    def _warm(self, hold: StartupTaintHold) -> None:
+        """Hold the taint, then tell the control plane how it came off (`prewarm describe node` shows it)."""
+        hold.run(self._background_stop)
+        released = hold.released
+        # Without a list the control plane may predate `Warmed` (it would be a poison message there).
+        if released is None or hold.required is None:
+            return
+        missing = sorted(released.missing)
+        self._warmed = Warmed(node=self.settings.node_name, joined_at=hold.joined_at,
+                              hello_at=self.hello_at if self.hello_at is not None else hold.joined_at,
+                              warm_at=released.at, outcome="warm" if released.outcome == "warm" else "timeout",
+                              missing=missing[:WARMED_MISSING_MAX], missing_total=len(missing))
+        self._send_warmed()
+
+    def _send_warmed(self) -> None:
+        warmed = self._warmed
+        if warmed is None:
+            return
+        try:
+            self.status.send(warmed)
+        except QueueError as e:
+            self.log.warning("warm-up not reported, retrying with the next heartbeat: %s", e)
+            return
+        self._warmed = None
 
     def request_stop(self) -> None:
         """Ask `run_forever` to stop (what SIGTERM does)."""
@@ -591,6 +621,7 @@ class Agent:
                 for failure in self.queue.set_visibility(held, self.settings.node_queue_visibility_seconds):
                     self.log.warning("visibility not extended: %s", failure)
             self._send_hello()
+            self._send_warmed()
 
     def _sample_progress(self) -> None:
         while not self._background_stop.wait(self.settings.progress_interval_seconds):

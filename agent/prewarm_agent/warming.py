@@ -71,6 +71,7 @@ class Released:
     outcome: str
     seconds: float  # from the node's join to the taint's removal
     missing: Mapping[str, str]
+    at: float = 0.0  # epoch seconds of the removal
 
 
 class StartupTaintHold:
@@ -160,7 +161,7 @@ class StartupTaintHold:
                 return None
         outcome = "warm" if required is not None and not missing else "timeout"
         removed = self._remove()
-        released = Released(outcome, max(0.0, now - self.joined_at), missing)
+        released = Released(outcome, max(0.0, now - self.joined_at), missing, at=now)
         self.released = released
         self.done.set()
         self.metrics.startup_taint_removals.labels(outcome).inc()

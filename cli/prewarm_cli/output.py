@@ -178,20 +178,70 @@ NODE_LABEL_COLUMNS = (
 )
 
 
+def warm_column(node: RegisteredNode, *, now: float) -> str:
+    """The startup taint in a word: `12s` (warm that long after the agent's hello), `timeout 900s` (came
+    off at the deadline, images missing), `warming` (still held), or `-` (the node joined without it)."""
+    if node.warm is not None:
+        if node.warm.outcome == "warm":
+            return human_age(node.warm.hello_to_warm)
+        return f"timeout {human_age(node.warm.join_to_warm)}"
+    if node.warm_until is not None:
+        return "warming" if now < node.warm_until else "warming (deadline passed)"
+    return NONE
+
+
 def nodes_table(nodes: Sequence[RegisteredNode], *, now: float, wide: bool = False, show_labels: bool = False) -> str:
-    """The registered agents: NAME ARCH INSTANCE-TYPE ZONE LAST-HELLO; `wide` adds QUEUE, OS, QUEUE-URL and
-    LABELS, `show_labels` adds LABELS."""
-    headers = ["NAME", "ARCH", *(title for title, _ in NODE_LABEL_COLUMNS), "LAST-HELLO"]
+    """The registered agents: NAME ARCH INSTANCE-TYPE ZONE LAST-HELLO WARM; `wide` adds QUEUE, OS,
+    QUEUE-URL and LABELS, `show_labels` adds LABELS."""
+    headers = ["NAME", "ARCH", *(title for title, _ in NODE_LABEL_COLUMNS), "LAST-HELLO", "WARM"]
     headers += ["QUEUE", "OS", "QUEUE-URL"] if wide else []
     headers += ["LABELS"] if wide or show_labels else []
     rows = []
     for n in nodes:
         row = [n.name, n.architecture or UNKNOWN, *(n.labels.get(key) or NONE for _, key in NODE_LABEL_COLUMNS),
-               f"{human_age(now - n.last_hello)} ago"]
+               f"{human_age(now - n.last_hello)} ago", warm_column(n, now=now)]
         row += [n.queue_url.rsplit("/", 1)[-1] or NONE, n.os or UNKNOWN, n.queue_url or NONE] if wide else []
         row += [_labels(n.labels)] if wide or show_labels else []
         rows.append(row)
     return table(headers, rows)
+
+
+def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
+    """The startup taint's state, and the details under it."""
+    warm = node.warm
+    if warm is None:
+        if node.warm_until is None:
+            return f"{NONE} (the node joined without it, or its agent predates it)", []
+        left = node.warm_until - now
+        return (f"held until its images are present, at the latest {human_age(left)} from now" if left > 0
+                else "held past its deadline: the agent has not said it came off"), []
+    state = ("warm: every required image was present" if warm.outcome == "warm"
+             else "removed at maxWarmSeconds with images missing")
+    lines = _fields([
+        ("Joined", _when(warm.joined_at, now)),
+        ("Hello", f"{_when(warm.hello_at, now)}, {human_age(max(0.0, warm.hello_at - warm.joined_at))} after join"),
+        ("Untainted", _when(warm.warm_at, now)),
+        ("Hello To Warm", human_age(warm.hello_to_warm)),
+        ("Join To Warm", human_age(warm.join_to_warm)),
+    ], indent="  ")
+    if warm.missing:
+        more = warm.missing_total - len(warm.missing)
+        lines.append(f"  Missing ({warm.missing_total}):")
+        lines += [f"    {image}" for image in warm.missing]
+        if more > 0:
+            lines.append(f"    ... and {more} more (the node's PrewarmWarmTimeout Event names them all)")
+    return state, lines
+
+
+def describe_node(node: RegisteredNode, *, now: float) -> str:
+    """`prewarm describe node`: what its agent said in its hello, and how the node warmed."""
+    state, details = _warm_lines(node, now=now)
+    lines = _fields([
+        ("Name", node.name), ("Architecture", node.architecture or UNKNOWN), ("OS", node.os or UNKNOWN),
+        ("Labels", _labels(node.labels)), ("Queue", node.queue_url or NONE),
+        ("Last Hello", _when(node.last_hello, now)), ("Startup Taint", state),
+    ])
+    return "\n".join(lines + details)
 
 
 # --- Documents (-o yaml|json|name) ---------------------------------------------------------------
@@ -224,8 +274,22 @@ def node_document(node: RegisteredNode) -> dict[str, Any]:
         "kind": "RegisteredNode",
         "metadata": {"name": node.name, "labels": dict(node.labels)},
         "status": {"architecture": node.architecture, "os": node.os, "queueUrl": node.queue_url,
-                   "lastHello": rfc3339(node.last_hello)},
+                   "lastHello": rfc3339(node.last_hello), **_warm_status(node)},
     }
+
+
+def _warm_status(node: RegisteredNode) -> dict[str, Any]:
+    if node.warm is not None:
+        w = node.warm
+        return {"startupTaint": {
+            "outcome": w.outcome, "joinedAt": rfc3339(w.joined_at), "helloAt": rfc3339(w.hello_at),
+            "removedAt": rfc3339(w.warm_at), "helloToWarmSeconds": round(w.hello_to_warm, 3),
+            "joinToWarmSeconds": round(w.join_to_warm, 3), "missing": list(w.missing),
+            "missingTotal": w.missing_total,
+        }}
+    if node.warm_until is not None:
+        return {"startupTaint": {"outcome": "warming", "deadline": rfc3339(node.warm_until)}}
+    return {}
 
 
 def object_name(doc: dict[str, Any]) -> str:
@@ -369,6 +433,11 @@ def _describe_nodes(view: JobView, *, now: float) -> list[str]:
     else:
         lines.append("  " + ("<none yet: the job is not planned>" if view.record.planned != view.record.plan_id
                              else NONE))
+    if view.warm:
+        lines.append("Startup Taint (nodes that joined with it):")
+        rows = [[node, w.outcome, human_age(w.hello_to_warm), human_age(w.join_to_warm), _when(w.warm_at, now)]
+                for node, w in sorted(view.warm.items())]
+        lines.append(table(["NODE", "OUTCOME", "HELLO-TO-WARM", "JOIN-TO-WARM", "UNTAINTED"], rows, indent="  "))
     excluded = view.excluded
     lines.append(f"Excluded Nodes ({len(excluded)}):")
     if excluded:

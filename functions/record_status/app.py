@@ -1,4 +1,4 @@
-"""Status queue → agent reports and hellos: a batch applied together, exactly once; freed slots refilled."""
+"""Status queue → agent reports, hellos and warm-ups: a batch applied together, exactly once; freed slots refilled."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
-from prewarm.domain.messages import Hello, MessageError, NodePhase, StatusReport, parse_agent_message
+from prewarm.domain.messages import Hello, MessageError, NodePhase, StatusReport, Warmed, parse_agent_message
 from prewarm.observability import logger, metrics, tracer
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    messages: list[tuple[str, StatusReport | Hello]] = []
+    messages: list[tuple[str, StatusReport | Hello | Warmed]] = []
     poison: list[str] = []
     for record in event["Records"]:
         try:
@@ -33,6 +33,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
     outcome = bootstrap.record_status(messages)
     for hello in outcome.hellos:
         logger.info("node registered", extra={"node": hello.node, "added_to": hello.added_to})
+    for node in outcome.warmed:
+        logger.info("node warm-up recorded", extra={"node": node})
     for report, result in outcome.reports:
         if not result.applied:
             logger.info("report not applied", extra={"job": report.job, "node": report.node, "reason": result.reason,

@@ -12,6 +12,8 @@ behind a bandwidth-limiting proxy, and a private containerd and agent per node. 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ import pytest
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.services.jobs import apply_manifest
+from prewarm.services.ports import NodeWarm
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
@@ -87,6 +90,24 @@ def tainted(local: LocalMode, node: str) -> bool:
     return any(t.get("key") == TAINT["key"] for t in (obj.get("spec") or {}).get("taints") or [])
 
 
+def recorded_warm(local: LocalMode, node: str) -> NodeWarm:
+    """How the node warmed, once record_status has stored the agent's `Warmed`."""
+    assert local.aws is not None and local.stack is not None
+    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    wait_for(lambda: (n := store.get_node(node)) is not None and n.warm is not None, 10, f"{node}'s warm-up recorded")
+    registered = store.get_node(node)
+    assert registered is not None and registered.warm is not None
+    return registered.warm
+
+
+def describe(local: LocalMode, *args: str) -> str:
+    """`prewarm --local ARGS` in a new process, as a user types it against this stack."""
+    done = subprocess.run([sys.executable, "-c", "from prewarm_cli.app import main; main()", "--local", *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def ingesting(socket: Path) -> bool:
     with ContentStatusReader(str(socket)) as reader:
         return any(s.ref.startswith("layer-") and s.offset > 0 for s in reader.list_statuses())
@@ -123,6 +144,15 @@ def test_the_taint_stays_while_pulls_run_and_goes_within_2_s_of_the_last_image(l
               f"{untainted - joined:.1f} s after the node joined")
         assert delay < UNTAINT_WITHIN
         assert node.agent.metrics.sample("prewarm_agent_startup_taint_removals_total", {"outcome": "warm"}) == 1
+
+        # And the control plane learns how the node warmed: `prewarm describe` shows hello to warm
+        warm = recorded_warm(local, "warm-1")
+        assert warm.outcome == "warm" and not warm.missing
+        assert node.agent.hello_at is not None and warm.hello_at == pytest.approx(node.agent.hello_at, abs=0.01)
+        assert 0 < warm.hello_to_warm <= warm.join_to_warm < untainted - joined + 2
+        described = describe(local, "describe", "job", "warm-a")
+        assert "Startup Taint (nodes that joined with it):" in described and "warm-1" in described
+        assert "Hello To Warm:" in describe(local, "describe", "node", "warm-1")
     finally:
         local.remove_node("warm-1")
 
@@ -161,5 +191,9 @@ def test_the_taint_goes_at_max_warm_seconds_with_an_event_when_a_pull_keeps_fail
         (event,) = events
         assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Node"
         assert "never-pushed" in event["message"] and "pull failed" in event["message"], event["message"]
+        # ... and `prewarm describe node` says it came off at the deadline, naming the image
+        warm = recorded_warm(local, "cold-1")
+        assert warm.outcome == "timeout" and warm.missing == (missing,) and warm.missing_total == 1
+        assert "removed at maxWarmSeconds" in describe(local, "describe", "node", "cold-1")
     finally:
         local.remove_node("cold-1")

@@ -1,4 +1,4 @@
-"""Queue messages: status reports and hellos from agents, tasks and cancels to agents.
+"""Queue messages: status reports, hellos and warm-ups from agents, tasks and cancels to agents.
 
 Any body is a message or a `MessageError` naming the field; any message that parses is applied by
 `record_status`'s use cases without an unexpected error, and never breaks the job invariant.
@@ -14,10 +14,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from prewarm.domain.messages import Hello, MessageError, StatusReport, parse_agent_message, parse_node_message
+from prewarm.domain.messages import (
+    Hello,
+    MessageError,
+    StatusReport,
+    Warmed,
+    parse_agent_message,
+    parse_node_message,
+)
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
-from prewarm.services.reports import ReportOutcome, record_report, register_node
+from prewarm.services.reports import ReportOutcome, record_report, record_status, register_node
 from tests.fuzz.strategies import PYDANTIC_WORDING, document, json_values, maybe, mutated
 from tests.reliability.invariants import assert_invariant
 from tests.reliability.simulation import Plane, moto_aws
@@ -43,6 +50,17 @@ hello_bodies = document({
     "labels": maybe(st.dictionaries(texts, texts, max_size=3)), "architecture": maybe(texts), "os": maybe(texts),
     "queue_url": maybe(texts), "images": maybe(st.lists(texts, max_size=2)), "agent_version": maybe(texts),
 })
+stamps = maybe(st.floats() | st.integers(-5, 2**70))
+warmed_bodies = document({
+    "v": maybe(st.just(1)), "kind": maybe(st.just("warmed")), "node": ref_fields["node"],
+    "joined_at": stamps, "hello_at": stamps, "warm_at": stamps,
+    "outcome": maybe(st.sampled_from(["warm", "timeout", "cold", ""])),
+    "missing": maybe(st.lists(texts | st.just("r" * 2000), max_size=25)), "missing_total": maybe(counts),
+})
+valid_warmed = st.fixed_dictionaries(
+    {"kind": st.just("warmed"), "node": st.sampled_from([*NODES, "n9"]), "joined_at": st.floats(0, 2e9),
+     "hello_at": st.floats(0, 2e9), "warm_at": st.floats(0, 2e9), "outcome": st.sampled_from(["warm", "timeout"])},
+    optional={"missing": st.lists(st.text(min_size=1, max_size=40), max_size=20), "missing_total": st.integers(0, 50)})
 valid_reports = st.fixed_dictionaries(
     {"v": st.just(1), "kind": st.just("status"), "job": st.sampled_from([KEY] * 5 + ["default/other"]),
      "job_uid": st.sampled_from(["UID"] * 5 + ["other-uid"]), "round": st.sampled_from([0] * 5 + [1]),
@@ -69,7 +87,8 @@ def as_body(value: Any) -> st.SearchStrategy[str | bytes]:
 
 
 bodies = st.one_of(
-    st.one_of(status_bodies, hello_bodies, node_bodies, mutated(valid_reports), json_values).flatmap(as_body),
+    st.one_of(status_bodies, hello_bodies, warmed_bodies, node_bodies, mutated(valid_reports),
+              json_values).flatmap(as_body),
     st.binary(max_size=60), st.text(max_size=60),
     st.sampled_from(['{"v": 1, "kind": "status", "job": "\\ud800"}', "null", "[]", '"status"', "1e999", "{" * 500]),
 )
@@ -111,7 +130,7 @@ def planned() -> Iterator[tuple[Plane, str]]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(valid_reports, valid_reports, valid_reports, mutated(valid_reports), valid_hellos,
-                 mutated(valid_hellos), status_bodies, hello_bodies))
+                 mutated(valid_hellos), status_bodies, hello_bodies, valid_warmed, warmed_bodies))
 def test_any_parsed_report_or_hello_is_applied_or_ignored_and_the_invariant_holds(
     planned: tuple[Plane, str], body: Any
 ) -> None:
@@ -124,6 +143,11 @@ def test_any_parsed_report_or_hello_is_applied_or_ignored_and_the_invariant_hold
         outcome = record_report(plane.store, plane.queues, message, now=plane.clock())
         assert isinstance(outcome, ReportOutcome) and outcome.reason
         event("applied" if outcome.applied else "ignored")
+    elif isinstance(message, Warmed):
+        # Stored for a registered node, sent back to the queue for any other; never an error.
+        outcome = record_status(plane.store, plane.queues, plane.cluster, [("m", message)], now=plane.clock())
+        assert (outcome.warmed, outcome.retry_ids) in (([message.node], []), ([], ["m"]))
+        event("warm-up stored" if outcome.warmed else "warm-up retried")
     else:
         assert isinstance(message, Hello)
         register_node(plane.store, plane.queues, plane.cluster, message, now=plane.clock())

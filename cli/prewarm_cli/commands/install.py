@@ -38,12 +38,18 @@ def _cluster_options(f: Any) -> Any:
               help="Give the agent the SELinux type Bottlerocket requires to reach containerd's socket.")
 @click.option("--pull-secret-namespaces", metavar="NS,...", default="",
               help="Namespaces whose pull secrets jobs may name ('*': every namespace, also later ones).")
+@click.option("--startup-taint", metavar="KEY[=VALUE]:EFFECT", default="prewarm.dev/warming:NoSchedule",
+              show_default=True,
+              help="The taint new nodes join with (Karpenter startupTaints, node group taints); the agent removes "
+                   "it once the node's images are present.")
+@click.option("--max-warm-seconds", type=int, default=900, show_default=True,
+              help="Remove the startup taint this long after the node joined, whatever is missing.")
 @_cluster_options
 @target_options
 @click.pass_context
 def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn: str | None, pod_identity: bool,
-            registry_allowlist: str, bottlerocket: bool, pull_secret_namespaces: str, kubeconfig: str | None,
-            context: str | None) -> int:
+            registry_allowlist: str, bottlerocket: bool, pull_secret_namespaces: str, startup_taint: str,
+            max_warm_seconds: int, kubeconfig: str | None, context: str | None) -> int:
     """Install the agent and the functions' RBAC into the stack's cluster, filled in from the stack.
 
     \b
@@ -60,6 +66,7 @@ def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn:
             credentials_config=_credentials_config(target), agent_role_arn=agent_role_arn or "",
             pod_identity=pod_identity, registry_allowlist=[h for h in registry_allowlist.split(",") if h],
             bottlerocket=bottlerocket, pull_secret_namespaces=[pull_secret_namespaces],
+            startup_taint=startup_taint, max_warm_seconds=max_warm_seconds,
         )
         objects = render_objects(values)
     except InstallError as e:

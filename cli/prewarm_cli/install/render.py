@@ -110,6 +110,10 @@ class InstallValues:
     credential_namespaces: tuple[str, ...] = ()
     credential_secret: str = ""
     credential_service_accounts: tuple[str, ...] = ()
+    # The startup taint nodes join with (Karpenter's startupTaints, a node group's taints), as
+    # `key[=value]:Effect`, and how long a node may hold it at most.
+    startup_taint: str = "prewarm.dev/warming:NoSchedule"
+    max_warm_seconds: int = 900
 
     def problems(self) -> list[str]:
         missing = [name for name in ("region", "status_queue_url", "node_queue_prefix", "node_dlq_arn",
@@ -122,6 +126,23 @@ class InstallValues:
             found.append("--agent-role-arn and --pod-identity exclude each other")
         if self.agent_role_arn and not self.agent_role_arn.startswith("arn:"):
             found.append(f"agent role {self.agent_role_arn!r} is not an IAM role ARN")
+        found += self._startup_taint_problems()
+        return found
+
+    def _startup_taint_problems(self) -> list[str]:
+        from prewarm.domain.kubernetes import qualified_name_problem
+        from prewarm.domain.warming import parse_taint
+
+        found = []
+        try:
+            taint = parse_taint(self.startup_taint)
+        except ValueError as e:
+            found.append(f"--startup-taint: {e}")
+        else:
+            if problem := qualified_name_problem(taint.key):
+                found.append(f"--startup-taint: {problem}")
+        if self.max_warm_seconds < 1:
+            found.append(f"--max-warm-seconds: {self.max_warm_seconds} must be at least 1")
         return found
 
 
@@ -192,7 +213,12 @@ def _config_map(doc: Obj, values: InstallValues) -> None:
         "NODE_QUEUE_SENDER_ARNS": ",".join(values.node_queue_sender_arns),
         "REGISTRY_ALLOWLIST": ",".join(values.registry_allowlist),
         "ECR_CREDENTIALS": values.ecr_credentials,
+        "MAX_WARM_SECONDS": str(values.max_warm_seconds),
     })
+    from prewarm.domain.warming import parse_taint
+
+    taint = parse_taint(values.startup_taint)  # checked by `problems`
+    doc["data"].update({"STARTUP_TAINT_KEY": taint.key, "STARTUP_TAINT_EFFECT": taint.effect})
 
 
 def _daemon_set(doc: Obj, values: InstallValues) -> None:
@@ -262,6 +288,8 @@ def values_from_stack(
     registry_allowlist: Sequence[str] = (),
     bottlerocket: bool = False,
     pull_secret_namespaces: Sequence[str] = (),
+    startup_taint: str = InstallValues.startup_taint,
+    max_warm_seconds: int = InstallValues.max_warm_seconds,
 ) -> InstallValues:
     """The values of a stack whose settings `env` holds under the functions' variable names
     (`STATUS_QUEUE_URL`, ..., and `AGENT_ROLE_ARN` when the stack was given the agents' role)."""
@@ -282,6 +310,8 @@ def values_from_stack(
         credential_namespaces=namespaces,
         credential_secret=secret,
         credential_service_accounts=accounts,
+        startup_taint=startup_taint,
+        max_warm_seconds=max_warm_seconds,
     )
 
 

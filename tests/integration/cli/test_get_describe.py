@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prewarm.domain.messages import Hello
-from prewarm.services.reports import register_node
+from prewarm.domain.messages import Hello, Warmed
+from prewarm.services.reports import record_status, register_node
 from tests.support.cli import Run
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_yaml
@@ -137,10 +137,10 @@ def test_get_nodes_lists_registered_agents(prewarm: Run, control_plane: ControlP
 
     # Then the row shows architecture, the well-known labels, and the hello's age
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO"]
+    assert header.split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM"]
     row = next(r for r in rows if r.startswith("node-hello ")).split()
     assert row[:4] == ["node-hello", "arm64", "<none>", "<none>"]
-    assert row[4] in ("90s", "91s", "92s") and row[5] == "ago"
+    assert row[4] in ("90s", "91s", "92s") and row[5:] == ["ago", "<none>"]
     assert as_json["metadata"]["name"] == "node-hello" and as_json["status"]["architecture"] == "arm64"
 
 
@@ -165,8 +165,8 @@ def test_get_nodes_is_compact_and_show_labels_or_wide_give_every_label(
     assert "cpu-cpuid" not in plain.stdout
     assert labelled.stdout.splitlines()[0].split()[-1] == "LABELS"
     assert labelled.stdout.count("cpu-cpuid") == 40
-    assert wide.stdout.splitlines()[0].split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "QUEUE",
-                                                   "OS", "QUEUE-URL", "LABELS"]
+    assert wide.stdout.splitlines()[0].split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM",
+                                                   "QUEUE", "OS", "QUEUE-URL", "LABELS"]
     assert wide.stdout.count("cpu-cpuid") == 40
 
 
@@ -252,3 +252,75 @@ def test_what_get_prints_as_yaml_applies_back_unchanged(prewarm: Run, running_jo
     # Then nothing changes
     assert result.exit_code == 0, result.stderr
     assert result.stdout and all(line.endswith(" unchanged") for line in result.stdout.splitlines())
+
+
+def test_a_node_that_joined_with_the_startup_taint_shows_its_hello_to_warm_time(
+    prewarm: Run, control_plane: ControlPlane
+) -> None:
+    # Given a node that joined 60 s ago holding the startup taint, and another still warming
+    now = time.time()
+    for node in ("node-warm", "node-warming"):
+        hello = Hello(node=node, architecture="amd64", queue_url=control_plane.queues.queue_url(node),
+                      warm_until=now + 840)
+        register_node(control_plane.store, control_plane.queues, None, hello, now=now - 52)
+    # ... whose agent reported the taint off 40 s after its hello (SQS may deliver it before the hello:
+    # a Warmed for a node not registered yet goes back to the queue)
+    warmed = Warmed(node="node-warm", joined_at=now - 60, hello_at=now - 52, warm_at=now - 12, outcome="warm")
+    early = record_status(control_plane.store, control_plane.queues, None,
+                          [("m0", warmed.model_copy(update={"node": "node-unknown"}))], now=now)
+    assert early.retry_ids == ["m0"] and early.warmed == []
+    done = record_status(control_plane.store, control_plane.queues, None, [("m1", warmed)], now=now)
+    assert done.retry_ids == [] and done.warmed == ["node-warm"]
+
+    # When nodes are listed and the warm node is described
+    table = prewarm("get", "nodes").stdout.splitlines()
+    described = prewarm("describe", "node", "node-warm")
+    as_yaml = yaml.safe_load(prewarm("get", "node", "node-warm", "-o", "yaml").stdout)
+
+    # Then the table shows hello-to-warm for one and `warming` for the other
+    assert next(r for r in table if r.startswith("node-warm ")).split()[-1] == "40s"
+    assert next(r for r in table if r.startswith("node-warming ")).split()[-1] == "warming"
+    # ... describe gives the times from the join, and the YAML the figures
+    assert described.exit_code == 0, described.output
+    assert "Startup Taint: warm: every required image was present" in described.stdout
+    assert "Hello To Warm: 40s" in described.stdout and "Join To Warm:  48s" in described.stdout
+    assert as_yaml["status"]["startupTaint"]["outcome"] == "warm"
+    assert as_yaml["status"]["startupTaint"]["helloToWarmSeconds"] == pytest.approx(40, abs=0.01)
+
+    # And a restarted agent's hello (no taint now) keeps it, while a new join with the taint starts over
+    later = Hello(node="node-warm", architecture="amd64", queue_url=control_plane.queues.queue_url("node-warm"))
+    register_node(control_plane.store, control_plane.queues, None, later, now=now)
+    node = control_plane.store.get_node("node-warm")
+    assert node is not None and node.warm is not None and node.warm.hello_to_warm == pytest.approx(40)
+    register_node(control_plane.store, control_plane.queues, None, later.model_copy(update={"warm_until": now + 900}),
+                  now=now)
+    node = control_plane.store.get_node("node-warm")
+    assert node is not None and node.warm is None and node.warm_until == pytest.approx(now + 900)
+
+
+def test_a_node_whose_taint_came_off_at_the_deadline_names_what_was_missing(
+    prewarm: Run, control_plane: ControlPlane
+) -> None:
+    # Given a node whose taint came off at maxWarmSeconds with 23 images missing (the message names 20)
+    now = time.time()
+    hello = Hello(node="node-cold", queue_url=control_plane.queues.queue_url("node-cold"), warm_until=now - 1)
+    register_node(control_plane.store, control_plane.queues, None, hello, now=now - 905)
+    missing = [f"r.example/team/image-{i:02d}:v1" for i in range(20)]
+    warmed = Warmed(node="node-cold", joined_at=now - 910, hello_at=now - 905, warm_at=now - 10, outcome="timeout",
+                    missing=missing, missing_total=23)
+    assert record_status(control_plane.store, control_plane.queues, None, [("m", warmed)], now=now).warmed
+
+    # When it is described and listed
+    described = prewarm("describe", "node", "node-cold").stdout
+    row = next(r for r in prewarm("get", "nodes").stdout.splitlines() if r.startswith("node-cold "))
+
+    # Then it says the taint came off at the deadline, lists the 20 images and how many more
+    assert "removed at maxWarmSeconds with images missing" in described
+    assert "Missing (23):" in described and "image-19:v1" in described and "... and 3 more" in described
+    assert row.split()[-2:] == ["timeout", "15m"]
+
+
+def test_describe_an_unregistered_node_exits_1_naming_it(prewarm: Run) -> None:
+    result = prewarm("describe", "node", "node-nobody")
+    assert result.exit_code == 1
+    assert 'node "node-nobody" not registered' in result.output

@@ -14,6 +14,7 @@ from prewarm.domain.messages import (
     MessageError,
     RequiredImage,
     RequiredImages,
+    Warmed,
     parse_agent_message,
     parse_node_message,
 )
@@ -119,3 +120,17 @@ def test_a_hello_says_warm_until_only_when_the_node_holds_the_taint() -> None:
     assert "warm_until" not in json.loads(plain.model_dump_json())
     assert parse_agent_message(warming.model_dump_json()) == warming
     assert parse_agent_message(json.dumps({"v": 1, "kind": "hello", "node": "n1"})) == plain
+
+
+def test_a_warm_up_travels_on_the_status_queue_and_names_at_most_20_missing_images() -> None:
+    warmed = Warmed(node="n1", joined_at=1700000000, hello_at=1700000008.25, warm_at=1700000050, outcome="timeout",
+                    missing=["r.io/a:1"], missing_total=1)
+
+    assert parse_agent_message(warmed.model_dump_json()) == warmed
+    body = json.loads(warmed.model_dump_json())
+    with pytest.raises(MessageError, match=r"missing: List should have at most 20 items"):
+        parse_agent_message(json.dumps({**body, "missing": [f"r.io/{i}:1" for i in range(21)]}))
+    with pytest.raises(MessageError, match=r"outcome"):
+        parse_agent_message(json.dumps({**body, "outcome": "lukewarm"}))
+    with pytest.raises(MessageError, match=r"warm_at"):
+        parse_agent_message(json.dumps({**body, "warm_at": -1}))

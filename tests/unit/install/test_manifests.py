@@ -4,6 +4,7 @@ from the stack with nothing left to edit, and consistent with the agent's own se
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import kubernetes_validate
@@ -128,6 +129,30 @@ def test_the_allowlist_and_bottlerocket_selinux_type_reach_the_agent() -> None:
     assert one("ConfigMap", registry_allowlist=["ghcr.io"])["data"]["REGISTRY_ALLOWLIST"] == "ghcr.io"
     assert container["securityContext"]["seLinuxOptions"] == {"type": "super_t"}
     assert "seLinuxOptions" not in agent_container()["securityContext"]
+
+
+def test_the_startup_taint_and_warm_deadline_reach_the_agent_and_the_admission_policy() -> None:
+    # The agent reads the ConfigMap's keys; the policy's binding reads the same ConfigMap as its params.
+    data = one("ConfigMap", startup_taint="karpenter.example.com/cold=yes:NoExecute", max_warm_seconds=600)["data"]
+    default = one("ConfigMap")["data"]
+
+    assert (data["STARTUP_TAINT_KEY"], data["STARTUP_TAINT_EFFECT"], data["MAX_WARM_SECONDS"]) == (
+        "karpenter.example.com/cold", "NoExecute", "600")
+    assert (default["STARTUP_TAINT_KEY"], default["STARTUP_TAINT_EFFECT"], default["MAX_WARM_SECONDS"]) == (
+        "prewarm.dev/warming", "NoSchedule", "900")
+    settings = AgentSettings.model_validate({**data, "NODE_NAME": "n1"})
+    assert str(settings.startup_taint) == "karpenter.example.com/cold:NoExecute" and settings.max_warm_seconds == 600
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"startup_taint": "prewarm.dev/warming"}, "--startup-taint: taint 'prewarm.dev/warming' must be key"),
+    ({"startup_taint": "bad key!:NoSchedule"}, '--startup-taint: key "bad key!"'),
+    ({"startup_taint": "x:NoWay"}, "Effect one of NoSchedule, PreferNoSchedule, NoExecute"),
+    ({"max_warm_seconds": 0}, "--max-warm-seconds: 0 must be at least 1"),
+])
+def test_a_bad_startup_taint_or_deadline_is_refused_naming_the_option(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(InstallError, match=re.escape(message)):
+        documents(**overrides)
 
 
 def test_every_namespace_binds_the_pull_secret_group_cluster_wide() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.messages import CancelTask, Hello, PullTask, RequiredImages, StatusReport, node_queue_name
+from prewarm.domain.messages import CancelTask, Hello, PullTask, RequiredImages, StatusReport, Warmed, node_queue_name
 
 TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
@@ -231,13 +231,13 @@ class NodeQueues(_SqsAdapter):
 
 
 class StatusQueue(_SqsAdapter):
-    """The agents' side of the status queue: reports and hellos."""
+    """The agents' side of the status queue: reports, hellos and warm-ups."""
 
     def __init__(self, url: str, client: Any = None) -> None:
         self.url = url
         self._client = client
 
-    def send(self, message: StatusReport | Hello) -> None:
+    def send(self, message: StatusReport | Hello | Warmed) -> None:
         try:
             self.client.send_message(QueueUrl=self.url, MessageBody=message.model_dump_json())
         except ClientError as e:

@@ -1,14 +1,15 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
 Node queues carry `PullTask`, `CancelTask` and `RequiredImages`; the status queue carries
-`StatusReport` and `Hello`. Every message has `v` (the schema version) and `kind`, so a reader can
+`StatusReport`, `Hello` and `Warmed`. Every message has `v` (the schema version) and `kind`, so a reader can
 reject what it does not know with a clear error instead of guessing.
 
 Versioning: `v` changes only when an existing kind changes meaning or loses a field. A new kind, or a
 new optional field, keeps `v` but is sent only to readers that announced they take it: readers
 forbid unknown fields and kinds (a poison message to them), so an old agent must never see a
-`RequiredImages` (the control plane sends it only after a hello with `warm_until`), and an agent
-leaves `warm_until` out of its hello unless its node holds the startup taint.
+`RequiredImages` (the control plane sends it only after a hello with `warm_until`), an agent
+leaves `warm_until` out of its hello unless its node holds the startup taint, and it sends `Warmed`
+only to a control plane that sent it a `RequiredImages` (so one that reads `Warmed`).
 """
 
 from __future__ import annotations
@@ -172,8 +173,28 @@ class RequiredImages(_Message):
     images: list[RequiredImage] = Field(default_factory=list)
 
 
+# A `Warmed` names at most this many of the images still missing at the warm deadline (the agent's
+# Event on the node has them all, with the reasons).
+WARMED_MISSING_MAX = 20
+
+
+class Warmed(_Message):
+    """The node's startup taint came off: when the node joined, when its agent said hello, when the taint
+    went, and whether every required image was present then (`warm`) or the deadline passed (`timeout`)."""
+
+    kind: Literal["warmed"] = "warmed"
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    joined_at: EpochSeconds
+    hello_at: EpochSeconds
+    warm_at: EpochSeconds
+    outcome: Literal["warm", "timeout"]
+    missing: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list, max_length=WARMED_MISSING_MAX, description="images missing at the deadline")
+    missing_total: Count = Field(default=0, description="how many were missing, `missing` names the first ones")
+
+
 NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
-AgentMessage = Annotated[StatusReport | Hello, Field(discriminator="kind")]
+AgentMessage = Annotated[StatusReport | Hello | Warmed, Field(discriminator="kind")]
 
 
 
@@ -183,7 +204,7 @@ def _node_message() -> TypeAdapter[PullTask | CancelTask | RequiredImages]:
 
 
 @cache
-def _agent_message() -> TypeAdapter[StatusReport | Hello]:
+def _agent_message() -> TypeAdapter[StatusReport | Hello | Warmed]:
     return TypeAdapter(AgentMessage)
 
 
@@ -203,7 +224,7 @@ def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredIma
         raise MessageError(f"invalid node message: {_describe(e)}") from None
 
 
-def parse_agent_message(body: str | bytes) -> StatusReport | Hello:
+def parse_agent_message(body: str | bytes) -> StatusReport | Hello | Warmed:
     """Parse a status-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _agent_message().validate_json(body)

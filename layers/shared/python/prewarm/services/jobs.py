@@ -26,6 +26,7 @@ from prewarm.services.ports import (
     JobRecord,
     JobStore,
     NodeTaskRecord,
+    NodeWarm,
     StoreConflictError,
     TaskQueues,
     TaskSendError,
@@ -302,21 +303,31 @@ class JobView:
     excluded: list[ExcludedNode] = field(default_factory=list)
     # Nodes whose agent said hello, read (`with_agents`) when some node still waits; None when not read.
     agents: frozenset[str] | None = None
+    # How the job's nodes that joined with the startup taint warmed (`with_agents`, `Never` jobs).
+    warm: dict[str, NodeWarm] = field(default_factory=dict)
 
 
 def view_job(
     store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False, with_agents: bool = False
 ) -> JobView:
     """One job; `with_tasks` reads its nodes, and `with_agents` the registered agents when a node still
-    waits (so that a node with no agent can be told from one waiting its turn)."""
+    waits (so that a node with no agent can be told from one waiting its turn) or the job is `Never`
+    (how its nodes warmed)."""
     record = store.get_job(job_key(namespace, name))
     if record is None:
         raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
     view = _view(store, record, now=now, with_tasks=with_tasks)
     if record.shards and not with_tasks:  # with_tasks has read them already
         view.excluded = store.get_excluded(record.key, shards=record.shards)
-    if with_agents and any(t.phase is NodePhase.WAITING for t in view.tasks):
-        view.agents = frozenset(n.name for n in store.list_nodes())
+    waiting = any(t.phase is NodePhase.WAITING for t in view.tasks)
+    policy = (record.manifest.get("spec") or {}).get("completionPolicy") or {}
+    never = record.api_kind == "ImagePullJob" and policy.get("type") == "Never"
+    if with_agents and (waiting or (never and view.tasks)):
+        nodes = store.list_nodes()
+        if waiting:
+            view.agents = frozenset(n.name for n in nodes)
+        mine = {t.node for t in view.tasks}
+        view.warm = {n.name: n.warm for n in nodes if n.warm is not None and n.name in mine}
     return view
 
 

@@ -182,6 +182,26 @@ class JobRecord:
         return f"{self.generation}.{self.round}"
 
 
+@dataclass(frozen=True)
+class NodeWarm:
+    """How a node's startup taint came off (the agent's `Warmed`): `warm` or `timeout`, and when."""
+
+    joined_at: float
+    hello_at: float
+    warm_at: float
+    outcome: str
+    missing: tuple[str, ...] = ()
+    missing_total: int = 0
+
+    @property
+    def hello_to_warm(self) -> float:
+        return max(0.0, self.warm_at - self.hello_at)
+
+    @property
+    def join_to_warm(self) -> float:
+        return max(0.0, self.warm_at - self.joined_at)
+
+
 @dataclass
 class RegisteredNode:
     name: str
@@ -192,6 +212,8 @@ class RegisteredNode:
     last_hello: float
     # The hello's: until when the node holds the startup taint, at the latest (None: it does not).
     warm_until: float | None = None
+    # How its startup taint came off, once it has (kept across later hellos until the node warms again).
+    warm: NodeWarm | None = None
 
 
 @dataclass(frozen=True)
@@ -262,6 +284,8 @@ class JobStore(Protocol):
     def list_rules(self) -> list[dict[str, Any]]: ...
     def delete_rule(self, name: str) -> bool: ...
     def put_node(self, node: RegisteredNode) -> None: ...
+    def record_warm(self, node: str, warm: NodeWarm) -> bool: ...
+    def get_node(self, name: str) -> RegisteredNode | None: ...
     def list_nodes(self) -> list[RegisteredNode]: ...
     def delete_node(self, name: str) -> None: ...
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import Hello, NodePhase, RequiredImages, StatusReport
+from prewarm.domain.messages import Hello, NodePhase, RequiredImages, StatusReport, Warmed
 from prewarm.domain.status import NodeChange, applied, merged, precedence, report_change
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done
 from prewarm.services.ports import (
@@ -27,6 +27,7 @@ from prewarm.services.ports import (
     JobStore,
     NodeTaskRecord,
     NodeUpdate,
+    NodeWarm,
     RegisteredNode,
     StoreConflictError,
     StoreRetryableError,
@@ -247,6 +248,15 @@ class HelloOutcome:
     required: list[str] | None = None
 
 
+def record_warm(store: JobStore, warmed: Warmed) -> bool:
+    """Stores how a node's startup taint came off, for `describe node` and `get nodes`; False when the
+    node is not registered yet (SQS may deliver the `Warmed` before the hello: it comes again)."""
+    return store.record_warm(warmed.node, NodeWarm(
+        joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
+        missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
+    ))
+
+
 def register_node(
     store: JobStore,
     queues: TaskQueues,
@@ -294,6 +304,7 @@ class StatusBatchOutcome:
     retry_ids: list[str] = field(default_factory=list)
     reports: list[tuple[StatusReport, ReportOutcome]] = field(default_factory=list)
     hellos: list[HelloOutcome] = field(default_factory=list)
+    warmed: list[str] = field(default_factory=list)
     job_writes: int = 0
 
 
@@ -301,14 +312,14 @@ def record_status(
     store: JobStore,
     queues: TaskQueues,
     cluster: Cluster | None,
-    messages: Sequence[tuple[str, StatusReport | Hello]],
+    messages: Sequence[tuple[str, StatusReport | Hello | Warmed]],
     *,
     now: float,
 ) -> StatusBatchOutcome:
-    """A batch of the status queue, keyed by message id: hellos one by one, reports together.
+    """A batch of the status queue, keyed by message id: hellos and warm-ups one by one, reports together.
 
-    A hello that fails goes back to the queue on its own; reports that could not be applied yet
-    (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
+    A hello or warm-up that fails goes back to the queue on its own; reports that could not be applied
+    yet (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
     """
     outcome = StatusBatchOutcome()
     reports: list[tuple[str, StatusReport]] = []
@@ -318,6 +329,18 @@ def record_status(
                 outcome.hellos.append(register_node(store, queues, cluster, message, now=now))
             except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
                 log.warning("hello of %s not registered yet: %s", message.node, e)
+                outcome.retry_ids.append(message_id)
+        elif isinstance(message, Warmed):
+            try:
+                recorded = record_warm(store, message)
+            except StoreRetryableError as e:
+                recorded, why = False, str(e)
+            else:
+                why = "its hello is not registered yet"
+            if recorded:
+                outcome.warmed.append(message.node)
+            else:
+                log.warning("warm-up of %s not recorded yet: %s", message.node, why)
                 outcome.retry_ids.append(message_id)
         else:
             reports.append((message_id, message))
