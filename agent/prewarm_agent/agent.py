@@ -22,7 +22,9 @@ from prewarm.domain.images import parse_image
 from prewarm.domain.messages import (
     WARMED_MISSING_MAX,
     CancelTask,
+    FromAgent,
     Hello,
+    ImageGone,
     MessageError,
     NodePhase,
     PullTask,
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 
 # Outcomes remembered per (job_uid, round), so a redelivered task is answered without a second pull.
 OUTCOMES_KEPT = 4096
+# Succeeded pulls watched for garbage collection (the newest; a node holds far fewer images).
+KEPT_IMAGES = 1024
 SHUTDOWN_REASON = "agent shutting down"
 _REPORT_TRIES = 3
 # Waiting for a node queue name SQS refuses for 60 s after a deletion: retries back off to this.
@@ -69,7 +73,7 @@ def agent_version() -> str:
 class StatusSink(Protocol):
     """Where reports and the hello go (`StatusQueue`)."""
 
-    def send(self, message: StatusReport | Hello | Warmed) -> None: ...
+    def send(self, message: FromAgent) -> None: ...
 
 
 class IngestSource(Protocol):
@@ -159,6 +163,10 @@ class Agent:
         self._runs: dict[tuple[str, int], TaskRun] = {}
         self._run_threads: dict[tuple[str, int], threading.Thread] = {}
         self._outcomes: OrderedDict[tuple[str, int], StatusReport] = OrderedDict()
+        # Tasks whose pull succeeded, watched in case the image disappears (docs/agent.md, "Garbage
+        # collection"); and those reported gone, whose task, when it comes again, pulls again.
+        self._kept: OrderedDict[tuple[str, int], PullTask] = OrderedDict()
+        self._reported_gone: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.start_problem = ""  # why the node queue could not be set up yet, for /readyz
@@ -208,6 +216,8 @@ class Agent:
             self._spawn(self._heartbeat, "agent-heartbeat"),
             self._spawn(self._sample_progress, "agent-progress"),
         ]
+        if s.image_check_interval_seconds > 0:
+            self._background.append(self._spawn(self._watch_images, "agent-images"))
         if self.warming is not None:
             hold = self.warming
             self._background.append(self._spawn(lambda: self._warm(hold), "agent-warming"))
@@ -465,6 +475,12 @@ class Agent:
             elif run is not None:
                 run.deliveries.append(delivery)
                 kind = "duplicate"
+            elif key in self._reported_gone:
+                self._reported_gone.discard(key)
+                again = TaskRun(task, delivery, after=self._outcomes.pop(key, None))
+                self._runs[key] = again
+                self._run_threads[key] = self._spawn(lambda: self._run(again), f"pull-{task.job_uid[:8]}")
+                kind = "again"
             elif key in self._outcomes:
                 finished = self._outcomes[key]
                 kind = "finished"
@@ -483,6 +499,8 @@ class Agent:
             self.log.info("task already finished here (%s); reporting it again", finished.phase, extra=context)
             if self._send(finished):
                 self._delete([delivery])
+        elif kind == "again":
+            self.log.info("task received again after its image was removed: pulling it again", extra=context)
         else:
             self.log.info("task received (%s)", task.image_pull_policy, extra=context)
 
@@ -492,6 +510,8 @@ class Agent:
         context = {"job": cancel.job, "round": cancel.round}
         unknown: StatusReport | None = None
         with self._lock:
+            self._kept.pop(key, None)
+            self._reported_gone.discard(key)
             run = self._runs.get(key)
             mismatched = run is not None and run.task.job != cancel.job
             if mismatched:
@@ -539,6 +559,11 @@ class Agent:
             deliveries = list(run.deliveries)
             if not released:
                 self._remember(run.key, report)
+            if report.phase == NodePhase.SUCCEEDED and not run.cancelled.is_set():
+                self._kept[run.key] = run.task
+                self._kept.move_to_end(run.key)
+                while len(self._kept) > KEPT_IMAGES:
+                    self._kept.popitem(last=False)
         if released:
             if run.pulling:
                 self._send(report)
@@ -622,6 +647,55 @@ class Agent:
                     self.log.warning("visibility not extended: %s", failure)
             self._send_hello()
             self._send_warmed()
+
+    def _watch_images(self) -> None:
+        while not self._background_stop.wait(self.settings.image_check_interval_seconds):
+            try:
+                self.check_images()
+            except Exception:
+                self.log.exception("image check failed")
+
+    def check_images(self) -> list[ImageGone]:
+        """One ListImages: report each image a task pulled here (Succeeded) that is no longer on the node,
+        with the disk guard's verdict, so the control plane pulls it again or marks the node."""
+        with self._lock:
+            kept = list(self._kept.items())
+        if not kept:
+            return []
+        try:
+            present = {name for image in self.cri.list_images()
+                       for name in (image.id, *image.repo_tags, *image.repo_digests)}
+        except CriError as e:
+            self.log.warning("image check skipped: containerd did not list its images: %s", e)
+            return []
+        gone = []
+        for key, task in kept:
+            if task.image in present or self._still_there(task.image):
+                continue
+            disk = self.runner.disk.check(task.size_bytes) or ""
+            message = ImageGone(job=task.job, job_uid=task.job_uid, round=task.round, node=task.node,
+                                image=task.image, seen_at=self.clock.time(), disk=disk)
+            try:
+                self.status.send(message)
+            except QueueError as e:
+                self.log.warning("gone image not reported, trying again at the next check: %s", e)
+                continue
+            with self._lock:
+                self._kept.pop(key, None)
+                self._reported_gone.add(key)
+            self.metrics.images_gone.inc()
+            self.log.warning("image removed from the node since it was pulled (image garbage collection?)%s",
+                             f"; not enough room to pull it again: {disk}" if disk else "",
+                             extra={"job": task.job, "image": task.image, "round": task.round})
+            gone.append(message)
+        return gone
+
+    def _still_there(self, image: str) -> bool:
+        """ListImages names images as containerd stored them; ask once more by the task's own reference."""
+        try:
+            return self.cri.image_status(image) is not None
+        except CriError:
+            return True  # unknown: not reported as gone
 
     def _sample_progress(self) -> None:
         while not self._background_stop.wait(self.settings.progress_interval_seconds):

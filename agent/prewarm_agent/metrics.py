@@ -55,6 +55,11 @@ class AgentMetrics:
             "Startup taint removed from this node: warm (every required image present) or timeout "
             "(MAX_WARM_SECONDS passed with images missing)", ["outcome"], registry=self.registry,
         )
+        self.images_gone = Counter(
+            "prewarm_agent_images_gone",
+            "Images this agent pulled (Succeeded) that later disappeared from the node, as reported to the "
+            "control plane (image garbage collection)", registry=self.registry,
+        )
         self.startup_taint_seconds = Gauge(
             "prewarm_agent_startup_taint_seconds",
             "Seconds from the node's join to the removal of its startup taint (0 until removed)",

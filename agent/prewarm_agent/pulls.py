@@ -63,7 +63,9 @@ class TaskRun:
     invisible while the run lives and deleted once the outcome is reported.
     """
 
-    def __init__(self, task: PullTask, delivery: Delivery) -> None:
+    def __init__(self, task: PullTask, delivery: Delivery, *, after: StatusReport | None = None) -> None:
+        """`after`: the last report of an earlier run of the same task (a pull again after the image was
+        removed): this run's reports number on from it, so the control plane takes them as newer."""
         self.task = task
         self.key = (task.job_uid, task.round)
         self.deliveries = [delivery]
@@ -78,7 +80,8 @@ class TaskRun:
         self.started_at: float | None = None
         self.attempt_started_at: float | None = None
         self.shared: SharedPull | None = None
-        self._seq = 0
+        self._seq = after.seq if after is not None else 0
+        self._attempt_base = after.attempt if after is not None else 0
         self._lock = threading.Lock()
 
     def cancel(self, reason: str, *, shutdown: bool = False) -> None:
@@ -109,7 +112,7 @@ class TaskRun:
         return StatusReport.model_validate(
             {
                 "job": self.task.job, "job_uid": self.task.job_uid, "round": self.task.round,
-                "node": self.task.node, "phase": phase, "seq": seq, "attempt": self.attempt,
+                "node": self.task.node, "phase": phase, "seq": seq, "attempt": self._attempt_base + self.attempt,
                 "started_at": self.started_at, **fields,
             }
         )

@@ -55,6 +55,8 @@ class AgentSettings(BaseModel):
     cri_socket: str = Field(default=DEFAULT_CRI_SOCKET, alias="CRI_SOCKET", min_length=1)
     max_concurrent_pulls: int = Field(default=2, alias="MAX_CONCURRENT_PULLS", ge=1, le=64)
     disk_threshold_percent: float = Field(default=85.0, alias="DISK_THRESHOLD_PERCENT", gt=0, le=100)
+    # One ListImages this often looks for images garbage collection removed after they were pulled (0: never).
+    image_check_interval_seconds: float = Field(default=300.0, alias="IMAGE_CHECK_INTERVAL_SECONDS", ge=0)
     node_queue_visibility_seconds: int = Field(
         default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=3, le=SQS_MAX_VISIBILITY_SECONDS
     )

@@ -1,4 +1,5 @@
-"""Status queue → agent reports, hellos and warm-ups: a batch applied together, exactly once; freed slots refilled."""
+"""Status queue → agent reports, hellos, warm-ups and gone images: a batch applied together, exactly
+once; freed slots refilled."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
-from prewarm.domain.messages import Hello, MessageError, NodePhase, StatusReport, Warmed, parse_agent_message
+from prewarm.domain.messages import FromAgent, MessageError, NodePhase, parse_agent_message
 from prewarm.observability import logger, metrics, tracer
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    messages: list[tuple[str, StatusReport | Hello | Warmed]] = []
+    messages: list[tuple[str, FromAgent]] = []
     poison: list[str] = []
     for record in event["Records"]:
         try:
@@ -35,6 +36,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
         logger.info("node registered", extra={"node": hello.node, "added_to": hello.added_to})
     for node in outcome.warmed:
         logger.info("node warm-up recorded", extra={"node": node})
+    for gone in outcome.gone:
+        logger.info("image gone from a node", extra={"node": gone.node, "job": gone.job, "action": gone.action,
+                                                     "reason": gone.reason})
+        if gone.action != "ignore":
+            metrics.add_metric(name="ImagesGone", unit=MetricUnit.Count, value=1)
     for report, result in outcome.reports:
         if not result.applied:
             logger.info("report not applied", extra={"job": report.job, "node": report.node, "reason": result.reason,

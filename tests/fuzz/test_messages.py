@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from prewarm.domain.messages import (
     Hello,
+    ImageGone,
     MessageError,
     StatusReport,
     Warmed,
@@ -61,6 +62,15 @@ valid_warmed = st.fixed_dictionaries(
     {"kind": st.just("warmed"), "node": st.sampled_from([*NODES, "n9"]), "joined_at": st.floats(0, 2e9),
      "hello_at": st.floats(0, 2e9), "warm_at": st.floats(0, 2e9), "outcome": st.sampled_from(["warm", "timeout"])},
     optional={"missing": st.lists(st.text(min_size=1, max_size=40), max_size=20), "missing_total": st.integers(0, 50)})
+gone_bodies = document({
+    **ref_fields, "kind": maybe(st.just("gone")), "image": maybe(texts | st.just("r" * 2000)), "seen_at": stamps,
+    "disk": maybe(texts),
+})
+valid_gone = st.fixed_dictionaries(
+    {"kind": st.just("gone"), "job": st.sampled_from([KEY] * 3 + ["default/other"]),
+     "job_uid": st.sampled_from(["UID"] * 3 + ["other-uid"]), "round": st.sampled_from([0] * 3 + [1]),
+     "node": st.sampled_from([*NODES, "n9"]), "image": st.just("r.example/app:v1"), "seen_at": st.floats(0, 2e9)},
+    optional={"disk": st.sampled_from(["", "disk guard: imagefs 91% used, threshold 85%"])})
 valid_reports = st.fixed_dictionaries(
     {"v": st.just(1), "kind": st.just("status"), "job": st.sampled_from([KEY] * 5 + ["default/other"]),
      "job_uid": st.sampled_from(["UID"] * 5 + ["other-uid"]), "round": st.sampled_from([0] * 5 + [1]),
@@ -87,7 +97,7 @@ def as_body(value: Any) -> st.SearchStrategy[str | bytes]:
 
 
 bodies = st.one_of(
-    st.one_of(status_bodies, hello_bodies, warmed_bodies, node_bodies, mutated(valid_reports),
+    st.one_of(status_bodies, hello_bodies, warmed_bodies, gone_bodies, node_bodies, mutated(valid_reports),
               json_values).flatmap(as_body),
     st.binary(max_size=60), st.text(max_size=60),
     st.sampled_from(['{"v": 1, "kind": "status", "job": "\\ud800"}', "null", "[]", '"status"', "1e999", "{" * 500]),
@@ -130,7 +140,8 @@ def planned() -> Iterator[tuple[Plane, str]]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(valid_reports, valid_reports, valid_reports, mutated(valid_reports), valid_hellos,
-                 mutated(valid_hellos), status_bodies, hello_bodies, valid_warmed, warmed_bodies))
+                 mutated(valid_hellos), status_bodies, hello_bodies, valid_warmed, warmed_bodies, valid_gone,
+                 gone_bodies))
 def test_any_parsed_report_or_hello_is_applied_or_ignored_and_the_invariant_holds(
     planned: tuple[Plane, str], body: Any
 ) -> None:
@@ -143,6 +154,11 @@ def test_any_parsed_report_or_hello_is_applied_or_ignored_and_the_invariant_hold
         outcome = record_report(plane.store, plane.queues, message, now=plane.clock())
         assert isinstance(outcome, ReportOutcome) and outcome.reason
         event("applied" if outcome.applied else "ignored")
+    elif isinstance(message, ImageGone):
+        # A node of the job pulls again, or is ignored; the counters never move.
+        outcome = record_status(plane.store, plane.queues, plane.cluster, [("m", message)], now=plane.clock())
+        assert outcome.retry_ids == [] and len(outcome.gone) == 1
+        event(f"gone: {outcome.gone[0].action}")
     elif isinstance(message, Warmed):
         # Stored for a registered node, sent back to the queue for any other; never an error.
         outcome = record_status(plane.store, plane.queues, plane.cluster, [("m", message)], now=plane.clock())

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues
-    from prewarm.domain.messages import Hello, StatusReport, Warmed
+    from prewarm.domain.messages import FromAgent, Hello, StatusReport
     from prewarm.domain.refresh import CredentialsConfig
     from prewarm.services.credentials import RefreshReport
     from prewarm.services.dispatch import PlanResult
@@ -171,7 +171,7 @@ def tell_warming_nodes() -> None:
         raise TaskSendError(failures)
 
 
-def record_status(messages: Sequence[tuple[str, StatusReport | Hello | Warmed]]) -> StatusBatchOutcome:
+def record_status(messages: Sequence[tuple[str, FromAgent]]) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports."""
     from prewarm.services.reports import record_status
 

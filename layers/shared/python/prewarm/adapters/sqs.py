@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.messages import CancelTask, Hello, PullTask, RequiredImages, StatusReport, Warmed, node_queue_name
+from prewarm.domain.messages import CancelTask, FromAgent, PullTask, RequiredImages, node_queue_name
 
 TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
@@ -237,7 +237,7 @@ class StatusQueue(_SqsAdapter):
         self.url = url
         self._client = client
 
-    def send(self, message: StatusReport | Hello | Warmed) -> None:
+    def send(self, message: FromAgent) -> None:
         try:
             self.client.send_message(QueueUrl=self.url, MessageBody=message.model_dump_json())
         except ClientError as e:

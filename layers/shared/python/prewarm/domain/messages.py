@@ -1,15 +1,16 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
 Node queues carry `PullTask`, `CancelTask` and `RequiredImages`; the status queue carries
-`StatusReport`, `Hello` and `Warmed`. Every message has `v` (the schema version) and `kind`, so a reader can
-reject what it does not know with a clear error instead of guessing.
+`StatusReport`, `Hello`, `Warmed` and `ImageGone`. Every message has `v` (the schema version) and
+`kind`, so a reader can reject what it does not know with a clear error instead of guessing.
 
 Versioning: `v` changes only when an existing kind changes meaning or loses a field. A new kind, or a
 new optional field, keeps `v` but is sent only to readers that announced they take it: readers
 forbid unknown fields and kinds (a poison message to them), so an old agent must never see a
 `RequiredImages` (the control plane sends it only after a hello with `warm_until`), an agent
 leaves `warm_until` out of its hello unless its node holds the startup taint, and it sends `Warmed`
-only to a control plane that sent it a `RequiredImages` (so one that reads `Warmed`).
+only to a control plane that sent it a `RequiredImages` (so one that reads `Warmed`). `ImageGone`
+relies on the upgrade order (docs/operations.md, "Upgrade": the stack before the agents).
 """
 
 from __future__ import annotations
@@ -193,8 +194,21 @@ class Warmed(_Message):
     missing_total: Count = Field(default=0, description="how many were missing, `missing` names the first ones")
 
 
+class ImageGone(_Message, JobRef):
+    """An image this node pulled for a task, and reported Succeeded, is no longer there (kubelet's image
+    garbage collection, or someone removed it). `disk` is the agent's disk guard refusal at that moment
+    ("" when there is room): the control plane pulls it again only when there is."""
+
+    kind: Literal["gone"] = "gone"
+    image: str = Field(min_length=1, max_length=1024)
+    seen_at: EpochSeconds
+    disk: str = Field(default="", max_length=1024)
+
+
 NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
-AgentMessage = Annotated[StatusReport | Hello | Warmed, Field(discriminator="kind")]
+# What agents send on the status queue.
+FromAgent = StatusReport | Hello | Warmed | ImageGone
+AgentMessage = Annotated[FromAgent, Field(discriminator="kind")]
 
 
 
@@ -204,7 +218,7 @@ def _node_message() -> TypeAdapter[PullTask | CancelTask | RequiredImages]:
 
 
 @cache
-def _agent_message() -> TypeAdapter[StatusReport | Hello | Warmed]:
+def _agent_message() -> TypeAdapter[FromAgent]:
     return TypeAdapter(AgentMessage)
 
 
@@ -224,7 +238,7 @@ def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredIma
         raise MessageError(f"invalid node message: {_describe(e)}") from None
 
 
-def parse_agent_message(body: str | bytes) -> StatusReport | Hello | Warmed:
+def parse_agent_message(body: str | bytes) -> FromAgent:
     """Parse a status-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _agent_message().validate_json(body)

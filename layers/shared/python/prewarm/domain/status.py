@@ -151,12 +151,15 @@ def accepts(stored: NodePhase, stored_key: ReportKey, new: NodePhase, new_key: R
     """A report counts if it moves the node forward, or is a newer report of the same running phase.
 
     The phase order lets a final phase give way only to a truer one (a pull that succeeded after the
-    sweep declared the node silent); the same final phase twice is a duplicate.
+    sweep declared the node silent); the same final phase twice is a duplicate, unless the second
+    comes from a later attempt: the node pulled again after its image was removed (`healing`).
     """
     if not can_transition(stored, new):
         return False
     if new == stored:
-        return not new.is_terminal and is_newer(new_key, stored_key)
+        if new.is_terminal:
+            return new_key.round == stored_key.round and new_key.attempt > stored_key.attempt
+        return is_newer(new_key, stored_key)
     return True
 
 

@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import Hello, NodePhase, RequiredImages, StatusReport, Warmed
+from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
 from prewarm.domain.status import NodeChange, applied, merged, precedence, report_change
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done
+from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     Cluster,
     JobRecord,
@@ -305,6 +306,7 @@ class StatusBatchOutcome:
     reports: list[tuple[StatusReport, ReportOutcome]] = field(default_factory=list)
     hellos: list[HelloOutcome] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)
+    gone: list[GoneOutcome] = field(default_factory=list)
     job_writes: int = 0
 
 
@@ -312,13 +314,14 @@ def record_status(
     store: JobStore,
     queues: TaskQueues,
     cluster: Cluster | None,
-    messages: Sequence[tuple[str, StatusReport | Hello | Warmed]],
+    messages: Sequence[tuple[str, FromAgent]],
     *,
     now: float,
 ) -> StatusBatchOutcome:
-    """A batch of the status queue, keyed by message id: hellos and warm-ups one by one, reports together.
+    """A batch of the status queue, keyed by message id: hellos, warm-ups and gone images one by one,
+    reports together.
 
-    A hello or warm-up that fails goes back to the queue on its own; reports that could not be applied
+    A hello, warm-up or gone image that fails goes back to the queue on its own; reports that could not be applied
     yet (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
     """
     outcome = StatusBatchOutcome()
@@ -329,6 +332,12 @@ def record_status(
                 outcome.hellos.append(register_node(store, queues, cluster, message, now=now))
             except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
                 log.warning("hello of %s not registered yet: %s", message.node, e)
+                outcome.retry_ids.append(message_id)
+        elif isinstance(message, ImageGone):
+            try:
+                outcome.gone.append(record_gone(store, queues, message))
+            except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
+                log.warning("gone image %s of %s not handled yet: %s", message.image, message.node, e)
                 outcome.retry_ids.append(message_id)
         elif isinstance(message, Warmed):
             try:
