@@ -39,6 +39,7 @@ from prewarm_agent.clock import Clock, SystemClock
 from prewarm_agent.credentials import RegistryCredentials, registry_credentials
 from prewarm_agent.cri.client import ContentStatusReader, CriImageClient
 from prewarm_agent.cri.errors import CriError
+from prewarm_agent.cri.pinning import PINNED_LABEL, ImagePins
 from prewarm_agent.disk import DiskGuard
 from prewarm_agent.endpoints import OpsServer
 from prewarm_agent.logs import NodeLogger
@@ -552,6 +553,8 @@ class Agent:
         self._finish(run, report)
 
     def _finish(self, run: TaskRun, report: StatusReport) -> None:
+        if report.phase == NodePhase.SUCCEEDED and run.task.pin:
+            report = report.model_copy(update={"message": f"{report.message}; {self._pin(run)}".lstrip("; ")})
         released = run.shutdown and report.phase == "Cancelled"
         with self._lock:
             self._runs.pop(run.key, None)
@@ -580,6 +583,18 @@ class Agent:
             self.warming.poke()
         if self._send(report):
             self._delete(deliveries)
+
+    def _pin(self, run: TaskRun) -> str:
+        """Pins the pulled image (the job's `prewarm.dev/pin`); says how it went. A pin that fails
+        leaves the pull Succeeded: the image is there, garbage collection may only take it sooner."""
+        try:
+            with ImagePins(self.settings.cri_socket) as pins:
+                records = pins.pin(run.task.image)
+        except CriError as e:
+            self.log.warning("image pulled but not pinned: %s", e, extra=_context(run))
+            return f"not pinned: {e}"
+        self.log.info("image pinned (%s on %d records)", PINNED_LABEL, len(records), extra=_context(run))
+        return "pinned"
 
     def _count(self, report: StatusReport) -> None:
         self.metrics.pulls.labels(report.phase).inc()

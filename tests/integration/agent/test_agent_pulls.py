@@ -20,6 +20,7 @@ from prewarm.domain.messages import PullTask
 from prewarm.domain.refresh import RegistryToken, registry_secret_name
 from prewarm_agent.cri.client import CriImageClient
 from prewarm_agent.cri.errors import ImagePullError
+from prewarm_agent.cri.pinning import PINNED_LABEL, ImageNotFoundError, ImagePins
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.node.containerd import PrivateContainerd
 from prewarm_devtools.node.images import host_architecture
@@ -654,3 +655,41 @@ def test_task_for_another_node_is_left_for_the_dead_letter_queue(agents: Agents)
 
     assert eventually(lambda: agent.metric("prewarm_agent_messages_received_total", kind="poison") == 1, timeout=5)
     assert agent.queue_depth() == (0, 1)
+
+
+# --- pinning -----------------------------------------------------------------------------------------
+
+
+def test_a_pin_task_labels_every_record_of_the_image_pinned_and_nothing_else(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, node_runtime: PrivateContainerd
+) -> None:
+    # Given a job annotated prewarm.dev/pin: "true" (its tasks carry pin) and one that is not
+    pinned_image = oci_image_factory.push(registry, "agent/pinned", "v1")
+    plain_image = oci_image_factory.push(registry, "agent/unpinned", "v1")
+    agent = agents()
+    pinned, plain = agent.task(pinned_image.reference, pin=True), agent.task(plain_image.reference)
+
+    # When both are pulled
+    agent.send(pinned)
+    agent.send(plain)
+    pinned_final, plain_final = agent.final(pinned), agent.final(plain)
+
+    # Then every record containerd made for the pinned image (tag, repo@digest, config id) has the
+    # label the CRI reads as pinned, the CRI's own label is untouched, and the report says so
+    assert pinned_final.phase == "Succeeded" and pinned_final.message.endswith("pinned"), pinned_final.message
+    with ImagePins(str(node_runtime.socket_path)) as pins:
+        names = {record.name for record in pins.records(pinned_image.reference)}
+        assert {pinned_image.reference, pinned_image.digest_reference, pinned_image.config_digest} <= names
+        for name in names:
+            labels = pins.labels(name)
+            assert labels is not None and labels[PINNED_LABEL] == "pinned", (name, labels)
+            assert labels.get("io.cri-containerd.image") == "managed", (name, labels)
+        # ... the other image is not pinned
+        assert plain_final.phase == "Succeeded" and "pinned" not in plain_final.message
+        assert all(PINNED_LABEL not in (pins.labels(r.name) or {}) for r in pins.records(plain_image.reference))
+        # ... unpinning removes the label alone, and a missing image is an error naming it
+        pins.unpin(pinned_image.reference)
+        assert PINNED_LABEL not in (pins.labels(pinned_image.reference) or {})
+        assert (pins.labels(pinned_image.reference) or {}).get("io.cri-containerd.image") == "managed"
+        with pytest.raises(ImageNotFoundError, match=r"cannot pin registry\.invalid/none:v1: containerd holds no"):
+            pins.pin("registry.invalid/none:v1")

@@ -684,3 +684,25 @@ def test_job_names_from_long_rule_names_stay_valid() -> None:
 def test_rule_hash_is_stable_and_spec_sensitive() -> None:
     assert PrewarmRule.from_manifest(rule()).spec_hash() == PrewarmRule.from_manifest(rule()).spec_hash()
     assert PrewarmRule.from_manifest(rule()).spec_hash() != PrewarmRule.from_manifest(rule(tags=["v*"])).spec_hash()
+
+
+def test_the_pin_annotation_is_true_or_false_and_reaches_the_pull_task() -> None:
+    from prewarm.services.dispatch import pull_task
+    from prewarm.services.ports import JobRecord
+
+    def job(pin: str | None) -> dict[str, Any]:
+        annotations = {} if pin is None else {"prewarm.dev/pin": pin}
+        return {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+                "metadata": {"name": "gpu", "namespace": "ml", "annotations": annotations},
+                "spec": {"image": "r.example/team/model:v1", "selector": {"names": ["n1"]}}}
+
+    pinned, unpinned, unset = parse_manifest(job("true")), parse_manifest(job("false")), parse_manifest(job(None))
+    assert isinstance(pinned, ImagePullJob) and (pinned.pin, unpinned.pin, unset.pin) == (True, False, False)  # type: ignore[union-attr]
+    with pytest.raises(JobValidationError, match=r'annotations.prewarm.dev/pin: must be "true" or "false", not .yes.'):
+        parse_manifest(job("yes"))
+    record = JobRecord(namespace="ml", name="gpu", uid="u1", api_kind="ImagePullJob", manifest=pinned.to_manifest(),
+                       spec_hash=pinned.spec_hash())
+    task = pull_task(record, pinned, "n1")
+    assert task.pin and '"pin":true' in task.model_dump_json()
+    # Agents that predate the field never see it for a job that is not pinned.
+    assert '"pin"' not in pull_task(record, parse_manifest(job(None)), "n1").model_dump_json()  # type: ignore[arg-type]

@@ -37,6 +37,9 @@ INT32_MAX = 2**31 - 1
 
 # Put on the children of an ImageListPullJob, so their origin can be traced.
 LIST_JOB_ANNOTATION = "prewarm.dev/image-list-pull-job"
+# "true": agents pin the job's image in containerd, so kubelet's image garbage collection keeps it
+# (containerd >= 1.7.10 and kubelet >= 1.29; docs/agent.md, "Pinning").
+PIN_ANNOTATION = "prewarm.dev/pin"
 
 
 class JobState(StrEnum):
@@ -250,6 +253,19 @@ class _Job(KubernetesModel):
     def key(self) -> str:
         """`namespace/name`, the job's identity."""
         return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @field_validator("metadata")
+    @classmethod
+    def _pin_is_true_or_false(cls, metadata: NamespacedObjectMeta) -> NamespacedObjectMeta:
+        value = (metadata.annotations or {}).get(PIN_ANNOTATION)
+        if value is not None and value not in ("true", "false"):
+            raise ValueError(f'annotations.{PIN_ANNOTATION}: must be "true" or "false", not {value!r}')
+        return metadata
+
+    @property
+    def pin(self) -> bool:
+        """Whether the agents pin the image (annotation `prewarm.dev/pin: "true"`)."""
+        return (self.metadata.annotations or {}).get(PIN_ANNOTATION) == "true"
 
     @property
     def placement(self) -> Placement:

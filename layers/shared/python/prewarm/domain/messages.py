@@ -100,6 +100,15 @@ class PullTask(_Message, JobRef):
         default_factory=list, description="Secrets Manager secrets holding .dockerconfigjson documents"
     )
     size_bytes: Count | None = Field(default=None, description="compressed size, for the disk guard")
+    pin: bool = Field(default=False, description="pin the image in containerd once pulled; absent when false")
+
+    @model_serializer(mode="wrap")
+    def _without_false_pin(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only jobs annotated prewarm.dev/pin send it: agents older than the field refuse it.
+        data: dict[str, Any] = handler(self)
+        if not data.get("pin"):
+            data.pop("pin", None)
+        return data
 
 
 class CancelTask(_Message, JobRef):

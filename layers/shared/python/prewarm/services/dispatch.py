@@ -81,7 +81,7 @@ def pull_task(record: JobRecord, job: ImagePullJob, node: str) -> PullTask:
         backoff_limit=spec.pull_policy.backoff_limit, deadline=deadline,
         sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
         sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
-        pull_secret_arns=list(record.pull_secret_arns),
+        pull_secret_arns=list(record.pull_secret_arns), pin=job.pin,
     )
 
 
