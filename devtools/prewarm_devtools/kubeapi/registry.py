@@ -24,6 +24,8 @@ from functools import partial
 from typing import Any
 
 from prewarm_devtools.kubeapi import errors
+from prewarm_devtools.kubeapi.admission import AdmissionPolicies, Write
+from prewarm_devtools.kubeapi.auth import Identity
 from prewarm_devtools.kubeapi.catalog import Catalog
 from prewarm_devtools.kubeapi.customresources import (
     CLEANUP_FINALIZER,
@@ -169,6 +171,13 @@ class Registry:
         self.catalog = catalog or Catalog()
         self._clock = clock
         self._random = random.Random(seed)
+        self.admission = AdmissionPolicies(store, self.catalog.by_kind)
+
+    def _admit(self, write: Write, warnings: list[str] | None) -> None:
+        """Validating admission policies, for writes a client makes (`user`): raises the denial."""
+        found = self.admission.admit(write)
+        if warnings is not None:
+            warnings.extend(found)
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -281,8 +290,10 @@ class Registry:
         dry_run: bool = False,
         field_validation: str = "Warn",
         warnings: list[str] | None = None,
+        user: Identity | None = None,
     ) -> Obj:
-        """POST: the created object (201); `warnings` gets what the answer's Warning headers say."""
+        """POST: the created object (201); `warnings` gets what the answer's Warning headers say. `user`:
+        the caller, whose write passes the validating admission policies (None: the server's own)."""
         obj = self.check_body(rtype, body)
         metadata = obj["metadata"]
         self._scope(rtype, namespace, metadata)
@@ -315,6 +326,9 @@ class Registry:
             metadata["creationTimestamp"] = now_rfc3339(self._clock)
             if rtype is CUSTOM_RESOURCE_DEFINITIONS:
                 definition_status(obj, self._group_definitions(obj), metadata["creationTimestamp"])
+            if user is not None:
+                self._admit(Write("CREATE", rtype, namespace, name, _served_as(rtype, obj), None, user,
+                                  dry_run=dry_run), warnings)
             if dry_run:
                 return _served_as(rtype, obj)
             stored = self._write(rtype, key, obj)
@@ -520,13 +534,15 @@ class Registry:
         dry_run: bool = False,
         field_validation: str = "Warn",
         warnings: list[str] | None = None,
+        user: Identity | None = None,
     ) -> Obj:
         """PUT: the stored object after the update; `warnings` gets what the answer's Warning headers say."""
         obj = self.check_body(rtype, body)
         with self.store.lock:
             old = self._get(rtype, namespace, name)
             decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings)
-            return self._update(rtype, namespace, name, old, obj, subresource, dry_run, decode)
+            return self._update(rtype, namespace, name, old, obj, subresource, dry_run, decode,
+                                user=user, warnings=warnings)
 
     def patch(
         self,
@@ -540,6 +556,7 @@ class Registry:
         dry_run: bool = False,
         field_validation: str = "Warn",
         warnings: list[str] | None = None,
+        user: Identity | None = None,
     ) -> Obj:
         """PATCH in one of the three formats: the stored object after the update."""
         with self.store.lock:
@@ -559,7 +576,8 @@ class Registry:
                 patched.setdefault("metadata", {})["resourceVersion"] = old.obj["metadata"]["resourceVersion"]
             decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings, patching=True)
             return self._update(
-                rtype, namespace, name, old, self.check_body(rtype, patched), subresource, dry_run, decode
+                rtype, namespace, name, old, self.check_body(rtype, patched), subresource, dry_run, decode,
+                user=user, warnings=warnings,
             )
 
     def _update(
@@ -572,6 +590,9 @@ class Registry:
         subresource: str,
         dry_run: bool,
         decode: Callable[[Obj], None],
+        *,
+        user: Identity | None = None,
+        warnings: list[str] | None = None,
     ) -> Obj:
         metadata = obj["metadata"]
         body_name = metadata.get("name")
@@ -646,6 +667,9 @@ class Registry:
         self._validate(rtype, obj, old_obj, subresource)
         if rtype is PRIORITY_CLASSES:
             self._admit_priority_class(obj, creating=False)
+        if user is not None:
+            self._admit(Write("UPDATE", rtype, namespace, name, _served_as(rtype, obj), _served_as(rtype, old_obj),
+                              user, subresource=subresource, dry_run=dry_run), warnings)
         if rtype is CUSTOM_RESOURCE_DEFINITIONS and subresource != "status":
             definition_status(obj, self._group_definitions(obj), now_rfc3339(self._clock))
         if _without_rv(obj) == _without_rv(old.obj):
@@ -663,12 +687,16 @@ class Registry:
     # -- delete --------------------------------------------------------------------------------------
 
     def delete(
-        self, rtype: ResourceType, namespace: str | None, name: str, options: Obj, *, dry_run: bool = False
+        self, rtype: ResourceType, namespace: str | None, name: str, options: Obj, *, dry_run: bool = False,
+        user: Identity | None = None,
     ) -> Obj:
         """DELETE: the object (pods, service accounts, namespaces, anything with finalizers) or a Status."""
         with self.store.lock:
             stored = self._get(rtype, namespace, name)
             self._check_preconditions(rtype, stored, options)
+            if user is not None:
+                self._admit(Write("DELETE", rtype, namespace, name, None, _served_as(rtype, stored.obj), user,
+                                  dry_run=dry_run), None)
             if rtype is NAMESPACES:
                 if name in IMMORTAL_NAMESPACES:
                     # The NamespaceLifecycle admission plugin, which runs for dry runs too.

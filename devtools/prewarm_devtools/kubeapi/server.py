@@ -515,8 +515,8 @@ class KubeApiServer:
             return self._self_subject_review(method, target, identity, headers, body)
         watch = legacy_watch or _flag(query, "watch")
         if target.name is None:
-            return self._collection(method, target, query, headers, body, watch)
-        return self._item(method, target, query, headers, body)
+            return self._collection(method, target, query, headers, body, watch, identity)
+        return self._item(method, target, query, headers, body, identity)
 
     def _openapi(self, path: str) -> bytes:
         """`/openapi/v3` (the index) or one group version's document."""
@@ -615,7 +615,8 @@ class KubeApiServer:
         return _Response(201, dumps(review))
 
     def _collection(
-        self, method: str, target: _Target, query: dict[str, str], headers: Any, body: bytes, watch: bool
+        self, method: str, target: _Target, query: dict[str, str], headers: Any, body: bytes, watch: bool,
+        identity: Identity,
     ) -> _Response:
         rtype, namespace = target.rtype, target.namespace
         if method == "GET":
@@ -634,6 +635,7 @@ class KubeApiServer:
                 dry_run=_dry_run(query),
                 field_validation=_field_validation(query, "CreateOptions"),
                 warnings=warnings,
+                user=identity.authenticated(),
             )
             return _Response(201, dumps(created), warnings=warnings)
         if method == "DELETE" and "deletecollection" in rtype.verbs:
@@ -646,7 +648,9 @@ class KubeApiServer:
             )
         raise errors.method_not_allowed()
 
-    def _item(self, method: str, target: _Target, query: dict[str, str], headers: Any, body: bytes) -> _Response:
+    def _item(
+        self, method: str, target: _Target, query: dict[str, str], headers: Any, body: bytes, identity: Identity
+    ) -> _Response:
         rtype, namespace, name, sub = target.rtype, target.namespace, target.name, target.subresource
         assert name is not None
         dry_run = _dry_run(query)
@@ -663,6 +667,7 @@ class KubeApiServer:
                 dry_run=dry_run,
                 field_validation=_field_validation(query, "UpdateOptions"),
                 warnings=warnings,
+                user=identity.authenticated(),
             )
             return _Response(200, dumps(replaced), warnings=warnings)
         if method == "PATCH":
@@ -684,13 +689,15 @@ class KubeApiServer:
                 dry_run=dry_run,
                 field_validation=_field_validation(query, "PatchOptions"),
                 warnings=warnings,
+                user=identity.authenticated(),
             )
             return _Response(200, dumps(patched), warnings=warnings)
         if method == "DELETE" and not sub:
             options = _delete_options(headers, body)
             return _Response(
                 200,
-                dumps(self.registry.delete(rtype, namespace, name, options, dry_run=_dry_run(query, options))),
+                dumps(self.registry.delete(rtype, namespace, name, options, dry_run=_dry_run(query, options),
+                                           user=identity.authenticated())),
             )
         raise errors.method_not_allowed()
 
