@@ -301,3 +301,12 @@ def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
     assert result["never"]["counters_exact"] is True and result["never"]["slot_refill_p50_s"] is not None
     # And the old path wrote the job item with every report it applied
     assert result["old"]["job_item_writes_per_report"] >= 1.0
+
+
+@pytest.mark.integration
+def test_moto_queues_times_both_codes_at_every_depth() -> None:
+    result = run_benchmark("moto_queues.py", "--depths", "20,60", "--calls", "1")
+    assert set(result) == {"moto", "patched"}
+    for figures in result.values():
+        assert set(figures) == {"20", "60"}
+        assert all(f["send_batch_ms"] > 0 and f["receive_ms"] > 0 for f in figures.values())

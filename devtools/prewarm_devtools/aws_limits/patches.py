@@ -28,6 +28,7 @@ def install(current: Callable[[], Any]) -> None:
     from moto.ecr.responses import ECRResponse
     from moto.sqs.responses import SQSResponse
 
+    from prewarm_devtools.aws_limits import queues
     from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED
 
     with _lock:
@@ -43,6 +44,9 @@ def install(current: Callable[[], Any]) -> None:
         _replace(DynamoDBStreamsBackend, "get_shard_iterator",
                  _started_reader(DynamoDBStreamsBackend.get_shard_iterator, current))
         _replace(ShardIterator, "get", _read_records(ShardIterator.get, current))
+        # moto walks a queue's every message on each call; the same answers at a call's cost.
+        for owner, name, value in queues.patches():
+            _replace(owner, name, value)
         reset = BackendDict.__dict__["reset"].__func__
         _replace(BackendDict, "reset", classmethod(_resetting(reset, current)))
 

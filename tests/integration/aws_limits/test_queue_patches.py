@@ -1,0 +1,70 @@
+"""The limits layer's SQS patches change how moto computes its answers, never what they are: the same
+attributes (counts of visible, in-flight and delayed messages) and the same retention rule as moto's
+own code, on one queue in every state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from prewarm_devtools import aws_limits
+from prewarm_devtools.aws_limits import patches
+
+pytestmark = pytest.mark.integration
+
+
+def original(owner: Any, name: str) -> Any:
+    """moto's own code the layer replaced."""
+    found = [value for patched_owner, patched_name, value in patches._originals
+             if patched_owner is owner and patched_name == name]
+    assert found, f"{owner.__name__}.{name} is not patched"
+    return found[0]
+
+
+@pytest.fixture
+def queue() -> Iterator[Any]:
+    """A queue with 7 visible messages, 3 in flight, 2 delayed and one past its retention period."""
+    if aws_limits.active() is None:
+        pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS=off)")
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2")
+        url = sqs.create_queue(QueueName="patched", Attributes={"MessageRetentionPeriod": "600"})["QueueUrl"]
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(10)])
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"d{i}", "DelaySeconds": 300}
+                                                      for i in range(2)])
+        assert len(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3, VisibilityTimeout=300)["Messages"]) == 3
+        from moto.sqs.models import sqs_backends
+
+        backend = sqs_backends["123456789012"]["us-west-2"]
+        yield backend, backend.get_queue("patched")
+
+
+def test_the_attributes_are_moto_s_own(queue: Any) -> None:
+    from moto.sqs.models import Queue
+
+    _, q = queue
+    patched = q.attributes
+
+    assert patched == original(Queue, "attributes").fget(q)
+    assert (patched["ApproximateNumberOfMessages"], patched["ApproximateNumberOfMessagesNotVisible"],
+            patched["ApproximateNumberOfMessagesDelayed"]) == (7, 3, 2)
+
+
+def test_the_retention_rule_is_moto_s_own(queue: Any) -> None:
+    from moto.sqs.models import SQSBackend
+
+    backend, q = queue
+    kept = q._messages[0]
+    expired = q._messages[1]
+    expired.sent_timestamp -= 601_000  # sent 601 s before: past the 600 s retention
+
+    moto_rule = original(SQSBackend, "is_message_valid_based_on_retention_period")
+    for message in (kept, expired):
+        assert backend.is_message_valid_based_on_retention_period("patched", message) == \
+            moto_rule(backend, "patched", message)
+    assert backend.is_message_valid_based_on_retention_period("patched", kept) is True
+    assert backend.is_message_valid_based_on_retention_period("patched", expired) is False
