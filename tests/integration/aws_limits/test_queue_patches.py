@@ -68,3 +68,16 @@ def test_the_retention_rule_is_moto_s_own(queue: Any) -> None:
             moto_rule(backend, "patched", message)
     assert backend.is_message_valid_based_on_retention_period("patched", kept) is True
     assert backend.is_message_valid_based_on_retention_period("patched", expired) is False
+
+
+def test_moto_s_module_list_is_read_once_and_is_the_same_list() -> None:
+    # moto's server lists its package directory on every request, under the lock every request shares.
+    import moto.backends as moto_backends
+
+    if aws_limits.active() is None:
+        pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS=off)")
+    listed = moto_backends.list_of_moto_modules()
+
+    assert list(listed) == list(original(moto_backends, "list_of_moto_modules")())
+    assert "sqs" in listed and "dynamodb" in listed
+    assert moto_backends.list_of_moto_modules() is listed
