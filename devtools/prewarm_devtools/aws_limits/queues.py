@@ -9,6 +9,11 @@ returns (nine passes each); every pass converts the time through `datetime` once
 
 These patches change how moto computes its answers, not what they are: the same attributes, the
 same messages, the same retention rule. They go in with the limits layer (`patches.install`).
+
+One is a fix: moto deletes a message by rebuilding the queue's message list without the lock its
+sends take, so two deletes at once (a local event source mapping with 10 batches in flight) put
+back a message the other deleted, which then comes back after its visibility timeout, and a send
+during a delete is lost. SQS loses neither; deletes here hold the queue's own lock.
 """
 
 from __future__ import annotations
@@ -73,6 +78,14 @@ def _retained(backend: Any, queue_name: str, message: Any) -> bool:
     return bool(int(queue.message_retention_period) + message.sent_timestamp / 1000 > time.time())
 
 
+def _locked(original: Any) -> Any:
+    def delete_message(queue: Any, receipt_handle: str) -> None:
+        with queue._messages_lock:  # what moto's add_message holds while it appends
+            original(queue, receipt_handle)
+
+    return delete_message
+
+
 def patches() -> list[tuple[Any, str, Any]]:
     """(owner, name, replacement) for `patches.install` to put in place."""
     import moto.sqs.models as sqs_models
@@ -84,6 +97,7 @@ def patches() -> list[tuple[Any, str, Any]]:
         (sqs_models, "unix_time", _clock(vars(sqs_models)["unix_time"], 1.0)),
         (queue, "attributes", _attributes(queue.__dict__["attributes"])),
         (backend, "is_message_valid_based_on_retention_period", _retained),
+        (queue, "delete_message", _locked(queue.__dict__["delete_message"])),
     ]
     found += [(queue, name, _counted(name, queue.__dict__[name])) for name in _COUNTS]
     return found

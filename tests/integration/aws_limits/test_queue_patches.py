@@ -81,3 +81,42 @@ def test_moto_s_module_list_is_read_once_and_is_the_same_list() -> None:
     assert list(listed) == list(original(moto_backends, "list_of_moto_modules")())
     assert "sqs" in listed and "dynamodb" in listed
     assert moto_backends.list_of_moto_modules() is listed
+
+
+def test_deletes_and_sends_at_once_lose_nothing_and_bring_nothing_back(queue: Any) -> None:
+    # moto rebuilt the message list on each delete without the lock sends take: concurrent deletes
+    # put deleted messages back (to reappear after their visibility timeout) and lost sends.
+    import sys
+    import threading
+
+    backend, q = queue
+    with q._messages_lock:
+        q._messages.clear()
+    for i in range(3000):
+        backend.send_message("patched", f"old {i}")
+    received = backend.receive_message("patched", 10 ** 6, wait_seconds_timeout=0, visibility_timeout=300)
+    handles = [m.receipt_handle for m in received]
+    assert len(handles) == 3000
+
+    def delete(part: list[str]) -> None:
+        for handle in part:
+            backend.delete_message("patched", handle)
+
+    def send(start: int) -> None:
+        for i in range(start, start + 300):
+            backend.send_message("patched", f"new {i}")
+
+    threads = [threading.Thread(target=delete, args=(handles[i::8],)) for i in range(8)]
+    threads += [threading.Thread(target=send, args=(start,)) for start in (0, 300)]
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: the race shows at once
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+
+    left = [m.body for m in q._messages]
+    assert len(left) == 600 and all(body.startswith("new ") for body in left), (len(left), left[:3])
