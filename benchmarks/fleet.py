@@ -75,6 +75,11 @@ TARGET_WRITES_PER_REPORT = 0.05
 TARGET_WCU_PER_S = 300.0
 TARGET_JOB_ITEM_BYTES = 16 * 1024
 WORKERS = 16
+# As prewarm_agent does: a held task's visibility is extended to NODE_QUEUE_VISIBILITY_SECONDS (120)
+# every third of it, in wall time, so a pull that outlasts it (a simulated second can take many wall
+# seconds at 5,000 nodes) is not delivered again nor, after 5 receives, moved to the node DLQ.
+NODE_QUEUE_VISIBILITY_S = 120
+HEARTBEAT_S = NODE_QUEUE_VISIBILITY_S / 3
 
 Json = dict[str, Any]
 
@@ -199,6 +204,7 @@ class Pull:
     seq: int = 0
     next_progress: float = 0.0
     begun: bool = False  # the attempt's first Pulling report was sent
+    extended_at: float = field(default_factory=time.monotonic)  # wall clock of the last visibility extension
 
     def report(self, phase: str, clock: SimClock, **fields: Any) -> Any:
         from prewarm.domain.messages import StatusReport
@@ -484,6 +490,7 @@ class Fleet:
             deletes += done
             list(self.pool.map(self._delete_task, deletes))
             list(self.pool.map(self._release_task, releases))
+            list(self.pool.map(self._extend_task, self._heartbeat(agents)))
             bodies = [r.model_dump_json(exclude_none=True) for r in reports]
             result.sent += [(t - result.sim_start, b) for b in bodies]
             result.peak_reports_per_s = max(result.peak_reports_per_s, len(bodies))
@@ -528,6 +535,21 @@ class Fleet:
 
     def _delete_task(self, message: tuple[str, str]) -> None:
         self.sqs.delete_message(QueueUrl=message[0], ReceiptHandle=message[1])
+
+    @staticmethod
+    def _heartbeat(agents: Agents) -> list[tuple[str, str]]:
+        """The held tasks whose visibility is due an extension (the agent's heartbeat)."""
+        now = time.monotonic()
+        due = []
+        for pull in agents.runs.values():
+            if now - pull.extended_at >= HEARTBEAT_S:
+                pull.extended_at = now
+                due.append((pull.queue_url, pull.receipts[-1]))
+        return due
+
+    def _extend_task(self, message: tuple[str, str]) -> None:
+        self.sqs.change_message_visibility(QueueUrl=message[0], ReceiptHandle=message[1],
+                                           VisibilityTimeout=NODE_QUEUE_VISIBILITY_S)
 
     def _release_task(self, message: tuple[str, str]) -> None:
         self.sqs.change_message_visibility(QueueUrl=message[0], ReceiptHandle=message[1], VisibilityTimeout=0)
