@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from typing import Any
 
 import pytest
@@ -442,3 +444,44 @@ def test_a_missing_pull_secret_fails_the_job_and_its_ttl_still_applies(plane: Co
     assert result.action.startswith("failed: ")
     record = plane.store.get_job("default/warm")
     assert record is not None and record.state == "Failed" and record.ttl is not None
+
+
+def test_a_claim_refused_after_others_succeeded_leaves_no_claimed_node_without_its_task(
+    plane: ControlPlane, monkeypatch: Any
+) -> None:
+    # Given a planned job using its 3 slots with 5 nodes waiting, whose claims go 1 at a time
+    import prewarm.services.dispatch as dispatch
+    from prewarm.services.ports import StoreRetryableError
+    from prewarm.services.reports import record_status
+
+    nodes = cluster_of(plane, 8)
+    apply_manifest(plane.store, job_doc(parallelism=3), now=plane.now())
+    plan(plane)
+    first_wave = [messages[0] for messages in tasks_sent(plane, nodes).values()]
+    assert len(first_wave) == 3
+    monkeypatch.setattr(dispatch, "MAX_CLAIMS_PER_TRANSACTION", 1)
+    real_claim = plane.store.claim_tasks
+    calls = {"n": 0}
+
+    def claim_then_conflict(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second claim meets another batch's transaction on the job item
+            raise StoreRetryableError("claim 1 nodes: transaction throttled or in conflict (TransactionConflict)")
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(plane.store, "claim_tasks", claim_then_conflict)
+
+    # When one batch brings two Succeeded reports (two slots free) and the refill's second claim is refused
+    done = [StatusReport(job=t.job, job_uid=t.job_uid, round=t.round, node=t.node, phase="Succeeded", seq=1)
+            for t in first_wave[:2]]
+    # (if it raises, the batch goes back to the queue; what matters is what was claimed before)
+    with contextlib.suppress(StoreRetryableError):
+        record_status(plane.store, plane.queues, None, [(f"m{i}", r) for i, r in enumerate(done)], now=plane.now())
+
+    # Then the node the first claim took already has its task: no node is dispatched with no task sent
+    assert calls["n"] >= 2
+    sent = tasks_sent(plane, nodes)
+    wave = {t.node for t in first_wave}
+    refilled = sorted(t.node for t in plane.store.get_tasks("default/warm")
+                      if t.dispatched_at is not None and t.phase.value == "Waiting" and t.node not in wave)
+    assert refilled and sorted(sent) == refilled

@@ -344,7 +344,10 @@ class FillResult:
 def fill_slots(
     store: JobStore, queues: TaskQueues, key: str, *, now: float
 ) -> FillResult:
-    """Dispatches waiting nodes while `active < parallelism`: each batch of claims is one transaction."""
+    """Dispatches waiting nodes while `active < parallelism`: each batch of claims is one transaction,
+    and its tasks are sent before the next is tried, so a claim refused later (a `TransactionConflict`
+    on the job item, raised for the batch to be delivered again) never strands nodes claimed before it
+    with no task sent."""
     result = FillResult()
     record = store.get_job(key)
     if record is None or record.state != JobState.RUNNING or record.planned != record.plan_id:
@@ -359,17 +362,17 @@ def fill_slots(
         if not candidates:
             break
         claimed = store.claim_tasks(record.ref, candidates, parallelism=parallelism, now=now)
-        result.claimed += claimed
+        if claimed:
+            failures = queues.send_many([pull_task(record, job, n) for n in claimed])
+            result.claimed += claimed
+            result.send_failures += failures
+            result.sent += len(claimed) - len(failures)
         fresh = store.get_job(key)
         if fresh is None or fresh.state != JobState.RUNNING or fresh.round != record.round:
             break
         fruitless = 0 if claimed else fruitless + 1
         record = fresh
         free = parallelism - record.counters.active
-    if result.claimed:
-        messages = [pull_task(record, job, n) for n in result.claimed]
-        result.send_failures = queues.send_many(messages)
-        result.sent = len(messages) - len(result.send_failures)
     return result
 
 
