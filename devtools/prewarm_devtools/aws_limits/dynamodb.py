@@ -381,7 +381,10 @@ class DynamoDBLimits:
 
     def _read(self, action: str, params: Mapping[str, Any], backend: Any, run: Callable[[], Any]) -> Any:
         # Reads change nothing: run them, then refuse the answer if the partitions could not serve it.
-        result = run()
+        # Under the writes' lock: moto reads an item's attributes while another thread changes them (a
+        # query sorting an index raised KeyError for a key just removed); DynamoDB reads each item whole.
+        with self.write_lock:
+            result = run()
         consistent = bool(params.get("ConsistentRead"))
         charges: list[tuple[CapacityKey, float, str]] = []
         if action == "get_item":

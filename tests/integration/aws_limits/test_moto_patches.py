@@ -1,6 +1,7 @@
-"""The limits layer's SQS patches change how moto computes its answers, never what they are: the same
+"""The limits layer's moto patches change how moto computes its answers, never what they are: the same
 attributes (counts of visible, in-flight and delayed messages) and the same retention rule as moto's
-own code, on one queue in every state."""
+own code, on one queue in every state; and the fixes of moto's races: deletes against sends on a queue,
+reads against writes on a table."""
 
 from __future__ import annotations
 
@@ -120,3 +121,50 @@ def test_deletes_and_sends_at_once_lose_nothing_and_bring_nothing_back(queue: An
 
     left = [m.body for m in q._messages]
     assert len(left) == 600 and all(body.startswith("new ") for body in left), (len(left), left[:3])
+
+
+def test_a_query_never_sees_an_item_half_updated() -> None:
+    # moto read an index's items while another thread removed their key: the query raised KeyError
+    # (a 500 to the client). DynamoDB reads each item whole; the layer runs reads under the writes' lock.
+    import sys
+    import threading
+
+    if aws_limits.active() is None:
+        pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS=off)")
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-west-2")
+        ddb.create_table(
+            TableName="race", BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "wpk")],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            GlobalSecondaryIndexes=[{"IndexName": "waiting", "Projection": {"ProjectionType": "KEYS_ONLY"},
+                                     "KeySchema": [{"AttributeName": "wpk", "KeyType": "HASH"},
+                                                   {"AttributeName": "sk", "KeyType": "RANGE"}]}])
+        for i in range(300):
+            ddb.put_item(TableName="race", Item={"pk": {"S": "J"}, "sk": {"S": f"N{i:04d}"}, "wpk": {"S": "W"}})
+        errors: list[str] = []
+
+        def claim() -> None:
+            for i in range(300):
+                ddb.update_item(TableName="race", Key={"pk": {"S": "J"}, "sk": {"S": f"N{i:04d}"}},
+                                UpdateExpression="REMOVE wpk")
+
+        def list_waiting() -> None:
+            for _ in range(150):
+                try:
+                    ddb.query(TableName="race", IndexName="waiting", KeyConditionExpression="wpk = :w",
+                              ExpressionAttributeValues={":w": {"S": "W"}})
+                except Exception as e:  # noqa: BLE001 - any failure is the finding
+                    errors.append(repr(e))
+
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads often: the race showed within a few queries
+        try:
+            threads = [threading.Thread(target=claim)] + [threading.Thread(target=list_waiting) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            sys.setswitchinterval(previous)
+        assert errors == []
