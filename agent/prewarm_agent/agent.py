@@ -280,14 +280,18 @@ class Agent:
                      os=facts.os, queue_url=queue_url, images=images, agent_version=agent_version(),
                      warm_until=self.warming.until if self.warming is not None else None)
 
+    def _send_once(self, message: FromAgent, what: str) -> bool:
+        """Sends a message the heartbeat retries until it goes (the hello, the warm-up)."""
+        try:
+            self.status.send(message)
+        except QueueError as e:
+            self.log.warning("%s not sent, retrying with the next heartbeat: %s", what, e)
+            return False
+        return True
+
     def _send_hello(self) -> None:
         hello = self._hello
-        if hello is None:
-            return
-        try:
-            self.status.send(hello)
-        except QueueError as e:
-            self.log.warning("hello not sent, retrying with the next heartbeat: %s", e)
+        if hello is None or not self._send_once(hello, "hello"):
             return
         self._hello = None
         self.hello_at = self.clock.time()
@@ -303,20 +307,14 @@ class Agent:
         missing = sorted(released.missing)
         self._warmed = Warmed(node=self.settings.node_name, joined_at=hold.joined_at,
                               hello_at=self.hello_at if self.hello_at is not None else hold.joined_at,
-                              warm_at=released.at, outcome="warm" if released.outcome == "warm" else "timeout",
+                              warm_at=released.at, outcome=released.outcome,
                               missing=missing[:WARMED_MISSING_MAX], missing_total=len(missing))
         self._send_warmed()
 
     def _send_warmed(self) -> None:
         warmed = self._warmed
-        if warmed is None:
-            return
-        try:
-            self.status.send(warmed)
-        except QueueError as e:
-            self.log.warning("warm-up not reported, retrying with the next heartbeat: %s", e)
-            return
-        self._warmed = None
+        if warmed is not None and self._send_once(warmed, "warm-up"):
+            self._warmed = None
 
     def request_stop(self) -> None:
         """Ask `run_forever` to stop (what SIGTERM does)."""
@@ -678,8 +676,7 @@ class Agent:
         if not kept:
             return []
         try:
-            present = {name for image in self.cri.list_images()
-                       for name in (image.id, *image.repo_tags, *image.repo_digests)}
+            present = {name for image in self.cri.list_images() for name in (*image.repo_tags, *image.repo_digests)}
         except CriError as e:
             self.log.warning("image check skipped: containerd did not list its images: %s", e)
             return []

@@ -32,7 +32,8 @@ from botocore.exceptions import ClientError
 from prewarm.adapters.ecr_auth import EcrTokenSource, RoleCredentials
 from prewarm.adapters.secrets import RegistryCopy
 from prewarm.domain.images import ImageRef
-from prewarm.domain.refresh import RegistryConfig, RegistryToken, format_time, refresh_due_at, registry_secret_name
+from prewarm.domain.kubernetes import format_time
+from prewarm.domain.refresh import RegistryConfig, RegistryToken, refresh_due_at, registry_secret_name
 from prewarm.domain.registries import EcrRegistry, Keyring, RegistryAuth, ecr_registry_for
 from prewarm.services.ports import AgentCredentialsError, CredentialStoreError, RegistryTokenError, RegistryTokenSource
 from prewarm_agent.settings import AgentSettings, EcrCredentials

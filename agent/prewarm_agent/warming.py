@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from prewarm.domain.messages import RequiredImages
 from prewarm.domain.warming import StartupTaint, missing_summary
@@ -68,7 +68,7 @@ class ImagePresence(Protocol):
 class Released:
     """How the hold ended: `warm` (every image present) or `timeout`, and what was missing then."""
 
-    outcome: str
+    outcome: Literal["warm", "timeout"]
     seconds: float  # from the node's join to the taint's removal
     missing: Mapping[str, str]
     at: float = 0.0  # epoch seconds of the removal
@@ -159,7 +159,7 @@ class StartupTaintHold:
             missing = self._missing(required)
             if missing and now < self.until:
                 return None
-        outcome = "warm" if required is not None and not missing else "timeout"
+        outcome: Literal["warm", "timeout"] = "warm" if required is not None and not missing else "timeout"
         removed = self._remove()
         released = Released(outcome, max(0.0, now - self.joined_at), missing, at=now)
         self.released = released

@@ -179,8 +179,8 @@ NODE_LABEL_COLUMNS = (
 
 
 def warm_column(node: RegisteredNode, *, now: float) -> str:
-    """The startup taint in a word: `12s` (warm that long after the agent's hello), `timeout 900s` (came
-    off at the deadline, images missing), `warming` (still held), or `-` (the node joined without it)."""
+    """The startup taint in a word: `12s` (warm that long after the agent's hello), `timeout 15m` (came
+    off at the deadline, images missing), `warming` (still held), or `<none>` (joined without it)."""
     if node.warm is not None:
         if node.warm.outcome == "warm":
             return human_age(node.warm.hello_to_warm)

@@ -25,7 +25,8 @@ import pytest
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
-from prewarm.domain.refresh import format_time, registry_secret_name
+from prewarm.domain.kubernetes import format_time
+from prewarm.domain.refresh import registry_secret_name
 from prewarm.domain.schedules import DAILY_ROUND, SWEEP, ScheduleRun
 from prewarm_cli.targets import STATE_ENV, read_local_state
 from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites

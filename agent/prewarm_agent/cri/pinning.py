@@ -12,8 +12,6 @@ One CRI pull makes several records of one image (its tag, `repo@digest`, and the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import grpc
 from google.protobuf.field_mask_pb2 import FieldMask
 
@@ -38,9 +36,9 @@ class ImagePins(_SocketClient):
         self._images = images_grpc.ImagesStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("containerd-namespace", namespace),)
 
-    def _list(self, filters: Sequence[str] = ()) -> list[images_pb2.Image]:
+    def _list(self) -> list[images_pb2.Image]:
         try:
-            response = self._images.List(images_pb2.ListImagesRequest(filters=list(filters)), timeout=self.timeout,
+            response = self._images.List(images_pb2.ListImagesRequest(), timeout=self.timeout,
                                          metadata=self._metadata)
         except grpc.RpcError as err:
             raise _call_error(err, socket_path=self.socket_path, action="listing image records",
@@ -62,15 +60,16 @@ class ImagePins(_SocketClient):
 
     def pin(self, reference: str) -> list[str]:
         """Labels every record of the image pinned; returns their names. Other labels are left alone."""
-        return self._label(reference, PINNED_VALUE)
+        return self._label(reference, PINNED_VALUE, "pin")
 
     def unpin(self, reference: str) -> list[str]:
-        return self._label(reference, None)
+        """Takes the label off every record of the image; returns their names."""
+        return self._label(reference, None, "unpin")
 
-    def _label(self, reference: str, value: str | None) -> list[str]:
+    def _label(self, reference: str, value: str | None, action: str) -> list[str]:
         records = self.records(reference)
         if not records:
-            raise ImageNotFoundError(f"cannot pin {reference}: containerd holds no image by that name")
+            raise ImageNotFoundError(f"cannot {action} {reference}: containerd holds no image by that name")
         # Only this one label: a field mask path into the labels map.
         mask = FieldMask(paths=[f"labels.{PINNED_LABEL}"])
         for record in records:

@@ -15,11 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from prewarm_cli.install.crds import custom_resource_definitions
+
+if TYPE_CHECKING:
+    from prewarm.domain.warming import StartupTaint
 
 __all__ = [
     "ALL_NAMESPACES",
@@ -129,13 +132,19 @@ class InstallValues:
         found += self._startup_taint_problems()
         return found
 
+    @property
+    def taint(self) -> StartupTaint:
+        """`startup_taint` parsed; `ValueError` naming it when it is not `key[=value]:Effect`."""
+        from prewarm.domain.warming import parse_taint
+
+        return parse_taint(self.startup_taint)
+
     def _startup_taint_problems(self) -> list[str]:
         from prewarm.domain.kubernetes import qualified_name_problem
-        from prewarm.domain.warming import parse_taint
 
         found = []
         try:
-            taint = parse_taint(self.startup_taint)
+            taint = self.taint
         except ValueError as e:
             found.append(f"--startup-taint: {e}")
         else:
@@ -215,9 +224,7 @@ def _config_map(doc: Obj, values: InstallValues) -> None:
         "ECR_CREDENTIALS": values.ecr_credentials,
         "MAX_WARM_SECONDS": str(values.max_warm_seconds),
     })
-    from prewarm.domain.warming import parse_taint
-
-    taint = parse_taint(values.startup_taint)  # checked by `problems`
+    taint = values.taint  # checked by `problems`
     doc["data"].update({"STARTUP_TAINT_KEY": taint.key, "STARTUP_TAINT_EFFECT": taint.effect})
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from prewarm.domain.kubernetes import format_time
 from prewarm.domain.refresh import (
     Action,
     NamespaceTargets,
     RegistryToken,
     decide,
-    format_time,
     image_pull_secrets_with,
     parse_time,
     pull_secret,

@@ -709,16 +709,12 @@ class DynamoJobStore:
             fields["warm"] = None
         self._update(f"register node {node.name}", f"NODE#{node.name}", "NODE", fields)
 
-    def record_warm(self, node: str, warm: NodeWarm) -> bool:
-        """Stores how the node warmed; False when the node is not registered (its hello not counted yet)."""
+    def record_warm(self, node: str, warm: NodeWarm) -> None:
+        """Stores how the node warmed; `StoreConflictError` when the node is not registered (yet)."""
         value = {"joined_at": warm.joined_at, "hello_at": warm.hello_at, "warm_at": warm.warm_at,
                  "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
-        try:
-            self._update(f"record how node {node} warmed", f"NODE#{node}", "NODE", {"warm": value},
-                         condition="attribute_exists(pk)")
-        except StoreConflictError:
-            return False
-        return True
+        self._update(f"record how node {node} warmed (not registered: no hello yet)", f"NODE#{node}", "NODE",
+                     {"warm": value}, condition="attribute_exists(pk)")
 
     def get_node(self, name: str) -> RegisteredNode | None:
         out = self._call(f"read node {name}", "get_item", Key=self._key(f"NODE#{name}", "NODE"))

@@ -25,10 +25,10 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from prewarm.domain.kubernetes import format_time
 from prewarm.domain.refresh import (
     RegistryToken,
     StoredToken,
-    format_time,
     parse_time,
     registry_secret_document,
     registry_secret_name,

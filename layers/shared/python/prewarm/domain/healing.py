@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from prewarm.domain.kubernetes import format_time
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.status import NodeTaskRecord
 
@@ -36,12 +36,8 @@ class Heal:
     fields: Mapping[str, Any] = field(default_factory=dict)  # node item fields to write
 
 
-def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def gone_message(seen_at: float) -> str:
-    return f"image removed from the node at {_when(seen_at)} (image garbage collection?)"
+    return f"image removed from the node at {format_time(seen_at)} (image garbage collection?)"
 
 
 def heal_decision(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -36,6 +37,11 @@ _NAME_PART_HINT = (
     "must consist of alphanumeric characters, '-', '_' or '.', "
     "and must start and end with an alphanumeric character (e.g. 'MyName' or 'my.name')"
 )
+
+
+def format_time(epoch: float) -> str:
+    """RFC 3339 UTC, to the second, as Kubernetes writes times."""
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _dns_name_problem(value: str, limit: int, pattern: re.Pattern[str], hint: str) -> str | None:

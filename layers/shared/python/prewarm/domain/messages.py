@@ -71,6 +71,13 @@ class MessageError(ValueError):
 _MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
+def _without_default(data: dict[str, Any], name: str, default: Any) -> dict[str, Any]:
+    """`data` without `name` when it holds `default`: a field readers older than it must not see."""
+    if data.get(name, default) == default:
+        data.pop(name, None)
+    return data
+
+
 class _Message(BaseModel):
     model_config = _MODEL_CONFIG
     v: Literal[1] = 1
@@ -105,10 +112,7 @@ class PullTask(_Message, JobRef):
     @model_serializer(mode="wrap")
     def _without_false_pin(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Only jobs annotated prewarm.dev/pin send it: agents older than the field refuse it.
-        data: dict[str, Any] = handler(self)
-        if not data.get("pin"):
-            data.pop("pin", None)
-        return data
+        return _without_default(handler(self), "pin", False)
 
 
 class CancelTask(_Message, JobRef):
@@ -156,10 +160,7 @@ class Hello(_Message):
     @model_serializer(mode="wrap")
     def _without_absent_warm_until(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A control plane older than the field refuses a hello that has it, even as null.
-        data: dict[str, Any] = handler(self)
-        if data.get("warm_until") is None:
-            data.pop("warm_until", None)
-        return data
+        return _without_default(handler(self), "warm_until", None)
 
 
 class RequiredImage(BaseModel):

@@ -15,14 +15,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from prewarm.domain.kubernetes import LabelSelector, dns1123_label_problem, dns1123_subdomain_problem
+from prewarm.domain.kubernetes import LabelSelector, dns1123_label_problem, dns1123_subdomain_problem, format_time
 from prewarm.domain.registries import ECR_PUBLIC_HOST, InvalidCredentialsError, RegistryAuth, docker_config_auths
 
 DEFAULT_SECRET_NAME: Final = "prewarm-ecr"
@@ -303,11 +303,6 @@ def refresh_due_at(issued_at: float, expires_at: float) -> float:
 def is_fresh(issued_at: float, expires_at: float, now: float) -> bool:
     """Whether a token is still within the first half of its lifetime."""
     return expires_at > issued_at and issued_at <= now < refresh_due_at(issued_at, expires_at)
-
-
-def format_time(epoch: float) -> str:
-    """RFC 3339 UTC, to the second, as Kubernetes writes times."""
-    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: object) -> float | None:

@@ -320,15 +320,19 @@ def view_job(
     if record.shards and not with_tasks:  # with_tasks has read them already
         view.excluded = store.get_excluded(record.key, shards=record.shards)
     waiting = any(t.phase is NodePhase.WAITING for t in view.tasks)
-    policy = (record.manifest.get("spec") or {}).get("completionPolicy") or {}
-    never = record.api_kind == "ImagePullJob" and policy.get("type") == "Never"
-    if with_agents and (waiting or (never and view.tasks)):
+    if with_agents and (waiting or (view.tasks and _is_never(record))):
         nodes = store.list_nodes()
         if waiting:
             view.agents = frozenset(n.name for n in nodes)
         mine = {t.node for t in view.tasks}
         view.warm = {n.name: n.warm for n in nodes if n.warm is not None and n.name in mine}
     return view
+
+
+def _is_never(record: JobRecord) -> bool:
+    from prewarm.services.dispatch import job_spec
+
+    return record.api_kind == "ImagePullJob" and job_spec(record).spec.completion_policy.type == "Never"
 
 
 def _view(store: JobStore, record: JobRecord, *, now: float, with_tasks: bool) -> JobView:

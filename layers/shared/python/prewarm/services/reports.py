@@ -249,10 +249,11 @@ class HelloOutcome:
     required: list[str] | None = None
 
 
-def record_warm(store: JobStore, warmed: Warmed) -> bool:
-    """Stores how a node's startup taint came off, for `describe node` and `get nodes`; False when the
-    node is not registered yet (SQS may deliver the `Warmed` before the hello: it comes again)."""
-    return store.record_warm(warmed.node, NodeWarm(
+def record_warm(store: JobStore, warmed: Warmed) -> None:
+    """Stores how a node's startup taint came off, for `describe node` and `get nodes`. A node not
+    registered yet raises `StoreConflictError` (SQS may deliver the `Warmed` before the hello: it comes
+    again)."""
+    store.record_warm(warmed.node, NodeWarm(
         joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
         missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
     ))
@@ -327,32 +328,20 @@ def record_status(
     outcome = StatusBatchOutcome()
     reports: list[tuple[str, StatusReport]] = []
     for message_id, message in messages:
-        if isinstance(message, Hello):
-            try:
-                outcome.hellos.append(register_node(store, queues, cluster, message, now=now))
-            except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
-                log.warning("hello of %s not registered yet: %s", message.node, e)
-                outcome.retry_ids.append(message_id)
-        elif isinstance(message, ImageGone):
-            try:
-                outcome.gone.append(record_gone(store, queues, message))
-            except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
-                log.warning("gone image %s of %s not handled yet: %s", message.image, message.node, e)
-                outcome.retry_ids.append(message_id)
-        elif isinstance(message, Warmed):
-            try:
-                recorded = record_warm(store, message)
-            except StoreRetryableError as e:
-                recorded, why = False, str(e)
-            else:
-                why = "its hello is not registered yet"
-            if recorded:
-                outcome.warmed.append(message.node)
-            else:
-                log.warning("warm-up of %s not recorded yet: %s", message.node, why)
-                outcome.retry_ids.append(message_id)
-        else:
+        if isinstance(message, StatusReport):
             reports.append((message_id, message))
+            continue
+        try:
+            if isinstance(message, Hello):
+                outcome.hellos.append(register_node(store, queues, cluster, message, now=now))
+            elif isinstance(message, ImageGone):
+                outcome.gone.append(record_gone(store, queues, message))
+            else:
+                record_warm(store, message)
+                outcome.warmed.append(message.node)
+        except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
+            log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
+            outcome.retry_ids.append(message_id)
     if reports:
         batch = record_reports(store, queues, [r for _, r in reports], now=now)
         outcome.job_writes = batch.job_writes
