@@ -348,7 +348,6 @@ def floor_pull(mode: Any, base: Path, reference: str) -> float:
 
 
 JOIN_POOL = "bench-joining"
-STARTUP_TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 # From a node's join to its taint removed, beyond the floor (one direct pull): the node's containerd
 # and agent starting, the hello, the task and the list of required images, and the taint's removal.
 TARGET_JOIN_OVERHEAD_S = 5.0
@@ -357,10 +356,11 @@ TARGET_JOIN_OVERHEAD_S = 5.0
 def measure_join_to_untaint(mode: Any, reference: str, timeout: float) -> dict[str, float]:
     """A `Never` job for `reference`, then a node of its pool joining with the startup taint: seconds
     from the Node's creation to the taint gone, and the hello-to-warm time the control plane recorded."""
-    from prewarm.adapters.dynamodb import DynamoJobStore
+    from prewarm.domain.warming import StartupTaint
     from prewarm.services.jobs import apply_manifest
 
-    store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
+    taint = StartupTaint()  # the default, as Karpenter's startupTaints would set it
+    store = mode.job_store()
     job = {
         "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
         "metadata": {"name": "bench-join", "namespace": NAMESPACE},
@@ -375,10 +375,10 @@ def measure_join_to_untaint(mode: Any, reference: str, timeout: float) -> dict[s
         time.sleep(0.05)
     name = "bench-join-1"
     joined = time.monotonic()
-    mode.add_node(name, labels={"pool": JOIN_POOL}, taints=[dict(STARTUP_TAINT)])
+    mode.add_node(name, labels={"pool": JOIN_POOL},
+                  taints=[{"key": taint.key, "value": "true", "effect": taint.effect}])
     try:
-        while any(t.get("key") == STARTUP_TAINT["key"]
-                  for t in (mode.kube.get_object("nodes", name).get("spec") or {}).get("taints") or []):
+        while taint.held_by(mode.kube.get_object("nodes", name)):
             if time.monotonic() - joined > timeout:
                 raise BenchmarkError(f"the startup taint of {name} was still on after {timeout:g} s")
             time.sleep(0.02)
@@ -403,10 +403,9 @@ def measure_join_to_untaint(mode: Any, reference: str, timeout: float) -> dict[s
 
 def measure_pushes(mode: Any, pushes: int, image_mb: float, timeout: float) -> list[dict[str, Any]]:
     """Apply the rule, then push `pushes` fresh images one after another, each job watched to completion."""
-    from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.services.jobs import apply_manifest
 
-    store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
+    store = mode.job_store()
     apply_manifest(store, rule_manifest(len(mode.nodes)), now=time.time())
     functions = FunctionClock(mode.stack)
     receipts = TaskReceipts([node.agent for node in mode.nodes.values()])

@@ -82,7 +82,6 @@ def cli_get_seconds(jobs: int) -> float:
 def benchmark(
     nodes: int, jobs: int, image_mb: float, timeout: float, limits: bool, hours: float = 0.0
 ) -> dict[str, Any]:
-    from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.services.jobs import apply_manifest
     from prewarm_devtools.localmode import LocalMode
 
@@ -97,7 +96,7 @@ def benchmark(
         os.environ["PREWARM_LOCAL_STATE"] = str(base / "local.json")
         mode = LocalMode(nodes=nodes, base_dir=base).start()
         try:
-            store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
+            store = mode.job_store()
             apply_manifest(store, rule_manifest(len(mode.nodes)), now=time.time())
             mode.write_state()
             for number in range(1, jobs + 1):

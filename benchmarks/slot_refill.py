@@ -49,7 +49,6 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def benchmark(nodes: int, parallelism: int, image_mb: float, timeout: float) -> dict[str, Any]:
-    from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.services.jobs import apply_manifest, view_job
     from prewarm_devtools.localmode import LocalMode, LocalModeUnavailableError
 
@@ -61,7 +60,7 @@ def benchmark(nodes: int, parallelism: int, image_mb: float, timeout: float) -> 
         raise BenchmarkError(str(e)) from e
     try:
         assert mode.stack is not None and mode.aws is not None
-        store = DynamoJobStore(mode.stack.env()["TABLE_NAME"], client=mode.aws.client("dynamodb"))
+        store = mode.job_store()
         pushed = mode.push("bench/refill", "v1", size_mb=image_mb)
         manifest = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
                     "metadata": {"name": "refill", "namespace": "default"},

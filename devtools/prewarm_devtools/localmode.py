@@ -38,7 +38,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prewarm_devtools.control import ControlError, ControlServer
 from prewarm_devtools.localrun import RunRecord, kubeconfig_path, run_record_path, write_run_record
@@ -46,6 +46,9 @@ from prewarm_devtools.node.process import limit_malloc_arenas
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, REGION, LocalIdentity, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
+
+if TYPE_CHECKING:
+    from prewarm.adapters.dynamodb import DynamoJobStore
 
 log = logging.getLogger(__name__)
 
@@ -496,6 +499,14 @@ class LocalMode:
             self._state_path = None
 
     # -- pushing images -------------------------------------------------------------------------
+
+    def job_store(self) -> DynamoJobStore:
+        """The stack's jobs table, as its functions read and write it."""
+        from prewarm.adapters.dynamodb import DynamoJobStore
+
+        if self.aws is None or self.stack is None:
+            raise ControlError("local mode is not running")
+        return DynamoJobStore(self.stack.env()["TABLE_NAME"], client=self.aws.client("dynamodb"))
 
     def push(self, repository: str, tag: str | None, *, size_mb: float = 1.0) -> PushedToEcr:
         """Builds an image, pushes it to the registry that plays ECR, and delivers ECR's PUSH event here."""

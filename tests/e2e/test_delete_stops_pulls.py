@@ -14,19 +14,19 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
 
-from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.domain.messages import node_queue_name
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_devtools.localmode import LocalMode, LocalNode, missing_prerequisites
 from prewarm_devtools.node.agent import agent_output_path
 from prewarm_devtools.node.throttle import ConnectionRecord, ThrottlingProxy
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
@@ -77,12 +77,6 @@ def layer_downloads(proxy: ThrottlingProxy) -> list[ConnectionRecord]:
     return [c for c in proxy.connections() if c.bytes_to_client > LAYER_BYTES]
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.1)
-
 
 def logged_at(log: Path, message: str) -> float | None:
     """The wall-clock time of the first JSON log line of `log` whose message starts with `message`."""
@@ -96,7 +90,7 @@ def logged_at(log: Path, message: str) -> float | None:
 def test_delete_stops_every_nodes_download_within_two_seconds(local: LocalMode, tmp_path: Path) -> None:
     assert local.aws is not None and local.stack is not None and local.registry_proxy is not None
     proxy: ThrottlingProxy = local.registry_proxy
-    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    store = local.job_store()
     nodes = sorted(local.nodes)
     assert len(nodes) == 2
 
@@ -107,7 +101,7 @@ def test_delete_stops_every_nodes_download_within_two_seconds(local: LocalMode, 
     applied = prewarm("--local", "apply", "-f", str(manifest))
     assert applied.returncode == 0, applied.stderr
     # ... and both containerds receiving its layer
-    wait_for(lambda: all(ingested(local.nodes[n]) > 0 for n in nodes), 20, "both nodes' layer downloads")
+    wait_until(lambda: all(ingested(local.nodes[n]) > 0 for n in nodes), 20, "both nodes' layer downloads")
     assert len(layer_downloads(proxy)) == len(nodes)
     # ... whose node queues refuse the operator's own sends: only the stack's roles may send there
     sqs = local.aws.client("sqs")  # the operator's key, as the CLI signs
@@ -146,9 +140,9 @@ def test_delete_stops_every_nodes_download_within_two_seconds(local: LocalMode, 
     assert all(ingested(local.nodes[n]) in (0, ingests[n]) for n in nodes)
     assert not any(local.nodes[n].image_present(pushed.reference) for n in nodes)
     # ... each agent reported the pull Cancelled, and the job is gone from the table
-    wait_for(lambda: all(logged_at(agent_output_path(local.logs_dir, n), "Cancelled job deleted") for n in nodes),
+    wait_until(lambda: all(logged_at(agent_output_path(local.logs_dir, n), "Cancelled job deleted") for n in nodes),
              5, "every agent reporting Cancelled")
-    wait_for(lambda: store.get_job(f"{NAMESPACE}/{JOB}") is None, 10, "the job leaving the table")
+    wait_until(lambda: store.get_job(f"{NAMESPACE}/{JOB}") is None, 10, "the job leaving the table")
     assert not store.get_tasks(f"{NAMESPACE}/{JOB}")
     assert JOB not in prewarm("--local", "get", "jobs").stdout
     print(f"\ndelete ran {returned - invoked:.3f} s; {timings()}")

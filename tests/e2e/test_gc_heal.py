@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
@@ -37,16 +36,10 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
             yield mode
 
 
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.05)
-
 
 def test_a_removed_image_is_pulled_again_and_with_no_room_the_node_says_why(local: LocalMode) -> None:
     assert local.aws is not None and local.stack is not None
-    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    store = local.job_store()
     (name, node), = local.nodes.items()
     pushed = local.push("e2e/heal", "v1", size_mb=2)
 
@@ -63,7 +56,7 @@ def test_a_removed_image_is_pulled_again_and_with_no_room_the_node_says_why(loca
         assert found is not None
         return found
 
-    wait_for(lambda: store.get_task("default/heal", name) is not None and task().phase is NodePhase.SUCCEEDED,
+    wait_until(lambda: store.get_task("default/heal", name) is not None and task().phase is NodePhase.SUCCEEDED,
              60, "the first pull")
     first = task()
     assert node.image_present(pushed.reference)
@@ -74,8 +67,8 @@ def test_a_removed_image_is_pulled_again_and_with_no_room_the_node_says_why(loca
     assert not node.image_present(pushed.reference)
 
     # Then the agent reports it, the control plane sends the task again and the node has it once more
-    wait_for(lambda: node.image_present(pushed.reference), 30, "the image pulled again")
-    wait_for(lambda: task().attempt > first.attempt, 10, "the second pull's Succeeded recorded")
+    wait_until(lambda: node.image_present(pushed.reference), 30, "the image pulled again")
+    wait_until(lambda: task().attempt > first.attempt, 10, "the second pull's Succeeded recorded")
     healed = task()
     assert healed.phase is NodePhase.SUCCEEDED and healed.round == first.round
     assert node.agent.metrics.sample("prewarm_agent_images_gone_total") == 1
@@ -89,7 +82,7 @@ def test_a_removed_image_is_pulled_again_and_with_no_room_the_node_says_why(loca
             cri.remove_image(pushed.reference)
 
         # Then the node is marked with why, and nothing pulls it
-        wait_for(lambda: "not pulled again: disk guard" in task().message, 30, "the node marked")
+        wait_until(lambda: "not pulled again: disk guard" in task().message, 30, "the node marked")
         marked = task()
         assert marked.message.startswith("image removed from the node at "), marked.message
         assert "imagefs" in marked.message and "threshold 0.001%" in marked.message, marked.message

@@ -21,7 +21,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.kube import KubeCluster
 from prewarm.services.jobs import job_key, view_job
 from prewarm_agent.cri.client import ContentStatusReader
@@ -86,7 +85,7 @@ def test_a_resource_pulls_on_every_node_and_its_status_converges_to_the_exact_co
     local: LocalMode, admin: KubeCluster, tmp_path: Path
 ) -> None:
     assert local.aws is not None and local.stack is not None
-    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    store = local.job_store()
     nodes = sorted(local.nodes)
     pushed = local.push("e2e/small", "v1", size_mb=1)
     manifest = resource("res-small", "default", pushed.reference, nodes)
@@ -127,7 +126,7 @@ def test_a_resource_pulls_on_every_node_and_its_status_converges_to_the_exact_co
 
 def test_deleting_the_resource_cancels_its_pulls(local: LocalMode, admin: KubeCluster) -> None:
     assert local.aws is not None and local.stack is not None
-    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    store = local.job_store()
     nodes = sorted(local.nodes)
     pushed = local.push("e2e/big", "v1", size_mb=24)
     admin.create_object(API, "imagepulljobs", resource("res-big", "default", pushed.reference, nodes), "default")

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.ports import NodeWarm
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
@@ -64,7 +64,7 @@ def never_job(name: str, image: str, pool: str, **pull_policy: Any) -> dict[str,
 def apply_planned(local: LocalMode, *jobs: dict[str, Any]) -> None:
     """Applies the jobs as the CLI does and waits until dispatch_job has planned each (no node yet)."""
     assert local.aws is not None and local.stack is not None
-    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    store = local.job_store()
     for job in jobs:
         apply_manifest(store, job, now=time.time())
     keys = [f"default/{job['metadata']['name']}" for job in jobs]
@@ -73,14 +73,8 @@ def apply_planned(local: LocalMode, *jobs: dict[str, Any]) -> None:
         records = [store.get_job(key) for key in keys]
         return all(r is not None and r.planned == r.plan_id for r in records)
 
-    wait_for(planned, 20, "the jobs planned")
+    wait_until(planned, 20, "the jobs planned")
 
-
-def wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.05)
 
 
 def tainted(local: LocalMode, node: str) -> bool:
@@ -93,8 +87,8 @@ def tainted(local: LocalMode, node: str) -> bool:
 def recorded_warm(local: LocalMode, node: str) -> NodeWarm:
     """How the node warmed, once record_status has stored the agent's `Warmed`."""
     assert local.aws is not None and local.stack is not None
-    store = DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
-    wait_for(lambda: (n := store.get_node(node)) is not None and n.warm is not None, 10, f"{node}'s warm-up recorded")
+    store = local.job_store()
+    wait_until(lambda: (n := store.get_node(node)) is not None and n.warm is not None, 10, f"{node}'s warm-up recorded")
     registered = store.get_node(node)
     assert registered is not None and registered.warm is not None
     return registered.warm
@@ -173,7 +167,7 @@ def test_the_taint_goes_at_max_warm_seconds_with_an_event_when_a_pull_keeps_fail
             local.kube.get_object("nodes", "cold-1")["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"
         )) - time.timezone
         assert tainted(local, "cold-1")
-        wait_for(lambda: not tainted(local, "cold-1"), MAX_WARM_SECONDS + 10, "the taint removed at the deadline")
+        wait_until(lambda: not tainted(local, "cold-1"), MAX_WARM_SECONDS + 10, "the taint removed at the deadline")
         untainted = time.time()
 
         # Then it stayed until MAX_WARM_SECONDS after the node joined (the timestamp has whole seconds) ...

@@ -63,7 +63,7 @@ def node(local: LocalMode) -> LocalNode:
 @pytest.fixture
 def store(local: LocalMode) -> DynamoJobStore:
     assert local.stack is not None and local.aws is not None
-    return DynamoJobStore(local.stack.env()["TABLE_NAME"], client=local.aws.client("dynamodb"))
+    return local.job_store()
 
 
 @pytest.fixture

@@ -18,6 +18,11 @@ def eventually(condition: Callable[[], bool], timeout: float, interval: float = 
     return True
 
 
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Returns as soon as `condition()` holds; fails the test naming `what` after `timeout` seconds."""
+    assert eventually(lambda: bool(condition()), timeout), f"not within {timeout:g} s: {what}"
+
+
 def busiest(proxy: ThrottlingProxy) -> ConnectionRecord:
     """The proxy's connection that carried the most bytes to the client: the layer download."""
     return max(proxy.connections(), key=lambda record: record.bytes_to_client)

@@ -31,13 +31,12 @@ from prewarm_devtools.kubeapi.resources import (
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
     ResourceType,
+    selector_requirements,
 )
-from prewarm_devtools.kubeapi.selectors import LabelSelector, Requirement
+from prewarm_devtools.kubeapi.selectors import LabelSelector
 from prewarm_devtools.kubeapi.store import Store
 
 Obj = dict[str, Any]
-
-_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 
 @dataclass(frozen=True)
@@ -60,13 +59,9 @@ class PolicyFailure(Exception):
 
 
 def structured_selector(selector: Obj | None) -> LabelSelector:
-    """A `matchLabels`/`matchExpressions` selector as the parsed kind (None and {} match everything)."""
-    labels = (selector or {}).get("matchLabels") or {}
-    requirements = [Requirement(key, "=", (str(value),)) for key, value in labels.items()]
-    for expression in (selector or {}).get("matchExpressions") or []:
-        operator = _OPERATORS.get(expression.get("operator", ""), "")
-        requirements.append(Requirement(expression.get("key", ""), operator, tuple(expression.get("values") or ())))
-    return LabelSelector(tuple(requirements))
+    """A `matchLabels`/`matchExpressions` selector as the parsed kind (None and {} match everything;
+    validation refused any other that does not convert)."""
+    return LabelSelector(tuple(selector_requirements(selector or {}) or ()))
 
 
 def _listed(values: Iterable[str] | None, wanted: str) -> bool:
@@ -118,9 +113,10 @@ class AdmissionPolicies:
             return False
         target = write.obj if write.obj is not None else write.old or {}
         labels = (target.get("metadata") or {}).get("labels") or {}
-        if not structured_selector(constraints.get("objectSelector")).matches(labels):
+        object_selector = structured_selector(constraints.get("objectSelector"))
+        if not object_selector.matches(labels):
             old_labels = ((write.old or {}).get("metadata") or {}).get("labels") or {}
-            if write.old is None or not structured_selector(constraints.get("objectSelector")).matches(old_labels):
+            if write.old is None or not object_selector.matches(old_labels):
                 return False
         namespace_selector = structured_selector(constraints.get("namespaceSelector"))
         if write.rtype.namespaced and not namespace_selector.empty:
@@ -207,13 +203,13 @@ class AdmissionPolicies:
             if not self._selected(binding["spec"].get("matchResources"), write, binding=True):
                 continue
             actions = set(binding["spec"].get("validationActions") or [])
+            who = (f"ValidatingAdmissionPolicy '{policy['metadata']['name']}' with binding "
+                   f"'{binding['metadata']['name']}'")
             for reason, message in self._run(policy, binding, write):
-                text = (f"ValidatingAdmissionPolicy '{policy['metadata']['name']}' with binding "
-                        f"'{binding['metadata']['name']}' denied request: {message}")
                 if "Warn" in actions:
-                    warnings.append(f"Validation failed for {text.split(' denied request: ')[0]}: {message}")
+                    warnings.append(f"Validation failed for {who}: {message}")
                 if "Deny" in actions:
-                    raise _denial(write, reason, text)
+                    raise _denial(write, reason, f"{who} denied request: {message}")
         return warnings
 
     def _run(self, policy: Obj, binding: Obj, write: Write) -> list[tuple[str, str]]:

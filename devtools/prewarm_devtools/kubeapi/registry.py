@@ -173,9 +173,12 @@ class Registry:
         self._random = random.Random(seed)
         self.admission = AdmissionPolicies(store, self.catalog.by_kind)
 
-    def _admit(self, write: Write, warnings: list[str] | None) -> None:
-        """Validating admission policies, for writes a client makes (`user`): raises the denial."""
-        found = self.admission.admit(write)
+    def _admit(self, user: Identity | None, write: Callable[[Identity], Write], warnings: list[str] | None) -> None:
+        """Validating admission policies, for writes a client makes (`user`; None: the server's own):
+        raises the denial, adds the warnings."""
+        if user is None:
+            return
+        found = self.admission.admit(write(user))
         if warnings is not None:
             warnings.extend(found)
 
@@ -326,9 +329,8 @@ class Registry:
             metadata["creationTimestamp"] = now_rfc3339(self._clock)
             if rtype is CUSTOM_RESOURCE_DEFINITIONS:
                 definition_status(obj, self._group_definitions(obj), metadata["creationTimestamp"])
-            if user is not None:
-                self._admit(Write("CREATE", rtype, namespace, name, _served_as(rtype, obj), None, user,
-                                  dry_run=dry_run), warnings)
+            self._admit(user, lambda u: Write("CREATE", rtype, namespace, name, _served_as(rtype, obj), None, u,
+                                              dry_run=dry_run), warnings)
             if dry_run:
                 return _served_as(rtype, obj)
             stored = self._write(rtype, key, obj)
@@ -667,9 +669,9 @@ class Registry:
         self._validate(rtype, obj, old_obj, subresource)
         if rtype is PRIORITY_CLASSES:
             self._admit_priority_class(obj, creating=False)
-        if user is not None:
-            self._admit(Write("UPDATE", rtype, namespace, name, _served_as(rtype, obj), _served_as(rtype, old_obj),
-                              user, subresource=subresource, dry_run=dry_run), warnings)
+        self._admit(user, lambda u: Write("UPDATE", rtype, namespace, name, _served_as(rtype, obj),
+                                          _served_as(rtype, old_obj), u, subresource=subresource, dry_run=dry_run),
+                    warnings)
         if rtype is CUSTOM_RESOURCE_DEFINITIONS and subresource != "status":
             definition_status(obj, self._group_definitions(obj), now_rfc3339(self._clock))
         if _without_rv(obj) == _without_rv(old.obj):
@@ -694,9 +696,8 @@ class Registry:
         with self.store.lock:
             stored = self._get(rtype, namespace, name)
             self._check_preconditions(rtype, stored, options)
-            if user is not None:
-                self._admit(Write("DELETE", rtype, namespace, name, None, _served_as(rtype, stored.obj), user,
-                                  dry_run=dry_run), None)
+            self._admit(user, lambda u: Write("DELETE", rtype, namespace, name, None, _served_as(rtype, stored.obj), u,
+                                              dry_run=dry_run), None)
             if rtype is NAMESPACES:
                 if name in IMMORTAL_NAMESPACES:
                     # The NamespaceLifecycle admission plugin, which runs for dry runs too.

@@ -788,7 +788,7 @@ def _prepare_daemon_set_update(obj: Obj, old: Obj) -> None:
     _set_template_generation(obj, template_generation)
 
 
-def _selector_requirements(selector: Obj) -> list[Requirement] | None:
+def selector_requirements(selector: Obj) -> list[Requirement] | None:
     """LabelSelectorAsSelector of a non-nil selector, or None where it fails (validation says why)."""
     match_labels = selector.get("matchLabels") or {}
     if not isinstance(match_labels, dict):
@@ -903,7 +903,7 @@ def _validate_daemon_set(obj: Obj, old: Obj | None) -> list[FieldError]:
     selector = spec.get("selector")
     errors = _label_selector_errors(selector, "spec.selector")
     # A missing selector selects nothing, so it can only fail to match; a broken one is not matched at all.
-    requirements = _selector_requirements(selector) if isinstance(selector, dict) else []
+    requirements = selector_requirements(selector) if isinstance(selector, dict) else []
     if selector is None or (requirements is not None and not all(r.matches(labels or {}) for r in requirements)):
         errors.append(
             FieldError(

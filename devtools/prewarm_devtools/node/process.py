@@ -33,11 +33,17 @@ def free_port() -> int:
 PR_SET_PDEATHSIG = 1
 
 
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
 def _prctl() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     """libc's prctl, looked up in the parent: after a fork only the call itself may run."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
+    libc = _libc()
+    if libc is None:
         return None
     prctl: ctypes._CFuncPtr = libc.prctl  # type: ignore[name-defined]
     return prctl
@@ -56,10 +62,10 @@ def limit_malloc_arenas(arenas: int = LOCAL_MALLOC_ARENAS) -> bool:
     2.4 MB a job where two arenas held it to about 1 MB (benchmarks/local_memory.py, 12 jobs). What
     MALLOC_ARENA_MAX=2 does, set from inside: `prewarm local up` is one long-lived process.
     """
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):
+        return libc is not None and bool(libc.mallopt(M_ARENA_MAX, arenas))
+    except AttributeError:
         return False
 
 
