@@ -304,6 +304,18 @@ def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
 
 
 @pytest.mark.integration
+def test_fleet_runs_the_never_round_alone_with_its_figures_at_the_top() -> None:
+    # Given the Never job's daily round asked for alone, with no old-path replay
+    result = run_benchmark("fleet.py", "--nodes", "20", "--pull-median", "10", "--old-window", "0", "--rounds", "never")
+    # Then the top level holds that round's figures, slot refill included, and the Always job is null
+    assert set(result) >= FLEET_KEYS and result["rounds"] == "never"
+    assert result["always"] is None and result["old"] is None and result["never"]["old"] is None
+    assert result["reports"] == result["never"]["reports"] > 20
+    assert result["lost_reports"] == 0 and result["counters_exact"] is True and result["dlq_messages"] == 0
+    assert result["slot_refill_p50_s"] == result["never"]["slot_refill_p50_s"] is not None
+
+
+@pytest.mark.integration
 def test_moto_queues_times_both_codes_at_every_depth() -> None:
     result = run_benchmark("moto_queues.py", "--depths", "20,60", "--calls", "1")
     assert set(result) == {"moto", "patched"}

@@ -484,3 +484,96 @@ def test_a_claim_refused_after_others_succeeded_leaves_no_claimed_node_without_i
     refilled = sorted(t.node for t in plane.store.get_tasks("default/warm")
                       if t.dispatched_at is not None and t.phase.value == "Waiting" and t.node not in wave)
     assert refilled and sorted(sent) == refilled
+
+
+def _two_slots_freed_without_refill(plane: ControlPlane, monkeypatch: Any) -> list[str]:
+    """A job of parallelism 3 over 8 nodes whose first two pulls succeeded with no refill yet."""
+    import prewarm.services.reports as reports
+
+    nodes = cluster_of(plane, 8)
+    apply_manifest(plane.store, job_doc(parallelism=3), now=plane.now())
+    plan(plane)
+    first_wave = [messages[0] for messages in tasks_sent(plane, nodes).values()]
+    monkeypatch.setattr(reports, "fill_slots", lambda *a, **k: None)
+    for task in first_wave[:2]:
+        assert report(plane, task, "Succeeded", seq=1).applied
+    monkeypatch.undo()
+    assert counters(plane) == (8, 1, 2, 0)
+    return nodes
+
+
+def test_a_claim_refused_by_another_fillers_transaction_is_tried_again_after_a_jittered_backoff(
+    plane: ControlPlane, monkeypatch: Any
+) -> None:
+    # Given two free slots, and claims that meet another batch's transaction twice before going through
+    import random
+
+    from prewarm.services.dispatch import fill_slots
+    from prewarm.services.ports import StoreRetryableError
+
+    nodes = _two_slots_freed_without_refill(plane, monkeypatch)
+    real_claim = plane.store.claim_tasks
+    calls = {"n": 0}
+
+    def conflict_twice(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise StoreRetryableError("claim 2 nodes: transaction throttled or in conflict (TransactionConflict)")
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(plane.store, "claim_tasks", conflict_twice)
+    slept: list[float] = []
+
+    # When the freed slots are refilled
+    result = fill_slots(plane.store, plane.queues, "default/warm", now=plane.now(), sleep=slept.append,
+                        rng=random.Random(7))
+
+    # Then both slots are filled on the third claim, after two backoffs within their doubling bounds
+    assert calls["n"] == 3 and len(result.claimed) == 2 and result.sent == 2
+    assert len(slept) == 2 and 0 <= slept[0] <= 0.1 and 0 <= slept[1] <= 0.2
+    assert counters(plane) == (8, 3, 2, 0)
+    assert sorted(tasks_sent(plane, nodes)) == sorted(result.claimed)
+    assert_invariant(plane)
+
+
+def test_claims_refused_every_time_raise_for_the_batch_to_come_again_and_claim_nothing(
+    plane: ControlPlane, monkeypatch: Any
+) -> None:
+    # Given two free slots, and a job item that another batch's transactions hold at every try
+    from prewarm.services.dispatch import CLAIM_ATTEMPTS, fill_slots
+    from prewarm.services.ports import StoreRetryableError
+
+    nodes = _two_slots_freed_without_refill(plane, monkeypatch)
+
+    def always_conflict(*args: Any, **kwargs: Any) -> Any:
+        raise StoreRetryableError("claim 2 nodes: transaction throttled or in conflict (TransactionConflict)")
+
+    monkeypatch.setattr(plane.store, "claim_tasks", always_conflict)
+    slept: list[float] = []
+
+    # When the freed slots are refilled
+    with pytest.raises(StoreRetryableError, match="TransactionConflict"):
+        fill_slots(plane.store, plane.queues, "default/warm", now=plane.now(), sleep=slept.append)
+
+    # Then it gave up after CLAIM_ATTEMPTS refusals, backing off between them, with nothing claimed or sent
+    assert len(slept) == CLAIM_ATTEMPTS - 1 and max(slept) <= 2.0
+    assert tasks_sent(plane, nodes) == {} and counters(plane) == (8, 1, 2, 0)
+
+
+def test_waiting_nodes_are_read_from_the_start_shard_on_then_round_the_others(plane: ControlPlane) -> None:
+    # Given a job's waiting nodes spread over three shards
+    from prewarm.adapters.dynamodb import shard_of
+    from prewarm.domain.status import NodeTaskRecord
+
+    names = [f"node-{i:02d}" for i in range(30)]
+    plane.store.put_tasks("default/spread", [NodeTaskRecord(node=n, round=0) for n in names], shards=3)
+    by_shard = {s: sorted(n for n in names if shard_of(n, 3) == s) for s in range(3)}
+    assert all(by_shard.values())
+
+    for start in range(4):
+        # When a filler reads a few of them from a given shard first
+        first = plane.store.waiting_nodes("default/spread", limit=len(by_shard[start % 3]), shards=3, start=start)
+        # Then they are that shard's (the start wraps round the shards)
+        assert sorted(first) == by_shard[start % 3]
+        # And asking for all of them from any shard finds every waiting node once
+        assert sorted(plane.store.waiting_nodes("default/spread", limit=40, shards=3, start=start)) == names

@@ -505,10 +505,13 @@ class DynamoJobStore:
     def failed_nodes(self, key: str, *, shards: int | None = None) -> list[str]:
         return [t.node for t in self.get_tasks(key, shards=shards) if t.failed]
 
-    def waiting_nodes(self, key: str, limit: int, *, shards: int | None = None) -> list[str]:
-        """Up to `limit` nodes still waiting for a slot (eventually consistent; claims re-check)."""
+    def waiting_nodes(self, key: str, limit: int, *, shards: int | None = None, start: int = 0) -> list[str]:
+        """Up to `limit` nodes still waiting for a slot (eventually consistent; claims re-check), read
+        from shard `start` on (modulo the shards), then the shards after it in turn."""
         nodes: list[str] = []
-        for pk in self._shard_pks(key, self._shards(key, shards)):
+        pks = list(self._shard_pks(key, self._shards(key, shards)))
+        first = start % len(pks) if pks else 0
+        for pk in pks[first:] + pks[:first]:
             if len(nodes) >= limit:
                 break
             out = self._call(

@@ -9,7 +9,9 @@ or on the node item's state, and a task sent twice is harmless (the agent and `r
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import random
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,7 @@ from prewarm.services.ports import (
     PullSecretError,
     PullSecretMirror,
     StoreConflictError,
+    StoreRetryableError,
     TaskQueues,
     TaskSendError,
 )
@@ -39,6 +42,12 @@ log = logging.getLogger(__name__)
 
 # TransactWriteItems takes 100 actions: 99 claimed node items and the job item.
 MAX_CLAIMS_PER_TRANSACTION = 99
+# A claim that meets another filler's transaction (TransactionConflict on the job item or a node) or
+# throttling is tried again after a jittered backoff, so record_status invocations refilling one job
+# at once take turns instead of failing their whole batch; after this many refusals in a row it raises.
+CLAIM_ATTEMPTS = 8
+_CLAIM_BACKOFF_S = 0.05
+_CLAIM_BACKOFF_MAX_S = 2.0
 
 # Selecting by names: below this many names, one GET per node beats listing the cluster.
 _NAMES_BY_GET = 20
@@ -342,12 +351,24 @@ class FillResult:
 
 
 def fill_slots(
-    store: JobStore, queues: TaskQueues, key: str, *, now: float
+    store: JobStore,
+    queues: TaskQueues,
+    key: str,
+    *,
+    now: float,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
 ) -> FillResult:
     """Dispatches waiting nodes while `active < parallelism`: each batch of claims is one transaction,
-    and its tasks are sent before the next is tried, so a claim refused later (a `TransactionConflict`
-    on the job item, raised for the batch to be delivered again) never strands nodes claimed before it
-    with no task sent."""
+    and its tasks are sent before the next is tried, so a claim refused later never strands nodes
+    claimed before it with no task sent.
+
+    Fillers running at once (one per status batch that freed a slot) read the waiting nodes from a
+    random shard first, so they mostly claim different nodes; a claim refused by another's transaction
+    or by throttling is tried again after a jittered backoff, and after `CLAIM_ATTEMPTS` refusals in a
+    row `StoreRetryableError` is raised for the batch to be delivered again.
+    """
+    rng = rng or random.Random()
     result = FillResult()
     record = store.get_job(key)
     if record is None or record.state != JobState.RUNNING or record.planned != record.plan_id:
@@ -355,14 +376,25 @@ def fill_slots(
     job = job_spec(record)
     parallelism = job.spec.parallelism
     free = parallelism - record.counters.active
-    fruitless = 0
+    fruitless = refused = 0
     while free > 0 and record.counters.waiting > 0 and fruitless < 3:
         # The index is eventually consistent: a listed node may be claimed already; the claim re-checks.
-        candidates = store.waiting_nodes(key, limit=min(free, MAX_CLAIMS_PER_TRANSACTION), shards=record.ref.shards)
+        candidates = store.waiting_nodes(key, limit=min(free, MAX_CLAIMS_PER_TRANSACTION), shards=record.ref.shards,
+                                         start=rng.randrange(max(1, record.ref.shards)))
         if not candidates:
             break
-        claimed = store.claim_tasks(record.ref, candidates, parallelism=parallelism, now=now)
+        claimed: list[str] | None
+        try:
+            claimed = store.claim_tasks(record.ref, candidates, parallelism=parallelism, now=now)
+        except StoreRetryableError as e:
+            refused += 1
+            if refused >= CLAIM_ATTEMPTS:
+                raise
+            log.info("job %s: %s; claiming again", key, e)
+            sleep(rng.uniform(0, min(_CLAIM_BACKOFF_MAX_S, _CLAIM_BACKOFF_S * 2**refused)))
+            claimed = None
         if claimed:
+            refused = 0
             failures = queues.send_many([pull_task(record, job, n) for n in claimed])
             result.claimed += claimed
             result.send_failures += failures
@@ -370,7 +402,8 @@ def fill_slots(
         fresh = store.get_job(key)
         if fresh is None or fresh.state != JobState.RUNNING or fresh.round != record.round:
             break
-        fruitless = 0 if claimed else fruitless + 1
+        if claimed is not None:
+            fruitless = 0 if claimed else fruitless + 1
         record = fresh
         free = parallelism - record.counters.active
     return result
