@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,8 +51,17 @@ import time:      9000 |       9000 | kubernetes.client.configuration
 
 
 def run_benchmark(script: str, *args: str, timeout: float = 240) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    # A session of its own: on a timeout its whole group goes (fleet.py forks moto and starts the
+    # embedded API, which would outlive a kill of the script alone).
+    with subprocess.Popen([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
