@@ -509,8 +509,8 @@ class DynamoJobStore:
         """Up to `limit` nodes still waiting for a slot (eventually consistent; claims re-check), read
         from shard `start` on (modulo the shards), then the shards after it in turn."""
         nodes: list[str] = []
-        pks = list(self._shard_pks(key, self._shards(key, shards)))
-        first = start % len(pks) if pks else 0
+        pks = self._shard_pks(key, self._shards(key, shards))  # at least one
+        first = start % len(pks)
         for pk in pks[first:] + pks[:first]:
             if len(nodes) >= limit:
                 break

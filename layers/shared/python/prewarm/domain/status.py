@@ -402,7 +402,8 @@ KUBELET_BACKOFF_INITIAL_SECONDS = 10.0
 KUBELET_BACKOFF_MAX_SECONDS = 300.0
 
 
-def _doubling(initial: float, cap: float, steps: int) -> float:
+def doubling(initial: float, cap: float, steps: int) -> float:
+    """`initial` doubled `steps` times, at most `cap`."""
     # Capping the exponent keeps huge step counts from overflowing a float.
     return min(initial * 2.0 ** min(steps, 64), cap)
 
@@ -446,7 +447,7 @@ class RetryPolicy:
         """The sleep after attempt `number` fails (Kruise sleeps after the last failure too)."""
         if number < 1:
             raise ValueError(f"attempt numbers start at 1, got {number}")
-        return _doubling(PULL_BACKOFF_INITIAL_SECONDS, PULL_BACKOFF_MAX_SECONDS, number - 1)
+        return doubling(PULL_BACKOFF_INITIAL_SECONDS, PULL_BACKOFF_MAX_SECONDS, number - 1)
 
     def attempt(self, number: int, deadline_remaining: float | None = None) -> Attempt | None:
         """Attempt `number`, or None when attempts are used up or no time is left before the deadline."""
@@ -481,4 +482,4 @@ def kubelet_image_backoff(failures: int) -> float:
         raise ValueError(f"failures must be >= 0, got {failures}")
     if failures == 0:
         return 0.0
-    return _doubling(KUBELET_BACKOFF_INITIAL_SECONDS, KUBELET_BACKOFF_MAX_SECONDS, failures - 1)
+    return doubling(KUBELET_BACKOFF_INITIAL_SECONDS, KUBELET_BACKOFF_MAX_SECONDS, failures - 1)

@@ -20,7 +20,7 @@ from prewarm.domain.jobs import ImagePullJob, JobState
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, NodePhase, PullTask
 from prewarm.domain.placement import NodeSelection, Platform, evaluate_nodes
-from prewarm.domain.status import COMPLETED_MESSAGE
+from prewarm.domain.status import COMPLETED_MESSAGE, doubling
 from prewarm.services.ports import (
     Cluster,
     Counters,
@@ -391,7 +391,7 @@ def fill_slots(
             if refused >= CLAIM_ATTEMPTS:
                 raise
             log.info("job %s: %s; claiming again", key, e)
-            sleep(rng.uniform(0, min(_CLAIM_BACKOFF_MAX_S, _CLAIM_BACKOFF_S * 2**refused)))
+            sleep(rng.uniform(0, doubling(_CLAIM_BACKOFF_S, _CLAIM_BACKOFF_MAX_S, refused)))
             claimed = None
         if claimed:
             refused = 0
