@@ -137,10 +137,11 @@ def test_the_taint_stays_while_pulls_run_and_goes_within_2_s_of_the_last_image(l
         print(f"\ntaint removed {delay:.3f} s after the last image was present, "
               f"{untainted - joined:.1f} s after the node joined")
         assert delay < UNTAINT_WITHIN
-        assert node.agent.metrics.sample("prewarm_agent_startup_taint_removals_total", {"outcome": "warm"}) == 1
 
-        # And the control plane learns how the node warmed: `prewarm describe` shows hello to warm
+        # And the control plane learns how the node warmed: `prewarm describe` shows hello to warm.
+        # The agent sends that after its log, gauge and Event, so waiting for it orders the checks below.
         warm = recorded_warm(local, "warm-1")
+        assert node.agent.metrics.sample("prewarm_agent_startup_taint_removals_total", {"outcome": "warm"}) == 1
         assert warm.outcome == "warm" and not warm.missing
         assert node.agent.hello_at is not None and warm.hello_at == pytest.approx(node.agent.hello_at, abs=0.01)
         assert 0 < warm.hello_to_warm <= warm.join_to_warm < untainted - joined + 2
@@ -173,6 +174,9 @@ def test_the_taint_goes_at_max_warm_seconds_with_an_event_when_a_pull_keeps_fail
         # Then it stayed until MAX_WARM_SECONDS after the node joined (the timestamp has whole seconds) ...
         assert untainted >= created + MAX_WARM_SECONDS - 0.1
         assert untainted < created + MAX_WARM_SECONDS + 1 + UNTAINT_WITHIN
+        # The agent logs, counts and posts the Event after the patch lands, then sends `Warmed`:
+        # once record_status has stored that, everything checked below has happened.
+        warm = recorded_warm(local, "cold-1")
         # ... the agent said so, naming the image and its failure ...
         (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("node not warm after")]
         assert missing.split("/", 1)[1].split(":")[0] in line and "pull failed" in line, line
@@ -186,7 +190,6 @@ def test_the_taint_goes_at_max_warm_seconds_with_an_event_when_a_pull_keeps_fail
         assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Node"
         assert "never-pushed" in event["message"] and "pull failed" in event["message"], event["message"]
         # ... and `prewarm describe node` says it came off at the deadline, naming the image
-        warm = recorded_warm(local, "cold-1")
         assert warm.outcome == "timeout" and warm.missing == (missing,) and warm.missing_total == 1
         assert "removed at maxWarmSeconds" in describe(local, "describe", "node", "cold-1")
     finally:
