@@ -151,8 +151,18 @@ def set_writable(root: Path, writable: bool) -> None:
 
 
 @contextmanager
-def lambda_code_dir() -> Iterator[Path]:
-    """A temporary directory for the read-only copies; made writable again so it can be removed."""
+def lambda_code_dir(keep: Path | None = None) -> Iterator[Path]:
+    """A directory for the built layers and read-only copies: temporary, or `keep` (empty or new), which
+    stays for a look at what Lambda would load. Made writable again at the end either way."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        if any(keep.iterdir()):
+            raise BenchmarkError(f"--keep {keep}: the directory is not empty")
+        try:
+            yield keep
+        finally:
+            set_writable(keep, True)
+        return
     with tempfile.TemporaryDirectory(prefix="prewarm-cold-start-") as tmp:
         try:
             yield Path(tmp)
@@ -328,7 +338,7 @@ class SampleState:
         self.dynamodb.put_item(TableName=self.table, Item=self.job_item)
 
 
-def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
+def benchmark(repeat: int, explain_all: bool, explain_runs: int = 3, keep: Path | None = None) -> dict[str, Any]:
     from prewarm_devtools.sam.stack import LocalStack
 
     print_machine()
@@ -336,7 +346,7 @@ def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
     print(f"cold_start: {len(names)} functions, median of {repeat} fresh interpreters each")
     runtime = "the runtime's" if sys.version_info[:2] == (3, 13) else "not the runtime's 3.13, but"
     with (KubeApiProcess(seeds=[ROOT / "samplefiles" / "cluster.yaml"]) as api, MotoProcess() as moto,
-          lambda_code_dir() as code):
+          lambda_code_dir(keep) as code):
         print(f"  moto ThreadedMotoServer and the embedded Kubernetes API in their own processes "
               f"({moto.url}, {api.url})")
         layers = build_layers(code)
@@ -385,7 +395,7 @@ def benchmark(repeat: int, explain_all: bool) -> dict[str, Any]:
         if to_explain:
             print("  where the import time goes:")
             for s in to_explain:
-                explain(s, state.reset if s.event is not None else lambda: None)
+                explain(s, state.reset if s.event is not None else lambda: None, runs=explain_runs)
         written = bytecode_written(code, layers)
         if written:
             raise BenchmarkError(f"cold starts wrote bytecode, which Lambda's read-only code cannot: {written[:5]}")
@@ -411,10 +421,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5, help="fresh interpreters per function (default 5)")
     parser.add_argument("--explain", action="store_true", help="break down the import time of every function")
+    parser.add_argument("--explain-runs", type=int, default=3,
+                        help="runs under -X importtime per breakdown, the least kept (default 3)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="build the layers and copy the code into DIR (empty or new) and keep them there")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
-    emit(benchmark(args.repeat, args.explain))
+    if args.explain_runs < 1:
+        parser.error("--explain-runs must be at least 1")
+    emit(benchmark(args.repeat, args.explain, args.explain_runs, args.keep))
     return 0
 
 

@@ -5,6 +5,7 @@ reads against writes on a table."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -168,3 +169,71 @@ def test_a_query_never_sees_an_item_half_updated() -> None:
         finally:
             sys.setswitchinterval(previous)
         assert errors == []
+
+
+def test_reads_answer_exactly_what_moto_s_serializer_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    if aws_limits.active() is None:
+        pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS=off)")
+    from moto.core.responses import ActionResult
+    from moto.dynamodb.responses import DynamoResult
+
+    # Given every read answered both ways, the fast answer checked against moto's serializer
+    # (DynamoResult inherits ActionResult's; the layer gives it its own)
+    assert original(DynamoResult, "execute_result") is patches._INHERITED
+    fast, serialized = DynamoResult.execute_result, ActionResult.execute_result
+    compared: list[str] = []
+
+    def both(result: Any, context: Any) -> Any:
+        got, want = fast(result, context), serialized(result, context)
+        assert got[:2] == want[:2]
+        assert json.loads(got[2]) == json.loads(want[2]), context.operation_model.name
+        compared.append(context.operation_model.name)
+        return got
+
+    monkeypatch.setattr(DynamoResult, "execute_result", both)
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-west-2")
+        ddb.create_table(
+            TableName="reads", BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "g")],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            GlobalSecondaryIndexes=[{"IndexName": "by_g", "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                                     "Projection": {"ProjectionType": "ALL"}}],
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+        # ... holding every attribute type
+        for i in range(5):
+            ddb.put_item(TableName="reads", Item={
+                "pk": {"S": "p"}, "sk": {"S": f"s{i}"}, "g": {"S": "x"}, "n": {"N": f"{i}.50"},
+                "b": {"B": bytes([0, 255, i])}, "ss": {"SS": ["a", "b"]}, "ns": {"NS": ["1", "2.5"]},
+                "bs": {"BS": [b"\x00", b"\x01"]}, "null": {"NULL": True}, "yes": {"BOOL": True},
+                "no": {"BOOL": False}, "empty": {"S": ""}, "uni": {"S": "Grüße ✓ \"q\" \\ \n"},
+                "m": {"M": {"l": {"L": [{"N": "1"}, {"M": {"deep": {"S": "d"}}}, {"B": b"\x02"}]}}},
+            })
+        key = {"pk": {"S": "p"}, "sk": {"S": "s1"}}
+        missing = {"pk": {"S": "p"}, "sk": {"S": "none"}}
+
+        # When each read is made, with pages, projections, consumed capacity and misses
+        items = [ddb.get_item(TableName="reads", Key=key, ReturnConsumedCapacity="TOTAL")["Item"]]
+        assert "Item" not in ddb.get_item(TableName="reads", Key=missing)
+        ddb.get_item(TableName="reads", Key=key, ProjectionExpression="#m.l[1], b",
+                     ExpressionAttributeNames={"#m": "m"})
+        page = ddb.query(TableName="reads", KeyConditionExpression="pk = :p", Limit=2,
+                         ExpressionAttributeValues={":p": {"S": "p"}}, ReturnConsumedCapacity="INDEXES")
+        assert "LastEvaluatedKey" in page
+        last = ddb.query(TableName="reads", KeyConditionExpression="pk = :p",
+                         ExclusiveStartKey=page["LastEvaluatedKey"], ExpressionAttributeValues={":p": {"S": "p"}})
+        assert "LastEvaluatedKey" not in last and last["Count"] == 3
+        ddb.query(TableName="reads", IndexName="by_g", KeyConditionExpression="g = :g",
+                  ExpressionAttributeValues={":g": {"S": "x"}}, Select="COUNT")
+        ddb.scan(TableName="reads", FilterExpression="n > :n", ExpressionAttributeValues={":n": {"N": "2"}})
+        got = ddb.batch_get_item(RequestItems={"reads": {"Keys": [key, missing]}})
+        items += got["Responses"]["reads"]
+        pair = ddb.transact_get_items(TransactItems=[{"Get": {"TableName": "reads", "Key": k}} for k in (key, missing)])
+        items.append(pair["Responses"][0]["Item"])
+
+    # Then every answer was the serializer's, byte values and sets included
+    assert {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"} <= set(compared)
+    for item in items:
+        assert item["b"] == {"B": bytes([0, 255, 1])} and item["bs"] == {"BS": [b"\x00", b"\x01"]}
+        assert item["m"]["M"]["l"]["L"][2] == {"B": b"\x02"} and item["null"] == {"NULL": True}
