@@ -46,14 +46,18 @@ node-deps:
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
 
-# Every tier but e2e on two workers, a test file per worker at a time (files share their servers);
-# then the e2e tier alone: each test runs a whole local stack, and some time what a stack does.
+# Every tier but e2e on two workers, a test file per worker at a time (files share their servers), in
+# collection order: tests/conftest.py puts the longest files first;
+# then the e2e tier, each file a whole local stack: two at a time, but the `timed` tests (bounds of
+# seconds on what a stack does) alone afterwards, on a machine no other stack is loading.
 PYTEST_WORKERS ?= 2
 test: lint typecheck contracts template sam-validate node-deps
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/e2e; rc=$$?; \
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/e2e; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
-	  $(PY) -m pytest -q tests/e2e; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no e2e tests" >&2; exit 1; fi; exit $$rc
+	  $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not timed" tests/e2e; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
+	  $(PY) -m pytest -q -m timed tests/e2e; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no timed e2e tests" >&2; exit 1; fi; exit $$rc
 
 demo: $(STAMP) node-deps
 	$(VENV)/bin/prewarm demo --nodes 3 --image-mb 50

@@ -28,7 +28,7 @@ from prewarm_devtools.node.agent import agent_output_path
 from prewarm_devtools.node.throttle import ConnectionRecord, ThrottlingProxy
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.node,
+pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))

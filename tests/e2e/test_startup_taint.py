@@ -28,7 +28,7 @@ from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.node,
+pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
 
 MIB = 1024 * 1024
