@@ -39,7 +39,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,20 +154,18 @@ def set_writable(root: Path, writable: bool) -> None:
 def lambda_code_dir(keep: Path | None = None) -> Iterator[Path]:
     """A directory for the built layers and read-only copies: temporary, or `keep` (empty or new), which
     stays for a look at what Lambda would load. Made writable again at the end either way."""
-    if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        if any(keep.iterdir()):
-            raise BenchmarkError(f"--keep {keep}: the directory is not empty")
+    with ExitStack() as stack:
+        if keep is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="prewarm-cold-start-")))
+        else:
+            keep.mkdir(parents=True, exist_ok=True)
+            if any(keep.iterdir()):
+                raise BenchmarkError(f"--keep {keep}: the directory is not empty")
+            root = keep
         try:
-            yield keep
+            yield root
         finally:
-            set_writable(keep, True)
-        return
-    with tempfile.TemporaryDirectory(prefix="prewarm-cold-start-") as tmp:
-        try:
-            yield Path(tmp)
-        finally:
-            set_writable(Path(tmp), True)
+            set_writable(root, True)
 
 
 def bytecode_written(root: Path, layers: Sequence[Path]) -> list[Path]:
@@ -297,7 +295,7 @@ def import_costs(lines: list[ImportLine], module: str) -> ImportCosts:
     )
 
 
-def explain(subject: Subject, prepare: Callable[[], None], runs: int = 3, top: int = 10) -> ImportCosts:
+def explain(subject: Subject, prepare: Callable[[], None], runs: int, top: int = 10) -> ImportCosts:
     """Prints where `subject`'s import time goes: the least of `runs` runs under `-X importtime`."""
     measured = []
     for _ in range(runs):
@@ -338,7 +336,7 @@ class SampleState:
         self.dynamodb.put_item(TableName=self.table, Item=self.job_item)
 
 
-def benchmark(repeat: int, explain_all: bool, explain_runs: int = 3, keep: Path | None = None) -> dict[str, Any]:
+def benchmark(repeat: int, explain_all: bool, explain_runs: int, keep: Path | None) -> dict[str, Any]:
     from prewarm_devtools.sam.stack import LocalStack
 
     print_machine()

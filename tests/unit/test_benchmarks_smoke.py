@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -27,13 +28,15 @@ from benchmarks.cold_start import (
     bytecode_written,
     discover_functions,
     import_costs,
+    lambda_code_dir,
     least,
     parse_importtime,
     read_only_copy,
     set_writable,
 )
+from benchmarks.cold_start import main as cold_start_main
 from benchmarks.e2e_latency import Fit, FunctionClock
-from benchmarks.measure import ROOT, Target
+from benchmarks.measure import ROOT, BenchmarkError, Target
 
 IMPORTTIME = """\
 import time: self [us] | cumulative | imported package
@@ -135,6 +138,28 @@ def assert_unchecked_hash_bytecode(modules: list[Path]) -> None:
         pyc = Path(importlib.util.cache_from_source(str(module)))
         header = pyc.read_bytes()[:8]
         assert header[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(header[4:8], "little") == 0b01, pyc
+
+
+def test_cold_start_refuses_a_kept_directory_that_is_not_empty_and_explain_runs_below_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a directory that holds a file
+    (tmp_path / "earlier").write_text("x")
+    # When cold_start would build into it, it refuses, naming the directory, and leaves it as it was
+    refused = re.escape(f"--keep {tmp_path}: the directory is not empty")
+    with pytest.raises(BenchmarkError, match=refused), lambda_code_dir(tmp_path):
+        pytest.fail("the directory was used")
+    assert [p.name for p in tmp_path.iterdir()] == ["earlier"]
+    # And a kept directory that is new is made, used, and stays writable afterwards
+    kept = tmp_path / "new"
+    with lambda_code_dir(kept) as code:
+        (code / "f").write_text("y")
+        set_writable(code, False)
+    assert (kept / "f").read_text() == "y" and (kept / "f").stat().st_mode & 0o200
+    # And --explain-runs 0 is a usage error naming the option
+    with pytest.raises(SystemExit) as exited:
+        cold_start_main(["--explain-runs", "0"])
+    assert exited.value.code == 2 and "--explain-runs must be at least 1" in capsys.readouterr().err
 
 
 def test_read_only_copies_carry_no_bytecode_and_bytecode_written_later_is_found(tmp_path: Path) -> None:

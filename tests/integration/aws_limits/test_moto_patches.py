@@ -27,6 +27,21 @@ def original(owner: Any, name: str) -> Any:
     return found[0]
 
 
+def create_table(ddb: Any, name: str, index: str, index_keys: tuple[str, ...], projection: str, **extra: Any) -> None:
+    """A table keyed `pk`/`sk` with one index on `index_keys` (hash, then range), every key a string."""
+    def schema(keys: tuple[str, ...]) -> list[dict[str, str]]:
+        return [{"AttributeName": k, "KeyType": t} for k, t in zip(keys, ("HASH", "RANGE"), strict=False)]
+
+    attributes = dict.fromkeys(("pk", "sk", *index_keys))  # in order, once each
+    ddb.create_table(
+        TableName=name, BillingMode="PAY_PER_REQUEST", KeySchema=schema(("pk", "sk")),
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in attributes],
+        GlobalSecondaryIndexes=[{"IndexName": index, "KeySchema": schema(index_keys),
+                                 "Projection": {"ProjectionType": projection}}],
+        **extra,
+    )
+
+
 @pytest.fixture
 def queue() -> Iterator[Any]:
     """A queue with 7 visible messages, 3 in flight, 2 delayed and one past its retention period."""
@@ -134,13 +149,7 @@ def test_a_query_never_sees_an_item_half_updated() -> None:
         pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS=off)")
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-west-2")
-        ddb.create_table(
-            TableName="race", BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "wpk")],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            GlobalSecondaryIndexes=[{"IndexName": "waiting", "Projection": {"ProjectionType": "KEYS_ONLY"},
-                                     "KeySchema": [{"AttributeName": "wpk", "KeyType": "HASH"},
-                                                   {"AttributeName": "sk", "KeyType": "RANGE"}]}])
+        create_table(ddb, "race", "waiting", ("wpk", "sk"), "KEYS_ONLY")
         for i in range(300):
             ddb.put_item(TableName="race", Item={"pk": {"S": "J"}, "sk": {"S": f"N{i:04d}"}, "wpk": {"S": "W"}})
         errors: list[str] = []
@@ -193,14 +202,8 @@ def test_reads_answer_exactly_what_moto_s_serializer_answers(monkeypatch: pytest
     monkeypatch.setattr(DynamoResult, "execute_result", both)
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-west-2")
-        ddb.create_table(
-            TableName="reads", BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "g")],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            GlobalSecondaryIndexes=[{"IndexName": "by_g", "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
-                                     "Projection": {"ProjectionType": "ALL"}}],
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-        )
+        create_table(ddb, "reads", "by_g", ("g",), "ALL",
+                     StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
         # ... holding every attribute type
         for i in range(5):
             ddb.put_item(TableName="reads", Item={
