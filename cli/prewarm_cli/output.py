@@ -19,8 +19,9 @@ from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
 
 if TYPE_CHECKING:
+    from prewarm.domain.nodes import RegisteredNode
+    from prewarm.domain.status import NodeTaskRecord
     from prewarm.services.jobs import JobView
-    from prewarm.services.ports import NodeTaskRecord, RegisteredNode
 
 NONE = "<none>"
 UNKNOWN = "<unknown>"
@@ -130,8 +131,7 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
                              source_of(r.manifest), v.message]
         if wide:
             spec = r.manifest.get("spec", {})
-            is_list = r.api_kind == "ImageListPullJob"
-            row += [_images(spec), spec.get("parallelism", 1), "-" if is_list else r.round]
+            row += [_images(spec), spec.get("parallelism", 1), "-" if r.is_list_job else r.round]
         if all_namespaces:
             row.insert(0, r.namespace)
         rows.append(row)
@@ -406,7 +406,7 @@ def describe_job(view: JobView, *, now: float) -> str:
     ], "  ")
     lines.append("Status:")
     status_pairs: list[tuple[str, object]] = [("State", r.state), ("Generation", r.generation)]
-    if r.api_kind == "ImagePullJob":
+    if r.is_pull_job:
         status_pairs.append(("Round", r.round))
     status_pairs += [
         ("Desired", view.desired), ("Active", view.active), ("Succeeded", view.succeeded), ("Failed", view.failed),
@@ -414,7 +414,7 @@ def describe_job(view: JobView, *, now: float) -> str:
         ("Completion Time", _when(view.completion_time, now)), ("Message", view.message),
     ]
     lines += _fields(status_pairs, "  ")
-    if r.api_kind == "ImageListPullJob":
+    if r.is_list_job:
         lines += _describe_children(view, now=now)
     else:
         lines += _describe_nodes(view, now=now)

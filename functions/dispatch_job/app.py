@@ -9,8 +9,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from prewarm import bootstrap
 from prewarm.events import StreamRecord, parse_stream_record
 from prewarm.observability import logger, metrics, tracer
-from prewarm.services.dispatch import needs_planning
-from prewarm.services.jobs import needs_deletion
 
 if TYPE_CHECKING:
     # The batch utility's package costs ~100 ms of imports: its response type is for the type checker only.
@@ -18,18 +16,17 @@ if TYPE_CHECKING:
 
 
 def plan_record(record: StreamRecord) -> None:
-    image, old = record.new_image, record.old_image
-    if image and needs_deletion(image, old):
-        key = f"{image['namespace']}/{image['name']}"
-        logger.append_keys(job=key)
+    job, old = bootstrap.stored_job(record.new_image), bootstrap.stored_job(record.old_image)
+    if job is not None and job.deletion_requested(old):
+        logger.append_keys(job=job.key)
         # A failed cancel raises TaskSendError: the stream retries this record, the items still there.
-        logger.info("deleted", extra={"cancels_sent": bootstrap.complete_deletion(key)})
+        logger.info("deleted", extra={"cancels_sent": bootstrap.complete_deletion(job.key)})
         # Nodes still warming no longer wait for its image (a failed send retries this record).
         bootstrap.tell_warming_nodes()
         return
-    if not image or not needs_planning(image, old):
+    if job is None or not job.needs_planning(old):
         return  # a removed job, or only its counters or shards changed
-    key = f"{image['namespace']}/{image['name']}"
+    key = job.key
     logger.append_keys(job=key)
     # A failed send raises TaskSendError, so the stream retries this record and re-sends what was not sent.
     result = bootstrap.plan_job(key)

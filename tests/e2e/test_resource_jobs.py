@@ -22,7 +22,8 @@ import yaml
 from click.testing import CliRunner
 
 from prewarm.adapters.kube import KubeCluster
-from prewarm.services.jobs import job_key, view_job
+from prewarm.domain.jobs import job_key
+from prewarm.services.jobs import view_job
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_cli.app import cli
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from prewarm.domain.nodes import NodeWarm
 from prewarm.services.jobs import apply_manifest
-from prewarm.services.ports import NodeWarm
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites

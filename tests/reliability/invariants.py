@@ -12,7 +12,7 @@ from typing import Any
 
 from prewarm.adapters.dynamodb import DynamoJobStore, job_pk
 from prewarm.domain.messages import NodePhase
-from prewarm.services.ports import NodeTaskRecord
+from prewarm.domain.status import NodeTaskRecord
 
 _FAILED = {NodePhase.FAILED, NodePhase.CANCELLED}
 FINISHED_STATES = {"Completed", "Failed"}

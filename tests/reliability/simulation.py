@@ -21,7 +21,7 @@ from moto import mock_aws
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
-from prewarm.services.dispatch import needs_planning, plan_job
+from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import JobNotFoundError, apply_manifest, complete_deletion, delete_job
 from prewarm.services.reports import record_report, register_node
 from prewarm.services.resources import ResourceApi, sync_resources
@@ -184,9 +184,7 @@ class Driver:
         """The table stream: every job whose item asks for planning gets `plan_job` (retried on a crash)."""
         p = self.plane
         for record in p.real_store.list_jobs():
-            item = {"sk": "JOB", "api_kind": record.api_kind, "state": record.state, "planned": record.planned,
-                    "generation": record.generation, "round": record.round}
-            if needs_planning(item):
+            if record.needs_planning():
                 self.deliver(functools.partial(self._plan, record.key))
 
     def _plan(self, key: str) -> object:

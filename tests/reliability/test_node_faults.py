@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 import pytest
 
 from prewarm.adapters.dynamodb import DynamoJobStore
+from prewarm.domain.job import StoredJob
 from prewarm.domain.messages import NodePhase, node_queue_name
+from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.jobs import apply_manifest
-from prewarm.services.ports import JobRecord, NodeTaskRecord
 from prewarm_agent.settings import AgentSettings
 from prewarm_devtools.localmode import LocalMode, LocalNode, ecr_host, missing_prerequisites
 from prewarm_devtools.node.throttle import ThrottlingProxy
@@ -129,7 +130,7 @@ def pulling_bytes(store: DynamoJobStore, key: str, proxy: ThrottlingProxy, at_le
     return task is not None and task.phase is NodePhase.PULLING and proxy.bytes_to_client >= at_least
 
 
-def completed(store: DynamoJobStore, key: str) -> JobRecord | None:
+def completed(store: DynamoJobStore, key: str) -> StoredJob | None:
     record = store.get_job(key)
     return record if record is not None and record.state == "Completed" else None
 

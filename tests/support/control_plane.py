@@ -9,10 +9,10 @@ from typing import Any
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
-from prewarm.domain.jobs import JobState
+from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.messages import CancelTask, PullTask, StatusReport, parse_node_message
 from prewarm.services.dispatch import PlanResult, plan_job
-from prewarm.services.jobs import complete_deletion, job_key
+from prewarm.services.jobs import complete_deletion
 from prewarm.services.reports import ReportOutcome, record_report
 from tests.support.cluster import FakeCluster
 

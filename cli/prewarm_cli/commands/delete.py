@@ -25,8 +25,9 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
     kind = resource_name(resource, ("jobs", "rules"), "delete")
     store = current_store(ctx)
     code = EXIT_OK
+    from prewarm.domain.jobs import job_key
     from prewarm.domain.sources import Source, SourceConflictError, source_of
-    from prewarm.services.jobs import check_source, job_key, request_deletion
+    from prewarm.services.jobs import check_source, request_deletion
 
     if kind == "rules":
         rules = {r.get("metadata", {}).get("name"): r for r in store.list_rules()}

@@ -15,16 +15,12 @@ from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
 from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
 
 
-def _completion_type(view: JobView) -> str:
-    return str(view.record.manifest.get("spec", {}).get("completionPolicy", {}).get("type", "Always"))
-
-
 def watch_state(view: JobView) -> WatchState:
     """Node counts and bytes over the job's nodes (a list job's over all its ImagePullJobs)."""
     from prewarm.domain.status import job_bytes
     from prewarm_cli.output import WatchState
 
-    parts = view.children if view.record.api_kind == "ImageListPullJob" else [view]
+    parts = view.children if view.record.is_list_job else [view]
     bytes_done, bytes_total = job_bytes(t for p in parts for t in p.tasks)
     return WatchState(
         desired=sum(p.record.counters.desired for p in parts),
@@ -39,20 +35,16 @@ def watch_state(view: JobView) -> WatchState:
 
 def _finished(view: JobView) -> bool:
     """Whether the job has nothing more to do: completed or failed (`Always`), or its round is done (`Never`)."""
-    r = view.record
-    if r.api_kind == "ImageListPullJob":
+    if view.record.is_list_job:
         return bool(view.children) and all(_finished(c) for c in view.children)
-    if r.state.is_finished or view.completion_time is not None:
-        return True
-    planned = r.planned == r.plan_id
-    return _completion_type(view) == "Never" and planned and r.counters.waiting + r.counters.active == 0
+    return view.completion_time is not None or view.record.has_finished_round()
 
 
 def watch_outcome(view: JobView) -> tuple[int, str] | None:
     """The exit code and closing line once the job has finished, else None."""
     if not _finished(view):
         return None
-    from prewarm.domain.jobs import JobState
+    from prewarm.domain.jobs import CompletionType, JobState
 
     r = view.record
     state = watch_state(view)
@@ -61,7 +53,7 @@ def watch_outcome(view: JobView) -> tuple[int, str] | None:
                      if c.record.state == JobState.FAILED and c.record.message]
     if failed_states:
         return EXIT_FAILURE, f"{title} failed: {failed_states[0].message}"
-    verb = "round done" if _completion_type(view) == "Never" else "completed"
+    verb = "round done" if r.completion_type is CompletionType.NEVER else "completed"
     if state.failed:
         listed = ", ".join(view.failed_nodes)
         return EXIT_FAILURE, f"{title} {verb}: {state.failed} of {state.desired} nodes failed: {listed}"

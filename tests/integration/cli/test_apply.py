@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prewarm.services.jobs import job_key
+from prewarm.domain.jobs import job_key
 from tests.support.cli import Run
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_yaml

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from prewarm.domain.jobs import job_key
 from prewarm.domain.messages import CancelTask, PullTask
-from prewarm.services.jobs import job_key
 from tests.support.cli import Run
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_yaml

@@ -24,9 +24,8 @@ from click.testing import CliRunner
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.kube import KubeCluster
-from prewarm.domain.jobs import JobState
+from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.sources import Source, source_of
-from prewarm.services.jobs import job_key
 from prewarm.services.ports import ClusterAuthError
 from prewarm_cli.app import cli
 from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, write_local_state

@@ -687,8 +687,7 @@ def test_rule_hash_is_stable_and_spec_sensitive() -> None:
 
 
 def test_the_pin_annotation_is_true_or_false_and_reaches_the_pull_task() -> None:
-    from prewarm.services.dispatch import pull_task
-    from prewarm.services.ports import JobRecord
+    from prewarm.domain.job import ApiKind, StoredJob
 
     def job(pin: str | None) -> dict[str, Any]:
         annotations = {} if pin is None else {"prewarm.dev/pin": pin}
@@ -700,9 +699,12 @@ def test_the_pin_annotation_is_true_or_false_and_reaches_the_pull_task() -> None
     assert isinstance(pinned, ImagePullJob) and (pinned.pin, unpinned.pin, unset.pin) == (True, False, False)  # type: ignore[union-attr]
     with pytest.raises(JobValidationError, match=r'annotations.prewarm.dev/pin: must be "true" or "false", not .yes.'):
         parse_manifest(job("yes"))
-    record = JobRecord(namespace="ml", name="gpu", uid="u1", api_kind="ImagePullJob", manifest=pinned.to_manifest(),
-                       spec_hash=pinned.spec_hash())
-    task = pull_task(record, pinned, "n1")
+
+    def stored(manifest: ImagePullJob) -> StoredJob:
+        return StoredJob(namespace="ml", name="gpu", uid="u1", api_kind=ApiKind.IMAGE_PULL_JOB,
+                         manifest=manifest.to_manifest(), spec_hash=manifest.spec_hash())
+
+    task = stored(pinned).pull_task("n1")
     assert task.pin and '"pin":true' in task.model_dump_json()
     # Agents that predate the field never see it for a job that is not pinned.
-    assert '"pin"' not in pull_task(record, parse_manifest(job(None)), "n1").model_dump_json()  # type: ignore[arg-type]
+    assert '"pin"' not in stored(unset).pull_task("n1").model_dump_json()  # type: ignore[arg-type]

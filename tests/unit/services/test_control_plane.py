@@ -9,7 +9,7 @@ import pytest
 
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
-from prewarm.services.dispatch import needs_planning, plan_job
+from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, complete_deletion, delete_job, view_job
 from prewarm.services.reports import record_report, register_node
 from prewarm.services.schedules import SILENT_NODE_MESSAGE, repull_daily, sweep
@@ -91,9 +91,7 @@ def test_same_spec_twice_is_unchanged_and_sends_nothing_new(plane: ControlPlane)
     assert apply_manifest(plane.store, doc, now=plane.now()).outcome == "unchanged"
     record = plane.store.get_job("default/warm")
     assert record is not None
-    item = {"sk": "JOB", "api_kind": "ImagePullJob", "state": "Running", "planned": record.planned,
-            "generation": record.generation, "round": record.round}
-    assert not needs_planning(item)  # the stream record of this write is skipped by dispatch_job
+    assert not record.needs_planning()  # the stream record of this write is skipped by dispatch_job
     assert tasks_sent(plane, nodes) == {}
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.jobs import JobState
+from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.sources import SOURCE_ANNOTATION, Source, SourceConflictError, source_of
-from prewarm.services.jobs import apply_manifest, job_key, request_deletion
+from prewarm.services.jobs import apply_manifest, request_deletion
 from prewarm.services.ports import ClusterConflictError
 from prewarm.services.resources import sync_resources
 from tests.support.control_plane import ControlPlane

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prewarm.settings import settings
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues
+    from prewarm.domain.job import StoredJob
     from prewarm.domain.messages import FromAgent, Hello, StatusReport
     from prewarm.domain.refresh import CredentialsConfig
     from prewarm.services.credentials import RefreshReport
@@ -138,11 +139,22 @@ def images() -> EcrImages:
 # --- Use cases, bound to the adapters above -------------------------------------------------------
 
 
+def stored_job(image: Mapping[str, Any] | None) -> StoredJob | None:
+    """The job a table stream image holds (None: the image is of another item, or absent)."""
+    from prewarm.adapters.dynamodb import job_of_item
+
+    return job_of_item(image)
+
+
 def plan_job(key: str) -> PlanResult:
-    """Select the nodes of job `key` and send the first tasks; `TaskSendError` when a send failed."""
+    """Select the nodes of job `key` and send the first tasks, and after a `Never` job's plan send
+    warming nodes their lists again; `TaskSendError` when a send failed."""
     from prewarm.services.dispatch import plan_job
+    from prewarm.services.warming import send_required_images
 
     result = plan_job(store(), cluster(), queues(), key, now=time.time(), secrets=secret_mirror())
+    if result.changes_warming:
+        result.send_failures += send_required_images(store(), queues(), cluster(), now=time.time())
     result.raise_for_send_failures()
     return result
 

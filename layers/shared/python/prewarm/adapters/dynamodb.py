@@ -19,23 +19,14 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import NodePhase
+from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.schedules import ScheduleRun
-from prewarm.domain.status import removal_deltas
-from prewarm.services.ports import (
-    Counters,
-    ExcludedNode,
-    JobRecord,
-    JobRef,
-    NodeTaskRecord,
-    NodeUpdate,
-    NodeWarm,
-    RegisteredNode,
-    StoreConflictError,
-    StoreError,
-    StoreRetryableError,
-)
+from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate, removal_deltas
+from prewarm.services.ports import StoreConflictError, StoreError, StoreRetryableError
 
 _RETRYABLE = {
     "ProvisionedThroughputExceededException",
@@ -76,16 +67,17 @@ def _item(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _ser(v) for k, v in values.items() if v is not None}
 
 
+def _python(value: Any) -> Any:
+    """A deserialized attribute as the store's records hold it: numbers as int or float, sets sorted."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, set):
+        return sorted(value)
+    return value
+
+
 def _unitem(item: Mapping[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in item.items():
-        value = _deserializer.deserialize(v)
-        if isinstance(value, Decimal):
-            value = int(value) if value == value.to_integral_value() else float(value)
-        elif isinstance(value, set):
-            value = sorted(value)
-        out[k] = value
-    return out
+    return {k: _python(_deserializer.deserialize(v)) for k, v in item.items()}
 
 
 def job_pk(key: str) -> str:
@@ -125,6 +117,14 @@ def _error(e: ClientError, what: str) -> StoreError:
         return StoreRetryableError(f"{what}: {code}")
     message = e.response.get("Error", {}).get("Message", "")
     return StoreError(f"{what}: {code}: {message}" if code and message else f"{what}: {code or e}")
+
+
+def job_of_item(item: Mapping[str, Any] | None) -> StoredJob | None:
+    """The job an item of the table holds, as the table stream shows it (plain values); None for any
+    other item (node items, rules, nodes, schedule runs)."""
+    if not item or item.get("sk") != "JOB":
+        return None
+    return DynamoJobStore._job({k: _python(v) for k, v in item.items()})
 
 
 def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
@@ -207,7 +207,7 @@ class DynamoJobStore:
     # -- jobs -------------------------------------------------------------------------------
 
     @staticmethod
-    def _job_item(job: JobRecord) -> dict[str, Any]:
+    def _job_item(job: StoredJob) -> dict[str, Any]:
         c = job.counters
         return _item(
             {
@@ -246,12 +246,12 @@ class DynamoJobStore:
         )
 
     @staticmethod
-    def _job(values: dict[str, Any]) -> JobRecord:
-        return JobRecord(
+    def _job(values: Mapping[str, Any]) -> StoredJob:
+        return StoredJob(
             namespace=values["namespace"],
             name=values["name"],
             uid=values["uid"],
-            api_kind=values["api_kind"],
+            api_kind=ApiKind(values["api_kind"]),
             manifest=json.loads(values["spec"]),
             spec_hash=values["spec_hash"],
             generation=values.get("generation", 1),
@@ -276,17 +276,17 @@ class DynamoJobStore:
     def _key(self, pk: str, sk: str) -> dict[str, Any]:
         return {"pk": {"S": pk}, "sk": {"S": sk}}
 
-    def get_job(self, key: str, *, consistent: bool = True) -> JobRecord | None:
+    def get_job(self, key: str, *, consistent: bool = True) -> StoredJob | None:
         out = self._call("get job", "get_item", Key=self._key(job_pk(key), "JOB"), ConsistentRead=consistent)
         return self._job(_unitem(out["Item"])) if "Item" in out else None
 
-    def create_job(self, job: JobRecord) -> None:
+    def create_job(self, job: StoredJob) -> None:
         self._call(
             f"create job {job.key}", "put_item", Item=self._job_item(job),
             ConditionExpression="attribute_not_exists(pk)",
         )
 
-    def replace_job_spec(self, job: JobRecord, *, expected_hash: str) -> None:
+    def replace_job_spec(self, job: StoredJob, *, expected_hash: str) -> None:
         fields = {
             "spec": json.dumps(job.manifest, sort_keys=True),
             "spec_hash": job.spec_hash,
@@ -391,7 +391,7 @@ class DynamoJobStore:
             items += [_unitem(i) for i in self._until_processed(what, "batch_get_item", "UnprocessedKeys", request)]
         return items
 
-    def list_jobs(self) -> list[JobRecord]:
+    def list_jobs(self) -> list[StoredJob]:
         return sorted((self._job(v) for v in self._list_kind("job")), key=lambda r: r.key)
 
     def delete_job(self, key: str) -> None:
@@ -498,7 +498,7 @@ class DynamoJobStore:
         out = self._call("get task", "get_item", Key=self._key(pk, node_sk(node)), ConsistentRead=True)
         return self._task(_unitem(out["Item"])) if "Item" in out else None
 
-    def get_tasks_of(self, ref: JobRef, nodes: Iterable[str]) -> dict[str, NodeTaskRecord]:
+    def get_tasks_of(self, ref: JobRound, nodes: Iterable[str]) -> dict[str, NodeTaskRecord]:
         keys = [self._key(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n)) for n in sorted(set(nodes))]
         return {t.node: t for t in (self._task(v) for v in self._batch_get(f"read tasks of {ref.key}", keys))}
 
@@ -573,7 +573,7 @@ class DynamoJobStore:
             condition="#version = :v", values={":v": expected_version}, add={"version": 1},
         )
 
-    def _node_update(self, ref: JobRef, update: NodeUpdate) -> dict[str, Any]:
+    def _node_update(self, ref: JobRound, update: NodeUpdate) -> dict[str, Any]:
         fields = dict(update.fields)
         if "phase" in fields and fields["phase"] != NodePhase.WAITING.value:
             fields["wpk"] = None
@@ -583,11 +583,11 @@ class DynamoJobStore:
             add={"version": 1},
         )
 
-    def update_task(self, ref: JobRef, update: NodeUpdate) -> None:
+    def update_task(self, ref: JobRound, update: NodeUpdate) -> None:
         """One node item alone (progress): the job item is not written."""
         self._call(f"record {update.node} in {ref.key}", "update_item", **self._node_update(ref, update))
 
-    def apply_updates(self, ref: JobRef, updates: Sequence[NodeUpdate], deltas: Mapping[str, int]) -> None:
+    def apply_updates(self, ref: JobRound, updates: Sequence[NodeUpdate], deltas: Mapping[str, int]) -> None:
         """Node items and one job counter update in one transaction (at most 99 nodes: 100 actions)."""
         if len(updates) > MAX_NODES_PER_TRANSACTION:
             raise ValueError(f"{len(updates)} node updates in one transaction; at most {MAX_NODES_PER_TRANSACTION}")
@@ -600,7 +600,7 @@ class DynamoJobStore:
             items.append({"Update": job})
         self._transact(f"record {len(updates)} nodes in {ref.key}", items)
 
-    def add_task(self, ref: JobRef, task: NodeTaskRecord, *, plan_id: str) -> None:
+    def add_task(self, ref: JobRound, task: NodeTaskRecord, *, plan_id: str) -> None:
         """Adds one node to a planned round, counting it, atomically (new nodes, edited selectors)."""
         put = {
             "Item": self._task_item(ref.key, task, ref.shards),
@@ -615,7 +615,7 @@ class DynamoJobStore:
         )
         self._transact(f"add {task.node} to {ref.key}", [{"Put": put}, {"Update": job}])
 
-    def remove_task(self, ref: JobRef, task: NodeTaskRecord) -> None:
+    def remove_task(self, ref: JobRound, task: NodeTaskRecord) -> None:
         """Removes one node from the round and from the counters, atomically (deselected nodes)."""
         delete = {
             "Key": self._key(task_pk(ref.key, shard_of(task.node, ref.shards)), node_sk(task.node)),
@@ -629,7 +629,7 @@ class DynamoJobStore:
         )
         self._transact(f"remove {task.node} from {ref.key}", [{"Delete": delete}, {"Update": job}])
 
-    def claim_tasks(self, ref: JobRef, nodes: Sequence[str], *, parallelism: int, now: float) -> list[str]:
+    def claim_tasks(self, ref: JobRound, nodes: Sequence[str], *, parallelism: int, now: float) -> list[str]:
         """Dispatches `nodes` in one transaction: each still waiting, and `active` stays within `parallelism`.
 
         A node another run claimed first cancels the transaction; it is dropped and the rest tried

@@ -56,6 +56,18 @@ class JobState(StrEnum):
         return self in (JobState.COMPLETED, JobState.FAILED)
 
 
+class CompletionType(StrEnum):
+    """`spec.completionPolicy.type`: `Always` jobs finish; `Never` jobs keep nodes warm until deleted."""
+
+    ALWAYS = "Always"
+    NEVER = "Never"
+
+
+def job_key(namespace: str, name: str) -> str:
+    """A job's identity in the store and in messages: `namespace/name`."""
+    return f"{namespace}/{name}"
+
+
 class PullPolicy(KubernetesModel):
     """`spec.pullPolicy`: per-node pull timeout and retries (Kruise defaults 600 s and 3)."""
 
@@ -66,6 +78,7 @@ class PullPolicy(KubernetesModel):
 class CompletionPolicy(KubernetesModel):
     """`spec.completionPolicy`: `Always` jobs finish; `Never` jobs keep nodes warm until deleted."""
 
+    # A Literal, not the enum: strict models take enum fields only as enum instances, not YAML strings.
     type: Literal["Always", "Never"] = "Always"
     active_deadline_seconds: int | None = Field(default=None, ge=1)
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=INT32_MAX)
@@ -126,7 +139,7 @@ class ImagePullJobTemplate(KubernetesModel):
         if self.pod_selector is not None and self.selector is not None:
             problems.append((".podSelector", "cannot be combined with {at}.selector; use one of them"))
         completion = self.completion_policy
-        if completion.type == "Never":
+        if CompletionType(completion.type) is CompletionType.NEVER:
             for alias, value in (
                 ("activeDeadlineSeconds", completion.active_deadline_seconds),
                 ("ttlSecondsAfterFinished", completion.ttl_seconds_after_finished),
@@ -252,7 +265,7 @@ class _Job(KubernetesModel):
     @property
     def key(self) -> str:
         """`namespace/name`, the job's identity."""
-        return f"{self.metadata.namespace}/{self.metadata.name}"
+        return job_key(self.metadata.namespace, self.metadata.name)
 
     @field_validator("metadata")
     @classmethod

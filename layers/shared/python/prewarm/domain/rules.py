@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prewarm.domain.images import digest_problem
-from prewarm.domain.jobs import PREWARM_API_VERSION, ImagePullJob, ImagePullJobTemplate, hash_spec
+from prewarm.domain.jobs import PREWARM_API_VERSION, CompletionType, ImagePullJob, ImagePullJobTemplate, hash_spec
 from prewarm.domain.kubernetes import (
     InNamespace,
     JobValidationError,
@@ -44,7 +44,7 @@ class RuleTemplate(KubernetesModel):
 
     @model_validator(mode="after")
     def _jobs_must_finish(self) -> RuleTemplate:
-        if self.spec.completion_policy.type != "Always":
+        if CompletionType(self.spec.completion_policy.type) is not CompletionType.ALWAYS:
             raise_problems(
                 [(".spec.completionPolicy.type", "must be Always: each push creates a job that must finish")]
             )

@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from prewarm.domain.jobs import CompletionPolicy, ImageListPullJob, ImagePullJob, ImagePullJobTemplate, PullPolicy
 from prewarm.domain.messages import NodePhase
+from prewarm.domain.retry import doubling
 
 # Kruise's ImagePullJob status messages, word for word.
 NO_PROGRESS_MESSAGE = "job is running, no progress"
@@ -106,6 +107,15 @@ class NodeTaskRecord:
     def failed(self) -> bool:
         """Failed or Cancelled: the image is not on the node (Kruise lists it in failedNodes)."""
         return self.phase in FAILED_PHASES
+
+
+@dataclass(frozen=True)
+class NodeUpdate:
+    """A change to one node item, guarded by the version it was read at."""
+
+    node: str
+    expected_version: int
+    fields: Mapping[str, Any]
 
 
 FAILED_PHASES = frozenset({NodePhase.FAILED, NodePhase.CANCELLED})
@@ -400,12 +410,6 @@ PULL_BACKOFF_INITIAL_SECONDS = 1.0
 PULL_BACKOFF_MAX_SECONDS = 30.0
 KUBELET_BACKOFF_INITIAL_SECONDS = 10.0
 KUBELET_BACKOFF_MAX_SECONDS = 300.0
-
-
-def doubling(initial: float, cap: float, steps: int) -> float:
-    """`initial` doubled `steps` times, at most `cap`."""
-    # Capping the exponent keeps huge step counts from overflowing a float.
-    return min(initial * 2.0 ** min(steps, 64), cap)
 
 
 @dataclass(frozen=True)

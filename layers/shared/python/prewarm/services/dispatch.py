@@ -11,23 +11,19 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prewarm.domain.images import parse_image
+from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import ImagePullJob, JobState
-from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.messages import CancelTask, NodePhase, PullTask
-from prewarm.domain.placement import NodeSelection, Platform, evaluate_nodes
-from prewarm.domain.status import COMPLETED_MESSAGE, doubling
+from prewarm.domain.messages import CancelTask, NodePhase
+from prewarm.domain.placement import NodeSelection, evaluate_nodes
+from prewarm.domain.retry import doubling, retry_on_conflict
+from prewarm.domain.status import Counters, NodeTaskRecord
 from prewarm.services.ports import (
     Cluster,
-    Counters,
-    ExcludedNode,
-    JobRecord,
     JobStore,
-    NodeTaskRecord,
     PullSecretError,
     PullSecretMirror,
     StoreConflictError,
@@ -63,6 +59,9 @@ class PlanResult:
     removed: list[str] = field(default_factory=list)
     sent: int = 0
     send_failures: list[tuple[str, str]] = field(default_factory=list)
+    # A `Never` job's plan changes what warming nodes must have: the caller sends them their lists again
+    # (`prewarm.services.warming.send_required_images`), also when this is a retry of such a plan.
+    changes_warming: bool = False
 
     def raise_for_send_failures(self) -> None:
         """Raise `TaskSendError` when any send failed."""
@@ -70,32 +69,9 @@ class PlanResult:
             raise TaskSendError(self.send_failures)
 
 
-def job_spec(record: JobRecord) -> ImagePullJob:
-    job = parse_manifest(record.manifest)
-    if not isinstance(job, ImagePullJob):
-        raise TypeError(f"job {record.key} is a {record.api_kind}, not an ImagePullJob")
-    return job
-
-
-def pull_task(record: JobRecord, job: ImagePullJob, node: str) -> PullTask:
-    spec = job.spec
-    deadline = None
-    ads = spec.completion_policy.active_deadline_seconds
-    if ads is not None and record.start_time is not None:
-        deadline = record.start_time + ads
-    sandbox = spec.sandbox_config
-    return PullTask(
-        job=record.key, job_uid=record.uid, round=record.round, node=node, image=parse_image(spec.image).pull_reference,
-        image_pull_policy=spec.image_pull_policy, timeout_seconds=spec.pull_policy.timeout_seconds,
-        backoff_limit=spec.pull_policy.backoff_limit, deadline=deadline,
-        sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
-        sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
-        pull_secret_arns=list(record.pull_secret_arns), pin=job.pin,
-    )
-
-
-def select(cluster: Cluster, record: JobRecord, job: ImagePullJob) -> NodeSelection:
+def select(cluster: Cluster, record: StoredJob) -> NodeSelection:
     """Lists what the job's selector needs from the API (label selectors evaluated server-side)."""
+    job = record.pull_job
     spec = job.spec
     pods: list[dict[str, Any]] = []
     if spec.pod_selector is not None:
@@ -111,14 +87,7 @@ def select(cluster: Cluster, record: JobRecord, job: ImagePullJob) -> NodeSelect
         nodes = cluster.list_nodes(label_selector=spec.selector.to_query() or None)
     else:
         nodes = cluster.list_nodes()
-    return evaluate_nodes(job.placement, nodes, pods, platforms=image_platforms(record))
-
-
-def image_platforms(record: JobRecord) -> list[Platform] | None:
-    """The platforms of the job's image when known (a pushed index), else None: any node will do."""
-    platforms = [Platform(os=p["os"], architecture=p["architecture"], variant=p.get("variant"))
-                 for p in record.platforms]
-    return platforms or None
+    return evaluate_nodes(job.placement, nodes, pods, platforms=record.image_platforms())
 
 
 def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
@@ -126,22 +95,6 @@ def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
         return [n for name in names if (n := cluster.get_node(name)) is not None]
     wanted = set(names)
     return [n for n in cluster.list_nodes() if n.get("metadata", {}).get("name") in wanted]
-
-
-def needs_planning(item: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> bool:
-    """Whether a job item from the table stream asks for planning.
-
-    Reports change the job item's counters, and a plan fixes its shards before it commits; each such
-    change reaches the stream, but only a generation or round that has not been planned yet needs
-    `plan_job`. A change that leaves generation, round, plan and state as they were (`old`, the item's
-    previous image) is skipped: a plan that crashed is retried through the record that asked for it,
-    which carries the same image.
-    """
-    if item.get("sk") != "JOB" or item.get("api_kind") != "ImagePullJob" or item.get("state") != JobState.RUNNING:
-        return False
-    if old is not None and all(old.get(k) == item.get(k) for k in ("generation", "round", "planned", "state")):
-        return False
-    return str(item.get("planned", "")) != f"{item.get('generation', 1)}.{item.get('round', 0)}"
 
 
 def plan_job(
@@ -158,76 +111,70 @@ def plan_job(
     `secrets` mirrors the job's `pullSecrets` where agents can read them; without it a job that
     names pull secrets fails to plan rather than pulling without its credentials.
     """
-    for _ in range(5):
-        record = store.get_job(key)
-        if record is None or record.api_kind != "ImagePullJob":
-            return PlanResult(key, "skipped: no such ImagePullJob")
-        if record.state != JobState.RUNNING:
-            return PlanResult(key, f"skipped: job is {record.state}")
-        if record.planned == record.plan_id:
-            result = PlanResult(key, "already planned")
-            result.sent, result.send_failures = resend_dispatched(store, queues, record)
-            fill = fill_slots(store, queues, key, now=now)
-            result.sent += fill.sent
-            result.send_failures += fill.send_failures
-            # A retry of a plan whose lists to warming nodes did not all go out.
-            result.send_failures += _tell_warming_nodes(store, queues, cluster, record, now=now)
-            return result
-        job = job_spec(record)
-        if job.spec.pull_secrets:
-            try:
-                if secrets is None:
-                    raise PullSecretError("pullSecrets are named but no secret mirror is configured")
-                record.pull_secret_arns = secrets.mirror(record.namespace, list(job.spec.pull_secrets))
-            except PullSecretError as e:
-                fields: dict[str, Any] = {"state": JobState.FAILED, "message": str(e), "completion_time": now}
-                if (ttl := job.spec.completion_policy.ttl_seconds_after_finished) is not None:
-                    fields["ttl"] = int(now) + ttl
-                store.finish_job(key, fields, require_done=False)
-                return PlanResult(key, f"failed: {e}")
-        selection = select(cluster, record, job)
-        # Fixed at the first plan, from the nodes considered: where this job's node items live.
-        if not record.shards:
-            record.shards = store.reserve_shards(key, len(selection.selected) + len(selection.excluded))
-        tasks = store.get_tasks(key, shards=record.shards)
-        same_round = [t for t in tasks if t.round == record.round]
-        try:
-            if record.planned.partition(".")[2] == str(record.round) and same_round:
-                result = _replan_round(store, queues, record, selection, same_round, now=now)
-            else:
-                result = _plan_round(store, queues, record, job, selection, tasks, now=now)
-        except StoreConflictError:
-            log.info("job %s changed while planning; planning again", key)
-            continue
-        fill = fill_slots(store, queues, key, now=now)
-        result.sent += fill.sent
-        result.send_failures += fill.send_failures
-        finish_if_done(store, key, now=now)
-        result.send_failures += _tell_warming_nodes(store, queues, cluster, record, now=now)
+    return retry_on_conflict(
+        lambda: _plan_once(store, cluster, queues, key, now=now, secrets=secrets),
+        conflict=_RoundChanged, attempts=5,
+        exhausted=lambda: StoreConflictError(f"job {key} kept changing while being planned"),
+    )
+
+
+def _plan_once(
+    store: JobStore, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
+    secrets: PullSecretMirror | None,
+) -> PlanResult:
+    record = store.get_job(key)
+    if record is None or not record.is_pull_job:
+        return PlanResult(key, "skipped: no such ImagePullJob")
+    if record.state != JobState.RUNNING:
+        return PlanResult(key, f"skipped: job is {record.state}")
+    if record.is_planned:
+        # A retry of a plan whose sends (or lists to warming nodes) did not all go out.
+        result = PlanResult(key, "already planned", changes_warming=record.is_never)
+        result.sent, result.send_failures = resend_dispatched(store, queues, record)
+        _add_fill(result, fill_slots(store, queues, key, now=now))
         return result
-    raise StoreConflictError(f"job {key} kept changing while being planned")
+    job = record.pull_job
+    if job.spec.pull_secrets:
+        try:
+            if secrets is None:
+                raise PullSecretError("pullSecrets are named but no secret mirror is configured")
+            record = replace(record, pull_secret_arns=secrets.mirror(record.namespace, list(job.spec.pull_secrets)))
+        except PullSecretError as e:
+            store.finish_job(key, record.finish_fields(JobState.FAILED, at=now, message=str(e)), require_done=False)
+            return PlanResult(key, f"failed: {e}")
+    selection = select(cluster, record)
+    # Fixed at the first plan, from the nodes considered: where this job's node items live.
+    if not record.shards:
+        record = replace(record, shards=store.reserve_shards(key, len(selection.selected) + len(selection.excluded)))
+    tasks = store.get_tasks(key, shards=record.shards)
+    same_round = [t for t in tasks if t.round == record.round]
+    try:
+        if record.planned.partition(".")[2] == str(record.round) and same_round:
+            result = _replan_round(store, queues, record, selection, same_round, now=now)
+        else:
+            result = _plan_round(store, queues, record, job, selection, tasks, now=now)
+    except StoreConflictError as e:
+        log.info("job %s changed while planning; planning again", key)
+        raise _RoundChanged from e
+    _add_fill(result, fill_slots(store, queues, key, now=now))
+    finish_if_done(store, key, now=now)
+    result.changes_warming = record.is_never
+    return result
 
 
-def _tell_warming_nodes(
-    store: JobStore, queues: TaskQueues, cluster: Cluster, record: JobRecord, *, now: float
-) -> list[tuple[str, str]]:
-    """A `Never` job planned anew changes what warming nodes must have: they get their lists again."""
-    # Imported here: the warming service builds on this module.
-    from prewarm.services.warming import send_required_images
-
-    if job_spec(record).spec.completion_policy.type != "Never":
-        return []
-    return send_required_images(store, queues, cluster, now=now)
+class _RoundChanged(Exception):
+    """The job changed under a plan's writes: the plan starts again from a fresh read."""
 
 
-def _excluded(selection: NodeSelection) -> list[ExcludedNode]:
-    return [ExcludedNode(e.name, e.reason) for e in selection.excluded]
+def _add_fill(result: PlanResult, fill: FillResult) -> None:
+    result.sent += fill.sent
+    result.send_failures += fill.send_failures
 
 
 def _plan_round(
     store: JobStore,
     queues: TaskQueues,
-    record: JobRecord,
+    record: StoredJob,
     job: ImagePullJob,
     selection: NodeSelection,
     existing: list[NodeTaskRecord],
@@ -258,12 +205,12 @@ def _plan_round(
     store.put_tasks(key, tasks, shards=record.shards)
     if stale:
         store.delete_tasks(key, stale, shards=record.shards)
-    store.put_excluded(key, _excluded(selection), shards=record.shards)
+    store.put_excluded(key, selection.excluded, shards=record.shards)
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks),
         extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns},
     )
-    dispatched = [pull_task(record, job, t.node) for t in tasks if t.dispatched_at]
+    dispatched = record.pull_tasks(t.node for t in tasks if t.dispatched_at)
     failures = queues.send_many(dispatched)
     log.info("planned %s round %d: %d nodes, %d excluded", key, record.round, len(tasks), len(selection.excluded))
     return PlanResult(
@@ -275,7 +222,7 @@ def _plan_round(
 def _replan_round(
     store: JobStore,
     queues: TaskQueues,
-    record: JobRecord,
+    record: StoredJob,
     selection: NodeSelection,
     tasks: list[NodeTaskRecord],
     *,
@@ -303,7 +250,7 @@ def _replan_round(
         store.add_task(record.ref, NodeTaskRecord(node=node, round=record.round, updated_at=now),
                        plan_id=record.planned)
         result.added.append(node)
-    store.put_excluded(key, _excluded(selection), shards=record.shards)
+    store.put_excluded(key, selection.excluded, shards=record.shards)
     fresh = store.get_job(key)
     if fresh is None:
         return result
@@ -314,7 +261,7 @@ def _replan_round(
     return result
 
 
-def add_node_to_job(store: JobStore, record: JobRecord, node: str, *, now: float) -> bool:
+def add_node_to_job(store: JobStore, record: StoredJob, node: str, *, now: float) -> bool:
     """Adds one node (a new node's hello) to a planned round; False when it is already there."""
     existing = store.get_task(record.key, node, shards=record.ref.shards)
     if existing is not None and existing.round == record.round:
@@ -328,10 +275,9 @@ def add_node_to_job(store: JobStore, record: JobRecord, node: str, *, now: float
 
 
 def resend_dispatched(
-    store: JobStore, queues: TaskQueues, record: JobRecord, *, older_than: float | None = None
+    store: JobStore, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None
 ) -> tuple[int, list[tuple[str, str]]]:
     """Sends again the tasks dispatched but never reported (a crash between claim and send)."""
-    job = job_spec(record)
     pending = [
         t for t in store.get_tasks(record.key, shards=record.ref.shards)
         if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None
@@ -339,7 +285,7 @@ def resend_dispatched(
     ]
     if not pending:
         return 0, []
-    failures = queues.send_many([pull_task(record, job, t.node) for t in pending])
+    failures = queues.send_many(record.pull_tasks(t.node for t in pending))
     return len(pending) - len(failures), failures
 
 
@@ -371,10 +317,9 @@ def fill_slots(
     rng = rng or random.Random()
     result = FillResult()
     record = store.get_job(key)
-    if record is None or record.state != JobState.RUNNING or record.planned != record.plan_id:
+    if record is None or record.state != JobState.RUNNING or not record.is_planned:
         return result
-    job = job_spec(record)
-    parallelism = job.spec.parallelism
+    parallelism = record.pull_job.spec.parallelism
     free = parallelism - record.counters.active
     fruitless = refused = 0
     while free > 0 and record.counters.waiting > 0 and fruitless < 3:
@@ -395,7 +340,7 @@ def fill_slots(
             claimed = None
         if claimed:
             refused = 0
-            failures = queues.send_many([pull_task(record, job, n) for n in claimed])
+            failures = queues.send_many(record.pull_tasks(claimed))
             result.claimed += claimed
             result.send_failures += failures
             result.sent += len(claimed) - len(failures)
@@ -412,13 +357,5 @@ def fill_slots(
 def finish_if_done(store: JobStore, key: str, *, now: float) -> bool:
     """Completes an `Always` job whose nodes have all finished (Kruise: succeeded + failed = desired)."""
     record = store.get_job(key)
-    if record is None or record.state != JobState.RUNNING or record.planned != record.plan_id:
-        return False
-    job = job_spec(record)
-    policy = job.spec.completion_policy
-    if policy.type != "Always" or record.counters.done < record.counters.desired:
-        return False
-    fields: dict[str, Any] = {"state": JobState.COMPLETED, "completion_time": now, "message": COMPLETED_MESSAGE}
-    if policy.ttl_seconds_after_finished is not None:
-        fields["ttl"] = int(now) + policy.ttl_seconds_after_finished
-    return store.finish_job(key, fields)
+    fields = record.completion(now) if record is not None else None
+    return fields is not None and store.finish_job(key, fields)

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 from prewarm.domain.healing import HealAction, heal_decision
 from prewarm.domain.messages import ImageGone
-from prewarm.services.dispatch import job_spec, pull_task
-from prewarm.services.ports import JobStore, NodeUpdate, TaskQueues, TaskSendError
-from prewarm.services.warming import is_running_never_job
+from prewarm.domain.status import NodeUpdate
+from prewarm.services.ports import JobStore, TaskQueues, TaskSendError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ def record_gone(store: JobStore, queues: TaskQueues, gone: ImageGone) -> GoneOut
     record = store.get_job(gone.job)
     if record is None or record.uid != gone.job_uid:
         return GoneOutcome(gone.node, gone.job, HealAction.IGNORE, "the job is gone or was recreated")
-    never = is_running_never_job(record)
+    never = record.is_running_never
     task = store.get_task(record.key, gone.node, shards=record.ref.shards) if never else None
     heal = heal_decision(task, never_running=never, job_round=record.round, gone_round=gone.round, disk=gone.disk,
                          seen_at=gone.seen_at)
@@ -38,7 +37,7 @@ def record_gone(store: JobStore, queues: TaskQueues, gone: ImageGone) -> GoneOut
         return GoneOutcome(gone.node, gone.job, HealAction.IGNORE, heal.reason)
     store.update_task(record.ref, NodeUpdate(gone.node, task.version, heal.fields))
     if heal.action is HealAction.REPULL:
-        failures = queues.send_many([pull_task(record, job_spec(record), gone.node)])
+        failures = queues.send_many([record.pull_task(gone.node)])
         if failures:
             raise TaskSendError(failures)
     log.info("%s on %s in %s: %s", gone.image, gone.node, gone.job, heal.fields.get("message", heal.reason))

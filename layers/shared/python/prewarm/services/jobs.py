@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from prewarm.domain.jobs import PREWARM_API_VERSION, ImageListPullJob, ImagePullJob, JobState
+from prewarm.domain.job import ApiKind, StoredJob
+from prewarm.domain.jobs import PREWARM_API_VERSION, ImageListPullJob, ImagePullJob, JobState, job_key
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, NodePhase
+from prewarm.domain.nodes import NodeWarm
+from prewarm.domain.placement import ExcludedNode
+from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.sources import Source, SourceConflictError, reserved_annotation_problems, source_of
 from prewarm.domain.status import (
@@ -19,30 +22,14 @@ from prewarm.domain.status import (
     FailedImageStatus,
     ImageListPullJobStatus,
     JobStatus,
+    NodeTaskRecord,
     progress_message,
 )
-from prewarm.services.ports import (
-    ExcludedNode,
-    JobRecord,
-    JobStore,
-    NodeTaskRecord,
-    NodeWarm,
-    StoreConflictError,
-    TaskQueues,
-    TaskSendError,
-)
+from prewarm.services.ports import JobStore, StoreConflictError, TaskQueues, TaskSendError
 
 log = logging.getLogger(__name__)
 
 ApplyOutcome = Literal["created", "configured", "unchanged"]
-
-# Fields whose change means a different pull: a new round on every node, not a re-plan.
-_PULL_FIELDS = ("image", "imagePullPolicy", "pullPolicy", "pullSecrets", "sandboxConfig")
-
-
-# The table stream plans a job within seconds; one still unplanned after this long lost its record.
-UNPLANNED_RETRIGGER_SECONDS = 120
-
 
 class JobNotFoundError(LookupError):
     """No job of that namespace and name."""
@@ -60,14 +47,6 @@ class Applied:
         """The kubectl-style line, e.g. `imagepulljob.apps.kruise.io/job-x created`."""
         group = "prewarm.dev" if self.kind == "PrewarmRule" else "apps.kruise.io"
         return f"{self.kind.lower()}.{group}/{self.name} {self.outcome}"
-
-
-def job_key(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"
-
-
-def _pull_part(spec: dict[str, Any]) -> dict[str, Any]:
-    return {k: spec.get(k) for k in _PULL_FIELDS}
 
 
 def apply_manifest(
@@ -125,61 +104,44 @@ def apply_job(
     """
     if isinstance(job, ImageListPullJob):
         return _apply_list_job(store, job, now=now)
-    ns, name = job.metadata.namespace, job.metadata.name
+    key = job.key
+    return retry_on_conflict(
+        lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner),
+        conflict=StoreConflictError, attempts=5,
+        exhausted=lambda: StoreConflictError(f"job {key} kept changing while being applied; try again"),
+    )
+
+
+def _apply_once(
+    store: JobStore, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str
+) -> Applied:
+    """One read and one conditional write; a job created or changed meanwhile raises `StoreConflictError`."""
+    ns, name, key = job.metadata.namespace, job.metadata.name, job.key
     manifest = job.to_manifest()
     spec_hash = job.spec_hash()
-    key = job_key(ns, name)
-    for _ in range(5):
-        current = store.get_job(key)
-        if current is not None and not current.owner:
-            check_source("ImagePullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
-        if current is None:
-            record = JobRecord(
-                namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImagePullJob", manifest=manifest,
-                spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
-            )
-            try:
-                store.create_job(record)
-            except StoreConflictError:
-                continue  # created concurrently: compare with that one
-            return Applied("ImagePullJob", ns, name, "created")
-        if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
-            stale = now - (current.created_at or now) > UNPLANNED_RETRIGGER_SECONDS
-            if current.state == JobState.RUNNING and current.planned != current.plan_id and stale:
-                # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
-                current.generation += 1
-                try:
-                    store.replace_job_spec(current, expected_hash=spec_hash)
-                except StoreConflictError:
-                    continue
-                return Applied("ImagePullJob", ns, name, "configured")
+    current = store.get_job(key)
+    if current is None:
+        store.create_job(StoredJob(
+            namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_PULL_JOB, manifest=manifest,
+            spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
+        ))
+        return Applied("ImagePullJob", ns, name, "created")
+    if not current.owner:
+        check_source("ImagePullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
+    if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
+        if not current.is_unplanned_for_long(now):
             return Applied("ImagePullJob", ns, name, "unchanged")
-        old_spec = current.manifest.get("spec", {})
-        new_round = _pull_part(old_spec) != _pull_part(manifest.get("spec", {}))
-        current.generation += 1
-        if new_round:
-            current.round += 1
-        current.manifest = manifest
-        if platforms is not None:
-            current.platforms = platforms
-        if current.state.is_finished:
-            current.state = JobState.RUNNING
-            current.completion_time, current.message, current.ttl = None, "", None
-            if new_round:
-                current.start_time = now
-        old_hash, current.spec_hash = current.spec_hash, spec_hash
-        try:
-            store.replace_job_spec(current, expected_hash=old_hash)
-        except StoreConflictError:
-            continue
+        # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
+        store.replace_job_spec(current.replanned(), expected_hash=spec_hash)
         return Applied("ImagePullJob", ns, name, "configured")
-    raise StoreConflictError(f"job {key} kept changing while being applied; try again")
+    store.replace_job_spec(current.respecified(manifest, spec_hash, now=now, platforms=platforms),
+                           expected_hash=current.spec_hash)
+    return Applied("ImagePullJob", ns, name, "configured")
 
 
 def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Applied:
     """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does."""
-    ns, name = job.metadata.namespace, job.metadata.name
-    key = job_key(ns, name)
+    ns, name, key = job.metadata.namespace, job.metadata.name, job.key
     manifest = job.to_manifest()
     spec_hash = job.spec_hash()
     current = store.get_job(key)
@@ -190,8 +152,8 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Ap
     applied_children = [apply_job(store, c, now=now, owner=key) for c in children]
     if current is None:
         store.create_job(
-            JobRecord(namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind="ImageListPullJob", manifest=manifest,
-                      spec_hash=spec_hash, start_time=now, created_at=now, planned="list",
+            StoredJob(namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_LIST_PULL_JOB,
+                      manifest=manifest, spec_hash=spec_hash, start_time=now, created_at=now, planned="list",
                       children=child_names)
         )
         outcome: ApplyOutcome = "created"
@@ -199,9 +161,8 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Ap
         outcome = "unchanged"
     else:
         stale = set(current.children) - set(child_names)
-        current.manifest, current.generation = manifest, current.generation + 1
-        old_hash, current.spec_hash = current.spec_hash, spec_hash
-        store.replace_job_spec(current, expected_hash=old_hash)
+        changed = replace(current, manifest=manifest, generation=current.generation + 1, spec_hash=spec_hash)
+        store.replace_job_spec(changed, expected_hash=current.spec_hash)
         store.set_job_fields(key, {"children": child_names})
         outcome = "configured"
         for child in sorted(stale):
@@ -226,7 +187,7 @@ def request_deletion(
         raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
     if by is not Source.RESOURCE and source_of(record.manifest) is Source.RESOURCE:
         check_source(record.api_kind, namespace, name, owner=Source.RESOURCE, by=by)
-    children = record.children if record.api_kind == "ImageListPullJob" else []
+    children = record.children if record.is_list_job else []
     return sum(_mark_deleting(store, job_key(namespace, c), now=now) for c in children) + _mark_deleting(
         store, key, now=now)
 
@@ -241,14 +202,7 @@ def _mark_deleting(store: JobStore, key: str, *, now: float) -> int:
     return len(_in_flight(store, record))
 
 
-def needs_deletion(item: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> bool:
-    """Whether a job item from the table stream asks the control plane to finish its deletion."""
-    if item.get("sk") != "JOB" or item.get("state") != JobState.DELETING:
-        return False
-    return old is None or old.get("state") != JobState.DELETING
-
-
-def _in_flight(store: JobStore, record: JobRecord) -> list[NodeTaskRecord]:
+def _in_flight(store: JobStore, record: StoredJob) -> list[NodeTaskRecord]:
     if not record.shards:
         return []
     return [t for t in store.get_tasks(record.key, shards=record.ref.shards)
@@ -277,7 +231,7 @@ def delete_job(store: JobStore, queues: TaskQueues, namespace: str, name: str, *
     """Both halves of a delete in one process (the control plane's own tests and tools); returns cancels sent."""
     record = store.get_job(job_key(namespace, name))
     request_deletion(store, namespace, name, now=now)
-    children = record.children if record is not None and record.api_kind == "ImageListPullJob" else []
+    children = record.children if record is not None and record.is_list_job else []
     keys = [job_key(namespace, c) for c in children] + [job_key(namespace, name)]
     return sum(complete_deletion(store, queues, k) for k in keys)
 
@@ -290,7 +244,7 @@ class JobView:
     grow with the fleet); a list view without `with_tasks` reads failed nodes only for jobs that have some.
     """
 
-    record: JobRecord
+    record: StoredJob
     desired: int
     active: int
     succeeded: int
@@ -320,7 +274,7 @@ def view_job(
     if record.shards and not with_tasks:  # with_tasks has read them already
         view.excluded = store.get_excluded(record.key, shards=record.shards)
     waiting = any(t.phase is NodePhase.WAITING for t in view.tasks)
-    if with_agents and (waiting or (view.tasks and _is_never(record))):
+    if with_agents and (waiting or (view.tasks and record.is_never)):
         nodes = store.list_nodes()
         if waiting:
             view.agents = frozenset(n.name for n in nodes)
@@ -329,14 +283,8 @@ def view_job(
     return view
 
 
-def _is_never(record: JobRecord) -> bool:
-    from prewarm.services.dispatch import job_spec
-
-    return record.api_kind == "ImagePullJob" and job_spec(record).spec.completion_policy.type == "Never"
-
-
-def _view(store: JobStore, record: JobRecord, *, now: float, with_tasks: bool) -> JobView:
-    if record.api_kind == "ImageListPullJob":
+def _view(store: JobStore, record: StoredJob, *, now: float, with_tasks: bool) -> JobView:
+    if record.is_list_job:
         children = []
         for child in record.children:
             child_record = store.get_job(job_key(record.namespace, child))
@@ -376,7 +324,7 @@ def _utc(epoch: float | None) -> datetime | None:
 
 def kruise_status(view: JobView) -> JobStatus | ImageListPullJobStatus:
     """The job's status field for field as Kruise reports it (the CLI's `-o yaml` and the resources')."""
-    return list_job_status(view) if view.record.api_kind == "ImageListPullJob" else job_status(view)
+    return list_job_status(view) if view.record.is_list_job else job_status(view)
 
 
 def job_status(view: JobView) -> JobStatus:

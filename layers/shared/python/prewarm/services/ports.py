@@ -1,4 +1,4 @@
-"""The ports the use cases need, the errors they raise, and the records they exchange with the job store.
+"""The ports the use cases need and the errors they raise; what they exchange are the domain's types.
 
 Adapters implement these protocols structurally and raise these errors; services receive them as
 arguments and catch them, so tests can hand in moto-backed adapters or fakes without patching
@@ -8,35 +8,18 @@ anything, and no service imports an adapter.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prewarm.domain.jobs import JobState
-
 if TYPE_CHECKING:  # annotations only: every function imports this module, few need these models
+    from prewarm.domain.job import JobRound, StoredJob
+    from prewarm.domain.jobs import JobState
     from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
+    from prewarm.domain.nodes import NodeWarm, RegisteredNode
+    from prewarm.domain.placement import ExcludedNode
     from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
     from prewarm.domain.schedules import ScheduleRun
-    from prewarm.domain.status import Counters as Counters  # re-exported: the records the store exchanges
-    from prewarm.domain.status import NodeTaskRecord as NodeTaskRecord
+    from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
 
-_REEXPORTED = {"Counters", "NodeTaskRecord"}
-
-
-def __getattr__(name: str) -> Any:
-    # The counting rules (and the message models they use) load when a store record is first needed,
-    # not with the errors and protocols: refresh_ecr_credentials never touches them.
-    if name in _REEXPORTED:
-        from prewarm.domain import status
-
-        return getattr(status, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _new_counters() -> Counters:
-    from prewarm.domain.status import Counters
-
-    return Counters()
 
 # --- Errors the ports raise ----------------------------------------------------------------------
 
@@ -140,125 +123,22 @@ class StoreRetryableError(StoreError):
     """Throttling or a transient failure; the whole operation can be retried as is."""
 
 
-@dataclass
-class JobRecord:
-    """A job item: the manifest as applied and its status counters."""
-
-    namespace: str
-    name: str
-    uid: str
-    api_kind: str
-    manifest: dict[str, Any]
-    spec_hash: str
-    generation: int = 1
-    round: int = 0
-    planned: str = ""
-    state: JobState = JobState.RUNNING
-    counters: Counters = field(default_factory=_new_counters)
-    start_time: float | None = None
-    completion_time: float | None = None
-    message: str = ""
-    ttl: int | None = None
-    platforms: list[dict[str, str]] = field(default_factory=list)
-    created_at: float | None = None
-    version: int = 0
-    owner: str = ""
-    children: list[str] = field(default_factory=list)
-    pull_secret_arns: list[str] = field(default_factory=list)
-    # How many partitions the job's node items are spread over, fixed at its first plan (0: not planned).
-    shards: int = 0
-    deleting_since: float | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def ref(self) -> JobRef:
-        return JobRef(self.key, self.uid, self.round, self.shards or 1)
-
-    @property
-    def plan_id(self) -> str:
-        return f"{self.generation}.{self.round}"
-
-
-@dataclass(frozen=True)
-class NodeWarm:
-    """How a node's startup taint came off (the agent's `Warmed`): `warm` or `timeout`, and when."""
-
-    joined_at: float
-    hello_at: float
-    warm_at: float
-    outcome: str
-    missing: tuple[str, ...] = ()
-    missing_total: int = 0
-
-    @property
-    def hello_to_warm(self) -> float:
-        return max(0.0, self.warm_at - self.hello_at)
-
-    @property
-    def join_to_warm(self) -> float:
-        return max(0.0, self.warm_at - self.joined_at)
-
-
-@dataclass
-class RegisteredNode:
-    name: str
-    labels: dict[str, str]
-    architecture: str
-    os: str
-    queue_url: str
-    last_hello: float
-    # The hello's: until when the node holds the startup taint, at the latest (None: it does not).
-    warm_until: float | None = None
-    # How its startup taint came off, once it has (kept across later hellos until the node warms again).
-    warm: NodeWarm | None = None
-
-
-@dataclass(frozen=True)
-class JobRef:
-    """Which job round a node-item write belongs to, and where its node items live."""
-
-    key: str
-    uid: str
-    round: int
-    shards: int = 1
-
-
-@dataclass(frozen=True)
-class NodeUpdate:
-    """A change to one node item, guarded by the version it was read at."""
-
-    node: str
-    expected_version: int
-    fields: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class ExcludedNode:
-    """A node the job's selector matched but that will not pull, and why (Prewarm's detail, not Kruise's)."""
-
-    name: str
-    reason: str
-
-
 class JobStore(Protocol):
-    """The job table. A job's node items are spread over `shards` partitions (`JobRecord.shards`);
+    """The job table. A job's node items are spread over `shards` partitions (`StoredJob.shards`);
     reads that are given no `shards` look it up on the job item."""
 
-    def get_job(self, key: str, *, consistent: bool = True) -> JobRecord | None: ...
-    def create_job(self, job: JobRecord) -> None: ...
-    def replace_job_spec(self, job: JobRecord, *, expected_hash: str) -> None: ...
+    def get_job(self, key: str, *, consistent: bool = True) -> StoredJob | None: ...
+    def create_job(self, job: StoredJob) -> None: ...
+    def replace_job_spec(self, job: StoredJob, *, expected_hash: str) -> None: ...
     def set_job_fields(
         self, key: str, fields: Mapping[str, Any], *, condition_state: JobState | None = None
     ) -> None: ...
-    def list_jobs(self) -> list[JobRecord]: ...
+    def list_jobs(self) -> list[StoredJob]: ...
     def delete_job(self, key: str) -> None: ...
     def reserve_shards(self, key: str, nodes: int) -> int: ...
     def get_tasks(self, key: str, *, shards: int | None = None) -> list[NodeTaskRecord]: ...
     def get_task(self, key: str, node: str, *, shards: int | None = None) -> NodeTaskRecord | None: ...
-    def get_tasks_of(self, ref: JobRef, nodes: Iterable[str]) -> dict[str, NodeTaskRecord]: ...
+    def get_tasks_of(self, ref: JobRound, nodes: Iterable[str]) -> dict[str, NodeTaskRecord]: ...
     def failed_nodes(self, key: str, *, shards: int | None = None) -> list[str]: ...
     def waiting_nodes(
         self, key: str, limit: int, *, shards: int | None = None, start: int = 0
@@ -276,11 +156,11 @@ class JobStore(Protocol):
         counters: Counters,
         extra: Mapping[str, Any],
     ) -> None: ...
-    def update_task(self, ref: JobRef, update: NodeUpdate) -> None: ...
-    def apply_updates(self, ref: JobRef, updates: Sequence[NodeUpdate], deltas: Mapping[str, int]) -> None: ...
-    def add_task(self, ref: JobRef, task: NodeTaskRecord, *, plan_id: str) -> None: ...
-    def remove_task(self, ref: JobRef, task: NodeTaskRecord) -> None: ...
-    def claim_tasks(self, ref: JobRef, nodes: Sequence[str], *, parallelism: int, now: float) -> list[str]: ...
+    def update_task(self, ref: JobRound, update: NodeUpdate) -> None: ...
+    def apply_updates(self, ref: JobRound, updates: Sequence[NodeUpdate], deltas: Mapping[str, int]) -> None: ...
+    def add_task(self, ref: JobRound, task: NodeTaskRecord, *, plan_id: str) -> None: ...
+    def remove_task(self, ref: JobRound, task: NodeTaskRecord) -> None: ...
+    def claim_tasks(self, ref: JobRound, nodes: Sequence[str], *, parallelism: int, now: float) -> list[str]: ...
     def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool: ...
     def put_rule(self, name: str, spec: dict[str, Any], spec_hash: str) -> str: ...
     def list_rules(self) -> list[dict[str, Any]]: ...

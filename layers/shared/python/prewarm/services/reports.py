@@ -17,19 +17,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
-from prewarm.domain.status import NodeChange, applied, merged, precedence, report_change
+from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     Cluster,
-    JobRecord,
     JobStore,
-    NodeTaskRecord,
-    NodeUpdate,
-    NodeWarm,
-    RegisteredNode,
     StoreConflictError,
     StoreRetryableError,
     TaskQueues,
@@ -191,7 +188,7 @@ class _JobBatch:
             for _, change, accepted in chunk:
                 self._done(change, accepted)
 
-    def _belongs(self, record: JobRecord | None, i: int) -> bool:
+    def _belongs(self, record: StoredJob | None, i: int) -> bool:
         report = self.reports[i]
         if record is None or record.uid != report.job_uid:
             self.result.outcomes[i] = ReportOutcome(False, "job no longer exists")

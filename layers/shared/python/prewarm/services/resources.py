@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prewarm.domain.jobs import JobState
+from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.sources import (
     RESOURCE_API_VERSION,
@@ -31,7 +31,7 @@ from prewarm.domain.sources import (
     source_of,
 )
 from prewarm.domain.status import job_bytes
-from prewarm.services.jobs import JobView, apply_manifest, job_key, kruise_status, list_views, request_deletion
+from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
 from prewarm.services.ports import ClusterConflictError, ClusterNotFoundError, JobStore
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str |
     status: Obj = {}
     if view is not None:
         status.update(kruise_status(view).to_dict())
-        if view.record.api_kind == "ImagePullJob":
+        if view.record.is_pull_job:
             status["nodes"] = _node_counts(view)
             if view.active and view.record.shards:
                 done, total = job_bytes(store.get_tasks(view.record.key, shards=view.record.ref.shards))

@@ -7,18 +7,18 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from prewarm.domain.jobs import JobState
+from prewarm.domain.job import StoredJob
+from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
 from prewarm.domain.messages import CancelTask, NodePhase, node_queue_name
+from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import RECORDED_SCHEDULES, ScheduleRun
-from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
-from prewarm.services.dispatch import fill_slots, finish_if_done, job_spec, pull_task, resend_dispatched
+from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE, NodeUpdate
+from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
     Cluster,
-    JobRecord,
     JobStore,
-    NodeUpdate,
     PullSecretCleanup,
     ScheduleRuns,
     StoreConflictError,
@@ -51,13 +51,9 @@ def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> lis
     """
     started = []
     for record in store.list_jobs():
-        if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING:
+        if not record.is_never or record.state != JobState.RUNNING:
             continue
-        if job_spec(record).spec.completion_policy.type != "Never":
-            continue
-        if scheduled_time is not None and (
-            record.planned != record.plan_id or (record.start_time or 0) >= scheduled_time
-        ):
+        if scheduled_time is not None and (not record.is_planned or (record.start_time or 0) >= scheduled_time):
             continue
         try:
             store.set_job_fields(record.key, {"round": record.round + 1}, condition_state=JobState.RUNNING)
@@ -123,14 +119,13 @@ def sweep(
             store.delete_job(record.key)
             result.expired.append(record.key)
             continue
-        if record.api_kind == "ImageListPullJob":
+        if record.is_list_job:
             _finish_list_job(store, record, now=now)
             continue
-        if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING or record.planned != record.plan_id:
+        if not record.is_dispatching:
             continue
-        job = job_spec(record)
-        ads = job.spec.completion_policy.active_deadline_seconds
-        if ads is not None and record.start_time is not None and now > record.start_time + ads:
+        job = record.pull_job
+        if record.is_past_deadline(now):
             _fail_past_deadline(store, queues, record, now=now)
             result.deadline_failed.append(record.key)
             continue
@@ -165,7 +160,7 @@ def sweep(
             ):
                 result.silent_nodes.append(name)
         if resend:
-            failures = queues.send_many([pull_task(record, job, node) for node in resend])
+            failures = queues.send_many(record.pull_tasks(resend))
             result.resent += len(resend) - len(failures)
         sent, _failures = resend_dispatched(store, queues, record, older_than=now - resend_after_seconds)
         result.resent += sent
@@ -179,50 +174,43 @@ def sweep(
     return result
 
 
-def referenced_pull_secrets(jobs: Iterable[JobRecord]) -> set[tuple[str, str]]:
+def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
     """(namespace, name) of every pull secret a stored job names, whatever the job's state."""
-    referenced: set[tuple[str, str]] = set()
-    for record in jobs:
-        names = (record.manifest.get("spec") or {}).get("pullSecrets") or ()
-        referenced.update((record.namespace, str(name)) for name in names if isinstance(name, str))
-    return referenced
+    return {(record.namespace, name) for record in jobs for name in record.pull_secret_names}
 
 
-def _finish_list_job(store: JobStore, record: JobRecord, *, now: float) -> None:
-    """A list job finishes when all its images' jobs have; its own TTL then runs from the last of them."""
-    if record.state != JobState.RUNNING:
-        return
-    children = [store.get_job(f"{record.namespace}/{name}") for name in record.children]
-    if not children or any(c is not None and c.state == JobState.RUNNING for c in children):
-        return
-    done_at = max((c.completion_time or now for c in children if c is not None), default=now)
-    fields: dict[str, object] = {"state": JobState.COMPLETED, "completion_time": done_at}
-    ttl = record.manifest.get("spec", {}).get("completionPolicy", {}).get("ttlSecondsAfterFinished")
-    if ttl is not None:
-        fields["ttl"] = int(done_at) + int(ttl)
-    store.set_job_fields(record.key, fields, condition_state=JobState.RUNNING)
+def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
+    children = [store.get_job(job_key(record.namespace, name)) for name in record.children]
+    fields = record.list_completion(children, now)
+    if fields is not None:
+        store.set_job_fields(record.key, fields, condition_state=JobState.RUNNING)
 
 
 def _finish_task(
-    store: JobStore, record: JobRecord, node: str, phase: NodePhase, message: str, *, now: float
+    store: JobStore, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
 ) -> bool:
     """Moves one node to a final phase on the control plane's own authority (silence, deadline)."""
-    for _ in range(5):
-        task = store.get_task(record.key, node, shards=record.ref.shards)
-        if task is None or task.round != record.round or task.phase.is_terminal:
-            return False
-        deltas = {"failed": 1, "done": 1}
-        deltas["waiting" if task.dispatched_at is None else "active"] = -1
-        fields = {"phase": phase.value, "message": message, "finished_at": now, "updated_at": now, "seq": task.seq + 1}
-        try:
-            store.apply_updates(record.ref, [NodeUpdate(node, task.version, fields)], deltas)
-        except StoreConflictError:
-            continue
-        return True
-    return False
+    try:
+        return retry_on_conflict(lambda: _finish_task_once(store, record, node, phase, message, now=now),
+                                 conflict=StoreConflictError, attempts=5)
+    except StoreConflictError:
+        return False
 
 
-def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: JobRecord, *, now: float) -> None:
+def _finish_task_once(
+    store: JobStore, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
+) -> bool:
+    task = store.get_task(record.key, node, shards=record.ref.shards)
+    if task is None or task.round != record.round or task.phase.is_terminal:
+        return False
+    deltas = {"failed": 1, "done": 1}
+    deltas["waiting" if task.dispatched_at is None else "active"] = -1
+    fields = {"phase": phase.value, "message": message, "finished_at": now, "updated_at": now, "seq": task.seq + 1}
+    store.apply_updates(record.ref, [NodeUpdate(node, task.version, fields)], deltas)
+    return True
+
+
+def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: StoredJob, *, now: float) -> None:
     """Kruise fails a job past activeDeadlineSeconds; every unfinished node is cancelled and counted failed."""
     tasks = [t for t in store.get_tasks(record.key, shards=record.ref.shards) if t.round == record.round]
     for task in tasks:
@@ -238,13 +226,8 @@ def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: JobRecord, 
         and (not t.phase.is_terminal or (t.phase is NodePhase.CANCELLED and t.message == DEADLINE_EXCEEDED_MESSAGE))
     ]
     queues.send_many(cancels)
-    fields: dict[str, object] = {
-        "state": JobState.FAILED, "message": DEADLINE_EXCEEDED_MESSAGE, "completion_time": now
-    }
-    ttl = job_spec(record).spec.completion_policy.ttl_seconds_after_finished
-    if ttl is not None:
-        fields["ttl"] = int(now) + ttl
-    store.finish_job(record.key, fields, require_done=False)
+    store.finish_job(record.key, record.finish_fields(JobState.FAILED, at=now, message=DEADLINE_EXCEEDED_MESSAGE),
+                     require_done=False)
 
 
 def _forget_departed_nodes(

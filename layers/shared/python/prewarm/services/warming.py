@@ -14,35 +14,27 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prewarm.domain.images import parse_image
-from prewarm.domain.jobs import JobState
+from prewarm.domain.job import StoredJob
 from prewarm.domain.messages import RequiredImage, RequiredImages
 from prewarm.domain.warming import NeverJob, required_images
-from prewarm.services.dispatch import image_platforms, job_spec
-from prewarm.services.ports import Cluster, JobRecord, JobStore, TaskQueues
+from prewarm.services.ports import Cluster, JobStore, TaskQueues
 
 log = logging.getLogger(__name__)
 
 
-def is_running_never_job(record: JobRecord) -> bool:
-    """A planned, running `Never` ImagePullJob: what a new node is added to, and must be warm for."""
-    if record.api_kind != "ImagePullJob" or record.state != JobState.RUNNING or record.planned != record.plan_id:
-        return False
-    return job_spec(record).spec.completion_policy.type == "Never"
-
-
 def jobs_selecting(
     store: JobStore, cluster: Cluster | None, node: Mapping[str, Any]
-) -> tuple[list[JobRecord], list[RequiredImage]]:
+) -> tuple[list[StoredJob], list[RequiredImage]]:
     """The running `Never` jobs that select `node` (a Node object), and the images they want there.
 
     Jobs with a `podSelector` need the cluster to see the node's pods: without one they select nothing.
     """
     name = str(node.get("metadata", {}).get("name", ""))
-    records = [r for r in store.list_jobs() if is_running_never_job(r)]
+    records = [r for r in store.list_jobs() if r.is_running_never]
     never: list[NeverJob] = []
     pods: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        job = job_spec(record)
+        job = record.pull_job
         if job.spec.pod_selector is not None:
             if cluster is None:
                 continue
@@ -50,7 +42,7 @@ def jobs_selecting(
                 record.namespace, label_selector=job.spec.pod_selector.to_query() or None,
                 field_selector=f"spec.nodeName={name}",
             )
-        platforms = image_platforms(record)
+        platforms = record.image_platforms()
         never.append(NeverJob(record.key, parse_image(job.spec.image).pull_reference, job.placement,
                               tuple(platforms) if platforms is not None else None))
     wanted = required_images(never, node, pods)

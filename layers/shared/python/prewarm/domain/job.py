@@ -1,0 +1,282 @@
+"""The job as stored: a job's manifest as applied, its round and plan, its counters and state, and what
+they mean together.
+
+Every rule about a stored job is written here once: which plan it needs, whether it is a running
+`Never` job, its deadline, when it completes, the pull task a node is sent, how a new spec changes its
+round, and when it has finished as `prewarm watch` sees it. Services, the CLI and the job store ask it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from prewarm.domain.images import parse_image
+from prewarm.domain.jobs import CompletionType, ImageListPullJob, ImagePullJob, JobState, job_key
+from prewarm.domain.manifests import parse_manifest
+from prewarm.domain.messages import PullTask
+from prewarm.domain.placement import Platform
+from prewarm.domain.status import COMPLETED_MESSAGE, Counters
+
+# Fields whose change means a different pull: a new round on every node, not a re-plan.
+_PULL_FIELDS = ("image", "imagePullPolicy", "pullPolicy", "pullSecrets", "sandboxConfig")
+
+# The table stream plans a job within seconds; one still unplanned after this long lost its record.
+UNPLANNED_RETRIGGER_SECONDS = 120
+
+
+class ApiKind(StrEnum):
+    """The kind of a stored job; stored and shown as its value."""
+
+    IMAGE_PULL_JOB = "ImagePullJob"
+    IMAGE_LIST_PULL_JOB = "ImageListPullJob"
+
+
+@dataclass(frozen=True)
+class JobRound:
+    """Which round of which job a node-item write belongs to, and over how many partitions its node
+    items are spread."""
+
+    key: str
+    uid: str
+    round: int
+    shards: int = 1
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A job item: the manifest as applied, its round and plan, its status counters and state."""
+
+    namespace: str
+    name: str
+    uid: str
+    api_kind: ApiKind
+    manifest: dict[str, Any]
+    spec_hash: str
+    generation: int = 1
+    round: int = 0
+    planned: str = ""
+    state: JobState = JobState.RUNNING
+    counters: Counters = field(default_factory=Counters)
+    start_time: float | None = None
+    completion_time: float | None = None
+    message: str = ""
+    ttl: int | None = None
+    platforms: list[dict[str, str]] = field(default_factory=list)
+    created_at: float | None = None
+    version: int = 0
+    owner: str = ""
+    children: list[str] = field(default_factory=list)
+    pull_secret_arns: list[str] = field(default_factory=list)
+    # How many partitions the job's node items are spread over, fixed at its first plan (0: not planned).
+    shards: int = 0
+    deleting_since: float | None = None
+
+    # --- identity and plan ------------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        return job_key(self.namespace, self.name)
+
+    @property
+    def ref(self) -> JobRound:
+        return JobRound(self.key, self.uid, self.round, self.shards or 1)
+
+    @property
+    def plan_id(self) -> str:
+        """The plan this job's generation and round need; `planned` holds the one made last."""
+        return f"{self.generation}.{self.round}"
+
+    @property
+    def is_planned(self) -> bool:
+        return self.planned == self.plan_id
+
+    @property
+    def is_list_job(self) -> bool:
+        return self.api_kind is ApiKind.IMAGE_LIST_PULL_JOB
+
+    @property
+    def is_pull_job(self) -> bool:
+        return self.api_kind is ApiKind.IMAGE_PULL_JOB
+
+    @property
+    def is_dispatching(self) -> bool:
+        """A running ImagePullJob whose current round is planned: its nodes are being handed slots."""
+        return self.is_pull_job and self.state is JobState.RUNNING and self.is_planned
+
+    def needs_planning(self, previous: StoredJob | None = None) -> bool:
+        """Whether this job item, as the table stream shows it, asks for `plan_job`.
+
+        Reports change the counters and a plan fixes the shards before it commits; each such change
+        reaches the stream, but only a generation or round not planned yet needs a plan. A change that
+        leaves generation, round, plan and state as they were (`previous`, the item's old image) is
+        skipped: a plan that crashed is retried through the record that asked for it, which carries the
+        same image.
+        """
+        if not self.is_pull_job or self.state is not JobState.RUNNING:
+            return False
+        if previous is not None and (previous.generation, previous.round, previous.planned, previous.state) == (
+            self.generation, self.round, self.planned, self.state
+        ):
+            return False
+        return not self.is_planned
+
+    def deletion_requested(self, previous: StoredJob | None = None) -> bool:
+        """Whether this stream image asks the control plane to finish the job's deletion."""
+        return self.state is JobState.DELETING and (previous is None or previous.state is not JobState.DELETING)
+
+    # --- spec -------------------------------------------------------------------------------
+
+    @cached_property
+    def pull_job(self) -> ImagePullJob:
+        """The manifest as an ImagePullJob; a list job raises `TypeError`."""
+        job = parse_manifest(self.manifest)
+        if not isinstance(job, ImagePullJob):
+            raise TypeError(f"job {self.key} is a {self.api_kind}, not an ImagePullJob")
+        return job
+
+    @cached_property
+    def _job(self) -> ImagePullJob | ImageListPullJob:
+        job = self.pull_job if self.is_pull_job else parse_manifest(self.manifest)
+        if not isinstance(job, ImagePullJob | ImageListPullJob):
+            raise TypeError(f"job {self.key} is stored with a {type(job).__name__} manifest")
+        return job
+
+    @property
+    def completion_type(self) -> CompletionType:
+        """`spec.completionPolicy.type` as applied (Kruise's default `Always`)."""
+        policy = (self.manifest.get("spec") or {}).get("completionPolicy") or {}
+        return CompletionType(policy.get("type") or CompletionType.ALWAYS)
+
+    @property
+    def is_never(self) -> bool:
+        """An ImagePullJob that keeps its nodes warm until deleted (`completionPolicy.type: Never`)."""
+        return self.is_pull_job and self.completion_type is CompletionType.NEVER
+
+    @property
+    def is_running_never(self) -> bool:
+        """A planned, running `Never` ImagePullJob: what a new node is added to, and must be warm for."""
+        return self.is_never and self.is_dispatching
+
+    @property
+    def pull_secret_names(self) -> list[str]:
+        """The `spec.pullSecrets` named, as applied (whatever the job's state)."""
+        names = (self.manifest.get("spec") or {}).get("pullSecrets") or ()
+        return [name for name in names if isinstance(name, str)]
+
+    def image_platforms(self) -> list[Platform] | None:
+        """The platforms of the job's image when known (a pushed index), else None: any node will do."""
+        platforms = [Platform(os=p["os"], architecture=p["architecture"], variant=p.get("variant"))
+                     for p in self.platforms]
+        return platforms or None
+
+    # --- time -------------------------------------------------------------------------------
+
+    @property
+    def deadline(self) -> float | None:
+        """When `activeDeadlineSeconds` runs out, counted from the round's start (None: no deadline)."""
+        seconds = self.pull_job.spec.completion_policy.active_deadline_seconds
+        if seconds is None or self.start_time is None:
+            return None
+        return self.start_time + seconds
+
+    def is_past_deadline(self, now: float) -> bool:
+        deadline = self.deadline
+        return deadline is not None and now > deadline
+
+    def is_unplanned_for_long(self, now: float) -> bool:
+        """Running and never planned long after it was stored: its stream record was lost."""
+        stale = now - (self.created_at or now) > UNPLANNED_RETRIGGER_SECONDS
+        return self.state is JobState.RUNNING and not self.is_planned and stale
+
+    # --- finishing --------------------------------------------------------------------------
+
+    def finish_fields(self, state: JobState, *, at: float, message: str | None = None) -> dict[str, Any]:
+        """The job item fields that finish it: state, completion time, the message if given and, when the
+        spec asks, the time its item expires (`ttlSecondsAfterFinished`, counted from `at`)."""
+        fields: dict[str, Any] = {"state": state, "completion_time": at}
+        if message is not None:
+            fields["message"] = message
+        if (ttl := self._job.spec.completion_policy.ttl_seconds_after_finished) is not None:
+            fields["ttl"] = int(at) + ttl
+        return fields
+
+    def completion(self, now: float) -> dict[str, Any] | None:
+        """The fields that complete an `Always` job whose nodes have all finished (Kruise: succeeded +
+        failed = desired), or None while it is not done."""
+        if not self.is_dispatching or self.completion_type is not CompletionType.ALWAYS:
+            return None
+        if self.counters.done < self.counters.desired:
+            return None
+        return self.finish_fields(JobState.COMPLETED, at=now, message=COMPLETED_MESSAGE)
+
+    def list_completion(self, children: Iterable[StoredJob | None], now: float) -> dict[str, Any] | None:
+        """A list job finishes when all its images' jobs have; its own TTL then runs from the last of them.
+        `children` are its ImagePullJobs as read (None: gone)."""
+        children = list(children)
+        if self.state is not JobState.RUNNING or not children:
+            return None
+        if any(c is not None and c.state is JobState.RUNNING for c in children):
+            return None
+        done_at = max((c.completion_time or now for c in children if c is not None), default=now)
+        return self.finish_fields(JobState.COMPLETED, at=done_at)
+
+    def has_finished_round(self) -> bool:
+        """Whether the job has nothing more to do now: completed or failed (`Always`), or its round is
+        done on every node (`Never`). List jobs are asked through their children."""
+        if self.state.is_finished or self.completion_time is not None:
+            return True
+        waiting_or_active = self.counters.waiting + self.counters.active
+        return self.is_never and self.is_planned and waiting_or_active == 0
+
+    # --- tasks ------------------------------------------------------------------------------
+
+    def pull_task(self, node: str) -> PullTask:
+        """What `node` is sent to pull this job's image in its current round."""
+        spec = self.pull_job.spec
+        sandbox = spec.sandbox_config
+        return PullTask(
+            job=self.key, job_uid=self.uid, round=self.round, node=node,
+            image=parse_image(spec.image).pull_reference, image_pull_policy=spec.image_pull_policy,
+            timeout_seconds=spec.pull_policy.timeout_seconds, backoff_limit=spec.pull_policy.backoff_limit,
+            deadline=self.deadline,
+            sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
+            sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
+            pull_secret_arns=list(self.pull_secret_arns), pin=self.pull_job.pin,
+        )
+
+    def pull_tasks(self, nodes: Iterable[str]) -> list[PullTask]:
+        return [self.pull_task(node) for node in nodes]
+
+    # --- applying a new spec ----------------------------------------------------------------
+
+    def respecified(
+        self, manifest: dict[str, Any], spec_hash: str, *, now: float, platforms: list[dict[str, str]] | None
+    ) -> StoredJob:
+        """The job with a new spec applied: a change of what is pulled (image, pull policy, secrets,
+        sandbox config) starts a new round on every node, any other change re-plans the current round.
+        A finished job runs again: its completion is cleared and the plan decides anew."""
+        new_round = _pull_part(self.manifest) != _pull_part(manifest)
+        changed = replace(
+            self, manifest=manifest, spec_hash=spec_hash, generation=self.generation + 1,
+            round=self.round + 1 if new_round else self.round,
+            platforms=self.platforms if platforms is None else platforms,
+        )
+        if not self.state.is_finished:
+            return changed
+        return replace(
+            changed, state=JobState.RUNNING, completion_time=None, message="", ttl=None,
+            start_time=now if new_round else self.start_time,
+        )
+
+    def replanned(self) -> StoredJob:
+        """The same spec at the next generation: the table stream plans it again."""
+        return replace(self, generation=self.generation + 1)
+
+
+def _pull_part(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    spec = manifest.get("spec") or {}
+    return {k: spec.get(k) for k in _PULL_FIELDS}

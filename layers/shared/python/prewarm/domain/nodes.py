@@ -1,0 +1,41 @@
+"""The nodes whose agents said hello, as the job store keeps them, and how their startup taint came off."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeWarm:
+    """How a node's startup taint came off (the agent's `Warmed`): `warm` or `timeout`, and when."""
+
+    joined_at: float
+    hello_at: float
+    warm_at: float
+    outcome: str
+    missing: tuple[str, ...] = ()
+    missing_total: int = 0
+
+    @property
+    def hello_to_warm(self) -> float:
+        return max(0.0, self.warm_at - self.hello_at)
+
+    @property
+    def join_to_warm(self) -> float:
+        return max(0.0, self.warm_at - self.joined_at)
+
+
+@dataclass
+class RegisteredNode:
+    """A node whose agent said hello: its labels and platform, its queue, and its warm-up."""
+
+    name: str
+    labels: dict[str, str]
+    architecture: str
+    os: str
+    queue_url: str
+    last_hello: float
+    # The hello's: until when the node holds the startup taint, at the latest (None: it does not).
+    warm_until: float | None = None
+    # How its startup taint came off, once it has (kept across later hellos until the node warms again).
+    warm: NodeWarm | None = None
