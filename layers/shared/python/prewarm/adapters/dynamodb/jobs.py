@@ -1,0 +1,212 @@
+"""Job items: one per job (`JOB#<namespace>/<name>`, sort key `JOB`), its manifest, plan, counters and state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from prewarm.adapters.dynamodb.table import Table, from_item, job_pk, plain_value, task_pk, to_item
+from prewarm.domain.job import ApiKind, StoredJob
+from prewarm.domain.jobs import JobState
+from prewarm.domain.status import Counters
+from prewarm.services.ports import StoreConflictError
+
+_COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
+NODES_PER_SHARD = 100
+MAX_SHARDS = 64
+
+
+def job_of_item(item: Mapping[str, Any] | None) -> StoredJob | None:
+    """The job an item of the table holds, as the table stream shows it (plain values); None for any
+    other item (node items, rules, nodes, schedule runs)."""
+    if not item or item.get("sk") != "JOB":
+        return None
+    return JobItems._job({k: plain_value(v) for k, v in item.items()})
+
+
+class JobItems(Table):
+    """Job items, and how many partitions each job's node items are spread over."""
+
+    @staticmethod
+    def _job_item(job: StoredJob) -> dict[str, Any]:
+        c = job.counters
+        return to_item(
+            {
+                "pk": job_pk(job.key),
+                "sk": "JOB",
+                "kind": "job",
+                "namespace": job.namespace,
+                "name": job.name,
+                "uid": job.uid,
+                "api_kind": job.api_kind,
+                # Stored as `spec`, the attribute existing tables already hold.
+                "spec": json.dumps(job.manifest, sort_keys=True),
+                "spec_hash": job.spec_hash,
+                "generation": job.generation,
+                "round": job.round,
+                "planned": job.planned,
+                "state": job.state,
+                "version": job.version,
+                "desired": c.desired,
+                "waiting": c.waiting,
+                "active": c.active,
+                "succeeded": c.succeeded,
+                "failed": c.failed,
+                "done": c.done,
+                "shards": job.shards or None,
+                "platforms": json.dumps(job.platforms),
+                "start_time": job.start_time,
+                "completion_time": job.completion_time,
+                "message": job.message,
+                "ttl": job.ttl,
+                "created_at": job.created_at,
+                "owner": job.owner or None,
+                "children": job.children or None,
+                "pull_secret_arns": job.pull_secret_arns or None,
+            }
+        )
+
+    @staticmethod
+    def _job(values: Mapping[str, Any]) -> StoredJob:
+        return StoredJob(
+            namespace=values["namespace"],
+            name=values["name"],
+            uid=values["uid"],
+            api_kind=ApiKind(values["api_kind"]),
+            manifest=json.loads(values["spec"]),
+            spec_hash=values["spec_hash"],
+            generation=values.get("generation", 1),
+            round=values.get("round", 0),
+            planned=values.get("planned", ""),
+            state=JobState(values.get("state", JobState.RUNNING)),
+            version=values.get("version", 0),
+            counters=Counters(**{k: values.get(k, 0) for k in _COUNTERS if k != "done"}),
+            shards=values.get("shards", 0),
+            deleting_since=values.get("deleting_since"),
+            platforms=json.loads(values.get("platforms", "[]")),
+            start_time=values.get("start_time"),
+            completion_time=values.get("completion_time"),
+            message=values.get("message", ""),
+            ttl=values.get("ttl"),
+            created_at=values.get("created_at"),
+            owner=values.get("owner", ""),
+            children=list(values.get("children", [])),
+            pull_secret_arns=list(values.get("pull_secret_arns", [])),
+        )
+
+    def get_job(self, key: str, *, consistent: bool = True) -> StoredJob | None:
+        out = self._call("get job", "get_item", Key=self._key(job_pk(key), "JOB"), ConsistentRead=consistent)
+        return self._job(from_item(out["Item"])) if "Item" in out else None
+
+    def create_job(self, job: StoredJob) -> None:
+        self._call(
+            f"create job {job.key}", "put_item", Item=self._job_item(job),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+
+    def replace_job_spec(self, job: StoredJob, *, expected_hash: str) -> None:
+        fields = {
+            "spec": json.dumps(job.manifest, sort_keys=True),
+            "spec_hash": job.spec_hash,
+            "generation": job.generation,
+            "round": job.round,
+            "api_kind": job.api_kind,
+            "platforms": json.dumps(job.platforms),
+            "state": job.state,
+            "start_time": job.start_time,
+            "completion_time": job.completion_time,
+            "message": job.message,
+            "ttl": job.ttl,
+        }
+        self._update(
+            f"update job {job.key}", job_pk(job.key), "JOB", fields,
+            condition="spec_hash = :expected_hash", values={":expected_hash": expected_hash},
+        )
+
+    def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: JobState | None = None) -> None:
+        if "platforms" in fields:
+            fields = {k: json.dumps(v) if k == "platforms" else v for k, v in fields.items()}
+        self._update(
+            f"update job {key}", job_pk(key), "JOB", fields,
+            condition="attribute_exists(pk)" + (" AND #state = :state" if condition_state else ""),
+            values={":state": condition_state} if condition_state else None,
+        )
+
+    def list_jobs(self) -> list[StoredJob]:
+        return sorted((self._job(v) for v in self._list_kind("job")), key=lambda r: r.key)
+
+    def delete_job(self, key: str) -> None:
+        """Deletes the node and excluded items of every shard, then the job item (a retry finds the rest)."""
+        keys = [
+            {"DeleteRequest": {"Key": self._key(v["pk"], v["sk"])}}
+            for pk in self._shard_pks(key, self._shards(key, None))
+            for v in self._query(
+                f"read job {key}", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": pk}},
+                ProjectionExpression="pk, sk", ConsistentRead=True,
+            )
+        ]
+        self._batch_write(f"delete job {key}", keys)
+        self._call(f"delete job {key}", "delete_item", Key=self._key(job_pk(key), "JOB"))
+
+    # -- node tasks -------------------------------------------------------------------------
+    #
+    # A job's node items (and its excluded nodes) are spread over `shards` partition keys, each node
+    # always in the same one. DynamoDB serves one partition key value at most 1,000 WCU/s
+    # (developer guide, "Partitions and data distribution" / "burst and adaptive capacity"); 5,000
+    # nodes reporting progress every 5 s write 1,000 node items per second, so one key per job would
+    # throttle. `reserve_shards` fixes the count at the first plan: one shard per `NODES_PER_SHARD`
+    # nodes considered, at most `MAX_SHARDS`.
+
+    def reserve_shards(self, key: str, nodes: int) -> int:
+        wanted = max(1, min(MAX_SHARDS, -(-nodes // NODES_PER_SHARD)))
+        try:
+            self._update(f"fix the shards of {key}", job_pk(key), "JOB", {"shards": wanted},
+                         condition="attribute_exists(pk) AND attribute_not_exists(#shards)")
+        except StoreConflictError:
+            record = self.get_job(key)
+            return record.shards if record is not None and record.shards else wanted
+        return wanted
+
+    def _shards(self, key: str, shards: int | None) -> int:
+        if shards is not None:
+            return max(1, shards)
+        record = self.get_job(key)
+        return max(1, record.shards) if record is not None else 1
+
+    @staticmethod
+    def _shard_pks(key: str, shards: int) -> list[str]:
+        return [task_pk(key, i) for i in range(shards)]
+
+    def commit_plan(
+        self,
+        key: str,
+        *,
+        plan_id: str,
+        expected_version: int,
+        counters: Counters,
+        extra: Mapping[str, Any],
+    ) -> None:
+        fields: dict[str, Any] = {
+            "planned": plan_id,
+            "desired": counters.desired,
+            "waiting": counters.waiting,
+            "active": counters.active,
+            "succeeded": counters.succeeded,
+            "failed": counters.failed,
+            "done": counters.done,
+            **extra,
+        }
+        self._update(
+            f"commit plan of {key}", job_pk(key), "JOB", fields,
+            condition="#version = :v", values={":v": expected_version}, add={"version": 1},
+        )
+
+    def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool:
+        condition = "#state = :running" + (" AND #done = #desired" if require_done else "")
+        try:
+            self._update(f"finish job {key}", job_pk(key), "JOB", fields, condition=condition,
+                         values={":running": JobState.RUNNING}, add={"version": 1})
+        except StoreConflictError:
+            return False
+        return True

@@ -1,0 +1,56 @@
+"""Registered nodes (`NODE#<name>`, sort key `NODE`): each agent's hello, and how its startup taint came off."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prewarm.adapters.dynamodb.table import Table, from_item
+from prewarm.domain.nodes import NodeWarm, RegisteredNode
+
+
+def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
+    return RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
+                          os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
+                          warm_until=float(v["warm_until"]) if "warm_until" in v else None,
+                          warm=_node_warm(v.get("warm")))
+
+
+def _node_warm(value: Any) -> NodeWarm | None:
+    if not isinstance(value, dict):
+        return None
+    return NodeWarm(joined_at=float(value.get("joined_at", 0)), hello_at=float(value.get("hello_at", 0)),
+                    warm_at=float(value.get("warm_at", 0)), outcome=str(value.get("outcome", "")),
+                    missing=tuple(str(m) for m in value.get("missing", [])),
+                    missing_total=int(value.get("missing_total", 0)))
+
+
+class NodeItems(Table):
+    """The nodes whose agents said hello."""
+
+    def put_node(self, node: RegisteredNode) -> None:
+        # An update, not a put: a later hello (a restarted agent) keeps how the node warmed. A hello
+        # that holds the taint starts a new warm-up (a new node with a reused name), so it drops it.
+        fields = {"kind": "node", "name": node.name, "labels": node.labels, "architecture": node.architecture,
+                  "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
+                  "warm_until": node.warm_until}
+        if node.warm_until is not None:
+            fields["warm"] = None
+        self._update(f"register node {node.name}", f"NODE#{node.name}", "NODE", fields)
+
+    def record_warm(self, node: str, warm: NodeWarm) -> None:
+        """Stores how the node warmed; `StoreConflictError` when the node is not registered (yet)."""
+        value = {"joined_at": warm.joined_at, "hello_at": warm.hello_at, "warm_at": warm.warm_at,
+                 "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
+        self._update(f"record how node {node} warmed (not registered: no hello yet)", f"NODE#{node}", "NODE",
+                     {"warm": value}, condition="attribute_exists(pk)")
+
+    def get_node(self, name: str) -> RegisteredNode | None:
+        out = self._call(f"read node {name}", "get_item", Key=self._key(f"NODE#{name}", "NODE"))
+        return _registered_node(from_item(out["Item"])) if "Item" in out else None
+
+    def list_nodes(self) -> list[RegisteredNode]:
+        return [_registered_node(v) for v in sorted(self._list_kind("node"), key=lambda v: str(v["name"]))]
+
+    def delete_node(self, name: str) -> None:
+        self._call(f"forget node {name}", "delete_item", Key=self._key(f"NODE#{name}", "NODE"))

@@ -1,0 +1,244 @@
+"""The job table as every item kind's store uses it: (de)serialization, keys, client errors as the
+store's error types, and the conditional, batched and paged calls (key design and capacity model in
+docs/architecture.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from prewarm.services.ports import StoreConflictError, StoreError, StoreRetryableError
+
+_RETRYABLE = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "TransactionInProgressException",
+}
+_BATCH = 25
+_BATCH_GET = 100
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def _serializable(value: Any) -> Any:
+    """Python value → what TypeSerializer accepts (floats become Decimals)."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, dict):
+        return {k: _serializable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_serializable(v) for v in value]
+    return value
+
+
+def to_attribute(value: Any) -> dict[str, Any]:
+    return _serializer.serialize(_serializable(value))  # type: ignore[no-any-return]
+
+
+def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: to_attribute(v) for k, v in values.items() if v is not None}
+
+
+def plain_value(value: Any) -> Any:
+    """A deserialized attribute as the store's records hold it: numbers as int or float, sets sorted."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, set):
+        return sorted(value)
+    return value
+
+
+def from_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: plain_value(_deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def job_pk(key: str) -> str:
+    return f"JOB#{key}"
+
+
+def node_sk(node: str) -> str:
+    return f"NODE#{node}"
+
+
+def excluded_sk(node: str) -> str:
+    return f"EXCL#{node}"
+
+
+def task_pk(key: str, shard: int) -> str:
+    """The partition key of a job's node items in one shard."""
+    return f"JOB#{key}#{shard}"
+
+
+def shard_of(node: str, shards: int) -> int:
+    """The shard a node's items live in: a stable hash, so every writer finds the same one."""
+    if shards <= 1:
+        return 0
+    return int.from_bytes(hashlib.sha256(node.encode()).digest()[:4], "big") % shards
+
+
+def store_error(e: ClientError, what: str) -> StoreError:
+    code = e.response.get("Error", {}).get("Code", "")
+    if code == "ConditionalCheckFailedException":
+        return StoreConflictError(f"{what}: the item changed or the condition does not hold")
+    if code == "TransactionCanceledException":
+        reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
+        if any(r in _RETRYABLE or r in {"ThrottlingError", "TransactionConflict"} for r in reasons):
+            return StoreRetryableError(f"{what}: transaction throttled or in conflict ({', '.join(reasons)})")
+        return StoreConflictError(f"{what}: transaction condition failed ({', '.join(r or 'None' for r in reasons)})")
+    if code in _RETRYABLE:
+        return StoreRetryableError(f"{what}: {code}")
+    message = e.response.get("Error", {}).get("Message", "")
+    return StoreError(f"{what}: {code}: {message}" if code and message else f"{what}: {code or e}")
+
+
+class Table:
+    """One DynamoDB table. Give it a boto3 DynamoDB client, or it builds one on first use."""
+
+    def __init__(self, table_name: str, client: Any = None) -> None:
+        self.table_name = table_name
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            self._client = boto3.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 8}))
+        return self._client
+
+    def _call(self, what: str, op: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return getattr(self.client, op)(TableName=self.table_name, **kwargs)  # type: ignore[no-any-return]
+        except ClientError as e:
+            raise store_error(e, what) from e
+
+    def _transact(self, what: str, items: list[dict[str, Any]]) -> None:
+        for entry in items:
+            next(iter(entry.values()))["TableName"] = self.table_name
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as e:
+            raise store_error(e, what) from e
+
+    def _query(self, what: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        while True:
+            page = self._call(what, "query", **kwargs)
+            for item in page.get("Items", []):
+                yield from_item(item)
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _batch_write(self, what: str, requests: list[dict[str, Any]]) -> None:
+        for start in range(0, len(requests), _BATCH):
+            self._until_processed(what, "batch_write_item", "UnprocessedItems",
+                                  {self.table_name: requests[start : start + _BATCH]})
+
+    def _until_processed(self, what: str, op: str, unprocessed: str, pending: dict[str, Any]) -> list[dict[str, Any]]:
+        """Calls a batch operation again with what it left unprocessed (throttled keys), backing off."""
+        responses: list[dict[str, Any]] = []
+        delay = 0.05
+        for _ in range(10):
+            try:
+                out = getattr(self.client, op)(RequestItems=pending)
+            except ClientError as e:
+                raise store_error(e, what) from e
+            responses += out.get("Responses", {}).get(self.table_name, [])
+            pending = out.get(unprocessed) or {}
+            if not pending:
+                return responses
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise StoreRetryableError(f"{what}: items left unprocessed after retries")
+
+    def _key(self, pk: str, sk: str) -> dict[str, Any]:
+        return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+    def _update(
+        self,
+        what: str,
+        pk: str,
+        sk: str,
+        fields: Mapping[str, Any],
+        *,
+        condition: str | None = None,
+        values: Mapping[str, Any] | None = None,
+        add: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._call(what, "update_item", **self._update_args(pk, sk, fields, condition, values, add))
+
+    def _update_args(
+        self,
+        pk: str,
+        sk: str,
+        fields: Mapping[str, Any],
+        condition: str | None = None,
+        values: Mapping[str, Any] | None = None,
+        add: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        names: dict[str, str] = {}
+        vals: dict[str, Any] = {}
+        sets, removes, adds = [], [], []
+        for i, (k, v) in enumerate(fields.items()):
+            names[f"#f{i}"] = k
+            if v is None:
+                removes.append(f"#f{i}")
+            else:
+                sets.append(f"#f{i} = :f{i}")
+                vals[f":f{i}"] = to_attribute(v)
+        for i, (k, v) in enumerate((add or {}).items()):
+            names[f"#a{i}"] = k
+            adds.append(f"#a{i} :a{i}")
+            vals[f":a{i}"] = to_attribute(v)
+        expr = " ".join(
+            part
+            for part in (
+                "SET " + ", ".join(sets) if sets else "",
+                "REMOVE " + ", ".join(removes) if removes else "",
+                "ADD " + ", ".join(adds) if adds else "",
+            )
+            if part
+        )
+        args: dict[str, Any] = {"Key": self._key(pk, sk), "UpdateExpression": expr}
+        for placeholder in re.findall(r"#\w+", condition or ""):
+            names.setdefault(placeholder, placeholder[1:])
+        if condition:
+            args["ConditionExpression"] = condition
+            vals.update({k: to_attribute(v) for k, v in (values or {}).items()})
+        if names:
+            args["ExpressionAttributeNames"] = names
+        if vals:
+            args["ExpressionAttributeValues"] = vals
+        return args
+
+    def _list_kind(self, kind: str) -> list[dict[str, Any]]:
+        """Every item of a kind: keys from the keys-only `kinds` index, then the items themselves.
+
+        The index projects keys only, so counter updates on job items never write it: with all
+        attributes projected, every report of every job would land on the index key `job`.
+        """
+        keys = [
+            {"pk": {"S": v["pk"]}, "sk": {"S": v["sk"]}}
+            for v in self._query(f"list {kind}s", IndexName="kinds", KeyConditionExpression="kind = :k",
+                                 ExpressionAttributeValues={":k": {"S": kind}})
+        ]
+        return self._batch_get(f"read {kind}s", keys)
+
+    def _batch_get(self, what: str, keys: list[dict[str, Any]], *, consistent: bool = True) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(keys), _BATCH_GET):
+            request = {self.table_name: {"Keys": keys[start : start + _BATCH_GET], "ConsistentRead": consistent}}
+            items += [from_item(i) for i in self._until_processed(what, "batch_get_item", "UnprocessedKeys", request)]
+        return items

@@ -1,0 +1,247 @@
+"""Node items: one per node of a job's round (`JOB#<key>#<shard>`, sort key `NODE#<node>`), and the
+job's excluded nodes beside them (`EXCL#<node>`). Phase changes of a batch and the job's counters are
+written together in `TransactWriteItems`, each node item guarded by its `version`, so duplicated or
+reordered reports can never double-count; progress writes only its node item."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from prewarm.adapters.dynamodb.jobs import JobItems
+from prewarm.adapters.dynamodb.table import (
+    excluded_sk,
+    from_item,
+    job_pk,
+    node_sk,
+    shard_of,
+    store_error,
+    task_pk,
+    to_attribute,
+    to_item,
+)
+from prewarm.domain.job import JobRound
+from prewarm.domain.jobs import JobState
+from prewarm.domain.messages import NodePhase
+from prewarm.domain.placement import ExcludedNode
+from prewarm.domain.status import NodeTaskRecord, NodeUpdate, removal_deltas
+
+# TransactWriteItems takes at most 100 actions (DynamoDB quotas): 99 node items and the job item.
+MAX_NODES_PER_TRANSACTION = 99
+
+
+class NodeTaskItems(JobItems):
+    """The node items of each job round, and its excluded nodes."""
+
+    @staticmethod
+    def _task_item(key: str, task: NodeTaskRecord, shards: int) -> dict[str, Any]:
+        pk = task_pk(key, shard_of(task.node, shards))
+        waiting = task.phase is NodePhase.WAITING and task.dispatched_at is None
+        return to_item(
+            {
+                "pk": pk,
+                "sk": node_sk(task.node),
+                "node": task.node,
+                "round": task.round,
+                "phase": task.phase.value,
+                "dispatched_at": task.dispatched_at,
+                "attempt": task.attempt,
+                "seq": task.seq,
+                "version": task.version,
+                "bytes_done": task.bytes_done,
+                "bytes_total": task.bytes_total,
+                "image_id": task.image_id,
+                "message": task.message,
+                "started_at": task.started_at,
+                "finished_at": task.finished_at,
+                "updated_at": task.updated_at,
+                # sparse index of the tasks still waiting for a parallelism slot, per shard
+                "wpk": pk if waiting else None,
+            }
+        )
+
+    @staticmethod
+    def _task(values: dict[str, Any]) -> NodeTaskRecord:
+        return NodeTaskRecord(
+            node=values["node"],
+            round=values["round"],
+            phase=NodePhase(values["phase"]),
+            dispatched_at=values.get("dispatched_at"),
+            attempt=values.get("attempt", 0),
+            seq=values.get("seq", 0),
+            version=values.get("version", 0),
+            bytes_done=values.get("bytes_done"),
+            bytes_total=values.get("bytes_total"),
+            image_id=values.get("image_id"),
+            message=values.get("message", ""),
+            started_at=values.get("started_at"),
+            finished_at=values.get("finished_at"),
+            updated_at=values.get("updated_at"),
+        )
+
+    def _shard_items(self, what: str, key: str, shards: int, prefix: str) -> Iterator[dict[str, Any]]:
+        for pk in self._shard_pks(key, shards):
+            yield from self._query(
+                what, KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":pk": {"S": pk}, ":p": {"S": prefix}}, ConsistentRead=True,
+            )
+
+    def get_tasks(self, key: str, *, shards: int | None = None) -> list[NodeTaskRecord]:
+        items = self._shard_items(f"read tasks of {key}", key, self._shards(key, shards), "NODE#")
+        return sorted((self._task(v) for v in items), key=lambda t: t.node)
+
+    def get_task(self, key: str, node: str, *, shards: int | None = None) -> NodeTaskRecord | None:
+        pk = task_pk(key, shard_of(node, self._shards(key, shards)))
+        out = self._call("get task", "get_item", Key=self._key(pk, node_sk(node)), ConsistentRead=True)
+        return self._task(from_item(out["Item"])) if "Item" in out else None
+
+    def get_tasks_of(self, ref: JobRound, nodes: Iterable[str]) -> dict[str, NodeTaskRecord]:
+        keys = [self._key(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n)) for n in sorted(set(nodes))]
+        return {t.node: t for t in (self._task(v) for v in self._batch_get(f"read tasks of {ref.key}", keys))}
+
+    def failed_nodes(self, key: str, *, shards: int | None = None) -> list[str]:
+        return [t.node for t in self.get_tasks(key, shards=shards) if t.failed]
+
+    def waiting_nodes(self, key: str, limit: int, *, shards: int | None = None, start: int = 0) -> list[str]:
+        """Up to `limit` nodes still waiting for a slot (eventually consistent; claims re-check), read
+        from shard `start` on (modulo the shards), then the shards after it in turn."""
+        nodes: list[str] = []
+        pks = self._shard_pks(key, self._shards(key, shards))  # at least one
+        first = start % len(pks)
+        for pk in pks[first:] + pks[:first]:
+            if len(nodes) >= limit:
+                break
+            out = self._call(
+                "read waiting tasks", "query", IndexName="waiting", KeyConditionExpression="wpk = :pk",
+                ExpressionAttributeValues={":pk": {"S": pk}}, Limit=limit - len(nodes),
+            )
+            nodes += [item["sk"]["S"].removeprefix("NODE#") for item in out.get("Items", [])]
+        return nodes
+
+    def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord], *, shards: int) -> None:
+        self._batch_write(f"write tasks of {key}",
+                          [{"PutRequest": {"Item": self._task_item(key, t, shards)}} for t in tasks])
+
+    def delete_tasks(self, key: str, nodes: Sequence[str], *, shards: int) -> None:
+        self._batch_write(
+            f"delete tasks of {key}",
+            [{"DeleteRequest": {"Key": self._key(task_pk(key, shard_of(n, shards)), node_sk(n))}} for n in nodes],
+        )
+
+    def get_excluded(self, key: str, *, shards: int | None = None) -> list[ExcludedNode]:
+        items = self._shard_items(f"read excluded nodes of {key}", key, self._shards(key, shards), "EXCL#")
+        return sorted((ExcludedNode(v["node"], v.get("reason", "")) for v in items), key=lambda e: e.name)
+
+    def put_excluded(self, key: str, excluded: Sequence[ExcludedNode], *, shards: int) -> None:
+        """Replaces the job's excluded nodes: each is an item of its own, so the job item never grows."""
+        wanted = {e.name: e for e in excluded}
+        stale = [e.name for e in self.get_excluded(key, shards=shards) if e.name not in wanted]
+        requests = [
+            {"PutRequest": {"Item": to_item({"pk": task_pk(key, shard_of(e.name, shards)), "sk": excluded_sk(e.name),
+                                           "node": e.name, "reason": e.reason})}}
+            for e in wanted.values()
+        ]
+        requests += [
+            {"DeleteRequest": {"Key": self._key(task_pk(key, shard_of(n, shards)), excluded_sk(n))}} for n in stale
+        ]
+        self._batch_write(f"write excluded nodes of {key}", requests)
+
+    def _node_update(self, ref: JobRound, update: NodeUpdate) -> dict[str, Any]:
+        fields = dict(update.fields)
+        if "phase" in fields and fields["phase"] != NodePhase.WAITING.value:
+            fields["wpk"] = None
+        return self._update_args(
+            task_pk(ref.key, shard_of(update.node, ref.shards)), node_sk(update.node), fields,
+            condition="#version = :v AND #round = :r", values={":v": update.expected_version, ":r": ref.round},
+            add={"version": 1},
+        )
+
+    def update_task(self, ref: JobRound, update: NodeUpdate) -> None:
+        """One node item alone (progress): the job item is not written."""
+        self._call(f"record {update.node} in {ref.key}", "update_item", **self._node_update(ref, update))
+
+    def apply_updates(self, ref: JobRound, updates: Sequence[NodeUpdate], deltas: Mapping[str, int]) -> None:
+        """Node items and one job counter update in one transaction (at most 99 nodes: 100 actions)."""
+        if len(updates) > MAX_NODES_PER_TRANSACTION:
+            raise ValueError(f"{len(updates)} node updates in one transaction; at most {MAX_NODES_PER_TRANSACTION}")
+        items = [{"Update": self._node_update(ref, u)} for u in updates]
+        adds: dict[str, Any] = {k: v for k, v in deltas.items() if v}
+        if adds:
+            adds["version"] = 1
+            job = self._update_args(job_pk(ref.key), "JOB", {}, condition="#uid = :u AND #round = :r",
+                                    values={":u": ref.uid, ":r": ref.round}, add=adds)
+            items.append({"Update": job})
+        self._transact(f"record {len(updates)} nodes in {ref.key}", items)
+
+    def add_task(self, ref: JobRound, task: NodeTaskRecord, *, plan_id: str) -> None:
+        """Adds one node to a planned round, counting it, atomically (new nodes, edited selectors)."""
+        put = {
+            "Item": self._task_item(ref.key, task, ref.shards),
+            "ConditionExpression": "attribute_not_exists(pk) OR #round < :r",
+            "ExpressionAttributeNames": {"#round": "round"},
+            "ExpressionAttributeValues": {":r": to_attribute(task.round)},
+        }
+        job = self._update_args(
+            job_pk(ref.key), "JOB", {}, condition="#uid = :u AND #round = :r AND #planned = :p",
+            values={":u": ref.uid, ":r": task.round, ":p": plan_id},
+            add={"desired": 1, "waiting": 1, "version": 1},
+        )
+        self._transact(f"add {task.node} to {ref.key}", [{"Put": put}, {"Update": job}])
+
+    def remove_task(self, ref: JobRound, task: NodeTaskRecord) -> None:
+        """Removes one node from the round and from the counters, atomically (deselected nodes)."""
+        delete = {
+            "Key": self._key(task_pk(ref.key, shard_of(task.node, ref.shards)), node_sk(task.node)),
+            "ConditionExpression": "#version = :v",
+            "ExpressionAttributeNames": {"#version": "version"},
+            "ExpressionAttributeValues": {":v": to_attribute(task.version)},
+        }
+        job = self._update_args(
+            job_pk(ref.key), "JOB", {}, condition="#uid = :u AND #round = :r",
+            values={":u": ref.uid, ":r": task.round}, add={**removal_deltas(task), "version": 1},
+        )
+        self._transact(f"remove {task.node} from {ref.key}", [{"Delete": delete}, {"Update": job}])
+
+    def claim_tasks(self, ref: JobRound, nodes: Sequence[str], *, parallelism: int, now: float) -> list[str]:
+        """Dispatches `nodes` in one transaction: each still waiting, and `active` stays within `parallelism`.
+
+        A node another run claimed first cancels the transaction; it is dropped and the rest tried
+        again, so the job item is written once per batch of claims, not once per node.
+        """
+        pending = list(dict.fromkeys(nodes))[:MAX_NODES_PER_TRANSACTION]
+        while pending:
+            claims = [
+                self._update_args(
+                    task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n), {"dispatched_at": now, "wpk": None},
+                    condition="attribute_not_exists(dispatched_at) AND #round = :r AND #phase = :w",
+                    values={":r": ref.round, ":w": NodePhase.WAITING.value}, add={"version": 1},
+                )
+                for n in pending
+            ]
+            job = self._update_args(
+                job_pk(ref.key), "JOB", {}, condition="#active <= :most AND #round = :r AND #state = :running",
+                values={":most": parallelism - len(pending), ":r": ref.round, ":running": JobState.RUNNING},
+                add={"active": len(pending), "waiting": -len(pending), "version": 1},
+            )
+            for entry in claims:
+                entry["TableName"] = self.table_name
+            job["TableName"] = self.table_name
+            try:
+                self.client.transact_write_items(TransactItems=[{"Update": c} for c in claims] + [{"Update": job}])
+            except ClientError as e:
+                reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
+                if e.response.get("Error", {}).get("Code") != "TransactionCanceledException" or any(
+                    r not in ("", "None", "ConditionalCheckFailed") for r in reasons
+                ):
+                    raise store_error(e, f"claim {len(pending)} nodes in {ref.key}") from e
+                if len(reasons) > len(pending) and reasons[len(pending)] == "ConditionalCheckFailed":
+                    # The job has fewer free slots than asked for (or left the round): ask for fewer.
+                    pending = pending[:-1]
+                    continue
+                taken = {n for n, r in zip(pending, reasons, strict=False) if r == "ConditionalCheckFailed"}
+                pending = [n for n in pending if n not in taken]
+                continue
+            return pending
+        return []
