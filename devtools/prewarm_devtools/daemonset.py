@@ -278,7 +278,8 @@ class AgentDaemonSet:
 
     def reconcile(self) -> None:
         from prewarm_devtools.kubeapi.errors import StatusError
-        from prewarm_devtools.kubeapi.resources import DAEMON_SETS, PODS
+        from prewarm_devtools.kubeapi.resources.apps import DAEMON_SETS
+        from prewarm_devtools.kubeapi.resources.pods import PODS
 
         with self._lock:
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))

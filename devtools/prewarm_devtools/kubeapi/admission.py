@@ -26,13 +26,13 @@ from typing import Any
 from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi.auth import Identity
 from prewarm_devtools.kubeapi.errors import StatusError
-from prewarm_devtools.kubeapi.resources import (
-    NAMESPACES,
+from prewarm_devtools.kubeapi.resources.admissionregistration import (
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
-    ResourceType,
-    selector_requirements,
 )
+from prewarm_devtools.kubeapi.resources.apps import selector_requirements
+from prewarm_devtools.kubeapi.resources.core import NAMESPACES
+from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.selectors import LabelSelector
 from prewarm_devtools.kubeapi.store import Store
 

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from prewarm_devtools.kubeapi.customresources import CUSTOM_RESOURCE_DEFINITIONS
-from prewarm_devtools.kubeapi.resources import ADMISSION_GROUP, GROUP_VERSIONS, RESOURCES, ResourceType
+from prewarm_devtools.kubeapi.resources import GROUP_VERSIONS, RESOURCES
+from prewarm_devtools.kubeapi.resources.admissionregistration import ADMISSION_GROUP
+from prewarm_devtools.kubeapi.resources.types import ResourceType
 
 Obj = dict[str, Any]
 

@@ -18,11 +18,14 @@ from functools import partial
 from typing import Any
 
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
-from prewarm_devtools.kubeapi.resources import _COMMON_MERGE_LISTS as COMMON_MERGE_LISTS
-from prewarm_devtools.kubeapi.resources import _NAME_FIELDS as NAME_FIELDS
-from prewarm_devtools.kubeapi.resources import CustomResource, ResourceType
-from prewarm_devtools.kubeapi.resources import _supported as supported
-from prewarm_devtools.kubeapi.resources import _undecodable as undecodable
+from prewarm_devtools.kubeapi.resources.types import (
+    COMMON_MERGE_LISTS,
+    NAME_FIELDS,
+    CustomResource,
+    ResourceType,
+    supported,
+    undecodable,
+)
 from prewarm_devtools.kubeapi.schema import apply_defaults, drop_nulls, go_json, prune, schema_errors, validate
 from prewarm_devtools.kubeapi.validation import dns1123_subdomain_errors, metadata_errors
 

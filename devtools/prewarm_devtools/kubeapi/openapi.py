@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prewarm_devtools.kubeapi.registry import CUSTOM_PATCH_TYPES, PATCH_TYPES
-from prewarm_devtools.kubeapi.resources import ResourceType
+from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.store import dumps
 
 Obj = dict[str, Any]

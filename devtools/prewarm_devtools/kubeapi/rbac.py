@@ -16,7 +16,7 @@ from typing import Any
 from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi.auth import MASTERS, Identity
 from prewarm_devtools.kubeapi.errors import StatusError
-from prewarm_devtools.kubeapi.resources import RBAC_GROUP
+from prewarm_devtools.kubeapi.resources.rbac import RBAC_GROUP
 from prewarm_devtools.kubeapi.store import Store
 
 __all__ = ["BOOTSTRAP_POLICY", "Attributes", "Authorizer", "Decision", "request_attributes"]

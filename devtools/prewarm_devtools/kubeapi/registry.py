@@ -39,13 +39,9 @@ from prewarm_devtools.kubeapi.customresources import (
 )
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
-from prewarm_devtools.kubeapi.resources import (
-    NAMESPACES,
-    PRIORITY_CLASSES,
-    SCHEDULING_GROUP,
-    SYSTEM_PRIORITY_CLASSES,
-    ResourceType,
-)
+from prewarm_devtools.kubeapi.resources.core import NAMESPACES
+from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
+from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
 from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
 

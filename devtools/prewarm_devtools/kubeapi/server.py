@@ -59,13 +59,10 @@ from prewarm_devtools.kubeapi.registry import (
     ListQuery,
     Registry,
 )
-from prewarm_devtools.kubeapi.resources import (
-    REVIEWS,
-    SELF_SUBJECT_ACCESS_REVIEWS,
-    SELF_SUBJECT_REVIEWS,
-    SYSTEM_PRIORITY_CLASSES,
-    ResourceType,
-)
+from prewarm_devtools.kubeapi.resources import REVIEWS
+from prewarm_devtools.kubeapi.resources.reviews import SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_REVIEWS
+from prewarm_devtools.kubeapi.resources.scheduling import SYSTEM_PRIORITY_CLASSES
+from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.seed import load_objects
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector, SelectorParseError
 from prewarm_devtools.kubeapi.store import Store, dumps
