@@ -1,0 +1,152 @@
+"""The node's start as the control plane hears of it: the agent's hello and, on a node that joined with
+the startup taint, the hold (`warming.StartupTaintHold`) and how the taint came off (`Warmed`).
+
+Both messages go once; the heartbeat sends them again until the status queue takes them.
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from prewarm.adapters.sqs import QueueError
+from prewarm.domain.messages import WARMED_MISSING_MAX, FromAgent, Hello, StatusReport, Warmed
+from prewarm_agent.clock import Clock
+from prewarm_agent.cri.errors import CriError
+from prewarm_agent.logs import NodeLogger
+from prewarm_agent.metrics import AgentMetrics
+from prewarm_agent.node import NodeFacts
+from prewarm_agent.reporting import StatusSink
+from prewarm_agent.settings import AgentSettings
+from prewarm_agent.tasks import NodeTasks
+from prewarm_agent.warming import NodeWrites, StartupTaintHold
+
+
+def agent_version() -> str:
+    try:
+        return version("prewarm")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class NodeStartup:
+    """Says hello, holds the startup taint while the node has it, and says how it came off."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        images: Any,
+        node_writes: NodeWrites,
+        status: StatusSink,
+        tasks: NodeTasks,
+        clock: Clock,
+        metrics: AgentMetrics,
+        stop: threading.Event,
+        logger: NodeLogger,
+    ) -> None:
+        self.settings = settings
+        self.images = images
+        self.node_writes = node_writes
+        self.status = status
+        self.tasks = tasks
+        self.clock = clock
+        self.metrics = metrics
+        self._stop = stop
+        self.log = logger
+        # Held while the node has the startup taint (docs/agent.md, "Startup taint").
+        self.hold: StartupTaintHold | None = None
+        # Why the last pull of each image did not end with the image: for the warm deadline's Event.
+        self._pull_failures: dict[str, str] = {}
+        self._hello: Hello | None = None
+        self.hello_at: float | None = None  # when the first hello went out
+        self._warmed: Warmed | None = None  # how the taint came off, until sent
+
+    def begin(self, queue_url: str, facts: NodeFacts) -> None:
+        """Holds the startup taint when the node has it, then says hello."""
+        self.hold = self._startup_taint_hold(facts)
+        self._hello = self._make_hello(queue_url, facts)
+        self.send_hello()
+
+    def _startup_taint_hold(self, facts: NodeFacts) -> StartupTaintHold | None:
+        """A hold when the node joined with the startup taint (and still has it), else None."""
+        taint = self.settings.startup_taint
+        if not any(taint.matches(t) for t in facts.taints):
+            return None
+        # From the node's join, not the agent's start: a restarted agent must not hold the node longer.
+        joined_at = facts.created_at if facts.created_at is not None else self.clock.time()
+        until = joined_at + self.settings.max_warm_seconds
+        self.log.info("node holds the startup taint %s: removing it once its images are present, at the latest "
+                      "%.0f s after it joined", taint, self.settings.max_warm_seconds)
+        return StartupTaintHold(
+            node=self.settings.node_name, taint=taint, joined_at=joined_at, until=until, images=self.images,
+            api=self.node_writes, clock=self.clock, metrics=self.metrics, why=self.why_missing, logger=self.log,
+        )
+
+    def why_missing(self, image: str) -> str:
+        """Why `image` is not on the node, as far as this agent knows."""
+        for run in self.tasks.current_runs():
+            if run.task.image != image:
+                continue
+            if run.last_error:
+                return f"pull failed (attempt {run.attempt}, retrying): {run.last_error}"
+            return f"pull running (attempt {run.attempt})" if run.pulling else "pull waiting for a slot"
+        if image in self._pull_failures:
+            return f"pull failed: {self._pull_failures[image]}"
+        return "no pull task received"
+
+    def pull_ended(self, image: str, report: StatusReport) -> None:
+        """While the taint is held: remember why the image's pull failed, and check the images again."""
+        if self.hold is not None and not self.hold.done.is_set():
+            if report.phase == "Succeeded":
+                self._pull_failures.pop(image, None)
+            else:
+                self._pull_failures[image] = report.message
+            self.hold.poke()
+
+    def _make_hello(self, queue_url: str, facts: NodeFacts) -> Hello:
+        try:
+            images = sorted({digest for image in self.images.list_images() for digest in image.repo_digests})
+        except CriError as e:
+            self.log.warning("cannot list the node's images for the hello: %s", e)
+            images = []
+        return Hello(node=self.settings.node_name, labels=dict(facts.labels), architecture=facts.architecture,
+                     os=facts.os, queue_url=queue_url, images=images, agent_version=agent_version(),
+                     warm_until=self.hold.until if self.hold is not None else None)
+
+    def _send_once(self, message: FromAgent, what: str) -> bool:
+        """Sends a message the heartbeat retries until it goes (the hello, the warm-up)."""
+        try:
+            self.status.send(message)
+        except QueueError as e:
+            self.log.warning("%s not sent, retrying with the next heartbeat: %s", what, e)
+            return False
+        return True
+
+    def send_hello(self) -> None:
+        hello = self._hello
+        if hello is None or not self._send_once(hello, "hello"):
+            return
+        self._hello = None
+        self.hello_at = self.clock.time()
+        self.log.info("hello sent: %s/%s, %d images present", hello.os, hello.architecture, len(hello.images))
+
+    def warm(self, hold: StartupTaintHold) -> None:
+        """Hold the taint, then tell the control plane how it came off (`prewarm describe node` shows it)."""
+        hold.run(self._stop)
+        released = hold.released
+        # Without a list the control plane may predate `Warmed` (it would be a poison message there).
+        if released is None or hold.required is None:
+            return
+        missing = sorted(released.missing)
+        self._warmed = Warmed(node=self.settings.node_name, joined_at=hold.joined_at,
+                              hello_at=self.hello_at if self.hello_at is not None else hold.joined_at,
+                              warm_at=released.at, outcome=released.outcome,
+                              missing=missing[:WARMED_MISSING_MAX], missing_total=len(missing))
+        self.send_warmed()
+
+    def send_warmed(self) -> None:
+        warmed = self._warmed
+        if warmed is not None and self._send_once(warmed, "warm-up"):
+            self._warmed = None
