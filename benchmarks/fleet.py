@@ -640,7 +640,7 @@ def _s(value: Any) -> Json:
 class LegacyStatusPath:
     """The status path of commit 8703751, DynamoDB call for call, on a table of its design.
 
-    Per report (`services/reports.py` record_report then `adapters/dynamodb.py` apply_update): the job
+    Per report (`services/reports.py` record_report then `adapters/dynamodb/tasks.py` apply_updates): the job
     item read, the node item read, the counting rules, then one `TransactWriteItems` of the node item
     (guarded by its version) and the job item (counters, `version`, the `failed_nodes` string set).
     The table keeps every node item under the job's partition key and the `by_kind` GSI projects

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prewarm.domain.images import DEFAULT_REGISTRY, DEFAULT_TAG, ImageRef
+from prewarm.domain.placement import Platform
 from prewarm.domain.registries import RegistryAuth
 from prewarm_agent.node import local_architecture
 
@@ -41,26 +42,10 @@ class ManifestError(Exception):
     """The manifest could not be read; progress then falls back to what containerd shows."""
 
 
-@dataclass(frozen=True)
-class Platform:
-    """An image platform in OCI terms."""
-
-    os: str
-    architecture: str
-    variant: str = ""
-
-    @classmethod
-    def of_this_machine(cls) -> Platform:
-        """The platform containerd on this machine pulls for."""
-        arch = local_architecture()
-        return cls("linux", arch, "v8" if arch == "arm64" else "")
-
-    def matches(self, entry: Mapping[str, Any]) -> bool:
-        """Whether an index entry's `platform` can run here (arm64's `v8` variant may be left out)."""
-        if entry.get("os") != self.os or entry.get("architecture") != self.architecture:
-            return False
-        variant = entry.get("variant") or ""
-        return variant == self.variant or (self.architecture == "arm64" and variant in ("", "v8"))
+def this_machine() -> Platform:
+    """The platform containerd on this machine pulls for."""
+    arch = local_architecture()
+    return Platform("linux", arch, "v8" if arch == "arm64" else None)
 
 
 @dataclass(frozen=True)
@@ -122,7 +107,7 @@ class ManifestResolver:
         fetch: Callable[[Endpoint], Fetch] | None = None,
     ) -> None:
         self.config_path = config_path
-        self.platform = platform or Platform.of_this_machine()
+        self.platform = platform or this_machine()
         self.timeout = timeout
         self._fetch = fetch or (lambda endpoint: HttpFetch(endpoint, timeout))
 
@@ -200,22 +185,24 @@ class _Session:
     def manifest(self, repository: str, reference: str) -> dict[str, Any]:
         base = self.endpoint.url if self.endpoint.url.endswith("/v2") else f"{self.endpoint.url}/v2"
         url = f"{base}/{repository}/manifests/{reference}"
+        status, response_headers, body = self._get(url)
+        if status == 401 and self.authorization is None:
+            # The registry's challenge says how to authenticate: answer it, then ask once more.
+            self.authorization = self._answer(response_headers.get("www-authenticate", ""))
+            status, _, body = self._get(url)
+        if status != 200:
+            raise ManifestError(f"registry answered {status} for {repository}:{reference}")
+        try:
+            document: dict[str, Any] = json.loads(body)
+        except ValueError as e:
+            raise ManifestError(f"manifest of {repository}:{reference} is not JSON") from e
+        return document
+
+    def _get(self, url: str) -> tuple[int, Mapping[str, str], bytes]:
         headers = {"Accept": _ACCEPT}
-        for _ in range(2):
-            if self.authorization:
-                headers["Authorization"] = self.authorization
-            status, response_headers, body = self._open(url, headers)
-            if status == 401 and self.authorization is None:
-                self.authorization = self._answer(response_headers.get("www-authenticate", ""))
-                continue
-            if status != 200:
-                raise ManifestError(f"registry answered {status} for {repository}:{reference}")
-            try:
-                document: dict[str, Any] = json.loads(body)
-            except ValueError as e:
-                raise ManifestError(f"manifest of {repository}:{reference} is not JSON") from e
-            return document
-        raise ManifestError(f"registry refused the credentials for {repository}:{reference}")
+        if self.authorization:
+            headers["Authorization"] = self.authorization
+        return self._open(url, headers)
 
     def _answer(self, header: str) -> str:
         scheme, params = _challenge(header)

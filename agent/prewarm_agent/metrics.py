@@ -6,9 +6,11 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from prewarm.domain.messages import NodePhase
+
 # Pulls take seconds to tens of minutes.
 PULL_SECONDS_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
-OUTCOMES = ("Succeeded", "Failed", "Cancelled")
+OUTCOMES = tuple(p.value for p in (NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.CANCELLED))
 
 
 class AgentMetrics:

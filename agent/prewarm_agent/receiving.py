@@ -10,7 +10,15 @@ from __future__ import annotations
 import threading
 
 from prewarm.adapters.sqs import QueueError
-from prewarm.domain.messages import CancelTask, MessageError, PullTask, RequiredImages, StatusReport, parse_node_message
+from prewarm.domain.messages import (
+    CancelTask,
+    MessageError,
+    NodePhase,
+    PullTask,
+    RequiredImages,
+    StatusReport,
+    parse_node_message,
+)
 from prewarm_agent.clock import Clock
 from prewarm_agent.logs import NodeLogger
 from prewarm_agent.metrics import AgentMetrics
@@ -175,7 +183,7 @@ class Receiver:
             elif run is None and key not in tasks.outcomes:
                 # The task may still be on its way (SQS does not keep order): it will not run.
                 unknown = StatusReport(job=cancel.job, job_uid=cancel.job_uid, round=cancel.round, node=cancel.node,
-                                       phase="Cancelled", attempt=0, seq=1, message=reason,
+                                       phase=NodePhase.CANCELLED, attempt=0, seq=1, message=reason,
                                        finished_at=self.clock.time())
                 tasks.remember(key, unknown)
         self.metrics.messages.labels("cancel").inc()

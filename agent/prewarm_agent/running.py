@@ -51,7 +51,7 @@ class TaskRuns:
     def _finish(self, run: TaskRun, report: StatusReport) -> None:
         if report.phase == NodePhase.SUCCEEDED and run.task.pin:
             report = report.model_copy(update={"message": f"{report.message}; {self._pin(run)}".lstrip("; ")})
-        released = run.shutdown and report.phase == "Cancelled"
+        released = run.shutdown and report.phase is NodePhase.CANCELLED
         with self.tasks.lock:
             self.tasks.runs.pop(run.key, None)
             self.tasks.threads.pop(run.key, None)
@@ -88,7 +88,7 @@ class TaskRuns:
         self.metrics.pulls.labels(report.phase).inc()
         if report.started_at is not None and report.finished_at is not None:
             self.metrics.pull_seconds.labels(report.phase).observe(max(0.0, report.finished_at - report.started_at))
-        if report.phase == "Succeeded" and report.bytes_total:
+        if report.phase is NodePhase.SUCCEEDED and report.bytes_total:
             self.metrics.bytes_pulled.inc(report.bytes_total)
 
 

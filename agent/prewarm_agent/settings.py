@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prewarm.domain.liveness import REPORT_INTERVAL_SECONDS
+from prewarm.domain.validation import Loc, describe_validation_error
 from prewarm.domain.warming import DEFAULT_MAX_WARM_SECONDS, DEFAULT_TAINT_KEY, StartupTaint
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -152,12 +153,14 @@ class AgentSettings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as e:
-            problems = []
-            for err in e.errors(include_url=False, include_input=False):
-                field = str(err["loc"][0]) if err["loc"] else ""
-                name = _ALIASES.get(field, field) or "settings"
-                problems.append(f"{name}: {err['msg']}")
-            raise AgentSettingsError(f"invalid agent environment: {'; '.join(problems)}") from None
+            problems = describe_validation_error(e, subject="settings", path=_variable)
+            raise AgentSettingsError(f"invalid agent environment: {problems}") from None
 
 
 _ALIASES = {name: str(info.alias) for name, info in AgentSettings.model_fields.items()}
+
+
+def _variable(loc: Loc) -> str:
+    """The environment variable a settings field is read from."""
+    field = str(loc[0]) if loc else ""
+    return _ALIASES.get(field, field)

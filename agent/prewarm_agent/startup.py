@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from prewarm.adapters.sqs import QueueError
-from prewarm.domain.messages import WARMED_MISSING_MAX, FromAgent, Hello, StatusReport, Warmed
+from prewarm.domain.messages import WARMED_MISSING_MAX, FromAgent, Hello, NodePhase, StatusReport, Warmed
 from prewarm_agent.clock import Clock
 from prewarm_agent.cri.errors import CriError
 from prewarm_agent.logs import NodeLogger
@@ -99,7 +99,7 @@ class NodeStartup:
     def pull_ended(self, image: str, report: StatusReport) -> None:
         """While the taint is held: remember why the image's pull failed, and check the images again."""
         if self.hold is not None and not self.hold.done.is_set():
-            if report.phase == "Succeeded":
+            if report.phase is NodePhase.SUCCEEDED:
                 self._pull_failures.pop(image, None)
             else:
                 self._pull_failures[image] = report.message

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from prewarm.domain.messages import RequiredImages
+from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.warming import StartupTaint, missing_summary
 from prewarm_agent.clock import Clock
 from prewarm_agent.cri.errors import CriError
@@ -33,6 +34,10 @@ CHECK_INTERVAL_SECONDS = 5.0
 RETRY_MAX_SECONDS = 30.0
 NO_LIST = "the control plane sent no list of required images (is record_status running?)"
 EVENT_REASON = "PrewarmWarmTimeout"
+
+
+class _NodeChanged(Exception):
+    """The Node changed between the read and the taint's removal: read it again."""
 
 
 class NodeWrites(Protocol):
@@ -193,17 +198,22 @@ class StartupTaintHold:
 
     def _remove(self) -> bool:
         """Removes the taint; False when it was gone already. A Node changed meanwhile is read again."""
-        for _ in range(5):
-            ops = self.taint.removal_patch(self.api.read())
-            if ops is None:
-                return False
-            try:
-                self.api.patch(ops)
-                return True
-            except NodeReadError as e:
-                if e.status != 422:
-                    raise
-        raise NodeReadError("the Node kept changing while its startup taint was being removed")
+        return retry_on_conflict(
+            self._remove_once, conflict=_NodeChanged, attempts=5,
+            exhausted=lambda: NodeReadError("the Node kept changing while its startup taint was being removed"),
+        )
+
+    def _remove_once(self) -> bool:
+        ops = self.taint.removal_patch(self.api.read())
+        if ops is None:
+            return False
+        try:
+            self.api.patch(ops)
+        except NodeReadError as e:
+            if e.status == 422:  # the patch's test of the taint list failed: the Node changed
+                raise _NodeChanged from e
+            raise
+        return True
 
     def _event(self, released: Released, what: str) -> None:
         now = datetime.fromtimestamp(self.clock.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from prewarm.domain.images import parse_image
+from prewarm.domain.placement import Platform
 from prewarm.domain.registries import RegistryAuth
 from prewarm_agent.manifests import (
     DOCKER_HUB_ENDPOINT,
@@ -19,7 +20,6 @@ from prewarm_agent.manifests import (
     Fetch,
     ManifestError,
     ManifestResolver,
-    Platform,
     registry_endpoints,
 )
 

@@ -4,14 +4,9 @@ import pydantic
 import pytest
 
 from prewarm.domain.images import (
-    ImageNotPresentError,
     ImageRef,
     InvalidImageReference,
-    InvalidPullPolicyError,
-    check_pull,
-    default_pull_policy,
     parse_image,
-    should_pull,
 )
 
 SHA = "sha256:" + "4f6a2e1b" * 8
@@ -235,75 +230,6 @@ def test_sha384_and_sha512_digests_need_their_own_lengths() -> None:
 def test_a_non_string_reference_is_rejected() -> None:
     with pytest.raises(InvalidImageReference, match="must be a string, not int"):
         parse_image(42)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("image", "policy"),
-    [
-        ("busybox", "Always"),
-        ("busybox:latest", "Always"),
-        ("busybox:1.32.0", "IfNotPresent"),
-        ("registry.k8s.io/pause:latest", "Always"),
-        ("registry.k8s.io/pause:3.5", "IfNotPresent"),
-        (f"busybox@{SHA}", "IfNotPresent"),
-        (f"busybox:latest@{SHA}", "Always"),
-        (f"busybox:1.32.0@{SHA}", "IfNotPresent"),
-        ("busybox:Latest", "IfNotPresent"),
-        ("localhost:5000/app", "Always"),
-    ],
-)
-def test_default_pull_policy_follows_kubernetes_defaulting(image: str, policy: str) -> None:
-    # Given an image with no imagePullPolicy / Then Kubernetes' default applies
-    assert default_pull_policy(image) == policy
-
-
-def test_default_pull_policy_of_an_invalid_image_raises() -> None:
-    with pytest.raises(InvalidImageReference, match="repository name must be lowercase"):
-        default_pull_policy("Busybox")
-
-
-@pytest.mark.parametrize(
-    ("policy", "image_present", "pull"),
-    [
-        ("Always", True, True),
-        ("Always", False, True),
-        ("IfNotPresent", True, False),
-        ("IfNotPresent", False, True),
-        ("Never", True, False),
-        ("Never", False, False),
-    ],
-)
-def test_should_pull_matches_the_kubelet(policy: str, image_present: bool, pull: bool) -> None:
-    assert should_pull(policy, image_present) is pull  # type: ignore[arg-type]
-
-
-def test_should_pull_rejects_an_unknown_policy() -> None:
-    with pytest.raises(InvalidPullPolicyError) as caught:
-        should_pull("Sometimes", True)  # type: ignore[arg-type]
-
-    assert str(caught.value) == "invalid imagePullPolicy 'Sometimes': must be one of Always, IfNotPresent, Never"
-
-
-def test_check_pull_under_never_with_the_image_absent_raises_the_kubelet_message() -> None:
-    # Given an absent image and policy Never / When checked / Then the kubelet's ErrImageNeverPull text
-    with pytest.raises(ImageNotPresentError) as caught:
-        check_pull("myapp:v1.0", "Never", image_present=False)
-
-    assert str(caught.value) == 'Container image "myapp:v1.0" is not present with pull policy of Never'
-    assert caught.value.image == "myapp:v1.0"
-
-
-@pytest.mark.parametrize(
-    ("policy", "image_present", "pull"),
-    [
-        ("Never", True, False),
-        ("IfNotPresent", True, False),
-        ("IfNotPresent", False, True),
-        ("Always", True, True),
-    ],
-)
-def test_check_pull_otherwise_answers_like_should_pull(policy: str, image_present: bool, pull: bool) -> None:
-    assert check_pull("busybox", policy, image_present) is pull  # type: ignore[arg-type]
 
 
 class _Job(pydantic.BaseModel):

@@ -8,7 +8,7 @@ import pytest
 
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
 from prewarm.domain.kubernetes import LabelSelector
-from prewarm.domain.placement import ExcludedNode, Placement, Platform, evaluate_nodes, select_nodes
+from prewarm.domain.placement import ExcludedNode, Placement, Platform, evaluate_nodes
 
 AMD64 = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 ARM64 = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
@@ -135,7 +135,7 @@ def test_platform_parses_and_prints_os_architecture_and_variant() -> None:
 
 def test_no_selector_selects_every_ready_node_sorted() -> None:
     nodes = [node("n3"), node("n1"), node("n2")]
-    assert select_nodes(placement(), nodes, []) == ["n1", "n2", "n3"]
+    assert evaluate_nodes(placement(), nodes, []).selected == ["n1", "n2", "n3"]
 
 
 def test_names_select_those_nodes_and_report_missing_ones() -> None:
@@ -156,7 +156,7 @@ def test_label_selector_picks_matching_nodes_only() -> None:
 
 
 def test_empty_selector_selects_every_node() -> None:
-    assert select_nodes(placement(selector={}), [node("n1"), node("n2")]) == ["n1", "n2"]
+    assert evaluate_nodes(placement(selector={}), [node("n1"), node("n2")]).selected == ["n1", "n2"]
 
 
 @pytest.mark.parametrize("ready", ["False", "Unknown"])
@@ -178,7 +178,7 @@ def test_virtual_kubelet_nodes_are_excluded() -> None:
 
 
 def test_cordoned_nodes_are_kept_as_kruise_does() -> None:
-    assert select_nodes(placement(), [node("cordoned", unschedulable=True)]) == ["cordoned"]
+    assert evaluate_nodes(placement(), [node("cordoned", unschedulable=True)]).selected == ["cordoned"]
 
 
 def test_nodes_of_a_platform_the_image_lacks_are_excluded() -> None:
@@ -193,7 +193,7 @@ def test_nodes_of_a_platform_the_image_lacks_are_excluded() -> None:
 
 def test_platform_variants_do_not_restrict_nodes() -> None:
     platforms = [Platform("linux", "amd64"), Platform("linux", "arm64", "v8")]
-    assert select_nodes(placement(), [node("x86", AMD64), node("graviton", ARM64)], platforms=platforms) == [
+    assert evaluate_nodes(placement(), [node("x86", AMD64), node("graviton", ARM64)], platforms=platforms).selected == [
         "graviton",
         "x86",
     ]
@@ -219,7 +219,7 @@ def test_node_without_platform_labels_is_excluded_when_platforms_are_known() -> 
     }
     (excluded,) = evaluate_nodes(placement(), [unlabelled], platforms=[Platform("linux", "amd64")]).excluded
     assert excluded.reason == "node has no kubernetes.io/os and kubernetes.io/arch labels, so its platform is unknown"
-    assert select_nodes(placement(), [unlabelled]) == ["odd"]
+    assert evaluate_nodes(placement(), [unlabelled]).selected == ["odd"]
 
 
 def test_pod_selector_selects_nodes_of_active_scheduled_matching_pods_once() -> None:
@@ -261,7 +261,7 @@ def test_list_jobs_select_nodes_like_pull_jobs() -> None:
             "spec": {"images": ["nginx:1.25"], "selector": {"names": ["n2"]}},
         }
     )
-    assert select_nodes(images.placement, [node("n1"), node("n2")]) == ["n2"]
+    assert evaluate_nodes(images.placement, [node("n1"), node("n2")]).selected == ["n2"]
 
 
 def test_every_node_needs_a_name() -> None:
@@ -270,4 +270,4 @@ def test_every_node_needs_a_name() -> None:
 
 
 def test_a_node_listed_twice_is_selected_once() -> None:
-    assert select_nodes(placement(), [node("n1"), node("n1")]) == ["n1"]
+    assert evaluate_nodes(placement(), [node("n1"), node("n1")]).selected == ["n1"]

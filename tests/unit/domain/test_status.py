@@ -12,7 +12,6 @@ from prewarm.domain.messages import NodePhase, StatusReport
 from prewarm.domain.status import (
     Attempt,
     Counters,
-    InvalidTransitionError,
     JobStatus,
     NodeTaskRecord,
     ReportKey,
@@ -21,13 +20,10 @@ from prewarm.domain.status import (
     can_transition,
     is_newer,
     job_bytes,
-    kruise_attempt_plan,
-    kubelet_image_backoff,
     merged,
     progress_message,
     removal_deltas,
     report_change,
-    transition,
 )
 
 W, P, S, F, C = (NodePhase.WAITING, NodePhase.PULLING, NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.CANCELLED)
@@ -47,23 +43,11 @@ def test_terminal_phases() -> None:
 )
 def test_forward_and_repeated_moves_are_allowed(current: NodePhase, new: NodePhase) -> None:
     assert can_transition(current, new)
-    assert transition(current, new) is new
 
 
 @pytest.mark.parametrize(("current", "new"), [(P, W), (S, P), (S, W), (F, P), (C, W), (S, F), (S, C), (F, C)])
 def test_backward_moves_are_rejected(current: NodePhase, new: NodePhase) -> None:
     assert not can_transition(current, new)
-    with pytest.raises(InvalidTransitionError):
-        transition(current, new)
-
-
-def test_rejected_transition_says_why() -> None:
-    with pytest.raises(
-        InvalidTransitionError, match="cannot move a node from Succeeded to Pulling: Succeeded is final"
-    ):
-        transition(S, P)
-    with pytest.raises(InvalidTransitionError, match="cannot move a node from Pulling to Waiting: phases only move"):
-        transition(P, W)
 
 
 # --- Report ordering ------------------------------------------------------------------------------
@@ -200,7 +184,7 @@ def test_status_serialises_as_kruise_omitting_empty_optional_fields() -> None:
 
 
 def test_default_pull_plan_is_four_attempts_with_doubling_sleeps() -> None:
-    assert kruise_attempt_plan(3, 600) == [
+    assert RetryPolicy(3, 600).plan() == [
         Attempt(1, 600, 1),
         Attempt(2, 600, 2),
         Attempt(3, 600, 4),
@@ -209,24 +193,24 @@ def test_default_pull_plan_is_four_attempts_with_doubling_sleeps() -> None:
 
 
 def test_sleeps_are_capped_at_thirty_seconds() -> None:
-    sleeps = [attempt.backoff_seconds for attempt in kruise_attempt_plan(7, 60)]
+    sleeps = [attempt.backoff_seconds for attempt in RetryPolicy(7, 60).plan()]
     assert sleeps == [1, 2, 4, 8, 16, 30, 30, 30]
     assert RetryPolicy(backoff_limit=10_000).backoff_seconds(10_000) == 30
 
 
 def test_backoff_limit_zero_means_one_attempt() -> None:
-    assert kruise_attempt_plan(0, 600) == [Attempt(1, 600, 1)]
+    assert RetryPolicy(0, 600).plan() == [Attempt(1, 600, 1)]
 
 
 def test_attempts_are_cut_to_the_remaining_deadline() -> None:
     # Given 1000 s left: 600 s, then 1 s sleep, leaves 399 s for the second attempt
-    plan = kruise_attempt_plan(3, 600, deadline_remaining=1000)
+    plan = RetryPolicy(3, 600).plan(1000)
     # Then the second attempt is cut short and no third one starts
     assert plan == [Attempt(1, 600, 1), Attempt(2, 399, 2)]
 
 
 def test_no_attempt_starts_after_the_deadline() -> None:
-    assert kruise_attempt_plan(3, 600, deadline_remaining=0) == []
+    assert RetryPolicy(3, 600).plan(0) == []
     assert RetryPolicy().attempt(1, deadline_remaining=-5) is None
 
 
@@ -246,8 +230,3 @@ def test_invalid_retry_settings_are_rejected() -> None:
         RetryPolicy().attempt(0)
 
 
-def test_kubelet_image_backoff_doubles_from_ten_seconds_to_five_minutes() -> None:
-    assert [kubelet_image_backoff(n) for n in range(8)] == [0, 10, 20, 40, 80, 160, 300, 300]
-    assert kubelet_image_backoff(10_000) == 300
-    with pytest.raises(ValueError, match="failures must be >= 0"):
-        kubelet_image_backoff(-1)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from prewarm.domain.validation import describe_validation_error
 from prewarm.services.push import ImagePush
 
 
@@ -74,10 +75,7 @@ def parse_image_action(event: Any) -> EcrImageActionEvent:
     try:
         return EcrImageActionEvent.model_validate(event)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'event'}: {error['msg']}"
-            for error in e.errors(include_url=False, include_input=False)
-        )
+        problems = describe_validation_error(e, subject="event")
         raise EventError(f"invalid ECR Image Action event: {problems}") from None
 
 

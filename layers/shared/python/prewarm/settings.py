@@ -12,6 +12,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from prewarm.domain.intervals import AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS, REPORT_INTERVAL_SECONDS
+from prewarm.domain.validation import describe_validation_error
 
 
 class SettingsError(RuntimeError):
@@ -52,10 +53,7 @@ class Settings(BaseModel):
         try:
             return cls.model_validate(dict(env))
         except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-                for err in e.errors(include_url=False, include_input=False)
-            )
+            problems = describe_validation_error(e, subject="")
             raise SettingsError(f"invalid function environment: {problems}") from None
 
 

@@ -35,6 +35,7 @@ from prewarm.domain.refresh import (
     stored_token,
 )
 from prewarm.domain.registries import InvalidCredentialsError, Keyring, docker_config_auths
+from prewarm.domain.retry import retry_on_conflict
 from prewarm.services.ports import AgentCredentialsError, ClusterError, CredentialStoreError, PullSecretError
 
 __all__ = [
@@ -130,33 +131,39 @@ class _Secrets:
     def put(self, name: str, value: str, tags: Mapping[str, str], *, description: str) -> tuple[str, bool]:
         """(ARN, whether a new version was written); tags are set on every call."""
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
-        for _ in range(3):
-            try:
-                current = self.client.get_secret_value(SecretId=name)
-            except ClientError as e:
-                if _code(e) == "ResourceNotFoundException":
-                    try:
-                        created = self.client.create_secret(Name=name, SecretString=value, Tags=tag_list,
-                                                            Description=description)
-                    except ClientError as create_error:
-                        if _code(create_error) == "ResourceExistsException":
-                            continue  # created meanwhile: read it again
-                        raise _store_error(create_error, f"create secret {name}") from create_error
-                    return str(created["ARN"]), True
-                if not _is_marked_deleted(e):
-                    raise _store_error(e, f"read secret {name}") from e
-                # Deleted with a recovery window (by hand): restore it rather than fail until it is gone.
-                self._call(self.client.restore_secret, f"restore secret {name}", SecretId=name)
-                continue
-            except BotoCoreError as e:
+        return retry_on_conflict(
+            lambda: self._put_once(name, value, tag_list, description=description),
+            conflict=_SecretChanged, attempts=3,
+            exhausted=lambda: SecretStoreRetryableError(
+                f"secret {name} kept changing between read and write; try again"),
+        )
+
+    def _put_once(self, name: str, value: str, tag_list: list[dict[str, str]], *, description: str) -> tuple[str, bool]:
+        try:
+            current = self.client.get_secret_value(SecretId=name)
+        except ClientError as e:
+            if _code(e) == "ResourceNotFoundException":
+                try:
+                    created = self.client.create_secret(Name=name, SecretString=value, Tags=tag_list,
+                                                        Description=description)
+                except ClientError as create_error:
+                    if _code(create_error) == "ResourceExistsException":
+                        raise _SecretChanged from create_error  # created meanwhile: read it again
+                    raise _store_error(create_error, f"create secret {name}") from create_error
+                return str(created["ARN"]), True
+            if not _is_marked_deleted(e):
                 raise _store_error(e, f"read secret {name}") from e
-            arn = str(current["ARN"])
-            changed = current.get("SecretString") != value
-            if changed:
-                self._call(self.client.put_secret_value, f"write secret {name}", SecretId=arn, SecretString=value)
-            self._call(self.client.tag_resource, f"tag secret {name}", SecretId=arn, Tags=tag_list)
-            return arn, changed
-        raise SecretStoreRetryableError(f"secret {name} kept changing between read and write; try again")
+            # Deleted with a recovery window (by hand): restore it rather than fail until it is gone.
+            self._call(self.client.restore_secret, f"restore secret {name}", SecretId=name)
+            raise _SecretChanged from e
+        except BotoCoreError as e:
+            raise _store_error(e, f"read secret {name}") from e
+        arn = str(current["ARN"])
+        changed = current.get("SecretString") != value
+        if changed:
+            self._call(self.client.put_secret_value, f"write secret {name}", SecretId=arn, SecretString=value)
+        self._call(self.client.tag_resource, f"tag secret {name}", SecretId=arn, Tags=tag_list)
+        return arn, changed
 
     @staticmethod
     def _call(operation: Callable[..., Any], what: str, **kwargs: Any) -> Any:
@@ -164,6 +171,10 @@ class _Secrets:
             return operation(**kwargs)
         except (ClientError, BotoCoreError) as e:
             raise _store_error(e, what) from e
+
+
+class _SecretChanged(Exception):
+    """The secret was created, or restored, between the read and the write: read it again."""
 
 
 # --- pullSecrets mirroring -----------------------------------------------------------------------

@@ -24,13 +24,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
-
-PullPolicy = Literal["Always", "IfNotPresent", "Never"]
-PULL_POLICIES: Final[tuple[str, ...]] = get_args(PullPolicy)
 
 DEFAULT_REGISTRY: Final = "docker.io"
 LEGACY_DEFAULT_REGISTRY: Final = "index.docker.io"
@@ -75,23 +72,6 @@ class InvalidImageReference(ValueError):
         self.reference = reference
         self.reason = reason
         super().__init__(f"invalid image reference {_quote(reference)}: {reason}")
-
-
-class InvalidPullPolicyError(ValueError):
-    """An imagePullPolicy other than Always, IfNotPresent or Never."""
-
-    def __init__(self, policy: object) -> None:
-        self.policy = policy
-        super().__init__(f"invalid imagePullPolicy {policy!r}: must be one of {', '.join(PULL_POLICIES)}")
-
-
-class ImageNotPresentError(Exception):
-    """The image is missing from the node and ``imagePullPolicy: Never`` forbids pulling it."""
-
-    def __init__(self, image: str) -> None:
-        self.image = image
-        # The kubelet's ErrImageNeverPull text, word for word.
-        super().__init__(f"Container image {_quote(image)} is not present with pull policy of Never")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,26 +212,3 @@ def parse_image(reference: str) -> ImageRef:
     return ImageRef(registry=domain, repository=repository, tag=tag, digest=digest)
 
 
-def default_pull_policy(image: str) -> Literal["Always", "IfNotPresent"]:
-    """The imagePullPolicy Kubernetes defaults to: Always for ``:latest`` or no tag and no digest."""
-    ref = parse_image(image)
-    tag = ref.tag or ("" if ref.digest else DEFAULT_TAG)
-    return "Always" if tag == DEFAULT_TAG else "IfNotPresent"
-
-
-def should_pull(policy: PullPolicy, image_present: bool) -> bool:
-    """The kubelet's shouldPullImage: Never never pulls, Always always does, IfNotPresent when absent."""
-    if policy not in PULL_POLICIES:
-        raise InvalidPullPolicyError(policy)
-    if policy == "Never":
-        return False
-    return policy == "Always" or not image_present
-
-
-def check_pull(image: str, policy: PullPolicy, image_present: bool) -> bool:
-    """Whether ``image`` must be pulled; raises ImageNotPresentError when it is absent under Never."""
-    if should_pull(policy, image_present):
-        return True
-    if not image_present:
-        raise ImageNotPresentError(image)
-    return False

@@ -33,6 +33,8 @@ from pydantic import (
     model_serializer,
 )
 
+from prewarm.domain.validation import describe_validation_error
+
 SCHEMA_VERSION = 1
 
 
@@ -232,20 +234,12 @@ def _agent_message() -> TypeAdapter[FromAgent]:
     return TypeAdapter(AgentMessage)
 
 
-def _describe(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors(include_url=False, include_input=False):
-        path = ".".join(str(p) for p in item["loc"]) or "message"
-        parts.append(f"{path}: {item['msg']}")
-    return "; ".join(parts)
-
-
 def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredImages:
     """Parse a node-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _node_message().validate_json(body)
     except ValidationError as e:
-        raise MessageError(f"invalid node message: {_describe(e)}") from None
+        raise MessageError(f"invalid node message: {describe_validation_error(e, subject='message')}") from None
 
 
 def parse_agent_message(body: str | bytes) -> FromAgent:
@@ -253,7 +247,7 @@ def parse_agent_message(body: str | bytes) -> FromAgent:
     try:
         return _agent_message().validate_json(body)
     except ValidationError as e:
-        raise MessageError(f"invalid agent message: {_describe(e)}") from None
+        raise MessageError(f"invalid agent message: {describe_validation_error(e, subject='message')}") from None
 
 
 _SQS_NAME = re.compile(r"[^A-Za-z0-9_-]")

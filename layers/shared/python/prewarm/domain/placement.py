@@ -82,6 +82,13 @@ class Platform:
     def __str__(self) -> str:
         return "/".join(part for part in (self.os, self.architecture, self.variant) if part)
 
+    def matches(self, entry: Mapping[str, Any]) -> bool:
+        """Whether an image index entry's `platform` can run here (arm64's `v8` variant may be left out)."""
+        if entry.get("os") != self.os or entry.get("architecture") != self.architecture:
+            return False
+        variant = entry.get("variant") or ""
+        return variant == (self.variant or "") or (self.architecture == "arm64" and variant in ("", "v8"))
+
 
 # --- Node selection ------------------------------------------------------------------------------
 
@@ -214,11 +221,3 @@ def evaluate_nodes(
     return NodeSelection(selected=selected, excluded=excluded)
 
 
-def select_nodes(
-    placement: Placement,
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]] = (),
-    platforms: Iterable[Platform] | None = None,
-) -> list[str]:
-    """The sorted names of the nodes a job with `placement` pulls on (see `evaluate_nodes`)."""
-    return evaluate_nodes(placement, nodes, pods, platforms).selected

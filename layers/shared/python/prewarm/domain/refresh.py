@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 
 from prewarm.domain.kubernetes import LabelSelector, dns1123_label_problem, dns1123_subdomain_problem, format_time
 from prewarm.domain.registries import ECR_PUBLIC_HOST, InvalidCredentialsError, RegistryAuth, docker_config_auths
+from prewarm.domain.validation import describe_validation_error
 
 DEFAULT_SECRET_NAME: Final = "prewarm-ecr"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
@@ -215,9 +216,9 @@ class CredentialsConfig(_ConfigModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as e:
-            errors = e.errors(include_url=False, include_input=False)
-            problems = [_problem(err["loc"], err["type"], err["msg"]) for err in errors if not _follows(err, errors)]
-            raise CredentialsConfigError(f"{source}: {'; '.join(problems)}") from None
+            problems = describe_validation_error(
+                e, subject="", problem=lambda err: _problem(err["loc"], err["type"], err["msg"]), skip=_follows)
+            raise CredentialsConfigError(f"{source}: {problems}") from None
 
 
 def _follows(error: Any, errors: Sequence[Any]) -> bool:

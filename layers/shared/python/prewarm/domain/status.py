@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Protocol
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from prewarm.domain.jobs import CompletionPolicy, ImageListPullJob, ImagePullJob, ImagePullJobTemplate, PullPolicy
+from prewarm.domain.jobs import PullPolicy
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.retry import doubling
 
@@ -43,10 +43,6 @@ _RANK = {
 }
 
 
-class InvalidTransitionError(ValueError):
-    """A node phase change that would go backwards."""
-
-
 def can_transition(current: NodePhase, new: NodePhase) -> bool:
     """Whether a node may move from `current` to `new`; repeating the same phase is allowed.
 
@@ -54,14 +50,6 @@ def can_transition(current: NodePhase, new: NodePhase) -> bool:
     gives way to a truer one (Cancelled -> Failed -> Succeeded), never to Waiting or Pulling.
     """
     return _RANK[new] >= _RANK[current]
-
-
-def transition(current: NodePhase, new: NodePhase) -> NodePhase:
-    """Return `new`, or raise `InvalidTransitionError` when the move would go backwards."""
-    if not can_transition(current, new):
-        why = f"{current} is final" if current.is_terminal else "phases only move forward"
-        raise InvalidTransitionError(f"cannot move a node from {current} to {new}: {why}")
-    return new
 
 
 class ReportKey(NamedTuple):
@@ -384,17 +372,6 @@ class ImageListPullJobStatus(_Status):
         return self.completion_time is not None
 
 
-JobSpecBits = CompletionPolicy | ImagePullJobTemplate | ImagePullJob | ImageListPullJob
-
-
-def _completion_policy(bits: JobSpecBits) -> CompletionPolicy:
-    if isinstance(bits, CompletionPolicy):
-        return bits
-    if isinstance(bits, ImagePullJobTemplate):
-        return bits.completion_policy
-    return bits.spec.completion_policy
-
-
 def progress_message(desired: int, succeeded: int, failed: int, completed: bool) -> str:
     """Kruise's status message: `job has completed`, `... no progress` or `... progress 40.0%`."""
     if completed:
@@ -408,8 +385,6 @@ def progress_message(desired: int, succeeded: int, failed: int, completed: bool)
 
 PULL_BACKOFF_INITIAL_SECONDS = 1.0
 PULL_BACKOFF_MAX_SECONDS = 30.0
-KUBELET_BACKOFF_INITIAL_SECONDS = 10.0
-KUBELET_BACKOFF_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -473,17 +448,3 @@ class RetryPolicy:
         return attempts
 
 
-def kruise_attempt_plan(
-    backoff_limit: int, timeout_seconds: float, deadline_remaining: float | None = None
-) -> list[Attempt]:
-    """The worst-case attempts of kruise-daemon's pull loop (see `RetryPolicy.plan`)."""
-    return RetryPolicy(backoff_limit, timeout_seconds).plan(deadline_remaining)
-
-
-def kubelet_image_backoff(failures: int) -> float:
-    """The kubelet's image pull back-off after `failures` failed pulls: 10 s doubling, capped at 300 s."""
-    if failures < 0:
-        raise ValueError(f"failures must be >= 0, got {failures}")
-    if failures == 0:
-        return 0.0
-    return doubling(KUBELET_BACKOFF_INITIAL_SECONDS, KUBELET_BACKOFF_MAX_SECONDS, failures - 1)

@@ -8,6 +8,7 @@ accounts. One namespace failing never stops the others; the report lists what ha
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from prewarm.domain.refresh import (
     select_namespaces,
     stored_token_is_fresh,
 )
+from prewarm.domain.retry import retry_on_conflict
 from prewarm.services.ports import (
     ClusterConflictError,
     ClusterError,
@@ -210,15 +212,14 @@ def _refresh_namespace(
 ) -> NamespaceResult:
     name = config.secret_name
     hosts = [host for registry in config.registries for host in registry.hosts]
-    result: NamespaceResult | None = None
-    for _ in range(_ATTEMPTS):
+
+    def write_secret() -> NamespaceResult:
         secret = cluster.get_secret(namespace, name)
         decision = decide(secret, hosts, clock())
         if decision.action is Action.REFUSE:
             return NamespaceResult(namespace, Outcome.FAILED, decision.reason)
         if decision.action is Action.KEEP:
-            result = NamespaceResult(namespace, Outcome.FRESH, decision.reason, expires_at=decision.expires_at)
-            break
+            return NamespaceResult(namespace, Outcome.FRESH, decision.reason, expires_at=decision.expires_at)
         tokens = [got.get(registry) for registry in config.registries]
         body = pull_secret(name, namespace, tokens, secret)
         try:
@@ -228,13 +229,17 @@ def _refresh_namespace(
                 cluster.replace_secret(namespace, name, body)
         except ClusterConflictError:
             log.info("namespace %s: secret %s changed while being written; reading it again", namespace, name)
-            continue
+            raise
         outcome = Outcome.CREATED if decision.action is Action.CREATE else Outcome.REFRESHED
-        expires = min(token.expires_at for token in tokens)
-        result = NamespaceResult(namespace, outcome, decision.reason, expires_at=expires)
-        break
-    if result is None:
+        return NamespaceResult(namespace, outcome, decision.reason,
+                               expires_at=min(token.expires_at for token in tokens))
+
+    try:
+        result = retry_on_conflict(write_secret, conflict=ClusterConflictError, attempts=_ATTEMPTS)
+    except ClusterConflictError:
         return NamespaceResult(namespace, Outcome.FAILED, f"secret {name} kept changing during {_ATTEMPTS} attempts")
+    if result.outcome is Outcome.FAILED:
+        return result
     try:
         _add_to_service_accounts(cluster, config, namespace, result)
     except ClusterError as e:
@@ -253,22 +258,22 @@ def _add_to_service_accounts(
     whole list is sent instead, guarded by the resourceVersion read, and re-read on a conflict.
     """
     for account in config.service_accounts:
-        for _ in range(_ATTEMPTS):
+
+        def add_secret(account: str = account) -> None:
             found = cluster.get_service_account(namespace, account)
             if found is None:
                 result.service_accounts_missing.append(account)
-                break
+                return
             wanted = image_pull_secrets_with(found, config.secret_name)
             if wanted is None:
-                break
+                return
             patch = {"metadata": {"resourceVersion": (found.get("metadata") or {}).get("resourceVersion")},
                      "imagePullSecrets": wanted}
-            try:
-                cluster.patch_service_account(namespace, account, patch, strategic=False)
-            except ClusterConflictError:
-                continue
+            cluster.patch_service_account(namespace, account, patch, strategic=False)
             result.service_accounts_patched.append(account)
-            break
-        else:
-            raise ClusterConflictError(f"service account {namespace}/{account} kept changing during "
-                                       f"{_ATTEMPTS} attempts")
+
+        retry_on_conflict(
+            add_secret, conflict=ClusterConflictError, attempts=_ATTEMPTS,
+            exhausted=functools.partial(ClusterConflictError, f"service account {namespace}/{account} kept changing "
+                                        f"during {_ATTEMPTS} attempts"),
+        )

@@ -21,6 +21,7 @@ from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.retry import Backoff
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done
 from prewarm.services.healing import GoneOutcome, record_gone
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 # TransactWriteItems takes 100 actions (DynamoDB quotas): 99 node items and the job item.
 NODES_PER_TRANSACTION = 99
 _ATTEMPTS = 6
+# Between attempts of a batch refused by throttling or another writer's transaction.
+_BACKOFF = Backoff(0.05, 1.0)
 
 
 @dataclass
@@ -106,8 +109,7 @@ class _JobBatch:
         self.redelivered_final = False
 
     def run(self) -> None:
-        delay = 0.05
-        for attempt in range(_ATTEMPTS):
+        for attempt in range(1, _ATTEMPTS + 1):
             try:
                 self._attempt()
             except StoreRetryableError as e:
@@ -115,9 +117,8 @@ class _JobBatch:
                 log.info("job %s: %s; retrying %d reports", self.key, e, len(self.pending))
                 for i in self.pending:
                     self.result.outcomes[i] = ReportOutcome(False, str(e), retry=True, throttled=True)
-                if attempt + 1 < _ATTEMPTS:
-                    self.sleep(delay)
-                    delay = min(delay * 2, 1.0)
+                if attempt < _ATTEMPTS:
+                    self.sleep(_BACKOFF.delay(attempt))
                 continue
             if not self.pending:
                 break
