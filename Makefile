@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck contracts template sam-validate unit integration node-deps bench proto clean
+.PHONY: test demo lint typecheck contracts template sam-validate unit integration node-deps image-deps agent-image agent-image-arm64 image-tests bench proto clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,21 +43,41 @@ sam-validate: $(SAM_VENV)/bin/sam
 node-deps:
 	@bash devtools/node-deps.sh
 
+# The agent image without a Docker daemon (devtools/prewarm_devtools/agent_image.py), as agent/Dockerfile
+# says: build/agent-image/prewarm-agent-<arch>.tar, an OCI archive tagged prewarm-agent:<version>.
+image-deps:
+	@bash devtools/image-deps.sh
+
+AGENT_IMAGE_DIR := build/agent-image
+agent-image: $(STAMP) image-deps
+	$(PY) -m prewarm_devtools.agent_image --out $(AGENT_IMAGE_DIR)
+
+agent-image-arm64: $(STAMP) image-deps
+	$(PY) -m prewarm_devtools.agent_image --arch arm64 --out $(AGENT_IMAGE_DIR)
+
+# The image tier runs what `agent-image` built: its settings against the Dockerfile, and a local stack
+# whose agent is a container of it.
+image-tests: agent-image node-deps
+	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) $(PY) -m pytest -q tests/image; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no image tests" >&2; exit 1; fi; exit $$rc
+
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
 
 # Every tier but e2e on two workers, a test file per worker at a time (files share their servers), in
 # collection order: tests/conftest.py puts the longest files first;
 # then the e2e tier, each file a whole local stack: two at a time, but the `timed` tests (bounds of
-# seconds on what a stack does) alone afterwards, on a machine no other stack is loading.
+# seconds on what a stack does) alone afterwards, on a machine no other stack is loading; then the
+# agent image, built and run (image-tests).
 PYTEST_WORKERS ?= 2
 test: lint typecheck contracts template sam-validate node-deps
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/e2e; rc=$$?; \
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/e2e --ignore=tests/image; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
 	  $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not timed" tests/e2e; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
 	  $(PY) -m pytest -q -m timed tests/e2e; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no timed e2e tests" >&2; exit 1; fi; exit $$rc
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no timed e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc
+	$(MAKE) image-tests
 
 demo: $(STAMP) node-deps
 	$(VENV)/bin/prewarm demo --nodes 3 --image-mb 50
@@ -74,4 +94,4 @@ bench: $(STAMP) node-deps
 	$(PY) benchmarks/resource_sync.py --jobs 1000
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache build

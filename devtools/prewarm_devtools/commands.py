@@ -103,13 +103,29 @@ def _remove_stale_kubeconfig() -> list[str]:
 @click.option("--stack-name", default="prewarm-local", show_default=True, help="Names the table and queues.")
 @click.option("--registry-bandwidth", metavar="RATE",
               help="Limit the nodes' pulls from the registry, e.g. 20MiB/s (to watch progress and cancel).")
+@click.option("--agents", "agents_from", type=click.Choice(["process", "image"]), default="process",
+              show_default=True,
+              help="Run each node's agent as a process, or from the agent image as a container on the node's "
+                   "containerd, set up as the installed DaemonSet's pod (build it first: make agent-image).")
+@click.option("--agent-image", type=click.Path(dir_okay=False, path_type=Path), metavar="ARCHIVE",
+              help="The agent image's OCI archive for --agents image "
+                   "[default: build/agent-image/prewarm-agent-<arch>.tar].")
 def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_name: str,
-             registry_bandwidth: str | None) -> int:
+             registry_bandwidth: str | None, agents_from: str, agent_image: Path | None) -> int:
     """Start a local stack and keep it running until Ctrl-C or `prewarm local down`."""
+    from prewarm_devtools.agent_image import default_archive
     from prewarm_devtools.localmode import LocalMode, LocalModeUnavailableError
     from prewarm_devtools.localrun import run_record_path
 
     bandwidth = parse_bandwidth(registry_bandwidth) if registry_bandwidth else None
+    if agent_image is not None and agents_from != "image":
+        raise click.UsageError("--agent-image goes with --agents image")
+    if agents_from == "image":
+        if kubeconfig:
+            raise click.UsageError("--agents image runs the embedded API's DaemonSet: not with --kubeconfig")
+        agent_image = agent_image or default_archive()
+        if not agent_image.exists():
+            raise click.UsageError(f"--agent-image: {agent_image} does not exist; build it with `make agent-image`")
     running = _running_local_stack()
     if running is not None:
         raise CommandError(f"a local stack is already running (pid {running.pid}, {running.endpoint_url}); "
@@ -118,7 +134,7 @@ def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_n
     if leftovers:
         click.echo("cleaned up after a local stack that did not stop:" + _cleaned(leftovers))
     mode = LocalMode(nodes=nodes, kubeconfig=kubeconfig, agents=not no_agents, stack_name=stack_name,
-                     agent_processes=True, registry_bandwidth=bandwidth)
+                     agent_processes=True, agent_image=agent_image, registry_bandwidth=bandwidth)
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:

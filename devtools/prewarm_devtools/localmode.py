@@ -140,11 +140,14 @@ class LocalMode:
         stack_name: str = "prewarm-local",
         agent_settings: dict[str, str] | None = None,
         agent_processes: bool = False,
+        agent_image: Path | None = None,
         registry_bandwidth: int | None = None,
         control: bool = True,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
+        `agent_image`: an OCI archive of the agent image (`make agent-image`); each agent then runs from
+        it as a container on its node's containerd, set up as the installed DaemonSet's pod.
         `registry_bandwidth`: bytes per second the nodes may pull from the registry (None: unlimited).
         `control`: serve the control channel for `prewarm local fire|node|agent|status`."""
         self.node_count = nodes
@@ -153,6 +156,7 @@ class LocalMode:
         self.stack_name = stack_name
         self.agent_overrides = dict(agent_settings or {})
         self.agent_processes = agent_processes
+        self.agent_image = agent_image
         self.registry_bandwidth = registry_bandwidth
         self.control_enabled = control
         # containerd's socket paths must stay short: a short directory under /tmp.
@@ -411,11 +415,46 @@ class LocalMode:
             **self.agent_identity.environment(),
             **self.agent_overrides,
         }
+        if self.agent_image is not None:
+            return self._agent_container(name, containerd, values)
         # An agent in this process builds its clients from this process's environment (the operator's
         # keys, or a function's while it runs): only an agent process signs as the agents' role.
         if self.agent_processes:
             return AgentProcess(values, agent_output_path(self.logs_dir, name))
         return InProcessAgent(values)
+
+    def _agent_container(self, name: str, containerd: Any, values: dict[str, str]) -> Any:
+        """The agent as the installed DaemonSet's pod would run it: everything the manifests give it comes
+        from them, and `values` only for what a node here provides differently (node/container.py)."""
+        from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
+        from prewarm_devtools.agent_image import containerd_name, default_reference
+        from prewarm_devtools.node.agent import agent_output_path
+        from prewarm_devtools.node.container import AgentContainer, ContainerRun, container_env, container_flags
+        from prewarm_devtools.node.process import free_port
+
+        if self.kube is None or self.agent_image is None:
+            raise LocalModeUnavailableError("agents from the image need the embedded API's DaemonSet (no --kubeconfig)")
+        daemon_set = self.kube.get_object("daemonsets", AGENT_NAME, AGENT_NAMESPACE)
+        if daemon_set is None:
+            raise LocalModeUnavailableError(f"no DaemonSet {AGENT_NAMESPACE}/{AGENT_NAME}: prewarm install did not run")
+        config_maps = {m["metadata"]["name"]: m.get("data") or {}
+                       for m in self.kube.list_objects("configmaps", AGENT_NAMESPACE)}
+        # The pod's own paths and name stay the DaemonSet's. What this stack sets otherwise than the ConfigMap
+        # (a shorter grace and faster reports for tests, ECR as the agents' role while moto's tokens carry a
+        # 2015 expiry) overrides it, as an operator editing the ConfigMap would; the rest is the ConfigMap's.
+        config = config_maps.get(AGENT_NAME, {})
+        local = {k: v for k, v in values.items()
+                 if k not in ("NODE_NAME", "CRI_SOCKET", "REGISTRY_CONFIG_PATH") and config.get(k) != v}
+        local.update({"HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": str(free_port())})
+        host_paths = {"/run/containerd/containerd.sock": containerd.socket_path,
+                      "/var/lib/containerd": containerd.root_dir, "/etc/containerd/certs.d": containerd.certs_dir}
+        extra = {containerd.root_dir: containerd.root_dir}
+        if "KUBE_CA_FILE" in local:
+            extra[Path(local["KUBE_CA_FILE"])] = Path(local["KUBE_CA_FILE"])
+        run = ContainerRun(tuple(container_flags(daemon_set, host_paths, extra_mounts=extra)),
+                           container_env(daemon_set, config_maps, name, local))
+        return AgentContainer(containerd, self.agent_image, containerd_name(default_reference()), run, name,
+                              agent_output_path(self.logs_dir, name))
 
     def _agent_token_of(self, node: str) -> str:
         """The token the kubelet would project into the node's agent pod: bound to that node, which the
@@ -655,7 +694,8 @@ class LocalMode:
             return {"name": name, "agent": "none", "pid": None, "containerd_pid": None}
         return {"name": name, "agent": node.agent.state, "pid": node.agent.pid,
                 "containerd_pid": node.containerd.pid,
-                "agent_kind": "process" if self.agent_processes else "in-process"}
+                "agent_kind": "container" if self.agent_image is not None
+                else "process" if self.agent_processes else "in-process"}
 
     def status(self) -> dict[str, Any]:
         """Every endpoint, and every node of the cluster with its agent's state."""

@@ -27,7 +27,9 @@ def _cluster_options(f: Any) -> Any:
 
 @click.command()
 @click.option("--render", is_flag=True, help="Print the manifests as YAML instead of installing them.")
-@click.option("--image", metavar="IMAGE", help="The agent's container image (required for a deployed stack).")
+@click.option("--image", metavar="IMAGE",
+              help="The agent's container image [default: <stack account>.dkr.ecr.<region>.amazonaws.com/"
+                   "prewarm-agent:<this CLI's version>].")
 @click.option("--agent-role-arn", metavar="ARN",
               help="The agents' IAM role, for IRSA (default: the stack's AgentRoleArn).")
 @click.option("--pod-identity", is_flag=True,
@@ -56,13 +58,15 @@ def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn:
     Idempotent: an unchanged object is not written; objects an earlier install made that are no longer
     wanted are deleted. `prewarm uninstall` removes everything it installed.
     """
-    from prewarm_cli.install.render import InstallError, values_from_stack
+    from prewarm_cli.install.render import InstallError, default_agent_image, values_from_stack
     from prewarm_cli.install.render import render as render_objects
 
     target = current_target(ctx)
+    if not image:
+        image = LOCAL_IMAGE if target.local else default_agent_image(target.env, target.region or "")
     try:
         values = values_from_stack(
-            target.env, region=target.region or "", image=image or (LOCAL_IMAGE if target.local else ""),
+            target.env, region=target.region or "", image=image,
             credentials_config=_credentials_config(target), agent_role_arn=agent_role_arn or "",
             pod_identity=pod_identity, registry_allowlist=[h for h in registry_allowlist.split(",") if h],
             bottlerocket=bottlerocket, pull_secret_namespaces=[pull_secret_namespaces],

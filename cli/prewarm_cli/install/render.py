@@ -11,7 +11,7 @@ names namespaces. Every object carries `MANAGED_BY`, which `uninstall` selects o
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -282,6 +282,25 @@ def credential_targets(config_json: str, source: str) -> tuple[tuple[str, ...], 
     literal = targets.label_selector is None and not any(set(p) & {"*", "?"} for p in targets.include)
     namespaces = tuple(n for n in targets.include if n not in targets.exclude) if literal else ALL_NAMESPACES
     return namespaces, config.secret_name, config.service_accounts
+
+
+AGENT_IMAGE_REPOSITORY = "prewarm-agent"
+
+
+def default_agent_image(env: Mapping[str, str], region: str) -> str:
+    """The agent image of this CLI's own version, in the stack account's ECR (`make agent-image` tags it
+    `prewarm-agent:<version>`; docs/operations.md pushes it there). Empty when the stack names no account."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    account = env.get("NODE_DLQ_ARN", "").split(":")[4:5]
+    if not account or not account[0] or not region:
+        return ""
+    try:
+        tag = version("prewarm")
+    except PackageNotFoundError:
+        return ""
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"{account[0]}.dkr.ecr.{region}.{suffix}/{AGENT_IMAGE_REPOSITORY}:{tag}"
 
 
 def values_from_stack(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ def test_a_deployed_stacks_outputs_and_parameters_fill_in_the_render(
 
     result = CliRunner().invoke(cli, ["install", "--stack", "pw-install", "--render", "--image", "repo/agent:1"],
                                 catch_exceptions=False)
-    missing = CliRunner().invoke(cli, ["install", "--stack", "pw-install", "--render"], catch_exceptions=False)
+    default = CliRunner().invoke(cli, ["install", "--stack", "pw-install", "--render"], catch_exceptions=False)
 
     assert result.exit_code == 0, result.output
     docs = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", "")): d
@@ -186,4 +187,8 @@ def test_a_deployed_stacks_outputs_and_parameters_fill_in_the_render(
     account = docs[("ServiceAccount", "prewarm-agent", "prewarm-system")]
     assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == ROLE
     assert ("RoleBinding", "prewarm-credentials", "ml") in docs
-    assert missing.exit_code == 2 and "--image is required" in missing.stderr
+    # Without --image: the agent image of the CLI's own version, in the stack account's ECR
+    assert default.exit_code == 0, default.output
+    (daemon_set,) = [d for d in yaml.safe_load_all(default.stdout) if d["kind"] == "DaemonSet"]
+    assert daemon_set["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        f"123456789012.dkr.ecr.us-west-2.amazonaws.com/prewarm-agent:{version('prewarm')}")
