@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
-CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "node queues",
+CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
           "dead-letter queues", "credentials", "sweep", "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
 

@@ -559,3 +559,12 @@ def test_outputs_give_agents_and_operators_what_they_need() -> None:
     env = globals_env()
     assert outputs["NodeQueuePrefix"]["Value"] == env["NODE_QUEUE_PREFIX"]
     assert outputs["SecretPrefix"]["Value"] == env["SECRET_PREFIX"]
+
+
+def test_the_stack_says_the_package_version_it_is_built_from() -> None:
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    t = template()
+    assert t["Globals"]["Function"]["Environment"]["Variables"]["PREWARM_VERSION"] == version
+    assert t["Outputs"]["PrewarmVersion"]["Value"] == version

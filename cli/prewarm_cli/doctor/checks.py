@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.placement import OS_LABEL, Placement, evaluate_nodes
 from prewarm.domain.refresh import EXPIRES_AT_ANNOTATION, CredentialsConfig, parse_time, registry_secret_name
 from prewarm.domain.schedules import ScheduleRun
@@ -293,6 +294,23 @@ def check_agent_daemonset(cluster: ClusterApi, nodes: Sequence[Mapping[str, Any]
     detail = f"not ready on {len(coverage.problems)} of {len(coverage.needed)} nodes: {listed(shown)}"
     return _fail(name, detail, f"see {look}; until it is ready, jobs fail that node with `no agent on node`"), \
         coverage
+
+
+def check_agent_versions(nodes: Sequence[RegisteredNode], stack_version: str) -> CheckResult:
+    """Every registered agent runs the stack's version: messages between them change between versions
+    (docs/operations.md, "Upgrading": the stack first, then the agents)."""
+    name = "agent versions"
+    if not stack_version:
+        return skipped(name, "the stack does not say its version (PrewarmVersion: a stack older than 0.1.0)")
+    if not nodes:
+        return skipped(name, "no agent has said hello yet")
+    other = {n.name: n.agent_version or "unknown" for n in nodes if n.agent_version != stack_version}
+    if not other:
+        return _ok(name, f"{len(nodes)} agents, all {stack_version}")
+    shown = [f"{node} ({version})" for node, version in sorted(other.items())]
+    return _fail(name, f"{len(other)} of {len(nodes)} agents are not {stack_version}: {listed(shown)}",
+                 f"roll the DaemonSet to the stack's version: `prewarm install` (its default image is "
+                 f"prewarm-agent:{stack_version})")
 
 
 # -- node queues ------------------------------------------------------------------------------------

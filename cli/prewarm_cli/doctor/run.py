@@ -18,6 +18,7 @@ from prewarm_cli.doctor.checks import (
     ClusterAccess,
     ClusterApi,
     check_agent_daemonset,
+    check_agent_versions,
     check_cluster_access,
     check_credentials,
     check_dead_letter_queues,
@@ -36,7 +37,7 @@ from prewarm_cli.doctor.identities import (
     required_access,
 )
 
-CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "node queues",
+CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
           "dead-letter queues", "credentials", "sweep", "daily round")
 
 
@@ -74,6 +75,8 @@ class Doctor:
                 else skipped("function RBAC", unreachable)
             yield self._guarded("agent DaemonSet", lambda: self._daemon_set(api)) if reachable \
                 else skipped("agent DaemonSet", unreachable)
+            yield self._guarded("agent versions", lambda: check_agent_versions(
+                self.store.list_nodes(), self.env.get("PREWARM_VERSION", "")))
             yield self._guarded("node queues", self._node_queues) if self._agents is not None \
                 else skipped("node queues", "the cluster's nodes are unknown (cluster access)")
             yield self._guarded("dead-letter queues", self._dead_letter_queues)

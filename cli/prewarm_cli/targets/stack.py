@@ -12,6 +12,7 @@ from prewarm_cli.targets.target import Target, TargetError, target_from_env
 
 # Stack output → function environment variable it stands for.
 STACK_OUTPUTS = {
+    "PrewarmVersion": "PREWARM_VERSION",
     "JobsTableName": "TABLE_NAME",
     "StatusQueueUrl": "STATUS_QUEUE_URL",
     "NodeQueuePrefix": "NODE_QUEUE_PREFIX",

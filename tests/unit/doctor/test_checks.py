@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.schedules import SWEEP, ScheduleRun
 from prewarm_cli.doctor.checks import (
     EXPIRY_WARNING_SECONDS,
@@ -15,6 +16,7 @@ from prewarm_cli.doctor.checks import (
     Credential,
     agent_coverage,
     agent_nodes,
+    check_agent_versions,
     check_function_rbac,
     earliest_expiring,
     missing_outputs,
@@ -238,3 +240,22 @@ def test_all_verbs_allowed_is_ok() -> None:
     result = check_function_rbac(cluster, {"sweep": subject_of(ROLE, None, ("g",))},
                                  {"sweep": [Access("list", "nodes")]})
     assert result.line() == "ok    function RBAC: 1 permissions of 1 functions allowed"
+
+
+def registered(name: str, version: str) -> RegisteredNode:
+    return RegisteredNode(name=name, labels={}, architecture="arm64", os="linux", queue_url=f"q/{name}",
+                          last_hello=0.0, agent_version=version)
+
+
+def test_agents_of_another_version_than_the_stack_are_named_with_theirs() -> None:
+    nodes = [registered("n1", "0.2.0"), registered("n2", "0.1.0"), registered("n3", "")]
+    result = check_agent_versions(nodes, "0.2.0")
+    assert result.line() == ("FAIL  agent versions: 2 of 3 agents are not 0.2.0: n2 (0.1.0), n3 (unknown): "
+                             "roll the DaemonSet to the stack's version: `prewarm install` (its default image is "
+                             "prewarm-agent:0.2.0)")
+    assert check_agent_versions(nodes[:1], "0.2.0").line() == "ok    agent versions: 1 agents, all 0.2.0"
+
+
+def test_agent_versions_are_skipped_without_a_stack_version_or_agents() -> None:
+    assert check_agent_versions([registered("n1", "0.1.0")], "").ok is None
+    assert check_agent_versions([], "0.1.0").line() == "skip  agent versions: no agent has said hello yet"

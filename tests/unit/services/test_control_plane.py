@@ -575,3 +575,15 @@ def test_waiting_nodes_are_read_from_the_start_shard_on_then_round_the_others(pl
         assert sorted(first) == by_shard[start % 3]
         # And asking for all of them from any shard finds every waiting node once
         assert sorted(plane.store.waiting_nodes("default/spread", limit=40, shards=3, start=start)) == names
+
+
+def test_a_hello_stores_the_agents_version_and_a_later_hello_replaces_it(plane: ControlPlane) -> None:
+    register_node(plane.store, plane.queues, None, Hello(node="n-v", agent_version="0.1.0"), now=plane.now())
+    node = plane.store.get_node("n-v")
+    assert node is not None and node.agent_version == "0.1.0"
+    register_node(plane.store, plane.queues, None, Hello(node="n-v", agent_version="0.2.0"), now=plane.now())
+    node = plane.store.get_node("n-v")
+    assert node is not None and node.agent_version == "0.2.0"
+    register_node(plane.store, plane.queues, None, Hello(node="n-v"), now=plane.now())
+    node = plane.store.get_node("n-v")
+    assert node is not None and node.agent_version == ""  # an agent too old to say

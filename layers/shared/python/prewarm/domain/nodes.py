@@ -39,3 +39,5 @@ class RegisteredNode:
     warm_until: float | None = None
     # How its startup taint came off, once it has (kept across later hellos until the node warms again).
     warm: NodeWarm | None = None
+    # The agent's package version, as its last hello said (empty: an agent too old to say).
+    agent_version: str = ""

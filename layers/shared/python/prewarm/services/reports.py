@@ -273,7 +273,7 @@ def register_node(
     """
     store.put_node(RegisteredNode(name=hello.node, labels=dict(hello.labels), architecture=hello.architecture,
                                   os=hello.os, queue_url=hello.queue_url, last_hello=now,
-                                  warm_until=hello.warm_until))
+                                  warm_until=hello.warm_until, agent_version=hello.agent_version))
     outcome = HelloOutcome(hello.node)
     node = cluster.get_node(hello.node) if cluster is not None else None
     if node is None:

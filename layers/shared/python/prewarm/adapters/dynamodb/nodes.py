@@ -13,7 +13,7 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
     return RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
-                          warm=_node_warm(v.get("warm")))
+                          warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")))
 
 
 def _node_warm(value: Any) -> NodeWarm | None:
@@ -33,7 +33,7 @@ class NodeItems(Table):
         # that holds the taint starts a new warm-up (a new node with a reused name), so it drops it.
         fields = {"kind": "node", "name": node.name, "labels": node.labels, "architecture": node.architecture,
                   "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
-                  "warm_until": node.warm_until}
+                  "warm_until": node.warm_until, "agent_version": node.agent_version or None}
         if node.warm_until is not None:
             fields["warm"] = None
         self._update(f"register node {node.name}", f"NODE#{node.name}", "NODE", fields)
