@@ -7,6 +7,7 @@ missing=()
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || missing+=(umoci)
 [ -e /usr/bin/qemu-aarch64-static ] || missing+=(qemu-user-static binfmt-support)
+command -v arch-test >/dev/null 2>&1 || missing+=(arch-test)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "image-deps: missing ${missing[*]}; as root: apt-get install -y ${missing[*]}" >&2

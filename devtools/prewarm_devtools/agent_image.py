@@ -214,9 +214,12 @@ def host_architecture() -> str:
 def missing_tools(architecture: str) -> list[str]:
     """The Debian packages this build needs that are not installed (devtools/image-deps.sh installs them)."""
     missing = [package for tool, package in TOOLS.items() if shutil.which(tool) is None]
-    binfmt = Path(f"/proc/sys/fs/binfmt_misc/qemu-{_qemu(architecture)}")
-    if architecture != host_architecture() and not binfmt.exists():
-        missing.append("qemu-user-static (with binfmt_misc registered)")
+    if architecture != host_architecture():
+        # mmdebstrap runs a foreign base's package scripts under qemu, and checks that it can with arch-test.
+        if not Path(f"/proc/sys/fs/binfmt_misc/qemu-{_qemu(architecture)}").exists():
+            missing.append("qemu-user-static (with binfmt_misc registered)")
+        if shutil.which("arch-test") is None:
+            missing.append("arch-test")
     return missing
 
 

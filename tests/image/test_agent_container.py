@@ -18,7 +18,7 @@ import pytest
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.jobs import apply_manifest
-from prewarm_devtools.agent_image import BuiltImage
+from prewarm_devtools.agent_image import BuiltImage, host_architecture
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from prewarm_devtools.node.agent import agent_output_path
 from prewarm_devtools.node.container import AgentContainer
@@ -34,6 +34,9 @@ BANDWIDTH = 2 * MIB
 
 @pytest.fixture(scope="module")
 def local(agent_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
+    if agent_image.architecture != host_architecture():
+        pytest.skip(f"a local stack runs the node's own architecture ({host_architecture()}), not "
+                    f"{agent_image.architecture}")
     state = tmp_path_factory.mktemp("container") / "local.json"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PREWARM_LOCAL_STATE", str(state))

@@ -78,12 +78,16 @@ def test_the_agent_runs_from_the_image_on_the_images_python(agent_image: BuiltIm
         assert ctr("images", "import", str(agent_image.archive)).returncode == 0
         name = containerd_name(agent_image.reference)
         # When its entrypoint runs with no settings, read-only and without capabilities
-        run = ctr("run", "--rm", "--read-only", "--cap-drop=CAP_CHOWN", name, "bare")
+        # (a foreign architecture's runs under qemu-user-static through binfmt_misc)
+        platform = f"--platform=linux/{agent_image.architecture}"
+        run = ctr("run", "--rm", platform, "--read-only", "--cap-drop=CAP_CHOWN", name, "bare")
         # Then the agent itself answers, naming every setting it lacks
         assert run.returncode == 2, run.stderr
         assert "invalid agent environment: NODE_NAME: Field required" in run.stdout + run.stderr
         # ... on the image's own Python, with its compiled dependencies importable
-        probe = ctr("run", "--rm", "--read-only", name, "probe", "python3", "-c",
-                    "import sys, grpc, google.protobuf, prewarm_agent.agent; print(sys.version_info[:2])")
+        probe = ctr("run", "--rm", platform, "--read-only", name, "probe", "python3", "-c",
+                    "import sys, platform, grpc, google.protobuf, pydantic_core, prewarm_agent.agent; "
+                    "print(sys.version_info[:2], platform.machine())")
         assert probe.returncode == 0, probe.stderr
-        assert probe.stdout.strip() == str(tuple(int(p) for p in agent_image.python.split(".")))
+        machine = {"amd64": "x86_64", "arm64": "aarch64"}[agent_image.architecture]
+        assert probe.stdout.strip() == f"{tuple(int(p) for p in agent_image.python.split('.'))} {machine}"
