@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck contracts template sam-validate unit integration node-deps image-deps agent-image agent-image-arm64 image-tests image-tests-arm64 bench proto clean
+.PHONY: test demo lint typecheck contracts template sam-validate unit integration node-deps image-deps agent-image agent-image-arm64 image-tests image-tests-arm64 lambda-layers bench proto clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,14 @@ image-tests: agent-image node-deps
 image-tests-arm64: agent-image-arm64 node-deps
 	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) PREWARM_AGENT_IMAGE_ARCH=arm64 $(PY) -m pytest -q tests/image; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no image tests" >&2; exit 1; fi; exit $$rc
+
+# The deps layer as layers/deps/Makefile installs it, checked against template.yaml: compiled code only for
+# the functions' architecture and Python, every function with its layers under Lambda's 250 MB unzipped.
+# tests/integration/test_lambda_layers.py runs the same in make test.
+LAMBDA_LAYERS_DIR := build/lambda-layers
+lambda-layers: $(STAMP)
+	rm -rf $(LAMBDA_LAYERS_DIR)
+	$(PY) -m prewarm_devtools.lambda_layers --out $(LAMBDA_LAYERS_DIR)
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
