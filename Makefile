@@ -58,13 +58,13 @@ agent-image-arm64: $(STAMP) image-deps
 # The image tier runs what `agent-image` built: its settings against the Dockerfile, and a local stack
 # whose agent is a container of it.
 image-tests: agent-image node-deps
-	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) $(PY) -m pytest -q tests/image; rc=$$?; \
+	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) $(PY) -m pytest -q -s tests/image; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no image tests" >&2; exit 1; fi; exit $$rc
 
 # The arm64 image (Graviton nodes), built and checked under qemu-user-static: slower, so CI runs it after
 # make test (.ci/run) rather than make test itself.
 image-tests-arm64: agent-image-arm64 node-deps
-	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) PREWARM_AGENT_IMAGE_ARCH=arm64 $(PY) -m pytest -q tests/image; rc=$$?; \
+	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) PREWARM_AGENT_IMAGE_ARCH=arm64 $(PY) -m pytest -q -s tests/image; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no image tests" >&2; exit 1; fi; exit $$rc
 
 # The deps layer as layers/deps/Makefile installs it, checked against template.yaml: compiled code only for
@@ -92,6 +92,9 @@ test: lint typecheck contracts template sam-validate node-deps
 	  $(PY) -m pytest -q -m timed tests/e2e; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no timed e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc
 	$(MAKE) image-tests
+	@# The figures of what users deploy, printed: each function's unzipped size with its layers, the
+	@# deps layer's architecture check (tests/integration/test_lambda_layers.py asserts the same).
+	$(MAKE) lambda-layers
 
 demo: $(STAMP) node-deps
 	$(VENV)/bin/prewarm demo --nodes 3 --image-mb 50
