@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prewarm.adapters.secrets import AgentCredentials
-from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
+from prewarm.adapters.sqs import NodeQueues, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.messages import ImageGone
 from prewarm.services.ports import RegistryTokenSource
 from prewarm_agent.attempts import CredentialSource, TaskRunner
@@ -192,13 +192,22 @@ class Agent:
         if not s.node_dlq_arn:
             self.log.warning("NODE_DLQ_ARN is empty: the node queue gets no dead-letter queue, poison messages "
                              "come back until SQS drops them")
-        url = self._ensure_queue()
+        facts = self._node()
+        # The startup taint's deadline runs from here, whatever AWS answers: a node whose agent cannot
+        # reach its queue (no VPC endpoint, no policy) becomes schedulable at the deadline.
+        if (hold := self.startup.hold_taint(facts)) is not None:
+            self._background.append(self._spawn(lambda: self.startup.warm(hold), "agent-warming"))
+        try:
+            url = self._ensure_queue()
+        except QueueError as e:
+            self.startup.give_up(f"the agent cannot start: {e}")
+            raise
         if url is None:
             return  # stopped while waiting for the queue
         if isinstance(self.credentials, RegistryCredentials):
             self.credentials.prepare(s.aws_region)
         queue = self.reports.queue = TaskQueue(self.sqs, url)
-        self.startup.begin(url, self._node())
+        self.startup.begin(url, facts)
         receiver = Receiver(
             queue, s, stopping=self._stopping, tasks=self.tasks, task_runs=self.task_runs, reports=self.reports,
             hold=self.warming, metrics=self.metrics, clock=self.clock, spawn=self._spawn, logger=self.log,
@@ -206,15 +215,12 @@ class Agent:
         heartbeat = Heartbeat(queue, s, tasks=self.tasks, startup=self.startup, stop=self._background_stop,
                               logger=self.log)
         self._consumer = self._spawn(receiver.consume, "agent-consumer")
-        self._background = [
+        self._background += [
             self._spawn(heartbeat.run, "agent-heartbeat"),
             self._spawn(self.progress.run, "agent-progress"),
         ]
         if s.image_check_interval_seconds > 0:
             self._background.append(self._spawn(self.image_checks.watch, "agent-images"))
-        if self.warming is not None:
-            hold = self.warming
-            self._background.append(self._spawn(lambda: self.startup.warm(hold), "agent-warming"))
         self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
 
     def _ensure_queue(self) -> str | None:

@@ -63,11 +63,23 @@ class NodeStartup:
         self.hello_at: float | None = None  # when the first hello went out
         self._warmed: Warmed | None = None  # how the taint came off, until sent
 
-    def begin(self, queue_url: str, facts: NodeFacts) -> None:
-        """Holds the startup taint when the node has it, then says hello."""
+    def hold_taint(self, facts: NodeFacts) -> StartupTaintHold | None:
+        """Holds the startup taint when the node has it: before any AWS call, so the deadline counts
+        from the node's join even when the node queue cannot be reached (it fails open)."""
         self.hold = self._startup_taint_hold(facts)
+        return self.hold
+
+    def begin(self, queue_url: str, facts: NodeFacts) -> None:
+        """Says hello (once the node queue exists)."""
         self._hello = self._make_hello(queue_url, facts)
         self.send_hello()
+
+    def give_up(self, why: str) -> None:
+        """The agent cannot run on this node: the taint comes off now rather than at the deadline, so the
+        node is no worse off than without Prewarm."""
+        hold = self.hold
+        if hold is not None and not hold.done.is_set():
+            hold.release_now(why)
 
     def _startup_taint_hold(self, facts: NodeFacts) -> StartupTaintHold | None:
         """A hold when the node joined with the startup taint (and still has it), else None."""

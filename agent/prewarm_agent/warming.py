@@ -182,6 +182,22 @@ class StartupTaintHold:
         self._event(released, what)
         return released
 
+    def release_now(self, why: str) -> Released:
+        """Removes the taint before the deadline: the agent cannot do its work on this node (it cannot
+        reach or may not use its queue), and holding the node would only keep pods off it."""
+        now = self.clock.time()
+        removed = self._remove()
+        released = Released("timeout", max(0.0, now - self.joined_at), {}, at=now)
+        self.released = released
+        self.done.set()
+        self._wake.set()
+        self.metrics.startup_taint_removals.labels("timeout").inc()
+        self.metrics.startup_taint_seconds.set(released.seconds)
+        self.log.warning("startup taint %s %s after %.0f s: %s", self.taint,
+                         "removed" if removed else "was already gone", released.seconds, why)
+        self._event(released, why, early=True)
+        return released
+
     def _missing(self, required: RequiredImages) -> dict[str, str]:
         missing: dict[str, str] = {}
         for entry in required.images:
@@ -215,9 +231,11 @@ class StartupTaintHold:
             raise
         return True
 
-    def _event(self, released: Released, what: str) -> None:
+    def _event(self, released: Released, what: str, *, early: bool = False) -> None:
         now = datetime.fromtimestamp(self.clock.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        message = (f"startup taint {self.taint} removed after {released.seconds:.0f}s (maxWarmSeconds) "
+        message = (f"startup taint {self.taint} removed after {released.seconds:.0f}s, before maxWarmSeconds, "
+                   f"so pods can schedule: {what}" if early else
+                   f"startup taint {self.taint} removed after {released.seconds:.0f}s (maxWarmSeconds) "
                    f"with images missing: {what}")
         body = {
             "apiVersion": "v1", "kind": "Event",

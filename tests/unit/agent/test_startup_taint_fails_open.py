@@ -1,0 +1,133 @@
+"""The startup taint fails open: an agent that cannot reach its queue, or may not use it, never keeps its
+node tainted past MAX_WARM_SECONDS counted from the node's join, and one that cannot start at all
+removes the taint at once (issue #25: Prewarm must never make a cluster less available than without it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from prewarm.adapters.sqs import QueueError, QueueRetryableError
+from prewarm.domain.warming import StartupTaint
+from prewarm_agent.agent import Agent
+from prewarm_agent.node import NodeFacts
+from prewarm_agent.settings import AgentSettings
+from prewarm_agent.warming import EVENT_REASON
+from tests.support.agent import FakeCredentials, FakeRuntime
+from tests.support.waiting import eventually
+
+TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
+MAX_WARM = 2
+
+
+class NoContent:
+    def list_statuses(self, filters: object = ()) -> list[object]:
+        return []
+
+
+class NoLayers:
+    def layers(self, image: object, auth: object) -> dict[str, int]:
+        return {}
+
+
+class NodeApi:
+    """The agent's own Node, as its service account reads and patches it."""
+
+    def __init__(self) -> None:
+        self.node: dict[str, Any] = {"metadata": {"name": "node-a"}, "spec": {"taints": [dict(TAINT)]}}
+        self.events: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def read(self) -> dict[str, Any]:
+        with self.lock:
+            return {**self.node, "spec": {"taints": list(self.node["spec"].get("taints", []))}}
+
+    def patch(self, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        with self.lock:
+            taints = self.node["spec"]["taints"]
+            self.node["spec"]["taints"] = [t for t in taints if not StartupTaint("prewarm.dev/warming").matches(t)]
+            return self.node
+
+    def event(self, body: dict[str, Any]) -> None:
+        self.events.append(body)
+
+    @property
+    def tainted(self) -> bool:
+        return bool(self.read()["spec"]["taints"])
+
+
+def settings(status_url: str, endpoint: str | None = None) -> AgentSettings:
+    values = {"NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": "prewarm-node", "AWS_REGION": "us-west-2",
+              "STATUS_QUEUE_URL": status_url, "HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": "0",
+              "RECEIVE_WAIT_SECONDS": "1", "MAX_WARM_SECONDS": str(MAX_WARM)}
+    if endpoint:
+        values["AWS_ENDPOINT_URL"] = endpoint
+    return AgentSettings.from_env(values)
+
+
+def agent(cfg: AgentSettings, sqs: Any, api: NodeApi, joined_at: float) -> Agent:
+    facts = NodeFacts(name="node-a", from_api=True, taints=(dict(TAINT),), created_at=joined_at)
+    return Agent(cfg, cri=FakeRuntime(), content=NoContent(), sqs=sqs, credentials=FakeCredentials(),
+                 manifests=NoLayers(), node=lambda: facts, node_writes=api)
+
+
+def test_an_agent_that_cannot_reach_its_queue_removes_the_taint_at_the_deadline_from_the_join() -> None:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        # Given a node that joined with the startup taint 1 s ago, and no route to SQS (no VPC endpoint)
+        api = NodeApi()
+        joined = time.time() - 1
+        node_agent = agent(settings(status), sqs, api, joined)
+
+        def unreachable(node: str) -> str:
+            raise QueueRetryableError("Could not connect to the endpoint URL: https://sqs.us-west-2.amazonaws.com/")
+
+        node_agent.node_queues.ensure_queue = unreachable  # type: ignore[method-assign]
+        starting = threading.Thread(target=node_agent.start, daemon=True)
+        starting.start()
+        try:
+            # Then the agent keeps trying its queue, and the node keeps its taint until MAX_WARM_SECONDS ...
+            assert eventually(lambda: "Could not connect" in (node_agent.readiness() or ""), 5)
+            assert api.tainted
+            # ... counted from the join, not from the agent's start, after which pods can schedule
+            assert eventually(lambda: not api.tainted, timeout=MAX_WARM + 3)
+            assert time.time() - joined >= MAX_WARM
+            assert starting.is_alive()  # still trying the queue: it comes up when SQS does
+            (event,) = api.events
+            assert event["reason"] == EVENT_REASON and "no list of required images" in event["message"]
+        finally:
+            node_agent.request_stop()
+            node_agent.stop(0)
+            starting.join(timeout=10)
+
+
+def test_an_agent_refused_its_queue_removes_the_taint_at_once_and_fails() -> None:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        api = NodeApi()
+        node_agent = agent(settings(status), sqs, api, time.time())
+
+        def refused(node: str) -> str:
+            raise QueueError(f"AccessDenied: not authorized to perform sqs:CreateQueue for {node}")
+
+        node_agent.node_queues.ensure_queue = refused  # type: ignore[method-assign]
+        # When its role may not create or use its queue (the agent policy not attached)
+        with pytest.raises(QueueError, match="AccessDenied"):
+            node_agent.start()
+        try:
+            # Then the taint is gone at once, well before MAX_WARM_SECONDS, with an Event saying why
+            assert not api.tainted
+            (event,) = api.events
+            assert "before maxWarmSeconds, so pods can schedule: the agent cannot start: AccessDenied" in (
+                event["message"])
+            assert node_agent.metrics.sample("prewarm_agent_startup_taint_removals_total",
+                                             {"outcome": "timeout"}) == 1
+        finally:
+            node_agent.stop(0)
