@@ -19,9 +19,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from prewarm.domain.kubernetes import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -148,16 +149,6 @@ def _status_message(error: urllib.error.HTTPError) -> str:
     return f": {message}" if message else ""
 
 
-def _created_at(metadata: Mapping[str, Any]) -> float | None:
-    text = metadata.get("creationTimestamp")
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
 def node_facts(name: str, access: KubeApiAccess) -> NodeFacts:
     """The node's labels, architecture and OS from its Node object, or local guesses when unreachable."""
     try:
@@ -177,4 +168,4 @@ def node_facts(name: str, access: KubeApiAccess) -> NodeFacts:
     os_name = info.get("operatingSystem") or labels.get("kubernetes.io/os") or "linux"
     taints = tuple(t for t in (node.get("spec") or {}).get("taints") or () if isinstance(t, Mapping))
     return NodeFacts(name=name, labels=labels, architecture=str(arch), os=str(os_name), from_api=True,
-                     taints=taints, created_at=_created_at(metadata))
+                     taints=taints, created_at=parse_time(metadata.get("creationTimestamp")))

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from prewarm.domain.messages import RequiredImages
 from prewarm.domain.retry import retry_on_conflict
-from prewarm.domain.warming import StartupTaint, missing_summary
+from prewarm.domain.warming import StartupTaint, missing_summary, node_event
 from prewarm_agent.clock import Clock
 from prewarm_agent.cri.errors import CriError
 from prewarm_agent.metrics import AgentMetrics
@@ -232,19 +230,12 @@ class StartupTaintHold:
         return True
 
     def _event(self, released: Released, what: str, *, early: bool = False) -> None:
-        now = datetime.fromtimestamp(self.clock.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         message = (f"startup taint {self.taint} removed after {released.seconds:.0f}s, before maxWarmSeconds, "
                    f"so pods can schedule: {what}" if early else
                    f"startup taint {self.taint} removed after {released.seconds:.0f}s (maxWarmSeconds) "
                    f"with images missing: {what}")
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{self.node}.{uuid.uuid4().hex[:16]}", "namespace": "default"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node},
-            "reason": EVENT_REASON, "message": message[:1024], "type": "Warning",
-            "source": {"component": "prewarm-agent", "host": self.node},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
+        body = node_event(self.node, reason=EVENT_REASON, message=message, component="prewarm-agent",
+                          at=self.clock.time())
         try:
             self.api.event(body)
         except NodeReadError as e:

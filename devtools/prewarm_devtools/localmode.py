@@ -143,13 +143,17 @@ class LocalMode:
         agent_image: Path | None = None,
         registry_bandwidth: int | None = None,
         control: bool = True,
+        max_warm_seconds: int | None = None,
+        startup_taint_grace_seconds: int | None = None,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
         `agent_image`: an OCI archive of the agent image (`make agent-image`); each agent then runs from
         it as a container on its node's containerd, set up as the installed DaemonSet's pod.
         `registry_bandwidth`: bytes per second the nodes may pull from the registry (None: unlimited).
-        `control`: serve the control channel for `prewarm local fire|node|agent|status`."""
+        `control`: serve the control channel for `prewarm local fire|node|agent|status`.
+        `max_warm_seconds`: install's --max-warm-seconds (the agents' ConfigMap; default 900), and
+        `startup_taint_grace_seconds` the stack's StartupTaintGraceSeconds (default 60)."""
         self.node_count = nodes
         self.kubeconfig = kubeconfig
         self.agents_enabled = agents
@@ -158,6 +162,8 @@ class LocalMode:
         self.agent_processes = agent_processes
         self.agent_image = agent_image
         self.registry_bandwidth = registry_bandwidth
+        self.max_warm_seconds = max_warm_seconds
+        self.startup_taint_grace_seconds = startup_taint_grace_seconds
         self.control_enabled = control
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
@@ -283,12 +289,15 @@ class LocalMode:
             parameters["KubeCaData"] = base64.b64encode(self.kube.ca_pem.encode()).decode()
             parameters["ClusterAccess"] = "access-entries"
         parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
+        if self.startup_taint_grace_seconds is not None:
+            parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
                                 failed_visibility_seconds=1, function_output=self.function_log).deploy()
         self.agent_identity.register()
         if self.kube is not None:
             grant_cluster_access(self.kube, self.stack, agent_token=self.agent_token,
+                                 max_warm_seconds=self.max_warm_seconds,
                                  agent_role_arn=self.agent_identity.arn, credentials_config=self.credentials_config())
             self._write_kubeconfig()
         self.stack.start()
@@ -748,6 +757,7 @@ def push_to_local_ecr(
 
 
 def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agent_role_arn: str,
+                         max_warm_seconds: int | None = None,
                          credentials_config: dict[str, Any]) -> None:
     """Each function calls the embedded API as its own role, with exactly the RBAC `prewarm install` ships.
 
@@ -758,7 +768,14 @@ def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agen
     from prewarm.adapters.kube import KubeCluster
     from prewarm_cli.commands.install import LOCAL_IMAGE
     from prewarm_cli.install.apply import install
-    from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE, ALL_NAMESPACES, render, values_from_stack
+    from prewarm_cli.install.render import (
+        AGENT_NAME,
+        AGENT_NAMESPACE,
+        ALL_NAMESPACES,
+        InstallValues,
+        render,
+        values_from_stack,
+    )
     from prewarm_devtools.kubeapi.auth import MASTERS, AccessEntry, service_account
     from prewarm_devtools.sam.aws import OPERATOR
 
@@ -773,6 +790,7 @@ def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agen
     values = values_from_stack(
         {**stack.env(), "AGENT_ROLE_ARN": agent_role_arn}, region=stack.region, image=LOCAL_IMAGE,
         credentials_config=json.dumps(credentials_config), pull_secret_namespaces=ALL_NAMESPACES,
+        max_warm_seconds=InstallValues.max_warm_seconds if max_warm_seconds is None else max_warm_seconds,
     )
     with KubeCluster(kube.url, lambda: kube.token, ca_data=kube.ca_pem) as cluster:
         install(cluster, render(values))

@@ -51,6 +51,8 @@ class FakeCluster:
     rv: int = 100
     selectors: list[str | None] = field(default_factory=list)
     writes: list[tuple[str, str, str]] = field(default_factory=list)
+    config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     def _next_rv(self) -> str:
         self.rv += 1
@@ -65,6 +67,34 @@ class FakeCluster:
             self.before_write(ns, name)
 
     # --- nodes and pods (dispatch) ----------------------------------------------------------------
+
+    def get_object(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        """The agents' ConfigMap (`config_maps`), as the sweep reads it; any other object is absent."""
+        return self.config_maps.get((namespace or "", name)) if plural == "configmaps" else None
+
+    def patch_node(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON patch of `test` and `remove` ops on the node's taints, failing (422) when a test does."""
+        from prewarm.services.ports import ClusterInvalidError
+
+        node = self.get_node(name)
+        if node is None:
+            raise ClusterInvalidError(f"node {name} not found", status=404)
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        for op in ops:
+            index = int(op["path"].rsplit("/", 1)[1])
+            if op["op"] == "test" and (index >= len(taints) or taints[index] != op["value"]):
+                raise ClusterInvalidError(f"test of {op['path']} failed", status=422, reason="Invalid")
+            if op["op"] == "remove":
+                del taints[index]
+        node.setdefault("spec", {})["taints"] = taints
+        self.writes.append(("patch", "node", name))
+        return node
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.events.append(dict(body))
+        return body
 
     def list_nodes(self, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
         return list(self.nodes)

@@ -22,9 +22,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.placement import OS_LABEL, Placement, evaluate_nodes
-from prewarm.domain.refresh import EXPIRES_AT_ANNOTATION, CredentialsConfig, parse_time, registry_secret_name
+from prewarm.domain.refresh import EXPIRES_AT_ANNOTATION, CredentialsConfig, registry_secret_name
 from prewarm.domain.schedules import ScheduleRun
 from prewarm_cli.doctor.identities import (
     FUNCTIONS,

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from prewarm_cli.install.render import FUNCTION_GROUPS
+from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE, FUNCTION_GROUPS
 
 #: Every authenticated request also carries this group; RBAC may bind it, so reviews include it.
 AUTHENTICATED = "system:authenticated"
@@ -210,7 +210,8 @@ def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[
         "dispatch_job": [Access("get", "nodes"), Access("list", "nodes"), *pods,
                          *(Access("get", "secrets", ns, name) for ns, name in sorted(set(pull_secrets)))],
         "record_status": [Access("get", "nodes"), *pods],
-        "sweep": [Access("list", "nodes")],
+        "sweep": [Access("list", "nodes"), Access("patch", "nodes"),
+                  Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), Access("create", "events", "default")],
         "refresh_ecr_credentials": [],
     }
     if credentials is not None:

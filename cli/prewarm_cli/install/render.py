@@ -15,16 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, StartupTaint, parse_taint
 from prewarm_cli.install.crds import custom_resource_definitions
 
-if TYPE_CHECKING:
-    from prewarm.domain.warming import StartupTaint
-
 __all__ = [
+    "AGENT_NAME",
+    "AGENT_NAMESPACE",
     "ALL_NAMESPACES",
     "CONTROL_PLANE_GROUP",
     "CREDENTIALS_GROUP",
@@ -33,6 +33,7 @@ __all__ = [
     "MANAGED_BY",
     "PULL_SECRETS_GROUP",
     "RESOURCES_GROUP",
+    "STARTUP_TAINT_GROUP",
     "InstallError",
     "InstallValues",
     "render",
@@ -41,8 +42,6 @@ __all__ = [
 Obj = dict[str, Any]
 
 MANIFESTS = Path(__file__).resolve().parent / "manifests"
-AGENT_NAMESPACE = "prewarm-system"
-AGENT_NAME = "prewarm-agent"
 #: Label selecting what `prewarm install` made (`uninstall` deletes exactly these).
 MANAGED_BY = ("app.kubernetes.io/managed-by", "prewarm-install")
 #: The Kubernetes groups of the functions' access entries (template.yaml `ClusterAccess`).
@@ -50,13 +49,14 @@ CONTROL_PLANE_GROUP = "prewarm-control-plane"
 PULL_SECRETS_GROUP = "prewarm-pull-secrets"
 CREDENTIALS_GROUP = "prewarm-credentials"
 RESOURCES_GROUP = "prewarm-resources"
+STARTUP_TAINT_GROUP = "prewarm-startup-taint"
 ALL_NAMESPACES = ("*",)
 #: Each function role's groups, as template.yaml's access entries give them (keyed by the stack
 #: setting that names the role).
 FUNCTION_GROUPS: dict[str, tuple[str, ...]] = {
     "DISPATCH_JOB_ROLE_ARN": (CONTROL_PLANE_GROUP, PULL_SECRETS_GROUP),
     "RECORD_STATUS_ROLE_ARN": (CONTROL_PLANE_GROUP,),
-    "SWEEP_ROLE_ARN": (CONTROL_PLANE_GROUP,),
+    "SWEEP_ROLE_ARN": (CONTROL_PLANE_GROUP, STARTUP_TAINT_GROUP),
     "REFRESH_ECR_CREDENTIALS_ROLE_ARN": (CREDENTIALS_GROUP,),
     "SYNC_RESOURCES_ROLE_ARN": (RESOURCES_GROUP,),
 }
@@ -135,8 +135,6 @@ class InstallValues:
     @property
     def taint(self) -> StartupTaint:
         """`startup_taint` parsed; `ValueError` naming it when it is not `key[=value]:Effect`."""
-        from prewarm.domain.warming import parse_taint
-
         return parse_taint(self.startup_taint)
 
     def _startup_taint_problems(self) -> list[str]:

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from prewarm.domain.refresh import parse_time, registry_secret_name
+from prewarm.domain.kubernetes import parse_time
+from prewarm.domain.refresh import registry_secret_name
 from prewarm_agent.settings import EcrCredentials
 from prewarm_devtools.localmode import ECR_TOKEN_LIFETIME_SECONDS, LocalMode, ecr_host, missing_prerequisites
 

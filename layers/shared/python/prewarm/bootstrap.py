@@ -237,7 +237,7 @@ def sweep() -> SweepResult:
         store(), queues(), cluster_or_none(), now=started, prefix=s.node_queue_prefix,
         silence_grace_seconds=s.node_silence_grace_seconds, resend_after_seconds=s.task_resend_seconds,
         agent_silence_seconds=s.agent_silence_seconds, no_agent_grace_seconds=s.no_agent_grace_seconds,
-        secrets=secret_mirror(),
+        secrets=secret_mirror(), taints=cluster_or_none(), taint_grace_seconds=s.startup_taint_grace_seconds,
     )
     record_run(store(), SWEEP, started_at=started, finished_at=time.time())
     return result

@@ -11,7 +11,12 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from prewarm.domain.intervals import AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS, REPORT_INTERVAL_SECONDS
+from prewarm.domain.intervals import (
+    AGENT_SILENCE_SECONDS,
+    NO_AGENT_GRACE_SECONDS,
+    REPORT_INTERVAL_SECONDS,
+    STARTUP_TAINT_GRACE_SECONDS,
+)
 from prewarm.domain.validation import describe_validation_error
 
 
@@ -39,6 +44,9 @@ class Settings(BaseModel):
     )
     # A node with no agent holds a round open this long, then fails "no agent on node" (NoAgentGraceSeconds).
     no_agent_grace_seconds: int = Field(default=NO_AGENT_GRACE_SECONDS, alias="NO_AGENT_GRACE_SECONDS", ge=0)
+    # A startup taint no agent removed by its deadline: the sweep removes it this much later.
+    startup_taint_grace_seconds: int = Field(default=STARTUP_TAINT_GRACE_SECONDS, alias="STARTUP_TAINT_GRACE_SECONDS",
+                                             ge=0)
     # The agent reads the same variable for the visibility timeout of its receives.
     node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
     node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")

@@ -13,7 +13,7 @@ import binascii
 import gc
 import json
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -231,6 +231,14 @@ class KubeCluster:
             content_type=_PATCH_CONTENT_TYPES[strategic],
         )
 
+    def patch_node(self, name: str, ops: Sequence[Mapping[str, Any]]) -> KubeObject:
+        """A JSON patch of the node (its `test` ops make a stale patch fail with 422, `ClusterInvalidError`)."""
+        return self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body=[dict(op) for op in ops],
+                             content_type="application/json-patch+json")
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> KubeObject:
+        return self._request("POST", _namespaced(namespace, "events"), body=dict(body))
+
     # -- any object, by API version and plural (install, doctor) ------------------------------------
 
     def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> KubeObject | None:
@@ -307,7 +315,7 @@ class KubeCluster:
         method: str,
         path: str,
         query: Mapping[str, str | int] | None = None,
-        body: KubeObject | None = None,
+        body: KubeObject | list[KubeObject] | None = None,
         content_type: str = "application/json",
     ) -> KubeObject:
         url = self.host + path

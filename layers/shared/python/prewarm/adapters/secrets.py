@@ -25,11 +25,10 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.kubernetes import format_time
+from prewarm.domain.kubernetes import format_time, parse_time
 from prewarm.domain.refresh import (
     RegistryToken,
     StoredToken,
-    parse_time,
     registry_secret_document,
     registry_secret_name,
     stored_token,

@@ -15,3 +15,6 @@ SILENT_AFTER_SECONDS = SILENT_AFTER_INTERVALS * REPORT_INTERVAL_SECONDS
 # The sweep's defaults (Settings AGENT_SILENCE_SECONDS and NO_AGENT_GRACE_SECONDS, docs/template.md).
 AGENT_SILENCE_SECONDS = 120
 NO_AGENT_GRACE_SECONDS = 120
+# The agent removes the startup taint at maxWarmSeconds; the sweep, for a node whose agent never ran
+# (not scheduled, its image not pullable, crash-looping), this much later (StartupTaintGraceSeconds).
+STARTUP_TAINT_GRACE_SECONDS = 60

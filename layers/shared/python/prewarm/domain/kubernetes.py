@@ -44,6 +44,18 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_time(value: object) -> float | None:
+    """Epoch seconds of an RFC 3339 time with a zone (as Kubernetes writes them), or None when `value`
+    is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.timestamp() if parsed.tzinfo is not None else None
+
+
 def _dns_name_problem(value: str, limit: int, pattern: re.Pattern[str], hint: str) -> str | None:
     if not value:
         return "must not be empty"

@@ -15,14 +15,19 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from prewarm.domain.kubernetes import LabelSelector, dns1123_label_problem, dns1123_subdomain_problem, format_time
+from prewarm.domain.kubernetes import (
+    LabelSelector,
+    dns1123_label_problem,
+    dns1123_subdomain_problem,
+    format_time,
+    parse_time,
+)
 from prewarm.domain.registries import ECR_PUBLIC_HOST, InvalidCredentialsError, RegistryAuth, docker_config_auths
 from prewarm.domain.validation import describe_validation_error
 
@@ -304,17 +309,6 @@ def refresh_due_at(issued_at: float, expires_at: float) -> float:
 def is_fresh(issued_at: float, expires_at: float, now: float) -> bool:
     """Whether a token is still within the first half of its lifetime."""
     return expires_at > issued_at and issued_at <= now < refresh_due_at(issued_at, expires_at)
-
-
-def parse_time(value: object) -> float | None:
-    """Epoch seconds of an RFC 3339 time with a zone, or None when `value` is not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed.timestamp() if parsed.tzinfo is not None else None
 
 
 def docker_config(tokens: Iterable[RegistryToken]) -> dict[str, dict[str, dict[str, str]]]:

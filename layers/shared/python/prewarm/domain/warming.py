@@ -9,13 +9,19 @@ whatever is missing then. Everything here is pure.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prewarm.domain.kubernetes import format_time, parse_time
 from prewarm.domain.messages import RequiredImage
 from prewarm.domain.placement import Placement, Platform, evaluate_nodes
 
+# Where `prewarm install` puts the agents: their namespace, and the name of their DaemonSet, service
+# account and ConfigMap (which holds the startup taint and its deadline).
+AGENT_NAMESPACE = "prewarm-system"
+AGENT_NAME = "prewarm-agent"
 DEFAULT_TAINT_KEY = "prewarm.dev/warming"
 DEFAULT_TAINT_EFFECT = "NoSchedule"
 DEFAULT_MAX_WARM_SECONDS = 900
@@ -111,3 +117,63 @@ def missing_summary(missing: Mapping[str, str], limit: int = 900) -> str:
             return f"{text}; and {len(parts) - shown} more"
         text = candidate
     return text
+
+
+# --- Failing open without an agent ---------------------------------------------------------------
+
+FAIL_OPEN_EVENT_REASON = "PrewarmNoAgent"
+
+
+@dataclass(frozen=True)
+class WarmLimits:
+    """The startup taint and its deadline as `prewarm install` gave them to the agents (their ConfigMap)."""
+
+    taint: StartupTaint = StartupTaint()
+    max_warm_seconds: int = DEFAULT_MAX_WARM_SECONDS
+
+    @classmethod
+    def of_agent_config(cls, data: Mapping[str, str] | None) -> WarmLimits:
+        """From the agents' ConfigMap data; what it does not say is the default."""
+        data = data or {}
+        try:
+            max_warm = int(data.get("MAX_WARM_SECONDS", DEFAULT_MAX_WARM_SECONDS))
+        except ValueError:
+            max_warm = DEFAULT_MAX_WARM_SECONDS
+        return cls(StartupTaint(data.get("STARTUP_TAINT_KEY") or DEFAULT_TAINT_KEY,
+                                data.get("STARTUP_TAINT_EFFECT") or DEFAULT_TAINT_EFFECT), max_warm)
+
+
+def overdue_seconds(node: Mapping[str, Any], limits: WarmLimits, *, grace: float, now: float) -> float | None:
+    """How long `node` has held the startup taint since it joined, when that is past its agent's deadline
+    plus `grace` (no agent released it: the control plane does), else None."""
+    if not limits.taint.held_by(node):
+        return None
+    created = _created_at(node)
+    if created is None:
+        return None
+    held = now - created
+    return held if held > limits.max_warm_seconds + grace else None
+
+
+def fail_open_message(limits: WarmLimits, held_seconds: float) -> str:
+    """What the Event on the node says when the control plane removes the taint."""
+    return (f"no Prewarm agent removed the startup taint {limits.taint} within {held_seconds / 60:.0f}m of the "
+            f"node's join (maxWarmSeconds {limits.max_warm_seconds}); taint removed so pods can schedule")
+
+
+def node_event(node: str, *, reason: str, message: str, component: str, at: float) -> dict[str, Any]:
+    """A Warning Event about `node`, in `default` where Events about Nodes live (Event messages hold 1024
+    characters)."""
+    stamp = format_time(at)
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{node}.{uuid.uuid4().hex[:16]}", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "reason": reason, "message": message[:1024], "type": "Warning",
+        "source": {"component": component, "host": node},
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+
+
+def _created_at(node: Mapping[str, Any]) -> float | None:
+    return parse_time((node.get("metadata") or {}).get("creationTimestamp"))

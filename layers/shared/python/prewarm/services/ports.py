@@ -221,6 +221,17 @@ class Cluster(Protocol):
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
+class NodeTaints(Protocol):
+    """What the sweep needs to remove a startup taint no agent removed (the Kubernetes adapter): the
+    agents' ConfigMap (which taint, which deadline), a guarded patch of the node, an Event on it."""
+
+    def get_object(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None: ...
+    def patch_node(self, name: str, ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
 class ImageMetadata(Protocol):
     """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
 

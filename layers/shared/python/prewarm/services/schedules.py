@@ -4,9 +4,11 @@ of each one's last completed run."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
@@ -14,11 +16,24 @@ from prewarm.domain.messages import CancelTask, NodePhase, node_queue_name
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import RECORDED_SCHEDULES, ScheduleRun
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE, NodeUpdate
+from prewarm.domain.warming import (
+    AGENT_NAME,
+    AGENT_NAMESPACE,
+    FAIL_OPEN_EVENT_REASON,
+    WarmLimits,
+    fail_open_message,
+    node_event,
+    overdue_seconds,
+)
 from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
     Cluster,
+    ClusterAuthError,
+    ClusterError,
+    ClusterInvalidError,
     JobStore,
+    NodeTaints,
     PullSecretCleanup,
     ScheduleRuns,
     StoreConflictError,
@@ -75,6 +90,8 @@ class SweepResult:
     nodes_forgotten: list[str] = field(default_factory=list)
     pull_secrets_deleted: list[str] = field(default_factory=list)
     deletions_completed: list[str] = field(default_factory=list)
+    # Nodes whose startup taint no agent removed by its deadline: the sweep removed it.
+    taints_released: list[str] = field(default_factory=list)
 
 
 # A deletion the dispatch function has not finished this long after it was asked (its stream record
@@ -94,6 +111,8 @@ def sweep(
     agent_silence_seconds: float = AGENT_SILENCE_SECONDS,
     no_agent_grace_seconds: float | None = None,
     secrets: PullSecretCleanup | None = None,
+    taints: NodeTaints | None = None,
+    taint_grace_seconds: float = STARTUP_TAINT_GRACE_SECONDS,
 ) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
     `secrets`, the mirrors of pull secrets no job names any more.
@@ -105,6 +124,10 @@ def sweep(
     said hello is failed with `no agent on node` that long after it was planned or sent its task. A
     node sent its task but never reporting, though its agent said hello (the task may wait for one of
     the agent's pull slots), is failed after the pull timeout plus `silence_grace_seconds`.
+
+    Given `taints`, a node still holding the startup taint `taint_grace_seconds` after its agent's
+    deadline (the agents' ConfigMap: `maxWarmSeconds` from the node's join) had no agent to remove it:
+    the sweep removes it, with an Event on the node, so a missing agent never keeps pods off a node.
     """
     result = SweepResult()
     agents: set[str] | None = None
@@ -167,7 +190,10 @@ def sweep(
         result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
         finish_if_done(store, record.key, now=now)
     if cluster is not None:
-        _forget_departed_nodes(store, queues, cluster, prefix, result)
+        nodes = cluster.list_nodes()
+        _forget_departed_nodes(store, queues, nodes, prefix, result)
+        if taints is not None:
+            result.taints_released = release_overdue_taints(taints, nodes, now=now, grace=taint_grace_seconds)
     if secrets is not None:
         # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
@@ -230,10 +256,48 @@ def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: StoredJob, 
                      require_done=False)
 
 
+def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]], *, now: float,
+                           grace: float) -> list[str]:
+    """Removes the startup taint from each node that still holds it `grace` after its agent's deadline;
+    returns their names. A node changed meanwhile (the guarded patch fails) is left to the next sweep."""
+    try:
+        config = taints.get_object("v1", "configmaps", AGENT_NAME, AGENT_NAMESPACE)
+    except ClusterAuthError as e:
+        # RBAC from an install older than this stack: the rest of the sweep goes on.
+        log.warning("cannot read the agents' ConfigMap, so no startup taint is checked (run prewarm install): %s", e)
+        return []
+    limits = WarmLimits.of_agent_config((config or {}).get("data"))
+    released: list[str] = []
+    for node in nodes:
+        held = overdue_seconds(node, limits, grace=grace, now=now)
+        ops = limits.taint.removal_patch(node) if held is not None else None
+        if held is None or ops is None:
+            continue
+        name = str(node["metadata"]["name"])
+        try:
+            taints.patch_node(name, ops)
+        except ClusterInvalidError as e:
+            log.info("node %s changed while its startup taint was being removed; next sweep: %s", name, e)
+            continue
+        except ClusterAuthError as e:
+            log.warning("may not remove node %s's overdue startup taint (run prewarm install): %s", name, e)
+            return released
+        message = fail_open_message(limits, held)
+        log.warning("node %s: %s", name, message)
+        released.append(name)
+        try:
+            taints.create_event("default", node_event(name, reason=FAIL_OPEN_EVENT_REASON, message=message,
+                                                      component="prewarm-sweep", at=now))
+        except ClusterError as e:
+            # The taint is off and the log says why: an Event refused is no reason to fail the sweep.
+            log.warning("the Event about node %s's startup taint was not recorded: %s", name, e)
+    return released
+
+
 def _forget_departed_nodes(
-    store: JobStore, queues: TaskQueues, cluster: Cluster, prefix: str, result: SweepResult
+    store: JobStore, queues: TaskQueues, nodes: Iterable[Mapping[str, Any]], prefix: str, result: SweepResult
 ) -> None:
-    present = {n.get("metadata", {}).get("name", "") for n in cluster.list_nodes()}
+    present = {n.get("metadata", {}).get("name", "") for n in nodes}
     wanted_queues = {node_queue_name(prefix, n) for n in present if n}
     for name, url in sorted(queues.list_node_queues().items()):
         if name not in wanted_queues and queues.owns_queue(url):

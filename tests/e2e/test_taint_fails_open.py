@@ -1,0 +1,65 @@
+"""Issue #25, the startup taint fails open: a node that joins with the taint and has no agent (its pod
+never ran) becomes schedulable after MAX_WARM_SECONDS plus the grace: the sweep removes the taint, with
+an Event on the node. The taint is on the node until then.
+
+A real local stack: moto behind the AWS limits layer, the functions on their event sources, and the
+embedded Kubernetes API with what `prewarm install` ships (the sweep's RBAC, and the admission policy
+its patch passes). An agent refused its queue (AccessDenied) removes the taint itself at once:
+tests/unit/agent/test_startup_taint_fails_open.py, since the local stage does not evaluate the agents'
+IAM policy for SQS (issue #26).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+
+pytestmark = [pytest.mark.integration, pytest.mark.node,
+              pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
+
+MAX_WARM_SECONDS = 4
+GRACE_SECONDS = 1
+TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
+    state = tmp_path_factory.mktemp("fail-open") / "local.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREWARM_LOCAL_STATE", str(state))
+        with LocalMode(nodes=1, max_warm_seconds=MAX_WARM_SECONDS, startup_taint_grace_seconds=GRACE_SECONDS,
+                       agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
+            yield mode
+
+
+def tainted(local: LocalMode, node: str) -> bool:
+    assert local.kube is not None
+    obj = local.kube.get_object("nodes", node)
+    assert obj is not None
+    return any(t.get("key") == TAINT["key"] for t in (obj.get("spec") or {}).get("taints") or [])
+
+
+def events_about(local: LocalMode, node: str) -> list[dict[str, object]]:
+    assert local.kube is not None
+    return [e for e in local.kube.list_objects("events", "default") if e["involvedObject"]["name"] == node]
+
+
+def test_a_node_with_no_agent_loses_the_taint_to_the_sweep_after_its_deadline(local: LocalMode) -> None:
+    # Given a node that joins with the startup taint and no agent (its pod never ran)
+    local.add_node("no-agent-1", labels={}, taints=[dict(TAINT)], agent=False)
+    joined = time.time()
+    # When the sweep runs within the deadline, the taint stays: an agent may still come
+    local.fire("sweep")
+    assert tainted(local, "no-agent-1")
+    # Then the first sweep after MAX_WARM_SECONDS and the grace removes it, with an Event saying why
+    time.sleep(max(0.0, joined + MAX_WARM_SECONDS + GRACE_SECONDS + 1 - time.time()))
+    fired = local.fire("sweep")
+    assert "no-agent-1" in fired["result"]["taints_released"], fired
+    assert not tainted(local, "no-agent-1")
+    (event,) = [e for e in events_about(local, "no-agent-1") if e["reason"] == FAIL_OPEN_EVENT_REASON]
+    assert "no Prewarm agent removed the startup taint prewarm.dev/warming:NoSchedule" in str(event["message"])

@@ -1,0 +1,88 @@
+"""A missing agent never blocks a node: the sweep removes a startup taint no agent removed by its deadline
+(the agents' ConfigMap: MAX_WARM_SECONDS from the node's join) plus StartupTaintGraceSeconds, with an
+Event on the node; a node within its deadline, or holding other taints only, is left alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prewarm.domain.kubernetes import format_time
+from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON
+from prewarm.services.schedules import sweep
+from tests.support.cluster import make_node
+from tests.support.control_plane import ControlPlane
+
+TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
+OTHER = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+
+
+def joined(name: str, at: float, *taints: dict[str, str]) -> dict[str, Any]:
+    node = make_node(name)
+    node["metadata"]["creationTimestamp"] = format_time(at)
+    node["spec"] = {"taints": [dict(t) for t in taints]}
+    return node
+
+
+def taints_of(plane: ControlPlane, name: str) -> list[dict[str, Any]]:
+    node = plane.cluster.get_node(name)
+    assert node is not None
+    return list(node["spec"]["taints"])
+
+
+def run(plane: ControlPlane, now: float, grace: float = 60) -> Any:
+    return sweep(plane.store, plane.queues, plane.cluster, now=now, prefix="pw", taints=plane.cluster,
+                 taint_grace_seconds=grace)
+
+
+def test_overdue_taints_go_and_others_stay(plane: ControlPlane) -> None:
+    now = 1_800_000_000.0
+    # Given install's ConfigMap (a 300 s deadline) and nodes that joined at different times
+    plane.cluster.config_maps[("prewarm-system", "prewarm-agent")] = {
+        "data": {"MAX_WARM_SECONDS": "300", "STARTUP_TAINT_KEY": "prewarm.dev/warming",
+                 "STARTUP_TAINT_EFFECT": "NoSchedule"}}
+    plane.cluster.nodes = [
+        joined("stuck", now - 361, OTHER, TAINT),  # past 300 s + 60 s: no agent removed it
+        joined("within-grace", now - 359, TAINT),  # its agent may still remove it
+        joined("untainted", now - 3600, OTHER),  # joined long ago, holds other taints only
+    ]
+
+    # When the sweep runs
+    result = run(plane, now)
+
+    # Then only the overdue node loses the startup taint, and keeps its other taint
+    assert result.taints_released == ["stuck"]
+    assert taints_of(plane, "stuck") == [OTHER]
+    assert taints_of(plane, "within-grace") == [TAINT]
+    assert taints_of(plane, "untainted") == [OTHER]
+    # ... with a Warning Event on the node saying why
+    (event,) = plane.cluster.events
+    assert (event["reason"], event["type"], event["involvedObject"]["name"]) == (FAIL_OPEN_EVENT_REASON, "Warning",
+                                                                                   "stuck")
+    assert event["message"] == ("no Prewarm agent removed the startup taint prewarm.dev/warming:NoSchedule within "
+                                "6m of the node's join (maxWarmSeconds 300); taint removed so pods can schedule")
+    # And the next sweep has nothing more to do
+    assert run(plane, now + 60).taints_released == ["within-grace"]
+    assert run(plane, now + 120).taints_released == []
+
+
+def test_without_the_agents_config_map_the_defaults_apply(plane: ControlPlane) -> None:
+    now = 1_800_000_000.0
+    plane.cluster.nodes = [joined("a", now - 900 - 61, TAINT), joined("b", now - 900 - 59, TAINT)]
+    assert run(plane, now).taints_released == ["a"]  # 900 s (install's default) + 60 s
+
+
+def test_a_node_that_changed_meanwhile_is_left_to_the_next_sweep(plane: ControlPlane) -> None:
+    now = 1_800_000_000.0
+    plane.cluster.nodes = [joined("a", now - 3600, TAINT)]
+
+    def race(name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        # Another controller changed the taints between the list and the patch: the guarded patch fails
+        plane.cluster.nodes[0]["spec"]["taints"].insert(0, dict(OTHER))
+        plane.cluster.patch_node = original  # type: ignore[method-assign]
+        return original(name, ops)
+
+    original = plane.cluster.patch_node
+    plane.cluster.patch_node = race  # type: ignore[method-assign]
+    assert run(plane, now).taints_released == []
+    assert run(plane, now).taints_released == ["a"]
+    assert taints_of(plane, "a") == [OTHER]
