@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.nodes import RegisteredNode
-from prewarm.domain.placement import OS_LABEL, Placement, evaluate_nodes
+from prewarm.domain.placement import Placement, evaluate_nodes
 from prewarm.domain.refresh import EXPIRES_AT_ANNOTATION, CredentialsConfig, registry_secret_name
 from prewarm.domain.schedules import ScheduleRun
 from prewarm_cli.doctor.identities import (
@@ -43,7 +43,6 @@ Obj = dict[str, Any]
 # Credentials closer to expiry than this are a problem: CredentialExpiryAlarm's threshold. The refresher
 # renews at half-life (6 h of ECR's 12), so a healthy stack never comes near it.
 EXPIRY_WARNING_SECONDS = 2 * 3600.0
-FARGATE = ("eks.amazonaws.com/compute-type", "fargate")
 # Settings the doctor can do without: the API endpoint and CA come from eks:DescribeCluster when absent,
 # and the agents may get their role from EKS Pod Identity.
 OPTIONAL_SETTINGS = frozenset({"KUBE_API_ENDPOINT", "KUBE_CA_DATA", "AGENT_ROLE_ARN"})
@@ -213,15 +212,9 @@ def check_function_rbac(cluster: ClusterApi, subjects: Mapping[str, Subject],
 
 
 def agent_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The nodes a job could select that need an agent: Ready, not virtual-kubelet (placement's rules),
-    Linux and not Fargate (where the DaemonSet cannot run; jobs exclude them as `no agent on node`)."""
-    selected = set(evaluate_nodes(Placement(), nodes).selected)
-    return sorted(
-        n["metadata"]["name"] for n in nodes
-        if n["metadata"]["name"] in selected
-        and (n["metadata"].get("labels") or {}).get(OS_LABEL, "linux") == "linux"
-        and (n["metadata"].get("labels") or {}).get(FARGATE[0]) != FARGATE[1]
-    )
+    """The nodes a job could select, which need an agent: placement's rules (Ready, not virtual-kubelet,
+    not Fargate or Windows, where the DaemonSet cannot run and jobs exclude the node)."""
+    return evaluate_nodes(Placement(), nodes).selected
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:

@@ -271,3 +271,32 @@ def test_every_node_needs_a_name() -> None:
 
 def test_a_node_listed_twice_is_selected_once() -> None:
     assert evaluate_nodes(placement(), [node("n1"), node("n1")]).selected == ["n1"]
+
+
+FARGATE = {"eks.amazonaws.com/compute-type": "fargate"}
+WINDOWS = {"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64"}
+
+
+def test_nodes_no_agent_runs_on_are_excluded_with_their_reason() -> None:
+    # Given a job with no selector over a Linux node, a Fargate node and a Windows node
+    nodes = [node("linux-1"), node("fargate-ip-10-0-1-1", FARGATE), node("win-1", WINDOWS)]
+    selection = evaluate_nodes(placement(), nodes)
+    # Then only the Linux node pulls; the others are excluded, saying why (no agent could pull there)
+    assert selection.selected == ["linux-1"]
+    assert selection.excluded == [
+        ExcludedNode("fargate-ip-10-0-1-1", "Fargate node: no node containerd for the agent"),
+        ExcludedNode("win-1", "Windows node: the agent runs on Linux nodes only"),
+    ]
+
+
+def test_a_named_fargate_node_gets_its_reason_not_a_silent_skip() -> None:
+    selection = evaluate_nodes(placement(selector={"names": ["fargate-ip-10-0-1-1"]}),
+                               [node("fargate-ip-10-0-1-1", FARGATE)])
+    assert selection.selected == []
+    assert selection.excluded == [ExcludedNode("fargate-ip-10-0-1-1", "Fargate node: no node containerd for the agent")]
+
+
+def test_a_windows_image_is_not_kept_off_windows_nodes_for_being_windows() -> None:
+    platforms = [Platform("windows", "amd64"), Platform("linux", "amd64")]
+    selection = evaluate_nodes(placement(), [node("win-1", WINDOWS), node("linux-1")], platforms=platforms)
+    assert selection.selected == ["linux-1", "win-1"]

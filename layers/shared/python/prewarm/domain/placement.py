@@ -19,10 +19,14 @@ OS_LABEL = "kubernetes.io/os"
 _BETA_ARCH_LABEL = "beta.kubernetes.io/arch"
 _BETA_OS_LABEL = "beta.kubernetes.io/os"
 VIRTUAL_KUBELET_LABEL = ("type", "virtual-kubelet")
+FARGATE_LABEL = ("eks.amazonaws.com/compute-type", "fargate")
 
 NODE_NOT_FOUND = "node not found"
 NODE_NOT_READY = "node is not Ready"
 VIRTUAL_KUBELET_NODE = "virtual-kubelet node"
+# The agent DaemonSet runs on Linux nodes with a node containerd: not on Fargate, not on Windows.
+FARGATE_NODE = "Fargate node: no node containerd for the agent"
+WINDOWS_NODE = "Windows node: the agent runs on Linux nodes only"
 
 
 class NodeSelector(LabelSelector):
@@ -159,6 +163,11 @@ def _ineligibility(node: Mapping[str, Any], platforms: list[Platform] | None) ->
     key, value = VIRTUAL_KUBELET_LABEL
     if labels.get(key) == value:
         return VIRTUAL_KUBELET_NODE
+    if labels.get(FARGATE_LABEL[0]) == FARGATE_LABEL[1]:
+        return FARGATE_NODE
+    windows_image = platforms is not None and any(p.os == "windows" for p in platforms)
+    if (labels.get(OS_LABEL) or labels.get(_BETA_OS_LABEL)) == "windows" and not windows_image:
+        return WINDOWS_NODE
     if not _is_ready(node):
         return NODE_NOT_READY
     if platforms is not None:
