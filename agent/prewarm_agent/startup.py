@@ -16,7 +16,7 @@ from prewarm_agent.clock import Clock
 from prewarm_agent.cri.errors import CriError
 from prewarm_agent.logs import NodeLogger
 from prewarm_agent.metrics import AgentMetrics
-from prewarm_agent.node import NodeFacts
+from prewarm_agent.node import NodeFacts, NodeReadError
 from prewarm_agent.reporting import StatusSink
 from prewarm_agent.settings import AgentSettings
 from prewarm_agent.tasks import NodeTasks
@@ -78,8 +78,13 @@ class NodeStartup:
         """The agent cannot run on this node: the taint comes off now rather than at the deadline, so the
         node is no worse off than without Prewarm."""
         hold = self.hold
-        if hold is not None and not hold.done.is_set():
+        if hold is None:
+            return
+        try:
             hold.release_now(why)
+        except NodeReadError as e:
+            # The start error is what matters: the sweep removes the taint after the deadline instead.
+            self.log.error("cannot remove the startup taint %s now: %s", hold.taint, e)
 
     def _startup_taint_hold(self, facts: NodeFacts) -> StartupTaintHold | None:
         """A hold when the node joined with the startup taint (and still has it), else None."""

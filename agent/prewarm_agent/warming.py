@@ -106,6 +106,8 @@ class StartupTaintHold:
         self._wake = threading.Event()
         self.released: Released | None = None
         self.done = threading.Event()
+        # One removal: the deadline check and an early release (`release_now`) may meet.
+        self._releasing = threading.Lock()
 
     @property
     def required(self) -> RequiredImages | None:
@@ -163,10 +165,13 @@ class StartupTaintHold:
             if missing and now < self.until:
                 return None
         outcome: Literal["warm", "timeout"] = "warm" if required is not None and not missing else "timeout"
-        removed = self._remove()
-        released = Released(outcome, max(0.0, now - self.joined_at), missing, at=now)
-        self.released = released
-        self.done.set()
+        with self._releasing:
+            if self.done.is_set():
+                return self.released
+            removed = self._remove()
+            released = Released(outcome, max(0.0, now - self.joined_at), missing, at=now)
+            self.released = released
+            self.done.set()
         self.metrics.startup_taint_removals.labels(outcome).inc()
         self.metrics.startup_taint_seconds.set(released.seconds)
         if outcome == "warm":
@@ -180,14 +185,18 @@ class StartupTaintHold:
         self._event(released, what)
         return released
 
-    def release_now(self, why: str) -> Released:
+    def release_now(self, why: str) -> Released | None:
         """Removes the taint before the deadline: the agent cannot do its work on this node (it cannot
-        reach or may not use its queue), and holding the node would only keep pods off it."""
+        reach or may not use its queue), and holding the node would only keep pods off it. None when
+        the taint had come off already."""
         now = self.clock.time()
-        removed = self._remove()
-        released = Released("timeout", max(0.0, now - self.joined_at), {}, at=now)
-        self.released = released
-        self.done.set()
+        with self._releasing:
+            if self.done.is_set():
+                return None
+            removed = self._remove()
+            released = Released("timeout", max(0.0, now - self.joined_at), {}, at=now)
+            self.released = released
+            self.done.set()
         self._wake.set()
         self.metrics.startup_taint_removals.labels("timeout").inc()
         self.metrics.startup_taint_seconds.set(released.seconds)

@@ -473,7 +473,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lambda_layers: benchmarks/ is not importable ({e}): run from {ROOT}", file=sys.stderr)
         return 2
     try:
-        with lambda_code_dir(args.out) as into:
+        # Absolute: the layers' Makefiles run in their own directories (make -C), ARTIFACTS_DIR with them.
+        with lambda_code_dir(args.out.resolve() if args.out else None) as into:
             report = check_layers(into)
     except (LayerBuildError, ValueError, BenchmarkError) as e:  # ValueError: TemplateError, a bad value
         print(f"lambda_layers: {e}", file=sys.stderr)

@@ -76,11 +76,11 @@ class FakeCluster:
 
     def patch_node(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         """A JSON patch of `test` and `remove` ops on the node's taints, failing (422) when a test does."""
-        from prewarm.services.ports import ClusterInvalidError
+        from prewarm.services.ports import ClusterInvalidError, ClusterNotFoundError
 
         node = self.get_node(name)
         if node is None:
-            raise ClusterInvalidError(f"node {name} not found", status=404)
+            raise ClusterNotFoundError(f'nodes "{name}" not found', status=404, reason="NotFound")
         taints = list((node.get("spec") or {}).get("taints") or [])
         for op in ops:
             index = int(op["path"].rsplit("/", 1)[1])

@@ -14,6 +14,7 @@ from prewarm.domain.messages import CancelTask, PullTask, StatusReport, parse_no
 from prewarm.services.dispatch import PlanResult, plan_job
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.reports import ReportOutcome, record_report
+from prewarm.services.warming import send_required_images
 from tests.support.cluster import FakeCluster
 
 
@@ -49,7 +50,11 @@ class ControlPlane:
         return self.clock()
 
     def plan(self, name: str, namespace: str = "default") -> PlanResult:
-        return plan_job(self.store, self.cluster, self.queues, job_key(namespace, name), now=self.now())
+        """What dispatch_job does (bootstrap.plan_job): the plan, then warming nodes' lists when it asks."""
+        result = plan_job(self.store, self.cluster, self.queues, job_key(namespace, name), now=self.now())
+        if result.changes_warming:
+            result.send_failures += send_required_images(self.store, self.queues, self.cluster, now=self.now())
+        return result
 
     def report(self, name: str, node: str, phase: str, namespace: str = "default", **fields: Any) -> ReportOutcome:
         record = self.store.get_job(job_key(namespace, name))

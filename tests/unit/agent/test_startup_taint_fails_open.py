@@ -131,3 +131,28 @@ def test_an_agent_refused_its_queue_removes_the_taint_at_once_and_fails() -> Non
                                              {"outcome": "timeout"}) == 1
         finally:
             node_agent.stop(0)
+
+
+def test_a_taint_that_cannot_be_removed_does_not_hide_why_the_agent_cannot_start() -> None:
+    from prewarm_agent.node import NodeReadError
+
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        api = NodeApi()
+
+        def refused_patch(ops: list[dict[str, Any]]) -> dict[str, Any]:
+            raise NodeReadError("the API server refused the patch: 503 Service Unavailable", status=503)
+
+        api.patch = refused_patch  # type: ignore[method-assign]
+        node_agent = agent(settings(status), sqs, api, time.time())
+
+        def refused(node: str) -> str:
+            raise QueueError(f"AccessDenied: not authorized to perform sqs:CreateQueue for {node}")
+
+        node_agent.node_queues.ensure_queue = refused  # type: ignore[method-assign]
+        # When neither its queue nor its Node may be written, the queue's refusal is what it fails with
+        with pytest.raises(QueueError, match="AccessDenied"):
+            node_agent.start()
+        node_agent.stop(0)
+        assert api.tainted  # left to the sweep, after the deadline

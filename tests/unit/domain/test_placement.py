@@ -296,7 +296,9 @@ def test_a_named_fargate_node_gets_its_reason_not_a_silent_skip() -> None:
     assert selection.excluded == [ExcludedNode("fargate-ip-10-0-1-1", "Fargate node: no node containerd for the agent")]
 
 
-def test_a_windows_image_is_not_kept_off_windows_nodes_for_being_windows() -> None:
+def test_windows_nodes_are_excluded_even_for_an_image_with_a_windows_variant() -> None:
+    # No agent runs on a Windows node (the DaemonSet is Linux only): selecting one would only fail it later
     platforms = [Platform("windows", "amd64"), Platform("linux", "amd64")]
     selection = evaluate_nodes(placement(), [node("win-1", WINDOWS), node("linux-1")], platforms=platforms)
-    assert selection.selected == ["linux-1", "win-1"]
+    assert selection.selected == ["linux-1"]
+    assert selection.excluded == [ExcludedNode("win-1", "Windows node: the agent runs on Linux nodes only")]

@@ -587,3 +587,17 @@ def test_a_hello_stores_the_agents_version_and_a_later_hello_replaces_it(plane: 
     register_node(plane.store, plane.queues, None, Hello(node="n-v"), now=plane.now())
     node = plane.store.get_node("n-v")
     assert node is not None and node.agent_version == ""  # an agent too old to say
+
+
+def test_a_never_plan_asks_its_caller_to_tell_warming_nodes_and_an_always_plan_does_not(
+    plane: ControlPlane,
+) -> None:
+    cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc("never", completionPolicy={"type": "Never"}), now=plane.now())
+    apply_manifest(plane.store, job_doc("always"), now=plane.now())
+    never = plan_job(plane.store, plane.cluster, plane.queues, "default/never", now=plane.now())
+    always = plan_job(plane.store, plane.cluster, plane.queues, "default/always", now=plane.now())
+    assert (never.changes_warming, always.changes_warming) == (True, False)
+    # A retry of a planned Never job asks again: its lists may not all have gone out
+    again = plan_job(plane.store, plane.cluster, plane.queues, "default/never", now=plane.now())
+    assert (again.action, again.changes_warming) == ("already planned", True)

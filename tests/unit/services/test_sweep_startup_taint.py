@@ -86,3 +86,27 @@ def test_a_node_that_changed_meanwhile_is_left_to_the_next_sweep(plane: ControlP
     assert run(plane, now).taints_released == []
     assert run(plane, now).taints_released == ["a"]
     assert taints_of(plane, "a") == [OTHER]
+
+
+def test_a_node_gone_since_the_list_or_an_api_that_is_busy_never_fails_the_sweep(plane: ControlPlane) -> None:
+    from prewarm.services.ports import ClusterUnavailableError
+
+    now = 1_800_000_000.0
+    plane.cluster.nodes = [joined("a", now - 3600, TAINT), joined("b", now - 3600, TAINT)]
+    listed = list(plane.cluster.nodes)
+    plane.cluster.list_nodes = lambda *_, **__: listed  # type: ignore[method-assign]
+    # Given node a scaled in between the list and the patch
+    plane.cluster.nodes = plane.cluster.nodes[1:]
+    assert run(plane, now).taints_released == ["b"]
+
+    # Given the API overloaded (429): what was released stands, the rest waits for the next sweep
+    plane.cluster.nodes = [joined("c", now - 3600, TAINT)]
+    listed[:] = plane.cluster.nodes
+
+    def busy(name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        raise ClusterUnavailableError("429 TooManyRequests", status=429, reason="TooManyRequests")
+
+    plane.cluster.patch_node = busy  # type: ignore[method-assign]
+    result = run(plane, now)
+    assert result.taints_released == []
+    assert taints_of(plane, "c") == [TAINT]

@@ -165,8 +165,8 @@ def _ineligibility(node: Mapping[str, Any], platforms: list[Platform] | None) ->
         return VIRTUAL_KUBELET_NODE
     if labels.get(FARGATE_LABEL[0]) == FARGATE_LABEL[1]:
         return FARGATE_NODE
-    windows_image = platforms is not None and any(p.os == "windows" for p in platforms)
-    if (labels.get(OS_LABEL) or labels.get(_BETA_OS_LABEL)) == "windows" and not windows_image:
+    # Whatever the image: the agent DaemonSet runs on Linux nodes only, so nothing would pull there.
+    if (labels.get(OS_LABEL) or labels.get(_BETA_OS_LABEL)) == "windows":
         return WINDOWS_NODE
     if not _is_ready(node):
         return NODE_NOT_READY

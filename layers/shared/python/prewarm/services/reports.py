@@ -109,6 +109,7 @@ class _JobBatch:
         self.redelivered_final = False
 
     def run(self) -> None:
+        refusals = 0
         for attempt in range(1, _ATTEMPTS + 1):
             try:
                 self._attempt()
@@ -117,8 +118,9 @@ class _JobBatch:
                 log.info("job %s: %s; retrying %d reports", self.key, e, len(self.pending))
                 for i in self.pending:
                     self.result.outcomes[i] = ReportOutcome(False, str(e), retry=True, throttled=True)
+                refusals += 1
                 if attempt < _ATTEMPTS:
-                    self.sleep(_BACKOFF.delay(attempt))
+                    self.sleep(_BACKOFF.delay(refusals))
                 continue
             if not self.pending:
                 break

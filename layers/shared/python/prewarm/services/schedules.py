@@ -32,6 +32,8 @@ from prewarm.services.ports import (
     ClusterAuthError,
     ClusterError,
     ClusterInvalidError,
+    ClusterNotFoundError,
+    ClusterUnavailableError,
     JobStore,
     NodeTaints,
     PullSecretCleanup,
@@ -206,6 +208,8 @@ def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
 
 
 def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
+    if record.state is not JobState.RUNNING:
+        return  # finished: its children need not be read
     children = [store.get_job(job_key(record.namespace, name)) for name in record.children]
     fields = record.list_completion(children, now)
     if fields is not None:
@@ -262,9 +266,9 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
     returns their names. A node changed meanwhile (the guarded patch fails) is left to the next sweep."""
     try:
         config = taints.get_object("v1", "configmaps", AGENT_NAME, AGENT_NAMESPACE)
-    except ClusterAuthError as e:
-        # RBAC from an install older than this stack: the rest of the sweep goes on.
-        log.warning("cannot read the agents' ConfigMap, so no startup taint is checked (run prewarm install): %s", e)
+    except (ClusterAuthError, ClusterUnavailableError) as e:
+        # RBAC from an install older than this stack, or the API busy: the rest of the sweep goes on.
+        log.warning("cannot read the agents' ConfigMap, so no startup taint is checked now: %s", e)
         return []
     limits = WarmLimits.of_agent_config((config or {}).get("data"))
     released: list[str] = []
@@ -279,8 +283,10 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
         except ClusterInvalidError as e:
             log.info("node %s changed while its startup taint was being removed; next sweep: %s", name, e)
             continue
-        except ClusterAuthError as e:
-            log.warning("may not remove node %s's overdue startup taint (run prewarm install): %s", name, e)
+        except ClusterNotFoundError:
+            continue  # gone since the list (scaled in): nothing to release
+        except (ClusterAuthError, ClusterUnavailableError) as e:
+            log.warning("cannot remove node %s's overdue startup taint now (the next sweep tries again): %s", name, e)
             return released
         message = fail_open_message(limits, held)
         log.warning("node %s: %s", name, message)
