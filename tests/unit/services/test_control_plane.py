@@ -601,3 +601,37 @@ def test_a_never_plan_asks_its_caller_to_tell_warming_nodes_and_an_always_plan_d
     # A retry of a planned Never job asks again: its lists may not all have gone out
     again = plan_job(plane.store, plane.cluster, plane.queues, "default/never", now=plane.now())
     assert (again.action, again.changes_warming) == ("already planned", True)
+
+
+def test_a_progress_write_refused_by_a_transaction_in_flight_is_applied_on_the_next_attempt(
+    plane: ControlPlane, monkeypatch: Any
+) -> None:
+    # Given a node pulling, whose progress write first meets another batch's transaction on its item
+    # (DynamoDB's TransactionConflictException on a single UpdateItem: retryable since this change)
+    from prewarm.services.ports import StoreRetryableError
+    from prewarm.services.reports import record_reports
+
+    nodes = cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc(parallelism=1), now=plane.now())
+    plan(plane)
+    (task,) = [messages[0] for messages in tasks_sent(plane, nodes).values()]
+    assert report(plane, task, "Pulling", seq=1).applied
+    real_update = plane.store.update_task
+    refused = {"n": 0}
+
+    def conflict_once(*args: Any, **kwargs: Any) -> None:
+        if refused["n"] == 0:
+            refused["n"] += 1
+            raise StoreRetryableError("record node: TransactionConflictException")
+        real_update(*args, **kwargs)
+
+    monkeypatch.setattr(plane.store, "update_task", conflict_once)
+    slept: list[float] = []
+    progress = StatusReport(job=task.job, job_uid=task.job_uid, round=task.round, node=task.node, phase="Pulling",
+                            seq=2, bytes_done=5, bytes_total=10)
+    # When the batch with its progress report is applied
+    outcome = record_reports(plane.store, plane.queues, [progress], now=plane.now(), sleep=slept.append).outcomes[0]
+    # Then it is written on the next attempt, after one backoff, and nothing goes back to the queue
+    assert (outcome.applied, outcome.retry, refused["n"], slept) == (True, False, 1, [0.05])
+    stored = plane.store.get_task(task.job, task.node)
+    assert stored is not None and stored.bytes_done == 5

@@ -18,6 +18,9 @@ from prewarm.services.ports import StoreConflictError, StoreError, StoreRetryabl
 
 _RETRYABLE = {
     "ProvisionedThroughputExceededException",
+    # A single UpdateItem/PutItem/DeleteItem on an item an in-flight transaction holds (DynamoDB
+    # developer guide, "Transaction conflict handling"): the same write succeeds once it commits.
+    "TransactionConflictException",
     "ThrottlingException",
     "RequestLimitExceeded",
     "InternalServerError",
