@@ -128,7 +128,7 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
     for v in views:
         r = v.record
         row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now),
-                             source_of(r.manifest), v.message]
+                             source_of(r.manifest), v.message + silent_note(v.silent_agents)]
         if wide:
             spec = r.manifest.get("spec", {})
             row += [_images(spec), spec.get("parallelism", 1), "-" if r.is_list_job else r.round]
@@ -481,6 +481,13 @@ def _describe_children(view: JobView, *, now: float) -> list[str]:
 # --- watch ---------------------------------------------------------------------------------------
 
 
+def silent_note(silent_agents: int) -> str:
+    """`; 2 agents not reporting`: nodes Pulling whose agent went quiet (domain.liveness), or nothing."""
+    if not silent_agents:
+        return ""
+    return f"; {silent_agents} agent{'s' if silent_agents > 1 else ''} not reporting"
+
+
 @dataclass(frozen=True)
 class WatchState:
     """What `prewarm watch` shows of a job: node counts and bytes over all its nodes."""
@@ -492,6 +499,7 @@ class WatchState:
     failed: int
     bytes_done: int
     bytes_total: int
+    silent_agents: int = 0
 
     @property
     def done(self) -> int:
@@ -502,7 +510,7 @@ class WatchState:
                f"{self.active} active, {self.waiting} waiting)"
         if self.bytes_total:
             text += f", {human_bytes(self.bytes_done)} of {human_bytes(self.bytes_total)}"
-        return text
+        return text + silent_note(self.silent_agents)
 
 
 class WatchDisplay:
@@ -543,7 +551,7 @@ class WatchDisplay:
                 self._console.print(f"{self.title}: {state.line()}", soft_wrap=True)
         else:
             detail = f"{state.done}/{state.desired} ({state.succeeded} ok, {state.failed} failed, " \
-                     f"{state.active} active, {state.waiting} waiting)"
+                     f"{state.active} active, {state.waiting} waiting){silent_note(state.silent_agents)}"
             self._progress.update(self._tasks["nodes"], completed=state.done, total=state.desired or None,
                                   detail=detail)
             self._progress.update(

@@ -30,6 +30,7 @@ def watch_state(view: JobView) -> WatchState:
         failed=sum(p.record.counters.failed for p in parts),
         bytes_done=bytes_done,
         bytes_total=bytes_total,
+        silent_agents=sum(p.silent_agents for p in parts),
     )
 
 

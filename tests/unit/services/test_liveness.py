@@ -235,3 +235,28 @@ def test_a_finished_node_is_never_shown_as_silent(plane: ControlPlane, phase: st
     line = node_line(plane, n0)
 
     assert AGENT_NOT_REPORTING not in line and NO_AGENT_ON_NODE not in line
+
+
+def test_get_jobs_and_watch_say_how_many_agents_are_not_reporting(plane: ControlPlane) -> None:
+    from prewarm.services.jobs import list_views
+    from prewarm_cli.commands.watch import watch_state
+    from prewarm_cli.output import jobs_table
+
+    # Given two nodes pulling, one of whose agents goes quiet (killed mid-pull)
+    n0, n1 = nodes(plane, "n0", "n1")
+    apply_manifest(plane.store, job_doc(parallelism=2, **LONG_PULLS), now=plane.now())
+    plane.plan("warm")
+    plane.report("warm", n0, "Pulling", bytes_done=10, bytes_total=100)
+    plane.report("warm", n1, "Pulling", bytes_done=10, bytes_total=100)
+    assert list_views(plane.store, namespace=None, now=plane.now())[0].silent_agents == 0
+    clock_of(plane).advance(3 * REPORT_INTERVAL_SECONDS)
+    plane.report("warm", n1, "Pulling", bytes_done=20, bytes_total=100)
+
+    # Then `get jobs` says so beside the job's message, and `watch` beside its counts
+    now = plane.now()
+    (view,) = list_views(plane.store, namespace=None, now=now)
+    assert view.silent_agents == 1
+    (row,) = [line for line in jobs_table([view], now=now).splitlines() if line.startswith("warm ")]
+    assert row.rstrip().endswith("job is running, progress 0.0%; 1 agent not reporting")
+    watched = view_job(plane.store, "default", "warm", now=now, with_tasks=True)
+    assert watch_state(watched).line().endswith("; 1 agent not reporting")

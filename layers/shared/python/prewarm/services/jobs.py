@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import PREWARM_API_VERSION, ImageListPullJob, ImagePullJob, JobState, job_key
+from prewarm.domain.liveness import is_silent
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.nodes import NodeWarm
@@ -259,6 +261,8 @@ class JobView:
     agents: frozenset[str] | None = None
     # How the job's nodes that joined with the startup taint warmed (`with_agents`, `Never` jobs).
     warm: dict[str, NodeWarm] = field(default_factory=dict)
+    # Nodes Pulling whose agent has not reported for a while (`prewarm.domain.liveness`): a dead agent.
+    silent_agents: int = 0
 
 
 def view_job(
@@ -299,7 +303,7 @@ def _view(store: JobStore, record: StoredJob, *, now: float, with_tasks: bool) -
             message=COMPLETED_MESSAGE if done else f"{sum(c.completion_time is not None for c in children)}"
             f"/{len(children)} images completed",
             completion_time=max((c.completion_time or 0 for c in children), default=None) if done else None,
-            children=children,
+            children=children, silent_agents=sum(c.silent_agents for c in children),
         )
     c = record.counters
     message = record.message or progress_message(c.desired, c.succeeded, c.failed, record.state == JobState.COMPLETED)
@@ -315,6 +319,7 @@ def _view(store: JobStore, record: StoredJob, *, now: float, with_tasks: bool) -
         record=record, desired=c.desired, active=c.active, succeeded=c.succeeded, failed=c.failed,
         failed_nodes=sorted(failed_nodes), message=message, completion_time=record.completion_time, tasks=tasks,
         excluded=store.get_excluded(record.key, shards=shards) if with_tasks and record.shards else [],
+        silent_agents=_silent(tasks, record, now) if record.is_dispatching else 0,
     )
 
 
@@ -360,9 +365,23 @@ def list_job_status(view: JobView) -> ImageListPullJobStatus:
 
 
 def list_views(store: JobStore, *, namespace: str | None, now: float) -> list[JobView]:
-    """Every top-level job (children of list jobs appear under their list job)."""
-    return [
+    """Every top-level job (children of list jobs appear under their list job). A running job with
+    active nodes has its nodes read, to count the silent agents among them."""
+    views = [
         _view(store, r, now=now, with_tasks=False)
         for r in sorted(store.list_jobs(), key=lambda r: (r.namespace, r.name))
         if not r.owner and (namespace is None or r.namespace == namespace)
     ]
+    for view in views:
+        for part in view.children or [view]:
+            record = part.record
+            if record.is_dispatching and record.counters.active and not part.tasks:
+                tasks = store.get_tasks(record.key, shards=record.ref.shards)
+                part.silent_agents = _silent(tasks, record, now)
+        if view.children:
+            view.silent_agents = sum(c.silent_agents for c in view.children)
+    return views
+
+
+def _silent(tasks: Iterable[NodeTaskRecord], record: StoredJob, now: float) -> int:
+    return sum(1 for t in tasks if t.round == record.round and is_silent(t, now=now))
