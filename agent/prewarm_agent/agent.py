@@ -211,6 +211,7 @@ class Agent:
         receiver = Receiver(
             queue, s, stopping=self._stopping, tasks=self.tasks, task_runs=self.task_runs, reports=self.reports,
             hold=self.warming, metrics=self.metrics, clock=self.clock, spawn=self._spawn, logger=self.log,
+            recreate=self._recreate_queue,
         )
         heartbeat = Heartbeat(queue, s, tasks=self.tasks, startup=self.startup, stop=self._background_stop,
                               logger=self.log)
@@ -236,6 +237,21 @@ class Agent:
                 if self._stop_requested.wait(delay) or self._stopping.is_set():
                     return None
                 delay = min(delay * 2, QUEUE_RETRY_MAX_SECONDS)
+
+    def _recreate_queue(self) -> str | None:
+        """The node queue made again after it was deleted; a refusal for good is retried as a transient one,
+        since the receive loop must not end while the agent runs."""
+        delay = 1.0
+        while not self._stopping.is_set():
+            try:
+                return self._ensure_queue()
+            except QueueError as e:
+                self.start_problem = str(e)
+                self.log.error("cannot create the node queue again, trying in %.0f s: %s", delay, e)
+                if self._stop_requested.wait(delay):
+                    return None
+                delay = min(delay * 2, QUEUE_RETRY_MAX_SECONDS)
+        return None
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"{name}-{self.settings.node_name}", daemon=True)

@@ -8,8 +8,9 @@ images goes to the startup taint's hold; anything unreadable is left for the dea
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
-from prewarm.adapters.sqs import QueueError
+from prewarm.adapters.sqs import QueueError, QueueGoneError
 from prewarm.domain.messages import (
     CancelTask,
     MessageError,
@@ -47,6 +48,7 @@ class Receiver:
         metrics: AgentMetrics,
         clock: Clock,
         spawn: Spawn,
+        recreate: Callable[[], str | None],
         logger: NodeLogger,
     ) -> None:
         self.queue = queue
@@ -59,6 +61,8 @@ class Receiver:
         self.metrics = metrics
         self.clock = clock
         self.spawn = spawn
+        # Makes the node queue again (with backoff while SQS refuses its name); None when stopping.
+        self.recreate = recreate
         self.log = logger
 
     def consume(self) -> None:
@@ -69,6 +73,15 @@ class Receiver:
                     wait_seconds=self.settings.receive_wait_seconds,
                     visibility_seconds=self.settings.node_queue_visibility_seconds,
                 )
+            except QueueGoneError as e:
+                # Deleted under the agent (by hand, or a sweep that took the node for departed): without
+                # its queue the node gets no task, so it is made again, as at start.
+                self.log.warning("the node queue is gone (%s); creating it again", e)
+                if (url := self.recreate()) is None:
+                    return  # stopping
+                self.queue.url = url
+                self.log.info("node queue created again: %s", url, extra={"queue_url": url})
+                continue
             except QueueError as e:
                 self.log.warning("receiving from the node queue failed, retrying in %gs: %s", pause, e)
                 self.stopping.wait(pause)

@@ -36,13 +36,17 @@ class QueueRetryableError(QueueError):
     """Throttling or a transient SQS failure: retry later."""
 
 
+class QueueGoneError(QueueError):
+    """The queue does not exist (deleted while in use): create it again to go on."""
+
+
 def queue_error(e: ClientError | BotoCoreError, what: str) -> QueueError:
     """The queue error for a botocore failure: connection problems and throttling are retryable."""
     if isinstance(e, BotoCoreError):
         return QueueRetryableError(f"{what}: {e}")
     error = e.response.get("Error", {})
     code = str(error.get("Code", ""))
-    cls = QueueRetryableError if code in _RETRYABLE else QueueError
+    cls = QueueRetryableError if code in _RETRYABLE else QueueGoneError if code in _MISSING else QueueError
     message = error.get("Message", "")
     return cls(f"{what}: {code or e}" + (f": {message}" if message else ""))
 

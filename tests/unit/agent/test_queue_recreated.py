@@ -1,0 +1,67 @@
+"""An agent whose node queue is deleted while it runs (by hand, or a sweep that took its node for departed)
+creates it again, waiting out SQS's refusal of a recently deleted name, and goes on receiving its tasks."""
+
+from __future__ import annotations
+
+import time
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from prewarm.adapters.sqs import NodeQueues
+from prewarm_agent.agent import Agent
+from prewarm_agent.node import NodeFacts
+from prewarm_agent.settings import AgentSettings
+from tests.support.agent import FakeCredentials, FakeRuntime
+from tests.support.waiting import eventually
+
+PREFIX = "prewarm-node"
+
+
+class NoContent:
+    def list_statuses(self, filters: object = ()) -> list[object]:
+        return []
+
+
+class NoLayers:
+    def layers(self, image: object, auth: object) -> dict[str, int]:
+        return {}
+
+
+@pytest.mark.aws_quotas(sqs_queue_name_reuse_s=2.0)
+def test_a_deleted_node_queue_is_created_again_and_consumed() -> None:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        settings = AgentSettings.from_env({
+            "NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": PREFIX, "AWS_REGION": "us-west-2",
+            "STATUS_QUEUE_URL": status, "HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": "0",
+            "RECEIVE_WAIT_SECONDS": "1",
+        })
+        agent = Agent(settings, cri=FakeRuntime(), content=NoContent(), sqs=sqs, credentials=FakeCredentials(),
+                      manifests=NoLayers(), node=lambda: NodeFacts(name="node-a"))
+        agent.start()
+        try:
+            queues = NodeQueues(PREFIX, status, client=sqs)
+            name = queues.queue_name("node-a")
+            # Given its queue deleted while the agent consumes it
+            assert agent.queue is not None
+            deleted_at = time.monotonic()
+            sqs.delete_queue(QueueUrl=agent.queue.url)
+
+            # Then the agent creates it again, once SQS allows the name (2 s here, 60 s on AWS) ...
+            def recreated() -> bool:
+                return name in {u.rsplit("/", 1)[1] for u in sqs.list_queues().get("QueueUrls", [])}
+
+            assert eventually(recreated, timeout=15)
+            assert time.monotonic() - deleted_at >= 2.0
+            # ... and its consumer goes on: a message sent to the new queue is received
+            assert agent.queue is not None and agent.queue.url.endswith(name)
+            sqs.send_message(QueueUrl=agent.queue.url, MessageBody="not a node message")
+            poison = {"kind": "poison"}
+            assert eventually(lambda: agent.metrics.sample("prewarm_agent_messages_received_total", poison) >= 1,
+                              timeout=10)
+            assert eventually(lambda: agent.readiness() is None, timeout=10), agent.readiness()
+        finally:
+            agent.stop(0)
