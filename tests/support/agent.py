@@ -115,6 +115,20 @@ class FakeRuntime:
         return call
 
 
+class NoContent:
+    """containerd's content store with no download in progress (the agent's progress source)."""
+
+    def list_statuses(self, filters: object = ()) -> list[object]:
+        return []
+
+
+class NoLayers:
+    """A registry whose manifests say nothing of layer sizes (the agent's layer source)."""
+
+    def layers(self, image: object, auth: object) -> dict[str, int]:
+        return {}
+
+
 @dataclass
 class FakeCredentials:
     auths: Sequence[RegistryAuth | None] = (None,)

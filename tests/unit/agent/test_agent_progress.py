@@ -13,7 +13,7 @@ from prewarm_agent.cri.errors import CriError
 from prewarm_agent.node import NodeFacts
 from prewarm_agent.pulls import TaskRun
 from prewarm_agent.settings import AgentSettings
-from tests.support.agent import NEVER, FakeCall, FakeCredentials, FakeRuntime, Ingest, make_run, make_task
+from tests.support.agent import NEVER, FakeCall, FakeCredentials, FakeRuntime, Ingest, NoLayers, make_run, make_task
 from tests.support.clock import Clock
 
 LAYER = "sha256:" + "a" * 64
@@ -36,10 +36,6 @@ class Status:
     def send(self, message: StatusReport | Hello) -> None:
         self.sent.append(message)
 
-
-class NoLayers:
-    def layers(self, image: object, auth: object) -> dict[str, int]:
-        return {}
 
 
 def make_agent(content: Content, clock: Clock, status: Status) -> Agent:

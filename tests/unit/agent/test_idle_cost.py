@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from prewarm_agent.agent import Agent
 from prewarm_agent.node import NodeFacts
 from prewarm_agent.settings import AgentSettings
-from tests.support.agent import CountingSqs, FakeCredentials, FakeRuntime
+from tests.support.agent import CountingSqs, FakeCredentials, FakeRuntime, NoContent, NoLayers
 from tests.support.clock import Clock
 from tests.support.waiting import eventually
 
@@ -27,14 +27,6 @@ def readiness_period() -> int:
     return int(container["readinessProbe"]["periodSeconds"])
 
 
-class NoContent:
-    def list_statuses(self, filters: Any = ()) -> list[Any]:
-        return []
-
-
-class NoLayers:
-    def layers(self, image: Any, auth: Any) -> dict[str, int]:
-        return {}
 
 
 def idle_agent(sqs: CountingSqs, clock: Clock) -> Agent:

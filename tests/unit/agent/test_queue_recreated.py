@@ -13,20 +13,12 @@ from prewarm.adapters.sqs import NodeQueues
 from prewarm_agent.agent import Agent
 from prewarm_agent.node import NodeFacts
 from prewarm_agent.settings import AgentSettings
-from tests.support.agent import FakeCredentials, FakeRuntime
+from tests.support.agent import FakeCredentials, FakeRuntime, NoContent, NoLayers
 from tests.support.waiting import eventually
 
 PREFIX = "prewarm-node"
 
 
-class NoContent:
-    def list_statuses(self, filters: object = ()) -> list[object]:
-        return []
-
-
-class NoLayers:
-    def layers(self, image: object, auth: object) -> dict[str, int]:
-        return {}
 
 
 @pytest.mark.aws_quotas(sqs_queue_name_reuse_s=2.0)

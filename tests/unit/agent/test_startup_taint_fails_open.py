@@ -18,21 +18,13 @@ from prewarm_agent.agent import Agent
 from prewarm_agent.node import NodeFacts
 from prewarm_agent.settings import AgentSettings
 from prewarm_agent.warming import EVENT_REASON
-from tests.support.agent import FakeCredentials, FakeRuntime
+from tests.support.agent import FakeCredentials, FakeRuntime, NoContent, NoLayers
 from tests.support.waiting import eventually
 
 TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 MAX_WARM = 2
 
 
-class NoContent:
-    def list_statuses(self, filters: object = ()) -> list[object]:
-        return []
-
-
-class NoLayers:
-    def layers(self, image: object, auth: object) -> dict[str, int]:
-        return {}
 
 
 class NodeApi:
