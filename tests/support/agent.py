@@ -228,3 +228,19 @@ class CountingSqs:
             return {}
 
         return call
+
+
+def agent_on_queues(sqs: Any, status_url: str, *, node: str = "node-a", prefix: str = "prewarm-node") -> Any:
+    """An `Agent` of `node` on these SQS queues (moto), with a runtime, content store and registry that
+    have nothing to say: for tests of how it finds, waits for and keeps its node queue."""
+    from prewarm_agent.agent import Agent
+    from prewarm_agent.node import NodeFacts
+    from prewarm_agent.settings import AgentSettings
+
+    settings = AgentSettings.from_env({
+        "NODE_NAME": node, "NODE_QUEUE_PREFIX": prefix, "AWS_REGION": "us-west-2",
+        "STATUS_QUEUE_URL": status_url, "HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": "0",
+        "RECEIVE_WAIT_SECONDS": "1",
+    })
+    return Agent(settings, cri=FakeRuntime(), content=NoContent(), sqs=sqs, credentials=FakeCredentials(),
+                 manifests=NoLayers(), node=lambda: NodeFacts(name=node))

@@ -10,15 +10,10 @@ import pytest
 from moto import mock_aws
 
 from prewarm.adapters.sqs import NodeQueues
-from prewarm_agent.agent import Agent
-from prewarm_agent.node import NodeFacts
-from prewarm_agent.settings import AgentSettings
-from tests.support.agent import FakeCredentials, FakeRuntime, NoContent, NoLayers
+from tests.support.agent import agent_on_queues
 from tests.support.waiting import eventually
 
 PREFIX = "prewarm-node"
-
-
 
 
 # moto would hand the name back at once; the limits layer refuses it as SQS does, here for 3 s.
@@ -30,13 +25,7 @@ def test_an_agent_waits_out_a_recently_deleted_queue_name_and_then_consumes() ->
         # Given the sweep deleted the queue of a node that left
         queues = NodeQueues(PREFIX, status, client=sqs)
         queues.delete_queue(queues.ensure_queue("node-a"))
-        settings = AgentSettings.from_env({
-            "NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": PREFIX, "AWS_REGION": "us-west-2",
-            "STATUS_QUEUE_URL": status, "HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": "0",
-            "RECEIVE_WAIT_SECONDS": "1",
-        })
-        agent = Agent(settings, cri=FakeRuntime(), content=NoContent(), sqs=sqs, credentials=FakeCredentials(),
-                      manifests=NoLayers(), node=lambda: NodeFacts(name="node-a"))
+        agent = agent_on_queues(sqs, status, prefix=PREFIX)
         # When a node of the same name starts its agent at once
         starting = threading.Thread(target=agent.start, daemon=True)
         starting.start()

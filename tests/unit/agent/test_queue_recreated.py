@@ -10,15 +10,10 @@ import pytest
 from moto import mock_aws
 
 from prewarm.adapters.sqs import NodeQueues
-from prewarm_agent.agent import Agent
-from prewarm_agent.node import NodeFacts
-from prewarm_agent.settings import AgentSettings
-from tests.support.agent import FakeCredentials, FakeRuntime, NoContent, NoLayers
+from tests.support.agent import agent_on_queues
 from tests.support.waiting import eventually
 
 PREFIX = "prewarm-node"
-
-
 
 
 @pytest.mark.aws_quotas(sqs_queue_name_reuse_s=2.0)
@@ -26,13 +21,7 @@ def test_a_deleted_node_queue_is_created_again_and_consumed() -> None:
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
         status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
-        settings = AgentSettings.from_env({
-            "NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": PREFIX, "AWS_REGION": "us-west-2",
-            "STATUS_QUEUE_URL": status, "HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": "0",
-            "RECEIVE_WAIT_SECONDS": "1",
-        })
-        agent = Agent(settings, cri=FakeRuntime(), content=NoContent(), sqs=sqs, credentials=FakeCredentials(),
-                      manifests=NoLayers(), node=lambda: NodeFacts(name="node-a"))
+        agent = agent_on_queues(sqs, status, prefix=PREFIX)
         agent.start()
         try:
             queues = NodeQueues(PREFIX, status, client=sqs)
