@@ -276,9 +276,9 @@ class Agent:
     def stop(self, grace: float) -> None:
         """Stop taking messages; let pulls finish for `grace` seconds, then cancel them.
 
-        Cancelled pulls report Cancelled (when they had started) and their messages become visible
-        again at once, so a restarted agent retries them. Tasks still waiting for a slot are released
-        without a report.
+        Cancelled pulls that had started report Pulling (`SHUTDOWN_MESSAGE`), not a final phase, and
+        their messages become visible again at once, so a restarted agent retries them. Tasks still
+        waiting for a slot are released without a report.
         """
         if self._stopped:
             return

@@ -63,9 +63,12 @@ class TaskRun:
     invisible while the run lives and deleted once the outcome is reported.
     """
 
-    def __init__(self, task: PullTask, delivery: Delivery, *, after: StatusReport | None = None) -> None:
+    def __init__(self, task: PullTask, delivery: Delivery, *, after: StatusReport | None = None,
+                 first_seq: int = 0) -> None:
         """`after`: the last report of an earlier run of the same task (a pull again after the image was
-        removed): this run's reports number on from it, so the control plane takes them as newer."""
+        removed): this run's reports number on from it, so the control plane takes them as newer.
+        `first_seq`: where a fresh run's `seq` starts; the agent passes the time in milliseconds, so a
+        run of a restarted agent (the task came back after a drain) reports newer than the old one's."""
         self.task = task
         self.key = (task.job_uid, task.round)
         self.deliveries = [delivery]
@@ -80,7 +83,7 @@ class TaskRun:
         self.started_at: float | None = None
         self.attempt_started_at: float | None = None
         self.shared: SharedPull | None = None
-        self._seq = after.seq if after is not None else 0
+        self._seq = max(after.seq if after is not None else 0, first_seq)
         self._attempt_base = after.attempt if after is not None else 0
         self._lock = threading.Lock()
 

@@ -138,6 +138,10 @@ class Receiver:
             extra={"message_id": message.delivery.message_id},
         )
 
+    def _first_seq(self) -> int:
+        """Milliseconds since the epoch: above every `seq` an earlier agent on this node sent."""
+        return int(self.clock.time() * 1000)
+
     def _task(self, task: PullTask, delivery: Delivery) -> None:
         key = (task.job_uid, task.round)
         context = {"job": task.job, "image": task.image, "round": task.round}
@@ -153,7 +157,7 @@ class Receiver:
                 kind = "duplicate"
             elif key in tasks.reported_gone:
                 tasks.reported_gone.discard(key)
-                again = TaskRun(task, delivery, after=tasks.outcomes.pop(key, None))
+                again = TaskRun(task, delivery, after=tasks.outcomes.pop(key, None), first_seq=self._first_seq())
                 tasks.runs[key] = again
                 tasks.threads[key] = self.spawn(lambda: self.task_runs.run(again), f"pull-{task.job_uid[:8]}")
                 kind = "again"
@@ -161,7 +165,7 @@ class Receiver:
                 finished = tasks.outcomes[key]
                 kind = "finished"
             else:
-                run = TaskRun(task, delivery)
+                run = TaskRun(task, delivery, first_seq=self._first_seq())
                 tasks.runs[key] = run
                 tasks.threads[key] = self.spawn(lambda: self.task_runs.run(run), f"pull-{task.job_uid[:8]}")
                 kind = "task"

@@ -20,6 +20,9 @@ from prewarm_agent.reporting import Reports
 from prewarm_agent.startup import NodeStartup
 from prewarm_agent.tasks import NodeTasks, Spawn
 
+#: The last report of a pull the agent's shutdown interrupted; its message goes back to the queue.
+SHUTDOWN_MESSAGE = "agent shutting down; the pull starts again when the agent restarts"
+
 
 class LayerSource(Protocol):
     def layers(self, image: Any, auth: Any) -> dict[str, int]: ...
@@ -62,7 +65,10 @@ class TaskRuns:
                 self.tasks.keep(run.key, run.task)
         if released:
             if run.pulling:
-                self.reports.send(report)
+                # Not Cancelled: a final phase would finish the node's part (and a one-node `Always`
+                # job) as failed, though the restarted agent pulls again. The node stays Pulling; if no
+                # agent comes back, the control plane fails it as silent.
+                self.reports.send(run.report(NodePhase.PULLING, message=SHUTDOWN_MESSAGE))
             self.reports.release(deliveries)
             self.log.info("released for a restarted agent (pulling: %s)", run.pulling, extra=_context(run))
             return

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from prewarm_agent.clock import SystemClock
-from prewarm_agent.pulls import PullCoordinator, TaskRun
+from prewarm_agent.pulls import Delivery, PullCoordinator, TaskRun
 from tests.support.agent import NEVER, FakeCall, make_run, make_task
 from tests.support.clock import Clock
 
@@ -162,3 +162,12 @@ def test_the_first_cancel_reason_is_kept() -> None:
     run.cancel("agent shutting down", shutdown=True)
 
     assert (run.cancel_reason, run.shutdown) == ("job deleted", False)
+
+
+def test_a_fresh_run_numbers_its_reports_from_first_seq_and_a_run_again_from_the_last_report() -> None:
+    # A restarted agent's run starts from the clock in ms: above anything the old agent sent.
+    fresh = TaskRun(make_task(), Delivery("m-2", "r-2"), first_seq=1_700_000_000_000)
+    assert fresh.report("Pulling").seq == 1_700_000_000_001
+
+    again = TaskRun(make_task(), Delivery("m-3", "r-3"), after=fresh.report("Succeeded"), first_seq=5)
+    assert again.report("Pulling").seq == 1_700_000_000_003

@@ -53,9 +53,11 @@ def test_backward_moves_are_rejected(current: NodePhase, new: NodePhase) -> None
 # --- Report ordering ------------------------------------------------------------------------------
 
 
-def test_report_keys_order_by_round_then_attempt_then_sequence() -> None:
+def test_report_keys_order_by_round_then_sequence() -> None:
     assert is_newer(ReportKey(1, 0, 0), ReportKey(0, 9, 9))
-    assert is_newer(ReportKey(0, 2, 0), ReportKey(0, 1, 7))
+    # A restarted agent's run: attempt 1 again, its seq started from the clock above the old run's
+    assert is_newer(ReportKey(0, 1, 1_700_000_000_001), ReportKey(0, 3, 40))
+    assert not is_newer(ReportKey(0, 3, 39), ReportKey(0, 1, 40))
     assert is_newer(ReportKey(0, 1, 8), ReportKey(0, 1, 7))
     assert not is_newer(ReportKey(0, 1, 7), ReportKey(0, 1, 7))
     assert not is_newer(ReportKey(0, 1, 6), ReportKey(0, 1, 7))
@@ -80,10 +82,11 @@ def test_a_delayed_pulling_report_does_not_undo_success() -> None:
     assert change is None
 
 
-def test_progress_reports_of_a_later_attempt_replace_earlier_ones() -> None:
-    pulling = task(P, attempt=1, seq=3)
-    assert report_change(pulling, report(P, attempt=2, seq=1), now=200) is not None
-    assert report_change(task(P, attempt=2, seq=1), report(P, attempt=1, seq=3), now=200) is None
+def test_progress_reports_are_ordered_by_seq_across_attempts_and_agent_restarts() -> None:
+    # A run's seq grows across its attempts; a restarted agent's run starts it above the old run's
+    assert report_change(task(P, attempt=1, seq=3), report(P, attempt=2, seq=4), now=200) is not None
+    assert report_change(task(P, attempt=3, seq=40), report(P, attempt=1, seq=1_700_000_000_001), now=200) is not None
+    assert report_change(task(P, attempt=2, seq=4), report(P, attempt=1, seq=3), now=200) is None
 
 
 def test_a_late_success_corrects_a_failure_declared_by_the_sweep() -> None:

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, NO_AGENT_ON_NODE, REPORT_INTERVAL_SECONDS
-from prewarm.domain.messages import Hello, PullTask
+from prewarm.domain.messages import Hello, PullTask, StatusReport
 from prewarm.services.jobs import apply_manifest, view_job
-from prewarm.services.reports import register_node
+from prewarm.services.reports import record_report, register_node
 from prewarm.services.schedules import repull_daily, sweep
+from prewarm_agent.running import SHUTDOWN_MESSAGE
 from prewarm_cli.output import describe_job
 from tests.support.clock import Clock
 from tests.support.cluster import make_node
@@ -260,3 +261,33 @@ def test_get_jobs_and_watch_say_how_many_agents_are_not_reporting(plane: Control
     assert row.rstrip().endswith("job is running, progress 0.0%; 1 agent not reporting")
     watched = view_job(plane.store, "default", "warm", now=now, with_tasks=True)
     assert watch_state(watched).line().endswith("; 1 agent not reporting")
+
+
+def test_a_drained_agent_leaves_its_node_pulling_and_the_restarted_agent_finishes_the_job(plane: ControlPlane) -> None:
+    # Given a one-node `Always` job whose agent is on its third attempt
+    clock = clock_of(plane)
+    (n0,) = nodes(plane, "n0")
+    apply_manifest(plane.store, job_doc(**LONG_PULLS), now=plane.now())
+    plane.plan("warm")
+    task = tasks(plane, n0)[n0]
+    old_base = int(plane.now() * 1000)
+
+    def send(phase: str, attempt: int, seq: int, message: str = "") -> bool:
+        report = StatusReport(job=task.job, job_uid=task.job_uid, round=task.round, node=n0, phase=phase,
+                              attempt=attempt, seq=seq, message=message)
+        return record_report(plane.store, plane.queues, report, now=plane.now()).applied
+
+    assert send("Pulling", 3, old_base + 40)
+    # When the node is drained: the agent's last report, and a restarted agent's run (attempt 1 again)
+    assert send("Pulling", 3, old_base + 41, SHUTDOWN_MESSAGE)
+    assert view_job(plane.store, "default", "warm", now=plane.now()).completion_time is None
+    clock.advance(90)
+    new_base = int(plane.now() * 1000)
+    for i in range(1, 10):  # progress every 5 s: the node is not silent
+        assert send("Pulling", 1, new_base + i)
+        clock.advance(REPORT_INTERVAL_SECONDS)
+        assert run_sweep(plane).silent_nodes == []
+    # Then the restarted agent's Succeeded completes the job with no failed node
+    assert send("Succeeded", 1, new_base + 10)
+    view = view_job(plane.store, "default", "warm", now=plane.now())
+    assert (view.message, view.succeeded, view.failed) == ("job has completed", 1, 0)

@@ -126,7 +126,8 @@ class StatusReport(_Message, JobRef):
     kind: Literal["status"] = "status"
     phase: NodePhase
     attempt: Count = 1
-    seq: Count = Field(default=0, description="increases with every report of one pull")
+    seq: Count = Field(default=0, description="increases with every report of one pull; a fresh run starts "
+                                              "it from the clock (ms)")
     bytes_done: Count | None = None
     bytes_total: Count | None = None
     image_id: str | None = None

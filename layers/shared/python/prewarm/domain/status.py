@@ -61,8 +61,13 @@ class ReportKey(NamedTuple):
 
 
 def is_newer(report_key: ReportKey, stored_key: ReportKey) -> bool:
-    """Whether a report with `report_key` was sent after the one stored with `stored_key`."""
-    return tuple(report_key) > tuple(stored_key)
+    """Whether a report with `report_key` was sent after the one stored with `stored_key`.
+
+    Within a round `seq` alone orders them: it grows with every report of a run, across its attempts,
+    and a run of a restarted agent starts it above the old run's (from the clock), while its `attempt`
+    starts again at 1.
+    """
+    return (report_key.round, report_key.seq) > (stored_key.round, stored_key.seq)
 
 
 # --- Node items and job counters ----------------------------------------------------------------
