@@ -126,7 +126,8 @@ def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: 
     nodes = status_nodes(env)
     assert nodes["gpu-1"][0] == "running" and nodes["bare-1"] == ["none", "-", "-", "-"]
     registered = run(env, "--local", "get", "node", "gpu-1").stdout.splitlines()[1].split()
-    assert registered[:3] == ["gpu-1", registered[1], "g5.xlarge"]
+    assert registered[:4] == ["gpu-1", "Registered", registered[2], "g5.xlarge"]
+    assert run(env, "--local", "get", "node", "bare-1").stdout.splitlines()[1].split()[:2] == ["bare-1", "Absent"]
 
     # agent stop (drains and exits), start, kill (at once)
     pid = int(nodes["gpu-1"][1])
