@@ -166,44 +166,8 @@ def rules_table(rules: Sequence[dict[str, Any]]) -> str:
     return table(["NAME", "REPOSITORIES", "TAGS", "NAMESPACE", "AGE"], rows)
 
 
-def _labels(labels: dict[str, str]) -> str:
+def labels_text(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or NONE
-
-
-# Well-known labels shown as columns of `get nodes` (kubectl's -L): a node's full labels run to hundreds
-# of characters, so they are shown only with --show-labels or -o wide.
-NODE_LABEL_COLUMNS = (
-    ("INSTANCE-TYPE", "node.kubernetes.io/instance-type"),
-    ("ZONE", "topology.kubernetes.io/zone"),
-)
-
-
-def warm_column(node: RegisteredNode, *, now: float) -> str:
-    """The startup taint in a word: `12s` (warm that long after the agent's hello), `timeout 15m` (came
-    off at the deadline, images missing), `warming` (still held), or `<none>` (joined without it)."""
-    if node.warm is not None:
-        if node.warm.outcome == "warm":
-            return human_age(node.warm.hello_to_warm)
-        return f"timeout {human_age(node.warm.join_to_warm)}"
-    if node.warm_until is not None:
-        return "warming" if now < node.warm_until else "warming (deadline passed)"
-    return NONE
-
-
-def nodes_table(nodes: Sequence[RegisteredNode], *, now: float, wide: bool = False, show_labels: bool = False) -> str:
-    """The registered agents: NAME ARCH INSTANCE-TYPE ZONE LAST-HELLO WARM; `wide` adds QUEUE, OS,
-    QUEUE-URL and LABELS, `show_labels` adds LABELS."""
-    headers = ["NAME", "ARCH", *(title for title, _ in NODE_LABEL_COLUMNS), "LAST-HELLO", "WARM"]
-    headers += ["QUEUE", "OS", "QUEUE-URL"] if wide else []
-    headers += ["LABELS"] if wide or show_labels else []
-    rows = []
-    for n in nodes:
-        row = [n.name, n.architecture or UNKNOWN, *(n.labels.get(key) or NONE for _, key in NODE_LABEL_COLUMNS),
-               f"{human_age(now - n.last_hello)} ago", warm_column(n, now=now)]
-        row += [n.queue_url.rsplit("/", 1)[-1] or NONE, n.os or UNKNOWN, n.queue_url or NONE] if wide else []
-        row += [_labels(n.labels)] if wide or show_labels else []
-        rows.append(row)
-    return table(headers, rows)
 
 
 def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
@@ -238,7 +202,7 @@ def describe_node(node: RegisteredNode, *, now: float) -> str:
     state, details = _warm_lines(node, now=now)
     lines = _fields([
         ("Name", node.name), ("Architecture", node.architecture or UNKNOWN), ("OS", node.os or UNKNOWN),
-        ("Labels", _labels(node.labels)), ("Queue", node.queue_url or NONE),
+        ("Labels", labels_text(node.labels)), ("Queue", node.queue_url or NONE),
         ("Last Hello", _when(node.last_hello, now)), ("Startup Taint", state),
     ])
     return "\n".join(lines + details)
@@ -265,31 +229,6 @@ def job_document(view: JobView) -> dict[str, Any]:
 def rule_document(rule: dict[str, Any]) -> dict[str, Any]:
     doc: dict[str, Any] = copy.deepcopy(rule)
     return doc
-
-
-def node_document(node: RegisteredNode) -> dict[str, Any]:
-    """A registered agent's node, Kubernetes-shaped."""
-    return {
-        "apiVersion": "prewarm.dev/v1alpha1",
-        "kind": "RegisteredNode",
-        "metadata": {"name": node.name, "labels": dict(node.labels)},
-        "status": {"architecture": node.architecture, "os": node.os, "queueUrl": node.queue_url,
-                   "lastHello": rfc3339(node.last_hello), **_warm_status(node)},
-    }
-
-
-def _warm_status(node: RegisteredNode) -> dict[str, Any]:
-    if node.warm is not None:
-        w = node.warm
-        return {"startupTaint": {
-            "outcome": w.outcome, "joinedAt": rfc3339(w.joined_at), "helloAt": rfc3339(w.hello_at),
-            "removedAt": rfc3339(w.warm_at), "helloToWarmSeconds": round(w.hello_to_warm, 3),
-            "joinToWarmSeconds": round(w.join_to_warm, 3), "missing": list(w.missing),
-            "missingTotal": w.missing_total,
-        }}
-    if node.warm_until is not None:
-        return {"startupTaint": {"outcome": "warming", "deadline": rfc3339(node.warm_until)}}
-    return {}
 
 
 def object_name(doc: dict[str, Any]) -> str:
@@ -376,8 +315,8 @@ def describe_job(view: JobView, *, now: float) -> str:
     meta = job.metadata
     lines = _fields([
         ("Name", r.name), ("Namespace", r.namespace), ("Kind", r.api_kind), ("API Version", job.api_version),
-        ("UID", r.uid), ("Created", _when(r.created_at, now)), ("Labels", _labels(meta.labels or {})),
-        ("Annotations", _labels(meta.annotations or {})),
+        ("UID", r.uid), ("Created", _when(r.created_at, now)), ("Labels", labels_text(meta.labels or {})),
+        ("Annotations", labels_text(meta.annotations or {})),
     ])
     if r.owner:
         lines += _fields([("Owner", f"ImageListPullJob {r.owner}")])
@@ -402,7 +341,7 @@ def describe_job(view: JobView, *, now: float) -> str:
         ("Image Pull Policy", spec.image_pull_policy),
         ("Completion Policy", policy),
         ("Pull Secrets", ", ".join(spec.pull_secrets or []) or NONE),
-        ("Sandbox Config", _labels({**(sandbox.labels or {}), **(sandbox.annotations or {})}) if sandbox else NONE),
+        ("Sandbox Config", labels_text({**(sandbox.labels or {}), **(sandbox.annotations or {})}) if sandbox else NONE),
     ], "  ")
     lines.append("Status:")
     status_pairs: list[tuple[str, object]] = [("State", r.state), ("Generation", r.generation)]

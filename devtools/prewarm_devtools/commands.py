@@ -277,8 +277,10 @@ def local_status() -> int:
         lines.append(f"nodes ({len(nodes)}):")
         from prewarm_cli.output import table
 
-        rows = [[n["name"], n["agent"], n["pid"] or "-", n["containerd_pid"] or "-"] for n in nodes]
-        lines.append(table(["NAME", "AGENT", "PID", "CONTAINERD-PID"], rows, indent="  ") if rows else "  none")
+        rows = [[n["name"], n["agent"], n["pid"] or "-", n["containerd_pid"] or "-", n.get("exit") or "-"]
+                for n in nodes]
+        lines.append(table(["NAME", "AGENT", "PID", "CONTAINERD-PID", "LAST-EXIT"], rows, indent="  ")
+                     if rows else "  none")
     click.echo("\n".join(lines))
     return EXIT_OK if alive else EXIT_FAILURE
 

@@ -187,8 +187,6 @@ class LocalMode:
         self.agent_token = f"agent-{secrets.token_urlsafe(24)}"
         self.agent_daemonset: Any = None
         self._starting = False
-        # How each stopped agent went (`prewarm local agent stop|kill`), for its pod's status.
-        self._agent_exits: dict[str, str] = {}
 
     @property
     def logs_dir(self) -> Path:
@@ -244,7 +242,12 @@ class LocalMode:
             return AgentState.ABSENT
         if node.agent.state == "running":
             return AgentState.RUNNING
-        return AgentState(self._agent_exits.get(name, AgentState.EXITED))
+        ended = node.agent.last_exit
+        if ended is not None and ended.requested == "stop":
+            return AgentState.STOPPED
+        if ended is not None and ended.signal_name == "SIGKILL":
+            return AgentState.KILLED
+        return AgentState.EXITED
 
     def _reconcile_agents(self) -> None:
         if self.agent_daemonset is not None:
@@ -583,9 +586,11 @@ class LocalMode:
         outputs = self.stack.outputs()
         state.env.update({name: outputs[key] for key, name in STACK_OUTPUTS.items() if outputs.get(key)})
         state.env["CREDENTIALS_CONFIG"] = json.dumps(self.credentials_config())
-        # How often the sweep and the daily round run, which `prewarm doctor` judges their last runs by.
+        # How often the sweep and the daily round run, which `prewarm doctor` judges their last runs by, and
+        # the sweep's grace on a startup taint, which `prewarm get nodes` times its removal by.
         assert self.stack.resolver is not None
-        for parameter, name in (("SweepSchedule", "SWEEP_SCHEDULE"), ("RepullSchedule", "REPULL_SCHEDULE")):
+        for parameter, name in (("SweepSchedule", "SWEEP_SCHEDULE"), ("RepullSchedule", "REPULL_SCHEDULE"),
+                                ("StartupTaintGraceSeconds", "STARTUP_TAINT_GRACE_SECONDS")):
             state.env[name] = str(self.stack.resolver.resolve({"Ref": parameter}))
         if self.kube is not None:
             # EKS keeps access entries; here the embedded API does, so the state says what they are.
@@ -661,7 +666,6 @@ class LocalMode:
             shutil.rmtree(node.containerd.base_dir, ignore_errors=True)
         if self.kube is not None:
             self.kube.remove_object("nodes", name)
-        self._agent_exits.pop(name, None)
         self._reconcile_agents()
         return {"name": name, "removed": True, "had_agent": node is not None}
 
@@ -685,23 +689,23 @@ class LocalMode:
                 raise ControlError(f'the agent of "{name}" is already running (pid {node.agent.pid})')
             node.agent.start()
             self._record_child(f"agent of {name}", node.agent)
-            self._agent_exits.pop(name, None)
         elif not running:
-            raise ControlError(f'the agent of "{name}" is not running')
+            raise ControlError(f'the agent of "{name}" is not running ({node.agent.state})')
         elif action == "stop":
-            self._agent_exits[name] = "stopped"
             node.agent.stop(float(node.agent.settings.shutdown_grace_seconds) + 5)
         else:
-            self._agent_exits[name] = "killed"
             node.agent.kill()
         self._reconcile_agents()
         return self._node_status(name)
 
     def _node_status(self, name: str) -> dict[str, Any]:
+        from prewarm_devtools.node.agent import NONE, exit_note
+
         node = self.nodes.get(name)
         if node is None:
-            return {"name": name, "agent": "none", "pid": None, "containerd_pid": None}
-        return {"name": name, "agent": node.agent.state, "pid": node.agent.pid,
+            return {"name": name, "agent": NONE, "pid": None, "containerd_pid": None, "exit": None}
+        state = node.agent.state
+        return {"name": name, "agent": state, "pid": node.agent.pid, "exit": exit_note(node.agent.last_exit, state),
                 "containerd_pid": node.containerd.pid,
                 "agent_kind": "container" if self.agent_image is not None
                 else "process" if self.agent_processes else "in-process"}

@@ -67,7 +67,8 @@ def stack(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
 def status_nodes(env: dict[str, str]) -> dict[str, list[str]]:
     out = run(env, "local", "status").stdout.splitlines()
     start = next(i for i, line in enumerate(out) if line.startswith("nodes ("))
-    return {cells[0]: cells[1:] for cells in (line.split() for line in out[start + 2:])}
+    # NAME AGENT PID CONTAINERD-PID LAST-EXIT, the last in words
+    return {cells[0]: cells[1:] for cells in (line.split(maxsplit=4) for line in out[start + 2:])}
 
 
 def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: dict[str, str]) -> None:
@@ -76,8 +77,8 @@ def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: 
     assert status.returncode == 0, status.stderr
     for endpoint in ("aws:", "kubernetes:", "registry:", "registry (nodes, limited):", "control:"):
         assert f"  {endpoint}" in status.stdout
-    (first, (agent, pid, _containerd)), = status_nodes(env).items()
-    assert agent == "running" and process_running(int(pid))
+    (first, (agent, pid, _containerd, last_exit)), = status_nodes(env).items()
+    assert agent == "running" and process_running(int(pid)) and last_exit == "-"
 
     # The cluster admin's kubeconfig beside the state file (the official client's view of it is tested in
     # tests/integration/cli/test_local_mode.py, kubectl's in tests/e2e/test_resource_jobs.py)
@@ -123,21 +124,31 @@ def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: 
     assert bare.stdout == "node/bare-1 added, no agent\n"
     assert run(env, "local", "node", "add", "gpu-1").returncode == 1  # already there
     nodes = status_nodes(env)
-    assert nodes["gpu-1"][0] == "running" and nodes["bare-1"] == ["none", "-", "-"]
+    assert nodes["gpu-1"][0] == "running" and nodes["bare-1"] == ["none", "-", "-", "-"]
     registered = run(env, "--local", "get", "node", "gpu-1").stdout.splitlines()[1].split()
-    assert registered[:3] == ["gpu-1", registered[1], "g5.xlarge"]
+    assert registered[:4] == ["gpu-1", "Registered", registered[2], "g5.xlarge"]
+    assert run(env, "--local", "get", "node", "bare-1").stdout.splitlines()[1].split()[:2] == ["bare-1", "Absent"]
 
     # agent stop (drains and exits), start, kill (at once)
     pid = int(nodes["gpu-1"][1])
     stopped = run(env, "local", "agent", "stop", "gpu-1")
     assert stopped.stdout == "agent of gpu-1 stopped\n" and not process_running(pid)
-    assert status_nodes(env)["gpu-1"][:2] == ["stopped", "-"]
+    gpu = status_nodes(env)["gpu-1"]
+    assert (gpu[:2], gpu[3]) == (["stopped", "-"], "exit code 0, on request")
     assert run(env, "local", "agent", "stop", "gpu-1").returncode == 1
     restarted = run(env, "local", "agent", "start", "gpu-1")
     new_pid = int(restarted.stdout.split("pid ")[1].rstrip(")\n"))
     assert new_pid != pid and process_running(new_pid)
     killed = run(env, "local", "agent", "kill", "gpu-1")
     assert killed.stdout == "agent of gpu-1 killed\n" and not process_running(new_pid)
+    gpu = status_nodes(env)["gpu-1"]
+    assert (gpu[0], gpu[3]) == ("killed", "killed by SIGKILL, on request")
+    # an agent killed by someone else (kill -9, the OOM killer) is dead, not stopped (issue #25)
+    restarted = run(env, "local", "agent", "start", "gpu-1")
+    os.kill(int(restarted.stdout.split("pid ")[1].rstrip(")\n")), signal.SIGKILL)
+    time.sleep(0.5)
+    gpu = status_nodes(env)["gpu-1"]
+    assert (gpu[:2], gpu[3]) == (["dead", "-"], "killed by SIGKILL, unexpectedly")
     assert run(env, "local", "agent", "start", "nope").returncode == 1
 
     removed = run(env, "local", "node", "remove", "gpu-1")

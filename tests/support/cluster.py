@@ -99,6 +99,21 @@ class FakeCluster:
     def list_nodes(self, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
         return list(self.nodes)
 
+    def list_objects(self, api_version: str, plural: str, namespace: str | None = None,
+                     label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
+        """Events (`events`), with the API server's `a.b=value` field selector terms; nothing else is kept."""
+        if plural != "events":
+            return []
+        terms = [term.split("=", 1) for term in (field_selector or "").split(",") if term]
+
+        def at(obj: Any, path: str) -> Any:
+            for part in path.split("."):
+                obj = (obj or {}).get(part)
+            return obj
+
+        return [e for e in self.events if all(str(at(e, path)) == value for path, value in terms)
+                and (namespace is None or at(e, "metadata.namespace") == namespace)]
+
     def get_node(self, name: str) -> dict[str, Any] | None:
         return next((n for n in self.nodes if n["metadata"]["name"] == name), None)
 

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:
-    pass
-
+from prewarm_cli.commands.install import _cluster_options
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
-from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
+from prewarm_cli.options import current_store, current_target, namespace_option, resource_name, target_options
+
+if TYPE_CHECKING:
+    from prewarm.services.nodes import NodesView
 
 
 @click.command()
@@ -22,11 +23,17 @@ from prewarm_cli.options import current_store, namespace_option, resource_name, 
 @click.option("-o", "--output", type=click.Choice(["wide", "yaml", "json", "name"]),
               help="wide: more columns; yaml/json: the manifests with their status; name: kind/name only.")
 @click.option("--show-labels", is_flag=True, help="Nodes: add a LABELS column with every label.")
+@_cluster_options
 @target_options
 @click.pass_context
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,
-        output: str | None, show_labels: bool) -> int:
-    """List jobs (Kruise's columns), rules or registered nodes; or show the named ones."""
+        output: str | None, show_labels: bool, kubeconfig: str | None, context: str | None) -> int:
+    """List jobs (Kruise's columns), rules or nodes; or show the named ones.
+
+    \b
+    Nodes: every node of the cluster and every node whose agent said hello, with its agent
+    (Registered, NotReporting, Absent) and why its startup taint is as it is.
+    """
     kind = resource_name(resource, ("jobs", "rules", "nodes"), "get")
     if all_namespaces and names:
         raise click.UsageError("a job cannot be retrieved by name across all namespaces: use -n instead of -A")
@@ -35,6 +42,7 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
     store = current_store(ctx)
     now = time.time()
     missing: list[str] = []
+    summary = ""
     if kind == "jobs":
         from prewarm.services.jobs import JobNotFoundError, list_views, view_job
 
@@ -60,24 +68,48 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
         text = cli_output.rules_table(rules)
         empty = "No rules found."
     else:
-        nodes = sorted(store.list_nodes(), key=lambda n: n.name)
+        from prewarm_cli import node_output
+
+        view = _view_nodes(ctx, kubeconfig, context, now=now)
+        states = view.nodes
         if names:
-            known = {n.name for n in nodes}
-            missing = [f'node "{n}" not registered' for n in names if n not in known]
-            nodes = [n for n in nodes if n.name in names]
-        docs = [cli_output.node_document(n) for n in nodes]
-        text = cli_output.nodes_table(nodes, now=now, wide=output == "wide", show_labels=show_labels)
-        empty = "No nodes have registered: no agent has said hello yet."
+            states, missing = node_output.names_found(states, names)
+        for problem in view.problems:
+            click.echo(f"warning: {problem}", err=True)
+        docs = [node_output.node_document(s, now=now) for s in states]
+        text = node_output.nodes_table(states, now=now, wide=output == "wide", show_labels=show_labels)
+        # How many nodes lack a working agent, as `get jobs` counts them per job: on stderr, below the table.
+        summary = node_output.nodes_summary(states) if output not in ("yaml", "json", "name") else ""
+        empty = "No nodes found: the cluster has none and no agent has said hello."
     if docs:
         if output in ("yaml", "json", "name"):
             click.echo(cli_output.render_documents(docs, output, single=len(names) == 1))
         else:
             click.echo(text)
+            if summary:
+                click.echo(summary, err=True)
     elif not names:
         click.echo(empty, err=True)
     for problem in missing:
         click.echo(f"error: {problem}", err=True)
     return EXIT_FAILURE if missing else EXIT_OK
+
+
+def _view_nodes(ctx: click.Context, kubeconfig: str | None, context: str | None, *, now: float) -> NodesView:
+    """The nodes as the table and the cluster show them; without a cluster to reach, the table's alone."""
+    from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
+    from prewarm.services.nodes import view_nodes
+    from prewarm.services.ports import ClusterError
+
+    target = current_target(ctx)
+    # The sweep's StartupTaintGraceSeconds (a stack parameter, which the target's environment carries).
+    grace = float(target.env.get("STARTUP_TAINT_GRACE_SECONDS") or STARTUP_TAINT_GRACE_SECONDS)
+    try:
+        cluster = target.cluster(kubeconfig, context)
+    except ClusterError as e:
+        return view_nodes(current_store(ctx), None, now=now, grace=grace, unreachable=f"cannot reach the cluster ({e})")
+    with cluster:
+        return view_nodes(current_store(ctx), cluster, now=now, grace=grace)
 
 
 # --- describe ------------------------------------------------------------------------------------

@@ -30,10 +30,13 @@ STACK_OUTPUTS = {
     "RefreshEcrCredentialsRoleArn": "REFRESH_ECR_CREDENTIALS_ROLE_ARN",
     "SyncResourcesRoleArn": "SYNC_RESOURCES_ROLE_ARN",
 }
-# Stack parameters `prewarm install` reads: what the credential refresher writes into the cluster.
+# Stack parameters the CLI reads: what the credential refresher writes into the cluster (`prewarm install`),
+# and the sweep's grace.
 STACK_PARAMETERS = {
     "CredentialsConfig": "CREDENTIALS_CONFIG",
     "CredentialsConfigParameter": "CREDENTIALS_CONFIG_PARAMETER",
+    # When the sweep removes a startup taint no agent removed (`get nodes` says when).
+    "StartupTaintGraceSeconds": "STARTUP_TAINT_GRACE_SECONDS",
 }
 _REQUIRED_OUTPUTS = ("JobsTableName", "StatusQueueUrl", "NodeQueuePrefix")
 

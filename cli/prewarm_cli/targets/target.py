@@ -77,6 +77,9 @@ class Target:
 
         if kubeconfig:
             return KubeCluster.from_kubeconfig(kubeconfig, context)
+        if self.local and not self.env.get("KUBE_API_ENDPOINT"):
+            # Never ask AWS's real EKS about a local stack's cluster name.
+            raise ClusterConfigError(f"{self.description} serves no Kubernetes API: pass --kubeconfig")
         names = {"CLUSTER_NAME", "KUBE_API_ENDPOINT", "KUBE_CA_DATA"}
         settings = Settings.from_env({**{k: v for k, v in self.env.items() if k in names},
                                       "TABLE_NAME": self.table_name})

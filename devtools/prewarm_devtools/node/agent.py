@@ -1,18 +1,43 @@
 """A node's agent in local mode: a process of its own (`python -m prewarm_agent`, as the DaemonSet runs
 it) or, for callers that need its internals, the `Agent` object in this process. Both answer `start`,
-`stop` (SIGTERM: drain, then exit), `kill` (SIGKILL: a crash), `state` and `pid`."""
+`stop` (SIGTERM: drain, then exit), `kill` (SIGKILL: a crash), `state`, `last_exit` and `pid`."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from prewarm_devtools.node.process import DaemonBacked, DaemonProcess
+from prewarm_devtools.node.process import DaemonBacked, DaemonProcess, ProcessExit
 
 # What the agent logs once it has said hello and consumes its queue.
 _READY_LINE = '"consuming '
+
+RUNNING = "running"
+STOPPED = "stopped"  # `stop` ended it (SIGTERM: `prewarm local agent stop`, or a test)
+KILLED = "killed"  # `kill` ended it (SIGKILL: `prewarm local agent kill`, or a test)
+DEAD = "dead"  # it ended without being asked: crashed, exited, or killed by someone else
+NONE = "none"  # the node has no agent
+
+
+def agent_state(running: bool, last_exit: ProcessExit | None) -> str:
+    """What `prewarm local status` says of an agent: `running`, `stopped`, `killed` or `dead`."""
+    if running:
+        return RUNNING
+    requested = last_exit.requested if last_exit is not None else ""
+    return {"stop": STOPPED, "kill": KILLED}.get(requested, DEAD)
+
+
+def exit_note(last_exit: ProcessExit | None, state: str) -> str | None:
+    """How an agent that is not running ended, for `prewarm local status`: `killed by SIGKILL,
+    unexpectedly`, `exit code 0, on request`; None while it runs."""
+    if state in (RUNNING, NONE):
+        return None
+    if last_exit is None:
+        return "ended unexpectedly (exit status unknown)"
+    return f"{last_exit.cause}, {'on request' if last_exit.requested else 'unexpectedly'}"
 
 
 class AgentProcess(DaemonBacked):
@@ -30,8 +55,8 @@ class AgentProcess(DaemonBacked):
 
     @property
     def state(self) -> str:
-        """`running` or `stopped`."""
-        return "running" if self.running else "stopped"
+        """`running`, `stopped`, `killed` or `dead` (`agent_state`)."""
+        return agent_state(self.running, self.last_exit)
 
     def start(self) -> None:
         """Start the process and wait until it consumes its queue (it said hello)."""
@@ -61,6 +86,8 @@ class InProcessAgent:
 
         self.settings = AgentSettings.from_env(values)
         self.agent: Any = None
+        # A thread cannot die on its own here: only `stop` and `kill` end it.
+        self.last_exit: ProcessExit | None = None
 
     @property
     def pid(self) -> int | None:
@@ -72,7 +99,7 @@ class InProcessAgent:
 
     @property
     def state(self) -> str:
-        return "running" if self.agent is not None else "stopped"
+        return agent_state(self.agent is not None, self.last_exit)
 
     def start(self) -> None:
         from prewarm_agent.agent import Agent
@@ -80,15 +107,20 @@ class InProcessAgent:
         agent = Agent(self.settings)
         agent.start()
         self.agent = agent
+        self.last_exit = None
 
     def stop(self, grace: float) -> None:
         if self.agent is not None:
             self.agent.stop(grace)
             self.agent = None
+            self.last_exit = ProcessExit(0, "stop")
 
     def kill(self) -> None:
         """As close to a crash as a thread gets: stop at once, without draining."""
-        self.stop(0)
+        if self.agent is not None:
+            self.agent.stop(0)
+            self.agent = None
+            self.last_exit = ProcessExit(-signal.SIGKILL, "kill")
 
     def __getattr__(self, name: str) -> Any:
         # `node.agent.metrics`, `node.agent.http_port`...: the running Agent's own attributes.

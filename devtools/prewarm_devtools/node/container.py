@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prewarm_devtools.node.agent import agent_state
 from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.process import ProcessExit
 
 # Kubernetes' `drop: [ALL]`: every capability a container gets by default (containerd's defaults, as
 # `ctr run` takes them one by one).
@@ -147,8 +149,9 @@ class AgentContainer:
         self.start_timeout = start_timeout
         self.container_id = f"prewarm-agent-{node}"[:64]
         self._pid: int | None = None
-        # How the container's last run ended (None: it has not ended yet).
+        # How the container's last run ended (None: it has not ended yet), and whether `stop` or `kill` ended it.
         self.exit_status: int | None = None
+        self._requested = ""
 
     @property
     def http_port(self) -> int:
@@ -175,7 +178,7 @@ class AgentContainer:
         self.ctr("run", "--detach", f"--log-uri=file://{self.log_path}", *self.run.flags, *env,
                  self.reference, self.container_id)
         self._pid = self._task_pid()
-        self.exit_status = None
+        self.exit_status, self._requested = None, ""
         deadline = time.monotonic() + self.start_timeout
         while not self._logged_since(offset):
             if not self.running:
@@ -215,8 +218,16 @@ class AgentContainer:
         return task is not None and task[1] == "RUNNING"
 
     @property
+    def last_exit(self) -> ProcessExit | None:
+        """How the last run ended, once `stop` or `kill` removed its task (a task that died on its own
+        keeps its status in containerd until then: None)."""
+        if self.exit_status is None:
+            return None
+        return ProcessExit.of_wait_status(self.exit_status, self._requested)
+
+    @property
     def state(self) -> str:
-        return "running" if self.running else "stopped"
+        return agent_state(self.running, self.last_exit)
 
     @property
     def pid(self) -> int | None:
@@ -235,6 +246,7 @@ class AgentContainer:
         if not self.running:
             self._remove_leftover()
             return
+        self._requested = "stop"
         self.signal("SIGTERM")
         deadline = time.monotonic() + float(self.run.env.get("SHUTDOWN_GRACE_SECONDS", "25")) + grace
         while self.running and time.monotonic() < deadline:
@@ -246,6 +258,7 @@ class AgentContainer:
     def kill(self) -> None:
         """SIGKILL, as a crashed agent (or an OOM kill)."""
         if self.running:
+            self._requested = "kill"
             self.signal("SIGKILL")
         self._remove_leftover()
 

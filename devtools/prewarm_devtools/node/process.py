@@ -16,11 +16,42 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
 class DaemonStartError(RuntimeError):
     """A daemon exited or never became ready; the message ends with the tail of its log."""
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    """How a daemon's last run ended: its return code as `Popen` gives it (negative: the signal that
+    killed it), and `requested`, what ended it on the operator's or a test's request (`stop`: SIGTERM,
+    `kill`: SIGKILL), empty when nobody here asked (it crashed, exited, or someone else killed it)."""
+
+    returncode: int
+    requested: str = ""
+
+    @classmethod
+    def of_wait_status(cls, status: int, requested: str = "") -> ProcessExit:
+        """From a shell-style exit status (a container's: 128 + N for signal N)."""
+        return cls(-(status - 128) if 128 < status < 160 else status, requested)
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+    @property
+    def cause(self) -> str:
+        """`killed by SIGKILL` or `exit code 1`."""
+        name = self.signal_name
+        return f"killed by {name}" if name else f"exit code {self.returncode}"
 
 
 def free_port() -> int:
@@ -117,6 +148,7 @@ class DaemonProcess:
         self.log_path = log_path
         self.env = env
         self._process: subprocess.Popen[bytes] | None = None
+        self._last_exit: ProcessExit | None = None
 
     @property
     def pid(self) -> int | None:
@@ -134,10 +166,20 @@ class DaemonProcess:
         """True while the process has not exited."""
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def last_exit(self) -> ProcessExit | None:
+        """How the last run ended; None while it runs or before it started."""
+        process = self._process
+        if process is not None:
+            code = process.poll()
+            return None if code is None else ProcessExit(code)  # ended without `stop` or `kill`
+        return self._last_exit
+
     def start(self) -> None:
         """Start the process, appending its stdout and stderr to the log file."""
         if self.running:
             raise DaemonStartError(f"{self.name} is already running as PID {self.pid}")
+        self._last_exit = None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             log.write(f"--- starting {' '.join(self.argv)}\n".encode())
@@ -170,23 +212,31 @@ class DaemonProcess:
         process = self._process
         if process is None:
             return
+        requested = ""  # one that had ended before is reported as it ended
         if process.poll() is None:
+            requested = "stop"
             os.kill(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait()
-        self._process = None
+        self._ended(process, requested)
 
     def kill(self) -> None:
         """SIGKILL the process at once (a crash, for fault tests) and reap it."""
         process = self._process
         if process is None:
             return
+        requested = ""
         if process.poll() is None:
+            requested = "kill"
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
+        self._ended(process, requested)
+
+    def _ended(self, process: subprocess.Popen[bytes], requested: str) -> None:
+        self._last_exit = ProcessExit(process.returncode, requested)
         self._process = None
 
     def log_tail(self, lines: int = 40) -> str:
@@ -218,3 +268,8 @@ class DaemonBacked:
     def running(self) -> bool:
         """True while the process is alive."""
         return self._daemon.running
+
+    @property
+    def last_exit(self) -> ProcessExit | None:
+        """How its last run ended (None while it runs)."""
+        return self._daemon.last_exit

@@ -135,13 +135,17 @@ def test_get_nodes_lists_registered_agents(prewarm: Run, control_plane: ControlP
     table = prewarm("get", "nodes")
     as_json = json.loads(prewarm("get", "node", "node-hello", "-o", "json").stdout)
 
-    # Then the row shows architecture, the well-known labels, and the hello's age
+    # Then the row shows its agent, architecture, the well-known labels, and the hello's age
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM"]
+    assert header.split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM", "MESSAGE"]
     row = next(r for r in rows if r.startswith("node-hello ")).split()
-    assert row[:4] == ["node-hello", "arm64", "<none>", "<none>"]
-    assert row[4] in ("90s", "91s", "92s") and row[5:] == ["ago", "<none>"]
+    assert row[:5] == ["node-hello", "Registered", "arm64", "<none>", "<none>"]
+    assert row[5] in ("90s", "91s", "92s") and row[6:] == ["ago", "<none>"]
     assert as_json["metadata"]["name"] == "node-hello" and as_json["status"]["architecture"] == "arm64"
+    assert as_json["kind"] == "PrewarmNode" and as_json["status"]["agent"] == "Registered"
+    # ... and, this stack naming no reachable cluster, it says it shows the agents' nodes only
+    assert "warning: cannot reach the cluster (" in table.stderr
+    assert "only nodes whose agent said hello are shown" in table.stderr
 
 
 def test_get_nodes_is_compact_and_show_labels_or_wide_give_every_label(
@@ -161,12 +165,13 @@ def test_get_nodes_is_compact_and_show_labels_or_wide_give_every_label(
 
     # Then the plain row is short and names the instance type and zone; the others add every label
     assert len(plain.stdout.splitlines()[1]) < 100
-    assert plain.stdout.splitlines()[1].split()[:4] == ["node-labels", "amd64", "g5.2xlarge", "us-west-2b"]
+    assert plain.stdout.splitlines()[1].split()[:5] == ["node-labels", "Registered", "amd64", "g5.2xlarge",
+                                                        "us-west-2b"]
     assert "cpu-cpuid" not in plain.stdout
     assert labelled.stdout.splitlines()[0].split()[-1] == "LABELS"
     assert labelled.stdout.count("cpu-cpuid") == 40
-    assert wide.stdout.splitlines()[0].split() == ["NAME", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM",
-                                                   "QUEUE", "OS", "QUEUE-URL", "LABELS"]
+    assert wide.stdout.splitlines()[0].split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO",
+                                                   "WARM", "MESSAGE", "QUEUE", "OS", "QUEUE-URL", "LABELS"]
     assert wide.stdout.count("cpu-cpuid") == 40
 
 
@@ -279,7 +284,9 @@ def test_a_node_that_joined_with_the_startup_taint_shows_its_hello_to_warm_time(
 
     # Then the table shows hello-to-warm for one and `warming` for the other
     assert next(r for r in table if r.startswith("node-warm ")).split()[-1] == "40s"
-    assert next(r for r in table if r.startswith("node-warming ")).split()[-1] == "warming"
+    warming = next(r for r in table if r.startswith("node-warming ")).split()
+    assert warming[7:] == ["warming", "startup", "taint", "held", "by", "its", "agent", "until", "its", "images", "are",
+                           "present,", "13m", "more", "at", "most"]
     # ... describe gives the times from the join, and the YAML the figures
     assert described.exit_code == 0, described.output
     assert "Startup Taint: warm: every required image was present" in described.stdout
@@ -317,7 +324,9 @@ def test_a_node_whose_taint_came_off_at_the_deadline_names_what_was_missing(
     # Then it says the taint came off at the deadline, lists the 20 images and how many more
     assert "removed at maxWarmSeconds with images missing" in described
     assert "Missing (23):" in described and "image-19:v1" in described and "... and 3 more" in described
-    assert row.split()[-2:] == ["timeout", "15m"]
+    assert row.split()[7:9] == ["timeout", "15m"]
+    assert row.endswith("startup taint removed at maxWarmSeconds with 23 images missing (prewarm describe node "
+                        "node-cold)")
 
 
 def test_describe_an_unregistered_node_exits_1_naming_it(prewarm: Run) -> None:

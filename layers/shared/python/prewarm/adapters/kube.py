@@ -246,10 +246,11 @@ class KubeCluster:
         return self._get(object_path(api_version, plural, namespace, name))
 
     def list_objects(
-        self, api_version: str, plural: str, namespace: str | None = None, label_selector: str | None = None
+        self, api_version: str, plural: str, namespace: str | None = None, label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[KubeObject]:
-        """The objects of a type (in `namespace`, or cluster-wide) matching `label_selector`, every page."""
-        return self._list(object_path(api_version, plural, namespace), label_selector, None)
+        """The objects of a type (in `namespace`, or cluster-wide) matching the selectors, every page."""
+        return self._list(object_path(api_version, plural, namespace), label_selector, field_selector)
 
     def create_object(
         self, api_version: str, plural: str, body: Mapping[str, Any], namespace: str | None = None

@@ -148,11 +148,17 @@ def overdue_seconds(node: Mapping[str, Any], limits: WarmLimits, *, grace: float
     plus `grace` (no agent released it: the control plane does), else None."""
     if not limits.taint.held_by(node):
         return None
-    created = _created_at(node)
-    if created is None:
+    created, release_at = _created_at(node), sweep_release_at(node, limits, grace=grace)
+    if created is None or release_at is None:
         return None
-    held = now - created
-    return held if held > limits.max_warm_seconds + grace else None
+    return now - created if now > release_at else None
+
+
+def sweep_release_at(node: Mapping[str, Any], limits: WarmLimits, *, grace: float) -> float | None:
+    """When the sweep removes a startup taint no agent removed: the node's join plus its agent's deadline
+    and `grace` (None: the node has no creation time, so the sweep never judges it)."""
+    created = _created_at(node)
+    return None if created is None else created + limits.max_warm_seconds + grace
 
 
 def fail_open_message(limits: WarmLimits, held_seconds: float) -> str:

@@ -384,4 +384,18 @@ def list_views(store: JobStore, *, namespace: str | None, now: float) -> list[Jo
 
 
 def _silent(tasks: Iterable[NodeTaskRecord], record: StoredJob, now: float) -> int:
-    return sum(1 for t in tasks if t.round == record.round and is_silent(t, now=now))
+    return len(_silent_tasks(tasks, record, now))
+
+
+def _silent_tasks(tasks: Iterable[NodeTaskRecord], record: StoredJob, now: float) -> list[NodeTaskRecord]:
+    return [t for t in tasks if t.round == record.round and is_silent(t, now=now)]
+
+
+def silent_pulls_by_node(store: JobStore, *, now: float) -> dict[str, int]:
+    """Per node, how many pulls of the running jobs have gone silent (their agent is gone or cut off)."""
+    counts: dict[str, int] = {}
+    for record in store.list_jobs():
+        if record.is_dispatching and record.counters.active:
+            for task in _silent_tasks(store.get_tasks(record.key, shards=record.ref.shards), record, now):
+                counts[task.node] = counts.get(task.node, 0) + 1
+    return counts

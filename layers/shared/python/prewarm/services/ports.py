@@ -232,6 +232,22 @@ class NodeTaints(Protocol):
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
+class NodeStates(Protocol):
+    """What `prewarm get nodes` reads of the cluster (the Kubernetes adapter): the nodes, the agents'
+    ConfigMap (which taint, which deadline) and the sweep's Events on nodes whose taint it removed."""
+
+    def list_nodes(
+        self, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+    def get_object(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None: ...
+    def list_objects(
+        self, api_version: str, plural: str, namespace: str | None = None, label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+
 class ImageMetadata(Protocol):
     """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
 
