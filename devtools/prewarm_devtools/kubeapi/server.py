@@ -59,6 +59,7 @@ from prewarm_devtools.kubeapi.registry import (
     ListQuery,
     Registry,
 )
+from prewarm_devtools.kubeapi.representation import PARTIAL, PARTIAL_LIST, TABLE, as_partial_metadata, negotiate
 from prewarm_devtools.kubeapi.resources import REVIEWS
 from prewarm_devtools.kubeapi.resources.reviews import SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_REVIEWS
 from prewarm_devtools.kubeapi.resources.scheduling import SYSTEM_PRIORITY_CLASSES
@@ -66,7 +67,6 @@ from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.seed import load_objects
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector, SelectorParseError
 from prewarm_devtools.kubeapi.store import Store, dumps
-from prewarm_devtools.kubeapi.representation import PARTIAL, PARTIAL_LIST, TABLE, as_partial_metadata, negotiate
 from prewarm_devtools.kubeapi.table import to_table
 
 if TYPE_CHECKING:
