@@ -301,10 +301,10 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
     settled.intersection_update(_node_id(n) for n in nodes)  # forget nodes that left
     released: list[str] = []
     due = [n for n in past_deadline(nodes, limits, grace=grace, now=now) if _node_id(n) not in settled]
-    for listed in due[:limit]:
+    for index, listed in enumerate(due[:limit]):
         if not budget.has_time():
             log.info("startup taints of %d nodes left to the next sweep: the run is short of time",
-                     len(due[:limit]) - due.index(listed))
+                     len(due) - index)
             break
         name, uid = str(listed["metadata"]["name"]), _node_id(listed)
         try:
