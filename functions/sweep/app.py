@@ -14,7 +14,7 @@ from prewarm.observability import logger, metrics, tracer
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    result = bootstrap.sweep()
+    result = bootstrap.sweep(lambda: context.get_remaining_time_in_millis() / 1000)
     metrics.add_metric(name="JobsFailed", unit=MetricUnit.Count, value=len(result.deadline_failed))
     summary = dataclasses.asdict(result)
     logger.info("sweep", extra=summary)

@@ -31,6 +31,11 @@ def make_namespace(name: str, phase: str = "Active", **labels: str) -> dict[str,
             "status": {"phase": phase}}
 
 
+def _partial(node: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": copy.deepcopy(node["metadata"])}
+
+
 @dataclass
 class FakeCluster:
     """A cluster in memory, with resourceVersion checks on writes as the API server does.
@@ -78,7 +83,7 @@ class FakeCluster:
         """A JSON patch of `test` and `remove` ops on the node's taints, failing (422) when a test does."""
         from prewarm.services.ports import ClusterInvalidError, ClusterNotFoundError
 
-        node = self.get_node(name)
+        node = self._find_node(name)
         if node is None:
             raise ClusterNotFoundError(f'nodes "{name}" not found', status=404, reason="NotFound")
         taints = list((node.get("spec") or {}).get("taints") or [])
@@ -115,7 +120,19 @@ class FakeCluster:
                 and (namespace is None or at(e, "metadata.namespace") == namespace)]
 
     def get_node(self, name: str) -> dict[str, Any] | None:
+        return self._find_node(name)
+
+    def _find_node(self, name: str) -> dict[str, Any] | None:
+        # The fake's own lookups go through here, so a test may wrap get_node to count the caller's reads.
         return next((n for n in self.nodes if n["metadata"]["name"] == name), None)
+
+    def list_node_metadata(self) -> list[dict[str, Any]]:
+        """`list_nodes` as metadata only (replace `list_nodes` to serve a stale list to both)."""
+        return [_partial(n) for n in self.list_nodes()]
+
+    def get_node_metadata(self, name: str) -> dict[str, Any] | None:
+        node = self._find_node(name)
+        return None if node is None else _partial(node)
 
     def list_pods(self, namespace: str | None, label_selector: str | None = None,
                   field_selector: str | None = None) -> list[dict[str, Any]]:

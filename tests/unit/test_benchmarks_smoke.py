@@ -358,3 +358,17 @@ def test_moto_queues_times_both_codes_at_every_depth() -> None:
     for figures in result.values():
         assert set(figures) == {"20", "60"}
         assert all(f["send_batch_ms"] > 0 and f["receive_ms"] > 0 for f in figures.values())
+
+
+@pytest.mark.integration
+def test_sweep_forgets_every_departed_node_and_then_reads_metadata_only() -> None:
+    # Given 30 nodes with 50 images each and 6 departed, when the sweep runs cold and then warm
+    result = run_benchmark("sweep.py", "--nodes", "30", "--images", "50", "--departed", "6")
+    cold, warm = result["cold"], result["warm"]
+    # Then the cold run forgets the departed, each read once more, and reads the nodes past their deadline whole
+    assert (cold["queues_deleted"], cold["nodes_forgotten"], cold["departures_deferred"]) == (6, 6, 0)
+    assert cold["kubernetes_calls"]["get nodes (metadata)"] == 6 and cold["nodes_settled"] == 30
+    assert cold["aws_calls"]["sqs DeleteQueue"] == 6 == cold["aws_calls"]["dynamodb DeleteItem"]
+    # ... and the warm run lists the nodes as metadata and reads no node whole
+    assert warm["kubernetes_calls"] == {"get configmaps (full)": 1, "list nodes (metadata)": 1}
+    assert warm["queues_deleted"] == 0 and warm["peak_rss_mb"] > 0 and result["targets_met"] is True

@@ -210,7 +210,7 @@ def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[
         "dispatch_job": [Access("get", "nodes"), Access("list", "nodes"), *pods,
                          *(Access("get", "secrets", ns, name) for ns, name in sorted(set(pull_secrets)))],
         "record_status": [Access("get", "nodes"), *pods],
-        "sweep": [Access("list", "nodes"), Access("patch", "nodes"),
+        "sweep": [Access("get", "nodes"), Access("list", "nodes"), Access("patch", "nodes"),
                   Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), Access("create", "events", "default")],
         "refresh_ecr_credentials": [],
     }

@@ -59,6 +59,7 @@ from prewarm_devtools.kubeapi.registry import (
     ListQuery,
     Registry,
 )
+from prewarm_devtools.kubeapi.representation import PARTIAL, PARTIAL_LIST, TABLE, as_partial_metadata, negotiate
 from prewarm_devtools.kubeapi.resources import REVIEWS
 from prewarm_devtools.kubeapi.resources.reviews import SELF_SUBJECT_ACCESS_REVIEWS, SELF_SUBJECT_REVIEWS
 from prewarm_devtools.kubeapi.resources.scheduling import SYSTEM_PRIORITY_CLASSES
@@ -66,7 +67,7 @@ from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.seed import load_objects
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector, SelectorParseError
 from prewarm_devtools.kubeapi.store import Store, dumps
-from prewarm_devtools.kubeapi.table import table_version, to_table
+from prewarm_devtools.kubeapi.table import to_table
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
@@ -622,7 +623,8 @@ class KubeApiServer:
                 timeout = float(_int(query, "timeoutSeconds") or self.watch_timeout)
                 stream = self.registry.watch(rtype, namespace, list_query, timeout, self.bookmark_interval)
                 return _Response(200, stream=stream)
-            return self._read(rtype, self.registry.list_collection(rtype, namespace, list_query), query, headers)
+            return self._read(rtype, self.registry.list_collection(rtype, namespace, list_query), query, headers,
+                              is_list=True)
         if method == "POST" and (namespace is not None or not rtype.namespaced):
             warnings: list[str] = []
             created = self.registry.create(
@@ -698,12 +700,18 @@ class KubeApiServer:
             )
         raise errors.method_not_allowed()
 
-    def _read(self, rtype: ResourceType, body: bytes, query: dict[str, str], headers: Any) -> _Response:
-        """A GET's answer: JSON, or for a custom resource the Table the Accept header prefers."""
-        version = table_version(headers.get("Accept") or "") if rtype.custom is not None else None
-        if version is None:
-            return _Response(200, body)
-        return _Response(200, dumps(to_table(rtype, json.loads(body), version, query.get("includeObject", ""))))
+    def _read(
+        self, rtype: ResourceType, body: bytes, query: dict[str, str], headers: Any, *, is_list: bool = False
+    ) -> _Response:
+        """A GET's answer as the Accept header prefers: JSON, the metadata alone, or for a custom resource a
+        Table (a built-in resource's Table is its JSON here: no table convertors for them)."""
+        wanted = negotiate(headers.get("Accept") or "")
+        if wanted.kind in (PARTIAL, PARTIAL_LIST):
+            return _Response(200, dumps(as_partial_metadata(json.loads(body), wanted, is_list=is_list)))
+        if wanted.kind == TABLE and rtype.custom is not None:
+            return _Response(200, dumps(to_table(rtype, json.loads(body), wanted.version,
+                                                 query.get("includeObject", ""))))
+        return _Response(200, body)
 
 
 def _group_version(parts: list[str], catalog: Catalog) -> str | None:

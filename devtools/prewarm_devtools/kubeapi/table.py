@@ -28,21 +28,6 @@ _NAME_DESCRIPTION = (
     "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
 )
 _STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
-_TABLE_VERSIONS = ("v1", "v1beta1")
-
-
-def table_version(accept: str) -> str | None:
-    """The meta.k8s.io version of the Table `accept` prefers, or None when plain JSON comes first."""
-    for media_range in accept.split(","):
-        kind, *parameters = (part.strip() for part in media_range.split(";"))
-        params = dict(p.partition("=")[::2] for p in parameters)
-        if kind not in ("application/json", "application/*", "*/*"):
-            continue
-        if params.get("as") != "Table":
-            return None
-        if params.get("g") == "meta.k8s.io" and params.get("v") in _TABLE_VERSIONS:
-            return params["v"]
-    return None
 
 
 def _find(obj: Any, path: str) -> tuple[bool, Any]:

@@ -3,6 +3,8 @@ creates it again, waiting out SQS's refusal of a recently deleted name, and goes
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 
 import boto3
@@ -46,3 +48,34 @@ def test_a_deleted_node_queue_is_created_again_and_consumed() -> None:
             assert eventually(lambda: agent.readiness() is None, timeout=10), agent.readiness()
         finally:
             agent.stop(0)
+
+
+@pytest.mark.aws_quotas(sqs_queue_name_reuse_s=2.5)
+def test_the_agent_logs_the_lost_queue_and_backs_off_while_sqs_refuses_its_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="prewarm_agent")
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        agent = agent_on_queues(sqs, status, prefix=PREFIX)
+        agent.start()
+        try:
+            # Given its queue deleted while it runs, and SQS refusing the name for 2.5 s
+            assert agent.queue is not None
+            sqs.delete_queue(QueueUrl=agent.queue.url)
+            assert eventually(lambda: any("node queue created again" in r.getMessage() for r in caplog.records),
+                              timeout=20)
+        finally:
+            agent.stop(0)
+    messages = [r.getMessage() for r in caplog.records]
+    # Then it said the queue was gone, waited longer after each refusal, and said when it had it again
+    gone = next(i for i, m in enumerate(messages) if "the node queue is gone" in m)
+    retries = [r for r in caplog.records[gone:] if "node queue not available yet" in r.getMessage()]
+    delays = [float(re.search(r"trying again in (\d+) s", r.getMessage()).group(1))  # type: ignore[union-attr]
+              for r in retries]
+    assert delays and delays == [2.0**i for i in range(len(delays))], messages
+    assert all(r.levelno == logging.WARNING for r in retries)
+    # ... each retry after the delay it announced
+    for before, after, delay in zip(retries, retries[1:], delays, strict=False):
+        assert after.created - before.created >= delay * 0.9

@@ -194,7 +194,8 @@ def test_each_function_needs_its_verbs_in_the_namespaces_of_jobs_and_of_the_refr
         "get nodes", "list nodes", "list pods in default", "list pods in shop", "get secrets/regcred in shop"]
     assert [str(a) for a in needs["record_status"]] == ["get nodes", "list pods in default", "list pods in shop"]
     assert [str(a) for a in needs["sweep"]] == [
-        "list nodes", "patch nodes", "get configmaps/prewarm-agent in prewarm-system", "create events in default"]
+        "get nodes", "list nodes", "patch nodes", "get configmaps/prewarm-agent in prewarm-system",
+        "create events in default"]
     assert [str(a) for a in needs["refresh_ecr_credentials"]] == [
         "list namespaces", "create secrets in team-a", "get secrets/prewarm-ecr in team-a",
         "update secrets/prewarm-ecr in team-a", "get serviceaccounts/default in team-a",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -226,9 +226,18 @@ def repull_daily(scheduled_time: float | None) -> list[str]:
     return jobs
 
 
-def sweep() -> SweepResult:
-    """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues; and record the run."""
+@lru_cache(maxsize=1)
+def _settled_nodes() -> set[str]:
+    """The nodes the sweeps of this process found past their deadline without the startup taint."""
+    return set()
+
+
+def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
+    """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues; and record the run.
+
+    `time_left()`: the seconds the invocation has left; work the next run can do stops when it runs low."""
     from prewarm.domain.schedules import SWEEP
+    from prewarm.services.budget import TimeBudget
     from prewarm.services.schedules import record_run, sweep
 
     s = settings()
@@ -238,6 +247,7 @@ def sweep() -> SweepResult:
         silence_grace_seconds=s.node_silence_grace_seconds, resend_after_seconds=s.task_resend_seconds,
         agent_silence_seconds=s.agent_silence_seconds, no_agent_grace_seconds=s.no_agent_grace_seconds,
         secrets=secret_mirror(), taints=cluster_or_none(), taint_grace_seconds=s.startup_taint_grace_seconds,
+        budget=TimeBudget(time_left), settled=_settled_nodes(),
     )
     record_run(store(), SWEEP, started_at=started, finished_at=time.time())
     return result
@@ -251,5 +261,6 @@ def sync_resources() -> SyncReport:
 
 
 def reset() -> None:
-    for built in (store, queues, cluster, images, _secret_mirror, registry_tokens, credential_store, settings):
+    for built in (store, queues, cluster, images, _secret_mirror, registry_tokens, credential_store, settings,
+                  _settled_nodes):
         built.cache_clear()

@@ -42,6 +42,13 @@ DEFAULT_PAGE_SIZE = 500
 # (connect, read) seconds: a page of 500 nodes is well under a second on a healthy API server.
 DEFAULT_REQUEST_TIMEOUT = (5.0, 30.0)
 USER_AGENT = "prewarm/0.1"
+_JSON = "application/json"
+# Metadata only: the API server leaves out spec and status (docs: api-concepts, "Metadata-only fetches";
+# served since Kubernetes 1.15). A Node with 50 images is ~15 KB of JSON, its metadata ~2 KB.
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+# Connections kept per host: the sweep reads nodes from a pool of threads (services.budget).
+_POOL_CONNECTIONS = 16
 _PATCH_CONTENT_TYPES = {True: "application/strategic-merge-patch+json", False: "application/merge-patch+json"}
 
 
@@ -155,6 +162,7 @@ class KubeCluster:
         configuration.retries = urllib3.util.Retry(
             total=3, connect=3, read=1, status=0, other=0, backoff_factor=0.1, respect_retry_after_header=False
         )
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, _POOL_CONNECTIONS)
         self.host: str = configuration.host
         self.page_size = page_size
         self._authorization = authorization
@@ -188,6 +196,15 @@ class KubeCluster:
     def get_node(self, name: str) -> KubeObject | None:
         """The node called `name`, or None when there is none."""
         return self._get(f"/api/v1/nodes/{_segment(name)}")
+
+    def list_node_metadata(self) -> list[KubeObject]:
+        """Every node's metadata alone (`PartialObjectMetadata` items: name, uid, labels, annotations,
+        creationTimestamp), across every page: what the sweep needs of 5,000 nodes without their status."""
+        return self._list("/api/v1/nodes", None, None, accept=_METADATA_LIST, project=_metadata_only)
+
+    def get_node_metadata(self, name: str) -> KubeObject | None:
+        """The metadata of node `name` (a `PartialObjectMetadata`), or None when there is none."""
+        return self._get(f"/api/v1/nodes/{_segment(name)}", accept=_METADATA)
 
     def list_pods(
         self, namespace: str | None, label_selector: str | None = None, field_selector: str | None = None
@@ -281,13 +298,16 @@ class KubeCluster:
 
     # -- HTTP ----------------------------------------------------------------------------------------
 
-    def _get(self, path: str) -> KubeObject | None:
+    def _get(self, path: str, accept: str = _JSON) -> KubeObject | None:
         try:
-            return self._request("GET", path)
+            return self._request("GET", path, accept=accept)
         except ClusterNotFoundError:
             return None
 
-    def _list(self, path: str, label_selector: str | None, field_selector: str | None) -> list[KubeObject]:
+    def _list(
+        self, path: str, label_selector: str | None, field_selector: str | None, accept: str = _JSON,
+        project: Callable[[KubeObject], KubeObject] | None = None,
+    ) -> list[KubeObject]:
         query: dict[str, str | int] = {"limit": self.page_size}
         if label_selector:
             query["labelSelector"] = label_selector
@@ -299,14 +319,15 @@ class KubeCluster:
         while True:
             page_query = {**query, "continue": token} if token else query
             try:
-                page = self._request("GET", path, page_query)
+                page = self._request("GET", path, page_query, accept=accept)
             except ClusterExpiredError:
                 # The API server expires continue tokens after ~5 minutes; a consistent list needs a restart.
                 if not token or restarted:
                     raise
                 restarted, items, token = True, [], ""
                 continue
-            items.extend(page.get("items") or ())
+            page_items = page.get("items") or ()
+            items.extend(page_items if project is None else map(project, page_items))
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return items
@@ -317,12 +338,13 @@ class KubeCluster:
         path: str,
         query: Mapping[str, str | int] | None = None,
         body: KubeObject | list[KubeObject] | None = None,
-        content_type: str = "application/json",
+        content_type: str = _JSON,
+        accept: str = _JSON,
     ) -> KubeObject:
         url = self.host + path
         if query:
             url += "?" + urlencode(query, quote_via=quote)
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": accept, "User-Agent": USER_AGENT}
         if self._authorization is not None:
             value = self._authorization()
             if value:
@@ -355,6 +377,11 @@ class KubeCluster:
         if not isinstance(parsed, dict):
             raise ClusterError(f"{what}: the API answered {type(parsed).__name__}, not a JSON object")
         return parsed
+
+
+def _metadata_only(item: KubeObject) -> KubeObject:
+    # A server (or proxy) that ignored the metadata-only Accept sent whole objects: keep one page of them at most.
+    return item if set(item) <= {"kind", "apiVersion", "metadata"} else {"metadata": item.get("metadata") or {}}
 
 
 def ca_pem(ca_data: str, parameter: str) -> str:

@@ -154,13 +154,16 @@ class NodeQueues(_SqsAdapter):
         return {TAG_PREFIX: self.prefix, TAG_NODE: node[:256]}
 
     def owns_queue(self, url: str) -> bool:
+        return self.queue_node(url) is not None
+
+    def queue_node(self, url: str) -> str | None:
         try:
             tags = self.client.list_queue_tags(QueueUrl=url).get("Tags", {})
         except ClientError as e:
             if _code(e) in _MISSING:
-                return False
+                return None
             raise _error(e, f"read tags of {url}") from e
-        return bool(tags.get(TAG_PREFIX) == self.prefix)
+        return str(tags.get(TAG_NODE, "")) if tags.get(TAG_PREFIX) == self.prefix else None
 
     def ensure_queue(self, node: str) -> str:
         """Creates the node's queue if missing (idempotent) and returns its URL."""

@@ -161,6 +161,15 @@ def sweep_release_at(node: Mapping[str, Any], limits: WarmLimits, *, grace: floa
     return None if created is None else created + limits.max_warm_seconds + grace
 
 
+def past_deadline(nodes: Iterable[Mapping[str, Any]], limits: WarmLimits, *, grace: float,
+                  now: float) -> list[Mapping[str, Any]]:
+    """The nodes (their metadata is enough) that joined more than the agents' deadline plus `grace` ago,
+    newest first: any of them still holding the startup taint had no agent to remove it."""
+    due = [(created, node) for node in nodes
+           if (created := _created_at(node)) is not None and now - created > limits.max_warm_seconds + grace]
+    return [node for _, node in sorted(due, key=lambda d: -d[0])]
+
+
 def fail_open_message(limits: WarmLimits, held_seconds: float) -> str:
     """What the Event on the node says when the control plane removes the taint."""
     return (f"no Prewarm agent removed the startup taint {limits.taint} within {held_seconds / 60:.0f}m of the "

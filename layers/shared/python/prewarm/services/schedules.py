@@ -12,7 +12,7 @@ from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
-from prewarm.domain.messages import CancelTask, NodePhase, node_queue_name
+from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import RECORDED_SCHEDULES, ScheduleRun
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE, NodeUpdate
@@ -24,17 +24,20 @@ from prewarm.domain.warming import (
     fail_open_message,
     node_event,
     overdue_seconds,
+    past_deadline,
 )
+from prewarm.services.budget import UNLIMITED, TimeBudget
+from prewarm.services.departures import forget_departed_nodes, list_in_order
 from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
-    Cluster,
     ClusterAuthError,
     ClusterError,
     ClusterInvalidError,
     ClusterNotFoundError,
     ClusterUnavailableError,
     JobStore,
+    NodeInventory,
     NodeTaints,
     PullSecretCleanup,
     ScheduleRuns,
@@ -90,11 +93,19 @@ class SweepResult:
     expired: list[str] = field(default_factory=list)
     queues_deleted: list[str] = field(default_factory=list)
     nodes_forgotten: list[str] = field(default_factory=list)
+    # Listed as gone but found by the read before deletion: kept. Departed nodes left to the next run.
+    nodes_returned: list[str] = field(default_factory=list)
+    departures_deferred: int = 0
     pull_secrets_deleted: list[str] = field(default_factory=list)
     deletions_completed: list[str] = field(default_factory=list)
     # Nodes whose startup taint no agent removed by its deadline: the sweep removed it.
     taints_released: list[str] = field(default_factory=list)
 
+
+# Nodes read whole per run for their startup taint (the rest of the sweep reads metadata only). Once read
+# without the taint a node is not read again by this process; after a cold start the nodes past their
+# deadline are read over a few runs, newest first (the likeliest to hold the taint).
+TAINT_READS_PER_RUN = 500
 
 # A deletion the dispatch function has not finished this long after it was asked (its stream record
 # lost or failed for good) is finished by the sweep.
@@ -104,7 +115,7 @@ DELETION_GRACE_SECONDS = 60
 def sweep(
     store: JobStore,
     queues: TaskQueues,
-    cluster: Cluster | None,
+    cluster: NodeInventory | None,
     *,
     now: float,
     prefix: str,
@@ -115,6 +126,8 @@ def sweep(
     secrets: PullSecretCleanup | None = None,
     taints: NodeTaints | None = None,
     taint_grace_seconds: float = STARTUP_TAINT_GRACE_SECONDS,
+    budget: TimeBudget = UNLIMITED,
+    settled: set[str] | None = None,
 ) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
     `secrets`, the mirrors of pull secrets no job names any more.
@@ -130,6 +143,10 @@ def sweep(
     Given `taints`, a node still holding the startup taint `taint_grace_seconds` after its agent's
     deadline (the agents' ConfigMap: `maxWarmSeconds` from the node's join) had no agent to remove it:
     the sweep removes it, with an Event on the node, so a missing agent never keeps pods off a node.
+
+    Departed nodes (`services.departures`) and startup taints are the work the next run can finish:
+    it is started only while `budget` has time. `settled` holds the nodes (uids) seen without the taint
+    past their deadline, kept by the caller across runs so that they are not read again.
     """
     result = SweepResult()
     agents: set[str] | None = None
@@ -192,10 +209,13 @@ def sweep(
         result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
         finish_if_done(store, record.key, now=now)
     if cluster is not None:
-        nodes = cluster.list_nodes()
-        _forget_departed_nodes(store, queues, nodes, prefix, result)
+        listing = list_in_order(store, queues, cluster)
+        departures = forget_departed_nodes(store, queues, cluster, listing, prefix=prefix, budget=budget)
+        result.queues_deleted, result.nodes_forgotten = departures.queues_deleted, departures.nodes_forgotten
+        result.nodes_returned, result.departures_deferred = departures.nodes_returned, departures.deferred
         if taints is not None:
-            result.taints_released = release_overdue_taints(taints, nodes, now=now, grace=taint_grace_seconds)
+            result.taints_released = release_overdue_taints(taints, listing.nodes, now=now, grace=taint_grace_seconds,
+                                                            budget=budget, settled=settled)
     if secrets is not None:
         # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
@@ -260,10 +280,15 @@ def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: StoredJob, 
                      require_done=False)
 
 
-def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]], *, now: float,
-                           grace: float) -> list[str]:
+def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]], *, now: float, grace: float,
+                           budget: TimeBudget = UNLIMITED, settled: set[str] | None = None,
+                           limit: int = TAINT_READS_PER_RUN) -> list[str]:
     """Removes the startup taint from each node that still holds it `grace` after its agent's deadline;
-    returns their names. A node changed meanwhile (the guarded patch fails) is left to the next sweep."""
+    returns their names. A node changed meanwhile (the guarded patch fails) is left to the next sweep.
+
+    `nodes` may be metadata only: of those past the deadline and not in `settled`, up to `limit` (newest
+    first) are read whole for their taints; each found without the taint, or released, joins `settled`
+    (by uid: a new node under an old name is read again)."""
     try:
         config = taints.get_object("v1", "configmaps", AGENT_NAME, AGENT_NAMESPACE)
     except (ClusterAuthError, ClusterUnavailableError) as e:
@@ -271,13 +296,29 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
         log.warning("cannot read the agents' ConfigMap, so no startup taint is checked now: %s", e)
         return []
     limits = WarmLimits.of_agent_config((config or {}).get("data"))
+    nodes = list(nodes)
+    settled = set() if settled is None else settled
+    settled.intersection_update(_node_id(n) for n in nodes)  # forget nodes that left
     released: list[str] = []
-    for node in nodes:
+    due = [n for n in past_deadline(nodes, limits, grace=grace, now=now) if _node_id(n) not in settled]
+    for index, listed in enumerate(due[:limit]):
+        if not budget.has_time():
+            log.info("startup taints of %d nodes left to the next sweep: the run is short of time",
+                     len(due) - index)
+            break
+        name, uid = str(listed["metadata"]["name"]), _node_id(listed)
+        try:
+            node = taints.get_node(name)
+        except (ClusterAuthError, ClusterUnavailableError) as e:
+            log.warning("cannot read node %s for its startup taint now (the next sweep tries again): %s", name, e)
+            return released
+        if node is None or _node_id(node) != uid:
+            continue  # gone since the list, or another node under its name: the next sweep sees it
         held = overdue_seconds(node, limits, grace=grace, now=now)
         ops = limits.taint.removal_patch(node) if held is not None else None
         if held is None or ops is None:
+            settled.add(uid)
             continue
-        name = str(node["metadata"]["name"])
         try:
             taints.patch_node(name, ops)
         except ClusterInvalidError as e:
@@ -291,6 +332,7 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
         message = fail_open_message(limits, held)
         log.warning("node %s: %s", name, message)
         released.append(name)
+        settled.add(uid)
         try:
             taints.create_event("default", node_event(name, reason=FAIL_OPEN_EVENT_REASON, message=message,
                                                       component="prewarm-sweep", at=now))
@@ -300,16 +342,6 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
     return released
 
 
-def _forget_departed_nodes(
-    store: JobStore, queues: TaskQueues, nodes: Iterable[Mapping[str, Any]], prefix: str, result: SweepResult
-) -> None:
-    present = {n.get("metadata", {}).get("name", "") for n in nodes}
-    wanted_queues = {node_queue_name(prefix, n) for n in present if n}
-    for name, url in sorted(queues.list_node_queues().items()):
-        if name not in wanted_queues and queues.owns_queue(url):
-            queues.delete_queue(url)
-            result.queues_deleted.append(name)
-    for node in store.list_nodes():
-        if node.name not in present:
-            store.delete_node(node.name)
-            result.nodes_forgotten.append(node.name)
+def _node_id(node: Mapping[str, Any]) -> str:
+    metadata = node.get("metadata") or {}
+    return str(metadata.get("uid") or metadata.get("name") or "")
