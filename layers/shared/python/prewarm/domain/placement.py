@@ -278,6 +278,11 @@ _REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
 _NODE_NAME_FIELD = "metadata.name"
 
 
+def daemon_tolerations(pod_spec: Mapping[str, Any]) -> tuple[Mapping[str, str], ...]:
+    """The tolerations the DaemonSet controller adds to a daemon pod of `pod_spec`."""
+    return (*DAEMON_TOLERATIONS, *((HOST_NETWORK_TOLERATION,) if pod_spec.get("hostNetwork") else ()))
+
+
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """Whether a pod's toleration tolerates a node's taint (`v1.Toleration.ToleratesTaint`): an empty
     effect tolerates every effect, `Exists` with no key every taint, `Equal` (the default) the same value."""
@@ -341,11 +346,10 @@ class AgentPlacement:
         """From a DaemonSet's `spec.template.spec`."""
         affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
         required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        added = (*DAEMON_TOLERATIONS, *((HOST_NETWORK_TOLERATION,) if spec.get("hostNetwork") else ()))
         return cls(
             node_selector=dict(spec.get("nodeSelector") or {}),
             node_selector_terms=None if required is None else list(required.get("nodeSelectorTerms") or ()),
-            tolerations=(*(spec.get("tolerations") or ()), *added),
+            tolerations=(*(spec.get("tolerations") or ()), *daemon_tolerations(spec)),
             transient_taints=transient_taints,
         )
 
