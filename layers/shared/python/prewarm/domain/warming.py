@@ -16,7 +16,7 @@ from typing import Any
 
 from prewarm.domain.kubernetes import format_time, parse_time
 from prewarm.domain.messages import RequiredImage
-from prewarm.domain.placement import DEFAULT_TAINT_KEY as DEFAULT_TAINT_KEY  # placement never lets it exclude
+from prewarm.domain.placement import DEFAULT_TAINT_KEY as DEFAULT_TAINT_KEY  # placement's: it never excludes a node
 from prewarm.domain.placement import Placement, Platform, evaluate_nodes
 
 # Where `prewarm install` puts the agents: their namespace, and the name of their DaemonSet, service

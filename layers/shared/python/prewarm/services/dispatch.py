@@ -49,6 +49,8 @@ _CLAIM_BACKOFF_MAX_S = 2.0
 
 # Selecting by names: below this many names, one GET per node beats listing the cluster.
 _NAMES_BY_GET = 20
+# The start of a job's message when where the agents run could not be read at its plan.
+UNCHECKED = "nodes without an agent not excluded"
 
 
 @dataclass
@@ -94,6 +96,13 @@ def select(cluster: Cluster, record: StoredJob) -> NodeSelection:
     return replace(selection, unchecked=unchecked)
 
 
+def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
+    if len(names) <= _NAMES_BY_GET:
+        return [n for name in names if (n := cluster.get_node(name)) is not None]
+    wanted = set(names)
+    return [n for n in cluster.list_nodes() if n.get("metadata", {}).get("name") in wanted]
+
+
 def placement_note(record: StoredJob, selection: NodeSelection) -> str | None:
     """What the job's message adds about its plan: named nodes left out, where the agents run unread."""
     notes = [named_exclusions(record.pull_job.placement, selection.excluded), selection.unchecked]
@@ -117,17 +126,6 @@ def agent_placement(cluster: Cluster) -> tuple[AgentPlacement | None, str]:
     if daemon_set is None:
         return None, f"{UNCHECKED}: no {where} (run prewarm install)"
     return AgentPlacement.of_daemon_set(daemon_set), ""
-
-
-# The start of a job's message when where the agents run could not be read at its plan.
-UNCHECKED = "nodes without an agent not excluded"
-
-
-def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
-    if len(names) <= _NAMES_BY_GET:
-        return [n for name in names if (n := cluster.get_node(name)) is not None]
-    wanted = set(names)
-    return [n for n in cluster.list_nodes() if n.get("metadata", {}).get("name") in wanted]
 
 
 def plan_job(
