@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
+from prewarm.domain.placement import AgentPlacement, daemon_tolerations
+
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
@@ -32,16 +34,6 @@ Obj = dict[str, Any]
 TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
 TEMPLATE_GENERATION_LABEL = "pod-template-generation"
 REVISION_HASH_LABEL = "controller-revision-hash"
-# The tolerations the DaemonSet controller adds to every daemon pod (pkg/controller/daemon/util), so a
-# node's passing conditions never evict it.
-DAEMON_TOLERATIONS: tuple[Obj, ...] = (
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
-    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
-    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
-)
 
 
 class AgentState(StrEnum):
@@ -61,62 +53,10 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def _requirement_holds(expression: Mapping[str, Any], value: str | None) -> bool:
-    operator, values = expression.get("operator"), [str(v) for v in expression.get("values") or ()]
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
-    return False
-
-
-def _term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    labels = _labels(node)
-    name = (node.get("metadata") or {}).get("name")
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False  # an empty term matches nothing
-    return all(_requirement_holds(e, labels.get(str(e.get("key")))) for e in expressions) and all(
-        _requirement_holds(f, name if f.get("key") == "metadata.name" else None) for f in fields
-    )
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """Whether a pod's toleration tolerates a node's taint (v1.Toleration.ToleratesTaint)."""
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    if (toleration.get("operator") or "Equal") == "Exists":
-        return not toleration.get("key") or toleration.get("key") == taint.get("key")
-    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
 def fits(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """Whether the DaemonSet controller puts a pod of `pod_spec` on `node`: node selector, required node
-    affinity, and every NoSchedule or NoExecute taint tolerated (with the daemon tolerations)."""
-    labels = _labels(node)
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
-        return False
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
-    if required is not None and not any(_term_matches(t, node) for t in required.get("nodeSelectorTerms") or ()):
-        return False
-    tolerations = [*(pod_spec.get("tolerations") or ()), *DAEMON_TOLERATIONS]
-    return all(
-        any(tolerates(t, taint) for t in tolerations)
-        for taint in (node.get("spec") or {}).get("taints") or ()
-        if taint.get("effect") in ("NoSchedule", "NoExecute")
-    )
+    """Whether the DaemonSet controller puts a pod of `pod_spec` on `node`: the rule jobs' placement uses
+    (`prewarm.domain.placement.AgentPlacement`), the startup taint included, as the controller sees it."""
+    return AgentPlacement.of_pod_spec(pod_spec, transient_taints=frozenset()).misfit(node) is None
 
 
 # -- the pod and its status -------------------------------------------------------------------------
@@ -138,8 +78,8 @@ def daemon_pod(daemon_set: Mapping[str, Any], node: str) -> Obj:
     template_meta = template.get("metadata") or {}
     spec = template["spec"]
     spec["nodeName"] = node
-    spec["tolerations"] = [*(spec.get("tolerations") or ()),
-                           *(t for t in DAEMON_TOLERATIONS if t not in (spec.get("tolerations") or ()))]
+    own = list(spec.get("tolerations") or ())
+    spec["tolerations"] = [*own, *(dict(t) for t in daemon_tolerations(spec) if t not in own)]
     labels = {**(template_meta.get("labels") or {}), REVISION_HASH_LABEL: revision_hash(daemon_set["spec"]["template"]),
               TEMPLATE_GENERATION_LABEL: template_generation(daemon_set)}
     metadata: Obj = {

@@ -26,6 +26,15 @@ def make_pod(name: str, namespace: str, node: str | None, phase: str = "Running"
     }
 
 
+def shipped_daemon_set() -> dict[str, Any]:
+    """The agent DaemonSet as `prewarm install` ships it (every taint tolerated, Linux and not Fargate)."""
+    import yaml
+
+    from prewarm_cli.install.render import MANIFESTS
+
+    return dict(yaml.safe_load((MANIFESTS / "40-daemonset.yaml").read_text()))
+
+
 def make_namespace(name: str, phase: str = "Active", **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}},
             "status": {"phase": phase}}
@@ -57,6 +66,10 @@ class FakeCluster:
     selectors: list[str | None] = field(default_factory=list)
     writes: list[tuple[str, str, str]] = field(default_factory=list)
     config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # The agent DaemonSet dispatch reads, by (namespace, name); `daemon_set_error` is raised on a read.
+    daemon_sets: dict[tuple[str, str], dict[str, Any]] = field(
+        default_factory=lambda: {("prewarm-system", "prewarm-agent"): shipped_daemon_set()})
+    daemon_set_error: ClusterError | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def _next_rv(self) -> str:
@@ -76,7 +89,12 @@ class FakeCluster:
     def get_object(
         self, api_version: str, plural: str, name: str, namespace: str | None = None
     ) -> dict[str, Any] | None:
-        """The agents' ConfigMap (`config_maps`), as the sweep reads it; any other object is absent."""
+        """The agents' ConfigMap (`config_maps`), as the sweep reads it, and the agent DaemonSet
+        (`daemon_sets`), as dispatch reads it; any other object is absent."""
+        if plural == "daemonsets":
+            if self.daemon_set_error is not None:
+                raise self.daemon_set_error
+            return copy.deepcopy(self.daemon_sets.get((namespace or "", name)))
         return self.config_maps.get((namespace or "", name)) if plural == "configmaps" else None
 
     def patch_node(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.nodes import RegisteredNode
-from prewarm.domain.placement import Placement, evaluate_nodes
+from prewarm.domain.placement import AgentPlacement, Placement, evaluate_nodes
 from prewarm.domain.refresh import EXPIRES_AT_ANNOTATION, CredentialsConfig, registry_secret_name
 from prewarm.domain.schedules import ScheduleRun
 from prewarm_cli.doctor.identities import (
@@ -202,7 +202,7 @@ def check_function_rbac(cluster: ClusterApi, subjects: Mapping[str, Subject],
     function, accesses = next(iter(denied.items()))
     first = accesses[0]
     groups = [g for g in subjects[function].groups if g != "system:authenticated"]
-    can_i = (f"kubectl auth can-i {first.verb} {first.resource}{'/' + first.name if first.name else ''}"
+    can_i = (f"kubectl auth can-i {first.verb} {first.target}"
              f"{' -n ' + first.namespace if first.namespace else ''} --as prewarm "
              + " ".join(f"--as-group {g}" for g in groups))
     return _fail(name, detail, f"run `prewarm install` (it binds the functions' groups); check with `{can_i}`")
@@ -211,10 +211,12 @@ def check_function_rbac(cluster: ClusterApi, subjects: Mapping[str, Subject],
 # -- agent DaemonSet --------------------------------------------------------------------------------
 
 
-def agent_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+def agent_nodes(nodes: Sequence[Mapping[str, Any]], daemon_set: Mapping[str, Any] | None = None) -> list[str]:
     """The nodes a job could select, which need an agent: placement's rules (Ready, not virtual-kubelet,
-    not Fargate or Windows, where the DaemonSet cannot run and jobs exclude the node)."""
-    return evaluate_nodes(Placement(), nodes).selected
+    not Fargate or Windows, and within `daemon_set`'s node selector, affinity and tolerations, where the
+    DaemonSet cannot run and jobs exclude the node)."""
+    agents = None if daemon_set is None else AgentPlacement.of_daemon_set(daemon_set)
+    return evaluate_nodes(Placement(), nodes, agents=agents).selected
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
@@ -248,7 +250,8 @@ class AgentCoverage:
     pods: Mapping[str, str]  # node → its agent pod's name
 
 
-def agent_coverage(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> AgentCoverage:
+def agent_coverage(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                   daemon_set: Mapping[str, Any] | None = None) -> AgentCoverage:
     by_node: dict[str, Mapping[str, Any]] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -256,7 +259,7 @@ def agent_coverage(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[st
         leaving = (pod.get("metadata") or {}).get("deletionTimestamp")
         if node and not leaving and (node not in by_node or _ready(pod)):
             by_node[node] = pod
-    needed = agent_nodes(nodes)
+    needed = agent_nodes(nodes, daemon_set)
     problems = {}
     for node in needed:
         found = by_node.get(node)
@@ -277,7 +280,7 @@ def check_agent_daemonset(cluster: ClusterApi, nodes: Sequence[Mapping[str, Any]
     match = ((daemon_set.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     selector = ",".join(f"{k}={v}" for k, v in sorted(match.items())) or None
     pods = cluster.list_objects("v1", "pods", AGENT_NAMESPACE, selector)
-    coverage = agent_coverage(nodes, pods)
+    coverage = agent_coverage(nodes, pods, daemon_set)
     if not coverage.problems:
         return _ok(name, f"ready on {len(coverage.ready)} of {len(coverage.needed)} nodes"), coverage
     shown = [f"{node} ({why})" for node, why in sorted(coverage.problems.items())]

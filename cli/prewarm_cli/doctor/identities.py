@@ -169,20 +169,27 @@ class EksAccessEntries:
 
 @dataclass(frozen=True, order=True)
 class Access:
-    """One verb on one resource, cluster-wide (`namespace` empty) or in a namespace, on any object or one."""
+    """One verb on one resource of an API group (`group` empty: the core group), cluster-wide (`namespace`
+    empty) or in a namespace, on any object or one."""
 
     verb: str
     resource: str
     namespace: str = ""
     name: str = ""
+    group: str = ""
+
+    @property
+    def target(self) -> str:
+        """`daemonsets.apps/prewarm-agent`, `nodes`: the resource as kubectl names it, and the object."""
+        resource = f"{self.resource}.{self.group}" if self.group else self.resource
+        return f"{resource}/{self.name}" if self.name else resource
 
     def __str__(self) -> str:
-        what = f"{self.resource}/{self.name}" if self.name else self.resource
-        return f"{self.verb} {what}" + (f" in {self.namespace}" if self.namespace else "")
+        return f"{self.verb} {self.target}" + (f" in {self.namespace}" if self.namespace else "")
 
     def review(self, subject: Subject) -> dict[str, Any]:
         """The SubjectAccessReview that asks whether `subject` may do this."""
-        attributes = {"verb": self.verb, "resource": self.resource, "group": "", "version": "v1"}
+        attributes = {"verb": self.verb, "resource": self.resource, "group": self.group, "version": "v1"}
         if self.namespace:
             attributes["namespace"] = self.namespace
         if self.name:
@@ -203,12 +210,14 @@ class CredentialTargets:
 def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[str, str]],
                     credentials: CredentialTargets | None) -> dict[str, list[Access]]:
     """Each function's verbs: nodes cluster-wide; pods in every namespace jobs live in (`default` when
-    there are none yet); the pull secrets jobs name; the refresher's writes in its target namespaces."""
+    there are none yet); the pull secrets jobs name; the agent DaemonSet (where agents run, for dispatch);
+    the refresher's writes in its target namespaces."""
     namespaces = sorted({*job_namespaces, "default"})
     pods = [Access("list", "pods", ns) for ns in namespaces]
     needs = {
         "dispatch_job": [Access("get", "nodes"), Access("list", "nodes"), *pods,
-                         *(Access("get", "secrets", ns, name) for ns, name in sorted(set(pull_secrets)))],
+                         *(Access("get", "secrets", ns, name) for ns, name in sorted(set(pull_secrets))),
+                         Access("get", "daemonsets", AGENT_NAMESPACE, AGENT_NAME, "apps")],
         "record_status": [Access("get", "nodes"), *pods],
         "sweep": [Access("get", "nodes"), Access("list", "nodes"), Access("patch", "nodes"),
                   Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), Access("create", "events", "default")],

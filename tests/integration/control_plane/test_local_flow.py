@@ -21,6 +21,7 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, parse_node_message
 from prewarm.services.jobs import apply_manifest, request_deletion, view_job
+from prewarm_cli.install.render import MANIFESTS
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack, WiringError
@@ -39,6 +40,9 @@ EXCLUDED = {
 def env() -> Iterator[dict[str, Any]]:
     with MotoServer() as aws, KubeApiServer() as api, aws_environment(aws.url):
         api.seed_from_file(ROOT / "samplefiles" / "cluster.yaml")
+        # The agent DaemonSet as `prewarm install` ships it: dispatch reads where agents run from it.
+        for manifest in ("00-namespace.yaml", "40-daemonset.yaml"):
+            api.seed_from_file(MANIFESTS / manifest)
         stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url},
                            failed_visibility_seconds=0).deploy()
         stack.prime_streams()

@@ -89,6 +89,17 @@ def test_agents_are_needed_on_ready_linux_nodes_but_not_on_fargate_or_virtual_ku
     assert agent_nodes(nodes) == ["a"]
 
 
+def test_agents_are_not_needed_on_nodes_outside_the_daemonsets_node_selector_or_tolerations() -> None:
+    daemon_set = {"spec": {"template": {"spec": {"nodeSelector": {"pool": "general"}}}}}
+    tainted = make_node("tainted", pool="general")
+    tainted["spec"] = {"taints": [{"key": "dedicated", "effect": "NoSchedule"}]}
+    nodes = [make_node("a", pool="general"), make_node("gpu", pool="gpu"), tainted]
+
+    assert agent_nodes(nodes, daemon_set) == ["a"]
+    assert agent_coverage(nodes, [], daemon_set).problems == {"a": "no agent pod"}
+    assert agent_nodes(nodes) == ["a", "gpu", "tainted"]
+
+
 def test_a_node_without_a_ready_agent_pod_says_why() -> None:
     nodes = [make_node("a"), make_node("b"), make_node("c")]
     pods = [pod("prewarm-agent-1", "a"),
@@ -191,7 +202,8 @@ def test_each_function_needs_its_verbs_in_the_namespaces_of_jobs_and_of_the_refr
     needs = required_access({"shop"}, {("shop", "regcred")}, targets)
 
     assert [str(a) for a in needs["dispatch_job"]] == [
-        "get nodes", "list nodes", "list pods in default", "list pods in shop", "get secrets/regcred in shop"]
+        "get nodes", "list nodes", "list pods in default", "list pods in shop", "get secrets/regcred in shop",
+        "get daemonsets.apps/prewarm-agent in prewarm-system"]
     assert [str(a) for a in needs["record_status"]] == ["get nodes", "list pods in default", "list pods in shop"]
     assert [str(a) for a in needs["sweep"]] == [
         "get nodes", "list nodes", "patch nodes", "get configmaps/prewarm-agent in prewarm-system",
@@ -235,6 +247,21 @@ def test_a_denied_verb_is_named_with_its_function_and_a_kubectl_check() -> None:
         "(it binds the functions' groups); check with "
         "`kubectl auth can-i list nodes --as prewarm --as-group prewarm-control-plane`")
     assert cluster.asked[0]["spec"]["groups"] == ["prewarm-control-plane", "system:authenticated"]
+
+
+def test_a_verb_on_a_resource_of_an_api_group_is_reviewed_and_checked_in_that_group() -> None:
+    subjects = {"dispatch_job": subject_of(ROLE, None, ("prewarm-control-plane",))}
+    needs = {"dispatch_job": [Access("get", "daemonsets", "prewarm-system", "prewarm-agent", "apps")]}
+    cluster = Reviews(set())
+
+    result = check_function_rbac(cluster, subjects, needs)
+
+    assert cluster.asked[0]["spec"]["resourceAttributes"] == {
+        "verb": "get", "resource": "daemonsets", "group": "apps", "version": "v1", "namespace": "prewarm-system",
+        "name": "prewarm-agent"}
+    assert result.line().endswith(
+        "check with `kubectl auth can-i get daemonsets.apps/prewarm-agent -n prewarm-system --as prewarm "
+        "--as-group prewarm-control-plane`")
 
 
 def test_all_verbs_allowed_is_ok() -> None:

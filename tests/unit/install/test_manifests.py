@@ -77,6 +77,8 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("ValidatingAdmissionPolicyBinding", "prewarm-agent-startup-taint", ""),
         ("DaemonSet", "prewarm-agent", "prewarm-system"),
         ("ClusterRole", CONTROL_PLANE_GROUP, ""), ("ClusterRoleBinding", CONTROL_PLANE_GROUP, ""),
+        ("ClusterRole", "prewarm-control-plane-agents", ""),
+        ("RoleBinding", "prewarm-control-plane-agents", "prewarm-system"),
         ("ClusterRole", PULL_SECRETS_GROUP, ""), ("RoleBinding", PULL_SECRETS_GROUP, "shop"),
         ("ClusterRole", "prewarm-credentials-namespaces", ""),
         ("ClusterRoleBinding", "prewarm-credentials-namespaces", ""),

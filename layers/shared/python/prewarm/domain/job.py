@@ -71,6 +71,9 @@ class StoredJob:
     owner: str = ""
     children: list[str] = field(default_factory=list)
     pull_secret_arns: list[str] = field(default_factory=list)
+    # What its last plan adds to its message: named nodes it left out, or that it could not leave out
+    # the nodes no agent runs on (the agent DaemonSet unread).
+    placement_note: str = ""
     # How many partitions the job's node items are spread over, fixed at its first plan (0: not planned).
     shards: int = 0
     deleting_since: float | None = None

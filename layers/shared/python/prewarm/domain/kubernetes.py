@@ -412,6 +412,29 @@ def bounded_name(prefix: str, suffix: str) -> str:
 # --- Label selectors ---------------------------------------------------------------------------
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def requirement_holds(operator: str, values: Sequence[str], value: str | None) -> bool:
+    """Whether a label (or field) `value`, None when the object has none, meets `operator` over `values`.
+
+    Kubernetes' `labels.Requirement.Matches`: `NotIn` and `DoesNotExist` hold without the key; `Gt` and
+    `Lt` (node affinity only) compare the value and the one entry of `values` as integers, and fail when
+    either is not one. An unknown operator holds for nothing.
+    """
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("In", "NotIn"):
+        inside = value is not None and value in values
+        return inside if operator == "In" else not inside
+    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
+        if not (_INTEGER.fullmatch(value) and _INTEGER.fullmatch(values[0])):
+            return False
+        number, bound = int(value), int(values[0])
+        return number > bound if operator == "Gt" else number < bound
+    return False
 
 
 class LabelSelectorRequirement(KubernetesModel):
@@ -444,14 +467,7 @@ class LabelSelectorRequirement(KubernetesModel):
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether `labels` satisfy this requirement, with Kubernetes semantics."""
-        present = self.key in labels
-        if self.operator == "Exists":
-            return present
-        if self.operator == "DoesNotExist":
-            return not present
-        inside = present and labels[self.key] in (self.values or ())
-        # NotIn matches a node without the key, as in Kubernetes.
-        return inside if self.operator == "In" else not inside
+        return requirement_holds(self.operator, self.values or (), labels.get(self.key))
 
     def to_query(self) -> str:
         """This requirement in `labelSelector` query syntax."""

@@ -16,13 +16,13 @@ from typing import Any
 
 from prewarm.domain.kubernetes import format_time, parse_time
 from prewarm.domain.messages import RequiredImage
+from prewarm.domain.placement import DEFAULT_TAINT_KEY as DEFAULT_TAINT_KEY  # placement's: it never excludes a node
 from prewarm.domain.placement import Placement, Platform, evaluate_nodes
 
 # Where `prewarm install` puts the agents: their namespace, and the name of their DaemonSet, service
 # account and ConfigMap (which holds the startup taint and its deadline).
 AGENT_NAMESPACE = "prewarm-system"
 AGENT_NAME = "prewarm-agent"
-DEFAULT_TAINT_KEY = "prewarm.dev/warming"
 DEFAULT_TAINT_EFFECT = "NoSchedule"
 DEFAULT_MAX_WARM_SECONDS = 900
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")

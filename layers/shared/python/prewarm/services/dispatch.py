@@ -18,11 +18,13 @@ from typing import Any
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import ImagePullJob, JobState
 from prewarm.domain.messages import CancelTask, NodePhase
-from prewarm.domain.placement import NodeSelection, evaluate_nodes
+from prewarm.domain.placement import AgentPlacement, NodeSelection, evaluate_nodes, named_exclusions
 from prewarm.domain.retry import doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord
+from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
 from prewarm.services.ports import (
     Cluster,
+    ClusterAuthError,
     JobStore,
     PullSecretError,
     PullSecretMirror,
@@ -47,6 +49,8 @@ _CLAIM_BACKOFF_MAX_S = 2.0
 
 # Selecting by names: below this many names, one GET per node beats listing the cluster.
 _NAMES_BY_GET = 20
+# The start of a job's message when where the agents run could not be read at its plan.
+UNCHECKED = "nodes without an agent not excluded"
 
 
 @dataclass
@@ -87,7 +91,9 @@ def select(cluster: Cluster, record: StoredJob) -> NodeSelection:
         nodes = cluster.list_nodes(label_selector=spec.selector.to_query() or None)
     else:
         nodes = cluster.list_nodes()
-    return evaluate_nodes(job.placement, nodes, pods, platforms=record.image_platforms())
+    agents, unchecked = agent_placement(cluster)
+    selection = evaluate_nodes(job.placement, nodes, pods, platforms=record.image_platforms(), agents=agents)
+    return replace(selection, unchecked=unchecked)
 
 
 def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
@@ -95,6 +101,31 @@ def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
         return [n for name in names if (n := cluster.get_node(name)) is not None]
     wanted = set(names)
     return [n for n in cluster.list_nodes() if n.get("metadata", {}).get("name") in wanted]
+
+
+def placement_note(record: StoredJob, selection: NodeSelection) -> str | None:
+    """What the job's message adds about its plan: named nodes left out, where the agents run unread."""
+    notes = [named_exclusions(record.pull_job.placement, selection.excluded), selection.unchecked]
+    return "; ".join(note for note in notes if note) or None
+
+
+def agent_placement(cluster: Cluster) -> tuple[AgentPlacement | None, str]:
+    """Where the agent DaemonSet runs; or None, and why, when it cannot be read.
+
+    Without it a job selects as before this check existed (only Fargate, Windows and virtual-kubelet
+    nodes are known to have no agent) and its message says so: a node with no agent then fails
+    `no agent on node`, which blocks nothing. Throttling and outages are raised, for a retry.
+    """
+    where = f"DaemonSet {AGENT_NAMESPACE}/{AGENT_NAME}"
+    try:
+        daemon_set = cluster.get_object("apps/v1", "daemonsets", AGENT_NAME, AGENT_NAMESPACE)
+    except ClusterAuthError as e:
+        # RBAC from an install older than this stack: 50-control-plane-rbac.yaml grants this one get.
+        log.warning("cannot read the agent %s, so nodes it does not run on are not excluded: %s", where, e)
+        return None, f"{UNCHECKED}: cannot read {where} ({e.reason or e.status}; run prewarm install)"
+    if daemon_set is None:
+        return None, f"{UNCHECKED}: no {where} (run prewarm install)"
+    return AgentPlacement.of_daemon_set(daemon_set), ""
 
 
 def plan_job(
@@ -208,7 +239,8 @@ def _plan_round(
     store.put_excluded(key, selection.excluded, shards=record.shards)
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks),
-        extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns},
+        extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns,
+               "placement_note": placement_note(record, selection)},
     )
     dispatched = record.pull_tasks(t.node for t in tasks if t.dispatched_at)
     failures = queues.send_many(dispatched)
@@ -256,7 +288,7 @@ def _replan_round(
         return result
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=fresh.version, counters=fresh.counters,
-        extra={"pull_secret_arns": record.pull_secret_arns},
+        extra={"pull_secret_arns": record.pull_secret_arns, "placement_note": placement_note(record, selection)},
     )
     return result
 

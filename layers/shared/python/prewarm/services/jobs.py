@@ -307,6 +307,8 @@ def _view(store: JobStore, record: StoredJob, *, now: float, with_tasks: bool) -
         )
     c = record.counters
     message = record.message or progress_message(c.desired, c.succeeded, c.failed, record.state == JobState.COMPLETED)
+    if record.placement_note:
+        message += f"; {record.placement_note}"
     shards = record.ref.shards
     tasks = store.get_tasks(record.key, shards=shards) if with_tasks and record.shards else []
     if with_tasks:

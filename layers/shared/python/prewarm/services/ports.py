@@ -223,6 +223,10 @@ class Cluster(Protocol):
         self, namespace: str | None, label_selector: str | None = None, field_selector: str | None = None
     ) -> list[dict[str, Any]]: ...
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    # The agent DaemonSet (`apps/v1` `daemonsets`), for where its pods run; None when it is not there.
+    def get_object(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None: ...
 
 
 class NodeInventory(Protocol):

@@ -64,6 +64,7 @@ class JobItems(Table):
                 "owner": job.owner or None,
                 "children": job.children or None,
                 "pull_secret_arns": job.pull_secret_arns or None,
+                "placement_note": job.placement_note or None,
             }
         )
 
@@ -93,6 +94,7 @@ class JobItems(Table):
             owner=values.get("owner", ""),
             children=list(values.get("children", [])),
             pull_secret_arns=list(values.get("pull_secret_arns", [])),
+            placement_note=values.get("placement_note", ""),
         )
 
     def get_job(self, key: str, *, consistent: bool = True) -> StoredJob | None:
