@@ -49,7 +49,7 @@ def test_get_jobs_prints_kruise_columns(prewarm: Run, running_job: str) -> None:
     assert lines[0].split() == ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "SOURCE", "MESSAGE"]
     row = next(line for line in lines if line.startswith("get-web "))
     assert row.split()[:5] == ["get-web", "3", "1", "1", "1"] and row.split()[6] == "cli"
-    assert row.endswith("job is running, progress 66.7%")
+    assert row.endswith("job is running, progress 66.7%; named node node-d excluded: node not found")
 
 
 def test_get_jobs_wide_across_namespaces_adds_namespace_image_parallelism_and_round(
@@ -82,7 +82,7 @@ def test_get_job_yaml_is_the_manifest_with_a_kruise_status(prewarm: Run, running
     status = doc["status"]
     assert {k: status[k] for k in ("desired", "active", "succeeded", "failed", "failedNodes", "message")} == {
         "desired": 3, "active": 1, "succeeded": 1, "failed": 1, "failedNodes": ["node-b"],
-        "message": "job is running, progress 66.7%",
+        "message": "job is running, progress 66.7%; named node node-d excluded: node not found",
     }
     assert status["startTime"].endswith("Z") and "completionTime" not in status
 
