@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +56,18 @@ class AgentProcess(DaemonBacked):
 
 
 class InProcessAgent:
-    """The agent of one node as an `Agent` object in this process (its internals stay reachable)."""
+    """The agent of one node as an `Agent` object in this process (its internals stay reachable).
 
-    def __init__(self, values: dict[str, str]) -> None:
+    `signing`: a block in which the boto3 clients it builds sign as its node's agent role (this
+    process's environment holds the operator's keys, or a function's while one runs); its clients
+    are all built in it, the ECR client included (`prepare`)."""
+
+    def __init__(self, values: dict[str, str],
+                 signing: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
         from prewarm_agent.settings import AgentSettings
 
         self.settings = AgentSettings.from_env(values)
+        self.signing = signing
         self.agent: Any = None
 
     @property
@@ -75,10 +83,20 @@ class InProcessAgent:
         return "running" if self.agent is not None else "stopped"
 
     def start(self) -> None:
+        """Starts the agent; an agent that cannot start (its queue refused) is stopped, and its error raised,
+        as the process would exit with it."""
         from prewarm_agent.agent import Agent
+        from prewarm_agent.credentials import RegistryCredentials
 
-        agent = Agent(self.settings)
-        agent.start()
+        with self.signing():
+            agent = Agent(self.settings)
+            if isinstance(agent.credentials, RegistryCredentials):
+                agent.credentials.prepare(self.settings.aws_region)
+        try:
+            agent.start()
+        except BaseException:
+            agent.stop(0)
+            raise
         self.agent = agent
 
     def stop(self, grace: float) -> None:
