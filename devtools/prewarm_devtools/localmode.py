@@ -682,8 +682,8 @@ class LocalMode:
                 self._start_node(name)
             except BaseException:
                 self.kube.remove_object("nodes", name)
-                if (identity := self._agent_identities.pop(name, None)) is not None:
-                    identity.unregister()
+                if (own := self._agent_identities.pop(name, None)) is not None:
+                    own.unregister()
                 raise
         self._reconcile_agents()
         return self._node_status(name)

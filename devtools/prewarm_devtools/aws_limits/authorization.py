@@ -159,8 +159,8 @@ def _secretsmanager(handler: Any, operation: str) -> Iterator[Request]:
         yield Request(action, "*")
         return
     secrets = handler.backend.secrets
-    secret = secrets[secret_id] if secret_id in secrets else None
-    if secret is not None:
+    if secret_id in secrets:  # by name or ARN: moto's store answers both, its `get` by name only
+        secret = secrets[secret_id]
         arn, policy = secret.arn, json.loads(secret.policy) if secret.policy else None
     else:
         arn = secret_id if secret_id.startswith("arn:") else (
@@ -198,8 +198,9 @@ def _ssm(handler: Any, operation: str) -> Iterator[Request]:
     if not names:
         yield Request("ssm:" + operation, "*")
     for name in names:
-        arn = name if name.startswith("arn:") else (
-            f"arn:aws:ssm:{handler.region}:{handler.current_account}:parameter{'' if name.startswith('/') else '/'}{name}")
+        path = name if name.startswith("/") else f"/{name}"
+        where = f"{handler.region}:{handler.current_account}"
+        arn = name if name.startswith("arn:") else f"arn:aws:ssm:{where}:parameter{path}"
         yield Request("ssm:" + operation, arn)
 
 

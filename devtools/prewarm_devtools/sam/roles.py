@@ -18,7 +18,8 @@ from prewarm_devtools.sam.intrinsics import Resolver
 from prewarm_devtools.sam.template import TemplateError
 
 # They grant CloudWatch Logs and, for functions in a VPC, EC2 network interfaces: services nothing calls locally.
-_AWS_MANAGED_NOT_EVALUATED = ("service-role/AWSLambdaVPCAccessExecutionRole", "service-role/AWSLambdaBasicExecutionRole")
+_AWS_MANAGED_NOT_EVALUATED = ("service-role/AWSLambdaVPCAccessExecutionRole",
+                              "service-role/AWSLambdaBasicExecutionRole")
 
 Document = dict[str, Any]
 
