@@ -14,8 +14,8 @@ policy when it has one (a queue's, a table's, a secret's, a repository's). The p
 - Secrets Manager: the secret (its ARN, or its name where it does not exist yet); a `CreateSecret`
   with tags needs `secretsmanager:TagResource` too (API Reference, CreateSecret).
 - ECR: the repository; `GetAuthorizationToken` takes `*`.
-- STS: `AssumeRole` on the role; `GetCallerIdentity` needs no permission and cannot be denied
-  (STS API Reference, GetCallerIdentity).
+- STS: `AssumeRole` on the role (the caller's side only: moto holds no trust policies to evaluate);
+  `GetCallerIdentity` needs no permission and cannot be denied (STS API Reference, GetCallerIdentity).
 - SSM: the parameter.
 
 Requests to other services, and by principals whose identity policies are unknown, pass as before:
