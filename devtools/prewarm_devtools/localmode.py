@@ -187,6 +187,9 @@ class LocalMode:
         self.agent_token = f"agent-{secrets.token_urlsafe(24)}"
         self.agent_daemonset: Any = None
         self._starting = False
+        # Nodes whose agent signs as a role of its own (`add_node(agent_policies=)`), and why agents exited.
+        self._agent_identities: dict[str, LocalIdentity] = {}
+        self._agent_errors: dict[str, str] = {}
 
     @property
     def logs_dir(self) -> Path:
@@ -297,7 +300,8 @@ class LocalMode:
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
                                 failed_visibility_seconds=1, function_output=self.function_log).deploy()
-        self.agent_identity.register()
+        # The agents' role holds what the stack's AgentPolicy grants, as a deploy attaches it (docs/agent.md).
+        self.agent_identity.register([self.stack.policy_document("AgentPolicy")])
         if self.kube is not None:
             grant_cluster_access(self.kube, self.stack, agent_token=self.agent_token,
                                  max_warm_seconds=self.max_warm_seconds,
@@ -324,8 +328,12 @@ class LocalMode:
 
     @property
     def agent_identity(self) -> LocalIdentity:
-        """The agents' role (IRSA or Pod Identity on EKS): the principal every agent process signs as."""
+        """The agents' role (IRSA or Pod Identity on EKS): the principal every agent signs as."""
         return LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-agent", "AG")
+
+    def agent_identity_of(self, node: str) -> LocalIdentity:
+        """The role `node`'s agent signs as: the agents' role, or one of its own (`add_node(agent_policies=)`)."""
+        return self._agent_identities.get(node, self.agent_identity)
 
     def credentials_config(self) -> dict[str, Any]:
         """`refresh_ecr_credentials`' configuration here: the ECR registry of this account and region.
@@ -393,7 +401,20 @@ class LocalMode:
         node = LocalNode(name, containerd, None)
         self.nodes[name] = node
         node.agent = self._new_agent(name, containerd)
-        node.agent.start()
+        self._start_agent(name, node)
+
+    def _start_agent(self, name: str, node: LocalNode) -> None:
+        """Starts the node's agent. One that exits as it starts (AccessDenied on its queue) leaves the node,
+        as a crash-looping pod does, with its error in the node's status; while local mode starts, it fails it."""
+        try:
+            node.agent.start()
+        except Exception as e:
+            if self._starting:
+                raise
+            log.warning("the agent of %s exited as it started: %s", name, e)
+            self._agent_errors[name] = str(e)
+            return
+        self._agent_errors.pop(name, None)
         self._record_child(f"agent of {name}", node.agent)
 
     def _new_agent(self, name: str, containerd: Any) -> Any:
@@ -424,16 +445,15 @@ class LocalMode:
             **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self._agent_token_of(name),
                 "KUBE_CA_FILE": str(self.base_dir / "kube-ca.crt")}
                if self.kube else {}),
-            **self.agent_identity.environment(),
+            **self.agent_identity_of(name).environment(),
             **self.agent_overrides,
         }
         if self.agent_image is not None:
             return self._agent_container(name, containerd, values)
-        # An agent in this process builds its clients from this process's environment (the operator's
-        # keys, or a function's while it runs): only an agent process signs as the agents' role.
         if self.agent_processes:
             return AgentProcess(values, agent_output_path(self.logs_dir, name))
-        return InProcessAgent(values)
+        identity, stack = self.agent_identity_of(name), self.stack
+        return InProcessAgent(values, signing=lambda: stack.signing_as(identity))
 
     def _agent_container(self, name: str, containerd: Any, values: dict[str, str]) -> Any:
         """The agent as the installed DaemonSet's pod would run it: everything the manifests give it comes
@@ -628,8 +648,13 @@ class LocalMode:
         return {"function": function, "result": result}
 
     def add_node(self, name: str, *, labels: dict[str, str], taints: list[dict[str, str]],
-                 agent: bool = True) -> dict[str, Any]:
-        """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent."""
+                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent.
+
+        `agent_policies`: the identity policies of this node's agent instead of the stack's AgentPolicy;
+        the agent then signs as a role of its own (`<stack>-agent-<node>`), e.g. one that lacks what the
+        agent needs, as a node group whose role misses the policy. An agent that exits as it starts leaves
+        the node as it is, its taints included, with `agent_error` in the answer."""
         from prewarm.domain.kubernetes import dns1123_subdomain_problem, label_map_problems
 
         if self.kube is None:
@@ -644,12 +669,22 @@ class LocalMode:
             raise ControlError(f'node "{name}" already exists', 409)
         if agent and not self.agents_enabled:
             raise ControlError("this stack runs no agents (started with --no-agents): add the node with --no-agent")
+        if agent_policies is not None:
+            if not agent:
+                raise ControlError("agent_policies: the node has no agent to give them to")
+            if self.agent_image is not None:
+                raise ControlError("agent_policies: agents from the image sign as the role their DaemonSet gives them")
+            identity = LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-agent-{name}", "AG")
+            identity.register(agent_policies)
+            self._agent_identities[name] = identity
         self.kube.seed_objects([node_object(name, labels, taints)])
         if agent:
             try:
                 self._start_node(name)
             except BaseException:
                 self.kube.remove_object("nodes", name)
+                if (own := self._agent_identities.pop(name, None)) is not None:
+                    own.unregister()
                 raise
         self._reconcile_agents()
         return self._node_status(name)
@@ -666,6 +701,9 @@ class LocalMode:
             shutil.rmtree(node.containerd.base_dir, ignore_errors=True)
         if self.kube is not None:
             self.kube.remove_object("nodes", name)
+        self._agent_errors.pop(name, None)
+        if (identity := self._agent_identities.pop(name, None)) is not None:
+            identity.unregister()
         self._reconcile_agents()
         return {"name": name, "removed": True, "had_agent": node is not None}
 
@@ -687,8 +725,7 @@ class LocalMode:
         if action == "start":
             if running:
                 raise ControlError(f'the agent of "{name}" is already running (pid {node.agent.pid})')
-            node.agent.start()
-            self._record_child(f"agent of {name}", node.agent)
+            self._start_agent(name, node)
         elif not running:
             raise ControlError(f'the agent of "{name}" is not running ({node.agent.state})')
         elif action == "stop":
@@ -708,7 +745,8 @@ class LocalMode:
         return {"name": name, "agent": state, "pid": node.agent.pid, "exit": exit_note(node.agent.last_exit, state),
                 "containerd_pid": node.containerd.pid,
                 "agent_kind": "container" if self.agent_image is not None
-                else "process" if self.agent_processes else "in-process"}
+                else "process" if self.agent_processes else "in-process",
+                **({"agent_error": self._agent_errors[name]} if name in self._agent_errors else {})}
 
     def status(self) -> dict[str, Any]:
         """Every endpoint, and every node of the cluster with its agent's state."""

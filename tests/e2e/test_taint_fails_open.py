@@ -1,12 +1,12 @@
-"""Issue #25, the startup taint fails open: a node that joins with the taint and has no agent (its pod
+"""Issue #25, the startup taint fails open. A node that joins with the taint and has no agent (its pod
 never ran) becomes schedulable after MAX_WARM_SECONDS plus the grace: the sweep removes the taint, with
-an Event on the node. The taint is on the node until then.
+an Event on the node. The taint is on the node until then. A node whose agent's role lacks its queue
+permissions (an agent policy not attached) gets AccessDenied from SQS: the agent removes the taint at
+once, with an Event, and exits.
 
-A real local stack: moto behind the AWS limits layer, the functions on their event sources, and the
-embedded Kubernetes API with what `prewarm install` ships (the sweep's RBAC, and the admission policy
-its patch passes). An agent refused its queue (AccessDenied) removes the taint itself at once:
-tests/unit/agent/test_startup_taint_fails_open.py, since the local stage does not evaluate the agents'
-IAM policy for SQS (issue #26).
+A real local stack: moto behind the AWS limits layer, which evaluates each role's IAM policies from
+template.yaml; the functions on their event sources; the embedded Kubernetes API with what `prewarm
+install` ships (the sweep's RBAC, and the admission policy its patch passes); containerd for the nodes.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON
+from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
@@ -63,3 +64,29 @@ def test_a_node_with_no_agent_loses_the_taint_to_the_sweep_after_its_deadline(lo
     assert not tainted(local, "no-agent-1")
     (event,) = [e for e in events_about(local, "no-agent-1") if e["reason"] == FAIL_OPEN_EVENT_REASON]
     assert "no Prewarm agent removed the startup taint prewarm.dev/warming:NoSchedule" in str(event["message"])
+
+
+def test_a_node_whose_agent_is_refused_its_queue_is_untainted_by_the_agent_as_it_exits(local: LocalMode) -> None:
+    assert local.stack is not None and local.kube is not None
+    # Given an agent role with the shipped AgentPolicy but its node queue statement (the policy half attached)
+    shipped = local.stack.policy_document("AgentPolicy")
+    stripped = {**shipped, "Statement": [s for s in shipped["Statement"] if s["Sid"] != "OwnTaskQueue"]}
+    # When a node joins with the startup taint and its agent starts under that role
+    joined = time.time()
+    status = local.add_node("denied-1", labels={}, taints=[dict(TAINT)], agent_policies=[stripped])
+    # Then SQS refuses the agent its queue, as IAM would, and the agent exits
+    role = local.agent_identity_of("denied-1").arn
+    assert role.endswith(":role/prewarm-local-agent-denied-1")
+    assert status["agent"] == "stopped"
+    assert f"AccessDenied: User: {role} is not authorized to perform: sqs:createqueue on resource: " \
+           "arn:aws:sqs:us-west-2:123456789012:prewarm-local-node-" in status["agent_error"]
+    assert "because no identity-based policy allows the sqs:createqueue action" in status["agent_error"]
+    # And the node is schedulable well within MAX_WARM_SECONDS and the grace: the agent removed the taint
+    assert not tainted(local, "denied-1")
+    assert time.time() - joined < MAX_WARM_SECONDS + GRACE_SECONDS
+    (event,) = [e for e in events_about(local, "denied-1") if e["reason"] == EVENT_REASON]
+    assert "so pods can schedule: the agent cannot start: create queue prewarm-local-node-denied-1: AccessDenied" \
+        in str(event["message"])
+    # And the sweep, after the deadline, has nothing left to release
+    time.sleep(max(0.0, joined + MAX_WARM_SECONDS + GRACE_SECONDS + 1 - time.time()))
+    assert "denied-1" not in local.fire("sweep")["result"]["taints_released"]

@@ -17,7 +17,8 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.aws_limits import PolicyError, explicit_deny
-from prewarm_devtools.aws_limits.sqs import SQSLimits, access_key_id
+from prewarm_devtools.aws_limits.authorization import Authorization
+from prewarm_devtools.aws_limits.sqs import access_key_id
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import ACCOUNT, OPERATOR, REGION, LocalIdentity, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
@@ -166,14 +167,15 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LocalStack, MotoSer
         api.seed_objects([node])
         # Who each send to a node queue came from, as the layer read it from the request's key
         callers: list[str] = []
-        check = SQSLimits._check_policy
+        check = Authorization.refusal
 
-        def recording(self: SQSLimits, handler: Any, action: str) -> None:
-            if "-node-" in handler._get_queue_name():
+        def recording(self: Authorization, handler: Any) -> Any:
+            if handler.service_name == "sqs" and handler._get_action() in ("SendMessage", "SendMessageBatch") \
+                    and "-node-" in handler._get_queue_name():
                 callers.append(str(self.layer.principals.arn(access_key_id(handler.headers))))
-            check(self, handler, action)
+            return check(self, handler)
 
-        monkeypatch.setattr(SQSLimits, "_check_policy", recording)
+        monkeypatch.setattr(Authorization, "refusal", recording)
         stack = LocalStack(aws.url, stack_name="stack", parameters={
             "ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
         stack.prime_streams()

@@ -6,9 +6,13 @@ allows (`Quotas`: each number with its source): DynamoDB's item size, transactio
 conflicts, per-partition capacity of the base table and each GSI; SQS's message and batch sizes and
 queue name reuse; ECR's GetAuthorizationToken rate. Refusals are the errors AWS answers.
 
-A send to a queue whose policy explicitly denies the caller is refused with AccessDenied, for callers
-the layer knows by access key (`layer.principals.add(key, arn)`: local mode registers its function
-roles, agents' role and operator); any other key is moto's default caller and is not evaluated.
+Before any of that, IAM (`authorization`): a caller the layer knows by access key
+(`layer.principals.add(key, arn, policies)`: local mode registers each function role and the agents'
+role with their policies from `template.yaml`, and the operator without) is refused with its service's
+AccessDenied unless an identity or resource policy allows the request and no explicit Deny applies
+(`policy.evaluate`, for SQS, DynamoDB and its streams, Secrets Manager, ECR, STS and SSM). A caller
+registered without policies is held to resource policies' explicit denies only; any other key is
+moto's default caller and is not evaluated.
 
 The layer also counts the capacity each DynamoDB partition key value consumed:
 
@@ -34,18 +38,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from prewarm_devtools.aws_limits import patches
+from prewarm_devtools.aws_limits.authorization import AccessDeniedError, Authorization
 from prewarm_devtools.aws_limits.counting import CapacityKey, CapacityStats, KeyUsage, TokenBucket
 from prewarm_devtools.aws_limits.dynamodb import DynamoDBLimits, item_size, read_units, write_units
 from prewarm_devtools.aws_limits.ecr import ECRLimits
-from prewarm_devtools.aws_limits.policy import PolicyError, Principals, explicit_deny
+from prewarm_devtools.aws_limits.policy import Decision, PolicyError, Principals, evaluate, explicit_deny
 from prewarm_devtools.aws_limits.quotas import Quotas
 from prewarm_devtools.aws_limits.sqs import SQSLimits, message_size
 from prewarm_devtools.aws_limits.tables import StreamReaders
 
 __all__ = [
-    "AwsLimits", "CapacityKey", "CapacityStats", "KeyUsage", "PolicyError", "Principals", "Quotas", "TokenBucket",
-    "active", "disable", "enable", "explicit_deny", "item_size", "limits", "message_size", "read_units", "stats",
-    "wanted", "write_units",
+    "AccessDeniedError", "AwsLimits", "CapacityKey", "CapacityStats", "Decision", "KeyUsage", "PolicyError",
+    "Principals", "Quotas", "TokenBucket", "active", "disable", "enable", "evaluate", "explicit_deny", "item_size",
+    "limits", "message_size", "read_units", "stats", "wanted", "write_units",
 ]
 
 OFF_VALUES = {"0", "off", "false", "no"}
@@ -60,6 +65,7 @@ class AwsLimits:
         self.stats = CapacityStats(clock)
         # Who calls, by access key: configuration rather than state, so a reset keeps it.
         self.principals = Principals()
+        self.authorization = Authorization(self)
         self.dynamodb = DynamoDBLimits(self)
         self.sqs = SQSLimits(self)
         self.ecr = ECRLimits(self)

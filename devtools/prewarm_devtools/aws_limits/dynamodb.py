@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING, Any
 from moto.dynamodb.exceptions import DynamodbException, MockValidationException, TransactionCanceledException
 
 from prewarm_devtools.aws_limits.counting import CapacityKey, TokenBucket
-from prewarm_devtools.aws_limits.policy import explicit_deny
 from prewarm_devtools.aws_limits.quotas import KIB
-from prewarm_devtools.aws_limits.sqs import access_key_id
 from prewarm_devtools.aws_limits.tables import ItemSnapshot, key_values
 
 if TYPE_CHECKING:
@@ -154,8 +152,6 @@ class DynamoDBLimits:
         """Runs moto's `action` for `handler`'s request inside the limits."""
         params = handler.body
         backend = handler.dynamodb_backend
-        if action in _WRITE_ACTIONS:
-            self._check_policy(handler, action, params, backend)
         if action in ("put_item", "update_item", "delete_item"):
             return self._single_write(action, params, backend, run)
         if action == "batch_write_item":
@@ -163,25 +159,6 @@ class DynamoDBLimits:
         if action == "transact_write_items":
             return self._transaction(params, backend, run)
         return self._read(action, params, backend, run)
-
-    def _check_policy(self, handler: Any, action: str, params: Mapping[str, Any], backend: Any) -> None:
-        """A table's resource-based policy: an explicit Deny for this caller refuses the request, as IAM does."""
-        principal = self.layer.principals.arn(access_key_id(handler.headers))
-        if principal is None:
-            return  # moto's default caller: nothing to evaluate
-        for table_name in _tables_written(action, params):
-            try:
-                arn = backend.get_table(table_name).table_arn
-            except DynamodbException:
-                continue  # a missing table: moto answers for it
-            policy = backend.resource_policies.get(arn)
-            iam_action = _WRITE_ACTIONS[action]
-            if policy is not None and explicit_deny(json.loads(policy.policy_doc), iam_action, arn, principal):
-                self.layer.stats.record_refusal("AccessDeniedException")
-                raise DynamodbException(
-                    _PREFIX + "AccessDeniedException",
-                    f"User: {principal} is not authorized to perform: {iam_action} on resource: {arn} "
-                    "with an explicit deny in a resource-based policy")
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -433,20 +410,6 @@ class DynamoDBLimits:
             size = item_size(item.to_json()["Attributes"] if item else None)
             units = read_units(size, consistent=consistent, transactional=action == "transact_get_items")
             yield CapacityKey(table.name, None, _text(key[table.hash_key_attr])), units, table.table_arn
-
-
-# IAM's action for each write (TransactWriteItems is authorized per action inside it, as its parts).
-_WRITE_ACTIONS = {"put_item": "dynamodb:PutItem", "update_item": "dynamodb:UpdateItem",
-                  "delete_item": "dynamodb:DeleteItem", "batch_write_item": "dynamodb:BatchWriteItem",
-                  "transact_write_items": "dynamodb:UpdateItem"}
-
-
-def _tables_written(action: str, params: Mapping[str, Any]) -> list[str]:
-    if action == "batch_write_item":
-        return list(params.get("RequestItems") or {})
-    if action == "transact_write_items":
-        return sorted({op["TableName"] for item in params.get("TransactItems") or [] for op in item.values()})
-    return [params["TableName"]] if params.get("TableName") else []
 
 
 def _cancelled(actions: list[_Action], failed: set[int], code: str, message: str) -> TransactionCanceledException:

@@ -27,6 +27,7 @@ def install(current: Callable[[], Any]) -> None:
     import moto.backends as moto_backends
     import moto.dynamodb.models as dynamodb_models
     from moto.core.base_backend import BackendDict
+    from moto.core.responses import BaseResponse
     from moto.dynamodb.responses import DynamoHandler, DynamoResult
     from moto.dynamodbstreams.models import DynamoDBStreamsBackend, ShardIterator
     from moto.ecr.responses import ECRResponse
@@ -57,6 +58,8 @@ def install(current: Callable[[], Any]) -> None:
         # moto walks a queue's every message on each call; the same answers at a call's cost.
         for owner, name, value in queues.patches():
             _replace(owner, name, value)
+        # Every service's requests pass IAM first, as on AWS, before any of the checks above.
+        _replace(BaseResponse, "call_action", _authorized(BaseResponse.call_action, current))
         reset = BackendDict.__dict__["reset"].__func__
         _replace(BackendDict, "reset", classmethod(_resetting(reset, current)))
 
@@ -118,6 +121,25 @@ def _guarded(original: Callable[[Any], Any], name: str, part: str, current: Call
         return getattr(layer, part).guard(name, handler, lambda: original(handler))
 
     return limited
+
+
+def _authorized(original: Callable[[Any], Any], current: Callable[[], Any]) -> Callable[[Any], Any]:
+    from moto.core.responses import ActionResult
+
+    @functools.wraps(original)
+    def call_action(handler: Any) -> Any:
+        layer = current()
+        refused = None if layer is None else layer.authorization.refusal(handler)
+        if refused is None:
+            return original(handler)
+        # As moto's own call_action answers a ServiceException: in the protocol the client spoke.
+        status, headers, body = handler.serialized(ActionResult(refused))
+        headers["status"] = status
+        status, headers, body = handler._transform_response(handler.response_headers, (body, headers))
+        headers, body = handler._enrich_response(headers, body)
+        return status, headers, body
+
+    return call_action
 
 
 def _started_reader(original: Callable[..., Any], current: Callable[[], Any]) -> Callable[..., Any]:

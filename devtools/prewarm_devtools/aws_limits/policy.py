@@ -1,13 +1,19 @@
-"""Who is calling, and whether a resource policy denies it: the part of IAM's evaluation that local
+"""Who is calling, and whether IAM would let it: the evaluation of one account's policies that local
 mode needs to refuse what AWS would.
 
 `Principals` maps access key ids to principal ARNs (local mode gives each function role, the agents'
-role and the operator a key of their own). `explicit_deny` evaluates a resource-based policy for one
-request and answers the Deny statement that applies, if any.
+role and the operator a key of their own) and principal ARNs to their identity-based policies (the
+roles of `template.yaml`). `evaluate` decides one request as IAM does within one account ("Policy
+evaluation for requests within a single account", IAM User Guide): an explicit Deny in the identity
+or the resource-based policy refuses; otherwise an Allow in either grants, and nothing is an implicit
+deny. A resource-based policy grants by itself only to the principal it names (its ARN, or `*`); one
+that names an account delegates to that account's identity policies ("AWS account principals", IAM
+User Guide). A principal whose identity policies are unknown (`None`: moto's default caller, the
+operator) is held to resource policies' explicit denies only.
 
-Only explicit denies in resource-based policies are modelled. Identity policies are not: in one
-account either the identity policy or the resource policy may allow, so an Allow statement decides
-nothing here, and no principal is refused for lacking one.
+Not modelled: permissions boundaries, session policies, SCPs and RCPs, and condition keys beyond
+`aws:PrincipalArn` and `aws:PrincipalAccount` (a policy that uses another raises `PolicyError`
+rather than passing).
 
     >>> policy = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "sqs:SendMessage",
     ...     "Resource": "*", "Condition": {"ArnNotEquals": {"aws:PrincipalArn": ["arn:aws:iam::1:role/a"]}}}]}
@@ -15,13 +21,19 @@ nothing here, and no principal is refused for lacking one.
     True
     >>> explicit_deny(policy, "sqs:SendMessage", "arn:aws:sqs:us-west-2:1:q", "arn:aws:iam::1:role/a") is None
     True
+    >>> grants = [{"Statement": [{"Effect": "Allow", "Action": "sqs:Receive*", "Resource": "arn:aws:sqs:*:1:q"}]}]
+    >>> evaluate("sqs:ReceiveMessage", "arn:aws:sqs:us-west-2:1:q", "arn:aws:iam::1:role/a", identity=grants).allowed
+    True
+    >>> evaluate("sqs:DeleteMessage", "arn:aws:sqs:us-west-2:1:q", "arn:aws:iam::1:role/a", identity=grants).reason
+    'because no identity-based policy allows the sqs:DeleteMessage action'
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -30,38 +42,101 @@ class PolicyError(Exception):
     """A policy uses something this evaluation does not implement (an operator, a key): extend it."""
 
 
+Policy = Mapping[str, Any]
+
+
 class Principals:
-    """Access key id → principal ARN. A key it does not know is moto's default caller, evaluated by nothing."""
+    """Access key id → principal ARN, and principal ARN → its identity-based policies.
+
+    A key it does not know is moto's default caller, evaluated by nothing; a principal whose policies
+    it was not given (`policies` None) is held to resource policies' explicit denies only.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arns: dict[str, str] = {}
+        self._policies: dict[str, tuple[Policy, ...]] = {}
 
-    def add(self, access_key_id: str, arn: str) -> None:
+    def add(self, access_key_id: str, arn: str, policies: Sequence[Policy] | None = None) -> None:
+        """`access_key_id` signs as `arn`; with `policies`, those are all the identity policies `arn` has."""
         with self._lock:
             self._arns[access_key_id] = arn
+            if policies is not None:
+                self._policies[arn] = tuple(policies)
 
     def remove(self, access_key_id: str) -> None:
         with self._lock:
-            self._arns.pop(access_key_id, None)
+            arn = self._arns.pop(access_key_id, None)
+            if arn is not None and arn not in self._arns.values():
+                self._policies.pop(arn, None)
 
     def arn(self, access_key_id: str | None) -> str | None:
         with self._lock:
             return self._arns.get(access_key_id or "")
 
+    def policies(self, arn: str) -> tuple[Policy, ...] | None:
+        """The identity policies of `arn`, or None when they are not known (not evaluated)."""
+        with self._lock:
+            return self._policies.get(arn)
 
-def explicit_deny(policy: Mapping[str, Any], action: str, resource: str, principal_arn: str) -> dict[str, Any] | None:
-    """The first Deny statement of `policy` that applies to `principal_arn` doing `action` on `resource`."""
+
+@dataclass(frozen=True)
+class Decision:
+    """IAM's answer to one request: allowed, or refused for `reason`, in the words of AWS's AccessDenied
+    messages ("... because no identity-based policy allows the X action", "... with an explicit deny in
+    a resource-based policy")."""
+
+    allowed: bool
+    reason: str = ""
+
+    def message(self, principal_arn: str, action: str, resource: str) -> str:
+        return f"User: {principal_arn} is not authorized to perform: {action} on resource: {resource} {self.reason}"
+
+
+ALLOWED = Decision(True)
+
+
+def evaluate(action: str, resource: str, principal_arn: str, *, identity: Sequence[Policy] | None,
+             resource_policy: Policy | None = None) -> Decision:
+    """Whether `principal_arn` may do `action` on `resource` (an ARN, or `*` for an action without a
+    resource type), given its identity policies (None: unknown) and the resource's own policy."""
+    for policy in identity or ():
+        if _first(policy, "Deny", action, resource, principal_arn, resource_based=False) is not None:
+            return Decision(False, "with an explicit deny in an identity-based policy")
+    if resource_policy and explicit_deny(resource_policy, action, resource, principal_arn) is not None:
+        return Decision(False, "with an explicit deny in a resource-based policy")
+    if identity is None:
+        return ALLOWED
+    if any(_first(policy, "Allow", action, resource, principal_arn, resource_based=False) is not None
+           for policy in identity):
+        return ALLOWED
+    if resource_policy and _first(resource_policy, "Allow", action, resource, principal_arn,
+                                  resource_based=True) is not None:
+        return ALLOWED
+    return Decision(False, f"because no identity-based policy allows the {action} action")
+
+
+def explicit_deny(policy: Policy, action: str, resource: str, principal_arn: str) -> dict[str, Any] | None:
+    """The first Deny statement of resource-based `policy` that applies to `principal_arn` doing `action` on
+    `resource`."""
+    return _first(policy, "Deny", action, resource, principal_arn, resource_based=True)
+
+
+def _first(policy: Policy, effect: str, action: str, resource: str, principal_arn: str, *,
+           resource_based: bool) -> dict[str, Any] | None:
+    """The first statement of `effect` in `policy` that applies to the request. In a resource-based
+    policy, an Allow applies only to a principal it names itself or with `*`: naming its account
+    grants nothing by itself, it lets the account's identity policies decide."""
     context = {"aws:principalarn": principal_arn, "aws:principalaccount": _account(principal_arn)}
     statements = policy.get("Statement", [])
     for statement in [statements] if isinstance(statements, Mapping) else statements:
-        if statement.get("Effect") != "Deny":
+        if statement.get("Effect") != effect:
             continue
         if not _matches_element(statement, "Action", action, _action_matches):
             continue
         if not _matches_element(statement, "Resource", resource, _arn_like):
             continue
-        if not _matches_principal(statement, principal_arn):
+        if resource_based and not _matches_principal(statement, principal_arn, by_account=effect == "Deny"):
             continue
         if _conditions_hold(statement.get("Condition", {}), context):
             return dict(statement)
@@ -81,16 +156,17 @@ def _matches_element(statement: Mapping[str, Any], name: str, value: str, match:
     return True
 
 
-def _matches_principal(statement: Mapping[str, Any], arn: str) -> bool:
+def _matches_principal(statement: Mapping[str, Any], arn: str, *, by_account: bool = True) -> bool:
     if "Principal" in statement:
-        return _principal_in(statement["Principal"], arn)
+        return _principal_in(statement["Principal"], arn, by_account=by_account)
     if "NotPrincipal" in statement:
-        return not _principal_in(statement["NotPrincipal"], arn)
+        return not _principal_in(statement["NotPrincipal"], arn, by_account=True)
     return True
 
 
-def _principal_in(principal: Any, arn: str) -> bool:
-    """`"*"`, `{"AWS": ...}` with `*`, ARNs, or an account (its id or `:root`): every principal of it."""
+def _principal_in(principal: Any, arn: str, *, by_account: bool) -> bool:
+    """`"*"`, `{"AWS": ...}` with `*` or ARNs, or (`by_account`) an account, its id or `:root`: every
+    principal of it."""
     if principal == "*":
         return True
     if not isinstance(principal, Mapping):
@@ -99,7 +175,7 @@ def _principal_in(principal: Any, arn: str) -> bool:
         if entry == "*" or entry == arn:
             return True
         account = entry if entry.isdigit() else _account(entry) if entry.endswith(":root") else ""
-        if account and account == _account(arn):
+        if by_account and account and account == _account(arn):
             return True
     return False
 

@@ -1,29 +1,21 @@
-"""SQS's limits in front of moto's handler: message size, batch entries and size, queue name reuse, and
-a queue policy's explicit Deny of a send (for callers whose access key `Principals` knows)."""
+"""SQS's limits in front of moto's handler: message size, batch entries and size, queue name reuse.
+Who may call is `authorization`'s to decide."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import threading
-import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from moto.sqs.exceptions import SQSException
 
-from prewarm_devtools.aws_limits.policy import explicit_deny
-
 if TYPE_CHECKING:
     from prewarm_devtools.aws_limits import AwsLimits
 
 _BATCHES = ("send_message_batch", "delete_message_batch", "change_message_visibility_batch")
-# SQS's service model has no AccessDenied shape; boto3 reads the code from the response all the same.
-warnings.filterwarnings("ignore", r"Exception\(SQSException\) with code AccessDenied", UserWarning)
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
-# SendMessageBatch is authorized as sqs:SendMessage ("Amazon SQS API permissions").
-_SENDS = ("send_message", "send_message_batch")
 
 
 def message_size(body: str, attributes: Mapping[str, Mapping[str, Any]] | None = None) -> int:
@@ -56,8 +48,6 @@ class SQSLimits:
 
     def guard(self, action: str, handler: Any, run: Callable[[], Any]) -> Any:
         where = (handler.current_account, handler.region)
-        if action in _SENDS:
-            self._check_policy(handler, "sqs:SendMessage")
         if action == "create_queue":
             self._check_name_reuse((*where, handler._get_param("QueueName")))
         elif action in _BATCHES:
@@ -78,20 +68,6 @@ class SQSLimits:
             self._refuse("AWS.SimpleQueueService.QueueDeletedRecently",
                          f"You must wait {self.quotas.sqs_queue_name_reuse_s:g} seconds after deleting a queue "
                          f"before you can create another with the same name ({queue[2]}).")
-
-    def _check_policy(self, handler: Any, action: str) -> None:
-        principal = self.layer.principals.arn(access_key_id(handler.headers))
-        if principal is None:
-            return  # moto's default caller: nothing to evaluate
-        try:
-            queue = handler.sqs_backend.get_queue(handler._get_queue_name())
-        except SQSException:
-            return  # a missing queue: moto answers for it
-        if not queue.policy:
-            return
-        if explicit_deny(json.loads(queue.policy), action, queue.queue_arn, principal) is not None:
-            self._refuse("AccessDenied", f"User: {principal} is not authorized to perform: {action.lower()} on "
-                         f"resource: {queue.queue_arn} with an explicit deny in a resource-based policy")
 
     def _check_batch(self, handler: Any) -> None:
         entries = handler._get_param("Entries", []) or []

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +81,18 @@ class AgentProcess(DaemonBacked):
 
 
 class InProcessAgent:
-    """The agent of one node as an `Agent` object in this process (its internals stay reachable)."""
+    """The agent of one node as an `Agent` object in this process (its internals stay reachable).
 
-    def __init__(self, values: dict[str, str]) -> None:
+    `signing`: a block in which the boto3 clients it builds sign as its node's agent role (this
+    process's environment holds the operator's keys, or a function's while one runs); its clients
+    are all built in it, the ECR client included (`prepare`)."""
+
+    def __init__(self, values: dict[str, str],
+                 signing: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
         from prewarm_agent.settings import AgentSettings
 
         self.settings = AgentSettings.from_env(values)
+        self.signing = signing
         self.agent: Any = None
         # A thread cannot die on its own here: only `stop` and `kill` end it.
         self.last_exit: ProcessExit | None = None
@@ -102,10 +110,20 @@ class InProcessAgent:
         return agent_state(self.agent is not None, self.last_exit)
 
     def start(self) -> None:
+        """Starts the agent; an agent that cannot start (its queue refused) is stopped, and its error raised,
+        as the process would exit with it."""
         from prewarm_agent.agent import Agent
+        from prewarm_agent.credentials import RegistryCredentials
 
-        agent = Agent(self.settings)
-        agent.start()
+        with self.signing():
+            agent = Agent(self.settings)
+            if isinstance(agent.credentials, RegistryCredentials):
+                agent.credentials.prepare(self.settings.aws_region)
+        try:
+            agent.start()
+        except BaseException:
+            agent.stop(0)
+            raise
         self.agent = agent
         self.last_exit = None
 

@@ -6,9 +6,10 @@ quotas, the pytest plugin's) is kept as it is.
 
 Each local process has its principal, known to the layer by its access key id (`LocalIdentity`): the
 operator (the CLI, tests, the stack's own event plumbing) signs with `OPERATOR`'s key, each function
-with its role's (`LocalStack.invoke`), the agents with their role's (`LocalMode`). A queue policy's
-explicit Deny is evaluated for them as AWS would; a key the layer does not know is moto's default
-caller, for which nothing is evaluated.
+with its role's (`LocalStack.invoke`), the agents with their role's (`LocalMode`). The roles come with
+their identity policies from `template.yaml`, and IAM's evaluation holds for them as on AWS; the
+operator, an administrator, is held to resource policies' explicit denies only; a key the layer does
+not know is moto's default caller, for which nothing is evaluated.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,12 +51,13 @@ class LocalIdentity:
         """The variables that make boto3 sign as this identity."""
         return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
 
-    def register(self) -> None:
-        """Makes the layer in force (if any) know this key as this principal."""
+    def register(self, policies: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """Makes the layer in force (if any) know this key as this principal; with `policies`, those are
+        all its identity policies, and IAM's evaluation applies to it (`aws_limits.policy`)."""
         from prewarm_devtools import aws_limits
 
         if (layer := aws_limits.active()) is not None:
-            layer.principals.add(self.access_key_id, self.arn)
+            layer.principals.add(self.access_key_id, self.arn, policies)
 
     def unregister(self) -> None:
         """Makes this key moto's default caller again, for whatever runs after."""

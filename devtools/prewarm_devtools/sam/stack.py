@@ -9,10 +9,11 @@ Lambda-like context. A wiring mistake in the template (a handler that does not e
 source pointing nowhere, an environment the settings reject) fails `deploy()`.
 
 Each function runs as its role: its invocations sign with the role's own access key, which the AWS
-limits layer maps to the role's ARN, so a queue policy's explicit Deny applies to it as on AWS.
+limits layer maps to the role's ARN and its identity policies from the template (`roles`), so a call the
+role is not granted is refused as on AWS, and so is one a resource policy denies. The stack's own
+plumbing (event source polling, failure destinations) signs as the operator.
 
-Not emulated: IAM identity policies (what a role may do is not checked locally), X-Ray, CloudWatch alarms
-and dashboards.
+Not emulated: X-Ray, CloudWatch alarms and dashboards, and the template's queue policies.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
 from prewarm_devtools.sam.events import LambdaContext, matches_pattern, schedule_event, sqs_event, stream_event
 from prewarm_devtools.sam.intrinsics import Physical, Resolver
+from prewarm_devtools.sam.roles import Document, policy_document, role_policies
 from prewarm_devtools.sam.template import TemplateError, load_template, table_create_args
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,8 @@ class LocalStack:
         self._stop = threading.Event()
         self.resolver: Resolver | None = None
         self.event_bus_url = ""
+        #: Role ARN → its identity policies, as the template grants them (filled by `deploy`).
+        self.role_policies: dict[str, list[Document]] = {}
 
     # -- deploy -------------------------------------------------------------------------------
 
@@ -161,10 +165,12 @@ class LocalStack:
         for logical, res in resources.items():
             if res["Type"] == "AWS::Serverless::Function":
                 self.functions[logical] = self._function(logical, res.get("Properties", {}))
+        self.role_policies = role_policies(self.resolver)
         for fn in self.functions.values():
             self._check_wiring(fn)
             if fn.identity is not None:
-                fn.identity.register()
+                # A role the template does not define (given as a parameter) has policies unknown here.
+                fn.identity.register(self.role_policies.get(fn.identity.arn))
         # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
         self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
@@ -184,6 +190,11 @@ class LocalStack:
                 raise TemplateError(f"{logical}: local mode models STANDARD access entries without access policies")
             entries[str(resolved["PrincipalArn"])] = tuple(resolved.get("KubernetesGroups") or ())
         return entries
+
+    def policy_document(self, logical: str) -> Document:
+        """The resolved document of the template's managed policy `logical` (`AgentPolicy`: the agents')."""
+        assert self.resolver is not None
+        return policy_document(self.resolver, logical)
 
     def outputs(self) -> dict[str, str]:
         """The template's Outputs as CloudFormation reports them (those whose Condition holds)."""
@@ -329,6 +340,12 @@ class LocalStack:
                     raise
         finally:
             _invocation.active = inside
+
+    def signing_as(self, identity: LocalIdentity) -> contextlib.AbstractContextManager[None]:
+        """A block in which boto3 clients built in this process sign as `identity` (an agent in this
+        process, which builds its clients from the environment): it waits for the functions running
+        now, each of which sets its own role's keys, and holds the next ones off until it ends."""
+        return self._gate.enter(f"principal {identity.arn}", lambda: patched_environ(identity.environment()))
 
     @contextlib.contextmanager
     def _environment(self, fn: Function, env: Mapping[str, str]) -> Iterator[None]:

@@ -1,0 +1,215 @@
+"""IAM in front of moto: each request from a principal the layer knows is decided by `policy.evaluate`
+before moto runs it, and refused with the error its service answers.
+
+A request is what IAM authorizes: one or more (action, resource ARN) pairs, each with the resource's own
+policy when it has one (a queue's, a table's, a secret's, a repository's). The pairs are those of AWS's
+"Service Authorization Reference" and each service's API reference:
+
+- SQS: the queue of `QueueUrl` (or `QueueName`); a batch is authorized as its single action
+  ("Amazon SQS API permissions: Actions and resource reference"); `ListQueues` takes `*`; a
+  `CreateQueue` with tags needs `sqs:TagQueue` too (SQS API Reference, CreateQueue).
+- DynamoDB: the table, or `table/T/index/I` for a Query or Scan of an index; a transaction needs the
+  item action on each table it touches ("Using IAM with DynamoDB transactions"); stream reads are
+  `dynamodb:` actions on the stream ARN.
+- Secrets Manager: the secret (its ARN, or its name where it does not exist yet); a `CreateSecret`
+  with tags needs `secretsmanager:TagResource` too (API Reference, CreateSecret).
+- ECR: the repository; `GetAuthorizationToken` takes `*`.
+- STS: `AssumeRole` on the role (the caller's side only: moto holds no trust policies to evaluate);
+  `GetCallerIdentity` needs no permission and cannot be denied (STS API Reference, GetCallerIdentity).
+- SSM: the parameter.
+
+Requests to other services, and by principals whose identity policies are unknown, pass as before:
+only a resource policy's explicit Deny refuses those (`policy.evaluate`).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlparse
+
+from moto.core.exceptions import ServiceException
+
+from prewarm_devtools.aws_limits.policy import Decision, Policy, evaluate
+from prewarm_devtools.aws_limits.sqs import access_key_id
+
+if TYPE_CHECKING:
+    from prewarm_devtools.aws_limits import AwsLimits
+
+# A code some service models do not declare (SQS's AccessDenied): boto3 reads it from the response all the same.
+warnings.filterwarnings("ignore", r"Exception\(AccessDeniedError\) with code AccessDenied", UserWarning)
+
+
+class AccessDeniedError(ServiceException):
+    """What the service answers a refused request: `AccessDenied` (SQS, STS) or `AccessDeniedException`
+    (DynamoDB, Secrets Manager, ECR, SSM), with AWS's message naming principal, action and resource."""
+
+
+# Each service's refusal code ("Common Errors" of each API Reference).
+_CODES = {"sqs": "AccessDenied", "sts": "AccessDenied"}
+_DEFAULT_CODE = "AccessDeniedException"
+
+
+class Request(NamedTuple):
+    """One (action, resource) pair IAM authorizes, with the resource's own policy (None: it has none)."""
+
+    action: str
+    resource: str
+    resource_policy: Policy | None = None
+
+
+class Authorization:
+    """Decides every request of a known principal (`check`), counting refusals in the layer's stats."""
+
+    def __init__(self, layer: AwsLimits) -> None:
+        self.layer = layer
+
+    def refusal(self, handler: Any) -> AccessDeniedError | None:
+        """The error to answer `handler`'s request with, or None to let moto run it."""
+        service = getattr(handler, "service_name", "")
+        requests = _SERVICES.get(service)
+        if requests is None:
+            return None  # a service this evaluation does not model
+        principal = self.layer.principals.arn(access_key_id(handler.headers))
+        if principal is None:
+            return None  # moto's default caller: nothing to evaluate
+        identity = self.layer.principals.policies(principal)
+        operation = handler._get_action()
+        for request in requests(handler, operation):
+            decision: Decision = evaluate(request.action, request.resource, principal, identity=identity,
+                                          resource_policy=request.resource_policy)
+            if not decision.allowed:
+                code = _CODES.get(service, _DEFAULT_CODE)
+                self.layer.stats.record_refusal(code)
+                return AccessDeniedError(code, decision.message(principal, request.action, request.resource))
+        return None
+
+
+# -- the requests of each service ----------------------------------------------------------------------
+
+
+def _sqs(handler: Any, operation: str) -> Iterator[Request]:
+    # SQS names actions in lower case in its AccessDenied messages; IAM matches actions in any case.
+    action = "sqs:" + operation.removesuffix("Batch").lower()
+    if operation == "ListQueues":
+        yield Request(action, "*")
+        return
+    region, account = handler.region, handler.current_account
+    url = handler._get_param("QueueUrl")
+    if url and "/" in url:
+        path = urlparse(url).path.strip("/").split("/")
+        account, name = (path[0], path[-1]) if len(path) >= 2 else (account, path[-1])
+    else:
+        name = handler._get_param("QueueName") or url or ""
+        account = handler._get_param("QueueOwnerAWSAccountId") or account
+    arn = f"arn:aws:sqs:{region}:{account}:{name}"
+    queue = handler.sqs_backend.queues.get(name)
+    policy = json.loads(queue.policy) if queue is not None and queue.policy else None
+    yield Request(action, arn, policy)
+    if operation == "CreateQueue" and handler._get_param("tags"):
+        yield Request("sqs:tagqueue", arn, policy)
+
+
+_DYNAMODB_TRANSACT = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                      "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+
+
+def _dynamodb(handler: Any, operation: str) -> Iterator[Request]:
+    params: Mapping[str, Any] = handler.body if isinstance(handler.body, Mapping) else {}
+    backend = handler.dynamodb_backend
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        for item in params.get("TransactItems") or []:
+            for kind, op in item.items():
+                yield _table_request(backend, handler, "dynamodb:" + _DYNAMODB_TRANSACT[kind], op["TableName"])
+    elif operation in ("BatchGetItem", "BatchWriteItem"):
+        for table in params.get("RequestItems") or {}:
+            yield _table_request(backend, handler, "dynamodb:" + operation, table)
+    elif params.get("TableName"):
+        yield _table_request(backend, handler, "dynamodb:" + operation, params["TableName"], params.get("IndexName"))
+    elif params.get("ResourceArn"):
+        arn = params["ResourceArn"]
+        policy = backend.resource_policies.get(arn)
+        yield Request("dynamodb:" + operation, arn, json.loads(policy.policy_doc) if policy else None)
+    else:
+        yield Request("dynamodb:" + operation, "*")
+
+
+def _table_request(backend: Any, handler: Any, action: str, table: str, index: str | None = None) -> Request:
+    found = backend.tables.get(table)
+    arn = found.table_arn if found is not None else (
+        f"arn:aws:dynamodb:{handler.region}:{handler.current_account}:table/{table}")
+    policy = backend.resource_policies.get(arn)
+    # A table's policy governs its indexes too ("Resource-based policies for DynamoDB").
+    resource = f"{arn}/index/{index}" if index else arn
+    return Request(action, resource, json.loads(policy.policy_doc) if policy else None)
+
+
+def _dynamodb_streams(handler: Any, operation: str) -> Iterator[Request]:
+    # GetRecords names its shard iterator, which moto spells as the stream's ARN, then `|`.
+    stream = handler._get_param("StreamArn") or (handler._get_param("ShardIterator") or "").split("|")[0]
+    yield Request("dynamodb:" + operation, stream or "*")
+
+
+def _secretsmanager(handler: Any, operation: str) -> Iterator[Request]:
+    action = "secretsmanager:" + operation
+    secret_id = handler._get_param("SecretId") or handler._get_param("Name")
+    if not secret_id:
+        yield Request(action, "*")
+        return
+    secrets = handler.backend.secrets
+    if secret_id in secrets:  # by name or ARN: moto's store answers both, its `get` by name only
+        secret = secrets[secret_id]
+        arn, policy = secret.arn, json.loads(secret.policy) if secret.policy else None
+    else:
+        arn = secret_id if secret_id.startswith("arn:") else (
+            f"arn:aws:secretsmanager:{handler.region}:{handler.current_account}:secret:{secret_id}")
+        policy = None
+    yield Request(action, arn, policy)
+    if operation == "CreateSecret" and handler._get_param("Tags"):
+        yield Request("secretsmanager:TagResource", arn, policy)
+
+
+def _ecr(handler: Any, operation: str) -> Iterator[Request]:
+    action = "ecr:" + operation
+    names = handler._get_param("repositoryNames") or [handler._get_param("repositoryName")]
+    names = [n for n in names if n]
+    if not names:
+        yield Request(action, "*")
+        return
+    account = handler._get_param("registryId") or handler.current_account
+    for name in names:
+        repository = handler.ecr_backend.repositories.get(name)
+        arn = repository.arn if repository is not None else f"arn:aws:ecr:{handler.region}:{account}:repository/{name}"
+        policy = json.loads(repository.policy) if repository is not None and repository.policy else None
+        yield Request(action, arn, policy)
+
+
+def _sts(handler: Any, operation: str) -> Iterator[Request]:
+    if operation == "GetCallerIdentity":
+        return  # needs no permission, and an explicit Deny does not stop it
+    yield Request("sts:" + operation, handler._get_param("RoleArn") or "*")
+
+
+def _ssm(handler: Any, operation: str) -> Iterator[Request]:
+    names = handler._get_param("Names") or [handler._get_param("Name")]
+    names = [n for n in names if n]
+    if not names:
+        yield Request("ssm:" + operation, "*")
+    for name in names:
+        path = name if name.startswith("/") else f"/{name}"
+        where = f"{handler.region}:{handler.current_account}"
+        arn = name if name.startswith("arn:") else f"arn:aws:ssm:{where}:parameter{path}"
+        yield Request("ssm:" + operation, arn)
+
+
+_SERVICES: dict[str, Callable[[Any, str], Iterator[Request]]] = {
+    "sqs": _sqs,
+    "dynamodb": _dynamodb,
+    "dynamodbstreams": _dynamodb_streams,
+    "secretsmanager": _secretsmanager,
+    "ecr": _ecr,
+    "sts": _sts,
+    "ssm": _ssm,
+}
