@@ -13,8 +13,8 @@ neither shares this process's CPU (GIL) or memory. The job selects every node (n
   `SendMessage` per task, in sequence. Measured on every node, or on `--baseline-nodes` of them and
   extrapolated to `--nodes` (list time as measured, per-node time scaled), and then said so.
 
-Node queues exist before the clock starts, as each node's agent creates its queue when it starts
-(`--cold-queues` leaves them to be created by the first send: SendMessage, CreateQueue, SendMessage).
+Node queues exist before the clock starts, as each node's agent creates its queue when it starts (the
+control plane never creates one: a send that finds no queue waits for the node's hello).
 AWS calls are counted by botocore `before-call.*.*` hooks on the clients' event systems (HTTP
 attempts, retries included, by `before-send.*.*`); Kubernetes API requests on the client side, at
 the urllib3 pool the `kubernetes` ApiClient sends through.
@@ -203,7 +203,7 @@ def naive_fanout(api_url: str, token: str, measured_nodes: int, total_nodes: int
     }
 
 
-def benchmark(nodes: int, parallelism: int, baseline_nodes: int, cold_queues: bool) -> dict[str, Any]:
+def benchmark(nodes: int, parallelism: int, baseline_nodes: int) -> dict[str, Any]:
     from prewarm_devtools.sam.aws import aws_environment
     from prewarm_devtools.sam.stack import LocalStack
 
@@ -221,11 +221,10 @@ def benchmark(nodes: int, parallelism: int, baseline_nodes: int, cold_queues: bo
             from prewarm import bootstrap
 
             names = [n["metadata"]["name"] for n in bootstrap.cluster().list_nodes()]
-            if not cold_queues:
-                started = time.perf_counter()
-                create_node_queues(bootstrap.queues(), names)
-                print(f"  {len(names)} node queues created first, as agents do at start "
-                      f"({time.perf_counter() - started:.1f} s, not counted)")
+            started = time.perf_counter()
+            create_node_queues(bootstrap.queues(), names)
+            print(f"  {len(names)} node queues created first, as agents do at start "
+                  f"({time.perf_counter() - started:.1f} s, not counted)")
             servers = {"moto": moto, "kube": api}
             before = {name: server.cpu_seconds() for name, server in servers.items()}
             ours = prewarm_fanout(nodes, parallelism)
@@ -292,11 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parallelism", type=int, default=5000, help="tasks sent at once (default 5000)")
     parser.add_argument("--baseline-nodes", type=int, default=0,
                         help="measure the naive dispatcher on this many nodes and extrapolate (default: all)")
-    parser.add_argument("--cold-queues", action="store_true", help="do not create the node queues first")
     args = parser.parse_args(argv)
     if min(args.nodes, args.parallelism) < 1 or args.baseline_nodes < 0:
         parser.error("--nodes and --parallelism must be at least 1, --baseline-nodes not negative")
-    emit(benchmark(args.nodes, args.parallelism, args.baseline_nodes or args.nodes, args.cold_queues))
+    emit(benchmark(args.nodes, args.parallelism, args.baseline_nodes or args.nodes))
     return 0
 
 

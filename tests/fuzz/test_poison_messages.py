@@ -45,6 +45,9 @@ def local() -> Iterator[dict[str, Any]]:
                            failed_visibility_seconds=0).deploy()
         stack.prime_streams()
         env = stack.env()
+        queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))
+        for name in NODES:
+            queues.ensure_queue(name)  # as each node's agent does at start
         yield {"stack": stack, "sqs": aws.client("sqs"), "env": env,
                "store": DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb")),
                "queues": NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))}

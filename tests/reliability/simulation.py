@@ -79,6 +79,7 @@ class Plane:
             node = make_node(name)
             node["metadata"]["labels"].update(labels)
             self.cluster.nodes.append(node)
+            self.real_queues.ensure_queue(name)  # its agent starts: it creates its queue
         return list(names)
 
     def close(self) -> None:

@@ -128,6 +128,8 @@ def test_fifty_jobs_at_once_on_two_hundred_nodes_all_complete_with_exact_counter
         env = stack.env()
         store = DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb"))
         queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))
+        for node in nodes:
+            queues.ensure_queue(node["metadata"]["name"])  # as each node's agent does at start
         fleet = Fleet(aws.client("sqs"), queues, env["STATUS_QUEUE_URL"], failing,
                       {n["metadata"]["name"] for n in nodes[::5]})
         try:

@@ -109,15 +109,19 @@ def deployed() -> Iterator[dict[str, Any]]:
 
 
 @pytest.mark.integration
-def test_the_stacks_sending_roles_and_the_agents_reach_the_policy_of_queues_the_functions_create(
+def test_the_stacks_sending_roles_and_the_agents_reach_the_policy_of_queues_the_agents_create(
     deployed: dict[str, Any],
 ) -> None:
     stack, aws = deployed["stack"], deployed["aws"]
     env = stack.env()
-    # Given the deployed template, when dispatch_job plans a job and creates the node's queue
+    # Given the deployed template, when the node's agent creates its queue with the stack's settings (the
+    # senders are the stack's NodeQueueSenderArns output, which install puts in the agents' ConfigMap)
+    queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"),
+                        sender_arns=env["NODE_QUEUE_SENDER_ARNS"].split(","))
+    queues.ensure_queue("n0")
+    # and dispatch_job plans a job and sends the node its task
     apply_manifest(DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb")), job_doc(), now=1.0)
     stack.run_until_idle()
-    queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))
     raw = aws.client("sqs").get_queue_attributes(QueueUrl=queues.queue_url("n0"), AttributeNames=["Policy"])
     policy = json.loads(raw["Attributes"]["Policy"])
     # Then the queue admits the three sending functions' roles and the agents' role, and no one else

@@ -188,7 +188,10 @@ def test_a_function_sends_as_its_role_and_the_operator_is_refused(
 ) -> None:
     local, aws, callers = stack
     env = local.env()
-    # Given a job applied by the operator
+    # Given the node's agent's queue, created as the agent creates it
+    NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"),
+               sender_arns=env["NODE_QUEUE_SENDER_ARNS"].split(",")).ensure_queue("n0")
+    # And a job applied by the operator
     apply_manifest(DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb")), job_doc(), now=1.0)
     # When the stack runs: dispatch_job plans it and sends the node its task
     local.run_until_idle()
@@ -196,7 +199,7 @@ def test_a_function_sends_as_its_role_and_the_operator_is_refused(
     got = aws.client("sqs").receive_message(QueueUrl=url, WaitTimeSeconds=0)["Messages"]
     # Then the task arrived, sent by dispatch_job's role
     assert json.loads(got[0]["Body"])["kind"] == "task"
-    assert set(callers) == {local.physical["DispatchJobRole"].attrs["Arn"]}  # a first try, then a send once created
+    assert set(callers) == {local.physical["DispatchJobRole"].attrs["Arn"]}
     # And the operator's own send to that queue is refused
     with pytest.raises(ClientError, match="AccessDenied"):
         aws.client("sqs").send_message(QueueUrl=url, MessageBody="{}")

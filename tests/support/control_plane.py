@@ -37,20 +37,31 @@ def take_node_messages(sqs: Any, url: str) -> list[PullTask | CancelTask]:
 @dataclass
 class ControlPlane:
     """A job store and node queues, with `plan` standing in for the dispatch function, `report` for the
-    agents' reports, and `node_messages` for what an agent would receive. `clock` gives each call's time."""
+    agents' reports, and `node_messages` for what an agent would receive. `clock` gives each call's time.
+
+    Every node of `cluster` runs an agent unless named in `agentless`: its queue exists before each plan,
+    as an agent creates it at start (the control plane never does)."""
 
     store: DynamoJobStore
     queues: NodeQueues
     sqs: Any
     cluster: FakeCluster = field(default_factory=FakeCluster)
     clock: Callable[[], float] = time.time
+    agentless: set[str] = field(default_factory=set)
     _seq: int = 0
 
     def now(self) -> float:
         return self.clock()
 
+    def start_agents(self) -> None:
+        """Each agent's queue, created as the agents create them when they start."""
+        for node in self.cluster.nodes:
+            if (name := node["metadata"]["name"]) not in self.agentless:
+                self.queues.ensure_queue(name)
+
     def plan(self, name: str, namespace: str = "default") -> PlanResult:
         """What dispatch_job does (bootstrap.plan_job): the plan, then warming nodes' lists when it asks."""
+        self.start_agents()
         result = plan_job(self.store, self.cluster, self.queues, job_key(namespace, name), now=self.now())
         if result.changes_warming:
             result.send_failures += send_required_images(self.store, self.queues, self.cluster, now=self.now())

@@ -397,11 +397,12 @@ def _node_queue_arn() -> dict[str, Any]:
     return {"Fn::Sub": ["arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:${Prefix}-*", {"Prefix": prefix}]}
 
 
-def _secret_arn() -> dict[str, Any]:
+def _secret_arn(kind: str) -> dict[str, Any]:
+    """The ARNs of one kind of secret under the stack's prefix: `pull-secrets` (mirrors) or `registry` (copies)."""
     prefix = globals_env()["SECRET_PREFIX"]
     return {
         "Fn::Sub": [
-            "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${Prefix}/*",
+            f"arn:${{AWS::Partition}}:secretsmanager:${{AWS::Region}}:${{AWS::AccountId}}:secret:${{Prefix}}/{kind}/*",
             {"Prefix": prefix},
         ]
     }
@@ -419,7 +420,8 @@ SCOPED_SUBS = {
 
 
 def _is_scoped(resource: Any) -> bool:
-    if resource in (_node_queue_arn(), _secret_arn(), {"Ref": "CredentialRoleArns"}):
+    if resource in (_node_queue_arn(), _secret_arn("pull-secrets"), _secret_arn("registry"),
+                    {"Ref": "CredentialRoleArns"}):
         return True
     target = getatt_target(resource)
     if target is not None:

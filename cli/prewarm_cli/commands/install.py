@@ -40,6 +40,8 @@ def _cluster_options(f: Any) -> Any:
               help="Give the agent the SELinux type Bottlerocket requires to reach containerd's socket.")
 @click.option("--pull-secret-namespaces", metavar="NS,...", default="",
               help="Namespaces whose pull secrets jobs may name ('*': every namespace, also later ones).")
+@click.option("--pull-secret-names", metavar="NAME,...", default="",
+              help="The only secrets jobs may name as pullSecrets there (default: any secret of those namespaces).")
 @click.option("--startup-taint", metavar="KEY[=VALUE]:EFFECT", default="prewarm.dev/warming:NoSchedule",
               show_default=True,
               help="The taint new nodes join with (Karpenter startupTaints, node group taints); the agent removes "
@@ -50,8 +52,8 @@ def _cluster_options(f: Any) -> Any:
 @target_options
 @click.pass_context
 def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn: str | None, pod_identity: bool,
-            registry_allowlist: str, bottlerocket: bool, pull_secret_namespaces: str, startup_taint: str,
-            max_warm_seconds: int, kubeconfig: str | None, context: str | None) -> int:
+            registry_allowlist: str, bottlerocket: bool, pull_secret_namespaces: str, pull_secret_names: str,
+            startup_taint: str, max_warm_seconds: int, kubeconfig: str | None, context: str | None) -> int:
     """Install the agent and the functions' RBAC into the stack's cluster, filled in from the stack.
 
     \b
@@ -70,6 +72,7 @@ def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn:
             credentials_config=_credentials_config(target), agent_role_arn=agent_role_arn or "",
             pod_identity=pod_identity, registry_allowlist=[h for h in registry_allowlist.split(",") if h],
             bottlerocket=bottlerocket, pull_secret_namespaces=[pull_secret_namespaces],
+            pull_secret_names=[pull_secret_names],
             startup_taint=startup_taint, max_warm_seconds=max_warm_seconds,
         )
         objects = render_objects(values)

@@ -92,7 +92,8 @@ class InstallValues:
     `agent_role_arn`: the agents' IAM role for IRSA (the service account's annotation); empty with
     `pod_identity` (an EKS Pod Identity association names the service account instead).
     `pull_secret_namespaces`: where `dispatch_job` may read the pull secrets jobs name
-    (`ALL_NAMESPACES`: every namespace, now and later). `credential_namespaces`, `credential_secret`
+    (`ALL_NAMESPACES`: every namespace, now and later); `pull_secret_names`, when given, the only secrets
+    it may read there (RBAC `resourceNames`). `credential_namespaces`, `credential_secret`
     and `credential_service_accounts`: what `refresh_ecr_credentials` writes, from the stack's
     credentials configuration (no namespaces: it writes none).
     """
@@ -110,6 +111,7 @@ class InstallValues:
     bottlerocket: bool = False
     ecr_credentials: str = "shared"
     pull_secret_namespaces: tuple[str, ...] = ()
+    pull_secret_names: tuple[str, ...] = ()
     credential_namespaces: tuple[str, ...] = ()
     credential_secret: str = ""
     credential_service_accounts: tuple[str, ...] = ()
@@ -182,6 +184,11 @@ def render(values: InstallValues) -> list[Obj]:
             _daemon_set(doc, values)
         objects.append(doc)
     objects.extend(_group_binding(PULL_SECRETS_GROUP, values.pull_secret_namespaces))
+    if values.pull_secret_names:
+        # Without names dispatch_job may read every secret of the bound namespaces (service account
+        # tokens, TLS keys): name the pull secrets jobs use and it reads those alone.
+        (rule,) = _find(objects, "ClusterRole", PULL_SECRETS_GROUP)["rules"]
+        rule["resourceNames"] = list(values.pull_secret_names)
     objects.extend(_group_binding(CREDENTIALS_GROUP, values.credential_namespaces))
     if values.credential_namespaces:
         _credential_rules(_find(objects, "ClusterRole", CREDENTIALS_GROUP), values)
@@ -312,6 +319,7 @@ def values_from_stack(
     registry_allowlist: Sequence[str] = (),
     bottlerocket: bool = False,
     pull_secret_namespaces: Sequence[str] = (),
+    pull_secret_names: Sequence[str] = (),
     startup_taint: str = InstallValues.startup_taint,
     max_warm_seconds: int = InstallValues.max_warm_seconds,
 ) -> InstallValues:
@@ -331,12 +339,23 @@ def values_from_stack(
         registry_allowlist=tuple(registry_allowlist),
         bottlerocket=bottlerocket,
         pull_secret_namespaces=_namespaces(pull_secret_namespaces),
+        pull_secret_names=_secret_names(pull_secret_names),
         credential_namespaces=namespaces,
         credential_secret=secret,
         credential_service_accounts=accounts,
         startup_taint=startup_taint,
         max_warm_seconds=max_warm_seconds,
     )
+
+
+def _secret_names(values: Sequence[str]) -> tuple[str, ...]:
+    from prewarm.domain.kubernetes import dns1123_subdomain_problem
+
+    names = tuple(dict.fromkeys(v.strip() for value in values for v in value.split(",") if v.strip()))
+    for name in names:
+        if problem := dns1123_subdomain_problem(name):
+            raise InstallError(f"--pull-secret-names: {name!r}: {problem}")
+    return names
 
 
 def _namespaces(values: Sequence[str]) -> tuple[str, ...]:

@@ -46,12 +46,14 @@ def control_plane(local_stack: LocalStack) -> ControlPlane:
     """The stack's table and queues, with Ready linux/amd64 nodes `node-a`, `node-b` and `node-c`."""
     env = local_stack.env()
     sqs = local_stack.sqs
-    return ControlPlane(
+    plane = ControlPlane(
         store=DynamoJobStore(env["TABLE_NAME"], client=local_stack.dynamodb),
         queues=NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], dlq_arn=env["NODE_DLQ_ARN"], client=sqs),
         sqs=sqs,
         cluster=FakeCluster(nodes=[make_node(n, pool="general", **{"kubernetes.io/hostname": n}) for n in NODES]),
     )
+    plane.start_agents()
+    return plane
 
 
 @pytest.fixture

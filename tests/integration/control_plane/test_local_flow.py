@@ -73,6 +73,8 @@ class Agents:
     def __init__(self, env: dict[str, Any], nodes: list[str]) -> None:
         self.env, self.nodes = env, nodes
         self.tasks: dict[str, list[PullTask | CancelTask]] = {n: [] for n in nodes}
+        for node in nodes:
+            env["queues"].ensure_queue(node)  # each agent creates its queue as it starts
 
     def take(self) -> list[PullTask | CancelTask]:
         got = []

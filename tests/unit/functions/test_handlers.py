@@ -83,12 +83,16 @@ def _seed_stream_image(stack: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_job_stream_insert_plans_the_job_and_sends_first_tasks(stack: dict[str, Any]) -> None:
     event = _seed_stream_image(stack, "dynamodb_stream_job_insert")
+    nodes = [n["metadata"]["name"] for n in stack["cluster"].nodes]
+    urls = [bootstrap.queues().ensure_queue(n) for n in nodes]  # as each node's agent does at start
     result = load_handler("dispatch_job").lambda_handler(event, stack["ctx"])
     assert result == {"batchItemFailures": []}
     view = view_job(bootstrap.store(), "ml", "warm-inference", now=2e9)
     assert view.desired == 3 and view.active == 2  # parallelism 2
-    queues = stack["sqs"].list_queues(QueueNamePrefix="pw-")["QueueUrls"]
-    assert len(queues) == 2
+    waiting = [int(stack["sqs"].get_queue_attributes(QueueUrl=u, AttributeNames=["ApproximateNumberOfMessages"])
+                   ["Attributes"]["ApproximateNumberOfMessages"]) for u in urls]
+    assert sorted(waiting) == [0, 1, 1]
+    assert len(stack["sqs"].list_queues(QueueNamePrefix="pw-")["QueueUrls"]) == 3  # the agents' own, no more
 
 
 def test_job_stream_modify_re_plans(stack: dict[str, Any]) -> None:

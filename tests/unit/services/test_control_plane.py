@@ -21,10 +21,12 @@ from tests.support.manifests import IMAGE, job_doc
 def cluster_of(plane: ControlPlane, n: int, **labels: str) -> list[str]:
     names = [f"node-{i:02d}" for i in range(n)]
     plane.cluster.nodes += [make_node(name, pool="gpu", **labels) for name in names]
+    plane.start_agents()
     return names
 
 
 def plan(plane: ControlPlane, name: str = "warm") -> Any:
+    plane.start_agents()
     return plan_job(plane.store, plane.cluster, plane.queues, f"default/{name}", now=plane.now())
 
 
@@ -248,6 +250,7 @@ def test_new_node_hello_joins_active_never_jobs_at_once(plane: ControlPlane) -> 
     plan(plane, "always-job")
     tasks_sent(plane, nodes)
     plane.cluster.nodes.append(make_node("node-new", pool="gpu"))
+    plane.queues.ensure_queue("node-new")  # its agent's queue, before its hello
     outcome = register_node(plane.store, plane.queues, plane.cluster,
                             Hello(node="node-new", labels={"pool": "gpu"}, architecture="amd64"), now=plane.now())
     assert outcome.added_to == ["default/warm"]

@@ -66,6 +66,7 @@ def test_missing_pull_secret_fails_the_job_with_a_message_naming_it(plane: Contr
 def test_tasks_carry_mirror_arns_the_agent_turns_into_a_keyring(plane: ControlPlane,
                                                                mirror: SecretsManagerMirror, clock: Clock) -> None:
     plane.cluster.nodes.append(make_node("node-1"))
+    plane.start_agents()
     plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
     apply_manifest(plane.store, job_doc("warm", pullSecrets=["regcred"]), now=plane.now())
     plan(plane, mirror, "warm")

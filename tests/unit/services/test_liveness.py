@@ -34,7 +34,10 @@ def nodes(plane: ControlPlane, *names: str, agents: bool = True) -> list[str]:
     """Ready nodes in the cluster; with `agents`, each agent's hello registered."""
     for name in names:
         plane.cluster.nodes.append(make_node(name))
-        if agents:
+        if not agents:
+            plane.agentless.add(name)
+        else:
+            plane.queues.ensure_queue(name)  # as the agent does before its hello
             register_node(plane.store, plane.queues, None, Hello(node=name), now=plane.now())
     return list(names)
 
@@ -147,7 +150,8 @@ def test_a_node_without_an_agent_shows_it_and_fails_after_the_grace(plane: Contr
     (bare,) = nodes(plane, "bare", agents=False)
     apply_manifest(plane.store, job_doc(parallelism=2, **LONG_PULLS), now=plane.now())
     plane.plan("warm")
-    assert sorted(tasks(plane, n0, bare)) == ["bare", "n0"]  # sent: an agent starting late finds it
+    # bare has no queue (no agent created one): its task goes when an agent there says hello.
+    assert sorted(tasks(plane, n0, bare)) == ["n0"]
     plane.report("warm", n0, "Succeeded")
 
     assert NO_AGENT_ON_NODE in node_line(plane, bare)
@@ -169,9 +173,11 @@ def test_an_agent_that_says_hello_within_the_grace_pulls_its_task(plane: Control
     apply_manifest(plane.store, job_doc(**LONG_PULLS), now=plane.now())
     plane.plan("warm")
     clock.advance(GRACE - 30)
-    register_node(plane.store, plane.queues, None, Hello(node=late), now=plane.now())
+    plane.queues.ensure_queue(late)  # the agent starts: its queue, then its hello
+    outcome = register_node(plane.store, plane.queues, None, Hello(node=late), now=plane.now())
     assert NO_AGENT_ON_NODE not in node_line(plane, late)
-    assert late in tasks(plane, late)  # its queue held the task all along
+    assert outcome.resent == 1
+    assert late in tasks(plane, late)  # sent again at the hello: the first send found no queue
 
     clock.advance(60)
     assert run_sweep(plane).agentless_nodes == []

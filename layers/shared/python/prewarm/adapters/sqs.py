@@ -1,8 +1,12 @@
 """Per-node task queues and the status queue on SQS.
 
 Node queue URLs are derived, not looked up: same endpoint and account as the status queue, name from
-`node_queue_name`. So a send costs one call; a queue that does not exist yet is created (with the
-shared DLQ redrive) and the send is retried once.
+`node_queue_name`. So a send costs one call.
+
+Each node's agent creates its own queue (`ensure_queue`, with the shared DLQ redrive and the senders'
+policy) before it says hello, and again when it is deleted under it; the sweep deletes the queues of
+departed nodes. The control plane never creates one: a send to a node without a queue finds no agent
+there, and is made again when that agent says hello (docs/architecture.md, "Who owns the node queues").
 """
 
 from __future__ import annotations
@@ -182,19 +186,17 @@ class NodeQueues(_SqsAdapter):
                 ) from e
             raise _error(e, f"create queue {name}") from e
 
-    def send(self, message: PullTask | CancelTask | RequiredImages) -> None:
-        url = self.queue_url(message.node)
-        body = message.model_dump_json()
+    def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
+        """Sends to the node's queue; False when the node has none (no agent has started there yet)."""
         try:
-            self.client.send_message(QueueUrl=url, MessageBody=body)
+            self.client.send_message(QueueUrl=self.queue_url(message.node), MessageBody=message.model_dump_json())
         except ClientError as e:
-            if _code(e) not in _MISSING:
-                raise _error(e, f"send {message.kind} to {message.node}") from e
-            url = self.ensure_queue(message.node)
-            try:
-                self.client.send_message(QueueUrl=url, MessageBody=body)
-            except ClientError as again:
-                raise _error(again, f"send {message.kind} to {message.node}") from again
+            if _code(e) in _MISSING:
+                log.info("%s for node %s waits for its agent: the node has no task queue yet", message.kind,
+                         message.node)
+                return False
+            raise _error(e, f"send {message.kind} to {message.node}") from e
+        return True
 
     def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]:
         """Sends to many nodes concurrently; returns (node, error) for those that failed, each logged."""

@@ -321,6 +321,23 @@ def resend_dispatched(
     return len(pending) - len(failures), failures
 
 
+def resend_to_node(store: JobStore, queues: TaskQueues, node: str) -> tuple[int, list[tuple[str, str]]]:
+    """Sends a node the tasks dispatched to it but not yet taken up: its agent has just said hello, and a
+    task sent before it created its queue had nowhere to go (the control plane never creates one)."""
+    pending = []
+    for record in store.list_jobs():
+        if not record.is_dispatching:
+            continue
+        task = store.get_task(record.key, node, shards=record.ref.shards)
+        if task is not None and task.round == record.round and task.phase is NodePhase.WAITING \
+                and task.dispatched_at is not None:
+            pending.append(record.pull_task(node))
+    if not pending:
+        return 0, []
+    failures = queues.send_many(pending)
+    return len(pending) - len(failures), failures
+
+
 @dataclass
 class FillResult:
     claimed: list[str] = field(default_factory=list)

@@ -23,7 +23,7 @@ from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, Requ
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
-from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done
+from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done, resend_to_node
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     Cluster,
@@ -245,6 +245,8 @@ class _JobBatch:
 class HelloOutcome:
     node: str
     added_to: list[str] = field(default_factory=list)
+    # Tasks dispatched to the node before its agent's queue existed, sent now.
+    resent: int = 0
     # What a warming node was told it must have (None: the node does not hold the startup taint).
     required: list[str] | None = None
 
@@ -268,15 +270,23 @@ def register_node(
     now: float,
     clock: Callable[[], float] = time.time,
 ) -> HelloOutcome:
-    """Registers an agent's node and adds it at once to every active `Never` job that selects it.
+    """Registers an agent's node, sends a new node the tasks dispatched to it before its agent created its
+    queue, and adds it at once to every active `Never` job that selects it.
 
     A node that holds the startup taint (`warm_until`) is then sent the images of those jobs; a send
     that fails raises `TaskSendError`, so the hello is delivered again.
     """
+    # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before its
+    # agent created its queue; a known node's queue has held its messages all along.
+    first_hello = store.get_node(hello.node) is None
     store.put_node(RegisteredNode(name=hello.node, labels=dict(hello.labels), architecture=hello.architecture,
                                   os=hello.os, queue_url=hello.queue_url, last_hello=now,
                                   warm_until=hello.warm_until, agent_version=hello.agent_version))
     outcome = HelloOutcome(hello.node)
+    if first_hello:
+        outcome.resent, failures = resend_to_node(store, queues, hello.node)
+        if failures:
+            raise TaskSendError(failures)
     node = cluster.get_node(hello.node) if cluster is not None else None
     if node is None:
         # No cluster access (or not visible yet): the agent's own view of its node stands in.
