@@ -70,7 +70,7 @@ def test_a_node_whose_agent_is_refused_its_queue_is_untainted_by_the_agent_as_it
     assert local.stack is not None and local.kube is not None
     # Given an agent role with the shipped AgentPolicy but its node queue statement (the policy half attached)
     shipped = local.stack.policy_document("AgentPolicy")
-    stripped = {**shipped, "Statement": [s for s in shipped["Statement"] if s["Sid"] != "OwnTaskQueue"]}
+    stripped = {**shipped, "Statement": [s for s in shipped["Statement"] if s["Sid"] != "CreateOwnTaskQueue"]}
     # When a node joins with the startup taint and its agent starts under that role
     joined = time.time()
     status = local.add_node("denied-1", labels={}, taints=[dict(TAINT)], agent_policies=[stripped])

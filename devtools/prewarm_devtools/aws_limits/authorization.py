@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 
 from moto.core.exceptions import ServiceException
 
-from prewarm_devtools.aws_limits.policy import Decision, Policy, evaluate
+from prewarm_devtools.aws_limits.policy import ContextValue, Decision, Policy, evaluate
 from prewarm_devtools.aws_limits.sqs import access_key_id
 
 if TYPE_CHECKING:
@@ -53,11 +53,13 @@ _DEFAULT_CODE = "AccessDeniedException"
 
 
 class Request(NamedTuple):
-    """One (action, resource) pair IAM authorizes, with the resource's own policy (None: it has none)."""
+    """One (action, resource) pair IAM authorizes, with the resource's own policy (None: it has none) and
+    the condition keys the request carries (tags)."""
 
     action: str
     resource: str
     resource_policy: Policy | None = None
+    context: Mapping[str, ContextValue] = {}
 
 
 class Authorization:
@@ -79,7 +81,7 @@ class Authorization:
         operation = handler._get_action()
         for request in requests(handler, operation):
             decision: Decision = evaluate(request.action, request.resource, principal, identity=identity,
-                                          resource_policy=request.resource_policy)
+                                          resource_policy=request.resource_policy, context=request.context)
             if not decision.allowed:
                 code = _CODES.get(service, _DEFAULT_CODE)
                 self.layer.stats.record_refusal(code)
@@ -107,9 +109,29 @@ def _sqs(handler: Any, operation: str) -> Iterator[Request]:
     arn = f"arn:aws:sqs:{region}:{account}:{name}"
     queue = handler.sqs_backend.queues.get(name)
     policy = json.loads(queue.policy) if queue is not None and queue.policy else None
-    yield Request(action, arn, policy)
-    if operation == "CreateQueue" and handler._get_param("tags"):
-        yield Request("sqs:tagqueue", arn, policy)
+    # Condition keys SQS supports ("ABAC condition keys for Amazon SQS", SQS Developer Guide): the tags
+    # a CreateQueue or TagQueue brings, and the queue's own tags.
+    queue_tags = getattr(queue, "tags", None) or {}
+    context: dict[str, ContextValue] = {f"aws:ResourceTag/{k}": v for k, v in queue_tags.items()}
+    tags = _sqs_request_tags(handler, operation)
+    if tags:
+        context.update({f"aws:RequestTag/{k}": v for k, v in tags.items()})
+        context["aws:TagKeys"] = tuple(tags)
+    yield Request(action, arn, policy, context)
+    if operation == "CreateQueue" and tags:
+        yield Request("sqs:tagqueue", arn, policy, context)
+
+
+def _sqs_request_tags(handler: Any, operation: str) -> dict[str, str]:
+    """The tags of a CreateQueue (`tags`) or TagQueue (`Tags`), in SQS's JSON or query protocol."""
+    if operation not in ("CreateQueue", "TagQueue"):
+        return {}
+    given = handler._get_param("tags" if operation == "CreateQueue" else "Tags")
+    if isinstance(given, Mapping):
+        return {str(k): str(v) for k, v in given.items()}
+    if operation == "TagQueue" and hasattr(handler, "_get_map_prefix"):
+        return dict(handler._get_map_prefix("Tag", key_end="Key", value_end="Value") or {})
+    return {}
 
 
 _DYNAMODB_TRANSACT = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",

@@ -11,9 +11,11 @@ that names an account delegates to that account's identity policies ("AWS accoun
 User Guide). A principal whose identity policies are unknown (`None`: moto's default caller, the
 operator) is held to resource policies' explicit denies only.
 
-Not modelled: permissions boundaries, session policies, SCPs and RCPs, and condition keys beyond
-`aws:PrincipalArn` and `aws:PrincipalAccount` (a policy that uses another raises `PolicyError`
-rather than passing).
+Condition keys: `aws:PrincipalArn` and `aws:PrincipalAccount` always, and what the request brings
+(`context`): SQS's tag keys `aws:RequestTag/<key>`, `aws:TagKeys` (multi-valued, for `ForAllValues:` /
+`ForAnyValue:`) and `aws:ResourceTag/<key>`. A key the request does not carry is absent, as in IAM: a
+positive operator on it does not hold. Not modelled: permissions boundaries, session policies, SCPs and
+RCPs; an operator not listed below raises `PolicyError` rather than passing.
 
     >>> policy = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "sqs:SendMessage",
     ...     "Resource": "*", "Condition": {"ArnNotEquals": {"aws:PrincipalArn": ["arn:aws:iam::1:role/a"]}}}]}
@@ -96,22 +98,28 @@ class Decision:
 ALLOWED = Decision(True)
 
 
+ContextValue = str | tuple[str, ...]
+
+
 def evaluate(action: str, resource: str, principal_arn: str, *, identity: Sequence[Policy] | None,
-             resource_policy: Policy | None = None) -> Decision:
+             resource_policy: Policy | None = None, context: Mapping[str, ContextValue] | None = None) -> Decision:
     """Whether `principal_arn` may do `action` on `resource` (an ARN, or `*` for an action without a
-    resource type), given its identity policies (None: unknown) and the resource's own policy."""
+    resource type), given its identity policies (None: unknown), the resource's own policy and the
+    request's condition keys (`context`, e.g. `aws:RequestTag/team`; names are case-insensitive)."""
+    keys = {k.lower(): v for k, v in (context or {}).items()}
     for policy in identity or ():
-        if _first(policy, "Deny", action, resource, principal_arn, resource_based=False) is not None:
+        if _first(policy, "Deny", action, resource, principal_arn, resource_based=False, keys=keys) is not None:
             return Decision(False, "with an explicit deny in an identity-based policy")
-    if resource_policy and explicit_deny(resource_policy, action, resource, principal_arn) is not None:
+    if resource_policy and _first(resource_policy, "Deny", action, resource, principal_arn, resource_based=True,
+                                  keys=keys) is not None:
         return Decision(False, "with an explicit deny in a resource-based policy")
     if identity is None:
         return ALLOWED
-    if any(_first(policy, "Allow", action, resource, principal_arn, resource_based=False) is not None
+    if any(_first(policy, "Allow", action, resource, principal_arn, resource_based=False, keys=keys) is not None
            for policy in identity):
         return ALLOWED
     if resource_policy and _first(resource_policy, "Allow", action, resource, principal_arn,
-                                  resource_based=True) is not None:
+                                  resource_based=True, keys=keys) is not None:
         return ALLOWED
     return Decision(False, f"because no identity-based policy allows the {action} action")
 
@@ -123,11 +131,12 @@ def explicit_deny(policy: Policy, action: str, resource: str, principal_arn: str
 
 
 def _first(policy: Policy, effect: str, action: str, resource: str, principal_arn: str, *,
-           resource_based: bool) -> dict[str, Any] | None:
+           resource_based: bool, keys: Mapping[str, ContextValue] | None = None) -> dict[str, Any] | None:
     """The first statement of `effect` in `policy` that applies to the request. In a resource-based
     policy, an Allow applies only to a principal it names itself or with `*`: naming its account
     grants nothing by itself, it lets the account's identity policies decide."""
-    context = {"aws:principalarn": principal_arn, "aws:principalaccount": _account(principal_arn)}
+    context: dict[str, ContextValue] = {**(keys or {}), "aws:principalarn": principal_arn,
+                                        "aws:principalaccount": _account(principal_arn)}
     statements = policy.get("Statement", [])
     for statement in [statements] if isinstance(statements, Mapping) else statements:
         if statement.get("Effect") != effect:
@@ -218,7 +227,7 @@ _NEGATED = {"StringNotEquals": "StringEquals", "StringNotLike": "StringLike", "A
             "ArnNotLike": "ArnLike"}
 
 
-def _conditions_hold(conditions: Mapping[str, Mapping[str, Any]], context: Mapping[str, str]) -> bool:
+def _conditions_hold(conditions: Mapping[str, Mapping[str, Any]], context: Mapping[str, ContextValue]) -> bool:
     """Every operator and every key under it must hold (AND); the values listed for one key are ORed.
 
     A negated operator holds when the value matches none of the listed ones, and when the request has
@@ -231,20 +240,29 @@ def _conditions_hold(conditions: Mapping[str, Mapping[str, Any]], context: Mappi
     return True
 
 
-def _condition_holds(operator: str, value: str | None, wanted: Iterable[str]) -> bool:
+def _condition_holds(operator: str, value: ContextValue | None, wanted: Iterable[str]) -> bool:
+    """Set operators ("Multivalued context keys", IAM User Guide): `ForAllValues:` holds when every value
+    of the request's set matches (so for an empty or absent set), `ForAnyValue:` when one does."""
     if_exists = operator.endswith("IfExists")
     base = operator.removesuffix("IfExists")
+    qualifier = ""
     if base.startswith(("ForAnyValue:", "ForAllValues:")):
-        # Only single-valued keys are in the context: ForAnyValue is the plain operator over one value,
-        # ForAllValues holds for an empty set (no key) as IAM's does.
         qualifier, _, base = base.partition(":")
-        if value is None:
-            return qualifier == "ForAllValues"
     negated = base in _NEGATED
     match = _OPERATORS.get(_NEGATED.get(base, base))
     if match is None:
         raise PolicyError(f"condition operator {operator} is not evaluated locally (aws_limits/policy.py)")
-    if value is None:
+    wanted = list(wanted)
+    values = () if value is None else (value,) if isinstance(value, str) else value
+
+    def holds(one: str) -> bool:
+        hit = any(match(w, one) for w in wanted)
+        return not hit if negated else hit
+
+    if qualifier == "ForAllValues":
+        return all(holds(v) for v in values)
+    if qualifier == "ForAnyValue":
+        return any(holds(v) for v in values)
+    if not values:
         return negated or if_exists
-    hit = any(match(w, value) for w in wanted)
-    return not hit if negated else hit
+    return any(holds(v) for v in values)

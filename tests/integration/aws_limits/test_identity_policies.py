@@ -82,6 +82,30 @@ def test_sqs_create_queue_with_tags_needs_tag_queue_too(aws: MotoServer) -> None
     sqs.create_queue(QueueName="iam-tagged")
 
 
+def test_sqs_tag_conditions_decide_who_creates_and_deletes_a_queue(aws: MotoServer) -> None:
+    # The shape of template.yaml's CreateOwnTaskQueue and DeleteDepartedNodesQueues statements
+    arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:tagq-*"
+    creator = client(aws, "sqs", role(aws, "tag-creator", {
+        "Effect": "Allow", "Action": ["sqs:CreateQueue", "sqs:TagQueue"], "Resource": arn,
+        "Condition": {"StringEquals": {"aws:RequestTag/stack": "mine"},
+                      "ForAllValues:StringEquals": {"aws:TagKeys": ["stack", "node"]}}}))
+    deleter = client(aws, "sqs", role(aws, "tag-deleter", {
+        "Effect": "Allow", "Action": "sqs:DeleteQueue", "Resource": arn,
+        "Condition": {"StringEquals": {"aws:ResourceTag/stack": "mine"}}}))
+
+    # A queue tagged as this stack's, with only the allowed tag keys, may be made
+    url = creator.create_queue(QueueName="tagq-a", tags={"stack": "mine", "node": "a"})["QueueUrl"]
+    # ... not with another stack's tag, an extra tag key, or no tags at all
+    assert refused(creator.create_queue, QueueName="tagq-b", tags={"stack": "theirs"})["Code"] == "AccessDenied"
+    assert refused(creator.create_queue, QueueName="tagq-c",
+                   tags={"stack": "mine", "owner": "x"})["Code"] == "AccessDenied"
+    assert refused(creator.create_queue, QueueName="tagq-d")["Code"] == "AccessDenied"
+    # Only a queue that carries the tag may be deleted
+    other = aws.client("sqs").create_queue(QueueName="tagq-e", tags={"stack": "theirs"})["QueueUrl"]
+    assert refused(deleter.delete_queue, QueueUrl=other)["Code"] == "AccessDenied"
+    deleter.delete_queue(QueueUrl=url)
+
+
 def test_a_queue_policy_that_names_the_role_grants_what_its_identity_policy_does_not(aws: MotoServer) -> None:
     bare = role(aws, "bare")
     url = aws.client("sqs").create_queue(QueueName="iam-shared", Attributes={"Policy": json.dumps({
@@ -192,7 +216,7 @@ def test_every_function_role_is_registered_with_its_template_policies(stack: tup
         policies = aws.layer.principals.policies(fn.identity.arn)
         assert policies and policies == tuple(local.role_policies[fn.identity.arn]), fn.logical_id
     sids = {s["Sid"] for s in local.policy_document("AgentPolicy")["Statement"]}
-    assert {"OwnTaskQueue", "StatusReports"} <= sids
+    assert {"CreateOwnTaskQueue", "NodeTaskQueues", "StatusReports"} <= sids
 
 
 def test_the_daily_round_reads_the_jobs_it_re_pulls(stack: tuple[LocalStack, MotoServer]) -> None:

@@ -144,3 +144,33 @@ def test_principals_know_keys_and_the_policies_of_their_arn() -> None:
     assert principals.arn("unknown") is None and principals.arn(None) is None
     principals.remove("KEY1")
     assert principals.arn("KEY1") is None and principals.policies(ROLE) is None
+
+
+def test_set_operators_over_a_multivalued_key_and_absent_keys() -> None:
+    keys = {"ForAllValues:StringEquals": {"aws:TagKeys": ["a", "b"]}}
+    allow = [{"Statement": [{"Effect": "Allow", "Action": "sqs:CreateQueue", "Resource": "*", "Condition": keys}]}]
+
+    def allowed(context: dict[str, Any] | None) -> bool:
+        return evaluate("sqs:CreateQueue", "arn:aws:sqs:r:1:q", "arn:aws:iam::1:role/r", identity=allow,
+                        context=context).allowed
+
+    assert allowed({"aws:TagKeys": ("a",)}) and allowed({"aws:TagKeys": ("a", "b")})
+    assert not allowed({"aws:TagKeys": ("a", "c")})
+    assert allowed(None)  # ForAllValues holds for an absent set, as in IAM
+    any_value = [{"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*",
+                                 "Condition": {"ForAnyValue:StringEquals": {"aws:TagKeys": ["a"]}}}]}]
+    assert evaluate("sqs:TagQueue", "*", "arn:aws:iam::1:role/r", identity=any_value,
+                    context={"aws:TagKeys": ("z", "a")}).allowed
+    assert not evaluate("sqs:TagQueue", "*", "arn:aws:iam::1:role/r", identity=any_value).allowed
+
+
+def test_a_request_tag_condition_reads_the_request_and_names_are_case_insensitive() -> None:
+    allow = [{"Statement": [{"Effect": "Allow", "Action": "sqs:DeleteQueue", "Resource": "*",
+                             "Condition": {"StringEquals": {"aws:ResourceTag/Stack": "mine"}}}]}]
+
+    def allowed(context: dict[str, Any]) -> bool:
+        return evaluate("sqs:DeleteQueue", "*", "arn:aws:iam::1:role/r", identity=allow, context=context).allowed
+
+    assert allowed({"aws:resourcetag/stack": "mine"})
+    assert not allowed({"aws:ResourceTag/Stack": "theirs"})
+    assert not allowed({})
