@@ -201,9 +201,11 @@ class CredentialTargets:
 
 
 def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[str, str]],
-                    credentials: CredentialTargets | None) -> dict[str, list[Access]]:
+                    credentials: CredentialTargets | None,
+                    checked_secrets: Iterable[tuple[str, str]] = ()) -> dict[str, list[Access]]:
     """Each function's verbs: nodes cluster-wide; pods in every namespace jobs live in (`default` when
-    there are none yet); the pull secrets jobs name; the refresher's writes in its target namespaces."""
+    there are none yet); the pull secrets jobs name; the refresher's writes in its target namespaces;
+    the secrets the resource sync checks (`checked_secrets`: those of pullSecretsOnly resources)."""
     namespaces = sorted({*job_namespaces, "default"})
     pods = [Access("list", "pods", ns) for ns in namespaces]
     needs = {
@@ -213,6 +215,7 @@ def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[
         "sweep": [Access("list", "nodes"), Access("patch", "nodes"),
                   Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), Access("create", "events", "default")],
         "refresh_ecr_credentials": [],
+        "sync_resources": [Access("get", "secrets", ns, name) for ns, name in sorted(set(checked_secrets))],
     }
     if credentials is not None:
         needs["refresh_ecr_credentials"] = [Access("list", "namespaces")] + [
