@@ -94,15 +94,16 @@ class KubeletImagePolicy:
         except ValueError:
             return cls(None, unknown=str(value))
 
-    def lets_any_pod_use(self, image: str) -> bool:
+    def lets_any_pod_use(self, image: str | None) -> bool:
         """Whether any pod on the node may use `image` once the agent pulled it, without credentials of
-        its own. An unknown policy counts as letting them (the safe reading for a warning)."""
+        its own. None: an image not known yet (a rule's next push), which an allowlist may name when it
+        names anything. An unknown policy counts as letting them (the safe reading for a warning)."""
         if self.policy is None or self.policy is VerificationPolicy.NEVER_VERIFY:
             return True
         if self.policy is VerificationPolicy.NEVER_VERIFY_PRELOADED:
             return True  # the agent's pulls are preloaded to the kubelet
         if self.policy is VerificationPolicy.NEVER_VERIFY_ALLOWLISTED:
-            return _allowlisted(image, self.allowlist)
+            return bool(self.allowlist) if image is None else _allowlisted(image, self.allowlist)
         return False
 
     def describe(self) -> str:
@@ -126,3 +127,12 @@ def pulls_with_shared_credentials(image: str, pull_secrets_only: bool) -> bool:
     except InvalidImageReference:
         return False
     return registry is not None and not registry.public
+
+
+def warm_credentials(image: str, pull_secrets: Sequence[str], pull_secrets_only: bool) -> str:
+    """How the agent authenticates a job's pull: `shared` (a credential every job may use, see
+    `pulls_with_shared_credentials`), `own` (the job's pull secrets only), or `none` (a public or
+    unauthenticated image as far as Prewarm knows: no secrets and no private ECR host)."""
+    if pulls_with_shared_credentials(image, pull_secrets_only):
+        return "shared"
+    return "own" if pull_secrets else "none"
