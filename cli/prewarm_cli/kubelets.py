@@ -14,9 +14,9 @@ from typing import Any, Protocol
 from prewarm.domain.verification import KubeletConfigError, KubeletImagePolicy
 from prewarm_cli.output import listed
 
-# Reads at once: one GET per node, a fleet of thousands is read in seconds without a burst the API
-# server's priority and fairness would queue.
-READERS = 16
+# Reads at once (one GET per node). The kubernetes client pools 5 connections per CPU: more readers than
+# that would open and drop connections, each with a urllib3 warning.
+READERS = 4
 NODES_PROXY_FIX = ("grant `get` on `nodes/proxy` to whoever runs this (docs/credentials.md, \"Reading the "
                    "kubelets' policies\")")
 
