@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 PULLED_BY_ANNOTATION = "prewarm.dev/pulled-by"
 PULLED_BY = "prewarm-agent"
 LAYERS_WAIT_SECONDS = 2.0
+# Starts the message of a pull that a `pullSecretsOnly` task's secrets could not do.
+OWN_SECRETS_ONLY = "pullSecretsOnly"
 # How a registry's refusal of credentials reads in containerd's pull errors.
 _AUTH_ERROR = re.compile(r"\b40[13]\b|unauthori[sz]ed|forbidden|denied|authorization failed", re.IGNORECASE)
 
@@ -57,7 +59,7 @@ def error_text(error: CriError) -> str:
 
 
 class CredentialSource(Protocol):
-    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str]) -> Candidates: ...
+    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str], *, shared: bool = True) -> Candidates: ...
 
 
 class DiskCheck(Protocol):
@@ -151,7 +153,10 @@ class TaskRunner:
             message = f"registry {image.registry} is not in the agent's allowlist"
             return self._final(run, NodePhase.FAILED, message=message)
         reference = pull_reference(image)
-        if task.image_pull_policy == "IfNotPresent":
+        # A pullSecretsOnly task always asks the registry with its secrets, as the kubelet's AlwaysVerify
+        # does: an image already here (pulled for another job) proves nothing about them. Layers present
+        # are not downloaded again.
+        if task.image_pull_policy == "IfNotPresent" and not task.pull_secrets_only:
             present = self._status(reference)
             if present is not None:
                 return self._succeeded(run, image, present, None)
@@ -194,7 +199,13 @@ class TaskRunner:
             self.events.disk_refused(run)
             log.warning("%s; not pulling", refusal, extra=_context(run))
             return _Failed(refusal, final=True)
-        candidates = self.credentials.candidates(image, task.pull_secret_arns)
+        only_secrets = task.pull_secrets_only
+        candidates = self.credentials.candidates(image, task.pull_secret_arns, shared=not only_secrets)
+        if not candidates.auths:
+            unread = f" ({'; '.join(candidates.problems)})" if candidates.problems else ""
+            # Unreadable secrets may read next time; secrets that hold nothing for the registry will not.
+            return _Failed(f"{OWN_SECRETS_ONLY}: none of the job's pull secrets holds credentials for "
+                           f"{image.registry}{unread}", final=not candidates.problems)
         ends: float | None = None
         failure = _Failed("no credentials to try")
         for index, auth in enumerate(candidates.auths):
@@ -223,6 +234,9 @@ class TaskRunner:
                 )
                 continue
             break
+        if only_secrets and is_auth_error(failure.message):
+            failure = _Failed(f"{failure.message} ({OWN_SECRETS_ONLY}: the registry refused the job's pull secrets, "
+                              "and shared credentials are not tried)", failure.final)
         if candidates.problems:
             return _Failed(f"{failure.message} ({'; '.join(candidates.problems)})", failure.final)
         return failure

@@ -318,8 +318,12 @@ class RegistryCredentials:
         self._copies = copies
         self._copies_first = copies_first
 
-    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str]) -> Candidates:
-        """Credentials for `image`; an unreadable secret or token is left out and named in `problems`."""
+    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str], *, shared: bool = True) -> Candidates:
+        """Credentials for `image`; an unreadable secret or token is left out and named in `problems`.
+
+        `shared` False (a `pullSecretsOnly` task): the task's secrets only, never the node's credential,
+        and no anonymous try when none matches (`auths` is then empty).
+        """
         problems: list[str] = []
         rings = []
         for arn in dict.fromkeys(pull_secret_arns):
@@ -330,10 +334,12 @@ class RegistryCredentials:
         keyring = rings[0].merge(*rings[1:]) if rings else Keyring()
         node_auth = None
         registry = ecr_registry_for(image.registry)
-        if registry is not None:
+        if registry is not None and shared:
             node_auth = self._node_auth(registry, image.registry, problems)
         for problem in problems:
             log.warning("credentials left out for %s: %s", image, problem, extra={"image": str(image)})
+        if not shared:
+            return Candidates([a for a in credential_order(image.format(), keyring, None) if a is not None], problems)
         return Candidates(credential_order(image.format(), keyring, node_auth), problems)
 
     def prepare(self, region: str) -> None:

@@ -340,7 +340,7 @@ def describe_job(view: JobView, *, now: float) -> str:
                         f"backoffLimit {spec.pull_policy.backoff_limit}"),
         ("Image Pull Policy", spec.image_pull_policy),
         ("Completion Policy", policy),
-        ("Pull Secrets", ", ".join(spec.pull_secrets or []) or NONE),
+        ("Pull Secrets", (", ".join(spec.pull_secrets or []) or NONE) + (" only" if spec.pull_secrets_only else "")),
         ("Sandbox Config", labels_text({**(sandbox.labels or {}), **(sandbox.annotations or {})}) if sandbox else NONE),
     ], "  ")
     lines.append("Status:")

@@ -343,6 +343,22 @@ def local_node_remove(name: str) -> int:
     return EXIT_OK
 
 
+@local_node.command("kubelet")
+@click.argument("name")
+@click.option("--policy", type=click.Choice(["NeverVerify", "NeverVerifyPreloadedImages",
+                                             "NeverVerifyAllowlistedImages", "AlwaysVerify", "off"]),
+              required=True, help="The kubelet's imagePullCredentialsVerificationPolicy (KEP-2535); off: the "
+                                  "feature gate off, as before Kubernetes 1.35.")
+@click.option("--allowlist", metavar="IMAGE,...", default="",
+              help="preloadedImagesVerificationAllowlist (NeverVerifyAllowlistedImages): host/repo or host/path/*.")
+def local_node_kubelet(name: str, policy: str, allowlist: str) -> int:
+    """Set the image credential policy node NAME's kubelet reports at /configz (docs/credentials.md)."""
+    entries = [e.strip() for e in allowlist.split(",") if e.strip()]
+    _call("POST", f"/nodes/{name}/kubelet", {"policy": None if policy == "off" else policy, "allowlist": entries})
+    click.echo(f"node/{name} kubelet imagePullCredentialsVerificationPolicy: {policy}")
+    return EXIT_OK
+
+
 @local.command("agent")
 @click.argument("action", type=click.Choice(["stop", "kill", "start"]))
 @click.argument("node")

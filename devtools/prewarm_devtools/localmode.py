@@ -633,9 +633,24 @@ class LocalMode:
                                      taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)))
             case "DELETE", ["nodes", name]:
                 return self.remove_node(name)
+            case "POST", ["nodes", name, "kubelet"]:
+                return self.set_kubelet_policy(name, body.get("policy"), list(body.get("allowlist") or []))
             case "POST", ["agents", node, action]:
                 return self.agent_action(node, action)
         raise ControlError(f"no such request: {method} /{'/'.join(parts)}", 404)
+
+    def set_kubelet_policy(self, name: str, policy: Any, allowlist: list[str]) -> dict[str, Any]:
+        """Node `name`'s kubelet stand-in reports `imagePullCredentialsVerificationPolicy: policy` at
+        `/configz` (None: KEP-2535's feature gate off)."""
+        if self.kube is None:
+            raise ControlError("kubelet policies are set only in the embedded Kubernetes API, not a real cluster")
+        if self.kube.get_object("nodes", name) is None:
+            raise ControlError(f'node "{name}" not found', 404)
+        try:
+            self.kube.set_image_credentials_policy(name, None if policy is None else str(policy), allowlist)
+        except ValueError as e:
+            raise ControlError(str(e)) from None
+        return {"node": name, "policy": policy, "allowlist": allowlist}
 
     def fire(self, schedule: str) -> dict[str, Any]:
         """Fires a schedule now: `repull` (the daily re-pull), `sweep`, `refresh` (ECR credentials) or `sync`

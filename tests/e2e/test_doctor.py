@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
-          "dead-letter queues", "credentials", "sweep", "daily round")
+          "dead-letter queues", "credentials", "image credentials", "sweep", "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
 
 
@@ -271,3 +271,39 @@ def test_a_daily_round_that_did_not_run_for_a_day_is_overdue(local: LocalMode) -
     assert prewarm("--local", "local", "fire", "repull").returncode == 0
     code, lines = doctor()
     assert code == 0 and lines["daily round"].startswith("ok    daily round: last ran "), "\n".join(lines.values())
+
+
+def test_a_private_image_warmed_with_shared_credentials_is_a_warning_until_the_kubelets_verify(
+        local: LocalMode) -> None:
+    from prewarm.services.jobs import apply_manifest, delete_job
+
+    # Given a job warming a private ECR image with the agents' shared credentials, on nodes whose kubelets
+    # (1.33, as the embedded API) do not verify images already present
+    jobs = store(local)
+    apply_manifest(jobs, {"apiVersion": "prewarm.dev/v1alpha1", "kind": "ImagePullJob",
+                          "metadata": {"name": "shared-warm", "namespace": "default"},
+                          "spec": {"image": f"{ecr_host()}/team/app:v1", "parallelism": 0}}, now=time.time())
+    nodes = sorted(local.nodes)
+    try:
+        code, lines = doctor()
+        # Then the doctor warns, naming the job, the nodes and their policy, and still exits 0
+        assert code == 0, "\n".join(lines.values())
+        assert lines["image credentials"].startswith(
+            "warn  image credentials: job default/shared-warm warms private ECR images with shared credentials: any "
+            f"pod of 2 of 2 nodes may use them without credentials of its own (not enforced (kubelet before 1.35, or "
+            f"feature gate KubeletEnsureSecretPulledImages off) on {nodes[0]}, {nodes[1]}): set the kubelets' "
+            "imagePullCredentialsVerificationPolicy to AlwaysVerify")
+        # When the kubelets verify every image, it is ok
+        assert local.kube is not None
+        for node in nodes:
+            local.kube.set_image_credentials_policy(node, "AlwaysVerify")
+        code, lines = doctor()
+        assert lines["image credentials"] == (
+            "ok    image credentials: job default/shared-warm warms private ECR images with shared credentials, and "
+            "every node's kubelet verifies them (AlwaysVerify on 2)")
+    finally:
+        for node in nodes:
+            assert local.kube is not None
+            local.kube.set_image_credentials_policy(node, None)
+        delete_job(jobs, NodeQueues(env_of(local)["NODE_QUEUE_PREFIX"], env_of(local)["STATUS_QUEUE_URL"],
+                                    client=aws(local, "sqs")), "default", "shared-warm")

@@ -131,13 +131,21 @@ class NoLayers:
 
 @dataclass
 class FakeCredentials:
+    """`auths` are the task's secrets' matches (None: anonymous); `node_auths` the node's shared credential,
+    offered only when the task may use it (`shared`, which `shared_asked` records)."""
+
     auths: Sequence[RegistryAuth | None] = (None,)
     problems: Sequence[str] = ()
     asked: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    node_auths: Sequence[RegistryAuth] = ()
+    shared_asked: list[bool] = field(default_factory=list)
 
-    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str]) -> Candidates:
+    def candidates(self, image: ImageRef, pull_secret_arns: Sequence[str], *, shared: bool = True) -> Candidates:
         self.asked.append((str(image), tuple(pull_secret_arns)))
-        return Candidates(list(self.auths), list(self.problems))
+        self.shared_asked.append(shared)
+        if not shared:
+            return Candidates([a for a in self.auths if a is not None], list(self.problems))
+        return Candidates([*self.auths, *self.node_auths], list(self.problems))
 
 
 @dataclass

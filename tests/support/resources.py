@@ -22,6 +22,9 @@ class FakeResources:
         self.versions = itertools.count(100)
         self.calls: list[str] = []
         self.missing: set[str] = set()
+        # (namespace, name) → secret, for the pullSecretsOnly check; `secrets_error` is raised instead when set.
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets_error: Exception | None = None
 
     def put(self, kind: str, name: str, spec: dict[str, Any], namespace: str | None = "default",
             **metadata: Any) -> dict[str, Any]:
@@ -61,6 +64,12 @@ class FakeResources:
         current["status"] = copy.deepcopy(body["status"])
         current["metadata"]["resourceVersion"] = str(next(self.versions))
         return current
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(f"get secret {namespace}/{name}")
+        if self.secrets_error is not None:
+            raise self.secrets_error
+        return copy.deepcopy(self.secrets.get((namespace, name)))
 
     def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool:
         self.calls.append(f"delete {plural}/{name}")

@@ -22,6 +22,24 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN_NAME = "<stdin>"
 
 
+class _ClusterSecrets:
+    """The cluster's secrets, as you read them, reached only when a manifest asks `pullSecretsOnly`."""
+
+    def __init__(self, open_cluster: Callable[[], Any]) -> None:
+        self._open = open_cluster
+        self._cluster: Any = None
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self._cluster is None:
+            self._cluster = self._open()
+        found: dict[str, Any] | None = self._cluster.get_secret(namespace, name)
+        return found
+
+    def close(self) -> None:
+        if self._cluster is not None and hasattr(self._cluster, "close"):
+            self._cluster.close()
+
+
 @dataclass
 class _Document:
     where: str  # `jobs.yaml document 2` (`, item 1` inside a `kind: List`)
@@ -110,7 +128,8 @@ def _documents(source: str, text: str) -> tuple[list[_Document], list[str]]:
               help="Create or update the prewarm.dev/v1alpha1 resources in the stack's cluster instead of the table "
                    "(the stack's sync_resources applies them within a minute).")
 @click.option("--kubeconfig", metavar="PATH", envvar="PREWARM_KUBECONFIG",
-              help="With --as-resource: reach the cluster as this kubeconfig's user.")
+              help="With --as-resource, or to check the secrets of a pullSecretsOnly job: reach the cluster as "
+                   "this kubeconfig's user.")
 @target_options
 @click.pass_context
 def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_resource: bool,
@@ -121,7 +140,8 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
     Kinds: ImagePullJob, ImageListPullJob (apps.kruise.io/v1alpha1 or v1beta1, prewarm.dev/v1alpha1)
     and PrewarmRule (prewarm.dev/v1alpha1); multi-document YAML and `kind: List` are read.
     Valid documents are applied even when others are invalid; invalid ones are reported, each
-    naming the file, the document and the field, and the exit code is then 2.
+    naming the file, the document and the field, and the exit code is then 2. A job or rule with
+    pullSecretsOnly is applied only when each of its pullSecrets exists in its namespace (read as you).
     """
     from prewarm.domain.kubernetes import JobValidationError
     from prewarm.domain.sources import SourceConflictError
@@ -134,8 +154,11 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
 
         write = ResourceWriter(lambda: current_target(ctx).cluster(kubeconfig)).apply
     else:
+        secrets = _ClusterSecrets(lambda: current_target(ctx).cluster(kubeconfig))
+        ctx.call_on_close(secrets.close)
+
         def write(body: dict[str, Any]) -> str:
-            return str(apply_manifest(current_store(ctx), body, now=time.time()).describe())
+            return str(apply_manifest(current_store(ctx), body, now=time.time(), secrets=secrets).describe())
 
     invalid = failed = applied = 0
     for source, read in _sources(filenames, recursive):

@@ -6,18 +6,23 @@ import time
 
 import click
 
+from prewarm_cli.commands.install import _cluster_options
 from prewarm_cli.errors import EXIT_OK, CommandError
-from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
+from prewarm_cli.options import current_store, current_target, namespace_option, resource_name, target_options
 
 
 @click.command()
 @click.argument("resource", metavar="job|node")
 @click.argument("name")
 @namespace_option
+@_cluster_options
 @target_options
 @click.pass_context
-def describe(ctx: click.Context, resource: str, name: str, namespace: str) -> int:
-    """Show a job: spec, status, each node's pull and the excluded nodes (a list job: its ImagePullJobs).
+def describe(ctx: click.Context, resource: str, name: str, namespace: str, kubeconfig: str | None,
+             context: str | None) -> int:
+    """Show a job: spec, status, each node's pull and the excluded nodes (a list job: its ImagePullJobs),
+    and for a private image what it is pulled with and whether the nodes' kubelets let any pod use it
+    (read through the node proxy: `get` on `nodes/proxy`).
     Or a registered node: its agent's hello and how its startup taint came off (hello to warm)."""
     kind = resource_name(resource, ("jobs", "nodes"), "describe")
     from prewarm.services.jobs import view_job
@@ -32,6 +37,15 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str) -> in
         return EXIT_OK
     view = view_job(current_store(ctx), namespace, name, now=now, with_tasks=True, with_agents=True)
     click.echo(cli_output.describe_job(view, now=now))
+    record = view.record
+    if record.is_pull_job:
+        from prewarm_cli.kubelets import describe_credentials
+
+        nodes = sorted({task.node for task in view.tasks})
+        spec = record.pull_job.spec
+        click.echo("\n".join(describe_credentials(
+            spec.image, spec.pull_secrets or [], record.pull_secrets_only, nodes,
+            lambda: current_target(ctx).cluster(kubeconfig, context))))
     return EXIT_OK
 
 

@@ -12,6 +12,8 @@ What each reads:
 - node queues: `sqs:ListQueues` under the node queue prefix, `sqs:ListQueueTags` of queues without a node.
 - dead-letter queues: `sqs:GetQueueAttributes` of each.
 - credentials: `secretsmanager:GetSecretValue` of the agents' copies; the refresher's pull secrets.
+- image credentials: the job table's jobs and rules; each agent node's kubelet configuration through the
+  node proxy (`get` on `nodes/proxy`, as you).
 - sweep, daily round: their run records in the job table (`BatchGetItem`) and `dynamodb:DescribeTable`
   (its creation time: a stack younger than a period has nothing to show yet).
 """
@@ -36,6 +38,7 @@ from prewarm_cli.doctor.identities import (
     subject_of,
 )
 from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE, FUNCTION_GROUPS
+from prewarm_cli.kubelets import NODES_PROXY_FIX, NodePolicies, by_description, exposing_nodes
 from prewarm_cli.output import human_age, listed
 
 Obj = dict[str, Any]
@@ -50,22 +53,26 @@ OPTIONAL_SETTINGS = frozenset({"KUBE_API_ENDPOINT", "KUBE_CA_DATA", "AGENT_ROLE_
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One line of the doctor's report. `ok` None: not checked, as `detail` says (what it needs failed)."""
+    """One line of the doctor's report. `ok` None: not checked, as `detail` says (what it needs failed).
+    `warning`: working, but something a multi-tenant cluster should know (`warn`, with its fix; the
+    exit code stays 0)."""
 
     name: str
     ok: bool | None
     detail: str = ""
     fix: str = ""
+    warning: bool = False
 
     @property
     def failed(self) -> bool:
         return self.ok is False
 
     def line(self) -> str:
-        """`ok    name: detail`, `FAIL  name: problem: fix` or `skip  name: why`."""
-        mark = "ok" if self.ok else "FAIL" if self.ok is False else "skip"
+        """`ok    name: detail`, `FAIL  name: problem: fix`, `warn  name: what: fix` or `skip  name: why`."""
+        warned = bool(self.ok) and self.warning
+        mark = "warn" if warned else "ok" if self.ok else "FAIL" if self.ok is False else "skip"
         text = self.name + (f": {self.detail}" if self.detail else "")
-        if self.ok is False and self.fix:
+        if (self.ok is False or warned) and self.fix:
             text += f": {self.fix}"
         return f"{mark:<6}{text}"
 
@@ -434,6 +441,38 @@ def check_credentials(config: CredentialsConfig | None, *, secret_prefix: str, s
     if earliest is None:
         return _ok(name, "nothing to refresh")
     return _ok(name, f"earliest expiry {_in(earliest.expires_at - now)} ({earliest.what})")
+
+
+# -- image credentials (KEP-2535) -------------------------------------------------------------------
+
+
+def check_image_credentials(warmers: Sequence[str], images: Sequence[str | None], found: NodePolicies,
+                            ) -> CheckResult:
+    """Whether images warmed with shared credentials (`warmers` name the jobs and rules, `images` their
+    images, None for a rule's) are usable by any pod of the nodes `found` read, and which nodes could not
+    be read. A warning, not a failure: a single-tenant cluster may want it so."""
+    name = "image credentials"
+    if not warmers:
+        return _ok(name, "no job or rule warms a private ECR image with shared credentials")
+    exposed = exposing_nodes(found.policies, images)
+    problems, fixes = [], []
+    what = f"{listed(list(warmers))} warm{'s' if len(warmers) == 1 else ''} private ECR images with shared credentials"
+    if exposed:
+        nodes = "; ".join(f"{policy} on {listed(group)}" for policy, group in by_description(exposed).items())
+        problems.append(f"{what}: any pod of {len(exposed)} of {len(found.policies) + len(found.unreadable)} "
+                        f"nodes may use them without credentials of its own ({nodes})")
+        fixes.append("set the kubelets' imagePullCredentialsVerificationPolicy to AlwaysVerify (warm layers stay "
+                     "useful), or give these jobs spec.pullSecretsOnly with their own pull secrets "
+                     "(docs/credentials.md)")
+    if found.unreadable:
+        reasons = "; ".join(f"{listed(group)}: {why}" for why, group in by_description(found.unreadable).items())
+        problems.append(f"the kubelet policy of {len(found.unreadable)} nodes is unknown ({reasons})")
+        fixes.append(NODES_PROXY_FIX if found.forbidden else "check that the API server reaches those kubelets")
+    if not problems:
+        policies = ", ".join(f"{p} on {len(g)}" for p, g in by_description(
+            {n: p.describe() for n, p in found.policies.items()}).items())
+        return _ok(name, f"{what}, and every node's kubelet verifies them ({policies or 'no nodes'})")
+    return CheckResult(name, True, "; ".join(problems), "; ".join(fixes), warning=True)
 
 
 # -- the schedules ----------------------------------------------------------------------------------

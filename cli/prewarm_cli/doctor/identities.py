@@ -208,10 +208,12 @@ class CredentialTargets:
 
 
 def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[str, str]],
-                    credentials: CredentialTargets | None) -> dict[str, list[Access]]:
+                    credentials: CredentialTargets | None,
+                    checked_secrets: Iterable[tuple[str, str]] = ()) -> dict[str, list[Access]]:
     """Each function's verbs: nodes cluster-wide; pods in every namespace jobs live in (`default` when
     there are none yet); the pull secrets jobs name; the agent DaemonSet (where agents run, for dispatch);
-    the refresher's writes in its target namespaces."""
+    the refresher's writes in its target namespaces; the secrets the resource sync checks
+    (`checked_secrets`: those of pullSecretsOnly resources)."""
     namespaces = sorted({*job_namespaces, "default"})
     pods = [Access("list", "pods", ns) for ns in namespaces]
     needs = {
@@ -222,6 +224,7 @@ def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[
         "sweep": [Access("get", "nodes"), Access("list", "nodes"), Access("patch", "nodes"),
                   Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), Access("create", "events", "default")],
         "refresh_ecr_credentials": [],
+        "sync_resources": [Access("get", "secrets", ns, name) for ns, name in sorted(set(checked_secrets))],
     }
     if credentials is not None:
         needs["refresh_ecr_credentials"] = [Access("list", "namespaces")] + [

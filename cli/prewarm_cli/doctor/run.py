@@ -23,6 +23,7 @@ from prewarm_cli.doctor.checks import (
     check_credentials,
     check_dead_letter_queues,
     check_function_rbac,
+    check_image_credentials,
     check_node_queues,
     check_schedule,
     check_stack_outputs,
@@ -36,9 +37,10 @@ from prewarm_cli.doctor.identities import (
     LocalAccessEntries,
     required_access,
 )
+from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
-          "dead-letter queues", "credentials", "sweep", "daily round")
+          "dead-letter queues", "credentials", "image credentials", "sweep", "daily round")
 
 
 @dataclass
@@ -81,6 +83,8 @@ class Doctor:
                 else skipped("node queues", "the cluster's nodes are unknown (cluster access)")
             yield self._guarded("dead-letter queues", self._dead_letter_queues)
             yield self._guarded("credentials", lambda: self._credentials(api if reachable else None))
+            yield self._guarded("image credentials", lambda: self._image_credentials(api)) if reachable \
+                else skipped("image credentials", unreachable)
             yield from self._schedules()
 
     # -- cluster ------------------------------------------------------------------------------------
@@ -129,13 +133,38 @@ class Doctor:
             query = config.namespaces.label_selector.to_query() if config.namespaces.label_selector else None
             namespaces = select_namespaces(api.list_objects("v1", "namespaces", None, query or None), config.namespaces)
             targets = CredentialTargets(tuple(namespaces), config.secret_name, config.service_accounts)
-        needs = required_access({j.namespace for j in jobs}, referenced_pull_secrets(jobs), targets)
+        from prewarm.domain.sources import Source, source_of
+
+        checked = referenced_pull_secrets(j for j in jobs if j.pull_secrets_only
+                                          and source_of(j.manifest) is Source.RESOURCE)
+        needs = required_access({j.namespace for j in jobs}, referenced_pull_secrets(jobs), targets, checked)
         return check_function_rbac(api, self._access.subjects, needs)
 
     def _daemon_set(self, api: Any) -> CheckResult:
         self._nodes = api.list_objects("v1", "nodes")
         result, self._agents = check_agent_daemonset(api, self._nodes)
         return result
+
+    def _image_credentials(self, api: Any) -> CheckResult:
+        from prewarm.domain.verification import pulls_with_shared_credentials
+        from prewarm_cli.kubelets import read_policies
+
+        warmers, images = [], []
+        for job in self.store.list_jobs():
+            if job.is_pull_job and pulls_with_shared_credentials(job.pull_job.spec.image, job.pull_secrets_only):
+                warmers.append(f"job {job.key}")
+                images.append(job.pull_job.spec.image)
+        for rule in self.store.list_rules():
+            template = ((rule.get("spec") or {}).get("template") or {}).get("spec") or {}
+            if not template.get("pullSecretsOnly"):  # a rule's jobs pull pushed private ECR images
+                warmers.append(f"rule {rule['metadata']['name']}")
+                images.append(None)
+        if not warmers:
+            return check_image_credentials([], [], NodePolicies())
+        if self._nodes is None:
+            self._nodes = api.list_objects("v1", "nodes")
+        nodes = self._agents.needed if self._agents is not None else [n["metadata"]["name"] for n in self._nodes]
+        return check_image_credentials(warmers, images, read_policies(api, nodes))
 
     # -- AWS ----------------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ _LABEL_SELECTOR: Obj = {
 }
 _TEMPLATE: Obj = {
     "pullSecrets": {**_STRINGS, "description": "Secrets of the job's namespace to pull with."},
+    "pullSecretsOnly": {"type": "boolean", "description": "Pull with pullSecrets only, never with credentials "
+                                                          "shared by every job (they must exist at apply)."},
     "selector": {"type": "object", "description": "Nodes by name or by label (names excludes the rest).",
                  "properties": {"names": _STRINGS, **_LABEL_SELECTOR["properties"]}},
     "podSelector": {**_LABEL_SELECTOR, "description": "The nodes running pods that match, in the job's namespace."},

@@ -189,6 +189,10 @@ def render(values: InstallValues) -> list[Obj]:
         # tokens, TLS keys): name the pull secrets jobs use and it reads those alone.
         (rule,) = _find(objects, "ClusterRole", PULL_SECRETS_GROUP)["rules"]
         rule["resourceNames"] = list(values.pull_secret_names)
+    # sync_resources reads a pullSecretsOnly job's secrets to refuse it when one is missing, where
+    # dispatch_job may read them (docs/job-spec.md, "Own pull secrets only").
+    objects.extend(_group_binding(RESOURCES_GROUP, values.pull_secret_namespaces, role=PULL_SECRETS_GROUP,
+                                  name=f"{RESOURCES_GROUP}-pull-secrets"))
     objects.extend(_group_binding(CREDENTIALS_GROUP, values.credential_namespaces))
     if values.credential_namespaces:
         _credential_rules(_find(objects, "ClusterRole", CREDENTIALS_GROUP), values)
@@ -241,17 +245,19 @@ def _daemon_set(doc: Obj, values: InstallValues) -> None:
         container["securityContext"]["seLinuxOptions"] = dict(BOTTLEROCKET_SELINUX)
 
 
-def _group_binding(group: str, namespaces: tuple[str, ...]) -> list[Obj]:
-    """The group bound to its ClusterRole: cluster-wide for `ALL_NAMESPACES`, else one RoleBinding each."""
+def _group_binding(group: str, namespaces: tuple[str, ...], *, role: str = "", name: str = "") -> list[Obj]:
+    """The group bound to its ClusterRole (or `role`): cluster-wide for `ALL_NAMESPACES`, else one
+    RoleBinding each; the bindings are named `name`, by default as the group."""
     subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
-    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": group}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role or group}
+    name = name or group
     if not namespaces:
         return []
     if namespaces == ALL_NAMESPACES:
         return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                 "metadata": {"name": group}, "roleRef": role_ref, "subjects": subject}]
+                 "metadata": {"name": name}, "roleRef": role_ref, "subjects": subject}]
     return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": group, "namespace": namespace}, "roleRef": role_ref, "subjects": subject}
+             "metadata": {"name": name, "namespace": namespace}, "roleRef": role_ref, "subjects": subject}
             for namespace in namespaces]
 
 

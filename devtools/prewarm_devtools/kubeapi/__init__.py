@@ -105,8 +105,11 @@ What it does NOT implement (code relying on these must be tested against a real 
   namespace's deletion removes its content at once (content with finalizers keeps it
   Terminating); pod deletion is immediate (no grace period); `propagationPolicy`,
   `gracePeriodSeconds` and `orphanDependents` are accepted and ignored.
-- Subresources other than `status` (no `binding`, `eviction`, `log`, `exec`, `proxy`,
-  `ephemeralcontainers`, `resize`, namespace `finalize`).
+- Subresources other than `status` and the node proxy's `/configz` (no `binding`, `eviction`, `log`,
+  `exec`, other `proxy` paths (the kubelet's 404), `ephemeralcontainers`, `resize`, namespace
+  `finalize`). `/api/v1/nodes/NAME/proxy/configz` answers as the node's kubelet would (RBAC `get` on
+  `nodes/proxy`), its `imagePullCredentialsVerificationPolicy` set per node with
+  `set_image_credentials_policy` (`kubelet.py`).
 - `resourceVersionMatch=Exact` for lists only at the current resourceVersion or one whose
   snapshot a paged list still holds. Continue tokens expire after `continue_ttl` seconds, when
   more than 16 paged lists are pending, or on `expire_continue_tokens()`; watches can resume

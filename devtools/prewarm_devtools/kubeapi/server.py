@@ -17,7 +17,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,6 +42,7 @@ from prewarm_devtools.kubeapi.auth import (
 from prewarm_devtools.kubeapi.catalog import BUILT_IN, Catalog
 from prewarm_devtools.kubeapi.certificates import ServingCertificate
 from prewarm_devtools.kubeapi.errors import FieldError, StatusError
+from prewarm_devtools.kubeapi.kubelet import Kubelets
 from prewarm_devtools.kubeapi.openapi import (
     V2_PROTOBUF,
     V2_PROTOBUF_ACCEPTED,
@@ -202,6 +203,8 @@ class KubeApiServer:
         self.catalog = Catalog()
         self.registry = Registry(self.store, catalog=self.catalog)
         self.authorizer = Authorizer(self.store)
+        # What answers behind the node proxy (`/api/v1/nodes/NAME/proxy/configz`).
+        self.kubelets = Kubelets()
         self._port = port
         self._failures: list[_Failure] = []
         self._failures_lock = threading.Lock()
@@ -234,6 +237,11 @@ class KubeApiServer:
 
     def remove_access_entry(self, principal_arn: str) -> None:
         self.authenticator.remove_access_entry(principal_arn)
+
+    def set_image_credentials_policy(self, node: str, policy: str | None, allowlist: Sequence[str] = ()) -> None:
+        """Node `node`'s kubelet reports `imagePullCredentialsVerificationPolicy: policy` at `/configz`
+        (None: KEP-2535's feature gate off); see `kubelet.Kubelets`."""
+        self.kubelets.set_image_credentials_policy(node, policy, allowlist)
 
     def allowed(self, identity: Identity, attributes: Attributes) -> bool:
         """Whether RBAC lets `identity` (as authenticated) do what `attributes` say."""
@@ -504,6 +512,8 @@ class KubeApiServer:
             return _get_only(method, dumps(self.catalog.discovery(group_version)))
         legacy_watch = parts[prefix_length] == "watch"
         rest = parts[prefix_length + 1 :] if legacy_watch else parts[prefix_length:]
+        if group_version == "v1" and len(rest) >= 3 and rest[0] == "nodes" and rest[2] == "proxy":
+            return self._node_proxy(method, rest[1], rest[3:])
         target = _resolve(rest, served) if rest else None
         if target is None:
             raise errors.route_not_found()
@@ -515,6 +525,14 @@ class KubeApiServer:
         if target.name is None:
             return self._collection(method, target, query, headers, body, watch, identity)
         return self._item(method, target, query, headers, body, identity)
+
+    def _node_proxy(self, method: str, name: str, rest: list[str]) -> _Response:
+        """The node proxy subresource (RBAC `get` on `nodes/proxy`, checked above): the node's kubelet."""
+        node = self.get_object("nodes", name)
+        if node is None:
+            raise errors.not_found("nodes", name)
+        code, body, content_type = self.kubelets.proxy(method, node, rest, self.version["gitVersion"])
+        return _Response(code, body, content_type)
 
     def _openapi(self, path: str) -> bytes:
         """`/openapi/v3` (the index) or one group version's document."""

@@ -213,6 +213,13 @@ def test_each_function_needs_its_verbs_in_the_namespaces_of_jobs_and_of_the_refr
         "update secrets/prewarm-ecr in team-a", "get serviceaccounts/default in team-a",
         "patch serviceaccounts/default in team-a"]
     assert required_access((), (), None)["refresh_ecr_credentials"] == []
+    assert needs["sync_resources"] == []
+
+
+def test_the_sync_needs_the_secrets_of_pull_secrets_only_resources() -> None:
+    needs = required_access({"shop"}, {("shop", "regcred")}, None, {("shop", "regcred")})
+
+    assert [str(a) for a in needs["sync_resources"]] == ["get secrets/regcred in shop"]
 
 
 class Reviews:

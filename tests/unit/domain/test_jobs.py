@@ -250,8 +250,8 @@ def test_a_manifest_must_be_a_mapping() -> None:
 
 def test_unknown_fields_are_named_with_the_known_ones() -> None:
     assert errors_of(pull_job(paralelism=3)) == [
-        'spec.paralelism: unknown field "paralelism"; known fields: pullSecrets, selector, podSelector, '
-        "parallelism, pullPolicy, completionPolicy, sandboxConfig, imagePullPolicy, image"
+        'spec.paralelism: unknown field "paralelism"; known fields: pullSecrets, pullSecretsOnly, selector, '
+        "podSelector, parallelism, pullPolicy, completionPolicy, sandboxConfig, imagePullPolicy, image"
     ]
     assert errors_of(pull_job(pullPolicy={"retries": 2})) == [
         'spec.pullPolicy.retries: unknown field "retries"; known fields: timeoutSeconds, backoffLimit'

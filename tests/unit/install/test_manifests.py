@@ -80,6 +80,7 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("ClusterRole", "prewarm-control-plane-agents", ""),
         ("RoleBinding", "prewarm-control-plane-agents", "prewarm-system"),
         ("ClusterRole", PULL_SECRETS_GROUP, ""), ("RoleBinding", PULL_SECRETS_GROUP, "shop"),
+        ("RoleBinding", f"{RESOURCES_GROUP}-pull-secrets", "shop"),
         ("ClusterRole", "prewarm-credentials-namespaces", ""),
         ("ClusterRoleBinding", "prewarm-credentials-namespaces", ""),
         ("ClusterRole", CREDENTIALS_GROUP, ""), ("RoleBinding", CREDENTIALS_GROUP, "team-a"),
@@ -169,6 +170,16 @@ def test_every_namespace_binds_the_pull_secret_group_cluster_wide() -> None:
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": PULL_SECRETS_GROUP}]
     assert not [d for d in documents(pull_secret_namespaces=ALL_NAMESPACES) if d["kind"] == "RoleBinding"
                 and d["metadata"]["name"] == PULL_SECRETS_GROUP]
+
+
+def test_the_resource_sync_may_read_pull_secrets_where_dispatch_may_to_check_pull_secrets_only_jobs() -> None:
+    # Before: the sync could not read a secret, so a pullSecretsOnly resource could not be checked.
+    binding = one("RoleBinding", f"{RESOURCES_GROUP}-pull-secrets", pull_secret_namespaces=["shop"])
+    assert binding["metadata"]["namespace"] == "shop"
+    assert binding["roleRef"]["name"] == PULL_SECRETS_GROUP
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": RESOURCES_GROUP}]
+    every = one("ClusterRoleBinding", f"{RESOURCES_GROUP}-pull-secrets", pull_secret_namespaces=["*"])
+    assert every["roleRef"]["name"] == PULL_SECRETS_GROUP
 
 
 def test_credential_rbac_names_the_configured_secret_and_service_accounts_only() -> None:
@@ -312,8 +323,9 @@ def test_the_job_crds_take_kruises_spec_and_print_kruises_columns() -> None:
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "MESSAGE"]
-    assert set(spec["properties"]) == {"image", "pullSecrets", "selector", "podSelector", "parallelism", "pullPolicy",
-                                       "completionPolicy", "sandboxConfig", "imagePullPolicy"}
+    assert set(spec["properties"]) == {"image", "pullSecrets", "pullSecretsOnly", "selector", "podSelector",
+                                       "parallelism", "pullPolicy", "completionPolicy", "sandboxConfig",
+                                       "imagePullPolicy"}
     assert one("CustomResourceDefinition", "prewarmrules.prewarm.dev")["spec"]["scope"] == "Cluster"
 
 

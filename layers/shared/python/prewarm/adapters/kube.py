@@ -256,6 +256,14 @@ class KubeCluster:
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> KubeObject:
         return self._request("POST", _namespaced(namespace, "events"), body=dict(body))
 
+    def get_node_configz(self, name: str) -> KubeObject:
+        """The node's kubelet configuration, `{"kubeletconfig": {...}}`, through the API server's node proxy.
+
+        The API server authorizes it as `get` on `nodes/proxy` (403 `ClusterAuthError` without); a kubelet
+        it cannot reach answers 5xx (`ClusterUnavailableError`), a missing node 404 (`ClusterNotFoundError`).
+        """
+        return self._request("GET", f"/api/v1/nodes/{_segment(name)}/proxy/configz")
+
     # -- any object, by API version and plural (install, doctor) ------------------------------------
 
     def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> KubeObject | None:

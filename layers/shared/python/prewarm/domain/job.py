@@ -22,7 +22,7 @@ from prewarm.domain.placement import Platform
 from prewarm.domain.status import COMPLETED_MESSAGE, Counters
 
 # Fields whose change means a different pull: a new round on every node, not a re-plan.
-_PULL_FIELDS = ("image", "imagePullPolicy", "pullPolicy", "pullSecrets", "sandboxConfig")
+_PULL_FIELDS = ("image", "imagePullPolicy", "pullPolicy", "pullSecrets", "pullSecretsOnly", "sandboxConfig")
 
 # The table stream plans a job within seconds; one still unplanned after this long lost its record.
 UNPLANNED_RETRIGGER_SECONDS = 120
@@ -170,6 +170,11 @@ class StoredJob:
         names = (self.manifest.get("spec") or {}).get("pullSecrets") or ()
         return [name for name in names if isinstance(name, str)]
 
+    @property
+    def pull_secrets_only(self) -> bool:
+        """`spec.pullSecretsOnly`: the job's pull secrets are the only credentials its pulls may use."""
+        return bool((self.manifest.get("spec") or {}).get("pullSecretsOnly"))
+
     def image_platforms(self) -> list[Platform] | None:
         """The platforms of the job's image when known (a pushed index), else None: any node will do."""
         platforms = [Platform(os=p["os"], architecture=p["architecture"], variant=p.get("variant"))
@@ -249,6 +254,7 @@ class StoredJob:
             sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
             sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
             pull_secret_arns=list(self.pull_secret_arns), pin=self.pull_job.pin,
+            pull_secrets_only=self.pull_secrets_only,
         )
 
     def pull_tasks(self, nodes: Iterable[str]) -> list[PullTask]:

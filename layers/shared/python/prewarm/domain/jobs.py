@@ -98,6 +98,9 @@ class ImagePullJobTemplate(KubernetesModel):
     """Everything of an ImagePullJob spec but the image: where, how fast and how long to pull."""
 
     pull_secrets: list[str] | None = None
+    # True: pull with `pull_secrets` only, never with credentials shared by every job (docs/credentials.md,
+    # "Own pull secrets only"). False is stored as absent, so jobs applied before the field hash the same.
+    pull_secrets_only: bool | None = None
     selector: NodeSelector | None = None
     pod_selector: LabelSelector | None = None
     parallelism: int = Field(default=1, ge=0, le=INT32_MAX)
@@ -133,9 +136,16 @@ class ImagePullJobTemplate(KubernetesModel):
         raise_problems(problems)
         return names
 
+    @field_validator("pull_secrets_only")
+    @classmethod
+    def _false_is_absent(cls, value: bool | None) -> bool | None:
+        return value or None
+
     @model_validator(mode="after")
     def _policies_and_selectors_agree(self) -> ImagePullJobTemplate:
         problems: list[tuple[str, str]] = []
+        if self.pull_secrets_only and not self.pull_secrets:
+            problems.append((".pullSecretsOnly", "true needs at least one secret in {at}.pullSecrets to pull with"))
         if self.pod_selector is not None and self.selector is not None:
             problems.append((".podSelector", "cannot be combined with {at}.selector; use one of them"))
         completion = self.completion_policy
@@ -336,3 +346,28 @@ class ImageListPullJob(_Job):
                     "spec": {**template, "image": image},
                 }
             )
+
+
+# The secret types the kubelet (and the agent) read registry credentials from.
+PULL_SECRET_TYPES = ("kubernetes.io/dockerconfigjson", "kubernetes.io/dockercfg")
+
+
+def own_pull_secret_problems(
+    spec: ImagePullJobTemplate, namespace: str, found: Mapping[str, Mapping[str, Any] | None], *, at: str
+) -> list[tuple[str, str]]:
+    """With `pullSecretsOnly`, each secret of `pullSecrets` that `found` (name → the secret read from
+    `namespace`, None when there is none) shows missing or of another type: such a job could pull with
+    nothing. `at` is the spec's path (`spec`, `spec.template.spec`)."""
+    if not spec.pull_secrets_only:
+        return []
+    problems = []
+    for index, name in enumerate(spec.pull_secrets or ()):
+        secret = found.get(name)
+        where = f"{at}.pullSecrets[{index}]"
+        if secret is None:
+            problems.append((where, f'secret "{name}" not found in namespace "{namespace}": {at}.pullSecretsOnly '
+                                    "pulls with these secrets only; create it first"))
+        elif (kind := secret.get("type")) not in PULL_SECRET_TYPES:
+            problems.append((where, f'secret "{name}" in namespace "{namespace}" is of type "{kind}", not '
+                                    f"{' or '.join(PULL_SECRET_TYPES)}: it holds no registry credentials"))
+    return problems

@@ -110,11 +110,14 @@ class PullTask(_Message, JobRef):
     )
     size_bytes: Count | None = Field(default=None, description="compressed size, for the disk guard")
     pin: bool = Field(default=False, description="pin the image in containerd once pulled; absent when false")
+    pull_secrets_only: bool = Field(
+        default=False, description="pull with pull_secret_arns only, never with shared credentials; absent when false")
 
     @model_serializer(mode="wrap")
-    def _without_false_pin(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Only jobs annotated prewarm.dev/pin send it: agents older than the field refuse it.
-        return _without_default(handler(self), "pin", False)
+    def _without_false_flags(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only jobs that ask send them: agents older than a field refuse it. An old agent refusing a
+        # pullSecretsOnly task never pulls it with shared credentials either.
+        return _without_default(_without_default(handler(self), "pin", False), "pull_secrets_only", False)
 
 
 class CancelTask(_Message, JobRef):

@@ -10,7 +10,14 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from prewarm.domain.job import ApiKind, StoredJob
-from prewarm.domain.jobs import PREWARM_API_VERSION, ImageListPullJob, ImagePullJob, JobState, job_key
+from prewarm.domain.jobs import (
+    PREWARM_API_VERSION,
+    ImageListPullJob,
+    ImagePullJob,
+    JobState,
+    job_key,
+    own_pull_secret_problems,
+)
 from prewarm.domain.liveness import is_silent
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, NodePhase
@@ -27,7 +34,7 @@ from prewarm.domain.status import (
     NodeTaskRecord,
     progress_message,
 )
-from prewarm.services.ports import JobStore, StoreConflictError, TaskQueues, TaskSendError
+from prewarm.services.ports import JobStore, PullSecretReader, StoreConflictError, TaskQueues, TaskSendError
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +59,22 @@ class Applied:
 
 
 def apply_manifest(
-    store: JobStore, doc: dict[str, Any], *, now: float, from_resource: bool = False
+    store: JobStore, doc: dict[str, Any], *, now: float, from_resource: bool = False,
+    secrets: PullSecretReader | None = None,
 ) -> Applied:
     """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error,
     or `SourceConflictError` when the name belongs to a resource (or, `from_resource`, to the CLI).
 
-    Only the resource sync (`from_resource`) may apply a manifest marked as a resource's.
+    Only the resource sync (`from_resource`) may apply a manifest marked as a resource's. A manifest
+    with `pullSecretsOnly` is refused unless each of its `pullSecrets` exists in its namespace, read
+    through `secrets` (the cluster's `ClusterError` goes through when it cannot be read).
     """
     from prewarm.domain.kubernetes import JobValidationError, manifest_subject
 
     if not from_resource and (problems := reserved_annotation_problems(doc)):
         raise JobValidationError(problems, manifest_subject(doc))
     obj = parse_manifest(doc)
+    check_own_pull_secrets(obj, secrets)
     if isinstance(obj, PrewarmRule):
         manifest = obj.to_manifest()
         name = obj.metadata.name
@@ -73,6 +84,28 @@ def apply_manifest(
         outcome = store.put_rule(obj.metadata.name, manifest, obj.spec_hash())
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
     return apply_job(store, obj, now=now)
+
+
+def check_own_pull_secrets(obj: ImagePullJob | ImageListPullJob | PrewarmRule, secrets: PullSecretReader | None
+                           ) -> None:
+    """Refuses a job or rule whose `pullSecretsOnly` names a secret its namespace lacks (it could pull
+    with nothing), naming the field and the secret."""
+    from prewarm.domain.kubernetes import JobValidationError
+
+    if isinstance(obj, PrewarmRule):
+        spec, namespace, at = obj.spec.template.spec, obj.spec.template.metadata.namespace, "spec.template.spec"
+    else:
+        spec, namespace, at = obj.spec, obj.namespace, "spec"
+    if not spec.pull_secrets_only:
+        return
+    subject = f"{obj.kind} {obj.metadata.name if isinstance(obj, PrewarmRule) else obj.key}"
+    if secrets is None:
+        raise JobValidationError([(f"{at}.pullSecretsOnly", "cannot check that its pullSecrets exist: no cluster "
+                                                            "to read them from")], subject)
+    names = dict.fromkeys(spec.pull_secrets or ())
+    found = {name: secrets.get_secret(namespace, name) for name in names}
+    if problems := own_pull_secret_problems(spec, namespace, found, at=at):
+        raise JobValidationError(problems, subject)
 
 
 def check_source(kind: str, namespace: str, name: str, *, owner: Source, by: Source) -> None:

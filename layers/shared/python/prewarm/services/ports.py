@@ -237,6 +237,12 @@ class NodeInventory(Protocol):
     def get_node_metadata(self, name: str) -> dict[str, Any] | None: ...
 
 
+class PullSecretReader(Protocol):
+    """Reads a namespace's secret (`KubeCluster`), to check a job's own pull secrets exist at apply."""
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
 class NodeTaints(Protocol):
     """What the sweep needs to remove a startup taint no agent removed (the Kubernetes adapter): the
     agents' ConfigMap (which taint, which deadline), the node (its taints), a guarded patch of it, an

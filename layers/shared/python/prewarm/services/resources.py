@@ -32,7 +32,7 @@ from prewarm.domain.sources import (
 )
 from prewarm.domain.status import job_bytes
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
-from prewarm.services.ports import ClusterConflictError, ClusterNotFoundError, JobStore
+from prewarm.services.ports import ClusterConflictError, ClusterError, ClusterNotFoundError, JobStore
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class ResourceApi(Protocol):
                        namespace: str | None = None) -> Obj: ...
 
     def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool: ...
+
+    def get_secret(self, namespace: str, name: str) -> Obj | None: ...
 
 
 @dataclass
@@ -120,10 +122,16 @@ def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj 
         report.expired.append(f"{kind} {key}")
         return None
     try:
-        applied = apply_manifest(store, resource_manifest(obj), now=now, from_resource=True)
+        applied = apply_manifest(store, resource_manifest(obj), now=now, from_resource=True, secrets=api)
     except (JobValidationError, SourceConflictError) as e:
         report.refused.append(f"{kind} {key}: {e}")
         return str(e)
+    except ClusterError as e:
+        # Only the pullSecretsOnly check reads the cluster here; unchecked is not applied (the next sync
+        # tries again), so such a job never starts without its secrets.
+        problem = f"cannot check that spec.pullSecrets exist (spec.pullSecretsOnly): {e}"
+        report.refused.append(f"{kind} {key}: {problem}")
+        return problem
     report.applied.append(f"{kind} {key} {applied.outcome}")
     return None
 
