@@ -404,6 +404,10 @@ class Fleet:
         from prewarm import bootstrap
 
         self.store, self.queues = bootstrap.store(), bootstrap.queues()
+        # What each node's agent does when it starts: create its own queue (the control plane only sends).
+        from benchmarks.fanout import create_node_queues
+
+        create_node_queues(self.queues, [n["metadata"]["name"] for n in bootstrap.cluster().list_nodes()])
         self.sqs = self.stack.sqs
         self.function = fn
         props = fn.events["StatusReports"]["Properties"]

@@ -1,6 +1,7 @@
 """Who may read a namespace's pull secrets, with the RBAC `prewarm install` renders, enforced by the
 embedded API server: dispatch_job (which mirrors the secrets a job names for the agents) reads the named
-pull secrets of the bound namespaces and nothing else, and no other principal of Prewarm reads them."""
+pull secrets of the bound namespaces and nothing else; sync_resources reads the same (it refuses a
+`pullSecretsOnly` job whose secrets are missing); no other principal of Prewarm reads them."""
 
 from __future__ import annotations
 
@@ -55,14 +56,16 @@ def can_read(api: KubeApiServer, token: str, name: str, namespace: str = TEAM) -
     return True
 
 
-def test_dispatch_reads_the_named_pull_secret_of_a_bound_namespace_and_nothing_else(api: KubeApiServer) -> None:
-    assert can_read(api, "DISPATCH_JOB_ROLE_ARN", "regcred")
-    assert not can_read(api, "DISPATCH_JOB_ROLE_ARN", "db-password")  # not a named pull secret
-    assert not can_read(api, "DISPATCH_JOB_ROLE_ARN", "prewarm-ecr")
-    assert not can_read(api, "DISPATCH_JOB_ROLE_ARN", "regcred", "default")  # namespace not bound
+@pytest.mark.parametrize("principal", ["DISPATCH_JOB_ROLE_ARN", "SYNC_RESOURCES_ROLE_ARN"])
+def test_dispatch_and_sync_read_the_named_pull_secret_of_a_bound_namespace_and_nothing_else(
+        api: KubeApiServer, principal: str) -> None:
+    assert can_read(api, principal, "regcred")
+    assert not can_read(api, principal, "db-password")  # not a named pull secret
+    assert not can_read(api, principal, "prewarm-ecr")
+    assert not can_read(api, principal, "regcred", "default")  # namespace not bound
 
 
-@pytest.mark.parametrize("principal", ["RECORD_STATUS_ROLE_ARN", "SWEEP_ROLE_ARN", "SYNC_RESOURCES_ROLE_ARN",
+@pytest.mark.parametrize("principal", ["RECORD_STATUS_ROLE_ARN", "SWEEP_ROLE_ARN",
                                        "REFRESH_ECR_CREDENTIALS_ROLE_ARN", "agent"])
 def test_no_other_principal_of_prewarm_reads_a_pull_secret(api: KubeApiServer, principal: str) -> None:
     assert not can_read(api, principal, "regcred")

@@ -20,6 +20,7 @@ NO_AGENT = "no agent runs here"
 
 
 def plan(plane: ControlPlane) -> Any:
+    plane.start_agents()
     return plan_job(plane.store, plane.cluster, plane.queues, "default/warm", now=plane.now())
 
 

@@ -182,6 +182,7 @@ def test_the_planned_task_carries_the_mirrored_secrets_and_the_flag(plane: Contr
     apply_manifest(plane.store, job_doc(pullSecrets=["regcred"], pullSecretsOnly=True), now=plane.now(),
                    secrets=plane.cluster)
     mirror = SecretsManagerMirror("prewarm/test", plane.cluster, client=boto3.client("secretsmanager"))
+    plane.start_agents()
     plan_job(plane.store, plane.cluster, plane.queues, "team-a/warm", now=plane.now(), secrets=mirror)
 
     (task,) = plane.node_messages("node-1")
