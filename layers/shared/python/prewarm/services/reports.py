@@ -133,8 +133,12 @@ class _JobBatch:
         if self.freed or self.redelivered_final:
             # Once per job per batch, and also when a redelivery finds the work written by a run that
             # crashed before refilling: finish what that run started.
-            fill_slots(self.store, self.queues, self.key, now=self.now)
-            finished = finish_if_done(self.store, self.key, now=self.now)
+            try:
+                fill_slots(self.store, self.queues, self.key, now=self.now)
+                finished = finish_if_done(self.store, self.key, now=self.now)
+            except StoreRetryableError as e:
+                self._finish_later(e)
+                return
             if finished:
                 # Credited to one final report of this job (another job's reports share the batch).
                 for i in self.indexes:
@@ -142,6 +146,17 @@ class _JobBatch:
                     if o.applied and o.phase is not None and o.phase.is_terminal:
                         o.finished_job = True
                         break
+
+    def _finish_later(self, refusal: StoreRetryableError) -> None:
+        """The refill or the completion was refused for now: the job's final reports go back to the queue,
+        and delivered again they find their nodes final and do what is left (`redelivered_final`); the
+        rest of the batch stands."""
+        log.info("job %s: slots not refilled or job not finished yet: %s; its final reports come again",
+                 self.key, refusal)
+        for i in self.indexes:
+            if self.reports[i].phase.is_terminal:
+                o = self.result.outcomes[i]
+                o.retry, o.throttled, o.reason = True, True, f"{o.reason}; refill or completion refused: {refusal}"
 
     def _attempt(self) -> None:
         record = self.store.get_job(self.key)
