@@ -39,8 +39,7 @@ EXCLUDED = {
 def env() -> Iterator[dict[str, Any]]:
     with MotoServer() as aws, KubeApiServer() as api, aws_environment(aws.url):
         api.seed_from_file(ROOT / "samplefiles" / "cluster.yaml")
-        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url},
-                           failed_visibility_seconds=0).deploy()
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
         stack.prime_streams()
         e = stack.env()
         yield {

@@ -21,13 +21,14 @@ from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
-from prewarm.domain.retry import Backoff
+from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     Cluster,
     JobStore,
+    Redelivery,
     StoreConflictError,
     StoreRetryableError,
     TaskQueues,
@@ -365,3 +366,15 @@ def record_status(
             if result.retry:
                 outcome.retry_ids.append(message_id)
     return outcome
+
+
+def deliver_again(queue: Redelivery, deliveries: Sequence[Delivery], *, retry_ids: Sequence[str],
+                  poison_ids: Sequence[str] = ()) -> list[tuple[str, int]]:
+    """Tells the status queue when the messages the batch hands back come again (`redelivery_seconds`, by
+    each one's receive count); returns (message id, seconds) for each."""
+    poison, retry = set(poison_ids), set(retry_ids)
+    delays = [(d, redelivery_seconds(d.receive_count, poison=d.message_id in poison))
+              for d in deliveries if d.message_id in poison or d.message_id in retry]
+    if delays:
+        queue.deliver_again_after([(d.receipt_handle, seconds) for d, seconds in delays])
+    return [(d.message_id, seconds) for d, seconds in delays]
