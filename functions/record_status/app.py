@@ -1,5 +1,5 @@
 """Status queue → agent reports, hellos, warm-ups and gone images: a batch applied together, exactly
-once; freed slots refilled."""
+once; freed slots refilled; what it hands back comes again after a short backoff."""
 
 from __future__ import annotations
 
