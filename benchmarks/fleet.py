@@ -7,7 +7,12 @@ synthetic nodes in another. Simulated agents speak the real protocol over the re
 receive `PullTask`s from the node queues the control plane created and send `StatusReport`s to the
 status queue. `record_status` runs as Lambda runs it: batches of the status queue's event source
 (`BatchSize`, `MaximumConcurrency` from template.yaml, at least 10 batches in flight), the handler
-called in this process, failed items back to the queue, the queue's redrive to its DLQ.
+called in this process, the queue's redrive to its DLQ. An item a batch hands back waits out its
+visibility as SQS makes it (moto, on the wall clock): what `record_status` set with
+ChangeMessageVisibility (2 s after the first receive, growing with each), else the queue's 180 s;
+`returned_items` counts them and `returned_wait_*_s` is the real wall time from the batch that handed
+one back to the batch that got it again. The simulated clock stands still while a tick drains the
+status queue, so that wait is in no simulated figure: it is a cost in wall time only.
 
 Time is simulated: each tick is one second of simulated time, in which every agent sends the
 reports due (progress every 5 s, pull times lognormal around `--pull-median` s, `--failures` of the
@@ -334,7 +339,9 @@ class Agents:
 
 
 class InFlight:
-    """Wraps the handler local mode's event source mapping calls: how many batches run at once."""
+    """Wraps the handler local mode's event source mapping calls: how many batches run at once, and the
+    items they hand back (`batchItemFailures`) with how long each waited, in wall seconds, until a
+    batch got it again."""
 
     def __init__(self, handler: Callable[..., Any]) -> None:
         self.handler = handler
@@ -343,6 +350,9 @@ class InFlight:
         self.samples: list[int] = []
         self.batches = 0
         self.messages = 0
+        self.returned = 0
+        self.waits: list[float] = []
+        self._returned_at: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def __call__(self, event: Json, context: Any) -> Any:
@@ -352,11 +362,29 @@ class InFlight:
             self.samples.append(self.now)
             self.batches += 1
             self.messages += len(event.get("Records", []))
+            now = time.monotonic()
+            for record in event.get("Records", []):
+                if (since := self._returned_at.pop(record["messageId"], None)) is not None:
+                    self.waits.append(now - since)
+        response = None
         try:
-            return self.handler(event, context)
+            response = self.handler(event, context)
+            return response
         finally:
             with self._lock:
                 self.now -= 1
+                failed = [f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])]
+                if response is None:  # the batch raised: all of it goes back
+                    failed = [r["messageId"] for r in event.get("Records", [])]
+                self.returned += len(failed)
+                self._returned_at.update(dict.fromkeys(failed, time.monotonic()))
+
+    def take_returns(self) -> tuple[int, list[float]]:
+        """The items handed back and the waits seen since the last call."""
+        with self._lock:
+            out = (self.returned, sorted(self.waits))
+            self.returned, self.waits = 0, []
+            return out
 
 
 # --- one stack, its jobs and rounds --------------------------------------------------------------
@@ -380,6 +408,8 @@ class RoundResult:
     finals_sent: list[float] = field(default_factory=list)  # wall time of each node's first final report
     stats: Json = field(default_factory=dict)
     extra: Json = field(default_factory=dict)
+    returned: int = 0  # items batches handed back (batchItemFailures, or a batch that raised)
+    returned_waits: list[float] = field(default_factory=list)  # wall s until a batch got each again
 
 
 class Fleet:
@@ -391,9 +421,9 @@ class Fleet:
         from prewarm_devtools.sam.stack import LocalStack
 
         self.devnull = open(os.devnull, "w")  # noqa: SIM115 - the functions' log output, for the whole run
-        # As local mode deploys it: an item a batch reports failed is delivered again after 1 s.
+        # As local mode deploys it: an item a batch hands back comes again when its visibility runs out.
         self.stack = LocalStack(self.moto.url, parameters={"ClusterName": "local", "KubeApiEndpoint": self.api.url},
-                                function_output=self.devnull, failed_visibility_seconds=1).deploy()
+                                function_output=self.devnull).deploy()
         self.stack.prime_streams()
         fn = self.stack.function("record_status")
         self.stack.invoke(fn.logical_id, {"Records": []})  # loads the handler, as a cold start does
@@ -481,6 +511,7 @@ class Fleet:
 
         started = time.perf_counter()
         self.moto.reset()
+        self.in_flight.take_returns()
         result.sim_start = self.clock.now
         first_final: set[str] = set()
         quiet = 0
@@ -537,6 +568,7 @@ class Fleet:
         result.reports = len(result.sent)
         result.duplicated, result.reordered, result.restarted = agents.duplicated, agents.reordered, agents.restarted
         result.stats = self.moto.stats()
+        result.returned, result.returned_waits = self.in_flight.take_returns()
         return result
 
     def _receive_tasks(self, name: str) -> tuple[str, list[Json]]:
@@ -886,7 +918,17 @@ def figures(result: RoundResult, checked: Json, fleet: Fleet) -> Json:
         "lost_detail": checked["lost_detail"],
         "batches": fleet.in_flight.batches,
         "handler_errors": fleet.function.errors,
+        "returned_items": result.returned,
+        "returned_wait_p50_s": _quantile(result.returned_waits, 0.5),
+        "returned_wait_max_s": round(max(result.returned_waits), 1) if result.returned_waits else None,
     }
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile of sorted `values` (nearest rank), None for none."""
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))], 1)
 
 
 def run_job(fleet: Fleet, label: str, policy: str, parallelism: int, seed: int) -> tuple[Json, Json | None]:
@@ -932,6 +974,8 @@ def report_round(label: str, new: Json, old: Json | None) -> None:
           f"throttles {new['throttles']}, conflicts {new['transaction_conflicts']}, DLQ {new['dlq_messages']}, "
           f"lost {new['lost_reports']}, counters exact {new['counters_exact']} {new['counters']}; "
           f"slot refill p50 {new['slot_refill_p50_s']} s p99 {new['slot_refill_p99_s']} s; "
+          f"{new['returned_items']} items handed back, waiting p50 {new['returned_wait_p50_s']} s max "
+          f"{new['returned_wait_max_s']} s of wall clock (SQS visibility on moto, real); "
           f"{new['duplicated']} duplicated, {new['reordered']} reordered, agent of {new['restarted_agent']} restarted")
     for problem in new["problems"]:
         print(f"    problem: {problem}")
@@ -1013,6 +1057,7 @@ def benchmark(args: argparse.Namespace) -> Json:
     out["counters_exact"] = all(r["counters_exact"] for r in ran)
     out["slot_refill_p50_s"] = never["slot_refill_p50_s"] if never is not None else None
     out["slot_refill_p99_s"] = never["slot_refill_p99_s"] if never is not None else None
+    out["returned_items"] = sum(r["returned_items"] for r in ran)
     out.update(targets_met=met, benchmark_wall_seconds=round(wall, 1), concurrency=concurrency,
                load_average=[load_before, load_average()], rounds=args.rounds, always=always, old=always_old,
                never=None if never is None else {**never, "old": never_old})

@@ -298,8 +298,9 @@ class LocalMode:
         if self.startup_taint_grace_seconds is not None:
             parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
+        # A message record_status hands back comes again when its visibility runs out, as on AWS.
         self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
-                                failed_visibility_seconds=1, function_output=self.function_log).deploy()
+                                function_output=self.function_log).deploy()
         # The agents' role holds what the stack's AgentPolicy grants, as a deploy attaches it (docs/agent.md).
         self.agent_identity.register([self.stack.policy_document("AgentPolicy")])
         if self.kube is not None:

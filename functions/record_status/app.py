@@ -1,5 +1,5 @@
 """Status queue → agent reports, hellos, warm-ups and gone images: a batch applied together, exactly
-once; freed slots refilled."""
+once; freed slots refilled; what it hands back comes again after a short backoff."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
 from prewarm.domain.messages import FromAgent, MessageError, NodePhase, parse_agent_message
+from prewarm.domain.retry import Delivery
 from prewarm.observability import logger, metrics, tracer
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     messages: list[tuple[str, FromAgent]] = []
     poison: list[str] = []
+    deliveries = [Delivery(r["messageId"], r["receiptHandle"], int(r.get("attributes", {}).get(
+        "ApproximateReceiveCount", 1))) for r in event["Records"]]
     for record in event["Records"]:
         try:
             messages.append((record["messageId"], parse_agent_message(record["body"])))
@@ -31,7 +34,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
             logger.warning("poison message on the status queue", extra={"message_id": record["messageId"],
                                                                         "error": str(e)})
             poison.append(record["messageId"])
-    outcome = bootstrap.record_status(messages)
+    # What goes back to the queue comes again sooner than its 180 s visibility (domain.retry.redelivery_seconds).
+    outcome = bootstrap.record_status(messages, deliveries, poison)
     for hello in outcome.hellos:
         logger.info("node registered", extra={"node": hello.node, "added_to": hello.added_to})
     for node in outcome.warmed:

@@ -1,8 +1,9 @@
 """Poison messages on the status queue, through template.yaml's real wiring on a moto server.
 
 `record_status` reports each poison message as a batch item failure; the rest of its batch is applied
-and deleted. SQS hands the poison back (visibility 0 here, instead of the queue's 180 s) until the
-queue's redrive policy moves it to StatusDLQ after maxReceiveCount receives.
+and deleted. It also makes the poison visible again at once (ChangeMessageVisibility to 0: it will
+not parse later), so SQS hands it back until the queue's redrive policy moves it to StatusDLQ after
+maxReceiveCount receives, in seconds rather than five visibility timeouts.
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ def node(name: str) -> dict[str, Any]:
 def local() -> Iterator[dict[str, Any]]:
     with MotoServer() as aws, KubeApiServer() as api, aws_environment(aws.url):
         api.seed_objects([node(n) for n in NODES])
-        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url},
-                           failed_visibility_seconds=0).deploy()
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
         stack.prime_streams()
         env = stack.env()
         queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))

@@ -122,8 +122,7 @@ def test_fifty_jobs_at_once_on_two_hundred_nodes_all_complete_with_exact_counter
     failing = {(f"default/{doc['metadata']['name']}", sorted(chosen)[0]) for i, (doc, chosen) in enumerate(jobs)
                if i % 7 == 0}
     with MotoServer() as aws, aws_environment(aws.url):
-        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url},
-                           failed_visibility_seconds=0).deploy()
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
         stack.prime_streams()
         env = stack.env()
         store = DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb"))

@@ -322,7 +322,7 @@ def test_fit_says_why_a_node_count_does_not_fit() -> None:
 
 FLEET_KEYS = {"nodes", "reports", "sim_seconds", "wall_seconds", "hottest_key", "hottest_key_writes_per_report",
               "hottest_key_wcu_per_s", "throttles", "transaction_conflicts", "dlq_messages", "lost_reports",
-              "counters_exact", "job_item_bytes", "slot_refill_p50_s", "slot_refill_p99_s"}
+              "counters_exact", "job_item_bytes", "slot_refill_p50_s", "slot_refill_p99_s", "returned_items"}
 
 
 @pytest.mark.integration
@@ -335,6 +335,11 @@ def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
     assert result["nodes"] == 20 and result["reports"] > 20
     assert result["lost_reports"] == 0 and result["counters_exact"] is True and result["dlq_messages"] == 0
     assert result["never"]["counters_exact"] is True and result["never"]["slot_refill_p50_s"] is not None
+    # And each round says how many items its batches handed back; those that came again waited at least
+    # record_status' first backoff (2 s), as SQS kept them hidden (rounded to 0.1 s)
+    for round_ in (result["always"], result["never"]):
+        assert round_["returned_items"] >= 0
+        assert round_["returned_wait_p50_s"] is None or round_["returned_wait_p50_s"] >= 1.9
     # And the old path wrote the job item with every report it applied
     assert result["old"]["job_item_writes_per_report"] >= 1.0
 

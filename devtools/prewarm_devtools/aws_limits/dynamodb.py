@@ -3,15 +3,25 @@
 Each wrapped `DynamoHandler` action (`DynamoDBLimits.guard`) sees the request's parameters and the
 backend, checks what AWS would refuse before moto runs it, and counts the capacity the request
 consumed against every partition key value it touched, the base table's and each GSI's.
+
+Transaction conflicts (DynamoDB developer guide, "Transaction conflict handling in DynamoDB"): a
+`PutItem`, `UpdateItem` or `DeleteItem` on an item an ongoing `TransactWriteItems` includes is refused
+with `TransactionConflictException`, and a `TransactWriteItems` with an item another one includes is
+cancelled with the reason `TransactionConflict`. Here each transaction holds its items for at least
+`Quotas.transaction_hold_s` (the window), so concurrent writers meet it as on AWS; and for fault tests
+`inject_conflicts(rate)` refuses that share of the writes on items transactions write, as if another
+writer's transaction held them, whether or not one runs at that moment.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -120,6 +130,22 @@ def read_units(size: int, *, consistent: bool = True, transactional: bool = Fals
 # --- the layer ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ConflictInjection:
+    """Refuses `rate` of the writes (single or transactional) on items that transactions write, as
+    DynamoDB refuses them while another writer's transaction holds the item. Each refusal is drawn
+    from `seed`, the item keys and how often those items were tried, not from table names or time: a
+    scenario run again on a fresh table meets the same refusals at the same writes."""
+
+    rate: float
+    seed: int = 0
+
+    def refuses(self, keys: Iterable[str], attempt: int) -> bool:
+        text = f"{self.seed}|{attempt}|" + "|".join(sorted(keys))
+        draw = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2.0**64
+        return draw < self.rate
+
+
 @dataclass
 class _Action:
     kind: str  # Put, Update, Delete or ConditionCheck
@@ -130,7 +156,11 @@ class _Action:
 
     @property
     def item_id(self) -> tuple[str, str]:
-        return self.table.name, json.dumps(self.key, sort_keys=True, default=str)
+        return self.table.name, self.key_text
+
+    @property
+    def key_text(self) -> str:
+        return json.dumps(self.key, sort_keys=True, default=str)
 
 
 class DynamoDBLimits:
@@ -142,11 +172,42 @@ class DynamoDBLimits:
         self._held_lock = threading.Lock()
         self._held: dict[tuple[str, str], object] = {}
         self._buckets: dict[tuple[CapacityKey, bool], TokenBucket] = {}  # (key, write)
+        self.injection: ConflictInjection | None = None
+        self._transacted: set[tuple[str, str]] = set()  # items a transaction wrote (while injecting)
+        self._tries: Counter[tuple[tuple[str, str], ...]] = Counter()  # writes tried per item set
 
     def reset(self) -> None:
         with self._held_lock:
             self._held.clear()
             self._buckets.clear()
+            self._transacted.clear()
+            self._tries.clear()
+
+    def inject_conflicts(self, rate: float, *, seed: int = 0) -> None:
+        """From now on, refuse `rate` (0 to 1; 0 turns it off) of the writes on items transactions write
+        with DynamoDB's conflict answers (`ConflictInjection`)."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"conflict rate must be between 0 and 1, got {rate}")
+        with self._held_lock:
+            self.injection = ConflictInjection(rate, seed) if rate else None
+            self._transacted.clear()
+            self._tries.clear()
+
+    def _injected(self, actions: list[_Action], *, transaction: bool) -> set[int]:
+        """The actions an injected conflict refuses (all or none of a request's, one draw per request)."""
+        injection = self.injection
+        if injection is None:
+            return set()
+        ids = tuple(sorted(a.item_id for a in actions))
+        with self._held_lock:
+            if transaction:
+                self._transacted.update(ids)
+            held = [i for i, a in enumerate(actions) if a.item_id in self._transacted]
+            if not held:
+                return set()
+            self._tries[ids] += 1
+            tries = self._tries[ids]
+        return set(held[:1]) if injection.refuses((a.key_text for a in actions), tries) else set()
 
     def guard(self, action: str, handler: Any, run: Callable[[], Any]) -> Any:
         """Runs moto's `action` for `handler`'s request inside the limits."""
@@ -183,9 +244,10 @@ class DynamoDBLimits:
             action = self._action(kind, params, backend)
             self._check_put_size(action)
             with self._held_lock:
-                if action.item_id in self._held:
-                    self.layer.stats.record_refusal("TransactionConflict")
-                    raise TransactionConflictError()
+                held = action.item_id in self._held
+            if held or self._injected([action], transaction=False):
+                self.layer.stats.record_refusal("TransactionConflict")
+                raise TransactionConflictError()
             self._take([action], transactional=False)
             snapshot = ItemSnapshot([(action.table, action.key)])
             try:
@@ -240,6 +302,10 @@ class DynamoDBLimits:
         if sum(max(item_size(a.put), item_size(a.before)) for a in actions) > self.quotas.transaction_bytes:
             self.layer.stats.record_refusal("ValidationException")
             raise MockValidationException("Transaction request cannot be larger than 4 MB")
+        injected = self._injected(actions, transaction=True)
+        if injected:
+            self.layer.stats.record_refusal("TransactionConflict")
+            raise _cancelled(actions, injected, "TransactionConflict", "Transaction is ongoing for the item")
         token = self._hold(actions)
         try:
             # The items stay held for as long as a transaction lasts on AWS: a concurrent one conflicts.

@@ -96,7 +96,6 @@ class LocalStack:
         parameters: Mapping[str, str] | None = None,
         stack_name: str = "prewarm-local",
         region: str = "us-west-2",
-        failed_visibility_seconds: int | None = None,
         function_output: TextIO | None = None,
     ) -> None:
         self.endpoint_url = endpoint_url
@@ -106,7 +105,6 @@ class LocalStack:
         self.parameters = dict(parameters or {})
         self.stack_name = stack_name
         self.region = region
-        self.failed_visibility_seconds = failed_visibility_seconds
         session = boto3.session.Session(region_name=region, aws_access_key_id="local", aws_secret_access_key="local")
         self.dynamodb = session.client("dynamodb", endpoint_url=endpoint_url)
         self.streams = session.client("dynamodbstreams", endpoint_url=endpoint_url)
@@ -481,6 +479,10 @@ class LocalStack:
 
     def _deliver_sqs_batch(self, fn: Function, props: Mapping[str, Any], queue_url: str,
                            got: list[dict[str, Any]]) -> None:
+        # As Lambda's mapping: the handled messages are deleted; the failed ones are left as they are,
+        # to come back when their visibility runs out: the queue's own timeout from the receive, or what
+        # the function set with ChangeMessageVisibility ("Handling errors for an SQS event source in
+        # Lambda"). Nothing here shortens it.
         failed: set[str] = {m["MessageId"] for m in got}
         try:
             response = self.invoke(fn.logical_id, sqs_event(got, props["Queue"], self.region))
@@ -495,11 +497,6 @@ class LocalStack:
             chunk = done[start : start + 10]
             entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)]
             self.sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
-        if self.failed_visibility_seconds is not None:
-            for m in got:
-                if m["MessageId"] in failed:
-                    self.sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"],
-                                                       VisibilityTimeout=self.failed_visibility_seconds)
 
     def pump_streams(self) -> int:
         """Delivers one batch from each table stream event source; returns how many records were handled."""

@@ -41,7 +41,7 @@ NO_AGENT = "no agent runs here"
 def env() -> Iterator[dict[str, Any]]:
     with MotoServer() as aws, KubeApiServer() as api, aws_environment(aws.url):
         api.seed_from_file(ROOT / "samplefiles" / "cluster.yaml")
-        stack = LocalStack(aws.url, stack_name=f"agents-{uuid.uuid4().hex[:6]}", failed_visibility_seconds=0,
+        stack = LocalStack(aws.url, stack_name=f"agents-{uuid.uuid4().hex[:6]}",
                            parameters={"ClusterName": "local", "KubeApiEndpoint": api.url,
                                        "ClusterAccess": "access-entries",
                                        "CredentialsConfig": json.dumps(CREDENTIALS)}).deploy()

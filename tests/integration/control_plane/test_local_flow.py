@@ -43,8 +43,7 @@ def env() -> Iterator[dict[str, Any]]:
         # The agent DaemonSet as `prewarm install` ships it: dispatch reads where agents run from it.
         for manifest in ("00-namespace.yaml", "40-daemonset.yaml"):
             api.seed_from_file(MANIFESTS / manifest)
-        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url},
-                           failed_visibility_seconds=0).deploy()
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
         stack.prime_streams()
         e = stack.env()
         yield {

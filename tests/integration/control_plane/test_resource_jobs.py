@@ -48,7 +48,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with MotoServer() as aws, KubeApiServer(tls=True) as api, aws_environment(aws.url):
         api.seed_from_file(ROOT / "samplefiles" / "cluster.yaml")
         ca_data = base64.b64encode(str(api.ca_pem).encode()).decode()
-        stack = LocalStack(aws.url, stack_name=f"res-{uuid.uuid4().hex[:6]}", failed_visibility_seconds=0,
+        stack = LocalStack(aws.url, stack_name=f"res-{uuid.uuid4().hex[:6]}",
                            parameters={"ClusterName": "local", "KubeApiEndpoint": api.url, "KubeCaData": ca_data,
                                        "ClusterAccess": "access-entries"}).deploy()
         grant_cluster_access(api, stack, agent_token="agent-token",

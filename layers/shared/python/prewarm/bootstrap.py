@@ -22,10 +22,11 @@ if TYPE_CHECKING:
     from prewarm.adapters.ecr_auth import EcrTokenSource
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
-    from prewarm.adapters.sqs import NodeQueues
+    from prewarm.adapters.sqs import NodeQueues, StatusQueue
     from prewarm.domain.job import StoredJob
     from prewarm.domain.messages import FromAgent, Hello, StatusReport
     from prewarm.domain.refresh import CredentialsConfig
+    from prewarm.domain.retry import Delivery
     from prewarm.services.credentials import RefreshReport
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
@@ -183,11 +184,22 @@ def tell_warming_nodes() -> None:
         raise TaskSendError(failures)
 
 
-def record_status(messages: Sequence[tuple[str, FromAgent]]) -> StatusBatchOutcome:
-    """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports."""
-    from prewarm.services.reports import record_status
+def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequence[Delivery] = (),
+                  poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
+    """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;
+    then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again."""
+    from prewarm.services.reports import deliver_again, record_status
 
-    return record_status(store(), queues(), cluster_or_none(), messages, now=time.time())
+    outcome = record_status(store(), queues(), cluster_or_none(), messages, now=time.time())
+    deliver_again(status_queue(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
+    return outcome
+
+
+@lru_cache(maxsize=1)
+def status_queue() -> StatusQueue:
+    from prewarm.adapters.sqs import StatusQueue
+
+    return StatusQueue(settings().status_queue_url)
 
 
 def register_node(hello: Hello) -> HelloOutcome:
@@ -261,6 +273,6 @@ def sync_resources() -> SyncReport:
 
 
 def reset() -> None:
-    for built in (store, queues, cluster, images, _secret_mirror, registry_tokens, credential_store, settings,
-                  _settled_nodes):
+    for built in (store, queues, status_queue, cluster, images, _secret_mirror, registry_tokens, credential_store,
+                  settings, _settled_nodes):
         built.cache_clear()

@@ -240,7 +240,8 @@ class NodeQueues(_SqsAdapter):
 
 
 class StatusQueue(_SqsAdapter):
-    """The agents' side of the status queue: reports, hellos and warm-ups."""
+    """The status queue: the agents send reports, hellos and warm-ups; `record_status` says when the
+    messages it hands back are delivered again (`Redelivery`)."""
 
     def __init__(self, url: str, client: Any = None) -> None:
         self.url = url
@@ -251,3 +252,23 @@ class StatusQueue(_SqsAdapter):
             self.client.send_message(QueueUrl=self.url, MessageBody=message.model_dump_json())
         except ClientError as e:
             raise _error(e, f"send {message.kind} report") from e
+
+    def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
+        """Hides each message (by receipt handle) for its seconds from now, ten a call
+        (ChangeMessageVisibilityBatch). "The new timeout period takes effect immediately" and counts from
+        the call (SQS developer guide, "Visibility timeout"). Refusals are logged, not raised: the
+        batch's outcome stands, and such a message comes back after the queue's own timeout."""
+        for start in range(0, len(delays), 10):
+            chunk = delays[start : start + 10]
+            entries = [{"Id": str(i), "ReceiptHandle": receipt, "VisibilityTimeout": seconds}
+                       for i, (receipt, seconds) in enumerate(chunk)]
+            try:
+                failed = self.client.change_message_visibility_batch(QueueUrl=self.url, Entries=entries).get(
+                    "Failed", [])
+            except (ClientError, BotoCoreError) as e:
+                log.warning("%d returned messages keep the queue's visibility timeout: %s", len(chunk),
+                            _error(e, "change message visibility"))
+                continue
+            for failure in failed:
+                log.warning("a returned message keeps the queue's visibility timeout: %s: %s",
+                            failure.get("Code"), failure.get("Message", ""))

@@ -8,18 +8,19 @@ or on the node item's state, and a task sent twice is harmless (the agent and `r
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import ImagePullJob, JobState
 from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.placement import AgentPlacement, NodeSelection, evaluate_nodes, named_exclusions
-from prewarm.domain.retry import doubling, retry_on_conflict
+from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
 from prewarm.services.ports import (
@@ -35,7 +36,20 @@ from prewarm.services.ports import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
+# A write refused for now (a transaction in flight on one of its items: TransactionConflict; throttling
+# past botocore's retries) wrote nothing: it is tried again after a jittered backoff, 50 ms doubling to
+# 1 s, five tries in all, before the caller's input goes back to its event source.
+WRITE_ATTEMPTS = 5
+WRITE_BACKOFF = Backoff(0.05, 1.0, jitter=True)
+
+
+def retry_refused_write(write: Callable[[], T], *, sleep: Callable[[float], None] = time.sleep) -> T:
+    """Runs `write`, again after a backoff while the store refuses it for now (`StoreRetryableError`);
+    the last refusal is raised."""
+    return retry_on_conflict(write, conflict=StoreRetryableError, attempts=WRITE_ATTEMPTS, backoff=WRITE_BACKOFF,
+                             sleep=sleep)
 
 
 # TransactWriteItems takes 100 actions: 99 claimed node items and the job item.
@@ -276,11 +290,12 @@ def _replan_round(
         if task.dispatched_at is not None and not task.phase.is_terminal:
             queues.send(CancelTask(job=key, job_uid=record.uid, round=task.round, node=node,
                                    reason="node no longer selected"))
-        store.remove_task(record.ref, task)
+        retry_refused_write(functools.partial(store.remove_task, record.ref, task))
         result.removed.append(node)
     for node in added:
-        store.add_task(record.ref, NodeTaskRecord(node=node, round=record.round, updated_at=now),
-                       plan_id=record.planned)
+        retry_refused_write(functools.partial(store.add_task, record.ref,
+                                              NodeTaskRecord(node=node, round=record.round, updated_at=now),
+                                              plan_id=record.planned))
         result.added.append(node)
     store.put_excluded(key, selection.excluded, shards=record.shards)
     fresh = store.get_job(key)
@@ -298,9 +313,10 @@ def add_node_to_job(store: JobStore, record: StoredJob, node: str, *, now: float
     existing = store.get_task(record.key, node, shards=record.ref.shards)
     if existing is not None and existing.round == record.round:
         return False
+    task = NodeTaskRecord(node=node, round=record.round, updated_at=now)
     try:
-        store.add_task(record.ref, NodeTaskRecord(node=node, round=record.round, updated_at=now),
-                       plan_id=record.plan_id)
+        # A claim or a batch of reports holds the job item for a moment: many hellos at once meet them.
+        retry_refused_write(lambda: store.add_task(record.ref, task, plan_id=record.plan_id))
     except StoreConflictError:
         return False
     return True

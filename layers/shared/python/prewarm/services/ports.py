@@ -205,6 +205,16 @@ class TaskQueues(Protocol):
     def delete_queue(self, url: str) -> None: ...
 
 
+class Redelivery(Protocol):
+    """The status queue as its consumer sees it: when each message a batch hands back is delivered again
+    (`ChangeMessageVisibility`, the SQS adapter's `StatusQueue`). Best effort: a message whose visibility
+    could not be changed comes back after the queue's own visibility timeout."""
+
+    def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
+        """(receipt handle, seconds) for each message."""
+        ...
+
+
 class ScheduleRuns(Protocol):
     """The last completed run of each schedule (`DynamoJobStore` keeps them in the job table)."""
 

@@ -21,13 +21,14 @@ from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
-from prewarm.domain.retry import Backoff
+from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
 from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done, resend_to_node
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     Cluster,
     JobStore,
+    Redelivery,
     StoreConflictError,
     StoreRetryableError,
     TaskQueues,
@@ -133,8 +134,12 @@ class _JobBatch:
         if self.freed or self.redelivered_final:
             # Once per job per batch, and also when a redelivery finds the work written by a run that
             # crashed before refilling: finish what that run started.
-            fill_slots(self.store, self.queues, self.key, now=self.now)
-            finished = finish_if_done(self.store, self.key, now=self.now)
+            try:
+                fill_slots(self.store, self.queues, self.key, now=self.now)
+                finished = finish_if_done(self.store, self.key, now=self.now)
+            except StoreRetryableError as e:
+                self._finish_later(e)
+                return
             if finished:
                 # Credited to one final report of this job (another job's reports share the batch).
                 for i in self.indexes:
@@ -142,6 +147,17 @@ class _JobBatch:
                     if o.applied and o.phase is not None and o.phase.is_terminal:
                         o.finished_job = True
                         break
+
+    def _finish_later(self, refusal: StoreRetryableError) -> None:
+        """The refill or the completion was refused for now: the job's final reports go back to the queue,
+        and delivered again they find their nodes final and do what is left (`redelivered_final`); the
+        rest of the batch stands."""
+        log.info("job %s: slots not refilled or job not finished yet: %s; its final reports come again",
+                 self.key, refusal)
+        for i in self.indexes:
+            if self.reports[i].phase.is_terminal:
+                o = self.result.outcomes[i]
+                o.retry, o.throttled, o.reason = True, True, f"{o.reason}; refill or completion refused: {refusal}"
 
     def _attempt(self) -> None:
         record = self.store.get_job(self.key)
@@ -360,3 +376,15 @@ def record_status(
             if result.retry:
                 outcome.retry_ids.append(message_id)
     return outcome
+
+
+def deliver_again(queue: Redelivery, deliveries: Sequence[Delivery], *, retry_ids: Sequence[str],
+                  poison_ids: Sequence[str] = ()) -> list[tuple[str, int]]:
+    """Tells the status queue when the messages the batch hands back come again (`redelivery_seconds`, by
+    each one's receive count); returns (message id, seconds) for each."""
+    poison, retry = set(poison_ids), set(retry_ids)
+    delays = [(d, redelivery_seconds(d.receive_count, poison=d.message_id in poison))
+              for d in deliveries if d.message_id in poison or d.message_id in retry]
+    if delays:
+        queue.deliver_again_after([(d.receipt_handle, seconds) for d, seconds in delays])
+    return [(d.message_id, seconds) for d, seconds in delays]

@@ -3,6 +3,7 @@ of each one's last completed run."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from prewarm.domain.warming import (
 )
 from prewarm.services.budget import UNLIMITED, TimeBudget
 from prewarm.services.departures import forget_departed_nodes, list_in_order
-from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched
+from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched, retry_refused_write
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
     ClusterAuthError,
@@ -42,6 +43,7 @@ from prewarm.services.ports import (
     PullSecretCleanup,
     ScheduleRuns,
     StoreConflictError,
+    StoreRetryableError,
     TaskQueues,
 )
 
@@ -69,17 +71,26 @@ def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> lis
     `scheduled_time` (the schedule's, the same on every retry of one invocation) makes a retry start no
     second round: a job whose round started at or after it, or is not planned yet, already has its round.
     """
-    started = []
+    started, refused = [], []
     for record in store.list_jobs():
         if not record.is_never or record.state != JobState.RUNNING:
             continue
         if scheduled_time is not None and (not record.is_planned or (record.start_time or 0) >= scheduled_time):
             continue
         try:
-            store.set_job_fields(record.key, {"round": record.round + 1}, condition_state=JobState.RUNNING)
+            retry_refused_write(functools.partial(store.set_job_fields, record.key, {"round": record.round + 1},
+                                                  condition_state=JobState.RUNNING))
         except StoreConflictError:
             continue  # deleted or finished meanwhile
+        except StoreRetryableError as e:
+            # The other jobs still get their round; the schedule's retry (same scheduled time) starts this one.
+            log.warning("daily round of %s not started yet: %s", record.key, e)
+            refused.append(record.key)
+            continue
         started.append(record.key)
+    if refused:
+        raise StoreRetryableError(f"daily round not started yet for {', '.join(refused)} (started for "
+                                  f"{', '.join(started) or 'no other job'}); the schedule's retry starts it")
     return started
 
 
@@ -256,7 +267,8 @@ def _finish_task_once(
     deltas = {"failed": 1, "done": 1}
     deltas["waiting" if task.dispatched_at is None else "active"] = -1
     fields = {"phase": phase.value, "message": message, "finished_at": now, "updated_at": now, "seq": task.seq + 1}
-    store.apply_updates(record.ref, [NodeUpdate(node, task.version, fields)], deltas)
+    # The job item is in every claim's and report batch's transaction: meeting one is tried again.
+    retry_refused_write(lambda: store.apply_updates(record.ref, [NodeUpdate(node, task.version, fields)], deltas))
     return True
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -107,18 +108,29 @@ def store_error(e: ClientError, what: str) -> StoreError:
 
 # Throttled keys come back unprocessed: 50 ms doubling to 2 s, ten calls in all.
 _UNPROCESSED_BACKOFF = Backoff(0.05, 2.0)
+# A single write refused with TransactionConflictException was not applied, and the transaction that
+# holds the item commits within milliseconds: botocore does not retry that code, so the table does,
+# jittered (writers refused together do not come back together), 10 ms doubling to 0.5 s, 8 tries in
+# all (about 1 s at most) before the caller gets StoreRetryableError.
+_CONFLICT_BACKOFF = Backoff(0.01, 0.5, jitter=True)
+_CONFLICT_ATTEMPTS = 8
 
 
 class _Unprocessed(Exception):
     """A batch call left items unprocessed (throttling): call again with those."""
 
 
+class _HeldByTransaction(Exception):
+    """A single write met an item an in-flight transaction holds (TransactionConflictException)."""
+
+
 class Table:
     """One DynamoDB table. Give it a boto3 DynamoDB client, or it builds one on first use."""
 
-    def __init__(self, table_name: str, client: Any = None) -> None:
+    def __init__(self, table_name: str, client: Any = None, *, sleep: Callable[[float], None] = time.sleep) -> None:
         self.table_name = table_name
         self._client = client
+        self._sleep = sleep
 
     @property
     def client(self) -> Any:
@@ -130,10 +142,24 @@ class Table:
         return self._client
 
     def _call(self, what: str, op: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            return getattr(self.client, op)(TableName=self.table_name, **kwargs)  # type: ignore[no-any-return]
-        except ClientError as e:
-            raise store_error(e, what) from e
+        refusal: ClientError | None = None
+
+        def attempt() -> dict[str, Any]:
+            nonlocal refusal
+            try:
+                return getattr(self.client, op)(TableName=self.table_name, **kwargs)  # type: ignore[no-any-return]
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") == "TransactionConflictException":
+                    refusal = e
+                    raise _HeldByTransaction from e
+                raise store_error(e, what) from e
+
+        def exhausted() -> StoreError:
+            assert refusal is not None
+            return store_error(refusal, what)
+
+        return retry_on_conflict(attempt, conflict=_HeldByTransaction, attempts=_CONFLICT_ATTEMPTS,
+                                 backoff=_CONFLICT_BACKOFF, exhausted=exhausted, sleep=self._sleep)
 
     def _transact(self, what: str, items: list[dict[str, Any]]) -> None:
         for entry in items:
