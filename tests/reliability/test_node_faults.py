@@ -205,7 +205,9 @@ def test_an_agent_killed_mid_pull_is_replaced_and_the_node_counts_once(
 ) -> None:
     # Given the node's agent running as its own process with a 6 s visibility timeout
     node.agent.stop(0)  # the in-process one would compete for the queue
-    env = agent_environment(node.agent.settings, NODE_QUEUE_VISIBILITY_SECONDS=str(VISIBILITY_SECONDS))
+    # Signed as the agents' role: the process environment may hold a running function's keys.
+    env = agent_environment(node.agent.settings, NODE_QUEUE_VISIBILITY_SECONDS=str(VISIBILITY_SECONDS),
+                            **local.agent_identity_of(node.name).environment())
     first = AgentProcess(env, tmp_path / "agent-1.log").start()
     second = AgentProcess(env, tmp_path / "agent-2.log")
     try:

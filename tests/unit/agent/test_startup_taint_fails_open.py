@@ -91,6 +91,7 @@ def test_an_agent_that_cannot_reach_its_queue_removes_the_taint_at_the_deadline_
             assert eventually(lambda: not api.tainted, timeout=MAX_WARM + 3)
             assert time.time() - joined >= MAX_WARM
             assert starting.is_alive()  # still trying the queue: it comes up when SQS does
+            assert eventually(lambda: bool(api.events), 5)  # posted right after the taint goes
             (event,) = api.events
             assert event["reason"] == EVENT_REASON and "no list of required images" in event["message"]
         finally:

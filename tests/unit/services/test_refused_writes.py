@@ -108,6 +108,7 @@ def test_a_hello_joining_a_never_job_meets_a_transaction_on_the_job_item_and_tri
     from tests.support.cluster import make_node
 
     plane.cluster.nodes.append(make_node("node-new", pool="gpu"))
+    plane.queues.ensure_queue("node-new")  # as its agent does before its hello
     # When its hello is applied (before: StoreRetryableError, the hello back to the queue for 180 s)
     outcome = register_node(plane.store, plane.queues, plane.cluster, Hello(node="node-new", labels={"pool": "gpu"}),
                             now=plane.now())
