@@ -120,7 +120,8 @@ def test_an_unreachable_api_fails_cluster_access_and_skips_what_needs_the_cluste
     code, lines = doctor(state)
 
     assert code == 1
-    assert failing(lines) == ["cluster access", "function RBAC", "agent DaemonSet", "node queues"]
+    assert failing(lines) == ["cluster access", "function RBAC", "agent DaemonSet", "node queues",
+                              "image credentials"]
     assert lines["cluster access"].startswith(
         "FAIL  cluster access: the Kubernetes API at http://127.0.0.1:9 did not answer: ")
     assert lines["cluster access"].endswith(": is the local stack running? (`prewarm local status`)")
@@ -153,7 +154,7 @@ def test_a_deleted_cluster_role_binding_denies_each_verb_of_the_functions_that_n
         assert code == 1 and failing(lines) == ["function RBAC"]
         assert lines["function RBAC"] == (
             "FAIL  function RBAC: dispatch_job cannot get nodes, list nodes, list pods in default; "
-            "record_status cannot get nodes, list pods in default; sweep cannot list nodes: "
+            "record_status cannot get nodes, list pods in default; sweep cannot get nodes, list nodes: "
             "run `prewarm install` (it binds the functions' groups); check with `kubectl auth can-i get nodes "
             "--as prewarm --as-group prewarm-control-plane --as-group prewarm-pull-secrets`")
     finally:

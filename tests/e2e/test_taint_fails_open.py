@@ -77,7 +77,7 @@ def test_a_node_whose_agent_is_refused_its_queue_is_untainted_by_the_agent_as_it
     # Then SQS refuses the agent its queue, as IAM would, and the agent exits
     role = local.agent_identity_of("denied-1").arn
     assert role.endswith(":role/prewarm-local-agent-denied-1")
-    assert status["agent"] == "stopped"
+    assert status["agent"] == "dead"  # it exited on its own
     assert f"AccessDenied: User: {role} is not authorized to perform: sqs:createqueue on resource: " \
            "arn:aws:sqs:us-west-2:123456789012:prewarm-local-node-" in status["agent_error"]
     assert "because no identity-based policy allows the sqs:createqueue action" in status["agent_error"]
