@@ -26,6 +26,7 @@ but the admin.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import logging
@@ -274,6 +275,9 @@ class LocalMode:
     def _start(self) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.aws = MotoServer().start()
+        if self.aws.layer is not None:
+            # ECR's tokens, each bound to whoever asked for it, which the registry that plays ECR checks.
+            self.aws.layer.ecr.issues_tokens = True
         self._env_cm = aws_environment(self.aws.url)
         self._env_cm.__enter__()
         # The agents' role joins the node queues' senders, as docs/operations.md has a deploy pass it.
@@ -349,12 +353,19 @@ class LocalMode:
         return config
 
     def _start_registry(self) -> None:
+        """The registry that plays ECR: it admits a request as ECR would, by the token's principal and that
+        principal's policies (`ECRLimits.registry_refusal`); `ecr_password` is a token of the operator's."""
+        from prewarm_devtools.aws_limits.ecr import moto_token_door
         from prewarm_devtools.node.registry import LocalRegistry
 
         assert self.aws is not None
         token = self.aws.client("ecr").get_authorization_token()["authorizationData"][0]["authorizationToken"]
         user, _, self.ecr_password = base64.b64decode(token).decode().partition(":")
-        self.registry = LocalRegistry(self.base_dir / "registry", htpasswd_users={user: self.ecr_password}).start()
+        layer = self.aws.layer
+        door = (functools.partial(layer.ecr.registry_refusal, account=ACCOUNT, region=REGION) if layer is not None
+                else moto_token_door(ACCOUNT))
+        self.registry = LocalRegistry(self.base_dir / "registry", door=door, client_auth=(user, self.ecr_password),
+                                      realm=ecr_host()).start()
         self._record_child("registry", self.registry)
         if self.registry_bandwidth is not None:
             from prewarm_devtools.node.throttle import ThrottlingProxy
@@ -514,7 +525,9 @@ class LocalMode:
             self.agent_daemonset.stop()
             self.agent_daemonset = None
         if self.aws is not None and self.aws.layer is not None:
-            self.aws.layer.ecr.token_lifetime_s = None  # a layer the test run shares goes back to moto's answer
+            # A layer the test run shares goes back to moto's answer.
+            self.aws.layer.ecr.token_lifetime_s = None
+            self.aws.layer.ecr.issues_tokens = False
         for node in self.nodes.values():
             self._stop_node(node)
         self.nodes.clear()

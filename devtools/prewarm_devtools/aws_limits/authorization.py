@@ -88,6 +88,18 @@ class Authorization:
                 return AccessDeniedError(code, decision.message(principal, request.action, request.resource))
         return None
 
+    def caller_identity(self, handler: Any) -> dict[str, str] | None:
+        """STS's answer to a known principal's `GetCallerIdentity`: its ARN (moto knows its own users only,
+        and answers `user/moto` for every other key). Locally a role's ARN, where AWS names the role's
+        session (`assumed-role/<role>/<session>`), as the layer's refusals do. None: moto answers."""
+        if getattr(handler, "service_name", "") != "sts" or handler._get_action() != "GetCallerIdentity":
+            return None
+        key = access_key_id(handler.headers)
+        principal = self.layer.principals.arn(key)
+        if principal is None or key is None:
+            return None
+        return {"UserId": key, "Account": principal.split(":")[4], "Arn": principal}
+
 
 # -- the requests of each service ----------------------------------------------------------------------
 
