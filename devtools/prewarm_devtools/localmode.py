@@ -146,6 +146,7 @@ class LocalMode:
         control: bool = True,
         max_warm_seconds: int | None = None,
         startup_taint_grace_seconds: int | None = None,
+        template_path: Path | None = None,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
@@ -154,7 +155,9 @@ class LocalMode:
         `registry_bandwidth`: bytes per second the nodes may pull from the registry (None: unlimited).
         `control`: serve the control channel for `prewarm local fire|node|agent|status`.
         `max_warm_seconds`: install's --max-warm-seconds (the agents' ConfigMap; default 900), and
-        `startup_taint_grace_seconds` the stack's StartupTaintGraceSeconds (default 60)."""
+        `startup_taint_grace_seconds` the stack's StartupTaintGraceSeconds (default 60).
+        `template_path`: the SAM template to run instead of the project's `template.yaml` (a variant of it,
+        e.g. a role without a grant, to see what AWS would refuse)."""
         self.node_count = nodes
         self.kubeconfig = kubeconfig
         self.agents_enabled = agents
@@ -166,6 +169,7 @@ class LocalMode:
         self.max_warm_seconds = max_warm_seconds
         self.startup_taint_grace_seconds = startup_taint_grace_seconds
         self.control_enabled = control
+        self.template_path = template_path
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
@@ -303,8 +307,8 @@ class LocalMode:
             parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         # A message record_status hands back comes again when its visibility runs out, as on AWS.
-        self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
-                                function_output=self.function_log).deploy()
+        self.stack = LocalStack(self.aws.url, template_path=self.template_path, parameters=parameters,
+                                stack_name=self.stack_name, function_output=self.function_log).deploy()
         # The agents' role holds what the stack's AgentPolicy grants, as a deploy attaches it (docs/agent.md).
         self.agent_identity.register([self.stack.policy_document("AgentPolicy")])
         if self.kube is not None:

@@ -129,8 +129,7 @@ def _authorized(original: Callable[[Any], Any], current: Callable[[], Any]) -> C
     @functools.wraps(original)
     def call_action(handler: Any) -> Any:
         layer = current()
-        answer = None if layer is None else layer.authorization.refusal(handler) or \
-            layer.authorization.caller_identity(handler)
+        answer = None if layer is None else layer.authorization.answer(handler)
         if answer is None:
             return original(handler)
         # As moto's own call_action answers a result or a ServiceException: in the protocol the client spoke.
