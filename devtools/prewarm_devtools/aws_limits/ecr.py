@@ -118,9 +118,10 @@ class ECRLimits:
         self._tokens: dict[str, IssuedToken] = {}
 
     def reset(self) -> None:
+        # Issued tokens stay: a registry and its clients outlive a reset of the counts (each test's), and
+        # a token is only ever found by its random password.
         with self._lock:
             self._buckets.clear()
-            self._tokens.clear()
 
     def guard(self, action: str, handler: Any, run: Callable[[], Any]) -> Any:
         if action != "get_authorization_token":
@@ -153,9 +154,17 @@ class ECRLimits:
 
     def _issue(self, token: IssuedToken) -> str:
         password = secrets.token_urlsafe(48)
+        now = self.wall_clock()
         with self._lock:
+            for old in [p for p, t in self._tokens.items() if t.expires_at is not None and t.expires_at <= now]:
+                del self._tokens[old]
             self._tokens[password] = token
         return base64.b64encode(f"AWS:{password}".encode()).decode()
+
+    def issued_to(self, principal: str) -> int:
+        """How many of the tokens held now were issued to `principal`."""
+        with self._lock:
+            return sum(token.principal == principal for token in self._tokens.values())
 
     def holder(self, password: str) -> IssuedToken | None:
         """Whom the token with `password` was issued to, None for a token this layer did not issue."""
