@@ -258,9 +258,10 @@ class TaskRunner:
                 )
         else:
             if candidates.fallback is not None and is_auth_error(failure.message):
-                failure = self._fall_back(run, pulling, candidates.fallback, refused, failure)
-                if not isinstance(failure, _Failed) or failure.no_slot:
-                    return failure
+                outcome = self._fall_back(run, pulling, candidates.fallback, refused, failure)
+                if not isinstance(outcome, _Failed) or outcome.no_slot:
+                    return outcome
+                failure = outcome
         if only_secrets and is_auth_error(failure.message):
             failure = _Failed(f"{failure.message} ({OWN_SECRETS_ONLY}: the registry refused the job's pull secrets, "
                               "and shared credentials are not tried)", failure.final)

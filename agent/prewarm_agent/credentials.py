@@ -376,7 +376,9 @@ class RegistryCredentials:
             except (AgentCredentialsError, CredentialStoreError) as e:
                 problems.append(str(e))
         keyring = rings[0].merge(*rings[1:]) if rings else Keyring()
-        node_auth, holders, fallback = None, {}, None
+        node_auth: RegistryAuth | None = None
+        holders: dict[str, str] = {}
+        fallback: Fallback | None = None
         registry = ecr_registry_for(image.registry)
         if registry is not None and shared:
             node_auth, holders, fallback = self._node_credential(registry, image.registry, problems)

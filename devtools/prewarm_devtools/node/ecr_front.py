@@ -31,7 +31,8 @@ _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transf
 class Refusal(Protocol):
     """What to answer instead of serving: a status and a body (ECR's `{"errors": [...]}`)."""
 
-    status: int
+    @property
+    def status(self) -> int: ...
 
     def body(self) -> bytes: ...
 
