@@ -4,8 +4,9 @@ AWS is a moto server running `template.yaml` (`LocalStack`); the cluster is the 
 API (seeded from `samplefiles/cluster.yaml`, or `nodes` synthetic nodes), or a real cluster from a
 kubeconfig; every node that would run the DaemonSet gets its own private containerd and its own
 agent; a registry plays ECR: it answers for the ECR host name (mapped in each containerd's
-`certs.d`) and wants user `AWS` with the password of the token the AWS side hands out, so pulls go
-through the real credential path. Nothing is simulated: a pull that fails here fails for real.
+`certs.d`) and admits, as ECR does, only tokens `GetAuthorizationToken` handed out, each for what its
+principal's policies allow (`aws_limits.ecr`, `node/ecr_front.py`), so pulls go through the real
+credential path. Nothing is simulated: a pull that fails here fails for real.
 
 Crash safety: every child process (containerd, the registry, agents run as processes) dies with the
 thread that started it, and the run record beside the state file (`localrun`) names the run
