@@ -2,7 +2,8 @@
 
 Checks first (image reference, registry allowlist, `IfNotPresent` against ImageStatus), then up to
 `backoff_limit + 1` attempts. Each attempt checks the disk, then tries each matching credential in
-turn (a registry refusal moves to the next) within `timeout_seconds`, cut to the task's `deadline`.
+turn (a registry refusal moves to the next, and after the last to the node's other credential, see
+`credentials`) within `timeout_seconds`, cut to the task's `deadline`.
 Failed attempts sleep 1 s doubling to 30 s; a cancel interrupts any wait and cancels the pull.
 """
 
@@ -20,7 +21,7 @@ from prewarm.domain.messages import NodePhase, StatusReport
 from prewarm.domain.registries import RegistryAuth
 from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE, Attempt, RetryPolicy
 from prewarm_agent.clock import Clock
-from prewarm_agent.credentials import Candidates, credential_identity
+from prewarm_agent.credentials import FALLBACK_ERRORS, Candidates, Fallback, credential_identity
 from prewarm_agent.cri.client import ImageInfo
 from prewarm_agent.cri.errors import CriError, ImagePullError, PullCancelledError
 from prewarm_agent.pulls import ImageRuntime, PullCall, PullCoordinator, SharedPull, TaskRun
@@ -76,6 +77,8 @@ class _Pulled:
 class _Failed:
     message: str
     final: bool = False
+    #: No pull slot came free in time: no other credential is worth trying.
+    no_slot: bool = False
 
 
 class _Cancelled:
@@ -118,6 +121,36 @@ class _Starter:
             sandbox_labels=task.sandbox_labels,
             sandbox_annotations={**task.sandbox_annotations, PULLED_BY_ANNOTATION: PULLED_BY},
         )
+
+
+class _Pulling:
+    """One attempt's pulls, one credential at a time: the attempt's clock starts with its first pull."""
+
+    def __init__(self, runner: TaskRunner, run: TaskRun, reference: str, attempt: Attempt) -> None:
+        self.runner = runner
+        self.run = run
+        self.reference = reference
+        self.attempt = attempt
+        self.ends: float | None = None
+
+    def pull(self, auth: RegistryAuth | None) -> _Outcome:
+        runner, run = self.runner, self.run
+        not_after = self.ends if self.ends is not None else runner._deadline_monotonic(run)
+        pair = (auth.username, auth.password) if auth is not None else None
+        starter = _Starter(runner.runtime, run, self.reference, pair)
+        shared = runner.pulls.join(run, (self.reference, credential_identity(auth)), starter, not_after=not_after)
+        if shared is None:
+            if run.cancelled.is_set() or runner.pulls.closed:
+                return _CANCELLED
+            return _Failed(f"no pull slot free before the deadline ({runner.pulls.max_concurrent} pulls running)",
+                           no_slot=True)
+        if self.ends is None:
+            self.ends = runner.clock.monotonic() + self.attempt.timeout_seconds
+            run.begin_attempt(self.attempt.number, runner.clock.time())
+            runner.events.attempt_started(run, run.report(NodePhase.PULLING))
+        if starter.started:
+            runner.events.pull_started(shared, auth)
+        return runner._wait(run, shared, self.ends, self.attempt)
 
 
 class TaskRunner:
@@ -206,40 +239,54 @@ class TaskRunner:
             # Unreadable secrets may read next time; secrets that hold nothing for the registry will not.
             return _Failed(f"{OWN_SECRETS_ONLY}: none of the job's pull secrets holds credentials for "
                            f"{image.registry}{unread}", final=not candidates.problems)
-        ends: float | None = None
+        pulling = _Pulling(self, run, reference, attempt)
         failure = _Failed("no credentials to try")
+        refused: list[str] = []
         for index, auth in enumerate(candidates.auths):
-            not_after = ends if ends is not None else self._deadline_monotonic(run)
-            pair = (auth.username, auth.password) if auth is not None else None
-            starter = _Starter(self.runtime, run, reference, pair)
-            shared = self.pulls.join(run, (reference, credential_identity(auth)), starter, not_after=not_after)
-            if shared is None:
-                if run.cancelled.is_set() or self.pulls.closed:
-                    return _CANCELLED
-                return _Failed(f"no pull slot free before the deadline ({self.pulls.max_concurrent} pulls running)")
-            if ends is None:
-                ends = self.clock.monotonic() + attempt.timeout_seconds
-                run.begin_attempt(attempt.number, self.clock.time())
-                self.events.attempt_started(run, run.report(NodePhase.PULLING))
-            if starter.started:
-                self.events.pull_started(shared, auth)
-            outcome = self._wait(run, shared, ends, attempt)
-            if not isinstance(outcome, _Failed):
+            outcome = pulling.pull(auth)
+            if not isinstance(outcome, _Failed) or outcome.no_slot:
                 return outcome
             failure = outcome
-            if is_auth_error(outcome.message) and index + 1 < len(candidates.auths):
+            if not is_auth_error(outcome.message):
+                break
+            if holder := candidates.holders.get(credential_identity(auth)):
+                refused.append(holder)
+            if index + 1 < len(candidates.auths):
                 log.info(
                     "registry refused credential %d of %d, trying the next", index + 1, len(candidates.auths),
                     extra=_context(run),
                 )
-                continue
-            break
+        else:
+            if candidates.fallback is not None and is_auth_error(failure.message):
+                outcome = self._fall_back(run, pulling, candidates.fallback, refused, failure)
+                if not isinstance(outcome, _Failed) or outcome.no_slot:
+                    return outcome
+                failure = outcome
         if only_secrets and is_auth_error(failure.message):
             failure = _Failed(f"{failure.message} ({OWN_SECRETS_ONLY}: the registry refused the job's pull secrets, "
                               "and shared credentials are not tried)", failure.final)
         if candidates.problems:
             return _Failed(f"{failure.message} ({'; '.join(candidates.problems)})", failure.final)
         return failure
+
+    def _fall_back(self, run: TaskRun, pulling: _Pulling, fallback: Fallback, refused: list[str],
+                   failure: _Failed) -> _Outcome:
+        """The pull with the node's other credential once the registry refused the first: a token carries
+        its principal's permissions, and the other's may pull what the first's may not."""
+        who = " and ".join(refused) or "the node's credential"
+        try:
+            auth, holder = fallback.get()
+        except FALLBACK_ERRORS as e:
+            log.warning("the registry refused %s for %s, and %s is not available: %s", who, run.task.image,
+                        fallback.holder, e, extra=_context(run))
+            return _Failed(f"{failure.message} (the registry refused {who}; {fallback.holder} is not available: {e})",
+                           failure.final)
+        log.warning("the registry refused %s for %s; pulling with %s instead", who, run.task.image, holder,
+                    extra=_context(run))
+        outcome = pulling.pull(auth)
+        if isinstance(outcome, _Failed) and not outcome.no_slot and is_auth_error(outcome.message):
+            return _Failed(f"{outcome.message} (the registry refused {who} and {holder})", outcome.final)
+        return outcome
 
     def _wait(self, run: TaskRun, shared: SharedPull, ends: float, attempt: Attempt) -> _Outcome:
         while True:

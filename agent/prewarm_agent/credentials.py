@@ -14,6 +14,11 @@ jitter of each agent's own, so agents re-read about once per period and never al
 a `ThrottlingException` is retried after a backoff with full jitter, and a refusal that outlives the
 tries pauses the role's asking for a jittered minute (`EcrTokens`). `role` asks the role first and reads
 the copy only when ECR refuses; `copies` never asks ECR.
+
+An ECR token carries the pull permissions of the principal that asked for it: the copy's, the refresher's
+role (or the registry's `roleArn`); the agent's own, the agent's role. When the registry refuses the
+first source's credential (401/403), the pull goes on with the other's (`Candidates.fallback`), asked for
+only then, and names both principals: the refused one and the one it falls back to.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -111,11 +116,33 @@ def credential_order(image: str, secrets: Keyring, node_auth: RegistryAuth | Non
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """The node's other credential, asked for only when the registry refused those tried before it.
+
+    `holder` names it before it is asked for; `get` answers the credential and its holder (with the
+    principal once known), or raises `AgentCredentialsError`, `CredentialStoreError` or `RegistryTokenError`.
+    """
+
+    holder: str
+    get: Callable[[], tuple[RegistryAuth, str]]
+
+
+#: What `Fallback.get` raises when its source has nothing to give.
+FALLBACK_ERRORS: tuple[type[Exception], ...] = (AgentCredentialsError, CredentialStoreError, RegistryTokenError)
+
+
+@dataclass(frozen=True)
 class Candidates:
-    """The credentials to try, and why some expected ones are missing (said in a failed pull's report)."""
+    """The credentials to try, and why some expected ones are missing (said in a failed pull's report).
+
+    `holders`: whose permissions the node's credentials carry, by `credential_identity`, named when the
+    registry refuses one; `fallback`: what to try when the registry refused every credential in `auths`.
+    """
 
     auths: list[RegistryAuth | None]
     problems: list[str]
+    holders: Mapping[str, str] = field(default_factory=dict)
+    fallback: Fallback | None = None
 
 
 def copy_kept_until(issued_at: float | None, expires_at: float | None, read_at: float, jitter: float) -> float:
@@ -172,12 +199,14 @@ class EcrTokens:
         self._clients_lock = threading.Lock()
         self._clients: dict[tuple[str, str], Any] = {}
         self._session: Any = None
-        self._source: RegistryTokenSource = source or EcrTokenSource(client_factory=self._client, clock=clock)
+        self._source: RegistryTokenSource = source or EcrTokenSource(
+            client_factory=self._client, clock=clock, identify_caller=True)
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
         self._registry_locks: dict[tuple[str | None, str | None], threading.Lock] = {}
         self._cache: dict[tuple[str | None, str | None], tuple[str, str, float]] = {}
         self._paused: dict[tuple[str | None, str | None], tuple[float, str]] = {}
+        self._issued_to: dict[tuple[str | None, str | None], str] = {}
 
     def _client(self, service: str, region: str, credentials: RoleCredentials | None) -> Any:
         # Task threads ask at the same time; boto3 sessions are not safe to build clients from concurrently.
@@ -223,7 +252,13 @@ class EcrTokens:
             token = self._token(key, config)
             first = token.auths[0]
             self._cache[key] = (first.username, first.password, refresh_due_at(token.issued_at, token.expires_at))
+            if token.issued_to:
+                self._issued_to[key] = token.issued_to
         return RegistryAuth(username=first.username, password=first.password, server=host)
+
+    def issued_to(self, registry: EcrRegistry) -> str | None:
+        """The principal of the last token for `registry` (the agent's own), None when unknown."""
+        return self._issued_to.get((registry.account, registry.region))
 
     def _token(self, key: tuple[str | None, str | None], config: RegistryConfig) -> RegistryToken:
         for attempt in range(1, TOKEN_TRIES + 1):
@@ -263,6 +298,13 @@ class RegistryCopies:
         self._random = random
         self._lock = threading.Lock()
         self._kept: dict[str, tuple[float, RegistryAuth | Exception]] = {}
+        self._issued_to: dict[str, str] = {}
+
+    def holder(self, registry: EcrRegistry) -> str:
+        """Whose permissions the copy for `registry` carries, as a pull's messages name it."""
+        who = self._issued_to.get(registry.host)
+        return f"the shared credential {registry_secret_name(self.prefix, registry.host)}" + (
+            f" (issued to {who})" if who else "")
 
     def auth(self, registry: EcrRegistry, host: str) -> RegistryAuth:
         """The copy's credentials for `registry`, as credentials for `host` (the image's, port included).
@@ -294,6 +336,8 @@ class RegistryCopies:
                 )
             for auth in copy.keyring.auths:
                 if auth.server.removeprefix("https://").rstrip("/").lower() == registry.host:
+                    if copy.issued_to:
+                        self._issued_to[registry.host] = copy.issued_to
                     return copy_kept_until(copy.issued_at, copy.expires_at, now, jitter), auth
             raise RegistryCopyError(f"registry copy {name} holds no credentials for {registry.host}")
         except (AgentCredentialsError, CredentialStoreError) as e:
@@ -332,43 +376,62 @@ class RegistryCredentials:
             except (AgentCredentialsError, CredentialStoreError) as e:
                 problems.append(str(e))
         keyring = rings[0].merge(*rings[1:]) if rings else Keyring()
-        node_auth = None
+        node_auth: RegistryAuth | None = None
+        holders: dict[str, str] = {}
+        fallback: Fallback | None = None
         registry = ecr_registry_for(image.registry)
         if registry is not None and shared:
-            node_auth = self._node_auth(registry, image.registry, problems)
+            node_auth, holders, fallback = self._node_credential(registry, image.registry, problems)
         for problem in problems:
             log.warning("credentials left out for %s: %s", image, problem, extra={"image": str(image)})
         if not shared:
             return Candidates([a for a in credential_order(image.format(), keyring, None) if a is not None], problems)
-        return Candidates(credential_order(image.format(), keyring, node_auth), problems)
+        return Candidates(credential_order(image.format(), keyring, node_auth), problems, holders, fallback)
 
     def prepare(self, region: str) -> None:
         """Readies what the first pull from the node's own region needs (the ECR client)."""
         if isinstance(self._tokens, EcrTokens):
             self._tokens.prepare(region)
 
-    def _node_auth(self, registry: EcrRegistry, host: str, problems: list[str]) -> RegistryAuth | None:
-        """The node's credential: the copy then the role (`copies_first`), else the role then the copy.
+    def _node_credential(self, registry: EcrRegistry, host: str, problems: list[str]
+                         ) -> tuple[RegistryAuth | None, dict[str, str], Fallback | None]:
+        """The node's credential, whose it is, and the other source as the fallback: the copy then the
+        role (`copies_first`), else the role then the copy.
 
         When one source fails and the other serves, the failure is not a problem of the pull (the copy's
         is logged when it is read); when both fail, both are named.
         """
         copy_errors: tuple[type[Exception], ...] = (AgentCredentialsError, CredentialStoreError)
-        sources: list[tuple[RegistryTokens | RegistryCopies | None, tuple[type[Exception], ...]]] = [
-            (self._copies, copy_errors), (self._tokens, (RegistryTokenError,)),
+        sources: list[tuple[RegistryTokens | RegistryCopies, tuple[type[Exception], ...]]] = [
+            (source, errors) for source, errors in ((self._copies, copy_errors), (self._tokens, (RegistryTokenError,)))
+            if source is not None
         ]
         if not self._copies_first:
             sources.reverse()
         found: list[str] = []
-        for source, errors in sources:
-            if source is None:
-                continue
+        for index, (source, errors) in enumerate(sources):
             try:
-                return source.auth(registry, host)
+                auth = source.auth(registry, host)
             except errors as e:
                 found.append(str(e))
+                continue
+            fallback = None
+            if index + 1 < len(sources):
+                other = sources[index + 1][0]
+
+                def get(other: RegistryTokens | RegistryCopies = other) -> tuple[RegistryAuth, str]:
+                    return other.auth(registry, host), self._holder(other, registry)
+
+                fallback = Fallback(self._holder(other, registry), get)
+            return auth, {credential_identity(auth): self._holder(source, registry)}, fallback
         problems.extend(found)
-        return None
+        return None, {}, None
+
+    def _holder(self, source: RegistryTokens | RegistryCopies, registry: EcrRegistry) -> str:
+        if isinstance(source, RegistryCopies):
+            return source.holder(registry)
+        who = source.issued_to(registry) if isinstance(source, EcrTokens) else None
+        return "the agent's own role" + (f" ({who})" if who else "")
 
 
 def registry_credentials(

@@ -4,8 +4,9 @@ AWS is a moto server running `template.yaml` (`LocalStack`); the cluster is the 
 API (seeded from `samplefiles/cluster.yaml`, or `nodes` synthetic nodes), or a real cluster from a
 kubeconfig; every node that would run the DaemonSet gets its own private containerd and its own
 agent; a registry plays ECR: it answers for the ECR host name (mapped in each containerd's
-`certs.d`) and wants user `AWS` with the password of the token the AWS side hands out, so pulls go
-through the real credential path. Nothing is simulated: a pull that fails here fails for real.
+`certs.d`) and admits, as ECR does, only tokens `GetAuthorizationToken` handed out, each for what its
+principal's policies allow (`aws_limits.ecr`, `node/ecr_front.py`), so pulls go through the real
+credential path. Nothing is simulated: a pull that fails here fails for real.
 
 Crash safety: every child process (containerd, the registry, agents run as processes) dies with the
 thread that started it, and the run record beside the state file (`localrun`) names the run
@@ -26,6 +27,7 @@ but the admin.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import logging
@@ -145,6 +147,7 @@ class LocalMode:
         control: bool = True,
         max_warm_seconds: int | None = None,
         startup_taint_grace_seconds: int | None = None,
+        template_path: Path | None = None,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
@@ -153,7 +156,9 @@ class LocalMode:
         `registry_bandwidth`: bytes per second the nodes may pull from the registry (None: unlimited).
         `control`: serve the control channel for `prewarm local fire|node|agent|status`.
         `max_warm_seconds`: install's --max-warm-seconds (the agents' ConfigMap; default 900), and
-        `startup_taint_grace_seconds` the stack's StartupTaintGraceSeconds (default 60)."""
+        `startup_taint_grace_seconds` the stack's StartupTaintGraceSeconds (default 60).
+        `template_path`: the SAM template to run instead of the project's `template.yaml` (a variant of it,
+        e.g. a role without a grant, to see what AWS would refuse)."""
         self.node_count = nodes
         self.kubeconfig = kubeconfig
         self.agents_enabled = agents
@@ -165,6 +170,7 @@ class LocalMode:
         self.max_warm_seconds = max_warm_seconds
         self.startup_taint_grace_seconds = startup_taint_grace_seconds
         self.control_enabled = control
+        self.template_path = template_path
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
@@ -274,6 +280,9 @@ class LocalMode:
     def _start(self) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.aws = MotoServer().start()
+        if self.aws.layer is not None:
+            # ECR's tokens, each bound to whoever asked for it, which the registry that plays ECR checks.
+            self.aws.layer.ecr.issues_tokens = True
         self._env_cm = aws_environment(self.aws.url)
         self._env_cm.__enter__()
         # The agents' role joins the node queues' senders, as docs/operations.md has a deploy pass it.
@@ -299,8 +308,8 @@ class LocalMode:
             parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         # A message record_status hands back comes again when its visibility runs out, as on AWS.
-        self.stack = LocalStack(self.aws.url, parameters=parameters, stack_name=self.stack_name,
-                                function_output=self.function_log).deploy()
+        self.stack = LocalStack(self.aws.url, template_path=self.template_path, parameters=parameters,
+                                stack_name=self.stack_name, function_output=self.function_log).deploy()
         # The agents' role holds what the stack's AgentPolicy grants, as a deploy attaches it (docs/agent.md).
         self.agent_identity.register([self.stack.policy_document("AgentPolicy")])
         if self.kube is not None:
@@ -349,12 +358,19 @@ class LocalMode:
         return config
 
     def _start_registry(self) -> None:
+        """The registry that plays ECR: it admits a request as ECR would, by the token's principal and that
+        principal's policies (`ECRLimits.registry_refusal`); `ecr_password` is a token of the operator's."""
+        from prewarm_devtools.aws_limits.ecr import moto_token_door
         from prewarm_devtools.node.registry import LocalRegistry
 
         assert self.aws is not None
         token = self.aws.client("ecr").get_authorization_token()["authorizationData"][0]["authorizationToken"]
         user, _, self.ecr_password = base64.b64decode(token).decode().partition(":")
-        self.registry = LocalRegistry(self.base_dir / "registry", htpasswd_users={user: self.ecr_password}).start()
+        layer = self.aws.layer
+        door = (functools.partial(layer.ecr.registry_refusal, account=ACCOUNT, region=REGION) if layer is not None
+                else moto_token_door(ACCOUNT))
+        self.registry = LocalRegistry(self.base_dir / "registry", door=door, client_auth=(user, self.ecr_password),
+                                      realm=ecr_host()).start()
         self._record_child("registry", self.registry)
         if self.registry_bandwidth is not None:
             from prewarm_devtools.node.throttle import ThrottlingProxy
@@ -514,7 +530,9 @@ class LocalMode:
             self.agent_daemonset.stop()
             self.agent_daemonset = None
         if self.aws is not None and self.aws.layer is not None:
-            self.aws.layer.ecr.token_lifetime_s = None  # a layer the test run shares goes back to moto's answer
+            # A layer the test run shares goes back to moto's answer.
+            self.aws.layer.ecr.token_lifetime_s = None
+            self.aws.layer.ecr.issues_tokens = False
         for node in self.nodes.values():
             self._stop_node(node)
         self.nodes.clear()

@@ -26,6 +26,12 @@ NOT_TAKEN = {AGENT_POLICY: {"sts:AssumeRole": "the agent's RegistryConfig(...) n
 # Pulls with an ECR token are authorised as the token's principal (managed policy
 # AmazonEC2ContainerRegistryPullOnly: GetAuthorizationToken, BatchGetImage, GetDownloadUrlForLayer).
 ECR_PULLS = {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}
+# A token carries its caller's permissions to whoever uses it, code that makes no boto3 call: the caller
+# of the token action needs what the token's consumers do with it. Each with who those consumers are.
+TOKEN_CARRIED: dict[str, tuple[frozenset[str], str]] = {
+    "ecr:GetAuthorizationToken": (frozenset(ECR_PULLS), "containerd pulls with the token: the agent's CRI pulls, "
+                                  "and the kubelet's with the refresher's pull secrets and the agents' copies"),
+}
 
 
 def _statements(document: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
@@ -119,14 +125,15 @@ def problems(template: Mapping[str, Any]) -> list[str]:
         for action in NOT_TAKEN.get(name, {}):
             calls.pop(action, None)
         needed = set(calls) | platform
-        if name == AGENT_POLICY and "ecr:GetAuthorizationToken" in calls:
-            needed |= ECR_PULLS  # the agent pulls with its token (the refresher only stores its tokens)
+        for action, (carried, _consumers) in TOKEN_CARRIED.items():
+            if action in calls:
+                needed |= carried
         for action in sorted(set(grants) - needed):
             found.append(f"{name}: {action} (statement {grants[action]}) has no caller")
         for action in sorted(set(calls) - set(grants)):
             found.append(f"{name}: {action} is called ({', '.join(sorted(calls[action]))}) but not granted")
         for action in sorted((needed - set(calls)) - set(grants)):
-            found.append(f"{name}: {action} is needed by Lambda or by pulls but not granted")
+            found.append(f"{name}: {action} is needed by Lambda or by a token's consumers but not granted")
     return found
 
 
@@ -150,6 +157,16 @@ def test_a_call_without_a_grant_fails_the_check() -> None:
             statement["Action"].remove("dynamodb:BatchGetItem")
     found = problems(template)
     assert len(found) == 1 and found[0].startswith("SweepRole: dynamodb:BatchGetItem is called (layers/")
+
+
+def test_a_token_caller_without_what_its_token_is_used_for_fails_the_check() -> None:
+    # The refresher's token goes into pull secrets and the agents' copies: pulls with it are its own.
+    template = copy.deepcopy(load_template())
+    statements = template["Resources"]["RefreshEcrCredentialsRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+    statements["Statement"] = [s for s in statements["Statement"] if s.get("Sid") != "RegistryPulls"]
+    assert problems(template) == [
+        f"RefreshEcrCredentialsRole: {action} is needed by Lambda or by a token's consumers but not granted"
+        for action in sorted(ECR_PULLS)]
 
 
 @pytest.mark.parametrize(("role", "action"), sorted((r, a) for r, v in NOT_TAKEN.items() for a in v))

@@ -413,6 +413,9 @@ _ACCOUNT = r"arn:\$\{AWS::Partition\}:(?P<service>[a-z-]+):\$\{AWS::Region\}:\$\
 # reference to one of the template's own resources.
 SCOPED_SUBS = {
     _ACCOUNT + r"repository/\*": "the account's ECR repositories (images to inspect and pull)",
+    r"arn:\$\{AWS::Partition\}:ecr:\*:\$\{AWS::AccountId\}:repository/\*":
+        "the account's ECR repositories in every region: the refresher's token pulls from whichever "
+        "registries of the account CredentialsConfig names",
     _ACCOUNT + r"cluster/\$\{ClusterName\}": "the one cluster of the stack",
     _ACCOUNT + r"parameter\$\{CredentialsConfigParameter\}": "the one configuration parameter",
     r"\$\{JobsTable\.Arn\}/(index|stream)/\*": "the jobs table's index and stream",

@@ -15,7 +15,8 @@ from prewarm_cli.options import current_target, target_options
 @click.pass_context
 def doctor(ctx: click.Context, kubeconfig: str | None, context: str | None) -> int:
     """Check the stack and its cluster: outputs, the functions' cluster access and RBAC, the agents,
-    node queues, dead-letter queues, credential expiry, and the last sweep and daily round.
+    node queues, dead-letter queues, credential expiry, whether each registry's token may pull, and the last
+    sweep and daily round.
 
     \b
     Prints `ok`, `FAIL` (the problem, then its fix) or `skip` (its input failed) per check.

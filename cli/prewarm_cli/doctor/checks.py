@@ -12,6 +12,7 @@ What each reads:
 - node queues: `sqs:ListQueues` under the node queue prefix, `sqs:ListQueueTags` of queues without a node.
 - dead-letter queues: `sqs:GetQueueAttributes` of each.
 - credentials: `secretsmanager:GetSecretValue` of the agents' copies; the refresher's pull secrets.
+- registry pulls (`pulls.py`): `iam:SimulatePrincipalPolicy` of each registry token's principal; the job table.
 - image credentials: the job table's jobs and rules; each agent node's kubelet configuration through the
   node proxy (`get` on `nodes/proxy`, as you).
 - sweep, daily round: their run records in the job table (`BatchGetItem`) and `dynamodb:DescribeTable`

@@ -40,7 +40,7 @@ from prewarm_cli.doctor.identities import (
 from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
-          "dead-letter queues", "credentials", "image credentials", "sweep", "daily round")
+          "dead-letter queues", "credentials", "registry pulls", "image credentials", "sweep", "daily round")
 
 
 @dataclass
@@ -83,6 +83,7 @@ class Doctor:
                 else skipped("node queues", "the cluster's nodes are unknown (cluster access)")
             yield self._guarded("dead-letter queues", self._dead_letter_queues)
             yield self._guarded("credentials", lambda: self._credentials(api if reachable else None))
+            yield self._guarded("registry pulls", self._registry_pulls)
             yield self._guarded("image credentials", lambda: self._image_credentials(api)) if reachable \
                 else skipped("image credentials", unreachable)
             yield from self._schedules()
@@ -209,6 +210,17 @@ class Doctor:
         return check_credentials(config, secret_prefix=self.env.get("SECRET_PREFIX", ""),
                                  secretsmanager=self.client("secretsmanager"), pull_secrets=pull_secrets,
                                  now=self.clock(), refresh_fix=self._refresh_fix())
+
+    def _registry_pulls(self) -> CheckResult:
+        from prewarm_cli.doctor.pulls import check_registry_pulls
+
+        config = self._credentials_config()
+        if config is None:
+            return check_registry_pulls(None, iam=None, refresher_role_arn="", images=[])
+        images = [job.pull_job.spec.image for job in self.store.list_jobs() if job.is_pull_job]
+        return check_registry_pulls(config, iam=self.client("iam"), images=images,
+                                    refresher_role_arn=self.env.get("REFRESH_ECR_CREDENTIALS_ROLE_ARN", ""),
+                                    secret_name=config.secret_name if config.namespaces is not None else None)
 
     def _refresh_fix(self) -> str:
         return ("refresh_ecr_credentials is not renewing them (it does at half their life): see its logs and "

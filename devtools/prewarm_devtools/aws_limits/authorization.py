@@ -20,6 +20,9 @@ policy when it has one (a queue's, a table's, a secret's, a repository's). The p
 
 Requests to other services, and by principals whose identity policies are unknown, pass as before:
 only a resource policy's explicit Deny refuses those (`policy.evaluate`).
+
+Two answers moto cannot give, the layer gives: STS `GetCallerIdentity` of a principal it knows (its ARN),
+and IAM's policy simulator, `SimulatePrincipalPolicy`, decided by the same `evaluate`.
 """
 
 from __future__ import annotations
@@ -87,6 +90,56 @@ class Authorization:
                 self.layer.stats.record_refusal(code)
                 return AccessDeniedError(code, decision.message(principal, request.action, request.resource))
         return None
+
+    def answer(self, handler: Any) -> Any:
+        """What the layer answers in moto's place (a refusal, or a result moto cannot give), None to let
+        moto run the request."""
+        return self.refusal(handler) or self.caller_identity(handler) or self.simulation(handler)
+
+    def caller_identity(self, handler: Any) -> dict[str, str] | None:
+        """STS's answer to a known principal's `GetCallerIdentity`: its ARN (moto knows its own users only,
+        and answers `user/moto` for every other key). Locally a role's ARN, where AWS names the role's
+        session (`assumed-role/<role>/<session>`), as the layer's refusals do. None: moto answers."""
+        if getattr(handler, "service_name", "") != "sts" or handler._get_action() != "GetCallerIdentity":
+            return None
+        key = access_key_id(handler.headers)
+        principal = self.layer.principals.arn(key)
+        if principal is None or key is None:
+            return None
+        return {"UserId": key, "Account": principal.split(":")[4], "Arn": principal}
+
+    def simulation(self, handler: Any) -> dict[str, Any] | ServiceException | None:
+        """IAM's policy simulator (`SimulatePrincipalPolicy`, which moto lacks) for a principal the layer
+        knows: each action on each resource decided by `evaluate` with the principal's identity policies,
+        as the simulator does without a resource policy given. An unknown principal is `NoSuchEntity`."""
+        if getattr(handler, "service_name", "") != "iam" or handler._get_action() != "SimulatePrincipalPolicy":
+            return None
+        source = handler._get_param("PolicySourceArn") or ""
+        if source not in self.layer.principals.known():
+            name = source.rsplit("/", 1)[-1]
+            return NoSuchEntityError("NoSuchEntity", f"The role with name {name} cannot be found.")
+        identity = self.layer.principals.policies(source)
+        results = []
+        for action in _members(handler, "ActionNames"):
+            for resource in _members(handler, "ResourceArns") or ["*"]:
+                decision = evaluate(action, resource, source, identity=identity)
+                outcome = "allowed" if decision.allowed else (
+                    "explicitDeny" if "explicit deny" in decision.reason else "implicitDeny")
+                results.append({"EvalActionName": action, "EvalResourceName": resource, "EvalDecision": outcome,
+                                "MatchedStatements": [], "MissingContextValues": []})
+        return {"EvaluationResults": results, "IsTruncated": False}
+
+
+class NoSuchEntityError(ServiceException):
+    """IAM's answer about a principal it does not have."""
+
+
+def _members(handler: Any, name: str) -> list[str]:
+    """A list parameter of a query-protocol request (`Name.member.N`)."""
+    given = handler._get_param(name)
+    if isinstance(given, list):
+        return [str(v) for v in given]
+    return [str(v) for v in handler._get_multi_param(f"{name}.member")]
 
 
 # -- the requests of each service ----------------------------------------------------------------------

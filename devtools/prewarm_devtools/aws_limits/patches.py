@@ -129,11 +129,11 @@ def _authorized(original: Callable[[Any], Any], current: Callable[[], Any]) -> C
     @functools.wraps(original)
     def call_action(handler: Any) -> Any:
         layer = current()
-        refused = None if layer is None else layer.authorization.refusal(handler)
-        if refused is None:
+        answer = None if layer is None else layer.authorization.answer(handler)
+        if answer is None:
             return original(handler)
-        # As moto's own call_action answers a ServiceException: in the protocol the client spoke.
-        status, headers, body = handler.serialized(ActionResult(refused))
+        # As moto's own call_action answers a result or a ServiceException: in the protocol the client spoke.
+        status, headers, body = handler.serialized(ActionResult(answer))
         headers["status"] = status
         status, headers, body = handler._transform_response(handler.response_headers, (body, headers))
         headers, body = handler._enrich_response(headers, body)

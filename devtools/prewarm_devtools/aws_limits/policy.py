@@ -72,6 +72,11 @@ class Principals:
             if arn is not None and arn not in self._arns.values():
                 self._policies.pop(arn, None)
 
+    def known(self) -> set[str]:
+        """Every principal ARN some key signs as."""
+        with self._lock:
+            return set(self._arns.values())
+
     def arn(self, access_key_id: str | None) -> str | None:
         with self._lock:
             return self._arns.get(access_key_id or "")

@@ -10,6 +10,7 @@ from typing import Self
 
 import bcrypt
 
+from prewarm_devtools.node.ecr_front import Check, RegistryFront
 from prewarm_devtools.node.process import DaemonProcess, DaemonStartError, LoopbackEndpoint, free_port
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
@@ -26,12 +27,25 @@ class LocalRegistry(LoopbackEndpoint):
 
     With ``htpasswd_users`` ({username: password}) every request needs HTTP Basic auth, as a
     private registry does; anonymous and wrong credentials get 401 Unauthorized.
+
+    With ``door`` (see `RegistryFront`), the registry is served on ``port`` through a front that asks
+    ``door`` about every request, as ECR decides each by its token; docker-registry itself listens on
+    ``upstream_port`` with one user of the front's own. ``auth`` is then ``client_auth``, what clients
+    here (pushes, direct pulls) present, and ``realm`` the host the front's 401 challenge names.
     """
 
     def __init__(
-        self, base_dir: Path, htpasswd_users: dict[str, str] | None = None, start_timeout: float = 15.0
+        self, base_dir: Path, htpasswd_users: dict[str, str] | None = None, start_timeout: float = 15.0, *,
+        door: Check | None = None, client_auth: tuple[str, str] | None = None, realm: str = "127.0.0.1",
     ) -> None:
         self.base_dir = Path(base_dir).resolve()
+        self.door = door
+        self._client_auth = client_auth
+        self.realm = realm
+        self.front: RegistryFront | None = None
+        self.upstream_port = 0
+        if door is not None:
+            htpasswd_users = {"front": secrets.token_urlsafe(24)}
         self.htpasswd_users = dict(htpasswd_users or {})
         self.start_timeout = start_timeout
         self.config_path = self.base_dir / "config.yml"
@@ -42,7 +56,10 @@ class LocalRegistry(LoopbackEndpoint):
 
     @property
     def auth(self) -> tuple[str, str] | None:
-        """The first configured (username, password), or None for an open registry."""
+        """What clients present: ``client_auth`` behind a door, else the first configured (username,
+        password), or None for an open registry."""
+        if self.door is not None:
+            return self._client_auth
         return next(iter(self.htpasswd_users.items()), None)
 
     @property
@@ -75,13 +92,13 @@ class LocalRegistry(LoopbackEndpoint):
             "  delete:\n    enabled: true\n"
             "  maintenance:\n    uploadpurging:\n      enabled: false\n"
             "http:\n"
-            f"  addr: 127.0.0.1:{self.port}\n"
+            f"  addr: 127.0.0.1:{self.upstream_port}\n"
             f"  secret: {secrets.token_hex(16)}\n" + auth,
             encoding="utf-8",
         )
 
     def _answers(self) -> bool:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+        connection = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=1)
         try:
             connection.request("GET", "/v2/")
             status = connection.getresponse().status
@@ -101,7 +118,7 @@ class LocalRegistry(LoopbackEndpoint):
         attempt = 0
         while True:
             attempt += 1
-            self.port = free_port()
+            self.upstream_port = free_port()
             self._write_config()
             self._daemon = DaemonProcess("docker-registry", [binary, "serve", str(self.config_path)], self.log_path)
             self._daemon.start()
@@ -111,10 +128,24 @@ class LocalRegistry(LoopbackEndpoint):
                 if attempt >= 3 or "address already in use" not in self._daemon.log_tail(5):
                     raise
                 continue
-            return self
+            break
+        if self.door is None:
+            self.port = self.upstream_port
+        else:
+            self.front = RegistryFront(self.upstream_port, self.auth_upstream, self.door, realm=self.realm).start()
+            self.port = self.front.port
+        return self
+
+    @property
+    def auth_upstream(self) -> tuple[str, str]:
+        """The front's own user of docker-registry."""
+        return next(iter(self.htpasswd_users.items()))
 
     def stop(self) -> None:
-        """Stop the registry (SIGTERM, then SIGKILL)."""
+        """Stop the registry (SIGTERM, then SIGKILL) and its front."""
+        if self.front is not None:
+            self.front.stop()
+            self.front = None
         if self._daemon is not None:
             self._daemon.stop()
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from prewarm.domain.kubernetes import parse_time
-from prewarm.domain.refresh import registry_secret_name
+from prewarm.domain.refresh import ISSUED_TO_ANNOTATION, registry_secret_name
 from prewarm_agent.settings import EcrCredentials
 from prewarm_devtools.localmode import ECR_TOKEN_LIFETIME_SECONDS, LocalMode, ecr_host, missing_prerequisites
 
@@ -30,6 +30,18 @@ def local() -> Iterator[LocalMode]:
         yield mode
 
 
+def refresher_role(local: LocalMode) -> str:
+    assert local.stack is not None
+    return str(local.stack.outputs()["RefreshEcrCredentialsRoleArn"])
+
+
+def issued_to(local: LocalMode, password: str) -> str | None:
+    """The principal the AWS limits layer issued the ECR token `password` to."""
+    assert local.aws is not None and local.aws.layer is not None
+    token = local.aws.layer.ecr.holder(password)
+    return token.principal if token is not None else None
+
+
 def test_the_pull_secret_in_default_holds_the_ecr_host(local: LocalMode) -> None:
     # Given local mode started with one node
     assert local.kube is not None
@@ -37,13 +49,15 @@ def test_the_pull_secret_in_default_holds_the_ecr_host(local: LocalMode) -> None
     # When the pull secret of namespace default is read back from the embedded cluster
     secret = local.kube.get_object("secrets", SECRET_NAME, "default")
 
-    # Then the refresher wrote it, for the ECR host, with the token the registry takes
+    # Then the refresher wrote it, for the ECR host, with a token ECR issued to the refresher's role
     assert secret is not None, "refresh_ecr_credentials wrote no pull secret into namespace default"
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
     assert secret["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "prewarm"
     config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
     entry = config["auths"][ecr_host()]
-    assert (entry["username"], entry["password"]) == ("AWS", local.ecr_password)
+    assert entry["username"] == "AWS"
+    assert issued_to(local, entry["password"]) == refresher_role(local)
+    assert secret["metadata"]["annotations"][ISSUED_TO_ANNOTATION] == refresher_role(local)
     # ... and the namespace's default service account pulls with it
     account = local.kube.get_object("serviceaccounts", "default", "default")
     assert account is not None
@@ -63,9 +77,10 @@ def test_the_agents_copy_is_in_secrets_manager_under_the_stacks_prefix(local: Lo
     # When the registry's copy is read from moto's Secrets Manager
     value = local.aws.client("secretsmanager").get_secret_value(SecretId=registry_secret_name(prefix, ecr_host()))
 
-    # Then it holds the ECR host's credentials, which expire in 12 hours as ECR's tokens do
+    # Then it holds the ECR host's credentials, the refresher's token, which expire in 12 hours as ECR's do
     document = json.loads(value["SecretString"])
-    assert document["auths"][ecr_host()]["password"] == local.ecr_password
+    assert issued_to(local, document["auths"][ecr_host()]["password"]) == refresher_role(local)
+    assert document["issuedTo"] == refresher_role(local)
     expires = parse_time(document["expiresAt"])
     assert expires is not None and abs(expires - (time.time() + ECR_TOKEN_LIFETIME_SECONDS)) < 300
 

@@ -102,8 +102,11 @@ def test_refresh_creates_skips_while_fresh_and_refreshes_after_half_life(
     secret = kube_api.get_object("secrets", "prewarm-ecr", "team-a")
     assert secret is not None and secret["type"] == "kubernetes.io/dockerconfigjson"
     assert secret["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "prewarm"}
-    assert secret["metadata"]["annotations"] == {"prewarm.dev/issued-at": "2014-12-31T12:00:00Z",
-                                                 "prewarm.dev/expires-at": "2015-01-01T00:00:00Z"}
+    # ... with whose pull permissions its tokens carry: the assumed role's session, for the registry with a
+    # roleArn (the token source here asks STS for no identity of its own)
+    assert secret["metadata"]["annotations"] == {
+        "prewarm.dev/issued-at": "2014-12-31T12:00:00Z", "prewarm.dev/expires-at": "2015-01-01T00:00:00Z",
+        "prewarm.dev/issued-to": "arn:aws:sts::444455556666:assumed-role/prewarm-ecr-pull/prewarm-ecr-credentials"}
     keyring = Keyring.from_docker_config_json(base64.b64decode(secret["data"][".dockerconfigjson"]))
     assert sorted(a.server for a in keyring.auths) == sorted([OWN, OTHER, "cache.example.com"])
     assert keyring.lookup(f"{OTHER}/app:1")[0].password == "444455556666-auth-token"

@@ -102,7 +102,7 @@ def registry_tokens() -> EcrTokenSource:
     """ECR and ECR Public tokens; kept for the process so assumed-role sessions are reused."""
     from prewarm.adapters.ecr_auth import EcrTokenSource
 
-    return EcrTokenSource()
+    return EcrTokenSource(identify_caller=True)
 
 
 @lru_cache(maxsize=1)

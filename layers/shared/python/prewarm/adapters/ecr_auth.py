@@ -34,6 +34,8 @@ class RoleCredentials:
     secret_access_key: str
     session_token: str
     expires_at: float
+    #: The assumed role's session ARN (`AssumedRoleUser.Arn`), which a token asked for with these carries.
+    principal: str | None = None
 
     def __repr__(self) -> str:
         return f"RoleCredentials(access_key_id={self.access_key_id!r}, expires_at={self.expires_at})"
@@ -57,10 +59,15 @@ def boto3_client(service: str, region: str, credentials: RoleCredentials | None)
 class EcrTokenSource:
     """Gets a registry's token: `token(registry)` → `RegistryToken` for each of the registry's hosts."""
 
-    def __init__(self, client_factory: ClientFactory | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, client_factory: ClientFactory | None = None, clock: Callable[[], float] = time.time, *,
+                 identify_caller: bool = False) -> None:
+        """`identify_caller`: name in each token (`issued_to`) the principal whose permissions it carries,
+        asking STS once who this process is when it asks ECR as itself."""
         self._client_factory = client_factory or boto3_client
+        self._identify_caller = identify_caller
         self._clock = clock
         self._sessions: dict[str, RoleCredentials] = {}
+        self._callers: dict[str, str | None] = {}
         self._lock = threading.Lock()
 
     def token(self, registry: RegistryConfig) -> RegistryToken:
@@ -69,6 +76,8 @@ class EcrTokenSource:
         credentials = None
         if registry.role_arn:
             credentials = self.role_credentials(registry.role_arn, registry.token_region, host)
+        issued_to = credentials.principal if credentials is not None else (
+            self.caller(registry.token_region) if self._identify_caller else None)
         issued_at = self._clock()
         if registry.public:
             client = self._client_factory("ecr-public", registry.token_region, credentials)
@@ -87,7 +96,19 @@ class EcrTokenSource:
         except InvalidCredentialsError as e:
             raise RegistryTokenError(host, str(e)) from e
         return RegistryToken.for_hosts(auth.username, auth.password, registry.hosts, issued_at=issued_at,
-                                       expires_at=expires.timestamp())
+                                       expires_at=expires.timestamp(), issued_to=issued_to)
+
+    def caller(self, region: str) -> str | None:
+        """This process's own principal (`sts:GetCallerIdentity`, which needs no permission), asked once:
+        whose permissions its tokens carry. None when STS does not answer: a token is not refused for it."""
+        with self._lock:
+            if region not in self._callers:
+                try:
+                    arn = self._client_factory("sts", region, None).get_caller_identity().get("Arn")
+                except (ClientError, BotoCoreError):
+                    return None
+                self._callers[region] = arn if isinstance(arn, str) else None
+            return self._callers[region]
 
     def role_credentials(self, role_arn: str, region: str, host: str) -> RoleCredentials:
         """The assumed role's credentials, cached until `_SESSION_MARGIN_SECONDS` before they expire."""
@@ -102,6 +123,7 @@ class EcrTokenSource:
             credentials = RoleCredentials(
                 access_key_id=raw["AccessKeyId"], secret_access_key=raw["SecretAccessKey"],
                 session_token=raw["SessionToken"], expires_at=raw["Expiration"].timestamp(),
+                principal=(answer.get("AssumedRoleUser") or {}).get("Arn"),
             )
             self._sessions[role_arn] = credentials
             return credentials

@@ -5,7 +5,8 @@ Layout under the stack's secret prefix:
 - `<prefix>/pull-secrets/<namespace>/<name>`: a job's `pullSecrets`, mirrored from the cluster as a
   docker config (`{"auths": {...}}`) by `SecretsManagerMirror`; deleted once no job names them.
 - `<prefix>/registry/<host>`: a registry's token for agents without pull rights of their own,
-  `{"auths": {...}, "issuedAt": ..., "expiresAt": ...}`, written by `SecretsManagerCredentialStore`.
+  `{"auths": {...}, "issuedAt": ..., "expiresAt": ..., "issuedTo": <principal ARN>}`, written by
+  `SecretsManagerCredentialStore`; the token carries `issuedTo`'s pull permissions.
 
 `AgentCredentials` is the agents' reader. This module imports no Kubernetes code: the mirror gets the
 cluster adapter handed in. No secret value ever reaches a log line or an exception message.
@@ -358,16 +359,19 @@ class _Cached:
     read_at: float
     expires_at: float | None
     issued_at: float | None = None
+    issued_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class RegistryCopy:
-    """A registry copy as the agents read it: its credentials and its token's times (None when absent)."""
+    """A registry copy as the agents read it: its credentials, its token's times and principal (None when
+    absent)."""
 
     secret_id: str
     keyring: Keyring
     issued_at: float | None
     expires_at: float | None
+    issued_to: str | None = None
 
 
 class AgentCredentials:
@@ -402,7 +406,7 @@ class AgentCredentials:
             cached = self._read(secret_id)
         except _MissingSecretError:
             return None
-        return RegistryCopy(secret_id, cached.keyring, cached.issued_at, cached.expires_at)
+        return RegistryCopy(secret_id, cached.keyring, cached.issued_at, cached.expires_at, cached.issued_to)
 
     def _keyring_of(self, secret_id: str) -> Keyring:
         return self._read(secret_id).keyring
@@ -435,7 +439,9 @@ class AgentCredentials:
                 f"secret {secret_id} expired at {format_time(expires_at)}; check that refresh_ecr_credentials runs"
             )
         issued_at = parse_time(document.get("issuedAt")) if isinstance(document, dict) else None
-        entry = _Cached(keyring=keyring, read_at=now, expires_at=expires_at, issued_at=issued_at)
+        issued_to = document.get("issuedTo") if isinstance(document, dict) else None
+        entry = _Cached(keyring=keyring, read_at=now, expires_at=expires_at, issued_at=issued_at,
+                        issued_to=issued_to if isinstance(issued_to, str) else None)
         with self._lock:
             self._cache[secret_id] = entry
         return entry

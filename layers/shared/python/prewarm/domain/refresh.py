@@ -36,6 +36,8 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "prewarm"
 EXPIRES_AT_ANNOTATION: Final = "prewarm.dev/expires-at"
 ISSUED_AT_ANNOTATION: Final = "prewarm.dev/issued-at"
+# Whose pull permissions the secret's tokens carry: the principal(s) that asked for them.
+ISSUED_TO_ANNOTATION: Final = "prewarm.dev/issued-to"
 DOCKER_CONFIG_JSON_TYPE: Final = "kubernetes.io/dockerconfigjson"
 DOCKER_CONFIG_JSON_KEY: Final = ".dockerconfigjson"
 # ECR Public hands out tokens in us-east-1 only.
@@ -289,6 +291,9 @@ class RegistryToken:
     auths: tuple[RegistryAuth, ...]
     issued_at: float
     expires_at: float
+    #: The principal that asked for the token (`sts:GetCallerIdentity`'s ARN), whose pull permissions it
+    #: carries; None when unknown.
+    issued_to: str | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -296,9 +301,9 @@ class RegistryToken:
 
     @classmethod
     def for_hosts(cls, username: str, password: str, hosts: Sequence[str], *, issued_at: float,
-                  expires_at: float) -> RegistryToken:
+                  expires_at: float, issued_to: str | None = None) -> RegistryToken:
         auths = tuple(RegistryAuth(username=username, password=password, server=host) for host in hosts)
-        return cls(auths=auths, issued_at=issued_at, expires_at=expires_at)
+        return cls(auths=auths, issued_at=issued_at, expires_at=expires_at, issued_to=issued_to)
 
 
 def refresh_due_at(issued_at: float, expires_at: float) -> float:
@@ -415,6 +420,9 @@ def pull_secret(
         ISSUED_AT_ANNOTATION: format_time(min(t.issued_at for t in tokens)),
         EXPIRES_AT_ANNOTATION: format_time(min(t.expires_at for t in tokens)),
     }
+    annotations.pop(ISSUED_TO_ANNOTATION, None)
+    if issued_to := ",".join(dict.fromkeys(t.issued_to for t in tokens if t.issued_to)):
+        annotations[ISSUED_TO_ANNOTATION] = issued_to
     new_metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels,
                                     "annotations": annotations}
     if metadata.get("resourceVersion"):
@@ -455,9 +463,10 @@ def registry_secret_name(prefix: str, host: str) -> str:
 
 
 def registry_secret_document(token: RegistryToken) -> dict[str, Any]:
-    """The JSON stored for the agents: the docker config plus `issuedAt` and `expiresAt` (RFC 3339)."""
+    """The JSON stored for the agents: the docker config plus `issuedAt` and `expiresAt` (RFC 3339), and
+    `issuedTo` (the token's principal) when known."""
     return {**docker_config([token]), "issuedAt": format_time(token.issued_at),
-            "expiresAt": format_time(token.expires_at)}
+            "expiresAt": format_time(token.expires_at), **({"issuedTo": token.issued_to} if token.issued_to else {})}
 
 
 def stored_token(document: Mapping[str, Any]) -> StoredToken | None:

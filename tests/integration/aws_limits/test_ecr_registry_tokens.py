@@ -1,0 +1,192 @@
+"""The registry that plays ECR admits what ECR admits: only tokens GetAuthorizationToken issued, each
+carrying the permissions of the principal that asked for it. A pull's manifest needs ecr:BatchGetImage
+and its blobs ecr:GetDownloadUrlForLayer on the repository; anything else is ECR's 403, in IAM's words.
+Through the same door, containerd pulls with real credentials."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from prewarm_agent.cri.errors import ImagePullError
+from prewarm_devtools.aws_limits.ecr import registry_request
+from prewarm_devtools.localmode import ecr_host
+from prewarm_devtools.node.containerd import PrivateContainerd
+from prewarm_devtools.node.images import PushedImage, RegistryPusher, build_image
+from prewarm_devtools.node.registry import LocalRegistry
+from prewarm_devtools.pytest_plugins.node import node_tools_missing
+from prewarm_devtools.sam.aws import ACCOUNT, REGION, LocalIdentity, MotoServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.node]
+
+REPOSITORIES = f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository"
+TOKEN = {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"}
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[MotoServer]:
+    with MotoServer(limits=True) as server:
+        assert server.layer is not None
+        server.layer.ecr.issues_tokens = True
+        try:
+            yield server
+        finally:
+            server.layer.ecr.issues_tokens = False
+
+
+def role(name: str, *statements: dict[str, Any]) -> LocalIdentity:
+    identity = LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/registry-{name}")
+    identity.register([{"Version": "2012-10-17", "Statement": [TOKEN, *statements]}])
+    return identity
+
+
+def token_of(aws: MotoServer, identity: LocalIdentity | None) -> tuple[str, str]:
+    keys = {} if identity is None else {"aws_access_key_id": identity.access_key_id,
+                                         "aws_secret_access_key": identity.secret_access_key}
+    ecr = boto3.client("ecr", region_name=REGION, endpoint_url=aws.url, **keys) if keys else aws.client("ecr")
+    encoded = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+    user, _, password = base64.b64decode(encoded).decode().partition(":")
+    return user, password
+
+
+@pytest.fixture(scope="module")
+def registry(aws: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    if reason := node_tools_missing():
+        pytest.skip(reason)
+    assert aws.layer is not None
+    door = aws.layer.ecr.registry_refusal
+
+    def check(authorization: str | None, method: str, path: str) -> Any:
+        return door(authorization, method, path, account=ACCOUNT, region=REGION)
+
+    with LocalRegistry(tmp_path_factory.mktemp("ecr"), door=check, client_auth=token_of(aws, None),
+                       realm=ecr_host()) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def image(registry: LocalRegistry) -> PushedImage:
+    return RegistryPusher(registry.url, registry.auth).push_image("team-a/app", "v1", build_image(size_mb=0.1))
+
+
+@pytest.fixture(scope="module")
+def containerd(registry: LocalRegistry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateContainerd]:
+    instance = PrivateContainerd(tmp_path_factory.mktemp("ctd"))
+    instance.add_registry_mirror(ecr_host(), registry.url)
+    instance.start()
+    try:
+        yield instance
+    finally:
+        instance.stop()
+        instance.remove_data()
+
+
+def fetch(registry: LocalRegistry, method: str, path: str, auth: tuple[str, str] | None) -> tuple[int, Any, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", registry.port, timeout=10)
+    headers = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(":".join(auth).encode()).decode()
+    try:
+        connection.request(method, path, headers=headers)
+        response = connection.getresponse()
+        body = response.read()
+        return response.status, json.loads(body) if body.startswith(b"{") else body, \
+            response.getheader("WWW-Authenticate") or ""
+    finally:
+        connection.close()
+
+
+def denied(identity: LocalIdentity, action: str, repository: str) -> dict[str, Any]:
+    return {"errors": [{"code": "DENIED", "message": (
+        f"User: {identity.arn} is not authorized to perform: {action} on resource: {REPOSITORIES}/{repository} "
+        f"because no identity-based policy allows the {action} action")}]}
+
+
+def test_a_pull_needs_batch_get_image_for_the_manifest_and_get_download_url_for_layer_for_blobs(
+    aws: MotoServer, registry: LocalRegistry, image: PushedImage
+) -> None:
+    manifests_only = role("manifests", {"Effect": "Allow", "Action": "ecr:BatchGetImage",
+                                        "Resource": f"{REPOSITORIES}/*"})
+    token_only = role("token-only")
+    blob = f"/v2/team-a/app/blobs/{image.layer_digests[0]}"
+
+    # Given a token of a role that may get images but not layers, and one of a role that may do neither
+    with_manifests, bare = token_of(aws, manifests_only), token_of(aws, token_only)
+
+    # Then the manifest is served to the first, its blobs are not, and the second gets neither, in ECR's words
+    assert fetch(registry, "GET", "/v2/team-a/app/manifests/v1", with_manifests)[0] == 200
+    assert fetch(registry, "GET", blob, with_manifests)[:2] == (
+        403, denied(manifests_only, "ecr:GetDownloadUrlForLayer", "team-a/app"))
+    assert fetch(registry, "GET", "/v2/team-a/app/manifests/v1", bare)[:2] == (
+        403, denied(token_only, "ecr:BatchGetImage", "team-a/app"))
+    assert fetch(registry, "HEAD", "/v2/team-a/app/manifests/v1", bare)[0] == 403
+    # /v2/ needs only a valid token
+    assert fetch(registry, "GET", "/v2/", bare)[0] == 200
+
+
+def test_only_tokens_it_issued_are_admitted_and_an_expired_one_is_refused_as_ecr_does(
+    aws: MotoServer, registry: LocalRegistry, image: PushedImage
+) -> None:
+    assert aws.layer is not None
+    path = "/v2/team-a/app/manifests/v1"
+    status, body, challenge = fetch(registry, "GET", path, None)
+    assert (status, body) == (401, {"errors": [{"code": "DENIED", "message": "Not Authorized"}]})
+    assert challenge == f'Basic realm="https://{ecr_host()}/",service="ecr.amazonaws.com"'
+    # moto's own fixed token, and a made-up one, open nothing
+    assert fetch(registry, "GET", path, ("AWS", f"{ACCOUNT}-auth-token"))[0] == 401
+    assert fetch(registry, "GET", path, ("AWS", "made-up"))[0] == 401
+
+    aws.layer.ecr.token_lifetime_s = 12 * 3600
+    try:
+        user, password = token_of(aws, None)
+        aws.layer.ecr.wall_clock = lambda: time.time() + 12 * 3600 + 1
+        assert fetch(registry, "GET", path, (user, password))[:2] == (403, {"errors": [{
+            "code": "DENIED", "message": "Your authorization token has expired. Reauthenticate and try again."}]})
+    finally:
+        aws.layer.ecr.token_lifetime_s = None
+        aws.layer.ecr.wall_clock = time.time
+
+
+def test_containerd_pulls_with_a_token_whose_principal_may_pull_and_gets_403_with_one_that_may_not(
+    aws: MotoServer, registry: LocalRegistry, image: PushedImage, containerd: PrivateContainerd
+) -> None:
+    puller = role("puller", {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                             "Resource": f"{REPOSITORIES}/team-a/*"})
+    other = role("other-team", {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                                "Resource": f"{REPOSITORIES}/team-b/*"})
+    reference = f"{ecr_host()}/team-a/app:v1"
+
+    with containerd.cri_client() as cri:
+        with pytest.raises(ImagePullError) as caught:
+            cri.pull_image(reference, auth=token_of(aws, other)).result(timeout=30)
+        assert "403 Forbidden" in caught.value.details
+        assert cri.image_status(reference) is None
+
+        cri.pull_image(reference, auth=token_of(aws, puller)).result(timeout=30)
+        assert cri.image_status(reference) is not None
+    assert any(status == 403 and b"registry-other-team" in body for _, _, status, body in registry.front.refused)
+
+
+@pytest.mark.parametrize(("method", "path", "expected"), [
+    ("GET", "/v2/", None),
+    ("HEAD", "/v2/a/b/manifests/sha256:00", ("ecr:BatchGetImage", "a/b")),
+    ("GET", "/v2/a/blobs/sha256:00", ("ecr:GetDownloadUrlForLayer", "a")),
+    ("POST", "/v2/a/blobs/uploads/", ("ecr:InitiateLayerUpload", "a")),
+    ("PUT", "/v2/a/blobs/uploads/x?digest=sha256:00", ("ecr:CompleteLayerUpload", "a")),
+    ("PUT", "/v2/a/manifests/v1", ("ecr:PutImage", "a")),
+    ("GET", "/v2/a/tags/list", ("ecr:ListImages", "a")),
+])
+def test_each_registry_request_is_authorized_as_its_ecr_action(method: str, path: str, expected: Any) -> None:
+    assert registry_request(method, path) == expected
+
+
+def test_a_path_ecr_does_not_serve_is_refused() -> None:
+    with pytest.raises(ValueError, match="_catalog"):
+        registry_request("GET", "/v2/_catalog")
