@@ -2,7 +2,7 @@
 
 A batch of reports is applied job by job: the job item is read once, the reported nodes' items are
 read together, the pure counting rules (`prewarm.domain.status`) decide what each report does, and:
-- progress within Pulling writes only its node item;
+- progress within Pulling writes only its node item, up to `WRITERS` nodes at once;
 - phase changes are written in transactions of up to 99 node items plus one counter update of the
   job item, so the job item is written once per batch, not once per report;
 - every freed slot of the job is refilled once, after the batch.
@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
@@ -29,6 +31,7 @@ from prewarm.services.ports import (
     Cluster,
     JobStore,
     StoreConflictError,
+    StoreError,
     StoreRetryableError,
     TaskQueues,
     TaskSendError,
@@ -42,6 +45,28 @@ NODES_PER_TRANSACTION = 99
 _ATTEMPTS = 6
 # Between attempts of a batch refused by throttling or another writer's transaction.
 _BACKOFF = Backoff(0.05, 1.0)
+# Writes of one batch that touch different items run this many at a time: one after another, 100
+# progress writes of a few milliseconds each held a batch for half a second (benchmarks/capacity.py).
+WRITERS = 16
+
+_T = TypeVar("_T")
+
+
+def concurrently(write: Callable[[_T], object], items: Sequence[_T]) -> list[StoreError | None]:
+    """Calls `write` on each item, up to `WRITERS` at once; per item, in order, None or the store's
+    conflict or retryable error. Any other error is raised, as a crash of the invocation would."""
+
+    def one(item: _T) -> StoreError | None:
+        try:
+            write(item)
+        except (StoreConflictError, StoreRetryableError) as e:
+            return e
+        return None
+
+    if len(items) <= 1:
+        return [one(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(WRITERS, len(items))) as pool:
+        return list(pool.map(one, items))
 
 
 @dataclass
@@ -169,13 +194,18 @@ class _JobBatch:
             change, accepted = update
             write = NodeUpdate(node, tasks[node].version, change.fields)
             (counted if change.counts else progress).append((write, change, accepted))
-        for write, change, accepted in progress:
-            try:
-                self.store.update_task(ref, write)
-            except StoreConflictError:
+        refused: StoreRetryableError | None = None
+        writes = concurrently(lambda w: self.store.update_task(ref, w), [w for w, _, _ in progress])
+        for (_, change, accepted), error in zip(progress, writes, strict=True):
+            if isinstance(error, StoreRetryableError):
+                refused = refused or error
+                continue
+            if error is not None:
                 continue  # another writer changed this node: decided again on the next attempt
             self.result.node_writes += 1
             self._done(change, accepted)
+        if refused is not None:
+            raise refused
         for start in range(0, len(counted), NODES_PER_TRANSACTION):
             chunk = counted[start : start + NODES_PER_TRANSACTION]
             deltas: dict[str, int] = {}
