@@ -261,17 +261,15 @@ def _replan_round(
     return result
 
 
-def add_node_to_job(store: JobStore, record: StoredJob, node: str, *, now: float) -> bool:
-    """Adds one node (a new node's hello) to a planned round; False when it is already there."""
-    existing = store.get_task(record.key, node, shards=record.ref.shards)
-    if existing is not None and existing.round == record.round:
-        return False
-    try:
-        store.add_task(record.ref, NodeTaskRecord(node=node, round=record.round, updated_at=now),
-                       plan_id=record.plan_id)
-    except StoreConflictError:
-        return False
-    return True
+def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, now: float) -> list[str]:
+    """Adds new nodes (a batch's hellos) to a planned round, up to 99 a transaction; the nodes added
+    (a node already in the round is not)."""
+    present = store.get_tasks_of(record.ref, nodes)
+    new = [n for n in nodes if (t := present.get(n)) is None or t.round != record.round]
+    if not new:
+        return []
+    return store.add_tasks(record.ref, [NodeTaskRecord(node=n, round=record.round, updated_at=now) for n in new],
+                           plan_id=record.plan_id)
 
 
 def resend_dispatched(

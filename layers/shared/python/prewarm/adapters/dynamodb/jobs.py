@@ -15,6 +15,19 @@ from prewarm.services.ports import StoreConflictError
 _COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 NODES_PER_SHARD = 100
 MAX_SHARDS = 64
+# The sparse, keys-only `running_never` index: only `Never` ImagePullJobs still running carry the
+# attribute, so a hello reads those jobs, not every job ever stored. Set and removed by the writes
+# that change a job's spec or state, never by its counter updates, so reports never write the index.
+RUNNING_NEVER = "running_never"
+# An item saying every job item is indexed: tables of versions before the index are indexed once, by
+# the first reader that finds it missing.
+_INDEXED = {"pk": {"S": "INDEX#running_never"}, "sk": {"S": "INDEX"}}
+
+
+def _runs_never(job: StoredJob) -> bool:
+    """Whether the job item belongs in the index: a superset of `StoredJob.is_running_never` (planned or
+    not yet), which readers apply."""
+    return job.is_never and job.state is JobState.RUNNING
 
 
 def job_of_item(item: Mapping[str, Any] | None) -> StoredJob | None:
@@ -64,6 +77,7 @@ class JobItems(Table):
                 "owner": job.owner or None,
                 "children": job.children or None,
                 "pull_secret_arns": job.pull_secret_arns or None,
+                RUNNING_NEVER: "job" if _runs_never(job) else None,
             }
         )
 
@@ -118,6 +132,7 @@ class JobItems(Table):
             "completion_time": job.completion_time,
             "message": job.message,
             "ttl": job.ttl,
+            RUNNING_NEVER: "job" if _runs_never(job) else None,
         }
         self._update(
             f"update job {job.key}", job_pk(job.key), "JOB", fields,
@@ -127,6 +142,8 @@ class JobItems(Table):
     def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: JobState | None = None) -> None:
         if "platforms" in fields:
             fields = {k: json.dumps(v) if k == "platforms" else v for k, v in fields.items()}
+        if "state" in fields and fields["state"] != JobState.RUNNING:
+            fields = {**fields, RUNNING_NEVER: None}
         self._update(
             f"update job {key}", job_pk(key), "JOB", fields,
             condition="attribute_exists(pk)" + (" AND #state = :state" if condition_state else ""),
@@ -135,6 +152,33 @@ class JobItems(Table):
 
     def list_jobs(self) -> list[StoredJob]:
         return sorted((self._job(v) for v in self._list_kind("job")), key=lambda r: r.key)
+
+    def list_running_never_jobs(self) -> list[StoredJob]:
+        """The running `Never` ImagePullJobs (and any that stopped a moment ago: the index is eventually
+        consistent, as `list_jobs`' is), read through the `running_never` index."""
+        self._index_older_jobs()
+        keys = [
+            self._key(v["pk"], v["sk"])
+            for v in self._query("list running Never jobs", IndexName=RUNNING_NEVER,
+                                 KeyConditionExpression=f"{RUNNING_NEVER} = :k",
+                                 ExpressionAttributeValues={":k": {"S": "job"}})
+        ]
+        items = self._batch_get("read running Never jobs", keys)
+        return sorted((self._job(v) for v in items if v.get("sk") == "JOB"), key=lambda r: r.key)
+
+    def _index_older_jobs(self) -> None:
+        """Once per table: indexes the job items a version before the index wrote."""
+        if getattr(self, "_indexed", False):
+            return
+        if "Item" not in self._call("read the index marker", "get_item", Key=_INDEXED, ConsistentRead=True):
+            for values in self._list_kind("job"):
+                job = self._job(values)
+                if _runs_never(job) != (RUNNING_NEVER in values):
+                    self._update(f"index job {job.key}", job_pk(job.key), "JOB",
+                                 {RUNNING_NEVER: "job" if _runs_never(job) else None},
+                                 condition="attribute_exists(pk)")
+            self._call("write the index marker", "put_item", Item=_INDEXED)
+        self._indexed = True
 
     def delete_job(self, key: str) -> None:
         """Deletes the node and excluded items of every shard, then the job item (a retry finds the rest)."""
@@ -205,8 +249,8 @@ class JobItems(Table):
     def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool:
         condition = "#state = :running" + (" AND #done = #desired" if require_done else "")
         try:
-            self._update(f"finish job {key}", job_pk(key), "JOB", fields, condition=condition,
-                         values={":running": JobState.RUNNING}, add={"version": 1})
+            self._update(f"finish job {key}", job_pk(key), "JOB", {**fields, RUNNING_NEVER: None},
+                         condition=condition, values={":running": JobState.RUNNING}, add={"version": 1})
         except StoreConflictError:
             return False
         return True
