@@ -293,15 +293,23 @@ class Stack:
 
     def __enter__(self) -> Stack:
         import boto3
-        from moto import mock_aws
+
+        from tests.support.aws import serial_mock_aws
 
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
             os.environ.pop(name, None)
         os.environ.update(AWS_DEFAULT_REGION=REGION, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
                           AWS_EC2_METADATA_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING",
-                          POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_TRACE_DISABLED="true")
-        self._mock = mock_aws()
-        self._mock.start()
+                          POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_METRICS_NAMESPACE="Prewarm",
+                          POWERTOOLS_TRACE_DISABLED="true")
+        from prewarm_devtools import aws_limits
+
+        # The limits layer's tables: a transaction saves the items it touches, where moto deep-copies the
+        # whole table (seconds a transaction at 20,000 node items); its quotas stay out of the way here.
+        self._limits = aws_limits.limits()
+        self._limits.__enter__()
+        self._mock = serial_mock_aws()
+        self._mock.__enter__()
         self._serving = self.trace.serving()
         self._serving.__enter__()
         from prewarm_devtools.sam.template import create_table, load_template
@@ -331,7 +339,8 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self._serving.__exit__(None, None, None)
-        self._mock.stop()
+        self._mock.__exit__(None, None, None)
+        self._limits.__exit__(None, None, None)
 
     def invoke(self, bodies: Sequence[str], config: FunctionConfig) -> tuple[Invocation, set[int]]:
         """One invocation on `bodies`: what it did, and the indexes of the items it returned."""
@@ -535,6 +544,16 @@ def status_scenario(args: argparse.Namespace, config: FunctionConfig) -> Json:
     return figures
 
 
+def told(stack: Stack, node: str) -> bool:
+    """Whether the node's queue holds a RequiredImages (among its PullTasks)."""
+    url = stack.queues.queue_url(node)
+    while got := stack.queues.client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                                     VisibilityTimeout=600).get("Messages", []):
+        if any('"kind":"required"' in m["Body"] for m in got):
+            return True
+    return False
+
+
 def storm_scenario(args: argparse.Namespace, config: FunctionConfig) -> Json:
     from prewarm.domain.jobs import JobState
     from prewarm.domain.messages import Hello
@@ -572,10 +591,7 @@ def storm_scenario(args: argparse.Namespace, config: FunctionConfig) -> Json:
               f"{config.timeout_s:g} s")
         delivery = deliver([t + REPORT_SEND_S for t in joined],
                            lambda ids: stack.invoke([bodies[i] for i in ids], config), config, verbose=args.verbose)
-        told = [t for t in (stack.queues.client.receive_message(QueueUrl=stack.queues.queue_url(n),
-                                                                 MaxNumberOfMessages=10, WaitTimeSeconds=0)
-                            for n in joining)]
-        required = sum(any('"required_images"' in m["Body"] for m in got.get("Messages", [])) for got in told)
+        required = sum(told(stack, n) for n in joining)
         registered = sum(stack.store.get_node(n) is not None for n in joining)
         in_jobs = min(len({t.node for t in stack.store.get_tasks(k)} & set(joining)) for k in never)
         problems = [p for k in never for p in invariant_problems(stack.store, k)]
