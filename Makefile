@@ -109,6 +109,7 @@ bench: $(STAMP) node-deps
 	$(PY) benchmarks/e2e_latency.py --nodes 20
 	$(PY) benchmarks/slot_refill.py --nodes 10 --parallelism 5 --image-mb 30
 	$(PY) benchmarks/resource_sync.py --jobs 1000
+	$(PY) benchmarks/capacity.py
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache build

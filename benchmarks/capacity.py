@@ -582,10 +582,10 @@ def storm_scenario(args: argparse.Namespace, config: FunctionConfig) -> Json:
         print(f"  set-up: {args.finished_jobs} finished jobs, {args.never_jobs} running Never jobs over "
               f"{args.old_nodes} nodes ({time.perf_counter() - started:.0f} s wall)")
         joined = sorted(rng.uniform(0, args.join_window) for _ in joining)
-        wall = time.time()
+        wall = time.time()  # the taint held for hours of wall clock: the run takes far longer than it models
         bodies = [Hello(node=n, labels={"pool": "gpu", "kubernetes.io/arch": "amd64"}, architecture="amd64",
                         queue_url=stack.queues.queue_url(n), agent_version="capacity",
-                        warm_until=wall + 900).model_dump_json() for n in joining]
+                        warm_until=wall + 6 * 3600).model_dump_json() for n in joining]
         print(f"  {len(bodies)} hellos within {args.join_window:.0f} s, batches of up to {config.batch_size}, "
               f"window {config.window_s:g} s, {config.concurrency} at once, {config.memory_mb} MB, timeout "
               f"{config.timeout_s:g} s")
