@@ -463,12 +463,13 @@ def lag_figures(delivery: Delivery, sent: Sequence[float], config: FunctionConfi
     basis = full or list(zip(delivery.durations, delivery.sizes, strict=True))
     per_batch_s = statistics.fmean(d for d, _ in basis)
     per_batch = statistics.fmean(s for _, s in basis)
+    # Of full batches when there are any: the sustainable rate is a full batch's.
+    trips = [t for t, s in zip(delivery.trips, delivery.sizes, strict=True) if s == config.batch_size or not full]
     return {
         "batches": len(delivery.durations),
         "mean_batch": round(statistics.fmean(delivery.sizes), 1),
         "full_batches": len(full),
-        "round_trips_per_batch": round(statistics.fmean(t for t, (_, s) in zip(delivery.trips, basis, strict=False)
-                                                      if True), 1) if basis else 0,
+        "round_trips_per_batch": round(statistics.fmean(trips), 1),
         "modeled_s_per_batch": round(per_batch_s, 3),
         "sustainable_reports_per_s": round(config.concurrency * per_batch / per_batch_s, 0),
         "lag_p50_s": round(percentile(lags, 0.50), 3),
