@@ -17,7 +17,7 @@ from typing import Any, Literal
 # The calls that change something: a crash between two of them is a half-done operation.
 STORE_WRITES = (
     "create_job", "replace_job_spec", "set_job_fields", "delete_job", "put_tasks", "delete_tasks", "commit_plan",
-    "put_excluded", "update_task", "apply_updates", "add_task", "remove_task", "claim_tasks", "finish_job",
+    "put_excluded", "update_task", "apply_updates", "add_task", "add_tasks", "remove_task", "claim_tasks", "finish_job",
     "put_rule",
     "delete_rule", "put_node", "delete_node",
 )

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import boto3
-from moto import mock_aws
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
@@ -29,6 +28,7 @@ from prewarm.services.schedules import repull_daily, sweep
 from prewarm_devtools.sam.template import create_table, load_template
 from tests.reliability.faults import FaultPlan, InjectedFault
 from tests.reliability.invariants import FINISHED_STATES, job_state
+from tests.support.aws import serial_mock_aws
 from tests.support.clock import Clock
 from tests.support.cluster import FakeCluster, make_node
 from tests.support.control_plane import take_node_messages
@@ -50,7 +50,7 @@ def _template() -> dict[str, Any]:
 @contextmanager
 def moto_aws() -> Iterator[tuple[Any, Any]]:
     """moto in-process with this test's credentials; yields DynamoDB and SQS clients."""
-    with mock_aws():
+    with serial_mock_aws():
         yield (boto3.client("dynamodb", region_name=REGION, aws_access_key_id="testing",
                             aws_secret_access_key="testing"),
                boto3.client("sqs", region_name=REGION, aws_access_key_id="testing",

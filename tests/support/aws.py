@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from moto import mock_aws
+
+_one_request = threading.RLock()
+
+
+@contextmanager
+def serial_mock_aws() -> Iterator[None]:
+    """moto in-process, answering one request at a time, as the limits layer makes the moto server do.
+
+    moto has no locks, and the product calls AWS from several threads at once (a batch's progress
+    writes, a batch of hellos joining several jobs): a transaction deep-copies the table while another
+    thread writes it. AWS serves concurrent calls; so must the stand-in.
+    """
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    original = BotocoreStubber.__call__
+
+    def one_at_a_time(stub: Any, *args: Any, **kwargs: Any) -> Any:
+        with _one_request:
+            return original(stub, *args, **kwargs)
+
+    with mock_aws():
+        BotocoreStubber.__call__ = one_at_a_time  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            BotocoreStubber.__call__ = original  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -19,5 +47,5 @@ def mocked_aws(monkeypatch: pytest.MonkeyPatch, region: str) -> Iterator[None]:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with mock_aws():
+    with serial_mock_aws():
         yield

@@ -11,11 +11,11 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from prewarm import bootstrap
 from prewarm_devtools.sam.events import LambdaContext
 from prewarm_devtools.sam.template import create_table, load_template
+from tests.support.aws import serial_mock_aws
 from tests.support.cluster import FakeCluster
 
 REGION = "us-east-1"
@@ -30,7 +30,7 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         "NODE_QUEUE_PREFIX": "pw", "CLUSTER_NAME": "",
     }.items():
         monkeypatch.setenv(k, v)
-    with mock_aws():
+    with serial_mock_aws():
         ddb = boto3.client("dynamodb", region_name=REGION)
         sqs = boto3.client("sqs", region_name=REGION)
         create_table(ddb, load_template(), "jobs")

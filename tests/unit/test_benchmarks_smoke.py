@@ -358,6 +358,21 @@ def test_fleet_runs_the_never_round_alone_with_its_figures_at_the_top() -> None:
 
 
 @pytest.mark.integration
+def test_capacity_models_both_scenarios_and_loses_nothing() -> None:
+    # Given 20 pulling nodes for 10 s, and 10 nodes joining while 2 Never and 3 finished jobs exist
+    result = run_benchmark("capacity.py", "--nodes", "20", "--seconds", "10", "--joining", "10", "--join-window", "3",
+                           "--never-jobs", "2", "--finished-jobs", "3", timeout=600)
+    status, storm = result["status"], result["storm"]
+    # Then every report is stored, its node holds the newest progress and the counters are exact
+    assert status["reports"] > 20 and status["lost_reports"] == 0 and status["progress_not_newest"] == 0
+    assert status["counters_exact"] is True and status["dlq"] == 0
+    assert status["round_trips_per_batch"] > 0 and status["lag_p50_s"] <= status["lag_p99_s"] <= status["lag_max_s"]
+    # And every joining node is registered, in both Never jobs and told its images, nothing in the DLQ
+    assert storm["registered"] == storm["sent_required_images"] == storm["in_every_never_job"] == 10
+    assert storm["dlq"] == 0 and storm["counters_exact"] is True and storm["last_told_s"] is not None
+
+
+@pytest.mark.integration
 def test_moto_queues_times_both_codes_at_every_depth() -> None:
     result = run_benchmark("moto_queues.py", "--depths", "20,60", "--calls", "1")
     assert set(result) == {"moto", "patched"}

@@ -12,7 +12,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -308,18 +308,16 @@ def _replan_round(
     return result
 
 
-def add_node_to_job(store: JobStore, record: StoredJob, node: str, *, now: float) -> bool:
-    """Adds one node (a new node's hello) to a planned round; False when it is already there."""
-    existing = store.get_task(record.key, node, shards=record.ref.shards)
-    if existing is not None and existing.round == record.round:
-        return False
-    task = NodeTaskRecord(node=node, round=record.round, updated_at=now)
-    try:
-        # A claim or a batch of reports holds the job item for a moment: many hellos at once meet them.
-        retry_refused_write(lambda: store.add_task(record.ref, task, plan_id=record.plan_id))
-    except StoreConflictError:
-        return False
-    return True
+def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, now: float) -> list[str]:
+    """Adds new nodes (a batch's hellos) to a planned round, up to 99 a transaction; the nodes added
+    (a node already in the round is not)."""
+    present = store.get_tasks_of(record.ref, nodes)
+    new = [n for n in nodes if (t := present.get(n)) is None or t.round != record.round]
+    if not new:
+        return []
+    tasks = [NodeTaskRecord(node=n, round=record.round, updated_at=now) for n in new]
+    # A claim or a batch of reports holds the job item for a moment: many hellos at once meet them.
+    return retry_refused_write(lambda: store.add_tasks(record.ref, tasks, plan_id=record.plan_id))
 
 
 def resend_dispatched(
@@ -337,21 +335,28 @@ def resend_dispatched(
     return len(pending) - len(failures), failures
 
 
-def resend_to_node(store: JobStore, queues: TaskQueues, node: str) -> tuple[int, list[tuple[str, str]]]:
-    """Sends a node the tasks dispatched to it but not yet taken up: its agent has just said hello, and a
-    task sent before it created its queue had nowhere to go (the control plane never creates one)."""
+def resend_to_nodes(store: JobStore, queues: TaskQueues, running: Sequence[StoredJob], nodes: list[str]
+                    ) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Sends new nodes the tasks dispatched to them but not yet taken up: their agents have just said
+    hello, and a task sent before an agent created its queue had nowhere to go (the control plane never
+    creates one). `running`: the running jobs (the store's index of them); per job, the nodes' items are
+    read in one batch. Answers the tasks sent per node and the sends that failed."""
     pending = []
-    for record in store.list_jobs():
+    for record in running:
         if not record.is_dispatching:
             continue
-        task = store.get_task(record.key, node, shards=record.ref.shards)
-        if task is not None and task.round == record.round and task.phase is NodePhase.WAITING \
-                and task.dispatched_at is not None:
-            pending.append(record.pull_task(node))
+        for node, task in store.get_tasks_of(record.ref, nodes).items():
+            if task.round == record.round and task.phase is NodePhase.WAITING and task.dispatched_at is not None:
+                pending.append(record.pull_task(node))
     if not pending:
-        return 0, []
+        return {}, []
     failures = queues.send_many(pending)
-    return len(pending) - len(failures), failures
+    failed = {node for node, _ in failures}
+    sent: dict[str, int] = {}
+    for task in pending:
+        if task.node not in failed:
+            sent[task.node] = sent.get(task.node, 0) + 1
+    return sent, failures
 
 
 @dataclass

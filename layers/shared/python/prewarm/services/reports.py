@@ -2,7 +2,7 @@
 
 A batch of reports is applied job by job: the job item is read once, the reported nodes' items are
 read together, the pure counting rules (`prewarm.domain.status`) decide what each report does, and:
-- progress within Pulling writes only its node item;
+- progress within Pulling writes only its node item, up to `WRITERS` nodes at once;
 - phase changes are written in transactions of up to 99 node items plus one counter update of the
   job item, so the job item is written once per batch, not once per report;
 - every freed slot of the job is refilled once, after the batch.
@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
@@ -23,13 +25,14 @@ from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, Requ
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
-from prewarm.services.dispatch import add_node_to_job, fill_slots, finish_if_done, resend_to_node
+from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     Cluster,
     JobStore,
     Redelivery,
     StoreConflictError,
+    StoreError,
     StoreRetryableError,
     TaskQueues,
     TaskSendError,
@@ -43,6 +46,28 @@ NODES_PER_TRANSACTION = 99
 _ATTEMPTS = 6
 # Between attempts of a batch refused by throttling or another writer's transaction.
 _BACKOFF = Backoff(0.05, 1.0)
+# Writes of one batch that touch different items run this many at a time: one after another, 100
+# progress writes of a few milliseconds each held a batch for half a second (benchmarks/capacity.py).
+WRITERS = 16
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def concurrently(call: Callable[[_T], _R], items: Sequence[_T]) -> list[_R | StoreError]:
+    """`call` on each item, up to `WRITERS` at once: per item, in order, its result or the store's
+    conflict or retryable error. Any other error is raised, as a crash of the invocation would be."""
+
+    def one(item: _T) -> _R | StoreError:
+        try:
+            return call(item)
+        except (StoreConflictError, StoreRetryableError) as e:
+            return e
+
+    if len(items) <= 1:
+        return [one(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(WRITERS, len(items))) as pool:
+        return list(pool.map(one, items))
 
 
 @dataclass
@@ -185,13 +210,18 @@ class _JobBatch:
             change, accepted = update
             write = NodeUpdate(node, tasks[node].version, change.fields)
             (counted if change.counts else progress).append((write, change, accepted))
-        for write, change, accepted in progress:
-            try:
-                self.store.update_task(ref, write)
-            except StoreConflictError:
+        refused: StoreRetryableError | None = None
+        writes = concurrently(lambda w: self.store.update_task(ref, w), [w for w, _, _ in progress])
+        for (_, change, accepted), error in zip(progress, writes, strict=True):
+            if isinstance(error, StoreRetryableError):
+                refused = refused or error
+                continue
+            if isinstance(error, StoreError):
                 continue  # another writer changed this node: decided again on the next attempt
             self.result.node_writes += 1
             self._done(change, accepted)
+        if refused is not None:
+            raise refused
         for start in range(0, len(counted), NODES_PER_TRANSACTION):
             chunk = counted[start : start + NODES_PER_TRANSACTION]
             deltas: dict[str, int] = {}
@@ -286,43 +316,109 @@ def register_node(
     now: float,
     clock: Callable[[], float] = time.time,
 ) -> HelloOutcome:
-    """Registers an agent's node, sends a new node the tasks dispatched to it before its agent created its
-    queue, and adds it at once to every active `Never` job that selects it.
-
-    A node that holds the startup taint (`warm_until`) is then sent the images of those jobs; a send
-    that fails raises `TaskSendError`, so the hello is delivered again.
-    """
-    # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before its
-    # agent created its queue; a known node's queue has held its messages all along.
-    first_hello = store.get_node(hello.node) is None
-    store.put_node(RegisteredNode(name=hello.node, labels=dict(hello.labels), architecture=hello.architecture,
-                                  os=hello.os, queue_url=hello.queue_url, last_hello=now,
-                                  warm_until=hello.warm_until, agent_version=hello.agent_version))
-    outcome = HelloOutcome(hello.node)
-    if first_hello:
-        outcome.resent, failures = resend_to_node(store, queues, hello.node)
-        if failures:
-            raise TaskSendError(failures)
-    node = cluster.get_node(hello.node) if cluster is not None else None
-    if node is None:
-        # No cluster access (or not visible yet): the agent's own view of its node stands in.
-        node = {
-            "metadata": {"name": hello.node, "labels": dict(hello.labels)},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }
-    # Read before the jobs are: a list computed from older jobs never replaces a newer one.
-    as_of = clock()
-    selecting, images = jobs_selecting(store, cluster, node)
-    for record in selecting:
-        if add_node_to_job(store, record, hello.node, now=now):
-            outcome.added_to.append(record.key)
-            fill_slots(store, queues, record.key, now=now)
-    if hello.warm_until is not None and hello.warm_until > now:
-        failures = queues.send_many([RequiredImages(node=hello.node, as_of=as_of, images=images)])
-        if failures:
-            raise TaskSendError(failures)
-        outcome.required = [i.image for i in images]
+    """One hello (`register_nodes` of one): raises what made it fail."""
+    outcome = register_nodes(store, queues, cluster, [hello], now=now, clock=clock)[0]
+    if isinstance(outcome, Exception):
+        raise outcome
     return outcome
+
+
+# What sends a hello back to the queue: the store's conflicts and retryable errors, a failed send.
+HelloError = StoreError | TaskSendError
+
+
+def register_nodes(
+    store: JobStore,
+    queues: TaskQueues,
+    cluster: Cluster | None,
+    hellos: Sequence[Hello],
+    *,
+    now: float,
+    clock: Callable[[], float] = time.time,
+) -> list[HelloOutcome | HelloError]:
+    """Registers agents' nodes and adds each at once to every running `Never` job that selects it; per
+    hello, in order, its outcome or the error that sends it back to the queue.
+
+    A batch's hellos share their reads and writes: the running `Never` jobs are read once (through the
+    store's index of them, not every job stored), each job gets its new nodes in one transaction and its
+    free slots filled once, and independent calls run up to `WRITERS` at once. A node that holds the
+    startup taint (`warm_until`) is then sent the images of those jobs.
+    """
+    by_node: dict[str, list[int]] = {}
+    for i, hello in enumerate(hellos):
+        by_node.setdefault(hello.node, []).append(i)
+    failed: dict[str, HelloError] = {}
+
+    first: set[str] = set()
+
+    def register(node: str) -> dict[str, Any]:
+        # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
+        # its agent created its queue; a known node's queue has held its messages all along.
+        if store.get_node(node) is None:
+            first.add(node)
+        for i in by_node[node]:  # one node's hellos in the order given: the last one stands
+            h = hellos[i]
+            store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
+                                          queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
+                                          agent_version=h.agent_version))
+        seen = cluster.get_node(node) if cluster is not None else None
+        # No cluster access (or not visible yet): the agent's own view of its node stands in.
+        return seen or {"metadata": {"name": node, "labels": dict(hellos[by_node[node][-1]].labels)},
+                        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+    objects: dict[str, dict[str, Any]] = {}
+    for node, seen in zip(by_node, concurrently(register, list(by_node)), strict=True):
+        if isinstance(seen, StoreError):
+            failed[node] = seen
+        else:
+            objects[node] = seen
+    # Read after the nodes are registered (a plan that missed them saw these jobs) and before the jobs
+    # are read: a list computed from older jobs never replaces a newer one.
+    as_of = clock()
+    resent: dict[str, int] = {}
+    try:
+        running = store.list_running_jobs() if objects else []
+        if new := sorted(first & objects.keys()):
+            resent, send_failures = resend_to_nodes(store, queues, running, new)
+            for node, error in send_failures:
+                failed[node] = TaskSendError([(node, error)])
+    except (StoreConflictError, StoreRetryableError) as e:
+        running, failed = [], {**failed, **dict.fromkeys(objects, e)}
+        objects = {}
+    records = [r for r in running if r.is_running_never]
+    selected = {node: jobs_selecting(records, cluster, obj) for node, obj in objects.items()}
+    joining: dict[str, list[str]] = {}
+    for node, (jobs, _) in selected.items():
+        for record in jobs:
+            joining.setdefault(record.key, []).append(node)
+    by_key = {r.key: r for r in records}
+    added: dict[str, list[str]] = {}
+
+    def join(key: str) -> list[str]:
+        nodes = add_nodes_to_job(store, by_key[key], joining[key], now=now)
+        if nodes:
+            fill_slots(store, queues, key, now=now)
+        return nodes
+
+    for key, result in zip(joining, concurrently(join, list(joining)), strict=True):
+        if isinstance(result, StoreError):
+            failed.update(dict.fromkeys(joining[key], result))
+            continue
+        for node in result:
+            added.setdefault(node, []).append(key)
+    warming = [n for n in selected if n not in failed and (w := hellos[by_node[n][-1]].warm_until) and w > now]
+    sends = [RequiredImages(node=n, as_of=as_of, images=selected[n][1]) for n in warming]
+    for node, error in queues.send_many(sends) if sends else []:
+        failed[node] = TaskSendError([(node, error)])
+    outcomes: list[HelloOutcome | HelloError] = []
+    for hello in hellos:
+        if hello.node in failed:
+            outcomes.append(failed[hello.node])
+            continue
+        required = [i.image for i in selected[hello.node][1]] if hello.node in warming else None
+        outcomes.append(HelloOutcome(hello.node, sorted(added.get(hello.node, [])), resent.get(hello.node, 0),
+                                     required))
+    return outcomes
 
 
 @dataclass
@@ -353,14 +449,16 @@ def record_status(
     """
     outcome = StatusBatchOutcome()
     reports: list[tuple[str, StatusReport]] = []
+    hellos: list[tuple[str, Hello]] = []
     for message_id, message in messages:
         if isinstance(message, StatusReport):
             reports.append((message_id, message))
             continue
+        if isinstance(message, Hello):
+            hellos.append((message_id, message))
+            continue
         try:
-            if isinstance(message, Hello):
-                outcome.hellos.append(register_node(store, queues, cluster, message, now=now))
-            elif isinstance(message, ImageGone):
+            if isinstance(message, ImageGone):
                 outcome.gone.append(record_gone(store, queues, message))
             else:
                 record_warm(store, message)
@@ -368,6 +466,14 @@ def record_status(
         except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
             log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
             outcome.retry_ids.append(message_id)
+    if hellos:
+        registered = register_nodes(store, queues, cluster, [h for _, h in hellos], now=now)
+        for (message_id, hello), registration in zip(hellos, registered, strict=True):
+            if isinstance(registration, HelloOutcome):
+                outcome.hellos.append(registration)
+            else:
+                log.warning("hello of %s not applied yet: %s", hello.node, registration)
+                outcome.retry_ids.append(message_id)
     if reports:
         batch = record_reports(store, queues, [r for _, r in reports], now=now)
         outcome.job_writes = batch.job_writes

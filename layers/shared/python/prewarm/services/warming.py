@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prewarm.domain.images import parse_image
@@ -22,15 +22,21 @@ from prewarm.services.ports import Cluster, JobStore, TaskQueues
 log = logging.getLogger(__name__)
 
 
+def running_never_jobs(store: JobStore) -> list[StoredJob]:
+    """The running `Never` jobs: what a new node is added to and must be warm for (read through the
+    store's index of them, not from every job stored)."""
+    return [r for r in store.list_running_jobs() if r.is_running_never]
+
+
 def jobs_selecting(
-    store: JobStore, cluster: Cluster | None, node: Mapping[str, Any]
+    records: Sequence[StoredJob], cluster: Cluster | None, node: Mapping[str, Any]
 ) -> tuple[list[StoredJob], list[RequiredImage]]:
-    """The running `Never` jobs that select `node` (a Node object), and the images they want there.
+    """Of the running `Never` jobs `records`, those that select `node` (a Node object), and the images
+    they want there.
 
     Jobs with a `podSelector` need the cluster to see the node's pods: without one they select nothing.
     """
     name = str(node.get("metadata", {}).get("name", ""))
-    records = [r for r in store.list_jobs() if r.is_running_never]
     never: list[NeverJob] = []
     pods: dict[str, list[dict[str, Any]]] = {}
     for record in records:
@@ -75,13 +81,14 @@ def send_required_images(
     if not names or cluster is None:
         return []
     messages = []
+    # Read before the jobs are: a list computed from older jobs never replaces a newer one.
+    as_of = clock()
+    records = running_never_jobs(store)
     for name in names:
         node = cluster.get_node(name)
         if node is None:
             continue
-        # Read before the jobs are: a list computed from older jobs never replaces a newer one.
-        as_of = clock()
-        _, images = jobs_selecting(store, cluster, node)
+        _, images = jobs_selecting(records, cluster, node)
         messages.append(RequiredImages(node=name, as_of=as_of, images=images))
     failures = queues.send_many(messages) if messages else []
     log.info("sent %d warming nodes their required images", len(messages) - len(failures))

@@ -15,6 +15,19 @@ from prewarm.services.ports import StoreConflictError
 _COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 NODES_PER_SHARD = 100
 MAX_SHARDS = 64
+# The sparse, keys-only `running` index: only running jobs carry the attribute, so a hello reads those
+# jobs (the `Never` ones it joins, those with tasks dispatched before its queue), not every job ever stored. Set and removed by the writes
+# that change a job's spec or state, never by its counter updates, so reports never write the index.
+RUNNING = "running"
+# An item saying every job item is indexed: tables of versions before the index are indexed once, by
+# the first reader that finds it missing.
+_INDEXED = {"pk": {"S": "INDEX#running"}, "sk": {"S": "INDEX"}}
+
+
+def _runs(job: StoredJob) -> bool:
+    """Whether the job item belongs in the index: a running job (planned or not yet); readers apply
+    their own rule (`StoredJob.is_running_never`, `is_dispatching`)."""
+    return job.state is JobState.RUNNING
 
 
 def job_of_item(item: Mapping[str, Any] | None) -> StoredJob | None:
@@ -65,6 +78,7 @@ class JobItems(Table):
                 "children": job.children or None,
                 "pull_secret_arns": job.pull_secret_arns or None,
                 "placement_note": job.placement_note or None,
+                RUNNING: "job" if _runs(job) else None,
             }
         )
 
@@ -120,6 +134,7 @@ class JobItems(Table):
             "completion_time": job.completion_time,
             "message": job.message,
             "ttl": job.ttl,
+            RUNNING: "job" if _runs(job) else None,
         }
         self._update(
             f"update job {job.key}", job_pk(job.key), "JOB", fields,
@@ -129,6 +144,8 @@ class JobItems(Table):
     def set_job_fields(self, key: str, fields: Mapping[str, Any], *, condition_state: JobState | None = None) -> None:
         if "platforms" in fields:
             fields = {k: json.dumps(v) if k == "platforms" else v for k, v in fields.items()}
+        if "state" in fields and fields["state"] != JobState.RUNNING:
+            fields = {**fields, RUNNING: None}
         self._update(
             f"update job {key}", job_pk(key), "JOB", fields,
             condition="attribute_exists(pk)" + (" AND #state = :state" if condition_state else ""),
@@ -137,6 +154,33 @@ class JobItems(Table):
 
     def list_jobs(self) -> list[StoredJob]:
         return sorted((self._job(v) for v in self._list_kind("job")), key=lambda r: r.key)
+
+    def list_running_jobs(self) -> list[StoredJob]:
+        """The running jobs (and any that stopped a moment ago: the index is eventually consistent, as
+        `list_jobs`' is), read through the `running` index."""
+        self._index_older_jobs()
+        keys = [
+            self._key(v["pk"], v["sk"])
+            for v in self._query("list running jobs", IndexName=RUNNING,
+                                 KeyConditionExpression=f"{RUNNING} = :k",
+                                 ExpressionAttributeValues={":k": {"S": "job"}})
+        ]
+        items = self._batch_get("read running jobs", keys)
+        return sorted((self._job(v) for v in items if v.get("sk") == "JOB"), key=lambda r: r.key)
+
+    def _index_older_jobs(self) -> None:
+        """Once per table: indexes the job items a version before the index wrote."""
+        if getattr(self, "_indexed", False):
+            return
+        if "Item" not in self._call("read the index marker", "get_item", Key=_INDEXED, ConsistentRead=True):
+            for values in self._list_kind("job"):
+                job = self._job(values)
+                if _runs(job) != (RUNNING in values):
+                    self._update(f"index job {job.key}", job_pk(job.key), "JOB",
+                                 {RUNNING: "job" if _runs(job) else None},
+                                 condition="attribute_exists(pk)")
+            self._call("write the index marker", "put_item", Item=_INDEXED)
+        self._indexed = True
 
     def delete_job(self, key: str) -> None:
         """Deletes the node and excluded items of every shard, then the job item (a retry finds the rest)."""
@@ -207,8 +251,8 @@ class JobItems(Table):
     def finish_job(self, key: str, fields: Mapping[str, Any], *, require_done: bool = True) -> bool:
         condition = "#state = :running" + (" AND #done = #desired" if require_done else "")
         try:
-            self._update(f"finish job {key}", job_pk(key), "JOB", fields, condition=condition,
-                         values={":running": JobState.RUNNING}, add={"version": 1})
+            self._update(f"finish job {key}", job_pk(key), "JOB", {**fields, RUNNING: None},
+                         condition=condition, values={":running": JobState.RUNNING}, add={"version": 1})
         except StoreConflictError:
             return False
         return True

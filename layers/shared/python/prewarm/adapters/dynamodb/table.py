@@ -138,7 +138,9 @@ class Table:
             import boto3
             from botocore.config import Config
 
-            self._client = boto3.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 8}))
+            # Connections for the status path's concurrent writes (services.reports.WRITERS) and then some.
+            self._client = boto3.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 8},
+                                                                  max_pool_connections=32))
         return self._client
 
     def _call(self, what: str, op: str, **kwargs: Any) -> dict[str, Any]:

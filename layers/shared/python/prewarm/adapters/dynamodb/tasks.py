@@ -175,20 +175,53 @@ class NodeTaskItems(JobItems):
             items.append({"Update": job})
         self._transact(f"record {len(updates)} nodes in {ref.key}", items)
 
-    def add_task(self, ref: JobRound, task: NodeTaskRecord, *, plan_id: str) -> None:
-        """Adds one node to a planned round, counting it, atomically (new nodes, edited selectors)."""
-        put = {
-            "Item": self._task_item(ref.key, task, ref.shards),
-            "ConditionExpression": "attribute_not_exists(pk) OR #round < :r",
-            "ExpressionAttributeNames": {"#round": "round"},
-            "ExpressionAttributeValues": {":r": to_attribute(task.round)},
-        }
+    def _add_actions(self, ref: JobRound, tasks: Sequence[NodeTaskRecord], plan_id: str) -> list[dict[str, Any]]:
+        puts = [
+            {"Put": {
+                "Item": self._task_item(ref.key, task, ref.shards),
+                "ConditionExpression": "attribute_not_exists(pk) OR #round < :r",
+                "ExpressionAttributeNames": {"#round": "round"},
+                "ExpressionAttributeValues": {":r": to_attribute(ref.round)},
+            }}
+            for task in tasks
+        ]
         job = self._update_args(
             job_pk(ref.key), "JOB", {}, condition="#uid = :u AND #round = :r AND #planned = :p",
-            values={":u": ref.uid, ":r": task.round, ":p": plan_id},
-            add={"desired": 1, "waiting": 1, "version": 1},
+            values={":u": ref.uid, ":r": ref.round, ":p": plan_id},
+            add={"desired": len(tasks), "waiting": len(tasks), "version": 1},
         )
-        self._transact(f"add {task.node} to {ref.key}", [{"Put": put}, {"Update": job}])
+        return [*puts, {"Update": job}]
+
+    def add_task(self, ref: JobRound, task: NodeTaskRecord, *, plan_id: str) -> None:
+        """Adds one node to a planned round, counting it, atomically (new nodes, edited selectors)."""
+        self._transact(f"add {task.node} to {ref.key}", self._add_actions(ref, [task], plan_id))
+
+    def add_tasks(self, ref: JobRound, tasks: Sequence[NodeTaskRecord], *, plan_id: str) -> list[str]:
+        """Adds nodes to a planned round, counting them, up to 99 a transaction (a batch of hellos): the
+        nodes added. A node already in the round is left out; a round or plan that changed adds none."""
+        pending = list({t.node: t for t in tasks}.values())
+        added: list[str] = []
+        while pending:
+            chunk = pending[:MAX_NODES_PER_TRANSACTION]
+            actions = self._add_actions(ref, chunk, plan_id)
+            for entry in actions:
+                next(iter(entry.values()))["TableName"] = self.table_name
+            try:
+                self.client.transact_write_items(TransactItems=actions)
+            except ClientError as e:
+                reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
+                if e.response.get("Error", {}).get("Code") != "TransactionCanceledException" or any(
+                    r not in ("", "None", "ConditionalCheckFailed") for r in reasons
+                ):
+                    raise store_error(e, f"add {len(chunk)} nodes to {ref.key}") from e
+                if len(reasons) > len(chunk) and reasons[len(chunk)] == "ConditionalCheckFailed":
+                    return added  # the job left this round or plan: the next plan selects the nodes
+                present = {t.node for t, r in zip(chunk, reasons, strict=False) if r == "ConditionalCheckFailed"}
+                pending = [t for t in pending if t.node not in present]
+                continue
+            added += [t.node for t in chunk]
+            pending = pending[len(chunk):]
+        return added
 
     def remove_task(self, ref: JobRound, task: NodeTaskRecord) -> None:
         """Removes one node from the round and from the counters, atomically (deselected nodes)."""

@@ -1,0 +1,672 @@
+"""The status path in AWS's time: how many reports a second `record_status` sustains, how late a report
+is stored, and how a join storm of hellos goes.
+
+`fleet.py` counts writes on a simulated clock paced by moto; it cannot say how long the work takes on
+AWS. This benchmark runs the real handler (`functions/record_status/app.py`, through `bootstrap` into
+`services/reports.py`) on moto in-process, batch by batch, and records every AWS call each invocation
+makes with botocore's `before-call`/`after-call` events (and every Kubernetes call through a recording
+cluster): its operation, its thread, when it started and ended, and the CPU its thread spent inside
+it (moto's own work, which is not the function's). Calls that overlap in time on different threads
+ran concurrently; the rest ran one after another. An invocation's modeled wall time is then:
+
+- per group of overlapping calls, the busiest thread's sum of published latencies (`LATENCY_S`),
+  summed over the groups in order: the invocation's sequential AWS round trips;
+- plus the invocation's own CPU time (process CPU over the invocation minus the CPU spent inside the
+  calls), scaled to the function's `MemorySize` from template.yaml: Lambda allocates CPU in
+  proportion to memory, one full vCPU at 1,769 MB (Lambda developer guide, "Configure Lambda
+  function memory"). A core of this machine counts as one vCPU (an assumption; printed below);
+- plus Lambda's invoke overhead (`INVOKE_OVERHEAD_S`, an assumption).
+
+The modeled durations are fed through the event source as template.yaml configures it (`BatchSize`,
+`MaximumBatchingWindowInSeconds`, `ScalingConfig.MaximumConcurrency`; a batch over the function's
+`Timeout` comes back after the queue's `VisibilityTimeout`, to the DLQ after `maxReceiveCount`): a
+batch closes when it is full or its window has passed and runs on the first free slot. Batches run
+for real one at a time, in the order the model starts them, so concurrency shows in modeled time
+only: transaction conflicts between concurrent invocations are `fleet.py`'s to count.
+
+Two scenarios (`--scenario`):
+- `status`: `--nodes` (5,000) pulling nodes of one `Always` job, one progress report each every 5 s,
+  for `--seconds` of arrivals; prints sequential AWS round trips per batch, modeled seconds per
+  batch, sustainable reports per second (MaximumConcurrency x a full batch / its modeled seconds),
+  and the report → stored status lag p50/p99/max (to the end of the invocation that stored it).
+- `storm`: `--joining` (1,000) nodes say hello within `--join-window` (60) s, each with the startup
+  taint, while `--never-jobs` (20) running `Never` jobs and `--finished-jobs` (500) finished jobs are
+  stored; prints when the last node is registered and sent its RequiredImages, the longest
+  invocation as a share of its timeout, the DLQ count, and calls per hello.
+
+The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import heapq
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and not __package__:  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.fleet import IMAGE, IMAGE_BYTES, NAMESPACE, PROGRESS_EVERY_S, REGION
+from benchmarks.measure import BenchmarkError, Target, emit, print_machine, print_targets
+
+Json = dict[str, Any]
+
+# --- published latencies ------------------------------------------------------------------------
+#
+# DynamoDB: "single-digit millisecond performance at any scale" (Amazon DynamoDB developer guide,
+# "What is Amazon DynamoDB?", and the DynamoDB FAQ). Single-item calls and a one-partition Query are
+# modeled at 5 ms, the middle of that bound. AWS publishes no latency for batch or transactional
+# calls: BatchGetItem (up to 100 items, read in parallel server-side) at 10 ms and TransactWriteItems
+# (two-phase, up to 100 actions; developer guide "Amazon DynamoDB Transactions: How it works") at
+# 20 ms are ASSUMPTIONS, 2x and 4x a single write.
+# SQS: "Typical latencies for SendMessage, ReceiveMessage, and DeleteMessage API requests are in the
+# tens or low hundreds of milliseconds" (Amazon SQS FAQ); the developer guide's example of a client in
+# the same Region averages 20 ms ("Increasing throughput using horizontal scaling and action
+# batching"). SendMessage and the other single-queue calls at 20 ms, SendMessageBatch (up to 10) at
+# 30 ms (an ASSUMPTION).
+# Kubernetes: a GET of one object from the EKS API server in the same Region at 10 ms, a filtered
+# LIST at 20 ms: ASSUMPTIONS (EKS publishes none).
+LATENCY_S: dict[str, float] = {
+    "dynamodb:GetItem": 0.005, "dynamodb:PutItem": 0.005, "dynamodb:UpdateItem": 0.005,
+    "dynamodb:DeleteItem": 0.005, "dynamodb:Query": 0.005,
+    "dynamodb:BatchGetItem": 0.010, "dynamodb:BatchWriteItem": 0.010,
+    "dynamodb:TransactWriteItems": 0.020, "dynamodb:TransactGetItems": 0.010,
+    "sqs:SendMessage": 0.020, "sqs:SendMessageBatch": 0.030, "sqs:CreateQueue": 0.020,
+    "sqs:GetQueueUrl": 0.020, "sqs:ChangeMessageVisibility": 0.020, "sqs:ChangeMessageVisibilityBatch": 0.030,
+    "sqs:DeleteMessage": 0.020, "sqs:GetQueueAttributes": 0.020,
+    "kubernetes:get_node": 0.010, "kubernetes:list_pods": 0.020, "kubernetes:list_nodes": 0.020,
+}
+# The agent's SendMessage of its report to the status queue, before any poller can see it.
+REPORT_SEND_S = LATENCY_S["sqs:SendMessage"]
+# Lambda's own cost of invoking a warm function from the event source mapping: an ASSUMPTION.
+INVOKE_OVERHEAD_S = 0.020
+# One vCPU at 1,769 MB (Lambda developer guide, "Configure Lambda function memory").
+FULL_VCPU_MB = 1769
+
+TARGET_REPORTS_PER_S = 3000.0
+TARGET_P99_LAG_S = 5.0
+TARGET_STORM_S = 90.0
+TARGET_TIMEOUT_SHARE = 0.5
+
+
+# --- recording the calls an invocation makes -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    op: str  # "dynamodb:UpdateItem", "kubernetes:get_node"
+    thread: int
+    start: float
+    end: float
+    cpu: float  # CPU moto spent serving it on the calling thread: AWS's work, not the function's
+
+
+class CallTrace:
+    """Every AWS call of the clients it is attached to, and every call of a `RecordingCluster`.
+
+    The CPU moto spends answering (in-process, on the caller's thread) is measured around moto's
+    request handler alone, so the client's own work (serializing, signing, parsing) stays the
+    function's CPU."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._open = threading.local()
+        self._lock = threading.Lock()
+
+    def attach(self, client: Any) -> None:
+        events = client.meta.events
+        events.register("before-call", self._before)
+        events.register("after-call", self._after)
+        events.register("after-call-error", self._after)
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Measures moto's CPU per call while inside."""
+        from moto.core.botocore_stubber import BotocoreStubber
+
+        original = BotocoreStubber.__call__
+        trace = self
+
+        def measured(stub: Any, *args: Any, **kwargs: Any) -> Any:
+            cpu = time.thread_time()
+            try:
+                return original(stub, *args, **kwargs)
+            finally:
+                stack = trace._stack()
+                if stack:
+                    stack[-1][3][0] += time.thread_time() - cpu
+
+        BotocoreStubber.__call__ = measured  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            BotocoreStubber.__call__ = original  # type: ignore[method-assign]
+
+    def _before(self, event_name: str, **_: Any) -> None:
+        _, service, operation = event_name.split(".", 2)
+        self.begin(f"{service}:{operation}")
+
+    def _after(self, **_: Any) -> None:
+        self.end()
+
+    def begin(self, op: str) -> None:
+        self._stack().append((op, time.perf_counter(), threading.get_ident(), [0.0]))
+
+    def end(self) -> None:
+        op, start, thread, served = self._stack().pop()
+        call = Call(op, thread, start, time.perf_counter(), served[0])
+        with self._lock:
+            self.calls.append(call)
+
+    def _stack(self) -> list[tuple[str, float, int, list[float]]]:
+        if not hasattr(self._open, "stack"):
+            self._open.stack = []
+        return self._open.stack  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def invocation(self) -> Iterator[Invocation]:
+        """Records one invocation: its calls and its own CPU time (all threads, less moto's)."""
+        with self._lock:
+            self.calls = []
+        inv = Invocation()
+        cpu = time.process_time()
+        yield inv
+        inv.cpu_s = time.process_time() - cpu
+        with self._lock:
+            inv.calls = list(self.calls)
+        inv.cpu_s = max(0.0, inv.cpu_s - sum(c.cpu for c in inv.calls))
+
+
+class RecordingCluster:
+    """A `Cluster` whose calls go into the trace (their latency is the API server's, modeled)."""
+
+    def __init__(self, cluster: Any, trace: CallTrace) -> None:
+        self._cluster, self._trace = cluster, trace
+
+    def __getattr__(self, name: str) -> Any:
+        inner = getattr(self._cluster, name)
+        if not callable(inner):
+            return inner
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # The fake answers from memory: its (small) CPU stands in for the client's.
+            self._trace.begin(f"kubernetes:{name}")
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._trace.end()
+
+        return call
+
+
+@dataclass
+class Invocation:
+    calls: list[Call] = field(default_factory=list)
+    cpu_s: float = 0.0
+
+    def groups(self) -> list[list[Call]]:
+        """The calls in groups that overlapped in time (ran concurrently), in order."""
+        out: list[list[Call]] = []
+        end = -1.0
+        for c in sorted(self.calls, key=lambda c: c.start):
+            if out and c.start < end:
+                out[-1].append(c)
+                end = max(end, c.end)
+            else:
+                out.append([c])
+                end = c.end
+        return out
+
+    def sequential(self) -> tuple[int, float]:
+        """(round trips, modeled seconds) one after another: per group, its busiest thread's."""
+        trips, seconds = 0, 0.0
+        for group in self.groups():
+            by_thread: dict[int, list[Call]] = {}
+            for c in group:
+                by_thread.setdefault(c.thread, []).append(c)
+            trips += max(len(cs) for cs in by_thread.values())
+            seconds += max(sum(latency(c.op) for c in cs) for cs in by_thread.values())
+        return trips, seconds
+
+    def modeled_s(self, memory_mb: int) -> float:
+        return self.sequential()[1] + self.cpu_s * FULL_VCPU_MB / memory_mb + INVOKE_OVERHEAD_S
+
+
+def latency(op: str) -> float:
+    if op not in LATENCY_S:
+        raise BenchmarkError(f"no published latency for {op}: add it to LATENCY_S with its source")
+    return LATENCY_S[op]
+
+
+# --- the stack: moto in-process, the template's table and queues, the real handler ----------------
+
+
+@dataclass(frozen=True)
+class FunctionConfig:
+    """What template.yaml says about record_status and its event source."""
+
+    memory_mb: int
+    timeout_s: float
+    batch_size: int
+    window_s: float
+    concurrency: int
+    visibility_s: float
+    max_receives: int
+
+    @classmethod
+    def from_template(cls) -> FunctionConfig:
+        from prewarm_devtools.sam.template import load_template, resource
+
+        template = load_template()
+        fn = resource(template, "RecordStatusFunction", "AWS::Serverless::Function")
+        defaults = template.get("Globals", {}).get("Function", {})
+        source = fn["Events"]["StatusReports"]["Properties"]
+        queue = resource(template, "StatusQueue", "AWS::SQS::Queue")
+        return cls(
+            memory_mb=int(fn.get("MemorySize", defaults.get("MemorySize", 128))),
+            timeout_s=float(fn.get("Timeout", defaults.get("Timeout", 3))),
+            batch_size=int(source.get("BatchSize", 10)),
+            window_s=float(source.get("MaximumBatchingWindowInSeconds", 0)),
+            concurrency=int(source.get("ScalingConfig", {}).get("MaximumConcurrency", 1000)),
+            visibility_s=float(queue.get("VisibilityTimeout", 30)),
+            max_receives=int(queue["RedrivePolicy"]["maxReceiveCount"]),
+        )
+
+
+class Stack:
+    """moto in-process with the template's table, a status queue and the node DLQ; `invoke` runs
+    record_status's handler on a batch of bodies and returns the recorded invocation."""
+
+    def __init__(self, cluster: Any | None = None) -> None:
+        self.trace = CallTrace()
+        self._cluster = cluster
+
+    def __enter__(self) -> Stack:
+        import boto3
+
+        from tests.support.aws import serial_mock_aws
+
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+            os.environ.pop(name, None)
+        os.environ.update(AWS_DEFAULT_REGION=REGION, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                          AWS_EC2_METADATA_DISABLED="true", POWERTOOLS_LOG_LEVEL="WARNING",
+                          POWERTOOLS_METRICS_DISABLED="true", POWERTOOLS_METRICS_NAMESPACE="Prewarm",
+                          POWERTOOLS_TRACE_DISABLED="true")
+        from prewarm_devtools import aws_limits
+
+        # The limits layer's tables: a transaction saves the items it touches, where moto deep-copies the
+        # whole table (seconds a transaction at 20,000 node items); its quotas stay out of the way here.
+        self._limits = aws_limits.limits()
+        self._limits.__enter__()
+        self._mock = serial_mock_aws()
+        self._mock.__enter__()
+        self._serving = self.trace.serving()
+        self._serving.__enter__()
+        from prewarm_devtools.sam.template import create_table, load_template
+
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        sqs = boto3.client("sqs", region_name=REGION)
+        create_table(ddb, load_template(), "jobs")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        dlq = sqs.create_queue(QueueName="prewarm-node-dlq")["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        os.environ.update(TABLE_NAME="jobs", STATUS_QUEUE_URL=status, NODE_QUEUE_PREFIX="pw", NODE_DLQ_ARN=dlq_arn)
+        from prewarm import bootstrap
+        from prewarm.settings import settings
+        from tests.support.handlers import load_handler
+
+        settings.cache_clear()
+        bootstrap.store.cache_clear()
+        bootstrap.queues.cache_clear()
+        self.store, self.queues = bootstrap.store(), bootstrap.queues()
+        self.trace.attach(self.store.client)
+        self.trace.attach(self.queues.client)
+        if self._cluster is not None:
+            self.cluster = RecordingCluster(self._cluster, self.trace)
+            bootstrap.cluster_or_none = lambda: self.cluster  # type: ignore[assignment, return-value]
+        self.handler = load_handler("record_status").lambda_handler
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._serving.__exit__(None, None, None)
+        self._mock.__exit__(None, None, None)
+        self._limits.__exit__(None, None, None)
+
+    def invoke(self, bodies: Sequence[str], config: FunctionConfig) -> tuple[Invocation, set[int]]:
+        """One invocation on `bodies`: what it did, and the indexes of the items it returned."""
+        from prewarm_devtools.sam.events import LambdaContext
+
+        event = {"Records": [{"messageId": str(i), "receiptHandle": str(i), "body": b, "attributes": {},
+                              "eventSource": "aws:sqs"} for i, b in enumerate(bodies)]}
+        context = LambdaContext("record_status", REGION, "123456789012", config.memory_mb, int(config.timeout_s))
+        with self.trace.invocation() as inv:
+            out = self.handler(event, context)
+        return inv, {int(f["itemIdentifier"]) for f in out["batchItemFailures"]}
+
+
+# --- the event source mapping, in modeled time ---------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    """What the event source did with the messages: when each was stored, and each invocation."""
+
+    stored_at: dict[int, float] = field(default_factory=dict)
+    durations: list[float] = field(default_factory=list)
+    trips: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    calls: int = 0
+    dlq: int = 0
+    returned: int = 0
+    timed_out: int = 0
+
+
+def deliver(visible: Sequence[float], run: Callable[[list[int]], tuple[Invocation, set[int]]],
+            config: FunctionConfig, *, verbose: bool = False) -> Delivery:
+    """Messages visible at `visible[i]` (sorted) through batches of the event source in modeled time."""
+    out = Delivery()
+    pending: list[tuple[float, int, int]] = [(t, i, 1) for i, t in enumerate(visible)]  # (visible, index, receive)
+    heapq.heapify(pending)
+    slots = [0.0] * config.concurrency
+    started = time.perf_counter()
+    while pending:
+        free = heapq.heappop(slots)
+        start = max(free, pending[0][0])
+        # The poller gathers until the batch is full or its window has passed since it began.
+        ready = sorted(m[0] for m in heapq.nsmallest(config.batch_size, pending))
+        full_at = ready[-1] if len(ready) == config.batch_size else float("inf")
+        close = max(start, min(full_at, start + config.window_s))
+        batch = []
+        while pending and pending[0][0] <= close and len(batch) < config.batch_size:
+            batch.append(heapq.heappop(pending))
+        inv, returned = run([i for _, i, _ in batch])
+        seconds = inv.modeled_s(config.memory_mb)
+        trips, _ = inv.sequential()
+        out.durations.append(seconds)
+        out.trips.append(trips)
+        out.sizes.append(len(batch))
+        out.calls += len(inv.calls)
+        end = close + seconds
+        if seconds > config.timeout_s:
+            out.timed_out += 1
+            returned = set(range(len(batch)))
+            end = close + config.timeout_s
+        for n, (_, i, receives) in enumerate(batch):
+            if n not in returned:
+                out.stored_at.setdefault(i, end)
+            elif receives >= config.max_receives:
+                out.dlq += 1
+            else:
+                out.returned += 1
+                heapq.heappush(pending, (close + config.visibility_s, i, receives + 1))
+        heapq.heappush(slots, end)
+        if verbose and len(out.durations) % 50 == 0:
+            print(f"    {len(out.durations)} batches, modeled t={end:.1f}s, {len(pending)} pending, "
+                  f"wall {time.perf_counter() - started:.0f}s", flush=True)
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))] if ordered else 0.0
+
+
+# --- the scenarios -----------------------------------------------------------------------------
+
+
+def node_names(count: int, subnet: int) -> list[str]:
+    return [f"ip-10-{subnet}-{i // 250}-{i % 250}.{REGION}.compute.internal" for i in range(count)]
+
+
+def job_manifest(name: str, policy: str, parallelism: int) -> Json:
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"image": IMAGE, "parallelism": parallelism, "completionPolicy": {"type": policy},
+                 "selector": {"matchLabels": {"pool": "gpu"}},
+                 "pullPolicy": {"timeoutSeconds": 1800, "backoffLimit": 3}},
+    }
+
+
+def store_job(stack: Stack, cluster: Any, name: str, policy: str, parallelism: int) -> str:
+    """A job applied and planned as apply and dispatch_job do, outside the trace."""
+    from prewarm.services.dispatch import plan_job
+    from prewarm.services.jobs import apply_manifest
+
+    apply_manifest(stack.store, job_manifest(name, policy, parallelism), now=time.time())
+    key = f"{NAMESPACE}/{name}"
+    plan_job(stack.store, cluster, stack.queues, key, now=time.time())
+    return key
+
+
+def in_batches(stack: Stack, bodies: Sequence[str], config: FunctionConfig) -> None:
+    """Applies reports outside the model (the set-up), every one of them."""
+    for start in range(0, len(bodies), config.batch_size):
+        _, returned = stack.invoke(bodies[start : start + config.batch_size], config)
+        if returned:
+            raise BenchmarkError(f"{len(returned)} reports of the set-up were returned")
+
+
+def lag_figures(delivery: Delivery, sent: Sequence[float], config: FunctionConfig) -> Json:
+    lags = [delivery.stored_at[i] - sent[i] for i in delivery.stored_at]
+    full = [(d, s) for d, s in zip(delivery.durations, delivery.sizes, strict=True) if s == config.batch_size]
+    basis = full or list(zip(delivery.durations, delivery.sizes, strict=True))
+    per_batch_s = statistics.fmean(d for d, _ in basis)
+    per_batch = statistics.fmean(s for _, s in basis)
+    # Of full batches when there are any: the sustainable rate is a full batch's.
+    trips = [t for t, s in zip(delivery.trips, delivery.sizes, strict=True) if s == config.batch_size or not full]
+    return {
+        "batches": len(delivery.durations),
+        "mean_batch": round(statistics.fmean(delivery.sizes), 1),
+        "full_batches": len(full),
+        "round_trips_per_batch": round(statistics.fmean(trips), 1),
+        "modeled_s_per_batch": round(per_batch_s, 3),
+        "sustainable_reports_per_s": round(config.concurrency * per_batch / per_batch_s, 0),
+        "lag_p50_s": round(percentile(lags, 0.50), 3),
+        "lag_p99_s": round(percentile(lags, 0.99), 3),
+        "lag_max_s": round(max(lags, default=0.0), 3),
+        "calls_per_report": round(delivery.calls / max(1, len(sent)), 2),
+        "returned": delivery.returned, "dlq": delivery.dlq, "timed_out": delivery.timed_out,
+        "longest_invocation_s": round(max(delivery.durations, default=0.0), 3),
+    }
+
+
+def status_scenario(args: argparse.Namespace, config: FunctionConfig) -> Json:
+    from prewarm.domain.messages import StatusReport
+    from tests.reliability.invariants import invariant_problems
+    from tests.support.cluster import FakeCluster, make_node
+
+    rng = random.Random(args.seed)
+    nodes = node_names(args.nodes, 0)
+    cluster = FakeCluster(nodes=[make_node(n, pool="gpu") for n in nodes])
+    with Stack() as stack:
+        started = time.perf_counter()
+        key = store_job(stack, cluster, "capacity", "Always", args.nodes)
+        record = stack.store.get_job(key)
+        assert record is not None
+        seq: dict[str, int] = {}
+        newest: dict[str, int] = {}
+        pull_s = 600.0
+
+        def report(node: str, at: float) -> str:
+            seq[node] = seq.get(node, 0) + 1
+            done = int(IMAGE_BYTES * min(1.0, at / pull_s))
+            newest[node] = done
+            return StatusReport(job=key, job_uid=record.uid, round=record.round, node=node, phase="Pulling",
+                                attempt=1, seq=seq[node], bytes_done=done, bytes_total=IMAGE_BYTES,
+                                started_at=time.time()).model_dump_json(exclude_none=True)
+
+        # Every node's first Pulling report (a phase change), outside the model: the steady state is measured.
+        in_batches(stack, [report(n, 0.0) for n in nodes], config)
+        print(f"  set-up: {args.nodes} nodes pulling one Always job ({time.perf_counter() - started:.0f} s wall)")
+        phases = {n: rng.uniform(0, PROGRESS_EVERY_S) for n in nodes}
+        due = sorted((phases[n] + k * PROGRESS_EVERY_S, n) for n in nodes
+                     for k in range(int(args.seconds / PROGRESS_EVERY_S) + 1)
+                     if phases[n] + k * PROGRESS_EVERY_S < args.seconds)
+        bodies = [report(n, t) for t, n in due]
+        sent = [t for t, _ in due]
+        print(f"  {len(bodies)} progress reports over {args.seconds:.0f} s ({len(bodies) / args.seconds:.0f}/s), "
+              f"batches of up to {config.batch_size}, window {config.window_s:g} s, {config.concurrency} at once, "
+              f"{config.memory_mb} MB")
+        delivery = deliver([t + REPORT_SEND_S for t in sent],
+                           lambda ids: stack.invoke([bodies[i] for i in ids], config), config, verbose=args.verbose)
+        figures = lag_figures(delivery, sent, config)
+        record = stack.store.get_job(key)
+        assert record is not None
+        tasks = {t.node: t for t in stack.store.get_tasks(key)}
+        stale = [n for n in nodes if tasks[n].bytes_done != newest[n]]
+        c = record.counters
+        figures.update(
+            nodes=args.nodes, reports=len(bodies), offered_reports_per_s=round(len(bodies) / args.seconds, 1),
+            counters={"desired": c.desired, "waiting": c.waiting, "active": c.active, "succeeded": c.succeeded,
+                      "failed": c.failed},
+            counters_exact=not invariant_problems(stack.store, key) and c.active == c.desired == args.nodes,
+            progress_not_newest=len(stale), lost_reports=len(sent) - len(delivery.stored_at),
+            wall_seconds=round(time.perf_counter() - started, 1),
+        )
+    print(f"  status path: {figures['round_trips_per_batch']} sequential AWS round trips per full batch, "
+          f"{figures['modeled_s_per_batch']} modeled s per batch ({figures['mean_batch']} reports on average, "
+          f"{figures['full_batches']} full of {figures['batches']}); sustainable "
+          f"{figures['sustainable_reports_per_s']:.0f} reports/s; lag p50 {figures['lag_p50_s']} s, "
+          f"p99 {figures['lag_p99_s']} s, max {figures['lag_max_s']} s; {figures['calls_per_report']} calls per "
+          f"report; returned {figures['returned']}, DLQ {figures['dlq']}; counters exact "
+          f"{figures['counters_exact']} {figures['counters']}; nodes whose stored progress is not their newest "
+          f"report {figures['progress_not_newest']}")
+    return figures
+
+
+def told(stack: Stack, node: str) -> bool:
+    """Whether the node's queue holds a RequiredImages (among its PullTasks)."""
+    url = stack.queues.queue_url(node)
+    while got := stack.queues.client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                                     VisibilityTimeout=600).get("Messages", []):
+        if any('"kind":"required"' in m["Body"] for m in got):
+            return True
+    return False
+
+
+def storm_scenario(args: argparse.Namespace, config: FunctionConfig) -> Json:
+    from prewarm.domain.jobs import JobState
+    from prewarm.domain.messages import Hello
+    from prewarm.services.jobs import apply_manifest
+    from tests.reliability.invariants import invariant_problems
+    from tests.support.cluster import FakeCluster, make_node
+
+    rng = random.Random(args.seed)
+    old = node_names(args.old_nodes, 1)
+    joining = node_names(args.joining, 2)
+    cluster = FakeCluster(nodes=[make_node(n, pool="gpu") for n in old])
+    with Stack(cluster) as stack:
+        started = time.perf_counter()
+        for i in range(args.finished_jobs):
+            name = f"finished-{i}"
+            apply_manifest(stack.store, job_manifest(name, "Always", 10), now=time.time())
+            record = stack.store.get_job(f"{NAMESPACE}/{name}")
+            assert record is not None
+            stack.store.finish_job(record.key, record.finish_fields(JobState.COMPLETED, at=time.time()),
+                                   require_done=False)
+        never = [store_job(stack, cluster, f"never-{j}", "Never", args.old_nodes + args.joining)
+                 for j in range(args.never_jobs)]
+        for n in joining:  # the agents create their queues before they say hello
+            stack.queues.ensure_queue(n)
+        cluster.nodes += [make_node(n, pool="gpu") for n in joining]
+        print(f"  set-up: {args.finished_jobs} finished jobs, {args.never_jobs} running Never jobs over "
+              f"{args.old_nodes} nodes ({time.perf_counter() - started:.0f} s wall)")
+        joined = sorted(rng.uniform(0, args.join_window) for _ in joining)
+        wall = time.time()  # the taint held for hours of wall clock: the run takes far longer than it models
+        bodies = [Hello(node=n, labels={"pool": "gpu", "kubernetes.io/arch": "amd64"}, architecture="amd64",
+                        queue_url=stack.queues.queue_url(n), agent_version="capacity",
+                        warm_until=wall + 6 * 3600).model_dump_json() for n in joining]
+        print(f"  {len(bodies)} hellos within {args.join_window:.0f} s, batches of up to {config.batch_size}, "
+              f"window {config.window_s:g} s, {config.concurrency} at once, {config.memory_mb} MB, timeout "
+              f"{config.timeout_s:g} s")
+        delivery = deliver([t + REPORT_SEND_S for t in joined],
+                           lambda ids: stack.invoke([bodies[i] for i in ids], config), config, verbose=args.verbose)
+        required = sum(told(stack, n) for n in joining)
+        registered = sum(stack.store.get_node(n) is not None for n in joining)
+        in_jobs = min(len({t.node for t in stack.store.get_tasks(k)} & set(joining)) for k in never)
+        problems = [p for k in never for p in invariant_problems(stack.store, k)]
+        done = max(delivery.stored_at.values(), default=0.0)
+        figures = {
+            "joining": args.joining, "never_jobs": args.never_jobs, "finished_jobs": args.finished_jobs,
+            "last_told_s": round(done - joined[0], 2) if len(delivery.stored_at) == len(joined) else None,
+            "longest_invocation_s": round(max(delivery.durations), 3),
+            "longest_timeout_share": round(max(delivery.durations) / config.timeout_s, 3),
+            "dlq": delivery.dlq, "returned": delivery.returned, "timed_out": delivery.timed_out,
+            "calls_per_hello": round(delivery.calls / len(joined), 1),
+            "round_trips_per_batch": round(statistics.fmean(delivery.trips), 1),
+            "batches": len(delivery.durations), "mean_batch": round(statistics.fmean(delivery.sizes), 1),
+            "registered": registered, "sent_required_images": required, "in_every_never_job": in_jobs,
+            "counters_exact": not problems, "wall_seconds": round(time.perf_counter() - started, 1),
+        }
+    print(f"  join storm: last node registered and told {figures['last_told_s']} s after the first join; longest "
+          f"invocation {figures['longest_invocation_s']} s ({figures['longest_timeout_share']:.0%} of its timeout); "
+          f"DLQ {figures['dlq']}, returned {figures['returned']}, timed out {figures['timed_out']}; "
+          f"{figures['calls_per_hello']} calls per hello, {figures['round_trips_per_batch']} sequential round "
+          f"trips per batch ({figures['mean_batch']} hellos on average); registered {registered}, told "
+          f"{required}, in every Never job {in_jobs} of {args.joining}; counters exact {figures['counters_exact']}")
+    return figures
+
+
+def targets(status: Json | None, storm: Json | None) -> list[Target]:
+    out = []
+    if status is not None:
+        out += [
+            Target("sustainable reports per s", status["sustainable_reports_per_s"], TARGET_REPORTS_PER_S,
+                   at_least=True),
+            Target("report to stored status lag p99", status["lag_p99_s"], TARGET_P99_LAG_S, " s"),
+            Target("counters exact (1 = yes)", int(status["counters_exact"]), 1, at_least=True),
+            Target("lost reports", status["lost_reports"], 0),
+        ]
+    if storm is not None:
+        last = storm["last_told_s"]
+        out += [
+            Target("last node registered and told, s after the first join",
+                   last if last is not None else float("inf"), TARGET_STORM_S, " s"),
+            Target("longest invocation, share of its timeout", storm["longest_timeout_share"], TARGET_TIMEOUT_SHARE),
+            Target("hellos in the DLQ", storm["dlq"], 0),
+        ]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/capacity.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", choices=("both", "status", "storm"), default="both")
+    parser.add_argument("--nodes", type=int, default=5000, help="pulling nodes (default 5000)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds of progress reports (default 20)")
+    parser.add_argument("--joining", type=int, default=1000, help="nodes joining in the storm (default 1000)")
+    parser.add_argument("--join-window", type=float, default=60.0, help="seconds they join within (default 60)")
+    parser.add_argument("--old-nodes", type=int, default=50, help="nodes before the storm (default 50)")
+    parser.add_argument("--never-jobs", type=int, default=20, help="running Never jobs (default 20)")
+    parser.add_argument("--finished-jobs", type=int, default=500, help="finished jobs stored (default 500)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    config = FunctionConfig.from_template()
+    print_machine()
+    print(f"model: DynamoDB single-item {LATENCY_S['dynamodb:UpdateItem'] * 1000:g} ms, BatchGetItem "
+          f"{LATENCY_S['dynamodb:BatchGetItem'] * 1000:g} ms, TransactWriteItems "
+          f"{LATENCY_S['dynamodb:TransactWriteItems'] * 1000:g} ms, SQS SendMessage "
+          f"{LATENCY_S['sqs:SendMessage'] * 1000:g} ms, invoke {INVOKE_OVERHEAD_S * 1000:g} ms; CPU x "
+          f"{FULL_VCPU_MB / config.memory_mb:.2f} ({config.memory_mb} MB; a core here counts as one vCPU)")
+    status = status_scenario(args, config) if args.scenario in ("both", "status") else None
+    storm = storm_scenario(args, config) if args.scenario in ("both", "storm") else None
+    met = print_targets(targets(status, storm))
+    emit({"status": status, "storm": storm, "targets_met": met, "memory_mb": config.memory_mb,
+          "latency_s": LATENCY_S, "invoke_overhead_s": INVOKE_OVERHEAD_S})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
