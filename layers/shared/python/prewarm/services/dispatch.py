@@ -353,9 +353,9 @@ def resend_to_nodes(store: JobStore, queues: TaskQueues, running: Sequence[Store
     failures = queues.send_many(pending)
     failed = {node for node, _ in failures}
     sent: dict[str, int] = {}
-    for task in pending:
-        if task.node not in failed:
-            sent[task.node] = sent.get(task.node, 0) + 1
+    for message in pending:
+        if message.node not in failed:
+            sent[message.node] = sent.get(message.node, 0) + 1
     return sent, failures
 
 

@@ -16,8 +16,9 @@ _COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 NODES_PER_SHARD = 100
 MAX_SHARDS = 64
 # The sparse, keys-only `running` index: only running jobs carry the attribute, so a hello reads those
-# jobs (the `Never` ones it joins, those with tasks dispatched before its queue), not every job ever stored. Set and removed by the writes
-# that change a job's spec or state, never by its counter updates, so reports never write the index.
+# jobs (the `Never` ones it joins, those that dispatched to it before its queue existed), not every job
+# ever stored. Set and removed by the writes that change a job's spec or state, never by its counter
+# updates, so reports never write the index.
 RUNNING = "running"
 # An item saying every job item is indexed: tables of versions before the index are indexed once, by
 # the first reader that finds it missing.
