@@ -104,7 +104,7 @@ def test_a_hello_joining_a_never_job_meets_a_transaction_on_the_job_item_and_tri
     apply_manifest(plane.store, job_doc(parallelism=5, completionPolicy={"type": "Never"}), now=plane.now())
     plan(plane)
     calls: list[str] = []
-    monkeypatch.setattr(plane.store, "add_task", refused(1, plane.store.add_task, calls))
+    monkeypatch.setattr(plane.store, "add_tasks", refused(1, plane.store.add_tasks, calls))
     from tests.support.cluster import make_node
 
     plane.cluster.nodes.append(make_node("node-new", pool="gpu"))
