@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import copy
 import json
 import random
 import time
@@ -42,6 +43,7 @@ from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_me
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
 from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
 from prewarm_devtools.kubeapi.resources.types import ResourceType
+from prewarm_devtools.kubeapi.schema import apply_defaults
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
 from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
 
@@ -135,14 +137,23 @@ def _watch_line(kind: str, raw: bytes) -> bytes:
 
 
 def _served_as(rtype: ResourceType, obj: Obj) -> Obj:
-    """`obj` (as stored) in the version `rtype` serves: a custom resource's apiVersion is the request's."""
-    if rtype.custom is None or rtype.version == rtype.custom.storage_version:
+    """`obj` (as stored) in the version `rtype` serves: a custom resource's apiVersion is the request's, and
+    the version's schema defaults are filled in, as the API server's storage decoder does on every read
+    (so a default added to a CRD shows on objects stored before it)."""
+    custom = rtype.custom
+    if custom is None:
+        return obj
+    if custom.defaults:
+        obj = copy.deepcopy(obj)
+        apply_defaults(obj, custom.schema)
+    if rtype.version == custom.storage_version:
         return obj
     return {**obj, "apiVersion": rtype.api_version}
 
 
 def _raw_served_as(rtype: ResourceType, raw: bytes) -> bytes:
-    if rtype.custom is None or rtype.version == rtype.custom.storage_version:
+    custom = rtype.custom
+    if custom is None or (rtype.version == custom.storage_version and not custom.defaults):
         return raw
     return dumps(_served_as(rtype, json.loads(raw)))
 

@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -35,11 +34,12 @@ from prewarm_devtools.localmode import grant_cluster_access
 from prewarm_devtools.sam.aws import ACCOUNT, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
 from prewarm_devtools.sam.template import ROOT
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
 API = "prewarm.dev/v1alpha1"
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 
 
 @pytest.fixture(scope="module")
@@ -181,10 +181,8 @@ def test_the_sync_function_may_not_create_jobs_itself(env: dict[str, Any]) -> No
     assert 'cannot create resource "imagepulljobs" in API group "prewarm.dev"' in str(refused.value)
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
 def test_kubectl_applies_a_kruise_manifest_with_only_its_api_version_changed(env: dict[str, Any],
                                                                              tmp_path: Path) -> None:
-    assert KUBECTL is not None
     kubeconfig = env["api"].write_kubeconfig(tmp_path / "config")
     manifest = tmp_path / "job.yaml"
     sample = (ROOT / "samplefiles" / "jobs").glob("*.yaml")

@@ -25,6 +25,7 @@ from kubernetes.client import ApiClient, ApiException, ApiextensionsV1Api, CoreV
 
 from prewarm_devtools.kubeapi import Identity, KubeApiServer
 from tests.support.kube import binding, call, role, rule, status_of, subject
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
@@ -823,11 +824,10 @@ def _apply_crd_and_objects(binary: str, api: KubeApiServer, tmp_path: Path) -> N
         assert unknown.returncode == 0 and 'unknown field "spec.colour"' in unknown.stderr
 
 
-@pytest.mark.skipif(not shutil.which("/usr/bin/kubectl"), reason="no /usr/bin/kubectl")
 def test_kubectl_applies_a_crd_and_its_objects_and_shows_their_columns(
     kubectl_api: KubeApiServer, tmp_path: Path
 ) -> None:
-    _apply_crd_and_objects("/usr/bin/kubectl", kubectl_api, tmp_path)
+    _apply_crd_and_objects(kubectl_binary(), kubectl_api, tmp_path)
 
 
 def test_debian_kubectl_1_20_applies_a_crd_and_its_objects(kubectl_api: KubeApiServer, tmp_path: Path) -> None:

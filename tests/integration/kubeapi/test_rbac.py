@@ -6,7 +6,6 @@ access reviews; dry-run deletes and namespaces that may not be deleted."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from kubernetes.client import (
 
 from prewarm_devtools.kubeapi import Identity, KubeApiServer, service_account
 from tests.support.kube import binding, call, node, pod, role, rule, status_of, subject
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
@@ -421,14 +421,12 @@ def test_system_namespaces_may_not_be_deleted_even_by_the_admin(api: KubeApiServ
         core.delete_namespace("kube-node-lease")
 
 
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
 def test_kubectl_auth_can_i_and_a_forbidden_get(api: KubeApiServer, tmp_path: Path) -> None:
     # Given kubectl (which sends no token over plain HTTP: the server serves it as the admin) and
     # alice, who may list pods in team
-    assert KUBECTL is not None
     grant(
         api,
         role("pod-reader", [rule(["pods"], ["get", "list"])], TEAM),
