@@ -8,7 +8,8 @@ columns, the structural schema rules of `schema.py`), generation and storedVersi
 `custom_resource_types(crd)` are the `ResourceType`s of an established CRD's served versions: one
 store collection for all of them, pruning, defaulting, validation against the version's
 openAPIV3Schema (with its list types and CEL rules, `validationrules.py`), generation (1 on create,
-+1 when anything but metadata, and status when it is a subresource, changes), the status subresource and the printer columns.
++1 when anything but metadata, and status when it is a subresource, changes), the status subresource
+and the printer columns.
 """
 
 from __future__ import annotations
