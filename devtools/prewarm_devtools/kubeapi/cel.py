@@ -8,6 +8,7 @@ fails to compile here.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -51,7 +52,28 @@ class CelPrograms:
         try:
             result = program.evaluate({k: json_to_cel(v) for k, v in activation.items()})
         except Exception as e:  # noqa: BLE001 - evaluation errors come in many kinds
-            raise CelFailure(str(e)) from None
+            raise CelFailure(cel_go_text(e)) from None
         if isinstance(result, CELEvalError):
-            raise CelFailure(str(result))
+            raise CelFailure(cel_go_text(result))
         return result
+
+
+_MEMBER = re.compile(r"no such member in mapping: '(.*)'")
+
+
+def cel_go_text(error: Exception) -> str:
+    """An evaluation error in cel-go's words (`division by zero`, `no such key: x`), not cel-python's
+    (message, exception class, arguments) tuple."""
+    args = error.args
+    text = str(args[0]) if args else str(error)
+    cause = args[1] if len(args) > 1 else None
+    detail = " ".join(str(a) for a in args[2]) if len(args) > 2 and isinstance(args[2], tuple) else ""
+    if cause is ZeroDivisionError:
+        return "modulus by zero" if "division" not in detail else "division by zero"
+    if member := _MEMBER.fullmatch(text):
+        return f"no such key: {member.group(1)}"
+    if "no matching overload" in text or text.startswith("no such overload"):
+        return "no such overload"
+    if cause is IndexError:
+        return "index out of bounds"
+    return text

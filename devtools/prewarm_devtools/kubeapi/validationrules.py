@@ -185,7 +185,13 @@ def _run(rule: Obj, value: Any, old: Any, schema: Obj, path: str) -> Iterator[Fi
     try:
         result = _PROGRAMS.evaluate(expression, activation)
     except CelFailure as e:
-        yield FieldError("Invalid", path, kind, f"{e} evaluating rule: {_rule_text(rule)}")
+        if str(e).startswith("no such overload"):
+            # int-or-string values skip type checking, so a wrong overload shows only now.
+            detail = (f"'{e}': call arguments did not match a supported operator, function or macro signature for "
+                      f"rule: {_rule_text(rule)}")
+        else:
+            detail = f"{e} evaluating rule: {_rule_text(rule)}"
+        yield FieldError("Invalid", path, kind, detail)
         return
     if bool(result):
         return
