@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
 from prewarm.domain.kubernetes import JobValidationError
@@ -311,3 +313,23 @@ def test_changing_pull_secrets_is_accepted_where_kruise_refuses_it() -> None:
     new = manifest(valid("secrets", pullSecrets=["b"]))
     assert crd_errors(new, old) == []
     assert model_errors(new) == []
+
+
+# --- samplefiles ------------------------------------------------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[3] / "samplefiles"
+
+
+def sample_documents() -> list[Obj]:
+    found = []
+    for path in sorted([*SAMPLES.glob("jobs/*.yaml"), *SAMPLES.glob("rules/*.yaml")]):
+        for doc in yaml.safe_load_all(path.read_text()):
+            items = doc.get("items", []) if doc and doc.get("kind") == "List" else [doc]
+            found += [{**item, "apiVersion": API_VERSION} for item in items if item and item.get("kind") in TYPES]
+    return found
+
+
+@pytest.mark.parametrize("doc", sample_documents(), ids=lambda d: f"{d['kind']} {d['metadata']['name']}")
+def test_every_sample_is_accepted_at_apply_as_a_resource(doc: Obj) -> None:
+    assert [str(e) for e in crd_errors(copy.deepcopy(doc))] == []
+    assert model_errors(doc) == []
