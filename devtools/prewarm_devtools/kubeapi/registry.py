@@ -827,6 +827,9 @@ class Registry:
             obj = json.loads(stored.raw)
             obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
+            # Controllers must see the change of meaning (markAsDeleting in the generic store).
+            if (obj["metadata"].get("generation") or 0) > 0:
+                obj["metadata"]["generation"] += 1
             return _served_as(rtype, self._write(rtype, key, obj).obj)
         gone = stored if dry_run else self._write(rtype, key, None)
         if rtype.returns_deleted_object:

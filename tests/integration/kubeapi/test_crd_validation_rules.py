@@ -181,3 +181,17 @@ def test_defaults_are_stored_on_create_and_filled_in_when_read(kube_api: KubeApi
     listed = widgets.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
     assert listed["items"][0]["spec"]["colour"] == "blue"
     assert "colour" not in kube_api.registry.store.get(f"{PLURAL}.{GROUP}", "default/w").obj["spec"]
+
+
+def test_deleting_an_object_held_by_a_finalizer_bumps_its_generation(widgets: CustomObjectsApi) -> None:
+    # Given an object with a finalizer, at generation 1
+    body = widget(size=1)
+    body["metadata"]["finalizers"] = ["example.dev/hold"]
+    assert create(widgets, body)["metadata"]["generation"] == 1
+    # When it is deleted, Then it is marked for deletion and its generation moves, as controllers expect
+    widgets.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "w")
+    held = widgets.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "w")
+    assert held["metadata"]["deletionTimestamp"] and held["metadata"]["generation"] == 2
+    # And deleting it again changes nothing more
+    widgets.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "w")
+    assert widgets.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "w")["metadata"]["generation"] == 2
