@@ -641,6 +641,9 @@ class KubeApiServer:
             if watch:
                 timeout = float(_int(query, "timeoutSeconds") or self.watch_timeout)
                 stream = self.registry.watch(rtype, namespace, list_query, timeout, self.bookmark_interval)
+                wanted = negotiate(headers.get("Accept") or "")
+                if wanted.kind == TABLE and rtype.custom is not None:
+                    stream = _table_events(rtype, stream, wanted.version, query.get("includeObject", ""))
                 return _Response(200, stream=stream)
             return self._read(rtype, self.registry.list_collection(rtype, namespace, list_query), query, headers,
                               is_list=True)
@@ -876,6 +879,21 @@ def _dry_run(query: dict[str, str], options: dict[str, Any] | None = None) -> bo
             )
         return True
     return value == "All"
+
+
+def _table_events(rtype: ResourceType, stream: Iterator[bytes | None], version: str,
+                  include: str) -> Iterator[bytes | None]:
+    """A watch of custom resources as Tables (`kubectl get -w`): each event's object is a Table of its one
+    row, with the printer columns, as the API server transforms watch events for a Table Accept."""
+    for line in stream:
+        if not line:
+            yield line
+            continue
+        event = json.loads(line)
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+            event["object"] = to_table(rtype, event["object"], version, include)
+            line = dumps(event) + b"\n"
+        yield line
 
 
 def _field_manager(query: dict[str, str], headers: Any) -> str:
