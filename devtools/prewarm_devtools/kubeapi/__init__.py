@@ -72,10 +72,10 @@ What it does NOT implement (code relying on these must be tested against a real 
   access key names the principal); no client certificates, no service account token issuing
   (`TokenRequest`: `service_account(ns, name, node=...)` is the identity of a token bound to a
   node, with the user extra `authentication.kubernetes.io/node-name`), no `userextras`
-  impersonation. RBAC: no aggregated ClusterRoles
-  (`aggregationRule` is stored, not followed), no escalation or `bind` checks on role writes, and
-  only the bootstrap policy's cluster-admin, system:discovery, system:basic-user and
-  system:public-info-viewer. Requests without a token get 401 by default; `anonymous="forbidden"`
+  impersonation. RBAC: no escalation or `bind` checks on role writes, and of the bootstrap
+  policy only cluster-admin, system:discovery, system:basic-user, system:public-info-viewer and the
+  user-facing admin, edit and view (their rules for the groups served here), which aggregate what
+  other ClusterRoles are labelled for them, as the aggregation controller does, at once. Requests without a token get 401 by default; `anonymous="forbidden"`
   makes them `system:anonymous` (as on EKS: RBAC lets it read `/version` and health only),
   `anonymous="allowed"` serves them as the cluster admin.
 - TLS unless `tls=True` (then HTTPS with a CA made at start, `ca_pem`, and a certificate for

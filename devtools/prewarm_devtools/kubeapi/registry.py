@@ -41,7 +41,9 @@ from prewarm_devtools.kubeapi.customresources import (
 )
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
+from prewarm_devtools.kubeapi.rbac import aggregated_rules
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
+from prewarm_devtools.kubeapi.resources.rbac import CLUSTER_ROLES
 from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
 from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.schema import apply_defaults, prune
@@ -284,11 +286,22 @@ class Registry:
     def _write(self, rtype: ResourceType, key: str, obj: Obj | None) -> Stored:
         """Store (or, with None, remove) an object, and do what follows from that for CRDs and their objects."""
         stored = self.store.write(rtype.storage, key, obj)
+        if rtype is CLUSTER_ROLES:
+            self._aggregate_cluster_roles()
         if rtype is CUSTOM_RESOURCE_DEFINITIONS:
             self._define(key)
         elif obj is None and rtype.custom is not None:
             self._finish_definition(rtype.custom.definition)
         return stored
+
+    def _aggregate_cluster_roles(self) -> None:
+        """The ClusterRole aggregation controller's work, done at once: each role with an aggregationRule
+        holds the rules of the roles its selectors match (a write of the role's own, so a watch sees it)."""
+        roles = [entry.obj for entry in self.store.snapshot(CLUSTER_ROLES.storage).entries]
+        for name, rules in aggregated_rules(roles).items():
+            current = self.store.get(CLUSTER_ROLES.storage, name)
+            if current is not None:
+                self.store.write(CLUSTER_ROLES.storage, name, {**json.loads(current.raw), "rules": rules})
 
     # -- create --------------------------------------------------------------------------------------
 
