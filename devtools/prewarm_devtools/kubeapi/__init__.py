@@ -75,9 +75,10 @@ What it does NOT implement (code relying on these must be tested against a real 
   impersonation. RBAC: no escalation or `bind` checks on role writes, and of the bootstrap
   policy only cluster-admin, system:discovery, system:basic-user, system:public-info-viewer and the
   user-facing admin, edit and view (their rules for the groups served here), which aggregate what
-  other ClusterRoles are labelled for them, as the aggregation controller does, at once. Requests without a token get 401 by default; `anonymous="forbidden"`
-  makes them `system:anonymous` (as on EKS: RBAC lets it read `/version` and health only),
-  `anonymous="allowed"` serves them as the cluster admin.
+  other ClusterRoles are labelled for them, as the aggregation controller does, at once. Requests
+  without a token get 401 by default; `anonymous="forbidden"` makes them `system:anonymous` (as on
+  EKS: RBAC lets it read `/version` and health only), `anonymous="allowed"` serves them as the
+  cluster admin.
 - TLS unless `tls=True` (then HTTPS with a CA made at start, `ca_pem`, and a certificate for
   127.0.0.1 and localhost; no client certificates), HTTP/2, protobuf and CBOR bodies, `Table` output
   for built-in types, `pretty` for watch streams, gzip responses, the schemas of built-in types in
