@@ -1,9 +1,10 @@
 """`prewarm apply --as-resource`: manifests written as prewarm.dev/v1alpha1 resources into the cluster.
 
 The manifest is validated exactly as a table apply validates it, then created, or replaced when its
-spec, labels or annotations differ (an unchanged resource is not written, as `kubectl apply` leaves
-it). A Kruise manifest (`apps.kruise.io/...`) becomes the same kind of `prewarm.dev/v1alpha1`: the
-spec is Kruise's, accepted verbatim.
+spec (compared as the table compares it, defaults filled in), labels or annotations differ (an
+unchanged resource is not written, as `kubectl apply` leaves it). A Kruise manifest
+(`apps.kruise.io/...`) becomes the same kind of `prewarm.dev/v1alpha1`: the spec is Kruise's, accepted
+verbatim.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class ResourceWriter:
         if current is None:
             self._cluster.create_object(PREWARM_API_VERSION, plural, body, namespace)
             outcome = "created"
-        elif _same(current, body):
+        elif _same(current, body, parsed.spec_hash()):
             outcome = "unchanged"
         else:
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
@@ -61,8 +62,17 @@ def resource_body(doc: Obj, metadata: Obj) -> Obj:
     return {"apiVersion": PREWARM_API_VERSION, "kind": doc["kind"], "metadata": meta, "spec": doc.get("spec") or {}}
 
 
-def _same(current: Obj, body: Obj) -> bool:
+def _same_spec(current: Obj, spec_hash: str) -> bool:
+    """Whether the stored resource's spec means the manifest's: the CRD stores Kruise's defaults, so a
+    manifest that leaves them out is the same job."""
+    try:
+        return parse_manifest({**current, "status": None}).spec_hash() == spec_hash
+    except JobValidationError:
+        return False
+
+
+def _same(current: Obj, body: Obj, spec_hash: str) -> bool:
     meta, wanted = current.get("metadata") or {}, body["metadata"]
-    return bool(current.get("spec") == body["spec"]
+    return bool((current.get("spec") == body["spec"] or _same_spec(current, spec_hash))
                 and (meta.get("labels") or {}) == wanted.get("labels", {})
                 and all((meta.get("annotations") or {}).get(k) == v for k, v in wanted.get("annotations", {}).items()))

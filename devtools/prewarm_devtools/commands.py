@@ -188,7 +188,11 @@ def local_down(timeout: float) -> int:
     if record is not None:
         owner = RecordedProcess("local stack", record.pid, record.start_time)
     else:
-        state = read_local_state(path)  # no record and no state: "no local stack", exit 1
+        if not path.exists():
+            # Nothing to stop is what down is for: exit 0, as for a stale state below.
+            click.echo(f"no local stack was running (no state file {path})")
+            return EXIT_OK
+        state = read_local_state(path)
         if state.pid is None or not process_alive(state.pid):
             clear_local_state(path)
             _remove_stale_kubeconfig()

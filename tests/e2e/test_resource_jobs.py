@@ -10,7 +10,6 @@ kubeconfig. The others go through the API. moto's schedules never fire: the test
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ from prewarm.services.jobs import view_job
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_cli.app import cli
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
@@ -35,7 +35,7 @@ API = "prewarm.dev/v1alpha1"
 MIB = 1024 * 1024
 # Two pulls share it: a 1 MiB image takes about a second, a 24 MiB one over 20 s.
 BANDWIDTH = 2 * MIB
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def admin(local: LocalMode) -> Iterator[KubeCluster]:
 
 
 def kubectl(local: LocalMode, *args: str) -> subprocess.CompletedProcess[str]:
-    assert KUBECTL is not None and local.kubeconfig_written is not None
+    assert local.kubeconfig_written is not None
     return subprocess.run([KUBECTL, "--kubeconfig", str(local.kubeconfig_written), *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
@@ -91,17 +91,14 @@ def test_a_resource_pulls_on_every_node_and_its_status_converges_to_the_exact_co
     pushed = local.push("e2e/small", "v1", size_mb=1)
     manifest = resource("res-small", "default", pushed.reference, nodes)
 
-    if KUBECTL is not None:
-        # kubectl reaches the stack as the cluster admin with the kubeconfig local mode wrote
-        listed = kubectl(local, "get", "nodes", "-o", "name")
-        assert listed.returncode == 0, listed.stderr
-        assert set(listed.stdout.split()) >= {f"node/{n}" for n in nodes}
-        (tmp_path / "job.yaml").write_text(yaml.safe_dump(manifest))
-        applied = kubectl(local, "apply", "-f", str(tmp_path / "job.yaml"))
-        assert (applied.returncode, applied.stdout) == (0, "imagepulljob.prewarm.dev/res-small created\n"), \
-            applied.stderr
-    else:
-        admin.create_object(API, "imagepulljobs", manifest, "default")
+    # kubectl reaches the stack as the cluster admin with the kubeconfig local mode wrote
+    listed = kubectl(local, "get", "nodes", "-o", "name")
+    assert listed.returncode == 0, listed.stderr
+    assert set(listed.stdout.split()) >= {f"node/{n}" for n in nodes}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(manifest))
+    applied = kubectl(local, "apply", "-f", str(tmp_path / "job.yaml"))
+    assert (applied.returncode, applied.stdout) == (0, "imagepulljob.prewarm.dev/res-small created\n"), \
+        applied.stderr
 
     def done() -> dict[str, Any] | None:
         status = admin.get_object(API, "imagepulljobs", "res-small", "default")["status"]
@@ -118,11 +115,10 @@ def test_a_resource_pulls_on_every_node_and_its_status_converges_to_the_exact_co
     # And `prewarm --local get jobs` lists the job the resource made, as does kubectl the resource
     jobs = CliRunner().invoke(cli, ["--local", "get", "jobs"], catch_exceptions=False)
     assert jobs.exit_code == 0 and "res-small" in jobs.stdout, jobs.output
-    if KUBECTL is not None:
-        shown = kubectl(local, "get", "imagepulljobs", "-A")
-        assert shown.returncode == 0, shown.stderr
-        row = next(line.split() for line in shown.stdout.splitlines() if " res-small " in f" {line} ")
-        assert row[:6] == ["default", "res-small", "2", "0", "2", "0"]
+    shown = kubectl(local, "get", "imagepulljobs", "-A")
+    assert shown.returncode == 0, shown.stderr
+    row = next(line.split() for line in shown.stdout.splitlines() if " res-small " in f" {line} ")
+    assert row[:6] == ["default", "res-small", "2", "0", "2", "0"]
 
 
 def test_deleting_the_resource_cancels_its_pulls(local: LocalMode, admin: KubeCluster) -> None:

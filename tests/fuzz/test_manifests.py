@@ -129,3 +129,25 @@ def test_a_kind_that_is_no_string_is_named_not_a_type_error() -> None:
         assert [p.path for p in e.errors] == ["kind"]
     else:
         raise AssertionError("a list kind was accepted")
+
+
+# The shapes a file may have besides objects: a plain string, a top-level list, a List of anything.
+_SHAPES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["kind", "items", "a"]), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)
+
+
+@EXAMPLES
+@given(st.lists(_SHAPES, min_size=1, max_size=3))
+def test_the_cli_reads_any_document_shape_as_objects_or_problems_naming_the_document(shapes: list[Any]) -> None:
+    from prewarm_cli.commands.apply import _documents
+
+    text = yaml.safe_dump_all(shapes)
+    documents, problems = _documents("f.yaml", text)
+    # Every document handed on is an object; every other one is a problem that names its document
+    assert all(isinstance(doc.body, dict) for doc in documents)
+    assert all(problem.startswith("f.yaml") for problem in problems)
+    assert all("must be a mapping" in p for p in problems if "duplicate key" not in p and "invalid YAML" not in p)

@@ -84,6 +84,15 @@ def _duplicate_key(node: Any) -> Any:
     return None
 
 
+def _not_an_object(value: Any) -> str:
+    from prewarm.domain.kubernetes import describe_value
+
+    problem = f"a manifest must be a mapping with apiVersion and kind (got {describe_value(value)})"
+    if isinstance(value, list):
+        problem += "; give several objects as documents separated by ---, or as the items of a kind: List"
+    return problem
+
+
 def _documents(source: str, text: str) -> tuple[list[_Document], list[str]]:
     """The documents of one file (a `kind: List` unpacked), and its problems: a document with a duplicate
     key is left out (the others are kept); a YAML syntax error ends the file."""
@@ -105,10 +114,13 @@ def _documents(source: str, text: str) -> tuple[list[_Document], list[str]]:
                 continue
             body = loader.construct_document(node)
             items = body.get("items") if isinstance(body, dict) and body.get("kind") == "List" else None
-            if isinstance(items, list):
-                documents += [_Document(f"{where}, item {i}", item) for i, item in enumerate(items, start=1)]
-            else:
-                documents.append(_Document(where, body))
+            parts = ([(f"{where}, item {i}", item) for i, item in enumerate(items, start=1)]
+                     if isinstance(items, list) else [(where, body)])
+            for part, item in parts:
+                if isinstance(item, dict):
+                    documents.append(_Document(part, item))
+                else:
+                    problems.append(f"{part}: {_not_an_object(item)}")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -15,13 +15,30 @@ from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
 from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
 
 
+def _image_bytes(view: JobView) -> tuple[int, int]:
+    """Bytes pulled and to pull on one image's nodes: a node that has not said how big the image is yet
+    (waiting, or just started) counts the size another node reported, so the total is the whole job's
+    from the first report on, not the sum of the nodes heard from; failed nodes pull nothing more."""
+    from prewarm.domain.messages import NodePhase
+    from prewarm.domain.status import job_bytes
+
+    done, total = job_bytes(view.tasks)
+    size = max((t.bytes_total for t in view.tasks if t.bytes_total), default=0)
+    for task in view.tasks:
+        if size and not task.bytes_total and task.phase in (NodePhase.WAITING, NodePhase.PULLING,
+                                                            NodePhase.SUCCEEDED):
+            total += size
+            done += size if task.phase is NodePhase.SUCCEEDED else 0
+    return done, total
+
+
 def watch_state(view: JobView) -> WatchState:
     """Node counts and bytes over the job's nodes (a list job's over all its ImagePullJobs)."""
-    from prewarm.domain.status import job_bytes
     from prewarm_cli.output import WatchState
 
     parts = view.children if view.record.is_list_job else [view]
-    bytes_done, bytes_total = job_bytes(t for p in parts for t in p.tasks)
+    sizes = [_image_bytes(p) for p in parts]
+    bytes_done, bytes_total = sum(d for d, _ in sizes), sum(t for _, t in sizes)
     return WatchState(
         desired=sum(p.record.counters.desired for p in parts),
         waiting=sum(p.record.counters.waiting for p in parts),

@@ -1,14 +1,38 @@
 """The CustomResourceDefinitions of `prewarm.dev/v1alpha1`: ImagePullJob and ImageListPullJob (namespaced,
 OpenKruise's spec accepted verbatim) and PrewarmRule (cluster-scoped).
 
-Built from one set of schema pieces, so the two job kinds cannot drift apart. The schemas check the
-shape (types, enums, bounds) the API server can check; `sync_resources` applies every resource through
-the same validation as `prewarm apply` and writes what it refuses into the resource's status message.
+Built from one set of schema pieces, so the two job kinds cannot drift apart. The schemas say the model's
+rules as the API server can check them without a webhook: types, enums and bounds, the model's string
+rules as `pattern`s (`prewarm.domain.jobs`), the rules between fields as `x-kubernetes-validations` (CEL,
+GA since Kubernetes 1.29), Kruise's defaults as `default`s and Kruise's list and map markers; so
+`kubectl apply` refuses a bad job naming the field. tests/unit/install/test_job_rules.py runs one table
+of cases through the model and these schemas. What needs other objects (a pullSecretsOnly secret) or
+cannot be said here (docs/job-spec.md, "Validation") is refused by `sync_resources`, which applies every
+resource through the same validation as `prewarm apply` and writes what it refuses into the resource's
+status message.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from prewarm.domain.jobs import (
+    DNS1123_LABEL_PATTERN,
+    DNS1123_SUBDOMAIN_PATTERN,
+    IMAGE_ID_PATTERN,
+    IMAGE_MAX_LENGTH,
+    IMAGE_PATTERN,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MAX_IMAGES,
+    PARALLELISM_NOT_A_NUMBER,
+    PARALLELISM_PERCENT,
+    PARALLELISM_STRING_PATTERN,
+    CompletionPolicy,
+    ImagePullJobTemplate,
+    PullPolicy,
+)
+from prewarm.domain.rules import ACCOUNT_ID_PATTERN, GLOB_PATTERN, REGION_PATTERN
 
 Obj = dict[str, Any]
 
@@ -16,38 +40,136 @@ GROUP = "prewarm.dev"
 VERSION = "v1alpha1"
 INT32_MAX = 2**31 - 1
 
+def _rule(rule: str, message: str = "", *, field_path: str = "", message_expression: str = "") -> Obj:
+    """An `x-kubernetes-validations` entry: a CEL rule the API server runs at every create and update."""
+    entry: Obj = {"rule": rule}
+    if message:
+        entry["message"] = message
+    if message_expression:
+        entry["messageExpression"] = message_expression
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def _patterned(pattern: str, max_length: int | None = None) -> Obj:
+    schema: Obj = {"type": "string", "pattern": pattern}
+    if max_length is not None:
+        schema["maxLength"] = max_length
+    return schema
+
+
 _STRING_MAP: Obj = {"type": "object", "additionalProperties": {"type": "string"}}
 _STRINGS: Obj = {"type": "array", "items": {"type": "string"}}
+_LABEL_VALUES: Obj = {"type": "object", "additionalProperties": _patterned(LABEL_VALUE_PATTERN, 63)}
+_NAMES: Obj = {"type": "array", "items": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253)}
+_NOT_AN_IMAGE_ID = _rule(f"!self.matches('{IMAGE_ID_PATTERN}')",
+                         "a 64-character hex string is an image ID, not a repository name; use name@sha256:<hex>")
+_IMAGE: Obj = {**_patterned(IMAGE_PATTERN, IMAGE_MAX_LENGTH), "minLength": 1,
+               "x-kubernetes-validations": [_NOT_AN_IMAGE_ID]}
+# Kruise's markers: both selectors are atomic maps, their matchExpressions and values atomic lists. A set's
+# duplicates are refused by the API server itself (`Duplicate value`); inside an atomic map the list type
+# changes no merge.
+_VALUES_FIT_OPERATOR = [
+    _rule("!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)",
+          field_path=".values", message_expression="'must be non-empty when operator is ' + self.operator"),
+    _rule("self.operator in ['In', 'NotIn'] || !has(self.values) || size(self.values) == 0",
+          field_path=".values", message_expression="'must be empty when operator is ' + self.operator"),
+]
 _LABEL_SELECTOR: Obj = {
     "type": "object",
     "properties": {
-        "matchLabels": _STRING_MAP,
-        "matchExpressions": {"type": "array", "items": {
+        "matchLabels": _LABEL_VALUES,
+        "matchExpressions": {"type": "array", "x-kubernetes-list-type": "atomic", "items": {
             "type": "object", "required": ["key", "operator"],
-            "properties": {"key": {"type": "string"},
+            "properties": {"key": _patterned(LABEL_KEY_PATTERN, 253 + 1 + 63),
                            "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
-                           "values": _STRINGS}}},
+                           "values": {"type": "array", "x-kubernetes-list-type": "atomic",
+                                      "items": _patterned(LABEL_VALUE_PATTERN, 63)}},
+            "x-kubernetes-validations": _VALUES_FIT_OPERATOR}},
     },
     "x-kubernetes-map-type": "atomic",
 }
-_TEMPLATE: Obj = {
-    "pullSecrets": {**_STRINGS, "description": "Secrets of the job's namespace to pull with."},
-    "pullSecretsOnly": {"type": "boolean", "description": "Pull with pullSecrets only, never with credentials "
-                                                          "shared by every job (they must exist at apply)."},
-    "selector": {"type": "object", "description": "Nodes by name or by label (names excludes the rest).",
-                 "properties": {"names": _STRINGS, **_LABEL_SELECTOR["properties"]}},
-    "podSelector": {**_LABEL_SELECTOR, "description": "The nodes running pods that match, in the job's namespace."},
-    "parallelism": {"x-kubernetes-int-or-string": True, "description": "Nodes pulling at once (default 1)."},
-    "pullPolicy": {"type": "object", "properties": {
-        "backoffLimit": {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX},
-        "timeoutSeconds": {"type": "integer", "format": "int32", "minimum": 1, "maximum": INT32_MAX}}},
-    "completionPolicy": {"type": "object", "properties": {
-        "type": {"type": "string", "enum": ["Always", "Never"]},
-        "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 1},
-        "ttlSecondsAfterFinished": {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX}}},
-    "sandboxConfig": {"type": "object", "properties": {"labels": _STRING_MAP, "annotations": _STRING_MAP}},
-    "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent"]},
+_NODE_SELECTOR: Obj = {
+    "type": "object", "description": "Nodes by name or by label (names excludes the rest).",
+    "properties": {"names": {**_NAMES, "x-kubernetes-list-type": "set"}, **_LABEL_SELECTOR["properties"]},
+    "x-kubernetes-map-type": "atomic",
+    "x-kubernetes-validations": [_rule("!has(self.names) || !(has(self.matchLabels) || has(self.matchExpressions))",
+                                       "names cannot be combined with matchLabels or matchExpressions; use one")],
 }
+# The model's messages, with the value spliced in by CEL.
+_PERCENT = PARALLELISM_PERCENT.format(value="\"' + self + '\"")
+_NOT_A_NUMBER = PARALLELISM_NOT_A_NUMBER.format(value="\"' + self + '\"")
+_PARALLELISM: Obj = {
+    "x-kubernetes-int-or-string": True,
+    "description": "Nodes pulling at once (default 1): a number, or a numeric string.",
+    "x-kubernetes-validations": [
+        _rule("type(self) == int || !self.endsWith('%')", message_expression=f"'{_PERCENT}'"),
+        _rule(f"type(self) == int || self.endsWith('%') || (self.matches('{PARALLELISM_STRING_PATTERN}') && "
+              f"int(self) >= {-INT32_MAX - 1} && int(self) <= {INT32_MAX})", message_expression=f"'{_NOT_A_NUMBER}'"),
+        _rule(f"type(self) == int ? self >= 0 : (!self.matches('{PARALLELISM_STRING_PATTERN}') || int(self) >= 0)",
+              message_expression="'must be greater than or equal to 0 (got ' + string(self) + ')'"),
+        _rule(f"type(self) == string || self <= {INT32_MAX}",
+              message_expression=f"'must be less than or equal to {INT32_MAX} (got ' + string(self) + ')'"),
+    ],
+}
+_TIMEOUT = "(has(self.pullPolicy) && has(self.pullPolicy.timeoutSeconds) ? self.pullPolicy.timeoutSeconds : 600)"
+_NEVER = "(has(self.type) && self.type == 'Never')"
+# The rules between fields of a job's spec (or a rule's template spec), as ImagePullJobTemplate checks them.
+_TEMPLATE_RULES = [
+    _rule("!has(self.pullSecretsOnly) || !self.pullSecretsOnly || "
+          "(has(self.pullSecrets) && size(self.pullSecrets) > 0)",
+          "true needs at least one secret in pullSecrets to pull with", field_path=".pullSecretsOnly"),
+    _rule("!(has(self.podSelector) && has(self.selector))", "cannot be combined with selector; use one of them",
+          field_path=".podSelector"),
+    _rule("!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || "
+          f"(has(self.completionPolicy.type) && self.completionPolicy.type == 'Never') || "
+          f"self.completionPolicy.activeDeadlineSeconds >= {_TIMEOUT}",
+          field_path=".completionPolicy.activeDeadlineSeconds",
+          message_expression=f"'must be >= pullPolicy.timeoutSeconds (' + string({_TIMEOUT}) + ')'"),
+]
+_COMPLETION_RULES = [
+    _rule(f"!{_NEVER} || !has(self.{field})", "may only be set when completionPolicy.type is Always",
+          field_path=f".{field}")
+    for field in ("activeDeadlineSeconds", "ttlSecondsAfterFinished")
+]
+
+
+def _template(kind: str) -> Obj:
+    """The fields of a job's spec but its image(s); `kind` ("" for a rule's template) decides the defaults
+    stored: Kruise's mutating webhook's, per kind (apis/apps/defaults/v1alpha1.go: SetDefaultsImagePullJob,
+    SetDefaultsImageListPullJob), which the model fills in too."""
+    defaulted = bool(kind)
+
+    def default(value: Any) -> Obj:
+        return {"default": value} if defaulted else {}
+
+    template: Obj = {
+        "pullSecrets": {**_NAMES, "description": "Secrets of the job's namespace to pull with."},
+        "pullSecretsOnly": {"type": "boolean", "description": "Pull with pullSecrets only, never with credentials "
+                                                              "shared by every job (they must exist at apply)."},
+        "selector": _NODE_SELECTOR,
+        "podSelector": {**_LABEL_SELECTOR, "description": "The nodes running pods that match, in the job's "
+                                                          "namespace."},
+        "parallelism": _PARALLELISM,
+        "pullPolicy": {"type": "object", **default({}), "properties": {
+            "backoffLimit": {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX,
+                             **default(PullPolicy().backoff_limit)},
+            "timeoutSeconds": {"type": "integer", "format": "int32", "minimum": 1, "maximum": INT32_MAX,
+                               **default(PullPolicy().timeout_seconds)}}},
+        "completionPolicy": {"type": "object", **default({}), "properties": {
+            "type": {"type": "string", "enum": ["Always", "Never"], **default(CompletionPolicy().type)},
+            "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 1},
+            "ttlSecondsAfterFinished": {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX}},
+            "x-kubernetes-validations": _COMPLETION_RULES},
+        "sandboxConfig": {"type": "object", "properties": {"labels": _STRING_MAP, "annotations": _STRING_MAP}},
+        "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent"]},
+    }
+    if kind == "ImagePullJob":
+        template["imagePullPolicy"]["default"] = ImagePullJobTemplate().image_pull_policy
+    return template
+
+
 # Prewarm's additions to Kruise's status: node counts and bytes of the current round.
 _PREWARM_STATUS: Obj = {
     "observedGeneration": {"type": "integer", "format": "int64"},
@@ -115,18 +237,31 @@ def _crd(kind: str, plural: str, scope: str, spec: Obj, status: Obj, columns: li
 
 
 def custom_resource_definitions() -> list[Obj]:
-    job_spec = {"type": "object", "required": ["image"],
-                "properties": {"image": {"type": "string", "minLength": 1}, **_TEMPLATE}}
+    job_spec = {"type": "object", "required": ["image"], "properties": {"image": _IMAGE, **_template("ImagePullJob")},
+                "x-kubernetes-validations": _TEMPLATE_RULES}
+    images = {"type": "array", "minItems": 1, "maxItems": MAX_IMAGES,
+              "items": _IMAGE,
+              # Quadratic, so the API server needs maxItems and the items' maxLength to afford it.
+              "x-kubernetes-validations": [_rule("self.all(i, self.exists_one(j, j == i))",
+                                                 "must not list an image twice")]}
     list_spec = {"type": "object", "required": ["images"],
-                 "properties": {"images": {**_STRINGS, "minItems": 1}, **_TEMPLATE}}
+                 "properties": {"images": images, **_template("ImageListPullJob")},
+                 "x-kubernetes-validations": _TEMPLATE_RULES}
+    globs = {"type": "array", "items": _patterned(GLOB_PATTERN)}
+    always = _rule("!has(self.completionPolicy) || !has(self.completionPolicy.type) || "
+                   "self.completionPolicy.type == 'Always'", "must be Always: each push creates a job that must finish",
+                   field_path=".completionPolicy.type")
     rule_spec = {"type": "object", "required": ["repositories"], "properties": {
-        "repositories": {**_STRINGS, "minItems": 1}, "tags": {**_STRINGS, "minItems": 1},
-        "includeUntagged": {"type": "boolean"}, "registries": _STRINGS, "accountIds": _STRINGS,
-        "regions": _STRINGS,
+        "repositories": {**globs, "minItems": 1}, "tags": {**globs, "minItems": 1},
+        "includeUntagged": {"type": "boolean"}, "registries": globs,
+        "accountIds": {"type": "array", "items": _patterned(ACCOUNT_ID_PATTERN)},
+        "regions": {"type": "array", "items": _patterned(REGION_PATTERN)},
         "template": {"type": "object", "properties": {
             "metadata": {"type": "object", "properties": {
-                "namespace": {"type": "string"}, "labels": _STRING_MAP, "annotations": _STRING_MAP}},
-            "spec": {"type": "object", "properties": _TEMPLATE}}}}}
+                "namespace": _patterned(DNS1123_LABEL_PATTERN, 63), "labels": _LABEL_VALUES,
+                "annotations": _STRING_MAP}},
+            "spec": {"type": "object", "properties": _template(""),
+                     "x-kubernetes-validations": [*_TEMPLATE_RULES, always]}}}}}
     return [
         _crd("ImagePullJob", "imagepulljobs", "Namespaced", job_spec, _JOB_STATUS, _JOB_COLUMNS, ["ipj"]),
         _crd("ImageListPullJob", "imagelistpulljobs", "Namespaced", list_spec, _LIST_JOB_STATUS, _LIST_JOB_COLUMNS,

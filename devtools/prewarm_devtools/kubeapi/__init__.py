@@ -4,7 +4,7 @@ for integration tests, benchmarks and local mode.
 `with KubeApiServer() as api:` serves nodes, namespaces, pods, secrets, service accounts,
 ConfigMaps and Events (core/v1), DaemonSets (apps/v1), PriorityClasses (scheduling.k8s.io/v1, with
 the two system classes every cluster has), ValidatingAdmissionPolicies and their bindings
-(admissionregistration.k8s.io/v1: stored and served, never evaluated), ClusterRoles, Roles and
+(admissionregistration.k8s.io/v1: evaluated on every write, `admission.py`), ClusterRoles, Roles and
 their bindings (rbac.authorization.k8s.io/v1), and CustomResourceDefinitions
 (apiextensions.k8s.io/v1) with the resources they define, over real HTTP (HTTPS with
 `tls=True`) on 127.0.0.1, so the official `kubernetes` client (typed `CoreV1Api`/`AppsV1Api`/
@@ -34,9 +34,14 @@ go). Once established, each served version is served at `/apis/<group>/<version>
 verb, selectors (`metadata.name`, `metadata.namespace`), paging and watches as for built-in types;
 generation (1, then +1 for anything but metadata, and status when it is a subresource); the status
 subresource; validation against the version's openAPIV3Schema (the common keywords: see
-`schema.py`) worded as kube-openapi words it; pruning of unknown fields with `Warning` headers, or
-400 with `fieldValidation=Strict` (kubectl's default); defaults; merge and JSON patch (strategic
-merge patch is 415, as for any custom resource); `PUT` needs a resourceVersion. Discovery follows
+`schema.py`) worded as kube-openapi words it, then `x-kubernetes-list-type` set and map duplicates
+and the `x-kubernetes-validations` CEL rules (`self`, `oldSelf` transition rules, `message`,
+`messageExpression`, `fieldPath`, `reason`; Kubernetes 1.33's wording: `validationrules.py`);
+pruning of unknown fields with `Warning` headers, or 400 with `fieldValidation=Strict` (kubectl's
+default); defaults, stored on create and update and filled in on every read; merge and JSON patch
+(strategic merge patch is 415, as for any custom resource) and server-side apply
+(`application/apply-patch+yaml`, `fieldManager`, `force`: conflicts, merges by the CRD's list and map
+markers, `managedFields` kept for every write: `serversideapply.py`); `PUT` needs a resourceVersion. Discovery follows
 CRDs as they come and go, with short names and categories; RBAC applies by group and plural.
 `Accept: application/json;as=Table;v=v1;g=meta.k8s.io` gets custom resources as a `Table` of their
 printer columns, and `/openapi/v3` describes every group version (paths, and component schemas for
@@ -55,23 +60,25 @@ What it does NOT implement (code relying on these must be tested against a real 
   (core/v1 Events only), and core/v1 resources other than the seven above; no aggregated
   discovery (clients fall back to legacy discovery), no `storageVersionHash`.
 - CRDs and custom resources: no conversion webhooks (every version holds the same fields: only
-  apiVersion changes), no `scale` subresource, no `selectableFields`, no CEL
-  (`x-kubernetes-validations`), no validation ratcheting (unchanged invalid fields are refused on
-  update), no list-type/map-type semantics, no allOf/anyOf/oneOf/not evaluation, no check that
-  defaults are valid and pruned, regular expressions are Python's (not RE2), and only some string
-  formats are checked (see `schema.py`). Errors render Go values as JSON where the real server
-  prints internal structs (`spec.versions`). Tables only for custom resources (built-in
-  types answer JSON; watches answer JSON events), no `managedFields`.
+  apiVersion changes), no `scale` subresource, no `selectableFields`; CEL is cel-python's (no
+  Kubernetes CEL libraries, no type checking of rules when a CRD is written, no cost estimation or
+  budgets: a rule the real server would refuse as too costly is accepted here), no validation
+  ratcheting (unchanged invalid fields are refused on update), no allOf/anyOf/oneOf/not evaluation,
+  no check that defaults are valid and pruned, regular expressions are Python's (not RE2), and only
+  some string formats are checked (see `schema.py`). Errors render Go values as JSON where the real
+  server prints internal structs (`spec.versions`). Tables only for custom resources (built-in
+  types answer JSON; watches answer JSON events); `managedFields` for custom resources only.
 - Authentication and authorization: EKS token signatures are not checked (no STS is asked: the
   access key names the principal); no client certificates, no service account token issuing
   (`TokenRequest`: `service_account(ns, name, node=...)` is the identity of a token bound to a
   node, with the user extra `authentication.kubernetes.io/node-name`), no `userextras`
-  impersonation. RBAC: no aggregated ClusterRoles
-  (`aggregationRule` is stored, not followed), no escalation or `bind` checks on role writes, and
-  only the bootstrap policy's cluster-admin, system:discovery, system:basic-user and
-  system:public-info-viewer. Requests without a token get 401 by default; `anonymous="forbidden"`
-  makes them `system:anonymous` (as on EKS: RBAC lets it read `/version` and health only),
-  `anonymous="allowed"` serves them as the cluster admin.
+  impersonation. RBAC: no escalation or `bind` checks on role writes, and of the bootstrap
+  policy only cluster-admin, system:discovery, system:basic-user, system:public-info-viewer and the
+  user-facing admin, edit and view (their rules for the groups served here), which aggregate what
+  other ClusterRoles are labelled for them, as the aggregation controller does, at once. Requests
+  without a token get 401 by default; `anonymous="forbidden"` makes them `system:anonymous` (as on
+  EKS: RBAC lets it read `/version` and health only), `anonymous="allowed"` serves them as the
+  cluster admin.
 - TLS unless `tls=True` (then HTTPS with a CA made at start, `ca_pem`, and a certificate for
   127.0.0.1 and localhost; no client certificates), HTTP/2, protobuf and CBOR bodies, `Table` output
   for built-in types, `pretty` for watch streams, gzip responses, the schemas of built-in types in
@@ -80,9 +87,9 @@ What it does NOT implement (code relying on these must be tested against a real 
   annotate, cordon, patch, delete and apply, but its
   typed `kubectl create <kind>` commands (protobuf bodies) get 415 and `kubectl explain` knows
   custom resources only.
-- Server-side apply (`application/apply-patch+yaml` is 415), `managedFields`, `fieldManager`,
-  and `fieldValidation` for built-in types (their unknown fields are kept, not pruned or warned
-  about).
+- Server-side apply, `managedFields` and `fieldManager` for built-in types (their apply is 415:
+  there are no schemas of them here to merge by), and their `fieldValidation` (their unknown fields
+  are kept, not pruned or warned about).
 - Strategic merge patch: `retainKeys` strategies are not enforced beyond `$retainKeys`;
   `$setElementOrder` orders listed items first and keeps the rest after them.
 - Validation beyond metadata (names, labels, annotations), secrets (types and their keys, data
@@ -93,9 +100,8 @@ What it does NOT implement (code relying on these must be tested against a real 
   strategy) and PriorityClasses (value range and `system-` names, immutable value and
   preemptionPolicy): other fields are stored as sent. Pod templates get the PodSpec and container
   defaults of pods, not probe, port or volume defaults.
-- Admission beyond the ServiceAccount check and defaults of pods and the single default
-  PriorityClass: ValidatingAdmissionPolicies are stored (with their defaults and required fields
-  checked) but their CEL is neither type-checked nor evaluated, so nothing they forbid is refused;
+- Admission beyond the ServiceAccount check and defaults of pods, the single default
+  PriorityClass and ValidatingAdmissionPolicies (evaluated with cel-python: see `admission.py`);
   no projected token volume, no pod priority from its class, no
   LimitRange/ResourceQuota/PodSecurity, no webhooks; `metadata.generation` only for DaemonSets,
   CRDs and custom resources.

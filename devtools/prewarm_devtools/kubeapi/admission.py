@@ -9,22 +9,21 @@ with the caller's groups and extra, name, namespace, resource) and `params` (the
 message) and adds a Warning header with `Warn`. An expression that does not evaluate is an error
 that `failurePolicy: Fail` turns into a denial.
 
-CEL is cel-python's implementation: Kubernetes' CEL libraries (quantity, IP, URL, regex extras) and
-its type checking are not there, so a policy that uses them fails to compile and, with
-`failurePolicy: Fail`, denies. Writes the API server makes itself (seeding, garbage collection)
+CEL is `cel.py`'s (cel-python): a policy that uses Kubernetes' own CEL libraries fails to compile and,
+with `failurePolicy: Fail`, denies. Writes the API server makes itself (seeding, garbage collection)
 carry no caller and are not admitted, as on a real cluster. Kubernetes 1.30 semantics
 (admissionregistration.k8s.io/v1).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi.auth import Identity
+from prewarm_devtools.kubeapi.cel import CelCompileError, CelFailure, CelPrograms
 from prewarm_devtools.kubeapi.errors import StatusError
 from prewarm_devtools.kubeapi.resources.admissionregistration import (
     VALIDATING_ADMISSION_POLICIES,
@@ -93,8 +92,7 @@ class AdmissionPolicies:
     def __init__(self, store: Store, find_type: Callable[[str, str], ResourceType | None]) -> None:
         self.store = store
         self.find_type = find_type  # (apiVersion, kind) -> the served type, for paramKind
-        self._programs: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._programs = CelPrograms()
 
     # -- matching --------------------------------------------------------------------------------
 
@@ -129,26 +127,12 @@ class AdmissionPolicies:
     # -- CEL -------------------------------------------------------------------------------------
 
     def _evaluate(self, expression: str, activation: Obj) -> Any:
-        import celpy  # cel-python: a dev dependency, as local mode is
-        from celpy.adapter import json_to_cel
-        from celpy.evaluation import CELEvalError
-
-        with self._lock:
-            program = self._programs.get(expression)
-            if program is None:
-                environment = celpy.Environment()
-                try:
-                    program = environment.program(environment.compile(expression))
-                except Exception as e:  # noqa: BLE001 - cel-python's parse errors have no common base
-                    raise PolicyFailure(f"compilation failed: {e}") from None
-                self._programs[expression] = program
         try:
-            result = program.evaluate({k: json_to_cel(v) for k, v in activation.items()})
-        except Exception as e:  # noqa: BLE001 - evaluation errors come in many kinds
+            return self._programs.evaluate(expression, activation)
+        except CelCompileError as e:
+            raise PolicyFailure(str(e)) from None
+        except CelFailure as e:
             raise PolicyFailure(f"expression '{expression}' resulted in error: {e}") from None
-        if isinstance(result, CELEvalError):
-            raise PolicyFailure(f"expression '{expression}' resulted in error: {result}")
-        return result
 
     @staticmethod
     def _request(write: Write) -> Obj:

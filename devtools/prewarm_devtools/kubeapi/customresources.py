@@ -7,8 +7,9 @@ columns, the structural schema rules of `schema.py`), generation and storedVersi
 
 `custom_resource_types(crd)` are the `ResourceType`s of an established CRD's served versions: one
 store collection for all of them, pruning, defaulting, validation against the version's
-openAPIV3Schema, generation (1 on create, +1 when anything but metadata, and status when it is a
-subresource, changes), the status subresource and the printer columns.
+openAPIV3Schema (with its list types and CEL rules, `validationrules.py`), generation (1 on create,
++1 when anything but metadata, and status when it is a subresource, changes), the status subresource
+and the printer columns.
 """
 
 from __future__ import annotations
@@ -26,8 +27,23 @@ from prewarm_devtools.kubeapi.resources.types import (
     supported,
     undecodable,
 )
-from prewarm_devtools.kubeapi.schema import apply_defaults, drop_nulls, go_json, prune, schema_errors, validate
+from prewarm_devtools.kubeapi.schema import (
+    apply_defaults,
+    drop_nulls,
+    go_json,
+    has_defaults,
+    prune,
+    schema_errors,
+    validate,
+)
 from prewarm_devtools.kubeapi.validation import dns1123_subdomain_errors, metadata_errors
+from prewarm_devtools.kubeapi.validationrules import (
+    NOT_CHECKED,
+    blocks_rules,
+    has_rules,
+    list_type_errors,
+    rule_errors,
+)
 
 Obj = dict[str, Any]
 
@@ -571,9 +587,12 @@ def _prepare_update(obj: Obj, old: Obj) -> None:
     obj["metadata"]["generation"] = generation + (1 if changed else 0)
 
 
-def _validate(schema: Obj | None, obj: Obj, old: Obj | None) -> list[FieldError]:
-    # ResourceType.full_validation has checked metadata: the schema comes next.
-    return validate(obj, schema)
+def _validate(schema: Obj | None, with_rules: bool, obj: Obj, old: Obj | None) -> list[FieldError]:
+    # ResourceType.full_validation has checked metadata: the schema, list types and CEL rules come next.
+    errors = validate(obj, schema) + list_type_errors(obj, schema)
+    if with_rules:
+        errors += [NOT_CHECKED] if blocks_rules(errors) else rule_errors(obj, old, schema)
+    return errors
 
 
 def _validate_status(schema: Obj | None, namespaced: bool, obj: Obj, old: Obj) -> list[FieldError]:
@@ -614,11 +633,13 @@ def custom_resource_types(crd: Obj) -> list[ResourceType]:
                 merge_lists={},
                 unconditional_update=False,
                 store_name=f"{plural}.{group}",
-                custom=CustomResource(str(crd["metadata"]["name"]), storage_version(crd), schema, columns),
+                custom=CustomResource(
+                    str(crd["metadata"]["name"]), storage_version(crd), schema, columns, has_defaults(schema)
+                ),
                 coerce=partial(_coerce, schema),
                 prepare_for_create=partial(_prepare_create, has_status),
                 prepare_for_update=_prepare_update,
-                validate=partial(_validate, schema),
+                validate=partial(_validate, schema, has_rules(schema)),
                 validate_status=partial(_validate_status, schema, namespaced) if has_status else None,
             )
         )

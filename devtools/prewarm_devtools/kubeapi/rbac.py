@@ -16,10 +16,12 @@ from typing import Any
 from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi.auth import MASTERS, Identity
 from prewarm_devtools.kubeapi.errors import StatusError
+from prewarm_devtools.kubeapi.resources.apps import selector_requirements
 from prewarm_devtools.kubeapi.resources.rbac import RBAC_GROUP
+from prewarm_devtools.kubeapi.selectors import LabelSelector
 from prewarm_devtools.kubeapi.store import Store
 
-__all__ = ["BOOTSTRAP_POLICY", "Attributes", "Authorizer", "Decision", "request_attributes"]
+__all__ = ["BOOTSTRAP_POLICY", "Attributes", "Authorizer", "Decision", "aggregated_rules", "request_attributes"]
 
 Obj = dict[str, Any]
 
@@ -272,10 +274,103 @@ def _cluster_binding(name: str, role: str, groups: tuple[str, ...]) -> Obj:
     }
 
 
+_AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+_READ = ["get", "list", "watch"]
+_WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+
+
+def _aggregated_role(name: str, into: str | None, selects: str) -> Obj:
+    """`admin`, `edit` or `view`: rules gathered from the ClusterRoles labelled `aggregate-to-<selects>`."""
+    role = _cluster_role(name, [])
+    if into:
+        role["metadata"]["labels"][_AGGREGATE + into] = "true"
+    role["aggregationRule"] = {"clusterRoleSelectors": [{"matchLabels": {_AGGREGATE + selects: "true"}}]}
+    return role
+
+
+def _aggregate_to(name: str, rules: list[Obj]) -> Obj:
+    role = _cluster_role(f"system:aggregate-to-{name}", rules)
+    role["metadata"]["labels"][_AGGREGATE + name] = "true"
+    return role
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+# The user-facing roles of the bootstrap policy (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go),
+# for the groups served here: what `view`, `edit` and `admin` hold before anything aggregates into them.
+_USER_FACING: tuple[Obj, ...] = (
+    _aggregated_role("admin", None, "admin"),
+    _aggregated_role("edit", "admin", "edit"),
+    _aggregated_role("view", "edit", "view"),
+    _aggregate_to("view", [
+        _rule([""], ["configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods",
+                     "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services",
+                     "services/status"], _READ),
+        _rule([""], ["bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
+                     "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"], _READ),
+        _rule([""], ["namespaces"], _READ),
+        _rule(["apps"], ["controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
+                         "deployments/status", "replicasets", "replicasets/scale", "replicasets/status",
+                         "statefulsets", "statefulsets/scale", "statefulsets/status"], _READ),
+    ]),
+    _aggregate_to("edit", [
+        _rule([""], ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"],
+              _READ),
+        _rule([""], ["serviceaccounts"], ["impersonate"]),
+        _rule([""], ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"], _WRITE),
+        _rule([""], ["pods/eviction"], ["create"]),
+        _rule([""], ["configmaps", "events", "persistentvolumeclaims", "replicationcontrollers",
+                     "replicationcontrollers/scale", "secrets", "serviceaccounts", "services", "services/proxy"],
+              _WRITE),
+        _rule([""], ["serviceaccounts/token"], ["create"]),
+        _rule(["apps"], ["daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets",
+                         "replicasets/scale", "statefulsets", "statefulsets/scale"], _WRITE),
+    ]),
+    _aggregate_to("admin", [
+        _rule(["authorization.k8s.io"], ["localsubjectaccessreviews"], ["create"]),
+        _rule([RBAC_GROUP], ["rolebindings", "roles"],
+              ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
+    ]),
+)
+
+
+def _selects(selector: Obj, labels: dict[str, str]) -> bool:
+    return LabelSelector(tuple(selector_requirements(selector) or ())).matches(labels)
+
+
+def aggregated_rules(roles: list[Obj]) -> dict[str, list[Obj]]:
+    """What the ClusterRole aggregation controller writes: for each role with an `aggregationRule`, the rules
+    of every other ClusterRole its selectors match, taken in name order, each rule once; repeated until
+    nothing changes (an aggregated role may itself be aggregated, as `edit` is into `admin`)."""
+    by_name = {str(r["metadata"]["name"]): r for r in roles}
+    rules = {name: list(r.get("rules") or []) for name, r in by_name.items()}
+    changed: dict[str, list[Obj]] = {}
+    for _ in range(len(by_name) + 1):
+        moved = False
+        for name, role in sorted(by_name.items()):
+            selectors = (role.get("aggregationRule") or {}).get("clusterRoleSelectors")
+            if selectors is None:
+                continue
+            gathered: list[Obj] = []
+            for other, candidate in sorted(by_name.items()):
+                labels = (candidate.get("metadata") or {}).get("labels") or {}
+                if other != name and any(_selects(sel or {}, labels) for sel in selectors):
+                    gathered += [r for r in rules[other] if r not in gathered]
+            if gathered != rules[name]:
+                rules[name] = changed[name] = gathered
+                moved = True
+        if not moved:
+            break
+    return changed
+
+
 _PUBLIC_INFO = ["/healthz", "/livez", "/readyz", "/version", "/version/"]
 #: The part of the API server's bootstrap policy that matters here: cluster-admin for
 #: system:masters, discovery and self reviews for every authenticated user, health and version
-#: for everyone (anonymous requests included, when anonymous authentication is on).
+#: for everyone (anonymous requests included, when anonymous authentication is on), and the
+#: user-facing `admin`, `edit` and `view`, which other ClusterRoles aggregate into.
 BOOTSTRAP_POLICY: tuple[Obj, ...] = (
     _cluster_role(
         "cluster-admin",
@@ -302,6 +397,7 @@ BOOTSTRAP_POLICY: tuple[Obj, ...] = (
         ],
     ),
     _cluster_role("system:public-info-viewer", [{"nonResourceURLs": _PUBLIC_INFO, "verbs": ["get"]}]),
+    *_USER_FACING,
     _cluster_binding("cluster-admin", "cluster-admin", (MASTERS,)),
     _cluster_binding("system:discovery", "system:discovery", ("system:authenticated",)),
     _cluster_binding("system:basic-user", "system:basic-user", ("system:authenticated",)),

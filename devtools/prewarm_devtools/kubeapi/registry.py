@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import copy
 import json
 import random
 import time
@@ -24,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from prewarm_devtools.kubeapi import errors
+from prewarm_devtools.kubeapi import serversideapply as ssa
 from prewarm_devtools.kubeapi.admission import AdmissionPolicies, Write
 from prewarm_devtools.kubeapi.auth import Identity
 from prewarm_devtools.kubeapi.catalog import Catalog
@@ -39,9 +41,12 @@ from prewarm_devtools.kubeapi.customresources import (
 )
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
+from prewarm_devtools.kubeapi.rbac import aggregated_rules
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
+from prewarm_devtools.kubeapi.resources.rbac import CLUSTER_ROLES
 from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
 from prewarm_devtools.kubeapi.resources.types import ResourceType
+from prewarm_devtools.kubeapi.schema import apply_defaults, prune
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
 from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
 
@@ -52,7 +57,8 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
-#: What a custom resource's PATCH accepts (and the 415 lists): no strategic merge without Go types.
+#: What a custom resource's PATCH accepts (and the 415 lists): no strategic merge without Go types, and
+#: server-side apply (built-in types have no schemas here to apply by, so they refuse it).
 CUSTOM_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
 FIELD_VALIDATIONS = ("Ignore", "Strict", "Warn")
 
@@ -126,7 +132,6 @@ def decode_continue(token: str) -> tuple[int, str]:
 def _without_rv(obj: Obj) -> Obj:
     metadata = dict(obj.get("metadata") or {})
     metadata.pop("resourceVersion", None)
-    metadata.pop("managedFields", None)
     return {**obj, "metadata": metadata}
 
 
@@ -135,14 +140,23 @@ def _watch_line(kind: str, raw: bytes) -> bytes:
 
 
 def _served_as(rtype: ResourceType, obj: Obj) -> Obj:
-    """`obj` (as stored) in the version `rtype` serves: a custom resource's apiVersion is the request's."""
-    if rtype.custom is None or rtype.version == rtype.custom.storage_version:
+    """`obj` (as stored) in the version `rtype` serves: a custom resource's apiVersion is the request's, and
+    the version's schema defaults are filled in, as the API server's storage decoder does on every read
+    (so a default added to a CRD shows on objects stored before it)."""
+    custom = rtype.custom
+    if custom is None:
+        return obj
+    if custom.defaults:
+        obj = copy.deepcopy(obj)
+        apply_defaults(obj, custom.schema)
+    if rtype.version == custom.storage_version:
         return obj
     return {**obj, "apiVersion": rtype.api_version}
 
 
 def _raw_served_as(rtype: ResourceType, raw: bytes) -> bytes:
-    if rtype.custom is None or rtype.version == rtype.custom.storage_version:
+    custom = rtype.custom
+    if custom is None or (rtype.version == custom.storage_version and not custom.defaults):
         return raw
     return dumps(_served_as(rtype, json.loads(raw)))
 
@@ -272,11 +286,22 @@ class Registry:
     def _write(self, rtype: ResourceType, key: str, obj: Obj | None) -> Stored:
         """Store (or, with None, remove) an object, and do what follows from that for CRDs and their objects."""
         stored = self.store.write(rtype.storage, key, obj)
+        if rtype is CLUSTER_ROLES:
+            self._aggregate_cluster_roles()
         if rtype is CUSTOM_RESOURCE_DEFINITIONS:
             self._define(key)
         elif obj is None and rtype.custom is not None:
             self._finish_definition(rtype.custom.definition)
         return stored
+
+    def _aggregate_cluster_roles(self) -> None:
+        """The ClusterRole aggregation controller's work, done at once: each role with an aggregationRule
+        holds the rules of the roles its selectors match (a write of the role's own, so a watch sees it)."""
+        roles = [entry.obj for entry in self.store.snapshot(CLUSTER_ROLES.storage).entries]
+        for name, rules in aggregated_rules(roles).items():
+            current = self.store.get(CLUSTER_ROLES.storage, name)
+            if current is not None:
+                self.store.write(CLUSTER_ROLES.storage, name, {**json.loads(current.raw), "rules": rules})
 
     # -- create --------------------------------------------------------------------------------------
 
@@ -290,9 +315,12 @@ class Registry:
         field_validation: str = "Warn",
         warnings: list[str] | None = None,
         user: Identity | None = None,
+        manager: str = "",
+        managed_fields: list[Obj] | None = None,
     ) -> Obj:
         """POST: the created object (201); `warnings` gets what the answer's Warning headers say. `user`:
-        the caller, whose write passes the validating admission policies (None: the server's own)."""
+        the caller, whose write passes the validating admission policies (None: the server's own);
+        `manager` owns the fields it wrote (`managed_fields`: the ownership an apply computed)."""
         obj = self.check_body(rtype, body)
         metadata = obj["metadata"]
         self._scope(rtype, namespace, metadata)
@@ -323,6 +351,7 @@ class Registry:
                 self._admit_custom_resource(rtype, name)
             metadata["uid"] = self._uid()
             metadata["creationTimestamp"] = now_rfc3339(self._clock)
+            self._own(rtype, obj, None, manager, managed_fields)
             if rtype is CUSTOM_RESOURCE_DEFINITIONS:
                 definition_status(obj, self._group_definitions(obj), metadata["creationTimestamp"])
             self._admit(user, lambda u: Write("CREATE", rtype, namespace, name, _served_as(rtype, obj), None, u,
@@ -533,6 +562,7 @@ class Registry:
         field_validation: str = "Warn",
         warnings: list[str] | None = None,
         user: Identity | None = None,
+        manager: str = "",
     ) -> Obj:
         """PUT: the stored object after the update; `warnings` gets what the answer's Warning headers say."""
         obj = self.check_body(rtype, body)
@@ -540,7 +570,7 @@ class Registry:
             old = self._get(rtype, namespace, name)
             decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings)
             return self._update(rtype, namespace, name, old, obj, subresource, dry_run, decode,
-                                user=user, warnings=warnings)
+                                user=user, warnings=warnings, manager=manager)
 
     def patch(
         self,
@@ -555,6 +585,7 @@ class Registry:
         field_validation: str = "Warn",
         warnings: list[str] | None = None,
         user: Identity | None = None,
+        manager: str = "",
     ) -> Obj:
         """PATCH in one of the three formats: the stored object after the update."""
         with self.store.lock:
@@ -575,7 +606,7 @@ class Registry:
             decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings, patching=True)
             return self._update(
                 rtype, namespace, name, old, self.check_body(rtype, patched), subresource, dry_run, decode,
-                user=user, warnings=warnings,
+                user=user, warnings=warnings, manager=manager,
             )
 
     def _update(
@@ -591,6 +622,8 @@ class Registry:
         *,
         user: Identity | None = None,
         warnings: list[str] | None = None,
+        manager: str = "",
+        managed_fields: list[Obj] | None = None,
     ) -> Obj:
         metadata = obj["metadata"]
         body_name = metadata.get("name")
@@ -648,6 +681,7 @@ class Registry:
                 else:
                     obj.pop("status", None)
             rtype.prepare_for_update(obj, old_obj)
+        self._own(rtype, obj, old_obj, manager, managed_fields, subresource)
         finalizers = obj["metadata"].get("finalizers") or []
         if old_meta.get("deletionTimestamp") and any(f not in (old_meta.get("finalizers") or []) for f in finalizers):
             raise errors.invalid(
@@ -681,6 +715,75 @@ class Registry:
             # The last finalizer is gone from an object being deleted: it goes now.
             self._write(rtype, key, None)
         return _served_as(rtype, stored.obj)
+
+    def _own(self, rtype: ResourceType, obj: Obj, old: Obj | None, manager: str, managed: list[Obj] | None,
+             subresource: str = "") -> None:
+        """Field ownership of a custom resource after a write: an apply's, or the writer's changes (a write
+        without a manager, the server's own, leaves it as it was). Built-in types keep none."""
+        metadata = obj["metadata"]
+        if rtype.custom is None:
+            return
+        if managed is None and manager:
+            managed = ssa.record_update(old, obj, rtype.custom.schema, manager, rtype.api_version,
+                                        now_rfc3339(self._clock), subresource)
+        elif managed is None:
+            managed = ((old or {}).get("metadata") or {}).get("managedFields") or []
+        if managed:
+            metadata["managedFields"] = managed
+        else:
+            metadata.pop("managedFields", None)
+
+    def apply(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        manager: str,
+        force: bool = False,
+        subresource: str = "",
+        dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: list[str] | None = None,
+        user: Identity | None = None,
+    ) -> tuple[int, Obj]:
+        """Server-side apply (a custom resource's PATCH with application/apply-patch+yaml): the code (201
+        when it created the object) and the object."""
+        assert rtype.custom is not None
+        if not manager:
+            raise errors.invalid("PatchOptions.meta.k8s.io", "", [
+                FieldError("Required", "fieldManager", detail="is required for apply patch")])
+        config = self.check_body(rtype, body)
+        if config["metadata"].get("name") not in (None, name):
+            raise errors.bad_request(
+                f"the name of the object ({config['metadata']['name']}) does not match the name on the URL ({name})")
+        config["metadata"]["name"] = name
+        self._scope(rtype, namespace, config["metadata"])
+        unknown = prune(config, rtype.custom.schema)
+        if unknown and field_validation == "Strict":
+            raise errors.bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown))
+        if warnings is not None and field_validation == "Warn":
+            warnings.extend(f'unknown field "{p}"' for p in unknown)
+        with self.store.lock:
+            stored = self.store.get(rtype.storage, self.key(rtype, namespace, name))
+            live = _served_as(rtype, json.loads(stored.raw)) if stored is not None else None
+            try:
+                result = ssa.apply(live, config, rtype.custom.schema, manager, rtype.api_version,
+                                   now_rfc3339(self._clock), force=force, subresource=subresource)
+            except ssa.ApplyConflict as e:
+                causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {ssa.manager_text(entry)}",
+                           "field": ssa.path_text(path)} for entry, path in e.conflicts]
+                raise StatusError(409, "Conflict", str(e), {"causes": causes}) from None
+            managed = result["metadata"].pop("managedFields")
+            if stored is None:
+                result["metadata"].pop("resourceVersion", None)
+                return 201, self.create(rtype, namespace, result, dry_run=dry_run, warnings=warnings, user=user,
+                                        managed_fields=managed)
+            result["metadata"]["resourceVersion"] = stored.obj["metadata"]["resourceVersion"]
+            decode = partial(self._decode, rtype, field_validation="Ignore", warnings=None, patching=True)
+            return 200, self._update(rtype, namespace, name, stored, result, subresource, dry_run, decode,
+                                     user=user, warnings=warnings, managed_fields=managed)
 
     # -- delete --------------------------------------------------------------------------------------
 
@@ -737,6 +840,9 @@ class Registry:
             obj = json.loads(stored.raw)
             obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
+            # Controllers must see the change of meaning (markAsDeleting in the generic store).
+            if (obj["metadata"].get("generation") or 0) > 0:
+                obj["metadata"]["generation"] += 1
             return _served_as(rtype, self._write(rtype, key, obj).obj)
         gone = stored if dry_run else self._write(rtype, key, None)
         if rtype.returns_deleted_object:

@@ -14,8 +14,9 @@ date, byte, uuid, ipv4, ipv6, cidr checked; other supported formats accepted), p
 additionalProperties, items, enum, minimum/maximum (exclusive), multipleOf, minLength/maxLength,
 pattern (Python's `re` standing in for RE2), minItems/maxItems, uniqueItems,
 minProperties/maxProperties, default, x-kubernetes-preserve-unknown-fields and
-x-kubernetes-embedded-resource (for pruning). Not evaluated: allOf, anyOf, oneOf, not,
-x-kubernetes-validations (CEL), list and map types, and whether defaults are themselves valid.
+x-kubernetes-embedded-resource (for pruning). `validationrules.py` evaluates x-kubernetes-validations
+(CEL) and the set and map list types. Not evaluated: allOf, anyOf, oneOf, not, and whether defaults
+are themselves valid.
 """
 
 from __future__ import annotations
@@ -270,6 +271,16 @@ def apply_defaults(value: Any, schema: Obj | None) -> None:
             if items is not None and "default" in items and _null_not_allowed(value[i], items):
                 value[i] = json.loads(json.dumps(items["default"]))
             apply_defaults(value[i], items)
+
+
+def has_defaults(schema: Obj | None) -> bool:
+    """Whether any place of `schema` has a `default`."""
+    if not isinstance(schema, dict):
+        return False
+    if "default" in schema:
+        return True
+    nested = [*(schema.get("properties") or {}).values(), _items(schema), _additional(schema)[1]]
+    return any(has_defaults(n) for n in nested)
 
 
 def _null_not_allowed(value: Any, schema: Obj | None) -> bool:

@@ -54,6 +54,7 @@ from prewarm_devtools.kubeapi.openapi import (
 from prewarm_devtools.kubeapi.protobuf import PROTOBUF, ProtobufError, decode_review
 from prewarm_devtools.kubeapi.rbac import BOOTSTRAP_POLICY, Attributes, Authorizer, request_attributes
 from prewarm_devtools.kubeapi.registry import (
+    APPLY_PATCH,
     CUSTOM_PATCH_TYPES,
     FIELD_VALIDATIONS,
     PATCH_TYPES,
@@ -640,6 +641,9 @@ class KubeApiServer:
             if watch:
                 timeout = float(_int(query, "timeoutSeconds") or self.watch_timeout)
                 stream = self.registry.watch(rtype, namespace, list_query, timeout, self.bookmark_interval)
+                wanted = negotiate(headers.get("Accept") or "")
+                if wanted.kind == TABLE and rtype.custom is not None:
+                    stream = _table_events(rtype, stream, wanted.version, query.get("includeObject", ""))
                 return _Response(200, stream=stream)
             return self._read(rtype, self.registry.list_collection(rtype, namespace, list_query), query, headers,
                               is_list=True)
@@ -653,6 +657,7 @@ class KubeApiServer:
                 field_validation=_field_validation(query, "CreateOptions"),
                 warnings=warnings,
                 user=identity.authenticated(),
+                manager=_field_manager(query, headers),
             )
             return _Response(201, dumps(created), warnings=warnings)
         if method == "DELETE" and "deletecollection" in rtype.verbs:
@@ -685,13 +690,22 @@ class KubeApiServer:
                 field_validation=_field_validation(query, "UpdateOptions"),
                 warnings=warnings,
                 user=identity.authenticated(),
+                manager=_field_manager(query, headers),
             )
             return _Response(200, dumps(replaced), warnings=warnings)
         if method == "PATCH":
             content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
             accepted = CUSTOM_PATCH_TYPES if rtype.custom is not None else PATCH_TYPES
-            if content_type not in PATCH_TYPES or content_type not in accepted:
+            if content_type not in accepted:
                 raise errors.unsupported_media_type(content_type, list(accepted))
+            if content_type == APPLY_PATCH:
+                code, applied = self.registry.apply(
+                    rtype, namespace, name, _decode_body({"Content-Type": _YAML}, body),
+                    manager=query.get("fieldManager", ""), force=query.get("force") in ("true", "1"),
+                    subresource=sub, dry_run=dry_run, field_validation=_field_validation(query, "PatchOptions"),
+                    warnings=warnings, user=identity.authenticated(),
+                )
+                return _Response(code, dumps(applied), warnings=warnings)
             try:
                 patch = json.loads(body or b"null")
             except ValueError as e:
@@ -707,6 +721,7 @@ class KubeApiServer:
                 field_validation=_field_validation(query, "PatchOptions"),
                 warnings=warnings,
                 user=identity.authenticated(),
+                manager=_field_manager(query, headers),
             )
             return _Response(200, dumps(patched), warnings=warnings)
         if method == "DELETE" and not sub:
@@ -864,6 +879,27 @@ def _dry_run(query: dict[str, str], options: dict[str, Any] | None = None) -> bo
             )
         return True
     return value == "All"
+
+
+def _table_events(rtype: ResourceType, stream: Iterator[bytes | None], version: str,
+                  include: str) -> Iterator[bytes | None]:
+    """A watch of custom resources as Tables (`kubectl get -w`): each event's object is a Table of its one
+    row, with the printer columns, as the API server transforms watch events for a Table Accept."""
+    for line in stream:
+        if not line:
+            yield line
+            continue
+        event = json.loads(line)
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+            event["object"] = to_table(rtype, event["object"], version, include)
+            line = dumps(event) + b"\n"
+        yield line
+
+
+def _field_manager(query: dict[str, str], headers: Any) -> str:
+    """Who owns the fields a write sets: `fieldManager`, else the User-Agent's product, as the API server
+    derives it (prefixFromUserAgent: up to the first '/', at most 128 characters)."""
+    return query.get("fieldManager") or (headers.get("User-Agent") or "").split("/")[0][:128]
 
 
 def _decode_body(headers: Any, body: bytes) -> Any:

@@ -144,6 +144,28 @@ def test_an_unknown_kind_exits_2_naming_the_kind(prewarm: Run, tmp_path: Path) -
     ]
 
 
+@pytest.mark.parametrize(("text", "got"), [
+    ("just a string\n", 'string "just a string"'),
+    ("- {apiVersion: prewarm.dev/v1alpha1, kind: ImagePullJob}\n", "a list"),
+    ("kind: List\nitems: [42]\n", "number 42"),
+])
+def test_a_document_that_is_no_object_exits_2_naming_the_document(prewarm: Run, tmp_path: Path, text: str,
+                                                                   got: str) -> None:
+    # Given a file whose document is a plain string, a top-level list (without kind: List), or a List of a number
+    manifest = tmp_path / "odd.yaml"
+    manifest.write_text(text)
+
+    # When it is applied
+    result = prewarm("apply", "-f", str(manifest))
+
+    # Then it is a usage error naming the document, not a crash
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    where = f"{manifest} document 1" + (", item 1" if "items" in text else "")
+    assert line.startswith(f"error: {where}: a manifest must be a mapping with apiVersion and kind (got {got})")
+    assert "Error" not in result.stderr
+
+
 def test_a_missing_field_is_named_by_its_path(prewarm: Run, tmp_path: Path) -> None:
     # Given a job without spec.image and with a negative parallelism
     manifest = tmp_path / "job.yaml"

@@ -139,6 +139,16 @@ def test_local_down_clears_the_state_of_a_stack_that_already_exited(env: dict[st
     assert not Path(env[STATE_ENV]).exists()
 
 
+def test_local_down_without_a_state_file_has_nothing_to_stop_and_exits_0(env: dict[str, str]) -> None:
+    # Given no local stack and no state file
+    assert not Path(env[STATE_ENV]).exists()
+
+    # When local down runs, Then it says so and succeeds, as with a stale state file
+    down = _prewarm("local", "down", env=env)
+
+    assert (down.returncode, down.stdout) == (0, f"no local stack was running (no state file {env[STATE_ENV]})\n")
+
+
 def test_local_down_after_a_crash_stops_what_the_stack_left_and_removes_its_files(
     env: dict[str, str], tmp_path: Path
 ) -> None:

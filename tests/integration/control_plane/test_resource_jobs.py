@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -35,11 +34,12 @@ from prewarm_devtools.localmode import grant_cluster_access
 from prewarm_devtools.sam.aws import ACCOUNT, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
 from prewarm_devtools.sam.template import ROOT
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
 API = "prewarm.dev/v1alpha1"
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,10 @@ def test_apply_as_resource_writes_the_resource_and_the_sync_runs_it(env: dict[st
     assert first.stdout == "imagepulljob.prewarm.dev/as-res created\n", first.output
     assert again.stdout == "imagepulljob.prewarm.dev/as-res unchanged\n"
     resource = env["admin"].get_object(API, "imagepulljobs", "as-res", "shop")
-    assert resource["spec"] == {"image": "redis:7", "parallelism": 3}
+    # As written, with Kruise's defaults the CRD stores
+    assert resource["spec"] == {"image": "redis:7", "parallelism": 3, "imagePullPolicy": "IfNotPresent",
+                                "completionPolicy": {"type": "Always"},
+                                "pullPolicy": {"backoffLimit": 3, "timeoutSeconds": 600}}
     assert env["store"].get_job(job_key("shop", "as-res")) is not None
 
 
@@ -181,10 +184,8 @@ def test_the_sync_function_may_not_create_jobs_itself(env: dict[str, Any]) -> No
     assert 'cannot create resource "imagepulljobs" in API group "prewarm.dev"' in str(refused.value)
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
 def test_kubectl_applies_a_kruise_manifest_with_only_its_api_version_changed(env: dict[str, Any],
                                                                              tmp_path: Path) -> None:
-    assert KUBECTL is not None
     kubeconfig = env["api"].write_kubeconfig(tmp_path / "config")
     manifest = tmp_path / "job.yaml"
     sample = (ROOT / "samplefiles" / "jobs").glob("*.yaml")
@@ -206,3 +207,93 @@ def test_kubectl_applies_a_kruise_manifest_with_only_its_api_version_changed(env
     assert listed.stdout.split("\n")[0].split() == ["NAMESPACE", "NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED",
                                                     "AGE", "MESSAGE"]
     assert json.loads(kubectl("get", "imagepulljobs", "-A", "-o", "json").stdout)["items"]
+
+
+def kubectl_in(env: dict[str, Any], tmp_path: Path) -> Any:
+    kubeconfig = env["api"].write_kubeconfig(tmp_path / "config")
+
+    def kubectl(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
+                               *args], input=input, capture_output=True, text=True, timeout=60, check=False)
+
+    return kubectl
+
+
+# Each bad manifest kubectl apply meets, and what the API server answers (the CRD's rules: no webhook).
+REFUSED_AT_APPLY = {
+    "names-and-labels": ({"selector": {"names": ["node-1"], "matchLabels": {"pool": "general"}}},
+                         'spec.selector: Invalid value: "object": names cannot be combined with matchLabels or '
+                         "matchExpressions; use one"),
+    "percent": ({"parallelism": "50%"},
+                'spec.parallelism: Invalid value: "": percentages such as "50%" are not supported: give a number of '
+                'nodes such as 5 or "5"'),
+    "never-deadline": ({"completionPolicy": {"type": "Never", "activeDeadlineSeconds": 900}},
+                       'spec.completionPolicy.activeDeadlineSeconds: Invalid value: "object": may only be set when '
+                       "completionPolicy.type is Always"),
+    "short-deadline": ({"completionPolicy": {"activeDeadlineSeconds": 60}},
+                       'spec.completionPolicy.activeDeadlineSeconds: Invalid value: "object": must be >= '
+                       "pullPolicy.timeoutSeconds (600)"),
+    "twice": ({"selector": {"names": ["node-1", "node-1"]}}, 'spec.selector.names[1]: Duplicate value: "node-1"'),
+    "in-without-values": ({"podSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}},
+                          'spec.podSelector.matchExpressions[0].values: Invalid value: "object": must be non-empty '
+                          "when operator is In"),
+    "bad-image": ({"image": "Nginx:1.27"}, 'spec.image: Invalid value: "Nginx:1.27": spec.image in body should match'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_AT_APPLY))
+def test_kubectl_apply_refuses_a_bad_job_naming_the_field(env: dict[str, Any], tmp_path: Path, name: str) -> None:
+    spec, said = REFUSED_AT_APPLY[name]
+    kubectl = kubectl_in(env, tmp_path)
+
+    applied = kubectl("apply", "-f", "-", input=yaml.safe_dump(job(f"bad-{name}", **spec)))
+
+    assert applied.returncode == 1 and applied.stdout == ""
+    assert applied.stderr.startswith(f'The ImagePullJob "bad-{name}" is invalid: '), applied.stderr
+    assert said in applied.stderr
+    assert env["admin"].list_objects(API, "imagepulljobs", "shop", field_selector=f"metadata.name=bad-{name}") == []
+
+
+def test_kubectl_shows_kruises_defaults_stored_and_explains_the_fields(env: dict[str, Any], tmp_path: Path) -> None:
+    kubectl = kubectl_in(env, tmp_path)
+    manifest = {"apiVersion": API, "kind": "ImagePullJob", "metadata": {"name": "res-defaults", "namespace": "shop"},
+                "spec": {"image": "nginx:1.27"}}
+
+    applied = kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    shown = kubectl("get", "imagepulljob", "res-defaults", "-n", "shop", "-o", "yaml")
+    explained = kubectl("explain", "imagepulljobs.spec.parallelism")
+    deleted = kubectl("delete", "imagepulljob", "res-defaults", "-n", "shop")
+
+    assert applied.returncode == 0, applied.stderr
+    spec = yaml.safe_load(shown.stdout)["spec"]
+    assert spec == {"image": "nginx:1.27", "imagePullPolicy": "IfNotPresent",
+                    "completionPolicy": {"type": "Always"}, "pullPolicy": {"backoffLimit": 3, "timeoutSeconds": 600}}
+    assert explained.returncode == 0, explained.stderr
+    assert "a number, or a numeric string" in explained.stdout
+    assert (deleted.returncode, deleted.stdout.strip()) == (
+        0, 'imagepulljob.prewarm.dev "res-defaults" deleted from shop namespace')
+    assert kubectl("auth", "can-i", "create", "imagepulljobs.prewarm.dev", "-n", "shop").stdout.strip() == "yes"
+
+
+def test_a_numeric_string_parallelism_is_that_many_nodes_from_kubectl_the_sync_and_the_cli(
+    env: dict[str, Any], tmp_path: Path
+) -> None:
+    kubectl = kubectl_in(env, tmp_path)
+    resource = job("res-string-parallelism", parallelism="3")
+    cli_job = ("apiVersion: apps.kruise.io/v1alpha1\nkind: ImagePullJob\n"
+               "metadata: {name: cli-string-parallelism, namespace: shop}\n"
+               "spec: {image: 'redis:7', parallelism: '4'}\n")
+
+    applied = kubectl("apply", "-f", "-", input=yaml.safe_dump(resource))
+    env["stack"].fire("sync_resources")
+    env["stack"].run_until_idle()
+    env["stack"].fire("sync_resources")
+    by_cli = prewarm(env, "apply", "-f", "-", input=cli_job)
+
+    assert applied.returncode == 0, applied.stderr
+    stored = env["store"].get_job(job_key("shop", "res-string-parallelism"))
+    assert stored is not None and stored.manifest["spec"]["parallelism"] == 3
+    status = env["admin"].get_object(API, "imagepulljobs", "res-string-parallelism", "shop")["status"]
+    assert status["active"] == 3 and status["message"].startswith("job is running")
+    assert by_cli.exit_code == 0, by_cli.output
+    assert env["store"].get_job(job_key("shop", "cli-string-parallelism")).manifest["spec"]["parallelism"] == 4

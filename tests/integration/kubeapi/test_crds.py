@@ -25,6 +25,7 @@ from kubernetes.client import ApiClient, ApiException, ApiextensionsV1Api, CoreV
 
 from prewarm_devtools.kubeapi import Identity, KubeApiServer
 from tests.support.kube import binding, call, role, rule, status_of, subject
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
@@ -823,11 +824,10 @@ def _apply_crd_and_objects(binary: str, api: KubeApiServer, tmp_path: Path) -> N
         assert unknown.returncode == 0 and 'unknown field "spec.colour"' in unknown.stderr
 
 
-@pytest.mark.skipif(not shutil.which("/usr/bin/kubectl"), reason="no /usr/bin/kubectl")
 def test_kubectl_applies_a_crd_and_its_objects_and_shows_their_columns(
     kubectl_api: KubeApiServer, tmp_path: Path
 ) -> None:
-    _apply_crd_and_objects("/usr/bin/kubectl", kubectl_api, tmp_path)
+    _apply_crd_and_objects(kubectl_binary(), kubectl_api, tmp_path)
 
 
 def test_debian_kubectl_1_20_applies_a_crd_and_its_objects(kubectl_api: KubeApiServer, tmp_path: Path) -> None:
@@ -835,3 +835,26 @@ def test_debian_kubectl_1_20_applies_a_crd_and_its_objects(kubectl_api: KubeApiS
     if binary is None:
         pytest.skip("no kubectl 1.20 (/usr/bin/kubectl from Debian's kubernetes-client, or PREWARM_KUBECTL_1_20)")
     _apply_crd_and_objects(binary, kubectl_api, tmp_path)
+
+
+def test_kubectl_get_watch_keeps_the_printer_columns_for_every_event(kubectl_api: KubeApiServer,
+                                                                     tmp_path: Path) -> None:
+    # Given the CRD and one object
+    kubeconfig = str(kubectl_api.write_kubeconfig(tmp_path / "config"))
+    kubectl_api.seed_objects([job_crd(), {**job("first"), "metadata": {"name": "first", "namespace": "default"}}])
+    watching = subprocess.Popen(
+        [kubectl_binary(), "--kubeconfig", kubeconfig, "--cache-dir", str(tmp_path / "cache"), "get", PLURAL, "-w",
+         "--request-timeout=4s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # When another is created while kubectl watches
+        assert watching.stdout is not None
+        header = watching.stdout.readline()
+        assert header.split() == ["NAME", "ACTIVE", "IMAGE", "AGE"]
+        assert watching.stdout.readline().split()[:2] == ["first", "registry.example/app:1.0"]
+        with ApiClient(kubectl_api.client_configuration()) as client:
+            CustomObjectsApi(client).create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, job("second"))
+        # Then its row has the same columns, not NAME and AGE alone
+        assert watching.stdout.readline().split()[:2] == ["second", "registry.example/app:1.0"]
+    finally:
+        watching.kill()
+        watching.communicate()

@@ -174,7 +174,7 @@ def test_patch_of_a_missing_object_is_404(kube_client: ApiClient) -> None:
     assert (answer.status, answer.body["message"]) == (404, 'nodes "ghost" not found')
 
 
-def test_server_side_apply_is_415(kube_client: ApiClient) -> None:
+def test_server_side_apply_of_a_built_in_type_is_415(kube_client: ApiClient) -> None:
     call(kube_client, "POST", "/api/v1/nodes", body=node("n1"))
     answer = call(
         kube_client, "PATCH", "/api/v1/nodes/n1", body="metadata: {}", content_type="application/apply-patch+yaml"

@@ -6,13 +6,13 @@ access reviews; dry-run deletes and namespaces that may not be deleted."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client import (
     ApiClient,
     ApiException,
@@ -26,6 +26,7 @@ from kubernetes.client import (
 
 from prewarm_devtools.kubeapi import Identity, KubeApiServer, service_account
 from tests.support.kube import binding, call, node, pod, role, rule, status_of, subject
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
@@ -421,14 +422,12 @@ def test_system_namespaces_may_not_be_deleted_even_by_the_admin(api: KubeApiServ
         core.delete_namespace("kube-node-lease")
 
 
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
 def test_kubectl_auth_can_i_and_a_forbidden_get(api: KubeApiServer, tmp_path: Path) -> None:
     # Given kubectl (which sends no token over plain HTTP: the server serves it as the admin) and
     # alice, who may list pods in team
-    assert KUBECTL is not None
     grant(
         api,
         role("pod-reader", [rule(["pods"], ["get", "list"])], TEAM),
@@ -457,3 +456,36 @@ def test_kubectl_auth_can_i_and_a_forbidden_get(api: KubeApiServer, tmp_path: Pa
         )
         protected = kubectl("delete", "namespace", "kube-system")
         assert 'namespaces "kube-system" is forbidden: this namespace may not be deleted' in protected.stderr
+
+
+def test_the_built_in_user_roles_aggregate_what_is_labelled_for_them(api: KubeApiServer) -> None:
+    # Given prewarm's job roles, labelled to aggregate into edit and admin (jobs) and view (reading them)
+    manifest = Path(__file__).resolve().parents[3] / "cli/prewarm_cli/install/manifests/80-resources-rbac.yaml"
+    shipped = [d for d in yaml.safe_load_all(manifest.read_text()) if d and d["metadata"]["name"].startswith(
+        "prewarm-jobs-")]
+    assert {d["metadata"]["name"] for d in shipped} == {"prewarm-jobs-edit", "prewarm-jobs-view"}
+    # And alice bound to the built-in edit role in team, bob (group viewers) to view
+    grant(api, *shipped,
+          binding("alice-edits", "edit", [subject("User", "alice")], TEAM, role_kind="ClusterRole"),
+          binding("viewers-view", "view", [subject("Group", "viewers")], TEAM, role_kind="ClusterRole"))
+
+    def can(user: str, verb: str, resource: str, group: str = "prewarm.dev") -> bool:
+        with api.api_client(user) as client:
+            spec = {"resourceAttributes": {"verb": verb, "resource": resource, "group": group, "namespace": TEAM}}
+            review = AuthorizationV1Api(client).create_self_subject_access_review(V1SelfSubjectAccessReview(spec=spec))
+            return bool(review.status.allowed)
+
+    # Then edit holds prewarm's job rules and the built-in ones, as on EKS; view reads and never writes
+    assert can("alice", "create", "imagepulljobs") and can("alice", "delete", "imagelistpulljobs")
+    assert can("alice", "create", "secrets", "") and can("alice", "list", "pods", "")
+    assert not can("alice", "create", "rolebindings", "rbac.authorization.k8s.io")  # admin's, not edit's
+    assert can("bob", "list", "imagepulljobs") and can("bob", "get", "imagepulljobs/status")
+    assert not can("bob", "create", "imagepulljobs") and not can("bob", "get", "secrets", "")
+    # And admin gathers edit's rules (edit aggregates into admin) with its own
+    admin = {tuple(r["resources"]) for r in api.get_object("clusterroles", "admin")["rules"]}
+    assert ("imagepulljobs", "imagelistpulljobs") in admin and ("rolebindings", "roles") in admin
+    # And a role that stops matching leaves the aggregate
+    with api.api_client() as client:
+        answer = call(client, "DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterroles/prewarm-jobs-edit")
+        assert answer.status == 200
+    assert not can("alice", "create", "imagepulljobs")

@@ -1,14 +1,13 @@
 """HTTPS (`KubeApiServer(tls=True)`): a CA made at start, trusted by the clients that are given it and
 by no one else; the written kubeconfig is the cluster admin's as the official client loads it, a
 request without a token is 401; watches stream over TLS and a client that leaves is let go; and
-kubectl, which sends a kubeconfig's token over TLS only, is the admin (when installed)."""
+kubectl, which sends a kubeconfig's token over TLS only, is the admin."""
 
 # mypy: disable-error-code="union-attr, no-untyped-call"
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import ssl
 import stat
@@ -28,10 +27,11 @@ from prewarm.adapters.kube import KubeCluster
 from prewarm.services.ports import ClusterConfigError
 from prewarm_devtools.kubeapi import KubeApiServer
 from tests.support.kube import SAMPLE_CLUSTER, call, node
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +126,7 @@ def test_a_watch_streams_over_tls_and_a_client_that_leaves_is_let_go(api: KubeAp
     assert not serving.is_alive(), "the server still holds the watch of a client that left"
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (it is not needed for the rest)")
 def test_kubectl_sends_the_kubeconfigs_token_over_tls_and_is_the_admin(api: KubeApiServer, tmp_path: Path) -> None:
-    assert KUBECTL is not None
     path = api.write_kubeconfig(tmp_path / "config")
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:

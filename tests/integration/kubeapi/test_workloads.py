@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +21,11 @@ from kubernetes.client import ApiClient, ApiException, AppsV1Api, CoreV1Api, Sch
 
 from prewarm_devtools.kubeapi import Identity, KubeApiServer
 from tests.support.kube import binding, call, role, rule, status_of, subject
+from tests.support.kubectl import kubectl_binary
 
 pytestmark = pytest.mark.integration
 
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_binary()
 
 
 def daemon_set(
@@ -566,10 +566,8 @@ def _manifests(directory: Path) -> list[Path]:
     return paths
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
 def test_kubectl_applies_what_install_renders(tmp_path: Path) -> None:
     # Given kubectl (which sends no token over plain HTTP: the server serves it as the admin)
-    assert KUBECTL is not None
     with KubeApiServer(anonymous="allowed") as api:
         kubeconfig = str(api.write_kubeconfig(tmp_path / "config"))
 

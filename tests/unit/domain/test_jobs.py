@@ -380,6 +380,15 @@ def test_unquoted_yaml_numbers_in_label_values_get_a_hint() -> None:
 # --- Errors: parallelism and policies -------------------------------------------------------------
 
 
+def test_a_numeric_string_parallelism_is_that_number_as_kruise_reads_it() -> None:
+    # Kruise's webhook parses the string (strconv.ParseInt) and its controller takes IntValue().
+    for text, number in (("50", 50), ("0", 0), ("+3", 3), ("007", 7)):
+        job = parse_manifest(pull_job(parallelism=text))
+        assert isinstance(job, ImagePullJob) and job.spec.parallelism == number
+    as_string, as_number = parse_manifest(pull_job(parallelism="50")), parse_manifest(pull_job(parallelism=50))
+    assert as_string.spec_hash() == as_number.spec_hash()
+
+
 def test_parallelism_zero_pauses_the_job() -> None:
     job = parse_manifest(pull_job(parallelism=0))
     assert isinstance(job, ImagePullJob) and job.spec.parallelism == 0
@@ -387,8 +396,15 @@ def test_parallelism_zero_pauses_the_job() -> None:
 
 def test_parallelism_must_be_a_non_negative_integer_not_a_percentage() -> None:
     assert errors_of(pull_job(parallelism=-1)) == ["spec.parallelism: must be greater than or equal to 0 (got -1)"]
+    assert errors_of(pull_job(parallelism="-1")) == ["spec.parallelism: must be greater than or equal to 0 (got -1)"]
     assert errors_of(pull_job(parallelism="50%")) == [
-        'spec.parallelism: must be an integer number of nodes (got string "50%"); percentages are not supported'
+        'spec.parallelism: percentages such as "50%" are not supported: give a number of nodes such as 5 or "5"'
+    ]
+    assert errors_of(pull_job(parallelism="abc")) == [
+        'spec.parallelism: must be a number of nodes such as 5 or "5" (got "abc")'
+    ]
+    assert errors_of(pull_job(parallelism="2147483648")) == [
+        'spec.parallelism: must be a number of nodes such as 5 or "5" (got "2147483648")'
     ]
     assert errors_of(pull_job(parallelism=2.5)) == ["spec.parallelism: must be an integer (got number 2.5)"]
     assert errors_of(pull_job(parallelism=True)) == ["spec.parallelism: must be an integer (got boolean true)"]

@@ -94,6 +94,7 @@ class CustomResource:
     storage_version: str
     schema: Obj | None  # the version's openAPIV3Schema
     columns: tuple[Obj, ...]  # additionalPrinterColumns, or the default AGE
+    defaults: bool = False  # whether the schema has `default`s, filled in on every read too
 
 
 @dataclass(frozen=True)

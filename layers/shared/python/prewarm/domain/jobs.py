@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from prewarm.domain.images import InvalidImageReference, parse_image
+from prewarm.domain.images import (
+    _ANCHORED_NAME_RE,
+    _IDENTIFIER_RE,
+    _TAG_RE,
+    DIGEST_HEX_LENGTHS,
+    InvalidImageReference,
+    parse_image,
+)
 from prewarm.domain.kubernetes import (
+    _DNS1123_LABEL,
+    _DNS1123_SUBDOMAIN,
+    _QUALIFIED_NAME_PART,
     KubernetesModel,
     LabelSelector,
     NamespacedObjectMeta,
@@ -34,6 +45,23 @@ JobApiVersion = Literal["apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1", "pr
 
 MAX_IMAGES = 255
 INT32_MAX = 2**31 - 1
+# Longer than any reference the grammar allows (host and port, a 255-character path, tag and digest): a bound
+# the CRD needs so that the API server can afford its duplicate check over `images`.
+IMAGE_MAX_LENGTH = 1024
+
+# --- The model's string rules as RE2 patterns ------------------------------------------------------
+# cli/prewarm_cli/install/crds.py puts them in the CRDs' schemas, so that the API server refuses at
+# `kubectl apply` what the model refuses; tests/unit/install/test_job_rules.py runs one table of cases
+# through both. What they cannot say (a repository path over 255 characters, label keys in a map) stays
+# with the model.
+_DIGESTS = "|".join(f"{algorithm}:[a-f0-9]{{{length}}}" for algorithm, length in DIGEST_HEX_LENGTHS.items())
+IMAGE_PATTERN = f"^{_ANCHORED_NAME_RE.pattern}(?::{_TAG_RE.pattern})?(?:@(?:{_DIGESTS}))?$"
+IMAGE_ID_PATTERN = f"^{_IDENTIFIER_RE.pattern}$"
+DNS1123_SUBDOMAIN_PATTERN = f"^{_DNS1123_SUBDOMAIN.pattern}$"
+DNS1123_LABEL_PATTERN = f"^{_DNS1123_LABEL.pattern}$"
+# The name part of a key, at most 63 characters: the qualified-name rule with its length said as a bound.
+LABEL_KEY_PATTERN = f"^(?:{_DNS1123_SUBDOMAIN.pattern}/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?$"
+LABEL_VALUE_PATTERN = f"^(?:{_QUALIFIED_NAME_PART.pattern})?$"
 
 # Put on the children of an ImageListPullJob, so their origin can be traced.
 LIST_JOB_ANNOTATION = "prewarm.dev/image-list-pull-job"
@@ -92,6 +120,22 @@ class SandboxConfig(KubernetesModel):
 
 
 _ALWAYS_ONLY = "may only be set when {at}.completionPolicy.type is Always"
+# Kruise's webhook parses a string parallelism with strconv.ParseInt(s, 10, 32): an optional sign, then digits.
+# At most 10 digits (int32's), so that a CEL rule can take int() of it safely.
+_PARALLELISM_STRING = re.compile(r"[+-]?[0-9]{1,10}")
+PARALLELISM_STRING_PATTERN = f"^{_PARALLELISM_STRING.pattern}$"
+PARALLELISM_PERCENT = "percentages such as {value} are not supported: give a number of nodes such as 5 or \"5\""
+PARALLELISM_NOT_A_NUMBER = "must be a number of nodes such as 5 or \"5\" (got {value})"
+
+
+def parallelism_from_string(value: str) -> int:
+    """A string `parallelism` as Kruise reads it: `"50"` is 50 (its webhook parses the string and its
+    controller takes `IntValue()`); a percentage or anything but an int32 number is refused."""
+    if value.endswith("%"):
+        raise ValueError(PARALLELISM_PERCENT.format(value=json.dumps(value)))
+    if not _PARALLELISM_STRING.fullmatch(value) or not -(2**31) <= int(value) <= INT32_MAX:
+        raise ValueError(PARALLELISM_NOT_A_NUMBER.format(value=json.dumps(value)))
+    return int(value)
 
 
 class ImagePullJobTemplate(KubernetesModel):
@@ -115,9 +159,7 @@ class ImagePullJobTemplate(KubernetesModel):
         if value is None:
             return 1
         if isinstance(value, str):
-            raise ValueError(
-                f'must be an integer number of nodes (got string "{value}"); percentages are not supported'
-            )
+            return parallelism_from_string(value)
         return value
 
     @field_validator("pull_policy", "completion_policy", mode="before")
@@ -173,6 +215,8 @@ class ImagePullJobTemplate(KubernetesModel):
 def _image_problem(image: str) -> str | None:
     if not image:
         return "must not be empty"
+    if len(image) > IMAGE_MAX_LENGTH:
+        return f"must be no more than {IMAGE_MAX_LENGTH} characters (got {len(image)})"
     try:
         parse_image(image)
     except InvalidImageReference as e:

@@ -28,8 +28,13 @@ RULE_ANNOTATION = "prewarm.dev/rule"
 REPOSITORY_ANNOTATION = "prewarm.dev/repository"
 TAG_ANNOTATION = "prewarm.dev/tag"
 
-_ACCOUNT_ID = re.compile(r"\d{12}")
-_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d+")
+_ACCOUNT_ID = re.compile(r"[0-9]{12}")
+_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-[0-9]+")
+_GLOB = re.compile(r"\S+")
+# The same rules as RE2 patterns, for the CRD's schema (cli/prewarm_cli/install/crds.py).
+ACCOUNT_ID_PATTERN = f"^{_ACCOUNT_ID.pattern}$"
+REGION_PATTERN = f"^{_REGION.pattern}$"
+GLOB_PATTERN = f"^{_GLOB.pattern}$"
 
 
 class RuleTemplateMetadata(InNamespace, WithLabels):
@@ -55,7 +60,7 @@ def _patterns_problems(patterns: list[str], what: str) -> list[tuple[str, str]]:
     return [
         (f"[{index}]", f"must be a non-empty {what} glob without spaces")
         for index, pattern in enumerate(patterns)
-        if not pattern or any(c.isspace() for c in pattern)
+        if not _GLOB.fullmatch(pattern)
     ]
 
 
