@@ -216,6 +216,7 @@ def test_a_job_has_finished_its_round_when_it_completed_or_a_never_jobs_nodes_al
     assert never_job(counters=Counters(desired=2, succeeded=1, failed=1)).has_finished_round()
     assert not never_job(counters=Counters(desired=2, waiting=1, succeeded=1)).has_finished_round()
     assert not never_job(counters=Counters(desired=2, active=1, succeeded=1)).has_finished_round()
+    assert not never_job(counters=Counters(desired=3, waiting=1, active=1, succeeded=1)).has_finished_round()
     assert not never_job(planned=False, counters=Counters()).has_finished_round()
 
 
@@ -246,6 +247,13 @@ def test_a_pull_task_without_a_sandbox_config_has_empty_sandbox_fields() -> None
     assert (task.sandbox_labels, task.sandbox_annotations) == ({"a": "b"}, {})
     plain = pull_job().pull_task("n1")
     assert (plain.sandbox_labels, plain.sandbox_annotations, plain.deadline) == ({}, {}, None)
+    assert not plain.pin and not plain.pull_secrets_only
+
+
+def test_a_pinned_jobs_pull_task_asks_the_agent_to_pin_the_image() -> None:
+    manifest = {**pull_manifest(), "metadata": {"name": "web", "namespace": "shop",
+                                                "annotations": {"prewarm.dev/pin": "true"}}}
+    assert pull_job(manifest=manifest).pull_task("n1").pin
     assert [t.node for t in pull_job().pull_tasks(["a", "b"])] == ["a", "b"]
 
 
