@@ -38,6 +38,8 @@ WORK = ROOT / "build" / "mutation"
 # The import paths the tests need besides the shared package (which the staging directory provides).
 OTHER_SOURCES = ("agent", "cli", "devtools")
 GOAL_PERCENT = 95.0
+# Each survivor is shown as a diff; past this many (a baseline), the rest are counted.
+SHOWN_SURVIVORS = 40
 HYPOTHESIS_PLUGIN = "prewarm_devtools.pytest_plugins.mutation_hypothesis"
 
 # mutmut's exit codes per mutant (mutmut/stats.py): a failing test (1, or 3 for a pytest internal error)
@@ -318,9 +320,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run_module(name, args.max_children, equivalents)
             results.append(result)
             stage = WORK / name
-            for mutant in result.survivors + result.no_tests:
+            missed = result.survivors + result.no_tests
+            for mutant in missed[:SHOWN_SURVIVORS]:
                 kind = "survived" if mutant in result.survivors else "no test ran it"
                 print(f"  {kind}: {mutant}\n{_show(stage, mutant)}", flush=True)
+            if len(missed) > SHOWN_SURVIVORS:
+                print(f"  ... and {len(missed) - SHOWN_SURVIVORS} more: `python -m mutmut results` in {stage}")
             for problem in result.stale:
                 print(f"  stale entry in {EQUIVALENT_FILE.relative_to(ROOT)}: {problem}", flush=True)
     except MutationError as e:
