@@ -232,22 +232,29 @@ def test_a_non_string_reference_is_rejected() -> None:
         parse_image(42)  # type: ignore[arg-type]
 
 
-class _Job(pydantic.BaseModel):
-    image: ImageRef
+def job_model() -> type[pydantic.BaseModel]:
+    """A model with an ImageRef field. Defined when called: pydantic builds its schema at class creation,
+    which must happen in the test, not at import (mutation testing swaps the code each test runs)."""
+
+    class _Job(pydantic.BaseModel):
+        image: ImageRef
+
+    return _Job
 
 
 def test_pydantic_models_accept_an_image_string_and_serialise_it_back() -> None:
     # Given a model with an ImageRef field / When validated from JSON
+    _Job = job_model()
     job = _Job.model_validate_json('{"image": "busybox:1.36"}')
 
     # Then the field is parsed and dumps as the normalised string
-    assert job.image == ImageRef("docker.io", "library/busybox", "1.36")
+    assert job.image == ImageRef("docker.io", "library/busybox", "1.36")  # type: ignore[attr-defined]
     assert job.model_dump() == {"image": "docker.io/library/busybox:1.36"}
     assert job.model_dump_json() == '{"image":"docker.io/library/busybox:1.36"}'
-    assert _Job(image=job.image).image is job.image
+    assert _Job(image=job.image).image is job.image  # type: ignore[attr-defined]
     assert _Job.model_json_schema()["properties"]["image"]["type"] == "string"
 
 
 def test_pydantic_validation_error_carries_the_reference_message() -> None:
     with pytest.raises(pydantic.ValidationError, match="repository name must be lowercase"):
-        _Job.model_validate({"image": "Busybox"})
+        job_model().model_validate({"image": "Busybox"})

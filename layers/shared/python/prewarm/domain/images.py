@@ -48,8 +48,8 @@ _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 
 # Always used with fullmatch: Python's "$" would also match before a trailing newline.
-_REFERENCE_RE: Final = re.compile(rf"((?:{_DOMAIN_AND_PORT}/)?{_REMOTE_NAME})(?::({_TAG}))?(?:@({_DIGEST}))?")
-_ANCHORED_NAME_RE: Final = re.compile(rf"(?:({_DOMAIN_AND_PORT})/)?({_REMOTE_NAME})")
+# Groups: registry (absent when the grammar reads the first component as part of the path), repository, tag, digest.
+_REFERENCE_RE: Final = re.compile(rf"(?:({_DOMAIN_AND_PORT})/)?({_REMOTE_NAME})(?::({_TAG}))?(?:@({_DIGEST}))?")
 _IDENTIFIER_RE: Final = re.compile(r"[a-f0-9]{64}")
 _DOMAIN_AND_PORT_RE: Final = re.compile(_DOMAIN_AND_PORT)
 _PATH_COMPONENT_RE: Final = re.compile(_PATH_COMPONENT)
@@ -125,8 +125,6 @@ def _split_docker_domain(reference: str) -> tuple[str, str]:
         return DEFAULT_REGISTRY, OFFICIAL_REPOSITORY_PREFIX + reference
     if first == "localhost" or any(c in first for c in ".:") or first.lower() != first:
         domain, remote = first, rest
-    elif first == LEGACY_DEFAULT_REGISTRY:
-        domain, remote = DEFAULT_REGISTRY, rest
     else:
         domain, remote = DEFAULT_REGISTRY, reference
     if domain == LEGACY_DEFAULT_REGISTRY:
@@ -165,15 +163,14 @@ def _explain(domain: str, remainder: str) -> str:
         )
     if not _DOMAIN_AND_PORT_RE.fullmatch(domain):
         return f"registry host {_quote(domain)} is not a valid host name, IPv4 or [IPv6] address with an optional :port"
-    for component in path.split("/"):
-        if not component:
-            return "repository path has an empty component (leading, trailing or doubled '/')"
-        if not _PATH_COMPONENT_RE.fullmatch(component):
-            return (
-                f"repository path component {_quote(component)} must be lowercase letters and digits "
-                "separated by '.', '_', '__' or dashes"
-            )
-    return "invalid reference format"
+    # The digest, tag and host are valid, so the grammar refused the path: one of its components.
+    component = next(c for c in path.split("/") if not _PATH_COMPONENT_RE.fullmatch(c))
+    if not component:
+        return "repository path has an empty component (leading, trailing or doubled '/')"
+    return (
+        f"repository path component {_quote(component)} must be lowercase letters and digits "
+        "separated by '.', '_', '__' or dashes"
+    )
 
 
 def parse_image(reference: str) -> ImageRef:
@@ -197,9 +194,7 @@ def parse_image(reference: str) -> ImageRef:
     match = _REFERENCE_RE.fullmatch(f"{domain}/{remainder}")
     if match is None:
         raise InvalidImageReference(reference, _explain(domain, remainder))
-    name, tag, digest = match.groups()
-    name_match = _ANCHORED_NAME_RE.fullmatch(name)
-    registry, repository = (name_match.group(1), name_match.group(2)) if name_match else (None, name)
+    registry, repository, tag, digest = match.groups()
     if len(repository) > REPOSITORY_NAME_MAX_LENGTH:
         raise InvalidImageReference(
             reference,

@@ -170,10 +170,11 @@ def counter_deltas(old: NodePhase, new: NodePhase, *, dispatched: bool) -> dict[
     """How the job counters move when one node goes from `old` to `new` (Cancelled counts as failed).
 
     A report from a node that was never dispatched (its task was claimed by a crashed run, or the
-    agent picked up a re-sent task) moves it from waiting to active first.
+    agent picked up a re-sent task) moves it from waiting to active first, unless it is already counted
+    in a final counter (the deadline cancels waiting nodes too).
     """
     deltas: dict[str, int] = {}
-    if not dispatched:
+    if not dispatched and not old.is_terminal:
         deltas.update(waiting=-1, active=1)
     if not new.is_terminal:
         return deltas

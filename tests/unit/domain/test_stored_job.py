@@ -1,0 +1,304 @@
+"""The stored job's own rules (`domain/job.py`): its plan, whether it is a running `Never` job, its
+deadline, when it completes or has finished its round, the pull task a node is sent, and how a new
+spec changes its round."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from prewarm.domain.job import UNPLANNED_RETRIGGER_SECONDS, ApiKind, JobRound, StoredJob
+from prewarm.domain.jobs import CompletionType, JobState
+from prewarm.domain.placement import Platform
+from prewarm.domain.status import COMPLETED_MESSAGE, Counters
+
+T0 = 1_000.0
+
+
+def pull_manifest(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"image": "nginx:1.25", **spec}}
+
+
+def list_manifest(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImageListPullJob",
+            "metadata": {"name": "base", "namespace": "shop"},
+            "spec": {"images": ["nginx:1.25", "redis:7"], **spec}}
+
+
+def pull_job(*, planned: bool = True, **fields: Any) -> StoredJob:
+    manifest = fields.pop("manifest", pull_manifest())
+    job = StoredJob(namespace="shop", name="web", uid="u1", api_kind=ApiKind.IMAGE_PULL_JOB, manifest=manifest,
+                    spec_hash="h1", start_time=T0, created_at=T0, **fields)
+    return replace(job, planned=job.plan_id) if planned else job
+
+
+def never_job(**fields: Any) -> StoredJob:
+    return pull_job(manifest=pull_manifest(completionPolicy={"type": "Never"}), **fields)
+
+
+def list_job(**fields: Any) -> StoredJob:
+    return StoredJob(namespace="shop", name="base", uid="u2", api_kind=ApiKind.IMAGE_LIST_PULL_JOB,
+                     manifest=fields.pop("manifest", list_manifest()), spec_hash="h2", **fields)
+
+
+# --- identity and plan -----------------------------------------------------------------------------
+
+
+def test_a_job_round_names_the_job_its_round_and_at_least_one_shard() -> None:
+    job = pull_job(round=3, generation=2)
+    assert job.key == "shop/web"
+    assert job.ref == JobRound("shop/web", "u1", 3, 1)
+    assert replace(job, shards=4).ref == JobRound("shop/web", "u1", 3, 4)
+
+
+def test_a_job_is_planned_when_its_last_plan_is_the_one_its_generation_and_round_need() -> None:
+    job = pull_job(planned=False, generation=2, round=1)
+    assert job.plan_id == "2.1" and not job.is_planned
+    assert replace(job, planned="2.1").is_planned
+    assert not replace(job, planned="1.1").is_planned
+
+
+def test_only_a_running_planned_image_pull_job_is_dispatching() -> None:
+    assert pull_job().is_dispatching
+    assert not pull_job(planned=False).is_dispatching
+    assert not pull_job(state=JobState.COMPLETED).is_dispatching
+    list_planned = list_job()
+    assert not replace(list_planned, planned=list_planned.plan_id).is_dispatching
+    assert pull_job().is_pull_job and not pull_job().is_list_job
+    assert list_job().is_list_job and not list_job().is_pull_job
+
+
+def test_the_stream_asks_for_a_plan_only_for_a_running_image_pull_job_not_yet_planned() -> None:
+    unplanned = pull_job(planned=False)
+    assert unplanned.needs_planning()
+    assert not pull_job().needs_planning()
+    assert not replace(unplanned, state=JobState.DELETING).needs_planning()
+    assert not list_job().needs_planning()
+
+
+def test_the_stream_skips_a_change_that_leaves_generation_round_plan_and_state_as_they_were() -> None:
+    unplanned = pull_job(planned=False)
+    # Reports moved the counters only: the record that asked for the plan retries it
+    assert not unplanned.needs_planning(replace(unplanned, counters=Counters(desired=3)))
+    # Each of the four, changed, asks again
+    assert unplanned.needs_planning(replace(unplanned, generation=0))
+    assert unplanned.needs_planning(replace(unplanned, round=1))
+    assert unplanned.needs_planning(replace(unplanned, planned="0.0"))
+    assert unplanned.needs_planning(replace(unplanned, state=JobState.COMPLETED))
+
+
+def test_deletion_is_requested_once_when_a_job_enters_deleting() -> None:
+    deleting = pull_job(state=JobState.DELETING)
+    assert deleting.deletion_requested()
+    assert deleting.deletion_requested(pull_job())
+    assert not deleting.deletion_requested(deleting)
+    assert not pull_job().deletion_requested()
+
+
+# --- spec --------------------------------------------------------------------------------------------
+
+
+def test_the_completion_type_is_kruises_default_always_unless_never_is_applied() -> None:
+    assert pull_job().completion_type is CompletionType.ALWAYS
+    assert pull_job(manifest=pull_manifest(completionPolicy={})).completion_type is CompletionType.ALWAYS
+    assert never_job().completion_type is CompletionType.NEVER
+    assert never_job().is_never and not pull_job().is_never
+
+
+def test_a_running_never_job_is_one_that_is_planned_and_running() -> None:
+    assert never_job().is_running_never
+    assert not never_job(planned=False).is_running_never
+    assert not never_job(state=JobState.DELETING).is_running_never
+    assert not pull_job().is_running_never
+
+
+def test_a_list_job_is_never_a_never_job_nor_an_image_pull_job() -> None:
+    never_list = list_job(manifest=list_manifest(completionPolicy={"type": "Never"}))
+    assert not never_list.is_never
+    with pytest.raises(TypeError, match="job shop/base is a ImageListPullJob, not an ImagePullJob"):
+        _ = never_list.pull_job
+
+
+def test_pull_secrets_are_read_as_applied() -> None:
+    job = pull_job(manifest=pull_manifest(pullSecrets=["regcred", "other"], pullSecretsOnly=True))
+    assert job.pull_secret_names == ["regcred", "other"] and job.pull_secrets_only
+    assert pull_job().pull_secret_names == [] and not pull_job().pull_secrets_only
+    # A stored manifest with no spec at all (an old item) has none
+    bare = pull_job(manifest={"kind": "ImagePullJob"})
+    assert bare.pull_secret_names == [] and not bare.pull_secrets_only
+    assert bare.completion_type is CompletionType.ALWAYS
+
+
+def test_the_image_platforms_are_known_only_from_a_pushed_index() -> None:
+    assert pull_job().image_platforms() is None
+    job = pull_job(platforms=[{"os": "linux", "architecture": "arm64", "variant": "v8"},
+                              {"os": "linux", "architecture": "amd64"}])
+    assert job.image_platforms() == [Platform("linux", "arm64", "v8"), Platform("linux", "amd64", None)]
+
+
+# --- time --------------------------------------------------------------------------------------------
+
+
+def test_the_deadline_counts_from_the_rounds_start() -> None:
+    job = pull_job(manifest=pull_manifest(completionPolicy={"activeDeadlineSeconds": 600}))
+    assert job.deadline == T0 + 600
+    assert not job.is_past_deadline(T0 + 600) and job.is_past_deadline(T0 + 600.5)
+    assert replace(job, start_time=None).deadline is None
+    assert pull_job().deadline is None and not pull_job().is_past_deadline(T0 + 10**9)
+
+
+def test_a_job_unplanned_long_after_it_was_stored_lost_its_stream_record() -> None:
+    unplanned = pull_job(planned=False)
+    assert not unplanned.is_unplanned_for_long(T0 + UNPLANNED_RETRIGGER_SECONDS)
+    assert unplanned.is_unplanned_for_long(T0 + UNPLANNED_RETRIGGER_SECONDS + 1)
+    assert not pull_job().is_unplanned_for_long(T0 + 10**6)
+    assert not replace(unplanned, state=JobState.COMPLETED).is_unplanned_for_long(T0 + 10**6)
+    # An item without a creation time is taken as just stored
+    assert not replace(unplanned, created_at=None).is_unplanned_for_long(T0 + 10**6)
+
+
+# --- finishing ---------------------------------------------------------------------------------------
+
+
+def test_finishing_sets_state_time_message_and_the_ttl_the_spec_asks_for() -> None:
+    assert pull_job().finish_fields(JobState.FAILED, at=T0) == {"state": JobState.FAILED, "completion_time": T0}
+    ttl = pull_job(manifest=pull_manifest(completionPolicy={"ttlSecondsAfterFinished": 300}))
+    assert ttl.finish_fields(JobState.COMPLETED, at=T0 + 0.7, message="done") == {
+        "state": JobState.COMPLETED, "completion_time": T0 + 0.7, "message": "done", "ttl": int(T0) + 300,
+    }
+
+
+def test_an_always_job_completes_when_every_node_has_finished() -> None:
+    running = pull_job(counters=Counters(desired=3, active=1, succeeded=1, failed=1))
+    assert running.completion(T0 + 5) is None
+    done = pull_job(counters=Counters(desired=3, succeeded=2, failed=1))
+    assert done.completion(T0 + 5) == {"state": JobState.COMPLETED, "completion_time": T0 + 5,
+                                       "message": COMPLETED_MESSAGE}
+    # A job with no node at all is done at once
+    assert pull_job(counters=Counters()).completion(T0) is not None
+
+
+def test_a_never_job_or_one_not_dispatching_does_not_complete() -> None:
+    finished = Counters(desired=1, succeeded=1)
+    assert never_job(counters=finished).completion(T0) is None
+    assert pull_job(planned=False, counters=finished).completion(T0) is None
+    assert pull_job(state=JobState.FAILED, counters=finished).completion(T0) is None
+
+
+def test_a_list_job_completes_when_all_its_images_jobs_have_and_expires_after_the_last() -> None:
+    job = list_job(manifest=list_manifest(completionPolicy={"ttlSecondsAfterFinished": 60}))
+    child_done = replace(pull_job(), state=JobState.COMPLETED, completion_time=T0 + 10)
+    child_failed = replace(pull_job(), state=JobState.FAILED, completion_time=T0 + 30)
+    assert job.list_completion([child_done, child_failed], now=T0 + 100) == {
+        "state": JobState.COMPLETED, "completion_time": T0 + 30, "ttl": int(T0 + 30) + 60}
+    # A child gone counts as finished; a child finished without a time, as finished now
+    assert job.list_completion([None, replace(child_done, completion_time=None)], now=T0 + 100) == {
+        "state": JobState.COMPLETED, "completion_time": T0 + 100, "ttl": int(T0 + 100) + 60}
+    assert job.list_completion([None], now=T0 + 100)["completion_time"] == T0 + 100  # type: ignore[index]
+
+
+def test_a_list_job_with_a_running_child_no_children_or_already_finished_does_not_complete() -> None:
+    job = list_job()
+    child_done = replace(pull_job(), state=JobState.COMPLETED, completion_time=T0)
+    assert job.list_completion([child_done, pull_job()], now=T0) is None
+    assert job.list_completion([], now=T0) is None
+    assert replace(job, state=JobState.COMPLETED).list_completion([child_done], now=T0) is None
+
+
+def test_a_job_has_finished_its_round_when_it_completed_or_a_never_jobs_nodes_all_finished() -> None:
+    assert pull_job(state=JobState.COMPLETED).has_finished_round()
+    assert pull_job(completion_time=T0).has_finished_round()
+    assert not pull_job(counters=Counters(desired=1, succeeded=1)).has_finished_round()
+    assert never_job(counters=Counters(desired=2, succeeded=1, failed=1)).has_finished_round()
+    assert not never_job(counters=Counters(desired=2, waiting=1, succeeded=1)).has_finished_round()
+    assert not never_job(counters=Counters(desired=2, active=1, succeeded=1)).has_finished_round()
+    assert not never_job(counters=Counters(desired=3, waiting=1, active=1, succeeded=1)).has_finished_round()
+    assert not never_job(planned=False, counters=Counters()).has_finished_round()
+
+
+# --- tasks -------------------------------------------------------------------------------------------
+
+
+def test_a_pull_task_carries_the_jobs_image_policies_deadline_sandbox_and_secrets() -> None:
+    job = pull_job(
+        round=2, pull_secret_arns=["arn:aws:secretsmanager:us-east-1:1:secret:a"],
+        manifest=pull_manifest(
+            image="nginx:1.25", imagePullPolicy="Always", pullPolicy={"timeoutSeconds": 60, "backoffLimit": 1},
+            completionPolicy={"activeDeadlineSeconds": 900}, pullSecretsOnly=True, pullSecrets=["regcred"],
+            sandboxConfig={"labels": {"team": "web"}, "annotations": {"note": "x"}},
+        ),
+    )
+    job = replace(job, planned=job.plan_id)
+    task = job.pull_task("n1")
+    assert (task.job, task.job_uid, task.round, task.node) == ("shop/web", "u1", 2, "n1")
+    assert (task.image, task.image_pull_policy) == ("docker.io/library/nginx:1.25", "Always")
+    assert (task.timeout_seconds, task.backoff_limit, task.deadline) == (60, 1, T0 + 900)
+    assert (task.sandbox_labels, task.sandbox_annotations) == ({"team": "web"}, {"note": "x"})
+    assert task.pull_secret_arns == ["arn:aws:secretsmanager:us-east-1:1:secret:a"] and task.pull_secrets_only
+    assert not task.pin
+
+
+def test_a_pull_task_without_a_sandbox_config_has_empty_sandbox_fields() -> None:
+    task = pull_job(manifest=pull_manifest(sandboxConfig={"labels": {"a": "b"}})).pull_task("n1")
+    assert (task.sandbox_labels, task.sandbox_annotations) == ({"a": "b"}, {})
+    plain = pull_job().pull_task("n1")
+    assert (plain.sandbox_labels, plain.sandbox_annotations, plain.deadline) == ({}, {}, None)
+    assert not plain.pin and not plain.pull_secrets_only
+
+
+def test_a_pinned_jobs_pull_task_asks_the_agent_to_pin_the_image() -> None:
+    manifest = {**pull_manifest(), "metadata": {"name": "web", "namespace": "shop",
+                                                "annotations": {"prewarm.dev/pin": "true"}}}
+    assert pull_job(manifest=manifest).pull_task("n1").pin
+    assert [t.node for t in pull_job().pull_tasks(["a", "b"])] == ["a", "b"]
+
+
+# --- applying a new spec -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"image": "nginx:1.26"}, {"imagePullPolicy": "Always"}, {"pullPolicy": {"backoffLimit": 1}},
+     {"pullSecrets": ["regcred"]}, {"pullSecretsOnly": True}, {"sandboxConfig": {"labels": {"a": "b"}}}],
+)
+def test_a_change_of_what_is_pulled_starts_a_new_round(change: dict[str, Any]) -> None:
+    job = pull_job(round=1, generation=3)
+    changed = job.respecified(pull_manifest(**change), "h2", now=T0 + 50, platforms=None)
+    assert (changed.round, changed.generation, changed.spec_hash) == (2, 4, "h2")
+    assert changed.manifest == pull_manifest(**change) and not changed.is_planned
+
+
+def test_any_other_change_replans_the_current_round_and_keeps_or_replaces_the_platforms() -> None:
+    job = pull_job(round=1, generation=3, platforms=[{"os": "linux", "architecture": "amd64"}])
+    changed = job.respecified(pull_manifest(parallelism=5), "h2", now=T0 + 50, platforms=None)
+    assert (changed.round, changed.generation) == (1, 4)
+    assert changed.platforms == [{"os": "linux", "architecture": "amd64"}]
+    arm = [{"os": "linux", "architecture": "arm64"}]
+    assert job.respecified(pull_manifest(parallelism=5), "h2", now=T0, platforms=arm).platforms == arm
+    assert job.respecified(pull_manifest(parallelism=5), "h2", now=T0, platforms=[]).platforms == []
+
+
+def test_a_running_job_respecified_keeps_its_state_and_times() -> None:
+    job = pull_job(message="job is running, progress 50.0%")
+    changed = job.respecified(pull_manifest(image="nginx:1.26"), "h2", now=T0 + 50, platforms=None)
+    assert (changed.state, changed.start_time, changed.message) == (JobState.RUNNING, T0, job.message)
+
+
+def test_a_finished_job_respecified_runs_again_from_now_on_a_new_round() -> None:
+    done = pull_job(state=JobState.COMPLETED, completion_time=T0 + 10, message=COMPLETED_MESSAGE, ttl=99)
+    again = done.respecified(pull_manifest(image="nginx:1.26"), "h2", now=T0 + 50, platforms=None)
+    assert (again.state, again.completion_time, again.message, again.ttl) == (JobState.RUNNING, None, "", None)
+    assert again.start_time == T0 + 50
+    # Re-planned in the same round, it keeps the round's start (its deadline runs on)
+    replanned = done.respecified(pull_manifest(parallelism=2), "h2", now=T0 + 50, platforms=None)
+    assert replanned.state is JobState.RUNNING and replanned.start_time == T0
+
+
+def test_a_replanned_job_is_the_same_spec_at_the_next_generation() -> None:
+    job = pull_job(generation=4, round=2)
+    again = job.replanned()
+    assert (again.generation, again.round, again.manifest) == (5, 2, job.manifest) and not again.is_planned
