@@ -56,6 +56,11 @@ _PATH_COMPONENT_RE: Final = re.compile(_PATH_COMPONENT)
 _TAG_RE: Final = re.compile(_TAG)
 _DIGEST_RE: Final = re.compile(_DIGEST)
 
+# An image name (registry and repository, no tag or digest), for schemas that check references
+# themselves (the CRDs' `pattern`s, prewarm.domain.jobs).
+NAME_PATTERN: Final = rf"(?:{_DOMAIN_AND_PORT}/)?{_REMOTE_NAME}"
+TAG_PATTERN: Final = _TAG
+
 # go-digest: the registered algorithms and the hex length each needs.
 DIGEST_HEX_LENGTHS: Final[dict[str, int]] = {"sha256": 64, "sha384": 96, "sha512": 128}
 _LOWER_HEX_RE: Final = re.compile(r"[a-f0-9]+")

@@ -18,10 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from prewarm.domain.images import (
-    _ANCHORED_NAME_RE,
     _IDENTIFIER_RE,
-    _TAG_RE,
     DIGEST_HEX_LENGTHS,
+    NAME_PATTERN,
+    TAG_PATTERN,
     InvalidImageReference,
     parse_image,
 )
@@ -55,7 +55,7 @@ IMAGE_MAX_LENGTH = 1024
 # through both. What they cannot say (a repository path over 255 characters, label keys in a map) stays
 # with the model.
 _DIGESTS = "|".join(f"{algorithm}:[a-f0-9]{{{length}}}" for algorithm, length in DIGEST_HEX_LENGTHS.items())
-IMAGE_PATTERN = f"^{_ANCHORED_NAME_RE.pattern}(?::{_TAG_RE.pattern})?(?:@(?:{_DIGESTS}))?$"
+IMAGE_PATTERN = f"^{NAME_PATTERN}(?::{TAG_PATTERN})?(?:@(?:{_DIGESTS}))?$"
 IMAGE_ID_PATTERN = f"^{_IDENTIFIER_RE.pattern}$"
 DNS1123_SUBDOMAIN_PATTERN = f"^{_DNS1123_SUBDOMAIN.pattern}$"
 DNS1123_LABEL_PATTERN = f"^{_DNS1123_LABEL.pattern}$"
