@@ -211,7 +211,7 @@ class Agent:
         receiver = Receiver(
             queue, s, stopping=self._stopping, tasks=self.tasks, task_runs=self.task_runs, reports=self.reports,
             hold=self.warming, metrics=self.metrics, clock=self.clock, spawn=self._spawn, logger=self.log,
-            recreate=self._recreate_queue,
+            recreate=lambda: self._ensure_queue(again=True),
         )
         heartbeat = Heartbeat(queue, s, tasks=self.tasks, startup=self.startup, stop=self._background_stop,
                               logger=self.log)
@@ -224,31 +224,24 @@ class Agent:
             self._background.append(self._spawn(self.image_checks.watch, "agent-images"))
         self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
 
-    def _ensure_queue(self) -> str | None:
+    def _ensure_queue(self, *, again: bool = False) -> str | None:
         """The node's queue, waiting out what may pass: SQS refuses a deleted queue's name for 60 s, and
-        EKS gives a new node the name of one that left (its IP). Exiting would only crash-loop the pod."""
+        EKS gives a new node the name of one that left (its IP). Exiting would only crash-loop the pod.
+
+        `again` (the queue was deleted under the running agent): a refusal for good is retried as well,
+        since the receive loop must not end while the agent runs."""
+        retried = QueueError if again else QueueRetryableError
         delay = 1.0
-        while True:
+        while not (again and self._stopping.is_set()):
             try:
                 return self.node_queues.ensure_queue(self.settings.node_name)
-            except QueueRetryableError as e:
+            except retried as e:
                 self.start_problem = str(e)
-                self.log.warning("node queue not available yet, trying again in %.0f s: %s", delay, e)
+                if isinstance(e, QueueRetryableError):
+                    self.log.warning("node queue not available yet, trying again in %.0f s: %s", delay, e)
+                else:
+                    self.log.error("cannot create the node queue again, trying in %.0f s: %s", delay, e)
                 if self._stop_requested.wait(delay) or self._stopping.is_set():
-                    return None
-                delay = min(delay * 2, QUEUE_RETRY_MAX_SECONDS)
-
-    def _recreate_queue(self) -> str | None:
-        """The node queue made again after it was deleted; a refusal for good is retried as a transient one,
-        since the receive loop must not end while the agent runs."""
-        delay = 1.0
-        while not self._stopping.is_set():
-            try:
-                return self._ensure_queue()
-            except QueueError as e:
-                self.start_problem = str(e)
-                self.log.error("cannot create the node queue again, trying in %.0f s: %s", delay, e)
-                if self._stop_requested.wait(delay):
                     return None
                 delay = min(delay * 2, QUEUE_RETRY_MAX_SECONDS)
         return None

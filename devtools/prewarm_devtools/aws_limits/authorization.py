@@ -123,8 +123,7 @@ class Authorization:
         for action in _members(handler, "ActionNames"):
             for resource in _members(handler, "ResourceArns") or ["*"]:
                 decision = evaluate(action, resource, source, identity=identity)
-                outcome = "allowed" if decision.allowed else (
-                    "explicitDeny" if "explicit deny" in decision.reason else "implicitDeny")
+                outcome = "allowed" if decision.allowed else "explicitDeny" if decision.explicit else "implicitDeny"
                 results.append({"EvalActionName": action, "EvalResourceName": resource, "EvalDecision": outcome,
                                 "MatchedStatements": [], "MissingContextValues": []})
         return {"EvaluationResults": results, "IsTruncated": False}

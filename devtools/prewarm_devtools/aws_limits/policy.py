@@ -95,6 +95,8 @@ class Decision:
 
     allowed: bool
     reason: str = ""
+    #: Refused by a Deny statement, not for want of an Allow (IAM's `explicitDeny` / `implicitDeny`).
+    explicit: bool = False
 
     def message(self, principal_arn: str, action: str, resource: str) -> str:
         return f"User: {principal_arn} is not authorized to perform: {action} on resource: {resource} {self.reason}"
@@ -114,10 +116,10 @@ def evaluate(action: str, resource: str, principal_arn: str, *, identity: Sequen
     keys = {k.lower(): v for k, v in (context or {}).items()}
     for policy in identity or ():
         if _first(policy, "Deny", action, resource, principal_arn, resource_based=False, keys=keys) is not None:
-            return Decision(False, "with an explicit deny in an identity-based policy")
+            return Decision(False, "with an explicit deny in an identity-based policy", explicit=True)
     if resource_policy and _first(resource_policy, "Deny", action, resource, principal_arn, resource_based=True,
                                   keys=keys) is not None:
-        return Decision(False, "with an explicit deny in a resource-based policy")
+        return Decision(False, "with an explicit deny in a resource-based policy", explicit=True)
     if identity is None:
         return ALLOWED
     if any(_first(policy, "Allow", action, resource, principal_arn, resource_based=False, keys=keys) is not None

@@ -34,7 +34,7 @@ def test_an_identity_allow_grants_the_action_on_its_resource() -> None:
 def test_no_allow_is_an_implicit_deny_with_awss_message() -> None:
     identity = [allow("sqs:ReceiveMessage", QUEUE)]
     decision = evaluate("sqs:DeleteMessage", QUEUE, ROLE, identity=identity)
-    assert not decision.allowed
+    assert not decision.allowed and not decision.explicit  # the simulator's implicitDeny
     assert decision.message(ROLE, "sqs:DeleteMessage", QUEUE) == (
         f"User: {ROLE} is not authorized to perform: sqs:DeleteMessage on resource: {QUEUE} "
         "because no identity-based policy allows the sqs:DeleteMessage action")
@@ -57,6 +57,7 @@ def test_an_explicit_deny_in_an_identity_policy_beats_any_allow() -> None:
     decision = evaluate("sqs:DeleteQueue", QUEUE, ROLE, identity=identity, resource_policy=resource_policy)
     assert decision == evaluate("sqs:DeleteQueue", QUEUE, ROLE, identity=identity)
     assert decision.reason == "with an explicit deny in an identity-based policy"
+    assert decision.explicit  # the simulator's explicitDeny
     assert evaluate("sqs:SendMessage", QUEUE, ROLE, identity=identity).allowed
 
 
@@ -66,7 +67,7 @@ def test_an_explicit_deny_in_the_resource_policy_beats_the_identity_allow_and_ho
                                       "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [OTHER]}}}]}
     for identity in ([allow("sqs:SendMessage", QUEUE)], None):
         decision = evaluate("sqs:SendMessage", QUEUE, ROLE, identity=identity, resource_policy=resource_policy)
-        assert decision.reason == "with an explicit deny in a resource-based policy"
+        assert decision.reason == "with an explicit deny in a resource-based policy" and decision.explicit
 
 
 def test_a_resource_policy_that_names_the_role_grants_without_an_identity_allow() -> None:
