@@ -83,6 +83,15 @@ def choices(values: Sequence[str]) -> str:
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
 
 
+def cluster_options(f: F) -> F:
+    """--kubeconfig/--context: reach the cluster as a kubeconfig's user instead of with an EKS token."""
+    f = click.option("--context", metavar="NAME", help="The kubeconfig context (with --kubeconfig).")(f)
+    return click.option(
+        "--kubeconfig", metavar="PATH", envvar="PREWARM_KUBECONFIG",
+        help="Reach the cluster as this kubeconfig's user instead of an EKS token from your AWS credentials.",
+    )(f)
+
+
 def namespace_option(f: F) -> F:
     return click.option("-n", "--namespace", default="default", show_default=True, metavar="NS",
                         help="Namespace of the job.")(f)

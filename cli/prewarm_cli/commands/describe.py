@@ -6,16 +6,22 @@ import time
 
 import click
 
-from prewarm_cli.commands.install import _cluster_options
 from prewarm_cli.errors import EXIT_OK, CommandError
-from prewarm_cli.options import current_store, current_target, namespace_option, resource_name, target_options
+from prewarm_cli.options import (
+    cluster_options,
+    current_store,
+    current_target,
+    namespace_option,
+    resource_name,
+    target_options,
+)
 
 
 @click.command()
 @click.argument("resource", metavar="job|node")
 @click.argument("name")
 @namespace_option
-@_cluster_options
+@cluster_options
 @target_options
 @click.pass_context
 def describe(ctx: click.Context, resource: str, name: str, namespace: str, kubeconfig: str | None,

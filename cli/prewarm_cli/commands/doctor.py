@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import click
 
-from prewarm_cli.commands.install import _cluster_options
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
-from prewarm_cli.options import current_target, target_options
+from prewarm_cli.options import cluster_options, current_target, target_options
 
 
 @click.command()
-@_cluster_options
+@cluster_options
 @target_options
 @click.pass_context
 def doctor(ctx: click.Context, kubeconfig: str | None, context: str | None) -> int:

@@ -7,9 +7,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from prewarm_cli.commands.install import _cluster_options
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
-from prewarm_cli.options import current_store, current_target, namespace_option, resource_name, target_options
+from prewarm_cli.options import (
+    cluster_options,
+    current_store,
+    current_target,
+    namespace_option,
+    resource_name,
+    target_options,
+)
 
 if TYPE_CHECKING:
     from prewarm.services.nodes import NodesView
@@ -23,7 +29,7 @@ if TYPE_CHECKING:
 @click.option("-o", "--output", type=click.Choice(["wide", "yaml", "json", "name"]),
               help="wide: more columns; yaml/json: the manifests with their status; name: kind/name only.")
 @click.option("--show-labels", is_flag=True, help="Nodes: add a LABELS column with every label.")
-@_cluster_options
+@cluster_options
 @target_options
 @click.pass_context
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,

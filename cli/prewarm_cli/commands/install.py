@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from prewarm_cli.errors import EXIT_OK
-from prewarm_cli.options import current_target, target_options
+from prewarm_cli.options import cluster_options, current_target, target_options
 
 # What `prewarm local up` installs: its agents run beside the embedded cluster, not from an image.
 LOCAL_IMAGE = "prewarm-agent:local"
@@ -15,14 +15,6 @@ LOCAL_IMAGE = "prewarm-agent:local"
 if TYPE_CHECKING:
     from prewarm_cli.targets import Target
 
-
-
-def _cluster_options(f: Any) -> Any:
-    f = click.option("--context", metavar="NAME", help="The kubeconfig context (with --kubeconfig).")(f)
-    return click.option(
-        "--kubeconfig", metavar="PATH", envvar="PREWARM_KUBECONFIG",
-        help="Reach the cluster as this kubeconfig's user instead of an EKS token from your AWS credentials.",
-    )(f)
 
 
 @click.command()
@@ -48,7 +40,7 @@ def _cluster_options(f: Any) -> Any:
                    "it once the node's images are present.")
 @click.option("--max-warm-seconds", type=int, default=900, show_default=True,
               help="Remove the startup taint this long after the node joined, whatever is missing.")
-@_cluster_options
+@cluster_options
 @target_options
 @click.pass_context
 def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn: str | None, pod_identity: bool,
@@ -94,7 +86,7 @@ def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn:
 @click.option("--crds", is_flag=True,
               help="Also delete the CustomResourceDefinitions, and with them every ImagePullJob, "
                    "ImageListPullJob and PrewarmRule resource.")
-@_cluster_options
+@cluster_options
 @target_options
 @click.pass_context
 def uninstall(ctx: click.Context, crds: bool, kubeconfig: str | None, context: str | None) -> int:

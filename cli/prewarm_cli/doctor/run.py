@@ -62,6 +62,7 @@ class Doctor:
     _agents: AgentCoverage | None = field(default=None, init=False)
     _nodes: list[dict[str, Any]] | None = field(default=None, init=False)
     _config: tuple[Any] | None = field(default=None, init=False)
+    _jobs: list[Any] | None = field(default=None, init=False)
     _runs: tuple[float, dict[str, Any]] | None = field(default=None, init=False)
 
     def run(self) -> Iterator[CheckResult]:
@@ -127,7 +128,7 @@ class Doctor:
         from prewarm.domain.refresh import select_namespaces
         from prewarm.services.schedules import referenced_pull_secrets
 
-        jobs = self.store.list_jobs()
+        jobs = self._list_jobs()
         config = self._credentials_config()
         targets = None
         if config is not None and config.namespaces is not None:
@@ -141,6 +142,13 @@ class Doctor:
         needs = required_access({j.namespace for j in jobs}, referenced_pull_secrets(jobs), targets, checked)
         return check_function_rbac(api, self._access.subjects, needs)
 
+    def _list_jobs(self) -> list[Any]:
+        """The job table's jobs, scanned once for the checks that read them (RBAC, registry pulls, image
+        credentials)."""
+        if self._jobs is None:
+            self._jobs = self.store.list_jobs()
+        return self._jobs
+
     def _daemon_set(self, api: Any) -> CheckResult:
         self._nodes = api.list_objects("v1", "nodes")
         result, self._agents = check_agent_daemonset(api, self._nodes)
@@ -151,7 +159,7 @@ class Doctor:
         from prewarm_cli.kubelets import read_policies
 
         warmers, images = [], []
-        for job in self.store.list_jobs():
+        for job in self._list_jobs():
             if job.is_pull_job and pulls_with_shared_credentials(job.pull_job.spec.image, job.pull_secrets_only):
                 warmers.append(f"job {job.key}")
                 images.append(job.pull_job.spec.image)
@@ -217,7 +225,7 @@ class Doctor:
         config = self._credentials_config()
         if config is None:
             return check_registry_pulls(None, iam=None, refresher_role_arn="", images=[])
-        images = [job.pull_job.spec.image for job in self.store.list_jobs() if job.is_pull_job]
+        images = [job.pull_job.spec.image for job in self._list_jobs() if job.is_pull_job]
         return check_registry_pulls(config, iam=self.client("iam"), images=images,
                                     refresher_role_arn=self.env.get("REFRESH_ECR_CREDENTIALS_ROLE_ARN", ""),
                                     secret_name=config.secret_name if config.namespaces is not None else None)

@@ -182,9 +182,17 @@ def _additional(schema: Obj) -> tuple[bool, Obj | None]:
     return True, value if isinstance(value, dict) else None
 
 
-def _items(schema: Obj | None) -> Obj | None:
+def items_schema(schema: Obj | None) -> Obj | None:
+    """The schema of an array's items, when it gives one."""
     items = (schema or {}).get("items")
     return items if isinstance(items, dict) else None
+
+
+def field_schema(schema: Obj | None, key: str) -> Obj | None:
+    """The schema of an object's field `key`: its property's, else additionalProperties' (when a schema)."""
+    properties = (schema or {}).get("properties") or {}
+    found = properties[key] if key in properties else (schema or {}).get("additionalProperties")
+    return found if isinstance(found, dict) else None
 
 
 def _child(path: str, key: str) -> str:
@@ -226,7 +234,7 @@ def _prune(value: Any, schema: Obj | None, path: str, unknown: list[str]) -> Non
                 del value[key]
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _prune(item, _items(schema), f"{path}[{i}]", unknown)
+            _prune(item, items_schema(schema), f"{path}[{i}]", unknown)
 
 
 def _prune_known(value: Any, schema: Obj | None, path: str, unknown: list[str]) -> None:
@@ -245,7 +253,7 @@ def _prune_known(value: Any, schema: Obj | None, path: str, unknown: list[str]) 
                 _prune(item, additional, _child(path, key), unknown)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _prune_known(item, _items(schema), f"{path}[{i}]", unknown)
+            _prune_known(item, items_schema(schema), f"{path}[{i}]", unknown)
 
 
 def apply_defaults(value: Any, schema: Obj | None) -> None:
@@ -266,21 +274,27 @@ def apply_defaults(value: Any, schema: Obj | None) -> None:
                     value[key] = json.loads(json.dumps(additional["default"]))
                 apply_defaults(value[key], additional)
     elif isinstance(value, list):
-        items = _items(schema)
+        items = items_schema(schema)
         for i in range(len(value)):
             if items is not None and "default" in items and _null_not_allowed(value[i], items):
                 value[i] = json.loads(json.dumps(items["default"]))
             apply_defaults(value[i], items)
 
 
-def has_defaults(schema: Obj | None) -> bool:
-    """Whether any place of `schema` has a `default`."""
+def anywhere(schema: Obj | None, test: Callable[[Obj], bool]) -> bool:
+    """Whether `test` holds for `schema` or any schema nested in its properties, additionalProperties or
+    items."""
     if not isinstance(schema, dict):
         return False
-    if "default" in schema:
+    if test(schema):
         return True
-    nested = [*(schema.get("properties") or {}).values(), _items(schema), _additional(schema)[1]]
-    return any(has_defaults(n) for n in nested)
+    nested = [*(schema.get("properties") or {}).values(), items_schema(schema), _additional(schema)[1]]
+    return any(anywhere(n, test) for n in nested)
+
+
+def has_defaults(schema: Obj | None) -> bool:
+    """Whether any place of `schema` has a `default`."""
+    return anywhere(schema, lambda s: "default" in s)
 
 
 def _null_not_allowed(value: Any, schema: Obj | None) -> bool:
@@ -299,7 +313,7 @@ def drop_nulls(value: Any, schema: Obj | None) -> None:
                 drop_nulls(value[key], field_schema)
     elif isinstance(value, list):
         for item in value:
-            drop_nulls(item, _items(schema))
+            drop_nulls(item, items_schema(schema))
 
 
 # -- Validating custom resources --------------------------------------------------------------------
@@ -442,7 +456,7 @@ class _Validation:
             yield self.invalid(path, value, f"{path} in body should be a multiple of {go_float(float(factor))}")
 
     def _array(self, value: list[Any], schema: Obj, path: str) -> Iterator[FieldError]:
-        items = _items(schema)
+        items = items_schema(schema)
         if items is not None:
             for i, item in enumerate(value):
                 yield from self.check(item, items, f"{path}[{i}]")
@@ -671,9 +685,9 @@ def schema_errors(schema: Obj, path: str, status_enabled: bool) -> list[FieldErr
 def _structural(schema: Obj, level: str, path: str) -> Iterator[FieldError]:
     """validateStructuralInvariants: what a structural schema needs at every node."""
     kind = schema.get("type") or ""
-    if kind == "array" and _items(schema) is None:
+    if kind == "array" and items_schema(schema) is None:
         yield FieldError("Required", f"{path}.items", detail="must be specified")
-    items = _items(schema)
+    items = items_schema(schema)
     if items is not None:
         yield from _structural(items, "item", f"{path}.items")
     for key, prop in (schema.get("properties") or {}).items():
@@ -784,7 +798,7 @@ def _nested(schema: Any, path: str) -> Iterator[FieldError]:
     if not isinstance(schema, dict):
         return
     yield from _value_validation(schema, path)
-    if _items(schema) is not None:
+    if items_schema(schema) is not None:
         yield from _nested(schema["items"], f"{path}.items")
     for key, prop in (schema.get("properties") or {}).items():
         yield from _nested(prop, f"{path}.properties[{key}]")
@@ -842,6 +856,6 @@ def _keywords(schema: Obj, path: str, root: bool = False, meta: str = "") -> Ite
         for i, nested in enumerate(schema.get(keyword) or []):
             if isinstance(nested, dict):
                 yield from _keywords(nested, f"{path}.{keyword}[{i}]", meta=meta)
-    items = _items(schema)
+    items = items_schema(schema)
     if items is not None:
         yield from _keywords(items, f"{path}.items", meta=meta)

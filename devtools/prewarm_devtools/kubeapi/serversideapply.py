@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from prewarm_devtools.kubeapi.schema import go_json
+from prewarm_devtools.kubeapi.schema import field_schema, go_json, items_schema
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]
@@ -43,19 +43,6 @@ class ApplyConflict(Exception):
 
 
 # -- schemas ------------------------------------------------------------------------------------------
-
-
-def _child(schema: Obj | None, key: str) -> Obj | None:
-    if schema is None:
-        return None
-    properties = schema.get("properties") or {}
-    found = properties.get(key) if key in properties else schema.get("additionalProperties")
-    return found if isinstance(found, dict) else None
-
-
-def _items(schema: Obj | None) -> Obj | None:
-    items = (schema or {}).get("items")
-    return items if isinstance(items, dict) else None
 
 
 def _kind(schema: Obj | None, value: Any) -> str:
@@ -102,7 +89,7 @@ def _walk(value: Any, schema: Obj | None, path: Path, found: dict[Path, Any]) ->
     kind = _kind(schema, value)
     if kind == "map":
         for key, item in value.items():
-            _walk(item, _child(schema, key), (*path, f"f:{key}"), found)
+            _walk(item, field_schema(schema, key), (*path, f"f:{key}"), found)
     elif kind == "set":
         for item in value:
             found[(*path, "v:" + go_json(item))] = item
@@ -111,7 +98,7 @@ def _walk(value: Any, schema: Obj | None, path: Path, found: dict[Path, Any]) ->
         for item in value:
             key = _item_key(schema, item)
             found[(*path, key)] = _PRESENT
-            _walk(item, _items(schema), (*path, key), found)
+            _walk(item, items_schema(schema), (*path, key), found)
     else:
         found[path] = value
 
@@ -217,7 +204,7 @@ def merge(live: Any, config: Any, schema: Obj | None) -> Any:
     if kind == "map" and isinstance(live, dict):
         merged = dict(live)
         for key, value in config.items():
-            merged[key] = merge(live.get(key), value, _child(schema, key))
+            merged[key] = merge(live.get(key), value, field_schema(schema, key))
         return merged
     if kind == "set" and isinstance(live, list):
         return [*live, *(item for item in config if item not in live)]
@@ -230,7 +217,7 @@ def merge(live: Any, config: Any, schema: Obj | None) -> Any:
             if at is None:
                 merged_items.append(copy.deepcopy(item))
             else:
-                merged_items[at] = merge(merged_items[at], item, _items(schema))
+                merged_items[at] = merge(merged_items[at], item, items_schema(schema))
         return merged_items
     return copy.deepcopy(config)
 
@@ -243,7 +230,7 @@ def _remove(value: Any, path: Path, schema: Obj | None) -> None:
     kind, _, name = element.partition(":")
     if kind == "f" and isinstance(value, dict) and name in value:
         if rest:
-            _remove(value[name], rest, _child(schema, name))
+            _remove(value[name], rest, field_schema(schema, name))
         else:
             del value[name]
     elif kind in ("v", "k") and isinstance(value, list) and schema is not None:
@@ -251,7 +238,7 @@ def _remove(value: Any, path: Path, schema: Obj | None) -> None:
             identity = "v:" + go_json(item) if kind == "v" else _item_key(schema, item)
             if identity == element:
                 if rest:
-                    _remove(item, rest, _items(schema))
+                    _remove(item, rest, items_schema(schema))
                 else:
                     del value[i]
                 return

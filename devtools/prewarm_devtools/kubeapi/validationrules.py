@@ -27,7 +27,7 @@ from typing import Any
 
 from prewarm_devtools.kubeapi.cel import CelFailure, CelPrograms
 from prewarm_devtools.kubeapi.errors import FieldError
-from prewarm_devtools.kubeapi.schema import go_value
+from prewarm_devtools.kubeapi.schema import anywhere, field_schema, go_value, items_schema
 
 Obj = dict[str, Any]
 
@@ -62,16 +62,6 @@ def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _items(schema: Obj) -> Obj | None:
-    items = schema.get("items")
-    return items if isinstance(items, dict) else None
-
-
-def _additional(schema: Obj) -> Obj | None:
-    additional = schema.get("additionalProperties")
-    return additional if isinstance(additional, dict) else None
-
-
 # -- list types --------------------------------------------------------------------------------------
 
 
@@ -97,16 +87,13 @@ def _list_types(value: Any, schema: Obj, path: str) -> Iterator[FieldError]:
                     shown = "{" + ", ".join(f'"{k}":{json.dumps(item.get(k))}' for k in keys if k in item) + "}"
                     yield FieldError("Duplicate", f"{path}[{i}]", go_value(shown))
                 seen.add(identity)
-        items = _items(schema)
+        items = items_schema(schema)
         if items is not None:
             for i, item in enumerate(value):
                 yield from _list_types(item, items, f"{path}[{i}]")
     elif isinstance(value, dict):
-        properties = schema.get("properties") or {}
-        additional = _additional(schema)
         for key, item in value.items():
-            nested = properties.get(key) if key in properties else additional
-            if isinstance(nested, dict):
+            if (nested := field_schema(schema, key)) is not None:
                 yield from _list_types(item, nested, _child(path, key))
 
 
@@ -115,12 +102,7 @@ def _list_types(value: Any, schema: Obj, path: str) -> Iterator[FieldError]:
 
 def has_rules(schema: Obj | None) -> bool:
     """Whether any place of `schema` has `x-kubernetes-validations`."""
-    if not isinstance(schema, dict):
-        return False
-    if schema.get(RULES):
-        return True
-    nested = [*(schema.get("properties") or {}).values(), _items(schema), _additional(schema)]
-    return any(has_rules(n) for n in nested)
+    return anywhere(schema, lambda s: bool(s.get(RULES)))
 
 
 def rule_errors(value: Any, old: Any, schema: Obj | None, path: str = "") -> list[FieldError]:
@@ -134,15 +116,12 @@ def _rules(value: Any, old: Any, schema: Obj, path: str) -> Iterator[FieldError]
     for rule in schema.get(RULES) or []:
         yield from _run(rule, value, old, schema, path)
     if isinstance(value, dict):
-        properties = schema.get("properties") or {}
-        additional = _additional(schema)
         old_map = old if isinstance(old, dict) else {}
         for key, item in value.items():
-            nested = properties.get(key) if key in properties else additional
-            if isinstance(nested, dict):
+            if (nested := field_schema(schema, key)) is not None:
                 yield from _rules(item, old_map.get(key), nested, _child(path, key))
     elif isinstance(value, list):
-        items = _items(schema)
+        items = items_schema(schema)
         if items is None:
             return
         for i, item in enumerate(value):
