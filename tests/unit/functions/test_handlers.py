@@ -116,6 +116,21 @@ def test_poison_status_message_fails_only_itself(stack: dict[str, Any]) -> None:
     assert result == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
 
 
+def test_a_batch_tells_the_status_queue_of_returns_on_the_task_queues_sqs_client(stack: dict[str, Any]) -> None:
+    # Given a batch that hands nothing back
+    handler = load_handler("record_status")
+    assert handler.lambda_handler(load_event("sqs_status_batch"), stack["ctx"]) == {"batchItemFailures": []}
+    # Then no redelivery was told, so no status queue adapter was built
+    assert bootstrap.status_queue.cache_info().currsize == 0
+    # When a batch hands a poison message back
+    event = load_event("sqs_status_batch")
+    event["Records"][0]["body"] = '{"v": 1, "kind": "status", "phase": "Exploded"}'
+    assert handler.lambda_handler(event, stack["ctx"])["batchItemFailures"]
+    # Then its redelivery is told through the SQS client the task queues already hold, not a second one
+    assert bootstrap.status_queue.cache_info().currsize == 1
+    assert bootstrap.status_queue().client is bootstrap.queues().client
+
+
 def test_schedules_run_their_use_cases(stack: dict[str, Any]) -> None:
     assert load_handler("repull_daily").lambda_handler(load_event("schedule_repull"), stack["ctx"]) == {
         "rounds_started": []}

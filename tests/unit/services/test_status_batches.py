@@ -39,12 +39,18 @@ class Calls:
         self.ops: Counter[str] = Counter()
         self.job_items_read = 0
         self.node_puts_per_transaction: list[int] = []
+        self.node_items_asked: Counter[str] = Counter()  # "job pk|node sk" → times asked by BatchGetItem
         client.meta.events.register("provide-client-params.dynamodb", self._before)
         client.meta.events.register("after-call.dynamodb", self._after)
 
     def _before(self, event_name: str, params: dict[str, Any], **_: Any) -> None:
         op = event_name.rsplit(".", 1)[1]
         self.ops[op] += 1
+        if op == "BatchGetItem":
+            for request in params["RequestItems"].values():
+                for key in request["Keys"]:
+                    if key["sk"]["S"].startswith("NODE#"):
+                        self.node_items_asked[f"{key['pk']['S']}|{key['sk']['S']}"] += 1
         if op == "TransactWriteItems":
             puts = [a for a in params["TransactItems"]
                     if "Put" in a and a["Put"]["Item"]["sk"]["S"].startswith("NODE#")]
@@ -94,6 +100,8 @@ def test_a_batch_of_hellos_adds_its_nodes_to_each_job_in_one_transaction(plane: 
     # Then each job gets the six nodes in one transaction, counted once, and every node its list
     assert outcome.retry_ids == []
     assert calls.node_puts_per_transaction == [6, 6]
+    # having read each job's items of the new nodes once (for the resends and the joins alike)
+    assert len(calls.node_items_asked) == 2 * 6 and set(calls.node_items_asked.values()) == {1}, calls.node_items_asked
     for key in keys:
         record = plane.store.get_job(key)
         assert record is not None and record.counters.desired == 8

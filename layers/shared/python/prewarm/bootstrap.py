@@ -191,15 +191,17 @@ def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequenc
     from prewarm.services.reports import deliver_again, record_status
 
     outcome = record_status(store(), queues(), cluster_or_none(), messages, now=time.time())
-    deliver_again(status_queue(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
+    if outcome.retry_ids or poison_ids:
+        deliver_again(status_queue(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
     return outcome
 
 
 @lru_cache(maxsize=1)
 def status_queue() -> StatusQueue:
+    """The status queue, on the task queues' SQS client: one client per process, not two."""
     from prewarm.adapters.sqs import StatusQueue
 
-    return StatusQueue(settings().status_queue_url)
+    return StatusQueue(settings().status_queue_url, client=queues().client)
 
 
 def register_node(hello: Hello) -> HelloOutcome:

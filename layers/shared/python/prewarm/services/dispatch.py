@@ -12,7 +12,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -308,10 +308,13 @@ def _replan_round(
     return result
 
 
-def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, now: float) -> list[str]:
+def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, now: float,
+                     present: Mapping[str, NodeTaskRecord] | None = None) -> list[str]:
     """Adds new nodes (a batch's hellos) to a planned round, up to 99 a transaction; the nodes added
-    (a node already in the round is not)."""
-    present = store.get_tasks_of(record.ref, nodes)
+    (a node already in the round is not). `present`: the nodes' items as the caller read them (a node
+    without one has none), else they are read here."""
+    if present is None:
+        present = store.get_tasks_of(record.ref, nodes)
     new = [n for n in nodes if (t := present.get(n)) is None or t.round != record.round]
     if not new:
         return []
@@ -335,17 +338,17 @@ def resend_dispatched(
     return len(pending) - len(failures), failures
 
 
-def resend_to_nodes(store: JobStore, queues: TaskQueues, running: Sequence[StoredJob], nodes: list[str]
-                    ) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def resend_to_nodes(queues: TaskQueues, running: Sequence[StoredJob],
+                    tasks: Mapping[str, Mapping[str, NodeTaskRecord]]) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Sends new nodes the tasks dispatched to them but not yet taken up: their agents have just said
     hello, and a task sent before an agent created its queue had nowhere to go (the control plane never
-    creates one). `running`: the running jobs (the store's index of them); per job, the nodes' items are
-    read in one batch. Answers the tasks sent per node and the sends that failed."""
+    creates one). `running`: the running jobs (the store's index of them); `tasks`: per dispatching job's
+    key, the new nodes' items read in one batch. Answers the tasks sent per node and the sends that failed."""
     pending = []
     for record in running:
         if not record.is_dispatching:
             continue
-        for node, task in store.get_tasks_of(record.ref, nodes).items():
+        for node, task in tasks[record.key].items():
             if task.round == record.round and task.phase is NodePhase.WAITING and task.dispatched_at is not None:
                 pending.append(record.pull_task(node))
     if not pending:

@@ -376,10 +376,14 @@ def register_nodes(
     # are read: a list computed from older jobs never replaces a newer one.
     as_of = clock()
     resent: dict[str, int] = {}
+    # First hellos' node items, per dispatching job: read once, for the resends and for the joins.
+    first_tasks: dict[str, dict[str, NodeTaskRecord]] = {}
+    new: list[str] = []
     try:
         running = store.list_running_jobs() if objects else []
         if new := sorted(first & objects.keys()):
-            resent, send_failures = resend_to_nodes(store, queues, running, new)
+            first_tasks = {r.key: store.get_tasks_of(r.ref, new) for r in running if r.is_dispatching}
+            resent, send_failures = resend_to_nodes(queues, running, first_tasks)
             for node, error in send_failures:
                 failed[node] = TaskSendError([(node, error)])
     except (StoreConflictError, StoreRetryableError) as e:
@@ -392,10 +396,14 @@ def register_nodes(
         for record in jobs:
             joining.setdefault(record.key, []).append(node)
     by_key = {r.key: r for r in records}
+    read_first = set(new)
     added: dict[str, list[str]] = {}
 
     def join(key: str) -> list[str]:
-        nodes = add_nodes_to_job(store, by_key[key], joining[key], now=now)
+        # Every running `Never` job is dispatching: its first hellos' items were read above.
+        unread = [n for n in joining[key] if n not in read_first]
+        present = {**first_tasks.get(key, {}), **(store.get_tasks_of(by_key[key].ref, unread) if unread else {})}
+        nodes = add_nodes_to_job(store, by_key[key], joining[key], now=now, present=present)
         if nodes:
             fill_slots(store, queues, key, now=now)
         return nodes

@@ -171,6 +171,23 @@ class Table:
         except ClientError as e:
             raise store_error(e, what) from e
 
+    def _transact_or_reasons(self, what: str, items: list[dict[str, Any]]) -> list[str] | None:
+        """Runs a transaction whose conditions may fail item by item: None once it commits; when only
+        conditions failed, each action's cancellation reason in order (`ConditionalCheckFailed`, or
+        `None`/empty for the rest). Any other refusal raises its store error."""
+        for entry in items:
+            next(iter(entry.values()))["TableName"] = self.table_name
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as e:
+            reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
+            if e.response.get("Error", {}).get("Code") != "TransactionCanceledException" or any(
+                r not in ("", "None", "ConditionalCheckFailed") for r in reasons
+            ):
+                raise store_error(e, what) from e
+            return reasons
+        return None
+
     def _query(self, what: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
         while True:
             page = self._call(what, "query", **kwargs)

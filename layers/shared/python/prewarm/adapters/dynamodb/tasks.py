@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from prewarm.adapters.dynamodb.jobs import JobItems
 from prewarm.adapters.dynamodb.table import (
     excluded_sk,
@@ -17,7 +15,6 @@ from prewarm.adapters.dynamodb.table import (
     job_pk,
     node_sk,
     shard_of,
-    store_error,
     task_pk,
     to_attribute,
     to_item,
@@ -203,17 +200,9 @@ class NodeTaskItems(JobItems):
         added: list[str] = []
         while pending:
             chunk = pending[:MAX_NODES_PER_TRANSACTION]
-            actions = self._add_actions(ref, chunk, plan_id)
-            for entry in actions:
-                next(iter(entry.values()))["TableName"] = self.table_name
-            try:
-                self.client.transact_write_items(TransactItems=actions)
-            except ClientError as e:
-                reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
-                if e.response.get("Error", {}).get("Code") != "TransactionCanceledException" or any(
-                    r not in ("", "None", "ConditionalCheckFailed") for r in reasons
-                ):
-                    raise store_error(e, f"add {len(chunk)} nodes to {ref.key}") from e
+            reasons = self._transact_or_reasons(f"add {len(chunk)} nodes to {ref.key}",
+                                                self._add_actions(ref, chunk, plan_id))
+            if reasons is not None:
                 if len(reasons) > len(chunk) and reasons[len(chunk)] == "ConditionalCheckFailed":
                     return added  # the job left this round or plan: the next plan selects the nodes
                 present = {t.node for t, r in zip(chunk, reasons, strict=False) if r == "ConditionalCheckFailed"}
@@ -258,17 +247,9 @@ class NodeTaskItems(JobItems):
                 values={":most": parallelism - len(pending), ":r": ref.round, ":running": JobState.RUNNING},
                 add={"active": len(pending), "waiting": -len(pending), "version": 1},
             )
-            for entry in claims:
-                entry["TableName"] = self.table_name
-            job["TableName"] = self.table_name
-            try:
-                self.client.transact_write_items(TransactItems=[{"Update": c} for c in claims] + [{"Update": job}])
-            except ClientError as e:
-                reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
-                if e.response.get("Error", {}).get("Code") != "TransactionCanceledException" or any(
-                    r not in ("", "None", "ConditionalCheckFailed") for r in reasons
-                ):
-                    raise store_error(e, f"claim {len(pending)} nodes in {ref.key}") from e
+            reasons = self._transact_or_reasons(f"claim {len(pending)} nodes in {ref.key}",
+                                                [{"Update": c} for c in claims] + [{"Update": job}])
+            if reasons is not None:
                 if len(reasons) > len(pending) and reasons[len(pending)] == "ConditionalCheckFailed":
                     # The job has fewer free slots than asked for (or left the round): ask for fewer.
                     pending = pending[:-1]
