@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -101,6 +102,15 @@ def emit(result: dict[str, Any]) -> None:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The q-quantile of `values` by nearest rank (the smallest value with at least q of them at or
+    below it); None for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def run_child(module: str, args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 600) -> Any:
