@@ -57,7 +57,7 @@ if __name__ == "__main__" and not __package__:  # run as a file: make `benchmark
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fleet import IMAGE, IMAGE_BYTES, NAMESPACE, PROGRESS_EVERY_S, REGION
-from benchmarks.measure import BenchmarkError, Target, emit, print_machine, print_targets
+from benchmarks.measure import BenchmarkError, Target, emit, percentile, print_machine, print_targets
 
 Json = dict[str, Any]
 
@@ -416,11 +416,6 @@ def deliver(visible: Sequence[float], run: Callable[[list[int]], tuple[Invocatio
     return out
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))] if ordered else 0.0
-
-
 # --- the scenarios -----------------------------------------------------------------------------
 
 
@@ -472,8 +467,8 @@ def lag_figures(delivery: Delivery, sent: Sequence[float], config: FunctionConfi
         "round_trips_per_batch": round(statistics.fmean(trips), 1),
         "modeled_s_per_batch": round(per_batch_s, 3),
         "sustainable_reports_per_s": round(config.concurrency * per_batch / per_batch_s, 0),
-        "lag_p50_s": round(percentile(lags, 0.50), 3),
-        "lag_p99_s": round(percentile(lags, 0.99), 3),
+        "lag_p50_s": round(percentile(lags, 0.50) or 0.0, 3),
+        "lag_p99_s": round(percentile(lags, 0.99) or 0.0, 3),
         "lag_max_s": round(max(lags, default=0.0), 3),
         "calls_per_report": round(delivery.calls / max(1, len(sent)), 2),
         "returned": delivery.returned, "dlq": delivery.dlq, "timed_out": delivery.timed_out,

@@ -64,7 +64,15 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.measure import BenchmarkError, Target, emit, load_average, print_machine, print_targets
+from benchmarks.measure import (
+    BenchmarkError,
+    Target,
+    emit,
+    load_average,
+    percentile,
+    print_machine,
+    print_targets,
+)
 from benchmarks.servers import KubeApiProcess
 
 NAMESPACE = "default"
@@ -655,7 +663,7 @@ class Fleet:
         if not gaps:
             return {"slot_refill_p50_s": None, "slot_refill_p99_s": None, "slot_refills": 0}
         return {"slot_refill_p50_s": round(statistics.median(gaps), 3),
-                "slot_refill_p99_s": round(gaps[min(len(gaps) - 1, math.ceil(0.99 * len(gaps)) - 1)], 3),
+                "slot_refill_p99_s": round(percentile(gaps, 0.99) or 0.0, 3),
                 "slot_refills": len(gaps)}
 
 
@@ -919,16 +927,9 @@ def figures(result: RoundResult, checked: Json, fleet: Fleet) -> Json:
         "batches": fleet.in_flight.batches,
         "handler_errors": fleet.function.errors,
         "returned_items": result.returned,
-        "returned_wait_p50_s": _quantile(result.returned_waits, 0.5),
+        "returned_wait_p50_s": None if (p50 := percentile(result.returned_waits, 0.5)) is None else round(p50, 1),
         "returned_wait_max_s": round(max(result.returned_waits), 1) if result.returned_waits else None,
     }
-
-
-def _quantile(values: Sequence[float], q: float) -> float | None:
-    """The q-quantile of sorted `values` (nearest rank), None for none."""
-    if not values:
-        return None
-    return round(values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))], 1)
 
 
 def run_job(fleet: Fleet, label: str, policy: str, parallelism: int, seed: int) -> tuple[Json, Json | None]:

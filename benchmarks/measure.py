@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -57,8 +57,14 @@ def rss_mb(pid: int | None = None) -> float:
 
 
 def peak_rss_mb() -> float:
-    """The highest resident set size this process has had (`ru_maxrss`, KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The highest resident set size this program has had (`VmHWM`, as Lambda's "Max Memory Used").
+
+    Not `ru_maxrss`: Linux carries it over `exec` from the forked parent, so a child run by
+    `run_child` would report its parent's peak whenever that is the higher."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise BenchmarkError("no VmHWM in /proc/self/status")
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,15 @@ def emit(result: dict[str, Any]) -> None:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The q-quantile of `values` by nearest rank (the smallest value with at least q of them at or
+    below it); None for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def run_child(module: str, args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 600) -> Any:

@@ -10,7 +10,7 @@ the nodes: the generator weighs the groups 45/30/15/10).
   labels and the Ready condition checked on the models in Python.
 
 Each side runs in a fresh interpreter per repetition, with its imports and client made before the
-clock starts. Memory is the rise of the process's peak RSS (`ru_maxrss` after minus RSS before the
+clock starts. Memory is the rise of the process's peak RSS (`VmHWM` after minus RSS before the
 selection), not tracemalloc, whose bookkeeping would slow the timed run several times over.
 """
 

@@ -35,7 +35,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.measure import Target, emit, print_machine, print_targets, rss_mb, run_child
+from benchmarks.measure import Target, emit, peak_rss_mb, print_machine, print_targets, rss_mb, run_child
 from benchmarks.servers import KubeApiProcess, MotoProcess
 
 BUDGET_S = 55.0  # the sweep function's Timeout in template.yaml
@@ -96,15 +96,6 @@ class CountingCluster:
         cluster._request = counted
 
 
-def peak_mb() -> float:
-    """This program's peak resident set. Not `ru_maxrss`: Linux carries it over `exec` from the forked
-    parent (here the benchmark, which built 5,000 nodes), so a child would report the parent's peak."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-
 def time_left_from(started: float) -> Callable[[], float]:
     """The seconds left of the function's budget for a run started at `started` (monotonic)."""
     return lambda: BUDGET_S - (time.monotonic() - started)
@@ -145,7 +136,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(seconds, 2), "queues_deleted": len(result.queues_deleted),
             "nodes_forgotten": len(result.nodes_forgotten), "departures_deferred": result.departures_deferred,
             "taints_released": len(result.taints_released), "nodes_settled": len(settled),
-            "peak_rss_mb": round(peak_mb(), 1), "rss_after_mb": round(rss_mb(), 1),
+            "peak_rss_mb": round(peak_rss_mb(), 1), "rss_after_mb": round(rss_mb(), 1),
             "kubernetes_calls": dict(sorted(counting.calls.items())), "aws_calls": dict(sorted(aws.items())),
         }
     kube.close()

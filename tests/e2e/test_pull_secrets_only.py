@@ -20,6 +20,7 @@ import pytest
 from prewarm.adapters.kube import KubeCluster
 from prewarm.services.jobs import view_job
 from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from tests.support.local_mode import running_local_mode, sync_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
@@ -30,11 +31,8 @@ NAMESPACE = "team-a"
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
-    state = tmp_path_factory.mktemp("state") / "local.json"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PREWARM_LOCAL_STATE", str(state))
-        with LocalMode(nodes=1) as mode:
-            yield mode
+    with running_local_mode(tmp_path_factory, "state", nodes=1) as mode:
+        yield mode
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +55,6 @@ def job(name: str, image: str, node: str, secret: str, only: bool) -> dict[str, 
         spec["pullSecretsOnly"] = True
     return {"apiVersion": API, "kind": "ImagePullJob", "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": spec}
-
-
-def sync_until(local: LocalMode, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        local.fire("sync")
-        if found := condition():
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.5)
 
 
 def finished_node(local: LocalMode, name: str) -> Callable[[], Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_cli.app import cli
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from tests.support.kubectl import kubectl_binary
+from tests.support.local_mode import running_local_mode, sync_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
@@ -40,11 +41,8 @@ KUBECTL = kubectl_binary()
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
-    state = tmp_path_factory.mktemp("state") / "local.json"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PREWARM_LOCAL_STATE", str(state))
-        with LocalMode(nodes=2, registry_bandwidth=BANDWIDTH) as mode:
-            yield mode
+    with running_local_mode(tmp_path_factory, "state", nodes=2, registry_bandwidth=BANDWIDTH) as mode:
+        yield mode
 
 
 @pytest.fixture(scope="module")
@@ -59,16 +57,6 @@ def kubectl(local: LocalMode, *args: str) -> subprocess.CompletedProcess[str]:
     assert local.kubeconfig_written is not None
     return subprocess.run([KUBECTL, "--kubeconfig", str(local.kubeconfig_written), *args],
                           capture_output=True, text=True, timeout=60, check=False)
-
-
-def sync_until(local: LocalMode, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        local.fire("sync")
-        if found := condition():
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.5)
 
 
 def resource(name: str, namespace: str, image: str, nodes: list[str], **spec: Any) -> dict[str, Any]:

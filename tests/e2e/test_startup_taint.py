@@ -26,6 +26,7 @@ from prewarm.services.jobs import apply_manifest
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from tests.support.local_mode import running_local_mode
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
@@ -43,12 +44,9 @@ TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
-    state = tmp_path_factory.mktemp("taint") / "local.json"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PREWARM_LOCAL_STATE", str(state))
-        with LocalMode(nodes=1, registry_bandwidth=BANDWIDTH,
-                       agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
-            yield mode
+    with running_local_mode(tmp_path_factory, "taint", nodes=1, registry_bandwidth=BANDWIDTH,
+                            agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
+        yield mode
 
 
 def never_job(name: str, image: str, pool: str, **pull_policy: Any) -> dict[str, Any]:

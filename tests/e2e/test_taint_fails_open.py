@@ -19,6 +19,7 @@ import pytest
 from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON
 from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from tests.support.local_mode import running_local_mode
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
@@ -30,12 +31,10 @@ TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
-    state = tmp_path_factory.mktemp("fail-open") / "local.json"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PREWARM_LOCAL_STATE", str(state))
-        with LocalMode(nodes=1, max_warm_seconds=MAX_WARM_SECONDS, startup_taint_grace_seconds=GRACE_SECONDS,
-                       agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
-            yield mode
+    with running_local_mode(tmp_path_factory, "fail-open", nodes=1, max_warm_seconds=MAX_WARM_SECONDS,
+                            startup_taint_grace_seconds=GRACE_SECONDS,
+                            agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
+        yield mode
 
 
 def tainted(local: LocalMode, node: str) -> bool:

@@ -45,12 +45,12 @@ def local() -> Iterator[dict[str, Any]]:
         stack = LocalStack(aws.url, parameters={"ClusterName": "local", "KubeApiEndpoint": api.url}).deploy()
         stack.prime_streams()
         env = stack.env()
-        queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))
+        sqs = aws.client("sqs")
+        queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=sqs)
         for name in NODES:
             queues.ensure_queue(name)  # as each node's agent does at start
-        yield {"stack": stack, "sqs": aws.client("sqs"), "env": env,
-               "store": DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb")),
-               "queues": NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))}
+        yield {"stack": stack, "sqs": sqs, "env": env, "queues": queues,
+               "store": DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb"))}
 
 
 def queued(sqs: Any, url: str) -> int:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import boto3
 import pytest
 from moto import mock_aws
 
@@ -49,3 +50,11 @@ def mocked_aws(monkeypatch: pytest.MonkeyPatch, region: str) -> Iterator[None]:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with serial_mock_aws():
         yield
+
+
+@contextmanager
+def sqs_with_status_queue(region: str = "us-west-2") -> Iterator[tuple[Any, str]]:
+    """moto in-process: an SQS client with test credentials and the URL of a status queue made on it."""
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name=region, aws_access_key_id="t", aws_secret_access_key="t")
+        yield sqs, sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]

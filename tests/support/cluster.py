@@ -220,3 +220,16 @@ class FakeCluster:
         self.service_accounts[(namespace, name)] = updated
         self.writes.append(("patch", namespace, name))
         return copy.deepcopy(updated)
+
+
+def recorded_reads(cluster: FakeCluster, method: str = "get_node") -> list[str]:
+    """The names `cluster.<method>` (`get_node`, `get_node_metadata`) is asked for from now on, in order."""
+    reads: list[str] = []
+    get = getattr(cluster, method)
+
+    def reading(name: str) -> dict[str, Any] | None:
+        reads.append(name)
+        return get(name)  # type: ignore[no-any-return]
+
+    setattr(cluster, method, reading)
+    return reads

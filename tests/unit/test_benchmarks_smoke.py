@@ -337,8 +337,10 @@ def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
     assert result["never"]["counters_exact"] is True and result["never"]["slot_refill_p50_s"] is not None
     # And each round says how many items its batches handed back; those that came again waited at least
     # record_status' first backoff (2 s), as SQS kept them hidden (rounded to 0.1 s)
-    for round_ in (result["always"], result["never"]):
-        assert round_["returned_items"] >= 0
+    rounds = (result["always"], result["never"])
+    assert result["returned_items"] == sum(round_["returned_items"] for round_ in rounds)
+    for round_ in rounds:
+        assert isinstance(round_["returned_items"], int) and round_["returned_items"] >= 0
         assert round_["returned_wait_p50_s"] is None or round_["returned_wait_p50_s"] >= 1.9
     # And the old path wrote the job item with every report it applied
     assert result["old"]["job_item_writes_per_report"] >= 1.0

@@ -3,12 +3,11 @@ a send to a node that has no queue: the agents create node queues, the control p
 
 from __future__ import annotations
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from prewarm.adapters.sqs import NodeQueues, QueueRetryableError
 from prewarm.domain.messages import PullTask
+from tests.support.aws import sqs_with_status_queue
 
 REGION = "us-west-2"
 
@@ -21,9 +20,7 @@ def task(node: str) -> PullTask:
 def test_an_agent_recreating_a_queue_deleted_moments_ago_is_told_to_retry_and_why() -> None:
     # moto alone would recreate the name at once: the limits layer (on for the test run) refuses it for
     # 60 s, as SQS does.
-    with mock_aws():
-        sqs = boto3.client("sqs", region_name=REGION, aws_access_key_id="t", aws_secret_access_key="t")
-        status = sqs.create_queue(QueueName="status")["QueueUrl"]
+    with sqs_with_status_queue(REGION) as (sqs, status):
         queues = NodeQueues("pw", status, client=sqs)
         # Given a node whose queue the sweep deleted when the node left
         queues.delete_queue(queues.ensure_queue("ip-10-0-1-1"))
@@ -35,9 +32,7 @@ def test_an_agent_recreating_a_queue_deleted_moments_ago_is_told_to_retry_and_wh
 
 
 def test_a_send_to_a_node_without_a_queue_creates_none_and_waits_for_its_agent() -> None:
-    with mock_aws():
-        sqs = boto3.client("sqs", region_name=REGION, aws_access_key_id="t", aws_secret_access_key="t")
-        status = sqs.create_queue(QueueName="status")["QueueUrl"]
+    with sqs_with_status_queue(REGION) as (sqs, status):
         queues = NodeQueues("pw", status, client=sqs)
         # Given a node whose agent has not started (never created its queue), and one whose queue went
         queues.delete_queue(queues.ensure_queue("ip-10-0-1-2"))

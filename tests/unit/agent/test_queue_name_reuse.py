@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import threading
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from prewarm.adapters.sqs import NodeQueues
 from tests.support.agent import agent_on_queues
+from tests.support.aws import sqs_with_status_queue
 from tests.support.waiting import eventually
 
 PREFIX = "prewarm-node"
@@ -19,9 +18,7 @@ PREFIX = "prewarm-node"
 # moto would hand the name back at once; the limits layer refuses it as SQS does, here for 3 s.
 @pytest.mark.aws_quotas(sqs_queue_name_reuse_s=3.0)
 def test_an_agent_waits_out_a_recently_deleted_queue_name_and_then_consumes() -> None:
-    with mock_aws():
-        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
-        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+    with sqs_with_status_queue() as (sqs, status):
         # Given the sweep deleted the queue of a node that left
         queues = NodeQueues(PREFIX, status, client=sqs)
         queues.delete_queue(queues.ensure_queue("node-a"))

@@ -7,12 +7,11 @@ import logging
 import re
 import time
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from prewarm.adapters.sqs import NodeQueues
 from tests.support.agent import agent_on_queues
+from tests.support.aws import sqs_with_status_queue
 from tests.support.waiting import eventually
 
 PREFIX = "prewarm-node"
@@ -20,9 +19,7 @@ PREFIX = "prewarm-node"
 
 @pytest.mark.aws_quotas(sqs_queue_name_reuse_s=2.0)
 def test_a_deleted_node_queue_is_created_again_and_consumed() -> None:
-    with mock_aws():
-        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
-        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+    with sqs_with_status_queue() as (sqs, status):
         agent = agent_on_queues(sqs, status, prefix=PREFIX)
         agent.start()
         try:
@@ -55,9 +52,7 @@ def test_the_agent_logs_the_lost_queue_and_backs_off_while_sqs_refuses_its_name(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="prewarm_agent")
-    with mock_aws():
-        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
-        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+    with sqs_with_status_queue() as (sqs, status):
         agent = agent_on_queues(sqs, status, prefix=PREFIX)
         agent.start()
         try:

@@ -15,7 +15,7 @@ import pytest
 from prewarm.domain.nodes import RegisteredNode
 from prewarm.services.budget import TimeBudget, run_within
 from prewarm.services.schedules import sweep
-from tests.support.cluster import make_node
+from tests.support.cluster import make_node, recorded_reads
 from tests.support.control_plane import ControlPlane
 
 
@@ -65,14 +65,7 @@ def test_a_registration_without_a_queue_is_read_again_too(plane: ControlPlane) -
     for name in ("a", "gone"):
         register(plane, name)
     plane.sqs.delete_queue(QueueUrl=plane.queues.queue_url("gone"))
-    reads: list[str] = []
-    get = plane.cluster.get_node_metadata
-
-    def reading(name: str) -> dict[str, Any] | None:
-        reads.append(name)
-        return get(name)
-
-    plane.cluster.get_node_metadata = reading  # type: ignore[method-assign]
+    reads = recorded_reads(plane.cluster, "get_node_metadata")
     result = run(plane)
     assert (result.queues_deleted, result.nodes_forgotten, reads) == ([], ["gone"], ["gone"])
 

@@ -9,7 +9,7 @@ from typing import Any
 from prewarm.domain.kubernetes import format_time
 from prewarm.services.budget import TimeBudget
 from prewarm.services.schedules import sweep
-from tests.support.cluster import make_node
+from tests.support.cluster import make_node, recorded_reads
 from tests.support.control_plane import ControlPlane
 
 TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
@@ -24,18 +24,6 @@ def joined(name: str, ago: float, *taints: dict[str, str], uid: str = "") -> dic
     return node
 
 
-def reads_of(plane: ControlPlane) -> list[str]:
-    reads: list[str] = []
-    get = plane.cluster.get_node
-
-    def reading(name: str) -> dict[str, Any] | None:
-        reads.append(name)
-        return get(name)
-
-    plane.cluster.get_node = reading  # type: ignore[method-assign]
-    return reads
-
-
 def run(plane: ControlPlane, settled: set[str], **options: Any) -> Any:
     cluster: Any = plane.cluster  # the fake's JSON patch takes the ops as lists
     return sweep(plane.store, plane.queues, cluster, now=NOW, prefix="pw", taints=cluster,
@@ -45,7 +33,7 @@ def run(plane: ControlPlane, settled: set[str], **options: Any) -> Any:
 def test_only_nodes_past_the_deadline_are_read_and_each_once(plane: ControlPlane) -> None:
     # Given nodes past the deadline (900 s + 60 s), one of them tainted, and one still within it
     plane.cluster.nodes = [joined("old-clean", 5000), joined("old-stuck", 3000, TAINT), joined("young", 100, TAINT)]
-    reads = reads_of(plane)
+    reads = recorded_reads(plane.cluster)
     settled: set[str] = set()
 
     # When the sweep runs twice
@@ -66,7 +54,7 @@ def test_at_most_a_run_s_share_of_nodes_is_read_and_only_while_it_has_time(plane
     from prewarm.services.schedules import release_overdue_taints
 
     plane.cluster.nodes = [joined(f"n{i}", 2000 + i, TAINT) for i in range(5)]
-    reads = reads_of(plane)
+    reads = recorded_reads(plane.cluster)
     taints: Any = plane.cluster  # the fake's JSON patch takes the ops as lists
     settled: set[str] = set()
     released = release_overdue_taints(taints, taints.list_node_metadata(), now=NOW, grace=60, settled=settled,
