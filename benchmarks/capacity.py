@@ -374,6 +374,8 @@ class Delivery:
 def deliver(visible: Sequence[float], run: Callable[[list[int]], tuple[Invocation, set[int]]],
             config: FunctionConfig, *, verbose: bool = False) -> Delivery:
     """Messages visible at `visible[i]` (sorted) through batches of the event source in modeled time."""
+    from prewarm.domain.retry import redelivery_seconds
+
     out = Delivery()
     pending: list[tuple[float, int, int]] = [(t, i, 1) for i, t in enumerate(visible)]  # (visible, index, receive)
     heapq.heapify(pending)
@@ -397,7 +399,8 @@ def deliver(visible: Sequence[float], run: Callable[[list[int]], tuple[Invocatio
         out.sizes.append(len(batch))
         out.calls += len(inv.calls)
         end = close + seconds
-        if seconds > config.timeout_s:
+        timed_out = seconds > config.timeout_s
+        if timed_out:
             out.timed_out += 1
             returned = set(range(len(batch)))
             end = close + config.timeout_s
@@ -408,7 +411,10 @@ def deliver(visible: Sequence[float], run: Callable[[list[int]], tuple[Invocatio
                 out.dlq += 1
             else:
                 out.returned += 1
-                heapq.heappush(pending, (close + config.visibility_s, i, receives + 1))
+                # A timed-out batch's messages wait out the queue's visibility timeout; those a finished
+                # batch hands back are hidden for record_status's own backoff (ChangeMessageVisibility).
+                hidden = config.visibility_s if timed_out else redelivery_seconds(receives, cap=config.visibility_s)
+                heapq.heappush(pending, ((close if timed_out else end) + hidden, i, receives + 1))
         heapq.heappush(slots, end)
         if verbose and len(out.durations) % 50 == 0:
             print(f"    {len(out.durations)} batches, modeled t={end:.1f}s, {len(pending)} pending, "
