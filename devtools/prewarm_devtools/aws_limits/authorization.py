@@ -16,6 +16,9 @@ policy when it has one (a queue's, a table's, a secret's, a repository's). The p
 - ECR: the repository; `GetAuthorizationToken` takes `*`.
 - STS: `AssumeRole` on the role (the caller's side only: moto holds no trust policies to evaluate);
   `GetCallerIdentity` needs no permission and cannot be denied (STS API Reference, GetCallerIdentity).
+  The keys an `AssumeRole` hands out sign as the role's session (`assumed-role/<role>/<session>`),
+  held to the role's identity policies (`assumed_role_policies`), as on AWS: a token or a call made
+  with them carries the role's permissions, not the caller's.
 - SSM: the parameter.
 
 Requests to other services, and by principals whose identity policies are unknown, pass as before:
@@ -127,6 +130,29 @@ class Authorization:
                 results.append({"EvalActionName": action, "EvalResourceName": resource, "EvalDecision": outcome,
                                 "MatchedStatements": [], "MissingContextValues": []})
         return {"EvaluationResults": results, "IsTruncated": False}
+
+
+def assumed_role_policies(layer: AwsLimits, role_arn: str) -> tuple[Policy, ...] | None:
+    """The identity policies of `role_arn` for the session `AssumeRole` starts: those the layer was given
+    for the role (a local role from the template), else the role's inline and attached policies in moto's
+    IAM, else None (unknown: nothing evaluated, as for any principal the layer was not told about)."""
+    known = layer.principals.policies(role_arn)
+    if known is not None:
+        return known
+    from moto.iam.exceptions import NotFoundException
+    from moto.iam.models import iam_backends
+
+    parts = role_arn.split(":")
+    if len(parts) < 6 or not parts[5].startswith("role/"):
+        return None
+    try:
+        role = iam_backends[parts[4]][parts[1]].get_role_by_arn(role_arn)
+    except (NotFoundException, KeyError):
+        return None
+    documents = list(role.policies.values()) + [
+        version.document for policy in role.managed_policies.values() for version in policy.versions
+        if version.is_default]
+    return tuple(json.loads(d) if isinstance(d, str) else d for d in documents)
 
 
 class NoSuchEntityError(ServiceException):

@@ -32,6 +32,7 @@ def install(current: Callable[[], Any]) -> None:
     from moto.dynamodbstreams.models import DynamoDBStreamsBackend, ShardIterator
     from moto.ecr.responses import ECRResponse
     from moto.sqs.responses import SQSResponse
+    from moto.sts.models import STSBackend
 
     from prewarm_devtools.aws_limits import queues
     from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED
@@ -58,6 +59,7 @@ def install(current: Callable[[], Any]) -> None:
         # moto walks a queue's every message on each call; the same answers at a call's cost.
         for owner, name, value in queues.patches():
             _replace(owner, name, value)
+        _replace(STSBackend, "assume_role", _session_keys(STSBackend.assume_role, current))
         # Every service's requests pass IAM first, as on AWS, before any of the checks above.
         _replace(BaseResponse, "call_action", _authorized(BaseResponse.call_action, current))
         reset = BackendDict.__dict__["reset"].__func__
@@ -140,6 +142,20 @@ def _authorized(original: Callable[[Any], Any], current: Callable[[], Any]) -> C
         return status, headers, body
 
     return call_action
+
+
+def _session_keys(original: Callable[..., Any], current: Callable[[], Any]) -> Callable[..., Any]:
+    """The keys an AssumeRole hands out sign as the role's session, with the role's policies."""
+    from prewarm_devtools.aws_limits.authorization import assumed_role_policies
+
+    @functools.wraps(original)
+    def assume_role(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        session = original(backend, *args, **kwargs)
+        if (layer := current()) is not None:
+            layer.principals.add(session.access_key_id, session.arn, assumed_role_policies(layer, session.role_arn))
+        return session
+
+    return assume_role
 
 
 def _started_reader(original: Callable[..., Any], current: Callable[[], Any]) -> Callable[..., Any]:

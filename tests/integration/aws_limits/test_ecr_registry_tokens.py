@@ -190,3 +190,40 @@ def test_each_registry_request_is_authorized_as_its_ecr_action(method: str, path
 def test_a_path_ecr_does_not_serve_is_refused() -> None:
     with pytest.raises(ValueError, match="_catalog"):
         registry_request("GET", "/v2/_catalog")
+
+
+def assumed(aws: MotoServer, caller: LocalIdentity, role_arn: str) -> LocalIdentity:
+    sts = boto3.client("sts", region_name=REGION, endpoint_url=aws.url, aws_access_key_id=caller.access_key_id,
+                       aws_secret_access_key=caller.secret_access_key)
+    keys = sts.assume_role(RoleArn=role_arn, RoleSessionName="prewarm-refresh")["Credentials"]
+    return LocalIdentity(f"{role_arn.replace(':iam:', ':sts:').replace(':role/', ':assumed-role/')}/prewarm-refresh",
+                         keys["AccessKeyId"], keys["SecretAccessKey"])
+
+
+def test_a_token_got_through_assume_role_carries_the_roles_permissions_not_the_callers(
+    aws: MotoServer, registry: LocalRegistry, image: PushedImage
+) -> None:
+    manifest = "/v2/team-a/app/manifests/v1"
+    # Given a caller that may assume roles but not pull, a local role that may pull team-a, and a role in
+    # IAM (as a registry's `roleArn` names one) that may pull team-b only
+    caller = role("assumer", {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": "*"})
+    puller = role("team-a-puller", {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                                    "Resource": f"{REPOSITORIES}/team-a/*"})
+    iam = aws.client("iam")
+    team_b = iam.create_role(RoleName="registry-team-b", AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
+                                                "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+    iam.put_role_policy(RoleName="registry-team-b", PolicyName="pull", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [TOKEN, {"Effect": "Allow", "Action": "ecr:BatchGetImage",
+                                                       "Resource": f"{REPOSITORIES}/team-b/*"}]}))
+    # When each role's session asks for a token
+    as_puller, as_team_b = assumed(aws, caller, puller.arn), assumed(aws, caller, team_b)
+    # Then each token is bound to its session and judged by that role's policies; the caller's own is refused
+    assert fetch(registry, "GET", manifest, token_of(aws, as_puller))[0] == 200
+    assert fetch(registry, "GET", manifest, token_of(aws, as_team_b))[:2] == (
+        403, denied(as_team_b, "ecr:BatchGetImage", "team-a/app"))
+    assert fetch(registry, "GET", manifest, token_of(aws, caller))[:2] == (
+        403, denied(caller, "ecr:BatchGetImage", "team-a/app"))
+    sts = boto3.client("sts", region_name=REGION, endpoint_url=aws.url, aws_access_key_id=as_puller.access_key_id,
+                       aws_secret_access_key="x")
+    assert sts.get_caller_identity()["Arn"] == as_puller.arn
