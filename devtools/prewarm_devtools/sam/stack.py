@@ -660,6 +660,20 @@ def _logs_to(stream: TextIO) -> Iterator[None]:
                 handler.setStream(old)
 
 
+class _ServiceAsLoggerName(logging.Filter):
+    """Names the functions' own Logger's records after this invocation's service. On AWS its logger is
+    named after the one service of the process; here it keeps the name of the function loaded first."""
+
+    service = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.name = self.service or record.name
+        return True
+
+
+_OWN_LOGGER_NAME = _ServiceAsLoggerName()
+
+
 def _name_the_service(service: str) -> None:
     """Labels the functions' logs and metrics with this invocation's `POWERTOOLS_SERVICE_NAME`.
 
@@ -671,6 +685,9 @@ def _name_the_service(service: str) -> None:
 
     observability.logger.service = service
     observability.logger.append_keys(service=service)
+    _OWN_LOGGER_NAME.service = service
+    if _OWN_LOGGER_NAME not in observability.logger.filters:
+        observability.logger.addFilter(_OWN_LOGGER_NAME)
     provider = getattr(observability.metrics, "provider", None)
     if provider is not None and hasattr(provider, "service"):
         provider.service = service

@@ -34,6 +34,11 @@ def test_each_function_logs_under_its_own_service_name() -> None:
     assert set(services) == {"sweep", "repull_daily"}, services
     assert all(lines_by_function.values())
     assert stack.function("sweep").env["POWERTOOLS_SERVICE_NAME"] == "sweep"
+    # and the function's own Logger's lines name that function as their logger, as its own process on AWS
+    # does (before, every function's lines named whichever function the process loaded first)
+    names = [(doc["service"], doc["name"]) for doc in lines if "level" in doc]
+    own = [(service, name) for service, name in names if not name.startswith("prewarm.")]
+    assert own and all(service == name for service, name in own), names
 
 
 def test_what_other_threads_print_while_a_function_runs_stays_on_stdout() -> None:

@@ -22,5 +22,8 @@ metrics = Metrics()
 # The Kubernetes client's calls show inside the handler's segment, not as subsegments of their own.
 tracer = Tracer(patch_modules=("botocore",))
 
+# The copy configures registered loggers only: a function whose service modules are not imported yet
+# (all of them: bootstrap imports lazily) left "prewarm" unconfigured, and its services' lines went to
+# the runtime's root handler as plain text, without the correlation keys.
+logging.getLogger("prewarm")
 copy_config_to_registered_loggers(source_logger=logger, include={"prewarm"})
-logging.getLogger("prewarm").setLevel(logger.log_level)
