@@ -686,8 +686,9 @@ def _name_the_service(service: str) -> None:
     observability.logger.service = service
     observability.logger.append_keys(service=service)
     _OWN_LOGGER_NAME.service = service
-    if _OWN_LOGGER_NAME not in observability.logger.filters:
-        observability.logger.addFilter(_OWN_LOGGER_NAME)
+    own = observability.logger._logger  # the stdlib logger it writes through (Powertools proxies to it)
+    if _OWN_LOGGER_NAME not in own.filters:
+        own.addFilter(_OWN_LOGGER_NAME)
     provider = getattr(observability.metrics, "provider", None)
     if provider is not None and hasattr(provider, "service"):
         provider.service = service
