@@ -19,10 +19,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER, cluster_of, scoped
 from prewarm.domain.messages import CancelTask, FromAgent, PullTask, RequiredImages, node_queue_name
 
 TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
+# On queues of a registered cluster's nodes only (`prewarm.domain.clusters`): node names repeat across clusters.
+TAG_CLUSTER = "prewarm:cluster"
 _MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 # QueueDeletedRecently: SQS refuses a deleted queue's name for 60 s (CreateQueue, "Quotas related to
 # queues"); EKS reuses node names with IPs, so a node can come back just after the sweep deleted its queue.
@@ -97,6 +100,7 @@ class NodeQueues(_SqsAdapter):
         sender_arns: Sequence[str] = (),
         client: Any = None,
         workers: int = 16,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         if not status_queue_url:
             raise QueueError("the status queue URL is needed to derive node queue URLs (STATUS_QUEUE_URL)")
@@ -108,12 +112,14 @@ class NodeQueues(_SqsAdapter):
         self.sender_arns = list(sender_arns)
         self.workers = workers
         self._client = client
+        #: The cluster whose node queues `ensure_queue` makes (an agent's); sends find theirs per message.
+        self.cluster = cluster
 
-    def queue_name(self, node: str) -> str:
-        return node_queue_name(self.prefix, node)
+    def queue_name(self, node: str, cluster: str | None = None) -> str:
+        return node_queue_name(self.prefix, node, self.cluster if cluster is None else cluster)
 
-    def queue_url(self, node: str) -> str:
-        return f"{self.base_url}/{self.queue_name(node)}"
+    def queue_url(self, node: str, cluster: str | None = None) -> str:
+        return f"{self.base_url}/{self.queue_name(node, cluster)}"
 
     def _attributes(self) -> dict[str, str]:
         attrs = {
@@ -155,19 +161,24 @@ class NodeQueues(_SqsAdapter):
     def _tags(self, node: str) -> dict[str, str]:
         # The tags mark the queue as this stack's, so `sweep` never deletes another stack's queue
         # that happens to share the name prefix (`prewarm-` also matches `prewarm-staging-…`).
-        return {TAG_PREFIX: self.prefix, TAG_NODE: node[:256]}
+        tags = {TAG_PREFIX: self.prefix, TAG_NODE: node[:256]}
+        return {**tags, TAG_CLUSTER: self.cluster} if self.cluster else tags
 
     def owns_queue(self, url: str) -> bool:
         return self.queue_node(url) is not None
 
     def queue_node(self, url: str) -> str | None:
+        """The node whose queue `url` is, scoped by its cluster (`<cluster>:<node>`, plain for the stack's
+        own); None for a queue that is not this stack's."""
         try:
             tags = self.client.list_queue_tags(QueueUrl=url).get("Tags", {})
         except ClientError as e:
             if _code(e) in _MISSING:
                 return None
             raise _error(e, f"read tags of {url}") from e
-        return str(tags.get(TAG_NODE, "")) if tags.get(TAG_PREFIX) == self.prefix else None
+        if tags.get(TAG_PREFIX) != self.prefix:
+            return None
+        return scoped(str(tags.get(TAG_CLUSTER, "")), str(tags.get(TAG_NODE, "")))
 
     def ensure_queue(self, node: str) -> str:
         """Creates the node's queue if missing (idempotent) and returns its URL."""
@@ -189,7 +200,8 @@ class NodeQueues(_SqsAdapter):
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
         """Sends to the node's queue; False when the node has none (no agent has started there yet)."""
         try:
-            self.client.send_message(QueueUrl=self.queue_url(message.node), MessageBody=message.model_dump_json())
+            self.client.send_message(QueueUrl=self.queue_url(message.node, _cluster_of(message)),
+                                     MessageBody=message.model_dump_json())
         except ClientError as e:
             if _code(e) in _MISSING:
                 log.info("%s for node %s waits for its agent: the node has no task queue yet", message.kind,
@@ -237,6 +249,11 @@ class NodeQueues(_SqsAdapter):
         except ClientError as e:
             if _code(e) not in _MISSING:
                 raise _error(e, f"delete queue {url}") from e
+
+
+def _cluster_of(message: PullTask | CancelTask | RequiredImages) -> str:
+    """The cluster of the node a message goes to: a job's pull names it in the job's key."""
+    return message.cluster if isinstance(message, RequiredImages) else cluster_of(message.job)
 
 
 class StatusQueue(_SqsAdapter):

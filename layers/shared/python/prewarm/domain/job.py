@@ -14,6 +14,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import parse_image
 from prewarm.domain.jobs import CompletionType, ImageListPullJob, ImagePullJob, JobState, job_key
 from prewarm.domain.manifests import parse_manifest
@@ -77,12 +78,18 @@ class StoredJob:
     # How many partitions the job's node items are spread over, fixed at its first plan (0: not planned).
     shards: int = 0
     deleting_since: float | None = None
+    # The registered cluster the job's nodes are in; "" for the stack's own (`prewarm.domain.clusters`).
+    cluster: str = DEFAULT_CLUSTER
 
     # --- identity and plan ------------------------------------------------------------------
 
     @property
     def key(self) -> str:
-        return job_key(self.namespace, self.name)
+        return job_key(self.namespace, self.name, self.cluster)
+
+    def sibling(self, name: str) -> str:
+        """The key of another job of this job's namespace and cluster (a list job's child)."""
+        return job_key(self.namespace, name, self.cluster)
 
     @property
     def ref(self) -> JobRound:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.images import (
     _IDENTIFIER_RE,
     DIGEST_HEX_LENGTHS,
@@ -91,9 +92,10 @@ class CompletionType(StrEnum):
     NEVER = "Never"
 
 
-def job_key(namespace: str, name: str) -> str:
-    """A job's identity in the store and in messages: `namespace/name`."""
-    return f"{namespace}/{name}"
+def job_key(namespace: str, name: str, cluster: str = DEFAULT_CLUSTER) -> str:
+    """A job's identity in the store and in messages: `namespace/name`, prefixed `<cluster>:` when the
+    job belongs to a registered cluster other than the stack's own (`prewarm.domain.clusters`)."""
+    return scoped(cluster, f"{namespace}/{name}")
 
 
 class PullPolicy(KubernetesModel):

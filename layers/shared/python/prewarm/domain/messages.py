@@ -33,6 +33,7 @@ from pydantic import (
     model_serializer,
 )
 
+from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
 from prewarm.domain.validation import describe_validation_error
 
 SCHEMA_VERSION = 1
@@ -57,10 +58,11 @@ TERMINAL_PHASES = frozenset({NodePhase.SUCCEEDED, NodePhase.FAILED, NodePhase.CA
 
 # Bounds that keep every message storable: DynamoDB numbers hold 38 digits between 1e-130 and 1e126
 # (a larger count, NaN or a denormal timestamp would fail the write, not the parse), and its keys
-# are at most 1024 bytes. A job is `namespace/name` (63 + 1 + 253), a node name a DNS subdomain.
+# are at most 1024 bytes. A job is `namespace/name` (63 + 1 + 253), with `<cluster>:` first in a registered
+# cluster (an EKS name, 100 + 1); a node name a DNS subdomain.
 Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 EpochSeconds = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False), AfterValidator(lambda t: round(t, 6))]
-JOB_KEY_MAX = 317
+JOB_KEY_MAX = 317 + CLUSTER_NAME_MAX + 1
 NODE_NAME_MAX = 253
 
 
@@ -83,6 +85,19 @@ def _without_default(data: dict[str, Any], name: str, default: Any) -> dict[str,
 class _Message(BaseModel):
     model_config = _MODEL_CONFIG
     v: Literal[1] = 1
+
+
+class _InCluster(BaseModel):
+    """A message about a node rather than a job's pull: it names the node's registered cluster itself
+    (omitted for the stack's own, so readers older than clusters still take it)."""
+
+    model_config = _MODEL_CONFIG
+    cluster: str = Field(default="", max_length=CLUSTER_NAME_MAX, pattern=f"^$|{CLUSTER_NAME_PATTERN}",
+                         description="the node's registered cluster; absent for the stack's own")
+
+    @model_serializer(mode="wrap")
+    def _without_default_cluster(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_default(handler(self), "cluster", "")
 
 
 class JobRef(BaseModel):
@@ -148,7 +163,7 @@ class StatusReport(_Message, JobRef):
         return phase
 
 
-class Hello(_Message):
+class Hello(_Message, _InCluster):
     kind: Literal["hello"] = "hello"
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
     labels: dict[str, str] = Field(default_factory=dict)
@@ -166,7 +181,7 @@ class Hello(_Message):
     @model_serializer(mode="wrap")
     def _without_absent_warm_until(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A control plane older than the field refuses a hello that has it, even as null.
-        return _without_default(handler(self), "warm_until", None)
+        return _without_default(_without_default(handler(self), "warm_until", None), "cluster", "")
 
 
 class RequiredImage(BaseModel):
@@ -177,7 +192,7 @@ class RequiredImage(BaseModel):
     job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the `Never` job")
 
 
-class RequiredImages(_Message):
+class RequiredImages(_Message, _InCluster):
     """Every image the node must have before its startup taint comes off (empty: none).
 
     Each list replaces the one before; SQS does not keep order, so the agent keeps the one with the
@@ -195,7 +210,7 @@ class RequiredImages(_Message):
 WARMED_MISSING_MAX = 20
 
 
-class Warmed(_Message):
+class Warmed(_Message, _InCluster):
     """The node's startup taint came off: when the node joined, when its agent said hello, when the taint
     went, and whether every required image was present then (`warm`) or the deadline passed (`timeout`)."""
 
@@ -258,23 +273,28 @@ _SQS_NAME = re.compile(r"[^A-Za-z0-9_-]")
 SQS_NAME_MAX = 80
 
 
-def node_queue_name(prefix: str, node: str) -> str:
-    """The node's task queue name: `<prefix>-<node>` in SQS's alphabet, never shared by two nodes.
+def node_queue_name(prefix: str, node: str, cluster: str = "") -> str:
+    """The node's task queue name: `<prefix>-<node>` in SQS's alphabet, never shared by two nodes. A node
+    of a registered cluster (`cluster`) gets `<prefix>-<cluster>-<node>` and always the digest, so it never
+    shares a queue with the stack's own cluster's node of that name, nor with another cluster's.
 
     >>> node_queue_name("prewarm", "worker-1")
     'prewarm-worker-1'
     >>> node_queue_name("prewarm", "ip-10-0-1-5.ec2.internal")
     'prewarm-ip-10-0-1-5-ec2-internal-9b098656'
+    >>> node_queue_name("prewarm", "worker-1", "prod-eu")
+    'prewarm-prod-eu-worker-1-659a56d0'
     """
     if not prefix or _SQS_NAME.search(prefix):
         raise ValueError(f"queue prefix {prefix!r} must use only letters, digits, '-', '_'")
     if not node:
         raise ValueError("node name must not be empty")
-    clean = _SQS_NAME.sub("-", node)
+    local = f"{cluster}-{node}" if cluster else node
+    clean = _SQS_NAME.sub("-", local)
     name = f"{prefix}-{clean}"
-    if clean == node and len(name) <= SQS_NAME_MAX:
+    if not cluster and clean == node and len(name) <= SQS_NAME_MAX:
         return name
-    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
+    digest = hashlib.sha256((f"{cluster}:{node}" if cluster else node).encode()).hexdigest()[:8]
     room = SQS_NAME_MAX - len(prefix) - len(digest) - 2
     if room < 1:
         raise ValueError(f"queue prefix {prefix!r} is too long to leave room for node names")

@@ -41,3 +41,5 @@ class RegisteredNode:
     warm: NodeWarm | None = None
     # The agent's package version, as its last hello said (empty: an agent too old to say).
     agent_version: str = ""
+    # The registered cluster the node is in ("" for the stack's own): node names repeat across clusters.
+    cluster: str = ""

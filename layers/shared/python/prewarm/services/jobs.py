@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import (
     PREWARM_API_VERSION,
@@ -41,7 +42,12 @@ log = logging.getLogger(__name__)
 ApplyOutcome = Literal["created", "configured", "unchanged"]
 
 class JobNotFoundError(LookupError):
-    """No job of that namespace and name."""
+    """No job of that namespace and name (in that cluster)."""
+
+
+def _not_found(namespace: str, name: str, cluster: str) -> JobNotFoundError:
+    where = f' of cluster "{cluster}"' if cluster else ""
+    return JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"{where}')
 
 
 @dataclass
@@ -51,6 +57,7 @@ class Applied:
     name: str
     outcome: ApplyOutcome
     children: list[Applied] = field(default_factory=list)
+    cluster: str = DEFAULT_CLUSTER
 
     def describe(self) -> str:
         """The kubectl-style line, e.g. `imagepulljob.apps.kruise.io/job-x created`."""
@@ -60,14 +67,15 @@ class Applied:
 
 def apply_manifest(
     store: JobStore, doc: dict[str, Any], *, now: float, from_resource: bool = False,
-    secrets: PullSecretReader | None = None,
+    secrets: PullSecretReader | None = None, cluster: str = DEFAULT_CLUSTER,
 ) -> Applied:
     """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error,
     or `SourceConflictError` when the name belongs to a resource (or, `from_resource`, to the CLI).
 
     Only the resource sync (`from_resource`) may apply a manifest marked as a resource's. A manifest
     with `pullSecretsOnly` is refused unless each of its `pullSecrets` exists in its namespace, read
-    through `secrets` (the cluster's `ClusterError` goes through when it cannot be read).
+    through `secrets` (the cluster's `ClusterError` goes through when it cannot be read). A job goes to
+    `cluster` (the stack's own by default); a rule belongs to the stack and selects its clusters itself.
     """
     from prewarm.domain.kubernetes import JobValidationError, manifest_subject
 
@@ -83,7 +91,7 @@ def apply_manifest(
             check_source("PrewarmRule", "", obj.metadata.name, owner=source_of(current), by=source_of(manifest))
         outcome = store.put_rule(obj.metadata.name, manifest, obj.spec_hash())
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
-    return apply_job(store, obj, now=now)
+    return apply_job(store, obj, now=now, cluster=cluster)
 
 
 def check_own_pull_secrets(obj: ImagePullJob | ImageListPullJob | PrewarmRule, secrets: PullSecretReader | None
@@ -128,6 +136,7 @@ def apply_job(
     now: float,
     platforms: list[dict[str, str]] | None = None,
     owner: str = "",
+    cluster: str = DEFAULT_CLUSTER,
 ) -> Applied:
     """Creates the job, or re-plans it when its spec changed; the same spec twice is a no-op.
 
@@ -138,20 +147,22 @@ def apply_job(
     cancels its pulls).
     """
     if isinstance(job, ImageListPullJob):
-        return _apply_list_job(store, job, now=now)
-    key = job.key
+        return _apply_list_job(store, job, now=now, cluster=cluster)
+    key = job_key(job.namespace, job.name, cluster)
     return retry_on_conflict(
-        lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner),
+        lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner, cluster=cluster),
         conflict=StoreConflictError, attempts=5,
         exhausted=lambda: StoreConflictError(f"job {key} kept changing while being applied; try again"),
     )
 
 
 def _apply_once(
-    store: JobStore, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str
+    store: JobStore, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str,
+    cluster: str,
 ) -> Applied:
     """One read and one conditional write; a job created or changed meanwhile raises `StoreConflictError`."""
-    ns, name, key = job.metadata.namespace, job.metadata.name, job.key
+    ns, name = job.metadata.namespace, job.metadata.name
+    key = job_key(ns, name, cluster)
     manifest = job.to_manifest()
     spec_hash = job.spec_hash()
     current = store.get_job(key)
@@ -159,24 +170,26 @@ def _apply_once(
         store.create_job(StoredJob(
             namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_PULL_JOB, manifest=manifest,
             spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
+            cluster=cluster,
         ))
-        return Applied("ImagePullJob", ns, name, "created")
+        return Applied("ImagePullJob", ns, name, "created", cluster=cluster)
     if not current.owner:
         check_source("ImagePullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
     if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
         if not current.is_unplanned_for_long(now):
-            return Applied("ImagePullJob", ns, name, "unchanged")
+            return Applied("ImagePullJob", ns, name, "unchanged", cluster=cluster)
         # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
         store.replace_job_spec(current.replanned(), expected_hash=spec_hash)
-        return Applied("ImagePullJob", ns, name, "configured")
+        return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
     store.replace_job_spec(current.respecified(manifest, spec_hash, now=now, platforms=platforms),
                            expected_hash=current.spec_hash)
-    return Applied("ImagePullJob", ns, name, "configured")
+    return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
 
 
-def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Applied:
+def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, cluster: str) -> Applied:
     """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does."""
-    ns, name, key = job.metadata.namespace, job.metadata.name, job.key
+    ns, name = job.metadata.namespace, job.metadata.name
+    key = job_key(ns, name, cluster)
     manifest = job.to_manifest()
     spec_hash = job.spec_hash()
     current = store.get_job(key)
@@ -184,12 +197,12 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Ap
         check_source("ImageListPullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
     children = list(job.child_jobs())
     child_names = [c.metadata.name for c in children]
-    applied_children = [apply_job(store, c, now=now, owner=key) for c in children]
+    applied_children = [apply_job(store, c, now=now, owner=key, cluster=cluster) for c in children]
     if current is None:
         store.create_job(
             StoredJob(namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_LIST_PULL_JOB,
                       manifest=manifest, spec_hash=spec_hash, start_time=now, created_at=now, planned="list",
-                      children=child_names)
+                      children=child_names, cluster=cluster)
         )
         outcome: ApplyOutcome = "created"
     elif current.spec_hash == spec_hash:
@@ -202,12 +215,13 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float) -> Ap
         outcome = "configured"
         for child in sorted(stale):
             # Its pulls are cancelled by the control plane, which sees the child marked Deleting.
-            _mark_deleting(store, job_key(ns, child), now=now)
-    return Applied("ImageListPullJob", ns, name, outcome, applied_children)
+            _mark_deleting(store, job_key(ns, child, cluster), now=now)
+    return Applied("ImageListPullJob", ns, name, outcome, applied_children, cluster=cluster)
 
 
 def request_deletion(
-    store: JobStore, namespace: str, name: str, *, now: float, by: Source = Source.CLI
+    store: JobStore, namespace: str, name: str, *, now: float, by: Source = Source.CLI,
+    cluster: str = DEFAULT_CLUSTER,
 ) -> int:
     """Marks a job (and a list job's children) for deletion; the control plane does the rest.
 
@@ -216,14 +230,14 @@ def request_deletion(
     the sweep if that record is lost). Reports racing with the delete find the job `Deleting` and
     change nothing. Returns how many in-flight pulls will be cancelled.
     """
-    key = job_key(namespace, name)
+    key = job_key(namespace, name, cluster)
     record = store.get_job(key)
     if record is None:
-        raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
+        raise _not_found(namespace, name, cluster)
     if by is not Source.RESOURCE and source_of(record.manifest) is Source.RESOURCE:
         check_source(record.api_kind, namespace, name, owner=Source.RESOURCE, by=by)
     children = record.children if record.is_list_job else []
-    return sum(_mark_deleting(store, job_key(namespace, c), now=now) for c in children) + _mark_deleting(
+    return sum(_mark_deleting(store, record.sibling(c), now=now) for c in children) + _mark_deleting(
         store, key, now=now)
 
 
@@ -262,12 +276,13 @@ def complete_deletion(store: JobStore, queues: TaskQueues, key: str) -> int:
     return len(cancels)
 
 
-def delete_job(store: JobStore, queues: TaskQueues, namespace: str, name: str, *, now: float = 0.0) -> int:
+def delete_job(store: JobStore, queues: TaskQueues, namespace: str, name: str, *, now: float = 0.0,
+               cluster: str = DEFAULT_CLUSTER) -> int:
     """Both halves of a delete in one process (the control plane's own tests and tools); returns cancels sent."""
-    record = store.get_job(job_key(namespace, name))
-    request_deletion(store, namespace, name, now=now)
+    record = store.get_job(job_key(namespace, name, cluster))
+    request_deletion(store, namespace, name, now=now, cluster=cluster)
     children = record.children if record is not None and record.is_list_job else []
-    keys = [job_key(namespace, c) for c in children] + [job_key(namespace, name)]
+    keys = [job_key(namespace, c, cluster) for c in children] + [job_key(namespace, name, cluster)]
     return sum(complete_deletion(store, queues, k) for k in keys)
 
 
@@ -299,20 +314,21 @@ class JobView:
 
 
 def view_job(
-    store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False, with_agents: bool = False
+    store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False, with_agents: bool = False,
+    cluster: str = DEFAULT_CLUSTER,
 ) -> JobView:
     """One job; `with_tasks` reads its nodes, and `with_agents` the registered agents when a node still
     waits (so that a node with no agent can be told from one waiting its turn) or the job is `Never`
     (how its nodes warmed)."""
-    record = store.get_job(job_key(namespace, name))
+    record = store.get_job(job_key(namespace, name, cluster))
     if record is None:
-        raise JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"')
+        raise _not_found(namespace, name, cluster)
     view = _view(store, record, now=now, with_tasks=with_tasks)
     if record.shards and not with_tasks:  # with_tasks has read them already
         view.excluded = store.get_excluded(record.key, shards=record.shards)
     waiting = any(t.phase is NodePhase.WAITING for t in view.tasks)
     if with_agents and (waiting or (view.tasks and record.is_never)):
-        nodes = store.list_nodes()
+        nodes = store.list_nodes(cluster)
         if waiting:
             view.agents = frozenset(n.name for n in nodes)
         mine = {t.node for t in view.tasks}
@@ -324,7 +340,7 @@ def _view(store: JobStore, record: StoredJob, *, now: float, with_tasks: bool) -
     if record.is_list_job:
         children = []
         for child in record.children:
-            child_record = store.get_job(job_key(record.namespace, child))
+            child_record = store.get_job(record.sibling(child))
             if child_record is not None:
                 children.append(_view(store, child_record, now=now, with_tasks=with_tasks))
         desired = sum(c.desired for c in children)

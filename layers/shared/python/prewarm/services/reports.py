@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
@@ -304,7 +305,7 @@ def record_warm(store: JobStore, warmed: Warmed) -> None:
     store.record_warm(warmed.node, NodeWarm(
         joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
         missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
-    ))
+    ), warmed.cluster)
 
 
 def register_node(
@@ -316,7 +317,8 @@ def register_node(
     now: float,
     clock: Callable[[], float] = time.time,
 ) -> HelloOutcome:
-    """One hello (`register_nodes` of one): raises what made it fail."""
+    """One hello (`register_nodes` of one): raises what made it fail. `cluster` is the API of the hello's
+    cluster."""
     outcome = register_nodes(store, queues, cluster, [hello], now=now, clock=clock)[0]
     if isinstance(outcome, Exception):
         raise outcome
@@ -343,7 +345,14 @@ def register_nodes(
     store's index of them, not every job stored), each job gets its new nodes in one transaction and its
     free slots filled once, and independent calls run up to `WRITERS` at once. A node that holds the
     startup taint (`warm_until`) is then sent the images of those jobs.
+
+    The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
+    running jobs, under its name (node names repeat across clusters).
     """
+    in_cluster = {h.cluster for h in hellos}
+    if len(in_cluster) > 1:
+        raise ValueError(f"hellos of several clusters in one registration: {sorted(in_cluster)}")
+    name = in_cluster.pop() if in_cluster else DEFAULT_CLUSTER
     by_node: dict[str, list[int]] = {}
     for i, hello in enumerate(hellos):
         by_node.setdefault(hello.node, []).append(i)
@@ -354,13 +363,13 @@ def register_nodes(
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its agent created its queue; a known node's queue has held its messages all along.
-        if store.get_node(node) is None:
+        if store.get_node(node, name) is None:
             first.add(node)
         for i in by_node[node]:  # one node's hellos in the order given: the last one stands
             h = hellos[i]
             store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
                                           queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
-                                          agent_version=h.agent_version))
+                                          agent_version=h.agent_version, cluster=name))
         seen = cluster.get_node(node) if cluster is not None else None
         # No cluster access (or not visible yet): the agent's own view of its node stands in.
         return seen or {"metadata": {"name": node, "labels": dict(hellos[by_node[node][-1]].labels)},
@@ -380,7 +389,7 @@ def register_nodes(
     first_tasks: dict[str, dict[str, NodeTaskRecord]] = {}
     new: list[str] = []
     try:
-        running = store.list_running_jobs() if objects else []
+        running = store.list_running_jobs(name) if objects else []
         if new := sorted(first & objects.keys()):
             first_tasks = {r.key: store.get_tasks_of(r.ref, new) for r in running if r.is_dispatching}
             resent, send_failures = resend_to_nodes(queues, running, first_tasks)
@@ -415,7 +424,7 @@ def register_nodes(
         for node in result:
             added.setdefault(node, []).append(key)
     warming = [n for n in selected if n not in failed and (w := hellos[by_node[n][-1]].warm_until) and w > now]
-    sends = [RequiredImages(node=n, as_of=as_of, images=selected[n][1]) for n in warming]
+    sends = [RequiredImages(node=n, as_of=as_of, images=selected[n][1], cluster=name) for n in warming]
     for node, error in queues.send_many(sends) if sends else []:
         failed[node] = TaskSendError([(node, error)])
     outcomes: list[HelloOutcome | HelloError] = []
@@ -448,9 +457,11 @@ def record_status(
     messages: Sequence[tuple[str, FromAgent]],
     *,
     now: float,
+    clusters: Callable[[str], Cluster | None] | None = None,
 ) -> StatusBatchOutcome:
     """A batch of the status queue, keyed by message id: hellos, warm-ups and gone images one by one,
-    reports together.
+    reports together. `cluster` is the API of the stack's own cluster, `clusters` gives a registered
+    cluster's by name (hellos name their cluster; reports, their job's key).
 
     A hello, warm-up or gone image that fails goes back to the queue on its own; reports that could not be applied
     yet (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
@@ -474,9 +485,13 @@ def record_status(
         except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
             log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
             outcome.retry_ids.append(message_id)
-    if hellos:
-        registered = register_nodes(store, queues, cluster, [h for _, h in hellos], now=now)
-        for (message_id, hello), registration in zip(hellos, registered, strict=True):
+    by_cluster: dict[str, list[tuple[str, Hello]]] = {}
+    for message_id, hello in hellos:
+        by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
+    for name, group in by_cluster.items():
+        api = cluster if name == DEFAULT_CLUSTER else clusters(name) if clusters is not None else None
+        registered = register_nodes(store, queues, api, [h for _, h in group], now=now)
+        for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
                 outcome.hellos.append(registration)
             else:

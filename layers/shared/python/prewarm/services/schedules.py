@@ -11,7 +11,7 @@ from typing import Any
 
 from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
 from prewarm.domain.job import StoredJob
-from prewarm.domain.jobs import JobState, job_key
+from prewarm.domain.jobs import JobState
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
 from prewarm.domain.messages import CancelTask, NodePhase
 from prewarm.domain.retry import retry_on_conflict
@@ -241,7 +241,7 @@ def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
 def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
     if record.state is not JobState.RUNNING:
         return  # finished: its children need not be read
-    children = [store.get_job(job_key(record.namespace, name)) for name in record.children]
+    children = [store.get_job(record.sibling(name)) for name in record.children]
     fields = record.list_completion(children, now)
     if fields is not None:
         store.set_job_fields(record.key, fields, condition_state=JobState.RUNNING)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.messages import RequiredImage, RequiredImages
@@ -22,10 +23,10 @@ from prewarm.services.ports import Cluster, JobStore, TaskQueues
 log = logging.getLogger(__name__)
 
 
-def running_never_jobs(store: JobStore) -> list[StoredJob]:
-    """The running `Never` jobs: what a new node is added to and must be warm for (read through the
-    store's index of them, not from every job stored)."""
-    return [r for r in store.list_running_jobs() if r.is_running_never]
+def running_never_jobs(store: JobStore, cluster: str = DEFAULT_CLUSTER) -> list[StoredJob]:
+    """A cluster's running `Never` jobs: what a new node is added to and must be warm for (read through
+    the store's index of them, not from every job stored)."""
+    return [r for r in store.list_running_jobs(cluster) if r.is_running_never]
 
 
 def jobs_selecting(
@@ -56,9 +57,9 @@ def jobs_selecting(
     return [r for r in records if r.key in keys], wanted
 
 
-def warming_nodes(store: JobStore, *, now: float) -> list[str]:
-    """The registered nodes whose agents hold the startup taint now (by their last hello)."""
-    return [n.name for n in store.list_nodes() if n.warm_until is not None and n.warm_until > now]
+def warming_nodes(store: JobStore, *, now: float, cluster: str = DEFAULT_CLUSTER) -> list[str]:
+    """A cluster's registered nodes whose agents hold the startup taint now (by their last hello)."""
+    return [n.name for n in store.list_nodes(cluster) if n.warm_until is not None and n.warm_until > now]
 
 
 def send_required_images(
@@ -69,12 +70,14 @@ def send_required_images(
     now: float,
     nodes: Iterable[str] | None = None,
     clock: Callable[[], float] = time.time,
+    cluster_name: str = DEFAULT_CLUSTER,
 ) -> list[tuple[str, str]]:
-    """Sends each warming node (of `nodes`, or all) its list again; returns the (node, error) of failed sends.
+    """Sends each warming node (of `nodes`, or all) of the cluster `cluster_name` (whose API `cluster` is)
+    its list again; returns the (node, error) of failed sends.
 
-    Called after the set of `Never` jobs changed. A node the cluster no longer has is skipped.
+    Called after the set of that cluster's `Never` jobs changed. A node the cluster no longer has is skipped.
     """
-    names = warming_nodes(store, now=now)
+    names = warming_nodes(store, now=now, cluster=cluster_name)
     if nodes is not None:
         wanted = set(nodes)
         names = [n for n in names if n in wanted]
@@ -83,13 +86,13 @@ def send_required_images(
     messages = []
     # Read before the jobs are: a list computed from older jobs never replaces a newer one.
     as_of = clock()
-    records = running_never_jobs(store)
+    records = running_never_jobs(store, cluster_name)
     for name in names:
         node = cluster.get_node(name)
         if node is None:
             continue
         _, images = jobs_selecting(records, cluster, node)
-        messages.append(RequiredImages(node=name, as_of=as_of, images=images))
+        messages.append(RequiredImages(node=name, as_of=as_of, images=images, cluster=cluster_name))
     failures = queues.send_many(messages) if messages else []
     log.info("sent %d warming nodes their required images", len(messages) - len(failures))
     return failures

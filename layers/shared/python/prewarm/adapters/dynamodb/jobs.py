@@ -1,4 +1,5 @@
-"""Job items: one per job (`JOB#<namespace>/<name>`, sort key `JOB`), its manifest, plan, counters and state."""
+"""Job items: one per job (`JOB#<key>`: `<namespace>/<name>`, `<cluster>:` first in a registered cluster;
+sort key `JOB`), its manifest, plan, counters and state."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item, job_pk, plain_value, task_pk, to_item
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.status import Counters
@@ -23,6 +25,11 @@ RUNNING = "running"
 # An item saying every job item is indexed: tables of versions before the index are indexed once, by
 # the first reader that finds it missing.
 _INDEXED = {"pk": {"S": "INDEX#running"}, "sk": {"S": "INDEX"}}
+
+
+def _running(cluster: str) -> str:
+    """The `running` index partition of a cluster's jobs: a hello reads its own cluster's running jobs."""
+    return scoped(cluster, "job")
 
 
 def _runs(job: StoredJob) -> bool:
@@ -79,7 +86,8 @@ class JobItems(Table):
                 "children": job.children or None,
                 "pull_secret_arns": job.pull_secret_arns or None,
                 "placement_note": job.placement_note or None,
-                RUNNING: "job" if _runs(job) else None,
+                RUNNING: _running(job.cluster) if _runs(job) else None,
+                "cluster": job.cluster or None,
             }
         )
 
@@ -110,6 +118,7 @@ class JobItems(Table):
             children=list(values.get("children", [])),
             pull_secret_arns=list(values.get("pull_secret_arns", [])),
             placement_note=values.get("placement_note", ""),
+            cluster=values.get("cluster", DEFAULT_CLUSTER),
         )
 
     def get_job(self, key: str, *, consistent: bool = True) -> StoredJob | None:
@@ -135,7 +144,7 @@ class JobItems(Table):
             "completion_time": job.completion_time,
             "message": job.message,
             "ttl": job.ttl,
-            RUNNING: "job" if _runs(job) else None,
+            RUNNING: _running(job.cluster) if _runs(job) else None,
         }
         self._update(
             f"update job {job.key}", job_pk(job.key), "JOB", fields,
@@ -156,15 +165,15 @@ class JobItems(Table):
     def list_jobs(self) -> list[StoredJob]:
         return sorted((self._job(v) for v in self._list_kind("job")), key=lambda r: r.key)
 
-    def list_running_jobs(self) -> list[StoredJob]:
-        """The running jobs (and any that stopped a moment ago: the index is eventually consistent, as
-        `list_jobs`' is), read through the `running` index."""
+    def list_running_jobs(self, cluster: str = DEFAULT_CLUSTER) -> list[StoredJob]:
+        """The running jobs of one cluster (and any that stopped a moment ago: the index is eventually
+        consistent, as `list_jobs`' is), read through the `running` index."""
         self._index_older_jobs()
         keys = [
             self._key(v["pk"], v["sk"])
             for v in self._query("list running jobs", IndexName=RUNNING,
                                  KeyConditionExpression=f"{RUNNING} = :k",
-                                 ExpressionAttributeValues={":k": {"S": "job"}})
+                                 ExpressionAttributeValues={":k": {"S": _running(cluster)}})
         ]
         items = self._batch_get("read running jobs", keys)
         return sorted((self._job(v) for v in items if v.get("sk") == "JOB"), key=lambda r: r.key)
@@ -178,7 +187,7 @@ class JobItems(Table):
                 job = self._job(values)
                 if _runs(job) != (RUNNING in values):
                     self._update(f"index job {job.key}", job_pk(job.key), "JOB",
-                                 {RUNNING: "job" if _runs(job) else None},
+                                 {RUNNING: _running(job.cluster) if _runs(job) else None},
                                  condition="attribute_exists(pk)")
             self._call("write the index marker", "put_item", Item=_INDEXED)
         self._indexed = True

@@ -1,4 +1,5 @@
-"""Registered nodes (`NODE#<name>`, sort key `NODE`): each agent's hello, and how its startup taint came off."""
+"""Registered nodes (`NODE#<name>`, or `NODE#<cluster>:<name>` in a registered cluster; sort key `NODE`):
+each agent's hello, and how its startup taint came off."""
 
 from __future__ import annotations
 
@@ -6,14 +7,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
+
+
+def node_pk(name: str, cluster: str) -> str:
+    return f"NODE#{scoped(cluster, name)}"
+
+
+def node_kind(cluster: str) -> str:
+    """The `kinds` index partition of a cluster's nodes: a cluster's sweep reads its own nodes only."""
+    return scoped(cluster, "node")
 
 
 def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
     return RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
-                          warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")))
+                          warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
+                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)))
 
 
 def _node_warm(value: Any) -> NodeWarm | None:
@@ -31,26 +43,32 @@ class NodeItems(Table):
     def put_node(self, node: RegisteredNode) -> None:
         # An update, not a put: a later hello (a restarted agent) keeps how the node warmed. A hello
         # that holds the taint starts a new warm-up (a new node with a reused name), so it drops it.
-        fields = {"kind": "node", "name": node.name, "labels": node.labels, "architecture": node.architecture,
+        fields = {"kind": node_kind(node.cluster), "cluster": node.cluster or None, "name": node.name,
+                  "labels": node.labels, "architecture": node.architecture,
                   "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
                   "warm_until": node.warm_until, "agent_version": node.agent_version or None}
         if node.warm_until is not None:
             fields["warm"] = None
-        self._update(f"register node {node.name}", f"NODE#{node.name}", "NODE", fields)
+        self._update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster), "NODE",
+                     fields)
 
-    def record_warm(self, node: str, warm: NodeWarm) -> None:
+    def record_warm(self, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> None:
         """Stores how the node warmed; `StoreConflictError` when the node is not registered (yet)."""
         value = {"joined_at": warm.joined_at, "hello_at": warm.hello_at, "warm_at": warm.warm_at,
                  "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
-        self._update(f"record how node {node} warmed (not registered: no hello yet)", f"NODE#{node}", "NODE",
-                     {"warm": value}, condition="attribute_exists(pk)")
+        self._update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
+                     node_pk(node, cluster), "NODE", {"warm": value}, condition="attribute_exists(pk)")
 
-    def get_node(self, name: str) -> RegisteredNode | None:
-        out = self._call(f"read node {name}", "get_item", Key=self._key(f"NODE#{name}", "NODE"))
+    def get_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode | None:
+        out = self._call(f"read node {scoped(cluster, name)}", "get_item",
+                         Key=self._key(node_pk(name, cluster), "NODE"))
         return _registered_node(from_item(out["Item"])) if "Item" in out else None
 
-    def list_nodes(self) -> list[RegisteredNode]:
-        return [_registered_node(v) for v in sorted(self._list_kind("node"), key=lambda v: str(v["name"]))]
+    def list_nodes(self, cluster: str = DEFAULT_CLUSTER) -> list[RegisteredNode]:
+        """The registered nodes of one cluster."""
+        items = self._list_kind(node_kind(cluster))
+        return [_registered_node(v) for v in sorted(items, key=lambda v: str(v["name"]))]
 
-    def delete_node(self, name: str) -> None:
-        self._call(f"forget node {name}", "delete_item", Key=self._key(f"NODE#{name}", "NODE"))
+    def delete_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> None:
+        self._call(f"forget node {scoped(cluster, name)}", "delete_item",
+                   Key=self._key(node_pk(name, cluster), "NODE"))

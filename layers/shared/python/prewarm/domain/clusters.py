@@ -1,0 +1,155 @@
+"""Clusters: the EKS clusters one stack serves, how a job or a node names its cluster, and which clusters a
+rule selects.
+
+The stack's own cluster (`ClusterName`) is the default cluster, written `""`: its jobs, nodes and queues
+keep the names they had before clusters were registered, so a one-cluster stack changes nothing. Every
+other cluster is registered (`prewarm cluster add`), and its name scopes whatever would otherwise repeat
+across clusters: job keys (`<cluster>:<namespace>/<name>`), registered nodes (`<cluster>:<node>`) and
+node queues. Node names repeat across clusters (EKS names nodes after their private IPs); neither
+namespaces nor node names can hold `:`, so a scoped name is never read two ways.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pydantic import field_validator, model_validator
+
+from prewarm.domain.kubernetes import LabelSelector, label_map_problems, raise_problems
+
+DEFAULT_CLUSTER = ""
+SEPARATOR = ":"
+# EKS CreateCluster: "The name can contain only alphanumeric characters (case-sensitive), hyphens, and
+# underscores. It must start with an alphanumeric character and can't be longer than 100 characters."
+CLUSTER_NAME_MAX = 100
+_CLUSTER_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]*")
+CLUSTER_NAME_PATTERN = f"^{_CLUSTER_NAME.pattern}$"
+
+
+class ClusterError(ValueError):
+    """A cluster EKS or Kubernetes would not accept: its name, or its labels."""
+
+
+def cluster_name_problem(name: str) -> str | None:
+    """Why `name` is not an EKS cluster name, or None."""
+    if not name:
+        return "must not be empty"
+    if len(name) > CLUSTER_NAME_MAX:
+        return f"must be no more than {CLUSTER_NAME_MAX} characters"
+    if not _CLUSTER_NAME.fullmatch(name):
+        return ("must start with a letter or digit and contain only letters, digits, '-' and '_' "
+                f"(regex used for validation is '{_CLUSTER_NAME.pattern}')")
+    return None
+
+
+def check_cluster_name(name: str) -> str:
+    if problem := cluster_name_problem(name):
+        raise ClusterError(f"invalid cluster name {name!r}: {problem}")
+    return name
+
+
+def scoped(cluster: str, local: str) -> str:
+    """`local` (a job's `namespace/name`, a node's name) as the stack names it: prefixed with its cluster
+    unless that is the default one.
+
+    >>> scoped("", "ml/web"), scoped("prod-eu", "ml/web")
+    ('ml/web', 'prod-eu:ml/web')
+    """
+    return f"{cluster}{SEPARATOR}{local}" if cluster else local
+
+
+def split_scoped(text: str) -> tuple[str, str]:
+    """(cluster, local) of a scoped name; the cluster is `""` for the default one.
+
+    >>> split_scoped("prod-eu:ml/web"), split_scoped("ml/web")
+    (('prod-eu', 'ml/web'), ('', 'ml/web'))
+    """
+    cluster, separator, local = text.partition(SEPARATOR)
+    return (cluster, local) if separator else (DEFAULT_CLUSTER, text)
+
+
+def cluster_of(text: str) -> str:
+    return split_scoped(text)[0]
+
+
+def shown(cluster: str, default_name: str) -> str:
+    """How a cluster is shown to people: the default one under the stack's `ClusterName`."""
+    return cluster or default_name
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster the stack serves: where its API is and what it is labelled with, and how it last
+    answered (`reachable`, `reason`, `checked_at`, `agents`: written by the schedules that call it)."""
+
+    name: str
+    endpoint: str = ""
+    ca_data: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    added_at: float | None = None
+    reachable: bool | None = None
+    reason: str = ""
+    checked_at: float | None = None
+    agents: int | None = None
+    last_sync: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name:
+            check_cluster_name(self.name)
+        if problems := label_map_problems(dict(self.labels)):
+            raise ClusterError(f"cluster {self.name or '(default)'}: " + "; ".join(
+                f"labels{where}: {problem}" for where, problem in problems))
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == DEFAULT_CLUSTER
+
+
+class ClusterSelector(LabelSelector):
+    """A rule's `spec.clusters`: cluster `names`, or a label selector over registered clusters (not both).
+    Absent, a rule selects every cluster the stack serves."""
+
+    names: list[str] | None = None
+
+    @field_validator("names")
+    @classmethod
+    def _names_are_cluster_names(cls, names: list[str] | None) -> list[str] | None:
+        problems: list[tuple[str, str]] = []
+        seen: dict[str, int] = {}
+        for index, name in enumerate(names or ()):
+            if problem := cluster_name_problem(name):
+                problems.append((f"[{index}]", f"invalid cluster name: {problem}"))
+            elif name in seen:
+                problems.append((f"[{index}]", f'duplicate cluster name "{name}" (also at [{seen[name]}])'))
+            seen.setdefault(name, index)
+        raise_problems(problems)
+        return names
+
+    @model_validator(mode="after")
+    def _names_or_labels(self) -> ClusterSelector:
+        if self.names is not None and (self.match_labels is not None or self.match_expressions is not None):
+            raise_problems([("", "names cannot be combined with matchLabels or matchExpressions; use one")])
+        return self
+
+    def select(self, clusters: Iterable[Cluster], default_name: str) -> list[Cluster]:
+        """The clusters this selects, in the order given. The default cluster answers to the stack's
+        `ClusterName` (`default_name`) and carries no labels of its own unless registered with some."""
+        if self.names is not None:
+            wanted = set(self.names)
+            return [c for c in clusters if shown(c.name, default_name) in wanted]
+        return [c for c in clusters if self.matches(c.labels)]
+
+
+def select_clusters(selector: ClusterSelector | None, clusters: Sequence[Cluster], default_name: str) -> list[Cluster]:
+    """Every cluster when a rule names none, else those its selector selects."""
+    return list(clusters) if selector is None else selector.select(clusters, default_name)
+
+
+def resolve_cluster(name: str | None, default_name: str) -> str:
+    """A cluster named by a person (`--cluster`, a rule) as the stack keys it: `""` for the default one,
+    whether named by its `ClusterName` or not at all."""
+    if not name or name == default_name:
+        return DEFAULT_CLUSTER
+    return check_cluster_name(name)
