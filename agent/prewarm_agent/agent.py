@@ -106,7 +106,7 @@ class Agent:
         self.node_queues = NodeQueues(
             settings.node_queue_prefix, settings.status_queue_url, dlq_arn=settings.node_dlq_arn,
             visibility_seconds=settings.node_queue_visibility_seconds, sender_arns=settings.node_queue_sender_arns,
-            client=self.sqs,
+            client=self.sqs, cluster=settings.cluster,
         )
         self.credentials: CredentialSource = credentials or registry_credentials(
             settings, secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
 from prewarm.domain.liveness import REPORT_INTERVAL_SECONDS
 from prewarm.domain.validation import Loc, describe_validation_error
 from prewarm.domain.warming import DEFAULT_MAX_WARM_SECONDS, DEFAULT_TAINT_KEY, StartupTaint
@@ -47,6 +48,9 @@ class AgentSettings(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     node_name: str = Field(alias="NODE_NAME", min_length=1)
+    # The registered cluster the node is in, as `prewarm cluster add` named it; empty in the stack's own.
+    cluster: str = Field(default="", alias="PREWARM_CLUSTER", max_length=CLUSTER_NAME_MAX,
+                         pattern=f"^$|{CLUSTER_NAME_PATTERN}")
     node_queue_prefix: str = Field(alias="NODE_QUEUE_PREFIX", pattern=r"^[A-Za-z0-9_-]+$")
     status_queue_url: str = Field(alias="STATUS_QUEUE_URL", pattern=r"^https?://\S+/\S+$")
     node_dlq_arn: str = Field(default="", alias="NODE_DLQ_ARN")

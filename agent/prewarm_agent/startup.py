@@ -130,7 +130,7 @@ class NodeStartup:
             images = []
         return Hello(node=self.settings.node_name, labels=dict(facts.labels), architecture=facts.architecture,
                      os=facts.os, queue_url=queue_url, images=images, agent_version=agent_version(),
-                     warm_until=self.hold.until if self.hold is not None else None)
+                     warm_until=self.hold.until if self.hold is not None else None, cluster=self.settings.cluster)
 
     def _send_once(self, message: FromAgent, what: str) -> bool:
         """Sends a message the heartbeat retries until it goes (the hello, the warm-up)."""
@@ -160,7 +160,8 @@ class NodeStartup:
         self._warmed = Warmed(node=self.settings.node_name, joined_at=hold.joined_at,
                               hello_at=self.hello_at if self.hello_at is not None else hold.joined_at,
                               warm_at=released.at, outcome=released.outcome,
-                              missing=missing[:WARMED_MISSING_MAX], missing_total=len(missing))
+                              missing=missing[:WARMED_MISSING_MAX], missing_total=len(missing),
+                              cluster=self.settings.cluster)
         self.send_warmed()
 
     def send_warmed(self) -> None:

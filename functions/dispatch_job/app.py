@@ -22,7 +22,7 @@ def plan_record(record: StreamRecord) -> None:
         # A failed cancel raises TaskSendError: the stream retries this record, the items still there.
         logger.info("deleted", extra={"cancels_sent": bootstrap.complete_deletion(job.key)})
         # Nodes still warming no longer wait for its image (a failed send retries this record).
-        bootstrap.tell_warming_nodes()
+        bootstrap.tell_warming_nodes(job.cluster)
         return
     if job is None or not job.needs_planning(old):
         return  # a removed job, or only its counters or shards changed

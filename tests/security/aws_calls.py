@@ -437,6 +437,8 @@ def index_files() -> dict[str, Path]:
     for package, base in SOURCES.items():
         for path in base.rglob("*.py"):
             parts = path.relative_to(base).with_suffix("").parts
+            if parts and parts[-1] == "__init__":  # a package's own module is named as the package
+                parts = parts[:-1]
             files[".".join((package, *parts))] = path
     for app in (ROOT / "functions").glob("*/app.py"):
         files[f"functions.{app.parent.name}.app"] = app

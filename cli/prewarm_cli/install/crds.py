@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
 from prewarm.domain.jobs import (
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_PATTERN,
@@ -89,6 +90,16 @@ _LABEL_SELECTOR: Obj = {
             "x-kubernetes-validations": _VALUES_FIT_OPERATOR}},
     },
     "x-kubernetes-map-type": "atomic",
+}
+_CLUSTER_SELECTOR: Obj = {
+    "type": "object", "description": "Registered clusters by name or by label (names excludes the rest); "
+                                     "absent, every cluster the stack serves.",
+    "properties": {"names": {"type": "array", "x-kubernetes-list-type": "set",
+                             "items": _patterned(CLUSTER_NAME_PATTERN, CLUSTER_NAME_MAX)},
+                   **_LABEL_SELECTOR["properties"]},
+    "x-kubernetes-map-type": "atomic",
+    "x-kubernetes-validations": [_rule("!has(self.names) || !(has(self.matchLabels) || has(self.matchExpressions))",
+                                       "names cannot be combined with matchLabels or matchExpressions; use one")],
 }
 _NODE_SELECTOR: Obj = {
     "type": "object", "description": "Nodes by name or by label (names excludes the rest).",
@@ -256,6 +267,7 @@ def custom_resource_definitions() -> list[Obj]:
         "includeUntagged": {"type": "boolean"}, "registries": globs,
         "accountIds": {"type": "array", "items": _patterned(ACCOUNT_ID_PATTERN)},
         "regions": {"type": "array", "items": _patterned(REGION_PATTERN)},
+        "clusters": _CLUSTER_SELECTOR,
         "template": {"type": "object", "properties": {
             "metadata": {"type": "object", "properties": {
                 "namespace": _patterned(DNS1123_LABEL_PATTERN, 63), "labels": _LABEL_VALUES,

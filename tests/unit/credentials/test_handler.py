@@ -18,6 +18,7 @@ from prewarm.domain.refresh import CredentialsConfigError
 from prewarm.services.credentials import CredentialRefreshError
 from prewarm.services.ports import ClusterUnavailableError
 from prewarm_devtools.sam.events import LambdaContext
+from prewarm_devtools.sam.template import create_table, load_template
 from tests.support.cluster import FakeCluster
 from tests.support.credentials import PASSWORD, REGION, FakeTokens
 from tests.support.events import load_event
@@ -41,8 +42,10 @@ def function(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster
 
     monkeypatch.setattr(metrics, "namespace", "Prewarm")
     bootstrap.reset()
+    # The stack's table: the refresher reads the registered clusters from it (none here).
+    create_table(boto3.client("dynamodb", region_name=REGION), load_template(), "jobs")
     cluster = FakeCluster()
-    monkeypatch.setattr(bootstrap, "cluster", lambda: cluster)
+    monkeypatch.setattr(bootstrap, "cluster", lambda name="": cluster)
     monkeypatch.setattr(bootstrap, "registry_tokens", lambda: FakeTokens(time.time))
     yield cluster
     monkeypatch.undo()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues, StatusQueue
+    from prewarm.domain.clusters import RegisteredCluster
     from prewarm.domain.job import StoredJob
     from prewarm.domain.messages import FromAgent, Hello, StatusReport
     from prewarm.domain.refresh import CredentialsConfig
@@ -54,21 +55,60 @@ def queues() -> NodeQueues:
     )
 
 
+def cluster(name: str = "") -> KubeCluster:
+    """The API of cluster `name`: the stack's own (`""`, from its settings) or a registered one (its
+    endpoint and CA read from the table on each call, so a cluster added again is reached at its new
+    endpoint; the client for an endpoint is kept for the process)."""
+    from prewarm.services.ports import ClusterConfigError
+
+    if not name:
+        return _own_cluster()
+    registered = store().get_cluster(name)
+    if registered is None:
+        raise ClusterConfigError(f"cluster {name!r} is not registered with this stack: `prewarm cluster add {name}`")
+    return _registered_cluster(registered.name, registered.endpoint, registered.ca_data)
+
+
 @lru_cache(maxsize=1)
-def cluster() -> KubeCluster:
+def _own_cluster() -> KubeCluster:
     from prewarm.adapters.kube import KubeCluster
 
     return KubeCluster.from_settings(settings())
 
 
-def cluster_or_none() -> KubeCluster | None:
+@lru_cache(maxsize=64)
+def _registered_cluster(name: str, endpoint: str, ca_data: str) -> KubeCluster:
+    from prewarm.adapters.kube import KubeCluster
+    from prewarm.domain.clusters import RegisteredCluster
+
+    return KubeCluster.for_registered(RegisteredCluster(name, endpoint, ca_data))
+
+
+def cluster_or_none(name: str = "") -> KubeCluster | None:
     """The cluster, or None when no Kubernetes access is configured (a hello then speaks for its node)."""
     from prewarm.services.ports import ClusterConfigError
 
     try:
-        return cluster()
+        return cluster(name)
     except ClusterConfigError:
         return None
+
+
+def served_clusters() -> list[RegisteredCluster]:
+    """Every cluster the stack serves: its own first (with the labels it was registered with, if it was),
+    then the registered ones."""
+    from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster
+
+    own_name = settings().cluster_name
+    stored = {c.name: c for c in store().list_clusters()}
+    own = stored.get(own_name)
+    return [RegisteredCluster(DEFAULT_CLUSTER, labels=own.labels if own else {}),
+            *(c for name, c in stored.items() if name != own_name)]
+
+
+def registered_clusters() -> list[RegisteredCluster]:
+    """The clusters registered besides the stack's own, read afresh (a cluster added a minute ago counts)."""
+    return [c for c in store().list_clusters() if c.name != settings().cluster_name]
 
 
 class _LazySecretMirror:
@@ -150,12 +190,15 @@ def stored_job(image: Mapping[str, Any] | None) -> StoredJob | None:
 def plan_job(key: str) -> PlanResult:
     """Select the nodes of job `key` and send the first tasks, and after a `Never` job's plan send
     warming nodes their lists again; `TaskSendError` when a send failed."""
+    from prewarm.domain.clusters import cluster_of
     from prewarm.services.dispatch import plan_job
     from prewarm.services.warming import send_required_images
 
-    result = plan_job(store(), cluster(), queues(), key, now=time.time(), secrets=secret_mirror())
+    name = cluster_of(key)
+    result = plan_job(store(), cluster(name), queues(), key, now=time.time(), secrets=secret_mirror())
     if result.changes_warming:
-        result.send_failures += send_required_images(store(), queues(), cluster(), now=time.time())
+        result.send_failures += send_required_images(store(), queues(), cluster(name), now=time.time(),
+                                                     cluster_name=name)
     result.raise_for_send_failures()
     return result
 
@@ -174,12 +217,13 @@ def complete_deletion(key: str) -> int:
     return complete_deletion(store(), queues(), key)
 
 
-def tell_warming_nodes() -> None:
-    """Send every warming node its required images again (a `Never` job went); `TaskSendError` when a send failed."""
+def tell_warming_nodes(name: str = "") -> None:
+    """Send every warming node of cluster `name` its required images again (one of its `Never` jobs went);
+    `TaskSendError` when a send failed."""
     from prewarm.services.ports import TaskSendError
     from prewarm.services.warming import send_required_images
 
-    failures = send_required_images(store(), queues(), cluster_or_none(), now=time.time())
+    failures = send_required_images(store(), queues(), cluster_or_none(name), now=time.time(), cluster_name=name)
     if failures:
         raise TaskSendError(failures)
 
@@ -190,7 +234,7 @@ def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequenc
     then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again."""
     from prewarm.services.reports import deliver_again, record_status
 
-    outcome = record_status(store(), queues(), cluster_or_none(), messages, now=time.time())
+    outcome = record_status(store(), queues(), cluster_or_none(), messages, now=time.time(), clusters=cluster_or_none)
     if outcome.retry_ids or poison_ids:
         deliver_again(status_queue(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
     return outcome
@@ -208,14 +252,15 @@ def register_node(hello: Hello) -> HelloOutcome:
     """Register a node from its hello and add it to the jobs that select it."""
     from prewarm.services.reports import register_node
 
-    return register_node(store(), queues(), cluster_or_none(), hello, now=time.time())
+    return register_node(store(), queues(), cluster_or_none(hello.cluster), hello, now=time.time())
 
 
 def handle_push(push: ImagePush) -> list[Applied]:
     """Apply one job per prewarm rule matching a pushed image."""
     from prewarm.services.push import handle_push
 
-    return handle_push(store(), images(), push, now=time.time())
+    return handle_push(store(), images(), push, now=time.time(), clusters=served_clusters(),
+                       own_cluster_name=settings().cluster_name)
 
 
 def refresh_credentials() -> RefreshReport | None:
@@ -225,8 +270,19 @@ def refresh_credentials() -> RefreshReport | None:
     config = credentials_config()
     if config is None:
         return None
+    from prewarm.services.ports import ClusterError
+
     kube = cluster() if config.namespaces is not None else None
-    return refresh_credentials(config, kube, registry_tokens(), credential_store(), clock=time.time)
+    registered, unbuilt = [], []
+    for other in registered_clusters() if config.namespaces is not None else []:
+        try:
+            registered.append((other.name, cluster(other.name)))
+        except ClusterError as e:
+            unbuilt.append(f"cluster {other.name}: {e}")
+    report = refresh_credentials(config, kube, registry_tokens(), credential_store(), clock=time.time,
+                                 registered=registered)
+    report.errors += unbuilt
+    return report
 
 
 def repull_daily(scheduled_time: float | None) -> list[str]:
@@ -252,29 +308,64 @@ def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
     `time_left()`: the seconds the invocation has left; work the next run can do stops when it runs low."""
     from prewarm.domain.schedules import SWEEP
     from prewarm.services.budget import TimeBudget
-    from prewarm.services.schedules import record_run, sweep
+    from prewarm.services.ports import ClusterError
+    from prewarm.services.schedules import ClusterAccess, record_run, sweep
 
     s = settings()
     started = time.time()
+    accesses, unbuilt = [], {}
+    for registered in registered_clusters():
+        try:
+            kube = cluster(registered.name)
+            accesses.append(ClusterAccess(registered.name, kube, kube))
+        except ClusterError as e:
+            unbuilt[registered.name] = str(e)
     result = sweep(
         store(), queues(), cluster_or_none(), now=started, prefix=s.node_queue_prefix,
         silence_grace_seconds=s.node_silence_grace_seconds, resend_after_seconds=s.task_resend_seconds,
         agent_silence_seconds=s.agent_silence_seconds, no_agent_grace_seconds=s.no_agent_grace_seconds,
         secrets=secret_mirror(), taints=cluster_or_none(), taint_grace_seconds=s.startup_taint_grace_seconds,
-        budget=TimeBudget(time_left), settled=_settled_nodes(),
+        budget=TimeBudget(time_left), settled=_settled_nodes(), registered=accesses,
     )
+    result.unreachable.update(unbuilt)
+    for access in accesses:
+        store().record_cluster_check(access.name, reachable=access.name not in result.unreachable,
+                                     reason=result.unreachable.get(access.name, ""), checked_at=started,
+                                     agents=result.agents.get(access.name))
+    for name, reason in unbuilt.items():
+        store().record_cluster_check(name, reachable=False, reason=reason, checked_at=started)
     record_run(store(), SWEEP, started_at=started, finished_at=time.time())
     return result
 
 
 def sync_resources() -> SyncReport:
-    """ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back to them."""
-    from prewarm.services.resources import sync_resources
+    """ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back to them: the
+    stack's own cluster's, then each registered cluster's (one that fails is recorded as unreachable and
+    does not keep the others from their sync)."""
+    from prewarm.services.ports import ClusterError
+    from prewarm.services.resources import SyncReport, sync_resources
 
-    return sync_resources(store(), cluster(), now=time.time())
+    own_failure: ClusterError | None = None
+    try:
+        report = sync_resources(store(), cluster(), now=time.time())
+    except ClusterError as e:
+        report, own_failure = SyncReport(), e
+    for registered in registered_clusters():
+        started = time.time()
+        try:
+            report.add(sync_resources(store(), cluster(registered.name), now=started, cluster=registered.name),
+                       registered.name)
+        except ClusterError as e:
+            report.unreachable[registered.name] = str(e)
+        store().record_cluster_check(registered.name, reachable=registered.name not in report.unreachable,
+                                     reason=report.unreachable.get(registered.name, ""), checked_at=started,
+                                     synced=registered.name not in report.unreachable)
+    if own_failure is not None:
+        raise own_failure
+    return report
 
 
 def reset() -> None:
-    for built in (store, queues, status_queue, cluster, images, _secret_mirror, registry_tokens, credential_store,
-                  settings, _settled_nodes):
+    for built in (store, queues, status_queue, _own_cluster, _registered_cluster, images, _secret_mirror,
+                  registry_tokens, credential_store, settings, _settled_nodes):
         built.cache_clear()

@@ -32,6 +32,7 @@ from prewarm.services.ports import (
 if TYPE_CHECKING:
     import boto3
 
+    from prewarm.domain.clusters import RegisteredCluster
     from prewarm.settings import Settings
 
 __all__ = ["DEFAULT_PAGE_SIZE", "KubeCluster", "KubeObject"]
@@ -112,6 +113,19 @@ class KubeCluster:
             "no Kubernetes API configured: set CLUSTER_NAME (EKS), or KUBE_API_ENDPOINT and CLUSTER_NAME, "
             "or KUBECONFIG for local runs"
         )
+
+    @classmethod
+    def for_registered(
+        cls, cluster: RegisteredCluster, session: boto3.Session | None = None, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> KubeCluster:
+        """A registered cluster's API: the endpoint and CA `prewarm cluster add` read from EKS, and an EKS
+        token for its name, signed with this process's credentials (its access entry names the role)."""
+        from prewarm.adapters.eks_auth import EksTokenSource
+
+        if not cluster.endpoint:
+            raise ClusterConfigError(f"cluster {cluster.name!r} has no API endpoint: add it again")
+        ca = ca_pem(cluster.ca_data, f"the CA of cluster {cluster.name!r}") if cluster.ca_data else None
+        return cls(cluster.endpoint, EksTokenSource(cluster.name, session), ca_data=ca, page_size=page_size)
 
     @classmethod
     def from_kubeconfig(

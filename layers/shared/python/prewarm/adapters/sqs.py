@@ -20,7 +20,15 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, cluster_of, scoped
-from prewarm.domain.messages import CancelTask, FromAgent, PullTask, RequiredImages, node_queue_name
+from prewarm.domain.messages import (
+    CancelTask,
+    FromAgent,
+    PullTask,
+    RequiredImages,
+    cluster_queue_prefix,
+    is_cluster_queue,
+    node_queue_name,
+)
 
 TAG_PREFIX = "prewarm:node-queue-prefix"
 TAG_NODE = "prewarm:node"
@@ -228,17 +236,19 @@ class NodeQueues(_SqsAdapter):
             return (message.node, str(e))
         return None
 
-    def list_node_queues(self) -> dict[str, str]:
-        """Queue name → URL of every node queue under the prefix."""
+    def list_node_queues(self, cluster: str = DEFAULT_CLUSTER) -> dict[str, str]:
+        """Queue name → URL of every node queue of `cluster` under the prefix."""
         out: dict[str, str] = {}
-        kwargs: dict[str, Any] = {"QueueNamePrefix": f"{self.prefix}-", "MaxResults": 1000}
+        kwargs: dict[str, Any] = {"QueueNamePrefix": cluster_queue_prefix(self.prefix, cluster), "MaxResults": 1000}
         while True:
             try:
                 page = self.client.list_queues(**kwargs)
             except ClientError as e:
                 raise _error(e, "list node queues") from e
             for url in page.get("QueueUrls", []):
-                out[url.rsplit("/", 1)[1]] = url
+                name = url.rsplit("/", 1)[1]
+                if is_cluster_queue(self.prefix, name, cluster):
+                    out[name] = url
             if not page.get("NextToken"):
                 return out
             kwargs["NextToken"] = page["NextToken"]

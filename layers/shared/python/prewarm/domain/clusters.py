@@ -80,7 +80,7 @@ def shown(cluster: str, default_name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class RegisteredCluster:
     """A cluster the stack serves: where its API is and what it is labelled with, and how it last
     answered (`reachable`, `reason`, `checked_at`, `agents`: written by the schedules that call it)."""
 
@@ -133,7 +133,7 @@ class ClusterSelector(LabelSelector):
             raise_problems([("", "names cannot be combined with matchLabels or matchExpressions; use one")])
         return self
 
-    def select(self, clusters: Iterable[Cluster], default_name: str) -> list[Cluster]:
+    def select(self, clusters: Iterable[RegisteredCluster], default_name: str) -> list[RegisteredCluster]:
         """The clusters this selects, in the order given. The default cluster answers to the stack's
         `ClusterName` (`default_name`) and carries no labels of its own unless registered with some."""
         if self.names is not None:
@@ -142,7 +142,8 @@ class ClusterSelector(LabelSelector):
         return [c for c in clusters if self.matches(c.labels)]
 
 
-def select_clusters(selector: ClusterSelector | None, clusters: Sequence[Cluster], default_name: str) -> list[Cluster]:
+def select_clusters(selector: ClusterSelector | None, clusters: Sequence[RegisteredCluster], default_name: str
+                    ) -> list[RegisteredCluster]:
     """Every cluster when a rule names none, else those its selector selects."""
     return list(clusters) if selector is None else selector.select(clusters, default_name)
 

@@ -273,29 +273,48 @@ _SQS_NAME = re.compile(r"[^A-Za-z0-9_-]")
 SQS_NAME_MAX = 80
 
 
+def cluster_queue_prefix(prefix: str, cluster: str = "") -> str:
+    """What every node queue of `cluster` is named with first: `<prefix>-` for the stack's own cluster,
+    `<prefix>-_<id>_` for a registered one (`id`, 10 hex of the name's SHA-256: EKS names are up to 100
+    characters, SQS names 80). A node name (a DNS subdomain) never holds `_`, so neither set of names
+    takes the other's and one `ListQueues` prefix lists exactly one cluster's queues.
+
+    >>> cluster_queue_prefix("prewarm"), cluster_queue_prefix("prewarm", "prod-eu")
+    ('prewarm-', 'prewarm-_3312b6955a_')
+    """
+    if not cluster:
+        return f"{prefix}-"
+    return f"{prefix}-_{hashlib.sha256(cluster.encode()).hexdigest()[:10]}_"
+
+
+def is_cluster_queue(prefix: str, name: str, cluster: str = "") -> bool:
+    """Whether the queue `name` is a node queue of `cluster` (the stack's own: no `_` after the prefix)."""
+    head = cluster_queue_prefix(prefix, cluster)
+    return name.startswith(head) and (bool(cluster) or "_" not in name[len(head):])
+
+
 def node_queue_name(prefix: str, node: str, cluster: str = "") -> str:
-    """The node's task queue name: `<prefix>-<node>` in SQS's alphabet, never shared by two nodes. A node
-    of a registered cluster (`cluster`) gets `<prefix>-<cluster>-<node>` and always the digest, so it never
-    shares a queue with the stack's own cluster's node of that name, nor with another cluster's.
+    """The node's task queue name: `<prefix>-<node>` in SQS's alphabet (`cluster_queue_prefix` first for a
+    registered cluster's node), never shared by two nodes.
 
     >>> node_queue_name("prewarm", "worker-1")
     'prewarm-worker-1'
     >>> node_queue_name("prewarm", "ip-10-0-1-5.ec2.internal")
     'prewarm-ip-10-0-1-5-ec2-internal-9b098656'
     >>> node_queue_name("prewarm", "worker-1", "prod-eu")
-    'prewarm-prod-eu-worker-1-659a56d0'
+    'prewarm-_3312b6955a_worker-1'
     """
     if not prefix or _SQS_NAME.search(prefix):
         raise ValueError(f"queue prefix {prefix!r} must use only letters, digits, '-', '_'")
     if not node:
         raise ValueError("node name must not be empty")
-    local = f"{cluster}-{node}" if cluster else node
-    clean = _SQS_NAME.sub("-", local)
-    name = f"{prefix}-{clean}"
-    if not cluster and clean == node and len(name) <= SQS_NAME_MAX:
+    head = cluster_queue_prefix(prefix, cluster)
+    clean = _SQS_NAME.sub("-", node)
+    name = f"{head}{clean}"
+    if clean == node and len(name) <= SQS_NAME_MAX:
         return name
-    digest = hashlib.sha256((f"{cluster}:{node}" if cluster else node).encode()).hexdigest()[:8]
-    room = SQS_NAME_MAX - len(prefix) - len(digest) - 2
+    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
+    room = SQS_NAME_MAX - len(head) - len(digest) - 1
     if room < 1:
         raise ValueError(f"queue prefix {prefix!r} is too long to leave room for node names")
-    return f"{prefix}-{clean[:room]}-{digest}"
+    return f"{head}{clean[:room]}-{digest}"

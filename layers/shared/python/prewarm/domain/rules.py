@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from prewarm.domain.clusters import ClusterSelector
 from prewarm.domain.images import digest_problem
 from prewarm.domain.jobs import PREWARM_API_VERSION, CompletionType, ImagePullJob, ImagePullJobTemplate, hash_spec
 from prewarm.domain.kubernetes import (
@@ -73,6 +74,8 @@ class PrewarmRuleSpec(KubernetesModel):
     registries: list[str] | None = None
     account_ids: list[str] | None = None
     regions: list[str] | None = None
+    # The clusters a push's jobs go to: by name or by label; absent, every cluster the stack serves.
+    clusters: ClusterSelector | None = None
     template: RuleTemplate = Field(default_factory=RuleTemplate)
 
     @field_validator("repositories", "tags", "registries")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -58,6 +58,8 @@ class NamespaceResult:
     expires_at: float | None = None
     service_accounts_patched: list[str] = field(default_factory=list)
     service_accounts_missing: list[str] = field(default_factory=list)
+    # The registered cluster the namespace is in ("" for the stack's own): each has its own secrets.
+    cluster: str = ""
 
 
 @dataclass
@@ -159,10 +161,13 @@ def refresh_credentials(
     store: CredentialStore,
     *,
     clock: Callable[[], float],
+    registered: Sequence[tuple[str, CredentialsCluster]] = (),
 ) -> RefreshReport:
     """Brings every registry credential named by `config` up to date; see the module docstring.
 
-    `cluster` may be None only when the configuration names no namespaces.
+    `cluster` (the stack's own) may be None only when the configuration names no namespaces. The
+    namespaces of each of `registered` (name, API) get their pull secrets the same way, from the same
+    tokens; a cluster that cannot be listed is an error of its own and the others go on.
     """
     report = RefreshReport()
     got = _Tokens(tokens)
@@ -173,22 +178,31 @@ def refresh_credentials(
         return report
     if cluster is None:
         raise ValueError("the configuration names namespaces but no cluster was given")
+    for name, api in [("", cluster), *registered]:
+        _refresh_cluster(api, name, got, config, clock, report)
+    return report
+
+
+def _refresh_cluster(cluster: CredentialsCluster, name: str, got: _Tokens, config: CredentialsConfig,
+                     clock: Callable[[], float], report: RefreshReport) -> None:
+    assert config.namespaces is not None
+    where = f" of cluster {name}" if name else ""
     selector = config.namespaces.label_selector
     query = selector.to_query() if selector is not None else ""
     try:
         listed = cluster.list_namespaces(query or None)
     except ClusterError as e:
-        report.errors.append(f"cannot list namespaces: {e}")
-        return report
+        report.errors.append(f"cannot list namespaces{where}: {e}")
+        return
     for namespace in select_namespaces(listed, config.namespaces):
         try:
             result = _refresh_namespace(cluster, got, config, namespace, clock)
         except (ClusterError, RegistryTokenError) as e:
             result = NamespaceResult(namespace, Outcome.FAILED, str(e))
+        result.cluster = name
         if result.outcome is Outcome.FAILED:
-            log.warning("namespace %s: pull secret not refreshed: %s", namespace, result.reason)
+            log.warning("namespace %s%s: pull secret not refreshed: %s", namespace, where, result.reason)
         report.namespaces.append(result)
-    return report
 
 
 def _refresh_agent_copy(

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER, split_scoped
 from prewarm.domain.messages import node_queue_name
 from prewarm.services.budget import DEFAULT_WORKERS, UNLIMITED, TimeBudget, run_within
 from prewarm.services.ports import ClusterError, JobStore, NodeInventory, TaskQueues
@@ -49,10 +50,12 @@ class Listing:
     nodes: Iterable[Mapping[str, Any]]
 
 
-def list_in_order(store: JobStore, queues: TaskQueues, inventory: NodeInventory) -> Listing:
-    """The queues and registrations, then the nodes' metadata: see the module's docstring for why."""
-    listed_queues = queues.list_node_queues()
-    registered = [n.name for n in store.list_nodes()]
+def list_in_order(store: JobStore, queues: TaskQueues, inventory: NodeInventory,
+                  cluster: str = DEFAULT_CLUSTER) -> Listing:
+    """The queues and registrations of `cluster` (whose API `inventory` is), then its nodes' metadata: see
+    the module's docstring for why."""
+    listed_queues = queues.list_node_queues(cluster)
+    registered = [n.name for n in store.list_nodes(cluster)]
     return Listing(listed_queues, registered, inventory.list_node_metadata())
 
 
@@ -69,14 +72,15 @@ def forget_departed_nodes(
     prefix: str,
     budget: TimeBudget = UNLIMITED,
     workers: int = DEFAULT_WORKERS,
+    cluster: str = DEFAULT_CLUSTER,
 ) -> Departures:
-    """Deletes the queue and registration of each node `listing` shows gone, once a read of the node
-    confirms it; returns what was done, sorted."""
+    """Deletes the queue and registration of each node of `cluster` that `listing` shows gone, once a
+    read of the node confirms it; returns what was done, sorted."""
     present = node_names(listing.nodes)
-    wanted = {node_queue_name(prefix, n) for n in present}
+    wanted = {node_queue_name(prefix, n, cluster) for n in present}
     departed = sorted(set(listing.registered) - present)
     departed_set = set(departed)
-    registered_by_queue = {node_queue_name(prefix, n): n for n in departed}
+    registered_by_queue = {node_queue_name(prefix, n, cluster): n for n in departed}
     candidates = sorted((name, url) for name, url in listing.queues.items() if name not in wanted)
     done = Departures()
     lock = threading.Lock()
@@ -99,21 +103,24 @@ def forget_departed_nodes(
         return found is None
 
     def forget_queue(name: str, url: str) -> None:
-        node = queues.queue_node(url)
-        if node is None:
+        tagged = queues.queue_node(url)
+        if tagged is None:
             return  # another stack's queue under a longer prefix, or gone already
+        owner, node = split_scoped(tagged)
+        if node and owner != cluster:
+            return  # another cluster's (its name only looks like this cluster's)
         node = node or registered_by_queue.get(name, "")
         if node and not still_gone(node):
             return
         queues.delete_queue(url)
         record(done.queues_deleted, name)
         if node in departed_set:
-            store.delete_node(node)
+            store.delete_node(node, cluster)
             record(done.nodes_forgotten, node)
 
     def forget_registration(node: str) -> None:
         if still_gone(node):
-            store.delete_node(node)
+            store.delete_node(node, cluster)
             record(done.nodes_forgotten, node)
 
     with_queue = {registered_by_queue[name] for name, _ in candidates if name in registered_by_queue}

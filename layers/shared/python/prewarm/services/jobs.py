@@ -415,13 +415,14 @@ def list_job_status(view: JobView) -> ImageListPullJobStatus:
     )
 
 
-def list_views(store: JobStore, *, namespace: str | None, now: float) -> list[JobView]:
-    """Every top-level job (children of list jobs appear under their list job). A running job with
-    active nodes has its nodes read, to count the silent agents among them."""
+def list_views(store: JobStore, *, namespace: str | None, now: float, cluster: str | None = None) -> list[JobView]:
+    """Every top-level job (of `namespace` and `cluster` when given; children of list jobs appear under
+    their list job). A running job with active nodes has its nodes read, to count the silent agents
+    among them."""
     views = [
         _view(store, r, now=now, with_tasks=False)
-        for r in sorted(store.list_jobs(), key=lambda r: (r.namespace, r.name))
-        if not r.owner and (namespace is None or r.namespace == namespace)
+        for r in sorted(store.list_jobs(), key=lambda r: (r.cluster, r.namespace, r.name))
+        if not r.owner and (namespace is None or r.namespace == namespace) and (cluster is None or r.cluster == cluster)
     ]
     for view in views:
         for part in view.children or [view]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
@@ -46,8 +48,13 @@ def matching_rules(store: JobStore, push: ImagePush) -> list[PrewarmRule]:
     return sorted(rules, key=lambda r: r.metadata.name)
 
 
-def handle_push(store: JobStore, images: ImageMetadata | None, push: ImagePush, *, now: float) -> list[Applied]:
-    """Applies one job per matching rule. A duplicate event finds the same spec and changes nothing."""
+def handle_push(store: JobStore, images: ImageMetadata | None, push: ImagePush, *, now: float,
+                clusters: Sequence[RegisteredCluster] = (RegisteredCluster(DEFAULT_CLUSTER),),
+                own_cluster_name: str = "") -> list[Applied]:
+    """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves; the
+    stack's own is named `own_cluster_name` in rules). A duplicate event finds the same spec and changes
+    nothing. Each cluster's job has its own key, node items and status: one cluster's nodes never count
+    in another's job."""
     rules = matching_rules(store, push)
     if not rules:
         return []
@@ -57,5 +64,6 @@ def handle_push(store: JobStore, images: ImageMetadata | None, push: ImagePush, 
     applied = []
     for rule in rules:
         job = rule.job_for_push(push.registry_host, push.repository, push.digest, push.tag)
-        applied.append(apply_job(store, job, now=now, platforms=platforms))
+        for cluster in select_clusters(rule.spec.clusters, clusters, own_cluster_name):
+            applied.append(apply_job(store, job, now=now, platforms=platforms, cluster=cluster.name))
     return applied

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER, split_scoped
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.sources import (
@@ -35,6 +36,10 @@ from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_v
 from prewarm.services.ports import ClusterConflictError, ClusterError, ClusterNotFoundError, JobStore
 
 log = logging.getLogger(__name__)
+
+# A PrewarmRule serves every cluster (`spec.clusters`), so one cluster holds the rule resources: the stack's own.
+RULES_FROM_OWN_CLUSTER = ("PrewarmRule resources are read from the stack's own cluster only; "
+                          "apply the rule there (spec.clusters selects the clusters it serves)")
 
 __all__ = ["ResourceApi", "SyncReport", "resource_status", "sync_resources"]
 
@@ -68,9 +73,29 @@ class SyncReport:
     statuses_written: int = 0
     status_conflicts: int = 0
     missing_kinds: list[str] = field(default_factory=list)
+    # Registered clusters whose API failed this sync (name → why); the others were synced.
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    def add(self, other: SyncReport, cluster: str) -> None:
+        """Counts another cluster's sync in this one; its lines name that cluster."""
+        def named(lines: list[str]) -> list[str]:
+            return [f"{cluster}: {line}" for line in lines] if cluster else lines
+
+        self.listed += other.listed
+        self.applied += named(other.applied)
+        self.unchanged += other.unchanged
+        self.refused += named(other.refused)
+        self.deleted += named(other.deleted)
+        self.expired += named(other.expired)
+        self.statuses_written += other.statuses_written
+        self.status_conflicts += other.status_conflicts
+        self.missing_kinds += named(other.missing_kinds)
 
 
-def sync_resources(store: JobStore, api: ResourceApi, *, now: float) -> SyncReport:
+def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER) -> SyncReport:
+    """The resources of one cluster (`api` is its API) into the table, their status back to them. A job
+    resource belongs to the cluster it lives in; `PrewarmRule` resources, which serve every cluster, are
+    read from the stack's own cluster only (elsewhere their status says so)."""
     report = SyncReport()
     listed: dict[str, list[Obj]] = {}
     for kind, plural in RESOURCE_KINDS.items():
@@ -80,19 +105,23 @@ def sync_resources(store: JobStore, api: ResourceApi, *, now: float) -> SyncRepo
             # No CRD: nothing to apply, and nothing is deleted on the strength of an absent type.
             report.missing_kinds.append(f"{plural}.prewarm.dev")
     report.listed = sum(len(objs) for objs in listed.values())
-    stored = _stored_manifests(store)
+    stored = _stored_manifests(store, cluster)
     problems: dict[tuple[str, str], str] = {}
     for kind, objs in listed.items():
         for obj in objs:
-            problem = _apply(store, api, kind, obj, stored.get((kind, _key(obj))), report, now=now)
+            key = _key(obj, cluster)
+            if kind == "PrewarmRule" and cluster != DEFAULT_CLUSTER:
+                problems[(kind, key)] = RULES_FROM_OWN_CLUSTER
+                continue
+            problem = _apply(store, api, kind, obj, stored.get((kind, key)), report, now=now, cluster=cluster)
             if problem is not None:
-                problems[(kind, _key(obj))] = problem
-    _delete_gone(store, listed, stored, report, now=now)
-    views = {v.record.key: v for v in list_views(store, namespace=None, now=now)}
+                problems[(kind, key)] = problem
+    _delete_gone(store, listed, stored, report, now=now, cluster=cluster)
+    views = {v.record.key: v for v in list_views(store, namespace=None, now=now, cluster=cluster)}
     expired = set(report.expired)
     for kind, objs in listed.items():
         for obj in objs:
-            key = _key(obj)
+            key = _key(obj, cluster)
             if f"{kind} {key}" in expired:
                 continue
             view = views.get(key) if kind != "PrewarmRule" else None
@@ -109,9 +138,9 @@ def sync_resources(store: JobStore, api: ResourceApi, *, now: float) -> SyncRepo
 
 
 def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj | None, report: SyncReport, *,
-           now: float) -> str | None:
+           now: float, cluster: str) -> str | None:
     """Applies one resource unless its job holds its generation already; the problem when refused."""
-    key, meta = _key(obj), obj["metadata"]
+    key, meta = _key(obj, cluster), obj["metadata"]
     if current is not None and source_of(current) is Source.RESOURCE and (
             resource_generation(current) == str(meta.get("generation", ""))):
         report.unchanged += 1
@@ -122,7 +151,8 @@ def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj 
         report.expired.append(f"{kind} {key}")
         return None
     try:
-        applied = apply_manifest(store, resource_manifest(obj), now=now, from_resource=True, secrets=api)
+        applied = apply_manifest(store, resource_manifest(obj), now=now, from_resource=True, secrets=api,
+                                 cluster=cluster)
     except (JobValidationError, SourceConflictError) as e:
         report.refused.append(f"{kind} {key}: {e}")
         return str(e)
@@ -164,33 +194,35 @@ def _node_counts(view: JobView) -> dict[str, int]:
     return {"waiting": waiting, "pulling": view.active, "succeeded": view.succeeded, "failed": view.failed}
 
 
-def _key(obj: Mapping[str, Any]) -> str:
+def _key(obj: Mapping[str, Any], cluster: str) -> str:
     meta = obj.get("metadata") or {}
-    return job_key(meta["namespace"], meta["name"]) if meta.get("namespace") else str(meta["name"])
+    return job_key(meta["namespace"], meta["name"], cluster) if meta.get("namespace") else str(meta["name"])
 
 
-def _stored_manifests(store: JobStore) -> dict[tuple[str, str], Obj]:
-    """Each top-level job's and rule's stored manifest, by (kind, key)."""
+def _stored_manifests(store: JobStore, cluster: str) -> dict[tuple[str, str], Obj]:
+    """Each top-level job's of `cluster` and (for the stack's own cluster) each rule's stored manifest, by
+    (kind, key)."""
     found: dict[tuple[str, str], Obj] = {}
     for record in store.list_jobs():
-        if not record.owner and record.state is not JobState.DELETING:
+        if not record.owner and record.state is not JobState.DELETING and record.cluster == cluster:
             found[(record.api_kind, record.key)] = record.manifest
-    for rule in store.list_rules():
-        found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
+    if cluster == DEFAULT_CLUSTER:
+        for rule in store.list_rules():
+            found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
     return found
 
 
 def _delete_gone(store: JobStore, listed: Mapping[str, Sequence[Obj]], stored: Mapping[tuple[str, str], Obj],
-                 report: SyncReport, *, now: float) -> None:
-    present = {(kind, _key(obj)) for kind, objs in listed.items() for obj in objs}
+                 report: SyncReport, *, now: float, cluster: str) -> None:
+    present = {(kind, _key(obj, cluster)) for kind, objs in listed.items() for obj in objs}
     for (kind, key), manifest in stored.items():
         if kind not in listed or (kind, key) in present or source_of(manifest) is not Source.RESOURCE:
             continue
         if kind == "PrewarmRule":
             store.delete_rule(key)
         else:
-            namespace, name = key.split("/", 1)
-            request_deletion(store, namespace, name, now=now, by=Source.RESOURCE)
+            namespace, name = split_scoped(key)[1].split("/", 1)
+            request_deletion(store, namespace, name, now=now, by=Source.RESOURCE, cluster=cluster)
         report.deleted.append(f"{kind} {key}")
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
@@ -111,6 +112,19 @@ class SweepResult:
     deletions_completed: list[str] = field(default_factory=list)
     # Nodes whose startup taint no agent removed by its deadline: the sweep removed it.
     taints_released: list[str] = field(default_factory=list)
+    # Registered clusters whose API failed this run (name → why): the others were swept all the same.
+    unreachable: dict[str, str] = field(default_factory=dict)
+    # Per cluster swept: its nodes whose agents said hello ("" for the stack's own).
+    agents: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """A registered cluster as the sweep reaches it: its name, its node list and its nodes' taints."""
+
+    name: str
+    inventory: NodeInventory
+    taints: NodeTaints | None = None
 
 
 # Nodes read whole per run for their startup taint (the rest of the sweep reads metadata only). Once read
@@ -139,6 +153,7 @@ def sweep(
     taint_grace_seconds: float = STARTUP_TAINT_GRACE_SECONDS,
     budget: TimeBudget = UNLIMITED,
     settled: set[str] | None = None,
+    registered: Sequence[ClusterAccess] = (),
 ) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
     `secrets`, the mirrors of pull secrets no job names any more.
@@ -158,9 +173,13 @@ def sweep(
     Departed nodes (`services.departures`) and startup taints are the work the next run can finish:
     it is started only while `budget` has time. `settled` holds the nodes (uids) seen without the taint
     past their deadline, kept by the caller across runs so that they are not read again.
+
+    `cluster` and `taints` are the stack's own cluster's; each of `registered` is swept the same way in
+    turn. A registered cluster whose API fails is left for the next run (`result.unreachable`) and does
+    not keep the others from being swept; the stack's own cluster's failure is raised after them.
     """
     result = SweepResult()
-    agents: set[str] | None = None
+    agents: dict[str, set[str]] = {}
     for record in store.list_jobs():
         if record.state == JobState.DELETING:
             if (record.deleting_since or 0) <= now - DELETION_GRACE_SECONDS:
@@ -189,10 +208,11 @@ def sweep(
                 continue
             name = f"{record.key}:{task.node}"
             if task.phase is NodePhase.WAITING and no_agent_grace_seconds is not None:
-                if agents is None:
-                    agents = {n.name for n in store.list_nodes()}
+                if record.cluster not in agents:
+                    agents[record.cluster] = {n.name for n in store.list_nodes(record.cluster)}
                 # A paused job (parallelism 0) holds its waiting nodes on purpose.
-                if task.node not in agents and (task.dispatched_at is not None or job.spec.parallelism > 0):
+                held = task.dispatched_at is None and job.spec.parallelism == 0
+                if task.node not in agents[record.cluster] and not held:
                     since = task.dispatched_at or task.updated_at or record.start_time or now
                     if now - since > no_agent_grace_seconds and _finish_task(
                         store, record, task.node, NodePhase.FAILED, NO_AGENT_ON_NODE, now=now
@@ -219,18 +239,45 @@ def sweep(
         result.resent += sent
         result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
         finish_if_done(store, record.key, now=now)
-    if cluster is not None:
-        listing = list_in_order(store, queues, cluster)
-        departures = forget_departed_nodes(store, queues, cluster, listing, prefix=prefix, budget=budget)
-        result.queues_deleted, result.nodes_forgotten = departures.queues_deleted, departures.nodes_forgotten
-        result.nodes_returned, result.departures_deferred = departures.nodes_returned, departures.deferred
-        if taints is not None:
-            result.taints_released = release_overdue_taints(taints, listing.nodes, now=now, grace=taint_grace_seconds,
-                                                            budget=budget, settled=settled)
+    own_failure: ClusterError | None = None
+    accesses = ([ClusterAccess(DEFAULT_CLUSTER, cluster, taints)] if cluster is not None else []) + list(registered)
+    for access in accesses:
+        try:
+            _sweep_cluster(store, queues, access, result, now=now, prefix=prefix, budget=budget, settled=settled,
+                           taint_grace_seconds=taint_grace_seconds)
+        except ClusterError as e:
+            if access.name == DEFAULT_CLUSTER:
+                own_failure = e
+            else:
+                log.warning("cluster %s not swept: %s", access.name, e)
+                result.unreachable[access.name] = str(e)
+    if own_failure is not None:
+        raise own_failure
     if secrets is not None:
         # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
     return result
+
+
+def _sweep_cluster(store: JobStore, queues: TaskQueues, access: ClusterAccess, result: SweepResult, *, now: float,
+                   prefix: str, budget: TimeBudget, settled: set[str] | None, taint_grace_seconds: float) -> None:
+    """One cluster's departed nodes and overdue startup taints; names in `result` are scoped by cluster."""
+    listing = list_in_order(store, queues, access.inventory, access.name)
+    result.agents[access.name] = len(list(listing.registered))
+    departures = forget_departed_nodes(store, queues, access.inventory, listing, prefix=prefix, budget=budget,
+                                       cluster=access.name)
+
+    def named(nodes: Iterable[str]) -> list[str]:
+        return [scoped(access.name, n) for n in nodes]
+
+    result.queues_deleted += departures.queues_deleted
+    result.nodes_forgotten += named(departures.nodes_forgotten)
+    result.nodes_returned += named(departures.nodes_returned)
+    result.departures_deferred += departures.deferred
+    if access.taints is not None:
+        result.taints_released += named(release_overdue_taints(
+            access.taints, listing.nodes, now=now, grace=taint_grace_seconds, budget=budget,
+            settled=settled))  # node uids: one set serves every cluster
 
 
 def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
