@@ -1,0 +1,88 @@
+"""Cluster names, scoped names, queue names and rules' cluster selectors."""
+
+from __future__ import annotations
+
+import pytest
+
+from prewarm.domain.clusters import (
+    ClusterError,
+    ClusterSelector,
+    RegisteredCluster,
+    resolve_cluster,
+    scoped,
+    select_clusters,
+    split_scoped,
+)
+from prewarm.domain.jobs import job_key
+from prewarm.domain.kubernetes import JobValidationError
+from prewarm.domain.manifests import parse_manifest
+from prewarm.domain.messages import Hello, RequiredImages, cluster_queue_prefix, is_cluster_queue, node_queue_name
+
+CLUSTERS = [RegisteredCluster(""), RegisteredCluster("prod-eu", labels={"env": "prod"}),
+            RegisteredCluster("staging", labels={"env": "staging"})]
+
+
+def test_the_stacks_own_cluster_keeps_its_names_and_others_are_prefixed() -> None:
+    assert job_key("ml", "web") == "ml/web"
+    assert job_key("ml", "web", "prod-eu") == "prod-eu:ml/web"
+    assert split_scoped("prod-eu:ml/web") == ("prod-eu", "ml/web")
+    assert split_scoped("ml/web") == ("", "ml/web")
+    assert scoped("prod-eu", "ip-10-0-1-1") == "prod-eu:ip-10-0-1-1"
+
+
+@pytest.mark.parametrize("name", ["", "-a", "a b", "a:b", "a.b", "x" * 101])
+def test_a_cluster_name_eks_refuses_is_refused_naming_it(name: str) -> None:
+    with pytest.raises(ClusterError, match="invalid cluster name"):
+        resolve_cluster(name or "-", "home")
+    with pytest.raises(ClusterError):
+        RegisteredCluster(name or "-")
+
+
+def test_labels_are_kubernetes_labels() -> None:
+    with pytest.raises(ClusterError, match=r"cluster prod: labels\[env/\]"):
+        RegisteredCluster("prod", labels={"env/": "x"})
+
+
+def test_the_own_cluster_is_named_by_its_cluster_name_or_not_at_all() -> None:
+    assert resolve_cluster(None, "home") == resolve_cluster("home", "home") == ""
+    assert resolve_cluster("prod-eu", "home") == "prod-eu"
+
+
+def test_node_queues_of_two_clusters_never_share_a_name_and_list_apart() -> None:
+    own, prod = node_queue_name("pw", "ip-10-0-1-1"), node_queue_name("pw", "ip-10-0-1-1", "prod-eu")
+    assert own == "pw-ip-10-0-1-1" and own != prod
+    assert prod.startswith(cluster_queue_prefix("pw", "prod-eu"))
+    assert is_cluster_queue("pw", own) and not is_cluster_queue("pw", prod)
+    assert is_cluster_queue("pw", prod, "prod-eu") and not is_cluster_queue("pw", prod, "staging")
+    # A name at the 80-character limit still ends in the digest that keeps it apart
+    long = node_queue_name("pw", "n" * 120, "prod-eu")
+    assert len(long) <= 80 and long != node_queue_name("pw", "n" * 121, "prod-eu")
+
+
+def test_a_rule_selects_every_cluster_by_default_or_by_name_or_label() -> None:
+    assert [c.name for c in select_clusters(None, CLUSTERS, "home")] == ["", "prod-eu", "staging"]
+    by_label = ClusterSelector.model_validate({"matchLabels": {"env": "prod"}})
+    assert [c.name for c in select_clusters(by_label, CLUSTERS, "home")] == ["prod-eu"]
+    by_name = ClusterSelector.model_validate({"names": ["home", "staging"]})
+    assert [c.name for c in select_clusters(by_name, CLUSTERS, "home")] == ["", "staging"]
+
+
+def test_a_rules_cluster_selector_is_validated_naming_the_field() -> None:
+    doc = {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata": {"name": "r"},
+           "spec": {"repositories": ["a"], "clusters": {"names": ["prod", "prod", "bad name"]}}}
+    with pytest.raises(JobValidationError) as caught:
+        parse_manifest(doc)
+    text = str(caught.value)
+    assert "spec.clusters.names[1]" in text and 'duplicate cluster name "prod"' in text
+    assert "spec.clusters.names[2]" in text
+    doc["spec"]["clusters"] = {"names": ["prod"], "matchLabels": {"env": "prod"}}  # type: ignore[index]
+    with pytest.raises(JobValidationError, match="names cannot be combined with matchLabels"):
+        parse_manifest(doc)
+
+
+def test_messages_name_a_registered_cluster_and_leave_the_field_out_for_the_own() -> None:
+    assert "cluster" not in Hello(node="n").model_dump()
+    assert Hello(node="n", cluster="prod-eu").model_dump()["cluster"] == "prod-eu"
+    assert "cluster" not in RequiredImages(node="n", as_of=1).model_dump()
+    with pytest.raises(ValueError, match="cluster"):
+        Hello(node="n", cluster="a:b")
