@@ -188,7 +188,7 @@ def test_a_job_whose_cluster_cannot_be_read_says_so(two: tuple[ControlPlane, Fak
 def test_a_job_resource_belongs_to_its_cluster_and_rules_come_from_the_stacks_own(
     two: tuple[ControlPlane, FakeCluster]
 ) -> None:
-    plane, prod = two
+    plane, _ = two
     resource = {**job_doc("warm"), "apiVersion": "prewarm.dev/v1alpha1",
                 "metadata": {"name": "warm", "namespace": "default", "generation": 1}}
     rule_resource = {**rule(), "metadata": {"name": "models", "generation": 1}}
