@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
@@ -114,9 +114,11 @@ def _images(spec: dict[str, Any]) -> str:
     return shown + (f" +{len(images) - _LISTED_IMAGES} more" if len(images) > _LISTED_IMAGES else "")
 
 
-def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_namespaces: bool = False) -> str:
+def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_namespaces: bool = False,
+               cluster_names: Callable[[str], str] | None = None) -> str:
     """Kruise's ImagePullJob columns and where the job comes from: NAME TOTAL ACTIVE SUCCEED FAILED AGE SOURCE
-    MESSAGE (+ IMAGE PARALLELISM ROUND). SOURCE: resource (a prewarm.dev resource in the cluster), cli or rule."""
+    MESSAGE (+ IMAGE PARALLELISM ROUND). SOURCE: resource (a prewarm.dev resource in the cluster), cli or rule.
+    With `cluster_names` (how each cluster is shown), a CLUSTER column first: the stack serves several."""
     from prewarm.domain.sources import source_of
 
     headers = ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "SOURCE", "MESSAGE"]
@@ -134,7 +136,11 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
             row += [_images(spec), spec.get("parallelism", 1), "-" if r.is_list_job else r.round]
         if all_namespaces:
             row.insert(0, r.namespace)
+        if cluster_names is not None:
+            row.insert(0, cluster_names(r.cluster))
         rows.append(row)
+    if cluster_names is not None:
+        headers.insert(0, "CLUSTER")
     return table(headers, rows)
 
 
@@ -314,7 +320,8 @@ def describe_job(view: JobView, *, now: float) -> str:
     spec = job.spec
     meta = job.metadata
     lines = _fields([
-        ("Name", r.name), ("Namespace", r.namespace), ("Kind", r.api_kind), ("API Version", job.api_version),
+        ("Name", r.name), ("Namespace", r.namespace), *([("Cluster", r.cluster)] if r.cluster else []),
+        ("Kind", r.api_kind), ("API Version", job.api_version),
         ("UID", r.uid), ("Created", _when(r.created_at, now)), ("Labels", labels_text(meta.labels or {})),
         ("Annotations", labels_text(meta.annotations or {})),
     ])

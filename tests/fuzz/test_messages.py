@@ -175,7 +175,7 @@ REPORT = {"kind": "status", "job": KEY, "job_uid": "UID", "round": 0, "node": "n
 
 @pytest.mark.parametrize(("field", "value"), [
     ("bytes_done", 10**40), ("seq", 2**63), ("started_at", float("nan")), ("finished_at", float("inf")),
-    ("finished_at", 1e200), ("node", "n" * 254), ("job", "ns/" + "j" * 400),
+    ("finished_at", 1e200), ("node", "n" * 254), ("job", "ns/" + "j" * 500),
 ])
 def test_values_the_job_store_cannot_hold_are_message_errors_naming_the_field(field: str, value: Any) -> None:
     # Given a report whose field DynamoDB could not store (38 digits, finite, keys of 1 KiB at most)

@@ -15,8 +15,9 @@ import click
 if TYPE_CHECKING:
     pass
 
+from prewarm_cli.cluster_choice import chosen_many, cluster_option, reach, shown
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from prewarm_cli.options import current_store, current_target, target_options
+from prewarm_cli.options import current_store, target_options
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN_NAME = "<stdin>"
@@ -142,10 +143,11 @@ def _documents(source: str, text: str) -> tuple[list[_Document], list[str]]:
 @click.option("--kubeconfig", metavar="PATH", envvar="PREWARM_KUBECONFIG",
               help="With --as-resource, or to check the secrets of a pullSecretsOnly job: reach the cluster as "
                    "this kubeconfig's user.")
+@cluster_option(multiple=True)
 @target_options
 @click.pass_context
 def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_resource: bool,
-          kubeconfig: str | None) -> int:
+          kubeconfig: str | None, clusters: tuple[str, ...]) -> int:
     """Create or update jobs and rules from manifests, as `kubectl apply` does.
 
     \b
@@ -154,23 +156,36 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
     Valid documents are applied even when others are invalid; invalid ones are reported, each
     naming the file, the document and the field, and the exit code is then 2. A job or rule with
     pullSecretsOnly is applied only when each of its pullSecrets exists in its namespace (read as you).
+    Jobs go to the stack's own cluster, or to each `--cluster` named (one job per cluster); rules serve
+    the clusters their spec.clusters selects.
     """
     from prewarm.domain.kubernetes import JobValidationError
     from prewarm.domain.sources import SourceConflictError
     from prewarm.services.jobs import apply_manifest
     from prewarm.services.ports import ClusterError, StoreError
 
+    targets = chosen_many(ctx, clusters)
     write: Callable[[dict[str, Any]], str]
     if as_resource:
         from prewarm_cli.resources import ResourceWriter
 
-        write = ResourceWriter(lambda: current_target(ctx).cluster(kubeconfig)).apply
-    else:
-        secrets = _ClusterSecrets(lambda: current_target(ctx).cluster(kubeconfig))
-        ctx.call_on_close(secrets.close)
+        writers = [ResourceWriter(functools.partial(reach, ctx, c, kubeconfig)) for c in targets]
 
         def write(body: dict[str, Any]) -> str:
-            return str(apply_manifest(current_store(ctx), body, now=time.time(), secrets=secrets).describe())
+            return "\n".join(w.apply(body) for w in writers)
+    else:
+        secrets = {c: _ClusterSecrets(functools.partial(reach, ctx, c, kubeconfig)) for c in targets}
+        for reader in secrets.values():
+            ctx.call_on_close(reader.close)
+
+        def write(body: dict[str, Any]) -> str:
+            lines = []
+            for cluster in targets if body.get("kind") != "PrewarmRule" else targets[:1]:
+                applied = apply_manifest(current_store(ctx), body, now=time.time(), secrets=secrets[cluster],
+                                         cluster=cluster)
+                where = f" (cluster {shown(ctx, cluster)})" if len(targets) > 1 or cluster else ""
+                lines.append(applied.describe() + where)
+            return "\n".join(lines)
 
     invalid = failed = applied = 0
     for source, read in _sources(filenames, recursive):

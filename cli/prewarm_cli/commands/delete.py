@@ -10,6 +10,7 @@ import click
 if TYPE_CHECKING:
     pass
 
+from prewarm_cli.cluster_choice import chosen, cluster_option
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
 from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
 
@@ -18,9 +19,10 @@ from prewarm_cli.options import current_store, namespace_option, resource_name, 
 @click.argument("resource", metavar="job|rule")
 @click.argument("names", nargs=-1, required=True)
 @namespace_option
+@cluster_option()
 @target_options
 @click.pass_context
-def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str) -> int:
+def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, cluster: str | None) -> int:
     """Delete jobs (in-flight pulls are cancelled on their nodes) or rules."""
     kind = resource_name(resource, ("jobs", "rules"), "delete")
     store = current_store(ctx)
@@ -45,15 +47,17 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
                 click.echo(f'error: rule "{name}" not found', err=True)
                 code = EXIT_FAILURE
         return code
+    where = chosen(ctx, cluster)
     for name in names:
-        record = store.get_job(job_key(namespace, name))
+        record = store.get_job(job_key(namespace, name, where))
         if record is None:
-            click.echo(f'error: job "{name}" not found in namespace "{namespace}"', err=True)
+            in_cluster = f' of cluster "{where}"' if where else ""
+            click.echo(f'error: job "{name}" not found in namespace "{namespace}"{in_cluster}', err=True)
             code = EXIT_FAILURE
             continue
         # The stack's dispatch function sends the cancels: node queues take messages from its roles only.
         try:
-            cancelling = request_deletion(store, namespace, name, now=time.time())
+            cancelling = request_deletion(store, namespace, name, now=time.time(), cluster=where)
         except SourceConflictError as e:
             click.echo(f"error: {e}", err=True)
             code = EXIT_FAILURE

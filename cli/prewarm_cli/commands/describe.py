@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import click
 
+from prewarm_cli.cluster_choice import chosen, cluster_option, reach, shown
 from prewarm_cli.errors import EXIT_OK, CommandError
 from prewarm_cli.options import (
     cluster_options,
     current_store,
-    current_target,
     namespace_option,
     resource_name,
     target_options,
@@ -21,27 +22,33 @@ from prewarm_cli.options import (
 @click.argument("resource", metavar="job|node")
 @click.argument("name")
 @namespace_option
+@cluster_option()
 @cluster_options
 @target_options
 @click.pass_context
-def describe(ctx: click.Context, resource: str, name: str, namespace: str, kubeconfig: str | None,
-             context: str | None) -> int:
+def describe(ctx: click.Context, resource: str, name: str, namespace: str, cluster: str | None,
+             kubeconfig: str | None, context: str | None) -> int:
     """Show a job: spec, status, each node's pull and the excluded nodes (a list job: its ImagePullJobs),
     and for a private image what it is pulled with and whether the nodes' kubelets let any pod use it
     (read through the node proxy: `get` on `nodes/proxy`).
-    Or a registered node: its agent's hello and how its startup taint came off (hello to warm)."""
+    Or a registered node: its agent's hello and how its startup taint came off (hello to warm).
+    `--cluster` names the cluster of the job or node (default: the stack's own); a job that has namesakes
+    in other clusters (a rule's push makes one job per cluster) ends with each cluster's counts."""
     kind = resource_name(resource, ("jobs", "nodes"), "describe")
-    from prewarm.services.jobs import view_job
+    from prewarm.services.jobs import list_views, view_job
     from prewarm_cli import output as cli_output
 
     now = time.time()
+    where = chosen(ctx, cluster)
+    store = current_store(ctx)
     if kind == "nodes":
-        node = current_store(ctx).get_node(name)
+        node = store.get_node(name, where)
         if node is None:
-            raise CommandError(f"node \"{name}\" not registered: no agent on it has said hello")
+            in_cluster = f" in cluster {where}" if where else ""
+            raise CommandError(f"node \"{name}\" not registered{in_cluster}: no agent on it has said hello")
         click.echo(cli_output.describe_node(node, now=now))
         return EXIT_OK
-    view = view_job(current_store(ctx), namespace, name, now=now, with_tasks=True, with_agents=True)
+    view = view_job(store, namespace, name, now=now, with_tasks=True, with_agents=True, cluster=where)
     click.echo(cli_output.describe_job(view, now=now))
     record = view.record
     if record.is_pull_job:
@@ -51,7 +58,12 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str, kubec
         spec = record.pull_job.spec
         click.echo("\n".join(describe_credentials(
             spec.image, spec.pull_secrets or [], record.pull_secrets_only, nodes,
-            lambda: current_target(ctx).cluster(kubeconfig, context))))
+            lambda: reach(ctx, where, kubeconfig, context))))
+    namesakes = [v for v in list_views(store, namespace=namespace, now=now)
+                 if v.record.name == name and v.record.cluster != where]
+    if namesakes:
+        counts = cli_output.jobs_table([view, *namesakes], now=now, cluster_names=partial(shown, ctx))
+        click.echo(f"Clusters:\n{counts}")
     return EXIT_OK
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING
 
 import click
 
+from prewarm_cli.cluster_choice import chosen, cluster_option, own_cluster_name, shown
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
 from prewarm_cli.options import (
     cluster_options,
@@ -29,12 +31,18 @@ if TYPE_CHECKING:
 @click.option("-o", "--output", type=click.Choice(["wide", "yaml", "json", "name"]),
               help="wide: more columns; yaml/json: the manifests with their status; name: kind/name only.")
 @click.option("--show-labels", is_flag=True, help="Nodes: add a LABELS column with every label.")
+@cluster_option()
 @cluster_options
 @target_options
 @click.pass_context
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,
-        output: str | None, show_labels: bool, kubeconfig: str | None, context: str | None) -> int:
+        output: str | None, show_labels: bool, cluster: str | None, kubeconfig: str | None,
+        context: str | None) -> int:
     """List jobs (Kruise's columns), rules or nodes; or show the named ones.
+
+    \b
+    Jobs: of every cluster the stack serves (a CLUSTER column once it serves several), or of the one
+    `--cluster` names; named jobs are looked up in that cluster (default: the stack's own).
 
     \b
     Nodes: every node of the cluster and every node whose agent said hello, with its agent
@@ -52,17 +60,22 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
     if kind == "jobs":
         from prewarm.services.jobs import JobNotFoundError, list_views, view_job
 
+        where = chosen(ctx, cluster)
         if names:
             views = []
             for name in names:
                 try:
-                    views.append(view_job(store, namespace, name, now=now))
+                    views.append(view_job(store, namespace, name, now=now, cluster=where))
                 except JobNotFoundError as e:
                     missing.append(str(e))
         else:
-            views = list_views(store, namespace=None if all_namespaces else namespace, now=now)
+            views = list_views(store, namespace=None if all_namespaces else namespace, now=now,
+                               cluster=where if cluster else None)
         docs = [cli_output.job_document(v) for v in views]
-        text = cli_output.jobs_table(views, now=now, wide=output == "wide", all_namespaces=all_namespaces)
+        several = bool(where) or any(v.record.cluster for v in views) or any(
+            c.name != own_cluster_name(ctx) for c in store.list_clusters())
+        text = cli_output.jobs_table(views, now=now, wide=output == "wide", all_namespaces=all_namespaces,
+                                     cluster_names=functools.partial(shown, ctx) if several else None)
         empty = "No jobs found." if all_namespaces else f"No jobs found in {namespace} namespace."
     elif kind == "rules":
         rules = sorted(store.list_rules(), key=lambda r: r.get("metadata", {}).get("name", ""))

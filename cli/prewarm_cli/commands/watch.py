@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from prewarm.services.jobs import JobView
     from prewarm_cli.output import WatchState
 
+from prewarm_cli.cluster_choice import chosen, cluster_option
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
 from prewarm_cli.options import current_store, namespace_option, resource_name, target_options
 
@@ -86,10 +87,11 @@ def watch_outcome(view: JobView) -> tuple[int, str] | None:
               help="Give up after this long (exit 1). Default: wait until the job finishes.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, metavar="SECONDS",
               help="Time between reads of the job.")
+@cluster_option()
 @target_options
 @click.pass_context
 def watch(ctx: click.Context, resource: str, name: str, namespace: str, timeout: float | None,
-          interval: float) -> int:
+          interval: float, cluster: str | None) -> int:
     """Follow a job until it finishes: exit 0 when every node succeeded, 1 when a node or the job failed.
 
     A `Never` job is followed until its current round has no pulling or waiting node.
@@ -99,9 +101,11 @@ def watch(ctx: click.Context, resource: str, name: str, namespace: str, timeout:
     from prewarm_cli.output import WatchDisplay
 
     store = current_store(ctx)
+    where = chosen(ctx, cluster)
     deadline = None if timeout is None else time.monotonic() + timeout
-    view = view_job(store, namespace, name, now=time.time(), with_tasks=True)
-    with WatchDisplay(f"{view.record.api_kind} {namespace}/{name}") as display:
+    view = view_job(store, namespace, name, now=time.time(), with_tasks=True, cluster=where)
+    title = f"{view.record.api_kind} {namespace}/{name}" + (f" in cluster {where}" if where else "")
+    with WatchDisplay(title) as display:
         while True:
             display.update(watch_state(view))
             outcome = watch_outcome(view)
@@ -115,7 +119,7 @@ def watch(ctx: click.Context, resource: str, name: str, namespace: str, timeout:
             remaining = interval if deadline is None else min(interval, max(deadline - time.monotonic(), 0))
             time.sleep(remaining)
             try:
-                view = view_job(store, namespace, name, now=time.time(), with_tasks=True)
+                view = view_job(store, namespace, name, now=time.time(), with_tasks=True, cluster=where)
             except JobNotFoundError:
                 raise CommandError(f'job "{name}" in namespace "{namespace}" was deleted while watched') from None
 

@@ -35,10 +35,15 @@ def local_stack() -> Iterator[LocalStack]:
                          stack_name=f"prewarm-cli-{uuid.uuid4().hex[:8]}").deploy()
 
 
+def stack_state(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local state file naming `stack`, as `prewarm local up` writes one."""
+    path = tmp_path_factory.mktemp("prewarm-home") / "local.json"
+    return write_local_state(LocalState.of_stack(stack, pid=os.getpid()), path)
+
+
 @pytest.fixture(scope="package")
 def state_file(local_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("prewarm-home") / "local.json"
-    return write_local_state(LocalState.of_stack(local_stack, pid=os.getpid()), path)
+    return stack_state(local_stack, tmp_path_factory)
 
 
 @pytest.fixture(scope="package")

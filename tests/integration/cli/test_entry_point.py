@@ -45,10 +45,10 @@ def test_the_console_script_applies_lists_and_reports_exit_codes(state_file: Pat
 
 
 def test_an_unknown_option_is_one_line_with_exit_code_2(state_file: Path) -> None:
-    result = _prewarm("get", "jobs", "--colour", state_file=state_file)
+    result = _prewarm("get", "jobs", "--frobnicate", state_file=state_file)
 
     assert result.returncode == 2
-    assert result.stderr == "error: No such option '--colour' (see 'prewarm get --help')\n"
+    assert result.stderr == "error: No such option '--frobnicate' (see 'prewarm get --help')\n"
 
 
 def test_help_and_version_load_neither_boto3_nor_pydantic_nor_rich() -> None:
