@@ -163,3 +163,47 @@ def test_a_strategic_merge_patch_result_converts_as_the_unstructured_converter_d
 def test_go_formats_a_patch_as_percent_v_does() -> None:
     assert go_format({"b": [1, 2.5, None], "a": {"x": True, "y": "s"}, "c": 1e6}) == (
         "map[a:map[x:true y:s] b:[1 2.5 <nil>] c:1e+06]")
+
+
+GO_SOURCE = '''
+import (
+\tmetav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+\t"k8s.io/apimachinery/pkg/api/resource"
+)
+
+type PullPolicy string
+
+type ResourceList map[ResourceName]resource.Quantity
+
+type ResourceName string
+
+type Thing struct {
+\tmetav1.TypeMeta `json:",inline"`
+\t// +optional
+\tmetav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+\tPolicy PullPolicy `json:"policy,omitempty"`
+\tGrace *int64 `json:"grace,omitempty"`
+\tLimits ResourceList `json:"limits,omitempty"`
+\tData map[string][]byte `json:"data,omitempty"`
+\tSource `json:",inline"`
+\tSkipped string `json:"-"`
+}
+
+type Source struct {
+\tPath string `json:"path"`
+}
+'''
+
+
+def test_the_generator_reads_go_structs_as_reflect_names_their_fields() -> None:
+    from prewarm_devtools.kubeapi.gotypes_generate import GoPackage, GoSources, parse_package
+
+    package = parse_package("k8s.io/api/things/v1", GO_SOURCE)
+    meta = GoPackage("k8s.io/apimachinery/pkg/apis/meta/v1", structs={"TypeMeta": [], "ObjectMeta": []})
+    sources = GoSources({package.path: package, meta.path: meta})
+    fields = sources.fields(package.path, "Thing")
+    assert {name: sources.render(owner, expr) for name, (owner, expr) in fields.items()} == {
+        "metadata": "v1.ObjectMeta", "policy": "v1.PullPolicy", "grace": "int64", "limits": "v1.ResourceList",
+        "data": "map[string][]uint8", "path": "string"}
+    assert sources.underlying(package, "ResourceList") == "map[v1.ResourceName]resource.Quantity"
+    assert sources.underlying(package, "*int64") is None
