@@ -22,7 +22,16 @@ grammar, `limit`/`continue` paging over consistent snapshots, a global resourceV
 concurrency, generateName, finalizers, namespace cascade deletion, `dryRun` (query or
 DeleteOptions), the NamespaceLifecycle refusal to delete `default`, `kube-system` and
 `kube-public`, the Priority admission plugin's single `globalDefault` PriorityClass, and each
-type's defaulting and validation. `fail_requests` makes it answer chosen requests with a given
+type's defaulting and validation. Bodies of built-in kinds decode into their Go types as the real
+server decodes them (`godecode.py`; the types from the Python client's models and a table generated
+from k8s.io/api's Go sources, `gotypes.py`): a value of the wrong type is refused with encoding/json's
+error (400 `DaemonSet in version "v1" cannot be handled as a DaemonSet: json: cannot unmarshal bool into
+Go struct field ObjectMeta.metadata.labels of type string`; on a patch 422 `patch: Invalid value`,
+worded by the unstructured converter for strategic merge patches), quantities, IntOrString, Time,
+MicroTime and base64 `[]byte` are parsed as their UnmarshalJSON parses them, and unknown fields are
+dropped with a `Warning` header (`fieldValidation=Warn`, the default), silently (`Ignore`), or refused
+with `strict decoding error: unknown field "spec.template.spec.containers[0].foo"` (`Strict`,
+kubectl's default); seeded objects must decode too. `fail_requests` makes it answer chosen requests with a given
 Status (429, 5xx...) to test retries.
 
 CRDs: the CRD validation that matters (name `<plural>.<group>`, a group with a dot, scope, one
@@ -88,8 +97,13 @@ What it does NOT implement (code relying on these must be tested against a real 
   typed `kubectl create <kind>` commands (protobuf bodies) get 415 and `kubectl explain` knows
   custom resources only.
 - Server-side apply, `managedFields` and `fieldManager` for built-in types (their apply is 415:
-  there are no schemas of them here to merge by), and their `fieldValidation` (their unknown fields
-  are kept, not pruned or warned about).
+  there are no schemas of them here to merge by).
+- Decoding of built-in kinds: duplicate fields are not found (the JSON parser keeps the last one, as
+  Go does, without the strict error), quantities keep their spelling (a real server stores the canonical
+  form, `0.5` as `500m`), numbers in errors are printed as Python prints them (`1e3` as `1000.0`), a
+  strategic merge patch's first error is looked for in the fields' alphabetical order (Go's is their
+  declaration order), and CustomResourceDefinitions and the access reviews are not decoded as Go types
+  (CRDs get the CRD validation above).
 - Strategic merge patch: `retainKeys` strategies are not enforced beyond `$retainKeys`;
   `$setElementOrder` orders listed items first and keeps the rest after them.
 - Validation beyond metadata (names, labels, annotations), secrets (types and their keys, data
@@ -98,8 +112,8 @@ What it does NOT implement (code relying on these must be tested against a real 
   requires), pods and pod templates (containers, names, images; pods' spec immutability),
   DaemonSets (selector against template labels, selector immutability, restartPolicy, update
   strategy) and PriorityClasses (value range and `system-` names, immutable value and
-  preemptionPolicy): other fields are stored as sent. Pod templates get the PodSpec and container
-  defaults of pods, not probe, port or volume defaults.
+  preemptionPolicy): other fields are checked for their type only (decoding, above). Pod templates
+  get the PodSpec and container defaults of pods, not probe, port or volume defaults.
 - Admission beyond the ServiceAccount check and defaults of pods, the single default
   PriorityClass and ValidatingAdmissionPolicies (evaluated with cel-python: see `admission.py`);
   no projected token volume, no pod priority from its class, no

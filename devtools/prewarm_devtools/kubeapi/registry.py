@@ -4,8 +4,9 @@ Create (generateName, namespace existence, admission defaults), replace (optimis
 on `metadata.resourceVersion`, immutable fields, status kept off the main resource), patch (three
 formats), delete (preconditions, finalizers, namespace cascade, Status or object as the real
 registry answers), list (selectors, consistent paged snapshots, continue tokens) and watch.
-Decoding drops unknown fields of custom resources as `fieldValidation` says. Writes of CRDs change
-what the `Catalog` serves; a deleted CRD takes its objects with it (the cleanup controller's work,
+Decoding drops unknown fields as `fieldValidation` says: of custom resources by their schema, of built-in
+kinds by decoding into their Go types (godecode.py), which refuses values of the wrong type as Go does.
+Writes of CRDs change what the `Catalog` serves; a deleted CRD takes its objects with it (the cleanup controller's work,
 done at once). A custom resource is stored in its CRD's storage version and read in any served one.
 """
 
@@ -40,6 +41,15 @@ from prewarm_devtools.kubeapi.customresources import (
     terminating,
 )
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
+from prewarm_devtools.kubeapi.godecode import (
+    Decoded,
+    GoDecodeError,
+    decode_json,
+    decode_unstructured,
+    go_format,
+    go_json,
+)
+from prewarm_devtools.kubeapi.gotypes import kind_type
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
 from prewarm_devtools.kubeapi.rbac import aggregated_rules
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
@@ -283,6 +293,53 @@ class Registry:
             f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {strict}'
         )
 
+    @staticmethod
+    def _decode_typed(rtype: ResourceType, obj: Obj, field_validation: str, warnings: list[str] | None) -> None:
+        """Decode a create or update body of a built-in kind into its Go type: a value of the wrong type is
+        400 with Go's error, unknown fields are dropped, warned of or refused as fieldValidation asks."""
+        go_type = kind_type(rtype.api_version, rtype.kind)
+        if go_type is None:
+            return
+        undecodable = f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+        try:
+            decoded = decode_json(go_type, obj)
+        except GoDecodeError as e:
+            raise errors.bad_request(undecodable + str(e)) from None
+        if decoded.strict and field_validation == "Strict":
+            raise errors.bad_request(undecodable + "strict decoding error: " + ", ".join(decoded.strict))
+        if field_validation == "Warn" and warnings is not None:
+            warnings.extend(decoded.strict)
+        decoded.drop_unknown()
+
+    @staticmethod
+    def _decode_patched(
+        rtype: ResourceType, content_type: str, patch: Any, patched: Obj, field_validation: str,
+        warnings: list[str] | None,
+    ) -> None:
+        """Decode a patched built-in object as the patch handler does: a strategic merge patch's result
+        through the unstructured converter, a merge or JSON patch's as JSON; what fails is 422 naming the
+        patch (the patch, or the patched object, as Go prints it)."""
+        go_type = kind_type(rtype.api_version, rtype.kind)
+        if go_type is None:
+            return
+        strategic = content_type == STRATEGIC_MERGE_PATCH
+
+        def invalid(detail: str) -> StatusError:
+            shown = go_format(patch) if strategic else go_json(patched)
+            problem = FieldError("Invalid", "patch", shown, detail)
+            causes = [{"reason": problem.cause_reason, "message": problem.body(), "field": problem.field}]
+            return StatusError(422, "Invalid", f' "" is invalid: {problem}', {"causes": causes})
+
+        try:
+            decoded: Decoded = (decode_unstructured if strategic else decode_json)(go_type, patched)
+        except GoDecodeError as e:
+            raise invalid(str(e)) from None
+        if decoded.strict and field_validation == "Strict":
+            raise invalid("strict decoding error: " + ", ".join(decoded.strict))
+        if field_validation == "Warn" and warnings is not None:
+            warnings.extend(decoded.strict)
+        decoded.drop_unknown()
+
     def _write(self, rtype: ResourceType, key: str, obj: Obj | None) -> Stored:
         """Store (or, with None, remove) an object, and do what follows from that for CRDs and their objects."""
         stored = self.store.write(rtype.storage, key, obj)
@@ -327,6 +384,7 @@ class Registry:
         if metadata.get("resourceVersion"):
             # The storage layer's plain error: the API answers it as 500 with no reason.
             raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
+        self._decode_typed(rtype, obj, field_validation, warnings)
         self._decode(rtype, obj, field_validation, warnings)
         _to_storage(rtype, obj)
         with self.store.lock:
@@ -566,6 +624,7 @@ class Registry:
     ) -> Obj:
         """PUT: the stored object after the update; `warnings` gets what the answer's Warning headers say."""
         obj = self.check_body(rtype, body)
+        self._decode_typed(rtype, obj, field_validation, warnings)
         with self.store.lock:
             old = self._get(rtype, namespace, name)
             decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings)
@@ -599,6 +658,7 @@ class Registry:
                 patched = strategic_merge_patch(current, patch, rtype.merge_lists)
             else:
                 patched = json_patch(current, patch)
+            self._decode_patched(rtype, content_type, patch, patched, field_validation, warnings)
             requested_rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
             if requested_rv is None:
                 # A patch without a resourceVersion applies to whatever is current.
@@ -1074,6 +1134,15 @@ class Registry:
                 self._seed_one(NAMESPACES, {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": namespace}})
         else:
             metadata.pop("namespace", None)
+        go_type = kind_type(rtype.api_version, rtype.kind)
+        if go_type is not None:
+            # Seeded objects are what a real cluster could hold: decodable, no unknown fields.
+            try:
+                decoded = decode_json(go_type, obj)
+            except GoDecodeError as e:
+                raise SeedError(f"{rtype.kind} {metadata['name']!r} cannot be decoded: {e}") from None
+            if decoded.strict:
+                raise SeedError(f"{rtype.kind} {metadata['name']!r} has {', '.join(decoded.strict)}")
         rtype.decode(obj)
         _to_storage(rtype, obj)
         if rtype is NAMESPACES:
