@@ -15,7 +15,7 @@ from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, delete_job
 from prewarm.services.schedules import referenced_pull_secrets, sweep
 from tests.support.clock import Clock
-from tests.support.cluster import make_node
+from tests.support.cluster import FakeCluster, make_node
 from tests.support.control_plane import ControlPlane
 
 IMAGE = "registry.example.com/team/app@sha256:" + "b" * 64
@@ -104,3 +104,36 @@ def test_sweep_keeps_a_mirror_written_moments_ago_even_if_unreferenced(plane: Co
     mirror.mirror("team-a", ["regcred"])
     result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
     assert result.pull_secrets_deleted == []
+
+
+def test_a_registered_clusters_job_mirrors_that_clusters_secret_under_its_own_name(
+    plane: ControlPlane, clock: Clock
+) -> None:
+    # Given a secret of the same name in team-a of the own cluster and of prod-eu, with other contents
+    prod = FakeCluster(nodes=[make_node("node-1")])
+    other = {"auths": {"registry.example.com": {"username": "prod-robot", "password": "prod-s3cret"}}}
+    plane.cluster.nodes.append(make_node("node-1"))
+    plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
+    prod.secrets[("team-a", "regcred")] = {**pull_secret("regcred"), "data": {
+        ".dockerconfigjson": base64.b64encode(json.dumps(other).encode()).decode()}}
+    mirror = SecretsManagerMirror("prewarm/test", plane.cluster, client=boto3.client("secretsmanager"), clock=clock,
+                                  registered=lambda name: prod if name == "prod-eu" else None)
+    # When the same job is planned in both clusters
+    for cluster, api in (("", plane.cluster), ("prod-eu", prod)):
+        apply_manifest(plane.store, job_doc("warm", pullSecrets=["regcred"]), now=plane.now(), cluster=cluster)
+        key = f"{cluster}:team-a/warm" if cluster else "team-a/warm"
+        plan_job(plane.store, api, plane.queues, key, now=plane.now(), secrets=mirror)
+    # Then each job's tasks name its own cluster's mirror, with that cluster's contents
+    secrets = boto3.client("secretsmanager")
+    values = {}
+    for key in ("team-a/warm", "prod-eu:team-a/warm"):
+        record = plane.store.get_job(key)
+        assert record is not None and len(record.pull_secret_arns) == 1, key
+        values[key] = json.loads(secrets.get_secret_value(SecretId=record.pull_secret_arns[0])["SecretString"])
+    assert values == {"team-a/warm": REGCRED, "prod-eu:team-a/warm": other}
+    assert referenced_pull_secrets(plane.store.list_jobs()) == {("team-a", "regcred"), ("prod-eu:team-a", "regcred")}
+    # and the sweep deletes the mirror of the cluster whose job went, not its namesake
+    delete_job(plane.store, plane.queues, "team-a", "warm", cluster="prod-eu")
+    clock.now += 3600
+    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
+    assert result.pull_secrets_deleted == ["prewarm/test/pull-secrets/@prod-eu/team-a/regcred"]

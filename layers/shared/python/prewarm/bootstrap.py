@@ -117,8 +117,8 @@ class _LazySecretMirror:
     A `PullSecretMirror` for planning and a `PullSecretCleanup` for the sweep.
     """
 
-    def mirror(self, namespace: str, names: list[str]) -> list[str]:
-        return _secret_mirror().mirror(namespace, names)
+    def mirror(self, namespace: str, names: list[str], cluster: str = "") -> list[str]:
+        return _secret_mirror().mirror(namespace, names, cluster)
 
     def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]:
         return _secret_mirror().cleanup(referenced)
@@ -134,7 +134,7 @@ def _secret_mirror() -> SecretsManagerMirror:
     from prewarm.adapters.secrets import SecretsManagerMirror
 
     # Cleanup needs no cluster; mirroring reads secrets through it and says so when it is missing.
-    return SecretsManagerMirror(settings().secret_prefix, cluster_or_none())
+    return SecretsManagerMirror(settings().secret_prefix, cluster_or_none(), registered=cluster_or_none)
 
 
 @lru_cache(maxsize=1)

@@ -53,6 +53,7 @@ __all__ = [
 
 TAG_NAMESPACE = "prewarm:namespace"
 TAG_SECRET = "prewarm:secret"
+TAG_CLUSTER = "prewarm:cluster"
 TAG_MIRRORED_AT = "prewarm:mirrored-at"
 TAG_REGISTRY = "prewarm:registry"
 # A mirror this recent is never cleaned up: a job planned while the sweep ran may just have claimed it.
@@ -184,9 +185,11 @@ class SecretReader(Protocol):
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
-def pull_secret_mirror_name(prefix: str, namespace: str, name: str) -> str:
-    """The Secrets Manager name of a mirrored pull secret."""
-    return f"{prefix}/pull-secrets/{namespace}/{name}"
+def pull_secret_mirror_name(prefix: str, namespace: str, name: str, cluster: str = "") -> str:
+    """The Secrets Manager name of a mirrored pull secret; a registered cluster's under `@<cluster>/`
+    (Secrets Manager names take no `:`, and no namespace starts with `@`)."""
+    where = f"@{cluster}/{namespace}" if cluster else namespace
+    return f"{prefix}/pull-secrets/{where}/{name}"
 
 
 def docker_config_of(secret: Mapping[str, Any], namespace: str, name: str) -> dict[str, Any]:
@@ -228,26 +231,31 @@ class SecretsManagerMirror:
     """`PullSecretMirror` on Secrets Manager: a job's pullSecrets copied where its nodes' agents can read them."""
 
     def __init__(self, prefix: str, cluster: SecretReader | None, client: Any = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 registered: Callable[[str], SecretReader | None] | None = None) -> None:
         self.prefix = prefix
         self._cluster = cluster
+        self._registered = registered
         self._secrets = _Secrets(client)
         self._clock = clock
 
-    def mirror(self, namespace: str, names: list[str]) -> list[str]:
-        """The ARNs of the mirrors of `names` in `namespace`, created or updated as needed.
+    def mirror(self, namespace: str, names: list[str], cluster: str = "") -> list[str]:
+        """The ARNs of the mirrors of `names` in `namespace` of `cluster` (the stack's own, or a registered
+        one: read there, mirrored under its own name), created or updated as needed.
 
         A missing, unreadable or malformed secret raises `PullSecretError` (the job fails with it);
         a transient cluster or Secrets Manager failure raises its retryable error instead.
         """
         arns = []
         for name in dict.fromkeys(names):
-            config = docker_config_of(self._read(namespace, name), namespace, name)
+            config = docker_config_of(self._read(namespace, name, cluster), namespace, name)
             value = json.dumps(config, sort_keys=True, separators=(",", ":"))
             tags = {TAG_NAMESPACE: namespace, TAG_SECRET: name, TAG_MIRRORED_AT: str(int(self._clock()))}
+            if cluster:
+                tags[TAG_CLUSTER] = cluster
             try:
                 arn, _ = self._secrets.put(
-                    pull_secret_mirror_name(self.prefix, namespace, name), value, tags,
+                    pull_secret_mirror_name(self.prefix, namespace, name, cluster), value, tags,
                     description=f"prewarm mirror of image pull secret {namespace}/{name}",
                 )
             except SecretStoreRetryableError:
@@ -257,12 +265,14 @@ class SecretsManagerMirror:
             arns.append(arn)
         return arns
 
-    def _read(self, namespace: str, name: str) -> dict[str, Any]:
-        if self._cluster is None:
-            raise PullSecretError(f"pull secret {namespace}/{name} cannot be read: no Kubernetes API is configured "
-                                  "(set CLUSTER_NAME, or KUBE_API_ENDPOINT)")
+    def _read(self, namespace: str, name: str, cluster: str) -> dict[str, Any]:
+        reader = self._cluster if not cluster else self._registered(cluster) if self._registered else None
+        if reader is None:
+            where = f"cluster {cluster!r} is not reachable" if cluster else (
+                "no Kubernetes API is configured (set CLUSTER_NAME, or KUBE_API_ENDPOINT)")
+            raise PullSecretError(f"pull secret {namespace}/{name} cannot be read: {where}")
         try:
-            secret = self._cluster.get_secret(namespace, name)
+            secret = reader.get_secret(namespace, name)
         except ClusterError as e:
             if e.retryable:
                 raise
@@ -275,6 +285,8 @@ class SecretsManagerMirror:
     def cleanup(self, referenced: set[tuple[str, str]], *, min_age_seconds: float = CLEANUP_MIN_AGE_SECONDS
                 ) -> list[str]:
         """Deletes (without recovery) the mirrors of pull secrets no job names any more; returns their names.
+        `referenced` holds (namespace, name), the namespace scoped by its cluster (`<cluster>:<namespace>`)
+        for a registered cluster's.
 
         Mirrors written in the last `min_age_seconds` are kept. Every deletion is tried; failures are
         raised together at the end as `SecretStoreError`.
@@ -285,10 +297,14 @@ class SecretsManagerMirror:
         failed: list[str] = []
         for entry in self._list(base):
             name = str(entry.get("Name", ""))
-            namespace, _, secret = name.removeprefix(base).partition("/")
+            rest, cluster = name.removeprefix(base), ""
+            if rest.startswith("@"):
+                cluster, _, rest = rest[1:].partition("/")
+            namespace, _, secret = rest.partition("/")
             if not name.startswith(base) or not namespace or not secret or "/" in secret:
                 continue  # not a mirror this stack wrote
-            if (namespace, secret) in referenced or now - _last_mirrored(entry) < min_age_seconds:
+            named = (f"{cluster}:{namespace}" if cluster else namespace, secret) in referenced
+            if named or now - _last_mirrored(entry) < min_age_seconds:
                 continue
             try:
                 self._secrets.client.delete_secret(SecretId=entry["ARN"], ForceDeleteWithoutRecovery=True)

@@ -184,7 +184,8 @@ def _plan_once(
         try:
             if secrets is None:
                 raise PullSecretError("pullSecrets are named but no secret mirror is configured")
-            record = replace(record, pull_secret_arns=secrets.mirror(record.namespace, list(job.spec.pull_secrets)))
+            record = replace(record, pull_secret_arns=secrets.mirror(record.namespace, list(job.spec.pull_secrets),
+                                                                     record.cluster))
         except PullSecretError as e:
             store.finish_job(key, record.finish_fields(JobState.FAILED, at=now, message=str(e)), require_done=False)
             return PlanResult(key, f"failed: {e}")

@@ -337,9 +337,10 @@ class CredentialStore(Protocol):
 
 
 class PullSecretMirror(Protocol):
-    """Copies a namespace's image pull secrets where agents can read them; returns their ARNs."""
+    """Copies a namespace's image pull secrets (of a cluster: the stack's own, "", or a registered one)
+    where agents can read them; returns their ARNs."""
 
-    def mirror(self, namespace: str, names: list[str]) -> list[str]: ...
+    def mirror(self, namespace: str, names: list[str], cluster: str = ...) -> list[str]: ...
 
 
 class PullSecretCleanup(Protocol):

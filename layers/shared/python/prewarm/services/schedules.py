@@ -281,8 +281,9 @@ def _sweep_cluster(store: JobStore, queues: TaskQueues, access: ClusterAccess, r
 
 
 def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
-    """(namespace, name) of every pull secret a stored job names, whatever the job's state."""
-    return {(record.namespace, name) for record in jobs for name in record.pull_secret_names}
+    """(namespace, name) of every pull secret a stored job names, whatever the job's state; the namespace
+    scoped by a registered cluster (`<cluster>:<namespace>`): each cluster's secrets are its own."""
+    return {(scoped(record.cluster, record.namespace), name) for record in jobs for name in record.pull_secret_names}
 
 
 def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
