@@ -36,7 +36,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
-          "dead-letter queues", "credentials", "registry pulls", "image credentials", "sweep", "daily round")
+          "registered clusters", "dead-letter queues", "credentials", "registry pulls", "image credentials", "sweep",
+          "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
 
 
@@ -99,6 +100,7 @@ def test_a_fresh_stack_is_all_ok(local: LocalMode) -> None:
     assert lines["agent DaemonSet"] == "ok    agent DaemonSet: ready on 2 of 2 nodes"
     assert lines["node queues"] == "ok    node queues: 2 queues, one per node with an agent"
     assert lines["dead-letter queues"] == "ok    dead-letter queues: 5 empty"
+    assert lines["registered clusters"] == "ok    registered clusters: none: the stack serves its own cluster only"
     assert lines["credentials"].startswith("ok    credentials: earliest expiry in 11h (")
     assert lines["daily round"].startswith("ok    daily round: not due yet (the stack is ")
 

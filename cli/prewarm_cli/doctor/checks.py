@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.placement import AgentPlacement, Placement, evaluate_nodes
@@ -504,3 +505,34 @@ def check_schedule(name: str, run: ScheduleRun | None, *, period: float, since: 
     if run is None:
         return _ok(name, f"not due yet (the stack is {human_age(now - since)} old; it {every})")
     return _ok(name, f"last ran {human_age(now - run.finished_at)} ago")
+
+
+# -- registered clusters ----------------------------------------------------------------------------
+
+# The sweep reaches every registered cluster each minute (and the resource sync too): a check older than
+# this means the schedules have not reached it lately.
+CLUSTER_CHECK_STALE_SECONDS = 300.0
+
+
+def check_registered_clusters(clusters: Sequence[RegisteredCluster], *, now: float) -> CheckResult:
+    """How the stack's functions last reached each registered cluster (the sweep and the resource sync
+    record it): a cluster whose API failed or denied them, or that they have not reached lately, fails."""
+    name = "registered clusters"
+    if not clusters:
+        return _ok(name, "none: the stack serves its own cluster only")
+    problems, fine = [], []
+    for cluster in clusters:
+        if cluster.checked_at is None:
+            problems.append(f"{cluster.name}: not reached by the sweep yet")
+        elif cluster.reachable is False:
+            problems.append(f"{cluster.name}: unreachable {human_age(now - cluster.checked_at)} ago: {cluster.reason}")
+        elif now - cluster.checked_at > CLUSTER_CHECK_STALE_SECONDS:
+            problems.append(f"{cluster.name}: last reached {human_age(now - cluster.checked_at)} ago")
+        else:
+            agents = "" if cluster.agents is None else f", {cluster.agents} agents"
+            fine.append(f"{cluster.name} (reached {human_age(now - cluster.checked_at)} ago{agents})")
+    if problems:
+        return _fail(name, "; ".join(problems),
+                     "check the cluster's endpoint and the access entries of the stack's function roles "
+                     "(`prewarm cluster add NAME` again sets both); `prewarm cluster list` shows each cluster")
+    return _ok(name, ", ".join(fine))

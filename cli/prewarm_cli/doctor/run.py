@@ -25,6 +25,7 @@ from prewarm_cli.doctor.checks import (
     check_function_rbac,
     check_image_credentials,
     check_node_queues,
+    check_registered_clusters,
     check_schedule,
     check_stack_outputs,
     skipped,
@@ -40,7 +41,8 @@ from prewarm_cli.doctor.identities import (
 from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
-          "dead-letter queues", "credentials", "registry pulls", "image credentials", "sweep", "daily round")
+          "registered clusters", "dead-letter queues", "credentials", "registry pulls", "image credentials", "sweep",
+          "daily round")
 
 
 @dataclass
@@ -82,6 +84,9 @@ class Doctor:
                 self.store.list_nodes(), self.env.get("PREWARM_VERSION", "")))
             yield self._guarded("node queues", self._node_queues) if self._agents is not None \
                 else skipped("node queues", "the cluster's nodes are unknown (cluster access)")
+            yield self._guarded("registered clusters", lambda: check_registered_clusters(
+                [c for c in self.store.list_clusters() if c.name != self.env.get("CLUSTER_NAME", "")],
+                now=self.clock()))
             yield self._guarded("dead-letter queues", self._dead_letter_queues)
             yield self._guarded("credentials", lambda: self._credentials(api if reachable else None))
             yield self._guarded("registry pulls", self._registry_pulls)

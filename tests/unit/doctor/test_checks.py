@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.schedules import SWEEP, ScheduleRun
 from prewarm_cli.doctor.checks import (
@@ -18,6 +19,7 @@ from prewarm_cli.doctor.checks import (
     agent_nodes,
     check_agent_versions,
     check_function_rbac,
+    check_registered_clusters,
     earliest_expiring,
     missing_outputs,
     queue_mismatch,
@@ -295,3 +297,24 @@ def test_agents_of_another_version_than_the_stack_are_named_with_theirs() -> Non
 def test_agent_versions_are_skipped_without_a_stack_version_or_agents() -> None:
     assert check_agent_versions([registered("n1", "0.1.0")], "").ok is None
     assert check_agent_versions([], "0.1.0").line() == "skip  agent versions: no agent has said hello yet"
+
+
+# -- registered clusters ----------------------------------------------------------------------------
+
+
+def test_registered_clusters_fail_when_the_functions_could_not_reach_one_lately() -> None:
+    now = 1_800_000_000.0
+    fine = RegisteredCluster("prod-eu", checked_at=now - 30, reachable=True, agents=12)
+    down = RegisteredCluster("prod-us", checked_at=now - 60, reachable=False,
+                             reason="Unauthorized: the EKS token was refused")
+    stale = RegisteredCluster("staging", checked_at=now - 3600, reachable=True)
+    new = RegisteredCluster("gpu")
+    assert check_registered_clusters([], now=now).line() == \
+        "ok    registered clusters: none: the stack serves its own cluster only"
+    assert check_registered_clusters([fine], now=now).line() == \
+        "ok    registered clusters: prod-eu (reached 30s ago, 12 agents)"
+    result = check_registered_clusters([fine, down, stale, new], now=now)
+    assert result.failed
+    assert result.detail == ("prod-us: unreachable 60s ago: Unauthorized: the EKS token was refused; "
+                             "staging: last reached 60m ago; gpu: not reached by the sweep yet")
+    assert "prewarm cluster add NAME" in result.fix
