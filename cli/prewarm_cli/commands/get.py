@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from prewarm_cli.cluster_choice import chosen, cluster_option, own_cluster_name, shown
+from prewarm_cli.cluster_choice import chosen, cluster_option, own_cluster_name, reach, shown
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
 from prewarm_cli.options import (
     cluster_options,
@@ -89,7 +89,7 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
     else:
         from prewarm_cli import node_output
 
-        view = _view_nodes(ctx, kubeconfig, context, now=now)
+        view = _view_nodes(ctx, chosen(ctx, cluster), kubeconfig, context, now=now)
         states = view.nodes
         if names:
             states, missing = node_output.names_found(states, names)
@@ -114,8 +114,10 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
     return EXIT_FAILURE if missing else EXIT_OK
 
 
-def _view_nodes(ctx: click.Context, kubeconfig: str | None, context: str | None, *, now: float) -> NodesView:
-    """The nodes as the table and the cluster show them; without a cluster to reach, the table's alone."""
+def _view_nodes(ctx: click.Context, where: str, kubeconfig: str | None, context: str | None, *,
+                now: float) -> NodesView:
+    """The nodes of cluster `where` as the table and the cluster show them; without a cluster to reach, the
+    table's alone."""
     from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
     from prewarm.services.nodes import view_nodes
     from prewarm.services.ports import ClusterError
@@ -124,11 +126,12 @@ def _view_nodes(ctx: click.Context, kubeconfig: str | None, context: str | None,
     # The sweep's StartupTaintGraceSeconds (a stack parameter, which the target's environment carries).
     grace = float(target.env.get("STARTUP_TAINT_GRACE_SECONDS") or STARTUP_TAINT_GRACE_SECONDS)
     try:
-        cluster = target.cluster(kubeconfig, context)
+        cluster = reach(ctx, where, kubeconfig, context)
     except ClusterError as e:
-        return view_nodes(current_store(ctx), None, now=now, grace=grace, unreachable=f"cannot reach the cluster ({e})")
+        return view_nodes(current_store(ctx), None, now=now, grace=grace, unreachable=f"cannot reach the cluster ({e})",
+                          cluster_name=where)
     with cluster:
-        return view_nodes(current_store(ctx), cluster, now=now, grace=grace)
+        return view_nodes(current_store(ctx), cluster, now=now, grace=grace, cluster_name=where)
 
 
 # --- describe ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.node_state import NodeState, node_states, taint_releases
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, FAIL_OPEN_EVENT_REASON, WarmLimits
 from prewarm.services.jobs import silent_pulls_by_node
@@ -24,11 +25,12 @@ class NodesView:
 
 
 def view_nodes(
-    store: JobStore, cluster: NodeStates | None, *, now: float, grace: float, unreachable: str = ""
+    store: JobStore, cluster: NodeStates | None, *, now: float, grace: float, unreachable: str = "",
+    cluster_name: str = DEFAULT_CLUSTER,
 ) -> NodesView:
-    """The registered nodes and, when `cluster` answers, every node of the cluster with its taint and the
-    sweep's Events. `unreachable` says why there is no cluster to read (`cluster` is then None); `grace`
-    is the stack's StartupTaintGraceSeconds."""
+    """The registered nodes of `cluster_name` and, when `cluster` (its API) answers, every node of the
+    cluster with its taint and the sweep's Events. `unreachable` says why there is no cluster to read
+    (`cluster` is then None); `grace` is the stack's StartupTaintGraceSeconds."""
     problems: list[str] = []
     nodes: list[dict[str, Any]] | None = None
     limits, releases = WarmLimits(), {}
@@ -51,6 +53,6 @@ def view_nodes(
             releases = taint_releases(cluster.list_objects("v1", "events", "default", field_selector=FAIL_OPEN_EVENTS))
         except ClusterError as e:
             problems.append(f"cannot read the nodes' Events ({e}): a startup taint the sweep removed is not shown")
-    states = node_states(nodes, store.list_nodes(), limits=limits, grace=grace, now=now, releases=releases,
+    states = node_states(nodes, store.list_nodes(cluster_name), limits=limits, grace=grace, now=now, releases=releases,
                          silent_pulls=silent_pulls_by_node(store, now=now))
     return NodesView(states, problems)
