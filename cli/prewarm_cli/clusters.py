@@ -12,6 +12,7 @@ What a cluster is (its name, its labels) is the domain's (`prewarm.domain.cluste
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -101,6 +102,28 @@ def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], rep
             report(f"access entry {arn} configured (added groups {', '.join(missing)})")
         else:
             report(f"access entry {arn} unchanged")
+
+
+def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mapping[str, str],
+                     objects: Sequence[dict[str, Any]], report: Report,
+                     open_api: Callable[[RegisteredCluster], Any]) -> RegisteredCluster:
+    """`prewarm cluster add` for a cluster other than the stack's own: its endpoint and CA from EKS, the
+    function roles' access entries, `objects` installed through `open_api(cluster)` (the cluster's API as
+    the operator), then the cluster recorded (its first `added_at` kept). `target` is the stack's
+    (`prewarm_cli.targets.Target`)."""
+    from prewarm_cli.install.apply import install
+
+    before = store.get_cluster(name)
+    added_at = before.added_at if before is not None and before.added_at else time.time()
+    roles = function_roles(target.env)
+    eks = target.client("eks")
+    endpoint, ca_data = describe_cluster(eks, name)
+    registered = RegisteredCluster(name, endpoint, ca_data, labels=dict(labels), added_at=added_at)
+    grant_access(eks, name, roles, report)
+    with open_api(registered) as api:
+        install(api, objects, report=lambda change: report(str(change)))
+    store.put_cluster(registered)
+    return registered
 
 
 def revoke_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> None:

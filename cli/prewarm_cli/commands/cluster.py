@@ -82,31 +82,24 @@ def add(ctx: click.Context, name: str, labels: tuple[str, ...], kubeconfig: str 
     cluster (its ClusterName) records its labels only.
     """
     from prewarm.domain.clusters import RegisteredCluster
-    from prewarm_cli.clusters import describe_cluster, function_roles, grant_access
-    from prewarm_cli.install.apply import install as apply_objects
+    from prewarm_cli.clusters import register_cluster
 
     _name(name)
     wanted = _labels(labels)
     target = current_target(ctx)
     store = current_store(ctx)
     before = store.get_cluster(name)
-    added_at = before.added_at if before is not None and before.added_at else time.time()
     if name == target.env.get("CLUSTER_NAME"):
+        added_at = before.added_at if before is not None and before.added_at else time.time()
         store.put_cluster(RegisteredCluster(name, labels=wanted, added_at=added_at))
         click.echo(f"cluster {name} is this stack's own cluster (ClusterName): its labels recorded "
                    f"({_shown_labels(wanted)})")
         return EXIT_OK
     objects = rendered_objects(target, cluster=name, **options)
-    roles = function_roles(target.env)
-    eks = target.client("eks")
-    endpoint, ca_data = describe_cluster(eks, name)
-    registered = RegisteredCluster(name, endpoint, ca_data, labels=wanted, added_at=added_at)
-    grant_access(eks, name, roles, click.echo)
-    with _registered_api(target, registered, kubeconfig, context) as api:
-        apply_objects(api, objects, report=lambda change: click.echo(str(change)))
-    store.put_cluster(registered)
+    registered = register_cluster(target, store, name, wanted, objects, click.echo,
+                                  lambda r: _registered_api(target, r, kubeconfig, context))
     verb = "configured" if before is not None else "added"
-    click.echo(f"cluster/{name} {verb} ({endpoint}, labels {_shown_labels(wanted)})")
+    click.echo(f"cluster/{name} {verb} ({registered.endpoint}, labels {_shown_labels(wanted)})")
     return EXIT_OK
 
 

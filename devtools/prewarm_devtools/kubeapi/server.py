@@ -285,6 +285,11 @@ class KubeApiServer:
         self.stop()
 
     @property
+    def serving(self) -> bool:
+        """Whether it is started and not stopped."""
+        return self._httpd is not None
+
+    @property
     def port(self) -> int:
         if self._httpd is None:
             raise RuntimeError("the API server is not running: call start() or use it as a context manager")
