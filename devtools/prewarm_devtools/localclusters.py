@@ -52,7 +52,7 @@ class LocalCluster:
 
     @property
     def ca_data(self) -> str:
-        return base64.b64encode(self.kube.ca_pem.encode()).decode()
+        return base64.b64encode(self.kube.ca_pem.encode()).decode() if self.kube.ca_pem else ""
 
     def agent_token_of(self, node: str) -> str:
         """The node-bound token of the agent pod on `node`, as in the own cluster (`LocalMode._agent_token_of`)."""
@@ -91,7 +91,7 @@ def start_cluster(name: str, base_dir: Path, stack: LocalStack, layer: Any, *, s
 
     kube = KubeApiServer(tls=True, cluster_name=name).start()
     ca_file = base_dir / f"kube-ca-{name}.crt"
-    ca_file.write_text(kube.ca_pem)
+    ca_file.write_text(kube.ca_pem or "")
     seed(kube)
     share_principals(kube, stack)
     cluster = LocalCluster(name, dict(EXTRA_LABELS), kube, ca_file, kube.url)

@@ -253,7 +253,7 @@ class LocalMode:
                                               name=AGENT_NAME).start()
         for cluster in self.extra_clusters.values():
             cluster.daemonset = AgentDaemonSet(
-                cluster.kube, lambda node, c=cluster: self._agent_state(node, c), namespace=AGENT_NAMESPACE,
+                cluster.kube, functools.partial(self._agent_state, cluster=cluster), namespace=AGENT_NAMESPACE,
                 name=AGENT_NAME).start()
 
     def _agent_state(self, name: str, cluster: LocalCluster | None = None) -> Any:

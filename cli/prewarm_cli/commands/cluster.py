@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,7 @@ def _registered_api(target: Target, registered: RegisteredCluster, kubeconfig: s
 @cluster_options
 @target_options
 @click.pass_context
-def add(ctx: click.Context, name: str, labels: tuple[str, ...], kubeconfig: str | None, context: str | None,
+def add(ctx: click.Context, /, name: str, labels: tuple[str, ...], kubeconfig: str | None, context: str | None,
         **options: Any) -> int:
     """Register EKS cluster NAME: access entries for the stack's functions, the agent installed, recorded.
 
@@ -136,7 +137,7 @@ def list_clusters(ctx: click.Context, check: bool, output: str, kubeconfig: str 
                 check_now(health, lambda: target.cluster(kubeconfig, context), now=now)
             else:
                 registered = RegisteredCluster(health.name, health.endpoint, _ca_of(store, health.name))
-                check_now(health, lambda r=registered: _registered_api(target, r, None, None), now=now)
+                check_now(health, functools.partial(_registered_api, target, registered, None, None), now=now)
     if output == "json":
         click.echo(json.dumps([h.to_json() for h in found], indent=2))
     else:
@@ -207,7 +208,7 @@ def remove(ctx: click.Context, name: str, kubeconfig: str | None, context: str |
         click.echo(f"warning: cluster {name} was not reached, what was installed in it stays: {e}", err=True)
         code = EXIT_FAILURE
     revoke_access(target.client("eks"), name, function_roles(target.env), click.echo)
-    forgotten = forget_nodes(store, target.queues(), name)
+    nodes = forget_nodes(store, target.queues(), name)
     store.delete_cluster(name)
-    click.echo(f"cluster/{name} removed ({forgotten} node registration{'s' if forgotten != 1 else ''} forgotten)")
+    click.echo(f"cluster/{name} removed ({nodes} node registration{'s' if nodes != 1 else ''} forgotten)")
     return code

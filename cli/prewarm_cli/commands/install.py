@@ -80,7 +80,7 @@ def rendered_objects(target: Target, *, image: str | None, agent_role_arn: str |
 @cluster_options
 @target_options
 @click.pass_context
-def install(ctx: click.Context, render: bool, kubeconfig: str | None, context: str | None, **options: Any) -> int:
+def install(ctx: click.Context, /, render: bool, kubeconfig: str | None, context: str | None, **options: Any) -> int:
     """Install the agent and the functions' RBAC into the stack's cluster, filled in from the stack.
 
     \b

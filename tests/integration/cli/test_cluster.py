@@ -86,7 +86,8 @@ def eks(local_stack: LocalStack) -> Any:
 
 def role_of(local_stack: LocalStack, setting: str) -> Any:
     """The identity of the function whose role the stack setting names (`SWEEP_ROLE_ARN`)."""
-    arn = {name: local_stack.outputs()[key] for key, name in STACK_OUTPUTS.items() if key in local_stack.outputs()}[setting]
+    outputs = local_stack.outputs()
+    arn = {name: outputs[key] for key, name in STACK_OUTPUTS.items() if key in outputs}[setting]
     return next(fn.identity for fn in local_stack.functions.values()
                 if fn.identity is not None and fn.identity.arn == arn)
 
