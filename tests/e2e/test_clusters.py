@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from prewarm.adapters.kube import KubeCluster
 from prewarm.services.jobs import apply_manifest, list_views
 from prewarm_cli.app import cli
+from prewarm_devtools.commands import local as local_commands
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from tests.support.local_mode import running_local_mode, sync_until
 
@@ -72,6 +73,11 @@ def test_the_clusters_have_the_same_node_names_and_the_second_is_registered_with
     assert sorted(other.nodes) == sorted(local.nodes) and len(local.nodes) == 2
     (registered,) = local.job_store().list_clusters()
     assert (registered.name, dict(registered.labels), registered.endpoint) == (OTHER, {"env": "prod"}, other.url)
+    # `prewarm local status` shows each cluster with its nodes and their agents
+    status = CliRunner().invoke(local_commands, ["status"], catch_exceptions=False)
+    assert status.exit_code == 0, status.output
+    assert f"cluster {OTHER}: Kubernetes API at {other.url} (serving), labels env=prod" in status.stdout
+    assert "nodes of cluster local (2):" in status.stdout and f"nodes of cluster {OTHER} (2):" in status.stdout
 
 
 def test_one_push_warms_matching_nodes_in_both_clusters(local: LocalMode) -> None:
