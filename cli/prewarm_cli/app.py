@@ -20,7 +20,7 @@ import click
 if TYPE_CHECKING:
     pass
 
-from prewarm_cli.commands import apply, delete, describe, doctor, get, install, watch
+from prewarm_cli.commands import apply, cluster, delete, describe, doctor, get, install, watch
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, debug_requested, known_error
 from prewarm_cli.options import target_options
 
@@ -99,7 +99,7 @@ def cli() -> None:
 
 
 for _command in (apply.apply, get.get, describe.describe, delete.delete, watch.watch, install.install,
-                 install.uninstall, doctor.doctor):
+                 install.uninstall, doctor.doctor, cluster.cluster):
     cli.add_command(_command)
 
 # Other packages add commands through this entry-point group: local mode adds `local` and `demo`.

@@ -97,6 +97,9 @@ def _remove_stale_kubeconfig() -> list[str]:
 @local.command("up")
 @click.option("--nodes", type=click.IntRange(min=1), metavar="N",
               help="N synthetic nodes instead of the sample cluster (samplefiles/cluster.yaml).")
+@click.option("--clusters", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="EKS clusters the stack serves: the own one (local) and N-1 more (local-2, ... labelled "
+                   "env=prod), each an embedded API with the same nodes, registered as `prewarm cluster add` does.")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False),
               help="Use this real cluster instead of the embedded Kubernetes API.")
 @click.option("--no-agents", is_flag=True, help="Only the control plane: no containerd, registry or agents.")
@@ -110,7 +113,7 @@ def _remove_stale_kubeconfig() -> list[str]:
 @click.option("--agent-image", type=click.Path(dir_okay=False, path_type=Path), metavar="ARCHIVE",
               help="The agent image's OCI archive for --agents image "
                    "[default: build/agent-image/prewarm-agent-<arch>.tar].")
-def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_name: str,
+def local_up(nodes: int | None, clusters: int, kubeconfig: str | None, no_agents: bool, stack_name: str,
              registry_bandwidth: str | None, agents_from: str, agent_image: Path | None) -> int:
     """Start a local stack and keep it running until Ctrl-C or `prewarm local down`."""
     from prewarm_devtools.agent_image import default_archive
@@ -118,6 +121,9 @@ def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_n
     from prewarm_devtools.localrun import run_record_path
 
     bandwidth = parse_bandwidth(registry_bandwidth) if registry_bandwidth else None
+    if clusters > 1 and (kubeconfig or agents_from == "image"):
+        raise click.UsageError("--clusters plays further clusters with embedded APIs and agent processes: "
+                               "not with --kubeconfig or --agents image")
     if agent_image is not None and agents_from != "image":
         raise click.UsageError("--agent-image goes with --agents image")
     if agents_from == "image":
@@ -134,7 +140,7 @@ def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_n
     if leftovers:
         click.echo("cleaned up after a local stack that did not stop:" + _cleaned(leftovers))
     mode = LocalMode(nodes=nodes, kubeconfig=kubeconfig, agents=not no_agents, stack_name=stack_name,
-                     agent_processes=True, agent_image=agent_image, registry_bandwidth=bandwidth)
+                     agent_processes=True, agent_image=agent_image, registry_bandwidth=bandwidth, clusters=clusters)
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
@@ -155,6 +161,9 @@ def local_up(nodes: int | None, kubeconfig: str | None, no_agents: bool, stack_n
                 if mode.registry_proxy is not None else ""
             click.echo(f"registry (plays ECR) at {mode.registry.url}{limit}")
         click.echo(f"nodes with an agent: {', '.join(sorted(mode.nodes)) or 'none'}")
+        for extra in mode.extra_clusters.values():
+            click.echo(f"cluster {extra.name} ({','.join(f'{k}={v}' for k, v in extra.labels.items())}): Kubernetes "
+                       f"API at {extra.url}, nodes with an agent: {', '.join(sorted(extra.nodes)) or 'none'}")
         click.echo(f"logs in {mode.logs_dir} (`prewarm local logs`)")
         click.echo(f"state in {local_state_path()}; try `prewarm --local get jobs`; Ctrl-C or "
                    "`prewarm local down` stops it")
@@ -277,16 +286,23 @@ def local_status() -> int:
     if problem:
         lines.append(f"{'control:'.ljust(19)}{problem}")
     if "nodes" in live:
-        nodes = live["nodes"]
-        lines.append(f"nodes ({len(nodes)}):")
-        from prewarm_cli.output import table
-
-        rows = [[n["name"], n["agent"], n["pid"] or "-", n["containerd_pid"] or "-", n.get("exit") or "-"]
-                for n in nodes]
-        lines.append(table(["NAME", "AGENT", "PID", "CONTAINERD-PID", "LAST-EXIT"], rows, indent="  ")
-                     if rows else "  none")
+        own = state.env.get("CLUSTER_NAME", "")
+        lines += _node_lines(f"nodes of cluster {own}" if live.get("clusters") else "nodes", live["nodes"])
+    for extra in live.get("clusters") or []:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(extra["labels"].items())) or "none"
+        lines.append(f"cluster {extra['name']}: Kubernetes API at {extra['kubernetes']} ({extra['api']}), "
+                     f"labels {labels}")
+        lines += _node_lines(f"nodes of cluster {extra['name']}", extra["nodes"])
     click.echo("\n".join(lines))
     return EXIT_OK if alive else EXIT_FAILURE
+
+
+def _node_lines(title: str, nodes: list[dict[str, Any]]) -> list[str]:
+    from prewarm_cli.output import table
+
+    rows = [[n["name"], n["agent"], n["pid"] or "-", n["containerd_pid"] or "-", n.get("exit") or "-"] for n in nodes]
+    return [f"{title} ({len(nodes)}):", table(["NAME", "AGENT", "PID", "CONTAINERD-PID", "LAST-EXIT"], rows,
+                                              indent="  ") if rows else "  none"]
 
 
 @local.command("fire")

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prewarm_devtools.control import ControlError, ControlServer
+from prewarm_devtools.localclusters import LocalCluster
 from prewarm_devtools.localrun import RunRecord, kubeconfig_path, run_record_path, write_run_record
 from prewarm_devtools.node.process import limit_malloc_arenas
 from prewarm_devtools.project import project_files
@@ -148,6 +149,7 @@ class LocalMode:
         max_warm_seconds: int | None = None,
         startup_taint_grace_seconds: int | None = None,
         template_path: Path | None = None,
+        clusters: int = 1,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
@@ -158,7 +160,9 @@ class LocalMode:
         `max_warm_seconds`: install's --max-warm-seconds (the agents' ConfigMap; default 900), and
         `startup_taint_grace_seconds` the stack's StartupTaintGraceSeconds (default 60).
         `template_path`: the SAM template to run instead of the project's `template.yaml` (a variant of it,
-        e.g. a role without a grant, to see what AWS would refuse)."""
+        e.g. a role without a grant, to see what AWS would refuse).
+        `clusters`: how many EKS clusters the stack serves; the further ones (`local-2`...) are embedded APIs
+        with the same nodes, registered as `prewarm cluster add` registers a cluster (`localclusters`)."""
         self.node_count = nodes
         self.kubeconfig = kubeconfig
         self.agents_enabled = agents
@@ -171,6 +175,8 @@ class LocalMode:
         self.startup_taint_grace_seconds = startup_taint_grace_seconds
         self.control_enabled = control
         self.template_path = template_path
+        self.cluster_count = clusters
+        self.extra_clusters: dict[str, LocalCluster] = {}
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
@@ -209,6 +215,9 @@ class LocalMode:
             raise LocalModeUnavailableError(
                 "local mode runs real containerd and a real registry for its nodes; missing: " + "; ".join(problems)
             )
+        if self.cluster_count > 1 and (self.kubeconfig or self.agent_image is not None):
+            raise LocalModeUnavailableError("further clusters are embedded Kubernetes APIs with agents run as "
+                                            "processes: not with a kubeconfig or agents from the image")
         limit_malloc_arenas()  # before any of the stack's threads start
         self._write_record()
         # Callers of `prewarm local up` take the state file for "ready": it is written once all runs.
@@ -242,11 +251,15 @@ class LocalMode:
             return  # a real cluster runs its own controller and kubelets
         self.agent_daemonset = AgentDaemonSet(self.kube, self._agent_state, namespace=AGENT_NAMESPACE,
                                               name=AGENT_NAME).start()
+        for cluster in self.extra_clusters.values():
+            cluster.daemonset = AgentDaemonSet(
+                cluster.kube, functools.partial(self._agent_state, cluster=cluster), namespace=AGENT_NAMESPACE,
+                name=AGENT_NAME).start()
 
-    def _agent_state(self, name: str) -> Any:
+    def _agent_state(self, name: str, cluster: LocalCluster | None = None) -> Any:
         from prewarm_devtools.daemonset import AgentState
 
-        node = self.nodes.get(name)
+        node = (self.nodes if cluster is None else cluster.nodes).get(name)
         if node is None:
             return AgentState.ABSENT
         if node.agent.state == "running":
@@ -292,14 +305,10 @@ class LocalMode:
         else:
             from prewarm_devtools.kubeapi.server import KubeApiServer
 
-            self.kube = KubeApiServer(tls=True).start()
+            # As EKS, the API takes only EKS tokens signed for it (ClusterName).
+            self.kube = KubeApiServer(tls=True, cluster_name=parameters["ClusterName"]).start()
             (self.base_dir / "kube-ca.crt").write_text(self.kube.ca_pem)
-            if self.node_count:
-                from prewarm_devtools.kubeapi.synthetic import generate_cluster
-
-                self.kube.seed_objects(generate_cluster(self.node_count))
-            else:
-                self.kube.seed_from_file(project_files().samplefiles / "cluster.yaml")
+            self._seed(self.kube)
             parameters["KubeApiEndpoint"] = self.kube.url
             parameters["KubeCaData"] = base64.b64encode(self.kube.ca_pem.encode()).decode()
             parameters["ClusterAccess"] = "access-entries"
@@ -317,6 +326,7 @@ class LocalMode:
                                  max_warm_seconds=self.max_warm_seconds,
                                  agent_role_arn=self.agent_identity.arn, credentials_config=self.credentials_config())
             self._write_kubeconfig()
+            self._start_extra_clusters()
         self.stack.start()
         # The schedule first fires an hour from now: refresh at once, so pull secrets and copies exist.
         self.stack.fire("refresh_ecr_credentials")
@@ -326,7 +336,38 @@ class LocalMode:
             self._start_registry()
             for name in self.daemonset_nodes():
                 self._start_node(name)
+            for cluster in self.extra_clusters.values():
+                for name in sorted(n["metadata"]["name"] for n in cluster.kube.list_objects("nodes")):
+                    self._start_node(name, cluster)
         self.write_state()
+
+    def _start_extra_clusters(self) -> None:
+        from prewarm_cli.targets import STACK_OUTPUTS
+        from prewarm_devtools.localclusters import extra_cluster_names, register, start_cluster
+
+        assert self.aws is not None and self.stack is not None
+        names = extra_cluster_names("local", self.cluster_count)
+        if names and self.aws.layer is None:
+            raise LocalModeUnavailableError("further clusters need the AWS limits layer, which plays EKS for them: "
+                                            "unset PREWARM_AWS_LIMITS=off")
+        outputs = self.stack.outputs()
+        env = {**self.stack.env(), **{n: outputs[k] for k, n in STACK_OUTPUTS.items() if outputs.get(k)},
+               "CREDENTIALS_CONFIG": json.dumps(self.credentials_config())}
+        for name in names:
+            cluster = start_cluster(name, self.base_dir, self.stack, self.aws.layer, seed=self._seed)
+            self.extra_clusters[name] = cluster
+            register(cluster, self.stack, render_install(self.stack, agent_role_arn=self.agent_identity.arn,
+                                                         credentials_config=self.credentials_config(),
+                                                         max_warm_seconds=self.max_warm_seconds, cluster=name),
+                     env, self.aws.url)
+
+    def _seed(self, kube: Any) -> None:
+        if self.node_count:
+            from prewarm_devtools.kubeapi.synthetic import generate_cluster
+
+            kube.seed_objects(generate_cluster(self.node_count))
+        else:
+            kube.seed_from_file(project_files().samplefiles / "cluster.yaml")
 
     def _write_kubeconfig(self) -> None:
         """The cluster admin's kubeconfig for kubectl, beside the state file; `stop` removes it, and
@@ -406,7 +447,7 @@ class LocalMode:
         nodes: list[dict[str, Any]] = bootstrap.cluster().list_nodes()
         return nodes
 
-    def _start_node(self, name: str) -> None:
+    def _start_node(self, name: str, cluster: LocalCluster | None = None) -> None:
         from prewarm_devtools.node.containerd import PrivateContainerd
 
         assert self.stack is not None and self.aws is not None and self.registry is not None
@@ -414,10 +455,11 @@ class LocalMode:
         containerd.add_registry_mirror(ecr_host(), self.nodes_registry_url)
         containerd.add_registry_mirror(self.registry.host, self.nodes_registry_url)
         containerd.start()
-        self._record_child(f"containerd of {name}", containerd)
+        where = "" if cluster is None else f" in {cluster.name}"
+        self._record_child(f"containerd of {name}{where}", containerd)
         node = LocalNode(name, containerd, None)
-        self.nodes[name] = node
-        node.agent = self._new_agent(name, containerd)
+        (self.nodes if cluster is None else cluster.nodes)[name] = node
+        node.agent = self._new_agent(name, containerd, cluster)
         self._start_agent(name, node)
 
     def _start_agent(self, name: str, node: LocalNode) -> None:
@@ -434,7 +476,7 @@ class LocalMode:
         self._agent_errors.pop(name, None)
         self._record_child(f"agent of {name}", node.agent)
 
-    def _new_agent(self, name: str, containerd: Any) -> Any:
+    def _new_agent(self, name: str, containerd: Any, cluster: LocalCluster | None = None) -> Any:
         from prewarm_devtools.node.agent import AgentProcess, InProcessAgent, agent_output_path
 
         assert self.stack is not None and self.aws is not None
@@ -461,7 +503,11 @@ class LocalMode:
             "SHUTDOWN_GRACE_SECONDS": "5",
             **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self._agent_token_of(name),
                 "KUBE_CA_FILE": str(self.base_dir / "kube-ca.crt")}
-               if self.kube else {}),
+               if self.kube and cluster is None else {}),
+            # A further cluster's agent: its API, its node-bound token there, and the cluster it names.
+            **({"KUBE_API_ENDPOINT": cluster.url, "KUBE_BEARER_TOKEN": cluster.agent_token_of(name),
+                "KUBE_CA_FILE": str(cluster.ca_file), "PREWARM_CLUSTER": cluster.name}
+               if cluster is not None else {}),
             **self.agent_identity_of(name).environment(),
             **self.agent_overrides,
         }
@@ -516,6 +562,18 @@ class LocalMode:
         self.kube.add_identity(token, service_account(AGENT_NAMESPACE, AGENT_NAME, node=node))
         return token
 
+    def _stop_extra_clusters(self) -> None:
+        for cluster in self.extra_clusters.values():
+            if cluster.daemonset is not None:
+                cluster.daemonset.stop()
+            for node in cluster.nodes.values():
+                self._stop_node(node)
+            cluster.nodes.clear()
+            cluster.kube.stop()
+            if self.aws is not None and self.aws.layer is not None:
+                self.aws.layer.eks.forget(cluster.name)
+        self.extra_clusters.clear()
+
     def _stop_node(self, node: LocalNode) -> None:
         try:
             node.agent.stop(2.0)
@@ -536,6 +594,7 @@ class LocalMode:
         for node in self.nodes.values():
             self._stop_node(node)
         self.nodes.clear()
+        self._stop_extra_clusters()
         if self.control is not None:
             self.control.stop()
             self.control = None
@@ -549,6 +608,8 @@ class LocalMode:
             self.stack.stop()
             self.stack = None
         if self.kube is not None:
+            if self.aws is not None and self.aws.layer is not None and self.kube.authenticator.cluster_name:
+                self.aws.layer.eks.forget(self.kube.authenticator.cluster_name)
             self.kube.stop()
             self.kube = None
         if self.kubeconfig_written is not None:
@@ -634,6 +695,8 @@ class LocalMode:
         if self.kube is not None:
             # EKS keeps access entries; here the embedded API does, so the state says what they are.
             state.env["LOCAL_ACCESS_ENTRIES"] = json.dumps(self.stack.access_entries())
+        if self.extra_clusters:
+            state.env["LOCAL_CLUSTERS"] = json.dumps({c.name: c.url for c in self.extra_clusters.values()})
         if self.control is not None:
             state.env["LOCAL_CONTROL_URL"] = self.control.url
             state.env["LOCAL_CONTROL_TOKEN"] = self.control.token
@@ -782,6 +845,18 @@ class LocalMode:
                 else "process" if self.agent_processes else "in-process",
                 **({"agent_error": self._agent_errors[name]} if name in self._agent_errors else {})}
 
+    def _cluster_status(self, cluster: LocalCluster) -> dict[str, Any]:
+        from prewarm_devtools.node.agent import NONE, exit_note
+
+        def node_status(node: LocalNode | None) -> dict[str, Any]:
+            if node is None:
+                return {"agent": NONE, "pid": None, "containerd_pid": None, "exit": None}
+            state = node.agent.state
+            return {"agent": state, "pid": node.agent.pid, "containerd_pid": node.containerd.pid,
+                    "exit": exit_note(node.agent.last_exit, state)}
+
+        return cluster.status(node_status)
+
     def status(self) -> dict[str, Any]:
         """Every endpoint, and every node of the cluster with its agent's state."""
         assert self.aws is not None
@@ -797,6 +872,8 @@ class LocalMode:
         names = sorted({n["metadata"]["name"] for n in self.cluster_nodes()} | set(self.nodes))
         return {"pid": os.getpid(), "run_dir": str(self.base_dir), "endpoints": endpoints,
                 "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names],
+                **({"clusters": [self._cluster_status(c) for c in self.extra_clusters.values()]}
+                   if self.extra_clusters else {}),
                 **({"kubeconfig": str(self.kubeconfig_written)} if self.kubeconfig_written else {})}
 
 
@@ -832,41 +909,50 @@ def push_to_local_ecr(
     return result, event
 
 
+def render_install(stack: LocalStack, *, agent_role_arn: str, credentials_config: dict[str, Any],
+                   max_warm_seconds: int | None = None, cluster: str = "") -> list[dict[str, Any]]:
+    """What `prewarm install` installs into a local cluster (`cluster`: a further one's name)."""
+    from prewarm_cli.commands.install import LOCAL_IMAGE
+    from prewarm_cli.install.render import ALL_NAMESPACES, InstallValues, render, values_from_stack
+
+    values = values_from_stack(
+        {**stack.env(), "AGENT_ROLE_ARN": agent_role_arn}, region=stack.region, image=LOCAL_IMAGE,
+        credentials_config=json.dumps(credentials_config), pull_secret_namespaces=ALL_NAMESPACES,
+        max_warm_seconds=InstallValues.max_warm_seconds if max_warm_seconds is None else max_warm_seconds,
+        cluster=cluster,
+    )
+    return render(values)
+
+
 def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agent_role_arn: str,
                          max_warm_seconds: int | None = None,
                          credentials_config: dict[str, Any]) -> None:
     """Each function calls the embedded API as its own role, with exactly the RBAC `prewarm install` ships.
 
-    As on EKS: the template's access entries give each function role its Kubernetes groups, the
-    operator (the cluster's creator) is an admin, the agents are their service account (`agent_token`),
-    and install binds the groups and the agents' service account.
+    As on EKS: the template's access entries give each function role its Kubernetes groups (created
+    through the EKS API the AWS limits layer plays for the cluster, when it is on), the operator (the
+    cluster's creator) is an admin, the agents are their service account (`agent_token`), and install
+    binds the groups and the agents' service account.
     """
     from prewarm.adapters.kube import KubeCluster
-    from prewarm_cli.commands.install import LOCAL_IMAGE
     from prewarm_cli.install.apply import install
-    from prewarm_cli.install.render import (
-        AGENT_NAME,
-        AGENT_NAMESPACE,
-        ALL_NAMESPACES,
-        InstallValues,
-        render,
-        values_from_stack,
-    )
-    from prewarm_devtools.kubeapi.auth import MASTERS, AccessEntry, service_account
-    from prewarm_devtools.sam.aws import OPERATOR
+    from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
+    from prewarm_devtools import aws_limits
+    from prewarm_devtools.kubeapi.auth import AccessEntry, service_account
+    from prewarm_devtools.localclusters import share_principals
 
-    kube.map_access_key(OPERATOR.access_key_id, OPERATOR.arn)
-    kube.add_access_entry(OPERATOR.arn, AccessEntry(groups=(MASTERS,)))
+    share_principals(kube, stack)
+    layer = aws_limits.active()
+    name = kube.authenticator.cluster_name
+    if layer is not None and name:
+        layer.eks.serve(name, kube.url, base64.b64encode(kube.ca_pem.encode()).decode(), kube)
     for principal, groups in stack.access_entries().items():
-        kube.add_access_entry(principal, AccessEntry(groups=groups))
-    for fn in stack.functions.values():
-        if fn.identity is not None:
-            kube.map_access_key(fn.identity.access_key_id, fn.identity.arn)
+        if layer is not None and name:
+            layer.eks.create_access_entry(name, {"principalArn": principal, "kubernetesGroups": list(groups)})
+        else:
+            kube.add_access_entry(principal, AccessEntry(groups=groups))
     kube.add_identity(agent_token, service_account(AGENT_NAMESPACE, AGENT_NAME))
-    values = values_from_stack(
-        {**stack.env(), "AGENT_ROLE_ARN": agent_role_arn}, region=stack.region, image=LOCAL_IMAGE,
-        credentials_config=json.dumps(credentials_config), pull_secret_namespaces=ALL_NAMESPACES,
-        max_warm_seconds=InstallValues.max_warm_seconds if max_warm_seconds is None else max_warm_seconds,
-    )
+    objects = render_install(stack, agent_role_arn=agent_role_arn, credentials_config=credentials_config,
+                             max_warm_seconds=max_warm_seconds)
     with KubeCluster(kube.url, lambda: kube.token, ca_data=kube.ca_pem) as cluster:
-        install(cluster, render(values))
+        install(cluster, objects)

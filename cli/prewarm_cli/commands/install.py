@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -15,47 +16,48 @@ LOCAL_IMAGE = "prewarm-agent:local"
 if TYPE_CHECKING:
     from prewarm_cli.targets import Target
 
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.command()
-@click.option("--render", is_flag=True, help="Print the manifests as YAML instead of installing them.")
-@click.option("--image", metavar="IMAGE",
-              help="The agent's container image [default: <stack account>.dkr.ecr.<region>.amazonaws.com/"
-                   "prewarm-agent:<this CLI's version>].")
-@click.option("--agent-role-arn", metavar="ARN",
-              help="The agents' IAM role, for IRSA (default: the stack's AgentRoleArn).")
-@click.option("--pod-identity", is_flag=True,
-              help="The agents get AWS credentials from an EKS Pod Identity association, not IRSA.")
-@click.option("--registry-allowlist", metavar="HOSTS", default="",
-              help="Comma-separated registries the agents may pull from (default: any).")
-@click.option("--bottlerocket", is_flag=True,
-              help="Give the agent the SELinux type Bottlerocket requires to reach containerd's socket.")
-@click.option("--pull-secret-namespaces", metavar="NS,...", default="",
-              help="Namespaces whose pull secrets jobs may name ('*': every namespace, also later ones).")
-@click.option("--pull-secret-names", metavar="NAME,...", default="",
-              help="The only secrets jobs may name as pullSecrets there (default: any secret of those namespaces).")
-@click.option("--startup-taint", metavar="KEY[=VALUE]:EFFECT", default="prewarm.dev/warming:NoSchedule",
-              show_default=True,
-              help="The taint new nodes join with (Karpenter startupTaints, node group taints); the agent removes "
-                   "it once the node's images are present.")
-@click.option("--max-warm-seconds", type=int, default=900, show_default=True,
-              help="Remove the startup taint this long after the node joined, whatever is missing.")
-@cluster_options
-@target_options
-@click.pass_context
-def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn: str | None, pod_identity: bool,
-            registry_allowlist: str, bottlerocket: bool, pull_secret_namespaces: str, pull_secret_names: str,
-            startup_taint: str, max_warm_seconds: int, kubeconfig: str | None, context: str | None) -> int:
-    """Install the agent and the functions' RBAC into the stack's cluster, filled in from the stack.
+def install_options(f: F) -> F:
+    """The options that fill in what install puts into a cluster (`install`, `cluster add`)."""
+    options = [
+        click.option("--image", metavar="IMAGE",
+                     help="The agent's container image [default: <stack account>.dkr.ecr.<region>.amazonaws.com/"
+                          "prewarm-agent:<this CLI's version>]."),
+        click.option("--agent-role-arn", metavar="ARN",
+                     help="The agents' IAM role, for IRSA (default: the stack's AgentRoleArn)."),
+        click.option("--pod-identity", is_flag=True,
+                     help="The agents get AWS credentials from an EKS Pod Identity association, not IRSA."),
+        click.option("--registry-allowlist", metavar="HOSTS", default="",
+                     help="Comma-separated registries the agents may pull from (default: any)."),
+        click.option("--bottlerocket", is_flag=True,
+                     help="Give the agent the SELinux type Bottlerocket requires to reach containerd's socket."),
+        click.option("--pull-secret-namespaces", metavar="NS,...", default="",
+                     help="Namespaces whose pull secrets jobs may name ('*': every namespace, also later ones)."),
+        click.option("--pull-secret-names", metavar="NAME,...", default="",
+                     help="The only secrets jobs may name as pullSecrets there (default: any secret of those "
+                          "namespaces)."),
+        click.option("--startup-taint", metavar="KEY[=VALUE]:EFFECT", default="prewarm.dev/warming:NoSchedule",
+                     show_default=True,
+                     help="The taint new nodes join with (Karpenter startupTaints, node group taints); the agent "
+                          "removes it once the node's images are present."),
+        click.option("--max-warm-seconds", type=int, default=900, show_default=True,
+                     help="Remove the startup taint this long after the node joined, whatever is missing."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
-    \b
-    Idempotent: an unchanged object is not written; objects an earlier install made that are no longer
-    wanted are deleted. `prewarm uninstall` removes everything it installed.
-    """
+
+def rendered_objects(target: Target, *, image: str | None, agent_role_arn: str | None, pod_identity: bool,
+                     registry_allowlist: str, bottlerocket: bool, pull_secret_namespaces: str, pull_secret_names: str,
+                     startup_taint: str, max_warm_seconds: int, cluster: str = "") -> list[dict[str, Any]]:
+    """What install puts into a cluster of `target`'s stack (`cluster`: a registered one's name); a bad
+    option is a usage error naming it."""
     from prewarm_cli.install.render import InstallError, default_agent_image, values_from_stack
     from prewarm_cli.install.render import render as render_objects
 
-    target = current_target(ctx)
     if not image:
         image = LOCAL_IMAGE if target.local else default_agent_image(target.env, target.region or "")
     try:
@@ -65,11 +67,28 @@ def install(ctx: click.Context, render: bool, image: str | None, agent_role_arn:
             pod_identity=pod_identity, registry_allowlist=[h for h in registry_allowlist.split(",") if h],
             bottlerocket=bottlerocket, pull_secret_namespaces=[pull_secret_namespaces],
             pull_secret_names=[pull_secret_names],
-            startup_taint=startup_taint, max_warm_seconds=max_warm_seconds,
+            startup_taint=startup_taint, max_warm_seconds=max_warm_seconds, cluster=cluster,
         )
-        objects = render_objects(values)
+        return render_objects(values)
     except InstallError as e:
         raise click.UsageError(str(e).replace("image is empty", "--image is required")) from None
+
+
+@click.command()
+@click.option("--render", is_flag=True, help="Print the manifests as YAML instead of installing them.")
+@install_options
+@cluster_options
+@target_options
+@click.pass_context
+def install(ctx: click.Context, /, render: bool, kubeconfig: str | None, context: str | None, **options: Any) -> int:
+    """Install the agent and the functions' RBAC into the stack's cluster, filled in from the stack.
+
+    \b
+    Idempotent: an unchanged object is not written; objects an earlier install made that are no longer
+    wanted are deleted. `prewarm uninstall` removes everything it installed.
+    """
+    target = current_target(ctx)
+    objects = rendered_objects(target, **options)
     if render:
         import yaml
 

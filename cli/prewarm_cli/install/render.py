@@ -76,6 +76,8 @@ KIND_PLURALS: dict[str, tuple[str, str, bool]] = {
     "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
     "DaemonSet": ("apps/v1", "daemonsets", True),
 }
+#: The agent's setting naming its registered cluster (`prewarm_agent.settings`).
+CLUSTER_ENV = "PREWARM_CLUSTER"
 # Bottlerocket labels the containerd socket so that only privileged SELinux types reach it;
 # `super_t` is the type its security guidance names for containers that must use host sockets.
 BOTTLEROCKET_SELINUX = {"type": "super_t"}
@@ -119,6 +121,9 @@ class InstallValues:
     # `key[=value]:Effect`, and how long a node may hold it at most.
     startup_taint: str = "prewarm.dev/warming:NoSchedule"
     max_warm_seconds: int = 900
+    # The registered cluster this install is for (`prewarm cluster add`), which its agents name in their
+    # queues and hellos; empty for the stack's own cluster, whose install carries no such setting.
+    cluster: str = ""
 
     def problems(self) -> list[str]:
         missing = [name for name in ("region", "status_queue_url", "node_queue_prefix", "node_dlq_arn",
@@ -241,6 +246,8 @@ def _daemon_set(doc: Obj, values: InstallValues) -> None:
     pod = doc["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     container["image"] = values.image
+    if values.cluster:
+        container.setdefault("env", []).append({"name": CLUSTER_ENV, "value": values.cluster})
     if values.bottlerocket:
         container["securityContext"]["seLinuxOptions"] = dict(BOTTLEROCKET_SELINUX)
 
@@ -328,6 +335,7 @@ def values_from_stack(
     pull_secret_names: Sequence[str] = (),
     startup_taint: str = InstallValues.startup_taint,
     max_warm_seconds: int = InstallValues.max_warm_seconds,
+    cluster: str = "",
 ) -> InstallValues:
     """The values of a stack whose settings `env` holds under the functions' variable names
     (`STATUS_QUEUE_URL`, ..., and `AGENT_ROLE_ARN` when the stack was given the agents' role)."""
@@ -351,6 +359,7 @@ def values_from_stack(
         credential_service_accounts=accounts,
         startup_taint=startup_taint,
         max_warm_seconds=max_warm_seconds,
+        cluster=cluster,
     )
 
 

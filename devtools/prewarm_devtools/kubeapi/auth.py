@@ -4,8 +4,13 @@ Two kinds of token are known. A static token maps straight to an `Identity` (as 
 user of a cluster admin, or a service account token). An EKS token (`k8s-aws-v1.` and a presigned
 STS `GetCallerIdentity` URL, as `aws eks get-token` makes) names an AWS access key: the key maps
 to an IAM principal, and the principal's access entry gives the Kubernetes user and groups, as
-EKS access entries (or the `aws-auth` ConfigMap's mapRoles) do. Signatures are not checked (no
-secret key is known here); the token's form and its 15-minute lifetime are.
+EKS access entries (or the `aws-auth` ConfigMap's mapRoles) do. The token's form and its 15-minute
+lifetime are checked; given the cluster's name (`cluster_name`), so is its signature, over the
+`x-k8s-aws-id` header set to that name: EKS replays the URL to STS with its own cluster id in that
+header, so a token made for another cluster fails STS's signature check and the request gets 401
+("Grant IAM users access to Kubernetes with EKS access entries", EKS User Guide; aws-iam-authenticator's
+token verifier). Every local principal signs with one known secret key (`LOCAL_SECRET_ACCESS_KEY`,
+`sam.aws.LocalIdentity`), so the signature can be checked here as STS would.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ from __future__ import annotations
 import base64
 import binascii
 import calendar
+import hmac
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 __all__ = [
     "ANONYMOUS",
@@ -41,6 +47,10 @@ UNAUTHENTICATED = "system:unauthenticated"
 DEFAULT_CLUSTER_CREATOR = "arn:aws:iam::123456789012:user/moto"
 # The API server accepts an EKS token for 15 minutes after it was signed.
 EKS_TOKEN_LIFETIME = 15 * 60
+# The header whose signed value names the cluster a token is for (aws-iam-authenticator's `clusterIDHeader`).
+CLUSTER_ID_HEADER = "x-k8s-aws-id"
+# The secret key every local principal signs with (`sam.aws.LocalIdentity`, the operator's `local`).
+LOCAL_SECRET_ACCESS_KEY = "local"
 
 _ASSUMED_ROLE = re.compile(r"^arn:(aws[\w-]*):sts::(\d{12}):assumed-role/([^/]+)/(.+)$")
 _IAM_ARN = re.compile(r"^arn:(aws[\w-]*):iam::(\d{12}):(role|user)/(?:.*/)?([^/]+)$")
@@ -149,8 +159,14 @@ class Authenticator:
         access_entries: Mapping[str, AccessEntry] | None = None,
         default_aws_principal: str | None = DEFAULT_CLUSTER_CREATOR,
         clock: Callable[[], float] = time.time,
+        cluster_name: str | None = None,
+        signing_secret: Callable[[str], str | None] = lambda key: LOCAL_SECRET_ACCESS_KEY,
     ) -> None:
+        """`cluster_name`: the EKS cluster this is, whose name a token's signature must cover (None: the
+        signature is not checked). `signing_secret(access_key)`: the secret key that signs with it."""
         self._lock = threading.Lock()
+        self.cluster_name = cluster_name
+        self._signing_secret = signing_secret
         self._identities = dict(identities or {})
         self._aws_principals: dict[str, str] = {}
         self._access_entries: dict[str, AccessEntry] = {}
@@ -199,6 +215,8 @@ class Authenticator:
 
     def _eks_identity(self, token: str) -> Identity:
         access_key, _ = self._parse_eks_token(token)
+        if self.cluster_name is not None:
+            self._check_signature(token, access_key)
         with self._lock:
             arn = self._aws_principals.get(access_key, self.default_aws_principal)
         if arn is None:
@@ -213,13 +231,20 @@ class Authenticator:
         username = template.replace("{{SessionName}}", session).replace("{{AccountID}}", caller.account)
         return Identity(username, entry.groups, f"aws-iam-authenticator:{caller.account}:{access_key}")
 
+    def _check_signature(self, token: str, access_key: str) -> None:
+        """STS's check of the presigned URL, with the header set to this cluster's name."""
+        assert self.cluster_name is not None
+        secret = self._signing_secret(access_key)
+        if secret is None:
+            raise AuthenticationError(f"access key {access_key} is not known to STS")
+        if not signature_matches(_token_url(token), self.cluster_name, secret):
+            raise AuthenticationError(
+                f"the EKS token's signature does not match: it was not made for cluster {self.cluster_name} "
+                f"(its {CLUSTER_ID_HEADER} header names another)")
+
     def _parse_eks_token(self, token: str) -> tuple[str, float]:
         """The access key and signing time of a presigned GetCallerIdentity URL."""
-        encoded = token[len(EKS_TOKEN_PREFIX) :]
-        try:
-            url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-        except (binascii.Error, ValueError, UnicodeDecodeError):
-            raise AuthenticationError("the EKS token is not base64") from None
+        url = _token_url(token)
         parts = urlsplit(url)
         query = {k.lower(): v[-1] for k, v in parse_qs(parts.query).items()}
         if parts.scheme not in ("http", "https") or parts.path not in ("", "/"):
@@ -238,3 +263,34 @@ class Authenticator:
         if self._clock() > signed + EKS_TOKEN_LIFETIME:
             raise AuthenticationError("the EKS token has expired")
         return credential[0], float(signed)
+
+
+def _token_url(token: str) -> str:
+    encoded = token[len(EKS_TOKEN_PREFIX) :]
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise AuthenticationError("the EKS token is not base64") from None
+
+
+def signature_matches(url: str, cluster_name: str, secret_key: str) -> bool:
+    """Whether the presigned STS URL's SigV4 signature is the one `secret_key` makes with the
+    `x-k8s-aws-id` header set to `cluster_name` (as STS computes it when EKS replays the URL)."""
+    from botocore.auth import SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    values = dict(query)
+    try:
+        access_key, _, region, service, _ = values["X-Amz-Credential"].split("/")
+        given, timestamp, expires = values["X-Amz-Signature"], values["X-Amz-Date"], int(values["X-Amz-Expires"])
+    except (KeyError, ValueError):
+        return False
+    unsigned = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if k != "X-Amz-Signature"])))
+    request = AWSRequest(method="GET", url=unsigned, headers={CLUSTER_ID_HEADER: cluster_name})
+    request.context["timestamp"] = timestamp
+    auth = SigV4QueryAuth(Credentials(access_key, secret_key), service, region, expires=expires)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+    return hmac.compare_digest(expected, given)

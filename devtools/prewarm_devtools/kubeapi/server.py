@@ -147,7 +147,8 @@ class KubeApiServer:
       `aws_principals` does not name is `default_aws_principal`: as moto answers for any key, every
       local AWS credential is the cluster creator, which (as EKS bootstraps the creator) has an
       admin entry unless `access_entries` is given. `default_aws_principal=None` makes such tokens
-      401. Any other token is 401 Unauthorized.
+      401. With `cluster_name`, a token must be signed for that cluster (its `x-k8s-aws-id`), as EKS
+      checks. Any other token is 401 Unauthorized.
     - `anonymous` says what requests without a token get (see ANONYMOUS_MODES).
     - `Impersonate-User`/`Impersonate-Group` headers (kubectl `--as`, `--as-group`) act as another
       identity when RBAC allows the `impersonate` verb.
@@ -179,6 +180,7 @@ class KubeApiServer:
         continue_ttl: float = 300.0,
         max_events: int = 10_000,
         clock: Callable[[], float] = time.time,
+        cluster_name: str | None = None,
     ) -> None:
         self.token = token or f"admin-{secrets.token_urlsafe(24)}"
         if access_entries is None:
@@ -189,6 +191,7 @@ class KubeApiServer:
             access_entries=access_entries,
             default_aws_principal=default_aws_principal,
             clock=clock,
+            cluster_name=cluster_name,
         )
         if anonymous not in ANONYMOUS_MODES:
             raise ValueError(f"anonymous must be one of {', '.join(ANONYMOUS_MODES)}, got {anonymous!r}")
@@ -280,6 +283,11 @@ class KubeApiServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    @property
+    def serving(self) -> bool:
+        """Whether it is started and not stopped."""
+        return self._httpd is not None
 
     @property
     def port(self) -> int:

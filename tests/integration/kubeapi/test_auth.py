@@ -219,3 +219,25 @@ def test_the_plugin_makes_clients_for_any_identity(kube_client_as: Callable[[Ide
         'nodes "n1" is forbidden: User "system:serviceaccount:prewarm:record-status" cannot get resource "nodes" '
         'in API group "" at the cluster scope',
     )
+
+
+def local_token(cluster: str, secret: str = "local") -> str:
+    """An EKS token for `cluster`, signed as local principals sign (secret key `local`)."""
+    session = boto3.Session(aws_access_key_id="AKIALOCAL", aws_secret_access_key=secret, region_name="us-west-2")
+    token: str = EksTokenSource(cluster, session)()
+    return token
+
+
+def test_a_cluster_refuses_an_eks_token_made_for_another_cluster() -> None:
+    # Given the API of cluster "blue", which checks what a token was signed for, as EKS does through STS
+    with KubeApiServer(cluster_name="blue") as api:
+        # When a token made for "blue" is used, Then it is the creator's, an admin
+        with api.api_client(local_token("blue")) as client:
+            assert call(client, "GET", "/api/v1/namespaces").status == 200
+        # When the same principal's token for "green" is used, Then it is refused: its signed
+        # x-k8s-aws-id header names "green"
+        with api.api_client(local_token("green")) as client:
+            assert call(client, "GET", "/api/v1/namespaces").status == 401
+        # And a token for "blue" signed with another secret key fails the signature check too
+        with api.api_client(local_token("blue", secret="forged")) as client:
+            assert call(client, "GET", "/api/v1/namespaces").status == 401

@@ -139,6 +139,12 @@ def test_the_allowlist_and_bottlerocket_selinux_type_reach_the_agent() -> None:
     assert "seLinuxOptions" not in agent_container()["securityContext"]
 
 
+def test_a_registered_clusters_agents_are_told_their_cluster_and_the_own_clusters_install_is_unchanged() -> None:
+    assert {"name": "PREWARM_CLUSTER", "value": "gpu-east"} in agent_container(cluster="gpu-east")["env"]
+    assert all(e["name"] != "PREWARM_CLUSTER" for e in agent_container()["env"])
+    assert "PREWARM_CLUSTER" not in one("ConfigMap")["data"]
+
+
 def test_the_startup_taint_and_warm_deadline_reach_the_agent_and_the_admission_policy() -> None:
     # The agent reads the ConfigMap's keys; the policy's binding reads the same ConfigMap as its params.
     data = one("ConfigMap", startup_taint="karpenter.example.com/cold=yes:NoExecute", max_warm_seconds=600)["data"]

@@ -1,0 +1,221 @@
+"""Registering an EKS cluster with a stack (`prewarm cluster add|remove`), and how each cluster answers
+(`prewarm cluster list`).
+
+Adding a cluster does, in order, what an operator would otherwise do by hand (docs/operations.md,
+"Kubernetes access for the functions"): read its API endpoint and CA (`eks:DescribeCluster`), give each
+of the stack's function roles an access entry with the Kubernetes groups the shipped RBAC binds
+(`eks:CreateAccessEntry`, type `STANDARD`, no access policy), install what `prewarm install` installs
+(its agents told their cluster), then record the cluster in the table, where the functions find it.
+Every step is idempotent; removing undoes them in reverse, after marking the cluster's jobs for deletion.
+What a cluster is (its name, its labels) is the domain's (`prewarm.domain.clusters`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster
+from prewarm_cli.install.render import FUNCTION_GROUPS
+
+# "Create access entries", EKS User Guide: a role that calls the API with Kubernetes groups (and no
+# access policy) has a STANDARD entry.
+ENTRY_TYPE = "STANDARD"
+
+Report = Callable[[str], None]
+
+
+class RegistrationError(Exception):
+    """A cluster could not be registered or removed; the message says what to fix."""
+
+
+class ClusterStore(Protocol):
+    """What registration needs of the stack's table (`DynamoJobStore` is one)."""
+
+    def put_cluster(self, cluster: RegisteredCluster) -> None: ...
+
+    def get_cluster(self, name: str) -> RegisteredCluster | None: ...
+
+    def list_clusters(self) -> list[RegisteredCluster]: ...
+
+    def delete_cluster(self, name: str) -> bool: ...
+
+    def list_jobs(self) -> list[Any]: ...
+
+    def list_nodes(self, cluster: str = DEFAULT_CLUSTER) -> list[Any]: ...
+
+    def delete_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> None: ...
+
+
+def function_roles(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """Each function role the stack's outputs name → the Kubernetes groups its access entry carries
+    (the same as template.yaml's `AWS::EKS::AccessEntry` resources give them)."""
+    roles: dict[str, tuple[str, ...]] = {}
+    for setting, groups in FUNCTION_GROUPS.items():
+        if arn := env.get(setting):
+            roles[arn] = tuple(dict.fromkeys((*roles.get(arn, ()), *groups)))
+    if not roles:
+        raise RegistrationError(
+            "the stack names no function roles (outputs DispatchJobRoleArn, SweepRoleArn, ...): "
+            "redeploy it with this version's template.yaml")
+    return roles
+
+
+def describe_cluster(eks: Any, name: str) -> tuple[str, str]:
+    """The API endpoint and base64 PEM CA of EKS cluster `name`."""
+    try:
+        cluster = eks.describe_cluster(name=name)["cluster"]
+    except eks.exceptions.ResourceNotFoundException:
+        raise RegistrationError(f"EKS cluster {name!r} not found in {eks.meta.region_name}: check the name and "
+                                "--region") from None
+    endpoint = cluster.get("endpoint") or ""
+    ca_data = (cluster.get("certificateAuthority") or {}).get("data") or ""
+    if not endpoint or not ca_data:
+        raise RegistrationError(f"EKS cluster {name!r} is {cluster.get('status', 'not ready')} and has no API "
+                                "endpoint or CA yet: add it again once it is ACTIVE")
+    mode = (cluster.get("accessConfig") or {}).get("authenticationMode") or "CONFIG_MAP"
+    if mode == "CONFIG_MAP":
+        raise RegistrationError(
+            f"EKS cluster {name!r} authenticates through the aws-auth ConfigMap only, which has no access "
+            f"entries: `aws eks update-cluster-config --name {name} --access-config "
+            "authenticationMode=API_AND_CONFIG_MAP`, then add it again")
+    return endpoint, ca_data
+
+
+def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> None:
+    """An access entry for each role with (at least) its groups: created, kept, or given the groups it lacks."""
+    for arn, groups in roles.items():
+        try:
+            eks.create_access_entry(clusterName=cluster, principalArn=arn, kubernetesGroups=list(groups),
+                                    type=ENTRY_TYPE)
+            report(f"access entry {arn} created (groups {', '.join(groups)})")
+            continue
+        except eks.exceptions.ResourceInUseException:
+            pass
+        entry = eks.describe_access_entry(clusterName=cluster, principalArn=arn)["accessEntry"]
+        have = list(entry.get("kubernetesGroups") or [])
+        missing = [g for g in groups if g not in have]
+        if missing:
+            eks.update_access_entry(clusterName=cluster, principalArn=arn, kubernetesGroups=have + missing)
+            report(f"access entry {arn} configured (added groups {', '.join(missing)})")
+        else:
+            report(f"access entry {arn} unchanged")
+
+
+def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mapping[str, str],
+                     objects: Sequence[dict[str, Any]], report: Report,
+                     open_api: Callable[[RegisteredCluster], Any]) -> RegisteredCluster:
+    """`prewarm cluster add` for a cluster other than the stack's own: its endpoint and CA from EKS, the
+    function roles' access entries, `objects` installed through `open_api(cluster)` (the cluster's API as
+    the operator), then the cluster recorded (its first `added_at` kept). `target` is the stack's
+    (`prewarm_cli.targets.Target`)."""
+    from prewarm_cli.install.apply import install
+
+    before = store.get_cluster(name)
+    added_at = before.added_at if before is not None and before.added_at else time.time()
+    roles = function_roles(target.env)
+    eks = target.client("eks")
+    endpoint, ca_data = describe_cluster(eks, name)
+    registered = RegisteredCluster(name, endpoint, ca_data, labels=dict(labels), added_at=added_at)
+    grant_access(eks, name, roles, report)
+    with open_api(registered) as api:
+        install(api, objects, report=lambda change: report(str(change)))
+    store.put_cluster(registered)
+    return registered
+
+
+def revoke_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> None:
+    for arn in roles:
+        try:
+            eks.delete_access_entry(clusterName=cluster, principalArn=arn)
+            report(f"access entry {arn} deleted")
+        except eks.exceptions.ResourceNotFoundException:
+            report(f"access entry {arn} not found")
+
+
+def mark_jobs_for_deletion(store: Any, cluster: str, *, now: float) -> list[str]:
+    """Every job of `cluster` marked for deletion (the control plane cancels their pulls); their keys."""
+    from prewarm.domain.sources import Source
+    from prewarm.services.jobs import JobNotFoundError, request_deletion
+
+    marked = []
+    for record in store.list_jobs():
+        if record.cluster != cluster or record.owner:
+            continue  # a list job's children go with it
+        try:
+            # By the resource's side too: the cluster a resource lives in is going.
+            request_deletion(store, record.namespace, record.name, now=now, by=Source.RESOURCE, cluster=cluster)
+        except JobNotFoundError:
+            continue  # deleted meanwhile
+        marked.append(record.key)
+    return marked
+
+
+def forget_nodes(store: ClusterStore, queues: Any, cluster: str) -> int:
+    """The cluster's node registrations and node queues, deleted (its agents are gone)."""
+    for url in queues.list_node_queues(cluster).values():
+        queues.delete_queue(url)
+    nodes = store.list_nodes(cluster)
+    for node in nodes:
+        store.delete_node(node.name, cluster)
+    return len(nodes)
+
+
+@dataclass
+class Health:
+    """How a cluster answers, for `cluster list`: recorded by the schedules, or checked now (`live`)."""
+
+    name: str
+    own: bool
+    labels: dict[str, str]
+    endpoint: str
+    reachable: bool | None
+    reason: str
+    checked_at: float | None
+    last_sync: float | None
+    agents: int
+    live: bool = False
+    agent_pods: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "own": self.own, "labels": self.labels, "endpoint": self.endpoint,
+                "reachable": self.reachable, "reason": self.reason, "checkedAt": self.checked_at,
+                "lastSync": self.last_sync, "agents": self.agents, "live": self.live,
+                **({"agentPods": self.agent_pods} if self.live else {})}
+
+
+def recorded_health(store: ClusterStore, own_name: str) -> list[Health]:
+    """Each cluster as the schedules last found it, the stack's own first. `agents`: the nodes whose agent
+    is registered in the table."""
+    stored = {c.name: c for c in store.list_clusters()}
+    own = stored.pop(own_name, None)
+    found = [Health(own_name, True, dict(own.labels) if own else {}, "", None, "", None, None,
+                    len(store.list_nodes(DEFAULT_CLUSTER)))]
+    for name, c in sorted(stored.items()):
+        found.append(Health(name, False, dict(c.labels), c.endpoint, c.reachable, c.reason, c.checked_at,
+                            c.last_sync, len(store.list_nodes(name))))
+    return found
+
+
+def check_now(health: Health, open_cluster: Callable[[], Any], *, now: float) -> None:
+    """Reaches the cluster's API now: reachable or why not, and the agent DaemonSet's ready pods."""
+    from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
+    from prewarm.services.ports import ClusterError
+
+    health.live, health.checked_at = True, now
+    try:
+        with open_cluster() as api:
+            daemon_set = api.get_object("apps/v1", "daemonsets", AGENT_NAME, AGENT_NAMESPACE)
+    except ClusterError as e:
+        health.reachable, health.reason, health.agent_pods = False, str(e), "-"
+        return
+    health.reachable, health.reason = True, ""
+    if daemon_set is None:
+        health.agent_pods = "not installed"
+    else:
+        status = daemon_set.get("status") or {}
+        health.agent_pods = f"{status.get('numberReady', 0)}/{status.get('desiredNumberScheduled', 0)}"
+
