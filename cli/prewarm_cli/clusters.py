@@ -192,7 +192,9 @@ def recorded_health(store: ClusterStore, own_name: str) -> list[Health]:
     is registered in the table."""
     stored = {c.name: c for c in store.list_clusters()}
     own = stored.pop(own_name, None)
-    found = [Health(own_name, True, dict(own.labels) if own else {}, "", None, "", None, None,
+    # The stack's own cluster: its labels if registered with some, its health once a schedule reached it.
+    found = [Health(own_name, True, dict(own.labels) if own else {}, "", own.reachable if own else None,
+                    own.reason if own else "", own.checked_at if own else None, own.last_sync if own else None,
                     len(store.list_nodes(DEFAULT_CLUSTER)))]
     for name, c in sorted(stored.items()):
         found.append(Health(name, False, dict(c.labels), c.endpoint, c.reachable, c.reason, c.checked_at,

@@ -74,3 +74,26 @@ def test_a_sweep_that_fails_records_nothing(stack: dict[str, Any], monkeypatch: 
     with pytest.raises(RuntimeError):
         load_handler("sweep").lambda_handler(load_event("schedule_sweep"), stack["ctx"])
     assert bootstrap.store().last_runs([SWEEP]) == {}
+
+
+def test_the_sweep_records_how_the_stacks_own_cluster_answered_and_fails_when_it_did_not(
+    stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prewarm.services.ports import ClusterUnavailableError
+
+    monkeypatch.setenv("CLUSTER_NAME", "home")
+    bootstrap.reset()
+    load_handler("sweep").lambda_handler(load_event("schedule_sweep"), stack["ctx"])
+    home = bootstrap.store().get_cluster("home")
+    assert home is not None and (home.reachable, home.reason, home.agents) == (True, "", 0)
+
+    def down() -> list[dict[str, Any]]:
+        raise ClusterUnavailableError("connection refused")
+
+    monkeypatch.setattr(stack["cluster"], "list_node_metadata", down)
+    with pytest.raises(ClusterUnavailableError, match="the stack's own cluster 'home' was not swept: connection"):
+        load_handler("sweep").lambda_handler(load_event("schedule_sweep"), stack["ctx"])
+    home = bootstrap.store().get_cluster("home")
+    assert home is not None and (home.reachable, home.reason) == (False, "connection refused")
+    # The own cluster's health item is not a registered cluster
+    assert bootstrap.registered_clusters() == []

@@ -306,9 +306,10 @@ def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues; and record the run.
 
     `time_left()`: the seconds the invocation has left; work the next run can do stops when it runs low."""
+    from prewarm.domain.clusters import DEFAULT_CLUSTER
     from prewarm.domain.schedules import SWEEP
     from prewarm.services.budget import TimeBudget
-    from prewarm.services.ports import ClusterError
+    from prewarm.services.ports import ClusterError, ClusterUnavailableError
     from prewarm.services.schedules import ClusterAccess, record_run, sweep
 
     s = settings()
@@ -334,6 +335,13 @@ def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
                                      agents=result.agents.get(access.name))
     for name, reason in unbuilt.items():
         store().record_cluster_check(name, reachable=False, reason=reason, checked_at=started)
+    own = result.unreachable.get(DEFAULT_CLUSTER)
+    if s.cluster_name and (own is not None or DEFAULT_CLUSTER in result.agents):
+        store().record_cluster_check(s.cluster_name, reachable=own is None, reason=own or "", checked_at=started,
+                                     agents=result.agents.get(DEFAULT_CLUSTER), own=True)
+    if own is not None:
+        # The run failed: the schedule's retry and `prewarm doctor` see it (the other clusters were swept).
+        raise ClusterUnavailableError(f"the stack's own cluster {s.cluster_name!r} was not swept: {own}")
     record_run(store(), SWEEP, started_at=started, finished_at=time.time())
     return result
 
@@ -346,10 +354,14 @@ def sync_resources() -> SyncReport:
     from prewarm.services.resources import SyncReport, sync_resources
 
     own_failure: ClusterError | None = None
+    started = time.time()
     try:
-        report = sync_resources(store(), cluster(), now=time.time())
+        report = sync_resources(store(), cluster(), now=started)
     except ClusterError as e:
         report, own_failure = SyncReport(), e
+    if own_name := settings().cluster_name:
+        store().record_cluster_check(own_name, reachable=own_failure is None, reason=str(own_failure or ""),
+                                     checked_at=started, synced=own_failure is None, own=True)
     for registered in registered_clusters():
         started = time.time()
         try:

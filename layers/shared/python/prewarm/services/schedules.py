@@ -175,8 +175,8 @@ def sweep(
     past their deadline, kept by the caller across runs so that they are not read again.
 
     `cluster` and `taints` are the stack's own cluster's; each of `registered` is swept the same way in
-    turn. A registered cluster whose API fails is left for the next run (`result.unreachable`) and does
-    not keep the others from being swept; the stack's own cluster's failure is raised after them.
+    turn. A cluster whose API fails is left for the next run (`result.unreachable`, the stack's own under
+    "") and does not keep the others from being swept.
     """
     result = SweepResult()
     agents: dict[str, set[str]] = {}
@@ -239,20 +239,14 @@ def sweep(
         result.resent += sent
         result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
         finish_if_done(store, record.key, now=now)
-    own_failure: ClusterError | None = None
     accesses = ([ClusterAccess(DEFAULT_CLUSTER, cluster, taints)] if cluster is not None else []) + list(registered)
     for access in accesses:
         try:
             _sweep_cluster(store, queues, access, result, now=now, prefix=prefix, budget=budget, settled=settled,
                            taint_grace_seconds=taint_grace_seconds)
         except ClusterError as e:
-            if access.name == DEFAULT_CLUSTER:
-                own_failure = e
-            else:
-                log.warning("cluster %s not swept: %s", access.name, e)
-                result.unreachable[access.name] = str(e)
-    if own_failure is not None:
-        raise own_failure
+            log.warning("cluster %s not swept: %s", access.name or "(the stack's own)", e)
+            result.unreachable[access.name] = str(e)
     if secrets is not None:
         # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))

@@ -51,14 +51,19 @@ class ClusterItems(Table):
         return "Attributes" in out
 
     def record_cluster_check(self, name: str, *, reachable: bool, reason: str, checked_at: float,
-                             agents: int | None = None, synced: bool = False) -> None:
+                             agents: int | None = None, synced: bool = False, own: bool = False) -> None:
         """How the cluster's API last answered a schedule (`synced`: the resource sync, whose time is its
-        last sync). A cluster removed meanwhile stays removed."""
+        last sync). A registered cluster removed meanwhile stays removed; the stack's own (`own`, its
+        ClusterName) gets an item for its health if it has none (registered labels or not)."""
         fields: dict[str, Any] = {"reachable": reachable, "reason": reason or None, "checked_at": checked_at}
         if agents is not None:
             fields["agents"] = agents
         if synced:
             fields["last_sync"] = checked_at
+        if own:
+            self._update(f"record how cluster {name} answered", _pk(name), "CLUSTER",
+                         {"kind": "cluster", "name": name, **fields})
+            return
         with contextlib.suppress(StoreConflictError):
             self._update(f"record how cluster {name} answered", _pk(name), "CLUSTER", fields,
                          condition="attribute_exists(pk)")
