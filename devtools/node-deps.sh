@@ -2,6 +2,19 @@
 # Installs what the node-side tests and local mode need: Debian's containerd (with the CRI plugin)
 # and docker-registry (the CNCF distribution registry). Only as root; otherwise says what is missing.
 set -euo pipefail
+# Debian's kubectl 1.20 (kubernetes-client) for the old-client test, unpacked under build/ rather than
+# installed: the package conflicts with a newer kubectl that may already be on the machine.
+old_kubectl=build/kubectl-1.20/usr/bin/kubectl
+if [ ! -x "$old_kubectl" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  workdir=$(mktemp -d)
+  if (cd "$workdir" && apt-get download -qq kubernetes-client >/dev/null 2>&1) ||
+     { apt-get update -qq >/dev/null 2>&1 && (cd "$workdir" && apt-get download -qq kubernetes-client >/dev/null 2>&1); }; then
+    mkdir -p build/kubectl-1.20 && dpkg-deb -x "$workdir"/kubernetes-client_*.deb build/kubectl-1.20
+  else
+    echo "node-deps: Debian's kubernetes-client could not be downloaded; the kubectl 1.20 test will be skipped" >&2
+  fi
+  rm -rf "$workdir"
+fi
 missing=()
 command -v containerd >/dev/null 2>&1 || missing+=(containerd)
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)

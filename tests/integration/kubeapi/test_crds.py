@@ -756,9 +756,15 @@ def _version(binary: str) -> tuple[int, int]:
     return int(version["major"]), int(version["minor"].rstrip("+"))
 
 
+# Where `make node-deps` unpacks Debian's kubernetes-client (kubectl 1.20) as root.
+_UNPACKED_1_20 = Path(__file__).resolve().parents[3] / "build" / "kubectl-1.20" / "usr" / "bin" / "kubectl"
+
+
 def _kubectls() -> list[str]:
-    """/usr/bin/kubectl, and a kubectl 1.20 (Debian's kubernetes-client) named by PREWARM_KUBECTL_1_20."""
-    found = [b for b in ("/usr/bin/kubectl", os.environ.get("PREWARM_KUBECTL_1_20", "")) if b and shutil.which(b)]
+    """/usr/bin/kubectl, and a kubectl 1.20 (Debian's kubernetes-client): named by PREWARM_KUBECTL_1_20, or as
+    `make node-deps` unpacks it."""
+    candidates = ("/usr/bin/kubectl", os.environ.get("PREWARM_KUBECTL_1_20", ""), str(_UNPACKED_1_20))
+    found = [b for b in candidates if b and shutil.which(b)]
     return list(dict.fromkeys(found))
 
 
@@ -833,7 +839,8 @@ def test_kubectl_applies_a_crd_and_its_objects_and_shows_their_columns(
 def test_debian_kubectl_1_20_applies_a_crd_and_its_objects(kubectl_api: KubeApiServer, tmp_path: Path) -> None:
     binary = _kubectl_1_20()
     if binary is None:
-        pytest.skip("no kubectl 1.20 (/usr/bin/kubectl from Debian's kubernetes-client, or PREWARM_KUBECTL_1_20)")
+        pytest.skip("no kubectl 1.20 (Debian's kubernetes-client: `make node-deps` as root unpacks it, or name it "
+                    "with PREWARM_KUBECTL_1_20)")
     _apply_crd_and_objects(binary, kubectl_api, tmp_path)
 
 
