@@ -26,19 +26,48 @@ def update(key: str, value: str) -> dict[str, object]:
             "ExpressionAttributeValues": {":v": {"S": value}}}
 
 
-def hold_in_a_transaction(aws: Aws, key: str) -> threading.Thread:
-    """A transaction on `key` started on another thread; returns once the layer holds its item."""
+class Gate:
+    """Stands in for the limits layer's `time` module: a transaction holds its items until `open()`, not
+    for a span of the wall clock a loaded machine may stretch or skip past."""
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        assert self._open.wait(30), "the transaction was never let go"
+
+    def open(self) -> None:
+        self._open.set()
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Gate:
+    from prewarm_devtools.aws_limits import dynamodb as layer_dynamodb
+
+    gate = Gate()
+    monkeypatch.setattr(layer_dynamodb, "time", gate)
+    return gate
+
+
+def hold_in_a_transaction(aws: Aws, key: str, item: dict[str, object] | None = None) -> threading.Thread:
+    """A transaction on `key` (or `item`, a key) started on another thread; returns once the layer holds
+    its item, which it holds until the gate opens."""
+    update_args = update(key, "tx") if item is None else {
+        "TableName": TABLE, "Key": item, "UpdateExpression": "SET v = :v",
+        "ExpressionAttributeValues": {":v": {"S": "claimed"}}}
     held = threading.Thread(target=lambda: aws.client("dynamodb").transact_write_items(
-        TransactItems=[{"Update": update(key, "tx")}]))
+        TransactItems=[{"Update": update_args}]))
     held.start()
-    deadline = time.monotonic() + 5
-    while not aws.layer.dynamodb._held and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while not aws.layer.dynamodb._held:
+        assert time.monotonic() < deadline and held.is_alive(), "the transaction never held its item"
         time.sleep(0.01)
     return held
 
 
-@pytest.mark.aws_quotas(transaction_hold_s=0.5)
-def test_a_single_write_on_an_item_a_transaction_holds_is_refused_with_transaction_conflict(aws: Aws) -> None:
+def test_a_single_write_on_an_item_a_transaction_holds_is_refused_with_transaction_conflict(aws: Aws, gate: Gate
+                                                                                            ) -> None:
     dynamodb = aws.client("dynamodb")
     make_table(dynamodb)
     dynamodb.put_item(TableName=TABLE, Item=item("job", v="0"))
@@ -52,6 +81,7 @@ def test_a_single_write_on_an_item_a_transaction_holds_is_refused_with_transacti
             getattr(dynamodb, call)(**args)
         refused.append(error(e))
     dynamodb.update_item(**update("other", "1"))
+    gate.open()
     held.join()
     # Then each of the three is refused as DynamoDB refuses it, the other item is written, and once the
     # transaction committed the same update goes through
@@ -121,30 +151,30 @@ def _table_args() -> dict[str, object]:
 # --- the job store meeting them --------------------------------------------------------------------
 
 
-# The table's backoff sleeps until the transaction has committed, however long a loaded machine makes
-# its hold: the test proves the refused write is tried again and then written, not a race against the
-# jittered waits (AWS's transactions commit in milliseconds, far inside them).
-@pytest.mark.aws_quotas(transaction_hold_s=0.15)
-def test_finish_job_meeting_a_transaction_in_flight_on_the_job_item_is_written_once_it_commits(aws: Aws) -> None:
+# The transaction holds the job item until the table's backoff lets it go: the test proves the refused
+# write is tried again and then written, not a race against the jittered waits.
+def test_finish_job_meeting_a_transaction_in_flight_on_the_job_item_is_written_once_it_commits(aws: Aws, gate: Gate
+                                                                                              ) -> None:
     dynamodb = aws.client("dynamodb")
     create_table(dynamodb, load_template(), TABLE)
     waits: list[float] = []
-    store = DynamoJobStore(TABLE, client=dynamodb, sleep=lambda seconds: (waits.append(seconds), held.join()))
-    dynamodb.put_item(TableName=TABLE, Item={"pk": {"S": "JOB#default/web"}, "sk": {"S": "JOB"},
-                                             "state": {"S": "Running"}, "v": {"S": "0"}})
-    # Given a claim's transaction in flight on the job item (held 0.15 s, as a slow one on AWS)
-    held = threading.Thread(target=lambda: aws.client("dynamodb").transact_write_items(TransactItems=[{"Update": {
-        "TableName": TABLE, "Key": {"pk": {"S": "JOB#default/web"}, "sk": {"S": "JOB"}},
-        "UpdateExpression": "SET v = :v", "ExpressionAttributeValues": {":v": {"S": "claimed"}}}}]))
-    held.start()
-    while not aws.layer.dynamodb._held:
-        time.sleep(0.01)
+
+    def backoff(seconds: float) -> None:
+        waits.append(seconds)
+        gate.open()
+        held.join()
+
+    store = DynamoJobStore(TABLE, client=dynamodb, sleep=backoff)
+    key = {"pk": {"S": "JOB#default/web"}, "sk": {"S": "JOB"}}
+    dynamodb.put_item(TableName=TABLE, Item={**key, "state": {"S": "Running"}, "v": {"S": "0"}})
+    # Given a claim's transaction in flight on the job item
+    held = hold_in_a_transaction(aws, "", item=key)
     # When finish_job writes the job item meanwhile (before: StoreRetryableError, the batch failed)
     finished = store.finish_job("default/web", {"state": "Completed"}, require_done=False)
     held.join()
     # Then it was refused while the transaction held the item, and written after it committed
     assert finished is True and aws.layer.stats.transaction_conflicts >= 1 and len(waits) >= 1
-    stored = dynamodb.get_item(TableName=TABLE, Key={"pk": {"S": "JOB#default/web"}, "sk": {"S": "JOB"}})["Item"]
+    stored = dynamodb.get_item(TableName=TABLE, Key=key)["Item"]
     assert (stored["state"], stored["v"]) == ({"S": "Completed"}, {"S": "claimed"})
 
 
