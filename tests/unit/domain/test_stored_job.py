@@ -55,6 +55,13 @@ def test_a_job_round_names_the_job_its_round_and_at_least_one_shard() -> None:
     assert replace(job, shards=4).ref == JobRound("shop/web", "u1", 3, 4)
 
 
+def test_a_job_of_a_registered_cluster_and_its_children_are_keyed_by_that_cluster() -> None:
+    own, prod = list_job(), list_job(cluster="prod-eu")
+    assert (own.key, own.sibling("base-1")) == ("shop/base", "shop/base-1")
+    assert (prod.key, prod.sibling("base-1")) == ("prod-eu:shop/base", "prod-eu:shop/base-1")
+    assert pull_job(cluster="prod-eu").ref == JobRound("prod-eu:shop/web", "u1", 0, 1)
+
+
 def test_a_job_is_planned_when_its_last_plan_is_the_one_its_generation_and_round_need() -> None:
     job = pull_job(planned=False, generation=2, round=1)
     assert job.plan_id == "2.1" and not job.is_planned
