@@ -3,6 +3,7 @@ or queues is touched by another's traffic. The stack's own cluster keeps its one
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterUnavailableError
 from prewarm.services.push import ImagePush, handle_push
 from prewarm.services.reports import record_report, record_status
-from prewarm.services.resources import RULES_FROM_OWN_CLUSTER, sync_resources
+from prewarm.services.resources import RULES_FROM_OWN_CLUSTER, sync_clusters, sync_resources
 from prewarm.services.schedules import ClusterAccess, sweep
 from tests.support.cluster import FakeCluster, make_node
 from tests.support.control_plane import ControlPlane, take_node_messages
@@ -192,31 +193,93 @@ def test_a_job_resource_belongs_to_its_cluster_and_rules_come_from_the_stacks_ow
     resource = {**job_doc("warm"), "apiVersion": "prewarm.dev/v1alpha1",
                 "metadata": {"name": "warm", "namespace": "default", "generation": 1}}
     rule_resource = {**rule(), "metadata": {"name": "models", "generation": 1}}
-    listed: dict[str, list[dict[str, Any]]] = {"imagepulljobs": [resource], "prewarmrules": [rule_resource]}
-    statuses: dict[str, dict[str, Any]] = {}
-
-    class Api:
-        def list_objects(self, api_version: str, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
-            return listed.get(plural, [])
-
-        def replace_status(self, api_version: str, plural: str, name: str, body: dict[str, Any],
-                           namespace: str | None = None) -> dict[str, Any]:
-            statuses[f"{plural}/{name}"] = body["status"]
-            return body
-
-        def delete_object(self, *args: Any, **kwargs: Any) -> None:
-            raise AssertionError("nothing is deleted")
-
-        def get_secret(self, namespace: str, name: str) -> None:
-            return None
-
-    report_ = sync_resources(plane.store, Api(), now=plane.now(), cluster="prod-eu")  # type: ignore[arg-type]
+    api = ResourceApi({"imagepulljobs": [resource], "prewarmrules": [rule_resource]})
+    report_ = sync_resources(plane.store, api, now=plane.now(), cluster="prod-eu")  # type: ignore[arg-type]
     assert report_.applied == ["ImagePullJob prod-eu:default/warm created"]
     assert plane.store.get_job("prod-eu:default/warm") is not None and plane.store.get_job("default/warm") is None
     assert plane.store.list_rules() == []
-    assert statuses["prewarmrules/models"]["message"] == f"not applied: {RULES_FROM_OWN_CLUSTER}"
+    assert api.statuses["prewarmrules/models"]["message"] == f"not applied: {RULES_FROM_OWN_CLUSTER}"
     # The own cluster's sync leaves prod-eu's job alone (it is not the own cluster's resource)
-    listed.clear()
-    sync_resources(plane.store, Api(), now=plane.now())  # type: ignore[arg-type]
+    sync_resources(plane.store, ResourceApi(), now=plane.now())  # type: ignore[arg-type]
     record = plane.store.get_job("prod-eu:default/warm")
     assert record is not None and record.state.value == "Running"
+
+
+def test_a_cluster_whose_api_hangs_keeps_no_other_cluster_waiting(two: tuple[ControlPlane, FakeCluster]) -> None:
+    plane, prod = two
+    plane.store.put_cluster(RegisteredCluster("staging", endpoint="https://staging.example"))
+    # Given prod-eu's node list answers only once staging's sweep is under way (a hung API, until its
+    # timeout), prod-eu listed first, and a node gone from staging
+    agents_start(plane, "staging")
+    record_status(plane.store, plane.queues, plane.cluster, [("m", Hello(node=NODES[0], cluster="staging"))],
+                  now=plane.now(), clusters=lambda name: prod)
+    staging_under_way = threading.Event()
+
+    class Hung(FakeCluster):
+        def list_node_metadata(self) -> list[dict[str, Any]]:
+            if not staging_under_way.wait(5):
+                raise ClusterUnavailableError("timed out")
+            return super().list_node_metadata()
+
+    class Staging(FakeCluster):
+        def list_node_metadata(self) -> list[dict[str, Any]]:
+            staging_under_way.set()
+            return super().list_node_metadata()
+
+    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix=plane.queues.prefix,
+                   registered=[ClusterAccess("prod-eu", Hung(nodes=prod.nodes)),
+                               ClusterAccess("staging", Staging(nodes=prod.nodes[1:]))])
+    # Then both were swept: one after the other, prod-eu would have timed out waiting for staging
+    assert result.unreachable == {} and result.nodes_forgotten == [f"staging:{NODES[0]}"]
+    assert result.agents == {"prod-eu": 0, "staging": 1}
+
+
+class ResourceApi:
+    """A cluster's prewarm.dev resources, as `sync_resources` reads and writes them."""
+
+    def __init__(self, listed: dict[str, list[dict[str, Any]]] | None = None,
+                 before_list: Any = None) -> None:
+        self.listed = listed or {}
+        self.before_list = before_list
+        self.statuses: dict[str, dict[str, Any]] = {}
+
+    def list_objects(self, api_version: str, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        if self.before_list is not None:
+            self.before_list()
+        return self.listed.get(plural, [])
+
+    def replace_status(self, api_version: str, plural: str, name: str, body: dict[str, Any],
+                       namespace: str | None = None) -> dict[str, Any]:
+        self.statuses[f"{plural}/{name}"] = body["status"]
+        return body
+
+    def delete_object(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("nothing is deleted")
+
+    def get_secret(self, namespace: str, name: str) -> None:
+        return None
+
+
+def test_clusters_are_synced_side_by_side_and_each_answer_is_recorded(two: tuple[ControlPlane, FakeCluster]) -> None:
+    plane, _ = two
+    plane.store.put_cluster(RegisteredCluster("staging", endpoint="https://staging.example"))
+    resource = {**job_doc("warm"), "apiVersion": "prewarm.dev/v1alpha1",
+                "metadata": {"name": "warm", "namespace": "default", "generation": 1}}
+    staging_under_way = threading.Event()
+
+    def hung() -> None:  # prod-eu answers only once staging's sync is under way: one after the other, it times out
+        if not staging_under_way.wait(5):
+            raise ClusterUnavailableError("timed out")
+
+    def down() -> ResourceApi:
+        raise ClusterUnavailableError("connection refused")
+
+    apis = [("", down), ("prod-eu", lambda: ResourceApi({"imagepulljobs": [resource]}, before_list=hung)),
+            ("staging", lambda: ResourceApi({"imagepulljobs": [resource]}, before_list=staging_under_way.set))]
+    report = sync_clusters(plane.store, apis, clock=plane.now, own_name="home")  # type: ignore[arg-type]
+    assert report.unreachable == {"": "connection refused"}
+    assert sorted(report.applied) == ["prod-eu: ImagePullJob prod-eu:default/warm created",
+                                      "staging: ImagePullJob staging:default/warm created"]
+    health = {c.name: (c.reachable, c.reason, c.last_sync is not None) for c in plane.store.list_clusters()}
+    assert health == {"home": (False, "connection refused", False), "prod-eu": (True, "", True),
+                      "staging": (True, "", True)}

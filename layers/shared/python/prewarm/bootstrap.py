@@ -348,32 +348,19 @@ def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
 
 def sync_resources() -> SyncReport:
     """ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back to them: the
-    stack's own cluster's, then each registered cluster's (one that fails is recorded as unreachable and
-    does not keep the others from their sync)."""
-    from prewarm.services.ports import ClusterError
-    from prewarm.services.resources import SyncReport, sync_resources
+    stack's own cluster's and each registered cluster's, side by side (one that fails is recorded as
+    unreachable and does not keep the others from their sync). The run fails when the own cluster did."""
+    from functools import partial
 
-    own_failure: ClusterError | None = None
-    started = time.time()
-    try:
-        report = sync_resources(store(), cluster(), now=started)
-    except ClusterError as e:
-        report, own_failure = SyncReport(), e
-    if own_name := settings().cluster_name:
-        store().record_cluster_check(own_name, reachable=own_failure is None, reason=str(own_failure or ""),
-                                     checked_at=started, synced=own_failure is None, own=True)
-    for registered in registered_clusters():
-        started = time.time()
-        try:
-            report.add(sync_resources(store(), cluster(registered.name), now=started, cluster=registered.name),
-                       registered.name)
-        except ClusterError as e:
-            report.unreachable[registered.name] = str(e)
-        store().record_cluster_check(registered.name, reachable=registered.name not in report.unreachable,
-                                     reason=report.unreachable.get(registered.name, ""), checked_at=started,
-                                     synced=registered.name not in report.unreachable)
-    if own_failure is not None:
-        raise own_failure
+    from prewarm.services.ports import ClusterUnavailableError
+    from prewarm.services.resources import ResourceApi, sync_clusters
+
+    own_name = settings().cluster_name
+    apis: list[tuple[str, Callable[[], ResourceApi]]] = [
+        ("", cluster), *((c.name, partial(cluster, c.name)) for c in registered_clusters())]
+    report = sync_clusters(store(), apis, clock=time.time, own_name=own_name)
+    if (own := report.unreachable.get("")) is not None:
+        raise ClusterUnavailableError(f"the stack's own cluster {own_name!r} was not synced: {own}")
     return report
 
 

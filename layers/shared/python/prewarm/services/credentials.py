@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -38,6 +40,9 @@ from prewarm.services.ports import (
 )
 
 log = logging.getLogger(__name__)
+
+# Clusters whose namespaces are refreshed at once.
+CLUSTERS_AT_ONCE = 4
 
 # Writes that lose a race re-read and decide again this many times before the namespace fails.
 _ATTEMPTS = 5
@@ -141,14 +146,16 @@ class _Tokens:
     def __init__(self, source: RegistryTokenSource) -> None:
         self._source = source
         self._got: dict[str, RegistryToken | RegistryTokenError] = {}
+        self._lock = threading.Lock()  # clusters are refreshed side by side
 
     def get(self, registry: RegistryConfig) -> RegistryToken:
-        if registry.host not in self._got:
-            try:
-                self._got[registry.host] = self._source.token(registry)
-            except RegistryTokenError as e:
-                self._got[registry.host] = e
-        got = self._got[registry.host]
+        with self._lock:
+            if registry.host not in self._got:
+                try:
+                    self._got[registry.host] = self._source.token(registry)
+                except RegistryTokenError as e:
+                    self._got[registry.host] = e
+            got = self._got[registry.host]
         if isinstance(got, RegistryTokenError):
             raise RegistryTokenError(got.host, got.reason)
         return got
@@ -178,8 +185,18 @@ def refresh_credentials(
         return report
     if cluster is None:
         raise ValueError("the configuration names namespaces but no cluster was given")
-    for name, api in [("", cluster), *registered]:
-        _refresh_cluster(api, name, got, config, clock, report)
+    clusters = [("", cluster), *registered]
+
+    def one(entry: tuple[str, CredentialsCluster]) -> RefreshReport:
+        part = RefreshReport()
+        _refresh_cluster(entry[1], entry[0], got, config, clock, part)
+        return part
+
+    # Side by side: a cluster whose API hangs until its timeouts keeps none of the others waiting.
+    with ThreadPoolExecutor(max_workers=min(len(clusters), CLUSTERS_AT_ONCE)) as pool:
+        for part in pool.map(one, clusters):
+            report.namespaces += part.namespaces
+            report.errors += part.errors
     return report
 
 

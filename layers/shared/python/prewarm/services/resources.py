@@ -15,7 +15,8 @@ kept, and the resource's status says why it is not applied.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,6 +91,39 @@ class SyncReport:
         self.statuses_written += other.statuses_written
         self.status_conflicts += other.status_conflicts
         self.missing_kinds += named(other.missing_kinds)
+
+
+# Clusters synced at once.
+CLUSTERS_AT_ONCE = 4
+
+
+def sync_clusters(store: JobStore, apis: Sequence[tuple[str, Callable[[], ResourceApi]]], *,
+                  clock: Callable[[], float], own_name: str = "") -> SyncReport:
+    """Each cluster's resources (`apis`: its name, "" for the stack's own, and how to reach its API), side
+    by side, so a cluster whose API hangs until its timeouts keeps none of the others waiting. A cluster
+    that fails is in `unreachable`; how each answered is recorded on its cluster item (the stack's own
+    under `own_name`, when the stack names one)."""
+    def one(name: str, open_api: Callable[[], ResourceApi]) -> tuple[float, SyncReport | ClusterError]:
+        started = clock()
+        try:
+            return started, sync_resources(store, open_api(), now=started, cluster=name)
+        except ClusterError as e:
+            log.warning("resources of cluster %s not synced: %s", name or "(the stack's own)", e)
+            return started, e
+
+    report = SyncReport()
+    with ThreadPoolExecutor(max_workers=max(1, min(len(apis), CLUSTERS_AT_ONCE))) as pool:
+        outcomes = list(pool.map(lambda entry: one(*entry), apis))
+    for (name, _), (started, outcome) in zip(apis, outcomes, strict=True):
+        if isinstance(outcome, ClusterError):
+            report.unreachable[name] = str(outcome)
+        else:
+            report.add(outcome, name)
+        if name or own_name:
+            failed = isinstance(outcome, ClusterError)
+            store.record_cluster_check(name or own_name, reachable=not failed, reason=str(outcome) if failed else "",
+                                       checked_at=started, synced=not failed, own=not name)
+    return report
 
 
 def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER) -> SyncReport:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,9 @@ class ClusterAccess:
 # deadline are read over a few runs, newest first (the likeliest to hold the taint).
 TAINT_READS_PER_RUN = 500
 
+# Clusters swept at once; each sweep runs its own deletions (`services.budget`) in a pool of its own.
+CLUSTERS_AT_ONCE = 4
+
 # A deletion the dispatch function has not finished this long after it was asked (its stream record
 # lost or failed for good) is finished by the sweep.
 DELETION_GRACE_SECONDS = 60
@@ -240,13 +244,29 @@ def sweep(
         result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
         finish_if_done(store, record.key, now=now)
     accesses = ([ClusterAccess(DEFAULT_CLUSTER, cluster, taints)] if cluster is not None else []) + list(registered)
-    for access in accesses:
+
+    def one(access: ClusterAccess) -> SweepResult | ClusterError:
+        part = SweepResult()
         try:
-            _sweep_cluster(store, queues, access, result, now=now, prefix=prefix, budget=budget, settled=settled,
+            _sweep_cluster(store, queues, access, part, now=now, prefix=prefix, budget=budget, settled=settled,
                            taint_grace_seconds=taint_grace_seconds)
         except ClusterError as e:
             log.warning("cluster %s not swept: %s", access.name or "(the stack's own)", e)
-            result.unreachable[access.name] = str(e)
+            return e
+        return part
+
+    # Side by side: a cluster whose API hangs until its timeouts keeps none of the others waiting.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(accesses), CLUSTERS_AT_ONCE))) as pool:
+        for access, outcome in zip(accesses, pool.map(one, accesses), strict=True):
+            if isinstance(outcome, ClusterError):
+                result.unreachable[access.name] = str(outcome)
+                continue
+            result.queues_deleted += outcome.queues_deleted
+            result.nodes_forgotten += outcome.nodes_forgotten
+            result.nodes_returned += outcome.nodes_returned
+            result.departures_deferred += outcome.departures_deferred
+            result.taints_released += outcome.taints_released
+            result.agents.update(outcome.agents)
     if secrets is not None:
         # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
