@@ -319,7 +319,10 @@ def run_clusters(fleet: Fleet, served: Sequence[Served]) -> tuple[Json, Json]:
         result = lane.result
         checked = fleet.check(result, lane.agents, 0.0, unsettled=dlq.get(cluster.shown, 0))
         mine = ledger.of(cluster.shown)
-        new = figures(result, checked, fleet, [u for u in stats_keys if str(u.key) in mine])
+        own_keys = [u for u in stats_keys if str(u.key) in mine]
+        new = figures(result, checked, fleet, own_keys)
+        # Throttles land on a key, so they are the cluster's own; a transaction conflict is counted for the stack.
+        new["throttles"], new["transaction_conflicts"] = sum(u.throttles for u in own_keys), None
         new["dlq_messages"] = dlq.get(cluster.shown, 0)
         new["crossed_tasks"] = result.extra.get("crossed_tasks", 0)
         figures_by[cluster.shown] = new
@@ -339,7 +342,8 @@ def report_cluster(name: str, new: Json) -> None:
     print(f"  cluster {name}: {new['reports']} reports over {new['sim_seconds']:.0f} simulated s "
           f"(peak {new['peak_reports_per_s']}/s); its hottest key {new['hottest_key']}: "
           f"{new['hottest_key_writes_per_report']} writes/report, peak {new['hottest_key_wcu_per_s']} WCU/s; "
-          f"job item {new['job_item_writes_per_report']} writes/report, {new['job_item_bytes']} B; DLQ "
+          f"job item {new['job_item_writes_per_report']} writes/report, {new['job_item_bytes']} B; throttles "
+          f"{new['throttles']}, DLQ "
           f"{new['dlq_messages']}, lost {new['lost_reports']}, items handed back {new['returned_items']}, counters "
           f"exact {new['counters_exact']} {new['counters']}; tasks of another cluster's job received "
           f"{new['crossed_tasks']}")
