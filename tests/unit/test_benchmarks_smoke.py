@@ -376,6 +376,8 @@ def test_fleet_of_two_clusters_warms_both_from_one_push_and_shares_only_the_inde
     assert "JOB#default/" in clusters["local"]["hottest_key"]
     assert "JOB#fleet-2:default/" in clusters["fleet-2"]["hottest_key"]
     assert result["reports"] == sum(f["reports"] for f in clusters.values()) and result["lost_reports"] == 0
+    assert max(f["peak_reports_per_s"] for f in clusters.values()) <= result["peak_reports_per_s"] <= sum(
+        f["peak_reports_per_s"] for f in clusters.values())
     # And the only keys both clusters' traffic wrote are the kinds index's keys of a new job and a new cluster
     # (one write per item created, keys only: no report writes them); the stack's own items are the rule's
     assert {k.rpartition("/")[2]: v for k, v in result["shared_keys"].items()} == {
