@@ -114,6 +114,14 @@ class KubeApiProcess(ServerProcess):
 
     def start(self) -> Self:
         super().start()
+        try:
+            self._read_ca()
+        except BaseException:  # a server that cannot be used is not left running (no `with` block ends it)
+            self.stop()
+            raise
+        return self
+
+    def _read_ca(self) -> None:
         deadline = time.monotonic() + _START_TIMEOUT
         while self._kubeconfig is not None and not self.ca_data:
             # The server writes its kubeconfig just after it says it serves.
@@ -121,11 +129,9 @@ class KubeApiProcess(ServerProcess):
             if config:
                 self.ca_data = config["clusters"][0]["cluster"]["certificate-authority-data"]
             elif time.monotonic() > deadline:
-                self.stop()
                 raise BenchmarkError(f"{self.what} wrote no kubeconfig within {_START_TIMEOUT:.0f} s")
             else:
                 time.sleep(0.05)
-        return self
 
     def stop(self) -> None:
         super().stop()
