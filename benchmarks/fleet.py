@@ -37,6 +37,12 @@ reports of the first `--old-window` simulated seconds of each run, at the rate t
 by 10 concurrent invocations of 10 reports each; a refused report is delivered again the next
 second, and goes to the DLQ after 5 deliveries, as the status queue's redrive does.
 
+`--clusters N` splits the nodes over N clusters with the same node names, one embedded API each (the
+first the stack's own, the others registered in the table with their endpoint and CA): each cluster's
+agents say hello with its name, one ECR push through `on_image_push` makes one `Always` job per cluster,
+and all of them pull at once. It prints the figures per cluster and in total, and every DynamoDB key
+and queue written by more than one cluster's traffic (`benchmarks/fleet_clusters.py`).
+
 The last line is JSON: the figures of the `Always` run at the top level (of the `Never` round when it
 ran alone; `slot_refill_*` always from the `Never` round, the run with parallelism < nodes), the
 `Never` round under "never", the old path under "old" (and "never"."old"); a round not run is null.
@@ -343,6 +349,14 @@ class Agents:
         return not self.runs and not self.held
 
 
+def cluster_of_message(body: str) -> str:
+    """The cluster an agent's message is about: a report's job key names it, a hello names it itself."""
+    from prewarm.domain.clusters import cluster_of
+
+    message = json.loads(body)
+    return str(message.get("cluster") or cluster_of(str(message.get("job", ""))))
+
+
 # --- record_status's batches in flight, counted -------------------------------------------------
 
 
@@ -358,8 +372,8 @@ class InFlight:
         self.samples: list[int] = []
         self.batches = 0
         self.messages = 0
-        self.returned = 0
-        self.waits: list[float] = []
+        self.returned: list[str] = []  # the bodies of the items handed back (whose cluster they are)
+        self.waits: list[tuple[float, str]] = []  # (wall s, body) of each item a batch got again
         self._returned_at: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -373,7 +387,7 @@ class InFlight:
             now = time.monotonic()
             for record in event.get("Records", []):
                 if (since := self._returned_at.pop(record["messageId"], None)) is not None:
-                    self.waits.append(now - since)
+                    self.waits.append((now - since, record["body"]))
         response = None
         try:
             response = self.handler(event, context)
@@ -384,14 +398,15 @@ class InFlight:
                 failed = [f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])]
                 if response is None:  # the batch raised: all of it goes back
                     failed = [r["messageId"] for r in event.get("Records", [])]
-                self.returned += len(failed)
+                gone = set(failed)
+                self.returned += [r["body"] for r in event.get("Records", []) if r["messageId"] in gone]
                 self._returned_at.update(dict.fromkeys(failed, time.monotonic()))
 
-    def take_returns(self) -> tuple[int, list[float]]:
-        """The items handed back and the waits seen since the last call."""
+    def take_returns(self) -> tuple[list[str], list[tuple[float, str]]]:
+        """The items handed back and the waits seen since the last call, each with its item's body."""
         with self._lock:
-            out = (self.returned, sorted(self.waits))
-            self.returned, self.waits = 0, []
+            out = (self.returned, self.waits)
+            self.returned, self.waits = [], []
             return out
 
 
@@ -418,6 +433,16 @@ class RoundResult:
     extra: Json = field(default_factory=dict)
     returned: int = 0  # items batches handed back (batchItemFailures, or a batch that raised)
     returned_waits: list[float] = field(default_factory=list)  # wall s until a batch got each again
+    cluster: str = ""  # the cluster whose job and agents these are ("": the stack's own)
+
+
+@dataclass
+class Lane:
+    """One cluster's part of a round: its job's result, its agents, and which node queues are its own."""
+
+    result: RoundResult
+    agents: Agents
+    owns_queue: Callable[[str], bool] = lambda name: True
 
 
 class Fleet:
@@ -515,69 +540,97 @@ class Fleet:
         return t
 
     def run_round(self, result: RoundResult, agents: Agents) -> RoundResult:
+        return self.run_lanes([Lane(result, agents)])[0]
+
+    def run_lanes(self, lanes: Sequence[Lane]) -> list[RoundResult]:
+        """One round of every lane's job at once, tick by tick, until every job is done and every agent idle."""
+        from prewarm.domain.clusters import cluster_of
         from prewarm.domain.messages import parse_node_message
 
         started = time.perf_counter()
         self.moto.reset()
         self.in_flight.take_returns()
-        result.sim_start = self.clock.now
-        first_final: set[str] = set()
+        for lane in lanes:
+            lane.result.sim_start = self.clock.now
+        first_final: list[set[str]] = [set() for _ in lanes]
         quiet = 0
         limit = self.clock.now + (self.args.max_sim_seconds or 20 * self.args.pull_median)
         while True:
             t = self.tick()
             busy = self.moto.busy(self.node_prefix)
             received = list(self.pool.map(self._receive_tasks, busy))
-            reports: list[Any] = []
-            deletes: list[tuple[str, str]] = []
-            for queue_url, messages in received:
-                for m in messages:
-                    more, gone = agents.receive(parse_node_message(m["Body"]), queue_url, m["ReceiptHandle"], t)
-                    reports += more
-                    deletes += gone
-            due, done, releases = agents.step(t)
-            reports += due
-            deletes += done
-            list(self.pool.map(self._delete_task, deletes))
-            list(self.pool.map(self._release_task, releases))
-            list(self.pool.map(self._extend_task, self._heartbeat(agents)))
-            bodies = [r.model_dump_json(exclude_none=True) for r in reports]
-            result.sent += [(t - result.sim_start, b) for b in bodies]
-            result.peak_reports_per_s = max(result.peak_reports_per_s, len(bodies))
-            now = time.time()
-            for r in reports:
-                if r.phase.is_terminal and r.node not in first_final:
-                    first_final.add(r.node)
-                    result.finals_sent.append(now)
+            bodies: list[str] = []
+            for i, lane in enumerate(lanes):
+                agents, result = lane.agents, lane.result
+                reports: list[Any] = []
+                deletes: list[tuple[str, str]] = []
+                for queue_url, messages in received:
+                    if not lane.owns_queue(queue_url.rsplit("/", 1)[1]):
+                        continue
+                    for m in messages:
+                        task = parse_node_message(m["Body"])
+                        if cluster_of(getattr(task, "job", "")) != result.cluster:  # never: each cluster has its own
+                            result.extra["crossed_tasks"] = result.extra.get("crossed_tasks", 0) + 1
+                        more, gone = agents.receive(task, queue_url, m["ReceiptHandle"], t)
+                        reports += more
+                        deletes += gone
+                due, done, releases = agents.step(t)
+                reports += due
+                deletes += done
+                list(self.pool.map(self._delete_task, deletes))
+                list(self.pool.map(self._release_task, releases))
+                list(self.pool.map(self._extend_task, self._heartbeat(agents)))
+                sent = [r.model_dump_json(exclude_none=True) for r in reports]
+                result.sent += [(t - result.sim_start, b) for b in sent]
+                result.peak_reports_per_s = max(result.peak_reports_per_s, len(sent))
+                bodies += sent
+                now = time.time()
+                for r in reports:
+                    if r.phase.is_terminal and r.node not in first_final[i]:
+                        first_final[i].add(r.node)
+                        result.finals_sent.append(now)
             list(self.pool.map(self._send_status, [bodies[i : i + 10] for i in range(0, len(bodies), 10)]))
             self.drain_status()
             for _ in range(3):  # the table stream: dispatch_job sees the job item's changes
                 self.stack.pump_streams()
-            record = self.store.get_job(result.key)
-            finished = record is not None and record.counters.done == record.counters.desired
-            quiet = quiet + 1 if finished and agents.idle and not busy else 0
+            records = [self.store.get_job(lane.result.key) for lane in lanes]
+            finished = all(r is not None and r.counters.done == r.counters.desired for r in records)
+            idle = all(lane.agents.idle for lane in lanes)
+            quiet = quiet + 1 if finished and idle and not busy else 0
             if quiet >= 3:
                 break
             if t > limit:
-                open_nodes = [(n.node, n.phase.value, n.attempt, n.seq, agents.final_phase.get(n.node))
-                              for n in self.store.get_tasks(result.key) if not n.phase.is_terminal]
-                raise BenchmarkError(
-                    f"{result.label}: not finished after {t - result.sim_start:.0f} simulated s: counters "
-                    f"{record.counters if record else None}, DLQs {self.dlq_messages()}, unfinished node items "
-                    f"(node, phase, attempt, seq, the agent's final phase) {open_nodes[:5]}, agents still pulling "
-                    f"{len(agents.runs)}, node queues with tasks {len(busy)}")
+                raise BenchmarkError("; ".join(self._unfinished(lane, record, t, len(busy))
+                                               for lane, record in zip(lanes, records, strict=True)))
             if self.args.verbose and int(t) % 30 == 0:
-                c = record.counters if record else None
-                print(f"    t={t - result.sim_start:.0f}s pulls {len(agents.runs)} reports/s {len(bodies)} "
-                      f"busy queues {len(busy)} batches {self.in_flight.batches} counters {c} "
-                      f"wall {time.perf_counter() - started:.0f}s", flush=True)
-        result.sim_seconds = self.clock.now - result.sim_start
-        result.wall_seconds = time.perf_counter() - started
-        result.reports = len(result.sent)
-        result.duplicated, result.reordered, result.restarted = agents.duplicated, agents.reordered, agents.restarted
-        result.stats = self.moto.stats()
-        result.returned, result.returned_waits = self.in_flight.take_returns()
-        return result
+                counters = [r.counters if r else None for r in records]
+                print(f"    t={t - lanes[0].result.sim_start:.0f}s pulls {sum(len(x.agents.runs) for x in lanes)} "
+                      f"reports/s {len(bodies)} busy queues {len(busy)} batches {self.in_flight.batches} counters "
+                      f"{counters[0] if len(counters) == 1 else counters} wall {time.perf_counter() - started:.0f}s",
+                      flush=True)
+        stats = self.moto.stats()
+        returned, waits = self.in_flight.take_returns()
+        for lane in lanes:
+            result, agents = lane.result, lane.agents
+            result.sim_seconds = self.clock.now - result.sim_start
+            result.wall_seconds = time.perf_counter() - started
+            result.reports = len(result.sent)
+            result.duplicated, result.reordered = agents.duplicated, agents.reordered
+            result.restarted, result.stats = agents.restarted, stats
+            alone = len(lanes) == 1
+            result.returned = sum(1 for body in returned if alone or cluster_of_message(body) == result.cluster)
+            result.returned_waits = sorted(wait for wait, body in waits
+                                           if alone or cluster_of_message(body) == result.cluster)
+        return [lane.result for lane in lanes]
+
+    def _unfinished(self, lane: Lane, record: Any, t: float, busy: int) -> str:
+        result, agents = lane.result, lane.agents
+        open_nodes = [(n.node, n.phase.value, n.attempt, n.seq, agents.final_phase.get(n.node))
+                      for n in self.store.get_tasks(result.key) if not n.phase.is_terminal]
+        return (f"{result.label}: not finished after {t - result.sim_start:.0f} simulated s: counters "
+                f"{record.counters if record else None}, DLQs {self.dlq_messages()}, unfinished node items "
+                f"(node, phase, attempt, seq, the agent's final phase) {open_nodes[:5]}, agents still pulling "
+                f"{len(agents.runs)}, node queues with tasks {busy}")
 
     def _receive_tasks(self, name: str) -> tuple[str, list[Json]]:
         url = f"{self.queues.base_url}/{name}"
@@ -613,8 +666,10 @@ class Fleet:
 
     # -- what the round left -------------------------------------------------------------------
 
-    def check(self, result: RoundResult, agents: Agents, dispatched_before: float) -> Json:
-        """Lost reports, exact counters, DLQs, the job item's size and slot refill times."""
+    def check(self, result: RoundResult, agents: Agents, dispatched_before: float, unsettled: int | None = None
+              ) -> Json:
+        """Lost reports, exact counters, DLQs, the job item's size and slot refill times. `unsettled`: the
+        messages of this job left in the status queue and its DLQ, when others' share them."""
         from prewarm_devtools.aws_limits import item_size
         from tests.reliability.invariants import invariant_problems
 
@@ -634,7 +689,8 @@ class Fleet:
                   "failed": c.failed}
         problems = invariant_problems(self.store, result.key)
         dlq = self.dlq_messages()
-        unsettled = self.messages(self.status_url) + self.messages(self.dlq_urls["StatusDLQ"])
+        if unsettled is None:
+            unsettled = self.messages(self.status_url) + self.messages(self.dlq_urls["StatusDLQ"])
         raw = self.store.client.get_item(TableName=self.store.table_name, ConsistentRead=True,
                                          Key={"pk": {"S": f"JOB#{result.key}"}, "sk": {"S": "JOB"}})["Item"]
         node_items = [item_size(i) for i in self.store.client.query(
@@ -888,8 +944,9 @@ def replay_old_path(fleet: Fleet, result: RoundResult, window_s: float, excluded
 # --- the benchmark ----------------------------------------------------------------------------
 
 
-def figures(result: RoundResult, checked: Json, fleet: Fleet) -> Json:
-    keys = result.stats["keys"]
+def figures(result: RoundResult, checked: Json, fleet: Fleet, keys: Sequence[Any] | None = None) -> Json:
+    """A round's figures; its capacity from `keys` (every key the round wrote, unless given)."""
+    keys = result.stats["keys"] if keys is None else keys
     hot = max(keys, key=lambda u: u.wcu, default=None)
     job_key = next((u for u in keys if u.key.index_name is None and u.key.value == f"JOB#{result.key}"), None)
     return {
@@ -1082,11 +1139,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="give up on a round after (default: 20 median pulls)")
     parser.add_argument("--rounds", choices=("both", "always", "never"), default="both",
                         help="the Always job, the Never job's daily round, or both (default)")
+    parser.add_argument("--clusters", type=int, default=1,
+                        help="split --nodes over this many clusters with the same node names, one push warming "
+                             "all (default 1: one cluster, no push; above 1 with --rounds always only)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--verbose", action="store_true", help="a progress line every 30 simulated s")
     args = parser.parse_args(argv)
     if args.nodes < 2 or args.pull_median < 5:
         parser.error("--nodes must be at least 2 and --pull-median at least 5")
+    if args.clusters < 1:
+        parser.error(f"--clusters must be at least 1, not {args.clusters}")
+    if args.clusters > 1:
+        if args.rounds != "always":
+            parser.error("--clusters above 1 runs the Always jobs one push makes: add --rounds always")
+        if args.nodes % args.clusters or args.nodes // args.clusters < 2:
+            parser.error(f"--nodes {args.nodes} must be a multiple of --clusters {args.clusters}, at least 2 each")
+        from benchmarks.fleet_clusters import benchmark_clusters
+
+        emit(benchmark_clusters(args))
+        return 0
     emit(benchmark(args))
     return 0
 

@@ -14,10 +14,14 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
+
+import yaml
 
 from benchmarks.measure import ROOT, BenchmarkError
 
@@ -89,16 +93,50 @@ class ServerProcess:
 
 
 class KubeApiProcess(ServerProcess):
-    """The embedded Kubernetes API with `nodes` synthetic EKS nodes and the objects of `seeds`."""
+    """The embedded Kubernetes API with `nodes` synthetic EKS nodes and the objects of `seeds`; with `tls`,
+    over HTTPS with a CA of its own (`ca_data`, base64 PEM as EKS's `certificateAuthority.data`)."""
 
-    def __init__(self, nodes: int = 0, seeds: Sequence[Path] = (), token: str | None = None) -> None:
+    def __init__(self, nodes: int = 0, seeds: Sequence[Path] = (), token: str | None = None, tls: bool = False) -> None:
         self.token = token or f"bench-{secrets.token_urlsafe(16)}"
+        self.ca_data = ""
+        self._kubeconfig: Path | None = None
         command = [sys.executable, "-m", "prewarm_devtools.kubeapi", "--port", "0", "--token", self.token]
         if nodes:
             command += ["--nodes", str(nodes)]
         for seed in seeds:
             command += ["--seed", str(seed)]
+        if tls:
+            fd, name = tempfile.mkstemp(prefix="bench-kubeconfig-")
+            os.close(fd)
+            self._kubeconfig = Path(name)
+            command += ["--tls", "--kubeconfig", name]
         super().__init__(command, "Kubernetes API: ", "the embedded Kubernetes API")
+
+    def start(self) -> Self:
+        super().start()
+        try:
+            self._read_ca()
+        except BaseException:  # a server that cannot be used is not left running (no `with` block ends it)
+            self.stop()
+            raise
+        return self
+
+    def _read_ca(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while self._kubeconfig is not None and not self.ca_data:
+            # The server writes its kubeconfig just after it says it serves.
+            config = yaml.safe_load(self._kubeconfig.read_text() or "null")
+            if config:
+                self.ca_data = config["clusters"][0]["cluster"]["certificate-authority-data"]
+            elif time.monotonic() > deadline:
+                raise BenchmarkError(f"{self.what} wrote no kubeconfig within {_START_TIMEOUT:.0f} s")
+            else:
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        super().stop()
+        if self._kubeconfig is not None:
+            self._kubeconfig.unlink(missing_ok=True)
 
 
 class MotoProcess(ServerProcess):

@@ -360,6 +360,36 @@ def test_fleet_runs_the_never_round_alone_with_its_figures_at_the_top() -> None:
 
 
 @pytest.mark.integration
+def test_fleet_of_two_clusters_warms_both_from_one_push_and_shares_only_the_index_keys_of_new_items() -> None:
+    # Given two clusters of 10 nodes with the same names, each agent saying hello with its cluster, and one push
+    result = run_benchmark("fleet.py", "--nodes", "20", "--clusters", "2", "--pull-median", "8", "--rounds", "always",
+                           timeout=600)
+    # Then the push made one job per cluster, each with its own nodes, reports, exact counters and no loss
+    assert set(result) >= FLEET_KEYS and result["cluster_count"] == 2
+    clusters = result["clusters"]
+    assert set(clusters) == {"local", "fleet-2"}
+    for figures in clusters.values():
+        assert figures["nodes"] == 10 and figures["reports"] > 10 and figures["counters_exact"] is True
+        assert figures["lost_reports"] == 0 and figures["dlq_messages"] == 0 and figures["crossed_tasks"] == 0
+        assert figures["counters"]["desired"] == 10 and figures["state"] == "Completed"
+    # (each cluster's hottest key is one of its own job's keys)
+    assert "JOB#default/" in clusters["local"]["hottest_key"]
+    assert "JOB#fleet-2:default/" in clusters["fleet-2"]["hottest_key"]
+    assert result["reports"] == sum(f["reports"] for f in clusters.values()) and result["lost_reports"] == 0
+    assert max(f["peak_reports_per_s"] for f in clusters.values()) <= result["peak_reports_per_s"] <= sum(
+        f["peak_reports_per_s"] for f in clusters.values())
+    # And the only keys both clusters' traffic wrote are the kinds index's keys of a new job and a new cluster
+    # (one write per item created, keys only: no report writes them); the stack's own items are the rule's
+    assert {k.rpartition("/")[2]: v for k, v in result["shared_keys"].items()} == {
+        "kinds:job": {"local": 1, "fleet-2": 1}}
+    assert {k.rpartition(":")[2] for k in result["stack_keys"]} == {"RULE#fleet", "rule"}
+    assert result["foreign_keys"] == {}
+    # And each cluster has its own 10 node queues, none of them another's
+    assert result["queues"]["node_queues"] == {"local": 10, "fleet-2": 10}
+    assert result["queues"]["queues_of_several_clusters"] == []
+
+
+@pytest.mark.integration
 def test_capacity_models_both_scenarios_and_loses_nothing() -> None:
     # Given 20 pulling nodes for 10 s, and 10 nodes joining while 2 Never and 3 finished jobs exist
     result = run_benchmark("capacity.py", "--nodes", "20", "--seconds", "10", "--joining", "10", "--join-window", "3",

@@ -2,7 +2,8 @@
 
 Every read and write the layer lets through is counted against the partition key value it lands on:
 the base table's and each GSI's. `CapacityStats.hottest_key()` answers which key took the most
-write units, how many writes, and at what rate.
+write units, how many writes, and at what rate; each key's `writers` says which base-table partition
+keys its writes came from (an index key written for many items shows who shares it).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class KeyUsage:
     first_at: float = math.inf
     last_at: float = -math.inf
     peak_wcu_per_s: float = 0.0
+    writers: set[str] = field(default_factory=set)  # the base-table partition keys whose writes landed here
     _second: int = field(default=-1, repr=False)
     _second_wcu: float = field(default=0.0, repr=False)
 
@@ -73,8 +75,10 @@ class KeyUsage:
         self.first_at = min(self.first_at, now)
         self.last_at = max(self.last_at, now)
 
-    def _write(self, units: float, now: float) -> None:
+    def _write(self, units: float, now: float, writer: str | None) -> None:
         self.writes += 1
+        if writer is not None:
+            self.writers.add(writer)
         self.wcu += units
         self._touch(now)
         second = int(now)
@@ -119,9 +123,10 @@ class CapacityStats:
                 return None
             return max(self._keys.values(), key=lambda usage: getattr(usage, by))
 
-    def record_write(self, key: CapacityKey, units: float) -> None:
+    def record_write(self, key: CapacityKey, units: float, writer: str | None = None) -> None:
+        """`units` written on `key` for an item of base-table partition key `writer`."""
         with self._lock:
-            self._usage(key)._write(units, self._clock())
+            self._usage(key)._write(units, self._clock(), writer)
 
     def record_read(self, key: CapacityKey, units: float) -> None:
         with self._lock:

@@ -415,10 +415,11 @@ class DynamoDBLimits:
 
     def _charge(self, action: _Action, after: Json | None, transactional: bool) -> None:
         now = self.layer.clock()
+        writer = _text(action.key[action.table.hash_key_attr])
         for key, units in self._units(action, after, transactional):
             with self._held_lock:
                 self._bucket(key, True, now).take(units, now)
-            self.layer.stats.record_write(key, units)
+            self.layer.stats.record_write(key, units, writer)
 
     # -- reads ---------------------------------------------------------------------------------------
 

@@ -237,6 +237,9 @@ def test_capacity_is_counted_per_key_and_the_hottest_key_answers(aws: Aws) -> No
     assert stats.key(TABLE, "node0").wcu == 2.0  # 1.5 KB: two units
     assert stats.key(TABLE, "Node", index_name="by_kind").writes == 6
     assert hot.peak_wcu_per_s == 12.0 and hot.wcu_per_s() == 12.0
+    # And each key names the base-table partition keys whose writes landed on it: an index key, every item's
+    assert hot.writers == {"job"} and stats.key(TABLE, "node0").writers == {"node0"}
+    assert stats.key(TABLE, "Node", index_name="by_kind").writers == {f"node{i}" for i in range(6)}
 
 
 # --- SQS ----------------------------------------------------------------------------------------
