@@ -121,7 +121,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=sqs)
     kube = KubeCluster(args.kube, lambda: args.token)
     counting = CountingCluster(kube)
-    settled: set[str] = set()
+    settled: dict[str, set[str]] = {}
     runs = {}
     for name in ("cold", "warm"):
         aws.clear()

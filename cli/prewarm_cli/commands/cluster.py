@@ -152,7 +152,7 @@ def list_clusters(ctx: click.Context, check: bool, output: str, kubeconfig: str 
             headers.insert(4, "AGENT PODS")
         rows = []
         for h in found:
-            message = h.reason or ("not recorded by the schedules: --check reaches it" if h.reachable is None
+            message = h.reason or ("not reached by the schedules yet: --check reaches it" if h.reachable is None
                                    else "")
             row: list[object] = [h.name + (" (own)" if h.own else ""), _shown_labels(h.labels), api(h.reachable),
                                  h.agents, ago(h.checked_at), ago(h.last_sync), message]
@@ -208,7 +208,9 @@ def remove(ctx: click.Context, name: str, kubeconfig: str | None, context: str |
         click.echo(f"warning: cluster {name} was not reached, what was installed in it stays: {e}", err=True)
         code = EXIT_FAILURE
     revoke_access(target.client("eks"), name, function_roles(target.env), click.echo)
-    nodes = forget_nodes(store, target.queues(), name)
+    # Forgotten first: an agent still running says hello to a cluster the stack no longer serves, which
+    # record_status drops, so its node is not registered again after the nodes are forgotten.
     store.delete_cluster(name)
+    nodes = forget_nodes(store, target.queues(), name)
     click.echo(f"cluster/{name} removed ({nodes} node registration{'s' if nodes != 1 else ''} forgotten)")
     return code

@@ -10,7 +10,7 @@ import pytest
 
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.clusters import RegisteredCluster
-from prewarm.domain.messages import Hello, PullTask, RequiredImages, StatusReport
+from prewarm.domain.messages import Hello, PullTask, RequiredImages, StatusReport, Warmed
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterUnavailableError
@@ -283,3 +283,57 @@ def test_clusters_are_synced_side_by_side_and_each_answer_is_recorded(two: tuple
     health = {c.name: (c.reachable, c.reason, c.last_sync is not None) for c in plane.store.list_clusters()}
     assert health == {"home": (False, "connection refused", False), "prod-eu": (True, "", True),
                       "staging": (True, "", True)}
+
+
+def test_each_clusters_sweep_keeps_its_own_settled_nodes(two: tuple[ControlPlane, FakeCluster]) -> None:
+    plane, prod = two
+    # Given nodes long past the startup taint's deadline in both clusters, none tainted
+    old = "2020-01-01T00:00:00Z"
+    for cluster, prefix in ((plane.cluster, "own"), (prod, "prod")):
+        for node in cluster.nodes:
+            node["metadata"].update(creationTimestamp=old, uid=f"{prefix}-{node['metadata']['name']}")
+    settled: dict[str, set[str]] = {}
+    # When the clusters are swept side by side, twice
+    for _ in range(2):
+        sweep(plane.store, plane.queues, plane.cluster, now=plane.now(), prefix=plane.queues.prefix,
+              taints=plane.cluster, settled=settled, registered=[ClusterAccess("prod-eu", prod, prod)])
+    # Then each cluster's nodes stay settled (read once), not wiped by the other cluster's sweep
+    assert settled == {"": {f"own-{n}" for n in NODES}, "prod-eu": {f"prod-{n}" for n in NODES}}
+
+
+def test_a_job_left_unplanned_while_its_cluster_was_down_is_planned_again_once_it_answers(
+    two: tuple[ControlPlane, FakeCluster]
+) -> None:
+    plane, prod = two
+
+    class Down(FakeCluster):
+        def list_node_metadata(self) -> list[dict[str, Any]]:
+            raise ClusterUnavailableError("connection refused")
+
+    apply_manifest(plane.store, job_doc("warm"), now=plane.now(), cluster="prod-eu")
+    before = plane.store.get_job("prod-eu:default/warm")
+    assert before is not None and not before.is_planned
+    later = plane.now() + 600
+    # While prod-eu is down, the sweep leaves the job alone (a plan would fail again)
+    down = sweep(plane.store, plane.queues, None, now=later, prefix=plane.queues.prefix,
+                 registered=[ClusterAccess("prod-eu", Down())])
+    assert down.replanned == [] and down.unreachable == {"prod-eu": "connection refused"}
+    # Once it answers, the job is asked to plan again: a new generation, which the table stream plans
+    up = sweep(plane.store, plane.queues, None, now=later, prefix=plane.queues.prefix,
+               registered=[ClusterAccess("prod-eu", prod)])
+    after = plane.store.get_job("prod-eu:default/warm")
+    assert up.replanned == ["prod-eu:default/warm"]
+    assert after is not None and after.generation == before.generation + 1 and after.needs_planning(before)
+
+
+def test_hellos_and_warm_ups_of_a_cluster_the_stack_does_not_serve_are_dropped(
+    two: tuple[ControlPlane, FakeCluster]
+) -> None:
+    plane, _ = two
+    hello = Hello(node=NODES[0], cluster="removed")
+    warmed = Warmed(node=NODES[0], cluster="removed", joined_at=1, hello_at=2, warm_at=3, outcome="warm")
+    outcome = record_status(plane.store, plane.queues, plane.cluster, [("m1", hello), ("m2", warmed)],
+                            now=plane.now(), clusters=lambda name: None)
+    # Then neither is registered nor retried (it would only reach the DLQ): both are dropped, named
+    assert outcome.dropped == [f"removed:{NODES[0]}"] * 2 and outcome.retry_ids == []
+    assert plane.store.list_nodes("removed") == [] and plane.store.get_node(NODES[0], "removed") is None

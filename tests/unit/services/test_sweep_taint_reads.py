@@ -26,8 +26,11 @@ def joined(name: str, ago: float, *taints: dict[str, str], uid: str = "") -> dic
 
 def run(plane: ControlPlane, settled: set[str], **options: Any) -> Any:
     cluster: Any = plane.cluster  # the fake's JSON patch takes the ops as lists
-    return sweep(plane.store, plane.queues, cluster, now=NOW, prefix="pw", taints=cluster,
-                 taint_grace_seconds=60, settled=settled, **options)
+    by_cluster = {"": settled}
+    result = sweep(plane.store, plane.queues, cluster, now=NOW, prefix="pw", taints=cluster,
+                   taint_grace_seconds=60, settled=by_cluster, **options)
+    assert by_cluster[""] is settled  # the caller's set, kept
+    return result
 
 
 def test_only_nodes_past_the_deadline_are_read_and_each_once(plane: ControlPlane) -> None:

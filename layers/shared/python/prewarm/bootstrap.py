@@ -8,6 +8,7 @@ costs ~120 ms of imports). `reset()` forgets them all, for tests that change the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -191,11 +192,23 @@ def plan_job(key: str) -> PlanResult:
     """Select the nodes of job `key` and send the first tasks, and after a `Never` job's plan send
     warming nodes their lists again; `TaskSendError` when a send failed."""
     from prewarm.domain.clusters import cluster_of
-    from prewarm.services.dispatch import plan_job
+    from prewarm.services.dispatch import PlanResult, plan_job
+    from prewarm.services.ports import ClusterConfigError, ClusterError, StoreError
     from prewarm.services.warming import send_required_images
 
     name = cluster_of(key)
-    result = plan_job(store(), cluster(name), queues(), key, now=time.time(), secrets=secret_mirror())
+    try:
+        result = plan_job(store(), cluster(name), queues(), key, now=time.time(), secrets=secret_mirror())
+    except ClusterError as e:
+        if not name:
+            raise  # the stack's own cluster: the stream retries the record
+        # A registered cluster: the job says why it waits (plan_job says so when the cluster did not
+        # answer; here too when it could not be reached at all), and the sweep asks for its plan again once
+        # the cluster answers. A retry here would hold up every later record of the stream's shard.
+        if isinstance(e, ClusterConfigError):
+            with contextlib.suppress(StoreError):
+                store().set_job_fields(key, {"placement_note": f"cluster {name} cannot be reached: {e}"})
+        return PlanResult(key, f"waiting for cluster {name}: {e}")
     if result.changes_warming:
         result.send_failures += send_required_images(store(), queues(), cluster(name), now=time.time(),
                                                      cluster_name=name)
@@ -297,9 +310,10 @@ def repull_daily(scheduled_time: float | None) -> list[str]:
 
 
 @lru_cache(maxsize=1)
-def _settled_nodes() -> set[str]:
-    """The nodes the sweeps of this process found past their deadline without the startup taint."""
-    return set()
+def _settled_nodes() -> dict[str, set[str]]:
+    """Per cluster, the nodes the sweeps of this process found past their deadline without the startup
+    taint (a cluster's sweep keeps only its own nodes in its set)."""
+    return {}
 
 
 def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:

@@ -443,11 +443,12 @@ def _silent_tasks(tasks: Iterable[NodeTaskRecord], record: StoredJob, now: float
     return [t for t in tasks if t.round == record.round and is_silent(t, now=now)]
 
 
-def silent_pulls_by_node(store: JobStore, *, now: float) -> dict[str, int]:
-    """Per node, how many pulls of the running jobs have gone silent (their agent is gone or cut off)."""
+def silent_pulls_by_node(store: JobStore, *, now: float, cluster: str = DEFAULT_CLUSTER) -> dict[str, int]:
+    """Per node of `cluster`, how many pulls of its running jobs have gone silent (their agent is gone or
+    cut off). Node names repeat across clusters: another cluster's namesake never counts."""
     counts: dict[str, int] = {}
     for record in store.list_jobs():
-        if record.is_dispatching and record.counters.active:
+        if record.cluster == cluster and record.is_dispatching and record.counters.active:
             for task in _silent_tasks(store.get_tasks(record.key, shards=record.ref.shards), record, now):
                 counts[task.node] = counts.get(task.node, 0) + 1
     return counts

@@ -54,5 +54,5 @@ def view_nodes(
         except ClusterError as e:
             problems.append(f"cannot read the nodes' Events ({e}): a startup taint the sweep removed is not shown")
     states = node_states(nodes, store.list_nodes(cluster_name), limits=limits, grace=grace, now=now, releases=releases,
-                         silent_pulls=silent_pulls_by_node(store, now=now))
+                         silent_pulls=silent_pulls_by_node(store, now=now, cluster=cluster_name))
     return NodesView(states, problems)

@@ -448,6 +448,8 @@ class StatusBatchOutcome:
     warmed: list[str] = field(default_factory=list)
     gone: list[GoneOutcome] = field(default_factory=list)
     job_writes: int = 0
+    # Hellos and warm-ups naming a cluster the stack does not serve (removed, or an agent's typo): dropped.
+    dropped: list[str] = field(default_factory=list)
 
 
 def record_status(
@@ -469,10 +471,20 @@ def record_status(
     outcome = StatusBatchOutcome()
     reports: list[tuple[str, StatusReport]] = []
     hellos: list[tuple[str, Hello]] = []
+    served: dict[str, bool] = {DEFAULT_CLUSTER: True}
     for message_id, message in messages:
         if isinstance(message, StatusReport):
             reports.append((message_id, message))
             continue
+        if isinstance(message, Hello | Warmed):
+            if message.cluster not in served:
+                served[message.cluster] = store.get_cluster(message.cluster) is not None
+            if not served[message.cluster]:
+                # Its node would be registered, and its queue kept, in a cluster nothing sweeps.
+                log.warning("%s of node %s dropped: cluster %s is not registered with this stack", message.kind,
+                            message.node, message.cluster)
+                outcome.dropped.append(f"{message.cluster}:{message.node}")
+                continue
         if isinstance(message, Hello):
             hellos.append((message_id, message))
             continue

@@ -3,6 +3,7 @@ of each one's last completed run."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -117,6 +118,9 @@ class SweepResult:
     unreachable: dict[str, str] = field(default_factory=dict)
     # Per cluster swept: its nodes whose agents said hello ("" for the stack's own).
     agents: dict[str, int] = field(default_factory=dict)
+    # Jobs never planned (their cluster could not be read, or their stream record was lost) whose cluster
+    # answered this run: asked to plan again.
+    replanned: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ def sweep(
     taints: NodeTaints | None = None,
     taint_grace_seconds: float = STARTUP_TAINT_GRACE_SECONDS,
     budget: TimeBudget = UNLIMITED,
-    settled: set[str] | None = None,
+    settled: dict[str, set[str]] | None = None,
     registered: Sequence[ClusterAccess] = (),
 ) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
@@ -175,8 +179,9 @@ def sweep(
     the sweep removes it, with an Event on the node, so a missing agent never keeps pods off a node.
 
     Departed nodes (`services.departures`) and startup taints are the work the next run can finish:
-    it is started only while `budget` has time. `settled` holds the nodes (uids) seen without the taint
-    past their deadline, kept by the caller across runs so that they are not read again.
+    it is started only while `budget` has time. `settled` holds, per cluster ("" for the stack's own), the
+    nodes (uids) seen without the taint past their deadline, kept by the caller across runs so that they
+    are not read again.
 
     `cluster` and `taints` are the stack's own cluster's; each of `registered` is swept the same way in
     turn. A cluster whose API fails is left for the next run (`result.unreachable`, the stack's own under
@@ -184,6 +189,7 @@ def sweep(
     """
     result = SweepResult()
     agents: dict[str, set[str]] = {}
+    unplanned: list[StoredJob] = []
     for record in store.list_jobs():
         if record.state == JobState.DELETING:
             if (record.deleting_since or 0) <= now - DELETION_GRACE_SECONDS:
@@ -198,6 +204,8 @@ def sweep(
         if record.is_list_job:
             _finish_list_job(store, record, now=now)
             continue
+        if record.is_pull_job and record.is_unplanned_for_long(now):
+            unplanned.append(record)
         if not record.is_dispatching:
             continue
         job = record.pull_job
@@ -248,7 +256,9 @@ def sweep(
     def one(access: ClusterAccess) -> SweepResult | ClusterError:
         part = SweepResult()
         try:
-            _sweep_cluster(store, queues, access, part, now=now, prefix=prefix, budget=budget, settled=settled,
+            # Each cluster's own set: a sweep keeps only its cluster's nodes in it.
+            mine = None if settled is None else settled.setdefault(access.name, set())
+            _sweep_cluster(store, queues, access, part, now=now, prefix=prefix, budget=budget, settled=mine,
                            taint_grace_seconds=taint_grace_seconds)
         except ClusterError as e:
             log.warning("cluster %s not swept: %s", access.name or "(the stack's own)", e)
@@ -267,6 +277,12 @@ def sweep(
             result.departures_deferred += outcome.departures_deferred
             result.taints_released += outcome.taints_released
             result.agents.update(outcome.agents)
+    for record in unplanned:
+        # Only once its cluster answers: a plan against a cluster still down would fail again.
+        if record.cluster in result.agents:
+            with contextlib.suppress(StoreConflictError):
+                store.replace_job_spec(record.replanned(), expected_hash=record.spec_hash)
+                result.replanned.append(record.key)
     if secrets is not None:
         # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
@@ -291,7 +307,7 @@ def _sweep_cluster(store: JobStore, queues: TaskQueues, access: ClusterAccess, r
     if access.taints is not None:
         result.taints_released += named(release_overdue_taints(
             access.taints, listing.nodes, now=now, grace=taint_grace_seconds, budget=budget,
-            settled=settled))  # node uids: one set serves every cluster
+            settled=settled))
 
 
 def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
