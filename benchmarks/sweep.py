@@ -135,7 +135,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         runs[name] = {
             "seconds": round(seconds, 2), "queues_deleted": len(result.queues_deleted),
             "nodes_forgotten": len(result.nodes_forgotten), "departures_deferred": result.departures_deferred,
-            "taints_released": len(result.taints_released), "nodes_settled": len(settled),
+            "taints_released": len(result.taints_released), "nodes_settled": len(settled.get("", ())),
             "peak_rss_mb": round(peak_rss_mb(), 1), "rss_after_mb": round(rss_mb(), 1),
             "kubernetes_calls": dict(sorted(counting.calls.items())), "aws_calls": dict(sorted(aws.items())),
         }
