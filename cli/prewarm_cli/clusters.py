@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster
+from prewarm_cli.errors import CommandError
 from prewarm_cli.install.render import FUNCTION_GROUPS
 
 # "Create access entries", EKS User Guide: a role that calls the API with Kubernetes groups (and no
@@ -27,8 +28,8 @@ ENTRY_TYPE = "STANDARD"
 Report = Callable[[str], None]
 
 
-class RegistrationError(Exception):
-    """A cluster could not be registered or removed; the message says what to fix."""
+class RegistrationError(CommandError):
+    """A cluster could not be registered or removed; the message says what to fix (one line, exit 1)."""
 
 
 class ClusterStore(Protocol):
@@ -111,8 +112,17 @@ def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mappin
     function roles' access entries, `objects` installed through `open_api(cluster)` (the cluster's API as
     the operator), then the cluster recorded (its first `added_at` kept). `target` is the stack's
     (`prewarm_cli.targets.Target`)."""
+    from prewarm.domain.messages import node_queue_name
     from prewarm_cli.install.apply import install
 
+    prefix = target.env.get("NODE_QUEUE_PREFIX", "")
+    try:  # an EKS node name (dots: its queue name is cut and hashed) in the longest form a registered one takes
+        node_queue_name(prefix, "ip-10-0-1-5.us-west-2.compute.internal", name)
+    except ValueError:
+        raise RegistrationError(
+            f"the stack's node queue prefix {prefix!r} ({len(prefix)} characters) leaves no room for a registered "
+            "cluster's queue names (SQS allows 80 characters; a registered cluster's names take 13 more than the "
+            "stack's own cluster's): deploy the stack with a shorter NodeQueuePrefix") from None
     before = store.get_cluster(name)
     added_at = before.added_at if before is not None and before.added_at else time.time()
     roles = function_roles(target.env)

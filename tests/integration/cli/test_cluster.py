@@ -175,7 +175,9 @@ def test_bad_input_exits_2_naming_the_value(run: Run, east: KubeApiServer, args:
 def test_a_cluster_eks_does_not_know_is_refused_and_nothing_recorded(run: Run, store: DynamoJobStore) -> None:
     result = run("cluster", "add", "west")
     assert result.exit_code == 1
-    assert "EKS cluster 'west' not found in us-west-2" in result.stderr
+    # One line, as for every error a user can act on (before: "error: unexpected RegistrationError: ...")
+    assert result.stderr.startswith("error: EKS cluster 'west' not found in us-west-2"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert store.get_cluster("west") is None
 
 
