@@ -481,6 +481,14 @@ class Fleet:
                          if logical.endswith("DLQ") and "QueueUrl" in p.attrs}
         self.node_prefix = self.queues.prefix + "-"
 
+    def concurrency_figures(self) -> dict[str, Any]:
+        """How many record_status batches ran at once, and how big they were, against template.yaml's."""
+        counted = self.in_flight
+        return {"max": counted.most,
+                "mean": round(statistics.fmean(counted.samples), 1) if counted.samples else 0.0,
+                "batch_size": self.batch_size, "maximum_concurrency": self.concurrency,
+                "mean_batch": round(counted.messages / max(1, counted.batches), 1)}
+
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         self.devnull.close()
@@ -1085,11 +1093,7 @@ def benchmark(args: argparse.Namespace) -> Json:
                 if args.rounds in ("both", "never"):
                     never, never_old = run_job(fleet, "never", "Never",
                                                args.never_parallelism or max(1, args.nodes // 2), args.seed + 1)
-                counted = fleet.in_flight
-                concurrency = {"max": counted.most,
-                               "mean": round(statistics.fmean(counted.samples), 1) if counted.samples else 0.0,
-                               "batch_size": fleet.batch_size, "maximum_concurrency": fleet.concurrency,
-                               "mean_batch": round(counted.messages / max(1, counted.batches), 1)}
+                concurrency = fleet.concurrency_figures()
             finally:
                 fleet.close()
     wall = time.perf_counter() - started

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import functools
 import random
-import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -387,11 +386,7 @@ def benchmark_clusters(args: argparse.Namespace) -> Json:
               f"{fleet.concurrency} in flight (template.yaml); the old path is not replayed with --clusters")
         try:
             total, detail = run_clusters(fleet, served)
-            counted = fleet.in_flight
-            concurrency = {"max": counted.most,
-                           "mean": round(statistics.fmean(counted.samples), 1) if counted.samples else 0.0,
-                           "batch_size": fleet.batch_size, "maximum_concurrency": fleet.concurrency,
-                           "mean_batch": round(counted.messages / max(1, counted.batches), 1)}
+            concurrency = fleet.concurrency_figures()
         finally:
             fleet.close()
     wall = time.perf_counter() - started

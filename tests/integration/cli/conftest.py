@@ -41,6 +41,18 @@ def stack_state(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> 
     return write_local_state(LocalState.of_stack(stack, pid=os.getpid()), path)
 
 
+def cli_on(state: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    """Runs `prewarm --local ARGS...` in-process against the local state file `state`, no other target set."""
+    monkeypatch.setenv(STATE_ENV, str(state))
+    for name in (ENDPOINT_ENV, STACK_ENV, "PREWARM_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+
+    def invoke(*args: str) -> Result:
+        return CliRunner().invoke(cli, ["--local", *args], catch_exceptions=False)
+
+    return invoke
+
+
 @pytest.fixture(scope="package")
 def state_file(local_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return stack_state(local_stack, tmp_path_factory)

@@ -15,18 +15,18 @@ from typing import Any
 
 import boto3
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.eks_auth import EksTokenSource
 from prewarm.domain.job import JobState
 from prewarm.services.jobs import apply_manifest
-from prewarm_cli.app import cli
 from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE, FUNCTION_GROUPS
-from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STACK_OUTPUTS, STATE_ENV, LocalState, write_local_state
+from prewarm_cli.targets import STACK_OUTPUTS, LocalState, write_local_state
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import OPERATOR
 from prewarm_devtools.sam.stack import LocalStack
+from tests.integration.cli.conftest import cli_on
 from tests.support.kube import call
 from tests.support.manifests import job_doc
 
@@ -64,14 +64,7 @@ def run(local_stack: LocalStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
            "AGENT_ROLE_ARN": "arn:aws:iam::123456789012:role/pw-agents"}
     state = write_local_state(LocalState(local_stack.endpoint_url, local_stack.region, env, pid=os.getpid()),
                               tmp_path / "local.json")
-    monkeypatch.setenv(STATE_ENV, str(state))
-    for name in (ENDPOINT_ENV, STACK_ENV, "PREWARM_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, ["--local", *args], catch_exceptions=False)
-
-    return invoke
+    return cli_on(state, monkeypatch)
 
 
 @pytest.fixture

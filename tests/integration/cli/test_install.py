@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from prewarm_cli.app import cli
 from prewarm_cli.install.apply import DIGEST_ANNOTATION
@@ -22,6 +22,7 @@ from prewarm_cli.install.render import KIND_PLURALS
 from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, write_local_state
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.stack import LocalStack
+from tests.integration.cli.conftest import cli_on
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +51,7 @@ def run(api: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
            "KUBE_API_ENDPOINT": api.url, "AGENT_ROLE_ARN": ROLE, "CREDENTIALS_CONFIG": json.dumps(CREDENTIALS),
            "NODE_QUEUE_SENDER_ARNS": OUTPUTS["NodeQueueSenderArns"]}
     state = write_local_state(LocalState("http://127.0.0.1:9", "us-west-2", env, pid=os.getpid()), tmp_path / "s.json")
-    monkeypatch.setenv(STATE_ENV, str(state))
-    for name in (ENDPOINT_ENV, STACK_ENV, "PREWARM_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, ["--local", *args], catch_exceptions=False)
-
-    return invoke
+    return cli_on(state, monkeypatch)
 
 
 def installed(api: KubeApiServer) -> dict[tuple[str, str, str], dict[str, Any]]:
