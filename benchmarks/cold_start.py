@@ -36,10 +36,8 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,11 +55,11 @@ from benchmarks.measure import (
     print_targets,
 )
 from benchmarks.servers import KubeApiProcess, MotoProcess
+from prewarm_devtools.lambda_layers import build_layers, lambda_code_dir, set_writable
 
 TARGET_IMPORT_MS = 300.0
 # Every function's import against the naive handler's, in the same run.
 TARGET_RATIO = 0.5
-SHARED_LAYER = ROOT / "layers" / "shared"
 EVENTS = ROOT / "events"
 # The sample event each function is invoked with.
 FUNCTION_EVENTS = {
@@ -105,34 +103,6 @@ def discover_functions() -> list[str]:
     return names
 
 
-def build_layer(name: str, into: Path, **variables: str) -> Path:
-    """Layer `name` (layers/<name>/Makefile, target `build-<Name>Layer`) as `sam build` makes it, with
-    bytecode compiled by this interpreter. Returns the layer's `python/` directory (Lambda's /opt/python).
-    """
-    artifacts = into / f"{name}-layer"
-    target = f"build-{name.capitalize()}Layer"
-    command = ["make", "-s", "-C", str(ROOT / "layers" / name), target, f"ARTIFACTS_DIR={artifacts}",
-               f"PYTHON={sys.executable}", *(f"{k}={v}" for k, v in variables.items())]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except FileNotFoundError as e:
-        raise BenchmarkError("make is needed to build the layers (apt-get install -y make)") from e
-    if done.returncode != 0:
-        raise BenchmarkError(f"the {name} layer's build exited with {done.returncode}:\n{done.stderr[-3000:]}")
-    python = artifacts / "python"
-    sources = sorted(python.rglob("*.py"))
-    compiled = {p.parent.parent / f"{p.name.split('.')[0]}.py" for p in python.rglob("__pycache__/*.pyc")}
-    if not sources or set(sources) - compiled:
-        raise BenchmarkError(f"the {name} layer's build left modules without bytecode in {python}")
-    return python
-
-
-def build_layers(into: Path) -> list[Path]:
-    """The shared layer, then the dependencies layer (for this machine's platform and Python), in the
-    order template.yaml lists them: Lambda puts each on sys.path under /opt/python."""
-    return [build_layer("shared", into), build_layer("deps", into, PLATFORM="", VERSION="")]
-
-
 def read_only_copy(source: Path, target: Path) -> Path:
     """`source` (a directory or one file) copied into `target` without bytecode, as a function's code ships."""
     if source.is_dir():
@@ -141,31 +111,6 @@ def read_only_copy(source: Path, target: Path) -> Path:
         target.mkdir(parents=True)
         shutil.copy2(source, target / source.name)
     return target
-
-
-def set_writable(root: Path, writable: bool) -> None:
-    """chmod -R u+w (`writable`) or a-w on `root`. Root ignores the mode: PYTHONDONTWRITEBYTECODE does not."""
-    for path in [root, *root.rglob("*")]:
-        mode = path.stat().st_mode
-        path.chmod(mode | 0o200 if writable else mode & ~0o222)
-
-
-@contextmanager
-def lambda_code_dir(keep: Path | None = None) -> Iterator[Path]:
-    """A directory for the built layers and read-only copies: temporary, or `keep` (empty or new), which
-    stays for a look at what Lambda would load. Made writable again at the end either way."""
-    with ExitStack() as stack:
-        if keep is None:
-            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="prewarm-cold-start-")))
-        else:
-            keep.mkdir(parents=True, exist_ok=True)
-            if any(keep.iterdir()):
-                raise BenchmarkError(f"--keep {keep}: the directory is not empty")
-            root = keep
-        try:
-            yield root
-        finally:
-            set_writable(root, True)
 
 
 def bytecode_written(root: Path, layers: Sequence[Path]) -> list[Path]:

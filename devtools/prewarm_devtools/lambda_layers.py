@@ -6,7 +6,7 @@ PLATFORM and VERSION defaults: what `sam build` ships), without the Makefile's `
 the runtime's Python; the platform tags pip picked are what decides the architecture. It is then checked
 against the template: the ELF header and file-name tag of every compiled extension, and the `Tag:` lines
 of every installed wheel, for the Architectures and Runtime of the functions that use it. The shared
-layer is built by its Makefile with this interpreter (`benchmarks/cold_start.py`'s `build_layer`).
+layer is built by its Makefile with this interpreter (`build_layer`, which `benchmarks/cold_start.py` uses too).
 
 Sizes count what Lambda extracts: the function's CodeUri directory (without bytecode, as `sam build`
 copies it) and each of its layers, the deps layer's bytecode estimated by compiling it with this Python
@@ -26,8 +26,10 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,14 +350,63 @@ def estimated_bytecode(python_dir: Path, into: Path) -> tuple[int, int]:
     return (tree_bytes(into) if into.is_dir() else 0), max(sources - compiled, 0)
 
 
+def build_layer(name: str, into: Path, **variables: str) -> Path:
+    """Layer `name` (layers/<name>/Makefile, target `build-<Name>Layer`) as `sam build` makes it, with
+    bytecode compiled by this interpreter. Returns the layer's `python/` directory (Lambda's /opt/python).
+    """
+    artifacts = into / f"{name}-layer"
+    target = f"build-{name.capitalize()}Layer"
+    command = ["make", "-s", "-C", str(ROOT / "layers" / name), target, f"ARTIFACTS_DIR={artifacts}",
+               f"PYTHON={sys.executable}", *(f"{k}={v}" for k, v in variables.items())]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    except FileNotFoundError as e:
+        raise LayerBuildError("make is needed to build the layers (apt-get install -y make)") from e
+    if done.returncode != 0:
+        raise LayerBuildError(f"the {name} layer's build exited with {done.returncode}:\n{done.stderr[-3000:]}")
+    python = artifacts / "python"
+    sources = sorted(python.rglob("*.py"))
+    compiled = {p.parent.parent / f"{p.name.split('.')[0]}.py" for p in python.rglob("__pycache__/*.pyc")}
+    if not sources or set(sources) - compiled:
+        raise LayerBuildError(f"the {name} layer's build left modules without bytecode in {python}")
+    return python
+
+
+def build_layers(into: Path) -> list[Path]:
+    """The shared layer, then the dependencies layer (for this machine's platform and Python), in the
+    order template.yaml lists them: Lambda puts each on sys.path under /opt/python."""
+    return [build_layer("shared", into), build_layer("deps", into, PLATFORM="", VERSION="")]
+
+
 def build_shared_layer(into: Path) -> BuiltLayer:
-    """layers/shared/Makefile's layer, with this Python's bytecode (`benchmarks/cold_start.py` builds it so)."""
-    try:  # benchmarks/ is in the checkout, not in the package: imported only here
-        from benchmarks.cold_start import build_layer
-    except ImportError as e:
-        raise LayerBuildError(f"benchmarks/cold_start.py is not importable ({e}): run from {ROOT}") from e
+    """layers/shared/Makefile's layer, with this Python's bytecode (as `benchmarks/cold_start.py` loads it)."""
     root = build_layer("shared", into).parent
     return BuiltLayer(root, tree_bytes(root), f"bytecode of Python {sys.version_info[0]}.{sys.version_info[1]}")
+
+
+def set_writable(root: Path, writable: bool) -> None:
+    """chmod -R u+w (`writable`) or a-w on `root`. Root ignores the mode: PYTHONDONTWRITEBYTECODE does not."""
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode
+        path.chmod(mode | 0o200 if writable else mode & ~0o222)
+
+
+@contextmanager
+def lambda_code_dir(keep: Path | None = None) -> Iterator[Path]:
+    """A directory for the built layers and read-only copies: temporary, or `keep` (empty or new), which
+    stays for a look at what Lambda would load. Made writable again at the end either way."""
+    with ExitStack() as stack:
+        if keep is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="prewarm-cold-start-")))
+        else:
+            keep.mkdir(parents=True, exist_ok=True)
+            if any(keep.iterdir()):
+                raise LayerBuildError(f"--keep {keep}: the directory is not empty")
+            root = keep
+        try:
+            yield root
+        finally:
+            set_writable(root, True)
 
 
 @dataclass(frozen=True)
@@ -467,16 +518,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="build the layers into DIR (empty or new) and keep them; a temporary directory otherwise")
     args = parser.parse_args(argv)
     try:
-        from benchmarks.cold_start import lambda_code_dir
-        from benchmarks.measure import BenchmarkError
-    except ImportError as e:
-        print(f"lambda_layers: benchmarks/ is not importable ({e}): run from {ROOT}", file=sys.stderr)
-        return 2
-    try:
         # Absolute: the layers' Makefiles run in their own directories (make -C), ARTIFACTS_DIR with them.
         with lambda_code_dir(args.out.resolve() if args.out else None) as into:
             report = check_layers(into)
-    except (LayerBuildError, ValueError, BenchmarkError) as e:  # ValueError: TemplateError, a bad value
+    except (LayerBuildError, ValueError) as e:  # ValueError: TemplateError, a bad value
         print(f"lambda_layers: {e}", file=sys.stderr)
         return 2
     print_report(report)

@@ -24,19 +24,17 @@ import pytest
 from benchmarks.agent_overhead import image_left, missing_node_tools
 from benchmarks.cold_start import (
     ImportLine,
-    build_layer,
     bytecode_written,
     discover_functions,
     import_costs,
-    lambda_code_dir,
     least,
     parse_importtime,
     read_only_copy,
-    set_writable,
 )
 from benchmarks.cold_start import main as cold_start_main
 from benchmarks.e2e_latency import Fit, FunctionClock
-from benchmarks.measure import ROOT, BenchmarkError, Target
+from benchmarks.measure import ROOT, Target
+from prewarm_devtools.lambda_layers import LayerBuildError, build_layer, lambda_code_dir, set_writable
 
 IMPORTTIME = """\
 import time: self [us] | cumulative | imported package
@@ -148,7 +146,7 @@ def test_cold_start_refuses_a_kept_directory_that_is_not_empty_and_explain_runs_
     (tmp_path / "earlier").write_text("x")
     # When cold_start would build into it, it refuses, naming the directory, and leaves it as it was
     refused = re.escape(f"--keep {tmp_path}: the directory is not empty")
-    with pytest.raises(BenchmarkError, match=refused), lambda_code_dir(tmp_path):
+    with pytest.raises(LayerBuildError, match=refused), lambda_code_dir(tmp_path):
         pytest.fail("the directory was used")
     assert [p.name for p in tmp_path.iterdir()] == ["earlier"]
     # And a kept directory that is new is made, used, and stays writable afterwards

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from prewarm_devtools.sam.aws import ACCOUNT, REGION
+from prewarm_devtools.account import ACCOUNT, REGION
 
 # The access-entry paths of the EKS API (`requestUri` of each action); moto routes none of them. The
 # principal ARN arrives with its `/` decoded.

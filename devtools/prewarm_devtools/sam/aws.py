@@ -22,11 +22,12 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from prewarm_devtools.account import ACCOUNT, REGION
+
 if TYPE_CHECKING:
     from prewarm_devtools.aws_limits import AwsLimits, Quotas
 
-REGION = "us-west-2"
-ACCOUNT = "123456789012"
+__all__ = ["ACCOUNT", "OPERATOR", "REGION", "LocalIdentity", "MotoServer", "aws_environment", "patched_environ"]
 
 
 @dataclass(frozen=True)
