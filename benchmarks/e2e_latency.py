@@ -338,7 +338,7 @@ STEP_NAMES = {
 
 def floor_pull(mode: Any, base: Path, reference: str) -> float:
     """One CRI pull of `reference` from the registry playing ECR, on a containerd that has nothing."""
-    from prewarm_devtools.localmode import ecr_host
+    from prewarm_devtools.localecr import ecr_host
     from prewarm_devtools.node.containerd import PrivateContainerd
 
     containerd = PrivateContainerd(base / "floor")

@@ -431,7 +431,7 @@ def local_push(image: str, size_mb: float) -> int:
     (`123456789012.dkr.ecr.us-west-2.amazonaws.com/platform/web:v2`). Without TAG the push is
     untagged, as a digest-only push to ECR is. Rules that match create their jobs in the running stack.
     """
-    from prewarm_devtools.localmode import ecr_host, push_to_local_ecr
+    from prewarm_devtools.localecr import ecr_host, push_to_local_ecr
 
     state = _running_local_stack()
     if state is None:

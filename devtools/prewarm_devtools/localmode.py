@@ -22,6 +22,10 @@ through `KubeCaData`, the agents through `KUBE_CA_FILE`, the CLI through the sta
 sends a kubeconfig's token over TLS only. The cluster admin's kubeconfig is written beside the state
 file (`kubeconfig_path`) for kubectl; requests without a token get 401, and RBAC holds for everyone
 but the admin.
+
+Here is the stack's life cycle and the state file; the nodes and their agents are `localnodes`, the
+control channel's requests `localcontrol`, the registry that plays ECR `localecr`, and what `prewarm
+install` puts into a local cluster `localinstall`.
 """
 
 from __future__ import annotations
@@ -32,18 +36,18 @@ import itertools
 import json
 import logging
 import os
-import platform
 import secrets
 import shutil
 import tempfile
-import time
-from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prewarm_devtools.control import ControlError, ControlServer
 from prewarm_devtools.localclusters import LocalCluster
+from prewarm_devtools.localcontrol import LocalControl
+from prewarm_devtools.localecr import ECR_TOKEN_LIFETIME_SECONDS, PushedToEcr, ecr_host, push_to_local_ecr
+from prewarm_devtools.localinstall import grant_cluster_access, render_install
+from prewarm_devtools.localnodes import LocalModeUnavailableError, LocalNode, missing_prerequisites
 from prewarm_devtools.localrun import RunRecord, kubeconfig_path, run_record_path, write_run_record
 from prewarm_devtools.node.process import limit_malloc_arenas
 from prewarm_devtools.project import project_files
@@ -55,82 +59,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-class LocalModeUnavailableError(RuntimeError):
-    """This machine cannot run local mode as asked; the message says what is missing and how to get it."""
+__all__ = ["LocalMode", "LocalModeUnavailableError", "missing_prerequisites"]
 
 
-def missing_prerequisites() -> list[str]:
-    """What local mode's nodes need and this machine lacks, each with how to get it."""
-    problems = []
-    if os.geteuid() != 0:
-        problems.append("root: containerd needs root to mount image layers (run as root, e.g. with sudo)")
-    if shutil.which("containerd") is None:
-        problems.append("containerd: apt-get install -y containerd (Debian's package has the CRI plugin)")
-    if shutil.which("docker-registry") is None and not Path("/usr/bin/docker-registry").exists():
-        problems.append("docker-registry: apt-get install -y docker-registry (the CNCF distribution registry)")
-    return problems
-
-
-def ecr_host(account: str = ACCOUNT, region: str = REGION) -> str:
-    return f"{account}.dkr.ecr.{region}.amazonaws.com"
-
-
-# GetAuthorizationToken: "The authorization token is valid for 12 hours."
-ECR_TOKEN_LIFETIME_SECONDS = 12 * 3600.0
-
-# `prewarm local fire NAME`: the schedules a user fires, and the function each one runs.
-SCHEDULES = {"repull": "repull_daily", "sweep": "sweep", "refresh": "refresh_ecr_credentials", "sync": "sync_resources"}
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
-def node_object(name: str, labels: dict[str, str], taints: list[dict[str, str]]) -> dict[str, Any]:
-    """A Ready Linux node of this machine's architecture, as a kubelet would register it."""
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "creationTimestamp": now, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": arch,
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch, **labels}},
-        "spec": {"taints": taints} if taints else {},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "kubelet is posting ready status", "lastHeartbeatTime": now,
-                            "lastTransitionTime": now}],
-            "nodeInfo": {"architecture": arch, "operatingSystem": "linux"},
-        },
-    }
-
-
-@dataclass
-class LocalNode:
-    """A node with its own containerd and agent (`AgentProcess`, or `InProcessAgent`)."""
-
-    name: str
-    containerd: Any
-    agent: Any
-
-    def image_present(self, reference: str) -> bool:
-        client = self.containerd.cri_client()
-        try:
-            return client.image_status(reference) is not None
-        finally:
-            client.close()
-
-
-@dataclass
-class PushedToEcr:
-    repository: str
-    tag: str | None
-    digest: str
-    reference: str
-    size_bytes: int
-    pushed_at: float
-    jobs: list[str] = field(default_factory=list)
-
-
-class LocalMode:
+class LocalMode(LocalControl):
     """Starts everything with `start()` (or as a context manager) and stops it all with `stop()`."""
 
     def __init__(
@@ -203,11 +135,6 @@ class LocalMode:
         self._agent_identities: dict[str, LocalIdentity] = {}
         self._agent_errors: dict[str, str] = {}
 
-    @property
-    def logs_dir(self) -> Path:
-        """Where the functions' log (`functions.log`) and each agent's (`agent-NODE.log`) go."""
-        return self.base_dir / "logs"
-
     # -- life cycle -----------------------------------------------------------------------------
 
     def start(self) -> LocalMode:
@@ -255,25 +182,6 @@ class LocalMode:
             cluster.daemonset = AgentDaemonSet(
                 cluster.kube, functools.partial(self._agent_state, cluster=cluster), namespace=AGENT_NAMESPACE,
                 name=AGENT_NAME).start()
-
-    def _agent_state(self, name: str, cluster: LocalCluster | None = None) -> Any:
-        from prewarm_devtools.daemonset import AgentState
-
-        node = (self.nodes if cluster is None else cluster.nodes).get(name)
-        if node is None:
-            return AgentState.ABSENT
-        if node.agent.state == "running":
-            return AgentState.RUNNING
-        ended = node.agent.last_exit
-        if ended is not None and ended.requested == "stop":
-            return AgentState.STOPPED
-        if ended is not None and ended.signal_name == "SIGKILL":
-            return AgentState.KILLED
-        return AgentState.EXITED
-
-    def _reconcile_agents(self) -> None:
-        if self.agent_daemonset is not None:
-            self.agent_daemonset.reconcile()
 
     def _write_record(self) -> None:
         """The run record, before anything starts and again as each child does (see `localrun`)."""
@@ -377,15 +285,6 @@ class LocalMode:
         assert self.kube is not None
         self.kubeconfig_written = self.kube.write_kubeconfig(kubeconfig_path(local_state_path()), self.stack_name)
 
-    @property
-    def agent_identity(self) -> LocalIdentity:
-        """The agents' role (IRSA or Pod Identity on EKS): the principal every agent signs as."""
-        return LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-agent", "AG")
-
-    def agent_identity_of(self, node: str) -> LocalIdentity:
-        """The role `node`'s agent signs as: the agents' role, or one of its own (`add_node(agent_policies=)`)."""
-        return self._agent_identities.get(node, self.agent_identity)
-
     def credentials_config(self) -> dict[str, Any]:
         """`refresh_ecr_credentials`' configuration here: the ECR registry of this account and region.
 
@@ -418,150 +317,6 @@ class LocalMode:
 
             self.registry_proxy = ThrottlingProxy(("127.0.0.1", self.registry.port), self.registry_bandwidth).start()
 
-    @property
-    def nodes_registry_url(self) -> str:
-        """Where the nodes pull from: the registry, or the proxy that limits its bandwidth."""
-        return str((self.registry_proxy or self.registry).url)
-
-    def daemonset_nodes(self) -> list[str]:
-        """The nodes a DaemonSet pod would run on: real kubelets that are Ready (no virtual-kubelet)."""
-        from prewarm.domain.placement import NODE_NOT_READY, VIRTUAL_KUBELET_NODE
-
-        names = []
-        for node in self.cluster_nodes():
-            labels = node.get("metadata", {}).get("labels", {})
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in node.get("status", {}).get("conditions", []))
-            if labels.get("type") == "virtual-kubelet" or not ready:
-                log.info("no agent on %s: %s", node["metadata"]["name"],
-                         VIRTUAL_KUBELET_NODE if ready else NODE_NOT_READY)
-                continue
-            names.append(node["metadata"]["name"])
-        return sorted(names)
-
-    def cluster_nodes(self) -> list[dict[str, Any]]:
-        from prewarm import bootstrap
-
-        if self.kube is not None:
-            return list(self.kube.list_objects("nodes"))
-        nodes: list[dict[str, Any]] = bootstrap.cluster().list_nodes()
-        return nodes
-
-    def _start_node(self, name: str, cluster: LocalCluster | None = None) -> None:
-        from prewarm_devtools.node.containerd import PrivateContainerd
-
-        assert self.stack is not None and self.aws is not None and self.registry is not None
-        containerd = PrivateContainerd(self.base_dir / f"n{next(self._node_dirs)}")
-        containerd.add_registry_mirror(ecr_host(), self.nodes_registry_url)
-        containerd.add_registry_mirror(self.registry.host, self.nodes_registry_url)
-        containerd.start()
-        where = "" if cluster is None else f" in {cluster.name}"
-        self._record_child(f"containerd of {name}{where}", containerd)
-        node = LocalNode(name, containerd, None)
-        (self.nodes if cluster is None else cluster.nodes)[name] = node
-        node.agent = self._new_agent(name, containerd, cluster)
-        self._start_agent(name, node)
-
-    def _start_agent(self, name: str, node: LocalNode) -> None:
-        """Starts the node's agent. One that exits as it starts (AccessDenied on its queue) leaves the node,
-        as a crash-looping pod does, with its error in the node's status; while local mode starts, it fails it."""
-        try:
-            node.agent.start()
-        except Exception as e:
-            if self._starting:
-                raise
-            log.warning("the agent of %s exited as it started: %s", name, e)
-            self._agent_errors[name] = str(e)
-            return
-        self._agent_errors.pop(name, None)
-        self._record_child(f"agent of {name}", node.agent)
-
-    def _new_agent(self, name: str, containerd: Any, cluster: LocalCluster | None = None) -> Any:
-        from prewarm_devtools.node.agent import AgentProcess, InProcessAgent, agent_output_path
-
-        assert self.stack is not None and self.aws is not None
-        env = self.stack.env()
-        values = {
-            "NODE_NAME": name,
-            "NODE_QUEUE_PREFIX": env["NODE_QUEUE_PREFIX"],
-            "STATUS_QUEUE_URL": env["STATUS_QUEUE_URL"],
-            "NODE_DLQ_ARN": env["NODE_DLQ_ARN"],
-            # A queue the agent creates for itself gets the same policy as the control plane's.
-            "NODE_QUEUE_SENDER_ARNS": env["NODE_QUEUE_SENDER_ARNS"],
-            "AWS_REGION": REGION,
-            "AWS_ENDPOINT_URL": self.aws.url,
-            "SECRET_PREFIX": env["SECRET_PREFIX"],
-            # The refresher's copies carry moto's 2015 expiry until `_give_ecr_tokens_their_lifetime` (for
-            # good with PREWARM_AWS_LIMITS=off), which agents would refuse: they ask ECR as their role.
-            "ECR_CREDENTIALS": "role",
-            "CRI_SOCKET": str(containerd.socket_path),
-            "REGISTRY_CONFIG_PATH": str(containerd.certs_dir),
-            "HTTP_BIND_ADDRESS": "127.0.0.1",
-            "HTTP_PORT": "0",
-            "RECEIVE_WAIT_SECONDS": "1",
-            "PROGRESS_INTERVAL_SECONDS": "1",
-            "SHUTDOWN_GRACE_SECONDS": "5",
-            **({"KUBE_API_ENDPOINT": self.kube.url, "KUBE_BEARER_TOKEN": self._agent_token_of(name),
-                "KUBE_CA_FILE": str(self.base_dir / "kube-ca.crt")}
-               if self.kube and cluster is None else {}),
-            # A further cluster's agent: its API, its node-bound token there, and the cluster it names.
-            **({"KUBE_API_ENDPOINT": cluster.url, "KUBE_BEARER_TOKEN": cluster.agent_token_of(name),
-                "KUBE_CA_FILE": str(cluster.ca_file), "PREWARM_CLUSTER": cluster.name}
-               if cluster is not None else {}),
-            **self.agent_identity_of(name).environment(),
-            **self.agent_overrides,
-        }
-        if self.agent_image is not None:
-            return self._agent_container(name, containerd, values)
-        if self.agent_processes:
-            return AgentProcess(values, agent_output_path(self.logs_dir, name))
-        identity, stack = self.agent_identity_of(name), self.stack
-        return InProcessAgent(values, signing=lambda: stack.signing_as(identity))
-
-    def _agent_container(self, name: str, containerd: Any, values: dict[str, str]) -> Any:
-        """The agent as the installed DaemonSet's pod would run it: everything the manifests give it comes
-        from them, and `values` only for what a node here provides differently (node/container.py)."""
-        from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
-        from prewarm_devtools.agent_image import containerd_name, default_reference
-        from prewarm_devtools.node.agent import agent_output_path
-        from prewarm_devtools.node.container import AgentContainer, ContainerRun, container_env, container_flags
-        from prewarm_devtools.node.process import free_port
-
-        if self.kube is None or self.agent_image is None:
-            raise LocalModeUnavailableError("agents from the image need the embedded API's DaemonSet (no --kubeconfig)")
-        daemon_set = self.kube.get_object("daemonsets", AGENT_NAME, AGENT_NAMESPACE)
-        if daemon_set is None:
-            raise LocalModeUnavailableError(f"no DaemonSet {AGENT_NAMESPACE}/{AGENT_NAME}: prewarm install did not run")
-        config_maps = {m["metadata"]["name"]: m.get("data") or {}
-                       for m in self.kube.list_objects("configmaps", AGENT_NAMESPACE)}
-        # The pod's own paths and name stay the DaemonSet's. What this stack sets otherwise than the ConfigMap
-        # (a shorter grace and faster reports for tests, ECR as the agents' role while moto's tokens carry a
-        # 2015 expiry) overrides it, as an operator editing the ConfigMap would; the rest is the ConfigMap's.
-        config = config_maps.get(AGENT_NAME, {})
-        local = {k: v for k, v in values.items()
-                 if k not in ("NODE_NAME", "CRI_SOCKET", "REGISTRY_CONFIG_PATH") and config.get(k) != v}
-        local.update({"HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": str(free_port())})
-        host_paths = {"/run/containerd/containerd.sock": containerd.socket_path,
-                      "/var/lib/containerd": containerd.root_dir, "/etc/containerd/certs.d": containerd.certs_dir}
-        extra = {containerd.root_dir: containerd.root_dir}
-        if "KUBE_CA_FILE" in local:
-            extra[Path(local["KUBE_CA_FILE"])] = Path(local["KUBE_CA_FILE"])
-        run = ContainerRun(tuple(container_flags(daemon_set, host_paths, extra_mounts=extra)),
-                           container_env(daemon_set, config_maps, name, local))
-        return AgentContainer(containerd, self.agent_image, containerd_name(default_reference()), run, name,
-                              agent_output_path(self.logs_dir, name))
-
-    def _agent_token_of(self, node: str) -> str:
-        """The token the kubelet would project into the node's agent pod: bound to that node, which the
-        startup taint's admission policy checks."""
-        from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
-        from prewarm_devtools.kubeapi.auth import service_account
-
-        assert self.kube is not None
-        token = f"{self.agent_token}.{node}"
-        self.kube.add_identity(token, service_account(AGENT_NAMESPACE, AGENT_NAME, node=node))
-        return token
-
     def _stop_extra_clusters(self) -> None:
         for cluster in self.extra_clusters.values():
             if cluster.daemonset is not None:
@@ -573,12 +328,6 @@ class LocalMode:
             if self.aws is not None and self.aws.layer is not None:
                 self.aws.layer.eks.forget(cluster.name)
         self.extra_clusters.clear()
-
-    def _stop_node(self, node: LocalNode) -> None:
-        try:
-            node.agent.stop(2.0)
-        finally:
-            node.containerd.stop()
 
     def stop(self) -> None:
         """Stops everything and removes what it made; returns once every child process has exited."""
@@ -701,258 +450,3 @@ class LocalMode:
             state.env["LOCAL_CONTROL_URL"] = self.control.url
             state.env["LOCAL_CONTROL_TOKEN"] = self.control.token
         self._state_path = write_local_state(state)
-
-    # -- the control channel (`prewarm local fire|node|agent|status`) -----------------------------
-
-    def _control_route(self, method: str, parts: list[str], body: dict[str, Any]) -> dict[str, Any]:
-        match method, parts:
-            case "GET", ["status"]:
-                return self.status()
-            case "POST", ["fire"]:
-                return self.fire(str(body.get("schedule", "")))
-            case "POST", ["nodes"]:
-                return self.add_node(str(body.get("name", "")), labels=dict(body.get("labels") or {}),
-                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)))
-            case "DELETE", ["nodes", name]:
-                return self.remove_node(name)
-            case "POST", ["nodes", name, "kubelet"]:
-                return self.set_kubelet_policy(name, body.get("policy"), list(body.get("allowlist") or []))
-            case "POST", ["agents", node, action]:
-                return self.agent_action(node, action)
-        raise ControlError(f"no such request: {method} /{'/'.join(parts)}", 404)
-
-    def set_kubelet_policy(self, name: str, policy: Any, allowlist: list[str]) -> dict[str, Any]:
-        """Node `name`'s kubelet stand-in reports `imagePullCredentialsVerificationPolicy: policy` at
-        `/configz` (None: KEP-2535's feature gate off)."""
-        if self.kube is None:
-            raise ControlError("kubelet policies are set only in the embedded Kubernetes API, not a real cluster")
-        if self.kube.get_object("nodes", name) is None:
-            raise ControlError(f'node "{name}" not found', 404)
-        try:
-            self.kube.set_image_credentials_policy(name, None if policy is None else str(policy), allowlist)
-        except ValueError as e:
-            raise ControlError(str(e)) from None
-        return {"node": name, "policy": policy, "allowlist": allowlist}
-
-    def fire(self, schedule: str) -> dict[str, Any]:
-        """Fires a schedule now: `repull` (the daily re-pull), `sweep`, `refresh` (ECR credentials) or `sync`
-        (the prewarm.dev resources)."""
-        if schedule not in SCHEDULES:
-            raise ControlError(f"unknown schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}")
-        assert self.stack is not None
-        function = SCHEDULES[schedule]
-        result = self.stack.fire(function)
-        return {"function": function, "result": result}
-
-    def add_node(self, name: str, *, labels: dict[str, str], taints: list[dict[str, str]],
-                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent.
-
-        `agent_policies`: the identity policies of this node's agent instead of the stack's AgentPolicy;
-        the agent then signs as a role of its own (`<stack>-agent-<node>`), e.g. one that lacks what the
-        agent needs, as a node group whose role misses the policy. An agent that exits as it starts leaves
-        the node as it is, its taints included, with `agent_error` in the answer."""
-        from prewarm.domain.kubernetes import dns1123_subdomain_problem, label_map_problems
-
-        if self.kube is None:
-            raise ControlError("nodes can be added only to the embedded Kubernetes API, not to a real cluster")
-        problems = [f"name: {p}" for p in [dns1123_subdomain_problem(name)] if p]
-        problems += [f"labels.{key}: {problem}" for key, problem in label_map_problems(labels)]
-        problems += [f"taint {t.get('key')}: effect must be one of {', '.join(TAINT_EFFECTS)}"
-                     for t in taints if t.get("effect") not in TAINT_EFFECTS]
-        if problems:
-            raise ControlError("; ".join(problems))
-        if self.kube.get_object("nodes", name) is not None:
-            raise ControlError(f'node "{name}" already exists', 409)
-        if agent and not self.agents_enabled:
-            raise ControlError("this stack runs no agents (started with --no-agents): add the node with --no-agent")
-        if agent_policies is not None:
-            if not agent:
-                raise ControlError("agent_policies: the node has no agent to give them to")
-            if self.agent_image is not None:
-                raise ControlError("agent_policies: agents from the image sign as the role their DaemonSet gives them")
-            identity = LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-agent-{name}", "AG")
-            identity.register(agent_policies)
-            self._agent_identities[name] = identity
-        self.kube.seed_objects([node_object(name, labels, taints)])
-        if agent:
-            try:
-                self._start_node(name)
-            except BaseException:
-                self.kube.remove_object("nodes", name)
-                if (own := self._agent_identities.pop(name, None)) is not None:
-                    own.unregister()
-                raise
-        self._reconcile_agents()
-        return self._node_status(name)
-
-    def remove_node(self, name: str) -> dict[str, Any]:
-        """Stops the node's agent and containerd, removes its files and its Node object."""
-        node = self.nodes.pop(name, None)
-        known = self.kube is not None and self.kube.get_object("nodes", name) is not None
-        if node is None and not known:
-            raise ControlError(f'node "{name}" not found', 404)
-        if node is not None:
-            self._stop_node(node)
-            node.containerd.remove_data()
-            shutil.rmtree(node.containerd.base_dir, ignore_errors=True)
-        if self.kube is not None:
-            self.kube.remove_object("nodes", name)
-        self._agent_errors.pop(name, None)
-        if (identity := self._agent_identities.pop(name, None)) is not None:
-            identity.unregister()
-        self._reconcile_agents()
-        return {"name": name, "removed": True, "had_agent": node is not None}
-
-    def agent_action(self, name: str, action: str) -> dict[str, Any]:
-        """`stop` (SIGTERM: drain, then exit), `kill` (SIGKILL) or `start` one node's agent."""
-        if action not in ("stop", "kill", "start"):
-            raise ControlError(f"unknown agent action {action!r}: choose stop, kill or start", 404)
-        node = self.nodes.get(name)
-        if node is None:
-            if name not in {n["metadata"]["name"] for n in self.cluster_nodes()}:
-                raise ControlError(f'node "{name}" not found', 404)
-            if action != "start" or not self.agents_enabled:
-                raise ControlError(f'node "{name}" has no agent' + ("" if self.agents_enabled else
-                                   " (this stack was started with --no-agents)"))
-            self._start_node(name)  # a node added with --no-agent gets its containerd and agent now
-            self._reconcile_agents()
-            return self._node_status(name)
-        running = node.agent.state == "running"
-        if action == "start":
-            if running:
-                raise ControlError(f'the agent of "{name}" is already running (pid {node.agent.pid})')
-            self._start_agent(name, node)
-        elif not running:
-            raise ControlError(f'the agent of "{name}" is not running ({node.agent.state})')
-        elif action == "stop":
-            node.agent.stop(float(node.agent.settings.shutdown_grace_seconds) + 5)
-        else:
-            node.agent.kill()
-        self._reconcile_agents()
-        return self._node_status(name)
-
-    def _node_status(self, name: str) -> dict[str, Any]:
-        from prewarm_devtools.node.agent import NONE, exit_note
-
-        node = self.nodes.get(name)
-        if node is None:
-            return {"name": name, "agent": NONE, "pid": None, "containerd_pid": None, "exit": None}
-        state = node.agent.state
-        return {"name": name, "agent": state, "pid": node.agent.pid, "exit": exit_note(node.agent.last_exit, state),
-                "containerd_pid": node.containerd.pid,
-                "agent_kind": "container" if self.agent_image is not None
-                else "process" if self.agent_processes else "in-process",
-                **({"agent_error": self._agent_errors[name]} if name in self._agent_errors else {})}
-
-    def _cluster_status(self, cluster: LocalCluster) -> dict[str, Any]:
-        from prewarm_devtools.node.agent import NONE, exit_note
-
-        def node_status(node: LocalNode | None) -> dict[str, Any]:
-            if node is None:
-                return {"agent": NONE, "pid": None, "containerd_pid": None, "exit": None}
-            state = node.agent.state
-            return {"agent": state, "pid": node.agent.pid, "containerd_pid": node.containerd.pid,
-                    "exit": exit_note(node.agent.last_exit, state)}
-
-        return cluster.status(node_status)
-
-    def status(self) -> dict[str, Any]:
-        """Every endpoint, and every node of the cluster with its agent's state."""
-        assert self.aws is not None
-        endpoints = {"aws": self.aws.url,
-                     "kubernetes": self.kube.url if self.kube is not None else f"kubeconfig {self.kubeconfig}"}
-        if self.registry is not None:
-            endpoints["registry"] = self.registry.url
-        if self.registry_proxy is not None:
-            endpoints["registry (nodes, limited)"] = (f"{self.registry_proxy.url} at "
-                                                      f"{self.registry_bandwidth:,} bytes/s")
-        if self.control is not None:
-            endpoints["control"] = self.control.url
-        names = sorted({n["metadata"]["name"] for n in self.cluster_nodes()} | set(self.nodes))
-        return {"pid": os.getpid(), "run_dir": str(self.base_dir), "endpoints": endpoints,
-                "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names],
-                **({"clusters": [self._cluster_status(c) for c in self.extra_clusters.values()]}
-                   if self.extra_clusters else {}),
-                **({"kubeconfig": str(self.kubeconfig_written)} if self.kubeconfig_written else {})}
-
-
-def push_to_local_ecr(
-    registry_url: str, ecr: Any, repository: str, tag: str | None, *, size_mb: float
-) -> tuple[PushedToEcr, dict[str, Any]]:
-    """Pushes a fresh image to the registry that plays ECR and returns it with ECR's PUSH event.
-
-    moto records the manifest too (so `BatchGetImage` answers as ECR would) but emits no event on a
-    push: the caller delivers the returned event, as EventBridge would.
-    """
-    from prewarm_devtools.node.images import RegistryPusher, build_image
-
-    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
-    user, _, password = base64.b64decode(token).decode().partition(":")
-    image = build_image(size_mb=size_mb)
-    pusher = RegistryPusher(registry_url, auth=(user, password))
-    pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
-    with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
-        ecr.create_repository(repositoryName=repository)
-    ecr.put_image(repositoryName=repository, imageManifest=image.manifest.data.decode(),
-                  imageManifestMediaType=image.manifest.media_type, **({"imageTag": tag} if tag else {}))
-    event = {
-        "version": "0", "id": f"local-{pushed.digest[7:19]}", "detail-type": "ECR Image Action",
-        "source": "aws.ecr", "account": ACCOUNT, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "region": REGION, "resources": [],
-        "detail": {"result": "SUCCESS", "repository-name": repository, "image-digest": pushed.digest,
-                   "action-type": "PUSH", "manifest-media-type": image.manifest.media_type,
-                   "artifact-media-type": image.config.media_type, **({"image-tag": tag} if tag else {})},
-    }
-    result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
-                         image.total_size, time.time())
-    return result, event
-
-
-def render_install(stack: LocalStack, *, agent_role_arn: str, credentials_config: dict[str, Any],
-                   max_warm_seconds: int | None = None, cluster: str = "") -> list[dict[str, Any]]:
-    """What `prewarm install` installs into a local cluster (`cluster`: a further one's name)."""
-    from prewarm_cli.commands.install import LOCAL_IMAGE
-    from prewarm_cli.install.render import ALL_NAMESPACES, InstallValues, render, values_from_stack
-
-    values = values_from_stack(
-        {**stack.env(), "AGENT_ROLE_ARN": agent_role_arn}, region=stack.region, image=LOCAL_IMAGE,
-        credentials_config=json.dumps(credentials_config), pull_secret_namespaces=ALL_NAMESPACES,
-        max_warm_seconds=InstallValues.max_warm_seconds if max_warm_seconds is None else max_warm_seconds,
-        cluster=cluster,
-    )
-    return render(values)
-
-
-def grant_cluster_access(kube: Any, stack: LocalStack, *, agent_token: str, agent_role_arn: str,
-                         max_warm_seconds: int | None = None,
-                         credentials_config: dict[str, Any]) -> None:
-    """Each function calls the embedded API as its own role, with exactly the RBAC `prewarm install` ships.
-
-    As on EKS: the template's access entries give each function role its Kubernetes groups (created
-    through the EKS API the AWS limits layer plays for the cluster, when it is on), the operator (the
-    cluster's creator) is an admin, the agents are their service account (`agent_token`), and install
-    binds the groups and the agents' service account.
-    """
-    from prewarm.adapters.kube import KubeCluster
-    from prewarm_cli.install.apply import install
-    from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
-    from prewarm_devtools import aws_limits
-    from prewarm_devtools.kubeapi.auth import AccessEntry, service_account
-    from prewarm_devtools.localclusters import share_principals
-
-    share_principals(kube, stack)
-    layer = aws_limits.active()
-    name = kube.authenticator.cluster_name
-    if layer is not None and name:
-        layer.eks.serve(name, kube.url, base64.b64encode(kube.ca_pem.encode()).decode(), kube)
-    for principal, groups in stack.access_entries().items():
-        if layer is not None and name:
-            layer.eks.create_access_entry(name, {"principalArn": principal, "kubernetesGroups": list(groups)})
-        else:
-            kube.add_access_entry(principal, AccessEntry(groups=groups))
-    kube.add_identity(agent_token, service_account(AGENT_NAMESPACE, AGENT_NAME))
-    objects = render_install(stack, agent_role_arn=agent_role_arn, credentials_config=credentials_config,
-                             max_warm_seconds=max_warm_seconds)
-    with KubeCluster(kube.url, lambda: kube.token, ca_data=kube.ca_pem) as cluster:
-        install(cluster, objects)

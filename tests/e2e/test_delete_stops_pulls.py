@@ -23,7 +23,8 @@ from botocore.exceptions import ClientError
 
 from prewarm.domain.messages import node_queue_name
 from prewarm_agent.cri.client import ContentStatusReader
-from prewarm_devtools.localmode import LocalMode, LocalNode, missing_prerequisites
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from prewarm_devtools.localnodes import LocalNode
 from prewarm_devtools.node.agent import agent_output_path
 from prewarm_devtools.node.throttle import ConnectionRecord, ThrottlingProxy
 from tests.support.waiting import wait_until

@@ -29,7 +29,8 @@ from prewarm.domain.kubernetes import format_time
 from prewarm.domain.refresh import registry_secret_name
 from prewarm.domain.schedules import DAILY_ROUND, SWEEP, ScheduleRun
 from prewarm_cli.targets import STATE_ENV, read_local_state
-from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localecr import ecr_host
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]

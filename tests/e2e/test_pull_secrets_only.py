@@ -19,7 +19,8 @@ import pytest
 
 from prewarm.adapters.kube import KubeCluster
 from prewarm.services.jobs import view_job
-from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localecr import ecr_host
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from tests.support.local_mode import running_local_mode, sync_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,

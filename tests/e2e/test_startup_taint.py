@@ -25,7 +25,8 @@ from prewarm.domain.nodes import NodeWarm
 from prewarm.services.jobs import apply_manifest
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_agent.warming import EVENT_REASON
-from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localecr import ecr_host
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from tests.support.local_mode import running_local_mode
 from tests.support.waiting import wait_until
 

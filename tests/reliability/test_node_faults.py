@@ -26,7 +26,9 @@ from prewarm.domain.messages import NodePhase, node_queue_name
 from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.jobs import apply_manifest
 from prewarm_agent.settings import AgentSettings
-from prewarm_devtools.localmode import LocalMode, LocalNode, ecr_host, missing_prerequisites
+from prewarm_devtools.localecr import ecr_host
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from prewarm_devtools.localnodes import LocalNode
 from prewarm_devtools.node.throttle import ThrottlingProxy
 from tests.reliability.invariants import assert_invariant
 

@@ -17,7 +17,7 @@ import pytest
 
 from prewarm_agent.cri.errors import ImagePullError
 from prewarm_devtools.aws_limits.ecr import registry_request
-from prewarm_devtools.localmode import ecr_host
+from prewarm_devtools.localecr import ecr_host
 from prewarm_devtools.node.containerd import PrivateContainerd
 from prewarm_devtools.node.images import PushedImage, RegistryPusher, build_image
 from prewarm_devtools.node.registry import LocalRegistry

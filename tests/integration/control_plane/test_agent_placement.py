@@ -23,7 +23,7 @@ from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterAuthError
 from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
 from prewarm_devtools.kubeapi.server import KubeApiServer
-from prewarm_devtools.localmode import grant_cluster_access
+from prewarm_devtools.localinstall import grant_cluster_access
 from prewarm_devtools.sam.aws import ACCOUNT, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
 from prewarm_devtools.sam.template import ROOT

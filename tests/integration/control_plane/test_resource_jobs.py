@@ -30,7 +30,7 @@ from prewarm_cli.app import cli
 from prewarm_cli.targets import ENDPOINT_ENV, STACK_ENV, STATE_ENV, LocalState, write_local_state
 from prewarm_devtools.kubeapi.auth import Identity
 from prewarm_devtools.kubeapi.server import KubeApiServer
-from prewarm_devtools.localmode import grant_cluster_access
+from prewarm_devtools.localinstall import grant_cluster_access
 from prewarm_devtools.sam.aws import ACCOUNT, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
 from prewarm_devtools.sam.template import ROOT

@@ -13,7 +13,8 @@ import pytest
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.refresh import ISSUED_TO_ANNOTATION, registry_secret_name
 from prewarm_agent.settings import EcrCredentials
-from prewarm_devtools.localmode import ECR_TOKEN_LIFETIME_SECONDS, LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localecr import ECR_TOKEN_LIFETIME_SECONDS, ecr_host
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 
 pytestmark = [
     pytest.mark.integration,

@@ -15,7 +15,8 @@ import pytest
 
 from prewarm.domain.messages import NodePhase
 from prewarm.services.jobs import apply_manifest
-from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localecr import ecr_host
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from tests.support.waiting import wait_until
 
 pytestmark = [

@@ -21,7 +21,8 @@ import pytest
 from prewarm.domain.messages import NodePhase
 from prewarm.services.jobs import apply_manifest
 from prewarm_agent.cri.errors import ImagePullError
-from prewarm_devtools.localmode import LocalMode, ecr_host, missing_prerequisites
+from prewarm_devtools.localecr import ecr_host
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from prewarm_devtools.sam.aws import ACCOUNT, REGION
 from prewarm_devtools.sam.template import load_template
 from tests.support.waiting import wait_until

@@ -1,0 +1,67 @@
+"""The registry that plays ECR in local mode, and what a push to it looks like to the stack.
+
+The registry (`node/registry.py`) answers for the ECR host name of the local account and region, which
+every node's containerd maps to it; a push stores the image there and in moto (so `BatchGetImage` answers
+as ECR would) and returns ECR's PUSH event, which the caller delivers as EventBridge would.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from prewarm_devtools.account import ACCOUNT, REGION
+
+
+def ecr_host(account: str = ACCOUNT, region: str = REGION) -> str:
+    return f"{account}.dkr.ecr.{region}.amazonaws.com"
+
+
+# GetAuthorizationToken: "The authorization token is valid for 12 hours."
+ECR_TOKEN_LIFETIME_SECONDS = 12 * 3600.0
+
+
+@dataclass
+class PushedToEcr:
+    repository: str
+    tag: str | None
+    digest: str
+    reference: str
+    size_bytes: int
+    pushed_at: float
+    jobs: list[str] = field(default_factory=list)
+
+
+def push_to_local_ecr(
+    registry_url: str, ecr: Any, repository: str, tag: str | None, *, size_mb: float
+) -> tuple[PushedToEcr, dict[str, Any]]:
+    """Pushes a fresh image to the registry that plays ECR and returns it with ECR's PUSH event.
+
+    moto records the manifest too (so `BatchGetImage` answers as ECR would) but emits no event on a
+    push: the caller delivers the returned event, as EventBridge would.
+    """
+    from prewarm_devtools.node.images import RegistryPusher, build_image
+
+    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+    user, _, password = base64.b64decode(token).decode().partition(":")
+    image = build_image(size_mb=size_mb)
+    pusher = RegistryPusher(registry_url, auth=(user, password))
+    pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
+    with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
+        ecr.create_repository(repositoryName=repository)
+    ecr.put_image(repositoryName=repository, imageManifest=image.manifest.data.decode(),
+                  imageManifestMediaType=image.manifest.media_type, **({"imageTag": tag} if tag else {}))
+    event = {
+        "version": "0", "id": f"local-{pushed.digest[7:19]}", "detail-type": "ECR Image Action",
+        "source": "aws.ecr", "account": ACCOUNT, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": REGION, "resources": [],
+        "detail": {"result": "SUCCESS", "repository-name": repository, "image-digest": pushed.digest,
+                   "action-type": "PUSH", "manifest-media-type": image.manifest.media_type,
+                   "artifact-media-type": image.config.media_type, **({"image-tag": tag} if tag else {})},
+    }
+    result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
+                         image.total_size, time.time())
+    return result, event
