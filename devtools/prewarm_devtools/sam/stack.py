@@ -14,37 +14,43 @@ role is not granted is refused as on AWS, and so is one a resource policy denies
 plumbing (event source polling, failure destinations) signs as the operator.
 
 Not emulated: X-Ray, CloudWatch alarms and dashboards, and the template's queue policies.
+
+Here is the deploy and the invoke; how each event source delivers is `event_sources`, how a handler runs
+in this process (its module, environment, stdout and logs) is `invocation`.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import json
-import logging
 import os
-import re
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TextIO, cast
 
 import boto3
 
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
-from prewarm_devtools.sam.events import LambdaContext, matches_pattern, schedule_event, sqs_event, stream_event
+from prewarm_devtools.sam.event_sources import EventSources, StreamCursor, parse_schedule
+from prewarm_devtools.sam.events import LambdaContext
 from prewarm_devtools.sam.intrinsics import Physical, Resolver
+from prewarm_devtools.sam.invocation import (
+    Function,
+    InvocationGate,
+    RoutedStdout,
+    WiringError,
+    invocation,
+    load_handler,
+    logs_to,
+    name_the_service,
+    shown,
+)
 from prewarm_devtools.sam.roles import Document, policy_document, role_policies
 from prewarm_devtools.sam.template import TemplateError, load_template, table_create_args
-
-log = logging.getLogger(__name__)
 
 # Created only as names locally: their effect (permissions, alarms, logs) is not emulated.
 _NAME_ONLY = {
@@ -60,34 +66,7 @@ _NAME_ONLY = {
 }
 
 
-class WiringError(TemplateError):
-    """The template's wiring of a function is broken (caught before anything runs)."""
-
-
-@dataclass
-class Function:
-    logical_id: str
-    name: str
-    code_dir: Path
-    handler: str
-    env: dict[str, str]
-    timeout: int
-    memory: int
-    events: dict[str, dict[str, Any]]
-    identity: LocalIdentity | None = None
-    module: ModuleType | None = None
-    invocations: int = 0
-    errors: int = 0
-
-
-@dataclass
-class _StreamCursor:
-    iterator: str | None
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    attempts: int = 0
-
-
-class LocalStack:
+class LocalStack(EventSources):
     def __init__(
         self,
         endpoint_url: str,
@@ -114,8 +93,8 @@ class LocalStack:
         self.not_emulated: list[str] = []
         self._pending_entries: list[tuple[str, Mapping[str, Any]]] = []
         self._lock = threading.RLock()
-        self._gate = _InvocationGate()
-        self._cursors: dict[tuple[str, str], _StreamCursor] = {}
+        self._gate = InvocationGate()
+        self._cursors: dict[tuple[str, str], StreamCursor] = {}
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self.resolver: Resolver | None = None
@@ -268,10 +247,10 @@ class LocalStack:
         module_file, _, attr = fn.handler.rpartition(".")
         path = fn.code_dir / f"{module_file}.py"
         if not path.is_file():
-            raise WiringError(f"{fn.logical_id}: handler file {_shown(path)} does not exist")
+            raise WiringError(f"{fn.logical_id}: handler file {shown(path)} does not exist")
         tree = ast.parse(path.read_text(encoding="utf-8"))
         if not any(isinstance(n, ast.FunctionDef) and n.name == attr for n in tree.body):
-            raise WiringError(f"{fn.logical_id}: {_shown(path)} defines no function {attr}")
+            raise WiringError(f"{fn.logical_id}: {shown(path)} defines no function {attr}")
         for name, event in fn.events.items():
             kind, props = event.get("Type"), event.get("Properties", {})
             where = f"{fn.logical_id} event {name}"
@@ -321,8 +300,8 @@ class LocalStack:
         env = {**fn.env, **(fn.identity.environment() if fn.identity else {})}
         if "AWS_ENDPOINT_URL" not in os.environ:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
-        inside = getattr(_invocation, "active", False)
-        _invocation.active = True  # what this thread prints now is the function's output
+        inside = getattr(invocation, "active", False)
+        invocation.active = True  # what this thread prints now is the function's output
         try:
             with self._gate.enter(fn.logical_id, lambda: self._environment(fn, env)):
                 attr = fn.handler.rpartition(".")[2]
@@ -337,7 +316,7 @@ class LocalStack:
                         fn.errors += 1
                     raise
         finally:
-            _invocation.active = inside
+            invocation.active = inside
 
     def signing_as(self, identity: LocalIdentity) -> contextlib.AbstractContextManager[None]:
         """A block in which boto3 clients built in this process sign as `identity` (an agent in this
@@ -348,7 +327,7 @@ class LocalStack:
     @contextlib.contextmanager
     def _environment(self, fn: Function, env: Mapping[str, str]) -> Iterator[None]:
         """What the first of a function's overlapping invocations sets up and the last one takes down."""
-        routed = _RoutedStdout(sys.stdout, self.function_output or sys.stdout)
+        routed = RoutedStdout(sys.stdout, self.function_output or sys.stdout)
         with patched_environ(env), contextlib.redirect_stdout(cast(TextIO, routed)):
             from prewarm.settings import settings
 
@@ -363,267 +342,10 @@ class LocalStack:
             boto3.DEFAULT_SESSION = None
             if fn.module is None:
                 # Loaded under the redirect, so loggers created at import write there too.
-                fn.module = self._load(fn)
-            _name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
-            with _logs_to(sys.stdout):
+                fn.module = load_handler(fn)
+            name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
+            with logs_to(sys.stdout):
                 yield
-
-    @staticmethod
-    def _load(fn: Function) -> ModuleType:
-        module_file = fn.handler.rpartition(".")[0]
-        path = fn.code_dir / f"{module_file}.py"
-        spec = importlib.util.spec_from_file_location(f"prewarm_function_{fn.code_dir.name}", path)
-        if spec is None or spec.loader is None:
-            raise WiringError(f"{fn.logical_id}: cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    # -- event sources -------------------------------------------------------------------------
-
-    def bindings(self, kind: str) -> list[tuple[Function, str, dict[str, Any]]]:
-        return [
-            (fn, name, ev.get("Properties", {}))
-            for fn in self.functions.values()
-            for name, ev in fn.events.items()
-            if ev.get("Type") == kind or (kind == "Schedule" and ev.get("Type") == "ScheduleV2")
-        ]
-
-    def put_event(self, event: Mapping[str, Any]) -> list[Any]:
-        """Delivers an EventBridge event to every matching rule's function, with the rule's retries and DLQ."""
-        results = []
-        for fn, _name, props in self.bindings("EventBridgeRule"):
-            if not matches_pattern(props["Pattern"], event):
-                continue
-            attempts = 1 + int(props.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185))
-            for attempt in range(attempts):
-                try:
-                    results.append(self.invoke(fn.logical_id, event))
-                    break
-                except Exception as e:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
-                    log.warning("%s failed on attempt %d: %s", fn.name, attempt + 1, e)
-            else:
-                dlq = props.get("DeadLetterConfig", {}).get("Arn")
-                if dlq:
-                    self.sqs.send_message(QueueUrl=self._queue_by_arn(dlq, fn.logical_id).ref,
-                                          MessageBody=json.dumps(event))
-        return results
-
-    def fire(self, name: str, payload: Any = None) -> Any:
-        """Fires a function's schedule now (moto's schedules never fire)."""
-        fn = self.function(name)
-        for ev_name, ev in fn.events.items():
-            if ev.get("Type") in ("Schedule", "ScheduleV2"):
-                arn = f"arn:aws:scheduler:{self.region}:{ACCOUNT}:schedule/default/{fn.logical_id}-{ev_name}"
-                return self.invoke(fn.logical_id, schedule_event(arn, self.region, ACCOUNT, payload))
-        raise KeyError(f"{name} has no schedule")
-
-    def pump_event_bus(self) -> int:
-        """Delivers the events other processes put on the local event bus (see `put_event`)."""
-        if not self.event_bus_url:
-            return 0
-        got = self.sqs.receive_message(QueueUrl=self.event_bus_url, MaxNumberOfMessages=10,
-                                       WaitTimeSeconds=0).get("Messages", [])
-        for m in got:
-            try:
-                event = json.loads(m["Body"])
-            except json.JSONDecodeError:
-                log.warning("dropped a local event bus message that is not JSON")
-            else:
-                self.put_event(event)
-            self.sqs.delete_message(QueueUrl=self.event_bus_url, ReceiptHandle=m["ReceiptHandle"])
-        return len(got)
-
-    def pump_sqs(self) -> int:
-        """Delivers batches from each SQS event source; returns how many messages were handled.
-
-        As Lambda's event source mapping: a batch gathers up to `BatchSize` messages (10 per receive),
-        and up to `ScalingConfig.MaximumConcurrency` batches are in flight at once. Locally a batch
-        takes what the queue holds now instead of waiting out `MaximumBatchingWindowInSeconds`, so at
-        low traffic AWS adds up to that window of latency that local mode does not.
-        """
-        handled = 0
-        for fn, _name, props in self.bindings("SQS"):
-            queue = self._queue_by_arn(props["Queue"], fn.logical_id)
-            size = int(props.get("BatchSize", 10))
-            in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
-            batches = []
-            for _ in range(in_flight):
-                batch = self._gather(queue.ref, size)
-                if not batch:
-                    break
-                batches.append(batch)
-            if not batches:
-                continue
-            handled += sum(len(b) for b in batches)
-            if len(batches) == 1:
-                self._deliver_sqs_batch(fn, props, queue.ref, batches[0])
-                continue
-            with ThreadPoolExecutor(len(batches), thread_name_prefix=f"esm-{fn.name}") as pool:
-                futures = [pool.submit(self._deliver_sqs_batch, fn, props, queue.ref, b) for b in batches]
-                for future in futures:
-                    future.result()
-        return handled
-
-    def _gather(self, queue_url: str, size: int) -> list[dict[str, Any]]:
-        batch: list[dict[str, Any]] = []
-        while len(batch) < size:
-            got = self.sqs.receive_message(
-                QueueUrl=queue_url, MaxNumberOfMessages=min(size - len(batch), 10), WaitTimeSeconds=0,
-                AttributeNames=["All"],
-            ).get("Messages", [])
-            if not got:
-                break
-            batch += got
-        return batch
-
-    def _deliver_sqs_batch(self, fn: Function, props: Mapping[str, Any], queue_url: str,
-                           got: list[dict[str, Any]]) -> None:
-        # As Lambda's mapping: the handled messages are deleted; the failed ones are left as they are,
-        # to come back when their visibility runs out: the queue's own timeout from the receive, or what
-        # the function set with ChangeMessageVisibility ("Handling errors for an SQS event source in
-        # Lambda"). Nothing here shortens it.
-        failed: set[str] = {m["MessageId"] for m in got}
-        try:
-            response = self.invoke(fn.logical_id, sqs_event(got, props["Queue"], self.region))
-            if "ReportBatchItemFailures" in props.get("FunctionResponseTypes", []):
-                failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
-            else:
-                failed = set()
-        except Exception as e:  # noqa: BLE001 - the batch returns to the queue, as Lambda does
-            log.warning("%s failed a batch of %d: %s", fn.name, len(got), e)
-        done = [m for m in got if m["MessageId"] not in failed]
-        for start in range(0, len(done), 10):
-            chunk = done[start : start + 10]
-            entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)]
-            self.sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
-
-    def pump_streams(self) -> int:
-        """Delivers one batch from each table stream event source; returns how many records were handled."""
-        handled = 0
-        for fn, name, props in self.bindings("DynamoDB"):
-            for shard_id, cursor in self._shards(fn, name, props):
-                if not cursor.pending and cursor.iterator:
-                    out = self.streams.get_records(ShardIterator=cursor.iterator, Limit=1000)
-                    cursor.iterator = out.get("NextShardIterator")
-                    filters = [json.loads(f["Pattern"]) for f in props.get("FilterCriteria", {}).get("Filters", [])]
-                    cursor.pending = [
-                        r for r in out.get("Records", [])
-                        if not filters or any(matches_pattern(p, _as_filter_input(r)) for p in filters)
-                    ]
-                if not cursor.pending:
-                    continue
-                batch = cursor.pending[: int(props.get("BatchSize", 100))]
-                handled += len(batch)
-                self._deliver_stream_batch(fn, props, cursor, batch, shard_id)
-        return handled
-
-    def _deliver_stream_batch(
-        self, fn: Function, props: Mapping[str, Any], cursor: _StreamCursor, batch: list[dict[str, Any]], shard: str
-    ) -> None:
-        try:
-            response = self.invoke(fn.logical_id, stream_event(batch, props["Stream"], self.region))
-            failures = [f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])]
-        except Exception as e:  # noqa: BLE001 - the whole batch is retried, as Lambda does
-            log.warning("%s failed a stream batch: %s", fn.name, e)
-            failures = [batch[0]["dynamodb"]["SequenceNumber"]]
-        if not failures:
-            del cursor.pending[: len(batch)]
-            cursor.attempts = 0
-            return
-        first = min(
-            (i for i, r in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failures), default=0
-        )
-        del cursor.pending[:first]  # checkpoint before the first failed record, retry from it
-        cursor.attempts += 1
-        if cursor.attempts > int(props.get("MaximumRetryAttempts", -1)) >= 0:
-            dropped = cursor.pending.pop(0)
-            cursor.attempts = 0
-            destination = props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
-            if destination:
-                self.sqs.send_message(
-                    QueueUrl=self._queue_by_arn(destination, fn.logical_id).ref,
-                    MessageBody=json.dumps({"requestContext": {"functionArn": fn.logical_id, "condition":
-                                            "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": {
-                                            "shardId": shard, "startSequenceNumber": dropped["dynamodb"][
-                                                "SequenceNumber"]}}),
-                )
-
-    def _shards(self, fn: Function, name: str, props: Mapping[str, Any]) -> list[tuple[str, _StreamCursor]]:
-        stream = props["Stream"]
-        shards = self.streams.describe_stream(StreamArn=stream)["StreamDescription"].get("Shards", [])
-        out = []
-        for shard in shards:
-            key = (f"{fn.logical_id}/{name}", shard["ShardId"])
-            if key not in self._cursors:
-                it_type = "TRIM_HORIZON" if props.get("StartingPosition") == "TRIM_HORIZON" else "LATEST"
-                iterator = self.streams.get_shard_iterator(
-                    StreamArn=stream, ShardId=shard["ShardId"], ShardIteratorType=it_type
-                )["ShardIterator"]
-                self._cursors[key] = _StreamCursor(iterator)
-            out.append((shard["ShardId"], self._cursors[key]))
-        return out
-
-    def prime_streams(self) -> None:
-        """Takes the stream positions now (LATEST means: from here on)."""
-        for fn, name, props in self.bindings("DynamoDB"):
-            self._shards(fn, name, props)
-
-    def run_until_idle(
-        self, timeout: float = 30.0, *, idle_rounds: int = 2, poll: Callable[[], int] | None = None
-    ) -> None:
-        """Pumps every event source until nothing moves for `idle_rounds` passes (or the timeout)."""
-        deadline = time.monotonic() + timeout
-        quiet = 0
-        while quiet < idle_rounds:
-            moved = self.pump_event_bus() + self.pump_streams() + self.pump_sqs() + (poll() if poll else 0)
-            quiet = 0 if moved else quiet + 1
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"local stack still busy after {timeout} s")
-            if not moved:
-                time.sleep(0.05)
-
-    # -- background mode -----------------------------------------------------------------------
-
-    def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
-        """Runs the event sources (and timers for rate schedules) on a background thread."""
-        self.prime_streams()
-        self._stop.clear()
-
-        def loop() -> None:
-            next_fire = {fn.logical_id: time.monotonic() + period for fn, period in self._rate_schedules()}
-            while not self._stop.is_set():
-                try:
-                    moved = self.pump_event_bus() + self.pump_streams() + self.pump_sqs()
-                    now = time.monotonic()
-                    if schedules:
-                        for fn, period in self._rate_schedules():
-                            if now >= next_fire[fn.logical_id]:
-                                next_fire[fn.logical_id] = now + period
-                                self.fire(fn.logical_id)
-                except Exception:  # keep serving; the failure is logged with its traceback
-                    log.exception("local stack event loop")
-                    moved = 0
-                if not moved:
-                    self._stop.wait(interval)
-
-        t = threading.Thread(target=loop, name="prewarm-local-stack", daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _rate_schedules(self) -> list[tuple[Function, float]]:
-        out = []
-        for fn, _name, props in self.bindings("Schedule"):
-            period = parse_schedule(str(props.get("ScheduleExpression") or props.get("Schedule", "")), fn.logical_id)
-            if period is not None:
-                out.append((fn, period))
-        return out
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=10)
-        self._threads.clear()
 
     def env(self) -> dict[str, str]:
         """The environment every function shares (table, queues, prefixes) — for the CLI and agents."""
@@ -633,158 +355,3 @@ class LocalStack:
         return {**(common or {}), **({"LOCAL_EVENT_BUS_URL": self.event_bus_url} if self.event_bus_url else {})}
 
 
-_RATE = re.compile(r"rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)")
-_CRON = re.compile(r"cron\((\S+\s+){5}\S+\)")
-
-
-@contextlib.contextmanager
-def _logs_to(stream: TextIO) -> Iterator[None]:
-    """Points the functions' log handler at this invocation's stdout, then back.
-
-    Its StreamHandler kept the stdout of whatever imported `prewarm.observability` first.
-    """
-    import prewarm.observability as observability
-
-    handlers = [h for h in observability.logger.handlers
-                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
-    before = [h.setStream(stream) for h in handlers]
-    try:
-        yield
-    finally:
-        for handler, old in zip(handlers, before, strict=True):
-            # A stack's routed stdout ends with that stack (its function log is closed): hand the handler
-            # back the real stdout behind it, so no later stack flushes into a closed file.
-            while isinstance(old, _RoutedStdout):
-                old = old.normal
-            if old is not None:
-                handler.setStream(old)
-
-
-class _ServiceAsLoggerName(logging.Filter):
-    """Names the functions' own Logger's records after this invocation's service. On AWS its logger is
-    named after the one service of the process; here it keeps the name of the function loaded first."""
-
-    service = ""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.name = self.service or record.name
-        return True
-
-
-_OWN_LOGGER_NAME = _ServiceAsLoggerName()
-
-
-def _name_the_service(service: str) -> None:
-    """Labels the functions' logs and metrics with this invocation's `POWERTOOLS_SERVICE_NAME`.
-
-    Powertools reads the variable once, when `prewarm.observability` builds its Logger and Metrics. In
-    AWS one process runs one function; here every function shares one process, so each invocation
-    names its own service (its environment is already in force).
-    """
-    import prewarm.observability as observability
-
-    observability.logger.service = service
-    observability.logger.append_keys(service=service)
-    _OWN_LOGGER_NAME.service = service
-    own = observability.logger._logger  # the stdlib logger it writes through (Powertools proxies to it)
-    if _OWN_LOGGER_NAME not in own.filters:
-        own.addFilter(_OWN_LOGGER_NAME)
-    provider = getattr(observability.metrics, "provider", None)
-    if provider is not None and hasattr(provider, "service"):
-        provider.service = service
-
-
-def _shown(path: Path) -> Path:
-    """`path` as the template names it: relative to the project's files when it lies under them."""
-    root = project_files().root
-    return path.relative_to(root) if path.is_relative_to(root) else path
-
-
-def parse_schedule(expression: str, where: str) -> float | None:
-    """Seconds between runs of a `rate(...)`, None for a valid `cron(...)` (fired on demand locally)."""
-    if m := _RATE.fullmatch(expression.strip()):
-        unit = {"minute": 60, "hour": 3600, "day": 86400}[m.group(2).rstrip("s")]
-        return int(m.group(1)) * unit
-    if _CRON.fullmatch(expression.strip()):
-        return None
-    raise WiringError(f"{where}: schedule expression {expression!r} is neither rate(...) nor cron(...)")
-
-
-def _as_filter_input(record: Mapping[str, Any]) -> dict[str, Any]:
-    return {"eventName": record.get("eventName"), "dynamodb": record.get("dynamodb", {})}
-
-
-_invocation = threading.local()
-
-
-class _RoutedStdout:
-    """This process's stdout while functions run: what a function's thread writes (its logs, its
-    metrics) goes to the functions' output; what any other thread writes (the CLI, the demo's report,
-    a benchmark) still reaches the real stdout, whenever it happens to print."""
-
-    def __init__(self, normal: TextIO, functions: TextIO) -> None:
-        self.normal, self.functions = normal, functions
-
-    def _target(self) -> TextIO:
-        return self.functions if getattr(_invocation, "active", False) else self.normal
-
-    def write(self, text: str) -> int:
-        return self._target().write(text)
-
-    def flush(self) -> None:
-        self._target().flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.normal, name)
-
-
-class _InvocationGate:
-    """Lets invocations of one function overlap while keeping different functions apart.
-
-    The first invocation of a function to enter sets up its environment; the last to leave takes it
-    down; then another function may enter. An invocation made from inside another (the same thread)
-    enters at once.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._owner: str | None = None
-        self._inside = 0
-        self._setup: contextlib.AbstractContextManager[None] | None = None
-        self._local = threading.local()
-
-    @contextlib.contextmanager
-    def enter(self, name: str, setup: Callable[[], contextlib.AbstractContextManager[None]]) -> Iterator[None]:
-        if getattr(self._local, "depth", 0):
-            self._local.depth += 1
-            try:
-                with setup():
-                    yield
-            finally:
-                self._local.depth -= 1
-            return
-        with self._cond:
-            while self._owner not in (None, name):
-                self._cond.wait()
-            self._owner = name
-            self._inside += 1
-            if self._setup is None:
-                self._setup = setup()
-                try:
-                    self._setup.__enter__()
-                except BaseException:
-                    self._setup, self._owner, self._inside = None, None, 0
-                    self._cond.notify_all()
-                    raise
-        self._local.depth = 1
-        try:
-            yield
-        finally:
-            self._local.depth = 0
-            with self._cond:
-                self._inside -= 1
-                if self._inside == 0:
-                    setup_done, self._setup, self._owner = self._setup, None, None
-                    if setup_done is not None:
-                        setup_done.__exit__(None, None, None)
-                    self._cond.notify_all()

@@ -24,7 +24,8 @@ from prewarm.services.jobs import apply_manifest, request_deletion, view_job
 from prewarm_cli.install.render import MANIFESTS
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import MotoServer, aws_environment
-from prewarm_devtools.sam.stack import LocalStack, WiringError
+from prewarm_devtools.sam.invocation import WiringError
+from prewarm_devtools.sam.stack import LocalStack
 from prewarm_devtools.sam.template import ROOT, TEMPLATE
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,315 @@
+"""The template's event sources, as Lambda and EventBridge drive a function: SQS queues, the table stream,
+EventBridge rules and schedules.
+
+`EventSources` is the part of `LocalStack` that delivers: each source's batching, partial batch failures,
+retries and failure destinations; `run_until_idle` pumps them all, `start` on a background thread with
+timers for `rate(...)` schedules (moto's schedules never fire: `fire` runs one on demand).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from prewarm_devtools.sam.aws import ACCOUNT
+from prewarm_devtools.sam.events import matches_pattern, schedule_event, sqs_event, stream_event
+from prewarm_devtools.sam.intrinsics import Physical
+from prewarm_devtools.sam.invocation import Function, WiringError
+
+log = logging.getLogger(__name__)
+
+_RATE = re.compile(r"rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)")
+_CRON = re.compile(r"cron\((\S+\s+){5}\S+\)")
+
+
+def parse_schedule(expression: str, where: str) -> float | None:
+    """Seconds between runs of a `rate(...)`, None for a valid `cron(...)` (fired on demand locally)."""
+    if m := _RATE.fullmatch(expression.strip()):
+        unit = {"minute": 60, "hour": 3600, "day": 86400}[m.group(2).rstrip("s")]
+        return int(m.group(1)) * unit
+    if _CRON.fullmatch(expression.strip()):
+        return None
+    raise WiringError(f"{where}: schedule expression {expression!r} is neither rate(...) nor cron(...)")
+
+
+def as_filter_input(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {"eventName": record.get("eventName"), "dynamodb": record.get("dynamodb", {})}
+
+
+@dataclass
+class StreamCursor:
+    iterator: str | None
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 0
+
+
+class EventSources:
+    """Delivers the template's events to its functions (`LocalStack` deploys them and invokes)."""
+
+    # Set by `LocalStack`.
+    region: str
+    sqs: Any
+    streams: Any
+    functions: dict[str, Function]
+    event_bus_url: str
+    _cursors: dict[tuple[str, str], StreamCursor]
+    _threads: list[threading.Thread]
+    _stop: threading.Event
+
+    def function(self, name: str) -> Function:
+        raise NotImplementedError
+
+    def invoke(self, name: str, event: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _queue_by_arn(self, arn: str, where: str) -> Physical:
+        raise NotImplementedError
+
+    def bindings(self, kind: str) -> list[tuple[Function, str, dict[str, Any]]]:
+        return [
+            (fn, name, ev.get("Properties", {}))
+            for fn in self.functions.values()
+            for name, ev in fn.events.items()
+            if ev.get("Type") == kind or (kind == "Schedule" and ev.get("Type") == "ScheduleV2")
+        ]
+
+    def put_event(self, event: Mapping[str, Any]) -> list[Any]:
+        """Delivers an EventBridge event to every matching rule's function, with the rule's retries and DLQ."""
+        results = []
+        for fn, _name, props in self.bindings("EventBridgeRule"):
+            if not matches_pattern(props["Pattern"], event):
+                continue
+            attempts = 1 + int(props.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185))
+            for attempt in range(attempts):
+                try:
+                    results.append(self.invoke(fn.logical_id, event))
+                    break
+                except Exception as e:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
+                    log.warning("%s failed on attempt %d: %s", fn.name, attempt + 1, e)
+            else:
+                dlq = props.get("DeadLetterConfig", {}).get("Arn")
+                if dlq:
+                    self.sqs.send_message(QueueUrl=self._queue_by_arn(dlq, fn.logical_id).ref,
+                                          MessageBody=json.dumps(event))
+        return results
+
+    def fire(self, name: str, payload: Any = None) -> Any:
+        """Fires a function's schedule now (moto's schedules never fire)."""
+        fn = self.function(name)
+        for ev_name, ev in fn.events.items():
+            if ev.get("Type") in ("Schedule", "ScheduleV2"):
+                arn = f"arn:aws:scheduler:{self.region}:{ACCOUNT}:schedule/default/{fn.logical_id}-{ev_name}"
+                return self.invoke(fn.logical_id, schedule_event(arn, self.region, ACCOUNT, payload))
+        raise KeyError(f"{name} has no schedule")
+
+    def pump_event_bus(self) -> int:
+        """Delivers the events other processes put on the local event bus (see `put_event`)."""
+        if not self.event_bus_url:
+            return 0
+        got = self.sqs.receive_message(QueueUrl=self.event_bus_url, MaxNumberOfMessages=10,
+                                       WaitTimeSeconds=0).get("Messages", [])
+        for m in got:
+            try:
+                event = json.loads(m["Body"])
+            except json.JSONDecodeError:
+                log.warning("dropped a local event bus message that is not JSON")
+            else:
+                self.put_event(event)
+            self.sqs.delete_message(QueueUrl=self.event_bus_url, ReceiptHandle=m["ReceiptHandle"])
+        return len(got)
+
+    def pump_sqs(self) -> int:
+        """Delivers batches from each SQS event source; returns how many messages were handled.
+
+        As Lambda's event source mapping: a batch gathers up to `BatchSize` messages (10 per receive),
+        and up to `ScalingConfig.MaximumConcurrency` batches are in flight at once. Locally a batch
+        takes what the queue holds now instead of waiting out `MaximumBatchingWindowInSeconds`, so at
+        low traffic AWS adds up to that window of latency that local mode does not.
+        """
+        handled = 0
+        for fn, _name, props in self.bindings("SQS"):
+            queue = self._queue_by_arn(props["Queue"], fn.logical_id)
+            size = int(props.get("BatchSize", 10))
+            in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
+            batches = []
+            for _ in range(in_flight):
+                batch = self._gather(queue.ref, size)
+                if not batch:
+                    break
+                batches.append(batch)
+            if not batches:
+                continue
+            handled += sum(len(b) for b in batches)
+            if len(batches) == 1:
+                self._deliver_sqs_batch(fn, props, queue.ref, batches[0])
+                continue
+            with ThreadPoolExecutor(len(batches), thread_name_prefix=f"esm-{fn.name}") as pool:
+                futures = [pool.submit(self._deliver_sqs_batch, fn, props, queue.ref, b) for b in batches]
+                for future in futures:
+                    future.result()
+        return handled
+
+    def _gather(self, queue_url: str, size: int) -> list[dict[str, Any]]:
+        batch: list[dict[str, Any]] = []
+        while len(batch) < size:
+            got = self.sqs.receive_message(
+                QueueUrl=queue_url, MaxNumberOfMessages=min(size - len(batch), 10), WaitTimeSeconds=0,
+                AttributeNames=["All"],
+            ).get("Messages", [])
+            if not got:
+                break
+            batch += got
+        return batch
+
+    def _deliver_sqs_batch(self, fn: Function, props: Mapping[str, Any], queue_url: str,
+                           got: list[dict[str, Any]]) -> None:
+        # As Lambda's mapping: the handled messages are deleted; the failed ones are left as they are,
+        # to come back when their visibility runs out: the queue's own timeout from the receive, or what
+        # the function set with ChangeMessageVisibility ("Handling errors for an SQS event source in
+        # Lambda"). Nothing here shortens it.
+        failed: set[str] = {m["MessageId"] for m in got}
+        try:
+            response = self.invoke(fn.logical_id, sqs_event(got, props["Queue"], self.region))
+            if "ReportBatchItemFailures" in props.get("FunctionResponseTypes", []):
+                failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
+            else:
+                failed = set()
+        except Exception as e:  # noqa: BLE001 - the batch returns to the queue, as Lambda does
+            log.warning("%s failed a batch of %d: %s", fn.name, len(got), e)
+        done = [m for m in got if m["MessageId"] not in failed]
+        for start in range(0, len(done), 10):
+            chunk = done[start : start + 10]
+            entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)]
+            self.sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+
+    def pump_streams(self) -> int:
+        """Delivers one batch from each table stream event source; returns how many records were handled."""
+        handled = 0
+        for fn, name, props in self.bindings("DynamoDB"):
+            for shard_id, cursor in self._shards(fn, name, props):
+                if not cursor.pending and cursor.iterator:
+                    out = self.streams.get_records(ShardIterator=cursor.iterator, Limit=1000)
+                    cursor.iterator = out.get("NextShardIterator")
+                    filters = [json.loads(f["Pattern"]) for f in props.get("FilterCriteria", {}).get("Filters", [])]
+                    cursor.pending = [
+                        r for r in out.get("Records", [])
+                        if not filters or any(matches_pattern(p, as_filter_input(r)) for p in filters)
+                    ]
+                if not cursor.pending:
+                    continue
+                batch = cursor.pending[: int(props.get("BatchSize", 100))]
+                handled += len(batch)
+                self._deliver_stream_batch(fn, props, cursor, batch, shard_id)
+        return handled
+
+    def _deliver_stream_batch(
+        self, fn: Function, props: Mapping[str, Any], cursor: StreamCursor, batch: list[dict[str, Any]], shard: str
+    ) -> None:
+        try:
+            response = self.invoke(fn.logical_id, stream_event(batch, props["Stream"], self.region))
+            failures = [f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])]
+        except Exception as e:  # noqa: BLE001 - the whole batch is retried, as Lambda does
+            log.warning("%s failed a stream batch: %s", fn.name, e)
+            failures = [batch[0]["dynamodb"]["SequenceNumber"]]
+        if not failures:
+            del cursor.pending[: len(batch)]
+            cursor.attempts = 0
+            return
+        first = min(
+            (i for i, r in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failures), default=0
+        )
+        del cursor.pending[:first]  # checkpoint before the first failed record, retry from it
+        cursor.attempts += 1
+        if cursor.attempts > int(props.get("MaximumRetryAttempts", -1)) >= 0:
+            dropped = cursor.pending.pop(0)
+            cursor.attempts = 0
+            destination = props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+            if destination:
+                self.sqs.send_message(
+                    QueueUrl=self._queue_by_arn(destination, fn.logical_id).ref,
+                    MessageBody=json.dumps({"requestContext": {"functionArn": fn.logical_id, "condition":
+                                            "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": {
+                                            "shardId": shard, "startSequenceNumber": dropped["dynamodb"][
+                                                "SequenceNumber"]}}),
+                )
+
+    def _shards(self, fn: Function, name: str, props: Mapping[str, Any]) -> list[tuple[str, StreamCursor]]:
+        stream = props["Stream"]
+        shards = self.streams.describe_stream(StreamArn=stream)["StreamDescription"].get("Shards", [])
+        out = []
+        for shard in shards:
+            key = (f"{fn.logical_id}/{name}", shard["ShardId"])
+            if key not in self._cursors:
+                it_type = "TRIM_HORIZON" if props.get("StartingPosition") == "TRIM_HORIZON" else "LATEST"
+                iterator = self.streams.get_shard_iterator(
+                    StreamArn=stream, ShardId=shard["ShardId"], ShardIteratorType=it_type
+                )["ShardIterator"]
+                self._cursors[key] = StreamCursor(iterator)
+            out.append((shard["ShardId"], self._cursors[key]))
+        return out
+
+    def prime_streams(self) -> None:
+        """Takes the stream positions now (LATEST means: from here on)."""
+        for fn, name, props in self.bindings("DynamoDB"):
+            self._shards(fn, name, props)
+
+    def run_until_idle(
+        self, timeout: float = 30.0, *, idle_rounds: int = 2, poll: Callable[[], int] | None = None
+    ) -> None:
+        """Pumps every event source until nothing moves for `idle_rounds` passes (or the timeout)."""
+        deadline = time.monotonic() + timeout
+        quiet = 0
+        while quiet < idle_rounds:
+            moved = self.pump_event_bus() + self.pump_streams() + self.pump_sqs() + (poll() if poll else 0)
+            quiet = 0 if moved else quiet + 1
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"local stack still busy after {timeout} s")
+            if not moved:
+                time.sleep(0.05)
+
+    def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
+        """Runs the event sources (and timers for rate schedules) on a background thread."""
+        self.prime_streams()
+        self._stop.clear()
+
+        def loop() -> None:
+            next_fire = {fn.logical_id: time.monotonic() + period for fn, period in self._rate_schedules()}
+            while not self._stop.is_set():
+                try:
+                    moved = self.pump_event_bus() + self.pump_streams() + self.pump_sqs()
+                    now = time.monotonic()
+                    if schedules:
+                        for fn, period in self._rate_schedules():
+                            if now >= next_fire[fn.logical_id]:
+                                next_fire[fn.logical_id] = now + period
+                                self.fire(fn.logical_id)
+                except Exception:  # keep serving; the failure is logged with its traceback
+                    log.exception("local stack event loop")
+                    moved = 0
+                if not moved:
+                    self._stop.wait(interval)
+
+        t = threading.Thread(target=loop, name="prewarm-local-stack", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _rate_schedules(self) -> list[tuple[Function, float]]:
+        out = []
+        for fn, _name, props in self.bindings("Schedule"):
+            period = parse_schedule(str(props.get("ScheduleExpression") or props.get("Schedule", "")), fn.logical_id)
+            if period is not None:
+                out.append((fn, period))
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+        self._threads.clear()
