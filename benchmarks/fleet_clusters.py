@@ -33,22 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.fleet import (
-    ACCOUNT,
-    IMAGE,
-    NAMESPACE,
-    REGION,
-    Agents,
-    Fleet,
-    Json,
-    Lane,
-    LimitedMoto,
-    RoundResult,
-    SimClock,
-    cluster_of_message,
-    figures,
-    targets,
-)
+from benchmarks.fleet_agents import IMAGE, NAMESPACE, Agents, cluster_of_message
+from benchmarks.fleet_moto import ACCOUNT, REGION, Json, LimitedMoto, SimClock
+from benchmarks.fleet_stack import Fleet, Lane, RoundResult, figures, targets
 from benchmarks.measure import BenchmarkError, load_average, print_machine, print_targets
 from benchmarks.servers import KubeApiProcess
 

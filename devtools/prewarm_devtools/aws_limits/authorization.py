@@ -42,7 +42,7 @@ from prewarm_devtools.aws_limits.policy import ContextValue, Decision, Policy, e
 from prewarm_devtools.aws_limits.sqs import access_key_id
 
 if TYPE_CHECKING:
-    from prewarm_devtools.aws_limits import AwsLimits
+    from prewarm_devtools.aws_limits.layer import LayerState
 
 # A code some service models do not declare (SQS's AccessDenied): boto3 reads it from the response all the same.
 warnings.filterwarnings("ignore", r"Exception\(AccessDeniedError\) with code AccessDenied", UserWarning)
@@ -71,7 +71,7 @@ class Request(NamedTuple):
 class Authorization:
     """Decides every request of a known principal (`check`), counting refusals in the layer's stats."""
 
-    def __init__(self, layer: AwsLimits) -> None:
+    def __init__(self, layer: LayerState) -> None:
         self.layer = layer
 
     def refusal(self, handler: Any) -> AccessDeniedError | None:
@@ -132,7 +132,7 @@ class Authorization:
         return {"EvaluationResults": results, "IsTruncated": False}
 
 
-def assumed_role_policies(layer: AwsLimits, role_arn: str) -> tuple[Policy, ...] | None:
+def assumed_role_policies(layer: LayerState, role_arn: str) -> tuple[Policy, ...] | None:
     """The identity policies of `role_arn` for the session `AssumeRole` starts: those the layer was given
     for the role (a local role from the template), else the role's inline and attached policies in moto's
     IAM, else None (unknown: nothing evaluated, as for any principal the layer was not told about)."""

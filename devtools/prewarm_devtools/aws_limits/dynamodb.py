@@ -36,7 +36,7 @@ from prewarm_devtools.aws_limits.tables import ItemSnapshot, key_values
 if TYPE_CHECKING:
     from moto.dynamodb.models.table import Table
 
-    from prewarm_devtools.aws_limits import AwsLimits
+    from prewarm_devtools.aws_limits.layer import LayerState
 
 _PREFIX = "com.amazonaws.dynamodb.v20120810#"
 Json = dict[str, Any]
@@ -164,7 +164,7 @@ class _Action:
 
 
 class DynamoDBLimits:
-    def __init__(self, layer: AwsLimits) -> None:
+    def __init__(self, layer: LayerState) -> None:
         self.layer = layer
         self.quotas = layer.quotas
         # moto has no locks: writes (and the rollback of a failed one) run one at a time.

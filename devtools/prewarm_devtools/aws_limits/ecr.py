@@ -31,7 +31,7 @@ from prewarm_devtools.aws_limits.policy import Decision, evaluate
 from prewarm_devtools.aws_limits.sqs import access_key_id
 
 if TYPE_CHECKING:
-    from prewarm_devtools.aws_limits import AwsLimits
+    from prewarm_devtools.aws_limits.layer import LayerState
 
 #: The caller a request signed with a key the layer does not know is, for moto (sts:GetCallerIdentity).
 MOTO_DEFAULT_CALLER = "arn:aws:iam::{account}:user/moto"
@@ -104,7 +104,7 @@ def basic_password(authorization: str | None) -> str | None:
 
 
 class ECRLimits:
-    def __init__(self, layer: AwsLimits) -> None:
+    def __init__(self, layer: LayerState) -> None:
         self.layer = layer
         self.quotas = layer.quotas
         self._lock = threading.Lock()

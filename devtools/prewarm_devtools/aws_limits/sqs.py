@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from moto.sqs.exceptions import SQSException
 
 if TYPE_CHECKING:
-    from prewarm_devtools.aws_limits import AwsLimits
+    from prewarm_devtools.aws_limits.layer import LayerState
 
 _BATCHES = ("send_message_batch", "delete_message_batch", "change_message_visibility_batch")
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
@@ -36,7 +36,7 @@ def access_key_id(headers: Mapping[str, str]) -> str | None:
 
 
 class SQSLimits:
-    def __init__(self, layer: AwsLimits) -> None:
+    def __init__(self, layer: LayerState) -> None:
         self.layer = layer
         self.quotas = layer.quotas
         self._lock = threading.Lock()
