@@ -15,43 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from prewarm.settings import Settings
+from prewarm_devtools.sam.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 EVENTS = ROOT / "events"
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """YAML loader that turns CloudFormation short-form tags into their long JSON form."""
-
-
-def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    value: Any
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    if suffix == "Ref":
-        return {"Ref": value}
-    if suffix == "Condition":
-        return {"Condition": value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    return {f"Fn::{suffix}": value}
-
-
-_CfnLoader.add_multi_constructor("!", _intrinsic)
-
-
 @cache
 def template() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)
-    return loaded
+    """The template as SAM loads it (its constructor for CloudFormation's short tags)."""
+    return load_template(TEMPLATE)
 
 
 def resources(kind: str | None = None) -> dict[str, dict[str, Any]]:

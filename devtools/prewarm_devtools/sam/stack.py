@@ -1,5 +1,10 @@
 """The SAM application of `template.yaml`, deployed onto a moto server and run in this process.
 
+What is deployed is what SAM hands CloudFormation (`sam_transform`, aws-sam-translator): the functions as
+SAM generates them (Globals merged in, the role SAM makes for one that names none). The event source
+mappings, rules and schedules SAM generates are not created: the emulator delivers each function's events
+itself, read from the template's `Events`.
+
 `LocalStack.deploy()` creates the template's tables and queues with their real properties, resolves
 every function's environment as CloudFormation would, and binds each function's events to its
 handler: SQS event sources (batch size, partial batch failures, DLQ redrive by the queue), the table
@@ -50,7 +55,13 @@ from prewarm_devtools.sam.invocation import (
     shown,
 )
 from prewarm_devtools.sam.roles import Document, policy_document, role_policies
-from prewarm_devtools.sam.template import TemplateError, load_template, table_create_args
+from prewarm_devtools.sam.template import (
+    TemplateError,
+    load_template,
+    local_code_path,
+    sam_transform,
+    table_create_args,
+)
 
 # Created only as names locally: their effect (permissions, alarms, logs) is not emulated.
 _NAME_ONLY = {
@@ -60,7 +71,7 @@ _NAME_ONLY = {
     "AWS::CloudWatch::Alarm": "arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
     "AWS::CloudWatch::Dashboard": "arn:aws:cloudwatch::{account}:dashboard/{name}",
     "AWS::SQS::QueuePolicy": "{name}",
-    "AWS::Serverless::LayerVersion": "arn:aws:lambda:{region}:{account}:layer:{name}:1",
+    "AWS::Lambda::LayerVersion": "arn:aws:lambda:{region}:{account}:layer:{name}:1",
     "AWS::SNS::Topic": "arn:aws:sns:{region}:{account}:{name}",
     "AWS::IAM::Policy": "{name}",
 }
@@ -80,10 +91,13 @@ class LocalStack(EventSources):
         self.endpoint_url = endpoint_url
         # Where handlers' stdout goes (their JSON logs and EMF metrics, CloudWatch Logs in AWS).
         self.function_output = function_output
-        self.template = load_template(template_path)
         self.parameters = dict(parameters or {})
         self.stack_name = stack_name
         self.region = region
+        # The template as written, and as SAM hands it to CloudFormation (what the stack deploys); the events
+        # of each function are read from the former, as the emulator delivers them itself.
+        self.template = load_template(template_path)
+        self.cloudformation = sam_transform(self.template, region=region, account=ACCOUNT)
         session = boto3.session.Session(region_name=region, aws_access_key_id="local", aws_secret_access_key="local")
         self.dynamodb = session.client("dynamodb", endpoint_url=endpoint_url)
         self.streams = session.client("dynamodbstreams", endpoint_url=endpoint_url)
@@ -111,9 +125,9 @@ class LocalStack(EventSources):
         # moto server) must not reach the first one's endpoint and table.
         bootstrap.reset()
         self._pending_entries = []
-        resources = self.template["Resources"]
+        resources = self.cloudformation["Resources"]
         self.resolver = Resolver(
-            self.template, parameters=self.parameters, physical=self.physical, stack_name=self.stack_name,
+            self.cloudformation, parameters=self.parameters, physical=self.physical, stack_name=self.stack_name,
             region=self.region, account=ACCOUNT,
         )
         # Queues first without redrive (DLQs must exist), then tables, then everything named only.
@@ -135,12 +149,12 @@ class LocalStack(EventSources):
                 self.physical[logical] = Physical(ref=arn if kind.endswith("ManagedPolicy") else name,
                                                   attrs={"Arn": arn})
                 self.not_emulated.append(f"{logical} ({kind})")
-            elif kind == "AWS::Serverless::Function":
+            elif kind == "AWS::Lambda::Function":
                 name = f"{self.stack_name}-{logical}"
                 arn = f"arn:aws:lambda:{self.region}:{ACCOUNT}:function:{name}"
                 self.physical[logical] = Physical(ref=name, attrs={"Arn": arn})
         for logical, res in resources.items():
-            if res["Type"] == "AWS::Serverless::Function":
+            if res["Type"] == "AWS::Lambda::Function":
                 self.functions[logical] = self._function(logical, res.get("Properties", {}))
         self.role_policies = role_policies(self.resolver)
         for fn in self.functions.values():
@@ -177,7 +191,7 @@ class LocalStack(EventSources):
         """The template's Outputs as CloudFormation reports them (those whose Condition holds)."""
         assert self.resolver is not None
         found = {}
-        for key, spec in self.template.get("Outputs", {}).items():
+        for key, spec in self.cloudformation.get("Outputs", {}).items():
             if "Condition" in spec and not self.resolver.condition(spec["Condition"]):
                 continue
             found[key] = str(self.resolver.resolve(spec["Value"]))
@@ -205,11 +219,12 @@ class LocalStack(EventSources):
     def _create_table(self, logical: str) -> None:
         assert self.resolver is not None
         name = f"{self.stack_name}-{logical}"
-        args = table_create_args(self.template, name, logical)
+        args = table_create_args(self.cloudformation, name, logical)
         self.dynamodb.create_table(**args)
         self.dynamodb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 0.05, "MaxAttempts": 200})
         table = self.dynamodb.describe_table(TableName=name)["Table"]
-        policy = self.resolver.resolve(dict(self.template["Resources"][logical]["Properties"])).get("ResourcePolicy")
+        policy = self.resolver.resolve(dict(self.cloudformation["Resources"][logical]["Properties"])).get(
+            "ResourcePolicy")
         if policy:
             # moto keeps it; the AWS limits layer evaluates its Deny statements for each caller.
             self.dynamodb.put_resource_policy(ResourceArn=table["TableArn"],
@@ -220,27 +235,23 @@ class LocalStack(EventSources):
         self.physical[logical] = Physical(ref=name, attrs=attrs)
 
     def _function(self, logical: str, props: Mapping[str, Any]) -> Function:
+        """The function SAM generated (`props`: its AWS::Lambda::Function's, Globals merged in, its role the
+        template's or the one SAM makes), with the events the template gives it."""
         assert self.resolver is not None
-        globals_ = self.template.get("Globals", {}).get("Function", {})
-        env_spec = {**globals_.get("Environment", {}).get("Variables", {}),
-                    **props.get("Environment", {}).get("Variables", {})}
-        env = {k: str(v) for k, v in self.resolver.resolve(env_spec).items()}
-        code_uri = props.get("CodeUri") or globals_.get("CodeUri")
-        handler = props.get("Handler") or globals_.get("Handler")
-        if not code_uri or not handler:
+        env = {k: str(v) for k, v in self.resolver.resolve(props.get("Environment", {}).get("Variables", {})).items()}
+        if not props.get("Code") or not props.get("Handler"):
             raise WiringError(f"{logical}: CodeUri and Handler are required")
+        events = self.template["Resources"][logical].get("Properties", {}).get("Events", {})
         return Function(
             logical_id=logical,
             name=env.get("POWERTOOLS_SERVICE_NAME", logical),
-            code_dir=project_files().root / str(code_uri),
-            handler=str(handler),
+            code_dir=project_files().root / local_code_path(props["Code"]),
+            handler=str(props["Handler"]),
             env=env,
-            timeout=int(props.get("Timeout", globals_.get("Timeout", 3))),
-            memory=int(props.get("MemorySize", globals_.get("MemorySize", 128))),
-            events={k: self.resolver.resolve(v) for k, v in props.get("Events", {}).items()},
-            # SAM makes `<Function>Role` for a function that names no Role.
-            identity=LocalIdentity.of_role(str(self.resolver.resolve(props["Role"])) if "Role" in props
-                                           else f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-{logical}Role"),
+            timeout=int(props.get("Timeout", 3)),  # Lambda's defaults
+            memory=int(props.get("MemorySize", 128)),
+            events={k: self.resolver.resolve(v) for k, v in events.items()},
+            identity=LocalIdentity.of_role(str(self.resolver.resolve(props["Role"]))),
         )
 
     def _check_wiring(self, fn: Function) -> None:

@@ -1,17 +1,32 @@
-"""Reads `template.yaml`, the same file that deploys to AWS, so local runs and tests share its wiring.
+"""Reads `template.yaml`, the same file that deploys to AWS, so local runs and tests share its wiring; and
+expands it to CloudFormation as SAM does, with aws-sam-translator, the library `sam` itself runs.
 
 CloudFormation's short tags (`!Ref`, `!Sub`, `!GetAtt`, ...) load as their long JSON forms
-(`{"Ref": ...}`, `{"Fn::Sub": ...}`), so the result looks like the template in JSON.
+(`{"Ref": ...}`, `{"Fn::Sub": ...}`), by SAM's own constructor, so the result looks like the template
+in JSON. `sam_transform` gives what a deploy hands CloudFormation: each `AWS::Serverless::Function` as
+an `AWS::Lambda::Function` with the template's Globals merged in and the role SAM makes for a function
+that names none, and its events as the event source mappings, rules and schedules SAM generates.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import boto3
 import yaml
+from samtranslator.model.exceptions import InvalidDocumentException
+from samtranslator.parser.parser import Parser
+from samtranslator.translator.translator import Translator
+from samtranslator.yaml_helper import intrinsics_multi_constructor
 
 from prewarm_devtools.project import project_files
+
+# The bucket an unpackaged template's local code paths are given for the transform (SAM accepts only S3
+# locations there), as `sam validate` and cfn-lint do; `local_code_path` reads the path back.
+_LOCAL_BUCKET = "local"
 
 
 class TemplateError(ValueError):
@@ -19,31 +34,11 @@ class TemplateError(ValueError):
 
 
 class _CfnLoader(yaml.SafeLoader):
-    pass
+    """PyYAML's safe loader with SAM's constructor for CloudFormation's short tags. A loader of its own:
+    samtranslator's `yaml_parse` registers the constructor on PyYAML's SafeLoader, for every caller."""
 
 
-def _intrinsic(name: str) -> Any:
-    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
-        if isinstance(node, yaml.ScalarNode):
-            value: Any = loader.construct_scalar(node)
-            if name == "Fn::GetAtt" and isinstance(value, str):
-                value = value.split(".", 1)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-        return {name: value}
-
-    return construct
-
-
-for _tag, _name in {
-    "!Ref": "Ref", "!Sub": "Fn::Sub", "!GetAtt": "Fn::GetAtt", "!If": "Fn::If", "!Equals": "Fn::Equals",
-    "!Not": "Fn::Not", "!And": "Fn::And", "!Or": "Fn::Or", "!Join": "Fn::Join", "!Select": "Fn::Select",
-    "!Split": "Fn::Split", "!FindInMap": "Fn::FindInMap", "!ImportValue": "Fn::ImportValue",
-    "!Condition": "Condition", "!Base64": "Fn::Base64", "!GetAZs": "Fn::GetAZs", "!Cidr": "Fn::Cidr",
-}.items():
-    _CfnLoader.add_constructor(_tag, _intrinsic(_name))
+_CfnLoader.add_multi_constructor("!", intrinsics_multi_constructor)
 
 
 def __getattr__(name: str) -> Path:
@@ -63,6 +58,31 @@ def load_template(path: Path | str | None = None) -> dict[str, Any]:
     if not isinstance(doc, dict) or "Resources" not in doc:
         raise TemplateError(f"{path}: not a CloudFormation template (no Resources)")
     return doc
+
+
+def sam_transform(template: Mapping[str, Any], *, region: str, account: str) -> dict[str, Any]:
+    """The template as SAM hands it to CloudFormation, expanded offline: no AWS call (no managed policy
+    names to look up: the template names managed policies by ARN)."""
+    document = copy.deepcopy(dict(template))
+    for res in document.get("Resources", {}).values():
+        props = res.get("Properties", {})
+        for key in ("CodeUri", "ContentUri"):
+            if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
+                props[key] = f"s3://{_LOCAL_BUCKET}/{props[key]}"
+    translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name=region))
+    try:
+        cloudformation: dict[str, Any] = translator.translate(
+            document, {"AWS::AccountId": account, "AWS::Region": region}, get_managed_policy_map=lambda: {})
+    except InvalidDocumentException as e:
+        raise TemplateError(f"SAM rejects the template: {e.message}") from e
+    return cloudformation
+
+
+def local_code_path(code: Mapping[str, Any]) -> str:
+    """The local path of a transformed function's `Code` (its CodeUri in the template)."""
+    if code.get("S3Bucket") != _LOCAL_BUCKET or not code.get("S3Key"):
+        raise TemplateError(f"function code {dict(code)} is not a local path of the template")
+    return str(code["S3Key"])
 
 
 def resource(template: dict[str, Any], logical_id: str, expected_type: str) -> dict[str, Any]:
