@@ -25,6 +25,9 @@ from prewarm_devtools.sam.invocation import Function, WiringError
 
 log = logging.getLogger(__name__)
 
+# The template's event types the emulator delivers (a ScheduleV2 fires as a Schedule does).
+SUPPORTED_EVENTS = ("SQS", "DynamoDB", "EventBridgeRule", "Schedule", "ScheduleV2")
+
 _RATE = re.compile(r"rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)")
 _CRON = re.compile(r"cron\((\S+\s+){5}\S+\)")
 
@@ -84,9 +87,10 @@ class EventSources:
         """Delivers an EventBridge event to every matching rule's function, with the rule's retries and DLQ."""
         results = []
         for fn, _name, props in self.bindings("EventBridgeRule"):
-            if not matches_pattern(props["Pattern"], event):
+            if not matches_pattern(props["EventPattern"], event):
                 continue
-            attempts = 1 + int(props.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185))
+            target = props.get("Target", {})
+            attempts = 1 + int(target.get("RetryPolicy", {}).get("MaximumRetryAttempts", 185))
             for attempt in range(attempts):
                 try:
                     results.append(self.invoke(fn.logical_id, event))
@@ -94,7 +98,7 @@ class EventSources:
                 except Exception as e:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
                     log.warning("%s failed on attempt %d: %s", fn.name, attempt + 1, e)
             else:
-                dlq = props.get("DeadLetterConfig", {}).get("Arn")
+                dlq = target.get("DeadLetterConfig", {}).get("Arn")
                 if dlq:
                     self.sqs.send_message(QueueUrl=self._queue_by_arn(dlq, fn.logical_id).ref,
                                           MessageBody=json.dumps(event))
@@ -135,7 +139,7 @@ class EventSources:
         """
         handled = 0
         for fn, _name, props in self.bindings("SQS"):
-            queue = self._queue_by_arn(props["Queue"], fn.logical_id)
+            queue = self._queue_by_arn(props["EventSourceArn"], fn.logical_id)
             size = int(props.get("BatchSize", 10))
             in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
             batches = []
@@ -176,7 +180,7 @@ class EventSources:
         # Lambda"). Nothing here shortens it.
         failed: set[str] = {m["MessageId"] for m in got}
         try:
-            response = self.invoke(fn.logical_id, sqs_event(got, props["Queue"], self.region))
+            response = self.invoke(fn.logical_id, sqs_event(got, props["EventSourceArn"], self.region))
             if "ReportBatchItemFailures" in props.get("FunctionResponseTypes", []):
                 failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
             else:
@@ -213,7 +217,7 @@ class EventSources:
         self, fn: Function, props: Mapping[str, Any], cursor: StreamCursor, batch: list[dict[str, Any]], shard: str
     ) -> None:
         try:
-            response = self.invoke(fn.logical_id, stream_event(batch, props["Stream"], self.region))
+            response = self.invoke(fn.logical_id, stream_event(batch, props["EventSourceArn"], self.region))
             failures = [f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])]
         except Exception as e:  # noqa: BLE001 - the whole batch is retried, as Lambda does
             log.warning("%s failed a stream batch: %s", fn.name, e)
@@ -241,7 +245,7 @@ class EventSources:
                 )
 
     def _shards(self, fn: Function, name: str, props: Mapping[str, Any]) -> list[tuple[str, StreamCursor]]:
-        stream = props["Stream"]
+        stream = props["EventSourceArn"]
         shards = self.streams.describe_stream(StreamArn=stream)["StreamDescription"].get("Shards", [])
         out = []
         for shard in shards:
@@ -303,7 +307,7 @@ class EventSources:
     def _rate_schedules(self) -> list[tuple[Function, float]]:
         out = []
         for fn, _name, props in self.bindings("Schedule"):
-            period = parse_schedule(str(props.get("ScheduleExpression") or props.get("Schedule", "")), fn.logical_id)
+            period = parse_schedule(str(props.get("ScheduleExpression", "")), fn.logical_id)
             if period is not None:
                 out.append((fn, period))
         return out

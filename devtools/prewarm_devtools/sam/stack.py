@@ -1,9 +1,9 @@
 """The SAM application of `template.yaml`, deployed onto a moto server and run in this process.
 
 What is deployed is what SAM hands CloudFormation (`sam_transform`, aws-sam-translator): the functions as
-SAM generates them (Globals merged in, the role SAM makes for one that names none). The event source
-mappings, rules and schedules SAM generates are not created: the emulator delivers each function's events
-itself, read from the template's `Events`.
+SAM generates them (Globals merged in, the role SAM makes for one that names none), each event delivered
+as the event source mapping, rule or schedule SAM generates for it configures (the emulator delivers them
+itself: they are read, not created on moto).
 
 `LocalStack.deploy()` creates the template's tables and queues with their real properties, resolves
 every function's environment as CloudFormation would, and binds each function's events to its
@@ -40,7 +40,7 @@ import boto3
 
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
-from prewarm_devtools.sam.event_sources import EventSources, StreamCursor, parse_schedule
+from prewarm_devtools.sam.event_sources import SUPPORTED_EVENTS, EventSources, StreamCursor, parse_schedule
 from prewarm_devtools.sam.events import LambdaContext
 from prewarm_devtools.sam.intrinsics import Physical, Resolver
 from prewarm_devtools.sam.invocation import (
@@ -241,7 +241,8 @@ class LocalStack(EventSources):
         env = {k: str(v) for k, v in self.resolver.resolve(props.get("Environment", {}).get("Variables", {})).items()}
         if not props.get("Code") or not props.get("Handler"):
             raise WiringError(f"{logical}: CodeUri and Handler are required")
-        events = self.template["Resources"][logical].get("Properties", {}).get("Events", {})
+        template_props = self.template["Resources"][logical].get("Properties", {})
+        events = self._event_sources(logical, template_props.get("Events", {}))
         return Function(
             logical_id=logical,
             name=env.get("POWERTOOLS_SERVICE_NAME", logical),
@@ -250,9 +251,31 @@ class LocalStack(EventSources):
             env=env,
             timeout=int(props.get("Timeout", 3)),  # Lambda's defaults
             memory=int(props.get("MemorySize", 128)),
-            events={k: self.resolver.resolve(v) for k, v in events.items()},
+            events=events,
             identity=LocalIdentity.of_role(str(self.resolver.resolve(props["Role"]))),
         )
+
+    def _event_sources(self, logical: str, events: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """Each of the function's events (the template's name and Type) with the properties, resolved, of what
+        SAM generated for it under `<Function><Event>`: the event source mapping of an SQS or DynamoDB event,
+        the rule of an EventBridgeRule or Schedule, the schedule of a ScheduleV2. A rule's `Target` is the one
+        that invokes this function (its retries and dead-letter queue)."""
+        assert self.resolver is not None
+        arn = self.physical[logical].attrs["Arn"]
+        found = {}
+        for name, event in events.items():
+            kind, generated = event.get("Type"), self.cloudformation["Resources"].get(f"{logical}{name}")
+            if generated is None:
+                if kind in SUPPORTED_EVENTS:
+                    raise WiringError(f"{logical} event {name}: SAM generated no {logical}{name} for it")
+                found[name] = {"Type": kind, "Properties": {}}  # refused by _check_wiring
+                continue
+            props = self.resolver.resolve(dict(generated.get("Properties", {})))
+            if generated["Type"] == "AWS::Events::Rule":
+                targets = props.pop("Targets", [])
+                props["Target"] = next((t for t in targets if t.get("Arn") == arn), {})
+            found[name] = {"Type": kind, "Properties": props}
+        return found
 
     def _check_wiring(self, fn: Function) -> None:
         module_file, _, attr = fn.handler.rpartition(".")
@@ -266,20 +289,21 @@ class LocalStack(EventSources):
             kind, props = event.get("Type"), event.get("Properties", {})
             where = f"{fn.logical_id} event {name}"
             if kind == "SQS":
-                self._queue_by_arn(props.get("Queue", ""), where)
+                self._queue_by_arn(props.get("EventSourceArn", ""), where)
             elif kind == "DynamoDB":
-                if props.get("Stream") not in {p.attrs.get("StreamArn") for p in self.physical.values()}:
-                    raise WiringError(f"{where}: Stream {props.get('Stream')!r} is no table stream of this template")
+                stream = props.get("EventSourceArn")
+                if stream not in {p.attrs.get("StreamArn") for p in self.physical.values()}:
+                    raise WiringError(f"{where}: Stream {stream!r} is no table stream of this template")
                 for f in props.get("FilterCriteria", {}).get("Filters", []):
                     try:
                         json.loads(f["Pattern"])
                     except (KeyError, ValueError) as e:
                         raise WiringError(f"{where}: filter pattern is not JSON: {e}") from e
             elif kind == "EventBridgeRule":
-                if not isinstance(props.get("Pattern"), dict):
+                if not isinstance(props.get("EventPattern"), dict):
                     raise WiringError(f"{where}: Pattern must be an object")
             elif kind in ("Schedule", "ScheduleV2"):
-                parse_schedule(str(props.get("ScheduleExpression") or props.get("Schedule", "")), where)
+                parse_schedule(str(props.get("ScheduleExpression", "")), where)
             else:
                 raise WiringError(f"{where}: event type {kind!r} is not supported locally")
         from prewarm.settings import Settings
