@@ -34,7 +34,6 @@ import base64
 import functools
 import itertools
 import json
-import logging
 import os
 import secrets
 import shutil
@@ -56,8 +55,6 @@ from prewarm_devtools.sam.stack import LocalStack
 
 if TYPE_CHECKING:
     from prewarm.adapters.dynamodb import DynamoJobStore
-
-log = logging.getLogger(__name__)
 
 __all__ = ["LocalMode", "LocalModeUnavailableError", "missing_prerequisites"]
 
