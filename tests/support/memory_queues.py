@@ -6,17 +6,19 @@ as this stack's, a send to a node with no queue is False (no agent there yet), a
 its queue (`ensure_queue`). Messages are kept as the JSON the adapter sends, and parsed when taken.
 `tests/integration/test_memory_store_contract.py` runs the same scenarios on both.
 
-Not modelled: SQS's 60 s refusal of a recently deleted queue's name, visibility timeouts and the DLQ.
+A deleted queue's name is refused for 60 s, as SQS (and moto) refuse it, on the wall clock or `clock`.
+Not modelled: visibility timeouts and the DLQ.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError
+from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError
 from prewarm.domain.clusters import DEFAULT_CLUSTER, cluster_of, scoped
 from prewarm.domain.messages import (
     CancelTask,
@@ -31,6 +33,8 @@ from prewarm.domain.messages import (
 # SQS's largest message body (moto's too): 1 MiB.
 MAX_MESSAGE_BYTES = 1_048_576
 ACCOUNT_URL = "https://sqs.us-west-2.amazonaws.com/123456789012"
+# SQS refuses the name of a queue deleted less than 60 s ago (CreateQueue, QueueDeletedRecently).
+NAME_REUSE_SECONDS = 60.0
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +46,18 @@ class MemoryQueue:
     bodies: list[str] = field(default_factory=list)
 
 
+class QueueDeletedRecentlyError(Exception):
+    """CreateQueue of a name whose queue was deleted less than 60 s ago."""
+
+
 class MemorySqs:
     """The queues of one account and region, by URL (`<base_url>/<name>`)."""
 
-    def __init__(self, base_url: str = ACCOUNT_URL) -> None:
+    def __init__(self, base_url: str = ACCOUNT_URL, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.base_url = base_url
         self.queues: dict[str, MemoryQueue] = {}
+        self.clock = clock
+        self._deleted: dict[str, float] = {}
         self._lock = threading.Lock()  # the services send from several threads at once
 
     def url_of(self, name: str) -> str:
@@ -56,6 +66,9 @@ class MemorySqs:
     def create_queue(self, name: str, tags: dict[str, str] | None = None) -> str:
         """CreateQueue: the queue's URL; an existing queue is kept as it is, tags and all."""
         with self._lock:
+            if name not in self.queues and self.clock() - self._deleted.get(name, -NAME_REUSE_SECONDS) < (
+                    NAME_REUSE_SECONDS):
+                raise QueueDeletedRecentlyError(name)
             self.queues.setdefault(name, MemoryQueue(name, dict(tags or {})))
         return self.url_of(name)
 
@@ -67,7 +80,11 @@ class MemorySqs:
         """DeleteQueue; False when there was no such queue."""
         with self._lock:
             queue = self.queue(url)
-            return queue is not None and self.queues.pop(queue.name, None) is not None
+            if queue is None:
+                return False
+            del self.queues[queue.name]
+            self._deleted[queue.name] = self.clock()
+            return True
 
     def send(self, url: str, body: str) -> bool:
         with self._lock:
@@ -126,7 +143,14 @@ class MemoryTaskQueues:
         return scoped(str(queue.tags.get(TAG_CLUSTER, "")), str(queue.tags.get(TAG_NODE, "")))
 
     def ensure_queue(self, node: str) -> str:
-        return self.sqs.create_queue(self.queue_name(node), self._tags(node))
+        name = self.queue_name(node)
+        try:
+            return self.sqs.create_queue(name, self._tags(node))
+        except QueueDeletedRecentlyError:
+            raise QueueRetryableError(
+                f"create queue {name}: a queue of that name was deleted less than 60 s ago (node {node} left and "
+                "came back under the same name); the task is sent again once SQS allows the name"
+            ) from None
 
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
         cluster = message.cluster if isinstance(message, RequiredImages) else cluster_of(message.job)
