@@ -50,7 +50,10 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, set | frozenset):
         return sorted(plain(v) for v in value)
-    return copy.deepcopy(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    # boto3's TypeSerializer refuses the rest before any call (datetimes, objects)
+    raise TypeError(f'Unsupported type "{type(value)}" for value "{value}"')
 
 
 def _value_size(value: Any) -> int:

@@ -401,6 +401,35 @@ def test_clusters_register_and_record_how_they_answered(store: Store) -> None:
     assert (store.delete_cluster("prod-eu"), store.delete_cluster("prod-eu")) == (True, False)
 
 
+def test_each_write_leaves_the_items_the_adapter_leaves(store: Store) -> None:
+    # `MemoryJobStore.item_keys` is what a scan of the adapter's table finds (test_schedule_runs.py counts them)
+    planned(store, ["a", "b"], shards=2)
+    store.put_excluded(KEY, [ExcludedNode("x", "not Ready")], shards=2)
+    store.record_run(ScheduleRun("sweep", 1.0, 2.0))
+    store.record_run(ScheduleRun("sweep", 3.0, 4.0))
+    store.put_node(RegisteredNode(name="n", labels={}, architecture="", os="", queue_url="", last_hello=0,
+                                  cluster="prod-eu"))
+    store.put_rule("r", {"spec": {}}, "h")
+    store.put_cluster(RegisteredCluster("prod-eu"))
+    if isinstance(store, DynamoJobStore):
+        items = store.client.scan(TableName=store.table_name)["Items"]
+        keys = sorted((i["pk"]["S"], i["sk"]["S"]) for i in items)
+    else:
+        assert isinstance(store, MemoryJobStore)
+        keys = store.item_keys()
+    shard = {n: dynamodb.shard_of(n, 2) for n in ("a", "b", "x")}
+    assert keys == sorted([("CLUSTER#prod-eu", "CLUSTER"), (f"JOB#{KEY}", "JOB"), ("NODE#prod-eu:n", "NODE"),
+                           ("RULE#r", "RULE"), ("SCHEDULE#sweep", "RUN"), (f"JOB#{KEY}#{shard['a']}", "NODE#a"),
+                           (f"JOB#{KEY}#{shard['b']}", "NODE#b"), (f"JOB#{KEY}#{shard['x']}", "EXCL#x")])
+
+
+def test_a_value_boto3_cannot_write_is_refused_before_any_write(store: Store) -> None:
+    store.create_job(job())
+    with pytest.raises(TypeError, match="Unsupported type"):
+        store.set_job_fields(KEY, {"message": object()})
+    assert store.get_job(KEY) == job()
+
+
 def test_an_item_over_400_kb_is_refused(store: Store) -> None:
     assert refusal(lambda: store.create_job(job(manifest={"spec": {"image": "x" * 300_000}}))) == ""
     assert refusal(lambda: store.create_job(job("big", manifest={"spec": {"image": "x" * 420_000}}))) == "StoreError"
@@ -448,8 +477,8 @@ def test_a_task_reaches_the_queue_its_agent_made_and_waits_for_an_agent_without_
     assert q.send_many([pull("n1", "default/other"), CancelTask(job=KEY, job_uid="u1", round=0, node="n1"),
                         pull("n2")]) == []
     got = take_node_messages(sqs, url)
-    assert [(type(m).__name__, getattr(m, "job", "")) for m in got] == [("PullTask", KEY), ("PullTask", "default/other"),
-                                                        ("CancelTask", KEY)]
+    assert [(type(m).__name__, getattr(m, "job", "")) for m in got] == [
+        ("PullTask", KEY), ("PullTask", "default/other"), ("CancelTask", KEY)]
     assert take_node_messages(sqs, url) == [] and take_node_messages(sqs, q.queue_url("n2")) == []
 
 
