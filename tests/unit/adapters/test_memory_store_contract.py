@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from prewarm.adapters import dynamodb
 from prewarm.adapters.dynamodb import DynamoJobStore
-from prewarm.adapters.sqs import NodeQueues, QueueRetryableError
+from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
@@ -30,7 +30,7 @@ from prewarm_devtools.sam.template import create_table, load_template
 from tests.support import memory_store
 from tests.support.control_plane import Store, take_node_messages
 from tests.support.manifests import job_doc
-from tests.support.memory_queues import MemorySqs, MemoryTaskQueues
+from tests.support.memory_queues import MemorySqs, MemoryStatusQueue, MemoryTaskQueues
 from tests.support.memory_store import MemoryJobStore
 
 REGION = "us-west-2"
@@ -411,6 +411,7 @@ def test_each_write_leaves_the_items_the_adapter_leaves(store: Store) -> None:
                                   cluster="prod-eu"))
     store.put_rule("r", {"spec": {}}, "h")
     store.put_cluster(RegisteredCluster("prod-eu"))
+    store.list_running_jobs()  # the first reader marks the table indexed
     if isinstance(store, DynamoJobStore):
         items = store.client.scan(TableName=store.table_name)["Items"]
         keys = sorted((i["pk"]["S"], i["sk"]["S"]) for i in items)
@@ -419,6 +420,7 @@ def test_each_write_leaves_the_items_the_adapter_leaves(store: Store) -> None:
         keys = store.item_keys()
     shard = {n: dynamodb.shard_of(n, 2) for n in ("a", "b", "x")}
     assert keys == sorted([("CLUSTER#prod-eu", "CLUSTER"), (f"JOB#{KEY}", "JOB"), ("NODE#prod-eu:n", "NODE"),
+                           ("INDEX#running", "INDEX"),
                            ("RULE#r", "RULE"), ("SCHEDULE#sweep", "RUN"), (f"JOB#{KEY}#{shard['a']}", "NODE#a"),
                            (f"JOB#{KEY}#{shard['b']}", "NODE#b"), (f"JOB#{KEY}#{shard['x']}", "EXCL#x")])
 
@@ -520,3 +522,34 @@ def test_a_message_over_1_mib_is_not_sent_and_said_so(queues: tuple[Any, Any]) -
     assert len(big.model_dump_json().encode()) > 1_048_576
     (failure,) = q.send_many([big])
     assert failure[0] == "n1" and "InvalidParameterValue" in failure[1]
+
+
+# --- the status queue's redelivery -----------------------------------------------------------
+
+
+@pytest.fixture(params=["sqs", "memory"])
+def status(request: pytest.FixtureRequest) -> tuple[Any, list[str], Callable[[], int]]:
+    """(the status queue as `record_status` hands messages back, the receipt handles of three messages
+    received from it, how many of them are back on the queue now)."""
+    if request.param == "memory":
+        receipts = ["r1", "r2", "r3"]
+        memory = MemoryStatusQueue(receipts)
+        return memory, receipts, lambda: sum(1 for seconds in memory.hidden.values() if seconds == 0)
+    client = request.getfixturevalue("aws")[1]
+    url = client.create_queue(QueueName=f"status-{next(_tables)}", Attributes={"VisibilityTimeout": "180"})[
+        "QueueUrl"]
+    for body in ("a", "b", "c"):
+        client.send_message(QueueUrl=url, MessageBody=body)
+    got = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert len(got) == 3
+    return (StatusQueue(url, client=client), [m["ReceiptHandle"] for m in got],
+            lambda: len(client.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])))
+
+
+def test_messages_handed_back_come_again_after_their_delay_and_a_refusal_is_logged_not_raised(
+    status: tuple[Any, list[str], Callable[[], int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    queue, receipts, back_now = status
+    queue.deliver_again_after([(receipts[0], 0), (receipts[1], 120), ("not-a-receipt-handle", 0)])
+    assert back_now() == 1
+    assert "keeps the queue's visibility timeout" in caplog.text
