@@ -79,7 +79,10 @@ def forbidden_imports(test_file: Path) -> list[str]:
     found: list[str] = []
     while pending:
         module, path, everywhere = pending.pop()
-        for name in sorted(imported(module, path, everywhere=everywhere)):
+        named = imported(module, path, everywhere=everywhere)
+        # importing `a.b.c` runs `a` and `a.b` first
+        parents = {".".join(n.split(".")[:i]) for n in named for i in range(1, n.count(".") + 1)}
+        for name in sorted(named | parents):
             root = name.split(".")[0]
             if root in FORBIDDEN:
                 found.append(" -> ".join([*chains[module], name]))
