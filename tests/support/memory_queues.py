@@ -4,7 +4,7 @@
 region): the same queue names and URLs (derived from the status queue's), the same tags marking a queue
 as this stack's, a send to a node with no queue is False (no agent there yet), and only an agent makes
 its queue (`ensure_queue`). Messages are kept as the JSON the adapter sends, and parsed when taken.
-`tests/integration/test_memory_store_contract.py` runs the same scenarios on both.
+`tests/unit/adapters/test_memory_store_contract.py` runs the same scenarios on both.
 
 A deleted queue's name is refused for 60 s, as SQS (and moto) refuse it, on the wall clock or `clock`.
 Not modelled: visibility timeouts and the DLQ.

@@ -8,7 +8,7 @@ over the same shards; reads hand back new domain objects in the adapter's order.
 behaviour shows as the services see it: sort key order, 400 KB items, a key named twice in a batch or a
 transaction refused (`StoreError`). Consistent and eventually consistent reads are the same here.
 
-`tests/integration/test_memory_store_contract.py` runs the same scenarios on both stores.
+`tests/unit/adapters/test_memory_store_contract.py` runs the same scenarios on both stores.
 Not modelled: throttling and `TransactionConflict` (tests inject `StoreRetryableError`), tables written
 before the `running` index existed (tests/unit/adapters/test_dynamodb_status_batches.py), and DynamoDB's
 TTL deletions (the sweep deletes expired jobs itself).

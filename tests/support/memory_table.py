@@ -1,7 +1,7 @@
 """One DynamoDB table in memory, as `prewarm.adapters.dynamodb.table.Table` uses it: items by (pk, sk),
 values as a read hands them back, conditional writes, all-or-nothing transactions with a reason per
 action, batches that refuse a key twice, and DynamoDB's 400 KB item size. `MemoryJobStore` writes each
-item kind on it the way the adapter writes it on DynamoDB; `tests/integration/test_memory_store_contract.py`
+item kind on it the way the adapter writes it on DynamoDB; `tests/unit/adapters/test_memory_store_contract.py`
 checks the two against each other.
 
 Conditions are Python predicates over the item as stored (None when there is none), written with `has`,
