@@ -5,22 +5,44 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from prewarm.adapters.dynamodb import DynamoJobStore
-from prewarm.adapters.sqs import NodeQueues
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.jobs import JobState, job_key
-from prewarm.domain.messages import CancelTask, PullTask, StatusReport, parse_node_message
+from prewarm.domain.messages import CancelTask, PullTask, RequiredImages, StatusReport, parse_node_message
 from prewarm.services.dispatch import PlanResult, plan_job
 from prewarm.services.jobs import complete_deletion
+from prewarm.services.ports import JobStore, ScheduleRuns, TaskQueues
 from prewarm.services.reports import ReportOutcome, record_report
 from prewarm.services.warming import send_required_images
+from tests.support.clock import Clock
 from tests.support.cluster import FakeCluster
+from tests.support.memory_queues import MemorySqs, MemoryTaskQueues
+from tests.support.memory_store import MemoryJobStore
 
 
-def take_node_messages(sqs: Any, url: str) -> list[PullTask | CancelTask]:
-    """Takes every message off a node queue, parsed (none when the queue was never created)."""
-    got: list[PullTask | CancelTask] = []
+class Store(JobStore, ScheduleRuns, Protocol):
+    """The job table as the tests drive it: every item kind and the schedule runs (`DynamoJobStore`,
+    `MemoryJobStore`)."""
+
+
+class AgentQueues(TaskQueues, Protocol):
+    """The node queues as the tests drive them: the control plane's port, and what agents do with their
+    queues (`NodeQueues`, `MemoryTaskQueues`)."""
+
+    prefix: str
+
+    def ensure_queue(self, node: str) -> str: ...
+    def queue_name(self, node: str, cluster: str | None = None) -> str: ...
+    def queue_url(self, node: str, cluster: str | None = None) -> str: ...
+
+
+def take_node_messages(sqs: Any, url: str) -> list[PullTask | CancelTask | RequiredImages]:
+    """Takes every message off a node queue, parsed (none when the queue was never created): of a
+    `MemorySqs`, or of an SQS client."""
+    if isinstance(sqs, MemorySqs):
+        return sqs.take(url)
+    got: list[PullTask | CancelTask | RequiredImages] = []
     while True:
         try:
             # Node queues long-poll by default: ask for what is there now.
@@ -42,9 +64,9 @@ class ControlPlane:
     Every node of `cluster` runs an agent unless named in `agentless`: its queue exists before each plan,
     as an agent creates it at start (the control plane never does)."""
 
-    store: DynamoJobStore
-    queues: NodeQueues
-    sqs: Any
+    store: Store
+    queues: AgentQueues
+    sqs: Any  # a MemorySqs, or the SQS client of the queues (node_messages takes messages off them)
     cluster: FakeCluster = field(default_factory=FakeCluster)
     clock: Callable[[], float] = time.time
     agentless: set[str] = field(default_factory=set)
@@ -82,6 +104,23 @@ class ControlPlane:
             complete_deletion(self.store, self.queues, key)
         return keys
 
-    def node_messages(self, node: str) -> list[PullTask | CancelTask]:
+    def node_messages(self, node: str) -> list[PullTask | CancelTask | RequiredImages]:
         """Takes every message off a node's queue (none when the queue was never created)."""
         return take_node_messages(self.sqs, self.queues.queue_url(node))
+
+
+def memory_plane(cluster: FakeCluster | None = None, *, prefix: str = "pw",
+                 clock: Callable[[], float] | None = None) -> ControlPlane:
+    """A control plane on a `MemoryJobStore` and `MemoryTaskQueues` of its own; by default every call's time
+    is a second after the last one's."""
+    sqs = MemorySqs()
+    status = sqs.create_queue("prewarm-status")
+    dlq = sqs.create_queue("prewarm-nodes-dlq")
+    return ControlPlane(
+        store=MemoryJobStore(),
+        queues=MemoryTaskQueues(prefix, status, dlq_arn=f"arn:aws:sqs:us-west-2:123456789012:{dlq.rsplit('/', 1)[1]}",
+                                sqs=sqs, cluster=DEFAULT_CLUSTER),
+        sqs=sqs,
+        cluster=cluster if cluster is not None else FakeCluster(),
+        clock=clock if clock is not None else Clock(1_800_000_000, tick=1),
+    )

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.messages import Hello, PullTask, RequiredImages, StatusReport, Warmed
 from prewarm.services.dispatch import plan_job
@@ -21,6 +20,7 @@ from prewarm.services.schedules import ClusterAccess, sweep
 from tests.support.cluster import FakeCluster, make_node
 from tests.support.control_plane import ControlPlane, take_node_messages
 from tests.support.manifests import job_doc
+from tests.support.memory_queues import MemoryTaskQueues
 
 NODES = ("ip-10-0-1-1", "ip-10-0-1-2")
 PUSH = ImagePush(account="123456789012", region="us-west-2", repository="ml/model", digest="sha256:" + "a" * 64,
@@ -34,10 +34,10 @@ def rule(name: str = "models", **spec: Any) -> dict[str, Any]:
                      "template": {"metadata": {"namespace": "ml"}, "spec": {"parallelism": 10}}, **spec}}
 
 
-def queues_of(plane: ControlPlane, cluster: str) -> NodeQueues:
+def queues_of(plane: ControlPlane, cluster: str) -> MemoryTaskQueues:
     """The node queues as an agent of `cluster` makes them (the control plane finds them per message)."""
-    return NodeQueues(plane.queues.prefix, plane.queues.base_url + "/prewarm-status", dlq_arn=plane.queues.dlq_arn,
-                      client=plane.sqs, cluster=cluster)
+    assert isinstance(plane.queues, MemoryTaskQueues)
+    return plane.queues.for_cluster(cluster)
 
 
 def agents_start(plane: ControlPlane, cluster: str) -> dict[str, str]:

@@ -359,7 +359,7 @@ def test_sweep_deletes_queues_of_departed_nodes_only_its_own(plane: ControlPlane
     nodes = cluster_of(plane, 2)
     for n in nodes:
         plane.queues.ensure_queue(n)
-    plane.sqs.create_queue(QueueName="pw-other-stack-queue")
+    plane.sqs.create_queue("pw-other-stack-queue")
     plane.cluster.nodes = plane.cluster.nodes[:1]
     result = sweep(plane.store, plane.queues, plane.cluster, now=plane.now(), prefix="pw")
     assert result.queues_deleted == [plane.queues.queue_name(nodes[1])]
@@ -564,8 +564,8 @@ def test_claims_refused_every_time_raise_for_the_batch_to_come_again_and_claim_n
 
 def test_waiting_nodes_are_read_from_the_start_shard_on_then_round_the_others(plane: ControlPlane) -> None:
     # Given a job's waiting nodes spread over three shards
-    from prewarm.adapters.dynamodb import shard_of
     from prewarm.domain.status import NodeTaskRecord
+    from tests.support.memory_store import shard_of
 
     names = [f"node-{i:02d}" for i in range(30)]
     plane.store.put_tasks("default/spread", [NodeTaskRecord(node=n, round=0) for n in names], shards=3)

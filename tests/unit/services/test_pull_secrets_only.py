@@ -1,6 +1,7 @@
 """`spec.pullSecretsOnly`: a job or rule that pulls with its own namespace's pull secrets and never with
 credentials shared by every job. Its model, its refusal at apply when a secret is missing (CLI and the
-resource sync), the rule's jobs, and the task the agent gets."""
+resource sync), the rule's jobs. The task the agent gets, with the secrets mirrored to Secrets Manager:
+tests/unit/adapters/test_job_pull_secrets.py."""
 
 from __future__ import annotations
 
@@ -8,20 +9,16 @@ import base64
 import json
 from typing import Any
 
-import boto3
 import pytest
 
-from prewarm.adapters.secrets import SecretsManagerMirror
 from prewarm.domain.jobs import hash_spec
 from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import PullTask, parse_node_message
 from prewarm.domain.rules import PrewarmRule
-from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.ports import ClusterAuthError
 from prewarm.services.resources import sync_resources
-from tests.support.cluster import make_node
 from tests.support.control_plane import ControlPlane
 from tests.support.resources import FakeResources
 
@@ -171,24 +168,6 @@ def test_the_sync_does_not_apply_what_it_cannot_check(plane: ControlPlane) -> No
     assert api.get("ImagePullJob", "warm", "team-a")["status"]["message"].startswith(
         "not applied: cannot check that spec.pullSecrets exist (spec.pullSecretsOnly): GET /api/v1/namespaces/"
         "team-a/secrets/regcred: 403 Forbidden")
-
-
-# --- to the agent -------------------------------------------------------------------------------
-
-
-def test_the_planned_task_carries_the_mirrored_secrets_and_the_flag(plane: ControlPlane) -> None:
-    plane.cluster.nodes.append(make_node("node-1"))
-    plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
-    apply_manifest(plane.store, job_doc(pullSecrets=["regcred"], pullSecretsOnly=True), now=plane.now(),
-                   secrets=plane.cluster)
-    mirror = SecretsManagerMirror("prewarm/test", plane.cluster, client=boto3.client("secretsmanager"))
-    plane.start_agents()
-    plan_job(plane.store, plane.cluster, plane.queues, "team-a/warm", now=plane.now(), secrets=mirror)
-
-    (task,) = plane.node_messages("node-1")
-    assert isinstance(task, PullTask) and task.pull_secrets_only is True
-    assert task.pull_secret_arns and task.pull_secret_arns[0].split(":")[-1].startswith(
-        "prewarm/test/pull-secrets/team-a/regcred")
 
 
 def test_switching_it_on_starts_a_new_round(plane: ControlPlane) -> None:

@@ -64,7 +64,7 @@ def test_a_registration_without_a_queue_is_read_again_too(plane: ControlPlane) -
     plane.cluster.nodes = [make_node("a")]
     for name in ("a", "gone"):
         register(plane, name)
-    plane.sqs.delete_queue(QueueUrl=plane.queues.queue_url("gone"))
+    plane.sqs.delete_queue(plane.queues.queue_url("gone"))
     reads = recorded_reads(plane.cluster, "get_node_metadata")
     result = run(plane)
     assert (result.queues_deleted, result.nodes_forgotten, reads) == ([], ["gone"], ["gone"])

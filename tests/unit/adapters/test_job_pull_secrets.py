@@ -1,9 +1,13 @@
-"""A job's pullSecrets through the control plane: mirrored at planning, read by agents, cleaned by sweep."""
+"""A job's pullSecrets through the control plane: mirrored at planning, read by agents, cleaned by sweep.
+
+The mirror and the agents' reader are the Secrets Manager adapters, on moto in-process; the control plane
+is the services' in-memory one. Moved here from tests/unit/services, which runs without moto."""
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -14,9 +18,10 @@ from prewarm.domain.messages import PullTask
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, delete_job
 from prewarm.services.schedules import referenced_pull_secrets, sweep
+from tests.support.aws import mocked_aws
 from tests.support.clock import Clock
 from tests.support.cluster import FakeCluster, make_node
-from tests.support.control_plane import ControlPlane
+from tests.support.control_plane import ControlPlane, memory_plane
 
 IMAGE = "registry.example.com/team/app@sha256:" + "b" * 64
 REGCRED = {"auths": {"registry.example.com": {"username": "robot", "password": "s3cret-robot"}}}
@@ -30,6 +35,17 @@ def job_doc(name: str, namespace: str = "team-a", **spec: Any) -> dict[str, Any]
 def pull_secret(name: str, namespace: str = "team-a") -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": namespace}, "type": "kubernetes.io/dockerconfigjson",
             "data": {".dockerconfigjson": base64.b64encode(json.dumps(REGCRED).encode()).decode()}}
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with mocked_aws(monkeypatch, "us-west-2"):
+        yield
+
+
+@pytest.fixture
+def plane(aws: None) -> ControlPlane:
+    return memory_plane()
 
 
 @pytest.fixture
@@ -137,3 +153,21 @@ def test_a_registered_clusters_job_mirrors_that_clusters_secret_under_its_own_na
     clock.now += 3600
     result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
     assert result.pull_secrets_deleted == ["prewarm/test/pull-secrets/@prod-eu/team-a/regcred"]
+
+
+def test_the_planned_task_carries_the_mirrored_secrets_and_the_flag(plane: ControlPlane) -> None:
+    # `spec.pullSecretsOnly` (tests/unit/services/test_pull_secrets_only.py) down to the agent's task
+    from tests.unit.services.test_pull_secrets_only import job_doc, pull_secret
+
+    plane.cluster.nodes.append(make_node("node-1"))
+    plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
+    apply_manifest(plane.store, job_doc(pullSecrets=["regcred"], pullSecretsOnly=True), now=plane.now(),
+                   secrets=plane.cluster)
+    mirror = SecretsManagerMirror("prewarm/test", plane.cluster, client=boto3.client("secretsmanager"))
+    plane.start_agents()
+    plan_job(plane.store, plane.cluster, plane.queues, "team-a/warm", now=plane.now(), secrets=mirror)
+
+    (task,) = plane.node_messages("node-1")
+    assert isinstance(task, PullTask) and task.pull_secrets_only is True
+    assert task.pull_secret_arns and task.pull_secret_arns[0].split(":")[-1].startswith(
+        "prewarm/test/pull-secrets/team-a/regcred")

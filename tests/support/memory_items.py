@@ -1,0 +1,168 @@
+"""The small item kinds of `MemoryJobStore` (`tests/support/memory_store.py`), each written on the
+`MemoryTable` as its module of `prewarm.adapters.dynamodb` writes it on DynamoDB: registered nodes
+(`nodes`), prewarm rules and schedule runs (`rules`), registered clusters (`clusters`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, check_cluster_name, scoped
+from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.schedules import ScheduleRun
+from prewarm.services.ports import StoreConflictError
+from tests.support.memory_table import MemoryTable, has
+
+
+class TableItems:
+    """Holds the table every item kind of the store shares."""
+
+    def __init__(self, table: MemoryTable | None = None) -> None:
+        self.table = table if table is not None else MemoryTable()
+
+    def _list_kind(self, kind: str) -> list[dict[str, Any]]:
+        """Every item of a kind, as the adapter reads the keys-only `kinds` index, then the items."""
+        return self.table.index("kind", kind)
+
+
+# -- registered nodes (adapters/dynamodb/nodes.py) ---------------------------------------------
+
+
+def node_pk(name: str, cluster: str) -> str:
+    return f"NODE#{scoped(cluster, name)}"
+
+
+def _node_warm(value: Any) -> NodeWarm | None:
+    if not isinstance(value, dict):
+        return None
+    return NodeWarm(joined_at=float(value.get("joined_at", 0)), hello_at=float(value.get("hello_at", 0)),
+                    warm_at=float(value.get("warm_at", 0)), outcome=str(value.get("outcome", "")),
+                    missing=tuple(str(m) for m in value.get("missing", [])),
+                    missing_total=int(value.get("missing_total", 0)))
+
+
+def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
+    return RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
+                          os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
+                          warm_until=float(v["warm_until"]) if "warm_until" in v else None,
+                          warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
+                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)))
+
+
+class MemoryNodeItems(TableItems):
+    """`NodeItems`: the nodes whose agents said hello."""
+
+    def put_node(self, node: RegisteredNode) -> None:
+        fields = {"kind": scoped(node.cluster, "node"), "cluster": node.cluster or None, "name": node.name,
+                  "labels": node.labels, "architecture": node.architecture,
+                  "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
+                  "warm_until": node.warm_until, "agent_version": node.agent_version or None}
+        if node.warm_until is not None:
+            fields["warm"] = None
+        self.table.update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster),
+                          "NODE", fields)
+
+    def record_warm(self, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> None:
+        value = {"joined_at": warm.joined_at, "hello_at": warm.hello_at, "warm_at": warm.warm_at,
+                 "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
+        self.table.update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
+                          node_pk(node, cluster), "NODE", {"warm": value}, condition=lambda i: has(i, "pk"))
+
+    def get_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode | None:
+        item = self.table.get(node_pk(name, cluster), "NODE")
+        return _registered_node(item) if item is not None else None
+
+    def list_nodes(self, cluster: str = DEFAULT_CLUSTER) -> list[RegisteredNode]:
+        items = self._list_kind(scoped(cluster, "node"))
+        return [_registered_node(v) for v in sorted(items, key=lambda v: str(v["name"]))]
+
+    def delete_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> None:
+        self.table.delete(f"forget node {scoped(cluster, name)}", node_pk(name, cluster), "NODE")
+
+
+# -- prewarm rules and schedule runs (adapters/dynamodb/rules.py) ------------------------------
+
+
+class MemoryRuleItems(TableItems):
+    """`RuleItems`: the prewarm rules, each with its spec and spec hash."""
+
+    def put_rule(self, name: str, spec: dict[str, Any], spec_hash: str) -> str:
+        current = self.table.get(f"RULE#{name}", "RULE")
+        if current is not None and current.get("spec_hash") == spec_hash:
+            return "unchanged"
+        self.table.put(f"write rule {name}", {"pk": f"RULE#{name}", "sk": "RULE", "kind": "rule", "name": name,
+                                              "spec": json.dumps(spec, sort_keys=True), "spec_hash": spec_hash})
+        return "configured" if current is not None else "created"
+
+    def list_rules(self) -> list[dict[str, Any]]:
+        return [json.loads(v["spec"]) for v in sorted(self._list_kind("rule"), key=lambda v: str(v["name"]))]
+
+    def delete_rule(self, name: str) -> bool:
+        return self.table.delete(f"delete rule {name}", f"RULE#{name}", "RULE") is not None
+
+
+class MemoryScheduleRunItems(TableItems):
+    """`ScheduleRuns`: one item per schedule, overwritten by each run, of no kind."""
+
+    def record_run(self, run: ScheduleRun) -> None:
+        self.table.put(f"record the {run.schedule} run",
+                       {"pk": f"SCHEDULE#{run.schedule}", "sk": "RUN", "schedule": run.schedule,
+                        "started_at": run.started_at, "finished_at": run.finished_at})
+
+    def last_runs(self, schedules: Sequence[str]) -> dict[str, ScheduleRun]:
+        keys = [(f"SCHEDULE#{name}", "RUN") for name in dict.fromkeys(schedules)]
+        return {
+            v["schedule"]: ScheduleRun(v["schedule"], started_at=float(v["started_at"]),
+                                       finished_at=float(v["finished_at"]))
+            for v in self.table.batch_get(keys)
+        }
+
+
+# -- registered clusters (adapters/dynamodb/clusters.py) ---------------------------------------
+
+
+def _cluster(v: Mapping[str, Any]) -> RegisteredCluster:
+    reachable = v.get("reachable")
+    return RegisteredCluster(
+        name=str(v["name"]), endpoint=str(v.get("endpoint", "")), ca_data=str(v.get("ca_data", "")),
+        labels=dict(v.get("labels", {})), added_at=v.get("added_at"),
+        reachable=None if reachable is None else bool(reachable), reason=str(v.get("reason", "")),
+        checked_at=v.get("checked_at"), agents=v.get("agents"), last_sync=v.get("last_sync"),
+    )
+
+
+class MemoryClusterItems(TableItems):
+    """`ClusterItems`: the registered clusters, and the own cluster's health."""
+
+    def put_cluster(self, cluster: RegisteredCluster) -> None:
+        check_cluster_name(cluster.name)
+        self.table.update(f"register cluster {cluster.name}", f"CLUSTER#{cluster.name}", "CLUSTER", {
+            "kind": "cluster", "name": cluster.name, "endpoint": cluster.endpoint, "ca_data": cluster.ca_data or None,
+            "labels": dict(cluster.labels), "added_at": cluster.added_at,
+        })
+
+    def get_cluster(self, name: str) -> RegisteredCluster | None:
+        item = self.table.get(f"CLUSTER#{name}", "CLUSTER")
+        return _cluster(item) if item is not None else None
+
+    def list_clusters(self) -> list[RegisteredCluster]:
+        return [_cluster(v) for v in sorted(self._list_kind("cluster"), key=lambda v: str(v["name"]))]
+
+    def delete_cluster(self, name: str) -> bool:
+        return self.table.delete(f"forget cluster {name}", f"CLUSTER#{name}", "CLUSTER") is not None
+
+    def record_cluster_check(self, name: str, *, reachable: bool, reason: str, checked_at: float,
+                             agents: int | None = None, synced: bool = False, own: bool = False) -> None:
+        fields: dict[str, Any] = {"reachable": reachable, "reason": reason or None, "checked_at": checked_at}
+        if agents is not None:
+            fields["agents"] = agents
+        if synced:
+            fields["last_sync"] = checked_at
+        what = f"record how cluster {name} answered"
+        if own:
+            self.table.update(what, f"CLUSTER#{name}", "CLUSTER", {"kind": "cluster", "name": name, **fields})
+            return
+        with contextlib.suppress(StoreConflictError):
+            self.table.update(what, f"CLUSTER#{name}", "CLUSTER", fields, condition=lambda i: has(i, "pk"))

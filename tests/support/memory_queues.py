@@ -1,0 +1,204 @@
+"""The node queues and the status queue's redelivery in memory, for the services' unit tests.
+
+`MemoryTaskQueues` is `prewarm.adapters.sqs.NodeQueues` on a `MemorySqs` (the queues of one account and
+region): the same queue names and URLs (derived from the status queue's), the same tags marking a queue
+as this stack's, a send to a node with no queue is False (no agent there yet), and only an agent makes
+its queue (`ensure_queue`). Messages are kept as the JSON the adapter sends, and parsed when taken.
+`tests/unit/adapters/test_memory_store_contract.py` runs the same scenarios on both.
+
+A deleted queue's name is refused for 60 s, as SQS (and moto) refuse it, on the wall clock or `clock`.
+Not modelled: visibility timeouts and the DLQ.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError
+from prewarm.domain.clusters import DEFAULT_CLUSTER, cluster_of, scoped
+from prewarm.domain.messages import (
+    CancelTask,
+    PullTask,
+    RequiredImages,
+    cluster_queue_prefix,
+    is_cluster_queue,
+    node_queue_name,
+    parse_node_message,
+)
+
+# SQS's largest message body (moto's too): 1 MiB.
+MAX_MESSAGE_BYTES = 1_048_576
+ACCOUNT_URL = "https://sqs.us-west-2.amazonaws.com/123456789012"
+# SQS refuses the name of a queue deleted less than 60 s ago (CreateQueue, QueueDeletedRecently).
+NAME_REUSE_SECONDS = 60.0
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MemoryQueue:
+    name: str
+    tags: dict[str, str] = field(default_factory=dict)
+    bodies: list[str] = field(default_factory=list)
+
+
+class QueueDeletedRecentlyError(Exception):
+    """CreateQueue of a name whose queue was deleted less than 60 s ago."""
+
+
+class MemorySqs:
+    """The queues of one account and region, by URL (`<base_url>/<name>`)."""
+
+    def __init__(self, base_url: str = ACCOUNT_URL, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.base_url = base_url
+        self.queues: dict[str, MemoryQueue] = {}
+        self.clock = clock
+        self._deleted: dict[str, float] = {}
+        self._lock = threading.Lock()  # the services send from several threads at once
+
+    def url_of(self, name: str) -> str:
+        return f"{self.base_url}/{name}"
+
+    def create_queue(self, name: str, tags: dict[str, str] | None = None) -> str:
+        """CreateQueue: the queue's URL; an existing queue is kept as it is, tags and all."""
+        with self._lock:
+            if name not in self.queues and self.clock() - self._deleted.get(name, -NAME_REUSE_SECONDS) < (
+                    NAME_REUSE_SECONDS):
+                raise QueueDeletedRecentlyError(name)
+            self.queues.setdefault(name, MemoryQueue(name, dict(tags or {})))
+        return self.url_of(name)
+
+    def queue(self, url: str) -> MemoryQueue | None:
+        base, _, name = url.rpartition("/")
+        return self.queues.get(name) if base == self.base_url else None
+
+    def delete_queue(self, url: str) -> bool:
+        """DeleteQueue; False when there was no such queue."""
+        with self._lock:
+            queue = self.queue(url)
+            if queue is None:
+                return False
+            del self.queues[queue.name]
+            self._deleted[queue.name] = self.clock()
+            return True
+
+    def send(self, url: str, body: str) -> bool:
+        with self._lock:
+            queue = self.queue(url)
+            if queue is None:
+                return False
+            queue.bodies.append(body)
+            return True
+
+    def take(self, url: str) -> list[PullTask | CancelTask | RequiredImages]:
+        """Takes every message off a queue, parsed (none when the queue does not exist)."""
+        with self._lock:
+            queue = self.queue(url)
+            if queue is None:
+                return []
+            bodies, queue.bodies = queue.bodies, []
+        return [parse_node_message(body) for body in bodies]
+
+
+class MemoryTaskQueues:
+    """`TaskQueues` in memory: one queue per node named `<prefix>-<node>`, as `NodeQueues` names them."""
+
+    def __init__(self, prefix: str, status_queue_url: str, *, dlq_arn: str = "", sqs: MemorySqs | None = None,
+                 cluster: str = DEFAULT_CLUSTER) -> None:
+        if not status_queue_url:
+            raise QueueError("the status queue URL is needed to derive node queue URLs (STATUS_QUEUE_URL)")
+        self.prefix = prefix
+        self.base_url = status_queue_url.rsplit("/", 1)[0]
+        self.dlq_arn = dlq_arn
+        self.sqs = sqs if sqs is not None else MemorySqs(self.base_url)
+        #: The cluster whose node queues `ensure_queue` makes (an agent's); sends find theirs per message.
+        self.cluster = cluster
+
+    def for_cluster(self, cluster: str) -> MemoryTaskQueues:
+        """The same queues as an agent of `cluster` makes them (`NodeQueues(..., cluster=cluster)`)."""
+        return MemoryTaskQueues(self.prefix, f"{self.base_url}/status", dlq_arn=self.dlq_arn, sqs=self.sqs,
+                                cluster=cluster)
+
+    def queue_name(self, node: str, cluster: str | None = None) -> str:
+        return node_queue_name(self.prefix, node, self.cluster if cluster is None else cluster)
+
+    def queue_url(self, node: str, cluster: str | None = None) -> str:
+        return f"{self.base_url}/{self.queue_name(node, cluster)}"
+
+    def _tags(self, node: str) -> dict[str, str]:
+        tags = {TAG_PREFIX: self.prefix, TAG_NODE: node[:256]}
+        return {**tags, TAG_CLUSTER: self.cluster} if self.cluster else tags
+
+    def owns_queue(self, url: str) -> bool:
+        return self.queue_node(url) is not None
+
+    def queue_node(self, url: str) -> str | None:
+        queue = self.sqs.queue(url)
+        if queue is None or queue.tags.get(TAG_PREFIX) != self.prefix:
+            return None
+        return scoped(str(queue.tags.get(TAG_CLUSTER, "")), str(queue.tags.get(TAG_NODE, "")))
+
+    def ensure_queue(self, node: str) -> str:
+        name = self.queue_name(node)
+        try:
+            return self.sqs.create_queue(name, self._tags(node))
+        except QueueDeletedRecentlyError:
+            raise QueueRetryableError(
+                f"create queue {name}: a queue of that name was deleted less than 60 s ago (node {node} left and "
+                "came back under the same name); the task is sent again once SQS allows the name"
+            ) from None
+
+    def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
+        cluster = message.cluster if isinstance(message, RequiredImages) else cluster_of(message.job)
+        body = message.model_dump_json()
+        if len(body.encode()) > MAX_MESSAGE_BYTES:
+            raise QueueError(f"send {message.kind} to {message.node}: InvalidParameterValue: One or more parameters "
+                             f"are invalid. Reason: Message must be shorter than {MAX_MESSAGE_BYTES} bytes.")
+        if not self.sqs.send(self.queue_url(message.node, cluster), body):
+            log.info("%s for node %s waits for its agent: the node has no task queue yet", message.kind,
+                     message.node)
+            return False
+        return True
+
+    def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]:
+        return [r for r in map(self._send_or_fail, messages) if r is not None]
+
+    def _send_or_fail(self, message: PullTask | CancelTask | RequiredImages) -> tuple[str, str] | None:
+        try:
+            self.send(message)
+        except QueueError as e:
+            what = message.kind if isinstance(message, RequiredImages) else f"{message.kind} of {message.job}"
+            log.warning("%s for node %s not sent: %s", what, message.node, e)
+            return (message.node, str(e))
+        return None
+
+    def list_node_queues(self, cluster: str = DEFAULT_CLUSTER) -> dict[str, str]:
+        head = cluster_queue_prefix(self.prefix, cluster)
+        return {name: self.sqs.url_of(name) for name in sorted(self.sqs.queues)
+                if name.startswith(head) and is_cluster_queue(self.prefix, name, cluster)}
+
+    def delete_queue(self, url: str) -> None:
+        self.sqs.delete_queue(url)
+
+
+class MemoryStatusQueue:
+    """`Redelivery` in memory: when each message handed back (by receipt handle) comes again, ten a call
+    as `StatusQueue` changes them; a handle the queue does not know keeps the queue's timeout, logged."""
+
+    def __init__(self, receipts: Sequence[str] = ()) -> None:
+        self.known = set(receipts)
+        self.hidden: dict[str, int] = {}
+        self.calls = 0
+
+    def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
+        for start in range(0, len(delays), 10):
+            self.calls += 1
+            for receipt, seconds in delays[start : start + 10]:
+                if receipt not in self.known:
+                    log.warning("a returned message keeps the queue's visibility timeout: ReceiptHandleIsInvalid")
+                    continue
+                self.hidden[receipt] = seconds
