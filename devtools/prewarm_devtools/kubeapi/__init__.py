@@ -23,8 +23,8 @@ concurrency, generateName, finalizers, namespace cascade deletion, `dryRun` (que
 DeleteOptions), the NamespaceLifecycle refusal to delete `default`, `kube-system` and
 `kube-public`, the Priority admission plugin's single `globalDefault` PriorityClass, and each
 type's defaulting and validation. Bodies of built-in kinds decode into their Go types as the real
-server decodes them (`godecode.py`; the types from the Python client's models and a table generated
-from k8s.io/api's Go sources, `gotypes.py`): a value of the wrong type is refused with encoding/json's
+server decodes them (`builtindecoding.py`; the types from kubernetes-validate's strict schemas of 1.33,
+`builtintypes.py`): a value of the wrong type is refused with encoding/json's
 error (400 `DaemonSet in version "v1" cannot be handled as a DaemonSet: json: cannot unmarshal bool into
 Go struct field ObjectMeta.metadata.labels of type string`; on a patch 422 `patch: Invalid value`,
 worded by the unstructured converter for strategic merge patches), quantities, IntOrString, Time,

@@ -5,7 +5,7 @@ on `metadata.resourceVersion`, immutable fields, status kept off the main resour
 formats), delete (preconditions, finalizers, namespace cascade, Status or object as the real
 registry answers), list (selectors, consistent paged snapshots, continue tokens) and watch.
 Decoding drops unknown fields as `fieldValidation` says: of custom resources by their schema, of built-in
-kinds by decoding into their Go types (godecode.py), which refuses values of the wrong type as Go does.
+kinds by decoding into their Go types (builtindecoding.py), which refuses values of the wrong type as Go does.
 Writes of CRDs change what the `Catalog` serves; a deleted CRD takes its objects with it (the cleanup controller's work,
 done at once). A custom resource is stored in its CRD's storage version and read in any served one.
 """
@@ -29,6 +29,14 @@ from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi import serversideapply as ssa
 from prewarm_devtools.kubeapi.admission import AdmissionPolicies, Write
 from prewarm_devtools.kubeapi.auth import Identity
+from prewarm_devtools.kubeapi.builtindecoding import (
+    Decoded,
+    GoDecodeError,
+    decode_json,
+    decode_unstructured,
+    go_format,
+)
+from prewarm_devtools.kubeapi.builtintypes import kind_type
 from prewarm_devtools.kubeapi.catalog import Catalog
 from prewarm_devtools.kubeapi.customresources import (
     CLEANUP_FINALIZER,
@@ -41,22 +49,13 @@ from prewarm_devtools.kubeapi.customresources import (
     terminating,
 )
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
-from prewarm_devtools.kubeapi.godecode import (
-    Decoded,
-    GoDecodeError,
-    decode_json,
-    decode_unstructured,
-    go_format,
-    go_json,
-)
-from prewarm_devtools.kubeapi.gotypes import kind_type
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
 from prewarm_devtools.kubeapi.rbac import aggregated_rules
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
 from prewarm_devtools.kubeapi.resources.rbac import CLUSTER_ROLES
 from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
 from prewarm_devtools.kubeapi.resources.types import ResourceType
-from prewarm_devtools.kubeapi.schema import apply_defaults, prune
+from prewarm_devtools.kubeapi.schema import apply_defaults, go_json, prune
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
 from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
 

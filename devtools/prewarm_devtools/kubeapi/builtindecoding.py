@@ -1,4 +1,7 @@
-"""Decoding a built-in kind into its Go type, as the real API server does, with Go's error text.
+"""Decoding a built-in kind into its Go type, as the real API server does, with Go's error text. The types
+come from kubernetes-validate's strict schemas (builtintypes.py); what those schemas let through and the
+server refuses is kept here: the first wrong type in document order worded as Go words it, ints that do
+not fit their width, and the values with their own parsers (govalues.py: times, quantities, base64).
 
 Two decoders, for the two ways a body reaches a Go struct:
 - `decode_json`: a JSON body (create, update, the result of a merge or JSON patch) through
@@ -22,11 +25,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from prewarm_devtools.kubeapi.gotypes import GoType, struct_fields, struct_name
+from prewarm_devtools.kubeapi.builtintypes import GoType, struct_fields, struct_name
 from prewarm_devtools.kubeapi.govalues import RFC3339, RFC3339_MICRO, parse_base64, parse_quantity, parse_time
+from prewarm_devtools.kubeapi.schema import go_float
 
 _MAX_STRICT_ERRORS = 100  # sigs.k8s.io/json keeps no more
 
@@ -284,15 +287,6 @@ def decode_unstructured(t: GoType, value: dict[str, Any]) -> Decoded:
     return Decoded(sorted(converting.strict), converting.unknown_fields)
 
 
-def go_json(value: Any) -> str:
-    """encoding/json's Marshal of a decoded JSON value: keys sorted, HTML characters escaped."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                          ("\u2029", "\\u2029")):
-        text = text.replace(char, escaped)
-    return text
-
-
 def go_format(value: Any) -> str:
     """Go's `%+v` of a decoded JSON value (map[string]interface{} and friends)."""
     if value is None:
@@ -304,23 +298,5 @@ def go_format(value: Any) -> str:
     if isinstance(value, list):
         return "[" + " ".join(go_format(v) for v in value) + "]"
     if isinstance(value, float):
-        return _go_float(value)
+        return go_float(value)
     return str(value)
-
-
-def _go_float(value: float) -> str:
-    # fmt's %v of a float64: strconv's shortest digits, in %e form when the exponent is < -4 or >= 6.
-    if value == 0:
-        return "0"
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    text = "".join(map(str, digits))
-    point = len(text) + int(exponent)  # where the decimal point goes among the digits
-    minus = "-" if sign else ""
-    if point - 1 < -4 or point - 1 >= 6:
-        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-        return f"{minus}{mantissa}e{'-' if point - 1 < 0 else '+'}{abs(point - 1):02d}"
-    if point <= 0:
-        return f"{minus}0.{'0' * -point}{text}"
-    if point >= len(text):
-        return minus + text + "0" * (point - len(text))
-    return f"{minus}{text[:point]}.{text[point:]}"
