@@ -380,9 +380,6 @@ class Registry:
         obj = self.check_body(rtype, body)
         metadata = obj["metadata"]
         self._scope(rtype, namespace, metadata)
-        if metadata.get("resourceVersion"):
-            # The storage layer's plain error: the API answers it as 500 with no reason.
-            raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
         self._decode_typed(rtype, obj, field_validation, warnings)
         self._decode(rtype, obj, field_validation, warnings)
         _to_storage(rtype, obj)
@@ -415,6 +412,10 @@ class Registry:
                                               dry_run=dry_run), warnings)
             if dry_run:
                 return _served_as(rtype, obj)
+            if _parse_uint(metadata.get("resourceVersion")):
+                # etcd3's store refuses it (after validation and admission, never on a dry run) with a plain
+                # error, which the API answers as 500 with no reason.
+                raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
             stored = self._write(rtype, key, obj)
             if rtype is NAMESPACES:
                 self._ensure_default_service_account(name)
@@ -1183,6 +1184,12 @@ def _parse_rv(text: str) -> int:
     if value < 0:
         raise _invalid_list_options(FieldError("Invalid", "resourceVersion", text, "must be a non-negative integer"))
     return value
+
+
+def _parse_uint(value: Any) -> int:
+    """A resourceVersion as the storage versioner parses it (strconv.ParseUint); 0 when it does not parse."""
+    text = str(value or "")
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 def _invalid_list_options(error: FieldError) -> StatusError:
