@@ -587,20 +587,27 @@ def _prepare_update(obj: Obj, old: Obj) -> None:
     obj["metadata"]["generation"] = generation + (1 if changed else 0)
 
 
-def _validate(schema: Obj | None, with_rules: bool, obj: Obj, old: Obj | None) -> list[FieldError]:
-    # ResourceType.full_validation has checked metadata: the schema, list types and CEL rules come next.
-    errors = validate(obj, schema) + list_type_errors(obj, schema)
+def _with_rules(schema: Obj | None, with_rules: bool, errors: list[FieldError], obj: Obj,
+                old: Obj | None) -> list[FieldError]:
+    """After the schema's errors, the list types and the CEL rules of the whole object, as both the main and
+    the status strategy check them (unless a blocking error keeps the rules from running)."""
+    errors = errors + list_type_errors(obj, schema)
     if with_rules:
         errors += [NOT_CHECKED] if blocks_rules(errors) else rule_errors(obj, old, schema)
     return errors
 
 
-def _validate_status(schema: Obj | None, namespaced: bool, obj: Obj, old: Obj) -> list[FieldError]:
+def _validate(schema: Obj | None, with_rules: bool, obj: Obj, old: Obj | None) -> list[FieldError]:
+    # ResourceType.full_validation has checked metadata: the schema, list types and CEL rules come next.
+    return _with_rules(schema, with_rules, validate(obj, schema), obj, old)
+
+
+def _validate_status(schema: Obj | None, namespaced: bool, with_rules: bool, obj: Obj, old: Obj) -> list[FieldError]:
     errors = metadata_errors(obj.get("metadata") or {}, name_is_label=False, namespaced=namespaced)
     status_schema = ((schema or {}).get("properties") or {}).get("status")
     if "status" in obj and status_schema:
         errors += validate(obj["status"], status_schema, base="status")
-    return errors
+    return _with_rules(schema, with_rules, errors, obj, old)
 
 
 def custom_resource_types(crd: Obj) -> list[ResourceType]:
@@ -640,7 +647,8 @@ def custom_resource_types(crd: Obj) -> list[ResourceType]:
                 prepare_for_create=partial(_prepare_create, has_status),
                 prepare_for_update=_prepare_update,
                 validate=partial(_validate, schema, has_rules(schema)),
-                validate_status=partial(_validate_status, schema, namespaced) if has_status else None,
+                validate_status=(partial(_validate_status, schema, namespaced, has_rules(schema))
+                                 if has_status else None),
             )
         )
     return types
