@@ -17,8 +17,9 @@ Two decoders, for the two ways a body reaches a Go struct:
   string`, `cannot restore slice from map`) and whose unknown fields come sorted.
 
 Both return the strict errors and the unknown fields, which the caller drops (Go's structs have nowhere
-to keep them); a type error raises `GoDecodeError`. Values are checked, not re-encoded: a quantity
-keeps its spelling (the real server stores its canonical form) and numbers keep Python's.
+to keep them); a type error raises `GoDecodeError`. Times are encoded again as the server encodes them
+(UTC); other values are checked, not re-encoded: a quantity keeps its spelling (the real server stores its
+canonical form) and numbers keep Python's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from prewarm_devtools.kubeapi.builtintypes import GoType, struct_fields, struct_name
-from prewarm_devtools.kubeapi.govalues import RFC3339, RFC3339_MICRO, parse_base64, parse_quantity, parse_time
+from prewarm_devtools.kubeapi.govalues import (
+    RFC3339,
+    RFC3339_MICRO,
+    canonical_time,
+    parse_base64,
+    parse_quantity,
+    parse_time,
+)
 from prewarm_devtools.kubeapi.schema import go_float
 
 _MAX_STRICT_ERRORS = 100  # sigs.k8s.io/json keeps no more
@@ -181,6 +189,14 @@ class _JsonDecoding:
                 self.unknown_fields.append((value, key))
                 continue
             self.value(fields[key], value[key], context.enter(name, key), field_path)
+            _canonical(fields[key], value, key)
+
+
+def _canonical(t: GoType, parent: dict[str, Any], key: str) -> None:
+    """A decoded time as the server encodes it again: metav1.Time in UTC to the second, MicroTime in UTC to
+    the microsecond (so an update that only spells a time otherwise changes nothing)."""
+    if t.kind in ("time", "microtime") and isinstance(parent[key], str):
+        parent[key] = canonical_time(parent[key], micro=t.kind == "microtime")
 
 
 def decode_json(t: GoType, value: dict[str, Any]) -> Decoded:
@@ -253,10 +269,11 @@ class _Unstructured:
             if not isinstance(value, dict):
                 raise GoDecodeError(f"cannot restore struct from: {_go_kind(value)}")
             fields = struct_fields(t.model)
-            # Go walks the struct's fields in declaration order; the Python client lists them sorted.
+            # Go walks the struct's fields in declaration order; the schemas list them sorted.
             for key, field_type in fields.items():
                 if key in value:
                     self.value(field_type, value[key], f"{path}.{key}" if path else key)
+                    _canonical(field_type, value, key)
             for key in [k for k in value if k not in fields]:
                 self.strict.append(f'unknown field "{path}.{key}"' if path else f'unknown field "{key}"')
                 self.unknown_fields.append((value, key))
