@@ -651,7 +651,10 @@ class KubeApiServer:
                 stream = self.registry.watch(rtype, namespace, list_query, timeout, self.bookmark_interval)
                 wanted = negotiate(headers.get("Accept") or "")
                 if wanted.kind == TABLE and rtype.custom is not None:
-                    stream = _table_events(rtype, stream, wanted.version, query.get("includeObject", ""))
+                    include = query.get("includeObject", "")
+                    stream = _events_as(stream, lambda obj: to_table(rtype, obj, wanted.version, include))
+                elif wanted.kind == PARTIAL:
+                    stream = _events_as(stream, lambda obj: as_partial_metadata(obj, wanted, is_list=False))
                 return _Response(200, stream=stream)
             return self._read(rtype, self.registry.list_collection(rtype, namespace, list_query), query, headers,
                               is_list=True)
@@ -889,17 +892,18 @@ def _dry_run(query: dict[str, str], options: dict[str, Any] | None = None) -> bo
     return value == "All"
 
 
-def _table_events(rtype: ResourceType, stream: Iterator[bytes | None], version: str,
-                  include: str) -> Iterator[bytes | None]:
-    """A watch of custom resources as Tables (`kubectl get -w`): each event's object is a Table of its one
-    row, with the printer columns, as the API server transforms watch events for a Table Accept."""
+def _events_as(stream: Iterator[bytes | None], transform: Callable[[dict[str, Any]], dict[str, Any]]
+               ) -> Iterator[bytes | None]:
+    """A watch whose event objects are shown as the Accept header asks, as the API server transforms them
+    (not a BOOKMARK's, nor an ERROR's Status): a Table of the object's one row (`kubectl get -w` of custom
+    resources), or its metadata alone (a metadata informer's PartialObjectMetadata)."""
     for line in stream:
         if not line:
             yield line
             continue
         event = json.loads(line)
         if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-            event["object"] = to_table(rtype, event["object"], version, include)
+            event["object"] = transform(event["object"])
             line = dumps(event) + b"\n"
         yield line
 
