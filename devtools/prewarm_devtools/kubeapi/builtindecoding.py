@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prewarm_devtools.kubeapi.builtintypes import GoType, struct_fields, struct_name
+from prewarm_devtools.kubeapi.goformat import go_float
 from prewarm_devtools.kubeapi.govalues import (
     RFC3339,
     RFC3339_MICRO,
@@ -37,7 +38,6 @@ from prewarm_devtools.kubeapi.govalues import (
     parse_quantity,
     parse_time,
 )
-from prewarm_devtools.kubeapi.schema import go_float
 
 _MAX_STRICT_ERRORS = 100  # sigs.k8s.io/json keeps no more
 

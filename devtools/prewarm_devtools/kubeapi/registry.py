@@ -38,24 +38,22 @@ from prewarm_devtools.kubeapi.builtindecoding import (
 )
 from prewarm_devtools.kubeapi.builtintypes import kind_type
 from prewarm_devtools.kubeapi.catalog import Catalog
+from prewarm_devtools.kubeapi.crd import CLEANUP_FINALIZER, is_established, is_terminating, storage_version
 from prewarm_devtools.kubeapi.customresources import (
-    CLEANUP_FINALIZER,
     CUSTOM_RESOURCE_DEFINITIONS,
     custom_resource_types,
     definition_status,
-    is_established,
-    is_terminating,
-    storage_version,
     terminating,
 )
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
+from prewarm_devtools.kubeapi.goformat import go_json
 from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
 from prewarm_devtools.kubeapi.rbac import aggregated_rules
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
 from prewarm_devtools.kubeapi.resources.rbac import CLUSTER_ROLES
 from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
 from prewarm_devtools.kubeapi.resources.types import ResourceType
-from prewarm_devtools.kubeapi.schema import apply_defaults, go_json, prune
+from prewarm_devtools.kubeapi.schema import apply_defaults, prune
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
 from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
 
