@@ -246,23 +246,18 @@ def serve_item(
     """A request on one object (or its status): get, replace (PUT), patch or apply (PATCH), delete."""
     rtype, namespace, name, sub = target.rtype, target.namespace, target.name, target.subresource
     assert name is not None
-    dry_run = is_dry_run(query)
     warnings: list[str] = []
+
+    def write_options(kind: str) -> dict[str, Any]:
+        """What a write's query says (`kind`: UpdateOptions or PatchOptions)."""
+        return {"subresource": sub, "dry_run": is_dry_run(query), "field_validation": field_validation(query, kind),
+                "warnings": warnings, "user": identity.authenticated()}
+
     if method == "GET":
         return read(rtype, api.registry.get(rtype, namespace, name), query, headers)
     if method == "PUT":
-        replaced = api.registry.replace(
-            rtype,
-            namespace,
-            name,
-            decode_body(headers, body),
-            subresource=sub,
-            dry_run=dry_run,
-            field_validation=field_validation(query, "UpdateOptions"),
-            warnings=warnings,
-            user=identity.authenticated(),
-            manager=field_manager(query, headers),
-        )
+        replaced = api.registry.replace(rtype, namespace, name, decode_body(headers, body),
+                                        manager=field_manager(query, headers), **write_options("UpdateOptions"))
         return Response(200, dumps(replaced), warnings=warnings)
     if method == "PATCH":
         content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -273,27 +268,15 @@ def serve_item(
             code, applied = api.registry.apply(
                 rtype, namespace, name, decode_body({"Content-Type": YAML}, body),
                 manager=query.get("fieldManager", ""), force=query.get("force") in ("true", "1"),
-                subresource=sub, dry_run=dry_run, field_validation=field_validation(query, "PatchOptions"),
-                warnings=warnings, user=identity.authenticated(),
+                **write_options("PatchOptions"),
             )
             return Response(code, dumps(applied), warnings=warnings)
         try:
             patch = json.loads(body or b"null")
         except ValueError as e:
             raise errors.bad_request(f"error decoding patch: {e}") from None
-        patched = api.registry.patch(
-            rtype,
-            namespace,
-            name,
-            content_type,
-            patch,
-            subresource=sub,
-            dry_run=dry_run,
-            field_validation=field_validation(query, "PatchOptions"),
-            warnings=warnings,
-            user=identity.authenticated(),
-            manager=field_manager(query, headers),
-        )
+        patched = api.registry.patch(rtype, namespace, name, content_type, patch,
+                                     manager=field_manager(query, headers), **write_options("PatchOptions"))
         return Response(200, dumps(patched), warnings=warnings)
     if method == "DELETE" and not sub:
         options = delete_options(headers, body)
