@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from prewarm_devtools.kubeapi.registry import CUSTOM_PATCH_TYPES, PATCH_TYPES
+from prewarm_devtools.kubeapi.patch import CUSTOM_PATCH_TYPES, PATCH_TYPES
 from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.store import dumps
 

@@ -16,14 +16,10 @@ from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi.auth import Identity
 from prewarm_devtools.kubeapi.catalog import Catalog
 from prewarm_devtools.kubeapi.errors import FieldError
-from prewarm_devtools.kubeapi.registry import (
-    APPLY_PATCH,
-    CUSTOM_PATCH_TYPES,
-    FIELD_VALIDATIONS,
-    PATCH_TYPES,
-    ListQuery,
-    Registry,
-)
+from prewarm_devtools.kubeapi.fieldvalidation import FIELD_VALIDATIONS
+from prewarm_devtools.kubeapi.patch import APPLY_PATCH, CUSTOM_PATCH_TYPES, PATCH_TYPES
+from prewarm_devtools.kubeapi.reads import ListQuery, list_collection, watch
+from prewarm_devtools.kubeapi.registry import Registry
 from prewarm_devtools.kubeapi.representation import PARTIAL, PARTIAL_LIST, TABLE, as_partial_metadata, negotiate
 from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector, SelectorParseError
@@ -197,16 +193,16 @@ def delete_options(headers: Any, body: bytes) -> dict[str, Any]:
 
 
 def serve_collection(
-    api: Serving, method: str, target: Target, query: dict[str, str], headers: Any, body: bytes, watch: bool,
+    api: Serving, method: str, target: Target, query: dict[str, str], headers: Any, body: bytes, watching: bool,
     identity: Identity,
 ) -> Response:
     """A request on a collection: list or watch (GET), create (POST), delete the collection (DELETE)."""
     rtype, namespace = target.rtype, target.namespace
     if method == "GET":
         list_query = parse_list_query(rtype, query)
-        if watch:
+        if watching:
             timeout = float(int_option(query, "timeoutSeconds") or api.watch_timeout)
-            stream = api.registry.watch(rtype, namespace, list_query, timeout, api.bookmark_interval)
+            stream = watch(api.registry.store, rtype, namespace, list_query, timeout, api.bookmark_interval)
             wanted = negotiate(headers.get("Accept") or "")
             if wanted.kind == TABLE and rtype.custom is not None:
                 include = query.get("includeObject", "")
@@ -214,7 +210,7 @@ def serve_collection(
             elif wanted.kind == PARTIAL:
                 stream = events_as(stream, lambda obj: as_partial_metadata(obj, wanted, is_list=False))
             return Response(200, stream=stream)
-        return read(rtype, api.registry.list_collection(rtype, namespace, list_query), query, headers,
+        return read(rtype, list_collection(api.registry.store, rtype, namespace, list_query), query, headers,
                           is_list=True)
     if method == "POST" and (namespace is not None or not rtype.namespaced):
         warnings: list[str] = []
