@@ -1,42 +1,30 @@
-"""What each verb does to the store, as the generic registry of the API server does it.
+"""The write verbs of the API, as the generic registry of the API server carries them out.
 
-Create (generateName, namespace existence, admission defaults), replace (optimistic concurrency
-on `metadata.resourceVersion`, immutable fields, status kept off the main resource), patch (three
-formats), delete (preconditions, finalizers, namespace cascade, Status or object as the real
-registry answers), list (selectors, consistent paged snapshots, continue tokens) and watch.
-Decoding drops unknown fields as `fieldValidation` says: of custom resources by their schema, of built-in
-kinds by decoding into their Go types (builtindecoding.py), which refuses values of the wrong type as Go does.
-Writes of CRDs change what the `Catalog` serves; a deleted CRD takes its objects with it (the cleanup controller's work,
-done at once). A custom resource is stored in its CRD's storage version and read in any served one.
+Create (generateName, namespace existence, admission, the storage's refusal of a resourceVersion), replace
+(optimistic concurrency on `metadata.resourceVersion`, immutable fields, status kept off the main
+resource, a no-op write is not a write), patch (three formats), server-side apply of custom resources,
+and seeding. Bodies are decoded as fieldvalidation.py says; a custom resource is stored in its CRD's
+storage version and read in any served one (reads.py). Deletion (deletion.py) and the controllers'
+work after a write (controllers.py) are what `Registry` builds on.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import time
-import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi import serversideapply as ssa
-from prewarm_devtools.kubeapi.admission import AdmissionPolicies, Write
+from prewarm_devtools.kubeapi.admission import Write
 from prewarm_devtools.kubeapi.auth import Identity
-from prewarm_devtools.kubeapi.builtindecoding import (
-    GoDecodeError,
-    decode_json,
-)
+from prewarm_devtools.kubeapi.builtindecoding import GoDecodeError, decode_json
 from prewarm_devtools.kubeapi.builtintypes import kind_type
-from prewarm_devtools.kubeapi.catalog import Catalog
-from prewarm_devtools.kubeapi.crd import CLEANUP_FINALIZER, is_established, is_terminating, storage_version
-from prewarm_devtools.kubeapi.customresources import (
-    CUSTOM_RESOURCE_DEFINITIONS,
-    custom_resource_types,
-    definition_status,
-    terminating,
-)
+from prewarm_devtools.kubeapi.controllers import now_rfc3339
+from prewarm_devtools.kubeapi.crd import is_terminating, storage_version
+from prewarm_devtools.kubeapi.customresources import CUSTOM_RESOURCE_DEFINITIONS, definition_status
+from prewarm_devtools.kubeapi.deletion import Deletion
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
 from prewarm_devtools.kubeapi.fieldvalidation import decode_object, decode_patched, decode_typed
 from prewarm_devtools.kubeapi.patch import (
@@ -46,30 +34,20 @@ from prewarm_devtools.kubeapi.patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from prewarm_devtools.kubeapi.rbac import aggregated_rules
-from prewarm_devtools.kubeapi.reads import ListQuery, list_collection, raw_served_as, served_as
+from prewarm_devtools.kubeapi.reads import raw_served_as, served_as
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
-from prewarm_devtools.kubeapi.resources.rbac import CLUSTER_ROLES
-from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
+from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP
 from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.schema import prune
-from prewarm_devtools.kubeapi.store import Store, Stored, dumps
+from prewarm_devtools.kubeapi.store import Stored
 
 Obj = dict[str, Any]
 
-
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-# Namespaces the NamespaceLifecycle admission plugin refuses to delete.
-IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
-_SYSTEM_PRIORITY_CLASS_NAMES = frozenset(c["metadata"]["name"] for c in SYSTEM_PRIORITY_CLASSES)
 
 
 class SeedError(ValueError):
     """An object given to seed the store cannot be stored; the message names the object and why."""
-
-
-def now_rfc3339(clock: Callable[[], float] = time.time) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
 
 
 def _without_rv(obj: Obj) -> Obj:
@@ -84,51 +62,8 @@ def _to_storage(rtype: ResourceType, obj: Obj) -> None:
         obj["apiVersion"] = f"{rtype.group}/{rtype.custom.storage_version}"
 
 
-class Registry:
+class Registry(Deletion):
     """The verbs of the API over a `Store`."""
-
-    def __init__(
-        self,
-        store: Store,
-        clock: Callable[[], float] = time.time,
-        seed: int | None = None,
-        catalog: Catalog | None = None,
-    ) -> None:
-        self.store = store
-        self.catalog = catalog or Catalog()
-        self._clock = clock
-        self._random = random.Random(seed)
-        self.admission = AdmissionPolicies(store, self.catalog.by_kind)
-
-    def _admit(self, user: Identity | None, write: Callable[[Identity], Write], warnings: list[str] | None) -> None:
-        """Validating admission policies, for writes a client makes (`user`; None: the server's own):
-        raises the denial, adds the warnings."""
-        if user is None:
-            return
-        found = self.admission.admit(write(user))
-        if warnings is not None:
-            warnings.extend(found)
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    @staticmethod
-    def key(rtype: ResourceType, namespace: str | None, name: str) -> str:
-        return f"{namespace}/{name}" if rtype.namespaced else name
-
-    def _get(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
-        stored = self.store.get(rtype.storage, self.key(rtype, namespace, name))
-        if stored is None:
-            raise errors.not_found(rtype.name, name, rtype.group)
-        return stored
-
-    def _require_namespace(self, namespace: str) -> Stored:
-        stored = self.store.get("namespaces", namespace)
-        if stored is None:
-            raise errors.not_found("namespaces", namespace)
-        return stored
-
-    def _uid(self) -> str:
-        return str(uuid.UUID(int=self._random.getrandbits(128), version=4))
 
     def check_body(self, rtype: ResourceType, body: Any) -> Obj:
         if not isinstance(body, dict):
@@ -174,26 +109,6 @@ class Registry:
             problems = rtype.full_validation(obj, old)
         if problems:
             raise errors.invalid(rtype.kind, str(obj["metadata"].get("name") or ""), problems, rtype.group)
-
-    def _write(self, rtype: ResourceType, key: str, obj: Obj | None) -> Stored:
-        """Store (or, with None, remove) an object, and do what follows from that for CRDs and their objects."""
-        stored = self.store.write(rtype.storage, key, obj)
-        if rtype is CLUSTER_ROLES:
-            self._aggregate_cluster_roles()
-        if rtype is CUSTOM_RESOURCE_DEFINITIONS:
-            self._define(key)
-        elif obj is None and rtype.custom is not None:
-            self._finish_definition(rtype.custom.definition)
-        return stored
-
-    def _aggregate_cluster_roles(self) -> None:
-        """The ClusterRole aggregation controller's work, done at once: each role with an aggregationRule
-        holds the rules of the roles its selectors match (a write of the role's own, so a watch sees it)."""
-        roles = [entry.obj for entry in self.store.snapshot(CLUSTER_ROLES.storage).entries]
-        for name, rules in aggregated_rules(roles).items():
-            current = self.store.get(CLUSTER_ROLES.storage, name)
-            if current is not None:
-                self.store.write(CLUSTER_ROLES.storage, name, {**json.loads(current.raw), "rules": rules})
 
     # -- create --------------------------------------------------------------------------------------
 
@@ -302,57 +217,6 @@ class Registry:
             raise errors.forbidden_resource(
                 rtype.name, name, rtype.group, "create not allowed while custom resource definition is terminating"
             )
-
-    def _group_definitions(self, crd: Obj) -> list[Obj]:
-        group = (crd.get("spec") or {}).get("group")
-        snapshot = self.store.snapshot(CUSTOM_RESOURCE_DEFINITIONS.storage)
-        return [e.obj for e in snapshot.entries if (e.obj.get("spec") or {}).get("group") == group]
-
-    def _define(self, name: str) -> None:
-        """Serve what the CRD `name` defines now: its established versions, or nothing once it is gone."""
-        stored = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage, name)
-        types = custom_resource_types(stored.obj) if stored is not None and is_established(stored.obj) else []
-        for rtype in types:
-            self.store.add_resource(rtype.storage, rtype.field_values)
-        self.catalog.define(name, types)
-
-    def _finish_definition(self, name: str) -> None:
-        """The CRD cleanup finalizer's last step: a terminating CRD whose objects are all gone goes too."""
-        stored = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage, name)
-        if stored is None or not is_terminating(stored.obj):
-            return
-        types = self.catalog.definition(name)
-        if types and self.store.snapshot(types[0].storage).keys:
-            return
-        crd = json.loads(stored.raw)
-        finalizers = [f for f in crd["metadata"].get("finalizers") or [] if f != CLEANUP_FINALIZER]
-        crd["metadata"]["finalizers"] = finalizers
-        conditions = crd.get("status", {}).get("conditions") or []
-        for i, found in enumerate(conditions):
-            if found.get("type") == "Terminating":
-                conditions[i] = {
-                    **found,
-                    "reason": "InstanceDeletionCompleted",
-                    "message": "removed all instances",
-                    "lastTransitionTime": now_rfc3339(self._clock),
-                }
-        self._write(CUSTOM_RESOURCE_DEFINITIONS, name, crd if finalizers else None)
-
-    def _ensure_default_service_account(self, namespace: str) -> None:
-        # The service account controller gives every namespace a `default` account.
-        key = f"{namespace}/default"
-        if self.store.get("serviceaccounts", key) is None:
-            account = {
-                "kind": "ServiceAccount",
-                "apiVersion": "v1",
-                "metadata": {
-                    "name": "default",
-                    "namespace": namespace,
-                    "uid": self._uid(),
-                    "creationTimestamp": now_rfc3339(self._clock),
-                },
-            }
-            self.store.write("serviceaccounts", key, account)
 
     # -- read ----------------------------------------------------------------------------------------
 
@@ -599,146 +463,6 @@ class Registry:
             return 200, self._update(rtype, namespace, name, stored, result, subresource, dry_run, decode,
                                      user=user, warnings=warnings, managed_fields=managed)
 
-    # -- delete --------------------------------------------------------------------------------------
-
-    def delete(
-        self, rtype: ResourceType, namespace: str | None, name: str, options: Obj, *, dry_run: bool = False,
-        user: Identity | None = None,
-    ) -> Obj:
-        """DELETE: the object (pods, service accounts, namespaces, anything with finalizers) or a Status."""
-        with self.store.lock:
-            stored = self._get(rtype, namespace, name)
-            self._check_preconditions(rtype, stored, options)
-            self._admit(user, lambda u: Write("DELETE", rtype, namespace, name, None, served_as(rtype, stored.obj), u,
-                                              dry_run=dry_run), None)
-            if rtype is NAMESPACES:
-                if name in IMMORTAL_NAMESPACES:
-                    # The NamespaceLifecycle admission plugin, which runs for dry runs too.
-                    raise errors.forbidden_resource("namespaces", name, "", "this namespace may not be deleted")
-                return self._delete_namespace(stored, dry_run)
-            if rtype is PRIORITY_CLASSES and name in _SYSTEM_PRIORITY_CLASS_NAMES:
-                raise errors.forbidden_resource(
-                    rtype.name, name, rtype.group, "this is a system priority class and cannot be deleted"
-                )
-            if rtype is CUSTOM_RESOURCE_DEFINITIONS:
-                return self._delete_definition(stored, dry_run)
-            return self._delete(rtype, self.key(rtype, namespace, name), stored, dry_run)
-
-    def _check_preconditions(self, rtype: ResourceType, stored: Stored, options: Obj) -> None:
-        preconditions = options.get("preconditions") or {}
-        metadata = stored.obj["metadata"]
-        name = metadata["name"]
-        uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
-        if uid and uid != metadata.get("uid"):
-            raise errors.conflict(
-                rtype.name,
-                name,
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {metadata.get('uid')}",
-                rtype.group,
-            )
-        if rv and rv != metadata.get("resourceVersion"):
-            raise errors.conflict(
-                rtype.name,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: "
-                f"{metadata.get('resourceVersion')}",
-                rtype.group,
-            )
-
-    def _delete(self, rtype: ResourceType, key: str, stored: Stored, dry_run: bool) -> Obj:
-        metadata = stored.obj["metadata"]
-        if metadata.get("finalizers"):
-            # Finalizers hold the object: it is only marked for deletion.
-            if metadata.get("deletionTimestamp") or dry_run:
-                return stored.obj
-            obj = json.loads(stored.raw)
-            obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
-            obj["metadata"]["deletionGracePeriodSeconds"] = 0
-            # Controllers must see the change of meaning (markAsDeleting in the generic store).
-            if (obj["metadata"].get("generation") or 0) > 0:
-                obj["metadata"]["generation"] += 1
-            return served_as(rtype, self._write(rtype, key, obj).obj)
-        gone = stored if dry_run else self._write(rtype, key, None)
-        if rtype.returns_deleted_object:
-            return served_as(rtype, gone.obj)
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Success",
-            "details": {
-                "name": metadata["name"],
-                **({"group": rtype.group} if rtype.group else {}),
-                "kind": rtype.name,
-                "uid": metadata.get("uid"),
-            },
-        }
-
-    def _delete_namespace(self, stored: Stored, dry_run: bool) -> Obj:
-        obj: Obj = json.loads(stored.raw)
-        name = obj["metadata"]["name"]
-        if not obj["metadata"].get("deletionTimestamp"):
-            obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
-            obj["metadata"]["deletionGracePeriodSeconds"] = 0
-        obj.setdefault("status", {})["phase"] = "Terminating"
-        if dry_run:
-            return obj
-        answer = self.store.write("namespaces", name, obj).obj
-        held = False
-        # The namespace controller's work, done at once: delete the content, then the namespace.
-        for rtype in self.catalog.stored_types():
-            if rtype.namespaced:
-                snapshot = self.store.snapshot(rtype.storage)
-                lo, hi = snapshot.bounds(name + "/")
-                for key, entry in zip(snapshot.keys[lo:hi], snapshot.entries[lo:hi], strict=True):
-                    self._delete(rtype, key, entry, dry_run=False)
-                    held = held or self.store.get(rtype.storage, key) is not None
-        # Content or the namespace itself held by finalizers keeps it Terminating.
-        if not held and not answer["metadata"].get("finalizers"):
-            self.store.write("namespaces", name, None)
-        return answer
-
-    def _delete_definition(self, stored: Stored, dry_run: bool) -> Obj:
-        """Delete a CRD: marked Terminating, then (the cleanup controller's work, done at once) its objects
-        are deleted, and it goes when none is left (objects with finalizers hold it until released)."""
-        crd: Obj = json.loads(stored.raw)
-        name = crd["metadata"]["name"]
-        terminating(crd, now_rfc3339(self._clock))
-        if dry_run:
-            return crd
-        answer = self._write(CUSTOM_RESOURCE_DEFINITIONS, name, crd).obj if crd != stored.obj else stored.obj
-        for rtype in self.catalog.definition(name)[:1]:
-            snapshot = self.store.snapshot(rtype.storage)
-            for key, entry in zip(snapshot.keys, snapshot.entries, strict=True):
-                if self.store.get(rtype.storage, key) is not None:
-                    self._delete(rtype, key, entry, dry_run=False)
-        self._finish_definition(name)
-        return answer
-
-    def delete_collection(
-        self, rtype: ResourceType, namespace: str | None, query: ListQuery, options: Obj, *, dry_run: bool = False
-    ) -> bytes:
-        """DELETE on a collection: the list of what was deleted."""
-        with self.store.lock:
-            page = json.loads(
-                list_collection(self.store, rtype, namespace, ListQuery(query.label_selector, query.field_selector))
-            )
-            deleted = []
-            for item in page["items"]:
-                meta = item["metadata"]
-                key = self.key(rtype, meta.get("namespace"), meta["name"])
-                stored = self.store.get(rtype.storage, key)
-                if stored is None:
-                    continue
-                self._check_preconditions(rtype, stored, options)
-                self._delete(rtype, key, stored, dry_run)
-                deleted.append(item)
-            page["items"] = deleted
-            page["metadata"] = {"resourceVersion": str(self.store.rv)}
-            return dumps(page)
-
-    # -- watch ---------------------------------------------------------------------------------------
-
     # -- seeding -------------------------------------------------------------------------------------
 
     def seed(self, objects: list[Obj]) -> int:
@@ -826,5 +550,4 @@ def _parse_uint(value: Any) -> int:
     """A resourceVersion as the storage versioner parses it (strconv.ParseUint); 0 when it does not parse."""
     text = str(value or "")
     return int(text) if text.isascii() and text.isdigit() else 0
-
 

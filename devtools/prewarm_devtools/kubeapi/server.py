@@ -49,9 +49,7 @@ from prewarm_devtools.kubeapi.openapi import (
     v2_document,
 )
 from prewarm_devtools.kubeapi.rbac import BOOTSTRAP_POLICY, Attributes, Authorizer, request_attributes
-from prewarm_devtools.kubeapi.registry import (
-    Registry,
-)
+from prewarm_devtools.kubeapi.registry import Registry
 from prewarm_devtools.kubeapi.resourcerequests import flag, group_version_of, resolve, serve_collection, serve_item
 from prewarm_devtools.kubeapi.resources import REVIEWS
 from prewarm_devtools.kubeapi.resources.reviews import SELF_SUBJECT_REVIEWS
