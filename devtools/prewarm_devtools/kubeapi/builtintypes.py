@@ -47,7 +47,8 @@ class GoType:
 
 
 @cache
-def _definitions() -> dict[str, Any]:
+def definitions() -> dict[str, Any]:
+    """The schemas' definitions, by name (`io.k8s.api.core.v1.Container`)."""
     defs: dict[str, Any] = schema_contents(f"{_SCHEMAS}/_definitions.json", KUBERNETES_VERSION)["$defs"]
     return defs
 
@@ -94,14 +95,14 @@ def _schema_type(schema: dict[str, Any], named: str | None) -> GoType:
 def struct_fields(model: str) -> dict[str, GoType]:
     """The JSON fields of a struct (by its definition) and their Go types."""
     named = NAMED_FIELDS.get(struct_name(model), {})
-    properties = _definitions()[model].get("properties", {})
+    properties = definitions()[model].get("properties", {})
     return {field: _schema_type(schema, named.get(field)) for field, schema in properties.items()}
 
 
 @cache
 def _kinds() -> dict[tuple[str, str], str]:
     found = {}
-    for model, definition in _definitions().items():
+    for model, definition in definitions().items():
         for gvk in definition.get("x-kubernetes-group-version-kind", []):
             group_version = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
             found[(group_version, gvk["kind"])] = model
