@@ -23,16 +23,19 @@ concurrency, generateName, finalizers, namespace cascade deletion, `dryRun` (que
 DeleteOptions), the NamespaceLifecycle refusal to delete `default`, `kube-system` and
 `kube-public`, the Priority admission plugin's single `globalDefault` PriorityClass, and each
 type's defaulting and validation. Bodies of built-in kinds decode into their Go types as the real
-server decodes them (`godecode.py`; the types from the Python client's models and a table generated
-from k8s.io/api's Go sources, `gotypes.py`): a value of the wrong type is refused with encoding/json's
+server decodes them (`builtindecoding.py`; the types from kubernetes-validate's strict schemas of 1.33,
+`builtintypes.py`): a value of the wrong type is refused with encoding/json's
 error (400 `DaemonSet in version "v1" cannot be handled as a DaemonSet: json: cannot unmarshal bool into
 Go struct field ObjectMeta.metadata.labels of type string`; on a patch 422 `patch: Invalid value`,
 worded by the unstructured converter for strategic merge patches), quantities, IntOrString, Time,
-MicroTime and base64 `[]byte` are parsed as their UnmarshalJSON parses them, and unknown fields are
-dropped with a `Warning` header (`fieldValidation=Warn`, the default), silently (`Ignore`), or refused
-with `strict decoding error: unknown field "spec.template.spec.containers[0].foo"` (`Strict`,
-kubectl's default); seeded objects must decode too. `fail_requests` makes it answer chosen requests with a given
-Status (429, 5xx...) to test retries.
+MicroTime and base64 `[]byte` are parsed as their UnmarshalJSON parses them (times are stored as the
+server encodes them again, in UTC, so an update that only spells a time differently is no write), fields
+newer than 1.33 are unknown, and unknown fields are dropped with a `Warning` header
+(`fieldValidation=Warn`, the default), silently (`Ignore`), or refused with `strict decoding error:
+unknown field "spec.template.spec.containers[0].foo"` (`Strict`, kubectl's default); seeded objects must
+decode too. A create carrying a resourceVersion is refused by the storage (500), after validation and
+never on a dry run. `fail_requests` makes it answer chosen requests with a given Status (429, 5xx...)
+to test retries.
 
 CRDs: the CRD validation that matters (name `<plural>.<group>`, a group with a dot, scope, one
 storage version, names and their defaults, printer columns, the structural schema rules), names
@@ -76,9 +79,12 @@ What it does NOT implement (code relying on these must be tested against a real 
   no check that defaults are valid and pruned, regular expressions are Python's (not RE2), and only
   some string formats are checked (see `schema.py`). Errors render Go values as JSON where the real
   server prints internal structs (`spec.versions`). Tables only for custom resources (built-in
-  types answer JSON; watches answer JSON events); `managedFields` for custom resources only.
-- Authentication and authorization: EKS token signatures are not checked (no STS is asked: the
-  access key names the principal); no client certificates, no service account token issuing
+  types answer JSON; watches answer JSON events, or with `as=PartialObjectMetadata` the metadata alone);
+  `managedFields` for custom resources only.
+- Authentication and authorization: an EKS token's signature is checked only when the server knows
+  its cluster (`cluster_name`; `--cluster-name` on the command line, `local` by default; local mode's
+  clusters), as STS would over the `x-k8s-aws-id` header (no STS is asked: the access key names the
+  principal); no client certificates, no service account token issuing
   (`TokenRequest`: `service_account(ns, name, node=...)` is the identity of a token bound to a
   node, with the user extra `authentication.kubernetes.io/node-name`), no `userextras`
   impersonation. RBAC: no escalation or `bind` checks on role writes, and of the bootstrap

@@ -1,6 +1,6 @@
 """Serve the embedded Kubernetes API server until Ctrl-C.
 
-python -m prewarm_devtools.kubeapi --seed samplefiles/cluster.yaml [--nodes N] [--port P]
+python -m prewarm_devtools.kubeapi --seed samplefiles/cluster.yaml [--nodes N] [--port P] [--cluster-name NAME]
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         help="serve HTTPS with a CA made at start (in the kubeconfig): kubectl sends its token over TLS only",
     )
     parser.add_argument(
+        "--cluster-name", default="local", metavar="NAME",
+        help="the EKS cluster this plays (default: local, as local mode names its own): an EKS token must be "
+        "signed for it, as `aws eks get-token --cluster-name NAME` signs, else 401",
+    )
+    parser.add_argument(
         "--anonymous",
         choices=ANONYMOUS_MODES,
         default="unauthorized",
@@ -49,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nodes < 0 or args.pods_per_node < 0:
         print("--nodes and --pods-per-node must not be negative", file=sys.stderr)
         return 2
-    api = KubeApiServer(port=args.port, token=args.token, anonymous=args.anonymous, tls=args.tls)
+    api = KubeApiServer(port=args.port, token=args.token, anonymous=args.anonymous, tls=args.tls,
+                        cluster_name=args.cluster_name)
     try:
         for path in args.seed:
             count = api.seed_from_file(path)
@@ -71,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(f"Kubernetes API: {api.url}")
     print(f"Bearer token:   {api.token} (cluster admin)")
+    print(f"EKS tokens:     signed for cluster {args.cluster_name}")
     if args.kubeconfig:
         print(f"kubeconfig:     {api.write_kubeconfig(args.kubeconfig)}")
         if not args.tls and args.anonymous != "allowed":

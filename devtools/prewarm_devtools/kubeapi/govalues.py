@@ -6,6 +6,8 @@ Each function returns None when Go accepts the text, else Go's error message.
 
 from __future__ import annotations
 
+import datetime
+
 RFC3339 = "2006-01-02T15:04:05Z07:00"
 RFC3339_MICRO = "2006-01-02T15:04:05.000000Z07:00"
 # The chunks of the two layouts, as time.Parse walks them.
@@ -119,6 +121,16 @@ QUANTITY_FORMAT = "quantities must match the regular expression '^([+-]?[0-9.]+)
 QUANTITY_SUFFIX = "unable to parse quantity's suffix"
 _BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _DECIMAL_SUFFIXES = ("n", "u", "m", "", "k", "M", "G", "T", "P", "E")
+
+
+def canonical_time(value: str, *, micro: bool = False) -> str:
+    """A time `parse_time` took, as metav1.Time (UTC, RFC 3339 to the second) or MicroTime (to the
+    microsecond) encodes it; a spelling Python does not read (a one-digit hour) is left as it is."""
+    try:
+        parsed = datetime.datetime.fromisoformat(value).astimezone(datetime.UTC)
+    except ValueError:
+        return value
+    return parsed.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_quantity(text: str) -> str | None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
-from prewarm_devtools.kubeapi.registry import CUSTOM_PATCH_TYPES, PATCH_TYPES
+from prewarm_devtools.kubeapi.builtintypes import definitions
+from prewarm_devtools.kubeapi.patch import CUSTOM_PATCH_TYPES, PATCH_TYPES
 from prewarm_devtools.kubeapi.resources.types import ResourceType
 from prewarm_devtools.kubeapi.store import dumps
 
@@ -37,9 +39,6 @@ _KIND: Obj = {
     f"{_CONVENTIONS}#types-kinds",
 }
 _STRING: Obj = {"type": "string"}
-_STRINGS: Obj = {"type": "array", "items": _STRING}
-_STRING_MAP: Obj = {"type": "object", "additionalProperties": _STRING}
-_TIME: Obj = {"type": "string", "format": "date-time"}
 
 
 def _ref(name: str) -> Obj:
@@ -50,121 +49,33 @@ def _described_ref(name: str, description: str) -> Obj:
     return {"allOf": [_ref(name)], "description": description}
 
 
-#: The meta.k8s.io/v1 types that custom resource schemas and operations refer to (their shape, no prose).
-META_SCHEMAS: dict[str, Obj] = {
-    f"{_META}.Time": {"type": "string", "format": "date-time"},
-    f"{_META}.FieldsV1": {"type": "object"},
-    f"{_META}.OwnerReference": {
-        "type": "object",
-        "required": ["apiVersion", "kind", "name", "uid"],
-        "properties": {
-            "apiVersion": _STRING,
-            "blockOwnerDeletion": {"type": "boolean"},
-            "controller": {"type": "boolean"},
-            "kind": _STRING,
-            "name": _STRING,
-            "uid": _STRING,
-        },
-        "x-kubernetes-map-type": "atomic",
-    },
-    f"{_META}.ManagedFieldsEntry": {
-        "type": "object",
-        "properties": {
-            "apiVersion": _STRING,
-            "fieldsType": _STRING,
-            "fieldsV1": _ref(f"{_META}.FieldsV1"),
-            "manager": _STRING,
-            "operation": _STRING,
-            "subresource": _STRING,
-            "time": _ref(f"{_META}.Time"),
-        },
-    },
-    f"{_META}.ObjectMeta": {
-        "type": "object",
-        "description": "ObjectMeta is metadata that all persisted resources must have, which includes all objects "
-        "users must create.",
-        "properties": {
-            "annotations": _STRING_MAP,
-            "creationTimestamp": _ref(f"{_META}.Time"),
-            "deletionGracePeriodSeconds": {"type": "integer", "format": "int64"},
-            "deletionTimestamp": _ref(f"{_META}.Time"),
-            "finalizers": {**_STRINGS, "x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge"},
-            "generateName": _STRING,
-            "generation": {"type": "integer", "format": "int64"},
-            "labels": _STRING_MAP,
-            "managedFields": {
-                "type": "array",
-                "items": _ref(f"{_META}.ManagedFieldsEntry"),
-                "x-kubernetes-list-type": "atomic",
-            },
-            "name": _STRING,
-            "namespace": _STRING,
-            "ownerReferences": {
-                "type": "array",
-                "items": _ref(f"{_META}.OwnerReference"),
-                "x-kubernetes-list-map-keys": ["uid"],
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-patch-merge-key": "uid",
-                "x-kubernetes-patch-strategy": "merge",
-            },
-            "resourceVersion": _STRING,
-            "selfLink": _STRING,
-            "uid": _STRING,
-        },
-    },
-    f"{_META}.ListMeta": {
-        "type": "object",
-        "properties": {
-            "continue": _STRING,
-            "remainingItemCount": {"type": "integer", "format": "int64"},
-            "resourceVersion": _STRING,
-            "selfLink": _STRING,
-        },
-    },
-    f"{_META}.StatusCause": {"type": "object", "properties": {"field": _STRING, "message": _STRING, "reason": _STRING}},
-    f"{_META}.StatusDetails": {
-        "type": "object",
-        "properties": {
-            "causes": {"type": "array", "items": _ref(f"{_META}.StatusCause")},
-            "group": _STRING,
-            "kind": _STRING,
-            "name": _STRING,
-            "retryAfterSeconds": {"type": "integer", "format": "int32"},
-            "uid": _STRING,
-        },
-    },
-    f"{_META}.Status": {
-        "type": "object",
-        "properties": {
-            "apiVersion": _API_VERSION,
-            "code": {"type": "integer", "format": "int32"},
-            "details": _ref(f"{_META}.StatusDetails"),
-            "kind": _KIND,
-            "message": _STRING,
-            "metadata": _ref(f"{_META}.ListMeta"),
-            "reason": _STRING,
-            "status": _STRING,
-        },
-        "x-kubernetes-group-version-kind": [{"group": "", "kind": "Status", "version": "v1"}],
-    },
-    f"{_META}.Preconditions": {"type": "object", "properties": {"resourceVersion": _STRING, "uid": _STRING}},
-    f"{_META}.DeleteOptions": {
-        "type": "object",
-        "properties": {
-            "apiVersion": _API_VERSION,
-            "dryRun": _STRINGS,
-            "gracePeriodSeconds": {"type": "integer", "format": "int64"},
-            "kind": _KIND,
-            "orphanDependents": {"type": "boolean"},
-            "preconditions": _ref(f"{_META}.Preconditions"),
-            "propagationPolicy": _STRING,
-        },
-    },
-    f"{_META}.Patch": {
-        "type": "object",
-        "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.",
-    },
-}
+#: The meta.k8s.io/v1 types that custom resource schemas and operations refer to.
+_META_TYPES = ("Time", "FieldsV1", "OwnerReference", "ManagedFieldsEntry", "ObjectMeta", "ListMeta", "StatusCause",
+               "StatusDetails", "Status", "Preconditions", "DeleteOptions", "Patch")
+
+
+@cache
+def meta_schemas() -> dict[str, Obj]:
+    """The meta.k8s.io/v1 types as kubernetes-validate's schemas have them, as OpenAPI 3.0 components."""
+    return {f"{_META}.{name}": _component(definitions()[f"{_META}.{name}"]) for name in _META_TYPES}
+
+
+def _component(schema: Any) -> Any:
+    """A JSON schema of kubernetes-validate's as the API server's OpenAPI 3.0 has it: references to
+    components, a type without null, objects not closed (the strict schemas close them)."""
+    if isinstance(schema, list):
+        return [_component(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    converted = {}
+    for key, value in schema.items():
+        if key == "$ref":
+            converted[key] = "#/components/schemas/" + value.rsplit("/", 1)[1]
+        elif key == "type" and isinstance(value, list):
+            converted[key] = next(t for t in value if t != "null")
+        elif key != "additionalProperties" or value is not False:
+            converted[key] = _component(value)
+    return converted
 
 
 def _query(name: str, kind: str = "string", description: str = "") -> Obj:
@@ -371,7 +282,7 @@ def document(group_version: str, served: Mapping[str, ResourceType], version: st
         schemas.update(own)
         _add_resource(paths, rtype, _ref(names[0]) if own else None, _ref(names[1]) if own else None)
     if custom:
-        schemas.update(META_SCHEMAS)
+        schemas.update(meta_schemas())
     title, info_version = ("Kubernetes CRD Swagger", "v0.1.0") if custom else ("Kubernetes", version)
     return {
         "openapi": "3.0.0",

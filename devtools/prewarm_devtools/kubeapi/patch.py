@@ -20,6 +20,16 @@ from typing import Any
 
 from prewarm_devtools.kubeapi.errors import FieldError, StatusError, bad_request, invalid
 
+#: The media types of the patch formats.
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
+#: What a custom resource's PATCH accepts (and the 415 lists): no strategic merge without Go types, and
+#: server-side apply (built-in types have no schemas here to apply by, so they refuse it).
+CUSTOM_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
+
 _PATCH = "$patch"
 _RETAIN_KEYS = "$retainKeys"
 _DELETE_FROM = "$deleteFromPrimitiveList/"

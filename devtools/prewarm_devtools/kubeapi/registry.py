@@ -1,142 +1,53 @@
-"""What each verb does to the store, as the generic registry of the API server does it.
+"""The write verbs of the API, as the generic registry of the API server carries them out.
 
-Create (generateName, namespace existence, admission defaults), replace (optimistic concurrency
-on `metadata.resourceVersion`, immutable fields, status kept off the main resource), patch (three
-formats), delete (preconditions, finalizers, namespace cascade, Status or object as the real
-registry answers), list (selectors, consistent paged snapshots, continue tokens) and watch.
-Decoding drops unknown fields as `fieldValidation` says: of custom resources by their schema, of built-in
-kinds by decoding into their Go types (godecode.py), which refuses values of the wrong type as Go does.
-Writes of CRDs change what the `Catalog` serves; a deleted CRD takes its objects with it (the cleanup controller's work,
-done at once). A custom resource is stored in its CRD's storage version and read in any served one.
+Create (generateName, namespace existence, admission, the storage's refusal of a resourceVersion), replace
+(optimistic concurrency on `metadata.resourceVersion`, immutable fields, status kept off the main
+resource, a no-op write is not a write), patch (three formats), server-side apply of custom resources,
+and seeding. Bodies are decoded as fieldvalidation.py says; a custom resource is stored in its CRD's
+storage version and read in any served one (reads.py). Deletion (deletion.py) and the controllers'
+work after a write (controllers.py) are what `Registry` builds on.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import bisect
-import copy
 import json
-import random
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from prewarm_devtools.kubeapi import errors
 from prewarm_devtools.kubeapi import serversideapply as ssa
-from prewarm_devtools.kubeapi.admission import AdmissionPolicies, Write
+from prewarm_devtools.kubeapi.admission import Write
 from prewarm_devtools.kubeapi.auth import Identity
-from prewarm_devtools.kubeapi.catalog import Catalog
-from prewarm_devtools.kubeapi.customresources import (
-    CLEANUP_FINALIZER,
-    CUSTOM_RESOURCE_DEFINITIONS,
-    custom_resource_types,
-    definition_status,
-    is_established,
-    is_terminating,
-    storage_version,
-    terminating,
-)
+from prewarm_devtools.kubeapi.builtindecoding import GoDecodeError, decode_json
+from prewarm_devtools.kubeapi.builtintypes import kind_type
+from prewarm_devtools.kubeapi.controllers import now_rfc3339
+from prewarm_devtools.kubeapi.crd import is_terminating, storage_version
+from prewarm_devtools.kubeapi.customresources import CUSTOM_RESOURCE_DEFINITIONS, definition_status
+from prewarm_devtools.kubeapi.deletion import Deletion
 from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax, StatusError
-from prewarm_devtools.kubeapi.godecode import (
-    Decoded,
-    GoDecodeError,
-    decode_json,
-    decode_unstructured,
-    go_format,
-    go_json,
+from prewarm_devtools.kubeapi.fieldvalidation import decode_object, decode_patched, decode_typed
+from prewarm_devtools.kubeapi.patch import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    json_patch,
+    merge_patch,
+    strategic_merge_patch,
 )
-from prewarm_devtools.kubeapi.gotypes import kind_type
-from prewarm_devtools.kubeapi.patch import json_patch, merge_patch, strategic_merge_patch
-from prewarm_devtools.kubeapi.rbac import aggregated_rules
+from prewarm_devtools.kubeapi.reads import raw_served_as, served_as
 from prewarm_devtools.kubeapi.resources.core import NAMESPACES
-from prewarm_devtools.kubeapi.resources.rbac import CLUSTER_ROLES
-from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP, SYSTEM_PRIORITY_CLASSES
+from prewarm_devtools.kubeapi.resources.scheduling import PRIORITY_CLASSES, SCHEDULING_GROUP
 from prewarm_devtools.kubeapi.resources.types import ResourceType
-from prewarm_devtools.kubeapi.schema import apply_defaults, prune
-from prewarm_devtools.kubeapi.selectors import FieldSelector, LabelSelector
-from prewarm_devtools.kubeapi.store import Event, Snapshot, Store, Stored, TooOldError, Version, dumps
+from prewarm_devtools.kubeapi.schema import prune
+from prewarm_devtools.kubeapi.store import Stored
 
 Obj = dict[str, Any]
 
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-APPLY_PATCH = "application/apply-patch+yaml"
-PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH)
-#: What a custom resource's PATCH accepts (and the 415 lists): no strategic merge without Go types, and
-#: server-side apply (built-in types have no schemas here to apply by, so they refuse it).
-CUSTOM_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
-FIELD_VALIDATIONS = ("Ignore", "Strict", "Warn")
-
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can start a new "
-    "list without the continue parameter, or use the continue token in this response to retrieve the "
-    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
-    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
-    "up in the list."
-)
-# Namespaces the NamespaceLifecycle admission plugin refuses to delete.
-IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
-_SYSTEM_PRIORITY_CLASS_NAMES = frozenset(c["metadata"]["name"] for c in SYSTEM_PRIORITY_CLASSES)
-# How long a list or watch for a future resourceVersion waits before 504, as the apiserver does.
-TOO_LARGE_RV_WAIT = 3.0
 
 
 class SeedError(ValueError):
     """An object given to seed the store cannot be stored; the message names the object and why."""
-
-
-def now_rfc3339(clock: Callable[[], float] = time.time) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
-
-
-@dataclass(frozen=True)
-class ListQuery:
-    """The list and watch parameters of a request."""
-
-    label_selector: LabelSelector = field(default_factory=lambda: LabelSelector(()))
-    field_selector: FieldSelector = field(default_factory=lambda: FieldSelector(()))
-    limit: int = 0
-    continue_token: str = ""
-    resource_version: str = ""
-    resource_version_match: str = ""
-    send_initial_events: bool | None = None
-    allow_bookmarks: bool = False
-
-
-def encode_continue(rv: int, start: str) -> str:
-    token = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(token.encode()).rstrip(b"=").decode()
-
-
-def decode_continue(token: str) -> tuple[int, str]:
-    """The resourceVersion and start key of a continue token, or 400 as the apiserver words it."""
-
-    def invalid(why: str) -> StatusError:
-        return errors.bad_request(f"invalid continue token: continue key is not valid{why}")
-
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        parsed = json.loads(raw)
-    except (binascii.Error, ValueError) as e:
-        raise invalid(f": {e}") from None
-    if not isinstance(parsed, dict):
-        raise invalid("")
-    if parsed.get("v") != "meta.k8s.io/v1":
-        raise invalid(": server does not recognize this encoded version")
-    rv, start = parsed.get("rv"), parsed.get("start")
-    if not isinstance(rv, int) or rv == 0:
-        raise invalid(": incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
-    if not isinstance(start, str) or not start:
-        raise invalid(": encoded start key empty (version meta.k8s.io/v1)")
-    if ".." in start.split("/"):
-        raise invalid("")
-    return rv, start
 
 
 def _without_rv(obj: Obj) -> Obj:
@@ -145,83 +56,14 @@ def _without_rv(obj: Obj) -> Obj:
     return {**obj, "metadata": metadata}
 
 
-def _watch_line(kind: str, raw: bytes) -> bytes:
-    return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
-
-
-def _served_as(rtype: ResourceType, obj: Obj) -> Obj:
-    """`obj` (as stored) in the version `rtype` serves: a custom resource's apiVersion is the request's, and
-    the version's schema defaults are filled in, as the API server's storage decoder does on every read
-    (so a default added to a CRD shows on objects stored before it)."""
-    custom = rtype.custom
-    if custom is None:
-        return obj
-    if custom.defaults:
-        obj = copy.deepcopy(obj)
-        apply_defaults(obj, custom.schema)
-    if rtype.version == custom.storage_version:
-        return obj
-    return {**obj, "apiVersion": rtype.api_version}
-
-
-def _raw_served_as(rtype: ResourceType, raw: bytes) -> bytes:
-    custom = rtype.custom
-    if custom is None or (rtype.version == custom.storage_version and not custom.defaults):
-        return raw
-    return dumps(_served_as(rtype, json.loads(raw)))
-
-
 def _to_storage(rtype: ResourceType, obj: Obj) -> None:
     # Conversion strategy None: versions differ by apiVersion alone.
     if rtype.custom is not None:
         obj["apiVersion"] = f"{rtype.group}/{rtype.custom.storage_version}"
 
 
-class Registry:
+class Registry(Deletion):
     """The verbs of the API over a `Store`."""
-
-    def __init__(
-        self,
-        store: Store,
-        clock: Callable[[], float] = time.time,
-        seed: int | None = None,
-        catalog: Catalog | None = None,
-    ) -> None:
-        self.store = store
-        self.catalog = catalog or Catalog()
-        self._clock = clock
-        self._random = random.Random(seed)
-        self.admission = AdmissionPolicies(store, self.catalog.by_kind)
-
-    def _admit(self, user: Identity | None, write: Callable[[Identity], Write], warnings: list[str] | None) -> None:
-        """Validating admission policies, for writes a client makes (`user`; None: the server's own):
-        raises the denial, adds the warnings."""
-        if user is None:
-            return
-        found = self.admission.admit(write(user))
-        if warnings is not None:
-            warnings.extend(found)
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    @staticmethod
-    def key(rtype: ResourceType, namespace: str | None, name: str) -> str:
-        return f"{namespace}/{name}" if rtype.namespaced else name
-
-    def _get(self, rtype: ResourceType, namespace: str | None, name: str) -> Stored:
-        stored = self.store.get(rtype.storage, self.key(rtype, namespace, name))
-        if stored is None:
-            raise errors.not_found(rtype.name, name, rtype.group)
-        return stored
-
-    def _require_namespace(self, namespace: str) -> Stored:
-        stored = self.store.get("namespaces", namespace)
-        if stored is None:
-            raise errors.not_found("namespaces", namespace)
-        return stored
-
-    def _uid(self) -> str:
-        return str(uuid.UUID(int=self._random.getrandbits(128), version=4))
 
     def check_body(self, rtype: ResourceType, body: Any) -> Obj:
         if not isinstance(body, dict):
@@ -268,98 +110,6 @@ class Registry:
         if problems:
             raise errors.invalid(rtype.kind, str(obj["metadata"].get("name") or ""), problems, rtype.group)
 
-    @staticmethod
-    def _decode(
-        rtype: ResourceType,
-        obj: Obj,
-        field_validation: str = "Warn",
-        warnings: list[str] | None = None,
-        patching: bool = False,
-    ) -> None:
-        """Decode `obj` as the type's codec does: unknown fields dropped with a warning (`Warn`), silently
-        (`Ignore`) or refused (`Strict`), as fieldValidation asks."""
-        unknown = rtype.decode(obj)
-        if not unknown or field_validation == "Ignore":
-            return
-        problems = [f'unknown field "{path}"' for path in unknown]
-        if field_validation != "Strict":
-            if warnings is not None:
-                warnings.extend(problems)
-            return
-        strict = "strict decoding error: " + ", ".join(problems)
-        if patching:
-            raise errors.bad_request(strict)
-        raise errors.bad_request(
-            f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: {strict}'
-        )
-
-    @staticmethod
-    def _decode_typed(rtype: ResourceType, obj: Obj, field_validation: str, warnings: list[str] | None) -> None:
-        """Decode a create or update body of a built-in kind into its Go type: a value of the wrong type is
-        400 with Go's error, unknown fields are dropped, warned of or refused as fieldValidation asks."""
-        go_type = kind_type(rtype.api_version, rtype.kind)
-        if go_type is None:
-            return
-        undecodable = f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
-        try:
-            decoded = decode_json(go_type, obj)
-        except GoDecodeError as e:
-            raise errors.bad_request(undecodable + str(e)) from None
-        if decoded.strict and field_validation == "Strict":
-            raise errors.bad_request(undecodable + "strict decoding error: " + ", ".join(decoded.strict))
-        if field_validation == "Warn" and warnings is not None:
-            warnings.extend(decoded.strict)
-        decoded.drop_unknown()
-
-    @staticmethod
-    def _decode_patched(
-        rtype: ResourceType, content_type: str, patch: Any, patched: Obj, field_validation: str,
-        warnings: list[str] | None,
-    ) -> None:
-        """Decode a patched built-in object as the patch handler does: a strategic merge patch's result
-        through the unstructured converter, a merge or JSON patch's as JSON; what fails is 422 naming the
-        patch (the patch, or the patched object, as Go prints it)."""
-        go_type = kind_type(rtype.api_version, rtype.kind)
-        if go_type is None:
-            return
-        strategic = content_type == STRATEGIC_MERGE_PATCH
-
-        def invalid(detail: str) -> StatusError:
-            shown = go_format(patch) if strategic else go_json(patched)
-            problem = FieldError("Invalid", "patch", shown, detail)
-            causes = [{"reason": problem.cause_reason, "message": problem.body(), "field": problem.field}]
-            return StatusError(422, "Invalid", f' "" is invalid: {problem}', {"causes": causes})
-
-        try:
-            decoded: Decoded = (decode_unstructured if strategic else decode_json)(go_type, patched)
-        except GoDecodeError as e:
-            raise invalid(str(e)) from None
-        if decoded.strict and field_validation == "Strict":
-            raise invalid("strict decoding error: " + ", ".join(decoded.strict))
-        if field_validation == "Warn" and warnings is not None:
-            warnings.extend(decoded.strict)
-        decoded.drop_unknown()
-
-    def _write(self, rtype: ResourceType, key: str, obj: Obj | None) -> Stored:
-        """Store (or, with None, remove) an object, and do what follows from that for CRDs and their objects."""
-        stored = self.store.write(rtype.storage, key, obj)
-        if rtype is CLUSTER_ROLES:
-            self._aggregate_cluster_roles()
-        if rtype is CUSTOM_RESOURCE_DEFINITIONS:
-            self._define(key)
-        elif obj is None and rtype.custom is not None:
-            self._finish_definition(rtype.custom.definition)
-        return stored
-
-    def _aggregate_cluster_roles(self) -> None:
-        """The ClusterRole aggregation controller's work, done at once: each role with an aggregationRule
-        holds the rules of the roles its selectors match (a write of the role's own, so a watch sees it)."""
-        roles = [entry.obj for entry in self.store.snapshot(CLUSTER_ROLES.storage).entries]
-        for name, rules in aggregated_rules(roles).items():
-            current = self.store.get(CLUSTER_ROLES.storage, name)
-            if current is not None:
-                self.store.write(CLUSTER_ROLES.storage, name, {**json.loads(current.raw), "rules": rules})
-
     # -- create --------------------------------------------------------------------------------------
 
     def create(
@@ -381,11 +131,8 @@ class Registry:
         obj = self.check_body(rtype, body)
         metadata = obj["metadata"]
         self._scope(rtype, namespace, metadata)
-        if metadata.get("resourceVersion"):
-            # The storage layer's plain error: the API answers it as 500 with no reason.
-            raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
-        self._decode_typed(rtype, obj, field_validation, warnings)
-        self._decode(rtype, obj, field_validation, warnings)
+        decode_typed(rtype, obj, field_validation, warnings)
+        decode_object(rtype, obj, field_validation, warnings)
         _to_storage(rtype, obj)
         with self.store.lock:
             if rtype.namespaced:
@@ -412,14 +159,18 @@ class Registry:
             self._own(rtype, obj, None, manager, managed_fields)
             if rtype is CUSTOM_RESOURCE_DEFINITIONS:
                 definition_status(obj, self._group_definitions(obj), metadata["creationTimestamp"])
-            self._admit(user, lambda u: Write("CREATE", rtype, namespace, name, _served_as(rtype, obj), None, u,
+            self._admit(user, lambda u: Write("CREATE", rtype, namespace, name, served_as(rtype, obj), None, u,
                                               dry_run=dry_run), warnings)
             if dry_run:
-                return _served_as(rtype, obj)
+                return served_as(rtype, obj)
+            if _parse_uint(metadata.get("resourceVersion")):
+                # etcd3's store refuses it (after validation and admission, never on a dry run) with a plain
+                # error, which the API answers as 500 with no reason.
+                raise StatusError(500, "", "resourceVersion should not be set on objects to be created")
             stored = self._write(rtype, key, obj)
             if rtype is NAMESPACES:
                 self._ensure_default_service_account(name)
-            return _served_as(rtype, stored.obj)
+            return served_as(rtype, stored.obj)
 
     def _generated_name(self, rtype: ResourceType, namespace: str | None, prefix: str) -> str:
         # The real server retries a taken generated name a few times before AlreadyExists.
@@ -467,144 +218,11 @@ class Registry:
                 rtype.name, name, rtype.group, "create not allowed while custom resource definition is terminating"
             )
 
-    def _group_definitions(self, crd: Obj) -> list[Obj]:
-        group = (crd.get("spec") or {}).get("group")
-        snapshot = self.store.snapshot(CUSTOM_RESOURCE_DEFINITIONS.storage)
-        return [e.obj for e in snapshot.entries if (e.obj.get("spec") or {}).get("group") == group]
-
-    def _define(self, name: str) -> None:
-        """Serve what the CRD `name` defines now: its established versions, or nothing once it is gone."""
-        stored = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage, name)
-        types = custom_resource_types(stored.obj) if stored is not None and is_established(stored.obj) else []
-        for rtype in types:
-            self.store.add_resource(rtype.storage, rtype.field_values)
-        self.catalog.define(name, types)
-
-    def _finish_definition(self, name: str) -> None:
-        """The CRD cleanup finalizer's last step: a terminating CRD whose objects are all gone goes too."""
-        stored = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage, name)
-        if stored is None or not is_terminating(stored.obj):
-            return
-        types = self.catalog.definition(name)
-        if types and self.store.snapshot(types[0].storage).keys:
-            return
-        crd = json.loads(stored.raw)
-        finalizers = [f for f in crd["metadata"].get("finalizers") or [] if f != CLEANUP_FINALIZER]
-        crd["metadata"]["finalizers"] = finalizers
-        conditions = crd.get("status", {}).get("conditions") or []
-        for i, found in enumerate(conditions):
-            if found.get("type") == "Terminating":
-                conditions[i] = {
-                    **found,
-                    "reason": "InstanceDeletionCompleted",
-                    "message": "removed all instances",
-                    "lastTransitionTime": now_rfc3339(self._clock),
-                }
-        self._write(CUSTOM_RESOURCE_DEFINITIONS, name, crd if finalizers else None)
-
-    def _ensure_default_service_account(self, namespace: str) -> None:
-        # The service account controller gives every namespace a `default` account.
-        key = f"{namespace}/default"
-        if self.store.get("serviceaccounts", key) is None:
-            account = {
-                "kind": "ServiceAccount",
-                "apiVersion": "v1",
-                "metadata": {
-                    "name": "default",
-                    "namespace": namespace,
-                    "uid": self._uid(),
-                    "creationTimestamp": now_rfc3339(self._clock),
-                },
-            }
-            self.store.write("serviceaccounts", key, account)
-
     # -- read ----------------------------------------------------------------------------------------
 
     def get(self, rtype: ResourceType, namespace: str | None, name: str) -> bytes:
         """GET of one object: its JSON, in the version asked for."""
-        return _raw_served_as(rtype, self._get(rtype, namespace, name).raw)
-
-    def list_collection(self, rtype: ResourceType, namespace: str | None, query: ListQuery) -> bytes:
-        """GET on a collection: the serialised list, one page of it when `limit` is set."""
-        prefix = f"{namespace}/" if namespace is not None else ""
-        start = ""
-        if query.continue_token:
-            if query.resource_version not in ("", "0"):
-                raise errors.bad_request("specifying resource version is not allowed when using continue")
-            token_rv, start = decode_continue(query.continue_token)
-            if token_rv == -1:
-                snapshot = self.store.snapshot(rtype.storage)
-            else:
-                cached = self.store.cached_snapshot(rtype.storage, token_rv)
-                if cached is None:
-                    raise errors.expired(_CONTINUE_EXPIRED, encode_continue(-1, start))
-                snapshot = cached
-            start = prefix + start
-        else:
-            snapshot = self._list_snapshot(rtype, query)
-        return self._page(rtype, snapshot, prefix, start, query)
-
-    def _list_snapshot(self, rtype: ResourceType, query: ListQuery) -> Snapshot:
-        rv_text, match = query.resource_version, query.resource_version_match
-        if match and match not in ("Exact", "NotOlderThan"):
-            raise _invalid_list_options(
-                FieldError("NotSupported", "resourceVersionMatch", match, 'supported values: "Exact", "NotOlderThan"')
-            )
-        if match and not rv_text:
-            raise _invalid_list_options(
-                FieldError(
-                    "Forbidden",
-                    "resourceVersionMatch",
-                    detail="resourceVersionMatch is forbidden unless resourceVersion is provided",
-                )
-            )
-        if rv_text in ("", "0"):
-            if match == "Exact":
-                raise _invalid_list_options(
-                    FieldError(
-                        "Forbidden",
-                        "resourceVersionMatch",
-                        detail='resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
-                    )
-                )
-            return self.store.snapshot(rtype.storage)
-        rv = _parse_rv(rv_text)
-        if rv > self.store.rv and not self.store.wait_for_rv(rv, TOO_LARGE_RV_WAIT):
-            raise _too_large(rv, self.store.rv)
-        if match == "Exact" and rv != self.store.rv:
-            cached = self.store.cached_snapshot(rtype.storage, rv)
-            if cached is None:
-                raise errors.expired("The resourceVersion for the provided list is too old.")
-            return cached
-        return self.store.snapshot(rtype.storage)
-
-    def _page(self, rtype: ResourceType, snapshot: Snapshot, prefix: str, start: str, query: ListQuery) -> bytes:
-        keys, entries = snapshot.keys, snapshot.entries
-        lo, hi = snapshot.bounds(prefix)
-        if start:
-            lo = max(lo, bisect.bisect_left(keys, start))
-        filtered = not (query.label_selector.empty and query.field_selector.empty)
-        limit = query.limit if query.limit > 0 else 0
-        if not filtered and not limit:
-            raws = [e.raw for e in entries[lo:hi]]
-            last = hi - 1
-        else:
-            raws = []
-            last = lo - 1
-            for i in range(lo, hi):
-                if limit and len(raws) == limit:
-                    break
-                last = i
-                if not filtered or self._matches(rtype, entries[i].obj, query):
-                    raws.append(entries[i].raw)
-        metadata: Obj = {"resourceVersion": str(snapshot.rv)}
-        if limit and last + 1 < hi and len(raws) == limit:
-            self.store.keep(rtype.storage, snapshot)
-            metadata["continue"] = encode_continue(snapshot.rv, keys[last][len(prefix) :] + "\x00")
-            if not filtered:
-                metadata["remainingItemCount"] = hi - last - 1
-        head = dumps({"kind": rtype.list_kind, "apiVersion": rtype.api_version, "metadata": metadata})
-        return head[:-1] + b',"items":[' + b",".join(_raw_served_as(rtype, raw) for raw in raws) + b"]}"
+        return raw_served_as(rtype, self._get(rtype, namespace, name).raw)
 
     # -- replace and patch ---------------------------------------------------------------------------
 
@@ -624,10 +242,10 @@ class Registry:
     ) -> Obj:
         """PUT: the stored object after the update; `warnings` gets what the answer's Warning headers say."""
         obj = self.check_body(rtype, body)
-        self._decode_typed(rtype, obj, field_validation, warnings)
+        decode_typed(rtype, obj, field_validation, warnings)
         with self.store.lock:
             old = self._get(rtype, namespace, name)
-            decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings)
+            decode = partial(decode_object, rtype, field_validation=field_validation, warnings=warnings)
             return self._update(rtype, namespace, name, old, obj, subresource, dry_run, decode,
                                 user=user, warnings=warnings, manager=manager)
 
@@ -649,7 +267,7 @@ class Registry:
         """PATCH in one of the three formats: the stored object after the update."""
         with self.store.lock:
             old = self._get(rtype, namespace, name)
-            current = _served_as(rtype, json.loads(old.raw))
+            current = served_as(rtype, json.loads(old.raw))
             if content_type == MERGE_PATCH:
                 if not isinstance(patch, dict):
                     raise errors.bad_request("merge patch must be a JSON object")
@@ -658,12 +276,12 @@ class Registry:
                 patched = strategic_merge_patch(current, patch, rtype.merge_lists)
             else:
                 patched = json_patch(current, patch)
-            self._decode_patched(rtype, content_type, patch, patched, field_validation, warnings)
+            decode_patched(rtype, content_type, patch, patched, field_validation, warnings)
             requested_rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
             if requested_rv is None:
                 # A patch without a resourceVersion applies to whatever is current.
                 patched.setdefault("metadata", {})["resourceVersion"] = old.obj["metadata"]["resourceVersion"]
-            decode = partial(self._decode, rtype, field_validation=field_validation, warnings=warnings, patching=True)
+            decode = partial(decode_object, rtype, field_validation=field_validation, warnings=warnings, patching=True)
             return self._update(
                 rtype, namespace, name, old, self.check_body(rtype, patched), subresource, dry_run, decode,
                 user=user, warnings=warnings, manager=manager,
@@ -759,22 +377,22 @@ class Registry:
         self._validate(rtype, obj, old_obj, subresource)
         if rtype is PRIORITY_CLASSES:
             self._admit_priority_class(obj, creating=False)
-        self._admit(user, lambda u: Write("UPDATE", rtype, namespace, name, _served_as(rtype, obj),
-                                          _served_as(rtype, old_obj), u, subresource=subresource, dry_run=dry_run),
+        self._admit(user, lambda u: Write("UPDATE", rtype, namespace, name, served_as(rtype, obj),
+                                          served_as(rtype, old_obj), u, subresource=subresource, dry_run=dry_run),
                     warnings)
         if rtype is CUSTOM_RESOURCE_DEFINITIONS and subresource != "status":
             definition_status(obj, self._group_definitions(obj), now_rfc3339(self._clock))
         if _without_rv(obj) == _without_rv(old.obj):
             # A no-op write is not a write: no new resourceVersion, no watch event.
-            return _served_as(rtype, old.obj)
+            return served_as(rtype, old.obj)
         if dry_run:
-            return _served_as(rtype, obj)
+            return served_as(rtype, obj)
         key = self.key(rtype, namespace, name)
         stored = self._write(rtype, key, obj)
         if old_meta.get("deletionTimestamp") and not finalizers:
             # The last finalizer is gone from an object being deleted: it goes now.
             self._write(rtype, key, None)
-        return _served_as(rtype, stored.obj)
+        return served_as(rtype, stored.obj)
 
     def _own(self, rtype: ResourceType, obj: Obj, old: Obj | None, manager: str, managed: list[Obj] | None,
              subresource: str = "") -> None:
@@ -827,7 +445,7 @@ class Registry:
             warnings.extend(f'unknown field "{p}"' for p in unknown)
         with self.store.lock:
             stored = self.store.get(rtype.storage, self.key(rtype, namespace, name))
-            live = _served_as(rtype, json.loads(stored.raw)) if stored is not None else None
+            live = served_as(rtype, json.loads(stored.raw)) if stored is not None else None
             try:
                 result = ssa.apply(live, config, rtype.custom.schema, manager, rtype.api_version,
                                    now_rfc3339(self._clock), force=force, subresource=subresource)
@@ -841,257 +459,9 @@ class Registry:
                 return 201, self.create(rtype, namespace, result, dry_run=dry_run, warnings=warnings, user=user,
                                         managed_fields=managed)
             result["metadata"]["resourceVersion"] = stored.obj["metadata"]["resourceVersion"]
-            decode = partial(self._decode, rtype, field_validation="Ignore", warnings=None, patching=True)
+            decode = partial(decode_object, rtype, field_validation="Ignore", warnings=None, patching=True)
             return 200, self._update(rtype, namespace, name, stored, result, subresource, dry_run, decode,
                                      user=user, warnings=warnings, managed_fields=managed)
-
-    # -- delete --------------------------------------------------------------------------------------
-
-    def delete(
-        self, rtype: ResourceType, namespace: str | None, name: str, options: Obj, *, dry_run: bool = False,
-        user: Identity | None = None,
-    ) -> Obj:
-        """DELETE: the object (pods, service accounts, namespaces, anything with finalizers) or a Status."""
-        with self.store.lock:
-            stored = self._get(rtype, namespace, name)
-            self._check_preconditions(rtype, stored, options)
-            self._admit(user, lambda u: Write("DELETE", rtype, namespace, name, None, _served_as(rtype, stored.obj), u,
-                                              dry_run=dry_run), None)
-            if rtype is NAMESPACES:
-                if name in IMMORTAL_NAMESPACES:
-                    # The NamespaceLifecycle admission plugin, which runs for dry runs too.
-                    raise errors.forbidden_resource("namespaces", name, "", "this namespace may not be deleted")
-                return self._delete_namespace(stored, dry_run)
-            if rtype is PRIORITY_CLASSES and name in _SYSTEM_PRIORITY_CLASS_NAMES:
-                raise errors.forbidden_resource(
-                    rtype.name, name, rtype.group, "this is a system priority class and cannot be deleted"
-                )
-            if rtype is CUSTOM_RESOURCE_DEFINITIONS:
-                return self._delete_definition(stored, dry_run)
-            return self._delete(rtype, self.key(rtype, namespace, name), stored, dry_run)
-
-    def _check_preconditions(self, rtype: ResourceType, stored: Stored, options: Obj) -> None:
-        preconditions = options.get("preconditions") or {}
-        metadata = stored.obj["metadata"]
-        name = metadata["name"]
-        uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
-        if uid and uid != metadata.get("uid"):
-            raise errors.conflict(
-                rtype.name,
-                name,
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {metadata.get('uid')}",
-                rtype.group,
-            )
-        if rv and rv != metadata.get("resourceVersion"):
-            raise errors.conflict(
-                rtype.name,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: "
-                f"{metadata.get('resourceVersion')}",
-                rtype.group,
-            )
-
-    def _delete(self, rtype: ResourceType, key: str, stored: Stored, dry_run: bool) -> Obj:
-        metadata = stored.obj["metadata"]
-        if metadata.get("finalizers"):
-            # Finalizers hold the object: it is only marked for deletion.
-            if metadata.get("deletionTimestamp") or dry_run:
-                return stored.obj
-            obj = json.loads(stored.raw)
-            obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
-            obj["metadata"]["deletionGracePeriodSeconds"] = 0
-            # Controllers must see the change of meaning (markAsDeleting in the generic store).
-            if (obj["metadata"].get("generation") or 0) > 0:
-                obj["metadata"]["generation"] += 1
-            return _served_as(rtype, self._write(rtype, key, obj).obj)
-        gone = stored if dry_run else self._write(rtype, key, None)
-        if rtype.returns_deleted_object:
-            return _served_as(rtype, gone.obj)
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Success",
-            "details": {
-                "name": metadata["name"],
-                **({"group": rtype.group} if rtype.group else {}),
-                "kind": rtype.name,
-                "uid": metadata.get("uid"),
-            },
-        }
-
-    def _delete_namespace(self, stored: Stored, dry_run: bool) -> Obj:
-        obj: Obj = json.loads(stored.raw)
-        name = obj["metadata"]["name"]
-        if not obj["metadata"].get("deletionTimestamp"):
-            obj["metadata"]["deletionTimestamp"] = now_rfc3339(self._clock)
-            obj["metadata"]["deletionGracePeriodSeconds"] = 0
-        obj.setdefault("status", {})["phase"] = "Terminating"
-        if dry_run:
-            return obj
-        answer = self.store.write("namespaces", name, obj).obj
-        held = False
-        # The namespace controller's work, done at once: delete the content, then the namespace.
-        for rtype in self.catalog.stored_types():
-            if rtype.namespaced:
-                snapshot = self.store.snapshot(rtype.storage)
-                lo, hi = snapshot.bounds(name + "/")
-                for key, entry in zip(snapshot.keys[lo:hi], snapshot.entries[lo:hi], strict=True):
-                    self._delete(rtype, key, entry, dry_run=False)
-                    held = held or self.store.get(rtype.storage, key) is not None
-        # Content or the namespace itself held by finalizers keeps it Terminating.
-        if not held and not answer["metadata"].get("finalizers"):
-            self.store.write("namespaces", name, None)
-        return answer
-
-    def _delete_definition(self, stored: Stored, dry_run: bool) -> Obj:
-        """Delete a CRD: marked Terminating, then (the cleanup controller's work, done at once) its objects
-        are deleted, and it goes when none is left (objects with finalizers hold it until released)."""
-        crd: Obj = json.loads(stored.raw)
-        name = crd["metadata"]["name"]
-        terminating(crd, now_rfc3339(self._clock))
-        if dry_run:
-            return crd
-        answer = self._write(CUSTOM_RESOURCE_DEFINITIONS, name, crd).obj if crd != stored.obj else stored.obj
-        for rtype in self.catalog.definition(name)[:1]:
-            snapshot = self.store.snapshot(rtype.storage)
-            for key, entry in zip(snapshot.keys, snapshot.entries, strict=True):
-                if self.store.get(rtype.storage, key) is not None:
-                    self._delete(rtype, key, entry, dry_run=False)
-        self._finish_definition(name)
-        return answer
-
-    def delete_collection(
-        self, rtype: ResourceType, namespace: str | None, query: ListQuery, options: Obj, *, dry_run: bool = False
-    ) -> bytes:
-        """DELETE on a collection: the list of what was deleted."""
-        with self.store.lock:
-            page = json.loads(
-                self.list_collection(rtype, namespace, ListQuery(query.label_selector, query.field_selector))
-            )
-            deleted = []
-            for item in page["items"]:
-                meta = item["metadata"]
-                key = self.key(rtype, meta.get("namespace"), meta["name"])
-                stored = self.store.get(rtype.storage, key)
-                if stored is None:
-                    continue
-                self._check_preconditions(rtype, stored, options)
-                self._delete(rtype, key, stored, dry_run)
-                deleted.append(item)
-            page["items"] = deleted
-            page["metadata"] = {"resourceVersion": str(self.store.rv)}
-            return dumps(page)
-
-    # -- watch ---------------------------------------------------------------------------------------
-
-    def watch(
-        self,
-        rtype: ResourceType,
-        namespace: str | None,
-        query: ListQuery,
-        timeout: float,
-        bookmark_interval: float,
-    ) -> Iterator[bytes | None]:
-        """Watch event lines; None now and then while idle, so the caller can check its client."""
-        deadline = time.monotonic() + timeout
-        prefix = f"{namespace}/" if namespace is not None else ""
-        rv_text = query.resource_version
-        send_initial = query.send_initial_events
-        if send_initial and query.resource_version_match != "NotOlderThan":
-            raise _invalid_list_options(
-                FieldError(
-                    "Forbidden",
-                    "resourceVersionMatch",
-                    detail="sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                )
-            )
-        if send_initial is None:
-            send_initial = rv_text in ("", "0")
-        initial: list[Stored] = []
-        if send_initial:
-            if rv_text not in ("", "0"):
-                wanted = _parse_rv(rv_text)
-                if not self.store.wait_for_rv(wanted, TOO_LARGE_RV_WAIT):
-                    raise _too_large(wanted, self.store.rv)
-            snapshot = self.store.snapshot(rtype.storage)
-            lo, hi = snapshot.bounds(prefix)
-            initial = [e for e in snapshot.entries[lo:hi] if self._matches(rtype, e.obj, query)]
-            last = snapshot.rv
-        else:
-            last = _parse_rv(rv_text)
-        return self._events(rtype, prefix, query, initial, last, deadline, bookmark_interval)
-
-    def _events(
-        self,
-        rtype: ResourceType,
-        prefix: str,
-        query: ListQuery,
-        initial: list[Stored],
-        last: int,
-        deadline: float,
-        bookmark_interval: float,
-    ) -> Iterator[bytes | None]:
-        for entry in initial:
-            yield _watch_line("ADDED", _raw_served_as(rtype, entry.raw))
-        if query.send_initial_events:
-            yield self._bookmark(rtype, last, initial_end=True)
-        next_bookmark = time.monotonic() + bookmark_interval
-        while not self.store.closed:
-            try:
-                events = self.store.events_after(last)
-            except TooOldError as e:
-                status = StatusError(410, "Expired", str(e)).status()
-                yield _watch_line("ERROR", dumps(status))
-                return
-            for event in events:
-                last = event.rv
-                if event.resource == rtype.storage and event.key.startswith(prefix):
-                    line = self._event_line(rtype, event, query)
-                    if line is not None:
-                        yield line
-            now = time.monotonic()
-            if now >= deadline:
-                return
-            if query.allow_bookmarks and now >= next_bookmark:
-                yield self._bookmark(rtype, last)
-                next_bookmark = now + bookmark_interval
-            if not events:
-                self.store.wait(last, max(0.0, min(1.0, deadline - now, next_bookmark - now)))
-                yield None
-
-    def _matches(self, rtype: ResourceType, obj: Obj, query: ListQuery) -> bool:
-        return query.label_selector.matches((obj.get("metadata") or {}).get("labels")) and query.field_selector.matches(
-            obj, rtype.fields
-        )
-
-    @staticmethod
-    def _version_matches(version: Version, query: ListQuery) -> bool:
-        return query.label_selector.matches(version.labels) and query.field_selector.matches_values(version.fields)
-
-    def _event_line(self, rtype: ResourceType, event: Event, query: ListQuery) -> bytes | None:
-        now_matches = self._version_matches(event.current, query)
-        if event.type != "MODIFIED":
-            return _watch_line(event.type, _raw_served_as(rtype, event.current.raw)) if now_matches else None
-        assert event.previous is not None
-        before = self._version_matches(event.previous, query)
-        if now_matches:
-            return _watch_line("MODIFIED" if before else "ADDED", _raw_served_as(rtype, event.current.raw))
-        if before:
-            # It left the selection: DELETED with its previous content at the event's resourceVersion.
-            obj = _served_as(rtype, json.loads(event.previous.raw))
-            obj["metadata"]["resourceVersion"] = str(event.rv)
-            return _watch_line("DELETED", dumps(obj))
-        return None
-
-    @staticmethod
-    def _bookmark(rtype: ResourceType, rv: int, initial_end: bool = False) -> bytes:
-        metadata: Obj = {"resourceVersion": str(rv)}
-        if initial_end:
-            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return _watch_line(
-            "BOOKMARK", dumps({"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": metadata})
-        )
 
     # -- seeding -------------------------------------------------------------------------------------
 
@@ -1176,24 +546,8 @@ class Registry:
             return True
 
 
-def _parse_rv(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise _invalid_list_options(FieldError("Invalid", "resourceVersion", text, "must be a non-negative integer"))
-    return value
+def _parse_uint(value: Any) -> int:
+    """A resourceVersion as the storage versioner parses it (strconv.ParseUint); 0 when it does not parse."""
+    text = str(value or "")
+    return int(text) if text.isascii() and text.isdigit() else 0
 
-
-def _invalid_list_options(error: FieldError) -> StatusError:
-    return errors.invalid("ListOptions.meta.k8s.io", "", [error])
-
-
-def _too_large(wanted: int, current: int) -> StatusError:
-    error = errors.timeout(f"Timeout: Too large resource version: {wanted}, current: {current}")
-    assert error.details is not None
-    error.details["causes"] = [
-        {"reason": "ResourceVersionTooLarge", "message": f"Too large resource version: {wanted}, current: {current}"}
-    ]
-    return error

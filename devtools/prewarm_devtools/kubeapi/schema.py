@@ -1,7 +1,6 @@
-"""The OpenAPI v3 schemas of CustomResourceDefinitions, applied as apiextensions-apiserver applies them.
+"""The OpenAPI v3 schemas of CustomResourceDefinitions, applied to custom resources as apiextensions-apiserver
+applies them (crdschema.py says why a CRD's schema itself is refused).
 
-- `schema_errors`: why a CRD's `openAPIV3Schema` is refused: the structural schema rules
-  (pkg/apiserver/schema/validation.go) and the keywords the CRD validation forbids.
 - `validate`: a custom resource against its version's schema, as kube-openapi's validator words it
   (`spec.x in body must be of type integer: "string"`) and `kubeOpenAPIResultToFieldErrors` turns
   that into field errors.
@@ -24,7 +23,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
-import decimal
 import ipaddress
 import json
 import math
@@ -32,13 +30,14 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prewarm_devtools.kubeapi.errors import FieldError, GoSyntax
+from prewarm_devtools.kubeapi.errors import FieldError
+from prewarm_devtools.kubeapi.goformat import go_float, go_json, go_value
 
 Obj = dict[str, Any]
 
 #: What a resource's root keeps whatever its schema says.
 META_FIELDS = ("apiVersion", "kind", "metadata")
-_TYPES = ("array", "boolean", "integer", "number", "object", "string")
+TYPES = ("array", "boolean", "integer", "number", "object", "string")
 # The string formats kube-openapi knows (dashes dropped, as it compares them); others are ignored.
 _STRING_FORMATS = frozenset(
     [
@@ -75,81 +74,6 @@ _DATE_TIME = re.compile(r"(?i)^(\d{4}-\d{2}-\d{2})t(\d{2}):(\d{2}):(\d{2})(\.\d+
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 
-# -- How Go prints values ---------------------------------------------------------------------------
-
-
-def _digits(value: float) -> tuple[str, int]:
-    """The shortest decimal digits of abs(value) and where the point goes (as strconv's decimal)."""
-    _, digits, exponent = decimal.Decimal(repr(abs(value))).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    text = "".join(map(str, digits))
-    return text, len(text) + exponent
-
-
-def _fixed(text: str, point: int) -> str:
-    if point <= 0:
-        return f"0.{'0' * -point}{text}"
-    if point >= len(text):
-        return text + "0" * (point - len(text))
-    return f"{text[:point]}.{text[point:]}"
-
-
-def _exponent(text: str, point: int, min_digits: int) -> str:
-    mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-    return f"{mantissa}e{'+' if point >= 1 else '-'}{abs(point - 1):0{min_digits}d}"
-
-
-def go_float(value: float) -> str:
-    """Go's `%v` of a float64: the shortest digits, an exponent from 1e+06 up and below 1e-04."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    sign = "-" if value < 0 else ""
-    text, point = _digits(value)
-    if value != 0 and (point - 1 < -4 or point - 1 >= 6):
-        return sign + _exponent(text, point, 2)
-    return sign + _fixed(text, point)
-
-
-def go_json(value: Any) -> str:
-    """`json.Marshal` of a decoded JSON value: compact, sorted keys, Go's number and HTML escaping."""
-    if isinstance(value, bool) or value is None or isinstance(value, int):
-        return json.dumps(value)
-    if isinstance(value, float):
-        return _go_json_float(value)
-    if isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
-        for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028")):
-            text = text.replace(char, escaped)
-        return text.replace("\u2029", "\\u2029")
-    if isinstance(value, list):
-        return "[" + ",".join(go_json(v) for v in value) + "]"
-    return "{" + ",".join(f"{go_json(str(k))}:{go_json(v)}" for k, v in sorted(value.items())) + "}"
-
-
-def _go_json_float(value: float) -> str:
-    # encoding/json: fixed notation from 1e-6 to 1e21, else an exponent without a leading zero.
-    sign = "-" if value < 0 else ""
-    text, point = _digits(value)
-    if value == 0 or 1e-6 <= abs(value) < 1e21:
-        return sign + _fixed(text, point)
-    return sign + _exponent(text, point, 1)
-
-
-def go_value(value: Any) -> GoSyntax:
-    """A bad value as `field.Error` prints it: `%v` for numbers and booleans, `%q` for strings, else JSON."""
-    if isinstance(value, bool):
-        return GoSyntax("true" if value else "false")
-    if isinstance(value, int):
-        return GoSyntax(str(value))
-    if isinstance(value, float):
-        return GoSyntax(go_float(value))
-    if isinstance(value, str):
-        return GoSyntax(json.dumps(value, ensure_ascii=False))
-    return GoSyntax(go_json(value))
-
-
 # -- Reading schemas --------------------------------------------------------------------------------
 
 
@@ -174,7 +98,7 @@ def _format(schema: Obj) -> str:
     return ""
 
 
-def _additional(schema: Obj) -> tuple[bool, Obj | None]:
+def additional_properties(schema: Obj) -> tuple[bool, Obj | None]:
     """Whether additionalProperties is set (true, false or a schema), and its schema."""
     if "additionalProperties" not in schema:
         return False, None
@@ -220,7 +144,7 @@ def _prune(value: Any, schema: Obj | None, path: str, unknown: list[str]) -> Non
             value.clear()
             return
         properties = schema.get("properties") or {}
-        has_additional, additional = _additional(schema)
+        has_additional, additional = additional_properties(schema)
         for key in list(value):
             if schema.get("x-kubernetes-embedded-resource") and key in META_FIELDS:
                 continue
@@ -243,7 +167,7 @@ def _prune_known(value: Any, schema: Obj | None, path: str, unknown: list[str]) 
         return
     if isinstance(value, dict):
         properties = schema.get("properties") or {}
-        has_additional, additional = _additional(schema)
+        has_additional, additional = additional_properties(schema)
         for key, item in value.items():
             if schema.get("x-kubernetes-embedded-resource") and key in META_FIELDS:
                 continue
@@ -265,7 +189,7 @@ def apply_defaults(value: Any, schema: Obj | None) -> None:
         for key, prop in properties.items():
             if "default" in prop and (key not in value or _null_not_allowed(value[key], prop)):
                 value[key] = json.loads(json.dumps(prop["default"]))
-        has_additional, additional = _additional(schema)
+        has_additional, additional = additional_properties(schema)
         for key in value:
             if key in properties:
                 apply_defaults(value[key], properties[key])
@@ -288,7 +212,7 @@ def anywhere(schema: Obj | None, test: Callable[[Obj], bool]) -> bool:
         return False
     if test(schema):
         return True
-    nested = [*(schema.get("properties") or {}).values(), items_schema(schema), _additional(schema)[1]]
+    nested = [*(schema.get("properties") or {}).values(), items_schema(schema), additional_properties(schema)[1]]
     return any(anywhere(n, test) for n in nested)
 
 
@@ -306,7 +230,7 @@ def drop_nulls(value: Any, schema: Obj | None) -> None:
     if isinstance(value, dict):
         properties = (schema or {}).get("properties") or {}
         for key in list(value):
-            field_schema = properties.get(key) if key in properties else _additional(schema or {})[1]
+            field_schema = properties.get(key) if key in properties else additional_properties(schema or {})[1]
             if _null_not_allowed(value[key], field_schema) and "default" not in (field_schema or {}):
                 del value[key]
             else:
@@ -482,7 +406,7 @@ class _Validation:
     def _object(self, value: Obj, schema: Obj, path: str) -> Iterator[FieldError]:
         yield from self._count(len(value), schema.get("minProperties"), schema.get("maxProperties"), "properties", path)
         properties = schema.get("properties") or {}
-        has_additional, additional = _additional(schema)
+        has_additional, additional = additional_properties(schema)
         if has_additional and schema["additionalProperties"] is False:
             for key in value:
                 if key not in properties:
@@ -587,275 +511,3 @@ def _is_base64(value: str) -> bool:
     except (binascii.Error, ValueError):
         return False
     return True
-
-
-# -- Validating the schemas of CRDs -----------------------------------------------------------------
-
-_NESTED_FORBIDDEN = (
-    ("type", "must be empty to be structural"),
-    ("additionalProperties", "must be undefined to be structural"),
-    ("default", "must be undefined to be structural"),
-    ("title", "must be empty to be structural"),
-    ("description", "must be empty to be structural"),
-    ("nullable", "must be false to be structural"),
-    ("x-kubernetes-preserve-unknown-fields", "must be false to be structural"),
-    ("x-kubernetes-embedded-resource", "must be false to be structural"),
-    ("x-kubernetes-int-or-string", "must be false to be structural"),
-    ("x-kubernetes-list-map-keys", "must be empty to be structural"),
-    ("x-kubernetes-list-type", "must be undefined to be structural"),
-    ("x-kubernetes-map-type", "must be undefined to be structural"),
-    ("x-kubernetes-validations", "must be empty to be structural"),
-)
-_UNSUPPORTED = (
-    ("id", "id is not supported"),
-    ("additionalItems", "additionalItems is not supported"),
-    ("patternProperties", "patternProperties is not supported"),
-    ("definitions", "definitions is not supported"),
-    ("dependencies", "dependencies is not supported"),
-    ("$ref", "$ref is not supported"),
-)
-_INT_OR_STRING_ANY_OF = [{"type": "integer"}, {"type": "string"}]
-# What the root may hold when the status subresource is on (so that properties.status keeps its meaning).
-_ROOT_WITH_STATUS = frozenset(
-    [
-        "description",
-        "type",
-        "format",
-        "title",
-        "maximum",
-        "exclusiveMaximum",
-        "minimum",
-        "exclusiveMinimum",
-        "maxLength",
-        "minLength",
-        "pattern",
-        "maxItems",
-        "minItems",
-        "uniqueItems",
-        "multipleOf",
-        "required",
-        "items",
-        "properties",
-        "externalDocs",
-        "example",
-        "x-kubernetes-preserve-unknown-fields",
-        "x-kubernetes-validations",
-    ]
-)
-_ROOT_WITH_STATUS_NAMES = (
-    "[Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum MaxLength MinLength Pattern "
-    "MaxItems MinItems UniqueItems MultipleOf Required Items Properties ExternalDocs Example XPreserveUnknownFields "
-    "XValidations]"
-)
-
-
-def schema_errors(schema: Obj, path: str, status_enabled: bool) -> list[FieldError]:
-    """Why a version's `openAPIV3Schema` (at `path`) is refused: validateCustomResourceDefinitionValidation."""
-    errors: list[FieldError] = []
-    if status_enabled:
-        if schema.get("type") not in (None, "", "object"):
-            errors.append(
-                FieldError(
-                    "Invalid",
-                    f"{path}.type",
-                    schema["type"],
-                    'only "object" is allowed as the type at the root of the schema if the status '
-                    "subresource is enabled",
-                )
-            )
-        elif any(
-            key not in _ROOT_WITH_STATUS for key, value in schema.items() if value not in (None, False, "", [], {})
-        ):
-            errors.append(
-                FieldError(
-                    "Invalid",
-                    path,
-                    GoSyntax(go_json(schema)),
-                    f"only {_ROOT_WITH_STATUS_NAMES} fields are allowed at the root of the schema "
-                    "if the status subresource is enabled",
-                )
-            )
-    if schema.get("nullable"):
-        errors.append(FieldError("Forbidden", f"{path}.nullable", detail="nullable cannot be true at the root"))
-    structural = list(_structural(schema, "root", path))
-    errors += sorted(structural, key=str)
-    return errors + list(_keywords(schema, path, root=True))
-
-
-def _structural(schema: Obj, level: str, path: str) -> Iterator[FieldError]:
-    """validateStructuralInvariants: what a structural schema needs at every node."""
-    kind = schema.get("type") or ""
-    if kind == "array" and items_schema(schema) is None:
-        yield FieldError("Required", f"{path}.items", detail="must be specified")
-    items = items_schema(schema)
-    if items is not None:
-        yield from _structural(items, "item", f"{path}.items")
-    for key, prop in (schema.get("properties") or {}).items():
-        if isinstance(prop, dict):
-            yield from _structural(prop, "field", f"{path}.properties[{key}]")
-    has_additional, additional = _additional(schema)
-    if has_additional:
-        if level == "root":
-            yield FieldError("Forbidden", f"{path}.additionalProperties", detail="must not be used at the root")
-        if additional is not None:
-            yield from _structural(additional, "field", f"{path}.additionalProperties")
-    int_or_string = bool(schema.get("x-kubernetes-int-or-string"))
-    if int_or_string and schema.get("x-kubernetes-preserve-unknown-fields"):
-        yield FieldError(
-            "Invalid",
-            f"{path}.x-kubernetes-preserve-unknown-fields",
-            True,
-            "must be false if x-kubernetes-int-or-string is true",
-        )
-    if int_or_string and schema.get("x-kubernetes-embedded-resource"):
-        yield FieldError(
-            "Invalid",
-            f"{path}.x-kubernetes-embedded-resource",
-            True,
-            "must be false if x-kubernetes-int-or-string is true",
-        )
-    yield from _value_validation(schema, path)
-    embedded = bool(schema.get("x-kubernetes-embedded-resource"))
-    if embedded and kind != "object":
-        detail = "must be object if x-kubernetes-embedded-resource is true"
-        yield (
-            FieldError("Required", f"{path}.type", detail=detail)
-            if not kind
-            else FieldError("Invalid", f"{path}.type", kind, detail)
-        )
-    elif not kind and not int_or_string and not schema.get("x-kubernetes-preserve-unknown-fields"):
-        where = {"root": "at the root", "item": "for specified array items", "field": "for specified object fields"}
-        yield FieldError("Required", f"{path}.type", detail=f"must not be empty {where[level]}")
-    if embedded and has_additional:
-        yield FieldError(
-            "Forbidden",
-            f"{path}.additionalProperties",
-            detail="must not be used if x-kubernetes-embedded-resource is set",
-        )
-    if level == "root" and kind and kind != "object":
-        yield FieldError("Invalid", f"{path}.type", kind, "must be object at the root")
-    properties = schema.get("properties") or {}
-    check_metadata = level == "root" or embedded
-    for key in ("kind", "apiVersion"):
-        prop = properties.get(key)
-        if check_metadata and isinstance(prop, dict) and prop.get("type") != "string":
-            yield FieldError("Invalid", f"{path}.properties[{key}].type", prop.get("type") or "", "must be string")
-    metadata = properties.get("metadata")
-    if isinstance(metadata, dict):
-        yield from _metadata_invariants(metadata, check_metadata, level == "root", f"{path}.properties[metadata]")
-    if embedded and not schema.get("x-kubernetes-preserve-unknown-fields") and not properties:
-        yield FieldError(
-            "Required",
-            f"{path}.properties",
-            detail="must not be empty if x-kubernetes-embedded-resource "
-            "is true without x-kubernetes-preserve-unknown-fields",
-        )
-
-
-def _metadata_invariants(metadata: Obj, check: bool, root: bool, path: str) -> Iterator[FieldError]:
-    if check and metadata.get("type") != "object":
-        yield FieldError("Invalid", f"{path}.type", metadata.get("type") or "", "must be object")
-    if root:
-        rest = {
-            k: v for k, v in metadata.items() if k not in ("type", "default") and v not in (None, False, "", [], {})
-        }
-        if set(rest.get("properties") or {}) <= {"name", "generateName"}:
-            rest.pop("properties", None)
-        if rest:
-            yield FieldError(
-                "Forbidden",
-                path,
-                detail="must not specify anything other than name and generateName, "
-                "but metadata is implicitly specified",
-            )
-
-
-def _value_validation(schema: Obj, path: str) -> Iterator[FieldError]:
-    any_of = schema.get("anyOf")
-    if any_of != _INT_OR_STRING_ANY_OF:
-        for i, nested in enumerate(any_of or []):
-            yield from _nested(nested, f"{path}.anyOf[{i}]")
-    for i, nested in enumerate(schema.get("allOf") or []):
-        if i == 0 and isinstance(nested, dict) and nested.get("anyOf") == _INT_OR_STRING_ANY_OF:
-            nested = {k: v for k, v in nested.items() if k != "anyOf"}
-        yield from _nested(nested, f"{path}.allOf[{i}]")
-    for i, nested in enumerate(schema.get("oneOf") or []):
-        yield from _nested(nested, f"{path}.oneOf[{i}]")
-    if isinstance(schema.get("not"), dict):
-        yield from _nested(schema["not"], f"{path}.not")
-    pattern = schema.get("pattern")
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            yield FieldError(
-                "Invalid", f"{path}.pattern", pattern, f"must be a valid regular expression, but isn't: {e}"
-            )
-
-
-def _nested(schema: Any, path: str) -> Iterator[FieldError]:
-    """validateNestedValueValidation: inside anyOf/allOf/oneOf/not only value validations may stand."""
-    if not isinstance(schema, dict):
-        return
-    yield from _value_validation(schema, path)
-    if items_schema(schema) is not None:
-        yield from _nested(schema["items"], f"{path}.items")
-    for key, prop in (schema.get("properties") or {}).items():
-        yield from _nested(prop, f"{path}.properties[{key}]")
-    for key, detail in _NESTED_FORBIDDEN:
-        if schema.get(key) not in (None, False, "", []):
-            yield FieldError("Forbidden", f"{path}.{key}", detail=detail)
-    if "metadata" in (schema.get("properties") or {}):
-        yield FieldError(
-            "Forbidden", f"{path}.properties[metadata]", detail="must not be specified in a nested context"
-        )
-
-
-def _keywords(schema: Obj, path: str, root: bool = False, meta: str = "") -> Iterator[FieldError]:
-    """ValidateCustomResourceDefinitionOpenAPISchema: the keywords a CRD schema may not use; `meta` names
-    the top-level apiVersion, kind or metadata the schema is inside of (no defaults there)."""
-    kind = schema.get("type")
-    if kind and kind not in _TYPES:
-        yield FieldError(
-            "NotSupported", f"{path}.type", kind, "supported values: " + ", ".join(f'"{t}"' for t in _TYPES)
-        )
-    if "default" in schema and meta:
-        yield FieldError("Forbidden", f"{path}.default", detail=f"must not be set in top-level {meta}")
-    for key, detail in _UNSUPPORTED:
-        if schema.get(key) not in (None, "", {}, []):
-            yield FieldError("Forbidden", f"{path}.{key}", detail=detail)
-    if kind == "null":
-        yield FieldError(
-            "Forbidden", f"{path}.type", detail="type cannot be set to null, use nullable as an alternative"
-        )
-    if isinstance(schema.get("items"), list):
-        yield FieldError("Forbidden", f"{path}.items", detail="items must be a schema object and not an array")
-    if schema.get("uniqueItems"):
-        yield FieldError(
-            "Forbidden",
-            f"{path}.uniqueItems",
-            detail="uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
-        )
-    has_additional, additional = _additional(schema)
-    if has_additional:
-        if schema.get("properties") and schema["additionalProperties"] is not True:
-            yield FieldError(
-                "Forbidden",
-                f"{path}.additionalProperties",
-                detail="additionalProperties and properties are mutual exclusive",
-            )
-        if additional is not None:
-            yield from _keywords(additional, f"{path}.additionalProperties", meta=meta)
-    for key, prop in (schema.get("properties") or {}).items():
-        if isinstance(prop, dict):
-            in_meta = key if root and key in META_FIELDS else meta
-            yield from _keywords(prop, f"{path}.properties[{key}]", meta=in_meta)
-    if isinstance(schema.get("not"), dict):
-        yield from _keywords(schema["not"], f"{path}.not", meta=meta)
-    for keyword in ("allOf", "oneOf", "anyOf"):
-        for i, nested in enumerate(schema.get(keyword) or []):
-            if isinstance(nested, dict):
-                yield from _keywords(nested, f"{path}.{keyword}[{i}]", meta=meta)
-    items = items_schema(schema)
-    if items is not None:
-        yield from _keywords(items, f"{path}.items", meta=meta)

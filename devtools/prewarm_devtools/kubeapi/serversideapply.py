@@ -26,7 +26,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from prewarm_devtools.kubeapi.schema import field_schema, go_json, items_schema
+from prewarm_devtools.kubeapi.goformat import go_json
+from prewarm_devtools.kubeapi.schema import field_schema, items_schema
 
 Obj = dict[str, Any]
 Path = tuple[str, ...]

@@ -305,22 +305,6 @@ def _condition(kind: str, status: str, reason: str, message: str, heartbeat: str
     }
 
 
-def mark_not_ready(node: Obj, since: str | None = None) -> Obj:
-    """`node` as the node lifecycle controller leaves it when the kubelet stops reporting."""
-    since = since or _time(_BASE_TIME - 600)
-    for condition in node["status"]["conditions"]:
-        condition.update(
-            status="Unknown",
-            reason="NodeStatusUnknown",
-            message="Kubelet stopped posting node status.",
-            lastTransitionTime=since,
-        )
-    taints = node["spec"].setdefault("taints", [])
-    for effect in ("NoSchedule", "NoExecute"):
-        taints.append({"key": "node.kubernetes.io/unreachable", "effect": effect, "timeAdded": since})
-    return node
-
-
 def pod(
     name: str,
     namespace: str,

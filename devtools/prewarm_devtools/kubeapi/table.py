@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from prewarm_devtools.kubeapi.errors import bad_request
+from prewarm_devtools.kubeapi.goformat import go_float, go_json
 from prewarm_devtools.kubeapi.resources.types import ResourceType
-from prewarm_devtools.kubeapi.schema import go_float, go_json
 
 Obj = dict[str, Any]
 

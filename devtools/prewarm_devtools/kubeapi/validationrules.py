@@ -27,7 +27,8 @@ from typing import Any
 
 from prewarm_devtools.kubeapi.cel import CelFailure, CelPrograms
 from prewarm_devtools.kubeapi.errors import FieldError
-from prewarm_devtools.kubeapi.schema import anywhere, field_schema, go_value, items_schema
+from prewarm_devtools.kubeapi.goformat import go_value
+from prewarm_devtools.kubeapi.schema import anywhere, field_schema, items_schema
 
 Obj = dict[str, Any]
 

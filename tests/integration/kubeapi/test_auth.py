@@ -5,7 +5,12 @@ for any other token, impersonation, as the official client sees them."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -241,3 +246,38 @@ def test_a_cluster_refuses_an_eks_token_made_for_another_cluster() -> None:
         # And a token for "blue" signed with another secret key fails the signature check too
         with api.api_client(local_token("blue", secret="forged")) as client:
             assert call(client, "GET", "/api/v1/namespaces").status == 401
+
+
+@pytest.fixture
+def command_line_server() -> Iterator[Callable[[str], int]]:
+    """`python -m prewarm_devtools.kubeapi --cluster-name blue`, and what its namespaces answer a token."""
+    server = subprocess.Popen([sys.executable, "-m", "prewarm_devtools.kubeapi", "--cluster-name", "blue"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        started = next((line for line in server.stdout if line.startswith("Kubernetes API:")), "")
+        assert started, "the server did not start"
+        url = started.split(":", 1)[1].strip()
+
+        def answer(token: str) -> int:
+            request = urllib.request.Request(f"{url}/api/v1/namespaces", headers={"Authorization": f"Bearer {token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return int(response.status)
+            except urllib.error.HTTPError as error:
+                return error.code
+
+        yield answer
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+def test_the_command_line_server_takes_only_eks_tokens_signed_for_its_cluster(
+    command_line_server: Callable[[str], int],
+) -> None:
+    # A token made for its cluster is the creator's, an admin
+    assert command_line_server(local_token("blue")) == 200
+    # One made for another cluster, or signed with another key (forged), is refused as EKS refuses it
+    assert command_line_server(local_token("green")) == 401
+    assert command_line_server(local_token("blue", secret="forged")) == 401

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from kubernetes.client import ApiClient
 from prewarm_cli.install.render import KIND_PLURALS, render, values_from_stack
 from prewarm_devtools.kubeapi import KubeApiServer, SeedError
 from tests.support.kube import call
-from tests.support.kubectl import kubectl_binary
+from tests.support.kubectl import kubectl_on
 
 pytestmark = pytest.mark.integration
 
@@ -323,16 +322,8 @@ def test_every_object_prewarm_install_renders_decodes_under_strict_validation(
 
 @pytest.fixture
 def kubectl(tmp_path: Path) -> Iterator[Any]:
-    # kubectl sends the kubeconfig's token over TLS only.
     with KubeApiServer(tls=True) as api:
-        kubeconfig = str(api.write_kubeconfig(tmp_path / "config"))
-
-        def run(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([kubectl_binary(), "--kubeconfig", kubeconfig, "--cache-dir",
-                                   str(tmp_path / "cache"), *args],
-                                  capture_output=True, text=True, timeout=60, check=False)
-
-        yield run
+        yield kubectl_on(api, tmp_path)
 
 
 YAML_BOOLEAN_LABEL = """\

@@ -7,6 +7,9 @@ stored on create and update and filled in on reads."""
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from kubernetes.client import ApiClient, ApiException, ApiextensionsV1Api, Custo
 
 from prewarm_devtools.kubeapi import KubeApiServer
 from tests.support.kube import status_of
+from tests.support.kubectl import kubectl_on
 
 pytestmark = pytest.mark.integration
 
@@ -195,3 +199,32 @@ def test_deleting_an_object_held_by_a_finalizer_bumps_its_generation(widgets: Cu
     # And deleting it again changes nothing more
     widgets.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "w")
     assert widgets.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "w")["metadata"]["generation"] == 2
+
+
+def test_rules_on_the_status_are_checked_on_status_writes_as_kubectl_shows(tmp_path: Path) -> None:
+    # Given widgets with a status subresource whose status carries rules (the status strategy runs the rules
+    # of the whole object, as the main one does)
+    status_schema = {"type": "object", "properties": {
+        "ready": {"type": "integer", "x-kubernetes-validations": [rule("self <= 5", "at most 5 ready")]}},
+        "x-kubernetes-validations": [rule("!has(self.ready) || self.ready != 3", "three is never ready")]}
+    crd = definition({**SCHEMA, "properties": {**SCHEMA["properties"], "status": status_schema}})
+    crd["spec"]["versions"][0]["subresources"] = {"status": {}}
+    with KubeApiServer(tls=True) as api:
+        kubectl = kubectl_on(api, tmp_path)
+        assert kubectl("create", "-f", "-", stdin=json.dumps(crd)).returncode == 0
+        assert kubectl("create", "-f", "-", stdin=json.dumps(widget(size=1))).returncode == 0
+
+        def set_status(status: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+            return kubectl("patch", f"{PLURAL}.{GROUP}", "w", "--subresource=status", "--type=merge",
+                           "-p", json.dumps({"status": status}))
+
+        # When the status breaks a rule of a field, or of the status itself: refused in the rule's words
+        too_many = set_status({"ready": 9})
+        assert too_many.returncode != 0
+        assert ('The Widget "w" is invalid: status.ready: Invalid value: "integer": at most 5 ready'
+                in too_many.stderr)
+        three = set_status({"ready": 3})
+        assert 'status: Invalid value: "object": three is never ready' in three.stderr
+        # And a status the rules allow is written
+        assert set_status({"ready": 2}).returncode == 0
+        assert api.get_object(PLURAL, "w", "default")["status"] == {"ready": 2}

@@ -1,6 +1,6 @@
 """Metadata-only reads (`Accept: application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`), as the
-API server answers them: the metadata of each item and nothing else, paged with limit/continue, and 406
-NotAcceptable for a representation the server does not have."""
+API server answers them: the metadata of each item and nothing else, paged with limit/continue, watches
+whose events carry the metadata alone, and 406 NotAcceptable for a representation the server does not have."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kubernetes.client import ApiClient
 
 from prewarm_devtools.kubeapi import KubeApiServer
 from prewarm_devtools.kubeapi.synthetic import generate_nodes
+from tests.support.kube import call
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +34,15 @@ def client(api: KubeApiServer) -> Iterator[ApiClient]:
         yield api_client
 
 
-def get(client: ApiClient, path: str, accept: str, **query: Any) -> tuple[int, Any]:
+def get(client: ApiClient, path: str, accept: str, *, lines: bool = False, **query: Any) -> tuple[int, Any]:
+    """GET as `accept` asks: the status and the JSON answer (`lines`: a watch's events, one a line)."""
     method, url, headers, body, post = client.param_serialize(
         method="GET", resource_path=path, query_params=list(query.items()), header_params={"Accept": accept},
         auth_settings=["BearerToken"])
     response = client.call_api(method, url, headers, body, post)
     data = response.read()  # type: ignore[no-untyped-call]
+    if lines:
+        return response.status, [json.loads(line) for line in data.splitlines() if line.strip()]
     return response.status, json.loads(data) if data else None
 
 
@@ -115,3 +119,22 @@ def test_the_wrong_shape_of_metadata_is_406(api: KubeApiServer, client: ApiClien
     # q decides before order
     status, body = get(client, f"/api/v1/nodes/{name}", f"application/json;q=0.5,{ONE}")
     assert (status, body["kind"]) == (200, "PartialObjectMetadata")
+
+
+def test_a_metadata_watch_streams_the_metadata_of_each_event(api: KubeApiServer, client: ApiClient) -> None:
+    # Given a node changed after a known resourceVersion
+    name = api.list_objects("nodes")[1]["metadata"]["name"]
+    rv = str(api.resource_version)
+    patched = call(client, "PATCH", f"/api/v1/nodes/{name}", body={"metadata": {"labels": {"seen": "yes"}}},
+                   content_type="application/merge-patch+json")
+    assert patched.status == 200
+    # When the nodes are watched from it as metadata (a metadata informer's watch)
+    status, events = get(client, "/api/v1/nodes", ONE, watch="true", resourceVersion=rv, timeoutSeconds=1,
+                         lines=True)
+    # Then each event's object is a PartialObjectMetadata of the node's metadata
+    assert status == 200 and [e["type"] for e in events] == ["MODIFIED"]
+    change = events[0]["object"]
+    assert set(change) == {"kind", "apiVersion", "metadata"}
+    assert (change["kind"], change["apiVersion"]) == ("PartialObjectMetadata", "meta.k8s.io/v1")
+    assert change["metadata"] == api.get_object("nodes", name)["metadata"]
+    assert change["metadata"]["labels"]["seen"] == "yes"

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from kubernetes.client import ApiClient, ApiException, CoreV1Api, V1Pod
 
 from prewarm_devtools.kubeapi import KubeApiServer
 from tests.support.kube import call, node, pod, status_of
+from tests.support.kubectl import kubectl_on
 
 pytestmark = pytest.mark.integration
 
@@ -211,6 +214,39 @@ def test_resource_version_on_create_is_refused(kube_client: ApiClient) -> None:
     answer = call(kube_client, "POST", "/api/v1/nodes", body=body)
     assert (answer.status, answer.body.get("reason")) == (500, None)
     assert answer.body["message"] == "resourceVersion should not be set on objects to be created"
+
+
+def test_a_resource_version_on_create_is_refused_by_storage_after_validation_as_kubectl_shows(
+    tmp_path: Path,
+) -> None:
+    # etcd3's store refuses it (storage.ErrResourceVersionSetOnCreate), after validation and admission and
+    # never on a dry run, and only when it parses as a non-zero version.
+    def config_map(name: str, rv: str) -> str:
+        return json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": name, "resourceVersion": rv}, "data": {"a": "b"}})
+
+    with KubeApiServer(tls=True) as api:
+        kubectl = kubectl_on(api, tmp_path)
+        collection = "/api/v1/namespaces/default/configmaps"
+
+        def create(body: str, query: str = "") -> subprocess.CompletedProcess[str]:
+            return kubectl("create", "--raw", collection + query, "-f", "-", stdin=body)
+
+        # A plain create: 500, in the store's words
+        refused = create(config_map("c1", "5"))
+        assert refused.returncode != 0
+        assert "Error from server: resourceVersion should not be set on objects to be created" in refused.stderr
+        # An invalid object: validation speaks first
+        invalid = create(config_map("Not_Valid", "5"))
+        assert invalid.stderr.startswith('The ConfigMap "Not_Valid" is invalid: metadata.name: Invalid value')
+        # A dry run never reaches the store: it answers the object
+        dry = create(config_map("c2", "5"), "?dryRun=All")
+        assert dry.returncode == 0, dry.stderr
+        assert json.loads(dry.stdout)["metadata"]["name"] == "c2"
+        assert api.get_object("configmaps", "c2", "default") is None
+        # "0" is no version: created
+        assert create(config_map("c3", "0")).returncode == 0
+        assert api.get_object("configmaps", "c3", "default") is not None
 
 
 def test_dockerconfigjson_secret_without_the_key_is_422(core_v1: CoreV1Api) -> None:

@@ -136,6 +136,28 @@ def test_send_initial_events_ends_with_an_annotated_bookmark(core_v1: CoreV1Api)
     assert seen == ["ADDED", "BOOKMARK"]
 
 
+def test_an_unchanged_replace_keeps_the_resource_version_and_sends_no_event(
+    core_v1: CoreV1Api, kube_api: KubeApiServer
+) -> None:
+    # Given a node whose status holds times (the typed client writes them back as "+00:00", the server's
+    # metav1.Time as UTC "Z": the same times)
+    heartbeat = {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    core_v1.create_node(node("n1"))
+    core_v1.patch_node_status("n1", {"status": {"conditions": [heartbeat]}})
+    rv = core_v1.read_node("n1").metadata.resource_version
+    # When the node and its status are replaced by what was read, unchanged
+    assert core_v1.replace_node_status("n1", core_v1.read_node("n1")).metadata.resource_version == rv
+    assert core_v1.replace_node("n1", core_v1.read_node("n1")).metadata.resource_version == rv
+    # Then nothing was written: the resourceVersion stays, the times keep the server's spelling, and a
+    # watch from that version sees only the next real change
+    assert kube_api.resource_version == int(rv)
+    assert kube_api.get_object("nodes", "n1")["status"]["conditions"] == [heartbeat]
+    core_v1.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
+    assert events(core_v1.list_node, 1, resource_version=rv) == [("MODIFIED", "n1")]
+    assert kube_api.resource_version == int(rv) + 1
+
+
 def test_stopping_the_server_ends_open_watches() -> None:
     api = KubeApiServer()
     api.seed_objects([node("n1")])

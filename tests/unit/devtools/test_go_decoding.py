@@ -1,67 +1,79 @@
-"""The embedded API's Go types of the built-in kinds, and the values Go's decoders parse, against what Go
-answers (time.Parse, resource.ParseQuantity, base64.StdEncoding, encoding/json's UnmarshalTypeError)."""
+"""The embedded API's Go types of the built-in kinds (read from kubernetes-validate's schemas), and the
+values Go's decoders parse, against what Go answers (time.Parse, resource.ParseQuantity,
+base64.StdEncoding, encoding/json's UnmarshalTypeError)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import kubernetes.client
 import pytest
 
-from prewarm_devtools.kubeapi.godecode import GoDecodeError, decode_json, decode_unstructured, go_format
-from prewarm_devtools.kubeapi.gotypes import SERVED_KINDS, GoType, kind_type, struct_fields
-from prewarm_devtools.kubeapi.gotypes_table import FIELD_TYPES
+from prewarm_devtools.kubeapi.builtindecoding import GoDecodeError, decode_json, decode_unstructured, go_format
+from prewarm_devtools.kubeapi.builtintypes import GoType, kind_type, struct_fields, struct_name
+from prewarm_devtools.kubeapi.gonames import NAMED_FIELDS
 from prewarm_devtools.kubeapi.govalues import RFC3339_MICRO, parse_base64, parse_quantity, parse_time
 from prewarm_devtools.kubeapi.resources import RESOURCES
 
 
-def _reachable(t: GoType, seen: set[str]) -> None:
-    if t.kind == "struct" and t.model not in seen:
-        seen.add(t.model)
+def _reachable(t: GoType, seen: dict[str, str]) -> None:
+    if t.kind == "struct" and t.model not in seen.values():
+        seen[struct_name(t.model)] = t.model
         for field in struct_fields(t.model).values():
             _reachable(field, seen)
     elif t.elem is not None:
         _reachable(t.elem, seen)
 
 
-def test_every_stored_built_in_type_has_its_go_type() -> None:
+def _served_structs() -> dict[str, str]:
+    models: dict[str, str] = {}
     for rtype in RESOURCES.values():
-        assert kind_type(rtype.api_version, rtype.kind) is not None, rtype.kind
-
-
-def test_no_field_of_a_served_kind_is_left_untyped() -> None:
-    # A Python `object` the table does not name (IntOrString, RawExtension...) would take anything.
-    models: set[str] = set()
-    for api_version, kind in SERVED_KINDS:
-        t = kind_type(api_version, kind)
-        assert t is not None
+        t = kind_type(rtype.api_version, rtype.kind)
+        assert t is not None, rtype.kind
         _reachable(t, models)
-    untyped = [f"{m}.{name}" for m in models for name, t in struct_fields(m).items() if t.name == "interface {}"]
+    return models
+
+
+def test_every_stored_built_in_kind_has_its_go_type_and_no_field_is_left_untyped() -> None:
+    # An untyped field (`interface {}`) would take anything.
+    models = _served_structs()
+    untyped = [f"{m}.{name}" for m in models.values() for name, t in struct_fields(m).items()
+               if t.name == "interface {}"]
     assert untyped == []
-    assert {"V1PodSpec", "V1Container", "V1PolicyRule", "V1ValidatingAdmissionPolicySpec"} <= models
+    assert {"PodSpec", "Container", "PolicyRule", "ValidatingAdmissionPolicySpec"} <= set(models)
+    assert kind_type("apiextensions.k8s.io/v1", "CustomResourceDefinition") is None
+    assert kind_type("prewarm.io/v1", "ImagePullJob") is None
 
 
-def test_the_generated_table_names_only_fields_the_python_client_has() -> None:
-    for model, fields in FIELD_TYPES.items():
-        known = set(getattr(kubernetes.client, model).attribute_map.values())
-        assert set(fields) <= known, model
+def test_the_named_types_table_names_only_fields_the_schemas_have() -> None:
+    models = _served_structs()
+    for struct, fields in NAMED_FIELDS.items():
+        assert set(fields) <= set(struct_fields(models[struct])), struct
 
 
 @pytest.mark.parametrize(("model", "field", "go_type"), [
-    ("V1ObjectMeta", "labels", "map[string]string"),
-    ("V1ObjectMeta", "generation", "int64"),
-    ("V1DaemonSetSpec", "revisionHistoryLimit", "int32"),
-    ("V1PodSpec", "containers", "[]v1.Container"),
-    ("V1PodSpec", "terminationGracePeriodSeconds", "int64"),
-    ("V1Container", "imagePullPolicy", "v1.PullPolicy"),
-    ("V1ResourceRequirements", "limits", "v1.ResourceList"),
-    ("V1RollingUpdateDaemonSet", "maxUnavailable", "intstr.IntOrString"),
-    ("V1Secret", "data", "map[string][]uint8"),
-    ("CoreV1Event", "eventTime", "v1.MicroTime"),
-    ("V1ClusterRoleBinding", "subjects", "[]v1.Subject"),
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "labels", "map[string]string"),
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "generation", "int64"),
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "creationTimestamp", "v1.Time"),
+    ("io.k8s.api.apps.v1.DaemonSetSpec", "revisionHistoryLimit", "int32"),
+    ("io.k8s.api.core.v1.PodSpec", "containers", "[]v1.Container"),
+    ("io.k8s.api.core.v1.PodSpec", "terminationGracePeriodSeconds", "int64"),
+    ("io.k8s.api.core.v1.Container", "imagePullPolicy", "v1.PullPolicy"),
+    ("io.k8s.api.core.v1.ResourceRequirements", "limits", "v1.ResourceList"),
+    ("io.k8s.api.apps.v1.RollingUpdateDaemonSet", "maxUnavailable", "intstr.IntOrString"),
+    ("io.k8s.api.core.v1.Secret", "data", "map[string][]uint8"),
+    ("io.k8s.api.core.v1.Event", "eventTime", "v1.MicroTime"),
+    ("io.k8s.api.rbac.v1.ClusterRoleBinding", "subjects", "[]v1.Subject"),
 ])
 def test_fields_have_the_go_type_reflect_names(model: str, field: str, go_type: str) -> None:
     assert struct_fields(model)[field].name == go_type
+
+
+def test_fields_newer_than_the_served_version_are_unknown() -> None:
+    # 1.34 added PodSpec.hostnameOverride; the embedded API plays 1.33
+    pod = kind_type("v1", "Pod")
+    assert pod is not None
+    decoded = decode_json(pod, {"metadata": {"name": "p"}, "spec": {"hostnameOverride": "h", "containers": []}})
+    assert decoded.strict == ['unknown field "spec.hostnameOverride"']
 
 
 @pytest.mark.parametrize(("value", "error"), [
@@ -163,47 +175,3 @@ def test_a_strategic_merge_patch_result_converts_as_the_unstructured_converter_d
 def test_go_formats_a_patch_as_percent_v_does() -> None:
     assert go_format({"b": [1, 2.5, None], "a": {"x": True, "y": "s"}, "c": 1e6}) == (
         "map[a:map[x:true y:s] b:[1 2.5 <nil>] c:1e+06]")
-
-
-GO_SOURCE = '''
-import (
-\tmetav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-\t"k8s.io/apimachinery/pkg/api/resource"
-)
-
-type PullPolicy string
-
-type ResourceList map[ResourceName]resource.Quantity
-
-type ResourceName string
-
-type Thing struct {
-\tmetav1.TypeMeta `json:",inline"`
-\t// +optional
-\tmetav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
-\tPolicy PullPolicy `json:"policy,omitempty"`
-\tGrace *int64 `json:"grace,omitempty"`
-\tLimits ResourceList `json:"limits,omitempty"`
-\tData map[string][]byte `json:"data,omitempty"`
-\tSource `json:",inline"`
-\tSkipped string `json:"-"`
-}
-
-type Source struct {
-\tPath string `json:"path"`
-}
-'''
-
-
-def test_the_generator_reads_go_structs_as_reflect_names_their_fields() -> None:
-    from prewarm_devtools.kubeapi.gotypes_generate import GoPackage, GoSources, parse_package
-
-    package = parse_package("k8s.io/api/things/v1", GO_SOURCE)
-    meta = GoPackage("k8s.io/apimachinery/pkg/apis/meta/v1", structs={"TypeMeta": [], "ObjectMeta": []})
-    sources = GoSources({package.path: package, meta.path: meta})
-    fields = sources.fields(package.path, "Thing")
-    assert {name: sources.render(owner, expr) for name, (owner, expr) in fields.items()} == {
-        "metadata": "v1.ObjectMeta", "policy": "v1.PullPolicy", "grace": "int64", "limits": "v1.ResourceList",
-        "data": "map[string][]uint8", "path": "string"}
-    assert sources.underlying(package, "ResourceList") == "map[v1.ResourceName]resource.Quantity"
-    assert sources.underlying(package, "*int64") is None

@@ -1,4 +1,4 @@
-"""The reviews (authorization.k8s.io/v1 and authentication.k8s.io/v1): answered by server.py, never
+"""The reviews (authorization.k8s.io/v1 and authentication.k8s.io/v1): answered by accessreviews.py, never
 stored, so create is their only verb."""
 
 from __future__ import annotations

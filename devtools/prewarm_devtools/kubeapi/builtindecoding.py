@@ -1,4 +1,7 @@
-"""Decoding a built-in kind into its Go type, as the real API server does, with Go's error text.
+"""Decoding a built-in kind into its Go type, as the real API server does, with Go's error text. The types
+come from kubernetes-validate's strict schemas (builtintypes.py); what those schemas let through and the
+server refuses is kept here: the first wrong type in document order worded as Go words it, ints that do
+not fit their width, and the values with their own parsers (govalues.py: times, quantities, base64).
 
 Two decoders, for the two ways a body reaches a Go struct:
 - `decode_json`: a JSON body (create, update, the result of a merge or JSON patch) through
@@ -14,19 +17,27 @@ Two decoders, for the two ways a body reaches a Go struct:
   string`, `cannot restore slice from map`) and whose unknown fields come sorted.
 
 Both return the strict errors and the unknown fields, which the caller drops (Go's structs have nowhere
-to keep them); a type error raises `GoDecodeError`. Values are checked, not re-encoded: a quantity
-keeps its spelling (the real server stores its canonical form) and numbers keep Python's.
+to keep them); a type error raises `GoDecodeError`. Times are encoded again as the server encodes them
+(UTC); other values are checked, not re-encoded: a quantity keeps its spelling (the real server stores its
+canonical form) and numbers keep Python's.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from prewarm_devtools.kubeapi.gotypes import GoType, struct_fields, struct_name
-from prewarm_devtools.kubeapi.govalues import RFC3339, RFC3339_MICRO, parse_base64, parse_quantity, parse_time
+from prewarm_devtools.kubeapi.builtintypes import GoType, struct_fields, struct_name
+from prewarm_devtools.kubeapi.goformat import go_float
+from prewarm_devtools.kubeapi.govalues import (
+    RFC3339,
+    RFC3339_MICRO,
+    canonical_time,
+    parse_base64,
+    parse_quantity,
+    parse_time,
+)
 
 _MAX_STRICT_ERRORS = 100  # sigs.k8s.io/json keeps no more
 
@@ -178,6 +189,14 @@ class _JsonDecoding:
                 self.unknown_fields.append((value, key))
                 continue
             self.value(fields[key], value[key], context.enter(name, key), field_path)
+            _canonical(fields[key], value, key)
+
+
+def _canonical(t: GoType, parent: dict[str, Any], key: str) -> None:
+    """A decoded time as the server encodes it again: metav1.Time in UTC to the second, MicroTime in UTC to
+    the microsecond (so an update that only spells a time otherwise changes nothing)."""
+    if t.kind in ("time", "microtime") and isinstance(parent[key], str):
+        parent[key] = canonical_time(parent[key], micro=t.kind == "microtime")
 
 
 def decode_json(t: GoType, value: dict[str, Any]) -> Decoded:
@@ -250,10 +269,11 @@ class _Unstructured:
             if not isinstance(value, dict):
                 raise GoDecodeError(f"cannot restore struct from: {_go_kind(value)}")
             fields = struct_fields(t.model)
-            # Go walks the struct's fields in declaration order; the Python client lists them sorted.
+            # Go walks the struct's fields in declaration order; the schemas list them sorted.
             for key, field_type in fields.items():
                 if key in value:
                     self.value(field_type, value[key], f"{path}.{key}" if path else key)
+                    _canonical(field_type, value, key)
             for key in [k for k in value if k not in fields]:
                 self.strict.append(f'unknown field "{path}.{key}"' if path else f'unknown field "{key}"')
                 self.unknown_fields.append((value, key))
@@ -284,15 +304,6 @@ def decode_unstructured(t: GoType, value: dict[str, Any]) -> Decoded:
     return Decoded(sorted(converting.strict), converting.unknown_fields)
 
 
-def go_json(value: Any) -> str:
-    """encoding/json's Marshal of a decoded JSON value: keys sorted, HTML characters escaped."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                          ("\u2029", "\\u2029")):
-        text = text.replace(char, escaped)
-    return text
-
-
 def go_format(value: Any) -> str:
     """Go's `%+v` of a decoded JSON value (map[string]interface{} and friends)."""
     if value is None:
@@ -304,23 +315,5 @@ def go_format(value: Any) -> str:
     if isinstance(value, list):
         return "[" + " ".join(go_format(v) for v in value) + "]"
     if isinstance(value, float):
-        return _go_float(value)
+        return go_float(value)
     return str(value)
-
-
-def _go_float(value: float) -> str:
-    # fmt's %v of a float64: strconv's shortest digits, in %e form when the exponent is < -4 or >= 6.
-    if value == 0:
-        return "0"
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    text = "".join(map(str, digits))
-    point = len(text) + int(exponent)  # where the decimal point goes among the digits
-    minus = "-" if sign else ""
-    if point - 1 < -4 or point - 1 >= 6:
-        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-        return f"{minus}{mantissa}e{'-' if point - 1 < 0 else '+'}{abs(point - 1):02d}"
-    if point <= 0:
-        return f"{minus}0.{'0' * -point}{text}"
-    if point >= len(text):
-        return minus + text + "0" * (point - len(text))
-    return f"{minus}{text[:point]}.{text[point:]}"
