@@ -14,6 +14,7 @@ from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.reports import WRITERS, record_reports, record_status
 from tests.support.cluster import make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
 
@@ -75,12 +76,12 @@ def test_a_hello_reads_the_running_jobs_not_every_job_stored(plane: ControlPlane
     for i in range(2):
         planned(plane, f"never-{i}", completionPolicy={"type": "Never"}, parallelism=10)
     plane.cluster.nodes += [make_node("node-new", pool="gpu"), make_node("node-later", pool="gpu")]
-    record_status(plane.store, plane.queues, plane.cluster,
+    record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
                   [("m1", Hello(node="node-new", labels={"pool": "gpu"}))], now=plane.now())
     calls = Calls(plane.store.client)
     # When another new node says hello (in a fresh invocation: a new store, as a new Lambda container has)
     store = type(plane.store)(plane.store.table_name, client=plane.store.client)
-    outcome = record_status(store, plane.queues, plane.cluster,
+    outcome = record_status(store, plane.queues, clusters_of(store, plane.cluster),
                             [("m2", Hello(node="node-later", labels={"pool": "gpu"}))], now=plane.now())
     # Then it joins both Never jobs, having read those two job items (and the ones fill_slots reads), not 32
     assert [h.added_to for h in outcome.hellos] == [["default/never-0", "default/never-1"]]
@@ -96,7 +97,7 @@ def test_a_batch_of_hellos_adds_its_nodes_to_each_job_in_one_transaction(plane: 
     # When six new nodes say hello in one batch, one of them twice
     hellos = [(f"m{i}", Hello(node=n, labels={"pool": "gpu"}, warm_until=plane.now() + 600))
               for i, n in enumerate([*new, new[0]])]
-    outcome = record_status(plane.store, plane.queues, plane.cluster, hellos, now=plane.now())
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), hellos, now=plane.now())
     # Then each job gets the six nodes in one transaction, counted once, and every node its list
     assert outcome.retry_ids == []
     assert calls.node_puts_per_transaction == [6, 6]
@@ -109,7 +110,7 @@ def test_a_batch_of_hellos_adds_its_nodes_to_each_job_in_one_transaction(plane: 
     assert all(h.required for h in outcome.hellos)
     assert sorted(h.node for h in outcome.hellos) == sorted([*new, new[0]])
     # And a second delivery of the same hellos adds nothing
-    again = record_status(plane.store, plane.queues, plane.cluster, hellos, now=plane.now())
+    again = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), hellos, now=plane.now())
     assert [h.added_to for h in again.hellos] == [[]] * 7 and again.retry_ids == []
     for key in keys:
         record = plane.store.get_job(key)
@@ -136,7 +137,7 @@ def test_a_hello_whose_job_write_is_refused_goes_back_alone(plane: ControlPlane,
 
     monkeypatch.setattr(plane.store, "add_tasks", throttled)
     # When both say hello in one batch and the first job's write is throttled
-    outcome = record_status(plane.store, plane.queues, plane.cluster,
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
                             [("a", Hello(node="new-a", labels={"pool": "gpu"})),
                              ("b", Hello(node="new-b", labels={"zone": "b"}))], now=plane.now())
     # Then only the hello of the node that job selects goes back to the queue

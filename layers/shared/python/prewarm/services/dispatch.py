@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import ImagePullJob, JobState
-from prewarm.domain.messages import CancelTask, NodePhase
+from prewarm.domain.messages import NodePhase
 from prewarm.domain.placement import AgentPlacement, NodeSelection, evaluate_nodes, named_exclusions
 from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord
@@ -248,7 +248,7 @@ def _plan_round(
     chosen = set(selection.selected)
     stale = [t.node for t in existing if t.node not in chosen]
     cancels = [
-        CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="superseded by a new round")
+        record.cancel_task(t.node, round=t.round, reason="superseded by a new round")
         for t in existing
         if t.round < record.round and t.dispatched_at is not None and not t.phase.is_terminal
     ]
@@ -296,8 +296,7 @@ def _replan_round(
         task = have[node]
         # Cancel before removing: a retry after a crash in between no longer sees the node's item.
         if task.dispatched_at is not None and not task.phase.is_terminal:
-            queues.send(CancelTask(job=key, job_uid=record.uid, round=task.round, node=node,
-                                   reason="node no longer selected"))
+            queues.send(record.cancel_task(node, round=task.round, reason="node no longer selected"))
         retry_refused_write(functools.partial(store.remove_task, record.ref, task))
         result.removed.append(node)
     for node in added:

@@ -21,7 +21,7 @@ from prewarm.domain.jobs import (
 )
 from prewarm.domain.liveness import is_silent
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.messages import CancelTask, NodePhase
+from prewarm.domain.messages import NodePhase
 from prewarm.domain.nodes import NodeWarm
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.retry import retry_on_conflict
@@ -174,7 +174,7 @@ def _apply_once(
         ))
         return Applied("ImagePullJob", ns, name, "created", cluster=cluster)
     if not current.owner:
-        check_source("ImagePullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
+        check_source("ImagePullJob", ns, name, owner=current.source, by=source_of(manifest))
     if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
         if not current.is_unplanned_for_long(now):
             return Applied("ImagePullJob", ns, name, "unchanged", cluster=cluster)
@@ -194,7 +194,7 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, clust
     spec_hash = job.spec_hash()
     current = store.get_job(key)
     if current is not None:
-        check_source("ImageListPullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
+        check_source("ImageListPullJob", ns, name, owner=current.source, by=source_of(manifest))
     children = list(job.child_jobs())
     child_names = [c.metadata.name for c in children]
     applied_children = [apply_job(store, c, now=now, owner=key, cluster=cluster) for c in children]
@@ -234,7 +234,7 @@ def request_deletion(
     record = store.get_job(key)
     if record is None:
         raise _not_found(namespace, name, cluster)
-    if by is not Source.RESOURCE and source_of(record.manifest) is Source.RESOURCE:
+    if by is not Source.RESOURCE and record.source is Source.RESOURCE:
         check_source(record.api_kind, namespace, name, owner=Source.RESOURCE, by=by)
     children = record.children if record.is_list_job else []
     return sum(_mark_deleting(store, record.sibling(c), now=now) for c in children) + _mark_deleting(
@@ -266,8 +266,7 @@ def complete_deletion(store: JobStore, queues: TaskQueues, key: str) -> int:
     record = store.get_job(key)
     if record is None or record.state != JobState.DELETING:
         return 0
-    cancels = [CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="job deleted")
-               for t in _in_flight(store, record)]
+    cancels = [record.cancel_task(t.node, round=t.round, reason="job deleted") for t in _in_flight(store, record)]
     failures = queues.send_many(cancels) if cancels else []
     if failures:
         # Kept for a retry: once the items are gone, nobody could tell whom to cancel.
@@ -395,8 +394,8 @@ def job_status(view: JobView) -> JobStatus:
 
 def list_job_status(view: JobView) -> ImageListPullJobStatus:
     """An ImageListPullJob's status as Kruise reports it: counts of its ImagePullJobs, failed images listed."""
-    by_image = {c.record.manifest.get("spec", {}).get("image"): c for c in view.children}
-    images = view.record.manifest.get("spec", {}).get("images", [])
+    by_image = {c.record.image: c for c in view.children}
+    images = view.record.images
     failed: list[FailedImageStatus] = []
     for image in images:
         child = by_image.get(image)

@@ -321,6 +321,40 @@ class CredentialsCluster(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeStates, CredentialsCluster, Protocol):
+    """One cluster's Kubernetes API, all a use case may ask of it (`prewarm.adapters.kube.KubeCluster`);
+    each use case names the narrower protocol it uses."""
+
+    def replace_status(self, api_version: str, plural: str, name: str, body: Mapping[str, Any],
+                       namespace: str | None = None) -> dict[str, Any]: ...
+    def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool: ...
+
+
+class ClusterDirectory(Protocol):
+    """The clusters one stack serves (`prewarm.adapters.clusters.StackClusters`): which they are, the API
+    of one by name, and the name the stack's own goes by.
+
+    The stack's own cluster is `DEFAULT_CLUSTER` (`""`) wherever the stack keys a cluster; people know it
+    by `own_name` (the stack's `ClusterName`, `""` when it has none)."""
+
+    @property
+    def own_name(self) -> str: ...
+
+    def served(self) -> list[RegisteredCluster]:
+        """Every cluster served, read afresh: the stack's own first (named `""`, with the labels it was
+        registered with, if it was), then the registered ones."""
+        ...
+
+    def serves(self, name: str) -> bool:
+        """Whether cluster `name` (`""`: the stack's own) is one the stack serves."""
+        ...
+
+    def api(self, name: str = "") -> ClusterApi:
+        """The API of cluster `name`; `ClusterConfigError` when it is not registered (or, for the stack's
+        own, when no Kubernetes access is configured)."""
+        ...
+
+
 class RegistryTokenSource(Protocol):
     """Gets a new token for a registry (`prewarm.adapters.ecr_auth.EcrTokenSource`); raises
     `RegistryTokenError` when it cannot."""

@@ -26,10 +26,12 @@ from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, Requ
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
+from prewarm.services.clusters import api_or_none
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     Cluster,
+    ClusterDirectory,
     JobStore,
     Redelivery,
     StoreConflictError,
@@ -404,7 +406,7 @@ def register_nodes(
     for node, (jobs, _) in selected.items():
         for record in jobs:
             joining.setdefault(record.key, []).append(node)
-    by_key = {r.key: r for r in records}
+    by_key: dict[str, StoredJob] = {r.key: r for r in records}
     read_first = set(new)
     added: dict[str, list[str]] = {}
 
@@ -455,15 +457,14 @@ class StatusBatchOutcome:
 def record_status(
     store: JobStore,
     queues: TaskQueues,
-    cluster: Cluster | None,
+    clusters: ClusterDirectory,
     messages: Sequence[tuple[str, FromAgent]],
     *,
     now: float,
-    clusters: Callable[[str], Cluster | None] | None = None,
 ) -> StatusBatchOutcome:
     """A batch of the status queue, keyed by message id: hellos, warm-ups and gone images one by one,
-    reports together. `cluster` is the API of the stack's own cluster, `clusters` gives a registered
-    cluster's by name (hellos name their cluster; reports, their job's key).
+    reports together. Hellos and warm-ups name their cluster, of `clusters` (those the stack serves); a
+    hello is registered without its cluster's API when that cannot be reached (it speaks for its node).
 
     A hello, warm-up or gone image that fails goes back to the queue on its own; reports that could not be applied
     yet (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
@@ -478,7 +479,7 @@ def record_status(
             continue
         if isinstance(message, Hello | Warmed):
             if message.cluster not in served:
-                served[message.cluster] = store.get_cluster(message.cluster) is not None
+                served[message.cluster] = clusters.serves(message.cluster)
             if not served[message.cluster]:
                 # Its node would be registered, and its queue kept, in a cluster nothing sweeps.
                 log.warning("%s of node %s dropped: cluster %s is not registered with this stack", message.kind,
@@ -501,8 +502,7 @@ def record_status(
     for message_id, hello in hellos:
         by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
     for name, group in by_cluster.items():
-        api = cluster if name == DEFAULT_CLUSTER else clusters(name) if clusters is not None else None
-        registered = register_nodes(store, queues, api, [h for _, h in group], now=now)
+        registered = register_nodes(store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
                 outcome.hellos.append(registration)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
-from prewarm.domain.images import parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.messages import RequiredImage, RequiredImages
 from prewarm.domain.warming import NeverJob, required_images
@@ -50,7 +49,7 @@ def jobs_selecting(
                 field_selector=f"spec.nodeName={name}",
             )
         platforms = record.image_platforms()
-        never.append(NeverJob(record.key, parse_image(job.spec.image).pull_reference, job.placement,
+        never.append(NeverJob(record.key, record.pull_reference, job.placement,
                               tuple(platforms) if platforms is not None else None))
     wanted = required_images(never, node, pods)
     keys = {w.job for w in wanted}
