@@ -119,7 +119,6 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
     """Kruise's ImagePullJob columns and where the job comes from: NAME TOTAL ACTIVE SUCCEED FAILED AGE SOURCE
     MESSAGE (+ IMAGE PARALLELISM ROUND). SOURCE: resource (a prewarm.dev resource in the cluster), cli or rule.
     With `cluster_names` (how each cluster is shown), a CLUSTER column first: the stack serves several."""
-    from prewarm.domain.sources import source_of
 
     headers = ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "SOURCE", "MESSAGE"]
     if wide:
@@ -130,7 +129,7 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
     for v in views:
         r = v.record
         row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now),
-                             source_of(r.manifest), v.message + silent_note(v.silent_agents)]
+                             r.source, v.message + silent_note(v.silent_agents)]
         if wide:
             spec = r.manifest.get("spec", {})
             row += [_images(spec), spec.get("parallelism", 1), "-" if r.is_list_job else r.round]
@@ -405,8 +404,7 @@ def listed(names: Sequence[str]) -> str:
 def _describe_children(view: JobView, *, now: float) -> list[str]:
     lines = [f"ImagePullJobs ({len(view.children)}):"]
     rows = [
-        [c.record.name, c.record.manifest.get("spec", {}).get("image", ""), c.desired, c.active, c.succeeded, c.failed,
-         c.message]
+        [c.record.name, c.record.image, c.desired, c.active, c.succeeded, c.failed, c.message]
         for c in view.children
     ]
     if rows:

@@ -11,11 +11,12 @@ import pytest
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.messages import Hello, PullTask, RequiredImages, StatusReport, Warmed
+from prewarm.domain.push import ImagePush
 from prewarm.domain.warming import SettledNodes
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterUnavailableError
-from prewarm.services.push import ImagePush, handle_push
+from prewarm.services.push import handle_push
 from prewarm.services.reports import record_report, record_status
 from prewarm.services.resources import RULES_FROM_OWN_CLUSTER, sync_clusters, sync_resources
 from prewarm.services.schedules import SweepSettings, sweep

@@ -27,13 +27,13 @@ if TYPE_CHECKING:
     from prewarm.domain.job import StoredJob
     from prewarm.domain.keys import JobKey
     from prewarm.domain.messages import FromAgent, Hello, StatusReport
+    from prewarm.domain.push import ImagePush
     from prewarm.domain.retry import Delivery
     from prewarm.domain.warming import SettledNodes
     from prewarm.services.credentials import RefreshReport
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
     from prewarm.services.ports import ClusterApi
-    from prewarm.services.push import ImagePush
     from prewarm.services.reports import HelloOutcome, ReportOutcome, StatusBatchOutcome
     from prewarm.services.resources import SyncReport
     from prewarm.services.schedules import SweepResult, SweepSettings

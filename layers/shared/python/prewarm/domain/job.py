@@ -107,6 +107,18 @@ class StoredJob:
         return self.planned == self.plan_id
 
     @property
+    def plan_round(self) -> int | None:
+        """The round the last plan was made for (`planned` is `<generation>.<round>`); None before any."""
+        round_ = self.planned.partition(".")[2]
+        return int(round_) if round_.isdigit() else None
+
+    @property
+    def round_is_planned(self) -> bool:
+        """Whether the current round has had a plan, perhaps of an earlier generation: a new spec of the
+        same round re-plans it (a diff), a new round is planned afresh."""
+        return self.plan_round == self.round
+
+    @property
     def is_list_job(self) -> bool:
         return self.api_kind is ApiKind.IMAGE_LIST_PULL_JOB
 

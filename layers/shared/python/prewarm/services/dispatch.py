@@ -202,7 +202,7 @@ def _plan_once(
     tasks = store.get_tasks(key, shards=record.shards)
     same_round = [t for t in tasks if t.round == record.round]
     try:
-        if record.planned.partition(".")[2] == str(record.round) and same_round:
+        if record.round_is_planned and same_round:
             result = _replan_round(store, queues, record, selection, same_round, now=now)
         else:
             result = _plan_round(store, queues, record, job, selection, tasks, now=now)

@@ -3,39 +3,15 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
 from prewarm.domain.manifests import parse_manifest
+from prewarm.domain.push import ImagePush
 from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
 from prewarm.services.ports import ClusterDirectory, ImageMetadata, JobStore
 
 log = logging.getLogger(__name__)
-
-INDEX_MEDIA_TYPES = frozenset(
-    {
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-    }
-)
-
-
-@dataclass(frozen=True)
-class ImagePush:
-    """A successful ECR push, as the EventBridge `ECR Image Action` event describes it."""
-
-    account: str
-    region: str
-    repository: str
-    digest: str
-    tag: str | None
-    manifest_media_type: str = ""
-
-    @property
-    def registry_host(self) -> str:
-        suffix = "amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com"
-        return f"{self.account}.dkr.ecr.{self.region}.{suffix}"
 
 
 def matching_rules(store: JobStore, push: ImagePush) -> list[PrewarmRule]:
@@ -57,7 +33,7 @@ def handle_push(store: JobStore, images: ImageMetadata | None, push: ImagePush, 
     if not rules:
         return []
     platforms = None
-    if images is not None and push.manifest_media_type in INDEX_MEDIA_TYPES:
+    if images is not None and push.is_index:
         platforms = images.platforms(push.account, push.repository, push.digest)
     served = [RegisteredCluster(DEFAULT_CLUSTER)] if clusters is None else clusters.served()
     own_name = "" if clusters is None else clusters.own_name
