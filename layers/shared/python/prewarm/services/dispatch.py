@@ -27,7 +27,7 @@ from prewarm.services.ports import (
     Cluster,
     ClusterAuthError,
     ClusterError,
-    JobStore,
+    PlanItems,
     PullSecretError,
     PullSecretMirror,
     StoreConflictError,
@@ -144,7 +144,7 @@ def agent_placement(cluster: Cluster) -> tuple[AgentPlacement | None, str]:
 
 
 def plan_job(
-    store: JobStore,
+    store: PlanItems,
     cluster: Cluster,
     queues: TaskQueues,
     key: str,
@@ -165,7 +165,7 @@ def plan_job(
 
 
 def _plan_once(
-    store: JobStore, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
+    store: PlanItems, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
     secrets: PullSecretMirror | None,
 ) -> PlanResult:
     record = store.get_job(key)
@@ -225,7 +225,7 @@ def _add_fill(result: PlanResult, fill: FillResult) -> None:
 
 
 def _plan_round(
-    store: JobStore,
+    store: PlanItems,
     queues: TaskQueues,
     record: StoredJob,
     job: ImagePullJob,
@@ -274,7 +274,7 @@ def _plan_round(
 
 
 def _replan_round(
-    store: JobStore,
+    store: PlanItems,
     queues: TaskQueues,
     record: StoredJob,
     selection: NodeSelection,
@@ -315,7 +315,7 @@ def _replan_round(
     return result
 
 
-def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, now: float,
+def add_nodes_to_job(store: PlanItems, record: StoredJob, nodes: list[str], *, now: float,
                      present: Mapping[str, NodeTaskRecord] | None = None) -> list[str]:
     """Adds new nodes (a batch's hellos) to a planned round, up to 99 a transaction; the nodes added
     (a node already in the round is not). `present`: the nodes' items as the caller read them (a node
@@ -331,7 +331,7 @@ def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, no
 
 
 def resend_dispatched(
-    store: JobStore, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None
+    store: PlanItems, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None
 ) -> tuple[int, list[tuple[str, str]]]:
     """Sends again the tasks dispatched but never reported (a crash between claim and send)."""
     pending = [
@@ -377,7 +377,7 @@ class FillResult:
 
 
 def fill_slots(
-    store: JobStore,
+    store: PlanItems,
     queues: TaskQueues,
     key: str,
     *,
@@ -434,7 +434,7 @@ def fill_slots(
     return result
 
 
-def finish_if_done(store: JobStore, key: str, *, now: float) -> bool:
+def finish_if_done(store: PlanItems, key: str, *, now: float) -> bool:
     """Completes an `Always` job whose nodes have all finished (Kruise: succeeded + failed = desired)."""
     record = store.get_job(key)
     fields = record.completion(now) if record is not None else None

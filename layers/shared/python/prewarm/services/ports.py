@@ -207,6 +207,33 @@ class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, Prot
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
 
+# --- What each use case asks of the table: the item kinds it reads and writes, no more ---------------
+
+
+class PlanItems(JobItems, NodeTaskItems, Protocol):
+    """A job and its node items: planning, claims, healing, a deletion's cancels (`services.dispatch`,
+    `services.healing`, `services.jobs.complete_deletion`)."""
+
+
+class WarmingItems(JobItems, NodeItems, Protocol):
+    """Running jobs and registered nodes: what a warming node must have (`services.warming`)."""
+
+
+class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
+    """Jobs, their node items and registered nodes: what agents' messages and the table stream change
+    (`services.reports`, `services.stream`)."""
+
+
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):
+    """Jobs and rules as people and pushes apply them, read back with their node items (`services.jobs`,
+    `services.push`)."""
+
+
+class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
+    """Everything the sweep tends: jobs, node items, registered nodes and each cluster's health
+    (`services.schedules.sweep`)."""
+
+
 class TaskQueues(Protocol):
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool: ...
     def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]: ...

@@ -9,12 +9,12 @@ from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.push import ImagePush
 from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
-from prewarm.services.ports import ClusterDirectory, ImageMetadata, JobStore
+from prewarm.services.ports import ApplyItems, ClusterDirectory, ImageMetadata
 
 log = logging.getLogger(__name__)
 
 
-def matching_rules(store: JobStore, push: ImagePush) -> list[PrewarmRule]:
+def matching_rules(store: ApplyItems, push: ImagePush) -> list[PrewarmRule]:
     rules = []
     for doc in store.list_rules():
         rule = parse_manifest(doc)
@@ -23,7 +23,7 @@ def matching_rules(store: JobStore, push: ImagePush) -> list[PrewarmRule]:
     return sorted(rules, key=lambda r: r.metadata.name)
 
 
-def handle_push(store: JobStore, images: ImageMetadata | None, push: ImagePush, *, now: float,
+def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, *, now: float,
                 clusters: ClusterDirectory | None = None) -> list[Applied]:
     """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves;
     None: the stack's own alone). A duplicate event finds the same spec and changes nothing. Each

@@ -30,9 +30,9 @@ from prewarm.services.clusters import api_or_none
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
+    AgentItems,
     Cluster,
     ClusterDirectory,
-    JobStore,
     Redelivery,
     StoreConflictError,
     StoreError,
@@ -98,7 +98,7 @@ class BatchOutcome:
         return [i for i, o in enumerate(self.outcomes) if o.retry]
 
 
-def record_report(store: JobStore, queues: TaskQueues, report: StatusReport, *, now: float) -> ReportOutcome:
+def record_report(store: AgentItems, queues: TaskQueues, report: StatusReport, *, now: float) -> ReportOutcome:
     """Applies one report (a batch of one); a report that keeps conflicting raises `StoreConflictError`."""
     outcome = record_reports(store, queues, [report], now=now).outcomes[0]
     if outcome.retry:
@@ -108,7 +108,7 @@ def record_report(store: JobStore, queues: TaskQueues, report: StatusReport, *, 
 
 
 def record_reports(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
     reports: Sequence[StatusReport],
     *,
@@ -128,7 +128,7 @@ def record_reports(
 class _JobBatch:
     """The reports of one job in one batch."""
 
-    def __init__(self, store: JobStore, queues: TaskQueues, key: str, reports: Sequence[StatusReport],
+    def __init__(self, store: AgentItems, queues: TaskQueues, key: str, reports: Sequence[StatusReport],
                  indexes: list[int], result: BatchOutcome, *, now: float, sleep: Callable[[float], None]) -> None:
         self.store, self.queues, self.key, self.now, self.sleep = store, queues, key, now, sleep
         self.reports, self.result = reports, result
@@ -300,7 +300,7 @@ class HelloOutcome:
     required: list[str] | None = None
 
 
-def record_warm(store: JobStore, warmed: Warmed) -> None:
+def record_warm(store: AgentItems, warmed: Warmed) -> None:
     """Stores how a node's startup taint came off, for `describe node` and `get nodes`. A node not
     registered yet raises `StoreConflictError` (SQS may deliver the `Warmed` before the hello: it comes
     again)."""
@@ -311,7 +311,7 @@ def record_warm(store: JobStore, warmed: Warmed) -> None:
 
 
 def register_node(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
     cluster: Cluster | None,
     hello: Hello,
@@ -332,7 +332,7 @@ HelloError = StoreError | TaskSendError
 
 
 def register_nodes(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
     cluster: Cluster | None,
     hellos: Sequence[Hello],
@@ -455,7 +455,7 @@ class StatusBatchOutcome:
 
 
 def record_status(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
     clusters: ClusterDirectory,
     messages: Sequence[tuple[str, FromAgent]],

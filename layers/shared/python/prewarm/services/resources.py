@@ -35,7 +35,14 @@ from prewarm.domain.sources import (
 from prewarm.domain.status import job_bytes
 from prewarm.services.clusters import on_each_cluster, record_health, unreachable
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
-from prewarm.services.ports import ClusterConflictError, ClusterDirectory, ClusterError, ClusterNotFoundError, JobStore
+from prewarm.services.ports import (
+    ApplyItems,
+    ClusterConflictError,
+    ClusterDirectory,
+    ClusterError,
+    ClusterNotFoundError,
+    JobStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +116,7 @@ def sync_clusters(store: JobStore, clusters: ClusterDirectory, *, clock: Callabl
     return report
 
 
-def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER) -> SyncReport:
+def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER) -> SyncReport:
     """The resources of one cluster (`api` is its API) into the table, their status back to them. A job
     resource belongs to the cluster it lives in; `PrewarmRule` resources, which serve every cluster, are
     read from the stack's own cluster only (elsewhere their status says so)."""
@@ -154,7 +161,7 @@ def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: st
     return report
 
 
-def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj | None, report: SyncReport, *,
+def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Obj | None, report: SyncReport, *,
            now: float, cluster: str) -> str | None:
     """Applies one resource unless its job holds its generation already; the problem when refused."""
     key, meta = _key(obj, cluster), obj["metadata"]
@@ -183,7 +190,7 @@ def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj 
     return None
 
 
-def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str | None, *, store: JobStore) -> Obj:
+def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str | None, *, store: ApplyItems) -> Obj:
     """The status a resource should hold: Kruise's fields and Prewarm's node counts and bytes for a job,
     `observedGeneration`, and `message` saying why it is not applied when it is not."""
     generation = (obj.get("metadata") or {}).get("generation")
@@ -216,7 +223,7 @@ def _key(obj: Mapping[str, Any], cluster: str) -> str:
     return job_key(meta["namespace"], meta["name"], cluster) if meta.get("namespace") else str(meta["name"])
 
 
-def _stored_manifests(store: JobStore, cluster: str) -> dict[tuple[str, str], Obj]:
+def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], Obj]:
     """Each top-level job's of `cluster` and (for the stack's own cluster) each rule's stored manifest, by
     (kind, key)."""
     found: dict[tuple[str, str], Obj] = {}
@@ -229,7 +236,7 @@ def _stored_manifests(store: JobStore, cluster: str) -> dict[tuple[str, str], Ob
     return found
 
 
-def _delete_gone(store: JobStore, listed: Mapping[str, Sequence[Obj]], stored: Mapping[tuple[str, str], Obj],
+def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored: Mapping[tuple[str, str], Obj],
                  report: SyncReport, *, now: float, cluster: str) -> None:
     present = {(kind, _key(obj, cluster)) for kind, objs in listed.items() for obj in objs}
     for (kind, key), manifest in stored.items():

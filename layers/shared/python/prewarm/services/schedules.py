@@ -43,12 +43,15 @@ from prewarm.services.ports import (
     ClusterInvalidError,
     ClusterNotFoundError,
     ClusterUnavailableError,
-    JobStore,
+    JobItems,
+    NodeItems,
     NodeTaints,
+    PlanItems,
     PullSecretCleanup,
     ScheduleRuns,
     StoreConflictError,
     StoreRetryableError,
+    SweepItems,
     TaskQueues,
 )
 
@@ -70,7 +73,7 @@ def record_run(runs: ScheduleRuns, schedule: str, *, started_at: float, finished
     return run
 
 
-def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> list[str]:
+def repull_daily(store: JobItems, *, scheduled_time: float | None = None) -> list[str]:
     """Starts a new round of every active `Never` job; the table stream plans it. Returns the jobs.
 
     `scheduled_time` (the schedule's, the same on every retry of one invocation) makes a retry start no
@@ -150,7 +153,7 @@ DELETION_GRACE_SECONDS = 60
 
 
 def sweep(
-    store: JobStore,
+    store: SweepItems,
     queues: TaskQueues,
     clusters: ClusterDirectory,
     *,
@@ -280,7 +283,7 @@ def sweep(
     return result
 
 
-def _sweep_cluster(store: JobStore, queues: TaskQueues, name: str, api: ClusterApi, result: SweepResult, *,
+def _sweep_cluster(store: NodeItems, queues: TaskQueues, name: str, api: ClusterApi, result: SweepResult, *,
                    now: float, config: SweepSettings, budget: TimeBudget, settled: set[str]) -> None:
     """One cluster's departed nodes and overdue startup taints; names in `result` are scoped by cluster."""
     listing = list_in_order(store, queues, api, name)
@@ -305,7 +308,7 @@ def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
     return {(scoped(record.cluster, record.namespace), name) for record in jobs for name in record.pull_secret_names}
 
 
-def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
+def _finish_list_job(store: JobItems, record: StoredJob, *, now: float) -> None:
     if record.state is not JobState.RUNNING:
         return  # finished: its children need not be read
     children = [store.get_job(record.sibling(name)) for name in record.children]
@@ -315,7 +318,7 @@ def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
 
 
 def _finish_task(
-    store: JobStore, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
+    store: PlanItems, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
 ) -> bool:
     """Moves one node to a final phase on the control plane's own authority (silence, deadline)."""
     try:
@@ -326,7 +329,7 @@ def _finish_task(
 
 
 def _finish_task_once(
-    store: JobStore, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
+    store: PlanItems, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
 ) -> bool:
     task = store.get_task(record.key, node, shards=record.ref.shards)
     if task is None or task.round != record.round or task.phase.is_terminal:
@@ -339,7 +342,7 @@ def _finish_task_once(
     return True
 
 
-def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: StoredJob, *, now: float) -> None:
+def _fail_past_deadline(store: PlanItems, queues: TaskQueues, record: StoredJob, *, now: float) -> None:
     """Kruise fails a job past activeDeadlineSeconds; every unfinished node is cancelled and counted failed."""
     tasks = [t for t in store.get_tasks(record.key, shards=record.ref.shards) if t.round == record.round]
     for task in tasks:

@@ -13,10 +13,10 @@ from prewarm.services.clusters import api_or_none
 from prewarm.services.dispatch import PlanResult, plan_job
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
+    AgentItems,
     ClusterConfigError,
     ClusterDirectory,
     ClusterError,
-    JobStore,
     PullSecretMirror,
     StoreError,
     TaskQueues,
@@ -25,7 +25,7 @@ from prewarm.services.ports import (
 from prewarm.services.warming import send_required_images
 
 
-def plan(store: JobStore, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
+def plan(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
          secrets: PullSecretMirror | None = None) -> PlanResult:
     """Selects the nodes of job `key` in its cluster and sends the first tasks; after a `Never` job's
     plan, sends the warming nodes of its cluster their lists again. `TaskSendError` when a send failed.
@@ -51,7 +51,7 @@ def plan(store: JobStore, queues: TaskQueues, clusters: ClusterDirectory, key: J
     return result
 
 
-def delete(store: JobStore, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float) -> int:
+def delete(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float) -> int:
     """Cancels a deleted job's in-flight pulls and removes its items, then sends the warming nodes of its
     cluster their lists again (they no longer wait for its image). Returns the cancels sent;
     `TaskSendError` when a send failed (the stream retries the record, the items still there)."""
