@@ -165,12 +165,10 @@ def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequenc
                   poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;
     then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again."""
-    from prewarm.services.reports import deliver_again, record_status
+    from prewarm.services.reports import record_status_batch
 
-    outcome = record_status(store(), queues(), clusters(), messages, now=time.time())
-    if outcome.retry_ids or poison_ids:
-        deliver_again(status_queue(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
-    return outcome
+    return record_status_batch(store(), queues(), clusters(), status_queue, messages, now=time.time(),
+                               deliveries=deliveries, poison_ids=poison_ids)
 
 
 @lru_cache(maxsize=1)
@@ -208,13 +206,9 @@ def refresh_credentials() -> RefreshReport | None:
 
 def repull_daily(scheduled_time: float | None) -> list[str]:
     """Start a new round of every active `Never` job (once per scheduled time), and record the run."""
-    from prewarm.domain.schedules import DAILY_ROUND
-    from prewarm.services.schedules import record_run, repull_daily
+    from prewarm.services.schedules import run_daily_round
 
-    started = time.time()
-    jobs = repull_daily(store(), scheduled_time=scheduled_time)
-    record_run(store(), DAILY_ROUND, started_at=started, finished_at=time.time())
-    return jobs
+    return run_daily_round(store(), scheduled_time=scheduled_time, clock=time.time)
 
 
 @lru_cache(maxsize=1)
@@ -242,28 +236,19 @@ def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
     record the run (not when the stack's own cluster failed: the run fails).
 
     `time_left()`: the seconds the invocation has left; work the next run can do stops when it runs low."""
-    from prewarm.domain.schedules import SWEEP
     from prewarm.services.budget import TimeBudget
-    from prewarm.services.clusters import raise_if_own_unreachable
-    from prewarm.services.schedules import record_run, sweep
+    from prewarm.services.schedules import run_sweep
 
-    started = time.time()
-    result = sweep(store(), queues(), clusters(), now=started, config=sweep_settings(), secrets=secret_mirror(),
-                   budget=TimeBudget(time_left), settled=settled_nodes())
-    raise_if_own_unreachable(result.unreachable, clusters(), "swept")
-    record_run(store(), SWEEP, started_at=started, finished_at=time.time())
-    return result
+    return run_sweep(store(), queues(), clusters(), clock=time.time, config=sweep_settings(), secrets=secret_mirror(),
+                     budget=TimeBudget(time_left), settled=settled_nodes())
 
 
 def sync_resources() -> SyncReport:
     """ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back to them, on
     every cluster side by side; the run fails when the stack's own cluster did."""
-    from prewarm.services.clusters import raise_if_own_unreachable
-    from prewarm.services.resources import sync_clusters
+    from prewarm.services.resources import run_sync
 
-    report = sync_clusters(store(), clusters(), clock=time.time)
-    raise_if_own_unreachable(report.unreachable, clusters(), "synced")
-    return report
+    return run_sync(store(), clusters(), clock=time.time)
 
 
 def reset() -> None:

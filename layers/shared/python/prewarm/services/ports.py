@@ -263,6 +263,11 @@ class ScheduleRuns(Protocol):
     def last_runs(self, schedules: Sequence[str]) -> dict[str, ScheduleRun]: ...
 
 
+class ScheduledItems(SweepItems, ScheduleRuns, Protocol):
+    """The sweep's items and the record of each schedule's last run (`services.schedules.run_sweep`,
+    `run_daily_round`)."""
+
+
 class Cluster(Protocol):
     """Read access to the cluster (the Kubernetes adapter). Objects are plain dicts as the API returns them."""
 

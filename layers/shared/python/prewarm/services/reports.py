@@ -519,6 +519,19 @@ def record_status(
     return outcome
 
 
+def record_status_batch(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory,
+                        redelivery: Callable[[], Redelivery],
+                        messages: Sequence[tuple[str, FromAgent]], *, now: float, deliveries: Sequence[Delivery] = (),
+                        poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
+    """A batch as the status function receives it: `record_status`, then the messages handed back (those
+    to retry, the `poison_ids` that did not parse) told when they come again, through the queue
+    `redelivery()` gives (asked for only then)."""
+    outcome = record_status(store, queues, clusters, messages, now=now)
+    if outcome.retry_ids or poison_ids:
+        deliver_again(redelivery(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
+    return outcome
+
+
 def deliver_again(queue: Redelivery, deliveries: Sequence[Delivery], *, retry_ids: Sequence[str],
                   poison_ids: Sequence[str] = ()) -> list[tuple[str, int]]:
     """Tells the status queue when the messages the batch hands back come again (`redelivery_seconds`, by

@@ -33,7 +33,7 @@ from prewarm.domain.sources import (
     source_of,
 )
 from prewarm.domain.status import job_bytes
-from prewarm.services.clusters import on_each_cluster, record_health, unreachable
+from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
 from prewarm.services.ports import (
     ApplyItems,
@@ -113,6 +113,14 @@ def sync_clusters(store: JobStore, clusters: ClusterDirectory, *, clock: Callabl
             report.add(run.outcome, run.name)
     report.unreachable = unreachable(runs)
     record_health(store, clusters, runs, synced=True)
+    return report
+
+
+def run_sync(store: JobStore, clusters: ClusterDirectory, *, clock: Callable[[], float]) -> SyncReport:
+    """The sync's scheduled run: `sync_clusters`; it fails (`ClusterUnavailableError`) when the stack's own
+    cluster did, after the others were synced."""
+    report = sync_clusters(store, clusters, clock=clock)
+    raise_if_own_unreachable(report.unreachable, clusters, "synced")
     return report
 
 

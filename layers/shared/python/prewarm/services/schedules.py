@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from prewarm.domain.jobs import JobState
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.retry import retry_on_conflict
-from prewarm.domain.schedules import RECORDED_SCHEDULES, ScheduleRun
+from prewarm.domain.schedules import DAILY_ROUND, RECORDED_SCHEDULES, SWEEP, ScheduleRun
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE, NodeUpdate
 from prewarm.domain.warming import (
     AGENT_NAME,
@@ -31,7 +31,7 @@ from prewarm.domain.warming import (
     past_deadline,
 )
 from prewarm.services.budget import UNLIMITED, TimeBudget
-from prewarm.services.clusters import on_each_cluster, record_health, unreachable
+from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.departures import forget_departed_nodes, list_in_order
 from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched, retry_refused_write
 from prewarm.services.jobs import complete_deletion
@@ -48,6 +48,7 @@ from prewarm.services.ports import (
     NodeTaints,
     PlanItems,
     PullSecretCleanup,
+    ScheduledItems,
     ScheduleRuns,
     StoreConflictError,
     StoreRetryableError,
@@ -71,6 +72,14 @@ def record_run(runs: ScheduleRuns, schedule: str, *, started_at: float, finished
     run = ScheduleRun(schedule, started_at=started_at, finished_at=finished_at)
     runs.record_run(run)
     return run
+
+
+def run_daily_round(store: ScheduledItems, *, scheduled_time: float | None, clock: Callable[[], float]) -> list[str]:
+    """The daily schedule's run: `repull_daily`, then the run recorded."""
+    started = clock()
+    jobs = repull_daily(store, scheduled_time=scheduled_time)
+    record_run(store, DAILY_ROUND, started_at=started, finished_at=clock())
+    return jobs
 
 
 def repull_daily(store: JobItems, *, scheduled_time: float | None = None) -> list[str]:
@@ -280,6 +289,20 @@ def sweep(
     if secrets is not None:
         # Listed afresh: jobs expired above are gone, and jobs applied meanwhile count.
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
+    return result
+
+
+def run_sweep(store: ScheduledItems, queues: TaskQueues, clusters: ClusterDirectory, *, clock: Callable[[], float],
+              config: SweepSettings = SweepSettings(), secrets: PullSecretCleanup | None = None,
+              budget: TimeBudget = UNLIMITED, settled: SettledNodes | None = None) -> SweepResult:
+    """The sweep's scheduled run: `sweep`, then the run recorded; not recorded when the stack's own cluster
+    failed (`ClusterUnavailableError`, after every other cluster was swept), so the schedule's retry and
+    `prewarm doctor` see it."""
+    started = clock()
+    result = sweep(store, queues, clusters, now=started, config=config, secrets=secrets, budget=budget,
+                   settled=settled)
+    raise_if_own_unreachable(result.unreachable, clusters, "swept")
+    record_run(store, SWEEP, started_at=started, finished_at=clock())
     return result
 
 
