@@ -78,3 +78,25 @@ def test_an_own_cluster_that_cannot_be_built_is_tried_again_on_the_next_call() -
     with pytest.raises(ClusterConfigError):
         clusters.api()
     assert clusters.api() == "own-api" and clusters.api() == "own-api" and len(attempts) == 2
+
+
+def test_the_secret_mirror_is_built_on_its_first_use_once() -> None:
+    from prewarm.adapters.deferred import DeferredSecretMirror
+
+    built: list[str] = []
+
+    class Mirror:
+        def mirror(self, namespace: str, names: list[str], cluster: str = "") -> list[str]:
+            return [f"{cluster}:{namespace}/{n}" for n in names]
+
+        def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]:
+            return sorted(f"{ns}/{n}" for ns, n in referenced)
+
+    def build() -> Mirror:
+        built.append("mirror")
+        return Mirror()
+
+    deferred = DeferredSecretMirror(build)
+    assert built == []
+    assert deferred.mirror("ml", ["a"], "prod-eu") == ["prod-eu:ml/a"]
+    assert deferred.cleanup({("ml", "b")}) == ["ml/b"] and built == ["mirror"]

@@ -17,6 +17,7 @@ from prewarm.settings import settings
 
 if TYPE_CHECKING:
     from prewarm.adapters.clusters import StackClusters
+    from prewarm.adapters.deferred import DeferredSecretMirror
     from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.adapters.ecr import EcrImages
     from prewarm.adapters.ecr_auth import EcrTokenSource
@@ -94,9 +95,16 @@ def cluster_or_none(name: str = "") -> ClusterApi | None:
 
 
 @lru_cache(maxsize=1)
-def secret_mirror() -> SecretsManagerMirror:
-    """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix); a
-    cluster's secrets are read through its API, built only when a job names pullSecrets."""
+def secret_mirror() -> DeferredSecretMirror:
+    """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix), built
+    when a job names pullSecrets or the sweep cleans up, not before; a cluster's secrets are read through
+    its API."""
+    from prewarm.adapters.deferred import DeferredSecretMirror
+
+    return DeferredSecretMirror(_secrets_manager_mirror)
+
+
+def _secrets_manager_mirror() -> SecretsManagerMirror:
     from functools import partial
 
     from prewarm.adapters.secrets import SecretsManagerMirror
