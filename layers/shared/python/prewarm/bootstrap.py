@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from prewarm.domain.clusters import RegisteredCluster
     from prewarm.domain.job import StoredJob
     from prewarm.domain.keys import JobKey
-    from prewarm.domain.messages import FromAgent, Hello, StatusReport
+    from prewarm.domain.messages import FromAgent
     from prewarm.domain.push import ImagePush
     from prewarm.domain.retry import Delivery
     from prewarm.domain.warming import SettledNodes
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
     from prewarm.services.ports import ClusterApi
-    from prewarm.services.reports import HelloOutcome, ReportOutcome, StatusBatchOutcome
+    from prewarm.services.reports import StatusBatchOutcome
     from prewarm.services.resources import SyncReport
     from prewarm.services.schedules import SweepResult, SweepSettings
 
@@ -85,13 +85,6 @@ def cluster(name: str = "") -> ClusterApi:
     """The API of cluster `name`: the stack's own (`""`) or a registered one; `ClusterConfigError` when
     it cannot be built."""
     return clusters().api(name)
-
-
-def cluster_or_none(name: str = "") -> ClusterApi | None:
-    """The cluster, or None when no Kubernetes access is configured (a hello then speaks for its node)."""
-    from prewarm.services.clusters import api_or_none
-
-    return api_or_none(clusters(), name)
 
 
 @lru_cache(maxsize=1)
@@ -154,13 +147,6 @@ def plan_job(key: JobKey) -> PlanResult:
     return plan(store(), queues(), clusters(), key, now=time.time(), secrets=secret_mirror())
 
 
-def record_report(report: StatusReport) -> ReportOutcome:
-    """Apply an agent's status report to its job."""
-    from prewarm.services.reports import record_report
-
-    return record_report(store(), queues(), report, now=time.time())
-
-
 def delete_job(key: JobKey) -> int:
     """Cancel a deleted job's in-flight pulls (as this stack's role), remove its items and tell the warming
     nodes of its cluster; `TaskSendError` when a send failed."""
@@ -185,13 +171,6 @@ def status_queue() -> StatusQueue:
     from prewarm.adapters.sqs import StatusQueue
 
     return StatusQueue(settings().status_queue_url, client=queues().client)
-
-
-def register_node(hello: Hello) -> HelloOutcome:
-    """Register a node from its hello and add it to the jobs that select it."""
-    from prewarm.services.reports import register_node
-
-    return register_node(store(), queues(), cluster_or_none(hello.cluster), hello, now=time.time())
 
 
 def handle_push(push: ImagePush) -> list[Applied]:
