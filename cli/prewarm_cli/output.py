@@ -19,6 +19,7 @@ from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
 
 if TYPE_CHECKING:
+    from prewarm.domain.job import StoredJob
     from prewarm.domain.nodes import RegisteredNode
     from prewarm.domain.status import NodeTaskRecord
     from prewarm.services.jobs import JobView
@@ -106,10 +107,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, indent: s
     return "\n".join(lines)
 
 
-def _images(spec: dict[str, Any]) -> str:
-    if "image" in spec:
-        return str(spec["image"])
-    images = list(spec.get("images", []))
+def _images(record: StoredJob) -> str:
+    if not record.is_list_job:
+        return record.image
+    images = record.images
     shown = ",".join(images[:_LISTED_IMAGES])
     return shown + (f" +{len(images) - _LISTED_IMAGES} more" if len(images) > _LISTED_IMAGES else "")
 
@@ -131,8 +132,7 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
         row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now),
                              r.source, v.message + silent_note(v.silent_agents)]
         if wide:
-            spec = r.manifest.get("spec", {})
-            row += [_images(spec), spec.get("parallelism", 1), "-" if r.is_list_job else r.round]
+            row += [_images(r), r.parallelism, "-" if r.is_list_job else r.round]
         if all_namespaces:
             row.insert(0, r.namespace)
         if cluster_names is not None:

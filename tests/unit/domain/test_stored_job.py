@@ -170,6 +170,8 @@ def test_the_image_pull_reference_and_source_are_read_as_applied() -> None:
     assert pull_job(manifest={"kind": "ImagePullJob", "spec": ["image"]}).image == ""
     assert pull_job(manifest={"kind": "ImagePullJob", "spec": {"image": 3, "images": ["a", 4]}}).image == ""
     assert list_job(manifest={"kind": "ImageListPullJob", "spec": {"images": ["a", 4]}}).images == ["a"]
+    assert pull_job().parallelism == 1 and pull_job(manifest=pull_manifest(parallelism="5")).parallelism == "5"
+    assert list_job(manifest=list_manifest(parallelism=0)).parallelism == 0
     assert pull_job().source is Source.CLI
     resource = {**pull_manifest(), "metadata": {"name": "web", "namespace": "shop",
                                                 "annotations": {SOURCE_ANNOTATION: "resource"}}}

@@ -193,6 +193,12 @@ class StoredJob:
         return [image for image in self._spec.get("images") or () if isinstance(image, str)]
 
     @property
+    def parallelism(self) -> object:
+        """`spec.parallelism` as applied, as people see it listed (a count, or a count's text as Kruise
+        takes it); Kruise's default 1 when absent."""
+        return self._spec.get("parallelism", 1)
+
+    @property
     def pull_reference(self) -> str:
         """What the nodes pull (`ImageRef.pull_reference`: by digest when the job names one)."""
         return parse_image(self.pull_job.spec.image).pull_reference
