@@ -132,8 +132,9 @@ def cluster_apis(count: int, nodes: int) -> Iterator[list[Served]]:
     """One embedded API per cluster, each with the same `nodes` synthetic nodes; the registered ones on HTTPS."""
     with contextlib.ExitStack() as stack:
         served = [Served("", stack.enter_context(KubeApiProcess(nodes=nodes)))]
-        served += [Served(f"fleet-{i}", stack.enter_context(KubeApiProcess(nodes=nodes, tls=True)))
-                   for i in range(2, count + 1)]
+        for i in range(2, count + 1):
+            name = f"fleet-{i}"
+            served.append(Served(name, stack.enter_context(KubeApiProcess(nodes=nodes, tls=True, cluster_name=name))))
         yield served
 
 

@@ -94,13 +94,16 @@ class ServerProcess:
 
 class KubeApiProcess(ServerProcess):
     """The embedded Kubernetes API with `nodes` synthetic EKS nodes and the objects of `seeds`; with `tls`,
-    over HTTPS with a CA of its own (`ca_data`, base64 PEM as EKS's `certificateAuthority.data`)."""
+    over HTTPS with a CA of its own (`ca_data`, base64 PEM as EKS's `certificateAuthority.data`). It takes EKS
+tokens signed for `cluster_name` only, as EKS does."""
 
-    def __init__(self, nodes: int = 0, seeds: Sequence[Path] = (), token: str | None = None, tls: bool = False) -> None:
+    def __init__(self, nodes: int = 0, seeds: Sequence[Path] = (), token: str | None = None, tls: bool = False,
+                 cluster_name: str = "local") -> None:
         self.token = token or f"bench-{secrets.token_urlsafe(16)}"
         self.ca_data = ""
         self._kubeconfig: Path | None = None
-        command = [sys.executable, "-m", "prewarm_devtools.kubeapi", "--port", "0", "--token", self.token]
+        command = [sys.executable, "-m", "prewarm_devtools.kubeapi", "--port", "0", "--token", self.token,
+                   "--cluster-name", cluster_name]
         if nodes:
             command += ["--nodes", str(nodes)]
         for seed in seeds:

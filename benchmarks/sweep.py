@@ -105,11 +105,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     """One process: the cold sweep, then the warm one, as the function runs them."""
     import boto3
 
+    from prewarm.adapters.clusters import StackClusters
     from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.sqs import NodeQueues
+    from prewarm.domain.warming import SettledNodes
     from prewarm.services.budget import TimeBudget
-    from prewarm.services.schedules import sweep
+    from prewarm.services.schedules import SweepSettings, sweep
 
     env = json.loads(args.env)
     aws: collections.Counter[str] = collections.Counter()
@@ -121,7 +123,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=sqs)
     kube = KubeCluster(args.kube, lambda: args.token)
     counting = CountingCluster(kube)
-    settled: dict[str, set[str]] = {}
+    clusters = StackClusters(store, "", own_api=lambda: kube, registered_api=KubeCluster.for_registered)
+    settled = SettledNodes()
     runs = {}
     for name in ("cold", "warm"):
         aws.clear()
@@ -129,13 +132,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         gc.collect()
         started = time.monotonic()
         budget = TimeBudget(time_left_from(started))
-        result = sweep(store, queues, kube, now=time.time(), prefix=env["NODE_QUEUE_PREFIX"], taints=kube,
+        result = sweep(store, queues, clusters, now=time.time(), config=SweepSettings(prefix=env["NODE_QUEUE_PREFIX"]),
                        budget=budget, settled=settled)
         seconds = time.monotonic() - started
         runs[name] = {
             "seconds": round(seconds, 2), "queues_deleted": len(result.queues_deleted),
             "nodes_forgotten": len(result.nodes_forgotten), "departures_deferred": result.departures_deferred,
-            "taints_released": len(result.taints_released), "nodes_settled": len(settled.get("", ())),
+            "taints_released": len(result.taints_released), "nodes_settled": len(settled.of("")),
             "peak_rss_mb": round(peak_rss_mb(), 1), "rss_after_mb": round(rss_mb(), 1),
             "kubernetes_calls": dict(sorted(counting.calls.items())), "aws_calls": dict(sorted(aws.items())),
         }

@@ -47,11 +47,6 @@ def registry_allowed(host: str, allowlist: Sequence[str]) -> bool:
     return not allowlist or any(fnmatch.fnmatchcase(host.lower(), glob) for glob in allowlist)
 
 
-def pull_reference(image: ImageRef) -> str:
-    """What to ask the runtime for: the normalised reference, `:latest` added when it has no tag or digest."""
-    return image.format() if image.tag or image.digest else image.pull_reference
-
-
 def error_text(error: CriError) -> str:
     """The runtime's own words for a failed pull, verbatim; our description for other failures."""
     if isinstance(error, ImagePullError) and error.details:
@@ -185,7 +180,8 @@ class TaskRunner:
         if not registry_allowed(image.registry, self.allowlist):
             message = f"registry {image.registry} is not in the agent's allowlist"
             return self._final(run, NodePhase.FAILED, message=message)
-        reference = pull_reference(image)
+        # The domain's rule, the control plane's too: by digest when pinned, else the tag (`:latest` added).
+        reference = image.pull_reference
         # A pullSecretsOnly task always asks the registry with its secrets, as the kubelet's AlwaysVerify
         # does: an image already here (pulled for another job) proves nothing about them. Layers present
         # are not downloaded again.

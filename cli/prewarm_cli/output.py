@@ -19,6 +19,7 @@ from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
 
 if TYPE_CHECKING:
+    from prewarm.domain.job import StoredJob
     from prewarm.domain.nodes import RegisteredNode
     from prewarm.domain.status import NodeTaskRecord
     from prewarm.services.jobs import JobView
@@ -106,10 +107,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, indent: s
     return "\n".join(lines)
 
 
-def _images(spec: dict[str, Any]) -> str:
-    if "image" in spec:
-        return str(spec["image"])
-    images = list(spec.get("images", []))
+def _images(record: StoredJob) -> str:
+    if not record.is_list_job:
+        return record.image
+    images = record.images
     shown = ",".join(images[:_LISTED_IMAGES])
     return shown + (f" +{len(images) - _LISTED_IMAGES} more" if len(images) > _LISTED_IMAGES else "")
 
@@ -119,7 +120,6 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
     """Kruise's ImagePullJob columns and where the job comes from: NAME TOTAL ACTIVE SUCCEED FAILED AGE SOURCE
     MESSAGE (+ IMAGE PARALLELISM ROUND). SOURCE: resource (a prewarm.dev resource in the cluster), cli or rule.
     With `cluster_names` (how each cluster is shown), a CLUSTER column first: the stack serves several."""
-    from prewarm.domain.sources import source_of
 
     headers = ["NAME", "TOTAL", "ACTIVE", "SUCCEED", "FAILED", "AGE", "SOURCE", "MESSAGE"]
     if wide:
@@ -130,10 +130,9 @@ def jobs_table(views: Sequence[JobView], *, now: float, wide: bool = False, all_
     for v in views:
         r = v.record
         row: list[object] = [r.name, v.desired, v.active, v.succeeded, v.failed, _age(r.created_at, now),
-                             source_of(r.manifest), v.message + silent_note(v.silent_agents)]
+                             r.source, v.message + silent_note(v.silent_agents)]
         if wide:
-            spec = r.manifest.get("spec", {})
-            row += [_images(spec), spec.get("parallelism", 1), "-" if r.is_list_job else r.round]
+            row += [_images(r), r.parallelism, "-" if r.is_list_job else r.round]
         if all_namespaces:
             row.insert(0, r.namespace)
         if cluster_names is not None:
@@ -405,8 +404,7 @@ def listed(names: Sequence[str]) -> str:
 def _describe_children(view: JobView, *, now: float) -> list[str]:
     lines = [f"ImagePullJobs ({len(view.children)}):"]
     rows = [
-        [c.record.name, c.record.manifest.get("spec", {}).get("image", ""), c.desired, c.active, c.succeeded, c.failed,
-         c.message]
+        [c.record.name, c.record.image, c.desired, c.active, c.succeeded, c.failed, c.message]
         for c in view.children
     ]
     if rows:

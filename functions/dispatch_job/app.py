@@ -20,9 +20,8 @@ def plan_record(record: StreamRecord) -> None:
     if job is not None and job.deletion_requested(old):
         logger.append_keys(job=job.key)
         # A failed cancel raises TaskSendError: the stream retries this record, the items still there.
-        logger.info("deleted", extra={"cancels_sent": bootstrap.complete_deletion(job.key)})
-        # Nodes still warming no longer wait for its image (a failed send retries this record).
-        bootstrap.tell_warming_nodes(job.cluster)
+        # Nodes still warming no longer wait for its image (a failed send retries this record too).
+        logger.info("deleted", extra={"cancels_sent": bootstrap.delete_job(job.key)})
         return
     if job is None or not job.needs_planning(old):
         return  # a removed job, or only its counters or shards changed

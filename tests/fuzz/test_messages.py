@@ -29,6 +29,7 @@ from prewarm.services.reports import ReportOutcome, record_report, record_status
 from tests.fuzz.strategies import PYDANTIC_WORDING, document, json_values, maybe, mutated
 from tests.reliability.invariants import assert_invariant
 from tests.reliability.simulation import Plane, moto_aws
+from tests.support.cluster_directory import clusters_of
 from tests.support.manifests import job_doc
 
 KEY = "default/warm"
@@ -156,12 +157,14 @@ def test_any_parsed_report_or_hello_is_applied_or_ignored_and_the_invariant_hold
         event("applied" if outcome.applied else "ignored")
     elif isinstance(message, ImageGone):
         # A node of the job pulls again, or is ignored; the counters never move.
-        outcome = record_status(plane.store, plane.queues, plane.cluster, [("m", message)], now=plane.clock())
+        outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
+                                [("m", message)], now=plane.clock())
         assert outcome.retry_ids == [] and len(outcome.gone) == 1
         event(f"gone: {outcome.gone[0].action}")
     elif isinstance(message, Warmed):
         # Stored for a registered node, sent back to the queue for any other; never an error.
-        outcome = record_status(plane.store, plane.queues, plane.cluster, [("m", message)], now=plane.clock())
+        outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
+                                [("m", message)], now=plane.clock())
         assert (outcome.warmed, outcome.retry_ids) in (([message.node], []), ([], ["m"]))
         event("warm-up stored" if outcome.warmed else "warm-up retried")
     else:

@@ -11,10 +11,11 @@ from typing import Any
 
 from prewarm.domain.liveness import AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS
 from prewarm.domain.messages import Hello
-from prewarm.services.schedules import sweep
+from prewarm.services.schedules import SweepSettings, sweep
 from tests.reliability.faults import Fault, FaultPlan
 from tests.reliability.invariants import invariant_problems
 from tests.reliability.simulation import Driver, Plane, moto_aws
+from tests.support.cluster_directory import clusters_of
 from tests.support.manifests import IMAGE, job_doc
 from tests.support.resources import API, FakeResources
 
@@ -118,8 +119,9 @@ def silent_and_agentless_nodes_fail_within_their_bounds(d: Driver) -> list[str]:
     d.plane.clock.advance(max(AGENT_SILENCE_SECONDS, NO_AGENT_GRACE_SECONDS) + 1)
     d.watch()
     p = d.plane
-    d.deliver(lambda: sweep(p.store, p.queues, None, now=p.clock(), prefix=p.real_queues.prefix,
-                            no_agent_grace_seconds=NO_AGENT_GRACE_SECONDS))
+    d.deliver(lambda: sweep(p.store, p.queues, clusters_of(p.store), now=p.clock(),
+                            config=SweepSettings(prefix=p.real_queues.prefix,
+                                                 no_agent_grace_seconds=NO_AGENT_GRACE_SECONDS)))
     d.work(recover=False)
     return [KEY]
 

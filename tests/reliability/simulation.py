@@ -24,13 +24,14 @@ from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import JobNotFoundError, apply_manifest, complete_deletion, delete_job
 from prewarm.services.reports import record_report, register_node
 from prewarm.services.resources import ResourceApi, sync_resources
-from prewarm.services.schedules import repull_daily, sweep
+from prewarm.services.schedules import SweepSettings, repull_daily, sweep
 from prewarm_devtools.sam.template import create_table, load_template
 from tests.reliability.faults import FaultPlan, InjectedFault
 from tests.reliability.invariants import FINISHED_STATES, job_state
 from tests.support.aws import serial_mock_aws
 from tests.support.clock import Clock
 from tests.support.cluster import FakeCluster, make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import take_node_messages
 
 REGION = "us-west-2"
@@ -210,8 +211,9 @@ class Driver:
     def sweep(self) -> None:
         p = self.plane
         self.sweeps += 1
-        self.deliver(lambda: sweep(p.store, p.queues, None, now=p.clock(), prefix=p.real_queues.prefix,
-                                   resend_after_seconds=RESEND_AFTER))
+        self.deliver(lambda: sweep(p.store, p.queues, clusters_of(p.store), now=p.clock(),
+                                   config=SweepSettings(prefix=p.real_queues.prefix,
+                                                        resend_after_seconds=RESEND_AFTER)))
 
     def repull(self) -> None:
         scheduled = self.plane.clock()  # a retried invocation carries the same scheduled time

@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prewarm.domain.messages import StatusReport
+from prewarm.domain.push import ImagePush
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
-from prewarm.services.push import ImagePush, handle_push
+from prewarm.services.push import handle_push
 from prewarm.services.reports import record_report, record_reports
 from tests.reliability.faults import InjectedFault
 from tests.reliability.invariants import assert_invariant, job_state

@@ -38,8 +38,7 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         monkeypatch.setenv("STATUS_QUEUE_URL", status)
         bootstrap.reset()
         cluster = FakeCluster()
-        monkeypatch.setattr(bootstrap, "cluster", lambda name="": cluster)
-        monkeypatch.setattr(bootstrap, "cluster_or_none", lambda name="": cluster)
+        monkeypatch.setattr(bootstrap, "own_cluster", lambda: cluster)
         context = LambdaContext("test", REGION, "123456789012", memory_mb=512, timeout_s=60)
         yield {"ddb": ddb, "sqs": sqs, "cluster": cluster, "ctx": context}
         monkeypatch.undo()

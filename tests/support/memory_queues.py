@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError
-from prewarm.domain.clusters import DEFAULT_CLUSTER, cluster_of, scoped
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.messages import (
     CancelTask,
     PullTask,
@@ -153,7 +153,7 @@ class MemoryTaskQueues:
             ) from None
 
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
-        cluster = message.cluster if isinstance(message, RequiredImages) else cluster_of(message.job)
+        cluster = message.cluster
         body = message.model_dump_json()
         if len(body.encode()) > MAX_MESSAGE_BYTES:
             raise QueueError(f"send {message.kind} to {message.node}: InvalidParameterValue: One or more parameters "

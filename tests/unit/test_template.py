@@ -551,3 +551,9 @@ def test_the_stack_says_the_package_version_it_is_built_from() -> None:
     t = template()
     assert t["Globals"]["Function"]["Environment"]["Variables"]["PREWARM_VERSION"] == version
     assert t["Outputs"]["PrewarmVersion"]["Value"] == version
+
+
+def test_the_status_redelivery_cap_is_the_status_queues_visibility_timeout() -> None:
+    from prewarm.domain.retry import STATUS_QUEUE_VISIBILITY_SECONDS
+
+    assert template()["Resources"]["StatusQueue"]["Properties"]["VisibilityTimeout"] == STATUS_QUEUE_VISIBILITY_SECONDS

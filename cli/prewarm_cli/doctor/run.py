@@ -140,10 +140,10 @@ class Doctor:
             query = config.namespaces.label_selector.to_query() if config.namespaces.label_selector else None
             namespaces = select_namespaces(api.list_objects("v1", "namespaces", None, query or None), config.namespaces)
             targets = CredentialTargets(tuple(namespaces), config.secret_name, config.service_accounts)
-        from prewarm.domain.sources import Source, source_of
+        from prewarm.domain.sources import Source
 
         checked = referenced_pull_secrets(j for j in jobs if j.pull_secrets_only
-                                          and source_of(j.manifest) is Source.RESOURCE)
+                                          and j.source is Source.RESOURCE)
         needs = required_access({j.namespace for j in jobs}, referenced_pull_secrets(jobs), targets, checked)
         return check_function_rbac(api, self._access.subjects, needs)
 

@@ -13,6 +13,7 @@ import yaml
 from prewarm.domain.messages import Hello, Warmed
 from prewarm.services.reports import record_status, register_node
 from tests.support.cli import Run
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_yaml
 
@@ -271,10 +272,11 @@ def test_a_node_that_joined_with_the_startup_taint_shows_its_hello_to_warm_time(
     # ... whose agent reported the taint off 40 s after its hello (SQS may deliver it before the hello:
     # a Warmed for a node not registered yet goes back to the queue)
     warmed = Warmed(node="node-warm", joined_at=now - 60, hello_at=now - 52, warm_at=now - 12, outcome="warm")
-    early = record_status(control_plane.store, control_plane.queues, None,
+    early = record_status(control_plane.store, control_plane.queues, clusters_of(control_plane.store),
                           [("m0", warmed.model_copy(update={"node": "node-unknown"}))], now=now)
     assert early.retry_ids == ["m0"] and early.warmed == []
-    done = record_status(control_plane.store, control_plane.queues, None, [("m1", warmed)], now=now)
+    done = record_status(control_plane.store, control_plane.queues, clusters_of(control_plane.store),
+                         [("m1", warmed)], now=now)
     assert done.retry_ids == [] and done.warmed == ["node-warm"]
 
     # When nodes are listed and the warm node is described
@@ -315,7 +317,8 @@ def test_a_node_whose_taint_came_off_at_the_deadline_names_what_was_missing(
     missing = [f"r.example/team/image-{i:02d}:v1" for i in range(20)]
     warmed = Warmed(node="node-cold", joined_at=now - 910, hello_at=now - 905, warm_at=now - 10, outcome="timeout",
                     missing=missing, missing_total=23)
-    assert record_status(control_plane.store, control_plane.queues, None, [("m", warmed)], now=now).warmed
+    assert record_status(control_plane.store, control_plane.queues, clusters_of(control_plane.store),
+                         [("m", warmed)], now=now).warmed
 
     # When it is described and listed
     described = prewarm("describe", "node", "node-cold").stdout

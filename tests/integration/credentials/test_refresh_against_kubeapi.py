@@ -25,6 +25,7 @@ from prewarm.services.credentials import CredentialRefreshError, RefreshReport, 
 from prewarm.services.ports import PullSecretError
 from prewarm_devtools.kubeapi import KubeApiServer
 from tests.support.clock import Clock
+from tests.support.cluster_directory import clusters_of
 from tests.support.credentials import REGION, outcomes
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,7 @@ class Refresher:
 
     def __call__(self, **fields: Any) -> RefreshReport:
         config = CredentialsConfig.model_validate({**CONFIG, **fields})
-        return refresh_credentials(config, self.cluster, self.tokens, self.store, clock=self.clock)
+        return refresh_credentials(config, clusters_of(None, self.cluster), self.tokens, self.store, clock=self.clock)
 
 
 @pytest.fixture

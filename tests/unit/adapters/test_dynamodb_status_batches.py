@@ -19,6 +19,7 @@ from prewarm.services.reports import record_status
 from prewarm_devtools.sam.template import create_table, load_template
 from tests.support.aws import mocked_aws
 from tests.support.cluster import make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane, memory_plane
 from tests.support.manifests import job_doc
 from tests.unit.services.test_status_batches import GPU, nodes_of, planned
@@ -85,12 +86,12 @@ def test_a_hello_reads_the_running_jobs_not_every_job_stored(plane: ControlPlane
     for i in range(2):
         planned(plane, f"never-{i}", completionPolicy={"type": "Never"}, parallelism=10)
     plane.cluster.nodes += [make_node("node-new", pool="gpu"), make_node("node-later", pool="gpu")]
-    record_status(plane.store, plane.queues, plane.cluster,
+    record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
                   [("m1", Hello(node="node-new", labels={"pool": "gpu"}))], now=plane.now())
     calls = Calls(dynamo(plane).client)
     # When another new node says hello (in a fresh invocation: a new store, as a new Lambda container has)
     store = DynamoJobStore(dynamo(plane).table_name, client=dynamo(plane).client)
-    outcome = record_status(store, plane.queues, plane.cluster,
+    outcome = record_status(store, plane.queues, clusters_of(store, plane.cluster),
                             [("m2", Hello(node="node-later", labels={"pool": "gpu"}))], now=plane.now())
     # Then it joins both Never jobs, having read those two job items (and the ones fill_slots reads), not 32
     assert [h.added_to for h in outcome.hellos] == [["default/never-0", "default/never-1"]]
@@ -106,7 +107,7 @@ def test_a_batch_of_hellos_adds_its_nodes_to_each_job_in_one_transaction(plane: 
     # When six new nodes say hello in one batch, one of them twice
     hellos = [(f"m{i}", Hello(node=n, labels={"pool": "gpu"}, warm_until=plane.now() + 600))
               for i, n in enumerate([*new, new[0]])]
-    outcome = record_status(plane.store, plane.queues, plane.cluster, hellos, now=plane.now())
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), hellos, now=plane.now())
     # Then each job gets the six nodes in one transaction, counted once, and every node its list
     assert outcome.retry_ids == []
     assert calls.node_puts_per_transaction == [6, 6]
@@ -119,7 +120,7 @@ def test_a_batch_of_hellos_adds_its_nodes_to_each_job_in_one_transaction(plane: 
     assert all(h.required for h in outcome.hellos)
     assert sorted(h.node for h in outcome.hellos) == sorted([*new, new[0]])
     # And a second delivery of the same hellos adds nothing
-    again = record_status(plane.store, plane.queues, plane.cluster, hellos, now=plane.now())
+    again = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), hellos, now=plane.now())
     assert [h.added_to for h in again.hellos] == [[]] * 7 and again.retry_ids == []
     for key in keys:
         record = plane.store.get_job(key)

@@ -17,10 +17,11 @@ from prewarm.adapters.secrets import AgentCredentials, SecretsManagerMirror
 from prewarm.domain.messages import PullTask
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, delete_job
-from prewarm.services.schedules import referenced_pull_secrets, sweep
+from prewarm.services.schedules import SweepSettings, referenced_pull_secrets, sweep
 from tests.support.aws import mocked_aws
 from tests.support.clock import Clock
 from tests.support.cluster import FakeCluster, make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane, memory_plane
 
 IMAGE = "registry.example.com/team/app@sha256:" + "b" * 64
@@ -105,7 +106,8 @@ def test_sweep_deletes_mirrors_of_pull_secrets_no_job_names_any_more(plane: Cont
     # When one job is deleted and the sweep runs well after the mirrors were written
     delete_job(plane.store, plane.queues, "team-b", "warm")
     clock.now += 3600
-    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now(),
+                   config=SweepSettings(prefix="pw"), secrets=mirror)
     # Then only the deleted job's mirror is gone, for good
     assert result.pull_secrets_deleted == ["prewarm/test/pull-secrets/team-b/regcred"]
     names = {s["Name"] for s in boto3.client("secretsmanager").list_secrets(
@@ -118,7 +120,8 @@ def test_sweep_keeps_a_mirror_written_moments_ago_even_if_unreferenced(plane: Co
     # A job applied while the sweep runs may have claimed this mirror after the sweep listed the jobs.
     plane.cluster.secrets[("team-a", "regcred")] = pull_secret("regcred")
     mirror.mirror("team-a", ["regcred"])
-    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now(),
+                   config=SweepSettings(prefix="pw"), secrets=mirror)
     assert result.pull_secrets_deleted == []
 
 
@@ -151,7 +154,8 @@ def test_a_registered_clusters_job_mirrors_that_clusters_secret_under_its_own_na
     # and the sweep deletes the mirror of the cluster whose job went, not its namesake
     delete_job(plane.store, plane.queues, "team-a", "warm", cluster="prod-eu")
     clock.now += 3600
-    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", secrets=mirror)
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now(),
+                   config=SweepSettings(prefix="pw"), secrets=mirror)
     assert result.pull_secrets_deleted == ["prewarm/test/pull-secrets/@prod-eu/team-a/regcred"]
 
 

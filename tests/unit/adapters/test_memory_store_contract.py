@@ -467,8 +467,8 @@ def queues(request: pytest.FixtureRequest) -> tuple[Any, Any]:
     return NodeQueues(prefix, status, client=client), client
 
 
-def pull(node: str, job_key: str = KEY) -> PullTask:
-    return PullTask(job=job_key, job_uid="u1", round=0, node=node, image="r.example/app:v1")
+def pull(node: str, job_key: str = KEY, cluster: str = "") -> PullTask:
+    return PullTask(job=job_key, job_uid="u1", round=0, node=node, image="r.example/app:v1", cluster=cluster)
 
 
 def test_a_task_reaches_the_queue_its_agent_made_and_waits_for_an_agent_without_one(queues: tuple[Any, Any]) -> None:
@@ -490,7 +490,7 @@ def test_each_cluster_has_its_own_queues_and_a_message_finds_its_clusters(queues
         q.prefix, f"{q.base_url}/prewarm-status", client=sqs, cluster="prod-eu")
     own_url, prod_url = q.ensure_queue("n1"), prod.ensure_queue("n1")
     assert own_url != prod_url and prod_url == q.queue_url("n1", "prod-eu")
-    assert q.send(pull("n1", "prod-eu:default/warm"))
+    assert q.send(pull("n1", "prod-eu:default/warm", "prod-eu"))
     assert q.send(RequiredImages(node="n1", cluster="prod-eu", as_of=1.0))
     assert [type(m).__name__ for m in take_node_messages(sqs, prod_url)] == ["PullTask", "RequiredImages"]
     assert take_node_messages(sqs, own_url) == []

@@ -13,7 +13,6 @@ from prewarm_agent.attempts import (
     PULLED_BY_ANNOTATION,
     TaskRunner,
     is_auth_error,
-    pull_reference,
     registry_allowed,
 )
 from prewarm_agent.cri.client import ImageInfo
@@ -359,8 +358,10 @@ def test_allowlist_globs_match_the_host_and_port(host: str, allowlist: tuple[str
     assert registry_allowed(host, allowlist) is allowed
 
 
-def test_pull_reference_keeps_tag_and_digest() -> None:
-    from prewarm.domain.images import parse_image
-
+def test_a_reference_with_tag_and_digest_is_pulled_by_its_digest_as_the_control_plane_names_it() -> None:
+    setup = Setup()
     digest = "sha256:" + "e" * 64
-    assert pull_reference(parse_image(f"busybox:1@{digest}")) == f"docker.io/library/busybox:1@{digest}"
+
+    setup.runner.run(make_run(make_task(f"busybox:1@{digest}")))
+
+    assert setup.runtime.pulls[0].image == f"docker.io/library/busybox@{digest}"

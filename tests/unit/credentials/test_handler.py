@@ -14,9 +14,11 @@ import boto3
 import pytest
 
 from prewarm import bootstrap
+from prewarm.adapters.secrets import read_config_parameter
 from prewarm.domain.refresh import CredentialsConfigError
 from prewarm.services.credentials import CredentialRefreshError
 from prewarm.services.ports import ClusterUnavailableError
+from prewarm.settings import Settings
 from prewarm_devtools.sam.events import LambdaContext
 from prewarm_devtools.sam.template import create_table, load_template
 from tests.support.cluster import FakeCluster
@@ -45,7 +47,7 @@ def function(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster
     # The stack's table: the refresher reads the registered clusters from it (none here).
     create_table(boto3.client("dynamodb", region_name=REGION), load_template(), "jobs")
     cluster = FakeCluster()
-    monkeypatch.setattr(bootstrap, "cluster", lambda name="": cluster)
+    monkeypatch.setattr(bootstrap, "own_cluster", lambda: cluster)
     monkeypatch.setattr(bootstrap, "registry_tokens", lambda: FakeTokens(time.time))
     yield cluster
     monkeypatch.undo()
@@ -151,11 +153,13 @@ def test_configuration_parameter_wins_over_the_inline_json() -> None:
     ssm = boto3.client("ssm", region_name=REGION)
     ssm.put_parameter(Name="/prewarm/credentials", Type="SecureString",
                       Value=json.dumps({"registries": [{"public": True}]}))
-    config = bootstrap.credentials_config({"CREDENTIALS_CONFIG": json.dumps(CONFIG),
-                                           "CREDENTIALS_CONFIG_PARAMETER": "/prewarm/credentials"})
+    config = Settings.from_env({"TABLE_NAME": "jobs", "CREDENTIALS_CONFIG": json.dumps(CONFIG),
+                                "CREDENTIALS_CONFIG_PARAMETER": "/prewarm/credentials"}
+                               ).credentials_config(read_config_parameter)
     assert config is not None and [r.host for r in config.registries] == ["public.ecr.aws"]
 
 
 def test_invalid_inline_configuration_names_the_variable_and_field() -> None:
     with pytest.raises(CredentialsConfigError, match=r"^CREDENTIALS_CONFIG: registries\[0\]\.account"):
-        bootstrap.credentials_config({"CREDENTIALS_CONFIG": json.dumps({"registries": [{"account": "1"}]})})
+        Settings.from_env({"TABLE_NAME": "jobs", "CREDENTIALS_CONFIG": json.dumps({"registries": [{"account": "1"}]})}
+                          ).credentials_config(read_config_parameter)

@@ -10,6 +10,7 @@ from prewarm.services.credentials import CredentialRefreshError, Outcome, Refres
 from prewarm.services.ports import ClusterAuthError, ClusterUnavailableError
 from tests.support.clock import HOUR, T0, Clock
 from tests.support.cluster import FakeCluster
+from tests.support.cluster_directory import clusters_of
 from tests.support.credentials import FakeCredentialStore, FakeTokens, config, outcomes
 
 HOST = "111122223333.dkr.ecr.us-east-1.amazonaws.com"
@@ -23,7 +24,8 @@ class Run:
         self.store = FakeCredentialStore()
 
     def __call__(self, **fields: Any) -> RefreshReport:
-        return refresh_credentials(config(**fields), self.cluster, self.tokens, self.store, clock=self.clock)
+        return refresh_credentials(config(**fields), clusters_of(None, self.cluster), self.tokens, self.store,
+                                   clock=self.clock)
 
 
 @pytest.fixture

@@ -86,3 +86,29 @@ def test_messages_name_a_registered_cluster_and_leave_the_field_out_for_the_own(
     assert "cluster" not in RequiredImages(node="n", as_of=1).model_dump()
     with pytest.raises(ValueError, match="cluster"):
         Hello(node="n", cluster="a:b")
+
+
+def test_tasks_carry_their_jobs_cluster_but_keep_it_off_the_wire_so_every_agent_still_reads_them() -> None:
+    from prewarm.domain.messages import CancelTask, PullTask, parse_node_message
+
+    task = PullTask(job="prod-eu:ml/web", job_uid="u", round=1, node="n", image="nginx:1", cluster="prod-eu")
+    cancel = CancelTask(job="prod-eu:ml/web", job_uid="u", round=1, node="n", cluster="prod-eu")
+    assert task.cluster == cancel.cluster == "prod-eu"
+    # The wire format is the one agents have always read: no cluster field
+    assert "cluster" not in task.model_dump() and "cluster" not in cancel.model_dump_json()
+    # A task read without it (every task on the wire) is of the stack's own cluster
+    assert parse_node_message(task.model_dump_json()).cluster == ""
+    with pytest.raises(ValueError, match="cluster"):
+        PullTask(job="ml/web", job_uid="u", round=1, node="n", image="nginx:1", cluster="a:b")
+
+
+def test_a_rules_and_a_jobs_selectors_share_one_rule_for_names_or_labels() -> None:
+    from prewarm.domain.kubernetes import NamesOrLabelSelector
+    from prewarm.domain.placement import NodeSelector
+
+    assert issubclass(ClusterSelector, NamesOrLabelSelector) and issubclass(NodeSelector, NamesOrLabelSelector)
+    for selector, noun in ((ClusterSelector, "cluster name"), (NodeSelector, "node name")):
+        with pytest.raises(ValueError, match=f'duplicate {noun} "a"'):
+            selector.model_validate({"names": ["a", "a"]})
+        with pytest.raises(ValueError, match="names cannot be combined with matchLabels"):
+            selector.model_validate({"names": ["a"], "matchLabels": {"k": "v"}})

@@ -12,6 +12,7 @@ import pytest
 from prewarm.domain.job import UNPLANNED_RETRIGGER_SECONDS, ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import CompletionType, JobState
 from prewarm.domain.placement import Platform
+from prewarm.domain.sources import SOURCE_ANNOTATION, Source
 from prewarm.domain.status import COMPLETED_MESSAGE, Counters
 
 T0 = 1_000.0
@@ -67,6 +68,22 @@ def test_a_job_is_planned_when_its_last_plan_is_the_one_its_generation_and_round
     assert job.plan_id == "2.1" and not job.is_planned
     assert replace(job, planned="2.1").is_planned
     assert not replace(job, planned="1.1").is_planned
+
+
+def test_a_keys_parts_are_the_jobs_own_not_parsed_from_its_text() -> None:
+    key = pull_job(cluster="prod-eu").key
+    assert (key.cluster, key.namespace, key.name) == ("prod-eu", "shop", "web")
+    assert list_job().sibling("base-1").name == "base-1" and list_job(cluster="x").sibling("c").cluster == "x"
+
+
+def test_the_plan_round_is_the_round_of_the_last_plan_made() -> None:
+    job = pull_job(planned=False, generation=3, round=2)
+    assert job.plan_round is None and not job.round_is_planned
+    # A plan of an earlier generation of the same round: the round is planned (a new spec re-plans it)
+    assert replace(job, planned="2.2").plan_round == 2 and replace(job, planned="2.2").round_is_planned
+    assert replace(job, planned="2.1").plan_round == 1 and not replace(job, planned="2.1").round_is_planned
+    assert replace(job, planned="12.10").plan_round == 10
+    assert list_job(planned="list").plan_round is None
 
 
 def test_only_a_running_planned_image_pull_job_is_dispatching() -> None:
@@ -138,6 +155,33 @@ def test_pull_secrets_are_read_as_applied() -> None:
     bare = pull_job(manifest={"kind": "ImagePullJob"})
     assert bare.pull_secret_names == [] and not bare.pull_secrets_only
     assert bare.completion_type is CompletionType.ALWAYS
+
+
+def test_the_image_pull_reference_and_source_are_read_as_applied() -> None:
+    digest = "sha256:" + "a" * 64
+    job = pull_job(manifest=pull_manifest(image=f"nginx:1.25@{digest}"))
+    assert job.image == f"nginx:1.25@{digest}"
+    assert job.pull_reference == f"docker.io/library/nginx@{digest}"
+    assert pull_job().pull_reference == "docker.io/library/nginx:1.25"
+    assert list_job().images == ["nginx:1.25", "redis:7"] and list_job().image == ""
+    assert pull_job().images == []
+    # A manifest with no spec, or a spec of another shape, has neither
+    assert pull_job(manifest={"kind": "ImagePullJob"}).image == ""
+    assert pull_job(manifest={"kind": "ImagePullJob", "spec": ["image"]}).image == ""
+    assert pull_job(manifest={"kind": "ImagePullJob", "spec": {"image": 3, "images": ["a", 4]}}).image == ""
+    assert list_job(manifest={"kind": "ImageListPullJob", "spec": {"images": ["a", 4]}}).images == ["a"]
+    assert pull_job().parallelism == 1 and pull_job(manifest=pull_manifest(parallelism="5")).parallelism == "5"
+    assert list_job(manifest=list_manifest(parallelism=0)).parallelism == 0
+    assert pull_job().source is Source.CLI
+    resource = {**pull_manifest(), "metadata": {"name": "web", "namespace": "shop",
+                                                "annotations": {SOURCE_ANNOTATION: "resource"}}}
+    assert pull_job(manifest=resource).source is Source.RESOURCE
+
+
+def test_a_cancel_names_the_job_its_cluster_the_round_and_why() -> None:
+    cancel = pull_job(cluster="prod-eu", round=4).cancel_task("n1", round=3, reason="job deleted")
+    assert (cancel.job, cancel.job_uid, cancel.round, cancel.node, cancel.cluster, cancel.reason) == (
+        "prod-eu:shop/web", "u1", 3, "n1", "prod-eu", "job deleted")
 
 
 def test_the_image_platforms_are_known_only_from_a_pushed_index() -> None:
@@ -241,7 +285,8 @@ def test_a_pull_task_carries_the_jobs_image_policies_deadline_sandbox_and_secret
     )
     job = replace(job, planned=job.plan_id)
     task = job.pull_task("n1")
-    assert (task.job, task.job_uid, task.round, task.node) == ("shop/web", "u1", 2, "n1")
+    assert (task.job, task.job_uid, task.round, task.node, task.cluster) == ("shop/web", "u1", 2, "n1", "")
+    assert replace(job, cluster="prod-eu").pull_task("n1").cluster == "prod-eu"
     assert (task.image, task.image_pull_policy) == ("docker.io/library/nginx:1.25", "Always")
     assert (task.timeout_seconds, task.backoff_limit, task.deadline) == (60, 1, T0 + 900)
     assert (task.sandbox_labels, task.sandbox_annotations) == ({"team": "web"}, {"note": "x"})

@@ -58,4 +58,4 @@ def test_the_sweep_records_how_the_stacks_own_cluster_answered_and_fails_when_it
     home = bootstrap.store().get_cluster("home")
     assert home is not None and (home.reachable, home.reason) == (False, "connection refused")
     # The own cluster's health item is not a registered cluster
-    assert bootstrap.registered_clusters() == []
+    assert [c.name for c in bootstrap.clusters().served()] == [""]

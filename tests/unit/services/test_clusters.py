@@ -10,14 +10,17 @@ import pytest
 
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.messages import Hello, PullTask, RequiredImages, StatusReport, Warmed
+from prewarm.domain.push import ImagePush
+from prewarm.domain.warming import SettledNodes
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterUnavailableError
-from prewarm.services.push import ImagePush, handle_push
+from prewarm.services.push import handle_push
 from prewarm.services.reports import record_report, record_status
 from prewarm.services.resources import RULES_FROM_OWN_CLUSTER, sync_clusters, sync_resources
-from prewarm.services.schedules import ClusterAccess, sweep
+from prewarm.services.schedules import SweepSettings, sweep
 from tests.support.cluster import FakeCluster, make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane, take_node_messages
 from tests.support.manifests import job_doc
 from tests.support.memory_queues import MemoryTaskQueues
@@ -68,8 +71,7 @@ def test_a_push_makes_one_job_per_cluster_each_counting_only_its_own_nodes(two: 
     apply_manifest(plane.store, rule(), now=plane.now())
     own_queues, prod_queues = agents_start(plane, ""), agents_start(plane, "prod-eu")
     # When one push comes for a rule that names no cluster
-    applied = handle_push(plane.store, None, PUSH, now=plane.now(),
-                          clusters=[RegisteredCluster(""), PROD], own_cluster_name="home")
+    applied = handle_push(plane.store, None, PUSH, now=plane.now(), clusters=clusters_of(plane.store, own_name="home"))
     assert sorted(a.cluster for a in applied) == ["", "prod-eu"]
     own_key = next(r.key for r in plane.store.list_jobs() if not r.cluster)
     prod_key = next(r.key for r in plane.store.list_jobs() if r.cluster == "prod-eu")
@@ -95,13 +97,11 @@ def test_a_push_makes_one_job_per_cluster_each_counting_only_its_own_nodes(two: 
 def test_a_rule_selecting_clusters_by_label_warms_those_only(two: tuple[ControlPlane, FakeCluster]) -> None:
     plane, _ = two
     apply_manifest(plane.store, rule(clusters={"matchLabels": {"env": "prod"}}), now=plane.now())
-    applied = handle_push(plane.store, None, PUSH, now=plane.now(),
-                          clusters=[RegisteredCluster(""), PROD], own_cluster_name="home")
+    applied = handle_push(plane.store, None, PUSH, now=plane.now(), clusters=clusters_of(plane.store, own_name="home"))
     assert [a.cluster for a in applied] == ["prod-eu"]
     # and by name, the stack's own cluster answering to its ClusterName
     apply_manifest(plane.store, rule("by-name", clusters={"names": ["home"]}), now=plane.now())
-    applied = handle_push(plane.store, None, PUSH, now=plane.now(),
-                          clusters=[RegisteredCluster(""), PROD], own_cluster_name="home")
+    applied = handle_push(plane.store, None, PUSH, now=plane.now(), clusters=clusters_of(plane.store, own_name="home"))
     assert sorted((a.name.split("-")[0], a.cluster) for a in applied if a.outcome == "created") == [("by", "")]
 
 
@@ -120,8 +120,8 @@ def test_a_hello_registers_its_node_in_its_cluster_and_joins_that_clusters_never
     plane.cluster.nodes.append(make_node("ip-10-0-1-9"))
     url = queues_of(plane, "prod-eu").ensure_queue("ip-10-0-1-9")
     hello = Hello(node="ip-10-0-1-9", cluster="prod-eu", warm_until=plane.now() + 600)
-    outcome = record_status(plane.store, plane.queues, plane.cluster, [("m1", hello)], now=plane.now(),
-                            clusters=lambda name: prod if name == "prod-eu" else None)
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster, {"prod-eu": prod}),
+                            [("m1", hello)], now=plane.now())
     # Then it is registered under prod-eu, added to prod-eu's job only, and told its images in its queue
     assert outcome.hellos[0].added_to == ["prod-eu:default/keep"]
     assert plane.store.get_node("ip-10-0-1-9", "prod-eu") is not None
@@ -143,17 +143,17 @@ def test_a_cluster_whose_api_is_down_does_not_keep_the_others_from_their_sweep(
     own_urls = agents_start(plane, "")
     prod_urls = agents_start(plane, "prod-eu")
     for cluster in ("", "prod-eu"):
-        record_status(plane.store, plane.queues, plane.cluster,
-                      [("m", Hello(node=NODES[0], cluster=cluster))], now=plane.now(),
-                      clusters=lambda name: prod)
+        record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster, {"prod-eu": prod}),
+                      [("m", Hello(node=NODES[0], cluster=cluster))], now=plane.now())
     plane.cluster.nodes = [n for n in plane.cluster.nodes if n["metadata"]["name"] != NODES[0]]
 
     class Down(FakeCluster):
         def list_node_metadata(self) -> list[dict[str, Any]]:
             raise ClusterUnavailableError("connection refused")
 
-    result = sweep(plane.store, plane.queues, plane.cluster, now=plane.now(), prefix=plane.queues.prefix,
-                   registered=[ClusterAccess("prod-eu", Down(nodes=prod.nodes))])
+    clusters = clusters_of(plane.store, plane.cluster, {"prod-eu": Down(nodes=prod.nodes)})
+    result = sweep(plane.store, plane.queues, clusters, now=plane.now(),
+                   config=SweepSettings(prefix=plane.queues.prefix))
     # Then the own cluster's departed node is forgotten, prod-eu's namesake and its queue are untouched,
     # and prod-eu is reported unreachable
     assert result.nodes_forgotten == [NODES[0]]
@@ -164,8 +164,8 @@ def test_a_cluster_whose_api_is_down_does_not_keep_the_others_from_their_sweep(
     assert own_urls[NODES[0]].rsplit("/", 1)[1] not in set(plane.queues.list_node_queues())
     # and once prod-eu answers without that node, only its own queue and registration go
     prod.nodes = [n for n in prod.nodes if n["metadata"]["name"] != NODES[0]]
-    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix=plane.queues.prefix,
-                   registered=[ClusterAccess("prod-eu", prod)])
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": prod}), now=plane.now(),
+                   config=SweepSettings(prefix=plane.queues.prefix))
     assert result.nodes_forgotten == [f"prod-eu:{NODES[0]}"] and result.agents == {"prod-eu": 1}
     assert prod_urls[NODES[0]].rsplit("/", 1)[1] not in set(plane.queues.list_node_queues("prod-eu"))
     assert prod_urls[NODES[1]].rsplit("/", 1)[1] in set(plane.queues.list_node_queues("prod-eu"))
@@ -211,8 +211,8 @@ def test_a_cluster_whose_api_hangs_keeps_no_other_cluster_waiting(two: tuple[Con
     # Given prod-eu's node list answers only once staging's sweep is under way (a hung API, until its
     # timeout), prod-eu listed first, and a node gone from staging
     agents_start(plane, "staging")
-    record_status(plane.store, plane.queues, plane.cluster, [("m", Hello(node=NODES[0], cluster="staging"))],
-                  now=plane.now(), clusters=lambda name: prod)
+    record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster, {"staging": prod}),
+                  [("m", Hello(node=NODES[0], cluster="staging"))], now=plane.now())
     staging_under_way = threading.Event()
 
     class Hung(FakeCluster):
@@ -226,9 +226,9 @@ def test_a_cluster_whose_api_hangs_keeps_no_other_cluster_waiting(two: tuple[Con
             staging_under_way.set()
             return super().list_node_metadata()
 
-    result = sweep(plane.store, plane.queues, None, now=plane.now(), prefix=plane.queues.prefix,
-                   registered=[ClusterAccess("prod-eu", Hung(nodes=prod.nodes)),
-                               ClusterAccess("staging", Staging(nodes=prod.nodes[1:]))])
+    apis = {"prod-eu": Hung(nodes=prod.nodes), "staging": Staging(nodes=prod.nodes[1:])}
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store, None, apis), now=plane.now(),
+                   config=SweepSettings(prefix=plane.queues.prefix))
     # Then both were swept: one after the other, prod-eu would have timed out waiting for staging
     assert result.unreachable == {} and result.nodes_forgotten == [f"staging:{NODES[0]}"]
     assert result.agents == {"prod-eu": 0, "staging": 1}
@@ -271,12 +271,10 @@ def test_clusters_are_synced_side_by_side_and_each_answer_is_recorded(two: tuple
         if not staging_under_way.wait(5):
             raise ClusterUnavailableError("timed out")
 
-    def down() -> ResourceApi:
-        raise ClusterUnavailableError("connection refused")
-
-    apis = [("", down), ("prod-eu", lambda: ResourceApi({"imagepulljobs": [resource]}, before_list=hung)),
-            ("staging", lambda: ResourceApi({"imagepulljobs": [resource]}, before_list=staging_under_way.set))]
-    report = sync_clusters(plane.store, apis, clock=plane.now, own_name="home")  # type: ignore[arg-type]
+    apis = {"prod-eu": ResourceApi({"imagepulljobs": [resource]}, before_list=hung),
+            "staging": ResourceApi({"imagepulljobs": [resource]}, before_list=staging_under_way.set)}
+    clusters = clusters_of(plane.store, ClusterUnavailableError("connection refused"), apis, own_name="home")
+    report = sync_clusters(plane.store, clusters, clock=plane.now)
     assert report.unreachable == {"": "connection refused"}
     assert sorted(report.applied) == ["prod-eu: ImagePullJob prod-eu:default/warm created",
                                       "staging: ImagePullJob staging:default/warm created"]
@@ -292,13 +290,13 @@ def test_each_clusters_sweep_keeps_its_own_settled_nodes(two: tuple[ControlPlane
     for cluster, prefix in ((plane.cluster, "own"), (prod, "prod")):
         for node in cluster.nodes:
             node["metadata"].update(creationTimestamp=old, uid=f"{prefix}-{node['metadata']['name']}")
-    settled: dict[str, set[str]] = {}
+    settled = SettledNodes()
     # When the clusters are swept side by side, twice
     for _ in range(2):
-        sweep(plane.store, plane.queues, plane.cluster, now=plane.now(), prefix=plane.queues.prefix,
-              taints=plane.cluster, settled=settled, registered=[ClusterAccess("prod-eu", prod, prod)])
+        sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster, {"prod-eu": prod}), now=plane.now(),
+              config=SweepSettings(prefix=plane.queues.prefix), settled=settled)
     # Then each cluster's nodes stay settled (read once), not wiped by the other cluster's sweep
-    assert settled == {"": {f"own-{n}" for n in NODES}, "prod-eu": {f"prod-{n}" for n in NODES}}
+    assert settled.by_cluster == {"": {f"own-{n}" for n in NODES}, "prod-eu": {f"prod-{n}" for n in NODES}}
 
 
 def test_a_job_left_unplanned_while_its_cluster_was_down_is_planned_again_once_it_answers(
@@ -315,12 +313,12 @@ def test_a_job_left_unplanned_while_its_cluster_was_down_is_planned_again_once_i
     assert before is not None and not before.is_planned
     later = plane.now() + 600
     # While prod-eu is down, the sweep leaves the job alone (a plan would fail again)
-    down = sweep(plane.store, plane.queues, None, now=later, prefix=plane.queues.prefix,
-                 registered=[ClusterAccess("prod-eu", Down())])
+    down = sweep(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down()}), now=later,
+                 config=SweepSettings(prefix=plane.queues.prefix))
     assert down.replanned == [] and down.unreachable == {"prod-eu": "connection refused"}
     # Once it answers, the job is asked to plan again: a new generation, which the table stream plans
-    up = sweep(plane.store, plane.queues, None, now=later, prefix=plane.queues.prefix,
-               registered=[ClusterAccess("prod-eu", prod)])
+    up = sweep(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": prod}), now=later,
+               config=SweepSettings(prefix=plane.queues.prefix))
     after = plane.store.get_job("prod-eu:default/warm")
     assert up.replanned == ["prod-eu:default/warm"]
     assert after is not None and after.generation == before.generation + 1 and after.needs_planning(before)
@@ -332,8 +330,8 @@ def test_hellos_and_warm_ups_of_a_cluster_the_stack_does_not_serve_are_dropped(
     plane, _ = two
     hello = Hello(node=NODES[0], cluster="removed")
     warmed = Warmed(node=NODES[0], cluster="removed", joined_at=1, hello_at=2, warm_at=3, outcome="warm")
-    outcome = record_status(plane.store, plane.queues, plane.cluster, [("m1", hello), ("m2", warmed)],
-                            now=plane.now(), clusters=lambda name: None)
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
+                            [("m1", hello), ("m2", warmed)], now=plane.now())
     # Then neither is registered nor retried (it would only reach the DLQ): both are dropped, named
     assert outcome.dropped == [f"removed:{NODES[0]}"] * 2 and outcome.retry_ids == []
     assert plane.store.list_nodes("removed") == [] and plane.store.get_node(NODES[0], "removed") is None

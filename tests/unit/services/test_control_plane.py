@@ -12,8 +12,9 @@ from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, complete_deletion, delete_job, view_job
 from prewarm.services.reports import record_report, register_node
-from prewarm.services.schedules import SILENT_NODE_MESSAGE, repull_daily, sweep
+from prewarm.services.schedules import SILENT_NODE_MESSAGE, SweepSettings, repull_daily, sweep
 from tests.support.cluster import make_node, make_pod
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import IMAGE, job_doc
 
@@ -196,7 +197,8 @@ def test_deadline_expiring_mid_job_fails_it_and_cancels_in_flight(plane: Control
     plan(plane)
     task = next(iter(tasks_sent(plane, nodes).values()))[0]
     report(plane, task, "Pulling")
-    result = sweep(plane.store, plane.queues, None, now=plane.now() + 700, prefix="pw")
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now() + 700,
+                   config=SweepSettings(prefix="pw"))
     assert result.deadline_failed == ["default/warm"]
     cancels = tasks_sent(plane, nodes)
     assert list(cancels) == [task.node] and isinstance(cancels[task.node][0], CancelTask)
@@ -213,8 +215,10 @@ def test_a_task_sent_and_never_reported_is_failed_after_timeout_plus_grace(plane
     apply_manifest(plane.store, job_doc(pullPolicy={"timeoutSeconds": 60}), now=plane.now())
     plan(plane)
     tasks_sent(plane, nodes)
-    assert sweep(plane.store, plane.queues, None, now=plane.now() + 60 + 299, prefix="pw").silent_nodes == []
-    result = sweep(plane.store, plane.queues, None, now=plane.now() + 60 + 301, prefix="pw")
+    assert sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now() + 60 + 299,
+                 config=SweepSettings(prefix="pw")).silent_nodes == []
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now() + 60 + 301,
+                   config=SweepSettings(prefix="pw"))
     assert result.silent_nodes == [f"default/warm:{nodes[0]}"]
     view = view_job(plane.store, "default", "warm", now=plane.now())
     assert view.failed_nodes == nodes and view.message == "job has completed"
@@ -351,7 +355,8 @@ def test_ttl_after_finished_deletes_in_sweep(plane: ControlPlane) -> None:
     record = plane.store.get_job("default/warm")
     assert record is not None and record.ttl is not None
     # moto never deletes by TTL (nor does DynamoDB promptly): sweep does.
-    assert sweep(plane.store, plane.queues, None, now=record.ttl + 1, prefix="pw").expired == ["default/warm"]
+    assert sweep(plane.store, plane.queues, clusters_of(plane.store), now=record.ttl + 1,
+                 config=SweepSettings(prefix="pw")).expired == ["default/warm"]
     assert plane.store.get_job("default/warm") is None
 
 
@@ -361,7 +366,8 @@ def test_sweep_deletes_queues_of_departed_nodes_only_its_own(plane: ControlPlane
         plane.queues.ensure_queue(n)
     plane.sqs.create_queue("pw-other-stack-queue")
     plane.cluster.nodes = plane.cluster.nodes[:1]
-    result = sweep(plane.store, plane.queues, plane.cluster, now=plane.now(), prefix="pw")
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=plane.now(),
+                   config=SweepSettings(prefix="pw"))
     assert result.queues_deleted == [plane.queues.queue_name(nodes[1])]
     left = plane.queues.list_node_queues()
     assert plane.queues.queue_name(nodes[0]) in left and "pw-other-stack-queue" in left
@@ -430,10 +436,10 @@ def test_image_list_job_dropping_an_image_cancels_its_pulls_and_finishes_with_a_
     assert isinstance(cancel, CancelTask) and cancel.reason == "job deleted"
     kept = next(t for t in sent if t.image == IMAGE)
     report(plane, kept, "Succeeded", seq=1)
-    sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw")
+    sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now(), config=SweepSettings(prefix="pw"))
     record = plane.store.get_job("default/bundle")
     assert record is not None and record.state == "Completed" and record.ttl is not None
-    sweep(plane.store, plane.queues, None, now=record.ttl + 1, prefix="pw")
+    sweep(plane.store, plane.queues, clusters_of(plane.store), now=record.ttl + 1, config=SweepSettings(prefix="pw"))
     assert plane.store.get_job("default/bundle") is None
 
 
@@ -477,7 +483,8 @@ def test_a_claim_refused_after_others_succeeded_leaves_no_claimed_node_without_i
             for t in first_wave[:2]]
     # (if it raises, the batch goes back to the queue; what matters is what was claimed before)
     with contextlib.suppress(StoreRetryableError):
-        record_status(plane.store, plane.queues, None, [(f"m{i}", r) for i, r in enumerate(done)], now=plane.now())
+        record_status(plane.store, plane.queues, clusters_of(plane.store),
+                      [(f"m{i}", r) for i, r in enumerate(done)], now=plane.now())
 
     # Then the node the first claim took already has its task: no node is dispatched with no task sent
     assert calls["n"] >= 2

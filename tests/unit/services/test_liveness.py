@@ -11,11 +11,12 @@ from prewarm.domain.liveness import AGENT_NOT_REPORTING, NO_AGENT_ON_NODE, REPOR
 from prewarm.domain.messages import Hello, PullTask, StatusReport
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.reports import record_report, register_node
-from prewarm.services.schedules import repull_daily, sweep
+from prewarm.services.schedules import SweepSettings, repull_daily, sweep
 from prewarm_agent.running import SHUTDOWN_MESSAGE
 from prewarm_cli.output import describe_job
 from tests.support.clock import Clock
 from tests.support.cluster import make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
 
@@ -52,8 +53,8 @@ def tasks(plane: ControlPlane, *names: str) -> dict[str, PullTask]:
 
 
 def run_sweep(plane: ControlPlane, **options: Any) -> Any:
-    return sweep(plane.store, plane.queues, None, now=plane.now(), prefix="pw", no_agent_grace_seconds=GRACE,
-                 **options)
+    return sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now(),
+                 config=SweepSettings(**{"prefix": "pw", "no_agent_grace_seconds": GRACE, **options}))
 
 
 def node_line(plane: ControlPlane, node: str) -> str:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from prewarm.domain.retry import STATUS_QUEUE_VISIBILITY_SECONDS, Delivery, redelivery_seconds
+from prewarm.domain.retry import Delivery, redelivery_seconds
 from prewarm.services.reports import deliver_again
-from prewarm_devtools.sam.template import load_template
 from tests.support.memory_queues import MemoryStatusQueue
 
 
@@ -25,11 +24,6 @@ def test_a_returned_message_comes_again_after_2_s_then_four_times_longer_each_re
 def test_a_receive_count_below_1_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="receive_count must be >= 1, got 0"):
         redelivery_seconds(0)
-
-
-def test_the_cap_is_the_status_queues_visibility_timeout_in_the_template() -> None:
-    queue = load_template()["Resources"]["StatusQueue"]["Properties"]
-    assert queue["VisibilityTimeout"] == STATUS_QUEUE_VISIBILITY_SECONDS
 
 
 def test_the_queue_is_told_each_returned_messages_backoff_and_the_poisons_none() -> None:

@@ -13,7 +13,8 @@ from prewarm.domain.messages import Hello, StatusReport
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import StoreRetryableError
 from prewarm.services.reports import record_status, register_node
-from prewarm.services.schedules import repull_daily, sweep
+from prewarm.services.schedules import SweepSettings, repull_daily, sweep
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
 from tests.unit.services.test_control_plane import cluster_of, plan, report, tasks_sent
@@ -46,13 +47,13 @@ def test_a_batch_whose_completion_is_refused_returns_its_final_report_and_the_re
     final = StatusReport(job=task.job, job_uid=task.job_uid, round=task.round, node=task.node, phase="Succeeded",
                          seq=2)
     # When the batch with its final report is applied (before: StoreRetryableError failed the whole batch)
-    first = record_status(plane.store, plane.queues, None, [("m1", final)], now=plane.now())
+    first = record_status(plane.store, plane.queues, clusters_of(plane.store), [("m1", final)], now=plane.now())
     # Then the node is counted, the job not finished yet, and only the final report goes back to the queue
     assert first.retry_ids == ["m1"] and first.reports[0][1].applied
     view = view_job(plane.store, "default", "warm", now=plane.now())
     assert (view.succeeded, view.completion_time) == (1, None)
     # and its redelivery finds the node final and finishes the job, counting nothing twice
-    again = record_status(plane.store, plane.queues, None, [("m1", final)], now=plane.now())
+    again = record_status(plane.store, plane.queues, clusters_of(plane.store), [("m1", final)], now=plane.now())
     view = view_job(plane.store, "default", "warm", now=plane.now())
     assert again.retry_ids == [] and (view.succeeded, view.message) == (1, "job has completed")
 
@@ -90,7 +91,8 @@ def test_the_sweep_failing_a_silent_node_meets_a_transaction_and_tries_again(
     calls: list[str] = []
     monkeypatch.setattr(plane.store, "apply_updates", refused(2, plane.store.apply_updates, calls))
     # When the sweep fails it and its transaction meets a report batch's on the job item twice
-    result = sweep(plane.store, plane.queues, None, now=plane.now() + 400, prefix="pw")
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store), now=plane.now() + 400,
+                   config=SweepSettings(prefix="pw"))
     # Then the sweep tried again (before: the sweep failed for every job) and the node is failed
     assert result.silent_nodes == [f"default/warm:{nodes[0]}"] and len(calls) == 3
     assert view_job(plane.store, "default", "warm", now=plane.now()).failed_nodes == nodes

@@ -13,6 +13,7 @@ from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.reports import WRITERS, record_reports, record_status
 from tests.support.cluster import make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
 
@@ -51,7 +52,7 @@ def test_a_hello_whose_job_write_is_refused_goes_back_alone(plane: ControlPlane,
 
     monkeypatch.setattr(plane.store, "add_tasks", throttled)
     # When both say hello in one batch and the first job's write is throttled
-    outcome = record_status(plane.store, plane.queues, plane.cluster,
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
                             [("a", Hello(node="new-a", labels={"pool": "gpu"})),
                              ("b", Hello(node="new-b", labels={"zone": "b"}))], now=plane.now())
     # Then only the hello of the node that job selects goes back to the queue

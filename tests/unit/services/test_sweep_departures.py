@@ -14,8 +14,9 @@ import pytest
 
 from prewarm.domain.nodes import RegisteredNode
 from prewarm.services.budget import TimeBudget, run_within
-from prewarm.services.schedules import sweep
+from prewarm.services.schedules import SweepSettings, sweep
 from tests.support.cluster import make_node, recorded_reads
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 
 
@@ -35,7 +36,8 @@ def registered(plane: ControlPlane) -> set[str]:
 
 
 def run(plane: ControlPlane, **options: Any) -> Any:
-    return sweep(plane.store, plane.queues, plane.cluster, now=plane.now(), prefix="pw", **options)
+    return sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=plane.now(),
+                 config=SweepSettings(prefix="pw"), **options)
 
 
 def test_a_node_that_joins_after_the_node_list_keeps_its_queue_and_registration(plane: ControlPlane) -> None:

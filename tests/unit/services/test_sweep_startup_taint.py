@@ -8,8 +8,9 @@ from typing import Any
 
 from prewarm.domain.kubernetes import format_time
 from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON
-from prewarm.services.schedules import sweep
+from prewarm.services.schedules import SweepSettings, sweep
 from tests.support.cluster import make_node
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 
 TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
@@ -30,8 +31,8 @@ def taints_of(plane: ControlPlane, name: str) -> list[dict[str, Any]]:
 
 
 def run(plane: ControlPlane, now: float, grace: float = 60) -> Any:
-    return sweep(plane.store, plane.queues, plane.cluster, now=now, prefix="pw", taints=plane.cluster,
-                 taint_grace_seconds=grace)
+    return sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=now,
+                 config=SweepSettings(prefix="pw", taint_grace_seconds=grace))
 
 
 def test_overdue_taints_go_and_others_stay(plane: ControlPlane) -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from prewarm.domain.kubernetes import format_time
+from prewarm.domain.warming import SettledNodes
 from prewarm.services.budget import TimeBudget
-from prewarm.services.schedules import sweep
+from prewarm.services.schedules import SweepSettings, sweep
 from tests.support.cluster import make_node, recorded_reads
+from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 
 TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
@@ -27,8 +29,9 @@ def joined(name: str, ago: float, *taints: dict[str, str], uid: str = "") -> dic
 def run(plane: ControlPlane, settled: set[str], **options: Any) -> Any:
     cluster: Any = plane.cluster  # the fake's JSON patch takes the ops as lists
     by_cluster = {"": settled}
-    result = sweep(plane.store, plane.queues, cluster, now=NOW, prefix="pw", taints=cluster,
-                   taint_grace_seconds=60, settled=by_cluster, **options)
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store, cluster), now=NOW,
+                   config=SweepSettings(prefix="pw", taint_grace_seconds=60), settled=SettledNodes(by_cluster),
+                   **options)
     assert by_cluster[""] is settled  # the caller's set, kept
     return result
 

@@ -8,8 +8,6 @@ costs ~120 ms of imports). `reset()` forgets them all, for tests that change the
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -18,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from prewarm.settings import settings
 
 if TYPE_CHECKING:
+    from prewarm.adapters.clusters import StackClusters
+    from prewarm.adapters.deferred import DeferredSecretMirror
     from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.adapters.ecr import EcrImages
     from prewarm.adapters.ecr_auth import EcrTokenSource
@@ -26,16 +26,18 @@ if TYPE_CHECKING:
     from prewarm.adapters.sqs import NodeQueues, StatusQueue
     from prewarm.domain.clusters import RegisteredCluster
     from prewarm.domain.job import StoredJob
-    from prewarm.domain.messages import FromAgent, Hello, StatusReport
-    from prewarm.domain.refresh import CredentialsConfig
+    from prewarm.domain.keys import JobKey
+    from prewarm.domain.messages import FromAgent
+    from prewarm.domain.push import ImagePush
     from prewarm.domain.retry import Delivery
+    from prewarm.domain.warming import SettledNodes
     from prewarm.services.credentials import RefreshReport
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
-    from prewarm.services.push import ImagePush
-    from prewarm.services.reports import HelloOutcome, ReportOutcome, StatusBatchOutcome
+    from prewarm.services.ports import ClusterApi
+    from prewarm.services.reports import StatusBatchOutcome
     from prewarm.services.resources import SyncReport
-    from prewarm.services.schedules import SweepResult
+    from prewarm.services.schedules import SweepResult, SweepSettings
 
 
 @lru_cache(maxsize=1)
@@ -56,86 +58,52 @@ def queues() -> NodeQueues:
     )
 
 
-def cluster(name: str = "") -> KubeCluster:
-    """The API of cluster `name`: the stack's own (`""`, from its settings) or a registered one (its
-    endpoint and CA read from the table on each call, so a cluster added again is reached at its new
-    endpoint; the client for an endpoint is kept for the process)."""
-    from prewarm.services.ports import ClusterConfigError
-
-    if not name:
-        return _own_cluster()
-    registered = store().get_cluster(name)
-    if registered is None:
-        raise ClusterConfigError(f"cluster {name!r} is not registered with this stack: `prewarm cluster add {name}`")
-    return _registered_cluster(registered.name, registered.endpoint, registered.ca_data)
-
-
 @lru_cache(maxsize=1)
-def _own_cluster() -> KubeCluster:
+def clusters() -> StackClusters:
+    """The clusters the stack serves: its own (from its settings) and those registered in its table."""
+    from prewarm.adapters.clusters import StackClusters
+
+    return StackClusters(store(), settings().cluster_name, own_api=lambda: own_cluster(),
+                         registered_api=lambda registered: registered_cluster(registered))
+
+
+def own_cluster() -> KubeCluster:
+    """The stack's own cluster's API, from its settings (`ClusterConfigError` when they name none)."""
     from prewarm.adapters.kube import KubeCluster
 
     return KubeCluster.from_settings(settings())
 
 
-@lru_cache(maxsize=64)
-def _registered_cluster(name: str, endpoint: str, ca_data: str) -> KubeCluster:
+def registered_cluster(registered: RegisteredCluster) -> KubeCluster:
+    """A registered cluster's API, at the endpoint it was registered with."""
     from prewarm.adapters.kube import KubeCluster
-    from prewarm.domain.clusters import RegisteredCluster
 
-    return KubeCluster.for_registered(RegisteredCluster(name, endpoint, ca_data))
-
-
-def cluster_or_none(name: str = "") -> KubeCluster | None:
-    """The cluster, or None when no Kubernetes access is configured (a hello then speaks for its node)."""
-    from prewarm.services.ports import ClusterConfigError
-
-    try:
-        return cluster(name)
-    except ClusterConfigError:
-        return None
+    return KubeCluster.for_registered(registered)
 
 
-def served_clusters() -> list[RegisteredCluster]:
-    """Every cluster the stack serves: its own first (with the labels it was registered with, if it was),
-    then the registered ones."""
-    from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster
-
-    own_name = settings().cluster_name
-    stored = {c.name: c for c in store().list_clusters()}
-    own = stored.get(own_name)
-    return [RegisteredCluster(DEFAULT_CLUSTER, labels=own.labels if own else {}),
-            *(c for name, c in stored.items() if name != own_name)]
-
-
-def registered_clusters() -> list[RegisteredCluster]:
-    """The clusters registered besides the stack's own, read afresh (a cluster added a minute ago counts)."""
-    return [c for c in store().list_clusters() if c.name != settings().cluster_name]
-
-
-class _LazySecretMirror:
-    """Builds the Secrets Manager mirror on the first job that names pullSecrets, not before.
-
-    A `PullSecretMirror` for planning and a `PullSecretCleanup` for the sweep.
-    """
-
-    def mirror(self, namespace: str, names: list[str], cluster: str = "") -> list[str]:
-        return _secret_mirror().mirror(namespace, names, cluster)
-
-    def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]:
-        return _secret_mirror().cleanup(referenced)
-
-
-def secret_mirror() -> _LazySecretMirror:
-    """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix)."""
-    return _LazySecretMirror()
+def cluster(name: str = "") -> ClusterApi:
+    """The API of cluster `name`: the stack's own (`""`) or a registered one; `ClusterConfigError` when
+    it cannot be built."""
+    return clusters().api(name)
 
 
 @lru_cache(maxsize=1)
-def _secret_mirror() -> SecretsManagerMirror:
-    from prewarm.adapters.secrets import SecretsManagerMirror
+def secret_mirror() -> DeferredSecretMirror:
+    """Where jobs' pullSecrets are mirrored for the agents (Secrets Manager under the stack prefix), built
+    when a job names pullSecrets or the sweep cleans up, not before; a cluster's secrets are read through
+    its API."""
+    from prewarm.adapters.deferred import DeferredSecretMirror
 
-    # Cleanup needs no cluster; mirroring reads secrets through it and says so when it is missing.
-    return SecretsManagerMirror(settings().secret_prefix, cluster_or_none(), registered=cluster_or_none)
+    return DeferredSecretMirror(_secrets_manager_mirror)
+
+
+def _secrets_manager_mirror() -> SecretsManagerMirror:
+    from functools import partial
+
+    from prewarm.adapters.secrets import SecretsManagerMirror
+    from prewarm.services.clusters import api_or_none
+
+    return SecretsManagerMirror(settings().secret_prefix, readers=partial(api_or_none, clusters()))
 
 
 @lru_cache(maxsize=1)
@@ -152,23 +120,6 @@ def credential_store() -> SecretsManagerCredentialStore:
     from prewarm.adapters.secrets import SecretsManagerCredentialStore
 
     return SecretsManagerCredentialStore(settings().secret_prefix)
-
-
-def credentials_config(env: Mapping[str, str] = os.environ) -> CredentialsConfig | None:
-    """The refresher's configuration, read on every call so a changed parameter applies at once.
-
-    `CREDENTIALS_CONFIG_PARAMETER` (an SSM parameter) wins over `CREDENTIALS_CONFIG` (JSON); None when
-    both are empty: there is nothing to refresh.
-    """
-    from prewarm.domain.refresh import CredentialsConfig
-
-    if parameter := env.get("CREDENTIALS_CONFIG_PARAMETER", "").strip():
-        from prewarm.adapters.secrets import read_config_parameter
-
-        return CredentialsConfig.parse(read_config_parameter(parameter), f"CREDENTIALS_CONFIG_PARAMETER {parameter}")
-    if text := env.get("CREDENTIALS_CONFIG", "").strip():
-        return CredentialsConfig.parse(text, "CREDENTIALS_CONFIG")
-    return None
 
 
 @lru_cache(maxsize=1)
@@ -188,69 +139,30 @@ def stored_job(image: Mapping[str, Any] | None) -> StoredJob | None:
     return job_of_item(image)
 
 
-def plan_job(key: str) -> PlanResult:
-    """Select the nodes of job `key` and send the first tasks, and after a `Never` job's plan send
-    warming nodes their lists again; `TaskSendError` when a send failed."""
-    from prewarm.domain.clusters import cluster_of
-    from prewarm.services.dispatch import PlanResult, plan_job
-    from prewarm.services.ports import ClusterConfigError, ClusterError, StoreError
-    from prewarm.services.warming import send_required_images
-
-    name = cluster_of(key)
-    try:
-        result = plan_job(store(), cluster(name), queues(), key, now=time.time(), secrets=secret_mirror())
-    except ClusterError as e:
-        if not name:
-            raise  # the stack's own cluster: the stream retries the record
-        # A registered cluster: the job says why it waits (plan_job says so when the cluster did not
-        # answer; here too when it could not be reached at all), and the sweep asks for its plan again once
-        # the cluster answers. A retry here would hold up every later record of the stream's shard.
-        if isinstance(e, ClusterConfigError):
-            with contextlib.suppress(StoreError):
-                store().set_job_fields(key, {"placement_note": f"cluster {name} cannot be reached: {e}"})
-        return PlanResult(key, f"waiting for cluster {name}: {e}")
-    if result.changes_warming:
-        result.send_failures += send_required_images(store(), queues(), cluster(name), now=time.time(),
-                                                     cluster_name=name)
-    result.raise_for_send_failures()
-    return result
-
-
-def record_report(report: StatusReport) -> ReportOutcome:
-    """Apply an agent's status report to its job."""
-    from prewarm.services.reports import record_report
-
-    return record_report(store(), queues(), report, now=time.time())
-
-
-def complete_deletion(key: str) -> int:
-    """Cancel a deleted job's in-flight pulls (as this stack's role) and remove its items."""
-    from prewarm.services.jobs import complete_deletion
-
-    return complete_deletion(store(), queues(), key)
-
-
-def tell_warming_nodes(name: str = "") -> None:
-    """Send every warming node of cluster `name` its required images again (one of its `Never` jobs went);
+def plan_job(key: JobKey) -> PlanResult:
+    """Select the nodes of job `key` and send the first tasks, and tell the warming nodes of its cluster;
     `TaskSendError` when a send failed."""
-    from prewarm.services.ports import TaskSendError
-    from prewarm.services.warming import send_required_images
+    from prewarm.services.stream import plan
 
-    failures = send_required_images(store(), queues(), cluster_or_none(name), now=time.time(), cluster_name=name)
-    if failures:
-        raise TaskSendError(failures)
+    return plan(store(), queues(), clusters(), key, now=time.time(), secrets=secret_mirror())
+
+
+def delete_job(key: JobKey) -> int:
+    """Cancel a deleted job's in-flight pulls (as this stack's role), remove its items and tell the warming
+    nodes of its cluster; `TaskSendError` when a send failed."""
+    from prewarm.services.stream import delete
+
+    return delete(store(), queues(), clusters(), key, now=time.time())
 
 
 def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequence[Delivery] = (),
                   poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;
     then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again."""
-    from prewarm.services.reports import deliver_again, record_status
+    from prewarm.services.reports import record_status_batch
 
-    outcome = record_status(store(), queues(), cluster_or_none(), messages, now=time.time(), clusters=cluster_or_none)
-    if outcome.retry_ids or poison_ids:
-        deliver_again(status_queue(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
-    return outcome
+    return record_status_batch(store(), queues(), clusters(), status_queue, messages, now=time.time(),
+                               deliveries=deliveries, poison_ids=poison_ids)
 
 
 @lru_cache(maxsize=1)
@@ -261,124 +173,72 @@ def status_queue() -> StatusQueue:
     return StatusQueue(settings().status_queue_url, client=queues().client)
 
 
-def register_node(hello: Hello) -> HelloOutcome:
-    """Register a node from its hello and add it to the jobs that select it."""
-    from prewarm.services.reports import register_node
-
-    return register_node(store(), queues(), cluster_or_none(hello.cluster), hello, now=time.time())
-
-
 def handle_push(push: ImagePush) -> list[Applied]:
     """Apply one job per prewarm rule matching a pushed image."""
     from prewarm.services.push import handle_push
 
-    return handle_push(store(), images(), push, now=time.time(), clusters=served_clusters(),
-                       own_cluster_name=settings().cluster_name)
+    return handle_push(store(), images(), push, now=time.time(), clusters=clusters())
 
 
 def refresh_credentials() -> RefreshReport | None:
     """Refresh registry credentials as configured; None when nothing is configured."""
+    from prewarm.adapters.secrets import read_config_parameter
     from prewarm.services.credentials import refresh_credentials
 
-    config = credentials_config()
+    config = settings().credentials_config(read_config_parameter)
     if config is None:
         return None
-    from prewarm.services.ports import ClusterError
-
-    kube = cluster() if config.namespaces is not None else None
-    registered, unbuilt = [], []
-    for other in registered_clusters() if config.namespaces is not None else []:
-        try:
-            registered.append((other.name, cluster(other.name)))
-        except ClusterError as e:
-            unbuilt.append(f"cluster {other.name}: {e}")
-    report = refresh_credentials(config, kube, registry_tokens(), credential_store(), clock=time.time,
-                                 registered=registered)
-    report.errors += unbuilt
-    return report
+    return refresh_credentials(config, clusters(), registry_tokens(), credential_store(), clock=time.time)
 
 
 def repull_daily(scheduled_time: float | None) -> list[str]:
     """Start a new round of every active `Never` job (once per scheduled time), and record the run."""
-    from prewarm.domain.schedules import DAILY_ROUND
-    from prewarm.services.schedules import record_run, repull_daily
+    from prewarm.services.schedules import run_daily_round
 
-    started = time.time()
-    jobs = repull_daily(store(), scheduled_time=scheduled_time)
-    record_run(store(), DAILY_ROUND, started_at=started, finished_at=time.time())
-    return jobs
+    return run_daily_round(store(), scheduled_time=scheduled_time, clock=time.time)
 
 
 @lru_cache(maxsize=1)
-def _settled_nodes() -> dict[str, set[str]]:
-    """Per cluster, the nodes the sweeps of this process found past their deadline without the startup
-    taint (a cluster's sweep keeps only its own nodes in its set)."""
-    return {}
+def settled_nodes() -> SettledNodes:
+    """The sweep's memory, kept for the process: the nodes its runs found settled."""
+    from prewarm.domain.warming import SettledNodes
+
+    return SettledNodes()
+
+
+@lru_cache(maxsize=1)
+def sweep_settings() -> SweepSettings:
+    from prewarm.services.schedules import SweepSettings
+
+    s = settings()
+    return SweepSettings(
+        prefix=s.node_queue_prefix, silence_grace_seconds=s.node_silence_grace_seconds,
+        resend_after_seconds=s.task_resend_seconds, agent_silence_seconds=s.agent_silence_seconds,
+        no_agent_grace_seconds=s.no_agent_grace_seconds, taint_grace_seconds=s.startup_taint_grace_seconds,
+    )
 
 
 def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
-    """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues; and record the run.
+    """Deadlines, silent nodes, lost sends, expired jobs and departed nodes' queues on every cluster; and
+    record the run (not when the stack's own cluster failed: the run fails).
 
     `time_left()`: the seconds the invocation has left; work the next run can do stops when it runs low."""
-    from prewarm.domain.clusters import DEFAULT_CLUSTER
-    from prewarm.domain.schedules import SWEEP
     from prewarm.services.budget import TimeBudget
-    from prewarm.services.ports import ClusterError, ClusterUnavailableError
-    from prewarm.services.schedules import ClusterAccess, record_run, sweep
+    from prewarm.services.schedules import run_sweep
 
-    s = settings()
-    started = time.time()
-    accesses, unbuilt = [], {}
-    for registered in registered_clusters():
-        try:
-            kube = cluster(registered.name)
-            accesses.append(ClusterAccess(registered.name, kube, kube))
-        except ClusterError as e:
-            unbuilt[registered.name] = str(e)
-    result = sweep(
-        store(), queues(), cluster_or_none(), now=started, prefix=s.node_queue_prefix,
-        silence_grace_seconds=s.node_silence_grace_seconds, resend_after_seconds=s.task_resend_seconds,
-        agent_silence_seconds=s.agent_silence_seconds, no_agent_grace_seconds=s.no_agent_grace_seconds,
-        secrets=secret_mirror(), taints=cluster_or_none(), taint_grace_seconds=s.startup_taint_grace_seconds,
-        budget=TimeBudget(time_left), settled=_settled_nodes(), registered=accesses,
-    )
-    result.unreachable.update(unbuilt)
-    for access in accesses:
-        store().record_cluster_check(access.name, reachable=access.name not in result.unreachable,
-                                     reason=result.unreachable.get(access.name, ""), checked_at=started,
-                                     agents=result.agents.get(access.name))
-    for name, reason in unbuilt.items():
-        store().record_cluster_check(name, reachable=False, reason=reason, checked_at=started)
-    own = result.unreachable.get(DEFAULT_CLUSTER)
-    if s.cluster_name and (own is not None or DEFAULT_CLUSTER in result.agents):
-        store().record_cluster_check(s.cluster_name, reachable=own is None, reason=own or "", checked_at=started,
-                                     agents=result.agents.get(DEFAULT_CLUSTER), own=True)
-    if own is not None:
-        # The run failed: the schedule's retry and `prewarm doctor` see it (the other clusters were swept).
-        raise ClusterUnavailableError(f"the stack's own cluster {s.cluster_name!r} was not swept: {own}")
-    record_run(store(), SWEEP, started_at=started, finished_at=time.time())
-    return result
+    return run_sweep(store(), queues(), clusters(), clock=time.time, config=sweep_settings(), secrets=secret_mirror(),
+                     budget=TimeBudget(time_left), settled=settled_nodes())
 
 
 def sync_resources() -> SyncReport:
-    """ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back to them: the
-    stack's own cluster's and each registered cluster's, side by side (one that fails is recorded as
-    unreachable and does not keep the others from their sync). The run fails when the own cluster did."""
-    from functools import partial
+    """ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back to them, on
+    every cluster side by side; the run fails when the stack's own cluster did."""
+    from prewarm.services.resources import run_sync
 
-    from prewarm.services.ports import ClusterUnavailableError
-    from prewarm.services.resources import ResourceApi, sync_clusters
-
-    own_name = settings().cluster_name
-    apis: list[tuple[str, Callable[[], ResourceApi]]] = [
-        ("", cluster), *((c.name, partial(cluster, c.name)) for c in registered_clusters())]
-    report = sync_clusters(store(), apis, clock=time.time, own_name=own_name)
-    if (own := report.unreachable.get("")) is not None:
-        raise ClusterUnavailableError(f"the stack's own cluster {own_name!r} was not synced: {own}")
-    return report
+    return run_sync(store(), clusters(), clock=time.time)
 
 
 def reset() -> None:
-    for built in (store, queues, status_queue, _own_cluster, _registered_cluster, images, _secret_mirror,
-                  registry_tokens, credential_store, settings, _settled_nodes):
+    for built in (store, queues, status_queue, clusters, images, secret_mirror, registry_tokens, credential_store,
+                  settings, settled_nodes, sweep_settings):
         built.cache_clear()

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from prewarm.domain.push import ImagePush
 from prewarm.domain.validation import describe_validation_error
-from prewarm.services.push import ImagePush
 
 
 class EcrImageAction(BaseModel):

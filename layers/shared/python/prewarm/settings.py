@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,6 +19,9 @@ from prewarm.domain.intervals import (
     STARTUP_TAINT_GRACE_SECONDS,
 )
 from prewarm.domain.validation import describe_validation_error
+
+if TYPE_CHECKING:
+    from prewarm.domain.refresh import CredentialsConfig
 
 
 class SettingsError(RuntimeError):
@@ -50,11 +54,28 @@ class Settings(BaseModel):
     # The agent reads the same variable for the visibility timeout of its receives.
     node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
     node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")
+    # The credential refresher's configuration: an SSM parameter holding it wins over the JSON itself.
+    credentials_config_parameter: str = Field(default="", alias="CREDENTIALS_CONFIG_PARAMETER")
+    credentials_config_json: str = Field(default="", alias="CREDENTIALS_CONFIG")
 
     @property
     def node_queue_sender_arns(self) -> list[str]:
         """Roles allowed to send to node queues (the queue policy); empty leaves IAM alone to decide."""
         return [a.strip() for a in self.node_queue_sender_arns_csv.split(",") if a.strip()]
+
+    def credentials_config(self, read_parameter: Callable[[str], str]) -> CredentialsConfig | None:
+        """The refresher's configuration; None when none is set: there is nothing to refresh.
+
+        `CREDENTIALS_CONFIG_PARAMETER` (an SSM parameter, read with `read_parameter` on every call so a
+        changed parameter applies at once) wins over `CREDENTIALS_CONFIG` (JSON).
+        """
+        from prewarm.domain.refresh import CredentialsConfig
+
+        if parameter := self.credentials_config_parameter.strip():
+            return CredentialsConfig.parse(read_parameter(parameter), f"CREDENTIALS_CONFIG_PARAMETER {parameter}")
+        if text := self.credentials_config_json.strip():
+            return CredentialsConfig.parse(text, "CREDENTIALS_CONFIG")
+        return None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -228,14 +228,21 @@ def docker_config_of(secret: Mapping[str, Any], namespace: str, name: str) -> di
 
 
 class SecretsManagerMirror:
-    """`PullSecretMirror` on Secrets Manager: a job's pullSecrets copied where its nodes' agents can read them."""
+    """`PullSecretMirror` on Secrets Manager: a job's pullSecrets copied where its nodes' agents can read them.
 
-    def __init__(self, prefix: str, cluster: SecretReader | None, client: Any = None,
+    The secrets are read from `cluster` (the stack's own) or, given `registered`, from a registered cluster
+    by name; given `readers` instead, every cluster's reader (the stack's own under "") is asked for when a
+    secret is read, not before, so a mirror built for the sweep's cleanup builds no Kubernetes client.
+    """
+
+    def __init__(self, prefix: str, cluster: SecretReader | None = None, client: Any = None,
                  clock: Callable[[], float] = time.time,
-                 registered: Callable[[str], SecretReader | None] | None = None) -> None:
+                 registered: Callable[[str], SecretReader | None] | None = None,
+                 readers: Callable[[str], SecretReader | None] | None = None) -> None:
         self.prefix = prefix
         self._cluster = cluster
         self._registered = registered
+        self._readers = readers
         self._secrets = _Secrets(client)
         self._clock = clock
 
@@ -266,7 +273,10 @@ class SecretsManagerMirror:
         return arns
 
     def _read(self, namespace: str, name: str, cluster: str) -> dict[str, Any]:
-        reader = self._cluster if not cluster else self._registered(cluster) if self._registered else None
+        if self._readers is not None:
+            reader = self._readers(cluster)
+        else:
+            reader = self._cluster if not cluster else self._registered(cluster) if self._registered else None
         if reader is None:
             where = f"cluster {cluster!r} is not reachable" if cluster else (
                 "no Kubernetes API is configured (set CLUSTER_NAME, or KUBE_API_ENDPOINT)")

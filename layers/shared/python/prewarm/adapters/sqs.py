@@ -19,7 +19,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, cluster_of, scoped
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.messages import (
     CancelTask,
     FromAgent,
@@ -208,7 +208,7 @@ class NodeQueues(_SqsAdapter):
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
         """Sends to the node's queue; False when the node has none (no agent has started there yet)."""
         try:
-            self.client.send_message(QueueUrl=self.queue_url(message.node, _cluster_of(message)),
+            self.client.send_message(QueueUrl=self.queue_url(message.node, message.cluster),
                                      MessageBody=message.model_dump_json())
         except ClientError as e:
             if _code(e) in _MISSING:
@@ -261,9 +261,7 @@ class NodeQueues(_SqsAdapter):
                 raise _error(e, f"delete queue {url}") from e
 
 
-def _cluster_of(message: PullTask | CancelTask | RequiredImages) -> str:
-    """The cluster of the node a message goes to: a job's pull names it in the job's key."""
-    return message.cluster if isinstance(message, RequiredImages) else cluster_of(message.job)
+
 
 
 class StatusQueue(_SqsAdapter):

@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from pydantic import field_validator, model_validator
-
-from prewarm.domain.kubernetes import LabelSelector, label_map_problems, raise_problems
+from prewarm.domain.kubernetes import NamesOrLabelSelector, label_map_problems
 
 DEFAULT_CLUSTER = ""
 SEPARATOR = ":"
@@ -107,31 +106,15 @@ class RegisteredCluster:
         return self.name == DEFAULT_CLUSTER
 
 
-class ClusterSelector(LabelSelector):
+class ClusterSelector(NamesOrLabelSelector):
     """A rule's `spec.clusters`: cluster `names`, or a label selector over registered clusters (not both).
     Absent, a rule selects every cluster the stack serves."""
 
-    names: list[str] | None = None
+    noun: ClassVar[str] = "cluster name"
 
-    @field_validator("names")
     @classmethod
-    def _names_are_cluster_names(cls, names: list[str] | None) -> list[str] | None:
-        problems: list[tuple[str, str]] = []
-        seen: dict[str, int] = {}
-        for index, name in enumerate(names or ()):
-            if problem := cluster_name_problem(name):
-                problems.append((f"[{index}]", f"invalid cluster name: {problem}"))
-            elif name in seen:
-                problems.append((f"[{index}]", f'duplicate cluster name "{name}" (also at [{seen[name]}])'))
-            seen.setdefault(name, index)
-        raise_problems(problems)
-        return names
-
-    @model_validator(mode="after")
-    def _names_or_labels(self) -> ClusterSelector:
-        if self.names is not None and (self.match_labels is not None or self.match_expressions is not None):
-            raise_problems([("", "names cannot be combined with matchLabels or matchExpressions; use one")])
-        return self
+    def name_problem(cls, name: str) -> str | None:
+        return cluster_name_problem(name)
 
     def select(self, clusters: Iterable[RegisteredCluster], default_name: str) -> list[RegisteredCluster]:
         """The clusters this selects, in the order given. The default cluster answers to the stack's

@@ -17,9 +17,11 @@ from typing import Any
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import parse_image
 from prewarm.domain.jobs import CompletionType, ImageListPullJob, ImagePullJob, JobState, job_key
+from prewarm.domain.keys import JobKey
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.messages import PullTask
+from prewarm.domain.messages import CancelTask, PullTask
 from prewarm.domain.placement import Platform
+from prewarm.domain.sources import Source, source_of
 from prewarm.domain.status import COMPLETED_MESSAGE, Counters
 
 # Fields whose change means a different pull: a new round on every node, not a re-plan.
@@ -84,10 +86,10 @@ class StoredJob:
     # --- identity and plan ------------------------------------------------------------------
 
     @property
-    def key(self) -> str:
+    def key(self) -> JobKey:
         return job_key(self.namespace, self.name, self.cluster)
 
-    def sibling(self, name: str) -> str:
+    def sibling(self, name: str) -> JobKey:
         """The key of another job of this job's namespace and cluster (a list job's child)."""
         return job_key(self.namespace, name, self.cluster)
 
@@ -103,6 +105,18 @@ class StoredJob:
     @property
     def is_planned(self) -> bool:
         return self.planned == self.plan_id
+
+    @property
+    def plan_round(self) -> int | None:
+        """The round the last plan was made for (`planned` is `<generation>.<round>`); None before any."""
+        round_ = self.planned.partition(".")[2]
+        return int(round_) if round_.isdigit() else None
+
+    @property
+    def round_is_planned(self) -> bool:
+        """Whether the current round has had a plan, perhaps of an earlier generation: a new spec of the
+        same round re-plans it (a diff), a new round is planned afresh."""
+        return self.plan_round == self.round
 
     @property
     def is_list_job(self) -> bool:
@@ -156,9 +170,43 @@ class StoredJob:
         return job
 
     @property
+    def source(self) -> Source:
+        """Who applied the job (`prewarm.domain.sources`): the CLI, a resource, a rule."""
+        return source_of(self.manifest)
+
+    @property
+    def _spec(self) -> Mapping[str, Any]:
+        """`spec` as applied (read without parsing the manifest)."""
+        spec = self.manifest.get("spec")
+        return spec if isinstance(spec, Mapping) else {}
+
+    @property
+    def image(self) -> str:
+        """`spec.image` as applied (an ImagePullJob's; "" for a list job): the reference people wrote,
+        pinned to the pushed digest for a rule's job."""
+        image = self._spec.get("image")
+        return image if isinstance(image, str) else ""
+
+    @property
+    def images(self) -> list[str]:
+        """`spec.images` as applied (an ImageListPullJob's; empty for an ImagePullJob)."""
+        return [image for image in self._spec.get("images") or () if isinstance(image, str)]
+
+    @property
+    def parallelism(self) -> object:
+        """`spec.parallelism` as applied, as people see it listed (a count, or a count's text as Kruise
+        takes it); Kruise's default 1 when absent."""
+        return self._spec.get("parallelism", 1)
+
+    @property
+    def pull_reference(self) -> str:
+        """What the nodes pull (`ImageRef.pull_reference`: by digest when the job names one)."""
+        return parse_image(self.pull_job.spec.image).pull_reference
+
+    @property
     def completion_type(self) -> CompletionType:
         """`spec.completionPolicy.type` as applied (Kruise's default `Always`)."""
-        policy = (self.manifest.get("spec") or {}).get("completionPolicy") or {}
+        policy = self._spec.get("completionPolicy") or {}
         return CompletionType(policy.get("type") or CompletionType.ALWAYS)
 
     @property
@@ -174,13 +222,13 @@ class StoredJob:
     @property
     def pull_secret_names(self) -> list[str]:
         """The `spec.pullSecrets` named, as applied (whatever the job's state)."""
-        names = (self.manifest.get("spec") or {}).get("pullSecrets") or ()
+        names = self._spec.get("pullSecrets") or ()
         return [name for name in names if isinstance(name, str)]
 
     @property
     def pull_secrets_only(self) -> bool:
         """`spec.pullSecretsOnly`: the job's pull secrets are the only credentials its pulls may use."""
-        return bool((self.manifest.get("spec") or {}).get("pullSecretsOnly"))
+        return bool(self._spec.get("pullSecretsOnly"))
 
     def image_platforms(self) -> list[Platform] | None:
         """The platforms of the job's image when known (a pushed index), else None: any node will do."""
@@ -254,8 +302,8 @@ class StoredJob:
         spec = self.pull_job.spec
         sandbox = spec.sandbox_config
         return PullTask(
-            job=self.key, job_uid=self.uid, round=self.round, node=node,
-            image=parse_image(spec.image).pull_reference, image_pull_policy=spec.image_pull_policy,
+            job=self.key, job_uid=self.uid, round=self.round, node=node, cluster=self.cluster,
+            image=self.pull_reference, image_pull_policy=spec.image_pull_policy,
             timeout_seconds=spec.pull_policy.timeout_seconds, backoff_limit=spec.pull_policy.backoff_limit,
             deadline=self.deadline,
             sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
@@ -266,6 +314,10 @@ class StoredJob:
 
     def pull_tasks(self, nodes: Iterable[str]) -> list[PullTask]:
         return [self.pull_task(node) for node in nodes]
+
+    def cancel_task(self, node: str, *, round: int, reason: str) -> CancelTask:
+        """What `node` is sent to stop pulling this job's image of `round`."""
+        return CancelTask(job=self.key, job_uid=self.uid, round=round, node=node, cluster=self.cluster, reason=reason)
 
     # --- applying a new spec ----------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import (
     _IDENTIFIER_RE,
     DIGEST_HEX_LENGTHS,
@@ -26,6 +26,7 @@ from prewarm.domain.images import (
     InvalidImageReference,
     parse_image,
 )
+from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import (
     _DNS1123_LABEL,
     _DNS1123_SUBDOMAIN,
@@ -92,10 +93,10 @@ class CompletionType(StrEnum):
     NEVER = "Never"
 
 
-def job_key(namespace: str, name: str, cluster: str = DEFAULT_CLUSTER) -> str:
-    """A job's identity in the store and in messages: `namespace/name`, prefixed `<cluster>:` when the
-    job belongs to a registered cluster other than the stack's own (`prewarm.domain.clusters`)."""
-    return scoped(cluster, f"{namespace}/{name}")
+def job_key(namespace: str, name: str, cluster: str = DEFAULT_CLUSTER) -> JobKey:
+    """A job's identity in the store and in messages (`prewarm.domain.keys`): `namespace/name`, prefixed
+    `<cluster>:` when the job belongs to a registered cluster other than the stack's own."""
+    return JobKey(namespace, name, cluster)
 
 
 class PullPolicy(KubernetesModel):

@@ -11,7 +11,7 @@ import re
 import types
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, TypeVar, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, NamedTuple, Self, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -503,3 +503,38 @@ class LabelSelector(KubernetesModel):
         terms = [(key, f"{key}={value}") for key, value in (self.match_labels or {}).items()]
         terms += [(requirement.key, requirement.to_query()) for requirement in self.match_expressions or ()]
         return ",".join(dict.fromkeys(term for _, term in sorted(terms)))
+
+
+class NamesOrLabelSelector(LabelSelector):
+    """A selector of `names`, or a label selector (not both): the base of a job's node selector
+    (`prewarm.domain.placement.NodeSelector`) and a rule's cluster selector
+    (`prewarm.domain.clusters.ClusterSelector`). A subclass says what a name is (`noun`) and when one is
+    invalid (`name_problem`)."""
+
+    noun: ClassVar[str] = "name"
+    names: list[str] | None = None
+
+    @classmethod
+    def name_problem(cls, name: str) -> str | None:
+        """Why `name` cannot be selected by name, or None."""
+        return None
+
+    @field_validator("names")
+    @classmethod
+    def _names_are_distinct_valid_names(cls, names: list[str] | None) -> list[str] | None:
+        problems: list[tuple[str, str]] = []
+        seen: dict[str, int] = {}
+        for index, name in enumerate(names or ()):
+            if problem := cls.name_problem(name):
+                problems.append((f"[{index}]", f"invalid {cls.noun}: {problem}"))
+            elif name in seen:
+                problems.append((f"[{index}]", f'duplicate {cls.noun} "{name}" (also at [{seen[name]}])'))
+            seen.setdefault(name, index)
+        raise_problems(problems)
+        return names
+
+    @model_validator(mode="after")
+    def _names_or_labels(self) -> Self:
+        if self.names is not None and (self.match_labels is not None or self.match_expressions is not None):
+            raise_problems([("", "names cannot be combined with matchLabels or matchExpressions; use one")])
+        return self

@@ -110,7 +110,17 @@ class JobRef(BaseModel):
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
 
 
-class PullTask(_Message, JobRef):
+class _ToNode(BaseModel):
+    """A task for one node: it carries the cluster of its job and node, for the sender to find the node's
+    queue. The queue already says it, so the field stays off the wire (agents older than it refuse
+    unknown fields), and a task read back without it is of the stack's own cluster."""
+
+    model_config = _MODEL_CONFIG
+    cluster: str = Field(default="", max_length=CLUSTER_NAME_MAX, pattern=f"^$|{CLUSTER_NAME_PATTERN}", exclude=True,
+                         description="the job's registered cluster; \"\" for the stack's own; never sent")
+
+
+class PullTask(_Message, _ToNode, JobRef):
     kind: Literal["task"] = "task"
     image: str = Field(min_length=1, description="the pull reference (name@digest or name:tag)")
     image_pull_policy: Literal["Always", "IfNotPresent"] = "IfNotPresent"
@@ -135,7 +145,7 @@ class PullTask(_Message, JobRef):
         return _without_default(_without_default(handler(self), "pin", False), "pull_secrets_only", False)
 
 
-class CancelTask(_Message, JobRef):
+class CancelTask(_Message, _ToNode, JobRef):
     kind: Literal["cancel"] = "cancel"
     reason: str = ""
 

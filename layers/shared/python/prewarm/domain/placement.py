@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import field_validator, model_validator
-
-from prewarm.domain.kubernetes import LabelSelector, dns1123_subdomain_problem, raise_problems, requirement_holds
+from prewarm.domain.kubernetes import (
+    LabelSelector,
+    NamesOrLabelSelector,
+    dns1123_subdomain_problem,
+    requirement_holds,
+)
 
 ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
@@ -34,30 +37,14 @@ NO_AGENT_HERE = "no agent runs here"
 DEFAULT_TAINT_KEY = "prewarm.dev/warming"
 
 
-class NodeSelector(LabelSelector):
+class NodeSelector(NamesOrLabelSelector):
     """`spec.selector`: node `names`, or a label selector over nodes (not both)."""
 
-    names: list[str] | None = None
+    noun: ClassVar[str] = "node name"
 
-    @field_validator("names")
     @classmethod
-    def _names_are_distinct_node_names(cls, names: list[str] | None) -> list[str] | None:
-        problems: list[tuple[str, str]] = []
-        seen: dict[str, int] = {}
-        for index, name in enumerate(names or ()):
-            if problem := dns1123_subdomain_problem(name):
-                problems.append((f"[{index}]", f"invalid node name: {problem}"))
-            elif name in seen:
-                problems.append((f"[{index}]", f'duplicate node name "{name}" (also at [{seen[name]}])'))
-            seen.setdefault(name, index)
-        raise_problems(problems)
-        return names
-
-    @model_validator(mode="after")
-    def _names_or_labels(self) -> NodeSelector:
-        if self.names is not None and (self.match_labels is not None or self.match_expressions is not None):
-            raise_problems([("", "names cannot be combined with matchLabels or matchExpressions; use one")])
-        return self
+    def name_problem(cls, name: str) -> str | None:
+        return dns1123_subdomain_problem(name)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prewarm.domain.kubernetes import format_time, parse_time
@@ -192,3 +192,15 @@ def node_event(node: str, *, reason: str, message: str, component: str, at: floa
 
 def _created_at(node: Mapping[str, Any]) -> float | None:
     return parse_time((node.get("metadata") or {}).get("creationTimestamp"))
+
+
+@dataclass
+class SettledNodes:
+    """The sweep's memory, per cluster (`""` for the stack's own): the nodes (uids) found past their
+    startup taint's deadline without the taint, so they are not read whole again. Kept for a process's
+    life; a new process reads them once more. A cluster's sweep keeps only its own nodes in its set."""
+
+    by_cluster: dict[str, set[str]] = field(default_factory=dict)
+
+    def of(self, cluster: str) -> set[str]:
+        return self.by_cluster.setdefault(cluster, set())

@@ -11,8 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -29,8 +28,10 @@ from prewarm.domain.refresh import (
     stored_token_is_fresh,
 )
 from prewarm.domain.retry import retry_on_conflict
+from prewarm.services.clusters import on_each_cluster
 from prewarm.services.ports import (
     ClusterConflictError,
+    ClusterDirectory,
     ClusterError,
     CredentialsCluster,
     CredentialStore,
@@ -40,9 +41,6 @@ from prewarm.services.ports import (
 )
 
 log = logging.getLogger(__name__)
-
-# Clusters whose namespaces are refreshed at once.
-CLUSTERS_AT_ONCE = 4
 
 # Writes that lose a race re-read and decide again this many times before the namespace fails.
 _ATTEMPTS = 5
@@ -163,18 +161,18 @@ class _Tokens:
 
 def refresh_credentials(
     config: CredentialsConfig,
-    cluster: CredentialsCluster | None,
+    clusters: ClusterDirectory | None,
     tokens: RegistryTokenSource,
     store: CredentialStore,
     *,
     clock: Callable[[], float],
-    registered: Sequence[tuple[str, CredentialsCluster]] = (),
 ) -> RefreshReport:
     """Brings every registry credential named by `config` up to date; see the module docstring.
 
-    `cluster` (the stack's own) may be None only when the configuration names no namespaces. The
-    namespaces of each of `registered` (name, API) get their pull secrets the same way, from the same
-    tokens; a cluster that cannot be listed is an error of its own and the others go on.
+    `clusters` (those the stack serves) may be None only when the configuration names no namespaces.
+    The namespaces of every cluster served get their pull secrets the same way, from the same tokens,
+    side by side (`services.clusters`); a cluster that cannot be reached is an error of its own and the
+    others go on. The stack's own cluster must be configured (`ClusterConfigError` when it is not).
     """
     report = RefreshReport()
     got = _Tokens(tokens)
@@ -183,20 +181,21 @@ def refresh_credentials(
             report.registries.append(_refresh_agent_copy(store, got, registry, host, clock()))
     if config.namespaces is None:
         return report
-    if cluster is None:
+    if clusters is None:
         raise ValueError("the configuration names namespaces but no cluster was given")
-    clusters = [("", cluster), *registered]
+    clusters.api()  # the stack's own: without it, the run fails
 
-    def one(entry: tuple[str, CredentialsCluster]) -> RefreshReport:
+    def one(name: str, api: CredentialsCluster) -> RefreshReport:
         part = RefreshReport()
-        _refresh_cluster(entry[1], entry[0], got, config, clock, part)
+        _refresh_cluster(api, name, got, config, clock, part)
         return part
 
-    # Side by side: a cluster whose API hangs until its timeouts keeps none of the others waiting.
-    with ThreadPoolExecutor(max_workers=min(len(clusters), CLUSTERS_AT_ONCE)) as pool:
-        for part in pool.map(one, clusters):
-            report.namespaces += part.namespaces
-            report.errors += part.errors
+    for run in on_each_cluster(clusters, one, clock=clock):
+        if run.outcome is None:
+            report.errors.append(f"cluster {run.name}: {run.error}")
+            continue
+        report.namespaces += run.outcome.namespaces
+        report.errors += run.outcome.errors
     return report
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from prewarm.domain.clusters import DEFAULT_CLUSTER, split_scoped
 from prewarm.domain.messages import node_queue_name
 from prewarm.services.budget import DEFAULT_WORKERS, UNLIMITED, TimeBudget, run_within
-from prewarm.services.ports import ClusterError, JobStore, NodeInventory, TaskQueues
+from prewarm.services.ports import ClusterError, NodeInventory, NodeItems, TaskQueues
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Listing:
     nodes: Iterable[Mapping[str, Any]]
 
 
-def list_in_order(store: JobStore, queues: TaskQueues, inventory: NodeInventory,
+def list_in_order(store: NodeItems, queues: TaskQueues, inventory: NodeInventory,
                   cluster: str = DEFAULT_CLUSTER) -> Listing:
     """The queues and registrations of `cluster` (whose API `inventory` is), then its nodes' metadata: see
     the module's docstring for why."""
@@ -64,7 +64,7 @@ def node_names(nodes: Iterable[Mapping[str, Any]]) -> set[str]:
 
 
 def forget_departed_nodes(
-    store: JobStore,
+    store: NodeItems,
     queues: TaskQueues,
     inventory: NodeInventory,
     listing: Listing,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import ImagePullJob, JobState
-from prewarm.domain.messages import CancelTask, NodePhase
+from prewarm.domain.messages import NodePhase
 from prewarm.domain.placement import AgentPlacement, NodeSelection, evaluate_nodes, named_exclusions
 from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord
@@ -27,7 +27,7 @@ from prewarm.services.ports import (
     Cluster,
     ClusterAuthError,
     ClusterError,
-    JobStore,
+    PlanItems,
     PullSecretError,
     PullSecretMirror,
     StoreConflictError,
@@ -144,7 +144,7 @@ def agent_placement(cluster: Cluster) -> tuple[AgentPlacement | None, str]:
 
 
 def plan_job(
-    store: JobStore,
+    store: PlanItems,
     cluster: Cluster,
     queues: TaskQueues,
     key: str,
@@ -165,7 +165,7 @@ def plan_job(
 
 
 def _plan_once(
-    store: JobStore, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
+    store: PlanItems, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
     secrets: PullSecretMirror | None,
 ) -> PlanResult:
     record = store.get_job(key)
@@ -202,7 +202,7 @@ def _plan_once(
     tasks = store.get_tasks(key, shards=record.shards)
     same_round = [t for t in tasks if t.round == record.round]
     try:
-        if record.planned.partition(".")[2] == str(record.round) and same_round:
+        if record.round_is_planned and same_round:
             result = _replan_round(store, queues, record, selection, same_round, now=now)
         else:
             result = _plan_round(store, queues, record, job, selection, tasks, now=now)
@@ -225,7 +225,7 @@ def _add_fill(result: PlanResult, fill: FillResult) -> None:
 
 
 def _plan_round(
-    store: JobStore,
+    store: PlanItems,
     queues: TaskQueues,
     record: StoredJob,
     job: ImagePullJob,
@@ -248,7 +248,7 @@ def _plan_round(
     chosen = set(selection.selected)
     stale = [t.node for t in existing if t.node not in chosen]
     cancels = [
-        CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="superseded by a new round")
+        record.cancel_task(t.node, round=t.round, reason="superseded by a new round")
         for t in existing
         if t.round < record.round and t.dispatched_at is not None and not t.phase.is_terminal
     ]
@@ -274,7 +274,7 @@ def _plan_round(
 
 
 def _replan_round(
-    store: JobStore,
+    store: PlanItems,
     queues: TaskQueues,
     record: StoredJob,
     selection: NodeSelection,
@@ -296,8 +296,7 @@ def _replan_round(
         task = have[node]
         # Cancel before removing: a retry after a crash in between no longer sees the node's item.
         if task.dispatched_at is not None and not task.phase.is_terminal:
-            queues.send(CancelTask(job=key, job_uid=record.uid, round=task.round, node=node,
-                                   reason="node no longer selected"))
+            queues.send(record.cancel_task(node, round=task.round, reason="node no longer selected"))
         retry_refused_write(functools.partial(store.remove_task, record.ref, task))
         result.removed.append(node)
     for node in added:
@@ -316,7 +315,7 @@ def _replan_round(
     return result
 
 
-def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, now: float,
+def add_nodes_to_job(store: PlanItems, record: StoredJob, nodes: list[str], *, now: float,
                      present: Mapping[str, NodeTaskRecord] | None = None) -> list[str]:
     """Adds new nodes (a batch's hellos) to a planned round, up to 99 a transaction; the nodes added
     (a node already in the round is not). `present`: the nodes' items as the caller read them (a node
@@ -332,7 +331,7 @@ def add_nodes_to_job(store: JobStore, record: StoredJob, nodes: list[str], *, no
 
 
 def resend_dispatched(
-    store: JobStore, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None
+    store: PlanItems, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None
 ) -> tuple[int, list[tuple[str, str]]]:
     """Sends again the tasks dispatched but never reported (a crash between claim and send)."""
     pending = [
@@ -378,7 +377,7 @@ class FillResult:
 
 
 def fill_slots(
-    store: JobStore,
+    store: PlanItems,
     queues: TaskQueues,
     key: str,
     *,
@@ -435,7 +434,7 @@ def fill_slots(
     return result
 
 
-def finish_if_done(store: JobStore, key: str, *, now: float) -> bool:
+def finish_if_done(store: PlanItems, key: str, *, now: float) -> bool:
     """Completes an `Always` job whose nodes have all finished (Kruise: succeeded + failed = desired)."""
     record = store.get_job(key)
     fields = record.completion(now) if record is not None else None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from prewarm.domain.healing import HealAction, heal_decision
 from prewarm.domain.messages import ImageGone
 from prewarm.domain.status import NodeUpdate
-from prewarm.services.ports import JobStore, TaskQueues, TaskSendError
+from prewarm.services.ports import PlanItems, TaskQueues, TaskSendError
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ class GoneOutcome:
     reason: str
 
 
-def record_gone(store: JobStore, queues: TaskQueues, gone: ImageGone) -> GoneOutcome:
+def record_gone(store: PlanItems, queues: TaskQueues, gone: ImageGone) -> GoneOutcome:
     """Applies an `ImageGone`: the node's message says what happened and, when its disk has room, its
     task is sent again. A conflicting write raises `StoreConflictError` and a failed send `TaskSendError`,
     so the message is delivered again (writing the same message twice is harmless)."""

@@ -21,7 +21,7 @@ from prewarm.domain.jobs import (
 )
 from prewarm.domain.liveness import is_silent
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.messages import CancelTask, NodePhase
+from prewarm.domain.messages import NodePhase
 from prewarm.domain.nodes import NodeWarm
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.retry import retry_on_conflict
@@ -35,7 +35,14 @@ from prewarm.domain.status import (
     NodeTaskRecord,
     progress_message,
 )
-from prewarm.services.ports import JobStore, PullSecretReader, StoreConflictError, TaskQueues, TaskSendError
+from prewarm.services.ports import (
+    ApplyItems,
+    PlanItems,
+    PullSecretReader,
+    StoreConflictError,
+    TaskQueues,
+    TaskSendError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +73,7 @@ class Applied:
 
 
 def apply_manifest(
-    store: JobStore, doc: dict[str, Any], *, now: float, from_resource: bool = False,
+    store: ApplyItems, doc: dict[str, Any], *, now: float, from_resource: bool = False,
     secrets: PullSecretReader | None = None, cluster: str = DEFAULT_CLUSTER,
 ) -> Applied:
     """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error,
@@ -130,7 +137,7 @@ def check_source(kind: str, namespace: str, name: str, *, owner: Source, by: Sou
 
 
 def apply_job(
-    store: JobStore,
+    store: ApplyItems,
     job: ImagePullJob | ImageListPullJob,
     *,
     now: float,
@@ -157,7 +164,7 @@ def apply_job(
 
 
 def _apply_once(
-    store: JobStore, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str,
+    store: ApplyItems, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str,
     cluster: str,
 ) -> Applied:
     """One read and one conditional write; a job created or changed meanwhile raises `StoreConflictError`."""
@@ -174,7 +181,7 @@ def _apply_once(
         ))
         return Applied("ImagePullJob", ns, name, "created", cluster=cluster)
     if not current.owner:
-        check_source("ImagePullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
+        check_source("ImagePullJob", ns, name, owner=current.source, by=source_of(manifest))
     if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
         if not current.is_unplanned_for_long(now):
             return Applied("ImagePullJob", ns, name, "unchanged", cluster=cluster)
@@ -186,7 +193,7 @@ def _apply_once(
     return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
 
 
-def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, cluster: str) -> Applied:
+def _apply_list_job(store: ApplyItems, job: ImageListPullJob, *, now: float, cluster: str) -> Applied:
     """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does."""
     ns, name = job.metadata.namespace, job.metadata.name
     key = job_key(ns, name, cluster)
@@ -194,7 +201,7 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, clust
     spec_hash = job.spec_hash()
     current = store.get_job(key)
     if current is not None:
-        check_source("ImageListPullJob", ns, name, owner=source_of(current.manifest), by=source_of(manifest))
+        check_source("ImageListPullJob", ns, name, owner=current.source, by=source_of(manifest))
     children = list(job.child_jobs())
     child_names = [c.metadata.name for c in children]
     applied_children = [apply_job(store, c, now=now, owner=key, cluster=cluster) for c in children]
@@ -220,7 +227,7 @@ def _apply_list_job(store: JobStore, job: ImageListPullJob, *, now: float, clust
 
 
 def request_deletion(
-    store: JobStore, namespace: str, name: str, *, now: float, by: Source = Source.CLI,
+    store: ApplyItems, namespace: str, name: str, *, now: float, by: Source = Source.CLI,
     cluster: str = DEFAULT_CLUSTER,
 ) -> int:
     """Marks a job (and a list job's children) for deletion; the control plane does the rest.
@@ -234,14 +241,14 @@ def request_deletion(
     record = store.get_job(key)
     if record is None:
         raise _not_found(namespace, name, cluster)
-    if by is not Source.RESOURCE and source_of(record.manifest) is Source.RESOURCE:
+    if by is not Source.RESOURCE and record.source is Source.RESOURCE:
         check_source(record.api_kind, namespace, name, owner=Source.RESOURCE, by=by)
     children = record.children if record.is_list_job else []
     return sum(_mark_deleting(store, record.sibling(c), now=now) for c in children) + _mark_deleting(
         store, key, now=now)
 
 
-def _mark_deleting(store: JobStore, key: str, *, now: float) -> int:
+def _mark_deleting(store: ApplyItems, key: str, *, now: float) -> int:
     record = store.get_job(key)
     if record is None:
         return 0
@@ -251,14 +258,14 @@ def _mark_deleting(store: JobStore, key: str, *, now: float) -> int:
     return len(_in_flight(store, record))
 
 
-def _in_flight(store: JobStore, record: StoredJob) -> list[NodeTaskRecord]:
+def _in_flight(store: PlanItems, record: StoredJob) -> list[NodeTaskRecord]:
     if not record.shards:
         return []
     return [t for t in store.get_tasks(record.key, shards=record.ref.shards)
             if t.dispatched_at is not None and not t.phase.is_terminal]
 
 
-def complete_deletion(store: JobStore, queues: TaskQueues, key: str) -> int:
+def complete_deletion(store: PlanItems, queues: TaskQueues, key: str) -> int:
     """The control plane's half of a delete: cancels the in-flight pulls, then removes the job's items.
 
     Safe to run again (a stream retry, the sweep): a job already gone is a no-op. Returns cancels sent.
@@ -266,8 +273,7 @@ def complete_deletion(store: JobStore, queues: TaskQueues, key: str) -> int:
     record = store.get_job(key)
     if record is None or record.state != JobState.DELETING:
         return 0
-    cancels = [CancelTask(job=key, job_uid=record.uid, round=t.round, node=t.node, reason="job deleted")
-               for t in _in_flight(store, record)]
+    cancels = [record.cancel_task(t.node, round=t.round, reason="job deleted") for t in _in_flight(store, record)]
     failures = queues.send_many(cancels) if cancels else []
     if failures:
         # Kept for a retry: once the items are gone, nobody could tell whom to cancel.
@@ -276,7 +282,7 @@ def complete_deletion(store: JobStore, queues: TaskQueues, key: str) -> int:
     return len(cancels)
 
 
-def delete_job(store: JobStore, queues: TaskQueues, namespace: str, name: str, *, now: float = 0.0,
+def delete_job(store: ApplyItems, queues: TaskQueues, namespace: str, name: str, *, now: float = 0.0,
                cluster: str = DEFAULT_CLUSTER) -> int:
     """Both halves of a delete in one process (the control plane's own tests and tools); returns cancels sent."""
     record = store.get_job(job_key(namespace, name, cluster))
@@ -314,7 +320,7 @@ class JobView:
 
 
 def view_job(
-    store: JobStore, namespace: str, name: str, *, now: float, with_tasks: bool = False, with_agents: bool = False,
+    store: ApplyItems, namespace: str, name: str, *, now: float, with_tasks: bool = False, with_agents: bool = False,
     cluster: str = DEFAULT_CLUSTER,
 ) -> JobView:
     """One job; `with_tasks` reads its nodes, and `with_agents` the registered agents when a node still
@@ -336,7 +342,7 @@ def view_job(
     return view
 
 
-def _view(store: JobStore, record: StoredJob, *, now: float, with_tasks: bool) -> JobView:
+def _view(store: ApplyItems, record: StoredJob, *, now: float, with_tasks: bool) -> JobView:
     if record.is_list_job:
         children = []
         for child in record.children:
@@ -395,8 +401,8 @@ def job_status(view: JobView) -> JobStatus:
 
 def list_job_status(view: JobView) -> ImageListPullJobStatus:
     """An ImageListPullJob's status as Kruise reports it: counts of its ImagePullJobs, failed images listed."""
-    by_image = {c.record.manifest.get("spec", {}).get("image"): c for c in view.children}
-    images = view.record.manifest.get("spec", {}).get("images", [])
+    by_image = {c.record.image: c for c in view.children}
+    images = view.record.images
     failed: list[FailedImageStatus] = []
     for image in images:
         child = by_image.get(image)
@@ -415,7 +421,7 @@ def list_job_status(view: JobView) -> ImageListPullJobStatus:
     )
 
 
-def list_views(store: JobStore, *, namespace: str | None, now: float, cluster: str | None = None) -> list[JobView]:
+def list_views(store: ApplyItems, *, namespace: str | None, now: float, cluster: str | None = None) -> list[JobView]:
     """Every top-level job (of `namespace` and `cluster` when given; children of list jobs appear under
     their list job). A running job with active nodes has its nodes read, to count the silent agents
     among them."""
@@ -443,7 +449,7 @@ def _silent_tasks(tasks: Iterable[NodeTaskRecord], record: StoredJob, now: float
     return [t for t in tasks if t.round == record.round and is_silent(t, now=now)]
 
 
-def silent_pulls_by_node(store: JobStore, *, now: float, cluster: str = DEFAULT_CLUSTER) -> dict[str, int]:
+def silent_pulls_by_node(store: PlanItems, *, now: float, cluster: str = DEFAULT_CLUSTER) -> dict[str, int]:
     """Per node of `cluster`, how many pulls of its running jobs have gone silent (their agent is gone or
     cut off). Node names repeat across clusters: another cluster's namesake never counts."""
     counts: dict[str, int] = {}

@@ -10,7 +10,7 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.node_state import NodeState, node_states, taint_releases
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, FAIL_OPEN_EVENT_REASON, WarmLimits
 from prewarm.services.jobs import silent_pulls_by_node
-from prewarm.services.ports import ClusterError, JobStore, NodeStates
+from prewarm.services.ports import AgentItems, ClusterError, NodeStates
 
 # Events about Nodes live in `default`; the sweep's are these.
 FAIL_OPEN_EVENTS = f"involvedObject.kind=Node,reason={FAIL_OPEN_EVENT_REASON}"
@@ -25,7 +25,7 @@ class NodesView:
 
 
 def view_nodes(
-    store: JobStore, cluster: NodeStates | None, *, now: float, grace: float, unreachable: str = "",
+    store: AgentItems, cluster: NodeStates | None, *, now: float, grace: float, unreachable: str = "",
     cluster_name: str = DEFAULT_CLUSTER,
 ) -> NodesView:
     """The registered nodes of `cluster_name` and, when `cluster` (its API) answers, every node of the

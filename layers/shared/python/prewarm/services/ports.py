@@ -207,6 +207,33 @@ class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, Prot
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
 
+# --- What each use case asks of the table: the item kinds it reads and writes, no more ---------------
+
+
+class PlanItems(JobItems, NodeTaskItems, Protocol):
+    """A job and its node items: planning, claims, healing, a deletion's cancels (`services.dispatch`,
+    `services.healing`, `services.jobs.complete_deletion`)."""
+
+
+class WarmingItems(JobItems, NodeItems, Protocol):
+    """Running jobs and registered nodes: what a warming node must have (`services.warming`)."""
+
+
+class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
+    """Jobs, their node items and registered nodes: what agents' messages and the table stream change
+    (`services.reports`, `services.stream`)."""
+
+
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):
+    """Jobs and rules as people and pushes apply them, read back with their node items (`services.jobs`,
+    `services.push`)."""
+
+
+class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
+    """Everything the sweep tends: jobs, node items, registered nodes and each cluster's health
+    (`services.schedules.sweep`)."""
+
+
 class TaskQueues(Protocol):
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool: ...
     def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]: ...
@@ -234,6 +261,11 @@ class ScheduleRuns(Protocol):
 
     def record_run(self, run: ScheduleRun) -> None: ...
     def last_runs(self, schedules: Sequence[str]) -> dict[str, ScheduleRun]: ...
+
+
+class ScheduledItems(SweepItems, ScheduleRuns, Protocol):
+    """The sweep's items and the record of each schedule's last run (`services.schedules.run_sweep`,
+    `run_daily_round`)."""
 
 
 class Cluster(Protocol):
@@ -319,6 +351,40 @@ class CredentialsCluster(Protocol):
     def patch_service_account(
         self, namespace: str, name: str, patch: Mapping[str, Any], strategic: bool = True
     ) -> dict[str, Any]: ...
+
+
+class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeStates, CredentialsCluster, Protocol):
+    """One cluster's Kubernetes API, all a use case may ask of it (`prewarm.adapters.kube.KubeCluster`);
+    each use case names the narrower protocol it uses."""
+
+    def replace_status(self, api_version: str, plural: str, name: str, body: Mapping[str, Any],
+                       namespace: str | None = None) -> dict[str, Any]: ...
+    def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool: ...
+
+
+class ClusterDirectory(Protocol):
+    """The clusters one stack serves (`prewarm.adapters.clusters.StackClusters`): which they are, the API
+    of one by name, and the name the stack's own goes by.
+
+    The stack's own cluster is `DEFAULT_CLUSTER` (`""`) wherever the stack keys a cluster; people know it
+    by `own_name` (the stack's `ClusterName`, `""` when it has none)."""
+
+    @property
+    def own_name(self) -> str: ...
+
+    def served(self) -> list[RegisteredCluster]:
+        """Every cluster served, read afresh: the stack's own first (named `""`, with the labels it was
+        registered with, if it was), then the registered ones."""
+        ...
+
+    def serves(self, name: str) -> bool:
+        """Whether cluster `name` (`""`: the stack's own) is one the stack serves."""
+        ...
+
+    def api(self, name: str = "") -> ClusterApi:
+        """The API of cluster `name`; `ClusterConfigError` when it is not registered (or, for the stack's
+        own, when no Kubernetes access is configured)."""
+        ...
 
 
 class RegistryTokenSource(Protocol):

@@ -3,43 +3,18 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
 from prewarm.domain.manifests import parse_manifest
+from prewarm.domain.push import ImagePush
 from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
-from prewarm.services.ports import ImageMetadata, JobStore
+from prewarm.services.ports import ApplyItems, ClusterDirectory, ImageMetadata
 
 log = logging.getLogger(__name__)
 
-INDEX_MEDIA_TYPES = frozenset(
-    {
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-    }
-)
 
-
-@dataclass(frozen=True)
-class ImagePush:
-    """A successful ECR push, as the EventBridge `ECR Image Action` event describes it."""
-
-    account: str
-    region: str
-    repository: str
-    digest: str
-    tag: str | None
-    manifest_media_type: str = ""
-
-    @property
-    def registry_host(self) -> str:
-        suffix = "amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com"
-        return f"{self.account}.dkr.ecr.{self.region}.{suffix}"
-
-
-def matching_rules(store: JobStore, push: ImagePush) -> list[PrewarmRule]:
+def matching_rules(store: ApplyItems, push: ImagePush) -> list[PrewarmRule]:
     rules = []
     for doc in store.list_rules():
         rule = parse_manifest(doc)
@@ -48,22 +23,23 @@ def matching_rules(store: JobStore, push: ImagePush) -> list[PrewarmRule]:
     return sorted(rules, key=lambda r: r.metadata.name)
 
 
-def handle_push(store: JobStore, images: ImageMetadata | None, push: ImagePush, *, now: float,
-                clusters: Sequence[RegisteredCluster] = (RegisteredCluster(DEFAULT_CLUSTER),),
-                own_cluster_name: str = "") -> list[Applied]:
-    """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves; the
-    stack's own is named `own_cluster_name` in rules). A duplicate event finds the same spec and changes
-    nothing. Each cluster's job has its own key, node items and status: one cluster's nodes never count
-    in another's job."""
+def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, *, now: float,
+                clusters: ClusterDirectory | None = None) -> list[Applied]:
+    """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves;
+    None: the stack's own alone). A duplicate event finds the same spec and changes nothing. Each
+    cluster's job has its own key, node items and status: one cluster's nodes never count in another's
+    job."""
     rules = matching_rules(store, push)
     if not rules:
         return []
     platforms = None
-    if images is not None and push.manifest_media_type in INDEX_MEDIA_TYPES:
+    if images is not None and push.is_index:
         platforms = images.platforms(push.account, push.repository, push.digest)
+    served = [RegisteredCluster(DEFAULT_CLUSTER)] if clusters is None else clusters.served()
+    own_name = "" if clusters is None else clusters.own_name
     applied = []
     for rule in rules:
         job = rule.job_for_push(push.registry_host, push.repository, push.digest, push.tag)
-        for cluster in select_clusters(rule.spec.clusters, clusters, own_cluster_name):
+        for cluster in select_clusters(rule.spec.clusters, served, own_name):
             applied.append(apply_job(store, job, now=now, platforms=platforms, cluster=cluster.name))
     return applied

@@ -26,11 +26,13 @@ from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, Requ
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
+from prewarm.services.clusters import api_or_none
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
+    AgentItems,
     Cluster,
-    JobStore,
+    ClusterDirectory,
     Redelivery,
     StoreConflictError,
     StoreError,
@@ -96,7 +98,7 @@ class BatchOutcome:
         return [i for i, o in enumerate(self.outcomes) if o.retry]
 
 
-def record_report(store: JobStore, queues: TaskQueues, report: StatusReport, *, now: float) -> ReportOutcome:
+def record_report(store: AgentItems, queues: TaskQueues, report: StatusReport, *, now: float) -> ReportOutcome:
     """Applies one report (a batch of one); a report that keeps conflicting raises `StoreConflictError`."""
     outcome = record_reports(store, queues, [report], now=now).outcomes[0]
     if outcome.retry:
@@ -106,7 +108,7 @@ def record_report(store: JobStore, queues: TaskQueues, report: StatusReport, *, 
 
 
 def record_reports(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
     reports: Sequence[StatusReport],
     *,
@@ -126,7 +128,7 @@ def record_reports(
 class _JobBatch:
     """The reports of one job in one batch."""
 
-    def __init__(self, store: JobStore, queues: TaskQueues, key: str, reports: Sequence[StatusReport],
+    def __init__(self, store: AgentItems, queues: TaskQueues, key: str, reports: Sequence[StatusReport],
                  indexes: list[int], result: BatchOutcome, *, now: float, sleep: Callable[[float], None]) -> None:
         self.store, self.queues, self.key, self.now, self.sleep = store, queues, key, now, sleep
         self.reports, self.result = reports, result
@@ -298,7 +300,7 @@ class HelloOutcome:
     required: list[str] | None = None
 
 
-def record_warm(store: JobStore, warmed: Warmed) -> None:
+def record_warm(store: AgentItems, warmed: Warmed) -> None:
     """Stores how a node's startup taint came off, for `describe node` and `get nodes`. A node not
     registered yet raises `StoreConflictError` (SQS may deliver the `Warmed` before the hello: it comes
     again)."""
@@ -309,7 +311,7 @@ def record_warm(store: JobStore, warmed: Warmed) -> None:
 
 
 def register_node(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
     cluster: Cluster | None,
     hello: Hello,
@@ -330,7 +332,7 @@ HelloError = StoreError | TaskSendError
 
 
 def register_nodes(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
     cluster: Cluster | None,
     hellos: Sequence[Hello],
@@ -404,7 +406,7 @@ def register_nodes(
     for node, (jobs, _) in selected.items():
         for record in jobs:
             joining.setdefault(record.key, []).append(node)
-    by_key = {r.key: r for r in records}
+    by_key: dict[str, StoredJob] = {r.key: r for r in records}
     read_first = set(new)
     added: dict[str, list[str]] = {}
 
@@ -453,17 +455,16 @@ class StatusBatchOutcome:
 
 
 def record_status(
-    store: JobStore,
+    store: AgentItems,
     queues: TaskQueues,
-    cluster: Cluster | None,
+    clusters: ClusterDirectory,
     messages: Sequence[tuple[str, FromAgent]],
     *,
     now: float,
-    clusters: Callable[[str], Cluster | None] | None = None,
 ) -> StatusBatchOutcome:
     """A batch of the status queue, keyed by message id: hellos, warm-ups and gone images one by one,
-    reports together. `cluster` is the API of the stack's own cluster, `clusters` gives a registered
-    cluster's by name (hellos name their cluster; reports, their job's key).
+    reports together. Hellos and warm-ups name their cluster, of `clusters` (those the stack serves); a
+    hello is registered without its cluster's API when that cannot be reached (it speaks for its node).
 
     A hello, warm-up or gone image that fails goes back to the queue on its own; reports that could not be applied
     yet (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
@@ -478,7 +479,7 @@ def record_status(
             continue
         if isinstance(message, Hello | Warmed):
             if message.cluster not in served:
-                served[message.cluster] = store.get_cluster(message.cluster) is not None
+                served[message.cluster] = clusters.serves(message.cluster)
             if not served[message.cluster]:
                 # Its node would be registered, and its queue kept, in a cluster nothing sweeps.
                 log.warning("%s of node %s dropped: cluster %s is not registered with this stack", message.kind,
@@ -501,8 +502,7 @@ def record_status(
     for message_id, hello in hellos:
         by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
     for name, group in by_cluster.items():
-        api = cluster if name == DEFAULT_CLUSTER else clusters(name) if clusters is not None else None
-        registered = register_nodes(store, queues, api, [h for _, h in group], now=now)
+        registered = register_nodes(store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
                 outcome.hellos.append(registration)
@@ -516,6 +516,19 @@ def record_status(
             outcome.reports.append((report, result))
             if result.retry:
                 outcome.retry_ids.append(message_id)
+    return outcome
+
+
+def record_status_batch(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory,
+                        redelivery: Callable[[], Redelivery],
+                        messages: Sequence[tuple[str, FromAgent]], *, now: float, deliveries: Sequence[Delivery] = (),
+                        poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
+    """A batch as the status function receives it: `record_status`, then the messages handed back (those
+    to retry, the `poison_ids` that did not parse) told when they come again, through the queue
+    `redelivery()` gives (asked for only then)."""
+    outcome = record_status(store, queues, clusters, messages, now=now)
+    if outcome.retry_ids or poison_ids:
+        deliver_again(redelivery(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
     return outcome
 
 

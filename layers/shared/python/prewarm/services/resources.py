@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, split_scoped
+from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.jobs import JobState, job_key
+from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.sources import (
     RESOURCE_API_VERSION,
@@ -33,8 +33,16 @@ from prewarm.domain.sources import (
     source_of,
 )
 from prewarm.domain.status import job_bytes
+from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
-from prewarm.services.ports import ClusterConflictError, ClusterError, ClusterNotFoundError, JobStore
+from prewarm.services.ports import (
+    ApplyItems,
+    ClusterConflictError,
+    ClusterDirectory,
+    ClusterError,
+    ClusterNotFoundError,
+    JobStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,40 +101,30 @@ class SyncReport:
         self.missing_kinds += named(other.missing_kinds)
 
 
-# Clusters synced at once.
-CLUSTERS_AT_ONCE = 4
-
-
-def sync_clusters(store: JobStore, apis: Sequence[tuple[str, Callable[[], ResourceApi]]], *,
-                  clock: Callable[[], float], own_name: str = "") -> SyncReport:
-    """Each cluster's resources (`apis`: its name, "" for the stack's own, and how to reach its API), side
-    by side, so a cluster whose API hangs until its timeouts keeps none of the others waiting. A cluster
-    that fails is in `unreachable`; how each answered is recorded on its cluster item (the stack's own
-    under `own_name`, when the stack names one)."""
-    def one(name: str, open_api: Callable[[], ResourceApi]) -> tuple[float, SyncReport | ClusterError]:
-        started = clock()
-        try:
-            return started, sync_resources(store, open_api(), now=started, cluster=name)
-        except ClusterError as e:
-            log.warning("resources of cluster %s not synced: %s", name or "(the stack's own)", e)
-            return started, e
-
+def sync_clusters(store: JobStore, clusters: ClusterDirectory, *, clock: Callable[[], float]) -> SyncReport:
+    """Each served cluster's resources, side by side (`services.clusters`), so a cluster whose API hangs
+    until its timeouts keeps none of the others waiting. A cluster that fails is in `unreachable`; how
+    each answered is recorded on its cluster item."""
+    runs = on_each_cluster(clusters, lambda name, api: sync_resources(store, api, now=clock(), cluster=name),
+                           clock=clock)
     report = SyncReport()
-    with ThreadPoolExecutor(max_workers=max(1, min(len(apis), CLUSTERS_AT_ONCE))) as pool:
-        outcomes = list(pool.map(lambda entry: one(*entry), apis))
-    for (name, _), (started, outcome) in zip(apis, outcomes, strict=True):
-        if isinstance(outcome, ClusterError):
-            report.unreachable[name] = str(outcome)
-        else:
-            report.add(outcome, name)
-        if name or own_name:
-            failed = isinstance(outcome, ClusterError)
-            store.record_cluster_check(name or own_name, reachable=not failed, reason=str(outcome) if failed else "",
-                                       checked_at=started, synced=not failed, own=not name)
+    for run in runs:
+        if run.outcome is not None:
+            report.add(run.outcome, run.name)
+    report.unreachable = unreachable(runs)
+    record_health(store, clusters, runs, synced=True)
     return report
 
 
-def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER) -> SyncReport:
+def run_sync(store: JobStore, clusters: ClusterDirectory, *, clock: Callable[[], float]) -> SyncReport:
+    """The sync's scheduled run: `sync_clusters`; it fails (`ClusterUnavailableError`) when the stack's own
+    cluster did, after the others were synced."""
+    report = sync_clusters(store, clusters, clock=clock)
+    raise_if_own_unreachable(report.unreachable, clusters, "synced")
+    return report
+
+
+def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER) -> SyncReport:
     """The resources of one cluster (`api` is its API) into the table, their status back to them. A job
     resource belongs to the cluster it lives in; `PrewarmRule` resources, which serve every cluster, are
     read from the stack's own cluster only (elsewhere their status says so)."""
@@ -151,7 +149,7 @@ def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: st
             if problem is not None:
                 problems[(kind, key)] = problem
     _delete_gone(store, listed, stored, report, now=now, cluster=cluster)
-    views = {v.record.key: v for v in list_views(store, namespace=None, now=now, cluster=cluster)}
+    views: dict[str, JobView] = {v.record.key: v for v in list_views(store, namespace=None, now=now, cluster=cluster)}
     expired = set(report.expired)
     for kind, objs in listed.items():
         for obj in objs:
@@ -159,7 +157,7 @@ def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: st
             if f"{kind} {key}" in expired:
                 continue
             view = views.get(key) if kind != "PrewarmRule" else None
-            if view is not None and source_of(view.record.manifest) is not Source.RESOURCE:
+            if view is not None and view.record.source is not Source.RESOURCE:
                 view = None  # a CLI job of that name: its status is not this resource's
             status = resource_status(obj, view, problems.get((kind, key)), store=store)
             if status != (obj.get("status") or {}):
@@ -171,7 +169,7 @@ def sync_resources(store: JobStore, api: ResourceApi, *, now: float, cluster: st
     return report
 
 
-def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj | None, report: SyncReport, *,
+def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Obj | None, report: SyncReport, *,
            now: float, cluster: str) -> str | None:
     """Applies one resource unless its job holds its generation already; the problem when refused."""
     key, meta = _key(obj, cluster), obj["metadata"]
@@ -200,7 +198,7 @@ def _apply(store: JobStore, api: ResourceApi, kind: str, obj: Obj, current: Obj 
     return None
 
 
-def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str | None, *, store: JobStore) -> Obj:
+def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str | None, *, store: ApplyItems) -> Obj:
     """The status a resource should hold: Kruise's fields and Prewarm's node counts and bytes for a job,
     `observedGeneration`, and `message` saying why it is not applied when it is not."""
     generation = (obj.get("metadata") or {}).get("generation")
@@ -233,7 +231,7 @@ def _key(obj: Mapping[str, Any], cluster: str) -> str:
     return job_key(meta["namespace"], meta["name"], cluster) if meta.get("namespace") else str(meta["name"])
 
 
-def _stored_manifests(store: JobStore, cluster: str) -> dict[tuple[str, str], Obj]:
+def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], Obj]:
     """Each top-level job's of `cluster` and (for the stack's own cluster) each rule's stored manifest, by
     (kind, key)."""
     found: dict[tuple[str, str], Obj] = {}
@@ -246,7 +244,7 @@ def _stored_manifests(store: JobStore, cluster: str) -> dict[tuple[str, str], Ob
     return found
 
 
-def _delete_gone(store: JobStore, listed: Mapping[str, Sequence[Obj]], stored: Mapping[tuple[str, str], Obj],
+def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored: Mapping[tuple[str, str], Obj],
                  report: SyncReport, *, now: float, cluster: str) -> None:
     present = {(kind, _key(obj, cluster)) for kind, objs in listed.items() for obj in objs}
     for (kind, key), manifest in stored.items():
@@ -255,8 +253,8 @@ def _delete_gone(store: JobStore, listed: Mapping[str, Sequence[Obj]], stored: M
         if kind == "PrewarmRule":
             store.delete_rule(key)
         else:
-            namespace, name = split_scoped(key)[1].split("/", 1)
-            request_deletion(store, namespace, name, now=now, by=Source.RESOURCE, cluster=cluster)
+            assert isinstance(key, JobKey), key  # a job's: its stored record's key
+            request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)
         report.deleted.append(f"{kind} {key}")
 
 

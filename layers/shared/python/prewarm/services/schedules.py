@@ -6,24 +6,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
+from prewarm.domain.clusters import scoped
 from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.liveness import AGENT_NOT_REPORTING, AGENT_SILENCE_SECONDS, NO_AGENT_ON_NODE, is_silent
-from prewarm.domain.messages import CancelTask, NodePhase
+from prewarm.domain.messages import NodePhase
 from prewarm.domain.retry import retry_on_conflict
-from prewarm.domain.schedules import RECORDED_SCHEDULES, ScheduleRun
+from prewarm.domain.schedules import DAILY_ROUND, RECORDED_SCHEDULES, SWEEP, ScheduleRun
 from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE, NodeUpdate
 from prewarm.domain.warming import (
     AGENT_NAME,
     AGENT_NAMESPACE,
     FAIL_OPEN_EVENT_REASON,
+    SettledNodes,
     WarmLimits,
     fail_open_message,
     node_event,
@@ -31,22 +31,28 @@ from prewarm.domain.warming import (
     past_deadline,
 )
 from prewarm.services.budget import UNLIMITED, TimeBudget
+from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.departures import forget_departed_nodes, list_in_order
 from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched, retry_refused_write
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
+    ClusterApi,
     ClusterAuthError,
+    ClusterDirectory,
     ClusterError,
     ClusterInvalidError,
     ClusterNotFoundError,
     ClusterUnavailableError,
-    JobStore,
-    NodeInventory,
+    JobItems,
+    NodeItems,
     NodeTaints,
+    PlanItems,
     PullSecretCleanup,
+    ScheduledItems,
     ScheduleRuns,
     StoreConflictError,
     StoreRetryableError,
+    SweepItems,
     TaskQueues,
 )
 
@@ -68,13 +74,22 @@ def record_run(runs: ScheduleRuns, schedule: str, *, started_at: float, finished
     return run
 
 
-def repull_daily(store: JobStore, *, scheduled_time: float | None = None) -> list[str]:
+def run_daily_round(store: ScheduledItems, *, scheduled_time: float | None, clock: Callable[[], float]) -> list[str]:
+    """The daily schedule's run: `repull_daily`, then the run recorded."""
+    started = clock()
+    jobs = repull_daily(store, scheduled_time=scheduled_time)
+    record_run(store, DAILY_ROUND, started_at=started, finished_at=clock())
+    return jobs
+
+
+def repull_daily(store: JobItems, *, scheduled_time: float | None = None) -> list[str]:
     """Starts a new round of every active `Never` job; the table stream plans it. Returns the jobs.
 
     `scheduled_time` (the schedule's, the same on every retry of one invocation) makes a retry start no
     second round: a job whose round started at or after it, or is not planned yet, already has its round.
     """
-    started, refused = [], []
+    started: list[str] = []
+    refused: list[str] = []
     for record in store.list_jobs():
         if not record.is_never or record.state != JobState.RUNNING:
             continue
@@ -124,12 +139,16 @@ class SweepResult:
 
 
 @dataclass(frozen=True)
-class ClusterAccess:
-    """A registered cluster as the sweep reaches it: its name, its node list and its nodes' taints."""
+class SweepSettings:
+    """What the sweep is told by the stack's settings: the node queues' prefix, and how long each kind of
+    silence is borne (`sweep` says what each means)."""
 
-    name: str
-    inventory: NodeInventory
-    taints: NodeTaints | None = None
+    prefix: str = "prewarm"
+    silence_grace_seconds: int = 300
+    resend_after_seconds: int = 300
+    agent_silence_seconds: float = AGENT_SILENCE_SECONDS
+    no_agent_grace_seconds: float | None = None
+    taint_grace_seconds: float = STARTUP_TAINT_GRACE_SECONDS
 
 
 # Nodes read whole per run for their startup taint (the rest of the sweep reads metadata only). Once read
@@ -137,55 +156,45 @@ class ClusterAccess:
 # deadline are read over a few runs, newest first (the likeliest to hold the taint).
 TAINT_READS_PER_RUN = 500
 
-# Clusters swept at once; each sweep runs its own deletions (`services.budget`) in a pool of its own.
-CLUSTERS_AT_ONCE = 4
-
 # A deletion the dispatch function has not finished this long after it was asked (its stream record
 # lost or failed for good) is finished by the sweep.
 DELETION_GRACE_SECONDS = 60
 
 
 def sweep(
-    store: JobStore,
+    store: SweepItems,
     queues: TaskQueues,
-    cluster: NodeInventory | None,
+    clusters: ClusterDirectory,
     *,
     now: float,
-    prefix: str,
-    silence_grace_seconds: int = 300,
-    resend_after_seconds: int = 300,
-    agent_silence_seconds: float = AGENT_SILENCE_SECONDS,
-    no_agent_grace_seconds: float | None = None,
+    config: SweepSettings = SweepSettings(),
     secrets: PullSecretCleanup | None = None,
-    taints: NodeTaints | None = None,
-    taint_grace_seconds: float = STARTUP_TAINT_GRACE_SECONDS,
     budget: TimeBudget = UNLIMITED,
-    settled: dict[str, set[str]] | None = None,
-    registered: Sequence[ClusterAccess] = (),
+    settled: SettledNodes | None = None,
 ) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
-    `secrets`, the mirrors of pull secrets no job names any more.
+    `secrets`, the mirrors of pull secrets no job names any more; and how each cluster answered.
 
     Silence (`prewarm.domain.liveness`): a `Pulling` node whose agent has not reported for three report
     intervals gets its task sent again (a restarted agent picks it up, a living one ignores the
-    duplicate); silent for `agent_silence_seconds`, it is failed with `agent not reporting`, whatever
-    the job's pull timeout. Given `no_agent_grace_seconds`, a node still `Waiting` whose agent never
-    said hello is failed with `no agent on node` that long after it was planned or sent its task. A
-    node sent its task but never reporting, though its agent said hello (the task may wait for one of
-    the agent's pull slots), is failed after the pull timeout plus `silence_grace_seconds`.
+    duplicate); silent for `config.agent_silence_seconds`, it is failed with `agent not reporting`,
+    whatever the job's pull timeout. Given `config.no_agent_grace_seconds`, a node still `Waiting` whose
+    agent never said hello is failed with `no agent on node` that long after it was planned or sent its
+    task. A node sent its task but never reporting, though its agent said hello (the task may wait for
+    one of the agent's pull slots), is failed after the pull timeout plus `config.silence_grace_seconds`.
 
-    Given `taints`, a node still holding the startup taint `taint_grace_seconds` after its agent's
-    deadline (the agents' ConfigMap: `maxWarmSeconds` from the node's join) had no agent to remove it:
-    the sweep removes it, with an Event on the node, so a missing agent never keeps pods off a node.
+    A node still holding the startup taint `config.taint_grace_seconds` after its agent's deadline (the
+    agents' ConfigMap: `maxWarmSeconds` from the node's join) had no agent to remove it: the sweep
+    removes it, with an Event on the node, so a missing agent never keeps pods off a node.
 
     Departed nodes (`services.departures`) and startup taints are the work the next run can finish:
-    it is started only while `budget` has time. `settled` holds, per cluster ("" for the stack's own), the
-    nodes (uids) seen without the taint past their deadline, kept by the caller across runs so that they
-    are not read again.
+    it is started only while `budget` has time. `settled` holds, per cluster, the nodes seen without the
+    taint past their deadline, kept by the caller across runs so that they are not read again.
 
-    `cluster` and `taints` are the stack's own cluster's; each of `registered` is swept the same way in
-    turn. A cluster whose API fails is left for the next run (`result.unreachable`, the stack's own under
-    "") and does not keep the others from being swept.
+    Every cluster of `clusters` is swept side by side (`services.clusters`); the stack's own only when
+    its API is configured. A cluster whose API fails is left for the next run (`result.unreachable`, the
+    stack's own under "") and does not keep the others from being swept; how each answered is recorded
+    on its cluster item.
     """
     result = SweepResult()
     agents: dict[str, set[str]] = {}
@@ -213,20 +222,20 @@ def sweep(
             _fail_past_deadline(store, queues, record, now=now)
             result.deadline_failed.append(record.key)
             continue
-        unclaimed_limit = job.spec.pull_policy.timeout_seconds + silence_grace_seconds
+        unclaimed_limit = job.spec.pull_policy.timeout_seconds + config.silence_grace_seconds
         resend: list[str] = []
         for task in store.get_tasks(record.key, shards=record.ref.shards):
             if task.round != record.round or task.phase.is_terminal:
                 continue
             name = f"{record.key}:{task.node}"
-            if task.phase is NodePhase.WAITING and no_agent_grace_seconds is not None:
+            if task.phase is NodePhase.WAITING and config.no_agent_grace_seconds is not None:
                 if record.cluster not in agents:
                     agents[record.cluster] = {n.name for n in store.list_nodes(record.cluster)}
                 # A paused job (parallelism 0) holds its waiting nodes on purpose.
                 held = task.dispatched_at is None and job.spec.parallelism == 0
                 if task.node not in agents[record.cluster] and not held:
                     since = task.dispatched_at or task.updated_at or record.start_time or now
-                    if now - since > no_agent_grace_seconds and _finish_task(
+                    if now - since > config.no_agent_grace_seconds and _finish_task(
                         store, record, task.node, NodePhase.FAILED, NO_AGENT_ON_NODE, now=now
                     ):
                         result.agentless_nodes.append(name)
@@ -235,7 +244,7 @@ def sweep(
                 continue
             if task.phase is NodePhase.PULLING:
                 quiet = now - (task.updated_at or task.dispatched_at)
-                if quiet > agent_silence_seconds:
+                if quiet > config.agent_silence_seconds:
                     if _finish_task(store, record, task.node, NodePhase.FAILED, AGENT_NOT_REPORTING, now=now):
                         result.silent_nodes.append(name)
                 elif is_silent(task, now=now):
@@ -247,36 +256,30 @@ def sweep(
         if resend:
             failures = queues.send_many(record.pull_tasks(resend))
             result.resent += len(resend) - len(failures)
-        sent, _failures = resend_dispatched(store, queues, record, older_than=now - resend_after_seconds)
+        sent, _failures = resend_dispatched(store, queues, record, older_than=now - config.resend_after_seconds)
         result.resent += sent
         result.slots_filled += len(fill_slots(store, queues, record.key, now=now).claimed)
         finish_if_done(store, record.key, now=now)
-    accesses = ([ClusterAccess(DEFAULT_CLUSTER, cluster, taints)] if cluster is not None else []) + list(registered)
+    settled = SettledNodes() if settled is None else settled
 
-    def one(access: ClusterAccess) -> SweepResult | ClusterError:
+    def one(name: str, api: ClusterApi) -> SweepResult:
         part = SweepResult()
-        try:
-            # Each cluster's own set: a sweep keeps only its cluster's nodes in it.
-            mine = None if settled is None else settled.setdefault(access.name, set())
-            _sweep_cluster(store, queues, access, part, now=now, prefix=prefix, budget=budget, settled=mine,
-                           taint_grace_seconds=taint_grace_seconds)
-        except ClusterError as e:
-            log.warning("cluster %s not swept: %s", access.name or "(the stack's own)", e)
-            return e
+        _sweep_cluster(store, queues, name, api, part, now=now, config=config, budget=budget,
+                       settled=settled.of(name))
         return part
 
-    # Side by side: a cluster whose API hangs until its timeouts keeps none of the others waiting.
-    with ThreadPoolExecutor(max_workers=max(1, min(len(accesses), CLUSTERS_AT_ONCE))) as pool:
-        for access, outcome in zip(accesses, pool.map(one, accesses), strict=True):
-            if isinstance(outcome, ClusterError):
-                result.unreachable[access.name] = str(outcome)
-                continue
-            result.queues_deleted += outcome.queues_deleted
-            result.nodes_forgotten += outcome.nodes_forgotten
-            result.nodes_returned += outcome.nodes_returned
-            result.departures_deferred += outcome.departures_deferred
-            result.taints_released += outcome.taints_released
-            result.agents.update(outcome.agents)
+    runs = on_each_cluster(clusters, one, clock=lambda: now, own_optional=True)
+    for run in runs:
+        if run.outcome is None:
+            continue
+        result.queues_deleted += run.outcome.queues_deleted
+        result.nodes_forgotten += run.outcome.nodes_forgotten
+        result.nodes_returned += run.outcome.nodes_returned
+        result.departures_deferred += run.outcome.departures_deferred
+        result.taints_released += run.outcome.taints_released
+        result.agents.update(run.outcome.agents)
+    result.unreachable = unreachable(runs)
+    record_health(store, clusters, runs, agents=result.agents)
     for record in unplanned:
         # Only once its cluster answers: a plan against a cluster still down would fail again.
         if record.cluster in result.agents:
@@ -289,25 +292,37 @@ def sweep(
     return result
 
 
-def _sweep_cluster(store: JobStore, queues: TaskQueues, access: ClusterAccess, result: SweepResult, *, now: float,
-                   prefix: str, budget: TimeBudget, settled: set[str] | None, taint_grace_seconds: float) -> None:
+def run_sweep(store: ScheduledItems, queues: TaskQueues, clusters: ClusterDirectory, *, clock: Callable[[], float],
+              config: SweepSettings = SweepSettings(), secrets: PullSecretCleanup | None = None,
+              budget: TimeBudget = UNLIMITED, settled: SettledNodes | None = None) -> SweepResult:
+    """The sweep's scheduled run: `sweep`, then the run recorded; not recorded when the stack's own cluster
+    failed (`ClusterUnavailableError`, after every other cluster was swept), so the schedule's retry and
+    `prewarm doctor` see it."""
+    started = clock()
+    result = sweep(store, queues, clusters, now=started, config=config, secrets=secrets, budget=budget,
+                   settled=settled)
+    raise_if_own_unreachable(result.unreachable, clusters, "swept")
+    record_run(store, SWEEP, started_at=started, finished_at=clock())
+    return result
+
+
+def _sweep_cluster(store: NodeItems, queues: TaskQueues, name: str, api: ClusterApi, result: SweepResult, *,
+                   now: float, config: SweepSettings, budget: TimeBudget, settled: set[str]) -> None:
     """One cluster's departed nodes and overdue startup taints; names in `result` are scoped by cluster."""
-    listing = list_in_order(store, queues, access.inventory, access.name)
-    result.agents[access.name] = len(list(listing.registered))
-    departures = forget_departed_nodes(store, queues, access.inventory, listing, prefix=prefix, budget=budget,
-                                       cluster=access.name)
+    listing = list_in_order(store, queues, api, name)
+    result.agents[name] = len(list(listing.registered))
+    departures = forget_departed_nodes(store, queues, api, listing, prefix=config.prefix, budget=budget,
+                                       cluster=name)
 
     def named(nodes: Iterable[str]) -> list[str]:
-        return [scoped(access.name, n) for n in nodes]
+        return [scoped(name, n) for n in nodes]
 
     result.queues_deleted += departures.queues_deleted
     result.nodes_forgotten += named(departures.nodes_forgotten)
     result.nodes_returned += named(departures.nodes_returned)
     result.departures_deferred += departures.deferred
-    if access.taints is not None:
-        result.taints_released += named(release_overdue_taints(
-            access.taints, listing.nodes, now=now, grace=taint_grace_seconds, budget=budget,
-            settled=settled))
+    result.taints_released += named(release_overdue_taints(
+        api, listing.nodes, now=now, grace=config.taint_grace_seconds, budget=budget, settled=settled))
 
 
 def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
@@ -316,7 +331,7 @@ def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
     return {(scoped(record.cluster, record.namespace), name) for record in jobs for name in record.pull_secret_names}
 
 
-def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
+def _finish_list_job(store: JobItems, record: StoredJob, *, now: float) -> None:
     if record.state is not JobState.RUNNING:
         return  # finished: its children need not be read
     children = [store.get_job(record.sibling(name)) for name in record.children]
@@ -326,7 +341,7 @@ def _finish_list_job(store: JobStore, record: StoredJob, *, now: float) -> None:
 
 
 def _finish_task(
-    store: JobStore, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
+    store: PlanItems, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
 ) -> bool:
     """Moves one node to a final phase on the control plane's own authority (silence, deadline)."""
     try:
@@ -337,7 +352,7 @@ def _finish_task(
 
 
 def _finish_task_once(
-    store: JobStore, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
+    store: PlanItems, record: StoredJob, node: str, phase: NodePhase, message: str, *, now: float
 ) -> bool:
     task = store.get_task(record.key, node, shards=record.ref.shards)
     if task is None or task.round != record.round or task.phase.is_terminal:
@@ -350,7 +365,7 @@ def _finish_task_once(
     return True
 
 
-def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: StoredJob, *, now: float) -> None:
+def _fail_past_deadline(store: PlanItems, queues: TaskQueues, record: StoredJob, *, now: float) -> None:
     """Kruise fails a job past activeDeadlineSeconds; every unfinished node is cancelled and counted failed."""
     tasks = [t for t in store.get_tasks(record.key, shards=record.ref.shards) if t.round == record.round]
     for task in tasks:
@@ -358,9 +373,7 @@ def _fail_past_deadline(store: JobStore, queues: TaskQueues, record: StoredJob, 
             _finish_task(store, record, task.node, NodePhase.CANCELLED, DEADLINE_EXCEEDED_MESSAGE, now=now)
     # A sweep retried after a crash here finds nodes it already cancelled: cancel them again, not never.
     cancels = [
-        CancelTask(
-            job=record.key, job_uid=record.uid, round=record.round, node=t.node, reason=DEADLINE_EXCEEDED_MESSAGE
-        )
+        record.cancel_task(t.node, round=record.round, reason=DEADLINE_EXCEEDED_MESSAGE)
         for t in tasks
         if t.dispatched_at is not None
         and (not t.phase.is_terminal or (t.phase is NodePhase.CANCELLED and t.message == DEADLINE_EXCEEDED_MESSAGE))

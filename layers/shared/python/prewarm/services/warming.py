@@ -14,16 +14,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
-from prewarm.domain.images import parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.messages import RequiredImage, RequiredImages
 from prewarm.domain.warming import NeverJob, required_images
-from prewarm.services.ports import Cluster, JobStore, TaskQueues
+from prewarm.services.ports import Cluster, TaskQueues, WarmingItems
 
 log = logging.getLogger(__name__)
 
 
-def running_never_jobs(store: JobStore, cluster: str = DEFAULT_CLUSTER) -> list[StoredJob]:
+def running_never_jobs(store: WarmingItems, cluster: str = DEFAULT_CLUSTER) -> list[StoredJob]:
     """A cluster's running `Never` jobs: what a new node is added to and must be warm for (read through
     the store's index of them, not from every job stored)."""
     return [r for r in store.list_running_jobs(cluster) if r.is_running_never]
@@ -50,20 +49,20 @@ def jobs_selecting(
                 field_selector=f"spec.nodeName={name}",
             )
         platforms = record.image_platforms()
-        never.append(NeverJob(record.key, parse_image(job.spec.image).pull_reference, job.placement,
+        never.append(NeverJob(record.key, record.pull_reference, job.placement,
                               tuple(platforms) if platforms is not None else None))
     wanted = required_images(never, node, pods)
     keys = {w.job for w in wanted}
     return [r for r in records if r.key in keys], wanted
 
 
-def warming_nodes(store: JobStore, *, now: float, cluster: str = DEFAULT_CLUSTER) -> list[str]:
+def warming_nodes(store: WarmingItems, *, now: float, cluster: str = DEFAULT_CLUSTER) -> list[str]:
     """A cluster's registered nodes whose agents hold the startup taint now (by their last hello)."""
     return [n.name for n in store.list_nodes(cluster) if n.warm_until is not None and n.warm_until > now]
 
 
 def send_required_images(
-    store: JobStore,
+    store: WarmingItems,
     queues: TaskQueues,
     cluster: Cluster | None,
     *,
