@@ -166,7 +166,7 @@ class Agents:
 
 def cluster_of_message(body: str) -> str:
     """The cluster an agent's message is about: a report's job key names it, a hello names it itself."""
-    from prewarm.domain.clusters import cluster_of
+    from prewarm.domain.keys import JobKey
 
     message = json.loads(body)
-    return str(message.get("cluster") or cluster_of(str(message.get("job", ""))))
+    return str(message.get("cluster") or JobKey.parse(str(message["job"])).cluster)

@@ -61,11 +61,11 @@ class Served:
 
 def owner(pk: str) -> str:
     """The cluster an item of base-table partition key `pk` belongs to (shown name), or STACK."""
-    from prewarm.domain.clusters import cluster_of
+    from prewarm.domain.clusters import split_scoped
 
-    for prefix in ("JOB#", "NODE#"):
+    for prefix in ("JOB#", "NODE#"):  # a job's key or a node's scoped name
         if pk.startswith(prefix):
-            return cluster_of(pk[len(prefix) :]) or OWN_CLUSTER
+            return split_scoped(pk[len(prefix) :])[0] or OWN_CLUSTER
     if pk.startswith("CLUSTER#"):
         return pk[len("CLUSTER#") :]
     return STACK

@@ -228,7 +228,7 @@ class Fleet:
 
     def run_lanes(self, lanes: Sequence[Lane]) -> list[RoundResult]:
         """One round of every lane's job at once, tick by tick, until every job is done and every agent idle."""
-        from prewarm.domain.clusters import cluster_of
+        from prewarm.domain.keys import JobKey
         from prewarm.domain.messages import parse_node_message
 
         started = time.perf_counter()
@@ -253,7 +253,7 @@ class Fleet:
                         continue
                     for m in messages:
                         task = parse_node_message(m["Body"])
-                        if cluster_of(getattr(task, "job", "")) != result.cluster:  # never: each cluster has its own
+                        if JobKey.parse(task.job).cluster != result.cluster:  # never: each cluster has its own
                             result.extra["crossed_tasks"] = result.extra.get("crossed_tasks", 0) + 1
                         more, gone = agents.receive(task, queue_url, m["ReceiptHandle"], t)
                         reports += more

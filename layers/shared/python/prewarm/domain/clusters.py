@@ -69,10 +69,6 @@ def split_scoped(text: str) -> tuple[str, str]:
     return (cluster, local) if separator else (DEFAULT_CLUSTER, text)
 
 
-def cluster_of(text: str) -> str:
-    return split_scoped(text)[0]
-
-
 def shown(cluster: str, default_name: str) -> str:
     """How a cluster is shown to people: the default one under the stack's `ClusterName`."""
     return cluster or default_name
