@@ -175,9 +175,12 @@ def status_queue() -> StatusQueue:
 
 def handle_push(push: ImagePush) -> list[Applied]:
     """Apply one job per prewarm rule matching a pushed image."""
+    from prewarm.adapters.clusters import ServedClusters
     from prewarm.services.push import handle_push
 
-    return handle_push(store(), images(), push, now=time.time(), clusters=clusters())
+    # The roster alone: a push reads which clusters are served, never their APIs.
+    served = ServedClusters(store(), settings().cluster_name)
+    return handle_push(store(), images(), push, now=time.time(), clusters=served)
 
 
 def refresh_credentials() -> RefreshReport | None:

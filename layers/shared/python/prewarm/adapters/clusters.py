@@ -17,21 +17,12 @@ from prewarm.services.ports import ClusterApi, ClusterConfigError, ClusterItems
 CLIENTS_KEPT = 64
 
 
-class StackClusters:
-    """`ClusterDirectory` over the table's cluster items.
+class ServedClusters:
+    """`ClusterRoster` over the table's cluster items: which clusters are served, never their APIs."""
 
-    `own_api` builds the stack's own cluster's API (raising `ClusterConfigError` when none is configured);
-    `registered_api` builds a registered cluster's. Both are called once per endpoint, not per use."""
-
-    def __init__(self, store: ClusterItems, own_name: str, *, own_api: Callable[[], ClusterApi],
-                 registered_api: Callable[[RegisteredCluster], ClusterApi]) -> None:
+    def __init__(self, store: ClusterItems, own_name: str) -> None:
         self._store = store
         self._own_name = own_name
-        self._own_api = own_api
-        self._registered_api = registered_api
-        self._own: ClusterApi | None = None
-        self._clients: dict[tuple[str, str, str], ClusterApi] = {}
-        self._lock = threading.Lock()
 
     @property
     def own_name(self) -> str:
@@ -45,6 +36,22 @@ class StackClusters:
 
     def serves(self, name: str) -> bool:
         return name == DEFAULT_CLUSTER or self._store.get_cluster(name) is not None
+
+
+class StackClusters(ServedClusters):
+    """`ClusterDirectory` over the table's cluster items.
+
+    `own_api` builds the stack's own cluster's API (raising `ClusterConfigError` when none is configured);
+    `registered_api` builds a registered cluster's. Both are called once per endpoint, not per use."""
+
+    def __init__(self, store: ClusterItems, own_name: str, *, own_api: Callable[[], ClusterApi],
+                 registered_api: Callable[[RegisteredCluster], ClusterApi]) -> None:
+        super().__init__(store, own_name)
+        self._own_api = own_api
+        self._registered_api = registered_api
+        self._own: ClusterApi | None = None
+        self._clients: dict[tuple[str, str, str], ClusterApi] = {}
+        self._lock = threading.Lock()
 
     def api(self, name: str = DEFAULT_CLUSTER) -> ClusterApi:
         if name == DEFAULT_CLUSTER:

@@ -362,9 +362,10 @@ class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeStates, CredentialsClus
     def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool: ...
 
 
-class ClusterDirectory(Protocol):
-    """The clusters one stack serves (`prewarm.adapters.clusters.StackClusters`): which they are, the API
-    of one by name, and the name the stack's own goes by.
+class ClusterRoster(Protocol):
+    """Which clusters one stack serves and the name the stack's own goes by, without their APIs
+    (`prewarm.adapters.clusters.ServedClusters`): what a push needs, so its function is granted no
+    cluster access.
 
     The stack's own cluster is `DEFAULT_CLUSTER` (`""`) wherever the stack keys a cluster; people know it
     by `own_name` (the stack's `ClusterName`, `""` when it has none)."""
@@ -380,6 +381,11 @@ class ClusterDirectory(Protocol):
     def serves(self, name: str) -> bool:
         """Whether cluster `name` (`""`: the stack's own) is one the stack serves."""
         ...
+
+
+class ClusterDirectory(ClusterRoster, Protocol):
+    """The clusters one stack serves (`prewarm.adapters.clusters.StackClusters`): the roster, and the API
+    of one by name."""
 
     def api(self, name: str = "") -> ClusterApi:
         """The API of cluster `name`; `ClusterConfigError` when it is not registered (or, for the stack's

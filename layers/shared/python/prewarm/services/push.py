@@ -9,7 +9,7 @@ from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.push import ImagePush
 from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
-from prewarm.services.ports import ApplyItems, ClusterDirectory, ImageMetadata
+from prewarm.services.ports import ApplyItems, ClusterRoster, ImageMetadata
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def matching_rules(store: ApplyItems, push: ImagePush) -> list[PrewarmRule]:
 
 
 def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, *, now: float,
-                clusters: ClusterDirectory | None = None) -> list[Applied]:
+                clusters: ClusterRoster | None = None) -> list[Applied]:
     """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves;
     None: the stack's own alone). A duplicate event finds the same spec and changes nothing. Each
     cluster's job has its own key, node items and status: one cluster's nodes never count in another's
