@@ -147,9 +147,7 @@ def _instructions(text: str) -> list[tuple[str, str]]:
     pending = ""
     for raw in text.splitlines():
         line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):
+        if line.startswith("#") or not (line or pending):
             continue
         if line.endswith("\\"):
             pending += line[:-1] + " "
@@ -461,8 +459,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{built.layer_bytes / 1e6:.1f} MB compressed, {built.unpacked_bytes / 1e6:.1f} MB unpacked, "
           f"{built.seconds:.0f} s")
     if args.index:
-        print(f"index of {', '.join(ARCHITECTURES)}: {index}" if index else
-              f"no index: {args.out} lacks an architecture's image")
+        print(f"index of {', '.join(ARCHITECTURES)}: {index or f'none, as {args.out} lacks one of them'}")
     print(json.dumps(built.summary()))
     return 0
 
