@@ -44,7 +44,10 @@ node-deps:
 	@bash devtools/node-deps.sh
 
 # The agent image without a Docker daemon (devtools/prewarm_devtools/agent_image.py), as agent/Dockerfile
-# says: build/agent-image/prewarm-agent-<arch>.tar, an OCI archive tagged prewarm-agent:<version>.
+# says, on Debian trixie's Python 3.13 (the Dockerfile's python:3.13-slim):
+# build/agent-image/prewarm-agent-<arch>.tar, an OCI archive tagged prewarm-agent:<version>. After the arm64
+# image, build/agent-image/prewarm-agent.tar holds both in one multi-architecture OCI index, if the amd64
+# image is there (make test builds it first).
 image-deps:
 	@bash devtools/image-deps.sh
 
@@ -53,7 +56,7 @@ agent-image: $(STAMP) image-deps
 	$(PY) -m prewarm_devtools.agent_image --out $(AGENT_IMAGE_DIR)
 
 agent-image-arm64: $(STAMP) image-deps
-	$(PY) -m prewarm_devtools.agent_image --arch arm64 --out $(AGENT_IMAGE_DIR)
+	$(PY) -m prewarm_devtools.agent_image --arch arm64 --index --out $(AGENT_IMAGE_DIR)
 
 # The image tier runs what `agent-image` built: its settings against the Dockerfile, and a local stack
 # whose agent is a container of it.
@@ -61,8 +64,9 @@ image-tests: agent-image node-deps
 	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) $(PY) -m pytest -q -s tests/image; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no image tests" >&2; exit 1; fi; exit $$rc
 
-# The arm64 image (Graviton nodes), built and checked under qemu-user-static: slower, so CI runs it after
-# make test (.ci/run) rather than make test itself.
+# The arm64 image (Graviton nodes), built and checked under qemu-user-static, and the index of both
+# (tests/image/test_agent_index.py, skipped while one is missing): slower, so CI runs it after make test
+# (.ci/run) rather than make test itself.
 image-tests-arm64: agent-image-arm64 node-deps
 	PREWARM_AGENT_IMAGE_DIR=$(AGENT_IMAGE_DIR) PREWARM_AGENT_IMAGE_ARCH=arm64 $(PY) -m pytest -q -s tests/image; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no image tests" >&2; exit 1; fi; exit $$rc

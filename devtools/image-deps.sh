@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building the agent image needs (devtools/prewarm_devtools/agent_image.py): mmdebstrap for
-# the base, umoci for the image, and qemu-user-static with binfmt_misc for a foreign architecture's
-# package scripts. Only as root; otherwise says what is missing.
+# the base, umoci for the image, qemu-user-static with binfmt_misc for a foreign architecture's package
+# scripts, and skopeo, which reads (and pushes) the multi-architecture index. Only as root; otherwise says
+# what is missing.
 set -euo pipefail
 missing=()
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+command -v skopeo >/dev/null 2>&1 || missing+=(skopeo)
 [ -e /usr/bin/qemu-aarch64-static ] || missing+=(qemu-user-static binfmt-support)
 command -v arch-test >/dev/null 2>&1 || missing+=(arch-test)
 if [ ${#missing[@]} -gt 0 ]; then

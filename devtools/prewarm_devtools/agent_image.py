@@ -4,22 +4,27 @@ No container registry but the package registries can be reached from where Prewa
 tested, so the Dockerfile's `python:*-slim` base cannot be pulled. This builds the same image from
 Debian's packages instead:
 
-1. the base: `mmdebstrap --variant=minbase` with python3 and ca-certificates, for the target
-   architecture (a foreign one runs its package scripts under qemu-user-static);
+1. the base: `mmdebstrap --variant=minbase` of Debian trixie with python3 and ca-certificates, for the
+   target architecture (a foreign one runs its package scripts under qemu-user-static); its Python must
+   be the Dockerfile's (`FROM python:3.13-slim`: trixie's python3 is 3.13);
 2. the wheels: the Dockerfile's build stage (its `COPY` sources staged as the context has them, its
-   `pip wheel` command), with the dependencies' wheels for the target's platform and Python;
-3. the install: those wheels into the base's Python, and the `prewarm-agent` entry point;
+   `pip wheel` command), with the dependencies' wheels for the target's Python and every manylinux tag
+   the base's glibc allows (the host's own Python and packages are not the image's);
+3. the install: those wheels into the base's Python, compiled by it, and the `prewarm-agent` entry point;
 4. the image: one layer (umoci), with the final stage's `ENV`, `USER`, `EXPOSE` and `ENTRYPOINT` read
    from the Dockerfile, tagged with the package version, written as an OCI archive that
-   `ctr images import` and `skopeo copy oci-archive:...` read.
+   `ctr images import` and `skopeo copy oci-archive:...` read;
+5. with `--index`, once every architecture's archive is built: `prewarm-agent.tar`, one OCI archive whose
+   image is an index of them all (`skopeo copy --all` pushes it; containerd imports the platform asked).
 
 Run as root (mmdebstrap and umoci unpack as root): `make agent-image`, or
-`python -m prewarm_devtools.agent_image --arch arm64 --out build/agent-image`.
+`python -m prewarm_devtools.agent_image --arch arm64 --index --out build/agent-image`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -38,7 +43,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "agent" / "Dockerfile"
 IMAGE_NAME = "prewarm-agent"
-SUITE = "bookworm"
+# The archive whose image is an index of every architecture's (`--index`), beside theirs.
+INDEX_ARCHIVE = f"{IMAGE_NAME}.tar"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+SUITE = "trixie"
 # The Debian packages of the base: what the Dockerfile's python:*-slim base gives the agent.
 BASE_PACKAGES = ("python3", "ca-certificates")
 # Left out of the base: documentation, manual pages and translations nobody reads in a container.
@@ -46,7 +54,9 @@ _BASE_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "
                   "/usr/share/lintian/*")
 # What the Dockerfile's python:*-slim base puts in the image's environment, before its own ENV.
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-ARCHITECTURES = {"amd64": "manylinux2014_x86_64", "arm64": "manylinux2014_aarch64"}
+# Each architecture's machine name, and the oldest glibc its manylinux wheels can target (PEP 600).
+ARCHITECTURES = {"amd64": ("x86_64", 5), "arm64": ("aarch64", 17)}
+_LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 TOOLS = {"mmdebstrap": "mmdebstrap", "umoci": "umoci"}
 
 
@@ -83,6 +93,13 @@ class Dockerfile:
     def build(self) -> Stage:
         """The stage that builds the wheels (the first)."""
         return self.stages[0]
+
+    @property
+    def python(self) -> str:
+        """The Python version of the final stage's base: `3.13` from `python:3.13-slim`."""
+        if (match := re.match(r"python:(\d+\.\d+)", self.final.base)) is None:
+            raise ImageBuildError(f"agent/Dockerfile's base {self.final.base} is not python:X.Y-...")
+        return match.group(1)
 
     def context_sources(self) -> list[str]:
         """Every path a `COPY` or `ADD` reads from the build context (not `--from` another stage)."""
@@ -130,9 +147,7 @@ def _instructions(text: str) -> list[tuple[str, str]]:
     pending = ""
     for raw in text.splitlines():
         line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):
+        if line.startswith("#") or not (line or pending):
             continue
         if line.endswith("\\"):
             pending += line[:-1] + " "
@@ -208,7 +223,7 @@ def default_archive(architecture: str | None = None) -> Path:
 
 def host_architecture() -> str:
     machine = platform.machine().lower()
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+    return next((a for a, (m, _) in ARCHITECTURES.items() if m == machine), machine)
 
 
 def missing_tools(architecture: str) -> list[str]:
@@ -216,15 +231,11 @@ def missing_tools(architecture: str) -> list[str]:
     missing = [package for tool, package in TOOLS.items() if shutil.which(tool) is None]
     if architecture != host_architecture():
         # mmdebstrap runs a foreign base's package scripts under qemu, and checks that it can with arch-test.
-        if not Path(f"/proc/sys/fs/binfmt_misc/qemu-{_qemu(architecture)}").exists():
+        if not Path(f"/proc/sys/fs/binfmt_misc/qemu-{ARCHITECTURES[architecture][0]}").exists():
             missing.append("qemu-user-static (with binfmt_misc registered)")
         if shutil.which("arch-test") is None:
             missing.append("arch-test")
     return missing
-
-
-def _qemu(architecture: str) -> str:
-    return {"arm64": "aarch64", "amd64": "x86_64"}[architecture]
 
 
 def build_image(out: Path, *, architecture: str | None = None, reference: str | None = None,
@@ -235,6 +246,7 @@ def build_image(out: Path, *, architecture: str | None = None, reference: str | 
     summary = out / f"{IMAGE_NAME}-{architecture}.json"
     if reuse and summary.exists():
         return BuiltImage.load(summary)
+    (out / INDEX_ARCHIVE).unlink(missing_ok=True)  # it would hold another build of this architecture
     built = _build(out, architecture, reference or default_reference(), python, log)
     summary.write_text(json.dumps(built.summary()))
     return built
@@ -266,20 +278,53 @@ def _build(out: Path, architecture: str, reference: str, python: str, log: bool)
         with tarfile.open(rootfs_tar) as tar:
             tar.extractall(rootfs, filter="fully_trusted")  # a root filesystem: devices and owners as made
         version = _image_python(rootfs)
-        wheels = _build_wheels(dockerfile, work, architecture, version, python, log)
-        _install(wheels, rootfs, architecture, version, python, log)
+        if version != dockerfile.python:
+            raise ImageBuildError(f"{SUITE}'s python3 is {version}, agent/Dockerfile's base {dockerfile.final.base}")
+        platforms = pip_platforms(architecture, rootfs)
+        wheels = _build_wheels(dockerfile, work, platforms, version, python, log)
+        _install(wheels, rootfs, platforms, version, python, log)
         _entrypoint(rootfs, dockerfile)
         _run(log, "image", ["umoci", "repack", "--image", f"{layout}:{tag}", str(bundle)])
         _run(log, "image", _config_command(layout, tag, architecture, dockerfile.final))
         _run(log, "image", ["umoci", "gc", "--layout", str(layout)])
         _name_image(layout, reference)
-        archive = out / f"{IMAGE_NAME}-{architecture}.tar"
-        with tarfile.open(archive, "w") as tar:
-            for entry in sorted(layout.iterdir()):
-                tar.add(entry, arcname=entry.name)
+        archive = _write_archive(layout, out / f"{IMAGE_NAME}-{architecture}.tar")
         unpacked = sum(f.lstat().st_size for f in rootfs.rglob("*") if f.is_file() and not f.is_symlink())
     return BuiltImage(archive, reference, architecture, version, _layer_bytes(archive), unpacked,
                       time.monotonic() - started)
+
+
+def write_index(out: Path) -> Path | None:
+    """`out`/prewarm-agent.tar: one OCI archive whose image is an index of every architecture's image built
+    in `out`, each manifest with its platform; None, and no index, while an architecture is not built."""
+    if not all((out / f"{IMAGE_NAME}-{a}.json").exists() for a in ARCHITECTURES):
+        return None
+    built = [BuiltImage.load(out / f"{IMAGE_NAME}-{a}.json") for a in ARCHITECTURES]
+    if len({image.reference for image in built}) != 1:
+        raise ImageBuildError(f"{out} holds different images: {', '.join(image.reference for image in built)}")
+    with tempfile.TemporaryDirectory(prefix="prewarm-agent-index-") as scratch:
+        layout, manifests = Path(scratch), []
+        for image in built:
+            with tarfile.open(image.archive) as tar:
+                tar.extractall(layout, filter="data")
+            (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
+            manifests.append({key: entry[key] for key in ("mediaType", "digest", "size")}
+                             | {"platform": {"architecture": image.architecture, "os": "linux"}})
+        index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}).encode()
+        digest = hashlib.sha256(index).hexdigest()
+        (layout / "blobs" / "sha256" / digest).write_bytes(index)
+        tag = {"org.opencontainers.image.ref.name": built[0].reference.rpartition(":")[2]}
+        (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+            {"mediaType": OCI_INDEX, "digest": f"sha256:{digest}", "size": len(index), "annotations": tag}]}))
+        _name_image(layout, built[0].reference)
+        return _write_archive(layout, out / INDEX_ARCHIVE)
+
+
+def _write_archive(layout: Path, archive: Path) -> Path:
+    with tarfile.open(archive, "w") as tar:
+        for entry in sorted(layout.iterdir()):
+            tar.add(entry, arcname=entry.name)
+    return archive
 
 
 def _repeat(flag: str, values: list[str]) -> list[str]:
@@ -306,7 +351,7 @@ def _run(log: bool, step: str, command: list[str], **kwargs: object) -> str:
 
 
 def _image_python(rootfs: Path) -> str:
-    """The base's Python version (`3.11` on bookworm), from where its python3 points."""
+    """The base's Python version (`3.13` on trixie), from where its python3 points."""
     target = os.readlink(rootfs / "usr" / "bin" / "python3")
     match = re.fullmatch(r"python(\d+\.\d+)", Path(target).name)
     if match is None:
@@ -314,7 +359,18 @@ def _image_python(rootfs: Path) -> str:
     return match.group(1)
 
 
-def _build_wheels(dockerfile: Dockerfile, work: Path, architecture: str, version: str, python: str,
+def pip_platforms(architecture: str, rootfs: Path) -> list[str]:
+    """pip's `--platform` for the base: every manylinux tag its glibc allows, newest first (PEP 600)."""
+    status = (rootfs / "var" / "lib" / "dpkg" / "status").read_text()
+    if (match := re.search(r"^Package: libc6\n(?:.+\n)*?Version: 2\.(\d+)", status, re.MULTILINE)) is None:
+        raise ImageBuildError("the base has no libc6")
+    machine, oldest = ARCHITECTURES[architecture]
+    minors = range(int(match.group(1)), oldest - 1, -1)
+    tags = [f"manylinux_2_{m}_{machine}" for m in minors]
+    return _repeat("--platform", tags + [f"{_LEGACY_MANYLINUX[m]}_{machine}" for m in minors if m in _LEGACY_MANYLINUX])
+
+
+def _build_wheels(dockerfile: Dockerfile, work: Path, platforms: list[str], version: str, python: str,
                   log: bool) -> Path:
     """The Dockerfile's build stage: its sources staged as the context has them, its `pip wheel` run for
     the package itself; the dependencies' wheels for the image's platform and Python."""
@@ -340,25 +396,23 @@ def _build_wheels(dockerfile: Dockerfile, work: Path, architecture: str, version
     requirement = next(w for w in words if w.startswith(".["))
     extras = requirement[2:-1]
     _run(log, "wheels", [python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                         "--dest", str(wheels), "--only-binary=:all:", "--platform", ARCHITECTURES[architecture],
+                         "--dest", str(wheels), "--only-binary=:all:", *platforms,
                          "--python-version", version, "--implementation", "cp",
                          f"{next(wheels.glob('prewarm-*.whl'))}[{extras}]"])
     return wheels
 
 
-def _install(wheels: Path, rootfs: Path, architecture: str, version: str, python: str, log: bool) -> None:
+def _install(wheels: Path, rootfs: Path, platforms: list[str], version: str, python: str, log: bool) -> None:
     """The Dockerfile's `pip install --no-index --find-links /wheels "prewarm[agent]"`, into the base's
-    Python, compiled for it when the host's Python is the same version (bytecode is the same on every
-    architecture)."""
-    site = rootfs / "usr" / "local" / "lib" / f"python{version}" / "dist-packages"
+    Python, compiled by it (a foreign architecture's under qemu-user-static)."""
+    site = Path("/usr/local/lib") / f"python{version}" / "dist-packages"
     _run(log, "install", [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
-                          "--find-links", str(wheels), "--no-compile", "--target", str(site), "--only-binary=:all:",
-                          "--platform", ARCHITECTURES[architecture], "--python-version", version,
+                          "--find-links", str(wheels), "--no-compile", "--target", f"{rootfs}{site}",
+                          "--only-binary=:all:", *platforms, "--python-version", version,
                           "--implementation", "cp", "prewarm[agent]"])
-    shutil.rmtree(site / "bin", ignore_errors=True)  # scripts with the host's interpreter; see _entrypoint
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        _run(log, "install", [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
-                              str(site)])
+    shutil.rmtree(f"{rootfs}{site}/bin", ignore_errors=True)  # scripts with the host's interpreter; see _entrypoint
+    _run(log, "install", ["chroot", str(rootfs), "/usr/bin/python3", "-m", "compileall", "-q", "-j", "0",
+                          "--invalidation-mode", "unchecked-hash", str(site)])
 
 
 def _entrypoint(rootfs: Path, dockerfile: Dockerfile) -> None:
@@ -392,15 +446,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", choices=sorted(ARCHITECTURES), default=host_architecture())
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "agent-image")
     parser.add_argument("--tag", default=None, help=f"the image reference (default {default_reference()})")
+    parser.add_argument("--index", action="store_true",
+                        help=f"then, if every architecture's image is in --out, write {INDEX_ARCHIVE}: their index")
     args = parser.parse_args(argv)
     try:
         built = build_image(args.out, architecture=args.arch, reference=args.tag)
+        index = write_index(args.out) if args.index else None
     except ImageBuildError as e:
         print(f"agent-image: {e}", file=sys.stderr)
         return 2
     print(f"{built.reference} ({built.architecture}, Python {built.python}): {built.archive}, "
           f"{built.layer_bytes / 1e6:.1f} MB compressed, {built.unpacked_bytes / 1e6:.1f} MB unpacked, "
           f"{built.seconds:.0f} s")
+    if args.index:
+        print(f"index of {', '.join(ARCHITECTURES)}: {index or f'none, as {args.out} lacks one of them'}")
     print(json.dumps(built.summary()))
     return 0
 

@@ -68,7 +68,9 @@ def test_the_image_holds_no_compiler_pip_cache_or_lambda_only_packages(agent_ima
     assert not installed & {"kubernetes", "aws_lambda_powertools", "prewarm_cli", "prewarm_devtools"}
 
 
-def test_the_agent_runs_from_the_image_on_the_images_python(agent_image: BuiltImage, tmp_path: Path) -> None:
+def test_the_agent_runs_from_the_image_on_the_dockerfiles_python(agent_image: BuiltImage, tmp_path: Path) -> None:
+    # Given an image whose Python is the one agent/Dockerfile's base has (python:3.13-slim: 3.13)
+    assert agent_image.python == Dockerfile.read().python
     # Given the image imported into a node's containerd
     with PrivateContainerd(Path(f"/tmp/pwi-{tmp_path.name[-8:]}")) as containerd:
         def ctr(*args: str) -> subprocess.CompletedProcess[str]:
@@ -84,10 +86,10 @@ def test_the_agent_runs_from_the_image_on_the_images_python(agent_image: BuiltIm
         # Then the agent itself answers, naming every setting it lacks
         assert run.returncode == 2, run.stderr
         assert "invalid agent environment: NODE_NAME: Field required" in run.stdout + run.stderr
-        # ... on the image's own Python, with its compiled dependencies importable
+        # ... on the Dockerfile's Python, with its compiled dependencies importable
         probe = ctr("run", "--rm", platform, "--read-only", name, "probe", "python3", "-c",
                     "import sys, platform, grpc, google.protobuf, pydantic_core, prewarm_agent.agent; "
                     "print(sys.version_info[:2], platform.machine())")
         assert probe.returncode == 0, probe.stderr
         machine = {"amd64": "x86_64", "arm64": "aarch64"}[agent_image.architecture]
-        assert probe.stdout.strip() == f"{tuple(int(p) for p in agent_image.python.split('.'))} {machine}"
+        assert probe.stdout.strip() == f"{tuple(int(p) for p in Dockerfile.read().python.split('.'))} {machine}"
