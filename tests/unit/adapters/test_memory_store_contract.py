@@ -367,6 +367,19 @@ def test_nodes_register_per_cluster_and_a_later_hello_keeps_how_the_node_warmed(
     assert store.get_node("n1", "prod-eu") is None and store.list_nodes("prod-eu") == []
 
 
+def test_a_node_registered_unverified_is_marked_verified_keeping_how_it_warmed(store: Store) -> None:
+    warm = NodeWarm(joined_at=1.0, hello_at=2.5, warm_at=3.0, outcome="warm")
+    store.put_node(RegisteredNode(name="n1", labels={"pool": "gpu"}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=5.0, warm_until=600.0, cluster="prod-eu", unverified=True))
+    store.record_warm("n1", warm, "prod-eu")
+    assert [(n.name, n.unverified) for n in store.list_nodes("prod-eu")] == [("n1", True)]
+    store.mark_node_verified("n1", "prod-eu")
+    store.mark_node_verified("gone", "prod-eu")  # forgotten meanwhile: nothing to mark, nothing created
+    got = store.get_node("n1", "prod-eu")
+    assert got is not None and (got.unverified, got.warm, got.last_hello) == (False, warm, 5.0)
+    assert store.get_node("gone", "prod-eu") is None
+
+
 def test_rules_say_what_a_write_did(store: Store) -> None:
     spec = {"metadata": {"name": "r"}, "spec": {"repositories": ["ml/*"]}}
     assert [store.put_rule("r", spec, "h1"), store.put_rule("r", spec, "h1"), store.put_rule("r", spec, "h2")] == [

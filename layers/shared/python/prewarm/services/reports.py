@@ -19,10 +19,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
+from prewarm.domain.messages import (
+    FromAgent,
+    Hello,
+    ImageGone,
+    NodePhase,
+    RequiredImage,
+    RequiredImages,
+    StatusReport,
+    Warmed,
+)
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
@@ -33,6 +42,7 @@ from prewarm.services.ports import (
     AgentItems,
     Cluster,
     ClusterDirectory,
+    ClusterError,
     Redelivery,
     StoreConflictError,
     StoreError,
@@ -331,6 +341,25 @@ def register_node(
 HelloError = StoreError | TaskSendError
 
 
+def agent_view(hello: Hello) -> dict[str, Any]:
+    """The Node as the agent's hello tells of it (its labels, Ready), for when the cluster cannot say."""
+    return {"metadata": {"name": hello.node, "labels": dict(hello.labels)},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _selecting(records: Sequence[StoredJob], cluster: Cluster | None, node: dict[str, Any], pods_unread: set[str]
+               ) -> tuple[list[StoredJob], list[RequiredImage]]:
+    """`jobs_selecting`; when the pods a job selects by cannot be read, the node joins `pods_unread` and the
+    jobs that select by pods are left to its check."""
+    try:
+        return jobs_selecting(records, cluster, node)
+    except ClusterError as e:
+        name = str(node["metadata"]["name"])
+        log.warning("pods of node %s not read, its jobs that select by pods are left to a later check: %s", name, e)
+        pods_unread.add(name)
+        return jobs_selecting(records, None, node)
+
+
 def register_nodes(
     store: AgentItems,
     queues: TaskQueues,
@@ -349,7 +378,8 @@ def register_nodes(
     startup taint (`warm_until`) is then sent the images of those jobs.
 
     The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
-    running jobs, under its name (node names repeat across clusters).
+    running jobs, under its name (node names repeat across clusters). A node whose cluster cannot be read
+    is registered from its hello all the same, `unverified`, and joined to the jobs its labels select.
     """
     in_cluster = {h.cluster for h in hellos}
     if len(in_cluster) > 1:
@@ -361,21 +391,33 @@ def register_nodes(
     failed: dict[str, HelloError] = {}
 
     first: set[str] = set()
+    # Nodes whose cluster could not be read (their Node, or the pods a job selects by): registered from the
+    # agent's own facts, without the jobs that select by pods; the sweep checks them again
+    # (`services.verifying`).
+    unverified: set[str] = set()
+
+    def put(node: str) -> None:
+        for i in by_node[node]:  # one node's hellos in the order given: the last one stands
+            h = hellos[i]
+            store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
+                                          queue_url=h.queue_url, last_hello=now,
+                                          warm_until=h.warm_until, agent_version=h.agent_version, cluster=name,
+                                          unverified=node in unverified))
 
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its agent created its queue; a known node's queue has held its messages all along.
         if store.get_node(node, name) is None:
             first.add(node)
-        for i in by_node[node]:  # one node's hellos in the order given: the last one stands
-            h = hellos[i]
-            store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
-                                          queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
-                                          agent_version=h.agent_version, cluster=name))
-        seen = cluster.get_node(node) if cluster is not None else None
+        try:
+            seen = cluster.get_node(node) if cluster is not None else None
+        except ClusterError as e:
+            log.warning("hello of %s registered unverified: %s", scoped(name, node), e)
+            seen = None
+            unverified.add(node)
+        put(node)
         # No cluster access (or not visible yet): the agent's own view of its node stands in.
-        return seen or {"metadata": {"name": node, "labels": dict(hellos[by_node[node][-1]].labels)},
-                        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+        return seen or agent_view(hellos[by_node[node][-1]])
 
     objects: dict[str, dict[str, Any]] = {}
     for node, seen in zip(by_node, concurrently(register, list(by_node)), strict=True):
@@ -401,7 +443,15 @@ def register_nodes(
         running, failed = [], {**failed, **dict.fromkeys(objects, e)}
         objects = {}
     records = [r for r in running if r.is_running_never]
-    selected = {node: jobs_selecting(records, cluster, obj) for node, obj in objects.items()}
+    pods_unread: set[str] = set()
+    selected = {node: _selecting(records, None if node in unverified else cluster, obj, pods_unread)
+                for node, obj in objects.items()}
+    for node in sorted(pods_unread):
+        unverified.add(node)
+        try:
+            put(node)
+        except StoreError as e:
+            failed[node] = e
     joining: dict[str, list[str]] = {}
     for node, (jobs, _) in selected.items():
         for record in jobs:
@@ -502,7 +552,11 @@ def record_status(
     for message_id, hello in hellos:
         by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
     for name, group in by_cluster.items():
-        registered = register_nodes(store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
+        try:
+            registered: Sequence[HelloOutcome | HelloError | ClusterError] = register_nodes(
+                store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
+        except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
+            registered = [e] * len(group)
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
                 outcome.hellos.append(registration)
