@@ -81,6 +81,9 @@ def test_a_hello_whose_cluster_cannot_be_read_is_registered_unverified_and_fails
     assert node is not None and node.unverified and node.labels == {"pool": "gpu"}
     own = plane.store.get_node("own-2")
     assert own is not None and not own.unverified
+    # and how prod-eu failed is on its item, for `prewarm cluster list`
+    item = plane.store.get_cluster("prod-eu")
+    assert item is not None and item.reachable is False and item.reason == str(DOWN)
     assert view_job(plane.store, "default", "warm", now=plane.now()).succeeded == 1
 
 

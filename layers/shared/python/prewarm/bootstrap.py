@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from prewarm.settings import settings
 
 if TYPE_CHECKING:
+    from prewarm.adapters.bounded import BoundedCalls
     from prewarm.adapters.clusters import StackClusters
     from prewarm.adapters.deferred import DeferredSecretMirror
     from prewarm.adapters.dynamodb import DynamoJobStore
@@ -67,18 +68,36 @@ def clusters() -> StackClusters:
                          registered_api=lambda registered: registered_cluster(registered))
 
 
-def own_cluster() -> KubeCluster:
+@lru_cache(maxsize=1)
+def status_clusters() -> StackClusters:
+    """The clusters as the status path calls them: bounded clients (one try, short timeouts, the invocation's
+    deadline, each cluster's circuit breaker), so no cluster's fault holds up a batch of the others."""
+    from prewarm.adapters.clusters import StackClusters
+
+    return StackClusters(store(), settings().cluster_name, own_api=lambda: own_cluster(status_calls()),
+                         registered_api=lambda registered: registered_cluster(registered, status_calls()))
+
+
+@lru_cache(maxsize=1)
+def status_calls() -> BoundedCalls:
+    """The status path's timeouts, deadline and circuits, kept for the process."""
+    from prewarm.adapters.bounded import BoundedCalls
+
+    return BoundedCalls()
+
+
+def own_cluster(bounded: BoundedCalls | None = None) -> KubeCluster:
     """The stack's own cluster's API, from its settings (`ClusterConfigError` when they name none)."""
     from prewarm.adapters.kube import KubeCluster
 
-    return KubeCluster.from_settings(settings())
+    return KubeCluster.from_settings(settings(), bounded=bounded)
 
 
-def registered_cluster(registered: RegisteredCluster) -> KubeCluster:
+def registered_cluster(registered: RegisteredCluster, bounded: BoundedCalls | None = None) -> KubeCluster:
     """A registered cluster's API, at the endpoint it was registered with."""
     from prewarm.adapters.kube import KubeCluster
 
-    return KubeCluster.for_registered(registered)
+    return KubeCluster.for_registered(registered, bounded=bounded)
 
 
 def cluster(name: str = "") -> ClusterApi:
@@ -156,12 +175,14 @@ def delete_job(key: JobKey) -> int:
 
 
 def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequence[Delivery] = (),
-                  poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
+                  poison_ids: Sequence[str] = (), time_left: Callable[[], float] | None = None) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;
-    then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again."""
+    then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again.
+    `time_left()`: the seconds the invocation has left, which bound its calls to clusters."""
     from prewarm.services.reports import record_status_batch
 
-    return record_status_batch(store(), queues(), clusters(), status_queue, messages, now=time.time(),
+    status_calls().deadline.begin(time_left)
+    return record_status_batch(store(), queues(), status_clusters(), status_queue, messages, now=time.time(),
                                deliveries=deliveries, poison_ids=poison_ids)
 
 
@@ -239,6 +260,6 @@ def sync_resources() -> SyncReport:
 
 
 def reset() -> None:
-    for built in (store, queues, status_queue, clusters, images, secret_mirror, registry_tokens, credential_store,
-                  settings, settled_nodes, sweep_settings):
+    for built in (store, queues, status_queue, clusters, status_clusters, status_calls, images, secret_mirror,
+                  registry_tokens, credential_store, settings, settled_nodes, sweep_settings):
         built.cache_clear()

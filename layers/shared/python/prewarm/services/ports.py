@@ -227,6 +227,11 @@ class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
     (`services.reports`, `services.stream`)."""
 
 
+class StatusItems(AgentItems, ClusterItems, Protocol):
+    """What the status queue's messages change, and how a cluster failed when a hello could not read it
+    (`services.reports.record_status`)."""
+
+
 class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):
     """Jobs and rules as people and pushes apply them, read back with their node items (`services.jobs`,
     `services.push`)."""

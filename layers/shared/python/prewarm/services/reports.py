@@ -27,7 +27,6 @@ from prewarm.domain.messages import (
     Hello,
     ImageGone,
     NodePhase,
-    RequiredImage,
     RequiredImages,
     StatusReport,
     Warmed,
@@ -35,7 +34,7 @@ from prewarm.domain.messages import (
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
-from prewarm.services.clusters import api_or_none
+from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
@@ -44,13 +43,14 @@ from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
     Redelivery,
+    StatusItems,
     StoreConflictError,
     StoreError,
     StoreRetryableError,
     TaskQueues,
     TaskSendError,
 )
-from prewarm.services.warming import jobs_selecting
+from prewarm.services.warming import agent_view, jobs_selecting
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +308,8 @@ class HelloOutcome:
     resent: int = 0
     # What a warming node was told it must have (None: the node does not hold the startup taint).
     required: list[str] | None = None
+    # Why the node was registered unverified: its cluster could not be read (empty: it was read).
+    unverified: str = ""
 
 
 def record_warm(store: AgentItems, warmed: Warmed) -> None:
@@ -339,25 +341,6 @@ def register_node(
 
 # What sends a hello back to the queue: the store's conflicts and retryable errors, a failed send.
 HelloError = StoreError | TaskSendError
-
-
-def agent_view(hello: Hello) -> dict[str, Any]:
-    """The Node as the agent's hello tells of it (its labels, Ready), for when the cluster cannot say."""
-    return {"metadata": {"name": hello.node, "labels": dict(hello.labels)},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-
-
-def _selecting(records: Sequence[StoredJob], cluster: Cluster | None, node: dict[str, Any], pods_unread: set[str]
-               ) -> tuple[list[StoredJob], list[RequiredImage]]:
-    """`jobs_selecting`; when the pods a job selects by cannot be read, the node joins `pods_unread` and the
-    jobs that select by pods are left to its check."""
-    try:
-        return jobs_selecting(records, cluster, node)
-    except ClusterError as e:
-        name = str(node["metadata"]["name"])
-        log.warning("pods of node %s not read, its jobs that select by pods are left to a later check: %s", name, e)
-        pods_unread.add(name)
-        return jobs_selecting(records, None, node)
 
 
 def register_nodes(
@@ -394,7 +377,7 @@ def register_nodes(
     # Nodes whose cluster could not be read (their Node, or the pods a job selects by): registered from the
     # agent's own facts, without the jobs that select by pods; the sweep checks them again
     # (`services.verifying`).
-    unverified: set[str] = set()
+    unverified: dict[str, str] = {}
 
     def put(node: str) -> None:
         for i in by_node[node]:  # one node's hellos in the order given: the last one stands
@@ -414,7 +397,7 @@ def register_nodes(
         except ClusterError as e:
             log.warning("hello of %s registered unverified: %s", scoped(name, node), e)
             seen = None
-            unverified.add(node)
+            unverified[node] = str(e)
         put(node)
         # No cluster access (or not visible yet): the agent's own view of its node stands in.
         return seen or agent_view(hellos[by_node[node][-1]])
@@ -443,11 +426,11 @@ def register_nodes(
         running, failed = [], {**failed, **dict.fromkeys(objects, e)}
         objects = {}
     records = [r for r in running if r.is_running_never]
-    pods_unread: set[str] = set()
-    selected = {node: _selecting(records, None if node in unverified else cluster, obj, pods_unread)
+    pods_unread: dict[str, str] = {}
+    selected = {node: jobs_selecting(records, None if node in unverified else cluster, obj, pods_unread=pods_unread)
                 for node, obj in objects.items()}
-    for node in sorted(pods_unread):
-        unverified.add(node)
+    for node, why in sorted(pods_unread.items()):
+        unverified[node] = why
         try:
             put(node)
         except StoreError as e:
@@ -486,7 +469,7 @@ def register_nodes(
             continue
         required = [i.image for i in selected[hello.node][1]] if hello.node in warming else None
         outcomes.append(HelloOutcome(hello.node, sorted(added.get(hello.node, [])), resent.get(hello.node, 0),
-                                     required))
+                                     required, unverified.get(hello.node, "")))
     return outcomes
 
 
@@ -505,7 +488,7 @@ class StatusBatchOutcome:
 
 
 def record_status(
-    store: AgentItems,
+    store: StatusItems,
     queues: TaskQueues,
     clusters: ClusterDirectory,
     messages: Sequence[tuple[str, FromAgent]],
@@ -516,8 +499,10 @@ def record_status(
     reports together. Hellos and warm-ups name their cluster, of `clusters` (those the stack serves); a
     hello is registered without its cluster's API when that cannot be reached (it speaks for its node).
 
-    A hello, warm-up or gone image that fails goes back to the queue on its own; reports that could not be applied
-    yet (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
+    A hello whose cluster cannot be read is registered unverified, and how the cluster failed recorded on its
+    item (`prewarm cluster list`). A hello, warm-up or gone image that fails goes back to the queue on its own;
+    reports that could not be applied yet (throttling, conflicts that kept coming) are delivered again, and the
+    rest of the batch stands.
     """
     outcome = StatusBatchOutcome()
     reports: list[tuple[str, StatusReport]] = []
@@ -557,6 +542,8 @@ def record_status(
                 store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
         except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
             registered = [e] * len(group)
+        if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):
+            record_health(store, clusters, [ClusterRun(name, now, error=why)])
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
                 outcome.hellos.append(registration)
@@ -573,7 +560,7 @@ def record_status(
     return outcome
 
 
-def record_status_batch(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory,
+def record_status_batch(store: StatusItems, queues: TaskQueues, clusters: ClusterDirectory,
                         redelivery: Callable[[], Redelivery],
                         messages: Sequence[tuple[str, FromAgent]], *, now: float, deliveries: Sequence[Delivery] = (),
                         poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
