@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from prewarm.settings import settings
 
 if TYPE_CHECKING:
-    from prewarm.adapters.bounded import BoundedCalls
+    from prewarm.adapters.bounded import BoundedCalls, CircuitBreakers
     from prewarm.adapters.clusters import StackClusters
     from prewarm.adapters.deferred import DeferredSecretMirror
     from prewarm.adapters.dynamodb import DynamoJobStore
@@ -68,22 +68,50 @@ def clusters() -> StackClusters:
                          registered_api=lambda registered: registered_cluster(registered))
 
 
-@lru_cache(maxsize=1)
-def status_clusters() -> StackClusters:
-    """The clusters as the status path calls them: bounded clients (one try, short timeouts, the invocation's
-    deadline, each cluster's circuit breaker), so no cluster's fault holds up a batch of the others."""
+def bounded_clusters(calls: BoundedCalls) -> StackClusters:
+    """The clusters through bounded clients (one try, short timeouts, a deadline, each cluster's circuit
+    breaker), so no cluster's fault holds up the work of the others."""
     from prewarm.adapters.clusters import StackClusters
 
-    return StackClusters(store(), settings().cluster_name, own_api=lambda: own_cluster(status_calls()),
-                         registered_api=lambda registered: registered_cluster(registered, status_calls()))
+    return StackClusters(store(), settings().cluster_name, own_api=lambda: own_cluster(calls),
+                         registered_api=lambda registered: registered_cluster(registered, calls))
+
+
+@lru_cache(maxsize=1)
+def circuits() -> CircuitBreakers:
+    """Each cluster's circuit breaker, kept for the process and shared by its bounded clients."""
+    from prewarm.adapters.bounded import CircuitBreakers
+
+    return CircuitBreakers()
 
 
 @lru_cache(maxsize=1)
 def status_calls() -> BoundedCalls:
-    """The status path's timeouts, deadline and circuits, kept for the process."""
+    """The status path's timeouts and per-invocation deadline."""
     from prewarm.adapters.bounded import BoundedCalls
 
-    return BoundedCalls()
+    return BoundedCalls(breakers=circuits())
+
+
+@lru_cache(maxsize=1)
+def status_clusters() -> StackClusters:
+    """The clusters as `record_status` calls them: a hello's cluster failing holds up no other message."""
+    return bounded_clusters(status_calls())
+
+
+@lru_cache(maxsize=1)
+def plan_calls() -> BoundedCalls:
+    """The table stream's plans' timeouts and per-plan deadline."""
+    from prewarm.adapters.bounded import PLAN_CALL_SECONDS, PLAN_REQUEST_TIMEOUT, BoundedCalls, InvocationDeadline
+
+    return BoundedCalls(timeout=PLAN_REQUEST_TIMEOUT, deadline=InvocationDeadline(most=PLAN_CALL_SECONDS, reserve=0),
+                        breakers=circuits())
+
+
+@lru_cache(maxsize=1)
+def plan_clusters() -> StackClusters:
+    """The clusters as the table stream's plans call them: a job whose cluster fails is parked at once."""
+    return bounded_clusters(plan_calls())
 
 
 def own_cluster(bounded: BoundedCalls | None = None) -> KubeCluster:
@@ -163,7 +191,8 @@ def plan_job(key: JobKey) -> PlanResult:
     `TaskSendError` when a send failed."""
     from prewarm.services.stream import plan
 
-    return plan(store(), queues(), clusters(), key, now=time.time(), secrets=secret_mirror())
+    plan_calls().deadline.begin()
+    return plan(store(), queues(), plan_clusters(), key, now=time.time(), secrets=secret_mirror())
 
 
 def delete_job(key: JobKey) -> int:
@@ -171,7 +200,8 @@ def delete_job(key: JobKey) -> int:
     nodes of its cluster; `TaskSendError` when a send failed."""
     from prewarm.services.stream import delete
 
-    return delete(store(), queues(), clusters(), key, now=time.time())
+    plan_calls().deadline.begin()
+    return delete(store(), queues(), plan_clusters(), key, now=time.time())
 
 
 def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequence[Delivery] = (),
@@ -260,6 +290,7 @@ def sync_resources() -> SyncReport:
 
 
 def reset() -> None:
-    for built in (store, queues, status_queue, clusters, status_clusters, status_calls, images, secret_mirror,
-                  registry_tokens, credential_store, settings, settled_nodes, sweep_settings):
+    for built in (store, queues, status_queue, clusters, circuits, status_calls, status_clusters, plan_calls,
+                  plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings, settled_nodes,
+                  sweep_settings):
         built.cache_clear()

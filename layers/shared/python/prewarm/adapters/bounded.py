@@ -23,6 +23,10 @@ STATUS_REQUEST_TIMEOUT = (2.0, 5.0)
 STATUS_CALL_SECONDS = 15.0
 # And never the last seconds of an invocation: its writes and the batch's answer need them.
 STATUS_RESERVE_SECONDS = 10.0
+# A plan (the table stream's) lists a cluster's nodes, pods and the agent DaemonSet: pages of 500 nodes
+# answer within a second or two; one plan's calls get a minute at most.
+PLAN_REQUEST_TIMEOUT = (2.0, 15.0)
+PLAN_CALL_SECONDS = 60.0
 
 
 class InvocationDeadline:
@@ -99,7 +103,7 @@ class BoundedCalls:
             raise ClusterUnavailableError(f"{who} not called: this invocation's time for cluster calls is up "
                                           f"({what} not sent)")
         if (why := self.breakers.before(host)) is not None:
-            raise ClusterUnavailableError(f"{who} {why} ({what} not sent)")
+            raise ClusterUnavailableError(why)
         if left is None:
             return self.timeout
         return (min(self.timeout[0], left), min(self.timeout[1], left))

@@ -190,5 +190,5 @@ class ClusterCircuit:
         return ClusterCircuit()
 
     def skipped(self, now: float) -> str:
-        """Why a call is not made at `now`."""
-        return f"not called for {max(0.0, self.retry_at - now):.0f} s more: it failed just before ({self.reason})"
+        """Why a call is not made at `now`: how the last one failed, and for how long more none is made."""
+        return f"{self.reason}; not called again for {max(0.0, self.retry_at - now):.0f} s"

@@ -215,7 +215,7 @@ def sweep(
         if record.is_list_job:
             _finish_list_job(store, record, now=now)
             continue
-        if record.is_pull_job and record.is_unplanned_for_long(now):
+        if record.awaits_plan(now):
             unplanned.append(record)
         if not record.is_dispatching:
             continue
