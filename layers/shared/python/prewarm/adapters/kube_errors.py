@@ -80,7 +80,7 @@ def status_error(status: int, data: bytes, headers: Mapping[str, str], what: str
         retry_after = float(hint) if isinstance(hint, int | float) else None
     if not message:
         message = data[:200].decode("utf-8", "replace").strip() or "no message"
-    message = one_line(message)
+    message = one_line(message, most=1000)  # the server's own words: who was refused what
     header = headers.get("Retry-After", "")
     if header.isdigit():
         retry_after = float(header)
