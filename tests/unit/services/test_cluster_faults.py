@@ -119,3 +119,15 @@ def test_a_node_whose_pods_cannot_be_read_joins_its_other_jobs_and_the_sweep_joi
     assert "p-2" in {t.node for t in web.tasks}
     node = plane.store.get_node("p-2", "prod-eu")
     assert node is not None and not node.unverified
+
+
+def test_a_refused_health_write_sends_no_hello_back(plane: ControlPlane, prod: FakeCluster, monkeypatch: Any) -> None:
+    from prewarm.services.ports import StoreRetryableError
+
+    def throttled(*args: Any, **kwargs: Any) -> None:
+        raise StoreRetryableError("record cluster check: ThrottlingException")
+
+    monkeypatch.setattr(plane.store, "record_cluster_check", throttled)
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down()}),
+                            [("h", Hello(node="p-2", cluster="prod-eu", labels={"pool": "gpu"}))], now=plane.now())
+    assert outcome.retry_ids == [] and outcome.hellos[0].unverified == str(DOWN)

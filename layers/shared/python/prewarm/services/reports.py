@@ -22,15 +22,7 @@ from typing import Any, TypeVar
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import (
-    FromAgent,
-    Hello,
-    ImageGone,
-    NodePhase,
-    RequiredImages,
-    StatusReport,
-    Warmed,
-)
+from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
@@ -383,9 +375,8 @@ def register_nodes(
         for i in by_node[node]:  # one node's hellos in the order given: the last one stands
             h = hellos[i]
             store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
-                                          queue_url=h.queue_url, last_hello=now,
-                                          warm_until=h.warm_until, agent_version=h.agent_version, cluster=name,
-                                          unverified=node in unverified))
+                                          queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
+                                          agent_version=h.agent_version, cluster=name, unverified=node in unverified))
 
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
@@ -543,7 +534,10 @@ def record_status(
         except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
             registered = [e] * len(group)
         if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):
-            record_health(store, clusters, [ClusterRun(name, now, error=why)])
+            try:
+                record_health(store, clusters, [ClusterRun(name, now, error=why)])
+            except StoreError as e:  # the sweep records it within a minute all the same
+                log.info("how cluster %s failed is not recorded now: %s", name, e)
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
                 outcome.hellos.append(registration)
