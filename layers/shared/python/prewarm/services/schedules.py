@@ -314,7 +314,7 @@ def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: Cluste
     """One cluster's departed nodes and overdue startup taints; names in `result` are scoped by cluster."""
     listing = list_in_order(store, queues, api, name)
     result.agents[name] = len(list(listing.registered))
-    result.nodes_verified += [scoped(name, n) for n in verify_nodes(store, queues, api, name, now=now)]
+    result.nodes_verified += [scoped(name, n) for n in verify_nodes(store, queues, api, name, now=now, budget=budget)]
     departures = forget_departed_nodes(store, queues, api, listing, prefix=config.prefix, budget=budget,
                                        cluster=name)
 

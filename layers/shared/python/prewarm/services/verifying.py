@@ -14,27 +14,35 @@ import logging
 from typing import Protocol
 
 from prewarm.domain.clusters import scoped
+from prewarm.services.budget import UNLIMITED, TimeBudget
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots
 from prewarm.services.ports import Cluster, PlanItems, StoreConflictError, TaskQueues, WarmingItems
 from prewarm.services.warming import jobs_selecting, running_never_jobs
 
 log = logging.getLogger(__name__)
 
+# Nodes checked per cluster and run (one GET each, and a join when a job selects it); the next run goes on.
+CHECKS_PER_RUN = 500
+
 
 class UnverifiedItems(PlanItems, WarmingItems, Protocol):
     """Jobs, their node items and registered nodes."""
 
 
-def verify_nodes(store: UnverifiedItems, queues: TaskQueues, cluster: Cluster, name: str, *, now: float) -> list[str]:
-    """Checks cluster `name`'s unverified nodes against its API `cluster`: each found joins the running `Never`
-    jobs that select it, and is marked verified. Returns the nodes checked. A cluster that fails stops the
-    check (the next pass tries again) and raises its `ClusterError`."""
+def verify_nodes(store: UnverifiedItems, queues: TaskQueues, cluster: Cluster, name: str, *, now: float,
+                 budget: TimeBudget = UNLIMITED, limit: int = CHECKS_PER_RUN) -> list[str]:
+    """Checks cluster `name`'s unverified nodes against its API `cluster`, up to `limit` of them and while
+    `budget` has time: each found joins the running `Never` jobs that select it, and is marked verified.
+    Returns the nodes checked. A cluster that fails stops the check (the next pass tries again) and raises
+    its `ClusterError`."""
     unverified = [n for n in store.list_nodes(name) if n.unverified]
     if not unverified:
         return []
     records = running_never_jobs(store, name)
     checked: list[str] = []
-    for node in unverified:
+    for node in unverified[:limit]:
+        if not budget.has_time():
+            break
         seen = cluster.get_node(node.name)
         if seen is None:
             continue  # left the cluster: the departures forget it
