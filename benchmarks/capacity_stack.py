@@ -95,7 +95,7 @@ class Stack:
         self.trace.attach(self.queues.client)
         if self._cluster is not None:
             self.cluster = RecordingCluster(self._cluster, self.trace)
-            bootstrap.own_cluster = lambda: self.cluster  # type: ignore[assignment, return-value]
+            bootstrap.own_cluster = lambda *_: self.cluster  # type: ignore[assignment, return-value]
             bootstrap.clusters.cache_clear()
         self.handler = load_handler("record_status").lambda_handler
         return self

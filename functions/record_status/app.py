@@ -35,7 +35,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
                                                                         "error": str(e)})
             poison.append(record["messageId"])
     # What goes back to the queue comes again sooner than its 180 s visibility (domain.retry.redelivery_seconds).
-    outcome = bootstrap.record_status(messages, deliveries, poison)
+    outcome = bootstrap.record_status(messages, deliveries, poison,
+                                      lambda: context.get_remaining_time_in_millis() / 1000)
     for hello in outcome.hellos:
         logger.info("node registered", extra={"node": hello.node, "added_to": hello.added_to})
     for node in outcome.warmed:

@@ -38,7 +38,7 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         monkeypatch.setenv("STATUS_QUEUE_URL", status)
         bootstrap.reset()
         cluster = FakeCluster()
-        monkeypatch.setattr(bootstrap, "own_cluster", lambda: cluster)
+        monkeypatch.setattr(bootstrap, "own_cluster", lambda *_: cluster)
         context = LambdaContext("test", REGION, "123456789012", memory_mb=512, timeout_s=60)
         yield {"ddb": ddb, "sqs": sqs, "cluster": cluster, "ctx": context}
         monkeypatch.undo()

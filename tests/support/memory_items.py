@@ -48,7 +48,7 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
-                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)))
+                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")))
 
 
 class MemoryNodeItems(TableItems):
@@ -58,7 +58,8 @@ class MemoryNodeItems(TableItems):
         fields = {"kind": scoped(node.cluster, "node"), "cluster": node.cluster or None, "name": node.name,
                   "labels": node.labels, "architecture": node.architecture,
                   "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
-                  "warm_until": node.warm_until, "agent_version": node.agent_version or None}
+                  "warm_until": node.warm_until, "agent_version": node.agent_version or None,
+                  "unverified": node.unverified or None}
         if node.warm_until is not None:
             fields["warm"] = None
         self.table.update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster),
@@ -77,6 +78,11 @@ class MemoryNodeItems(TableItems):
     def list_nodes(self, cluster: str = DEFAULT_CLUSTER) -> list[RegisteredNode]:
         items = self._list_kind(scoped(cluster, "node"))
         return [_registered_node(v) for v in sorted(items, key=lambda v: str(v["name"]))]
+
+    def mark_node_verified(self, name: str, cluster: str = DEFAULT_CLUSTER) -> None:
+        with contextlib.suppress(StoreConflictError):
+            self.table.update(f"mark node {scoped(cluster, name)} verified", node_pk(name, cluster), "NODE",
+                              {"unverified": None}, condition=lambda i: has(i, "pk"))
 
     def delete_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> None:
         self.table.delete(f"forget node {scoped(cluster, name)}", node_pk(name, cluster), "NODE")

@@ -130,14 +130,15 @@ def test_a_spec_is_replaced_only_over_the_hash_expected(store: Store) -> None:
 def test_fields_are_set_on_an_existing_job_in_the_state_asked(store: Store) -> None:
     assert refusal(lambda: store.set_job_fields(KEY, {"message": "x"})) == "StoreConflictError"
     store.create_job(job())
-    store.set_job_fields(KEY, {"platforms": [{"os": "linux"}], "placement_note": "n", "children": ["c"]})
+    store.set_job_fields(KEY, {"platforms": [{"os": "linux"}], "placement_note": "n", "children": ["c"],
+                               "parked": "1.0"})
     assert refusal(lambda: store.set_job_fields(KEY, {"round": 1}, condition_state=JobState.COMPLETED)) == (
         "StoreConflictError")
     store.set_job_fields(KEY, {"round": 1, "deleting_since": 7.0}, condition_state=JobState.RUNNING)
     store.set_job_fields(KEY, {"message": None})
     got = store.get_job(KEY)
     assert got is not None and (got.platforms, got.placement_note, got.children, got.round, got.deleting_since,
-                                got.message) == ([{"os": "linux"}], "n", ["c"], 1, 7, "")
+                                got.message, got.parked) == ([{"os": "linux"}], "n", ["c"], 1, 7, "", "1.0")
 
 
 def test_jobs_are_listed_by_key_and_running_ones_per_cluster(store: Store) -> None:
@@ -365,6 +366,19 @@ def test_nodes_register_per_cluster_and_a_later_hello_keeps_how_the_node_warmed(
     store.delete_node("n1", "prod-eu")
     store.delete_node("gone")
     assert store.get_node("n1", "prod-eu") is None and store.list_nodes("prod-eu") == []
+
+
+def test_a_node_registered_unverified_is_marked_verified_keeping_how_it_warmed(store: Store) -> None:
+    warm = NodeWarm(joined_at=1.0, hello_at=2.5, warm_at=3.0, outcome="warm")
+    store.put_node(RegisteredNode(name="n1", labels={"pool": "gpu"}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=5.0, warm_until=600.0, cluster="prod-eu", unverified=True))
+    store.record_warm("n1", warm, "prod-eu")
+    assert [(n.name, n.unverified) for n in store.list_nodes("prod-eu")] == [("n1", True)]
+    store.mark_node_verified("n1", "prod-eu")
+    store.mark_node_verified("gone", "prod-eu")  # forgotten meanwhile: nothing to mark, nothing created
+    got = store.get_node("n1", "prod-eu")
+    assert got is not None and (got.unverified, got.warm, got.last_hello) == (False, warm, 5.0)
+    assert store.get_node("gone", "prod-eu") is None
 
 
 def test_rules_say_what_a_write_did(store: Store) -> None:

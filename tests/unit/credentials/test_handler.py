@@ -47,7 +47,7 @@ def function(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster
     # The stack's table: the refresher reads the registered clusters from it (none here).
     create_table(boto3.client("dynamodb", region_name=REGION), load_template(), "jobs")
     cluster = FakeCluster()
-    monkeypatch.setattr(bootstrap, "own_cluster", lambda: cluster)
+    monkeypatch.setattr(bootstrap, "own_cluster", lambda *_: cluster)
     monkeypatch.setattr(bootstrap, "registry_tokens", lambda: FakeTokens(time.time))
     yield cluster
     monkeypatch.undo()

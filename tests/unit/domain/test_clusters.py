@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prewarm.domain.clusters import (
+    ClusterCircuit,
     ClusterError,
     ClusterSelector,
     RegisteredCluster,
@@ -112,3 +113,26 @@ def test_a_rules_and_a_jobs_selectors_share_one_rule_for_names_or_labels() -> No
             selector.model_validate({"names": ["a", "a"]})
         with pytest.raises(ValueError, match="names cannot be combined with matchLabels"):
             selector.model_validate({"names": ["a"], "matchLabels": {"k": "v"}})
+
+
+def test_a_clusters_circuit_opens_on_a_failure_lets_one_trial_through_and_doubles_while_it_keeps_failing() -> None:
+    circuit = ClusterCircuit()
+    assert circuit.allows(0.0) and not circuit.is_open
+    # A failure opens it for 10 s
+    circuit = circuit.failed(100.0, "connection refused")
+    assert not circuit.allows(109.9) and circuit.allows(110.0)
+    assert circuit.skipped(104.0) == "connection refused; not called again for 6 s"
+    # At its time one call goes; the calls behind it wait for its answer
+    trial = circuit.trial(110.0)
+    assert not trial.allows(110.5)
+    # failing again, it opens for 20 s, then 40, up to 120
+    again = trial.failed(110.5, "connection refused")
+    assert (again.retry_at, again.failures) == (130.5, 2)
+    longest = again
+    for _ in range(10):
+        longest = longest.failed(0.0, "down")
+    assert longest.retry_at == 120.0
+    # an answer closes it; a server's Retry-After is honoured within the most
+    assert again.answered() == ClusterCircuit()
+    assert ClusterCircuit().failed(0.0, "429", retry_after=45).retry_at == 45.0
+    assert ClusterCircuit().failed(0.0, "429", retry_after=900).retry_at == 120.0

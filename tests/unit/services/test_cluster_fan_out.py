@@ -3,6 +3,8 @@ how each cluster answered recorded on its item."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -76,3 +78,38 @@ def test_health_is_recorded_on_each_clusters_item_the_own_under_its_name_only_wh
     with pytest.raises(ClusterUnavailableError, match="the stack's own cluster 'home' was not swept: no API"):
         raise_if_own_unreachable(unreachable(runs), clusters, "swept")
     raise_if_own_unreachable({"prod-eu": "down"}, clusters, "swept")  # another cluster's failure: no raise
+
+
+def test_a_hung_cluster_counts_as_unreachable_at_its_deadline_and_the_others_go_on() -> None:
+    # Given five clusters whose APIs hang (more than the four worked on at once before) and one that answers
+    hung = [f"hung-{i}" for i in range(5)]
+    table = Table(*hung, "prod-eu")
+    release = threading.Event()
+
+    def work(name: str, api: Any) -> str:
+        if name.startswith("hung"):
+            release.wait(30)
+        return f"{name or 'own'} done"
+
+    clusters = clusters_of(table, "own", dict.fromkeys([*hung, "prod-eu"], "api"))  # type: ignore[arg-type]
+    try:
+        # When the work runs on every cluster with a deadline of 0.3 s
+        began = time.monotonic()
+        runs = on_each_cluster(clusters, work, clock=lambda: 9.0, deadline=0.3)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+    # Then the call returns at the deadline, not when the hung clusters answer, the answering clusters' work
+    # stands, and each hung one is unreachable for having not answered in time
+    assert took < 3.0
+    assert [(r.name, r.outcome) for r in runs if r.answered] == [("", "own done"), ("prod-eu", "prod-eu done")]
+    assert unreachable(runs) == dict.fromkeys(hung, "did not answer within 0.3 s")
+    assert [r.name for r in runs] == ["", *hung, "prod-eu"]
+
+
+def test_an_error_that_is_not_the_clusters_is_raised_to_the_caller() -> None:
+    def work(name: str, api: Any) -> str:
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError, match="a bug"):
+        on_each_cluster(clusters_of(Table(), "own"), work, clock=lambda: 0.0)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from prewarm.domain.clusters import RegisteredCluster
+from prewarm.domain.jobs import job_key
 from prewarm.domain.messages import Hello, PullTask, RequiredImages, StatusReport, Warmed
 from prewarm.domain.push import ImagePush
 from prewarm.domain.warming import SettledNodes
@@ -19,6 +20,7 @@ from prewarm.services.push import handle_push
 from prewarm.services.reports import record_report, record_status
 from prewarm.services.resources import RULES_FROM_OWN_CLUSTER, sync_clusters, sync_resources
 from prewarm.services.schedules import SweepSettings, sweep
+from prewarm.services.stream import plan
 from tests.support.cluster import FakeCluster, make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane, take_node_messages
@@ -180,10 +182,10 @@ def test_a_job_whose_cluster_cannot_be_read_says_so(two: tuple[ControlPlane, Fak
             raise ClusterUnavailableError("connection refused")
 
     apply_manifest(plane.store, job_doc("warm"), now=plane.now(), cluster="prod-eu")
-    with pytest.raises(ClusterUnavailableError):
-        plan_job(plane.store, Down(), plane.queues, "prod-eu:default/warm", now=plane.now())
+    plan(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down()}),
+         job_key("default", "warm", "prod-eu"), now=plane.now())
     view = view_job(plane.store, "default", "warm", now=plane.now(), cluster="prod-eu")
-    assert "cluster prod-eu cannot be read, the plan is tried again: connection refused" in view.message
+    assert "cluster prod-eu cannot be read: connection refused; planned as soon as it answers" in view.message
 
 
 def test_a_job_resource_belongs_to_its_cluster_and_rules_come_from_the_stacks_own(

@@ -1,11 +1,10 @@
 """The table stream's use cases (`services/stream.py`): a plan and a deletion each tell the warming nodes
-of their job's cluster; a registered cluster that cannot be reached holds no stream record up."""
+of their job's cluster; a cluster that cannot be read holds no stream record up: its job is parked at once, and
+the sweep asks for its plan as soon as the cluster answers, whatever the job's age."""
 
 from __future__ import annotations
 
 from typing import Any
-
-import pytest
 
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.jobs import job_key
@@ -13,6 +12,7 @@ from prewarm.domain.messages import Hello, RequiredImages
 from prewarm.services.jobs import apply_manifest, request_deletion, view_job
 from prewarm.services.ports import ClusterUnavailableError
 from prewarm.services.reports import register_node
+from prewarm.services.schedules import SweepSettings, sweep
 from prewarm.services.stream import delete, plan
 from tests.support.cluster import FakeCluster, make_node
 from tests.support.cluster_directory import clusters_of
@@ -43,20 +43,62 @@ def test_a_registered_cluster_that_cannot_be_reached_leaves_the_job_waiting_and_
     # When the stream plans it and prod-eu's API cannot even be built
     key = job_key("default", "warm", "prod-eu")
     result = plan(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), key, now=plane.now())
-    # Then the record does not fail: the job waits, and its message says why
-    assert result.action.startswith("waiting for cluster prod-eu: cluster prod-eu has no API in this test")
+    # Then the record does not fail: the job is parked, and its message says why
+    assert result.action == "parked: cluster prod-eu has no API in this test"
     view = view_job(plane.store, "default", "warm", now=plane.now(), cluster="prod-eu")
-    assert "cluster prod-eu cannot be reached: cluster prod-eu has no API in this test" in view.message
+    assert view.message.endswith("; cluster prod-eu has no API in this test; planned as soon as it answers")
+    assert view.record.is_parked
 
 
-def test_the_stacks_own_cluster_failing_fails_the_record_so_the_stream_retries_it(plane: ControlPlane) -> None:
-    class Down(FakeCluster):
+class Down(FakeCluster):
+    """A cluster whose API refuses connections, as the bounded client says it."""
+
+    def list_nodes(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        raise ClusterUnavailableError("cluster prod-eu cannot be reached: connection refused (GET https://prod.example"
+                                      "/api/v1/nodes)")
+
+
+def test_the_stacks_own_cluster_failing_parks_its_job_too_holding_up_no_later_record(plane: ControlPlane) -> None:
+    class Refusing(FakeCluster):
         def list_nodes(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-            raise ClusterUnavailableError("connection refused")
+            raise ClusterUnavailableError("GET /api/v1/nodes: 503 ServiceUnavailable: etcd leader changed")
 
     apply_manifest(plane.store, job_doc("warm"), now=plane.now())
-    with pytest.raises(ClusterUnavailableError):
-        plan(plane.store, plane.queues, clusters_of(plane.store, Down()), job_key("default", "warm"), now=plane.now())
+    result = plan(plane.store, plane.queues, clusters_of(plane.store, Refusing(), own_name="home"),
+                  job_key("default", "warm"), now=plane.now())
+    assert result.action == "parked: cluster home cannot be read: GET /api/v1/nodes: 503 ServiceUnavailable: etcd " \
+                            "leader changed"
+    view = view_job(plane.store, "default", "warm", now=plane.now())
+    assert view.record.is_parked and "\n" not in view.message
+
+
+def test_a_parked_job_is_planned_again_as_soon_as_its_cluster_answers_whatever_its_age(plane: ControlPlane) -> None:
+    # Given a job of prod-eu applied a moment ago, parked because prod-eu cannot be reached
+    plane.store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    prod = FakeCluster(nodes=[make_node("p-1")])
+    apply_manifest(plane.store, job_doc("warm"), now=plane.now(), cluster="prod-eu")
+    key = job_key("default", "warm", "prod-eu")
+    plan(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down()}), key, now=plane.now())
+    view = view_job(plane.store, "default", "warm", now=plane.now(), cluster="prod-eu")
+    # Then its message says so in one line, naming the cluster and what failed, without repeating it
+    assert view.message.endswith("; cluster prod-eu cannot be reached: connection refused (GET https://prod.example"
+                                 "/api/v1/nodes); planned as soon as it answers")
+    assert view.message.count("prod-eu") == 1
+    config = SweepSettings(prefix=plane.queues.prefix)
+    # When the sweep runs while prod-eu is still down, nothing is asked
+    down = sweep(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down()}), now=plane.now(),
+                 config=config)
+    assert down.replanned == []
+    # and when it runs once prod-eu answers, seconds after the job was applied, its plan is asked for
+    up = sweep(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": prod}), now=plane.now(),
+               config=config)
+    assert up.replanned == [key]
+    result = plan(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": prod}), key, now=plane.now())
+    assert result.selected == 1
+    planned = plane.store.get_job(key)
+    assert planned is not None and planned.is_planned and not planned.is_parked
+    assert "planned as soon as" not in view_job(plane.store, "default", "warm", now=plane.now(),
+                                                cluster="prod-eu").message
 
 
 def test_a_deletion_cancels_the_pulls_removes_the_job_and_tells_warming_nodes(plane: ControlPlane) -> None:

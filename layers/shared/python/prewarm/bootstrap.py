@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from prewarm.settings import settings
 
 if TYPE_CHECKING:
+    from prewarm.adapters.bounded import BoundedCalls, CircuitBreakers
     from prewarm.adapters.clusters import StackClusters
     from prewarm.adapters.deferred import DeferredSecretMirror
     from prewarm.adapters.dynamodb import DynamoJobStore
@@ -67,18 +68,64 @@ def clusters() -> StackClusters:
                          registered_api=lambda registered: registered_cluster(registered))
 
 
-def own_cluster() -> KubeCluster:
+def bounded_clusters(calls: BoundedCalls) -> StackClusters:
+    """The clusters through bounded clients (one try, short timeouts, a deadline, each cluster's circuit
+    breaker), so no cluster's fault holds up the work of the others."""
+    from prewarm.adapters.clusters import StackClusters
+
+    return StackClusters(store(), settings().cluster_name, own_api=lambda: own_cluster(calls),
+                         registered_api=lambda registered: registered_cluster(registered, calls))
+
+
+@lru_cache(maxsize=1)
+def circuits() -> CircuitBreakers:
+    """Each cluster's circuit breaker, kept for the process and shared by its bounded clients."""
+    from prewarm.adapters.bounded import CircuitBreakers
+
+    return CircuitBreakers()
+
+
+@lru_cache(maxsize=1)
+def status_calls() -> BoundedCalls:
+    """The status path's timeouts and per-invocation deadline."""
+    from prewarm.adapters.bounded import BoundedCalls
+
+    return BoundedCalls(breakers=circuits())
+
+
+@lru_cache(maxsize=1)
+def status_clusters() -> StackClusters:
+    """The clusters as `record_status` calls them: a hello's cluster failing holds up no other message."""
+    return bounded_clusters(status_calls())
+
+
+@lru_cache(maxsize=1)
+def plan_calls() -> BoundedCalls:
+    """The table stream's plans' timeouts and per-plan deadline."""
+    from prewarm.adapters.bounded import PLAN_CALL_SECONDS, PLAN_REQUEST_TIMEOUT, BoundedCalls, InvocationDeadline
+
+    return BoundedCalls(timeout=PLAN_REQUEST_TIMEOUT, deadline=InvocationDeadline(most=PLAN_CALL_SECONDS, reserve=0),
+                        breakers=circuits())
+
+
+@lru_cache(maxsize=1)
+def plan_clusters() -> StackClusters:
+    """The clusters as the table stream's plans call them: a job whose cluster fails is parked at once."""
+    return bounded_clusters(plan_calls())
+
+
+def own_cluster(bounded: BoundedCalls | None = None) -> KubeCluster:
     """The stack's own cluster's API, from its settings (`ClusterConfigError` when they name none)."""
     from prewarm.adapters.kube import KubeCluster
 
-    return KubeCluster.from_settings(settings())
+    return KubeCluster.from_settings(settings(), bounded=bounded)
 
 
-def registered_cluster(registered: RegisteredCluster) -> KubeCluster:
+def registered_cluster(registered: RegisteredCluster, bounded: BoundedCalls | None = None) -> KubeCluster:
     """A registered cluster's API, at the endpoint it was registered with."""
     from prewarm.adapters.kube import KubeCluster
 
-    return KubeCluster.for_registered(registered)
+    return KubeCluster.for_registered(registered, bounded=bounded)
 
 
 def cluster(name: str = "") -> ClusterApi:
@@ -144,7 +191,8 @@ def plan_job(key: JobKey) -> PlanResult:
     `TaskSendError` when a send failed."""
     from prewarm.services.stream import plan
 
-    return plan(store(), queues(), clusters(), key, now=time.time(), secrets=secret_mirror())
+    plan_calls().deadline.begin()
+    return plan(store(), queues(), plan_clusters(), key, now=time.time(), secrets=secret_mirror())
 
 
 def delete_job(key: JobKey) -> int:
@@ -152,16 +200,19 @@ def delete_job(key: JobKey) -> int:
     nodes of its cluster; `TaskSendError` when a send failed."""
     from prewarm.services.stream import delete
 
-    return delete(store(), queues(), clusters(), key, now=time.time())
+    plan_calls().deadline.begin()
+    return delete(store(), queues(), plan_clusters(), key, now=time.time())
 
 
 def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequence[Delivery] = (),
-                  poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
+                  poison_ids: Sequence[str] = (), time_left: Callable[[], float] | None = None) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;
-    then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again."""
+    then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again.
+    `time_left()`: the seconds the invocation has left, which bound its calls to clusters."""
     from prewarm.services.reports import record_status_batch
 
-    return record_status_batch(store(), queues(), clusters(), status_queue, messages, now=time.time(),
+    status_calls().deadline.begin(time_left)
+    return record_status_batch(store(), queues(), status_clusters(), status_queue, messages, now=time.time(),
                                deliveries=deliveries, poison_ids=poison_ids)
 
 
@@ -242,6 +293,7 @@ def sync_resources() -> SyncReport:
 
 
 def reset() -> None:
-    for built in (store, queues, status_queue, clusters, images, secret_mirror, registry_tokens, credential_store,
-                  settings, settled_nodes, sweep_settings):
+    for built in (store, queues, status_queue, clusters, circuits, status_calls, status_clusters, plan_calls,
+                  plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings, settled_nodes,
+                  sweep_settings):
         built.cache_clear()

@@ -17,11 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from prewarm.adapters.kube_errors import status_error, tls_error, unreachable_reason
 from prewarm.services.ports import (
     BearerTokenSource,
-    ClusterAuthError,
     ClusterConfigError,
-    ClusterConflictError,
     ClusterError,
     ClusterExpiredError,
     ClusterInvalidError,
@@ -32,6 +31,7 @@ from prewarm.services.ports import (
 if TYPE_CHECKING:
     import boto3
 
+    from prewarm.adapters.bounded import BoundedCalls
     from prewarm.domain.clusters import RegisteredCluster
     from prewarm.settings import Settings
 
@@ -58,7 +58,9 @@ class KubeCluster:
 
     `token_source` is called before every request (a cached EKS token costs nothing), so expiring
     tokens are replaced without rebuilding the client. `ca_data` is the cluster CA as PEM or base64
-    PEM (kubeconfig's `certificate-authority-data`); without it the system CAs are trusted.
+    PEM (kubeconfig's `certificate-authority-data`); without it the system CAs are trusted. `name` is the
+    cluster's, for messages. Given `bounded`, every call is one try within its short timeouts and the
+    invocation's deadline, and none is made while the cluster's circuit is open (`prewarm.adapters.bounded`).
     """
 
     def __init__(
@@ -69,6 +71,9 @@ class KubeCluster:
         verify: bool = True,
         page_size: int = DEFAULT_PAGE_SIZE,
         request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
+        *,
+        name: str = "",
+        bounded: BoundedCalls | None = None,
     ) -> None:
         from kubernetes.client.configuration import Configuration
 
@@ -80,11 +85,12 @@ class KubeCluster:
             # urllib3 takes the PEM itself, so no temporary file is needed.
             configuration.ca_cert_data = ca_pem(ca_data, "ca_data")
         authorization = None if token_source is None else _bearer(token_source)
-        self._connect(configuration, authorization, page_size, request_timeout)
+        self._connect(configuration, authorization, page_size, request_timeout, name=name, bounded=bounded)
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, session: boto3.Session | None = None, page_size: int = DEFAULT_PAGE_SIZE
+        cls, settings: Settings, session: boto3.Session | None = None, page_size: int = DEFAULT_PAGE_SIZE,
+        bounded: BoundedCalls | None = None,
     ) -> KubeCluster:
         """The cluster the function's settings name, in this order of precedence.
 
@@ -101,14 +107,16 @@ class KubeCluster:
                 )
             ca = ca_pem(settings.kube_ca_data, "KUBE_CA_DATA") if settings.kube_ca_data else None
             token = EksTokenSource(settings.cluster_name, session)
-            return cls(settings.kube_api_endpoint, token, ca_data=ca, page_size=page_size)
+            return cls(settings.kube_api_endpoint, token, ca_data=ca, page_size=page_size, name=settings.cluster_name,
+                       bounded=bounded)
         if settings.kubeconfig:
-            return cls.from_kubeconfig(settings.kubeconfig, page_size=page_size)
+            return cls.from_kubeconfig(settings.kubeconfig, page_size=page_size, name=settings.cluster_name,
+                                       bounded=bounded)
         if settings.cluster_name:
             endpoint, ca_data = describe_cluster_endpoint(settings.cluster_name, session)
             ca = ca_pem(ca_data, f"certificateAuthority.data of EKS cluster {settings.cluster_name!r}")
             token = EksTokenSource(settings.cluster_name, session)
-            return cls(endpoint, token, ca_data=ca, page_size=page_size)
+            return cls(endpoint, token, ca_data=ca, page_size=page_size, name=settings.cluster_name, bounded=bounded)
         raise ClusterConfigError(
             "no Kubernetes API configured: set CLUSTER_NAME (EKS), or KUBE_API_ENDPOINT and CLUSTER_NAME, "
             "or KUBECONFIG for local runs"
@@ -116,7 +124,8 @@ class KubeCluster:
 
     @classmethod
     def for_registered(
-        cls, cluster: RegisteredCluster, session: boto3.Session | None = None, page_size: int = DEFAULT_PAGE_SIZE
+        cls, cluster: RegisteredCluster, session: boto3.Session | None = None, page_size: int = DEFAULT_PAGE_SIZE,
+        bounded: BoundedCalls | None = None,
     ) -> KubeCluster:
         """A registered cluster's API: the endpoint and CA `prewarm cluster add` read from EKS, and an EKS
         token for its name, signed with this process's credentials (its access entry names the role)."""
@@ -125,11 +134,13 @@ class KubeCluster:
         if not cluster.endpoint:
             raise ClusterConfigError(f"cluster {cluster.name!r} has no API endpoint: add it again")
         ca = ca_pem(cluster.ca_data, f"the CA of cluster {cluster.name!r}") if cluster.ca_data else None
-        return cls(cluster.endpoint, EksTokenSource(cluster.name, session), ca_data=ca, page_size=page_size)
+        return cls(cluster.endpoint, EksTokenSource(cluster.name, session), ca_data=ca, page_size=page_size,
+                   name=cluster.name, bounded=bounded)
 
     @classmethod
     def from_kubeconfig(
-        cls, path: str, context: str | None = None, page_size: int = DEFAULT_PAGE_SIZE
+        cls, path: str, context: str | None = None, page_size: int = DEFAULT_PAGE_SIZE, *, name: str = "",
+        bounded: BoundedCalls | None = None,
     ) -> KubeCluster:
         """The cluster of a kubeconfig file (or `:`-separated files): its server, CA, token or client cert.
 
@@ -154,7 +165,7 @@ class KubeCluster:
             return value
 
         self = cls.__new__(cls)
-        self._connect(configuration, authorization, page_size, DEFAULT_REQUEST_TIMEOUT)
+        self._connect(configuration, authorization, page_size, DEFAULT_REQUEST_TIMEOUT, name=name, bounded=bounded)
         return self
 
     def _connect(
@@ -163,6 +174,9 @@ class KubeCluster:
         authorization: Callable[[], str | None] | None,
         page_size: int,
         request_timeout: tuple[float, float],
+        *,
+        name: str = "",
+        bounded: BoundedCalls | None = None,
     ) -> None:
         import urllib3
         from kubernetes.client.api_client import ApiClient
@@ -175,9 +189,14 @@ class KubeCluster:
         # limit: those become ClusterUnavailableError with retry_after, for the caller to schedule.
         configuration.retries = urllib3.util.Retry(
             total=3, connect=3, read=1, status=0, other=0, backoff_factor=0.1, respect_retry_after_header=False
-        )
+        ) if bounded is None else urllib3.util.Retry(  # one try: a cluster that fails is skipped a while
+            total=0, connect=0, read=0, redirect=0, status=0, other=0, respect_retry_after_header=False)
+        if bounded is not None:
+            request_timeout = bounded.timeout
         configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, _POOL_CONNECTIONS)
         self.host: str = configuration.host
+        self.name = name
+        self._bounded = bounded
         self.page_size = page_size
         self._authorization = authorization
         self._timeout = request_timeout
@@ -185,6 +204,11 @@ class KubeCluster:
         self._api_exception: Any = ApiException
         self._transport_error: type[Exception] = urllib3.exceptions.HTTPError
         self._ssl_error: type[Exception] = urllib3.exceptions.SSLError
+
+    @property
+    def who(self) -> str:
+        """The cluster as messages name it."""
+        return f"cluster {self.name}" if self.name else f"the Kubernetes API at {self.host}"
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -197,7 +221,7 @@ class KubeCluster:
         self.close()
 
     def __repr__(self) -> str:
-        return f"KubeCluster(host={self.host!r}, page_size={self.page_size})"
+        return f"KubeCluster(host={self.host!r}, page_size={self.page_size}, bounded={self._bounded is not None})"
 
     # -- the Cluster port ---------------------------------------------------------------------------
 
@@ -363,6 +387,27 @@ class KubeCluster:
         content_type: str = _JSON,
         accept: str = _JSON,
     ) -> KubeObject:
+        if self._bounded is None:
+            return self._send(method, path, query, body, content_type, accept, self._timeout)
+        timeout = self._bounded.before(self.host, self.who, f"{method} {path}")
+        try:
+            answer = self._send(method, path, query, body, content_type, accept, timeout)
+        except ClusterError as e:
+            self._bounded.breakers.failed(self.host, e)
+            raise
+        self._bounded.breakers.answered(self.host)
+        return answer
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str | int] | None,
+        body: KubeObject | list[KubeObject] | None,
+        content_type: str,
+        accept: str,
+        timeout: tuple[float, float],
+    ) -> KubeObject:
         url = self.host + path
         if query:
             url += "?" + urlencode(query, quote_via=quote)
@@ -376,7 +421,7 @@ class KubeCluster:
         what = f"{method} {path}"
         try:
             response: Any = self._client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self._timeout
+                method, url, header_params=headers, body=body, _request_timeout=timeout
             )
             try:
                 data: bytes = response.read()
@@ -384,15 +429,17 @@ class KubeCluster:
                 response.response.release_conn()
         except self._api_exception as e:
             # The client reports TLS failures as a status-0 ApiException.
-            raise _tls_error(self.host, what, e) from e
+            raise tls_error(self.host, what, e) from e
         except self._transport_error as e:
             # With retries configured, urllib3 wraps a failed TLS verification in MaxRetryError.
             reason = getattr(e, "reason", None)
             if isinstance(reason, self._ssl_error):
-                raise _tls_error(self.host, what, reason) from e
-            raise ClusterUnavailableError(f"Kubernetes API {self.host} did not answer {what}: {e}") from e
+                raise tls_error(self.host, what, reason) from e
+            raise ClusterUnavailableError(
+                f"{self.who} cannot be reached: {unreachable_reason(e, timeout)} ({method} {self.host}{path})"
+            ) from e
         if not 200 <= response.status <= 299:
-            raise _status_error(response.status, data, response.headers, what) from self._api_exception(
+            raise status_error(response.status, data, response.headers, what) from self._api_exception(
                 http_resp=response
             )
         parsed = _parse_json(data)
@@ -460,56 +507,3 @@ def _parse_json(data: bytes) -> Any:
     finally:
         if enabled:
             gc.enable()
-
-
-def _tls_error(host: str, what: str, error: Any) -> ClusterError:
-    detail = str(getattr(error, "reason", "") or error)
-    if "CERTIFICATE_VERIFY_FAILED" in detail or "hostname" in detail.lower():
-        return ClusterConfigError(
-            f"TLS verification of {host} failed on {what}: {detail}; check the CA data (KUBE_CA_DATA)"
-        )
-    return ClusterUnavailableError(f"TLS connection to {host} failed on {what}: {detail}")
-
-
-def _status_error(status: int, data: bytes, headers: Mapping[str, str], what: str) -> ClusterError:
-    """The error type for an HTTP error, with the reason and message of the API's `Status` body."""
-    reason, message, retry_after = "", "", None
-    try:
-        body = json.loads(data) if data else None
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("kind") == "Status":
-        reason = str(body.get("reason") or "")
-        message = str(body.get("message") or "")
-        hint = (body.get("details") or {}).get("retryAfterSeconds")
-        retry_after = float(hint) if isinstance(hint, int | float) else None
-    if not message:
-        message = data[:200].decode("utf-8", "replace").strip() or "no message"
-    header = headers.get("Retry-After", "")
-    if header.isdigit():
-        retry_after = float(header)
-    text = f"{what}: {status} {reason or 'error'}: {message}"
-    if status == 401:
-        return ClusterAuthError(
-            f"{text}; the bearer token was not accepted: check that the function's IAM role has an "
-            "EKS access entry on the cluster (or the kubeconfig's credentials)",
-            status=status,
-            reason=reason or "Unauthorized",
-        )
-    if status == 403:
-        return ClusterAuthError(
-            f"{text}; check the access policy of the role's EKS access entry and its RBAC bindings",
-            status=status,
-            reason=reason or "Forbidden",
-        )
-    if status == 404:
-        return ClusterNotFoundError(text, status=status, reason=reason or "NotFound")
-    if status == 409:
-        return ClusterConflictError(text, status=status, reason=reason or "Conflict")
-    if status in (400, 422):
-        return ClusterInvalidError(text, status=status, reason=reason or "Invalid")
-    if status == 410:
-        return ClusterExpiredError(text, status=status, reason=reason or "Expired")
-    if status == 429 or status >= 500:
-        return ClusterUnavailableError(text, status=status, reason=reason, retry_after=retry_after)
-    return ClusterError(text, status=status, reason=reason)

@@ -133,3 +133,58 @@ def resolve_cluster(name: str | None, default_name: str) -> str:
     if not name or name == default_name:
         return DEFAULT_CLUSTER
     return check_cluster_name(name)
+
+
+# A cluster whose API just failed is skipped this long by the calls that must not wait on it (the status
+# path), doubling while it keeps failing, up to the most; a server's Retry-After is honoured within the most.
+CIRCUIT_OPEN_SECONDS = 10.0
+CIRCUIT_OPEN_MOST_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class ClusterCircuit:
+    """A circuit breaker's rule for one cluster's API: closed (calls go) until a call fails; then open, calls
+    skipped until `retry_at`; then one call is let through (`trial`): its answer closes the circuit, its
+    failure opens it again for twice as long.
+
+    >>> c = ClusterCircuit().failed(100.0, "connection refused")
+    >>> c.allows(105.0), c.allows(110.0), c.trial(110.0).allows(111.0), c.answered().allows(105.0)
+    (False, True, False, True)
+    """
+
+    failures: int = 0
+    retry_at: float = 0.0
+    reason: str = ""
+
+    @property
+    def is_open(self) -> bool:
+        return self.failures > 0
+
+    def allows(self, now: float) -> bool:
+        """Whether a call may be made at `now`."""
+        return not self.is_open or now >= self.retry_at
+
+    def open_seconds(self, failures: int) -> float:
+        return min(CIRCUIT_OPEN_MOST_SECONDS, CIRCUIT_OPEN_SECONDS * (1 << max(0, failures - 1)))
+
+    def failed(self, now: float, reason: str, retry_after: float | None = None) -> ClusterCircuit:
+        """After a call failed (the API unreachable, throttling, a 5xx, access refused)."""
+        failures = self.failures + 1
+        wait = self.open_seconds(failures)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, CIRCUIT_OPEN_MOST_SECONDS))
+        return ClusterCircuit(failures, now + wait, reason)
+
+    def trial(self, now: float) -> ClusterCircuit:
+        """A call let through once the circuit's time is up: the next one waits for its answer (or as long
+        again)."""
+        return self if not self.is_open else ClusterCircuit(self.failures, now + self.open_seconds(self.failures),
+                                                            self.reason)
+
+    def answered(self) -> ClusterCircuit:
+        """After a call was answered (whatever the answer: a 404 is an answer)."""
+        return ClusterCircuit()
+
+    def skipped(self, now: float) -> str:
+        """Why a call is not made at `now`: how the last one failed, and for how long more none is made."""
+        return f"{self.reason}; not called again for {max(0.0, self.retry_at - now):.0f} s"

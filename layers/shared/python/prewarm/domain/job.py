@@ -77,6 +77,9 @@ class StoredJob:
     # What its last plan adds to its message: named nodes it left out, or that it could not leave out
     # the nodes no agent runs on (the agent DaemonSet unread).
     placement_note: str = ""
+    # The plan (`plan_id`) that could not be made because the job's cluster could not be read: the job waits,
+    # and is planned again as soon as its cluster answers (a later generation or round is another plan).
+    parked: str = ""
     # How many partitions the job's node items are spread over, fixed at its first plan (0: not planned).
     shards: int = 0
     deleting_since: float | None = None
@@ -254,6 +257,16 @@ class StoredJob:
         """Running and never planned long after it was stored: its stream record was lost."""
         stale = now - (self.created_at or now) > UNPLANNED_RETRIGGER_SECONDS
         return self.state is JobState.RUNNING and not self.is_planned and stale
+
+    @property
+    def is_parked(self) -> bool:
+        """Running, and its current plan waits for its cluster to answer."""
+        return self.state is JobState.RUNNING and not self.is_planned and self.parked == self.plan_id
+
+    def awaits_plan(self, now: float) -> bool:
+        """A job the sweep asks to plan again (once its cluster answers): parked, whatever its age, or never
+        planned long after it was stored."""
+        return self.is_pull_job and (self.is_parked or self.is_unplanned_for_long(now))
 
     # --- finishing --------------------------------------------------------------------------
 

@@ -43,3 +43,6 @@ class RegisteredNode:
     agent_version: str = ""
     # The registered cluster the node is in ("" for the stack's own): node names repeat across clusters.
     cluster: str = ""
+    # Registered from the agent's own facts (its labels, assumed Ready) because its cluster could not be
+    # read at its hello: its jobs are checked again against the cluster once it answers.
+    unverified: bool = False

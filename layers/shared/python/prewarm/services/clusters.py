@@ -1,8 +1,9 @@
 """Work on every cluster a stack serves, side by side, and how each cluster answered.
 
 The schedules (the sweep, the resource sync, the credential refresh) each do one cluster's work at a time
-through `on_each_cluster`: the clusters run side by side, so a cluster whose API hangs until its timeouts
-keeps none of the others waiting, and a cluster whose API fails is named with why and keeps none of the
+through `on_each_cluster`: every cluster runs on a thread of its own, and one still running at its deadline
+counts as unreachable ("did not answer within N s") while the caller goes on without it, so a cluster whose
+API hangs keeps none of the others waiting; a cluster whose API fails is named with why and keeps none of the
 others from their work. `record_health` writes on each cluster's item how it answered (`prewarm cluster
 list`, `prewarm doctor`).
 """
@@ -10,8 +11,9 @@ list`, `prewarm doctor`).
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -27,8 +29,11 @@ from prewarm.services.ports import (
 
 log = logging.getLogger(__name__)
 
-# Clusters worked on at once (each may run a pool of its own, as the sweep's deletions do).
-CLUSTERS_AT_ONCE = 4
+# Clusters worked on at once (each may run a pool of its own, as the sweep's deletions do): as many as a stack
+# serves, up to this; one more waits for a slot, and its deadline starts when it gets one.
+CLUSTERS_AT_ONCE = 32
+# How long one cluster's work may run before the caller goes on without it (the schedules run for 55 s).
+CLUSTER_DEADLINE_SECONDS = 30.0
 
 T = TypeVar("T")
 
@@ -48,9 +53,11 @@ class ClusterRun(Generic[T]):
 
 
 def on_each_cluster(clusters: ClusterDirectory, work: Callable[[str, ClusterApi], T], *, clock: Callable[[], float],
-                    own_optional: bool = False) -> list[ClusterRun[T]]:
+                    own_optional: bool = False, deadline: float = CLUSTER_DEADLINE_SECONDS) -> list[ClusterRun[T]]:
     """`work(name, api)` on every cluster served (`""` for the stack's own), side by side; a cluster
-    whose API cannot be built or fails with a `ClusterError` has its `error` instead of an outcome.
+    whose API cannot be built or fails with a `ClusterError` has its `error` instead of an outcome, and so
+    has one whose work is still running `deadline` seconds after it started ("did not answer within N s"):
+    the caller goes on without it, its thread left to end on its own (a daemon: it holds up no exit).
 
     `own_optional`: a stack's own cluster without Kubernetes access configured is left out, not failed
     (its jobs are still served; only what needs its API is not done)."""
@@ -72,8 +79,55 @@ def on_each_cluster(clusters: ClusterDirectory, work: Callable[[str, ClusterApi]
             log.warning("cluster %s: %s", name or "(the stack's own)", e)
             return ClusterRun(name, started, error=str(e))
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(served), CLUSTERS_AT_ONCE))) as pool:
-        return [run for run in pool.map(one, served) if run is not None]
+    return _side_by_side(served, one, clock=clock, deadline=deadline)
+
+
+def _side_by_side(served: Sequence[str], one: Callable[[str], ClusterRun[T] | None], *, clock: Callable[[], float],
+                  deadline: float) -> list[ClusterRun[T]]:
+    """`one(name)` for each cluster on a daemon thread of its own (`CLUSTERS_AT_ONCE` at most at once), waited
+    for until it returns or has run `deadline` seconds; in the order of `served`."""
+    done = threading.Condition()
+    slots = threading.BoundedSemaphore(max(1, min(len(served), CLUSTERS_AT_ONCE)))
+    began: dict[str, tuple[float, float]] = {}  # name -> (monotonic start, the caller's clock at start)
+    ended: dict[str, ClusterRun[T] | None] = {}
+    # Anything but a cluster's failure (the store's errors, a bug) is raised to the caller, as on its own thread.
+    failures: list[Exception] = []
+
+    def run(name: str) -> None:
+        with slots:
+            with done:
+                began[name] = (time.monotonic(), clock())
+                done.notify_all()
+            outcome: ClusterRun[T] | None = None
+            try:
+                outcome = one(name)
+            except Exception as e:  # noqa: BLE001 (raised again on the caller's thread, below)
+                failures.append(e)
+            finally:
+                with done:
+                    ended[name] = outcome
+                    done.notify_all()
+
+    for name in served:
+        threading.Thread(target=run, args=(name,), name=f"cluster-{name or 'own'}", daemon=True).start()
+    late: dict[str, ClusterRun[T]] = {}
+    with done:
+        while True:
+            now = time.monotonic()
+            for name, (at, started) in began.items():
+                if name not in ended and name not in late and now - at >= deadline:
+                    log.warning("cluster %s did not answer within %g s: going on without it",
+                                name or "(the stack's own)", deadline)
+                    late[name] = ClusterRun(name, started, error=f"did not answer within {deadline:g} s")
+            waiting = [n for n in served if n not in ended and n not in late]
+            if not waiting:
+                break
+            running = [began[n][0] + deadline - now for n in waiting if n in began]
+            done.wait(timeout=max(0.001, min(running)) if running else None)
+    if failures:
+        raise failures[0]
+    runs = [late.get(name) or ended.get(name) for name in served]
+    return [r for r in runs if r is not None]
 
 
 def unreachable(runs: Sequence[ClusterRun[T]]) -> dict[str, str]:

@@ -26,7 +26,6 @@ from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
 from prewarm.services.ports import (
     Cluster,
     ClusterAuthError,
-    ClusterError,
     PlanItems,
     PullSecretError,
     PullSecretMirror,
@@ -189,13 +188,8 @@ def _plan_once(
         except PullSecretError as e:
             store.finish_job(key, record.finish_fields(JobState.FAILED, at=now, message=str(e)), require_done=False)
             return PlanResult(key, f"failed: {e}")
-    try:
-        selection = select(cluster, record)
-    except ClusterError as e:
-        # The job says why it waits (its cluster's API down or denying) while the stream retries the plan.
-        where = f"cluster {record.cluster}" if record.cluster else "the cluster"
-        store.set_job_fields(key, {"placement_note": f"{where} cannot be read, the plan is tried again: {e}"})
-        raise
+    # A cluster that cannot be read raises its ClusterError: the caller parks the job (`services.stream.plan`).
+    selection = select(cluster, record)
     # Fixed at the first plan, from the nodes considered: where this job's node items live.
     if not record.shards:
         record = replace(record, shards=store.reserve_shards(key, len(selection.selected) + len(selection.excluded)))

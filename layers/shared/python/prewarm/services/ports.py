@@ -190,6 +190,9 @@ class NodeItems(Protocol):
     def get_node(self, name: str, cluster: str = ...) -> RegisteredNode | None: ...
     def list_nodes(self, cluster: str = ...) -> list[RegisteredNode]: ...
     def delete_node(self, name: str, cluster: str = ...) -> None: ...
+    def mark_node_verified(self, name: str, cluster: str = ...) -> None:
+        """The node registered `unverified` was checked against its cluster (nothing when it is gone)."""
+        ...
 
 
 class ClusterItems(Protocol):
@@ -222,6 +225,11 @@ class WarmingItems(JobItems, NodeItems, Protocol):
 class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
     """Jobs, their node items and registered nodes: what agents' messages and the table stream change
     (`services.reports`, `services.stream`)."""
+
+
+class StatusItems(AgentItems, ClusterItems, Protocol):
+    """What the status queue's messages change, and how a cluster failed when a hello could not read it
+    (`services.reports.record_status`)."""
 
 
 class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):

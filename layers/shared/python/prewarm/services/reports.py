@@ -19,28 +19,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
-from prewarm.services.clusters import api_or_none
+from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.ports import (
     AgentItems,
     Cluster,
     ClusterDirectory,
+    ClusterError,
     Redelivery,
+    StatusItems,
     StoreConflictError,
     StoreError,
     StoreRetryableError,
     TaskQueues,
     TaskSendError,
 )
-from prewarm.services.warming import jobs_selecting
+from prewarm.services.warming import agent_view, jobs_selecting
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +300,8 @@ class HelloOutcome:
     resent: int = 0
     # What a warming node was told it must have (None: the node does not hold the startup taint).
     required: list[str] | None = None
+    # Why the node was registered unverified: its cluster could not be read (empty: it was read).
+    unverified: str = ""
 
 
 def record_warm(store: AgentItems, warmed: Warmed) -> None:
@@ -349,7 +353,8 @@ def register_nodes(
     startup taint (`warm_until`) is then sent the images of those jobs.
 
     The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
-    running jobs, under its name (node names repeat across clusters).
+    running jobs, under its name (node names repeat across clusters). A node whose cluster cannot be read
+    is registered from its hello all the same, `unverified`, and joined to the jobs its labels select.
     """
     in_cluster = {h.cluster for h in hellos}
     if len(in_cluster) > 1:
@@ -361,21 +366,32 @@ def register_nodes(
     failed: dict[str, HelloError] = {}
 
     first: set[str] = set()
+    # Nodes whose cluster could not be read (their Node, or the pods a job selects by): registered from the
+    # agent's own facts, without the jobs that select by pods; the sweep checks them again
+    # (`services.verifying`).
+    unverified: dict[str, str] = {}
+
+    def put(node: str) -> None:
+        for i in by_node[node]:  # one node's hellos in the order given: the last one stands
+            h = hellos[i]
+            store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
+                                          queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
+                                          agent_version=h.agent_version, cluster=name, unverified=node in unverified))
 
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its agent created its queue; a known node's queue has held its messages all along.
         if store.get_node(node, name) is None:
             first.add(node)
-        for i in by_node[node]:  # one node's hellos in the order given: the last one stands
-            h = hellos[i]
-            store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
-                                          queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
-                                          agent_version=h.agent_version, cluster=name))
-        seen = cluster.get_node(node) if cluster is not None else None
+        try:
+            seen = cluster.get_node(node) if cluster is not None else None
+        except ClusterError as e:
+            log.warning("hello of %s registered unverified: %s", scoped(name, node), e)
+            seen = None
+            unverified[node] = str(e)
+        put(node)
         # No cluster access (or not visible yet): the agent's own view of its node stands in.
-        return seen or {"metadata": {"name": node, "labels": dict(hellos[by_node[node][-1]].labels)},
-                        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+        return seen or agent_view(hellos[by_node[node][-1]])
 
     objects: dict[str, dict[str, Any]] = {}
     for node, seen in zip(by_node, concurrently(register, list(by_node)), strict=True):
@@ -401,7 +417,15 @@ def register_nodes(
         running, failed = [], {**failed, **dict.fromkeys(objects, e)}
         objects = {}
     records = [r for r in running if r.is_running_never]
-    selected = {node: jobs_selecting(records, cluster, obj) for node, obj in objects.items()}
+    pods_unread: dict[str, str] = {}
+    selected = {node: jobs_selecting(records, None if node in unverified else cluster, obj, pods_unread=pods_unread)
+                for node, obj in objects.items()}
+    for node, why in sorted(pods_unread.items()):
+        unverified[node] = why
+        try:
+            put(node)
+        except StoreError as e:
+            failed[node] = e
     joining: dict[str, list[str]] = {}
     for node, (jobs, _) in selected.items():
         for record in jobs:
@@ -436,7 +460,7 @@ def register_nodes(
             continue
         required = [i.image for i in selected[hello.node][1]] if hello.node in warming else None
         outcomes.append(HelloOutcome(hello.node, sorted(added.get(hello.node, [])), resent.get(hello.node, 0),
-                                     required))
+                                     required, unverified.get(hello.node, "")))
     return outcomes
 
 
@@ -455,7 +479,7 @@ class StatusBatchOutcome:
 
 
 def record_status(
-    store: AgentItems,
+    store: StatusItems,
     queues: TaskQueues,
     clusters: ClusterDirectory,
     messages: Sequence[tuple[str, FromAgent]],
@@ -466,8 +490,10 @@ def record_status(
     reports together. Hellos and warm-ups name their cluster, of `clusters` (those the stack serves); a
     hello is registered without its cluster's API when that cannot be reached (it speaks for its node).
 
-    A hello, warm-up or gone image that fails goes back to the queue on its own; reports that could not be applied
-    yet (throttling, conflicts that kept coming) are delivered again, and the rest of the batch stands.
+    A hello whose cluster cannot be read is registered unverified, and how the cluster failed recorded on its
+    item (`prewarm cluster list`). A hello, warm-up or gone image that fails goes back to the queue on its own;
+    reports that could not be applied yet (throttling, conflicts that kept coming) are delivered again, and the
+    rest of the batch stands.
     """
     outcome = StatusBatchOutcome()
     reports: list[tuple[str, StatusReport]] = []
@@ -502,7 +528,16 @@ def record_status(
     for message_id, hello in hellos:
         by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
     for name, group in by_cluster.items():
-        registered = register_nodes(store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
+        try:
+            registered: Sequence[HelloOutcome | HelloError | ClusterError] = register_nodes(
+                store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
+        except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
+            registered = [e] * len(group)
+        if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):
+            try:
+                record_health(store, clusters, [ClusterRun(name, now, error=why)])
+            except StoreError as e:  # the sweep records it within a minute all the same
+                log.info("how cluster %s failed is not recorded now: %s", name, e)
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
                 outcome.hellos.append(registration)
@@ -519,7 +554,7 @@ def record_status(
     return outcome
 
 
-def record_status_batch(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory,
+def record_status_batch(store: StatusItems, queues: TaskQueues, clusters: ClusterDirectory,
                         redelivery: Callable[[], Redelivery],
                         messages: Sequence[tuple[str, FromAgent]], *, now: float, deliveries: Sequence[Delivery] = (),
                         poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:

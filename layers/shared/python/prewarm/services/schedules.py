@@ -44,7 +44,6 @@ from prewarm.services.ports import (
     ClusterNotFoundError,
     ClusterUnavailableError,
     JobItems,
-    NodeItems,
     NodeTaints,
     PlanItems,
     PullSecretCleanup,
@@ -55,6 +54,7 @@ from prewarm.services.ports import (
     SweepItems,
     TaskQueues,
 )
+from prewarm.services.verifying import verify_nodes
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,8 @@ class SweepResult:
     unreachable: dict[str, str] = field(default_factory=dict)
     # Per cluster swept: its nodes whose agents said hello ("" for the stack's own).
     agents: dict[str, int] = field(default_factory=dict)
+    # Nodes registered unverified (their cluster could not be read at their hello), checked this run.
+    nodes_verified: list[str] = field(default_factory=list)
     # Jobs never planned (their cluster could not be read, or their stream record was lost) whose cluster
     # answered this run: asked to plan again.
     replanned: list[str] = field(default_factory=list)
@@ -213,7 +215,7 @@ def sweep(
         if record.is_list_job:
             _finish_list_job(store, record, now=now)
             continue
-        if record.is_pull_job and record.is_unplanned_for_long(now):
+        if record.awaits_plan(now):
             unplanned.append(record)
         if not record.is_dispatching:
             continue
@@ -277,6 +279,7 @@ def sweep(
         result.nodes_returned += run.outcome.nodes_returned
         result.departures_deferred += run.outcome.departures_deferred
         result.taints_released += run.outcome.taints_released
+        result.nodes_verified += run.outcome.nodes_verified
         result.agents.update(run.outcome.agents)
     result.unreachable = unreachable(runs)
     record_health(store, clusters, runs, agents=result.agents)
@@ -306,11 +309,12 @@ def run_sweep(store: ScheduledItems, queues: TaskQueues, clusters: ClusterDirect
     return result
 
 
-def _sweep_cluster(store: NodeItems, queues: TaskQueues, name: str, api: ClusterApi, result: SweepResult, *,
+def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: ClusterApi, result: SweepResult, *,
                    now: float, config: SweepSettings, budget: TimeBudget, settled: set[str]) -> None:
     """One cluster's departed nodes and overdue startup taints; names in `result` are scoped by cluster."""
     listing = list_in_order(store, queues, api, name)
     result.agents[name] = len(list(listing.registered))
+    result.nodes_verified += [scoped(name, n) for n in verify_nodes(store, queues, api, name, now=now, budget=budget)]
     departures = forget_departed_nodes(store, queues, api, listing, prefix=config.prefix, budget=budget,
                                        cluster=name)
 

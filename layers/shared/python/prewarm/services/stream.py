@@ -7,14 +7,16 @@ deletion changes it), so the dispatch function calls one use case per record and
 from __future__ import annotations
 
 import contextlib
+import logging
 
+from prewarm.domain.clusters import shown
 from prewarm.domain.keys import JobKey
 from prewarm.services.clusters import api_or_none
 from prewarm.services.dispatch import PlanResult, plan_job
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import (
     AgentItems,
-    ClusterConfigError,
+    Cluster,
     ClusterDirectory,
     ClusterError,
     PullSecretMirror,
@@ -24,31 +26,59 @@ from prewarm.services.ports import (
 )
 from prewarm.services.warming import send_required_images
 
+log = logging.getLogger(__name__)
+
 
 def plan(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
          secrets: PullSecretMirror | None = None) -> PlanResult:
     """Selects the nodes of job `key` in its cluster and sends the first tasks; after a `Never` job's
     plan, sends the warming nodes of its cluster their lists again. `TaskSendError` when a send failed.
 
-    A registered cluster that cannot be reached does not fail the plan: the job says why it waits, and
-    the sweep asks for its plan again once the cluster answers (a retry would hold up every later record
-    of the stream's shard). The stack's own cluster failing raises: the stream retries the record.
+    A cluster that cannot be read (its API down, throttling, denying, or not configured) does not fail the
+    plan: the job is parked at once, its message says why in one line, and the sweep asks for its plan again
+    as soon as the cluster answers. A retry would hold up every later record of the stream's shard, other
+    clusters' jobs among them.
     """
     try:
         api = clusters.api(key.cluster)
         result = plan_job(store, api, queues, key, now=now, secrets=secrets)
     except ClusterError as e:
-        if not key.cluster:
-            raise
-        # plan_job says so on the job when the cluster did not answer; here too when it was not reached at all.
-        if isinstance(e, ClusterConfigError):
-            with contextlib.suppress(StoreError):
-                store.set_job_fields(key, {"placement_note": f"cluster {key.cluster} cannot be reached: {e}"})
-        return PlanResult(key, f"waiting for cluster {key.cluster}: {e}")
+        return park(store, key, cluster_fault(shown(key.cluster, clusters.own_name), e))
     if result.changes_warming:
-        result.send_failures += send_required_images(store, queues, api, now=now, cluster_name=key.cluster)
+        result.send_failures += _warming_lists(store, queues, api, key, now=now)
     result.raise_for_send_failures()
     return result
+
+
+def cluster_fault(cluster: str, error: ClusterError) -> str:
+    """How a cluster's failure reads on its job: one line that names the cluster (`cluster` as people know
+    it, "" for a stack's own without a name)."""
+    text = str(error)
+    named = f"cluster {cluster}" if cluster else "the stack's own cluster"
+    return text if cluster and cluster in text else f"{named} cannot be read: {text}"
+
+
+def park(store: AgentItems, key: JobKey, why: str) -> PlanResult:
+    """Job `key`'s current plan waits for its cluster: the job says why and that it is planned as soon as
+    the cluster answers (`StoredJob.is_parked`; the sweep asks for the plan)."""
+    note = f"{why}; planned as soon as it answers"
+    with contextlib.suppress(StoreError):  # not parked: the sweep re-plans it later all the same (its age)
+        record = store.get_job(key)
+        if record is not None and not record.is_planned:
+            store.set_job_fields(key, {"placement_note": note, "parked": record.plan_id})
+    log.warning("job %s parked: %s", key, why)
+    return PlanResult(key, f"parked: {why}")
+
+
+def _warming_lists(store: AgentItems, queues: TaskQueues, api: Cluster, key: JobKey, *, now: float
+                   ) -> list[tuple[str, str]]:
+    """The warming nodes of the job's cluster told their lists again; a cluster that fails meanwhile leaves
+    them their last list (logged), rather than holding up the stream's shard."""
+    try:
+        return send_required_images(store, queues, api, now=now, cluster_name=key.cluster)
+    except ClusterError as e:
+        log.warning("warming nodes of cluster %s not told their lists after %s: %s", key.cluster or "(own)", key, e)
+        return []
 
 
 def delete(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float) -> int:
@@ -56,8 +86,12 @@ def delete(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, ke
     cluster their lists again (they no longer wait for its image). Returns the cancels sent;
     `TaskSendError` when a send failed (the stream retries the record, the items still there)."""
     cancels = complete_deletion(store, queues, key)
-    failures = send_required_images(store, queues, api_or_none(clusters, key.cluster), now=now,
-                                    cluster_name=key.cluster)
+    try:
+        failures = send_required_images(store, queues, api_or_none(clusters, key.cluster), now=now,
+                                        cluster_name=key.cluster)
+    except ClusterError as e:  # deleted all the same: the warming nodes keep their last list
+        log.warning("warming nodes of cluster %s not told that %s is deleted: %s", key.cluster or "(own)", key, e)
+        failures = []
     if failures:
         raise TaskSendError(failures)
     return cancels

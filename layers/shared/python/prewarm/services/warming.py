@@ -15,9 +15,9 @@ from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.job import StoredJob
-from prewarm.domain.messages import RequiredImage, RequiredImages
+from prewarm.domain.messages import Hello, RequiredImage, RequiredImages
 from prewarm.domain.warming import NeverJob, required_images
-from prewarm.services.ports import Cluster, TaskQueues, WarmingItems
+from prewarm.services.ports import Cluster, ClusterError, TaskQueues, WarmingItems
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +28,22 @@ def running_never_jobs(store: WarmingItems, cluster: str = DEFAULT_CLUSTER) -> l
     return [r for r in store.list_running_jobs(cluster) if r.is_running_never]
 
 
+def agent_view(hello: Hello) -> dict[str, Any]:
+    """The Node as its agent's hello tells of it (its labels, Ready), for when the cluster cannot say."""
+    return {"metadata": {"name": hello.node, "labels": dict(hello.labels)},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
 def jobs_selecting(
-    records: Sequence[StoredJob], cluster: Cluster | None, node: Mapping[str, Any]
+    records: Sequence[StoredJob], cluster: Cluster | None, node: Mapping[str, Any], *,
+    pods_unread: dict[str, str] | None = None,
 ) -> tuple[list[StoredJob], list[RequiredImage]]:
     """Of the running `Never` jobs `records`, those that select `node` (a Node object), and the images
     they want there.
 
     Jobs with a `podSelector` need the cluster to see the node's pods: without one they select nothing.
+    Given `pods_unread`, a cluster that fails to list them is written there (node → why) and its jobs with
+    a `podSelector` select nothing; else its `ClusterError` is raised.
     """
     name = str(node.get("metadata", {}).get("name", ""))
     never: list[NeverJob] = []
@@ -42,12 +51,19 @@ def jobs_selecting(
     for record in records:
         job = record.pull_job
         if job.spec.pod_selector is not None:
-            if cluster is None:
+            if cluster is None or name in (pods_unread or {}):
                 continue
-            pods[record.key] = cluster.list_pods(
-                record.namespace, label_selector=job.spec.pod_selector.to_query() or None,
-                field_selector=f"spec.nodeName={name}",
-            )
+            try:
+                pods[record.key] = cluster.list_pods(
+                    record.namespace, label_selector=job.spec.pod_selector.to_query() or None,
+                    field_selector=f"spec.nodeName={name}",
+                )
+            except ClusterError as e:
+                if pods_unread is None:
+                    raise
+                log.warning("pods on node %s not read: its jobs that select by pods wait for a check: %s", name, e)
+                pods_unread[name] = str(e)
+                continue
         platforms = record.image_platforms()
         never.append(NeverJob(record.key, record.pull_reference, job.placement,
                               tuple(platforms) if platforms is not None else None))

@@ -3,12 +3,14 @@ each agent's hello, and how its startup taint came off."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.services.ports import StoreConflictError
 
 
 def node_pk(name: str, cluster: str) -> str:
@@ -25,7 +27,7 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
-                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)))
+                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")))
 
 
 def _node_warm(value: Any) -> NodeWarm | None:
@@ -46,7 +48,8 @@ class NodeItems(Table):
         fields = {"kind": node_kind(node.cluster), "cluster": node.cluster or None, "name": node.name,
                   "labels": node.labels, "architecture": node.architecture,
                   "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
-                  "warm_until": node.warm_until, "agent_version": node.agent_version or None}
+                  "warm_until": node.warm_until, "agent_version": node.agent_version or None,
+                  "unverified": node.unverified or None}
         if node.warm_until is not None:
             fields["warm"] = None
         self._update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster), "NODE",
@@ -68,6 +71,11 @@ class NodeItems(Table):
         """The registered nodes of one cluster."""
         items = self._list_kind(node_kind(cluster))
         return [_registered_node(v) for v in sorted(items, key=lambda v: str(v["name"]))]
+
+    def mark_node_verified(self, name: str, cluster: str = DEFAULT_CLUSTER) -> None:
+        with contextlib.suppress(StoreConflictError):  # forgotten meanwhile (it left the cluster)
+            self._update(f"mark node {scoped(cluster, name)} verified", node_pk(name, cluster), "NODE",
+                         {"unverified": None}, condition="attribute_exists(pk)")
 
     def delete_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> None:
         self._call(f"forget node {scoped(cluster, name)}", "delete_item",
