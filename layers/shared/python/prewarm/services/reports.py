@@ -29,10 +29,12 @@ from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applie
 from prewarm.services.clusters import api_or_none
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
+from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
     AgentItems,
     Cluster,
     ClusterDirectory,
+    NodeQueueError,
     Redelivery,
     StoreConflictError,
     StoreError,
@@ -328,7 +330,7 @@ def register_node(
 
 
 # What sends a hello back to the queue: the store's conflicts and retryable errors, a failed send.
-HelloError = StoreError | TaskSendError
+HelloError = StoreError | TaskSendError | NodeQueueError
 
 
 def register_nodes(
@@ -361,10 +363,11 @@ def register_nodes(
     failed: dict[str, HelloError] = {}
 
     first: set[str] = set()
+    verified: set[str] = set()  # shown by the cluster's API: only these get a queue
 
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
-        # its agent created its queue; a known node's queue has held its messages all along.
+        # its queue was made; a known node's queue has held its messages all along (unless just made).
         if store.get_node(node, name) is None:
             first.add(node)
         for i in by_node[node]:  # one node's hellos in the order given: the last one stands
@@ -373,6 +376,8 @@ def register_nodes(
                                           queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
                                           agent_version=h.agent_version, cluster=name))
         seen = cluster.get_node(node) if cluster is not None else None
+        if seen is not None:
+            verified.add(node)
         # No cluster access (or not visible yet): the agent's own view of its node stands in.
         return seen or {"metadata": {"name": node, "labels": dict(hellos[by_node[node][-1]].labels)},
                         "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
@@ -383,6 +388,11 @@ def register_nodes(
             failed[node] = seen
         else:
             objects[node] = seen
+    # Only the control plane makes a node's queue, for a node its cluster shows; a queue just made or set
+    # back may have missed messages, as on a first hello (services/node_queues.py).
+    changed, queue_failures = provide_queues(queues, sorted(verified & objects.keys()), name)
+    first |= changed
+    failed.update(queue_failures)
     # Read after the nodes are registered (a plan that missed them saw these jobs) and before the jobs
     # are read: a list computed from older jobs never replaces a newer one.
     as_of = clock()
