@@ -255,6 +255,17 @@ def test_an_agent_may_not_make_or_change_a_node_queue_and_record_status_makes_it
         agent, "sqs:tagqueue", arn)
     assert refused(agents.set_queue_attributes, QueueUrl=made.url,
                    Attributes={"Policy": own_policy})["Message"] == implicit(agent, "sqs:setqueueattributes", arn)
+    # A queue someone else made with their policy is set back by record_status' role (a hello) and by the
+    # sweep's role (its check), each under its template policies
+    other = node_queue_name(env["NODE_QUEUE_PREFIX"], "ip-10-0-9-8.ec2.internal")
+    aws.client("sqs").create_queue(QueueName=other, Attributes={"Policy": own_policy})
+    assert "Policy" in queues.provide_queue("ip-10-0-9-8.ec2.internal").repaired
+    sweeper = next(fn.identity for fn in local.functions.values() if fn.logical_id == "SweepFunction")
+    assert sweeper is not None
+    swept = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], dlq_arn=env["NODE_DLQ_ARN"],
+                       sender_arns=env["NODE_QUEUE_SENDER_ARNS"].split(","), client=client(aws, "sqs", sweeper))
+    aws.client("sqs").set_queue_attributes(QueueUrl=made.url, Attributes={"Policy": own_policy})
+    assert swept.repair_queue(made.url) == ("Policy",)
 
 
 def test_the_daily_round_reads_the_jobs_it_re_pulls(stack: tuple[LocalStack, MotoServer]) -> None:
