@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError
+from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, name_refused
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
@@ -175,10 +175,7 @@ class MemoryTaskQueues:
                 return ProvidedQueue(self.sqs.create_queue(name, self._tags(node, cluster), self._attributes()),
                                      created=True)
             except QueueDeletedRecentlyError:
-                raise QueueRetryableError(
-                    f"create queue {name}: a queue of that name was deleted less than 60 s ago (node {node} left "
-                    f"and came back under the same name); made once SQS allows the name"
-                ) from None
+                raise name_refused(name, node) from None
             except QueueExistsError:
                 url = self.queue_url(node, cluster)
         return ProvidedQueue(url, repaired=self._repair(url, self._tags(node, cluster)))

@@ -43,7 +43,7 @@ from prewarm.domain.node_queues import (
 from prewarm.services.ports import NodeQueueError
 
 __all__ = ["TAG_CLUSTER", "TAG_NODE", "TAG_PREFIX", "NodeQueues", "QueueError", "QueueGoneError",
-           "QueueRetryableError", "StatusQueue", "queue_error"]
+           "QueueRetryableError", "StatusQueue", "name_refused", "queue_error"]
 _MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 # QueueDeletedRecently: SQS refuses a deleted queue's name for 60 s (CreateQueue, "Quotas related to
 # queues"); EKS reuses node names with IPs, so a node can come back just after the sweep deleted its queue.
@@ -77,6 +77,12 @@ def queue_error(e: ClientError | BotoCoreError, what: str) -> QueueError:
 
 
 _error = queue_error
+
+
+def name_refused(name: str, node: str) -> QueueRetryableError:
+    """SQS refuses a queue's name for 60 s after the queue's deletion (CreateQueue, QueueDeletedRecently)."""
+    return QueueRetryableError(f"create queue {name}: a queue of that name was deleted less than 60 s ago (node "
+                               f"{node} left and came back under the same name); made once SQS allows the name")
 
 
 def _code(e: ClientError) -> str:
@@ -177,10 +183,7 @@ class NodeQueues(_SqsAdapter):
             except ClientError as e:
                 if _code(e) not in {"QueueAlreadyExists", "QueueNameExists"}:
                     if "QueueDeletedRecently" in _code(e):
-                        raise QueueRetryableError(
-                            f"create queue {name}: a queue of that name was deleted less than 60 s ago (node "
-                            f"{node} left and came back under the same name); made once SQS allows the name"
-                        ) from e
+                        raise name_refused(name, node) from e
                     raise _error(e, f"create queue {name}") from e
                 # Made meanwhile by someone else, with other attributes: set back below.
                 url = self.queue_url(node, cluster)
