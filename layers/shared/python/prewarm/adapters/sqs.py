@@ -180,9 +180,10 @@ class NodeQueues(_SqsAdapter):
                 created = self.client.create_queue(QueueName=name, Attributes=self._attributes(),
                                                    tags=self._tags(node, cluster))
                 return ProvidedQueue(str(created["QueueUrl"]), created=True)
-            except ClientError as e:
-                if _code(e) not in {"QueueAlreadyExists", "QueueNameExists"}:
-                    if "QueueDeletedRecently" in _code(e):
+            except (ClientError, BotoCoreError) as e:
+                code = _code(e) if isinstance(e, ClientError) else ""
+                if code not in {"QueueAlreadyExists", "QueueNameExists"}:
+                    if "QueueDeletedRecently" in code:
                         raise name_refused(name, node) from e
                     raise _error(e, f"create queue {name}") from e
                 # Made meanwhile by someone else, with other attributes: set back below.
@@ -198,8 +199,8 @@ class NodeQueues(_SqsAdapter):
         name = self.queue_name(node, cluster)
         try:
             return str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
-        except ClientError as e:
-            if _code(e) in _MISSING:
+        except (ClientError, BotoCoreError) as e:
+            if isinstance(e, ClientError) and _code(e) in _MISSING:
                 return None
             raise _error(e, f"find queue {name}") from e
 
@@ -226,7 +227,7 @@ class NodeQueues(_SqsAdapter):
             if drift:
                 self.client.set_queue_attributes(QueueUrl=url, Attributes=drift)
                 repaired += sorted(drift)
-        except ClientError as e:
+        except (ClientError, BotoCoreError) as e:
             raise _error(e, f"set {url} back to the stack's attributes") from e
         if repaired:
             log.warning("node queue %s was not the stack's (%s): set back", url, ", ".join(repaired))
