@@ -110,7 +110,7 @@ def deployed() -> Iterator[dict[str, Any]]:
 
 
 @pytest.mark.integration
-def test_the_stacks_sending_roles_and_the_agents_reach_the_policy_of_queues_record_status_makes(
+def test_the_stacks_sending_roles_alone_reach_the_policy_of_queues_record_status_makes(
     deployed: dict[str, Any],
 ) -> None:
     stack, aws = deployed["stack"], deployed["aws"]
@@ -127,8 +127,10 @@ def test_the_stacks_sending_roles_and_the_agents_reach_the_policy_of_queues_reco
     stack.run_until_idle()
     raw = aws.client("sqs").get_queue_attributes(QueueUrl=queues.queue_url("n0"), AttributeNames=["Policy"])
     policy = json.loads(raw["Attributes"]["Policy"])
-    # Then the queue admits the three sending functions' roles and the agents' role, and no one else
+    # Then the queue admits the three sending functions' roles, and no one else
     senders = [stack.physical[f"{name}Role"].attrs["Arn"] for name in ("DispatchJob", "RecordStatus", "Sweep")]
-    assert all(may_send(policy, caller, identity_allows=False) for caller in [*senders, AGENT_ROLE])
+    assert all(may_send(policy, caller, identity_allows=False) for caller in senders)
+    # ... not the agents' role: a compromised node must not put tasks on another node's queue
+    assert not may_send(policy, AGENT_ROLE, identity_allows=True)
     others = [stack.physical[f"{name}Role"].attrs["Arn"] for name in ("OnImagePush", "RepullDaily")]
     assert not any(may_send(policy, caller, identity_allows=True) for caller in [*others, ROLE + "developer"])
