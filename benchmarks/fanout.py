@@ -13,8 +13,8 @@ neither shares this process's CPU (GIL) or memory. The job selects every node (n
   `SendMessage` per task, in sequence. Measured on every node, or on `--baseline-nodes` of them and
   extrapolated to `--nodes` (list time as measured, per-node time scaled), and then said so.
 
-Node queues exist before the clock starts, as each node's agent creates its queue when it starts (the
-control plane never creates one: a send that finds no queue waits for the node's hello).
+Node queues exist before the clock starts, as each node's hello makes its queue when its agent starts (a
+send creates no queue: a send that finds none waits for the node's hello).
 AWS calls are counted by botocore `before-call.*.*` hooks on the clients' event systems (HTTP
 attempts, retries included, by `before-send.*.*`); Kubernetes API requests on the client side, at
 the urllib3 pool the `kubernetes` ApiClient sends through.
@@ -117,7 +117,7 @@ def counted_kube_requests(cluster: Any) -> Iterator[Counter[str]]:
 
 
 def create_node_queues(queues: Any, nodes: list[str]) -> None:
-    """What each node's agent does when it starts: create its own queue."""
+    """What each node's hello has the control plane do when its agent starts: make its queue."""
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(queues.ensure_queue, nodes))
 
@@ -223,7 +223,7 @@ def benchmark(nodes: int, parallelism: int, baseline_nodes: int) -> dict[str, An
             names = [n["metadata"]["name"] for n in bootstrap.cluster().list_nodes()]
             started = time.perf_counter()
             create_node_queues(bootstrap.queues(), names)
-            print(f"  {len(names)} node queues created first, as agents do at start "
+            print(f"  {len(names)} node queues created first, as their hellos do at start "
                   f"({time.perf_counter() - started:.1f} s, not counted)")
             servers = {"moto": moto, "kube": api}
             before = {name: server.cpu_seconds() for name, server in servers.items()}

@@ -4,8 +4,9 @@
 the same synthetic nodes (EKS names nodes after their private IPs, so names repeat across clusters): the
 first is the stack's own (`ClusterName` local, plain HTTP as in the one-cluster run), the others are
 registered in the table as `prewarm cluster add` registers them (`put_cluster`: their HTTPS endpoint
-and CA; the functions reach them with an EKS token). Each cluster's agents create their node queues,
-as agents do, and say hello with their cluster's name; `record_status` registers them. A PrewarmRule
+and CA; the functions reach them with an EKS token). Each cluster's node queues are made first, as
+their hellos have `record_status` make them, and the agents say hello with their cluster's name;
+`record_status` registers them. A PrewarmRule
 with no `spec.clusters` (every cluster) matches one ECR push, delivered to `on_image_push` as
 EventBridge delivers it: one `Always` job per cluster, each planned by `dispatch_job` against its own
 cluster's API. Then every cluster's agents pull at once, through the one status queue the stack has.
@@ -285,7 +286,7 @@ def run_clusters(fleet: Fleet, served: Sequence[Served]) -> tuple[Json, Json]:
     ledger.add(fleet.moto.stats()["keys"])
     for cluster in served:
         seconds = say_hello(fleet, cluster, ledger)
-        print(f"  cluster {cluster.shown} ({cluster.api.url}): {len(cluster.nodes)} agents created their queues and "
+        print(f"  cluster {cluster.shown} ({cluster.api.url}): {len(cluster.nodes)} node queues made, agents "
               f"said hello, all registered, in {seconds:.0f} s wall")
     if any(c.nodes != served[0].nodes for c in served):
         raise BenchmarkError("the clusters' node names differ: the benchmark wants the same names in each")

@@ -143,7 +143,7 @@ class Fleet:
         from prewarm import bootstrap
 
         self.store, self.queues = bootstrap.store(), bootstrap.queues()
-        # What each node's agent does when it starts: create its own queue (the control plane only sends).
+        # What each node's hello has record_status do when its agent starts: make its queue.
         from benchmarks.fanout import create_node_queues
 
         create_node_queues(self.queues, [n["metadata"]["name"] for n in bootstrap.cluster().list_nodes()])

@@ -46,8 +46,12 @@ from prewarm_agent.warming import KubeNodeWrites, NodeWrites, StartupTaintHold
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "agent shutting down"
-# Waiting for a node queue name SQS refuses for 60 s after a deletion: retries back off to this.
+# Waiting for the node queue the control plane makes: GetQueueUrl retries back off to this.
 QUEUE_RETRY_MAX_SECONDS = 15.0
+# While it waits, the agent says hello again this often: the control plane makes the queue on a hello
+# its cluster's API vouches for, and an API that could not show the node then may show it now.
+HELLO_AGAIN_SECONDS = 30.0
+WAITING_FOR_QUEUE = "the control plane makes it once the cluster's API shows this node (hello sent)"
 
 
 def aws_client(service: str, settings: AgentSettings, pool: int = 10) -> Any:
@@ -103,11 +107,9 @@ class Agent:
         self.content = content
         self.sqs = sqs or aws_client("sqs", settings, pool=2 * settings.max_concurrent_pulls + 8)
         self.status = status or StatusQueue(settings.status_queue_url, client=self.sqs)
-        self.node_queues = NodeQueues(
-            settings.node_queue_prefix, settings.status_queue_url, dlq_arn=settings.node_dlq_arn,
-            visibility_seconds=settings.node_queue_visibility_seconds, sender_arns=settings.node_queue_sender_arns,
-            client=self.sqs, cluster=settings.cluster,
-        )
+        # Found, never made: only the control plane creates node queues (docs/operations.md, "Trust boundaries").
+        self.node_queues = NodeQueues(settings.node_queue_prefix, settings.status_queue_url, client=self.sqs,
+                                      cluster=settings.cluster)
         self.credentials: CredentialSource = credentials or registry_credentials(
             settings, secrets=AgentCredentials(client=aws_client("secretsmanager", settings), clock=self.clock.time),
             clock=self.clock.time, token_source=ecr_tokens,
@@ -184,34 +186,45 @@ class Agent:
         return self.http.port if self.http is not None else None
 
     def start(self) -> None:
-        """Serve the probes, ensure the node queue, say hello, and start consuming."""
+        """Serve the probes, say hello, and start consuming the node queue once it exists: at once when it
+        does, else from a thread that waits for the control plane to make it (`_wait_for_queue`)."""
         s = self.settings
         self.http = OpsServer(s.http_bind_address, s.http_port, healthy=self.liveness, ready=self.readiness,
                               registry=self.metrics.registry)
         self.http.start()
-        if not s.node_dlq_arn:
-            self.log.warning("NODE_DLQ_ARN is empty: the node queue gets no dead-letter queue, poison messages "
-                             "come back until SQS drops them")
         facts = self._node()
         # The startup taint's deadline runs from here, whatever AWS answers: a node whose agent cannot
         # reach its queue (no VPC endpoint, no policy) becomes schedulable at the deadline.
         if (hold := self.startup.hold_taint(facts)) is not None:
             self._background.append(self._spawn(lambda: self.startup.warm(hold), "agent-warming"))
         try:
-            url = self._ensure_queue()
+            url = self.node_queues.find_queue(s.node_name)
+        except QueueRetryableError as e:
+            url, self.start_problem = None, str(e)
         except QueueError as e:
             self.startup.give_up(f"the agent cannot start: {e}")
             raise
-        if url is None:
-            return  # stopped while waiting for the queue
         if isinstance(self.credentials, RegistryCredentials):
             self.credentials.prepare(s.aws_region)
+        # The hello goes first: the control plane makes the node's queue on it.
+        self.startup.begin(self.node_queues.queue_url(s.node_name), facts)
+        if url is not None:
+            self._consume(url)
+            return
+        self._background.append(self._spawn(self._consume_once_made, "agent-queue-wait"))
+
+    def _consume_once_made(self) -> None:
+        url = self._wait_for_queue()
+        if url is not None and not self._stopping.is_set():
+            self._consume(url)
+
+    def _consume(self, url: str) -> None:
+        s = self.settings
         queue = self.reports.queue = TaskQueue(self.sqs, url)
-        self.startup.begin(url, facts)
         receiver = Receiver(
             queue, s, stopping=self._stopping, tasks=self.tasks, task_runs=self.task_runs, reports=self.reports,
             hold=self.warming, metrics=self.metrics, clock=self.clock, spawn=self._spawn, logger=self.log,
-            recreate=lambda: self._ensure_queue(again=True),
+            recreate=lambda: self._wait_for_queue(gone=True),
         )
         heartbeat = Heartbeat(queue, s, tasks=self.tasks, startup=self.startup, stop=self._background_stop,
                               logger=self.log)
@@ -224,26 +237,32 @@ class Agent:
             self._background.append(self._spawn(self.image_checks.watch, "agent-images"))
         self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
 
-    def _ensure_queue(self, *, again: bool = False) -> str | None:
-        """The node's queue, waiting out what may pass: SQS refuses a deleted queue's name for 60 s, and
-        EKS gives a new node the name of one that left (its IP). Exiting would only crash-loop the pod.
-
-        `again` (the queue was deleted under the running agent): a refusal for good is retried as well,
-        since the receive loop must not end while the agent runs."""
-        retried = QueueError if again else QueueRetryableError
+    def _wait_for_queue(self, *, gone: bool = False) -> str | None:
+        """The node's queue once the control plane has made it: GetQueueUrl again, backing off, saying why,
+        and saying hello again every `HELLO_AGAIN_SECONDS` (at once when the queue is `gone` under the
+        running agent). None when stopped meanwhile. Exiting would only crash-loop the pod."""
         delay = 1.0
-        while not (again and self._stopping.is_set()):
+        hello_at = -HELLO_AGAIN_SECONDS if gone else self.clock.monotonic()
+        while not self._stopping.is_set() and not self._stop_requested.is_set():
+            if self.clock.monotonic() - hello_at >= HELLO_AGAIN_SECONDS:
+                self.startup.say_hello_again()
+                hello_at = self.clock.monotonic()
+            else:
+                self.startup.send_hello()  # a hello the status queue refused so far
             try:
-                return self.node_queues.ensure_queue(self.settings.node_name)
-            except retried as e:
-                self.start_problem = str(e)
-                if isinstance(e, QueueRetryableError):
-                    self.log.warning("node queue not available yet, trying again in %.0f s: %s", delay, e)
-                else:
-                    self.log.error("cannot create the node queue again, trying in %.0f s: %s", delay, e)
-                if self._stop_requested.wait(delay) or self._stopping.is_set():
-                    return None
-                delay = min(delay * 2, QUEUE_RETRY_MAX_SECONDS)
+                url = self.node_queues.find_queue(self.settings.node_name)
+            except QueueError as e:
+                why = str(e)
+            else:
+                if url is not None:
+                    self.start_problem = ""
+                    return url
+                why = WAITING_FOR_QUEUE
+            self.start_problem = f"waiting for the node queue: {why}"
+            self.log.warning("node queue not available yet, trying again in %.0f s: %s", delay, why)
+            if self._stopping.wait(delay):
+                return None
+            delay = min(delay * 2, QUEUE_RETRY_MAX_SECONDS)
         return None
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:

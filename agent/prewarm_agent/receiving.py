@@ -61,7 +61,7 @@ class Receiver:
         self.metrics = metrics
         self.clock = clock
         self.spawn = spawn
-        # Makes the node queue again (with backoff while SQS refuses its name); None when stopping.
+        # Waits for the control plane to make the node queue again (saying hello); None when stopping.
         self.recreate = recreate
         self.log = logger
 
@@ -75,12 +75,12 @@ class Receiver:
                 )
             except QueueGoneError as e:
                 # Deleted under the agent (by hand, or a sweep that took the node for departed): without
-                # its queue the node gets no task, so it is made again, as at start.
-                self.log.warning("the node queue is gone (%s); creating it again", e)
+                # its queue the node gets no task; the agent says hello, and the control plane makes it again.
+                self.log.warning("the node queue is gone (%s); waiting for the control plane to make it again", e)
                 if (url := self.recreate()) is None:
                     return  # stopping
                 self.queue.url = url
-                self.log.info("node queue created again: %s", url, extra={"queue_url": url})
+                self.log.info("node queue made again: %s", url, extra={"queue_url": url})
                 continue
             except QueueError as e:
                 self.log.warning("receiving from the node queue failed, retrying in %gs: %s", pause, e)

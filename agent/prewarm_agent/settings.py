@@ -53,8 +53,6 @@ class AgentSettings(BaseModel):
                          pattern=f"^$|{CLUSTER_NAME_PATTERN}")
     node_queue_prefix: str = Field(alias="NODE_QUEUE_PREFIX", pattern=r"^[A-Za-z0-9_-]+$")
     status_queue_url: str = Field(alias="STATUS_QUEUE_URL", pattern=r"^https?://\S+/\S+$")
-    node_dlq_arn: str = Field(default="", alias="NODE_DLQ_ARN")
-    node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")
     aws_region: str = Field(alias="AWS_REGION", min_length=1)
     aws_endpoint_url: str | None = Field(default=None, alias="AWS_ENDPOINT_URL")
     cri_socket: str = Field(default=DEFAULT_CRI_SOCKET, alias="CRI_SOCKET", min_length=1)
@@ -130,11 +128,6 @@ class AgentSettings(BaseModel):
     def heartbeat_interval_seconds(self) -> float:
         """How often held messages get their visibility extended: a third of the timeout unless set."""
         return self.heartbeat_seconds or self.node_queue_visibility_seconds / 3
-
-    @property
-    def node_queue_sender_arns(self) -> tuple[str, ...]:
-        """Roles the node queue's policy lets send (as the control plane sets it); empty sets no policy."""
-        return tuple(arn.strip() for arn in self.node_queue_sender_arns_csv.split(",") if arn.strip())
 
     @property
     def startup_taint(self) -> StartupTaint:

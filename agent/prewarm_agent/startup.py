@@ -59,7 +59,8 @@ class NodeStartup:
         self.hold: StartupTaintHold | None = None
         # Why the last pull of each image did not end with the image: for the warm deadline's Event.
         self._pull_failures: dict[str, str] = {}
-        self._hello: Hello | None = None
+        self._hello: Hello | None = None  # until sent
+        self._said: Hello | None = None  # the hello, to say again while the node queue is awaited
         self.hello_at: float | None = None  # when the first hello went out
         self._warmed: Warmed | None = None  # how the taint came off, until sent
 
@@ -70,9 +71,15 @@ class NodeStartup:
         return self.hold
 
     def begin(self, queue_url: str, facts: NodeFacts) -> None:
-        """Says hello (once the node queue exists)."""
-        self._hello = self._make_hello(queue_url, facts)
+        """Says hello: the control plane makes the node queue (`queue_url`) on it."""
+        self._hello = self._said = self._make_hello(queue_url, facts)
         self.send_hello()
+
+    def say_hello_again(self) -> None:
+        """Sends the hello again (while the agent waits for its queue)."""
+        if self._said is not None:
+            self._hello = self._said
+            self.send_hello()
 
     def give_up(self, why: str) -> None:
         """The agent cannot run on this node: the taint comes off now rather than at the deadline, so the
@@ -146,7 +153,8 @@ class NodeStartup:
         if hello is None or not self._send_once(hello, "hello"):
             return
         self._hello = None
-        self.hello_at = self.clock.time()
+        if self.hello_at is None:
+            self.hello_at = self.clock.time()
         self.log.info("hello sent: %s/%s, %d images present", hello.os, hello.architecture, len(hello.images))
 
     def warm(self, hold: StartupTaintHold) -> None:

@@ -185,9 +185,6 @@ class LocalNodes:
             "NODE_NAME": name,
             "NODE_QUEUE_PREFIX": env["NODE_QUEUE_PREFIX"],
             "STATUS_QUEUE_URL": env["STATUS_QUEUE_URL"],
-            "NODE_DLQ_ARN": env["NODE_DLQ_ARN"],
-            # A queue the agent creates for itself gets the same policy as the control plane's.
-            "NODE_QUEUE_SENDER_ARNS": env["NODE_QUEUE_SENDER_ARNS"],
             "AWS_REGION": REGION,
             "AWS_ENDPOINT_URL": self.aws.url,
             "SECRET_PREFIX": env["SECRET_PREFIX"],

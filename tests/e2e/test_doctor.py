@@ -37,8 +37,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
-          "registered clusters", "dead-letter queues", "credentials", "registry pulls", "image credentials", "sweep",
-          "daily round")
+          "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
+          "image credentials", "sweep", "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
 
 
@@ -190,9 +190,9 @@ def test_a_stopped_agent_is_not_ready_on_its_node(local: LocalMode) -> None:
 
 def test_a_queue_of_a_departed_node_is_found_and_the_sweep_removes_it(local: LocalMode) -> None:
     env = env_of(local)
-    # The queue a node had before it left the cluster: tagged as this stack's, as the agent created it
-    url = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws(local, "sqs")).ensure_queue(
-        "gone-node")
+    # The queue a node had before it left the cluster: as the control plane made it on the node's hello
+    url = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws(local, "sqs"),
+                     sender_arns=env["NODE_QUEUE_SENDER_ARNS"].split(",")).ensure_queue("gone-node")
     name = url.rsplit("/", 1)[1]
 
     code, lines = doctor()

@@ -69,7 +69,7 @@ def test_a_node_whose_agent_is_refused_its_queue_is_untainted_by_the_agent_as_it
     assert local.stack is not None and local.kube is not None
     # Given an agent role with the shipped AgentPolicy but its node queue statement (the policy half attached)
     shipped = local.stack.policy_document("AgentPolicy")
-    stripped = {**shipped, "Statement": [s for s in shipped["Statement"] if s["Sid"] != "CreateOwnTaskQueue"]}
+    stripped = {**shipped, "Statement": [s for s in shipped["Statement"] if s["Sid"] != "NodeTaskQueues"]}
     # When a node joins with the startup taint and its agent starts under that role
     joined = time.time()
     status = local.add_node("denied-1", labels={}, taints=[dict(TAINT)], agent_policies=[stripped])
@@ -77,14 +77,14 @@ def test_a_node_whose_agent_is_refused_its_queue_is_untainted_by_the_agent_as_it
     role = local.agent_identity_of("denied-1").arn
     assert role.endswith(":role/prewarm-local-agent-denied-1")
     assert status["agent"] == "dead"  # it exited on its own
-    assert f"AccessDenied: User: {role} is not authorized to perform: sqs:createqueue on resource: " \
+    assert f"AccessDenied: User: {role} is not authorized to perform: sqs:getqueueurl on resource: " \
            "arn:aws:sqs:us-west-2:123456789012:prewarm-local-node-" in status["agent_error"]
-    assert "because no identity-based policy allows the sqs:createqueue action" in status["agent_error"]
+    assert "because no identity-based policy allows the sqs:getqueueurl action" in status["agent_error"]
     # And the node is schedulable well within MAX_WARM_SECONDS and the grace: the agent removed the taint
     assert not tainted(local, "denied-1")
     assert time.time() - joined < MAX_WARM_SECONDS + GRACE_SECONDS
     (event,) = [e for e in events_about(local, "denied-1") if e["reason"] == EVENT_REASON]
-    assert "so pods can schedule: the agent cannot start: create queue prewarm-local-node-denied-1: AccessDenied" \
+    assert "so pods can schedule: the agent cannot start: find queue prewarm-local-node-denied-1: AccessDenied" \
         in str(event["message"])
     # And the sweep, after the deadline, has nothing left to release
     time.sleep(max(0.0, joined + MAX_WARM_SECONDS + GRACE_SECONDS + 1 - time.time()))

@@ -80,7 +80,7 @@ class Plane:
             node = make_node(name)
             node["metadata"]["labels"].update(labels)
             self.cluster.nodes.append(node)
-            self.real_queues.ensure_queue(name)  # its agent starts: it creates its queue
+            self.real_queues.ensure_queue(name)  # its agent starts: its hello makes its queue
         return list(names)
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
+from prewarm.domain.messages import Hello
 from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import MotoServer, aws_environment
@@ -109,23 +110,27 @@ def deployed() -> Iterator[dict[str, Any]]:
 
 
 @pytest.mark.integration
-def test_the_stacks_sending_roles_and_the_agents_reach_the_policy_of_queues_the_agents_create(
+def test_the_stacks_sending_roles_alone_reach_the_policy_of_queues_record_status_makes(
     deployed: dict[str, Any],
 ) -> None:
     stack, aws = deployed["stack"], deployed["aws"]
     env = stack.env()
-    # Given the deployed template, when the node's agent creates its queue with the stack's settings (the
-    # senders are the stack's NodeQueueSenderArns output, which install puts in the agents' ConfigMap)
-    queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"),
-                        sender_arns=env["NODE_QUEUE_SENDER_ARNS"].split(","))
-    queues.ensure_queue("n0")
+    # Given the deployed template, when the node's agent says hello (record_status makes its queue, with the
+    # senders of the stack's NodeQueueSenderArns output)
+    queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=aws.client("sqs"))
+    hello = Hello(node="n0", architecture="amd64", queue_url=queues.queue_url("n0"))
+    aws.client("sqs").send_message(QueueUrl=env["STATUS_QUEUE_URL"], MessageBody=hello.model_dump_json())
+    stack.run_until_idle()
+    assert queues.find_queue("n0") == queues.queue_url("n0")
     # and dispatch_job plans a job and sends the node its task
     apply_manifest(DynamoJobStore(env["TABLE_NAME"], client=aws.client("dynamodb")), job_doc(), now=1.0)
     stack.run_until_idle()
     raw = aws.client("sqs").get_queue_attributes(QueueUrl=queues.queue_url("n0"), AttributeNames=["Policy"])
     policy = json.loads(raw["Attributes"]["Policy"])
-    # Then the queue admits the three sending functions' roles and the agents' role, and no one else
+    # Then the queue admits the three sending functions' roles, and no one else
     senders = [stack.physical[f"{name}Role"].attrs["Arn"] for name in ("DispatchJob", "RecordStatus", "Sweep")]
-    assert all(may_send(policy, caller, identity_allows=False) for caller in [*senders, AGENT_ROLE])
+    assert all(may_send(policy, caller, identity_allows=False) for caller in senders)
+    # ... not the agents' role: a compromised node must not put tasks on another node's queue
+    assert not may_send(policy, AGENT_ROLE, identity_allows=True)
     others = [stack.physical[f"{name}Role"].attrs["Arn"] for name in ("OnImagePush", "RepullDaily")]
     assert not any(may_send(policy, caller, identity_allows=True) for caller in [*others, ROLE + "developer"])

@@ -217,8 +217,8 @@ class CountingSqs:
             self.on_receive()
         return {}
 
-    def create_queue(self, **kwargs: Any) -> dict[str, Any]:
-        self._count("CreateQueue")
+    def get_queue_url(self, **kwargs: Any) -> dict[str, Any]:
+        self._count("GetQueueUrl")
         return {"QueueUrl": f"https://sqs.us-west-2.amazonaws.com/123456789012/{kwargs['QueueName']}"}
 
     def send_message(self, **kwargs: Any) -> dict[str, Any]:

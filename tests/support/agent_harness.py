@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.messages import CancelTask, Hello, PullTask, StatusReport, node_queue_name, parse_agent_message
 from prewarm_agent.agent import Agent
 from prewarm_agent.node import NodeFacts, local_architecture
@@ -33,6 +34,7 @@ class AgentHarness:
         dlq_url = self.sqs.create_queue(QueueName=f"dlq-{suffix}")["QueueUrl"]
         self.dlq_url = dlq_url
         dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.dlq_arn = dlq_arn
         self.environment = {
             "NODE_NAME": self.node,
             "NODE_QUEUE_PREFIX": QUEUE_PREFIX,
@@ -61,11 +63,13 @@ class AgentHarness:
 
     @property
     def queue_url(self) -> str:
-        """The node queue (created by the agent at start)."""
+        """The node queue (made before the agent starts, as the control plane makes it on its hello)."""
         name = node_queue_name(QUEUE_PREFIX, self.node)
         return str(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
 
     def start(self) -> AgentHarness:
+        # The control plane makes the node's queue (on the agent's hello, which nothing reads here).
+        NodeQueues(QUEUE_PREFIX, self.status_url, dlq_arn=self.dlq_arn, client=self.sqs).ensure_queue(self.node)
         self.agent.start()
         return self
 

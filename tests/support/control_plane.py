@@ -62,7 +62,7 @@ class ControlPlane:
     agents' reports, and `node_messages` for what an agent would receive. `clock` gives each call's time.
 
     Every node of `cluster` runs an agent unless named in `agentless`: its queue exists before each plan,
-    as an agent creates it at start (the control plane never does)."""
+    as the control plane makes it on the agent's hello."""
 
     store: Store
     queues: AgentQueues
@@ -76,7 +76,7 @@ class ControlPlane:
         return self.clock()
 
     def start_agents(self) -> None:
-        """Each agent's queue, created as the agents create them when they start."""
+        """Each agent's queue, as the control plane makes it on the agent's hello."""
         for node in self.cluster.nodes:
             if (name := node["metadata"]["name"]) not in self.agentless:
                 self.queues.ensure_queue(name)

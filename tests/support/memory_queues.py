@@ -2,8 +2,10 @@
 
 `MemoryTaskQueues` is `prewarm.adapters.sqs.NodeQueues` on a `MemorySqs` (the queues of one account and
 region): the same queue names and URLs (derived from the status queue's), the same tags marking a queue
-as this stack's, a send to a node with no queue is False (no agent there yet), and only an agent makes
-its queue (`ensure_queue`). Messages are kept as the JSON the adapter sends, and parsed when taken.
+as this stack's, the same attributes (SQS's defaults on a queue made without any), a send to a node with
+no queue is False (no agent there yet); the control plane makes a queue, or sets a queue found otherwise
+back to the stack's attributes and tags (`provide_queue`, `repair_queue`), and an agent finds it
+(`find_queue`). Messages are kept as the JSON the adapter sends, and parsed when taken.
 `tests/unit/adapters/test_memory_store_contract.py` runs the same scenarios on both.
 
 A deleted queue's name is refused for 60 s, as SQS (and moto) refuse it, on the wall clock or `clock`.
@@ -18,8 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError
-from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
+from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, name_refused
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
     PullTask,
@@ -29,12 +31,16 @@ from prewarm.domain.messages import (
     node_queue_name,
     parse_node_message,
 )
+from prewarm.domain.node_queues import ProvidedQueue, attribute_drift, queue_attributes, queue_tags, tags_differ
 
 # SQS's largest message body (moto's too): 1 MiB.
 MAX_MESSAGE_BYTES = 1_048_576
 ACCOUNT_URL = "https://sqs.us-west-2.amazonaws.com/123456789012"
 # SQS refuses the name of a queue deleted less than 60 s ago (CreateQueue, QueueDeletedRecently).
 NAME_REUSE_SECONDS = 60.0
+# What GetQueueAttributes answers for a queue created without attributes (SQS API Reference, CreateQueue).
+SQS_DEFAULTS = {"VisibilityTimeout": "30", "MessageRetentionPeriod": "345600", "ReceiveMessageWaitTimeSeconds": "0",
+                "DelaySeconds": "0", "SqsManagedSseEnabled": "true"}
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +50,15 @@ class MemoryQueue:
     name: str
     tags: dict[str, str] = field(default_factory=dict)
     bodies: list[str] = field(default_factory=list)
+    attributes: dict[str, str] = field(default_factory=lambda: dict(SQS_DEFAULTS))
 
 
 class QueueDeletedRecentlyError(Exception):
     """CreateQueue of a name whose queue was deleted less than 60 s ago."""
+
+
+class QueueExistsError(Exception):
+    """CreateQueue of an existing queue's name with other attributes (QueueAlreadyExists)."""
 
 
 class MemorySqs:
@@ -63,13 +74,20 @@ class MemorySqs:
     def url_of(self, name: str) -> str:
         return f"{self.base_url}/{name}"
 
-    def create_queue(self, name: str, tags: dict[str, str] | None = None) -> str:
-        """CreateQueue: the queue's URL; an existing queue is kept as it is, tags and all."""
+    def create_queue(self, name: str, tags: dict[str, str] | None = None,
+                     attributes: dict[str, str] | None = None) -> str:
+        """CreateQueue: the queue's URL; an existing queue is kept as it is, tags and all, and refused when
+        `attributes` differ from its own."""
         with self._lock:
             if name not in self.queues and self.clock() - self._deleted.get(name, -NAME_REUSE_SECONDS) < (
                     NAME_REUSE_SECONDS):
                 raise QueueDeletedRecentlyError(name)
-            self.queues.setdefault(name, MemoryQueue(name, dict(tags or {})))
+            existing = self.queues.get(name)
+            if existing is None:
+                self.queues[name] = MemoryQueue(name, dict(tags or {}), attributes={**SQS_DEFAULTS,
+                                                                                   **(attributes or {})})
+            elif any(existing.attributes.get(k) != v for k, v in (attributes or {}).items()):
+                raise QueueExistsError(name)
         return self.url_of(name)
 
     def queue(self, url: str) -> MemoryQueue | None:
@@ -108,12 +126,15 @@ class MemoryTaskQueues:
     """`TaskQueues` in memory: one queue per node named `<prefix>-<node>`, as `NodeQueues` names them."""
 
     def __init__(self, prefix: str, status_queue_url: str, *, dlq_arn: str = "", sqs: MemorySqs | None = None,
-                 cluster: str = DEFAULT_CLUSTER) -> None:
+                 cluster: str = DEFAULT_CLUSTER, visibility_seconds: int = 120,
+                 sender_arns: Sequence[str] = ()) -> None:
         if not status_queue_url:
             raise QueueError("the status queue URL is needed to derive node queue URLs (STATUS_QUEUE_URL)")
         self.prefix = prefix
         self.base_url = status_queue_url.rsplit("/", 1)[0]
         self.dlq_arn = dlq_arn
+        self.visibility_seconds = visibility_seconds
+        self.sender_arns = list(sender_arns)
         self.sqs = sqs if sqs is not None else MemorySqs(self.base_url)
         #: The cluster whose node queues `ensure_queue` makes (an agent's); sends find theirs per message.
         self.cluster = cluster
@@ -121,7 +142,8 @@ class MemoryTaskQueues:
     def for_cluster(self, cluster: str) -> MemoryTaskQueues:
         """The same queues as an agent of `cluster` makes them (`NodeQueues(..., cluster=cluster)`)."""
         return MemoryTaskQueues(self.prefix, f"{self.base_url}/status", dlq_arn=self.dlq_arn, sqs=self.sqs,
-                                cluster=cluster)
+                                cluster=cluster, visibility_seconds=self.visibility_seconds,
+                                sender_arns=self.sender_arns)
 
     def queue_name(self, node: str, cluster: str | None = None) -> str:
         return node_queue_name(self.prefix, node, self.cluster if cluster is None else cluster)
@@ -129,9 +151,12 @@ class MemoryTaskQueues:
     def queue_url(self, node: str, cluster: str | None = None) -> str:
         return f"{self.base_url}/{self.queue_name(node, cluster)}"
 
-    def _tags(self, node: str) -> dict[str, str]:
-        tags = {TAG_PREFIX: self.prefix, TAG_NODE: node[:256]}
-        return {**tags, TAG_CLUSTER: self.cluster} if self.cluster else tags
+    def _tags(self, node: str, cluster: str | None = None) -> dict[str, str]:
+        return queue_tags(self.prefix, node, self.cluster if cluster is None else cluster)
+
+    def _attributes(self) -> dict[str, str]:
+        return queue_attributes(visibility_seconds=self.visibility_seconds, dlq_arn=self.dlq_arn,
+                                sender_arns=self.sender_arns)
 
     def owns_queue(self, url: str) -> bool:
         return self.queue_node(url) is not None
@@ -142,15 +167,48 @@ class MemoryTaskQueues:
             return None
         return scoped(str(queue.tags.get(TAG_CLUSTER, "")), str(queue.tags.get(TAG_NODE, "")))
 
-    def ensure_queue(self, node: str) -> str:
-        name = self.queue_name(node)
-        try:
-            return self.sqs.create_queue(name, self._tags(node))
-        except QueueDeletedRecentlyError:
-            raise QueueRetryableError(
-                f"create queue {name}: a queue of that name was deleted less than 60 s ago (node {node} left and "
-                "came back under the same name); the task is sent again once SQS allows the name"
-            ) from None
+    def provide_queue(self, node: str, cluster: str | None = None) -> ProvidedQueue:
+        name = self.queue_name(node, cluster)
+        url = self.find_queue(node, cluster)
+        if url is None:
+            try:
+                return ProvidedQueue(self.sqs.create_queue(name, self._tags(node, cluster), self._attributes()),
+                                     created=True)
+            except QueueDeletedRecentlyError:
+                raise name_refused(name, node) from None
+            except QueueExistsError:
+                url = self.queue_url(node, cluster)
+        return ProvidedQueue(url, repaired=self._repair(url, self._tags(node, cluster)))
+
+    def ensure_queue(self, node: str, cluster: str | None = None) -> str:
+        return self.provide_queue(node, cluster).url
+
+    def find_queue(self, node: str, cluster: str | None = None) -> str | None:
+        url = self.queue_url(node, cluster)
+        return url if self.sqs.queue(url) is not None else None
+
+    def repair_queue(self, url: str) -> tuple[str, ...] | None:
+        tagged = self.queue_node(url)
+        if tagged is None:
+            return None
+        cluster, node = split_scoped(tagged)
+        return self._repair(url, self._tags(node, cluster) if node else None)
+
+    def _repair(self, url: str, tags: dict[str, str] | None) -> tuple[str, ...]:
+        queue = self.sqs.queue(url)
+        if queue is None:
+            raise QueueError(f"set {url} back to the stack's attributes: AWS.SimpleQueueService.NonExistentQueue")
+        repaired: list[str] = []
+        if tags is not None and tags_differ(queue.tags, tags):
+            queue.tags.update(tags)
+            repaired.append("tags")
+        drift = attribute_drift(queue.attributes, self._attributes())
+        for name, value in drift.items():
+            if value:
+                queue.attributes[name] = value
+            else:
+                queue.attributes.pop(name, None)
+        return (*repaired, *sorted(drift))
 
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
         cluster = message.cluster

@@ -348,10 +348,11 @@ def test_node_queue_senders_are_exactly_the_roles_allowed_to_send_to_node_queues
         for owner, s in statements()
         if "sqs:SendMessage" in as_list(s["Action"]) and node_queues in as_list(s["Resource"])
     }
-    # Then NODE_QUEUE_SENDER_ARNS (written into each node queue's Policy) names those roles, plus the agent's
+    # Then NODE_QUEUE_SENDER_ARNS (written into each node queue's Policy) names those roles and nothing else:
+    # not the agents' role, or a compromised node could put tasks on every node's queue
     listed = globals_env()["NODE_QUEUE_SENDER_ARNS"]["Fn::Join"][1]
-    assert {getatt_target(v) for v in listed if getatt_target(v)} == senders
-    assert {"Fn::If": ["HasAgentRole", {"Ref": "AgentRoleArn"}, {"Ref": "AWS::NoValue"}]} in listed
+    assert [getatt_target(v) for v in listed] == [getatt_target(v) for v in listed if getatt_target(v)]
+    assert {getatt_target(v) for v in listed} == senders
 
 
 # -- IAM --------------------------------------------------------------------------------------

@@ -356,8 +356,8 @@ def check_node_queues(queues: NodeQueueApi, nodes: Collection[str], agents: Coll
                      f"(`aws sqs delete-queue --queue-url {listed_queues[stray[0]]}`)")
     if missing:
         problems.append(f"no queue for {listed(missing)}, whose agent is ready")
-        fixes.append(f"restart that agent (`kubectl -n {AGENT_NAMESPACE} delete pod ...`): it creates its queue "
-                     "at start")
+        fixes.append(f"restart that agent (`kubectl -n {AGENT_NAMESPACE} delete pod ...`): its hello at start "
+                     "has record_status make its queue")
     if problems:
         return _fail(name, "; ".join(problems), "; ".join(fixes))
     return _ok(name, f"{len(listed_queues)} queues, one per node with an agent")

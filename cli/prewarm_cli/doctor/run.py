@@ -41,8 +41,8 @@ from prewarm_cli.doctor.identities import (
 from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
-          "registered clusters", "dead-letter queues", "credentials", "registry pulls", "image credentials", "sweep",
-          "daily round")
+          "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
+          "image credentials", "sweep", "daily round")
 
 
 @dataclass
@@ -84,6 +84,7 @@ class Doctor:
                 self.store.list_nodes(), self.env.get("PREWARM_VERSION", "")))
             yield self._guarded("node queues", self._node_queues) if self._agents is not None \
                 else skipped("node queues", "the cluster's nodes are unknown (cluster access)")
+            yield self._guarded("node queue policies", self._queue_policies)
             yield self._guarded("registered clusters", lambda: check_registered_clusters(
                 [c for c in self.store.list_clusters() if c.name != self.env.get("CLUSTER_NAME", "")],
                 now=self.clock()))
@@ -186,6 +187,17 @@ class Doctor:
         assert self._agents is not None and self._nodes is not None
         names = [n["metadata"]["name"] for n in self._nodes]
         return check_node_queues(self.queues, names, self._agents.ready, run_sweep=self._command("sweep"))
+
+    def _queue_policies(self) -> CheckResult:
+        from prewarm_cli.doctor.queue_policies import check_queue_policies, role_exists
+
+        queues = dict(self.queues.list_node_queues())
+        for cluster in self.store.list_clusters():
+            if cluster.name != self.env.get("CLUSTER_NAME", ""):
+                queues.update(self.queues.list_node_queues(cluster.name))
+        senders = [a for a in self.env.get("NODE_QUEUE_SENDER_ARNS", "").split(",") if a]
+        return check_queue_policies(self.client("sqs"), queues, senders, exists=role_exists(self.client("iam")),
+                                    run_sweep=self._command("sweep"))
 
     def _dead_letter_queues(self) -> CheckResult:
         urls = [u for u in self.env.get("DEAD_LETTER_QUEUE_URLS", "").split(",") if u]

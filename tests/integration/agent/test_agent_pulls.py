@@ -535,7 +535,7 @@ def test_cancel_before_its_task_is_recorded_and_the_task_never_pulls(
 def test_the_node_queue_is_created_with_the_dead_letter_redrive_and_reused_after_a_restart(
     agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory
 ) -> None:
-    # Given an agent that created its node's queue and was stopped
+    # Given an agent whose node queue the control plane made, stopped
     first = agents()
     url = first.queue_url
     attributes = first.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
@@ -550,7 +550,7 @@ def test_the_node_queue_is_created_with_the_dead_letter_redrive_and_reused_after
     # Then the queue is the same, redriving to the shared DLQ, and tasks on it still run
     assert second.queue_url == url
     redrive = json.loads(attributes["RedrivePolicy"])
-    assert redrive["deadLetterTargetArn"] == first.settings.node_dlq_arn
+    assert redrive["deadLetterTargetArn"] == first.dlq_arn
     assert int(redrive["maxReceiveCount"]) == 5
     assert second.final(task).phase == "Succeeded"
 

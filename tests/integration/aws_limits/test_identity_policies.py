@@ -14,6 +14,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from prewarm.adapters.dynamodb import DynamoJobStore
+from prewarm.adapters.sqs import NodeQueues
+from prewarm.domain.messages import node_queue_name
 from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import ACCOUNT, REGION, LocalIdentity, MotoServer, aws_environment
@@ -216,7 +218,54 @@ def test_every_function_role_is_registered_with_its_template_policies(stack: tup
         policies = aws.layer.principals.policies(fn.identity.arn)
         assert policies and policies == tuple(local.role_policies[fn.identity.arn]), fn.logical_id
     sids = {s["Sid"] for s in local.policy_document("AgentPolicy")["Statement"]}
-    assert {"CreateOwnTaskQueue", "NodeTaskQueues", "StatusReports"} <= sids
+    assert {"NodeTaskQueues", "StatusReports"} <= sids and "CreateOwnTaskQueue" not in sids
+
+
+def test_an_agent_may_not_make_or_change_a_node_queue_and_record_status_makes_it(
+    stack: tuple[LocalStack, MotoServer],
+) -> None:
+    # CreateQueue may set any Policy and no condition key restricts it: with it, a node could make a future
+    # node's queue with a policy of its own (issue 35). Only the control plane makes node queues.
+    local, aws = stack
+    env = local.env()
+    agent = LocalIdentity.of_role(f"{ROLE}-agents")
+    agent.register([local.policy_document("AgentPolicy")])
+    agents = client(aws, "sqs", agent)
+    name = node_queue_name(env["NODE_QUEUE_PREFIX"], "ip-10-0-9-9.ec2.internal")
+    arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+    tags = {"prewarm:node-queue-prefix": env["NODE_QUEUE_PREFIX"], "prewarm:node": "ip-10-0-9-9.ec2.internal"}
+    own_policy = json.dumps({"Statement": [{"Effect": "Allow", "Principal": {"AWS": agent.arn},
+                                            "Action": "sqs:SendMessage", "Resource": "*"}]})
+
+    # The agents' role, with the stack's AgentPolicy, may not create a node queue, tagged as the stack's or not
+    error = refused(agents.create_queue, QueueName=name, Attributes={"Policy": own_policy}, tags=tags)
+    assert (error["Code"], error["Message"]) == ("AccessDenied", implicit(agent, "sqs:createqueue", arn))
+    assert refused(agents.create_queue, QueueName=name)["Code"] == "AccessDenied"
+    # record_status's role makes it, with the stack's policy and tags
+    recorder = next(fn.identity for fn in local.functions.values() if fn.logical_id == "RecordStatusFunction")
+    assert recorder is not None
+    queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], dlq_arn=env["NODE_DLQ_ARN"],
+                        sender_arns=env["NODE_QUEUE_SENDER_ARNS"].split(","), client=client(aws, "sqs", recorder))
+    made = queues.provide_queue("ip-10-0-9-9.ec2.internal")
+    assert made.created
+    # ... which the agent finds and consumes, but may not tag or change
+    assert agents.get_queue_url(QueueName=name)["QueueUrl"] == made.url
+    agents.receive_message(QueueUrl=made.url, WaitTimeSeconds=0)
+    assert refused(agents.tag_queue, QueueUrl=made.url, Tags={"prewarm:node": "x"})["Message"] == implicit(
+        agent, "sqs:tagqueue", arn)
+    assert refused(agents.set_queue_attributes, QueueUrl=made.url,
+                   Attributes={"Policy": own_policy})["Message"] == implicit(agent, "sqs:setqueueattributes", arn)
+    # A queue someone else made with their policy is set back by record_status' role (a hello) and by the
+    # sweep's role (its check), each under its template policies
+    other = node_queue_name(env["NODE_QUEUE_PREFIX"], "ip-10-0-9-8.ec2.internal")
+    aws.client("sqs").create_queue(QueueName=other, Attributes={"Policy": own_policy})
+    assert "Policy" in queues.provide_queue("ip-10-0-9-8.ec2.internal").repaired
+    sweeper = next(fn.identity for fn in local.functions.values() if fn.logical_id == "SweepFunction")
+    assert sweeper is not None
+    swept = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], dlq_arn=env["NODE_DLQ_ARN"],
+                       sender_arns=env["NODE_QUEUE_SENDER_ARNS"].split(","), client=client(aws, "sqs", sweeper))
+    aws.client("sqs").set_queue_attributes(QueueUrl=made.url, Attributes={"Policy": own_policy})
+    assert swept.repair_queue(made.url) == ("Policy",)
 
 
 def test_the_daily_round_reads_the_jobs_it_re_pulls(stack: tuple[LocalStack, MotoServer]) -> None:

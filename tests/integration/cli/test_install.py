@@ -176,8 +176,7 @@ def test_a_deployed_stacks_outputs_and_parameters_fill_in_the_render(
     docs = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", "")): d
             for d in yaml.safe_load_all(result.stdout)}
     config = docs[("ConfigMap", "prewarm-agent", "prewarm-system")]["data"]
-    assert (config["AWS_REGION"], config["STATUS_QUEUE_URL"], config["NODE_DLQ_ARN"]) == (
-        "us-west-2", OUTPUTS["StatusQueueUrl"], OUTPUTS["NodeDLQArn"])
+    assert (config["AWS_REGION"], config["STATUS_QUEUE_URL"]) == ("us-west-2", OUTPUTS["StatusQueueUrl"])
     account = docs[("ServiceAccount", "prewarm-agent", "prewarm-system")]
     assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == ROLE
     assert ("RoleBinding", "prewarm-credentials", "ml") in docs

@@ -74,7 +74,7 @@ class Agents:
         self.env, self.nodes = env, nodes
         self.tasks: dict[str, list[PullTask | CancelTask]] = {n: [] for n in nodes}
         for node in nodes:
-            env["queues"].ensure_queue(node)  # each agent creates its queue as it starts
+            env["queues"].ensure_queue(node)  # each agent's hello makes its queue as it starts
 
     def take(self) -> list[PullTask | CancelTask]:
         got = []

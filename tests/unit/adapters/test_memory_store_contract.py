@@ -6,6 +6,7 @@ checks that list against the ports)."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import CancelTask, NodePhase, PullTask, RequiredImage, RequiredImages
+from prewarm.domain.node_queues import attribute_drift, foreign_principals
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.schedules import ScheduleRun
@@ -461,8 +463,8 @@ def test_every_method_of_the_ports_is_in_the_fake_with_the_adapters_signature() 
     for name in methods:
         memory, adapter = getattr(MemoryJobStore, name), getattr(DynamoJobStore, name)
         assert inspect.signature(memory) == inspect.signature(adapter), name
-    for name in {m for m in dir(ports.TaskQueues) if not m.startswith("_")} | {"ensure_queue", "queue_url",
-                                                                                 "queue_name"}:
+    for name in {m for m in dir(ports.TaskQueues) if not m.startswith("_")} | {"ensure_queue", "find_queue",
+                                                                                 "queue_url", "queue_name"}:
         assert inspect.signature(getattr(MemoryTaskQueues, name)) == inspect.signature(getattr(NodeQueues, name)), name
 
 
@@ -485,7 +487,7 @@ def pull(node: str, job_key: str = KEY, cluster: str = "") -> PullTask:
     return PullTask(job=job_key, job_uid="u1", round=0, node=node, image="r.example/app:v1", cluster=cluster)
 
 
-def test_a_task_reaches_the_queue_its_agent_made_and_waits_for_an_agent_without_one(queues: tuple[Any, Any]) -> None:
+def test_a_task_reaches_the_queue_made_for_its_node_and_waits_for_a_node_without_one(queues: tuple[Any, Any]) -> None:
     q, sqs = queues
     url = q.ensure_queue("n1")
     assert url == q.queue_url("n1") == q.ensure_queue("n1") and url.endswith(f"/{q.prefix}-n1")
@@ -526,6 +528,87 @@ def test_only_the_stacks_own_queues_are_owned_and_deleting_a_missing_one_is_fine
     assert list(q.list_node_queues()) == [name]
     with pytest.raises(QueueRetryableError, match="deleted less than 60 s ago"):
         q.ensure_queue("n1")
+
+
+SENDERS = ["arn:aws:iam::123456789012:role/stack-DispatchJobRole", "arn:aws:iam::123456789012:role/stack-SweepRole"]
+OLD_ROLES_POLICY = {"Version": "2012-10-17", "Statement": [{
+    "Sid": "OnlyPrewarmSends", "Effect": "Allow", "Principal": {"AWS": ["AROAOLDROLEID1234567"]},
+    "Action": "sqs:SendMessage", "Resource": "*"}]}
+
+
+def stack_queues(q: Any, sqs: Any) -> Any:
+    """The same queues as a stack with senders and a DLQ makes them."""
+    if isinstance(q, MemoryTaskQueues):
+        return MemoryTaskQueues(q.prefix, f"{q.base_url}/status", sqs=sqs, sender_arns=SENDERS,
+                                dlq_arn=f"arn:aws:sqs:us-west-2:123456789012:{q.prefix}dlq")
+    dlq = sqs.create_queue(QueueName=f"{q.prefix}dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return NodeQueues(q.prefix, f"{q.base_url}/status", client=sqs, dlq_arn=arn, sender_arns=SENDERS)
+
+
+def attributes(q: Any, sqs: Any, url: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(attributes, tags) of a queue, as the stack's attributes name them."""
+    if isinstance(sqs, MemorySqs):
+        queue = sqs.queue(url)
+        return dict(queue.attributes), dict(queue.tags)
+    names = [*q._attributes(), "Policy", "RedrivePolicy"]
+    return (sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names).get("Attributes", {}),
+            sqs.list_queue_tags(QueueUrl=url).get("Tags", {}))
+
+
+def test_a_queue_is_made_once_with_the_stacks_policy_and_found_by_name(queues: tuple[Any, Any]) -> None:
+    q, sqs = stack_queues(*queues), queues[1]
+    assert q.find_queue("n1") is None and q.find_queue("n1", "prod-eu") is None
+    made = q.provide_queue("n1")
+    again = q.provide_queue("n1")
+    prod = q.provide_queue("n1", "prod-eu")
+    assert (made.created, made.repaired, again.created, again.repaired) == (True, (), False, ())
+    assert made.url == again.url == q.find_queue("n1") and prod.url == q.find_queue("n1", "prod-eu") != made.url
+    attrs, tags = attributes(q, sqs, made.url)
+    assert attribute_drift(attrs, q._attributes()) == {}
+    assert foreign_principals(attrs["Policy"], SENDERS) == []
+    assert tags == {"prewarm:node-queue-prefix": q.prefix, "prewarm:node": "n1"}
+    assert attributes(q, sqs, prod.url)[1]["prewarm:cluster"] == "prod-eu"
+
+
+def test_a_queue_made_by_someone_else_is_set_back_to_the_stacks_policy_attributes_and_tags(
+        queues: tuple[Any, Any]) -> None:
+    q, sqs = stack_queues(*queues), queues[1]
+    # Given a node's queue made before its hello by someone else: their policy, a delay, no tags
+    name, foreign = q.queue_name("n1"), {"Policy": json.dumps(OLD_ROLES_POLICY), "DelaySeconds": "900"}
+    if isinstance(sqs, MemorySqs):
+        sqs.create_queue(name, {}, foreign)
+    else:
+        sqs.create_queue(QueueName=name, Attributes=foreign)
+    # When the control plane provides the node's queue
+    provided = q.provide_queue("n1")
+    # Then the same queue is set back: tags first, then every attribute that was not the stack's
+    assert (provided.created, provided.url) == (False, q.queue_url("n1"))
+    assert provided.repaired == ("tags", "DelaySeconds", "Policy", "ReceiveMessageWaitTimeSeconds", "RedrivePolicy",
+                                 "VisibilityTimeout")
+    attrs, tags = attributes(q, sqs, provided.url)
+    assert tags["prewarm:node"] == "n1"
+    assert attribute_drift(attrs, q._attributes()) == {} and q.queue_node(provided.url) == "n1"
+    assert q.provide_queue("n1").repaired == () and q.repair_queue(provided.url) == ()
+
+
+def test_the_sweeps_repair_sets_back_only_this_stacks_queues(queues: tuple[Any, Any]) -> None:
+    q, sqs = stack_queues(*queues), queues[1]
+    url = q.ensure_queue("n1")
+    other = f"{q.prefix}-other-stack"  # another stack's (a longer prefix): untouched
+    policy = {"Policy": json.dumps(OLD_ROLES_POLICY)}
+    if isinstance(sqs, MemorySqs):
+        sqs.queue(url).attributes.update(policy)
+        other_url = sqs.create_queue(other, {}, policy)
+    else:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes=policy)
+        other_url = sqs.create_queue(QueueName=other, Attributes=policy)["QueueUrl"]
+    # A queue whose policy names a recreated stack's old roles is set back; another stack's is not this one's
+    assert q.repair_queue(url) == ("Policy",) and q.repair_queue(url) == ()
+    assert q.repair_queue(other_url) is None
+    assert foreign_principals(attributes(q, sqs, other_url)[0]["Policy"], SENDERS) == ["AROAOLDROLEID1234567"]
+    q.delete_queue(url)
+    assert q.repair_queue(url) is None
 
 
 def test_a_message_over_1_mib_is_not_sent_and_said_so(queues: tuple[Any, Any]) -> None:

@@ -87,7 +87,7 @@ def test_an_idle_agent_makes_only_its_long_polls_4320_requests_a_day() -> None:
     # ... while /readyz answered 200 to every one of the kubelet's probes
     assert len(probes) == DAY // period and set(probes) == {200}
     # ... and starting cost one CreateQueue and the hello
-    assert {k: v for k, v in at_start.items() if v} == {"CreateQueue": 1, "SendMessage": 1}
+    assert {k: v for k, v in at_start.items() if v} == {"GetQueueUrl": 1, "SendMessage": 1}
 
 
 def test_readyz_answers_from_the_outcome_of_the_last_receive() -> None:

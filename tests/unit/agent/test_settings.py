@@ -90,15 +90,6 @@ def test_allowlist_is_split_trimmed_and_lowercased() -> None:
     assert settings.registry_allowlist == ("*.dkr.ecr.*.amazonaws.com", "quay.io")
 
 
-def test_node_queue_sender_arns_are_a_comma_list() -> None:
-    arns = "arn:aws:iam::123456789012:role/dispatch, arn:aws:iam::123456789012:role/sweep"
-    settings = AgentSettings.from_env({**REQUIRED, "NODE_QUEUE_SENDER_ARNS": arns})
-
-    assert settings.node_queue_sender_arns == (
-        "arn:aws:iam::123456789012:role/dispatch", "arn:aws:iam::123456789012:role/sweep"
-    )
-
-
 def test_an_empty_endpoint_url_means_the_real_aws() -> None:
     assert AgentSettings.from_env({**REQUIRED, "AWS_ENDPOINT_URL": ""}).aws_endpoint_url is None
 

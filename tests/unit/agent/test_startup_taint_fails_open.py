@@ -77,10 +77,10 @@ def test_an_agent_that_cannot_reach_its_queue_removes_the_taint_at_the_deadline_
         joined = time.time() - 1
         node_agent = agent(settings(status), sqs, api, joined)
 
-        def unreachable(node: str) -> str:
+        def unreachable(node: str, cluster: str | None = None) -> str:
             raise QueueRetryableError("Could not connect to the endpoint URL: https://sqs.us-west-2.amazonaws.com/")
 
-        node_agent.node_queues.ensure_queue = unreachable  # type: ignore[method-assign]
+        node_agent.node_queues.find_queue = unreachable  # type: ignore[method-assign]
         starting = threading.Thread(target=node_agent.start, daemon=True)
         starting.start()
         try:
@@ -90,7 +90,7 @@ def test_an_agent_that_cannot_reach_its_queue_removes_the_taint_at_the_deadline_
             # ... counted from the join, not from the agent's start, after which pods can schedule
             assert eventually(lambda: not api.tainted, timeout=MAX_WARM + 3)
             assert time.time() - joined >= MAX_WARM
-            assert starting.is_alive()  # still trying the queue: it comes up when SQS does
+            assert node_agent.queue is None  # still trying the queue: it comes up when SQS does
             assert eventually(lambda: bool(api.events), 5)  # posted right after the taint goes
             (event,) = api.events
             assert event["reason"] == EVENT_REASON and "no list of required images" in event["message"]
@@ -107,11 +107,11 @@ def test_an_agent_refused_its_queue_removes_the_taint_at_once_and_fails() -> Non
         api = NodeApi()
         node_agent = agent(settings(status), sqs, api, time.time())
 
-        def refused(node: str) -> str:
-            raise QueueError(f"AccessDenied: not authorized to perform sqs:CreateQueue for {node}")
+        def refused(node: str, cluster: str | None = None) -> str:
+            raise QueueError(f"AccessDenied: not authorized to perform sqs:GetQueueUrl for {node}")
 
-        node_agent.node_queues.ensure_queue = refused  # type: ignore[method-assign]
-        # When its role may not create or use its queue (the agent policy not attached)
+        node_agent.node_queues.find_queue = refused  # type: ignore[method-assign]
+        # When its role may not use its queue (the agent policy not attached)
         with pytest.raises(QueueError, match="AccessDenied"):
             node_agent.start()
         try:
@@ -140,10 +140,10 @@ def test_a_taint_that_cannot_be_removed_does_not_hide_why_the_agent_cannot_start
         api.patch = refused_patch  # type: ignore[method-assign]
         node_agent = agent(settings(status), sqs, api, time.time())
 
-        def refused(node: str) -> str:
-            raise QueueError(f"AccessDenied: not authorized to perform sqs:CreateQueue for {node}")
+        def refused(node: str, cluster: str | None = None) -> str:
+            raise QueueError(f"AccessDenied: not authorized to perform sqs:GetQueueUrl for {node}")
 
-        node_agent.node_queues.ensure_queue = refused  # type: ignore[method-assign]
+        node_agent.node_queues.find_queue = refused  # type: ignore[method-assign]
         # When neither its queue nor its Node may be written, the queue's refusal is what it fails with
         with pytest.raises(QueueError, match="AccessDenied"):
             node_agent.start()

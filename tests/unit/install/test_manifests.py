@@ -113,8 +113,9 @@ def test_every_stack_value_is_filled_in_and_no_example_value_is_left() -> None:
 
     assert "111122223333" not in text and "us-west-2" not in text
     assert data["AWS_REGION"] == "eu-west-1" and data["STATUS_QUEUE_URL"] == STACK["STATUS_QUEUE_URL"]
-    assert data["NODE_QUEUE_PREFIX"] == "pw-node" and data["NODE_DLQ_ARN"] == STACK["NODE_DLQ_ARN"]
-    assert data["SECRET_PREFIX"] == "prewarm/pw" and data["NODE_QUEUE_SENDER_ARNS"] == STACK["NODE_QUEUE_SENDER_ARNS"]
+    assert data["NODE_QUEUE_PREFIX"] == "pw-node" and data["SECRET_PREFIX"] == "prewarm/pw"
+    # The node queues' DLQ and policy are the control plane's: it makes the queues, no agent does
+    assert "NODE_DLQ_ARN" not in data and "NODE_QUEUE_SENDER_ARNS" not in data
     assert agent_container()["image"] == IMAGE
     assert one("ServiceAccount")["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == ROLE
 

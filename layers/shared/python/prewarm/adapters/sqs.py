@@ -3,15 +3,16 @@
 Node queue URLs are derived, not looked up: same endpoint and account as the status queue, name from
 `node_queue_name`. So a send costs one call.
 
-Each node's agent creates its own queue (`ensure_queue`, with the shared DLQ redrive and the senders'
-policy) before it says hello, and again when it is deleted under it; the sweep deletes the queues of
-departed nodes. The control plane never creates one: a send to a node without a queue finds no agent
-there, and is made again when that agent says hello (docs/architecture.md, "Who owns the node queues").
+Only the control plane creates node queues (`provide_queue`, with the shared DLQ redrive, the senders'
+policy and the stack's tags), on a hello its cluster's API vouches for, and sets back to the stack's a
+queue found otherwise (`provide_queue`, `repair_queue`); the agent only finds its queue (`find_queue`)
+and waits for it. A send to a node without a queue finds no agent there, and is made again once its
+queue exists; the sweep deletes the queues of departed nodes (docs/architecture.md, "Who owns the node
+queues").
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
     FromAgent,
@@ -29,11 +30,20 @@ from prewarm.domain.messages import (
     is_cluster_queue,
     node_queue_name,
 )
+from prewarm.domain.node_queues import (
+    TAG_CLUSTER,
+    TAG_NODE,
+    TAG_PREFIX,
+    ProvidedQueue,
+    attribute_drift,
+    queue_attributes,
+    queue_tags,
+    tags_differ,
+)
+from prewarm.services.ports import NodeQueueError
 
-TAG_PREFIX = "prewarm:node-queue-prefix"
-TAG_NODE = "prewarm:node"
-# On queues of a registered cluster's nodes only (`prewarm.domain.clusters`): node names repeat across clusters.
-TAG_CLUSTER = "prewarm:cluster"
+__all__ = ["TAG_CLUSTER", "TAG_NODE", "TAG_PREFIX", "NodeQueues", "QueueError", "QueueGoneError",
+           "QueueRetryableError", "StatusQueue", "name_refused", "queue_error"]
 _MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 # QueueDeletedRecently: SQS refuses a deleted queue's name for 60 s (CreateQueue, "Quotas related to
 # queues"); EKS reuses node names with IPs, so a node can come back just after the sweep deleted its queue.
@@ -43,7 +53,7 @@ _RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "
 log = logging.getLogger(__name__)
 
 
-class QueueError(Exception):
+class QueueError(NodeQueueError):
     """A queue operation failed for good (permissions, a malformed request)."""
 
 
@@ -67,6 +77,12 @@ def queue_error(e: ClientError | BotoCoreError, what: str) -> QueueError:
 
 
 _error = queue_error
+
+
+def name_refused(name: str, node: str) -> QueueRetryableError:
+    """SQS refuses a queue's name for 60 s after the queue's deletion (CreateQueue, QueueDeletedRecently)."""
+    return QueueRetryableError(f"create queue {name}: a queue of that name was deleted less than 60 s ago (node "
+                               f"{node} left and came back under the same name); made once SQS allows the name")
 
 
 def _code(e: ClientError) -> str:
@@ -130,47 +146,13 @@ class NodeQueues(_SqsAdapter):
         return f"{self.base_url}/{self.queue_name(node, cluster)}"
 
     def _attributes(self) -> dict[str, str]:
-        attrs = {
-            "VisibilityTimeout": str(self.visibility_seconds),
-            "MessageRetentionPeriod": str(4 * 24 * 3600),
-            "ReceiveMessageWaitTimeSeconds": "20",
-            "SqsManagedSseEnabled": "true",
-        }
-        if self.dlq_arn:
-            attrs["RedrivePolicy"] = json.dumps(
-                {"deadLetterTargetArn": self.dlq_arn, "maxReceiveCount": str(self.max_receive_count)}
-            )
-        if self.sender_arns:
-            attrs["Policy"] = json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Sid": "OnlyPrewarmSends",
-                            "Effect": "Allow",
-                            "Principal": {"AWS": self.sender_arns},
-                            "Action": "sqs:SendMessage",
-                            "Resource": "*",
-                        },
-                        # In one account an Allow only adds to IAM grants: the Deny makes the list exclusive.
-                        {
-                            "Sid": "NobodyElseSends",
-                            "Effect": "Deny",
-                            "Principal": "*",
-                            "Action": "sqs:SendMessage",
-                            "Resource": "*",
-                            "Condition": {"ArnNotEquals": {"aws:PrincipalArn": self.sender_arns}},
-                        },
-                    ],
-                }
-            )
-        return attrs
+        return queue_attributes(visibility_seconds=self.visibility_seconds, dlq_arn=self.dlq_arn,
+                                max_receive_count=self.max_receive_count, sender_arns=self.sender_arns)
 
-    def _tags(self, node: str) -> dict[str, str]:
+    def _tags(self, node: str, cluster: str | None = None) -> dict[str, str]:
         # The tags mark the queue as this stack's, so `sweep` never deletes another stack's queue
         # that happens to share the name prefix (`prewarm-` also matches `prewarm-staging-…`).
-        tags = {TAG_PREFIX: self.prefix, TAG_NODE: node[:256]}
-        return {**tags, TAG_CLUSTER: self.cluster} if self.cluster else tags
+        return queue_tags(self.prefix, node, self.cluster if cluster is None else cluster)
 
     def owns_queue(self, url: str) -> bool:
         return self.queue_node(url) is not None
@@ -188,22 +170,68 @@ class NodeQueues(_SqsAdapter):
             return None
         return scoped(str(tags.get(TAG_CLUSTER, "")), str(tags.get(TAG_NODE, "")))
 
-    def ensure_queue(self, node: str) -> str:
-        """Creates the node's queue if missing (idempotent) and returns its URL."""
-        name = self.queue_name(node)
+    def provide_queue(self, node: str, cluster: str | None = None) -> ProvidedQueue:
+        """The node's queue with the stack's attributes and tags: created when missing, and a queue found
+        with another policy, other attributes or without the stack's tags set back to them."""
+        name = self.queue_name(node, cluster)
+        url = self.find_queue(node, cluster)
+        if url is None:
+            try:
+                created = self.client.create_queue(QueueName=name, Attributes=self._attributes(),
+                                                   tags=self._tags(node, cluster))
+                return ProvidedQueue(str(created["QueueUrl"]), created=True)
+            except (ClientError, BotoCoreError) as e:
+                code = _code(e) if isinstance(e, ClientError) else ""
+                if code not in {"QueueAlreadyExists", "QueueNameExists"}:
+                    if "QueueDeletedRecently" in code:
+                        raise name_refused(name, node) from e
+                    raise _error(e, f"create queue {name}") from e
+                # Made meanwhile by someone else, with other attributes: set back below.
+                url = self.queue_url(node, cluster)
+        return ProvidedQueue(url, repaired=self._repair(url, self._tags(node, cluster)))
+
+    def ensure_queue(self, node: str, cluster: str | None = None) -> str:
+        """`provide_queue`'s URL."""
+        return self.provide_queue(node, cluster).url
+
+    def find_queue(self, node: str, cluster: str | None = None) -> str | None:
+        """The node's queue URL when the queue exists (`GetQueueUrl`: what an agent waits on), else None."""
+        name = self.queue_name(node, cluster)
         try:
-            created = self.client.create_queue(QueueName=name, Attributes=self._attributes(), tags=self._tags(node))
-            return str(created["QueueUrl"])
-        except ClientError as e:
-            if _code(e) in {"QueueAlreadyExists", "QueueNameExists"}:
-                # Exists with other attributes (an older stack version): use it as it is.
-                return str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
-            if "QueueDeletedRecently" in _code(e):
-                raise QueueRetryableError(
-                    f"create queue {name}: a queue of that name was deleted less than 60 s ago (node {node} left "
-                    "and came back under the same name); the task is sent again once SQS allows the name"
-                ) from e
-            raise _error(e, f"create queue {name}") from e
+            return str(self.client.get_queue_url(QueueName=name)["QueueUrl"])
+        except (ClientError, BotoCoreError) as e:
+            if isinstance(e, ClientError) and _code(e) in _MISSING:
+                return None
+            raise _error(e, f"find queue {name}") from e
+
+    def repair_queue(self, url: str) -> tuple[str, ...] | None:
+        """Sets a queue of this stack (by its tags) back to the stack's attributes: what was set back
+        (attribute names), or None when the queue is not this stack's or is gone."""
+        tagged = self.queue_node(url)
+        if tagged is None:
+            return None
+        cluster, node = split_scoped(tagged)
+        return self._repair(url, self._tags(node, cluster) if node else None)
+
+    def _repair(self, url: str, tags: dict[str, str] | None) -> tuple[str, ...]:
+        """Sets what differs from the stack's: tags first (`tags`; None leaves them), then attributes."""
+        repaired: list[str] = []
+        try:
+            if tags is not None and tags_differ(self.client.list_queue_tags(QueueUrl=url).get("Tags", {}), tags):
+                self.client.tag_queue(QueueUrl=url, Tags=tags)
+                repaired.append("tags")
+            expected = self._attributes()
+            actual = self.client.get_queue_attributes(
+                QueueUrl=url, AttributeNames=sorted({*expected, "Policy", "RedrivePolicy"})).get("Attributes", {})
+            drift = attribute_drift(actual, expected)
+            if drift:
+                self.client.set_queue_attributes(QueueUrl=url, Attributes=drift)
+                repaired += sorted(drift)
+        except (ClientError, BotoCoreError) as e:
+            raise _error(e, f"set {url} back to the stack's attributes") from e
+        if repaired:
+            log.warning("node queue %s was not the stack's (%s): set back", url, ", ".join(repaired))
+        return tuple(repaired)
 
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
         """Sends to the node's queue; False when the node has none (no agent has started there yet)."""

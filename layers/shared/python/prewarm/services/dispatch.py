@@ -342,8 +342,8 @@ def resend_dispatched(
 def resend_to_nodes(queues: TaskQueues, running: Sequence[StoredJob],
                     tasks: Mapping[str, Mapping[str, NodeTaskRecord]]) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Sends new nodes the tasks dispatched to them but not yet taken up: their agents have just said
-    hello, and a task sent before an agent created its queue had nowhere to go (the control plane never
-    creates one). `running`: the running jobs (the store's index of them); `tasks`: per dispatching job's
+    hello, and a task sent before the hello made the node's queue had nowhere to go (a send creates no
+    queue). `running`: the running jobs (the store's index of them); `tasks`: per dispatching job's
     key, the new nodes' items read in one batch. Answers the tasks sent per node and the sends that failed."""
     pending = []
     for record in running:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
     from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
+    from prewarm.domain.node_queues import ProvidedQueue
     from prewarm.domain.nodes import NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
     from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
@@ -106,6 +107,10 @@ class TaskSendError(RuntimeError):
     def __init__(self, failures: Sequence[tuple[str, str]]) -> None:
         super().__init__(f"{len(failures)} task sends failed, first: {failures[0] if failures else None}")
         self.failures = list(failures)
+
+
+class NodeQueueError(RuntimeError):
+    """A node queue could not be created, read or set back to the stack's attributes."""
 
 
 class PullSecretError(RuntimeError):
@@ -252,6 +257,13 @@ class TaskQueues(Protocol):
         this stack's or is gone."""
         ...
     def delete_queue(self, url: str) -> None: ...
+    def provide_queue(self, node: str, cluster: str | None = None) -> ProvidedQueue:
+        """The node's queue, created or set back to the stack's attributes and tags (`NodeQueueError`)."""
+        ...
+    def repair_queue(self, url: str) -> tuple[str, ...] | None:
+        """Sets a queue of this stack back to the stack's attributes: what was set back; None when the queue
+        is not this stack's or is gone (`NodeQueueError`)."""
+        ...
 
 
 class Redelivery(Protocol):

@@ -29,11 +29,13 @@ from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applie
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
+from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
     AgentItems,
     Cluster,
     ClusterDirectory,
     ClusterError,
+    NodeQueueError,
     Redelivery,
     StatusItems,
     StoreConflictError,
@@ -332,7 +334,7 @@ def register_node(
 
 
 # What sends a hello back to the queue: the store's conflicts and retryable errors, a failed send.
-HelloError = StoreError | TaskSendError
+HelloError = StoreError | TaskSendError | NodeQueueError
 
 
 def register_nodes(
@@ -370,6 +372,7 @@ def register_nodes(
     # agent's own facts, without the jobs that select by pods; the sweep checks them again
     # (`services.verifying`).
     unverified: dict[str, str] = {}
+    verified: set[str] = set()  # shown by the cluster's API: only these get a queue
 
     def put(node: str) -> None:
         for i in by_node[node]:  # one node's hellos in the order given: the last one stands
@@ -380,7 +383,7 @@ def register_nodes(
 
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
-        # its agent created its queue; a known node's queue has held its messages all along.
+        # its queue was made; a known node's queue has held its messages all along (unless just made).
         if store.get_node(node, name) is None:
             first.add(node)
         try:
@@ -390,6 +393,8 @@ def register_nodes(
             seen = None
             unverified[node] = str(e)
         put(node)
+        if seen is not None:
+            verified.add(node)
         # No cluster access (or not visible yet): the agent's own view of its node stands in.
         return seen or agent_view(hellos[by_node[node][-1]])
 
@@ -399,6 +404,11 @@ def register_nodes(
             failed[node] = seen
         else:
             objects[node] = seen
+    # Only the control plane makes a node's queue, for a node its cluster shows; a queue just made or set
+    # back may have missed messages, as on a first hello (services/node_queues.py).
+    changed, queue_failures = provide_queues(queues, sorted(verified & objects.keys()), name)
+    first |= changed
+    failed.update(queue_failures)
     # Read after the nodes are registered (a plan that missed them saw these jobs) and before the jobs
     # are read: a list computed from older jobs never replaces a newer one.
     as_of = clock()

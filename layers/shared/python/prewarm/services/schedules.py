@@ -35,6 +35,7 @@ from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable,
 from prewarm.services.departures import forget_departed_nodes, list_in_order
 from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched, retry_refused_write
 from prewarm.services.jobs import complete_deletion
+from prewarm.services.node_queues import repair_queues
 from prewarm.services.ports import (
     ClusterApi,
     ClusterAuthError,
@@ -125,6 +126,8 @@ class SweepResult:
     # Listed as gone but found by the read before deletion: kept. Departed nodes left to the next run.
     nodes_returned: list[str] = field(default_factory=list)
     departures_deferred: int = 0
+    # Node queues whose policy, attributes or tags were not the stack's: set back (name → what).
+    queues_repaired: dict[str, tuple[str, ...]] = field(default_factory=dict)
     pull_secrets_deleted: list[str] = field(default_factory=list)
     deletions_completed: list[str] = field(default_factory=list)
     # Nodes whose startup taint no agent removed by its deadline: the sweep removed it.
@@ -280,6 +283,7 @@ def sweep(
         result.departures_deferred += run.outcome.departures_deferred
         result.taints_released += run.outcome.taints_released
         result.nodes_verified += run.outcome.nodes_verified
+        result.queues_repaired.update(run.outcome.queues_repaired)
         result.agents.update(run.outcome.agents)
     result.unreachable = unreachable(runs)
     record_health(store, clusters, runs, agents=result.agents)
@@ -325,6 +329,10 @@ def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: Cluste
     result.nodes_forgotten += named(departures.nodes_forgotten)
     result.nodes_returned += named(departures.nodes_returned)
     result.departures_deferred += departures.deferred
+    # Each queue once in ten runs (services/node_queues.py); departed nodes' queues just went.
+    gone = set(departures.queues_deleted)
+    left = {n: u for n, u in listing.queues.items() if n not in gone}
+    result.queues_repaired.update(repair_queues(queues, left, run=int(now // 60), budget=budget).repaired)
     result.taints_released += named(release_overdue_taints(
         api, listing.nodes, now=now, grace=config.taint_grace_seconds, budget=budget, settled=settled))
 
