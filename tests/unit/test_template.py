@@ -202,10 +202,26 @@ def test_queue_event_sources_report_partial_batch_failures() -> None:
     assert queues, "record_status consumes the status queue"
     for function, event_name, source in queues:
         assert source.get("FunctionResponseTypes") == ["ReportBatchItemFailures"], f"{function}.{event_name}"
-        # Batches of up to 100 reports with a window (Lambda requires one above 10), at most 10 in flight
-        assert source["BatchSize"] == 100
+        # Batches of StatusBatchSize reports with a window (Lambda requires one above 10), at most
+        # StatusConcurrency in flight
+        assert source["BatchSize"] == {"Ref": "StatusBatchSize"}
         assert source["MaximumBatchingWindowInSeconds"] >= 1
-        assert source["ScalingConfig"]["MaximumConcurrency"] == 10
+        assert source["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "StatusConcurrency"}
+
+
+def test_status_capacity_is_parameters_within_what_lambda_accepts() -> None:
+    params = template()["Parameters"]
+    # Lambda's MaximumConcurrency is 2..1000; a batch over 10 needs the 1 s window the mapping has.
+    assert {k: params["StatusConcurrency"].get(k) for k in ("Type", "Default", "MinValue", "MaxValue")} == {
+        "Type": "Number", "Default": 10, "MinValue": 2, "MaxValue": 1000}
+    assert {k: params["StatusBatchSize"].get(k) for k in ("Default", "MinValue", "MaxValue")} == {
+        "Default": 100, "MinValue": 10, "MaxValue": 1000}
+    # 0 reserves nothing (a reservation of 0 would throttle every invocation).
+    assert (params["StatusReservedConcurrency"]["Default"], params["StatusReservedConcurrency"]["MinValue"]) == (0, 0)
+    assert props("RecordStatusFunction")["ReservedConcurrentExecutions"] == {
+        "Fn::If": ["HasStatusReservedConcurrency", {"Ref": "StatusReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
+    assert template()["Conditions"]["HasStatusReservedConcurrency"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "StatusReservedConcurrency"}, 0]}]}
 
 
 def test_status_queue_outlasts_six_record_status_timeouts_and_redrives_to_its_dlq() -> None:
@@ -488,7 +504,7 @@ def _alarms_on(namespace: str, metric: str) -> dict[str, dict[str, Any]]:
     return {
         name: a["Properties"]
         for name, a in resources("AWS::CloudWatch::Alarm").items()
-        if a["Properties"]["Namespace"] == namespace and a["Properties"]["MetricName"] == metric
+        if a["Properties"].get("Namespace") == namespace and a["Properties"].get("MetricName") == metric
     }
 
 
@@ -508,6 +524,31 @@ def test_every_function_alarms_on_errors_over_five_minutes() -> None:
         [dimension] = alarm["Dimensions"]
         alarmed[dimension["Value"]["Ref"]] = (alarm["Period"], alarm["ComparisonOperator"], alarm["Threshold"])
     assert alarmed == {name: (300, "GreaterThanThreshold", 0) for name in functions()}
+
+
+def test_every_function_alarms_on_its_first_throttle() -> None:
+    alarmed = {}
+    for alarm in _alarms_on("AWS/Lambda", "Throttles").values():
+        [dimension] = alarm["Dimensions"]
+        alarmed[dimension["Value"]["Ref"]] = (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"])
+    assert alarmed == {name: ("Sum", "GreaterThanThreshold", 0) for name in functions()}
+
+
+def test_the_job_stream_alarms_when_dispatch_job_falls_two_minutes_behind() -> None:
+    [alarm] = _alarms_on("AWS/Lambda", "IteratorAge").values()
+    [(function, _, _)] = list(events_of("DynamoDB"))
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function}}]
+    assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
+        "Maximum", "GreaterThanThreshold", 120000)  # milliseconds
+    assert alarm["Period"] * alarm["EvaluationPeriods"] <= 300
+
+
+def test_the_jobs_table_alarms_on_read_and_write_throttling() -> None:
+    for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+        [alarm] = _alarms_on("AWS/DynamoDB", metric).values()
+        assert alarm["Dimensions"] == [{"Name": "TableName", "Value": {"Ref": "JobsTable"}}], metric
+        assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
+            "Sum", "GreaterThanThreshold", 0), metric
 
 
 def test_credential_expiry_alarms_two_hours_ahead_on_the_refreshers_metric() -> None:
