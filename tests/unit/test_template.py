@@ -408,8 +408,9 @@ _ACCOUNT = r"arn:\$\{AWS::Partition\}:(?P<service>[a-z-]+):\$\{AWS::Region\}:\$\
 SCOPED_SUBS = {
     _ACCOUNT + r"repository/\*": "the account's ECR repositories (images to inspect and pull)",
     r"arn:\$\{AWS::Partition\}:ecr:\*:\$\{AWS::AccountId\}:repository/\*":
-        "the account's ECR repositories in every region: the refresher's token pulls from whichever "
-        "registries of the account CredentialsConfig names",
+        "the account's ECR repositories in every region (when PullRepositoryArns is empty): the refresher's "
+        "token pulls from whichever registries of the account CredentialsConfig names, the agents from "
+        "whichever Region their cluster's jobs name",
     _ACCOUNT + r"cluster/\$\{ClusterName\}": "the one cluster of the stack",
     _ACCOUNT + r"parameter\$\{CredentialsConfigParameter\}": "the one configuration parameter",
     r"\$\{JobsTable\.Arn\}/(index|stream)/\*": "the jobs table's index and stream",
@@ -417,8 +418,10 @@ SCOPED_SUBS = {
 
 
 def _is_scoped(resource: Any) -> bool:
+    if isinstance(resource, dict) and "Fn::If" in resource:
+        return all(_is_scoped(r) for branch in branches(resource) for r in as_list(branch))
     if resource in (_node_queue_arn(), _secret_arn("pull-secrets"), _secret_arn("registry"),
-                    {"Ref": "CredentialRoleArns"}):
+                    {"Ref": "CredentialRoleArns"}, {"Ref": "PullRepositoryArns"}):
         return True
     target = getatt_target(resource)
     if target is not None:
@@ -471,6 +474,35 @@ def test_functions_that_call_the_kubernetes_api_join_the_vpc_when_subnets_are_gi
             assert props(name)["VpcConfig"]["Fn::If"][0] == "HasVpc", name
             conditional = {"Fn::If": ["HasVpc", [{"Fn::Sub": vpc_policy}], {"Ref": "AWS::NoValue"}]}
             assert props(role)["ManagedPolicyArns"] == conditional, role
+
+
+def _statement(owner: str, sid: str) -> dict[str, Any]:
+    [found] = [s for o, s in statements() if o == owner and s.get("Sid") == sid]
+    return found
+
+
+@pytest.mark.parametrize(("owner", "sid"), [("RefreshEcrCredentialsRole", "RegistryPulls"), ("AgentPolicy", "ImagePulls")])
+def test_image_pull_grants_are_the_repositories_given_else_the_accounts_in_every_region(owner: str, sid: str) -> None:
+    # The refresher's grant is what the namespace pull secrets it writes may pull; the agents' must reach
+    # the Regions of every cluster the stack serves, not the stack's Region only.
+    assert template()["Parameters"]["PullRepositoryArns"]["Type"] == "CommaDelimitedList"
+    assert _statement(owner, sid)["Resource"] == {"Fn::If": [
+        "HasPullRepositoryArns", {"Ref": "PullRepositoryArns"},
+        {"Fn::Sub": "arn:${AWS::Partition}:ecr:*:${AWS::AccountId}:repository/*"}]}
+    assert template()["Conditions"]["HasPullRepositoryArns"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Fn::Join": ["", {"Ref": "PullRepositoryArns"}]}, ""]}]}
+
+
+def test_the_table_policy_knows_the_stacks_roles_by_their_path_whatever_the_stack_names_length() -> None:
+    # CloudFormation cuts a generated role name to IAM's 64 characters, stack name first: a pattern on the
+    # name (`role/<stack>-*`) misses the roles of a long stack. The path is the stack's whole name.
+    path = {"Fn::Sub": "/prewarm/${AWS::Region}/${AWS::StackName}/"}
+    roles = resources("AWS::IAM::Role")
+    assert roles and {name: r["Properties"].get("Path") for name, r in roles.items()} == {n: path for n in roles}
+    assert all("RoleName" not in r["Properties"] for r in roles.values())
+    [deny] = props("JobsTable")["ResourcePolicy"]["Fn::If"][1]["PolicyDocument"]["Statement"]
+    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": {
+        "Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/prewarm/${AWS::Region}/${AWS::StackName}/*"}}}
 
 
 def test_optional_grants_exist_only_when_their_parameter_is_given() -> None:
