@@ -481,7 +481,8 @@ def _statement(owner: str, sid: str) -> dict[str, Any]:
     return found
 
 
-@pytest.mark.parametrize(("owner", "sid"), [("RefreshEcrCredentialsRole", "RegistryPulls"), ("AgentPolicy", "ImagePulls")])
+@pytest.mark.parametrize(("owner", "sid"), [("RefreshEcrCredentialsRole", "RegistryPulls"),
+                                           ("AgentPolicy", "ImagePulls")])
 def test_image_pull_grants_are_the_repositories_given_else_the_accounts_in_every_region(owner: str, sid: str) -> None:
     # The refresher's grant is what the namespace pull secrets it writes may pull; the agents' must reach
     # the Regions of every cluster the stack serves, not the stack's Region only.

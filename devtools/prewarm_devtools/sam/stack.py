@@ -27,8 +27,8 @@ in this process (its module, environment, stdout and logs) is `invocation`.
 from __future__ import annotations
 
 import ast
-import hashlib
 import contextlib
+import hashlib
 import json
 import os
 import sys
