@@ -15,8 +15,11 @@ before it, the function's CPU spread evenly between the groups); every `Transact
 item for its modeled latency (`LATENCY_S`, 20 ms: an assumption, none is published). In start order, a
 transaction that begins while another invocation's holds the item is cancelled: the invocation sleeps the
 backoff (and the refused call's latency) and everything after it moves by that much. A transaction
-refused `_ATTEMPTS` times gives its reports back. First order: the slots' schedule is not run again with
-the longer invocations, and single writes on the job item (slot fills, completion) are not counted.
+refused `_ATTEMPTS` times gives its reports back, which run once more after record_status's backoff. A
+delayed invocation holds its slot longer: the starts are scheduled again on `MaximumConcurrency` slots
+with the delays and the conflicts modeled again, until the starts no longer move (`conflicts`). First
+order: the batches keep the reports the event source gave them, a given-up batch's second run meets
+nobody, and single writes on the job item (slot fills, completion) are not counted.
 
 Throttling is read two ways: the refusals the limits layer made while the batches ran (wall time, one at a
 time: a lower bound), and the job item's peak write units in any modeled second against a partition's
@@ -31,6 +34,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.capacity_calls import FULL_VCPU_MB, INVOKE_OVERHEAD_S, LATENCY_S, REPORT_SEND_S, Invocation, latency
@@ -63,8 +67,34 @@ def call_offsets(inv: Invocation, memory_mb: int) -> list[tuple[float, str]]:
     return sorted(out)
 
 
-def conflicts(delivery: Delivery, memory_mb: int, *, item_wcu: int) -> Json:
-    """The job item's transactions of every invocation in modeled time: conflicts, retries, delays."""
+def reschedule(delivery: Delivery, added: Sequence[float], concurrency: int) -> list[float]:
+    """Each invocation's start when invocation i lasts `added[i]` longer: on the first free of `concurrency`
+    slots, not before the batch closed (`delivery.starts`, the event source's schedule without the delays)."""
+    slots = [0.0] * concurrency
+    starts = []
+    for closed, seconds, more in zip(delivery.starts, delivery.durations, added, strict=True):
+        start = max(closed, heapq.heappop(slots))
+        starts.append(start)
+        heapq.heappush(slots, start + seconds + more)
+    return starts
+
+
+def conflicts(delivery: Delivery, config: FunctionConfig, *, item_wcu: int) -> Json:
+    """The job item's transactions of every invocation in modeled time: conflicts, retries, delays. The
+    invocations' starts and their delays are settled together: a delayed invocation holds its slot longer,
+    which moves the later ones, whose transactions then meet others."""
+    starts, model = list(delivery.starts), _conflicts(delivery, delivery.starts, config.memory_mb, item_wcu)
+    for _ in range(20):
+        moved = reschedule(delivery, model["delays"], config.concurrency)
+        if moved == starts:
+            break
+        starts, model = moved, _conflicts(delivery, moved, config.memory_mb, item_wcu)
+    model["starts"] = starts
+    return model
+
+
+def _conflicts(delivery: Delivery, starts: Sequence[float], memory_mb: int, item_wcu: int) -> Json:
+    from prewarm.domain.retry import redelivery_seconds
     from prewarm.services.reports import _ATTEMPTS, _BACKOFF
 
     hold = LATENCY_S[TRANSACTION]
@@ -73,7 +103,7 @@ def conflicts(delivery: Delivery, memory_mb: int, *, item_wcu: int) -> Json:
     delay = [0.0] * len(transactions)
     refusals = [0] * len(transactions)
     gave_up = [False] * len(transactions)
-    queue = [(delivery.starts[i] + offs[0], i, 0) for i, offs in enumerate(transactions) if offs]
+    queue = [(starts[i] + offs[0], i, 0) for i, offs in enumerate(transactions) if offs]
     heapq.heapify(queue)
     held_until, held_by = -1.0, -1
     conflicted = retries = 0
@@ -94,15 +124,20 @@ def conflicts(delivery: Delivery, memory_mb: int, *, item_wcu: int) -> Json:
         held_until, held_by = at + hold, i
         writes.append(at)
         if k + 1 < len(transactions[i]):
-            heapq.heappush(queue, (delivery.starts[i] + transactions[i][k + 1] + delay[i], i, k + 1))
+            heapq.heappush(queue, (starts[i] + transactions[i][k + 1] + delay[i], i, k + 1))
     peak = max((sum(1 for w in writes if s <= w < s + 1.0) for s in writes), default=0)
+    ends = [starts[i] + d + delay[i] for i, d in enumerate(delivery.durations)]
+    # What an invocation gave up on comes back after record_status's own backoff and runs once more
+    # (first order: on a free slot, meeting nobody).
+    stored = [e + redelivery_seconds(1) + d if g else e
+              for e, d, g in zip(ends, delivery.durations, gave_up, strict=True)]
     return {
         "transactions_on_job_item": sum(len(t) for t in transactions),
         "conflicts": conflicted, "retries": retries, "gave_up_invocations": sum(gave_up),
         "most_refusals_of_one_invocation": max(refusals, default=0),
         "added_s_max": round(max(delay, default=0.0), 3), "added_s_total": round(sum(delay), 3),
         "peak_job_item_wcu_per_s": peak * item_wcu,
-        "ends": [delivery.starts[i] + d + delay[i] for i, d in enumerate(delivery.durations)],
+        "delays": delay, "ends": ends, "stored": stored,
     }
 
 
@@ -147,18 +182,18 @@ def wave_scenario(args: argparse.Namespace, config: FunctionConfig, *, node_name
         delivery = deliver([t + REPORT_SEND_S for t in sent],
                            lambda ids: stack.invoke([bodies[i] for i in ids], config), config, verbose=args.verbose)
         layer_refusals = (sum(layer.stats.refusals.values()) if layer is not None else 0) - refused_before
-        model = conflicts(delivery, config.memory_mb, item_wcu=job_item_wcu(stack, key))
-        ends = model.pop("ends")
+        model = conflicts(delivery, config, item_wcu=job_item_wcu(stack, key))
+        starts, ends, stored = model.pop("starts"), model.pop("ends"), model.pop("stored")
+        del model["delays"]
         record = stack.store.get_job(key)
         assert record is not None
-        in_flight = max((sum(1 for s, e in zip(delivery.starts, ends, strict=True) if s <= t < e)
-                         for t in delivery.starts), default=0)
+        in_flight = max((sum(1 for s, e in zip(starts, ends, strict=True) if s <= t < e) for t in starts), default=0)
         figures: Json = {
             "nodes": args.nodes, "wave_window_s": args.wave_window, "batches": len(delivery.durations),
             "invocations_at_once": in_flight,
             "completed_s_without_conflicts": round(max(delivery.stored_at.values(), default=0.0), 3),
-            "completed_s": round(max(ends, default=0.0), 3),
-            "longest_invocation_s": round(max(e - s for s, e in zip(delivery.starts, ends, strict=True)), 3),
+            "completed_s": round(max(stored, default=0.0), 3),
+            "longest_invocation_s": round(max(e - s for s, e in zip(starts, ends, strict=True)), 3),
             **model, "layer_refusals": layer_refusals, "returned": delivery.returned, "dlq": delivery.dlq,
             "state": str(record.state), "succeeded": record.counters.succeeded,
             "counters_exact": not invariant_problems(stack.store, key) and record.counters.succeeded == args.nodes,
