@@ -47,6 +47,7 @@ The last line is JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import sys
@@ -310,10 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--never-jobs", type=int, default=20, help="running Never jobs (default 20)")
     parser.add_argument("--finished-jobs", type=int, default=500, help="finished jobs stored (default 500)")
     wave_arguments(parser)
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="StatusConcurrency as deployed (default: template.yaml's default)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     config = FunctionConfig.from_template()
+    if args.concurrency is not None:
+        config = dataclasses.replace(config, concurrency=args.concurrency)
     print_machine()
     print(f"model: DynamoDB single-item {LATENCY_S['dynamodb:UpdateItem'] * 1000:g} ms, BatchGetItem "
           f"{LATENCY_S['dynamodb:BatchGetItem'] * 1000:g} ms, TransactWriteItems "
