@@ -24,11 +24,15 @@ batch closes when it is full or its window has passed and runs on the first free
 for real one at a time, in the order the model starts them, so concurrency shows in modeled time
 only: transaction conflicts between concurrent invocations are `fleet.py`'s to count.
 
-Two scenarios (`--scenario`):
+Three scenarios (`--scenario`; `both` is status and storm, `all` the three):
 - `status`: `--nodes` (5,000) pulling nodes of one `Always` job, one progress report each every 5 s,
   for `--seconds` of arrivals; prints sequential AWS round trips per batch, modeled seconds per
   batch, sustainable reports per second (MaximumConcurrency x a full batch / its modeled seconds),
   and the report → stored status lag p50/p99/max (to the end of the invocation that stored it).
+- `wave`: `--nodes` (5,000) pulling nodes of one `Always` job all send their final `Succeeded` report
+  within `--wave-window` (5) s, so that several invocations transact on the one job item at once; prints
+  the conflicts, retries and throttles on it and when the job completes (`capacity_wave`, which says
+  what is modeled).
 - `storm`: `--joining` (1,000) nodes say hello within `--join-window` (60) s, each with the startup
   taint, while `--never-jobs` (20) running `Never` jobs and `--finished-jobs` (500) finished jobs are
   stored; prints when the last node is registered and sent its RequiredImages, the longest
@@ -43,6 +47,7 @@ The last line is JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import sys
@@ -57,6 +62,7 @@ if __name__ == "__main__" and not __package__:  # run as a file: make `benchmark
 from benchmarks.capacity_calls import FULL_VCPU_MB, INVOKE_OVERHEAD_S, LATENCY_S, REPORT_SEND_S
 from benchmarks.capacity_delivery import Delivery, deliver
 from benchmarks.capacity_stack import FunctionConfig, Stack
+from benchmarks.capacity_wave import PARTITION_WCU_PER_S, wave_arguments, wave_scenario
 from benchmarks.fleet_agents import IMAGE, IMAGE_BYTES, NAMESPACE, PROGRESS_EVERY_S
 from benchmarks.fleet_moto import REGION
 from benchmarks.measure import BenchmarkError, Target, emit, percentile, print_machine, print_targets
@@ -266,8 +272,14 @@ def storm_scenario(args: argparse.Namespace, config: FunctionConfig) -> Json:
     return figures
 
 
-def targets(status: Json | None, storm: Json | None) -> list[Target]:
+def targets(status: Json | None, storm: Json | None, wave: Json | None = None) -> list[Target]:
     out = []
+    if wave is not None:
+        out += [
+            Target("Succeeded wave: invocations that gave up on the job item", wave["gave_up_invocations"], 0),
+            Target("Succeeded wave: peak job item WCU/s", wave["peak_job_item_wcu_per_s"], PARTITION_WCU_PER_S),
+            Target("Succeeded wave: counters exact (1 = yes)", int(wave["counters_exact"]), 1, at_least=True),
+        ]
     if status is not None:
         out += [
             Target("sustainable reports per s", status["sustainable_reports_per_s"], TARGET_REPORTS_PER_S,
@@ -290,7 +302,7 @@ def targets(status: Json | None, storm: Json | None) -> list[Target]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/capacity.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=("both", "status", "storm"), default="both")
+    parser.add_argument("--scenario", choices=("both", "all", "status", "storm", "wave"), default="both")
     parser.add_argument("--nodes", type=int, default=5000, help="pulling nodes (default 5000)")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of progress reports (default 20)")
     parser.add_argument("--joining", type=int, default=1000, help="nodes joining in the storm (default 1000)")
@@ -298,20 +310,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--old-nodes", type=int, default=50, help="nodes before the storm (default 50)")
     parser.add_argument("--never-jobs", type=int, default=20, help="running Never jobs (default 20)")
     parser.add_argument("--finished-jobs", type=int, default=500, help="finished jobs stored (default 500)")
+    wave_arguments(parser)
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="StatusConcurrency as deployed (default: template.yaml's default)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     config = FunctionConfig.from_template()
+    if args.concurrency is not None:
+        config = dataclasses.replace(config, concurrency=args.concurrency)
     print_machine()
     print(f"model: DynamoDB single-item {LATENCY_S['dynamodb:UpdateItem'] * 1000:g} ms, BatchGetItem "
           f"{LATENCY_S['dynamodb:BatchGetItem'] * 1000:g} ms, TransactWriteItems "
           f"{LATENCY_S['dynamodb:TransactWriteItems'] * 1000:g} ms, SQS SendMessage "
           f"{LATENCY_S['sqs:SendMessage'] * 1000:g} ms, invoke {INVOKE_OVERHEAD_S * 1000:g} ms; CPU x "
           f"{FULL_VCPU_MB / config.memory_mb:.2f} ({config.memory_mb} MB; a core here counts as one vCPU)")
-    status = status_scenario(args, config) if args.scenario in ("both", "status") else None
-    storm = storm_scenario(args, config) if args.scenario in ("both", "storm") else None
-    met = print_targets(targets(status, storm))
-    emit({"status": status, "storm": storm, "targets_met": met, "memory_mb": config.memory_mb,
+    status = status_scenario(args, config) if args.scenario in ("both", "all", "status") else None
+    storm = storm_scenario(args, config) if args.scenario in ("both", "all", "storm") else None
+    wave = wave_scenario(args, config, node_names=node_names, store_job=store_job, in_batches=in_batches) \
+        if args.scenario in ("all", "wave") else None
+    met = print_targets(targets(status, storm, wave))
+    emit({"status": status, "storm": storm, "wave": wave, "targets_met": met, "memory_mb": config.memory_mb,
+          "concurrency": config.concurrency, "batch_size": config.batch_size,
           "latency_s": LATENCY_S, "invoke_overhead_s": INVOKE_OVERHEAD_S})
     return 0
 

@@ -18,6 +18,8 @@ class Delivery:
     """What the event source did with the messages: when each was stored, and each invocation."""
 
     stored_at: dict[int, float] = field(default_factory=dict)
+    starts: list[float] = field(default_factory=list)  # each invocation's, in modeled time
+    invocations: list[Invocation] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
     trips: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
@@ -50,6 +52,8 @@ def deliver(visible: Sequence[float], run: Callable[[list[int]], tuple[Invocatio
         inv, returned = run([i for _, i, _ in batch])
         seconds = inv.modeled_s(config.memory_mb)
         trips, _ = inv.sequential()
+        out.starts.append(close)
+        out.invocations.append(inv)
         out.durations.append(seconds)
         out.trips.append(trips)
         out.sizes.append(len(batch))

@@ -34,12 +34,18 @@ class FunctionConfig:
         defaults = template.get("Globals", {}).get("Function", {})
         source = fn["Events"]["StatusReports"]["Properties"]
         queue = resource(template, "StatusQueue", "AWS::SQS::Queue")
+        parameters = template.get("Parameters", {})
+
+        def value(given: Any) -> Any:
+            """A setting, or the default of the parameter it names (`!Ref StatusConcurrency`)."""
+            return parameters[given["Ref"]]["Default"] if isinstance(given, dict) and "Ref" in given else given
+
         return cls(
             memory_mb=int(fn.get("MemorySize", defaults.get("MemorySize", 128))),
             timeout_s=float(fn.get("Timeout", defaults.get("Timeout", 3))),
-            batch_size=int(source.get("BatchSize", 10)),
+            batch_size=int(value(source.get("BatchSize", 10))),
             window_s=float(source.get("MaximumBatchingWindowInSeconds", 0)),
-            concurrency=int(source.get("ScalingConfig", {}).get("MaximumConcurrency", 1000)),
+            concurrency=int(value(source.get("ScalingConfig", {}).get("MaximumConcurrency", 1000))),
             visibility_s=float(queue.get("VisibilityTimeout", 30)),
             max_receives=int(queue["RedrivePolicy"]["maxReceiveCount"]),
         )

@@ -2,7 +2,11 @@
 proxy (`GET /api/v1/nodes/NAME/proxy/configz`, RBAC `get` on `nodes/proxy`), for `prewarm doctor` and
 `prewarm describe job`. A node whose configuration cannot be read is reported with the reason, never
 left out: RBAC (403), a kubelet the API server cannot reach, a node gone, an answer that is not a kubelet
-configuration."""
+configuration.
+
+`prewarm doctor` reads one node per pool (`read_pool_policies`): the nodes of one managed node group or
+Karpenter NodePool, else of one instance type, at one kubelet version, share a kubelet configuration, so
+a fleet of 5,000 nodes in a few pools costs a few GETs, not 5,000."""
 
 from __future__ import annotations
 
@@ -17,6 +21,13 @@ from prewarm_cli.output import listed
 # Reads at once (one GET per node). The kubernetes client pools 5 connections per CPU: more readers than
 # that would open and drop connections, each with a urllib3 warning.
 READERS = 4
+# What makes nodes one pool: their managed node group's or Karpenter NodePool's label (EKS Auto Mode's
+# too), else their instance type; and their kubelet version, since a pool being upgraded runs two.
+POOL_LABELS = ("eks.amazonaws.com/nodegroup", "karpenter.sh/nodepool")
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# The nodes of a pool tried, one after another, when one cannot be read for a reason of its own (its
+# kubelet not reached, the node gone); an RBAC refusal is the same for every node and ends the pool.
+SAMPLES_PER_POOL = 3
 NODES_PROXY_FIX = ("grant `get` on `nodes/proxy` to whoever runs this (docs/credentials.md, \"Reading the "
                    "kubelets' policies\")")
 
@@ -33,6 +44,8 @@ class NodePolicies:
 
     policies: dict[str, KubeletImagePolicy] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
+    # Read per pool: each pool and the node its policy was read from (None: none could be).
+    sampled: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def forbidden(self) -> bool:
@@ -54,15 +67,21 @@ def _why(error: Exception) -> str:
     raise error
 
 
-def read_policies(api: ConfigzApi, nodes: Iterable[str]) -> NodePolicies:
-    """The policy of each of `nodes`, read READERS at a time."""
+def _read(api: ConfigzApi, node: str) -> KubeletImagePolicy | str:
+    """`node`'s policy, or why it could not be read."""
     from prewarm.services.ports import ClusterError
 
+    try:
+        return KubeletImagePolicy.from_configz(api.get_node_configz(node))
+    except (ClusterError, KubeletConfigError) as e:
+        return _why(e)
+
+
+def read_policies(api: ConfigzApi, nodes: Iterable[str]) -> NodePolicies:
+    """The policy of each of `nodes`, read READERS at a time."""
+
     def read(node: str) -> tuple[str, KubeletImagePolicy | str]:
-        try:
-            return node, KubeletImagePolicy.from_configz(api.get_node_configz(node))
-        except (ClusterError, KubeletConfigError) as e:
-            return node, _why(e)
+        return node, _read(api, node)
 
     found = NodePolicies()
     names = sorted(set(nodes))
@@ -72,6 +91,51 @@ def read_policies(api: ConfigzApi, nodes: Iterable[str]) -> NodePolicies:
                 found.unreadable[node] = result
             else:
                 found.policies[node] = result
+    return found
+
+
+def node_pool(node: Mapping[str, Any]) -> str:
+    """The pool of a Node object: `eks.amazonaws.com/nodegroup=NAME` or `karpenter.sh/nodepool=NAME`, else
+    `node.kubernetes.io/instance-type=TYPE`, with its kubelet version.
+
+    >>> node_pool({"metadata": {"labels": {"karpenter.sh/nodepool": "gpu"}},
+    ...            "status": {"nodeInfo": {"kubeletVersion": "v1.34.1-eks-1"}}})
+    'karpenter.sh/nodepool=gpu, kubelet v1.34.1-eks-1'
+    """
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or "unknown"
+    label = next((k for k in POOL_LABELS if labels.get(k)), INSTANCE_TYPE_LABEL)
+    return f"{label}={labels.get(label) or 'unknown'}, kubelet {version}"
+
+
+def read_pool_policies(api: ConfigzApi, nodes: Iterable[Mapping[str, Any]]) -> NodePolicies:
+    """The policy of each of `nodes` (Node objects), read from one node of each pool (`node_pool`) and
+    given to every node of it; the next node of the pool is tried when one cannot be reached, up to
+    SAMPLES_PER_POOL. A pool none of whose nodes could be read has all its nodes unreadable, with the
+    reason. Pools are read READERS at a time."""
+    pools: dict[str, list[str]] = {}
+    for node in nodes:
+        pools.setdefault(node_pool(node), []).append(str(node["metadata"]["name"]))
+
+    def sample(pool: str) -> tuple[str, str | None, KubeletImagePolicy | str]:
+        result: KubeletImagePolicy | str = "no node"
+        for name in sorted(pools[pool])[:SAMPLES_PER_POOL]:
+            result = _read(api, name)
+            if not isinstance(result, str):
+                return pool, name, result
+            if result.startswith(("forbidden", "not authenticated")):
+                break
+        return pool, None, result
+
+    found = NodePolicies()
+    with ThreadPoolExecutor(max_workers=max(1, min(READERS, len(pools)))) as pool_readers:
+        for pool, read_from, result in pool_readers.map(sample, sorted(pools)):
+            found.sampled[pool] = read_from
+            for name in pools[pool]:
+                if isinstance(result, str):
+                    found.unreadable[name] = result
+                else:
+                    found.policies[name] = result
     return found
 
 

@@ -64,6 +64,32 @@ class Architecture:
 
 ARCHITECTURES = {"arm64": Architecture("arm64", 183, "aarch64"), "x86_64": Architecture("x86_64", 62, "x86_64")}
 
+# The glibc of the functions' runtimes: python3.12 and later run on Amazon Linux 2023 (glibc 2.34; Lambda
+# developer guide, "Lambda runtimes"). A manylinux_2_X wheel needs glibc 2.X or later (PEP 600).
+RUNTIME_GLIBC = (2, 34)
+_LEGACY_MANYLINUX_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def manylinux_platforms(arch: Architecture, glibc: tuple[int, int] = RUNTIME_GLIBC) -> set[str]:
+    """Every manylinux tag from manylinux2014 up to `glibc` for `arch`: what the deps layer installs.
+
+    >>> sorted(manylinux_platforms(ARCHITECTURES["arm64"], (2, 18)))
+    ['manylinux2014_aarch64', 'manylinux_2_17_aarch64', 'manylinux_2_18_aarch64']
+    """
+    return {f"manylinux2014_{arch.machine}"} | {f"manylinux_2_{minor}_{arch.machine}"
+                                                 for minor in range(17, glibc[1] + 1)}
+
+
+def _glibc_fits(platform: str, arch: Architecture, glibc: tuple[int, int]) -> bool:
+    """Whether a glibc Linux of `glibc` on `arch` loads a wheel of platform tag `platform`."""
+    if platform == "any" or platform == f"linux_{arch.machine}":
+        return True
+    legacy, _, machine = platform.partition("_")
+    if legacy in _LEGACY_MANYLINUX_GLIBC:
+        return machine == arch.machine and _LEGACY_MANYLINUX_GLIBC[legacy] <= glibc
+    match = re.fullmatch(rf"manylinux_(\d+)_(\d+)_{arch.machine}", platform)
+    return match is not None and (int(match[1]), int(match[2])) <= glibc
+
 
 class LayerBuildError(RuntimeError):
     """A layer could not be built or measured; says which and why."""
@@ -141,8 +167,8 @@ def _wheel_tag_fits(tag: str, arch: Architecture, version: tuple[int, int]) -> b
     if len(parts) != 3:
         return False
     interpreter, abi, platform = parts
-    # Lambda's runtimes are glibc: manylinux and plain linux tags, not musllinux.
-    if platform != "any" and not re.fullmatch(rf"(many)?linux(_\d+_\d+|1|2010|2014)?_{arch.machine}", platform):
+    # Lambda's runtimes are glibc (2.34): manylinux tags up to it and plain linux tags, not musllinux.
+    if not _glibc_fits(platform, arch, RUNTIME_GLIBC):
         return False
     match = re.fullmatch(r"(py|cp)(\d)(\d*)", interpreter)
     if match is None or int(match[2]) != version[0]:
@@ -189,7 +215,8 @@ def check_compiled_code(layer: Path, architecture: str, python: str) -> Compiled
             problems.append(Problem(
                 where, f"a wheel tagged {', '.join(tags) or '(no Tag: line)'}",
                 f"cp{version[0]}{version[1]}-cp{version[0]}{version[1]}, cp3X-abi3 (X <= {version[1]}) or "
-                f"py3-none, on any or a manylinux/linux {arch.machine} platform",
+                f"py3-none, on any or a manylinux (glibc <= {RUNTIME_GLIBC[0]}.{RUNTIME_GLIBC[1]})/linux "
+                f"{arch.machine} platform",
             ))
     return CompiledCode(extensions, abi3, wheels, pure, tuple(problems))
 
@@ -321,6 +348,11 @@ def _flag(command: Sequence[str], name: str) -> str | None:
     return command[command.index(name) + 1] if name in command else None
 
 
+def deps_platforms(command: Sequence[str]) -> list[str]:
+    """The platform tags of the Makefile's `pip install` line, in its order (one `--platform` each)."""
+    return [command[i + 1] for i, word in enumerate(command[:-1]) if word == "--platform"]
+
+
 def build_deps_layer(into: Path) -> tuple[BuiltLayer, str]:
     """The deps layer's contents in `into/deps-layer/python`, as the Makefile installs them, not compiled;
     with the platform it was installed for. Its size counts bytecode estimated outside the layer."""
@@ -331,7 +363,9 @@ def build_deps_layer(into: Path) -> tuple[BuiltLayer, str]:
     if done.returncode != 0:
         raise LayerBuildError(f"{DEPS_LAYER / 'requirements.txt'}: pip exited with {done.returncode}:\n"
                               f"{done.stderr[-3000:]}")
-    platform = f"{_flag(command, '--platform') or 'this machine'}, Python {_flag(command, '--python-version') or '?'}"
+    tags = deps_platforms(command)
+    shown = " .. ".join(dict.fromkeys([tags[0], tags[-1]])) if tags else "this machine"
+    platform = f"{shown}, Python {_flag(command, '--python-version') or '?'}"
     bytecode, uncompiled = estimated_bytecode(artifacts / "python", into / "deps-bytecode")
     note = f"built for {platform}; bytecode estimated with Python {sys.version_info[0]}.{sys.version_info[1]}"
     if uncompiled:

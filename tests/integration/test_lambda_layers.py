@@ -20,6 +20,8 @@ from prewarm_devtools.lambda_layers import (
     Report,
     check_compiled_code,
     check_layers,
+    deps_install_command,
+    deps_platforms,
     template_functions,
     wiring_problems,
 )
@@ -172,6 +174,11 @@ def test_an_extension_that_is_not_an_elf_file_is_named_as_a_problem(tmp_path: Pa
     ("cp313-cp313-manylinux_2_17_aarch64", True),
     ("cp313-cp313-linux_aarch64", True),
     ("py3-none-manylinux2014_aarch64", True),
+    ("cp313-cp313-manylinux_2_34_aarch64", True),  # AL2023's glibc
+    ("cp313-cp313-manylinux_2_28_aarch64", True),
+    ("cp313-cp313-manylinux_2_35_aarch64", False),  # a newer glibc than the runtime's
+    ("cp313-cp313-manylinux_2_39_aarch64", False),
+    ("cp313-cp313-musllinux_1_2_aarch64", False),
     ("cp313-cp313-manylinux_2_17_x86_64", False),
     ("cp313-cp313-musllinux_1_2_aarch64", False),  # Lambda's runtimes are glibc
     ("cp313-cp313t-manylinux_2_17_aarch64", False),  # free-threaded build
@@ -183,3 +190,11 @@ def test_a_wheel_passes_only_with_a_tag_for_the_layers_python_and_architecture(t
     write_wheel(tmp_path, "w", tag)
 
     assert (check_compiled_code(tmp_path, "arm64", "3.13").problems == ()) is fits
+
+
+def test_the_deps_layer_installs_every_manylinux_tag_the_runtimes_glibc_loads(tmp_path: Path) -> None:
+    # pip takes one --platform per tag and does not widen manylinux_2_34 to the older glibc versions: a
+    # dependency whose only aarch64 wheel is manylinux_2_28 (none for 2014) was not found for the layer.
+    platforms = deps_platforms(deps_install_command(tmp_path))
+
+    assert platforms == ["manylinux2014_aarch64", *(f"manylinux_2_{minor}_aarch64" for minor in range(17, 35))]

@@ -35,8 +35,8 @@ def aws() -> Iterator[MotoServer]:
         yield server
 
 
-def deploy(aws: MotoServer, sources: str) -> LocalStack:
-    return LocalStack(aws.url, stack_name=f"tp-{uuid.uuid4().hex[:6]}",
+def deploy(aws: MotoServer, sources: str, name: str = "tp") -> LocalStack:
+    return LocalStack(aws.url, stack_name=f"{name}-{uuid.uuid4().hex[:6]}",
                       parameters={"ClusterName": "local", "JobSources": sources}).deploy()
 
 
@@ -69,6 +69,19 @@ def test_resources_only_lets_the_stacks_roles_write_and_everyone_read(aws: MotoS
 
     assert applied.outcome == "created"
     assert [r.name for r in store_as(aws, stack, OPERATOR).list_jobs()] == ["by-sync"]
+
+
+def test_resources_only_lets_the_roles_of_a_long_stack_name_write(aws: MotoServer) -> None:
+    # 59 characters: CloudFormation cuts its roles' generated names (64 at most) short of the whole stack name
+    stack = deploy(aws, "resources", name="prewarm-production-eu-central-1-image-prewarming-fleet")
+    sync = stack.functions["SyncResourcesFunction"].identity
+    assert sync is not None
+    role_name = sync.arn.rsplit("/", 1)[1]
+    assert len(role_name) <= 64 and not role_name.startswith(f"{stack.stack_name}-")
+
+    applied = apply_manifest(store_as(aws, stack, sync), job_doc("by-sync"), now=1.0)
+
+    assert applied.outcome == "created"
 
 
 def test_the_default_lets_the_cli_write(aws: MotoServer) -> None:

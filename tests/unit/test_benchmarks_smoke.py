@@ -403,6 +403,20 @@ def test_capacity_models_both_scenarios_and_loses_nothing() -> None:
 
 
 @pytest.mark.integration
+def test_capacity_succeeded_wave_meets_concurrent_invocations_on_the_job_item_and_completes_the_job() -> None:
+    # Given 200 pulling nodes whose Succeeded reports all come at once (two full batches together)
+    result = run_benchmark("capacity.py", "--scenario", "wave", "--nodes", "200", "--wave-window", "0", timeout=600)
+    wave = result["wave"]
+    # Then two invocations transacted on the job item at once: one was refused, backed off and retried
+    assert wave["invocations_at_once"] == 2 and wave["transactions_on_job_item"] == 4
+    assert wave["conflicts"] >= 1 and wave["conflicts"] == wave["retries"] + wave["gave_up_invocations"]
+    assert wave["gave_up_invocations"] == 0 and wave["completed_s"] > wave["completed_s_without_conflicts"] > 0
+    # And the job completed with every node counted once, nothing returned to the queue or dead-lettered
+    assert wave["state"] == "Completed" and wave["succeeded"] == 200 and wave["counters_exact"] is True
+    assert (wave["returned"], wave["dlq"]) == (0, 0) and wave["peak_job_item_wcu_per_s"] > 0
+
+
+@pytest.mark.integration
 def test_moto_queues_times_both_codes_at_every_depth() -> None:
     result = run_benchmark("moto_queues.py", "--depths", "20,60", "--calls", "1")
     assert set(result) == {"moto", "patched"}

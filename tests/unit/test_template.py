@@ -202,10 +202,26 @@ def test_queue_event_sources_report_partial_batch_failures() -> None:
     assert queues, "record_status consumes the status queue"
     for function, event_name, source in queues:
         assert source.get("FunctionResponseTypes") == ["ReportBatchItemFailures"], f"{function}.{event_name}"
-        # Batches of up to 100 reports with a window (Lambda requires one above 10), at most 10 in flight
-        assert source["BatchSize"] == 100
+        # Batches of StatusBatchSize reports with a window (Lambda requires one above 10), at most
+        # StatusConcurrency in flight
+        assert source["BatchSize"] == {"Ref": "StatusBatchSize"}
         assert source["MaximumBatchingWindowInSeconds"] >= 1
-        assert source["ScalingConfig"]["MaximumConcurrency"] == 10
+        assert source["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "StatusConcurrency"}
+
+
+def test_status_capacity_is_parameters_within_what_lambda_accepts() -> None:
+    params = template()["Parameters"]
+    # Lambda's MaximumConcurrency is 2..1000; a batch over 10 needs the 1 s window the mapping has.
+    assert {k: params["StatusConcurrency"].get(k) for k in ("Type", "Default", "MinValue", "MaxValue")} == {
+        "Type": "Number", "Default": 10, "MinValue": 2, "MaxValue": 1000}
+    assert {k: params["StatusBatchSize"].get(k) for k in ("Default", "MinValue", "MaxValue")} == {
+        "Default": 100, "MinValue": 10, "MaxValue": 1000}
+    # 0 reserves nothing (a reservation of 0 would throttle every invocation).
+    assert (params["StatusReservedConcurrency"]["Default"], params["StatusReservedConcurrency"]["MinValue"]) == (0, 0)
+    assert props("RecordStatusFunction")["ReservedConcurrentExecutions"] == {
+        "Fn::If": ["HasStatusReservedConcurrency", {"Ref": "StatusReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
+    assert template()["Conditions"]["HasStatusReservedConcurrency"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "StatusReservedConcurrency"}, 0]}]}
 
 
 def test_status_queue_outlasts_six_record_status_timeouts_and_redrives_to_its_dlq() -> None:
@@ -393,8 +409,9 @@ _ACCOUNT = r"arn:\$\{AWS::Partition\}:(?P<service>[a-z-]+):\$\{AWS::Region\}:\$\
 SCOPED_SUBS = {
     _ACCOUNT + r"repository/\*": "the account's ECR repositories (images to inspect and pull)",
     r"arn:\$\{AWS::Partition\}:ecr:\*:\$\{AWS::AccountId\}:repository/\*":
-        "the account's ECR repositories in every region: the refresher's token pulls from whichever "
-        "registries of the account CredentialsConfig names",
+        "the account's ECR repositories in every region (when PullRepositoryArns is empty): the refresher's "
+        "token pulls from whichever registries of the account CredentialsConfig names, the agents from "
+        "whichever Region their cluster's jobs name",
     _ACCOUNT + r"cluster/\$\{ClusterName\}": "the one cluster of the stack",
     _ACCOUNT + r"parameter\$\{CredentialsConfigParameter\}": "the one configuration parameter",
     r"\$\{JobsTable\.Arn\}/(index|stream)/\*": "the jobs table's index and stream",
@@ -402,8 +419,10 @@ SCOPED_SUBS = {
 
 
 def _is_scoped(resource: Any) -> bool:
+    if isinstance(resource, dict) and "Fn::If" in resource:
+        return all(_is_scoped(r) for branch in branches(resource) for r in as_list(branch))
     if resource in (_node_queue_arn(), _secret_arn("pull-secrets"), _secret_arn("registry"),
-                    {"Ref": "CredentialRoleArns"}):
+                    {"Ref": "CredentialRoleArns"}, {"Ref": "PullRepositoryArns"}):
         return True
     target = getatt_target(resource)
     if target is not None:
@@ -458,6 +477,36 @@ def test_functions_that_call_the_kubernetes_api_join_the_vpc_when_subnets_are_gi
             assert props(role)["ManagedPolicyArns"] == conditional, role
 
 
+def _statement(owner: str, sid: str) -> dict[str, Any]:
+    [found] = [s for o, s in statements() if o == owner and s.get("Sid") == sid]
+    return found
+
+
+@pytest.mark.parametrize(("owner", "sid"), [("RefreshEcrCredentialsRole", "RegistryPulls"),
+                                           ("AgentPolicy", "ImagePulls")])
+def test_image_pull_grants_are_the_repositories_given_else_the_accounts_in_every_region(owner: str, sid: str) -> None:
+    # The refresher's grant is what the namespace pull secrets it writes may pull; the agents' must reach
+    # the Regions of every cluster the stack serves, not the stack's Region only.
+    assert template()["Parameters"]["PullRepositoryArns"]["Type"] == "CommaDelimitedList"
+    assert _statement(owner, sid)["Resource"] == {"Fn::If": [
+        "HasPullRepositoryArns", {"Ref": "PullRepositoryArns"},
+        {"Fn::Sub": "arn:${AWS::Partition}:ecr:*:${AWS::AccountId}:repository/*"}]}
+    assert template()["Conditions"]["HasPullRepositoryArns"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Fn::Join": ["", {"Ref": "PullRepositoryArns"}]}, ""]}]}
+
+
+def test_the_table_policy_knows_the_stacks_roles_by_their_path_whatever_the_stack_names_length() -> None:
+    # CloudFormation cuts a generated role name to IAM's 64 characters, stack name first: a pattern on the
+    # name (`role/<stack>-*`) misses the roles of a long stack. The path is the stack's whole name.
+    path = {"Fn::Sub": "/prewarm/${AWS::Region}/${AWS::StackName}/"}
+    roles = resources("AWS::IAM::Role")
+    assert roles and {name: r["Properties"].get("Path") for name, r in roles.items()} == {n: path for n in roles}
+    assert all("RoleName" not in r["Properties"] for r in roles.values())
+    [deny] = props("JobsTable")["ResourcePolicy"]["Fn::If"][1]["PolicyDocument"]["Statement"]
+    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": {
+        "Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/prewarm/${AWS::Region}/${AWS::StackName}/*"}}}
+
+
 def test_optional_grants_exist_only_when_their_parameter_is_given() -> None:
     role = props("RefreshEcrCredentialsRole")["Policies"][0]["PolicyDocument"]["Statement"]
     conditional = {s["Fn::If"][0]: s["Fn::If"][1]["Action"] for s in role if "Fn::If" in s}
@@ -489,7 +538,7 @@ def _alarms_on(namespace: str, metric: str) -> dict[str, dict[str, Any]]:
     return {
         name: a["Properties"]
         for name, a in resources("AWS::CloudWatch::Alarm").items()
-        if a["Properties"]["Namespace"] == namespace and a["Properties"]["MetricName"] == metric
+        if a["Properties"].get("Namespace") == namespace and a["Properties"].get("MetricName") == metric
     }
 
 
@@ -509,6 +558,31 @@ def test_every_function_alarms_on_errors_over_five_minutes() -> None:
         [dimension] = alarm["Dimensions"]
         alarmed[dimension["Value"]["Ref"]] = (alarm["Period"], alarm["ComparisonOperator"], alarm["Threshold"])
     assert alarmed == {name: (300, "GreaterThanThreshold", 0) for name in functions()}
+
+
+def test_every_function_alarms_on_its_first_throttle() -> None:
+    alarmed = {}
+    for alarm in _alarms_on("AWS/Lambda", "Throttles").values():
+        [dimension] = alarm["Dimensions"]
+        alarmed[dimension["Value"]["Ref"]] = (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"])
+    assert alarmed == {name: ("Sum", "GreaterThanThreshold", 0) for name in functions()}
+
+
+def test_the_job_stream_alarms_when_dispatch_job_falls_two_minutes_behind() -> None:
+    [alarm] = _alarms_on("AWS/Lambda", "IteratorAge").values()
+    [(function, _, _)] = list(events_of("DynamoDB"))
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function}}]
+    assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
+        "Maximum", "GreaterThanThreshold", 120000)  # milliseconds
+    assert alarm["Period"] * alarm["EvaluationPeriods"] <= 300
+
+
+def test_the_jobs_table_alarms_on_read_and_write_throttling() -> None:
+    for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+        [alarm] = _alarms_on("AWS/DynamoDB", metric).values()
+        assert alarm["Dimensions"] == [{"Name": "TableName", "Value": {"Ref": "JobsTable"}}], metric
+        assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
+            "Sum", "GreaterThanThreshold", 0), metric
 
 
 def test_credential_expiry_alarms_two_hours_ahead_on_the_refreshers_metric() -> None:

@@ -470,11 +470,15 @@ def check_image_credentials(warmers: Sequence[str], images: Sequence[str | None]
         reasons = "; ".join(f"{listed(group)}: {why}" for why, group in by_description(found.unreadable).items())
         problems.append(f"the kubelet policy of {len(found.unreadable)} nodes is unknown ({reasons})")
         fixes.append(NODES_PROXY_FIX if found.forbidden else "check that the API server reaches those kubelets")
+    pools = ""
+    if found.sampled:  # read from one node per pool
+        pools = f"; read from {sum(n is not None for n in found.sampled.values())} node(s), one per pool of " \
+                f"{len(found.sampled)}"
     if not problems:
         policies = ", ".join(f"{p} on {len(g)}" for p, g in by_description(
             {n: p.describe() for n, p in found.policies.items()}).items())
-        return _ok(name, f"{what}, and every node's kubelet verifies them ({policies or 'no nodes'})")
-    return CheckResult(name, True, "; ".join(problems), "; ".join(fixes), warning=True)
+        return _ok(name, f"{what}, and every node's kubelet verifies them ({policies or 'no nodes'}{pools})")
+    return CheckResult(name, True, "; ".join(problems) + pools, "; ".join(fixes), warning=True)
 
 
 # -- the schedules ----------------------------------------------------------------------------------

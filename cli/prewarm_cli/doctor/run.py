@@ -162,7 +162,7 @@ class Doctor:
 
     def _image_credentials(self, api: Any) -> CheckResult:
         from prewarm.domain.verification import pulls_with_shared_credentials
-        from prewarm_cli.kubelets import read_policies
+        from prewarm_cli.kubelets import read_pool_policies
 
         warmers, images = [], []
         for job in self._list_jobs():
@@ -178,8 +178,9 @@ class Doctor:
             return check_image_credentials([], [], NodePolicies())
         if self._nodes is None:
             self._nodes = api.list_objects("v1", "nodes")
-        nodes = self._agents.needed if self._agents is not None else [n["metadata"]["name"] for n in self._nodes]
-        return check_image_credentials(warmers, images, read_policies(api, nodes))
+        names = set(self._agents.needed if self._agents is not None else [n["metadata"]["name"] for n in self._nodes])
+        nodes = [n for n in self._nodes if n["metadata"]["name"] in names]
+        return check_image_credentials(warmers, images, read_pool_policies(api, nodes))
 
     # -- AWS ----------------------------------------------------------------------------------------
 

@@ -18,6 +18,25 @@ from prewarm_devtools.sam.template import TemplateError
 NO_VALUE = object()
 
 
+def check_number(name: str, spec: Mapping[str, Any], value: Any) -> None:
+    """Refuses a Number parameter's value as CloudFormation does at deploy: not a number, or outside
+    MinValue..MaxValue (`StatusConcurrency=1` is refused there, as Lambda's MaximumConcurrency starts at 2).
+
+    >>> check_number("N", {"MinValue": 2}, "1")
+    Traceback (most recent call last):
+    ...
+    prewarm_devtools.sam.template.TemplateError: Parameter 'N' must be a number not less than 2
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TemplateError(f"Parameter '{name}' must be a number") from None
+    if "MinValue" in spec and number < float(spec["MinValue"]):
+        raise TemplateError(f"Parameter '{name}' must be a number not less than {spec['MinValue']}")
+    if "MaxValue" in spec and number > float(spec["MaxValue"]):
+        raise TemplateError(f"Parameter '{name}' must be a number not greater than {spec['MaxValue']}")
+
+
 @dataclass
 class Physical:
     """What a logical resource became locally: its Ref value and attributes (Arn, StreamArn, ...)."""
@@ -54,6 +73,8 @@ class Resolver:
                 raise TemplateError(f"parameter {name} has no default: give it a value")
             if spec.get("Type") == "CommaDelimitedList":
                 value = [v for v in str(value).split(",") if v] if isinstance(value, str) else list(value)
+            if spec.get("Type") == "Number":
+                check_number(name, spec, value)
             self.parameters[name] = value
         self._conditions: dict[str, bool] = {}
 

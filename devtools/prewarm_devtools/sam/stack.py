@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -63,9 +64,29 @@ from prewarm_devtools.sam.template import (
     table_create_args,
 )
 
+# IAM role names stop at 64 characters (IAM User Guide, "IAM and AWS STS quotas").
+IAM_NAME_LIMIT = 64
+
+
+def generated_name(stack: str, logical: str, limit: int) -> str:
+    """The name CloudFormation gives a resource that names none: `<stack>-<logical id>`, and when that is
+    longer than the resource type allows, cut to fit with a random suffix (here derived from the full name,
+    so every process derives the same one): a long stack's role names do not start with its whole name.
+
+    >>> generated_name("pw", "SweepRole", 64)
+    'pw-SweepRole'
+    >>> len(generated_name("s" * 60, "SweepRole", 64))
+    64
+    """
+    name = f"{stack}-{logical}"
+    if len(name) <= limit:
+        return name
+    suffix = hashlib.sha256(name.encode()).hexdigest()[:12].upper()
+    return f"{name[: limit - len(suffix) - 1]}-{suffix}"
+
+
 # Created only as names locally: their effect (permissions, alarms, logs) is not emulated.
 _NAME_ONLY = {
-    "AWS::IAM::Role": "arn:aws:iam::{account}:role/{name}",
     "AWS::IAM::ManagedPolicy": "arn:aws:iam::{account}:policy/{name}",
     "AWS::Logs::LogGroup": "arn:aws:logs:{region}:{account}:log-group:{name}",
     "AWS::CloudWatch::Alarm": "arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
@@ -143,6 +164,12 @@ class LocalStack(EventSources):
                 self._access_entry(logical, res.get("Properties", {}))
             elif kind == "AWS::DynamoDB::Table":
                 self._create_table(logical)
+            elif kind == "AWS::IAM::Role":
+                path = str(self.resolver.resolve(res.get("Properties", {}).get("Path", "/")))
+                name = generated_name(self.stack_name, logical, IAM_NAME_LIMIT)
+                arn = f"arn:aws:iam::{ACCOUNT}:role{path}{name}"
+                self.physical[logical] = Physical(ref=name, attrs={"Arn": arn})
+                self.not_emulated.append(f"{logical} ({kind})")
             elif kind in _NAME_ONLY:
                 name = f"{self.stack_name}-{logical}"
                 arn = _NAME_ONLY[kind].format(account=ACCOUNT, region=self.region, name=name)

@@ -51,3 +51,19 @@ def test_an_aws_managed_policy_local_mode_does_not_know_fails_rather_than_granti
         "ManagedPolicyArns": ["arn:aws:iam::aws:policy/AmazonSQSFullAccess"]}}}
     with pytest.raises(TemplateError, match="AmazonSQSFullAccess"):
         role_policies(resolver(resources))
+
+
+@pytest.mark.parametrize(("given", "refused"), [
+    ("1", "Parameter 'StatusConcurrency' must be a number not less than 2"),
+    ("1001", "Parameter 'StatusConcurrency' must be a number not greater than 1000"),
+    ("ten", "Parameter 'StatusConcurrency' must be a number"),
+])
+def test_local_mode_refuses_a_number_parameter_outside_its_bounds_as_cloudformation_does(given: str,
+                                                                                       refused: str) -> None:
+    from prewarm_devtools.sam.template import load_template
+
+    with pytest.raises(TemplateError) as caught:
+        Resolver(load_template(), parameters={"ClusterName": "c", "StatusConcurrency": given}, physical={},
+                 stack_name="s", region="us-west-2", account=ACCOUNT)
+
+    assert str(caught.value) == refused

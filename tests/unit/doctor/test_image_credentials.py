@@ -16,7 +16,7 @@ from prewarm.domain.verification import (
 )
 from prewarm.services.ports import ClusterAuthError, ClusterNotFoundError, ClusterUnavailableError
 from prewarm_cli.doctor.checks import check_image_credentials
-from prewarm_cli.kubelets import NodePolicies, read_policies
+from prewarm_cli.kubelets import NodePolicies, read_policies, read_pool_policies
 
 ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 PRIVATE = f"{ECR}/team/app:v1"
@@ -87,8 +87,10 @@ def test_shared_credentials_are_the_ones_the_agent_uses_for_private_ecr_hosts() 
 class Configz:
     def __init__(self, answers: dict[str, dict[str, Any] | Exception]) -> None:
         self.answers = answers
+        self.read: list[str] = []
 
     def get_node_configz(self, name: str) -> dict[str, Any]:
+        self.read.append(name)
         found = self.answers[name]
         if isinstance(found, Exception):
             raise found
@@ -112,6 +114,57 @@ def test_unreadable_nodes_are_reported_with_their_reason_not_left_out() -> None:
         "e": 'no kubelet configuration: the answer has no "kubeletconfig" object',
     }
     assert found.forbidden
+
+
+def node(name: str, version: str = "v1.34.1-eks-1", **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}, "status": {"nodeInfo": {"kubeletVersion": version}}}
+
+
+NODEGROUP, NODEPOOL = "eks.amazonaws.com/nodegroup", "karpenter.sh/nodepool"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+def test_the_doctor_reads_one_kubelet_per_node_pool_and_gives_its_policy_to_the_pool() -> None:
+    fleet = [
+        *(node(f"ng-{i}", **{NODEGROUP: "web", INSTANCE_TYPE: "m7g.large"}) for i in range(40)),
+        *(node(f"kp-{i}", **{NODEPOOL: "gpu", INSTANCE_TYPE: "g5.xlarge"}) for i in range(30)),
+        # A pool being upgraded: two kubelet versions, two configurations
+        *(node(f"kp-new-{i}", "v1.35.0-eks-1", **{NODEPOOL: "gpu"}) for i in range(5)),
+        *(node(f"self-{i}", **{INSTANCE_TYPE: "c7g.large"}) for i in range(10)),  # no pool label
+    ]
+    answers: dict[str, dict[str, Any] | Exception] = {
+        n["metadata"]["name"]: configz("AlwaysVerify") for n in fleet}
+    answers["kp-0"] = configz("NeverVerify")
+    api = Configz(answers)
+
+    found = read_pool_policies(api, fleet)
+
+    assert sorted(api.read) == ["kp-0", "kp-new-0", "ng-0", "self-0"]
+    assert len(found.policies) == 85 and not found.unreadable
+    assert {n for n, p in found.policies.items() if p.lets_any_pod_use(PRIVATE)} == {f"kp-{i}" for i in range(30)}
+    assert found.sampled == {
+        "eks.amazonaws.com/nodegroup=web, kubelet v1.34.1-eks-1": "ng-0",
+        "karpenter.sh/nodepool=gpu, kubelet v1.34.1-eks-1": "kp-0",
+        "karpenter.sh/nodepool=gpu, kubelet v1.35.0-eks-1": "kp-new-0",
+        "node.kubernetes.io/instance-type=c7g.large, kubelet v1.34.1-eks-1": "self-0",
+    }
+
+
+def test_a_pool_whose_sampled_node_is_unreachable_is_read_from_the_next_and_rbac_ends_the_pool() -> None:
+    web = [node(f"web-{i}", **{NODEGROUP: "web"}) for i in range(5)]
+    batch = [node(f"batch-{i}", **{NODEGROUP: "batch"}) for i in range(5)]
+    answers: dict[str, dict[str, Any] | Exception] = {n["metadata"]["name"]: configz("AlwaysVerify") for n in web}
+    answers["web-0"] = ClusterUnavailableError("503 ServiceUnavailable: error trying to reach service", status=503)
+    answers |= {n["metadata"]["name"]: ClusterAuthError("forbidden", status=403, reason="Forbidden") for n in batch}
+    api = Configz(answers)
+
+    found = read_pool_policies(api, web + batch)
+
+    assert sorted(api.read) == ["batch-0", "web-0", "web-1"]
+    assert set(found.policies) == {f"web-{i}" for i in range(5)}
+    assert found.unreadable == {f"batch-{i}": "forbidden: no get on nodes/proxy" for i in range(5)}
+    result = check_image_credentials(["job team-a/web"], [PRIVATE], found)
+    assert result.detail.endswith("; read from 1 node(s), one per pool of 2")
 
 
 # --- the doctor's line --------------------------------------------------------------------------

@@ -35,6 +35,8 @@ def refresher_policies(template: dict[str, Any]) -> tuple[str, list[dict[str, An
         if "Fn::If" in statement or not str(statement.get("Action")).count("ecr:"):
             continue
         resource = statement["Resource"]
+        if isinstance(resource, dict) and "Fn::If" in resource:  # PullRepositoryArns left empty: its default
+            resource = resource["Fn::If"][2]
         if isinstance(resource, dict):
             resource = resource["Fn::Sub"].replace("${AWS::Partition}", "aws").replace("${AWS::AccountId}", ACCOUNT)
         statements.append({**statement, "Resource": resource})
