@@ -107,6 +107,8 @@ def name_the_service(service: str) -> None:
     import prewarm.observability as observability
 
     observability.logger.service = service
+    # What each handler's `inject_lambda_context(clear_state=True)` starts its invocation from.
+    observability.logger._default_log_keys["service"] = service
     observability.logger.append_keys(service=service)
     _OWN_LOGGER_NAME.service = service
     own = observability.logger._logger  # the stdlib logger it writes through (Powertools proxies to it)

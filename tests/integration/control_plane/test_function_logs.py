@@ -69,3 +69,25 @@ def test_what_other_threads_print_while_a_function_runs_stays_on_stdout() -> Non
     assert "printed by the CLI" in stdout.getvalue() and "printed by the CLI" not in functions.getvalue()
     assert "printed by the function" in functions.getvalue()
     assert "printed by the function" not in stdout.getvalue()
+
+
+def test_a_key_one_invocation_appends_is_not_on_the_next_invocations_lines() -> None:
+    # Given a local stack whose functions share one process and one Logger
+    from tests.support.events import load_event
+
+    output = io.StringIO()
+    with MotoServer() as aws, aws_environment(aws.url):
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=output).deploy()
+        push = load_event("ecr_push")
+
+        # When on_image_push handles a push (it appends the image to its lines), then the sweep runs, then
+        # on_image_push ignores a failed push
+        stack.invoke("on_image_push", push)
+        stack.fire("sweep")
+        stack.invoke("on_image_push", load_event("ecr_push_failed"))
+
+    # Then only the push's own lines carry its image (before, the sweep's and the next push's did too)
+    lines = [json.loads(line) for line in output.getvalue().splitlines() if line.startswith("{")]
+    with_image = [(doc["service"], doc.get("message")) for doc in lines if "image" in doc]
+    assert with_image and {message for _service, message in with_image} == {"push handled"}, with_image
+    assert [doc for doc in lines if doc.get("message") == "ignored: not a successful push" and "image" not in doc]
