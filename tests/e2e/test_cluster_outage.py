@@ -1,0 +1,185 @@
+"""One cluster's outage stays in that cluster (issue 35): two local clusters, `local-2`'s API stopped with
+`prewarm local cluster stop`. Its agents' hellos and reports are handled in the same batches as the healthy
+cluster's, not handed back; the healthy cluster's push → done stays within 1.5 times its figure before the stop,
+for a first and a second push; nothing goes to any dead-letter queue; `prewarm cluster list` shows local-2
+unreachable within 60 s; and its jobs complete within 60 s of its API's return. Nothing is fired by hand:
+the stack's own schedules and event sources do the work, as on AWS."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from prewarm.services.jobs import apply_manifest, list_views
+from prewarm_cli.app import cli
+from prewarm_devtools.commands import local as local_commands
+from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from tests.support.local_mode import running_local_mode
+
+pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
+              pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
+
+OTHER = "local-2"
+DLQS = ("StatusDLQ", "NodeDLQ", "ImagePushDLQ", "DispatchDLQ", "ScheduleDLQ")
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
+    with running_local_mode(tmp_path_factory, "outage", nodes=2, clusters=2,
+                            registry_bandwidth=8 * 1024 * 1024) as mode:
+        if mode.aws is None or mode.aws.layer is None:
+            pytest.skip("the AWS limits layer is off: it plays EKS for the second cluster")
+        yield mode
+
+
+def rule(name: str, repositories: list[str], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata": {"name": name},
+            "spec": {"repositories": repositories, **spec, "template": {"metadata": {"namespace": "default"}, "spec": {
+                "parallelism": 2, "pullPolicy": {"timeoutSeconds": 300, "backoffLimit": 0}}}}}
+
+
+def job_of(local: LocalMode, key: str) -> Any:
+    return next((v for v in list_views(local.job_store(), namespace=None, now=time.time()) if v.record.key == key),
+                None)
+
+
+def wait_complete(local: LocalMode, key: str, timeout: float) -> float:
+    """Waits for job `key` to complete; returns when it did (the wall clock)."""
+    deadline = time.monotonic() + timeout
+    while not ((view := job_of(local, key)) and view.completion_time):
+        assert time.monotonic() < deadline, f"{key} not complete within {timeout:g} s: " + (
+            f"{view.desired} desired, {view.succeeded} succeeded, {view.message}" if view else "no such job")
+        time.sleep(0.1)
+    return time.time()
+
+
+def push_to_done(local: LocalMode, repository: str) -> tuple[float, str]:
+    """Pushes a 1 MB image a rule matches; the seconds until the own cluster's job completes, and its name."""
+    started = time.time()
+    pushed = local.push(repository, "v1", size_mb=1)
+    (name,) = {line.split("/")[1].split()[0] for line in pushed.jobs}
+    return wait_complete(local, f"default/{name}", 60) - started, name
+
+
+class Batches:
+    """record_status' batches: each message's deliveries, and which cluster sent it."""
+
+    def __init__(self) -> None:
+        self.deliveries: dict[str, int] = {}
+        self.cluster: dict[str, str] = {}
+        self.mixed = 0
+        self.failed_invocations = 0
+        self.lock = threading.Lock()
+
+    def wrap(self, handler: Any) -> Any:
+        def spying(event: dict[str, Any], context: Any) -> Any:
+            clusters = set()
+            with self.lock:
+                for record in event["Records"]:
+                    self.deliveries[record["messageId"]] = self.deliveries.get(record["messageId"], 0) + 1
+                    self.cluster[record["messageId"]] = cluster = sender_cluster(record["body"])
+                    clusters.add(cluster)
+                self.mixed += len(clusters) > 1
+            try:
+                return handler(event, context)
+            except Exception:
+                with self.lock:
+                    self.failed_invocations += 1
+                raise
+
+        return spying
+
+
+def sender_cluster(body: str) -> str:
+    """The cluster of an agent's message: a node message names it, a report's job key starts with it."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "?"
+    job = str(doc.get("job", ""))
+    return str(doc.get("cluster") or (job.split(":", 1)[0] if ":" in job else ""))
+
+
+def dead_letters(local: LocalMode) -> dict[str, int]:
+    assert local.stack is not None and local.aws is not None
+    sqs = local.aws.client("sqs")
+    counts = {}
+    for name in DLQS:
+        attributes = sqs.get_queue_attributes(QueueUrl=local.stack.physical[name].ref, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        counts[name] = sum(int(v) for v in attributes.values())
+    return counts
+
+
+def cluster_row(name: str) -> list[str]:
+    listed = CliRunner().invoke(cli, ["--local", "cluster", "list"], catch_exceptions=False)
+    return next((line.split() for line in listed.stdout.splitlines() if line.startswith(name)), [])
+
+
+def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    assert local.stack is not None
+    other = local.extra_clusters[OTHER]
+    apply_manifest(local.job_store(), rule("outage", ["e2e/outage-*"]), now=time.time())
+    apply_manifest(local.job_store(), rule("outage-there", ["e2e/there-*"], clusters={"names": [OTHER]}),
+                   now=time.time())
+    # Given the healthy cluster's push → done figure before the outage (both clusters' jobs complete)
+    before, name = push_to_done(local, "e2e/outage-before")
+    wait_complete(local, f"{OTHER}:default/{name}", 60)
+    batches = Batches()
+    fn = local.stack.function("record_status")
+    attr = fn.handler.rpartition(".")[2]
+    monkeypatch.setattr(fn.module, attr, batches.wrap(getattr(fn.module, attr)))
+    # and local-2's nodes busy with a larger image (8 MB at 8 MiB/s, shared), so their reports come in the outage
+    there = local.push("e2e/there-big", "v1", size_mb=8)
+    (there_name,) = {line.split("/")[1].split()[0] for line in there.jobs}
+    deadline = time.monotonic() + 30
+    while not ((view := job_of(local, f"{OTHER}:default/{there_name}")) and view.active):
+        assert time.monotonic() < deadline, "local-2's job never started"
+        time.sleep(0.05)
+
+    # When local-2's API is stopped with the new verb
+    stopped = CliRunner().invoke(local_commands, ["cluster", "stop", OTHER], catch_exceptions=False)
+    assert stopped.exit_code == 0, stopped.output
+    stopped_at = time.monotonic()
+    # and one of its agents restarts meanwhile (a hello from the stopped cluster)
+    restart = threading.Thread(target=lambda: (other.nodes[sorted(other.nodes)[0]].agent.kill(),
+                                               other.nodes[sorted(other.nodes)[0]].agent.start()), daemon=True)
+    restart.start()
+
+    # Then the healthy cluster's pushes go as fast as before, the first and the second
+    first, first_name = push_to_done(local, "e2e/outage-first")
+    second, second_name = push_to_done(local, "e2e/outage-second")
+    print(f"\npush → done in the healthy cluster: before {before:.1f} s, during local-2's outage "
+          f"first {first:.1f} s, second {second:.1f} s")
+    # and `cluster list` shows local-2 unreachable within 60 s of the stop
+    while (row := cluster_row(OTHER))[2:3] != ["unreachable"]:
+        assert time.monotonic() - stopped_at < 60, f"cluster list after 60 s: {row}"
+        time.sleep(1)
+    print(f"local-2 unreachable in cluster list after {time.monotonic() - stopped_at:.1f} s")
+    restart.join(timeout=30)
+    # and local-2's hellos and reports were handled in the batches they came in, as the healthy cluster's
+    with batches.lock:
+        theirs = [m for m, c in batches.cluster.items() if c == OTHER]
+        handed_back = {m: n for m, n in batches.deliveries.items() if n > 1}
+    print(f"record_status during the outage: {len(batches.deliveries)} messages, {len(theirs)} from local-2, "
+          f"{batches.mixed} batches of both clusters, {batches.failed_invocations} failed invocations, "
+          f"{len(handed_back)} delivered again")
+    assert theirs, "no message of local-2 reached the status function during its outage"
+    assert batches.failed_invocations == 0 and not handed_back, handed_back
+    assert dead_letters(local) == dict.fromkeys(DLQS, 0)
+
+    # When its API comes back, its jobs complete within 60 s
+    started = CliRunner().invoke(local_commands, ["cluster", "start", OTHER], catch_exceptions=False)
+    assert started.exit_code == 0, started.output
+    back = time.time()
+    for key in (f"{OTHER}:default/{there_name}", f"{OTHER}:default/{first_name}", f"{OTHER}:default/{second_name}"):
+        print(f"{key} complete {wait_complete(local, key, 60 - (time.time() - back)) - back:.1f} s after the return")
+    assert dead_letters(local) == dict.fromkeys(DLQS, 0)
+    assert first <= 1.5 * before and second <= 1.5 * before, (before, first, second)
