@@ -68,30 +68,32 @@ def push_to_done(local: LocalMode, repository: str) -> tuple[float, str]:
 
 
 class Batches:
-    """record_status' batches: each message's deliveries, and which cluster sent it."""
+    """record_status' batches: each message's cluster, and those a batch did not handle (its invocation
+    failed, or it handed them back)."""
 
     def __init__(self) -> None:
-        self.deliveries: dict[str, int] = {}
         self.cluster: dict[str, str] = {}
+        self.unhandled: set[str] = set()
+        self.errors: list[str] = []
         self.mixed = 0
-        self.failed_invocations = 0
         self.lock = threading.Lock()
 
     def wrap(self, handler: Any) -> Any:
         def spying(event: dict[str, Any], context: Any) -> Any:
-            clusters = set()
+            ids = {r["messageId"] for r in event["Records"]}
             with self.lock:
-                for record in event["Records"]:
-                    self.deliveries[record["messageId"]] = self.deliveries.get(record["messageId"], 0) + 1
-                    self.cluster[record["messageId"]] = cluster = sender_cluster(record["body"])
-                    clusters.add(cluster)
-                self.mixed += len(clusters) > 1
+                self.cluster |= {r["messageId"]: sender_cluster(r["body"]) for r in event["Records"]}
+                self.mixed += len({self.cluster[m] for m in ids}) > 1
             try:
-                return handler(event, context)
-            except Exception:
+                response = handler(event, context)
+            except Exception as e:
                 with self.lock:
-                    self.failed_invocations += 1
+                    self.unhandled |= ids
+                    self.errors.append(f"{type(e).__name__}: {str(e)[:200]}")
                 raise
+            with self.lock:
+                self.unhandled |= {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
+            return response
 
         return spying
 
@@ -153,33 +155,45 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
                                                other.nodes[sorted(other.nodes)[0]].agent.start()), daemon=True)
     restart.start()
 
-    # Then the healthy cluster's pushes go as fast as before, the first and the second
+    # Then (each figure printed, every criterion checked, what fails said at the end)
+    broken: list[str] = []
+    # the healthy cluster's pushes go as fast as before, the first and the second
     first, first_name = push_to_done(local, "e2e/outage-first")
     second, second_name = push_to_done(local, "e2e/outage-second")
     print(f"\npush → done in the healthy cluster: before {before:.1f} s, during local-2's outage "
-          f"first {first:.1f} s, second {second:.1f} s")
+          f"first {first:.1f} s, second {second:.1f} s (bound {1.5 * before:.1f} s)")
+    if first > 1.5 * before or second > 1.5 * before:
+        broken.append(f"push → done {first:.1f} s and {second:.1f} s against {before:.1f} s before the stop")
     # and `cluster list` shows local-2 unreachable within 60 s of the stop
-    while (row := cluster_row(OTHER))[2:3] != ["unreachable"]:
-        assert time.monotonic() - stopped_at < 60, f"cluster list after 60 s: {row}"
+    while (row := cluster_row(OTHER))[2:3] != ["unreachable"] and time.monotonic() - stopped_at < 60:
         time.sleep(1)
-    print(f"local-2 unreachable in cluster list after {time.monotonic() - stopped_at:.1f} s")
+    print(f"cluster list {time.monotonic() - stopped_at:.1f} s after the stop: {' '.join(row)}")
+    if row[2:3] != ["unreachable"]:
+        broken.append(f"cluster list 60 s after the stop: {row}")
     restart.join(timeout=30)
     # and local-2's hellos and reports were handled in the batches they came in, as the healthy cluster's
     with batches.lock:
-        theirs = [m for m, c in batches.cluster.items() if c == OTHER]
-        handed_back = {m: n for m, n in batches.deliveries.items() if n > 1}
-    print(f"record_status during the outage: {len(batches.deliveries)} messages, {len(theirs)} from local-2, "
-          f"{batches.mixed} batches of both clusters, {batches.failed_invocations} failed invocations, "
-          f"{len(handed_back)} delivered again")
-    assert theirs, "no message of local-2 reached the status function during its outage"
-    assert batches.failed_invocations == 0 and not handed_back, handed_back
-    assert dead_letters(local) == dict.fromkeys(DLQS, 0)
+        theirs = {m for m, c in batches.cluster.items() if c == OTHER}
+        print(f"record_status during the outage: {len(batches.cluster)} messages, {len(theirs)} from local-2, "
+              f"{batches.mixed} batches of both clusters; not handled: {len(batches.unhandled & theirs)} of "
+              f"local-2's, {len(batches.unhandled - theirs)} of the healthy cluster's; errors: {batches.errors}")
+        if not theirs:
+            broken.append("no message of local-2 reached the status function during its outage")
+        if batches.unhandled:
+            broken.append(f"{len(batches.unhandled)} messages not handled in their batch: {batches.errors}")
+    if any((dead := dead_letters(local)).values()):
+        broken.append(f"dead letters during the outage: {dead}")
 
     # When its API comes back, its jobs complete within 60 s
     started = CliRunner().invoke(local_commands, ["cluster", "start", OTHER], catch_exceptions=False)
     assert started.exit_code == 0, started.output
     back = time.time()
     for key in (f"{OTHER}:default/{there_name}", f"{OTHER}:default/{first_name}", f"{OTHER}:default/{second_name}"):
-        print(f"{key} complete {wait_complete(local, key, 60 - (time.time() - back)) - back:.1f} s after the return")
-    assert dead_letters(local) == dict.fromkeys(DLQS, 0)
-    assert first <= 1.5 * before and second <= 1.5 * before, (before, first, second)
+        try:
+            print(f"{key} complete {wait_complete(local, key, max(1, 60 - (time.time() - back))) - back:.1f} s "
+                  "after the return")
+        except AssertionError as e:
+            broken.append(str(e).splitlines()[0])
+    if any((dead := dead_letters(local)).values()):
+        broken.append(f"dead letters after the return: {dead}")
+    assert not broken, "\n".join(broken)
