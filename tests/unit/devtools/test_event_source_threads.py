@@ -76,7 +76,13 @@ def test_a_handler_stuck_on_one_source_does_not_delay_another_sources_delivery(s
 
 def test_stop_leaves_no_event_source_thread_running(sqs: Any) -> None:
     sources = QueueSources(sqs, {"a": lambda event: None, "b": lambda event: None})
-    sources.start(schedules=False, interval=0.05)
-    assert {t.name for t in threading.enumerate()} >= {"esm-a/Queue", "esm-b/Queue", "esm-event-bus"}
-    sources.stop()
+    sources.functions["timer"] = Function(
+        logical_id="timer", name="timer", code_dir=Path("."), handler="app.handler", env={}, timeout=3, memory=128,
+        events={"Tick": {"Type": "Schedule", "Properties": {"ScheduleExpression": "rate(1 minute)"}}})
+    sources.start(interval=0.05)
+    assert {t.name for t in threading.enumerate()} >= {"esm-a/Queue", "esm-b/Queue", "esm-event-bus",
+                                                        "esm-timer/schedule"}
+    started = time.monotonic()
+    sources.stop()  # the schedule's timer, a minute away, ends at once too
+    assert time.monotonic() - started < 2
     assert not [t.name for t in threading.enumerate() if t.name.startswith("esm-")]
