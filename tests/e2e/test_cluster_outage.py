@@ -131,9 +131,11 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
     apply_manifest(local.job_store(), rule("outage", ["e2e/outage-*"]), now=time.time())
     apply_manifest(local.job_store(), rule("outage-there", ["e2e/there-*"], clusters={"names": [OTHER]}),
                    now=time.time())
-    # Given the healthy cluster's push → done figure before the outage (both clusters' jobs complete)
-    before, name = push_to_done(local, "e2e/outage-before")
-    wait_complete(local, f"{OTHER}:default/{name}", 60)
+    # Given the healthy cluster's push → done figure before the outage, the functions warm (a first push made
+    # them so), both clusters' jobs complete
+    for repository in ("e2e/outage-warm-up", "e2e/outage-before"):
+        before, name = push_to_done(local, repository)
+        wait_complete(local, f"{OTHER}:default/{name}", 60)
     batches = Batches()
     fn = local.stack.function("record_status")
     attr = fn.handler.rpartition(".")[2]
@@ -154,6 +156,11 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
     restart = threading.Thread(target=lambda: (other.nodes[sorted(other.nodes)[0]].agent.kill(),
                                                other.nodes[sorted(other.nodes)[0]].agent.start()), daemon=True)
     restart.start()
+    # (its nodes' pulls done before the healthy cluster's pushes, which would share their bandwidth)
+    deadline = time.monotonic() + 30
+    while not all(node.image_present(there.reference) for node in other.nodes.values()):
+        assert time.monotonic() < deadline, "local-2's nodes never finished their pull"
+        time.sleep(0.1)
 
     # Then (each figure printed, every criterion checked, what fails said at the end)
     broken: list[str] = []
