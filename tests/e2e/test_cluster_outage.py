@@ -8,6 +8,7 @@ the stack's own schedules and event sources do the work, as on AWS."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -162,26 +163,33 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
         assert time.monotonic() < deadline, "local-2's nodes never finished their pull"
         time.sleep(0.1)
 
-    # Then (each figure printed, every criterion checked, what fails said at the end)
+    # Then (each figure printed, every criterion checked, what fails said at the end with the figures)
     broken: list[str] = []
+    figures: list[str] = []
+
+    def say(text: str) -> None:
+        # To the process's own stdout: a function running meanwhile may have left sys.stdout redirected
+        figures.append(text)
+        print(text, file=sys.__stdout__, flush=True)
+
     # the healthy cluster's pushes go as fast as before, the first and the second
     first, first_name = push_to_done(local, "e2e/outage-first")
     second, second_name = push_to_done(local, "e2e/outage-second")
-    print(f"\npush → done in the healthy cluster: before {before:.1f} s, during local-2's outage "
+    say(f"push → done in the healthy cluster: before {before:.1f} s, during local-2's outage "
           f"first {first:.1f} s, second {second:.1f} s (bound {1.5 * before:.1f} s)")
     if first > 1.5 * before or second > 1.5 * before:
         broken.append(f"push → done {first:.1f} s and {second:.1f} s against {before:.1f} s before the stop")
     # and `cluster list` shows local-2 unreachable within 60 s of the stop
     while (row := cluster_row(OTHER))[2:3] != ["unreachable"] and time.monotonic() - stopped_at < 60:
         time.sleep(1)
-    print(f"cluster list {time.monotonic() - stopped_at:.1f} s after the stop: {' '.join(row)}")
+    say(f"cluster list {time.monotonic() - stopped_at:.1f} s after the stop: {' '.join(row)}")
     if row[2:3] != ["unreachable"]:
         broken.append(f"cluster list 60 s after the stop: {row}")
     restart.join(timeout=30)
     # and local-2's hellos and reports were handled in the batches they came in, as the healthy cluster's
     with batches.lock:
         theirs = {m for m, c in batches.cluster.items() if c == OTHER}
-        print(f"record_status during the outage: {len(batches.cluster)} messages, {len(theirs)} from local-2, "
+        say(f"record_status during the outage: {len(batches.cluster)} messages, {len(theirs)} from local-2, "
               f"{batches.mixed} batches of both clusters; not handled: {len(batches.unhandled & theirs)} of "
               f"local-2's, {len(batches.unhandled - theirs)} of the healthy cluster's; errors: {batches.errors}")
         if not theirs:
@@ -197,10 +205,10 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
     back = time.time()
     for key in (f"{OTHER}:default/{there_name}", f"{OTHER}:default/{first_name}", f"{OTHER}:default/{second_name}"):
         try:
-            print(f"{key} complete {wait_complete(local, key, max(1, 60 - (time.time() - back))) - back:.1f} s "
+            say(f"{key} complete {wait_complete(local, key, max(1, 60 - (time.time() - back))) - back:.1f} s "
                   "after the return")
         except AssertionError as e:
             broken.append(str(e).splitlines()[0])
     if any((dead := dead_letters(local)).values()):
         broken.append(f"dead letters after the return: {dead}")
-    assert not broken, "\n".join(broken)
+    assert not broken, "\n".join([*broken, "figures:", *figures])
