@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import LocalIdentity
@@ -141,6 +142,17 @@ class RoutedStdout:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.normal, name)
+
+    @contextlib.contextmanager
+    def in_place(self) -> Iterator[None]:
+        """sys.stdout for the block; put back after it unless someone else (a CliRunner that began before the
+        block and ended inside it) replaced it meanwhile: their restore stands, no stale stream comes back."""
+        sys.stdout = cast(TextIO, self)
+        try:
+            yield
+        finally:
+            if cast(object, sys.stdout) is self:
+                sys.stdout = self.normal
 
 
 class InvocationGate:

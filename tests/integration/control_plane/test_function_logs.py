@@ -71,6 +71,28 @@ def test_what_other_threads_print_while_a_function_runs_stays_on_stdout() -> Non
     assert "printed by the function" not in stdout.getvalue()
 
 
+def test_a_cli_run_that_ends_while_a_function_runs_leaves_no_stale_stdout_behind() -> None:
+    # Given a function that starts while a CLI run (CliRunner) holds sys.stdout, and waits
+    stdout, cli_output = io.StringIO(), io.StringIO()
+    running, release = threading.Event(), threading.Event()
+    with MotoServer() as aws, aws_environment(aws.url), contextlib.redirect_stdout(stdout):
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=io.StringIO()).deploy()
+        fn = stack.function("sweep")
+        stack.invoke(fn.logical_id, {})  # loads the module
+        fn.module.lambda_handler = lambda event, context: (running.set(), release.wait(10))
+        invocation = threading.Thread(target=stack.invoke, args=(fn.logical_id, {}))
+        with contextlib.redirect_stdout(cli_output):
+            invocation.start()
+            assert running.wait(10)
+        # When the CLI run ends first, then the function
+        release.set()
+        invocation.join(10)
+        # Then what is printed next reaches stdout, not the ended CLI run's stream (before, the function's
+        # end put that stream back, and every later print was lost)
+        print("printed after both")
+    assert "printed after both" in stdout.getvalue() and "printed after both" not in cli_output.getvalue()
+
+
 def test_a_key_one_invocation_appends_is_not_on_the_next_invocations_lines() -> None:
     # Given a local stack whose functions share one process and one Logger
     from tests.support.events import load_event
