@@ -216,12 +216,18 @@ def describe_node(node: RegisteredNode, *, now: float) -> str:
 # --- Documents (-o yaml|json|name) ---------------------------------------------------------------
 
 
-def job_document(view: JobView) -> dict[str, Any]:
-    """The job as `kubectl get -o yaml` shows it: the applied manifest, server metadata and status."""
+# The annotation `get -o yaml|json` names each job's cluster with (namesake jobs in two clusters).
+CLUSTER_ANNOTATION = "prewarm.dev/cluster"
+
+
+def job_document(view: JobView, cluster: str) -> dict[str, Any]:
+    """The job as `kubectl get -o yaml` shows it: the applied manifest, server metadata (`cluster`, as
+    people name it, in the `prewarm.dev/cluster` annotation) and status."""
     r = view.record
     doc: dict[str, Any] = copy.deepcopy(r.manifest)
     metadata = doc.setdefault("metadata", {})
     metadata.update({"name": r.name, "namespace": r.namespace, "uid": r.uid, "generation": r.generation})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), CLUSTER_ANNOTATION: cluster}
     if r.created_at is not None:
         metadata["creationTimestamp"] = rfc3339(r.created_at)
     from prewarm.services.jobs import kruise_status

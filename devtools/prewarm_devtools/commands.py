@@ -287,6 +287,8 @@ def local_status() -> int:
         lines.append(f"{'control:'.ljust(19)}{problem}")
     if "nodes" in live:
         own = state.env.get("CLUSTER_NAME", "")
+        if live.get("api") == "stopped":
+            lines.append(f"cluster {own}: Kubernetes API stopped (`prewarm local cluster start {own}`)")
         lines += _node_lines(f"nodes of cluster {own}" if live.get("clusters") else "nodes", live["nodes"])
     for extra in live.get("clusters") or []:
         labels = ",".join(f"{k}={v}" for k, v in sorted(extra["labels"].items())) or "none"
@@ -300,9 +302,10 @@ def local_status() -> int:
 def _node_lines(title: str, nodes: list[dict[str, Any]]) -> list[str]:
     from prewarm_cli.output import table
 
-    rows = [[n["name"], n["agent"], n["pid"] or "-", n["containerd_pid"] or "-", n.get("exit") or "-"] for n in nodes]
-    return [f"{title} ({len(nodes)}):", table(["NAME", "AGENT", "PID", "CONTAINERD-PID", "LAST-EXIT"], rows,
-                                              indent="  ") if rows else "  none"]
+    rows = [[n["name"], n["agent"], n["pid"] or "-", n["containerd_pid"] or "-", n.get("containerd_socket") or "-",
+             n.get("exit") or "-"] for n in nodes]
+    return [f"{title} ({len(nodes)}):", table(["NAME", "AGENT", "PID", "CONTAINERD-PID", "CONTAINERD-SOCKET",
+                                               "LAST-EXIT"], rows, indent="  ") if rows else "  none"]
 
 
 @local.command("fire")
@@ -389,6 +392,17 @@ def local_agent(action: str, node: str) -> int:
         click.echo(f"agent of {node} running (pid {answer['pid']})")
     else:
         click.echo(f"agent of {node} {'killed' if action == 'kill' else 'stopped'}")
+    return EXIT_OK
+
+
+@local.command("cluster")
+@click.argument("action", type=click.Choice(["stop", "start"]))
+@click.argument("name")
+def local_cluster(action: str, name: str) -> int:
+    """Stop or start local cluster NAME's Kubernetes API, its objects kept: stopped, its port refuses
+    connections (a dead endpoint) while its nodes and agents go on, so you can try an outage."""
+    answer = _call("POST", f"/clusters/{name}/{action}")
+    click.echo(f"cluster {name}: Kubernetes API {answer['api']} at {answer['kubernetes']}")
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""What the control channel asks of a running local stack: `prewarm local fire|node|agent|status`.
+"""What the control channel asks of a running local stack: `prewarm local fire|node|agent|cluster|status`.
 
 `LocalControl` answers each request (`ControlServer` in control.py serves them); a request that cannot be
 done raises `ControlError` with the status code and a message for the user.
@@ -24,7 +24,7 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 class LocalControl(LocalNodes):
     """The control channel's requests: fire a schedule, add or remove a node, stop, kill or start an agent,
-    set a kubelet's credential policy, and the status of every endpoint and node."""
+    stop or start a cluster's API, set a kubelet's credential policy, and the status of every endpoint and node."""
 
     # Set by `LocalMode.__init__` and its start.
     control: ControlServer | None
@@ -48,6 +48,8 @@ class LocalControl(LocalNodes):
                 return self.set_kubelet_policy(name, body.get("policy"), list(body.get("allowlist") or []))
             case "POST", ["agents", node, action]:
                 return self.agent_action(node, action)
+            case "POST", ["clusters", name, action]:
+                return self.cluster_action(name, action)
         raise ControlError(f"no such request: {method} /{'/'.join(parts)}", 404)
 
     def set_kubelet_policy(self, name: str, policy: Any, allowlist: list[str]) -> dict[str, Any]:
@@ -161,30 +163,38 @@ class LocalControl(LocalNodes):
         self._reconcile_agents()
         return self._node_status(name)
 
-    def _node_status(self, name: str) -> dict[str, Any]:
-        from prewarm_devtools.node.agent import NONE, exit_note
+    def cluster_action(self, name: str, action: str) -> dict[str, Any]:
+        """`stop` or `start` local cluster `name`'s Kubernetes API, its objects kept: stopped, its port
+        refuses connections, as a dead endpoint does; its nodes and agents go on."""
+        if action not in ("stop", "start"):
+            raise ControlError(f"unknown cluster action {action!r}: choose stop or start", 404)
+        apis = {c.name: c.kube for c in self.extra_clusters.values()}
+        if self.kube is not None and self.stack is not None:
+            apis[self.stack.parameters.get("ClusterName", "local")] = self.kube
+        if (kube := apis.get(name)) is None:
+            raise ControlError(f'no local cluster "{name}": the embedded ones are {", ".join(sorted(apis)) or "none"}',
+                               404)
+        if kube.serving == (action == "start"):
+            raise ControlError(f'the API of cluster "{name}" is already {"serving" if kube.serving else "stopped"}')
+        kube.start() if action == "start" else kube.stop()
+        return {"name": name, "api": "serving" if kube.serving else "stopped", "kubernetes": kube.url}
 
+    def _node_status(self, name: str) -> dict[str, Any]:
         node = self.nodes.get(name)
-        if node is None:
-            return {"name": name, "agent": NONE, "pid": None, "containerd_pid": None, "exit": None}
-        state = node.agent.state
-        return {"name": name, "agent": state, "pid": node.agent.pid, "exit": exit_note(node.agent.last_exit, state),
-                "containerd_pid": node.containerd.pid,
+        return {"name": name, **self._node_fields(node), **({} if node is None else {
                 "agent_kind": "container" if self.agent_image is not None
-                else "process" if self.agent_processes else "in-process",
+                else "process" if self.agent_processes else "in-process"}),
                 **({"agent_error": self._agent_errors[name]} if name in self._agent_errors else {})}
 
-    def _cluster_status(self, cluster: LocalCluster) -> dict[str, Any]:
+    @staticmethod
+    def _node_fields(node: LocalNode | None) -> dict[str, Any]:
         from prewarm_devtools.node.agent import NONE, exit_note
 
-        def node_status(node: LocalNode | None) -> dict[str, Any]:
-            if node is None:
-                return {"agent": NONE, "pid": None, "containerd_pid": None, "exit": None}
-            state = node.agent.state
-            return {"agent": state, "pid": node.agent.pid, "containerd_pid": node.containerd.pid,
-                    "exit": exit_note(node.agent.last_exit, state)}
-
-        return cluster.status(node_status)
+        if node is None:
+            return {"agent": NONE, "pid": None, "containerd_pid": None, "containerd_socket": None, "exit": None}
+        state = node.agent.state
+        return {"agent": state, "pid": node.agent.pid, "exit": exit_note(node.agent.last_exit, state),
+                "containerd_pid": node.containerd.pid, "containerd_socket": str(node.containerd.socket_path)}
 
     def status(self) -> dict[str, Any]:
         """Every endpoint, and every node of the cluster with its agent's state."""
@@ -201,6 +211,7 @@ class LocalControl(LocalNodes):
         names = sorted({n["metadata"]["name"] for n in self.cluster_nodes()} | set(self.nodes))
         return {"pid": os.getpid(), "run_dir": str(self.base_dir), "endpoints": endpoints,
                 "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names],
-                **({"clusters": [self._cluster_status(c) for c in self.extra_clusters.values()]}
+                **({"api": "serving" if self.kube.serving else "stopped"} if self.kube is not None else {}),
+                **({"clusters": [c.status(self._node_fields) for c in self.extra_clusters.values()]}
                    if self.extra_clusters else {}),
                 **({"kubeconfig": str(self.kubeconfig_written)} if self.kubeconfig_written else {})}

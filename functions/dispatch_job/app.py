@@ -33,7 +33,7 @@ def plan_record(record: StreamRecord) -> None:
                                    "excluded": result.excluded, "sent": result.sent})
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:

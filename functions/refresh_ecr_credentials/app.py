@@ -17,7 +17,7 @@ logging.getLogger("botocore").setLevel(max(logging.INFO, logging.getLogger("boto
 _UNITS = {"SecondsToEarliestExpiry": MetricUnit.Seconds}
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

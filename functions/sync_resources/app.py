@@ -9,7 +9,7 @@ from prewarm import bootstrap
 from prewarm.observability import logger, metrics, tracer
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

@@ -67,8 +67,8 @@ def stack(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
 def status_nodes(env: dict[str, str]) -> dict[str, list[str]]:
     out = run(env, "local", "status").stdout.splitlines()
     start = next(i for i, line in enumerate(out) if line.startswith("nodes ("))
-    # NAME AGENT PID CONTAINERD-PID LAST-EXIT, the last in words
-    return {cells[0]: cells[1:] for cells in (line.split(maxsplit=4) for line in out[start + 2:])}
+    # NAME AGENT PID CONTAINERD-PID CONTAINERD-SOCKET LAST-EXIT, the last in words; the socket left out
+    return {cells[0]: cells[1:4] + cells[5:] for cells in (line.split(maxsplit=5) for line in out[start + 2:])}
 
 
 def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: dict[str, str]) -> None:
@@ -79,6 +79,8 @@ def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: 
         assert f"  {endpoint}" in status.stdout
     (first, (agent, pid, _containerd, last_exit)), = status_nodes(env).items()
     assert agent == "running" and process_running(int(pid)) and last_exit == "-"
+    # and the node's own containerd socket, for crictl or ctr
+    assert Path(next(w for w in status.stdout.split() if w.endswith("/containerd.sock"))).is_socket()
 
     # The cluster admin's kubeconfig beside the state file (the official client's view of it is tested in
     # tests/integration/cli/test_local_mode.py, kubectl's in tests/e2e/test_resource_jobs.py)

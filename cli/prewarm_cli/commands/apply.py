@@ -15,9 +15,9 @@ import click
 if TYPE_CHECKING:
     pass
 
-from prewarm_cli.cluster_choice import chosen_many, cluster_option, reach, shown
+from prewarm_cli.cluster_choice import chosen_many, cluster_option, own_cluster_name, reach, shown
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from prewarm_cli.options import current_store, target_options
+from prewarm_cli.options import current_store, current_target, target_options
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN_NAME = "<stdin>"
@@ -132,6 +132,31 @@ def _documents(source: str, text: str) -> tuple[list[_Document], list[str]]:
     return documents, problems
 
 
+def _check_rule(ctx: click.Context, body: dict[str, Any], clusters: Sequence[str]) -> None:
+    """A rule belongs to the stack and names its clusters itself: `--cluster` with one, or a rule naming a
+    cluster the stack does not serve (its pushes would make no job there), is refused naming it."""
+    from prewarm.domain.clusters import RegisteredCluster
+    from prewarm.domain.kubernetes import JobValidationError
+    from prewarm.domain.manifests import parse_manifest
+    from prewarm.domain.rules import PrewarmRule
+
+    if body.get("kind") != "PrewarmRule":
+        return
+    rule = parse_manifest(body)
+    if not isinstance(rule, PrewarmRule):
+        return
+    subject = f"PrewarmRule {rule.metadata.name}"
+    if clusters:
+        raise JobValidationError([("", "--cluster does not apply to a rule: a rule belongs to the stack and "
+                                       "selects its clusters with spec.clusters")], subject=subject)
+    selector, own = rule.spec.clusters, own_cluster_name(ctx)
+    served = [RegisteredCluster(""), *current_store(ctx).list_clusters()]
+    if unknown := selector.unknown_names(served, own) if selector else []:
+        raise JobValidationError([("spec.clusters.names", f'cluster "{name}" is not registered with '
+                                   f"{current_target(ctx).description}: see `prewarm cluster list`")
+                                  for name in unknown], subject=subject)
+
+
 @click.command()
 @click.option("-f", "--filename", "filenames", multiple=True, required=True,
               type=click.Path(exists=True, allow_dash=True), metavar="FILE|DIR|-",
@@ -156,8 +181,9 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
     Valid documents are applied even when others are invalid; invalid ones are reported, each
     naming the file, the document and the field, and the exit code is then 2. A job or rule with
     pullSecretsOnly is applied only when each of its pullSecrets exists in its namespace (read as you).
-    Jobs go to the stack's own cluster, or to each `--cluster` named (one job per cluster); rules serve
-    the clusters their spec.clusters selects.
+    Jobs go to the stack's own cluster, or to each `--cluster` named (one job per cluster); rules belong
+    to the stack and serve the clusters their spec.clusters selects: `--cluster` with a rule, or a rule
+    naming a cluster the stack does not serve, is refused.
     """
     from prewarm.domain.kubernetes import JobValidationError
     from prewarm.domain.sources import SourceConflictError
@@ -172,6 +198,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
         writers = [ResourceWriter(functools.partial(reach, ctx, c, kubeconfig)) for c in targets]
 
         def write(body: dict[str, Any]) -> str:
+            _check_rule(ctx, body, clusters)
             return "\n".join(w.apply(body) for w in writers)
     else:
         secrets = {c: _ClusterSecrets(functools.partial(reach, ctx, c, kubeconfig)) for c in targets}
@@ -179,6 +206,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
             ctx.call_on_close(reader.close)
 
         def write(body: dict[str, Any]) -> str:
+            _check_rule(ctx, body, clusters)
             lines = []
             for cluster in targets if body.get("kind") != "PrewarmRule" else targets[:1]:
                 applied = apply_manifest(current_store(ctx), body, now=time.time(), secrets=secrets[cluster],

@@ -71,7 +71,7 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
         else:
             views = list_views(store, namespace=None if all_namespaces else namespace, now=now,
                                cluster=where if cluster else None)
-        docs = [cli_output.job_document(v) for v in views]
+        docs = [cli_output.job_document(v, shown(ctx, v.record.cluster)) for v in views]
         several = bool(where) or any(v.record.cluster for v in views) or any(
             c.name != own_cluster_name(ctx) for c in store.list_clusters())
         text = cli_output.jobs_table(views, now=now, wide=output == "wide", all_namespaces=all_namespaces,

@@ -232,10 +232,12 @@ class KubeApiServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving: end watches, close every connection, join the threads."""
+        """Stop serving: end watches, close every connection, join the threads. The objects stay, and
+        `start` serves them again at the same port."""
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        self._port = int(httpd.server_address[1])
         self.store.close()
         httpd.shutdown()
         httpd.close_connections()
@@ -257,6 +259,8 @@ class KubeApiServer:
 
     @property
     def port(self) -> int:
+        if self._httpd is None and self._port:
+            return self._port  # stopped: where it served, and serves again once started
         if self._httpd is None:
             raise RuntimeError("the API server is not running: call start() or use it as a context manager")
         return int(self._httpd.server_address[1])

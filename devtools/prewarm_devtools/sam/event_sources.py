@@ -2,12 +2,15 @@
 EventBridge rules and schedules.
 
 `EventSources` is the part of `LocalStack` that delivers: each source's batching, partial batch failures,
-retries and failure destinations; `run_until_idle` pumps them all, `start` on a background thread with
-timers for `rate(...)` schedules (moto's schedules never fire: `fire` runs one on demand).
+retries and failure destinations; `run_until_idle` pumps them all in turn; `start` runs each source on a
+thread of its own, as Lambda polls each mapping on its own (each queue mapping, each stream shard, the
+event bus, a timer for each `rate(...)` schedule: moto's schedules never fire, `fire` runs one on demand),
+so a slow function holds up only its own source; `stop` ends them all.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -137,28 +140,26 @@ class EventSources:
         takes what the queue holds now instead of waiting out `MaximumBatchingWindowInSeconds`, so at
         low traffic AWS adds up to that window of latency that local mode does not.
         """
-        handled = 0
-        for fn, _name, props in self.bindings("SQS"):
-            queue = self._queue_by_arn(props["EventSourceArn"], fn.logical_id)
-            size = int(props.get("BatchSize", 10))
-            in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
-            batches = []
-            for _ in range(in_flight):
-                batch = self._gather(queue.ref, size)
-                if not batch:
-                    break
-                batches.append(batch)
-            if not batches:
-                continue
-            handled += sum(len(b) for b in batches)
-            if len(batches) == 1:
-                self._deliver_sqs_batch(fn, props, queue.ref, batches[0])
-                continue
+        return sum(self._pump_queue(fn, props) for fn, _name, props in self.bindings("SQS"))
+
+    def _pump_queue(self, fn: Function, props: Mapping[str, Any]) -> int:
+        queue = self._queue_by_arn(props["EventSourceArn"], fn.logical_id)
+        size = int(props.get("BatchSize", 10))
+        in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
+        batches = []
+        for _ in range(in_flight):
+            batch = self._gather(queue.ref, size)
+            if not batch:
+                break
+            batches.append(batch)
+        if len(batches) == 1:
+            self._deliver_sqs_batch(fn, props, queue.ref, batches[0])
+        elif batches:
             with ThreadPoolExecutor(len(batches), thread_name_prefix=f"esm-{fn.name}") as pool:
                 futures = [pool.submit(self._deliver_sqs_batch, fn, props, queue.ref, b) for b in batches]
                 for future in futures:
                     future.result()
-        return handled
+        return sum(len(b) for b in batches)
 
     def _gather(self, queue_url: str, size: int) -> list[dict[str, Any]]:
         batch: list[dict[str, Any]] = []
@@ -195,23 +196,23 @@ class EventSources:
 
     def pump_streams(self) -> int:
         """Delivers one batch from each table stream event source; returns how many records were handled."""
-        handled = 0
-        for fn, name, props in self.bindings("DynamoDB"):
-            for shard_id, cursor in self._shards(fn, name, props):
-                if not cursor.pending and cursor.iterator:
-                    out = self.streams.get_records(ShardIterator=cursor.iterator, Limit=1000)
-                    cursor.iterator = out.get("NextShardIterator")
-                    filters = [json.loads(f["Pattern"]) for f in props.get("FilterCriteria", {}).get("Filters", [])]
-                    cursor.pending = [
-                        r for r in out.get("Records", [])
-                        if not filters or any(matches_pattern(p, as_filter_input(r)) for p in filters)
-                    ]
-                if not cursor.pending:
-                    continue
-                batch = cursor.pending[: int(props.get("BatchSize", 100))]
-                handled += len(batch)
-                self._deliver_stream_batch(fn, props, cursor, batch, shard_id)
-        return handled
+        return sum(self._pump_shard(fn, props, shard_id, cursor) for fn, name, props in self.bindings("DynamoDB")
+                   for shard_id, cursor in self._shards(fn, name, props))
+
+    def _pump_shard(self, fn: Function, props: Mapping[str, Any], shard_id: str, cursor: StreamCursor) -> int:
+        if not cursor.pending and cursor.iterator:
+            out = self.streams.get_records(ShardIterator=cursor.iterator, Limit=1000)
+            cursor.iterator = out.get("NextShardIterator")
+            filters = [json.loads(f["Pattern"]) for f in props.get("FilterCriteria", {}).get("Filters", [])]
+            cursor.pending = [
+                r for r in out.get("Records", [])
+                if not filters or any(matches_pattern(p, as_filter_input(r)) for p in filters)
+            ]
+        if not cursor.pending:
+            return 0
+        batch = cursor.pending[: int(props.get("BatchSize", 100))]
+        self._deliver_stream_batch(fn, props, cursor, batch, shard_id)
+        return len(batch)
 
     def _deliver_stream_batch(
         self, fn: Function, props: Mapping[str, Any], cursor: StreamCursor, batch: list[dict[str, Any]], shard: str
@@ -278,31 +279,43 @@ class EventSources:
             if not moved:
                 time.sleep(0.05)
 
+    def sources(self) -> dict[str, Callable[[], int]]:
+        """Each event source by name, as one delivery round that returns how much it moved."""
+        found: dict[str, Callable[[], int]] = {"event-bus": self.pump_event_bus}
+        for fn, name, props in self.bindings("SQS"):
+            found[f"{fn.logical_id}/{name}"] = functools.partial(self._pump_queue, fn, props)
+        for fn, name, props in self.bindings("DynamoDB"):
+            for shard_id, cursor in self._shards(fn, name, props):
+                found[f"{fn.logical_id}/{name}/{shard_id}"] = functools.partial(
+                    self._pump_shard, fn, props, shard_id, cursor)
+        return found
+
     def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
-        """Runs the event sources (and timers for rate schedules) on a background thread."""
-        self.prime_streams()
+        """Runs each event source (and a timer for each rate schedule) on a background thread of its own."""
         self._stop.clear()
+        loops = {name: functools.partial(self._poll, name, pump, interval) for name, pump in self.sources().items()}
+        for fn, period in self._rate_schedules() if schedules else []:
+            loops[f"{fn.logical_id}/schedule"] = functools.partial(self._poll, fn.logical_id, functools.partial(
+                self._fire_every, fn, period), 0)
+        for name, loop in loops.items():
+            t = threading.Thread(target=loop, name=f"esm-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
 
-        def loop() -> None:
-            next_fire = {fn.logical_id: time.monotonic() + period for fn, period in self._rate_schedules()}
-            while not self._stop.is_set():
-                try:
-                    moved = self.pump_event_bus() + self.pump_streams() + self.pump_sqs()
-                    now = time.monotonic()
-                    if schedules:
-                        for fn, period in self._rate_schedules():
-                            if now >= next_fire[fn.logical_id]:
-                                next_fire[fn.logical_id] = now + period
-                                self.fire(fn.logical_id)
-                except Exception:  # keep serving; the failure is logged with its traceback
-                    log.exception("local stack event loop")
-                    moved = 0
-                if not moved:
-                    self._stop.wait(interval)
+    def _poll(self, name: str, pump: Callable[[], int], interval: float) -> None:
+        while not self._stop.is_set():
+            try:
+                moved = pump()
+            except Exception:  # keep serving; the failure is logged with its traceback
+                log.exception("local event source %s", name)
+                moved = 0
+            if not moved:
+                self._stop.wait(interval)
 
-        t = threading.Thread(target=loop, name="prewarm-local-stack", daemon=True)
-        t.start()
-        self._threads.append(t)
+    def _fire_every(self, fn: Function, period: float) -> int:
+        if not self._stop.wait(period):
+            self.fire(fn.logical_id)
+        return 1
 
     def _rate_schedules(self) -> list[tuple[Function, float]]:
         out = []
@@ -312,8 +325,12 @@ class EventSources:
                 out.append((fn, period))
         return out
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stops every source's thread; one still inside a handler after `timeout` is named in the log."""
         self._stop.set()
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout=10)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                log.warning("event source thread %s is still inside a handler", t.name)
         self._threads.clear()

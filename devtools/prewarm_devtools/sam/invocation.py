@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import LocalIdentity
@@ -107,6 +108,8 @@ def name_the_service(service: str) -> None:
     import prewarm.observability as observability
 
     observability.logger.service = service
+    # What each handler's `inject_lambda_context(clear_state=True)` starts its invocation from.
+    observability.logger._default_log_keys["service"] = service
     observability.logger.append_keys(service=service)
     _OWN_LOGGER_NAME.service = service
     own = observability.logger._logger  # the stdlib logger it writes through (Powertools proxies to it)
@@ -139,6 +142,17 @@ class RoutedStdout:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.normal, name)
+
+    @contextlib.contextmanager
+    def in_place(self) -> Iterator[None]:
+        """sys.stdout for the block; put back after it unless someone else (a CliRunner that began before the
+        block and ended inside it) replaced it meanwhile: their restore stands, no stale stream comes back."""
+        sys.stdout = cast(TextIO, self)
+        try:
+            yield
+        finally:
+            if cast(object, sys.stdout) is self:
+                sys.stdout = self.normal
 
 
 class InvocationGate:

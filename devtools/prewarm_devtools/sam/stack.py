@@ -35,7 +35,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import boto3
 
@@ -390,7 +390,7 @@ class LocalStack(EventSources):
     def _environment(self, fn: Function, env: Mapping[str, str]) -> Iterator[None]:
         """What the first of a function's overlapping invocations sets up and the last one takes down."""
         routed = RoutedStdout(sys.stdout, self.function_output or sys.stdout)
-        with patched_environ(env), contextlib.redirect_stdout(cast(TextIO, routed)):
+        with patched_environ(env), routed.in_place():
             from prewarm.settings import settings
 
             settings.cache_clear()

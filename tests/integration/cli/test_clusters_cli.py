@@ -93,3 +93,49 @@ def test_a_cluster_the_stack_does_not_serve_is_a_usage_error_naming_it(prewarm: 
         result = prewarm(*args, "--cluster", name, input=job_yaml("never-applied"))
         assert result.exit_code == 2, (args, result.output)
         assert "--cluster" in result.stderr and why in result.stderr, (args, result.stderr)
+
+
+def test_get_jobs_as_json_or_yaml_names_each_jobs_cluster(prewarm: Run, store: DynamoJobStore) -> None:
+    import json
+
+    import yaml
+
+    store.put_cluster(RegisteredCluster("twin-b", endpoint="https://127.0.0.1:1"))
+    assert prewarm("apply", "-f", "-", "--cluster", "home", "--cluster", "twin-b",
+                   input=job_yaml("twin")).exit_code == 0
+    # Before, the two namesake jobs printed as the same document but for their uid
+    for output, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+        items = load(prewarm("get", "jobs", "twin", "--cluster", "twin-b", "-o", output).stdout)
+        assert items["metadata"]["annotations"]["prewarm.dev/cluster"] == "twin-b"
+        listed = load(prewarm("get", "jobs", "-o", output).stdout)["items"]
+        assert sorted(d["metadata"]["annotations"]["prewarm.dev/cluster"] for d in listed
+                      if d["metadata"]["name"] == "twin") == ["home", "twin-b"]
+
+
+def rule_names(store: DynamoJobStore) -> set[str]:
+    return {r["metadata"]["name"] for r in store.list_rules()}
+
+
+def rule_yaml(name: str, clusters: list[str] | None = None) -> str:
+    names = f"\n  clusters:\n    names: [{', '.join(clusters)}]" if clusters else ""
+    return (f"apiVersion: prewarm.dev/v1alpha1\nkind: PrewarmRule\nmetadata:\n  name: {name}\nspec:\n"
+            f"  repositories: [team/*]{names}\n")
+
+
+def test_a_rule_is_the_stacks_so_apply_refuses_cluster_with_one(prewarm: Run, store: DynamoJobStore) -> None:
+    store.put_cluster(RegisteredCluster("rule-b", endpoint="https://127.0.0.1:1"))
+    # Before: "prewarmrule.prewarm.dev/... unchanged (cluster rule-b)", exit 0
+    refused = prewarm("apply", "-f", "-", "--cluster", "rule-b", input=rule_yaml("by-cluster"))
+    assert refused.exit_code == 2, refused.output
+    assert "--cluster does not apply to a rule" in refused.stderr and "unchanged" not in refused.stdout
+    assert "by-cluster" not in rule_names(store)
+    assert prewarm("apply", "-f", "-", input=rule_yaml("by-cluster", ["home", "rule-b"])).exit_code == 0
+
+
+def test_a_rule_naming_a_cluster_the_stack_does_not_serve_is_refused_naming_it(prewarm: Run, store: DynamoJobStore
+                                                                              ) -> None:
+    # Before: accepted (exit 0), and its pushes silently made no job
+    refused = prewarm("apply", "-f", "-", input=rule_yaml("typo", ["home", "prod-ue"]))
+    assert refused.exit_code == 2, refused.output
+    assert 'spec.clusters.names: cluster "prod-ue" is not registered' in refused.stderr
+    assert "typo" not in rule_names(store)

@@ -69,3 +69,47 @@ def test_what_other_threads_print_while_a_function_runs_stays_on_stdout() -> Non
     assert "printed by the CLI" in stdout.getvalue() and "printed by the CLI" not in functions.getvalue()
     assert "printed by the function" in functions.getvalue()
     assert "printed by the function" not in stdout.getvalue()
+
+
+def test_a_cli_run_that_ends_while_a_function_runs_leaves_no_stale_stdout_behind() -> None:
+    # Given a function that starts while a CLI run (CliRunner) holds sys.stdout, and waits
+    stdout, cli_output = io.StringIO(), io.StringIO()
+    running, release = threading.Event(), threading.Event()
+    with MotoServer() as aws, aws_environment(aws.url), contextlib.redirect_stdout(stdout):
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=io.StringIO()).deploy()
+        fn = stack.function("sweep")
+        stack.invoke(fn.logical_id, {})  # loads the module
+        fn.module.lambda_handler = lambda event, context: (running.set(), release.wait(10))
+        invocation = threading.Thread(target=stack.invoke, args=(fn.logical_id, {}))
+        with contextlib.redirect_stdout(cli_output):
+            invocation.start()
+            assert running.wait(10)
+        # When the CLI run ends first, then the function
+        release.set()
+        invocation.join(10)
+        # Then what is printed next reaches stdout, not the ended CLI run's stream (before, the function's
+        # end put that stream back, and every later print was lost)
+        print("printed after both")
+    assert "printed after both" in stdout.getvalue() and "printed after both" not in cli_output.getvalue()
+
+
+def test_a_key_one_invocation_appends_is_not_on_the_next_invocations_lines() -> None:
+    # Given a local stack whose functions share one process and one Logger
+    from tests.support.events import load_event
+
+    output = io.StringIO()
+    with MotoServer() as aws, aws_environment(aws.url):
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=output).deploy()
+        push = load_event("ecr_push")
+
+        # When on_image_push handles a push (it appends the image to its lines), then the sweep runs, then
+        # on_image_push ignores a failed push
+        stack.invoke("on_image_push", push)
+        stack.fire("sweep")
+        stack.invoke("on_image_push", load_event("ecr_push_failed"))
+
+    # Then only the push's own lines carry its image (before, the sweep's and the next push's did too)
+    lines = [json.loads(line) for line in output.getvalue().splitlines() if line.startswith("{")]
+    with_image = [(doc["service"], doc.get("message")) for doc in lines if "image" in doc]
+    assert with_image and {message for _service, message in with_image} == {"push handled"}, with_image
+    assert [doc for doc in lines if doc.get("message") == "ignored: not a successful push" and "image" not in doc]

@@ -15,7 +15,10 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 # A run that had nothing to count (an ignored event) is normal, not worth a warning per invocation.
 warnings.filterwarnings("ignore", message="No application metrics to publish")
 
-logger = Logger()
+# Each handler starts its invocation with `inject_lambda_context(clear_state=True)`: no key one invocation
+# appends (a job, an image) reaches the next one's lines. The logger's name is one of the Logger's own keys,
+# so that clearing keeps it (the copy below appends it, and appended keys are what clearing forgets).
+logger = Logger(name="%(name)s")
 metrics = Metrics()
 # Only boto3's calls become subsegments. Patching everything X-Ray knows (its default) imports
 # requests and a dozen other libraries the functions never use: about 120 ms of every cold start.

@@ -120,6 +120,12 @@ class ClusterSelector(NamesOrLabelSelector):
             return [c for c in clusters if shown(c.name, default_name) in wanted]
         return [c for c in clusters if self.matches(c.labels)]
 
+    def unknown_names(self, clusters: Iterable[RegisteredCluster], default_name: str) -> list[str]:
+        """The names this selector gives that none of `clusters` answers to (a rule's typo, or a cluster
+        not registered yet): its pushes make no job there."""
+        known = {shown(c.name, default_name) for c in clusters}
+        return [name for name in self.names or () if name not in known]
+
 
 def select_clusters(selector: ClusterSelector | None, clusters: Sequence[RegisteredCluster], default_name: str
                     ) -> list[RegisteredCluster]:

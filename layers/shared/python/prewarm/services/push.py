@@ -40,6 +40,9 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
     applied = []
     for rule in rules:
         job = rule.job_for_push(push.registry_host, push.repository, push.digest, push.tag)
+        for unknown in rule.spec.clusters.unknown_names(served, own_name) if rule.spec.clusters else ():
+            log.warning("rule names a cluster the stack does not serve: no job there",
+                        extra={"rule": rule.metadata.name, "cluster": unknown})
         for cluster in select_clusters(rule.spec.clusters, served, own_name):
             applied.append(apply_job(store, job, now=now, platforms=platforms, cluster=cluster.name))
     return applied
