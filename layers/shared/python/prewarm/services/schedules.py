@@ -25,10 +25,13 @@ from prewarm.domain.warming import (
     FAIL_OPEN_EVENT_REASON,
     SettledNodes,
     WarmLimits,
+    agentless_seconds,
     fail_open_message,
+    no_hello_message,
     node_event,
     overdue_seconds,
     past_deadline,
+    without_hello,
 )
 from prewarm.services.budget import UNLIMITED, TimeBudget
 from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
@@ -322,7 +325,8 @@ def _sweep_cluster(store: NodeItems, queues: TaskQueues, name: str, api: Cluster
     result.nodes_returned += named(departures.nodes_returned)
     result.departures_deferred += departures.deferred
     result.taints_released += named(release_overdue_taints(
-        api, listing.nodes, now=now, grace=config.taint_grace_seconds, budget=budget, settled=settled))
+        api, listing.nodes, now=now, grace=config.taint_grace_seconds, budget=budget, settled=settled,
+        hellos=listing.registered, no_agent_grace=config.no_agent_grace_seconds))
 
 
 def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
@@ -385,13 +389,18 @@ def _fail_past_deadline(store: PlanItems, queues: TaskQueues, record: StoredJob,
 
 def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]], *, now: float, grace: float,
                            budget: TimeBudget = UNLIMITED, settled: set[str] | None = None,
-                           limit: int = TAINT_READS_PER_RUN) -> list[str]:
-    """Removes the startup taint from each node that still holds it `grace` after its agent's deadline;
-    returns their names. A node changed meanwhile (the guarded patch fails) is left to the next sweep.
+                           limit: int = TAINT_READS_PER_RUN, hellos: Mapping[str, float] | None = None,
+                           no_agent_grace: float | None = None) -> list[str]:
+    """Removes the startup taint from each node that still holds it `grace` after its agent's deadline,
+    and, given `hellos` (node → its agent's last hello) and `no_agent_grace`, from each Ready node that
+    holds it with no hello from its agent `no_agent_grace` after it became Ready (no agent runs there to
+    remove it); returns their names. A node changed meanwhile (the guarded patch fails) is left to the
+    next sweep.
 
-    `nodes` may be metadata only: of those past the deadline and not in `settled`, up to `limit` (newest
-    first) are read whole for their taints; each found without the taint, or released, joins `settled`
-    (by uid: a new node under an old name is read again)."""
+    `nodes` may be metadata only: of those past either limit and not in `settled`, up to `limit` (those
+    past the deadline, then those without a hello, each newest first) are read whole for their taints;
+    each found without the taint, or released, joins `settled` (by uid: a new node under an old name is
+    read again)."""
     try:
         config = taints.get_object("v1", "configmaps", AGENT_NAME, AGENT_NAMESPACE)
     except (ClusterAuthError, ClusterUnavailableError) as e:
@@ -403,7 +412,11 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
     settled = set() if settled is None else settled
     settled.intersection_update(_node_id(n) for n in nodes)  # forget nodes that left
     released: list[str] = []
-    due = [n for n in past_deadline(nodes, limits, grace=grace, now=now) if _node_id(n) not in settled]
+    early = [] if hellos is None or no_agent_grace is None else without_hello(nodes, hellos, grace=no_agent_grace,
+                                                                               now=now)
+    agentless = {_node_id(n) for n in early}
+    due = list({_node_id(n): n for n in [*past_deadline(nodes, limits, grace=grace, now=now), *early]
+                if _node_id(n) not in settled}.values())
     for index, listed in enumerate(due[:limit]):
         if not budget.has_time():
             log.info("startup taints of %d nodes left to the next sweep: the run is short of time",
@@ -418,9 +431,14 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
         if node is None or _node_id(node) != uid:
             continue  # gone since the list, or another node under its name: the next sweep sees it
         held = overdue_seconds(node, limits, grace=grace, now=now)
+        message = fail_open_message(limits, held) if held is not None else ""
+        if held is None and uid in agentless and no_agent_grace is not None:
+            held = agentless_seconds(node, limits, grace=no_agent_grace, now=now)
+            message = no_hello_message(limits, held, no_agent_grace) if held is not None else ""
         ops = limits.taint.removal_patch(node) if held is not None else None
         if held is None or ops is None:
-            settled.add(uid)
+            if not limits.taint.held_by(node):
+                settled.add(uid)  # a node still tainted (not Ready yet, or within the grace) is read again
             continue
         try:
             taints.patch_node(name, ops)
@@ -432,7 +450,6 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
         except (ClusterAuthError, ClusterUnavailableError) as e:
             log.warning("cannot remove node %s's overdue startup taint now (the next sweep tries again): %s", name, e)
             return released
-        message = fail_open_message(limits, held)
         log.warning("node %s: %s", name, message)
         released.append(name)
         settled.add(uid)
