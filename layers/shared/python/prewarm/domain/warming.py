@@ -185,6 +185,12 @@ def without_hello(nodes: Iterable[Mapping[str, Any]], hellos: Mapping[str, float
     return [node for _, node in sorted(due, key=lambda d: -d[0])]
 
 
+def newest_first(nodes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """`nodes` by their join, newest first (the likeliest to hold the startup taint); those without a
+    creation time last."""
+    return sorted(nodes, key=lambda n: -(_created_at(n) or 0.0))
+
+
 def agentless_seconds(node: Mapping[str, Any], limits: WarmLimits, *, grace: float, now: float) -> float | None:
     """How long `node` (read whole) has held the startup taint since it joined, when it has been Ready for
     more than `grace` (`NoAgentGraceSeconds`): called for a node whose agent said no hello, which the

@@ -22,6 +22,7 @@ from prewarm.domain.warming import (
     WarmLimits,
     agentless_seconds,
     fail_open_message,
+    newest_first,
     no_hello_message,
     node_event,
     overdue_seconds,
@@ -177,15 +178,18 @@ def sweep(
     """
     result = SweepResult()
     # 1. Fail-open and departures first, every cluster side by side: no number of jobs delays them.
-    _sweep_clusters(store, queues, clusters, result, now=now, config=config, budget=budget, settled=settled)
+    agents: dict[str, set[str]] = {}  # per cluster swept, its nodes whose agent said hello
+    _sweep_clusters(store, queues, clusters, result, agents, now=now, config=config, budget=budget, settled=settled)
     # 2. The jobs, a few at a time, while the run has time.
     jobs = store.list_jobs()
-    agents = {cluster: {n.name for n in store.list_nodes(cluster)}
-              for cluster in sorted({r.cluster for r in jobs if not r.is_settled})
-              if config.no_agent_grace_seconds is not None}
+    if config.no_agent_grace_seconds is not None:
+        for cluster in sorted({r.cluster for r in jobs if not r.is_settled} - set(agents)):
+            agents[cluster] = {n.name for n in store.list_nodes(cluster)}  # a cluster whose API failed
+    else:
+        agents.clear()
     result.add(sweep_jobs(store, queues, jobs, now=now, config=config, agents=agents, budget=budget))
     # 3. Jobs never planned, once their cluster answers: a plan against a cluster still down would fail again.
-    for record in result.unplanned:
+    for record in (r for r in jobs if r.is_pull_job and r.is_unplanned_for_long(now)):
         if record.cluster in result.agents:
             with contextlib.suppress(StoreConflictError):
                 store.replace_job_spec(record.replanned(), expected_hash=record.spec_hash)
@@ -196,16 +200,17 @@ def sweep(
     return result
 
 
-def _sweep_clusters(store: SweepItems, queues: TaskQueues, clusters: ClusterDirectory, result: SweepResult, *,
-                    now: float, config: SweepSettings, budget: TimeBudget, settled: SettledNodes | None) -> None:
+def _sweep_clusters(store: SweepItems, queues: TaskQueues, clusters: ClusterDirectory, result: SweepResult,
+                    agents: dict[str, set[str]], *, now: float, config: SweepSettings, budget: TimeBudget,
+                    settled: SettledNodes | None) -> None:
     """Each cluster's departed nodes and overdue startup taints, side by side; how each answered is
-    recorded on its cluster item."""
+    recorded on its cluster item. `agents` gets, per cluster swept, its nodes whose agent said hello."""
     settled = SettledNodes() if settled is None else settled
 
     def one(name: str, api: ClusterApi) -> SweepResult:
         part = SweepResult()
-        _sweep_cluster(store, queues, name, api, part, now=now, config=config, budget=budget,
-                       settled=settled.of(name))
+        agents[name] = _sweep_cluster(store, queues, name, api, part, now=now, config=config, budget=budget,
+                                      settled=settled.of(name))
         return part
 
     runs = on_each_cluster(clusters, one, clock=lambda: now, own_optional=True)
@@ -237,8 +242,9 @@ def run_sweep(store: ScheduledItems, queues: TaskQueues, clusters: ClusterDirect
 
 
 def _sweep_cluster(store: NodeItems, queues: TaskQueues, name: str, api: ClusterApi, result: SweepResult, *,
-                   now: float, config: SweepSettings, budget: TimeBudget, settled: set[str]) -> None:
-    """One cluster's departed nodes and overdue startup taints; names in `result` are scoped by cluster."""
+                   now: float, config: SweepSettings, budget: TimeBudget, settled: set[str]) -> set[str]:
+    """One cluster's departed nodes and overdue startup taints; names in `result` are scoped by cluster.
+    Returns its nodes whose agent said hello."""
     listing = list_in_order(store, queues, api, name)
     result.agents[name] = len(list(listing.registered))
     departures = forget_departed_nodes(store, queues, api, listing, prefix=config.prefix, budget=budget,
@@ -254,6 +260,7 @@ def _sweep_cluster(store: NodeItems, queues: TaskQueues, name: str, api: Cluster
     result.taints_released += named(release_overdue_taints(
         api, listing.nodes, now=now, grace=config.taint_grace_seconds, budget=budget, settled=settled,
         hellos=listing.registered, no_agent_grace=config.no_agent_grace_seconds))
+    return set(listing.registered)
 
 
 def referenced_pull_secrets(jobs: Iterable[StoredJob]) -> set[tuple[str, str]]:
@@ -272,8 +279,8 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
     remove it); returns their names. A node changed meanwhile (the guarded patch fails) is left to the
     next sweep.
 
-    `nodes` may be metadata only: of those past either limit and not in `settled`, up to `limit` (those
-    past the deadline, then those without a hello, each newest first) are read whole for their taints;
+    `nodes` may be metadata only: of those past either limit and not in `settled`, up to `limit` (newest
+    first: a node that just joined without an agent comes before old ones) are read whole for their taints;
     each found without the taint, or released, joins `settled` (by uid: a new node under an old name is
     read again)."""
     try:
@@ -290,8 +297,8 @@ def release_overdue_taints(taints: NodeTaints, nodes: Iterable[Mapping[str, Any]
     early = [] if hellos is None or no_agent_grace is None else without_hello(nodes, hellos, grace=no_agent_grace,
                                                                                now=now)
     agentless = {_node_id(n) for n in early}
-    due = list({_node_id(n): n for n in [*past_deadline(nodes, limits, grace=grace, now=now), *early]
-                if _node_id(n) not in settled}.values())
+    due = newest_first({_node_id(n): n for n in [*past_deadline(nodes, limits, grace=grace, now=now), *early]
+                        if _node_id(n) not in settled}.values())
     for index, listed in enumerate(due[:limit]):
         if not budget.has_time():
             log.info("startup taints of %d nodes left to the next sweep: the run is short of time",

@@ -70,8 +70,6 @@ class JobSweep:
     slots_filled: int = 0
     expired: list[str] = field(default_factory=list)
     deletions_completed: list[str] = field(default_factory=list)
-    # Running and never planned long after they were stored: the caller asks for their plan again.
-    unplanned: list[StoredJob] = field(default_factory=list)
     # Jobs not looked at: the run was short of time (the next run starts with them).
     jobs_deferred: int = 0
     # Jobs whose node items were read (neither settled nor finished here).
@@ -85,7 +83,6 @@ class JobSweep:
         self.slots_filled += other.slots_filled
         self.expired += other.expired
         self.deletions_completed += other.deletions_completed
-        self.unplanned += other.unplanned
         self.jobs_deferred += other.jobs_deferred
         self.jobs_read += other.jobs_read
 
@@ -127,8 +124,6 @@ def sweep_job(store: PlanItems, queues: TaskQueues, record: StoredJob, *, now: f
     if record.is_list_job:
         _finish_list_job(store, record, now=now)
         return part
-    if record.is_pull_job and record.is_unplanned_for_long(now):
-        part.unplanned.append(record)
     if record.is_dispatching and record.is_past_deadline(now):
         _fail_past_deadline(store, queues, record, now=now)
         part.deadline_failed.append(record.key)
