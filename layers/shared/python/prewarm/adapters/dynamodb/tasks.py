@@ -33,9 +33,9 @@ MAX_NODES_PER_TRANSACTION = 99
 # writes the same value again, which leaves the index unwritten.
 FLIGHT = "flight"
 FLIGHT_KEY = "fpk"
-# An item saying every node item in flight is indexed: tables of versions before the index are indexed
-# once, by the first reader that finds it missing.
-_FLIGHT_INDEXED = {"pk": {"S": "INDEX#flight"}, "sk": {"S": "INDEX"}}
+# Items saying a job's node items in flight are indexed: the node items of versions before the index are
+# indexed once per job, by the first reader that finds its item missing.
+_FLIGHT_INDEXED = "INDEX#flight"
 
 
 def is_in_flight(task: NodeTaskRecord) -> bool:
@@ -134,7 +134,7 @@ class NodeTaskItems(JobItems):
     def in_flight_tasks(self, ref: JobRound) -> list[NodeTaskRecord]:
         """The round's node items in flight (dispatched, not finished), by node: keys from the sparse
         `flight` index (eventually consistent), then the items themselves (consistent), re-checked."""
-        self._index_in_flight()
+        self._index_in_flight(ref.key, ref.shards)
         keys = [
             self._key(v["pk"], v["sk"])
             for pk in self._shard_pks(ref.key, ref.shards)
@@ -145,18 +145,21 @@ class NodeTaskItems(JobItems):
         tasks = (self._task(v) for v in self._batch_get(f"read tasks in flight of {ref.key}", keys))
         return sorted((t for t in tasks if is_in_flight(t) and t.round == ref.round), key=lambda t: t.node)
 
-    def _index_in_flight(self) -> None:
-        """Once per table: indexes the node items in flight that a version before the index wrote."""
-        if getattr(self, "_flight_indexed", False):
+    def _index_in_flight(self, key: str, shards: int) -> None:
+        """Once per job: indexes its node items in flight that a version before the index wrote (every
+        write since keeps `fpk`), then marks the job indexed (an item `INDEX#flight`, sort key the job's
+        key). Job by job, so a table of many jobs is indexed over the runs that have time for it."""
+        indexed: set[str] = self.__dict__.setdefault("_flight_indexed", set())
+        if key in indexed:
             return
-        if "Item" not in self._call("read the index marker", "get_item", Key=_FLIGHT_INDEXED, ConsistentRead=True):
-            for job in (j for j in self.list_jobs() if j.is_dispatching):
-                for values in self._shard_items(f"index tasks of {job.key}", job.key, max(1, job.shards), "NODE#"):
-                    if is_in_flight(self._task(values)) and FLIGHT_KEY not in values:
-                        self._update(f"index task {values['sk']} of {job.key}", values["pk"], values["sk"],
-                                     {FLIGHT_KEY: values["pk"]}, condition="attribute_exists(pk)")
-            self._call("write the index marker", "put_item", Item=_FLIGHT_INDEXED)
-        self._flight_indexed = True
+        marker = {"pk": {"S": _FLIGHT_INDEXED}, "sk": {"S": key}}
+        if "Item" not in self._call("read the index marker", "get_item", Key=marker, ConsistentRead=True):
+            for values in self._shard_items(f"index tasks of {key}", key, shards, "NODE#"):
+                if is_in_flight(self._task(values)) and FLIGHT_KEY not in values:
+                    self._update(f"index task {values['sk']} of {key}", values["pk"], values["sk"],
+                                 {FLIGHT_KEY: values["pk"]}, condition="attribute_exists(pk)")
+            self._call("write the index marker", "put_item", Item=marker)
+        indexed.add(key)
 
     def waiting_nodes(self, key: str, limit: int, *, shards: int | None = None, start: int = 0) -> list[str]:
         """Up to `limit` nodes still waiting for a slot (eventually consistent; claims re-check), read
