@@ -295,6 +295,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
 
     def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord], *, shards: int) -> None:
         self.table.batch_write(f"write tasks of {key}", [Put(_task_item(key, t, shards)) for t in tasks])
+        self.table.put("write the index marker", {"pk": "INDEX#flight", "sk": key})  # the adapter's: job indexed
 
     def delete_tasks(self, key: str, nodes: Sequence[str], *, shards: int) -> None:
         self.table.batch_write(f"delete tasks of {key}",

@@ -442,7 +442,7 @@ def test_each_write_leaves_the_items_the_adapter_leaves(store: Store) -> None:
         keys = store.item_keys()
     shard = {n: dynamodb.shard_of(n, 2) for n in ("a", "b", "x")}
     assert keys == sorted([("CLUSTER#prod-eu", "CLUSTER"), (f"JOB#{KEY}", "JOB"), ("NODE#prod-eu:n", "NODE"),
-                           ("INDEX#running", "INDEX"),
+                           ("INDEX#running", "INDEX"), ("INDEX#flight", KEY),
                            ("RULE#r", "RULE"), ("SCHEDULE#sweep", "RUN"), (f"JOB#{KEY}#{shard['a']}", "NODE#a"),
                            (f"JOB#{KEY}#{shard['b']}", "NODE#b"), (f"JOB#{KEY}#{shard['x']}", "EXCL#x")])
 

@@ -180,6 +180,8 @@ class NodeTaskItems(JobItems):
     def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord], *, shards: int) -> None:
         self._batch_write(f"write tasks of {key}",
                           [{"PutRequest": {"Item": self._task_item(key, t, shards)}} for t in tasks])
+        # A plan writes its round's node items with their `fpk`: the job needs no indexing later.
+        self._call("write the index marker", "put_item", Item={"pk": {"S": _FLIGHT_INDEXED}, "sk": {"S": key}})
 
     def delete_tasks(self, key: str, nodes: Sequence[str], *, shards: int) -> None:
         self._batch_write(
