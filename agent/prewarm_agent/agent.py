@@ -197,6 +197,11 @@ class Agent:
         # reach its queue (no VPC endpoint, no policy) becomes schedulable at the deadline.
         if (hold := self.startup.hold_taint(facts)) is not None:
             self._background.append(self._spawn(lambda: self.startup.warm(hold), "agent-warming"))
+        elif not facts.from_api:
+            # Whether the node holds the startup taint is unknown until its Node is read: read it again.
+            started = self.clock.time()
+            self._background.append(self._spawn(
+                lambda: self.startup.read_node_until_deadline(self._node, started_at=started), "agent-warming"))
         try:
             url = self.node_queues.find_queue(s.node_name)
         except QueueRetryableError as e:
@@ -223,7 +228,7 @@ class Agent:
         queue = self.reports.queue = TaskQueue(self.sqs, url)
         receiver = Receiver(
             queue, s, stopping=self._stopping, tasks=self.tasks, task_runs=self.task_runs, reports=self.reports,
-            hold=self.warming, metrics=self.metrics, clock=self.clock, spawn=self._spawn, logger=self.log,
+            hold=lambda: self.warming, metrics=self.metrics, clock=self.clock, spawn=self._spawn, logger=self.log,
             recreate=lambda: self._wait_for_queue(gone=True),
         )
         heartbeat = Heartbeat(queue, s, tasks=self.tasks, startup=self.startup, stop=self._background_stop,

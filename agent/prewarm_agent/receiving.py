@@ -44,7 +44,7 @@ class Receiver:
         tasks: NodeTasks,
         task_runs: TaskRuns,
         reports: Reports,
-        hold: StartupTaintHold | None,
+        hold: Callable[[], StartupTaintHold | None],
         metrics: AgentMetrics,
         clock: Clock,
         spawn: Spawn,
@@ -118,7 +118,7 @@ class Receiver:
 
     def _required(self, required: RequiredImages, delivery: Delivery) -> None:
         self.metrics.messages.labels("required").inc()
-        hold = self.hold
+        hold = self.hold()
         if hold is None or hold.done.is_set():
             self.log.info("list of %d required images ignored: the node holds no startup taint",
                           len(required.images))

@@ -7,6 +7,7 @@ Both messages go once; the heartbeat sends them again until the status queue tak
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -21,6 +22,9 @@ from prewarm_agent.reporting import StatusSink
 from prewarm_agent.settings import AgentSettings
 from prewarm_agent.tasks import NodeTasks
 from prewarm_agent.warming import NodeWrites, StartupTaintHold
+
+# Reading the node again after the API failed at start: from 1 s, doubling to this.
+NODE_READ_RETRY_MAX_SECONDS = 30.0
 
 
 def agent_version() -> str:
@@ -61,6 +65,7 @@ class NodeStartup:
         self._pull_failures: dict[str, str] = {}
         self._hello: Hello | None = None  # until sent
         self._said: Hello | None = None  # the hello, to say again while the node queue is awaited
+        self._queue_url: str | None = None
         self.hello_at: float | None = None  # when the first hello went out
         self._warmed: Warmed | None = None  # how the taint came off, until sent
 
@@ -72,6 +77,7 @@ class NodeStartup:
 
     def begin(self, queue_url: str, facts: NodeFacts) -> None:
         """Says hello: the control plane makes the node queue (`queue_url`) on it."""
+        self._queue_url = queue_url
         self._hello = self._said = self._make_hello(queue_url, facts)
         self.send_hello()
 
@@ -80,6 +86,30 @@ class NodeStartup:
         if self._said is not None:
             self._hello = self._said
             self.send_hello()
+
+    def read_node_until_deadline(self, read: Callable[[], NodeFacts], *, started_at: float) -> None:
+        """The agent could not read its Node at start, so it knows of no startup taint: reads it again
+        (1 s, doubling to 30 s) until it answers or `MAX_WARM_SECONDS` from `started_at` (the node joined
+        before) have passed. A Node read with the taint is then held and warmed as at start (past its
+        deadline: removed at once), and the hello is sent again with the Node's labels and deadline."""
+        deadline = started_at + self.settings.max_warm_seconds
+        delay = 1.0
+        while not self.clock.wait(self._stop, min(delay, max(0.0, deadline - self.clock.time()))):
+            facts = read()
+            if facts.from_api:
+                hold = self.hold_taint(facts)
+                if self._queue_url is not None:
+                    self._hello = self._said = self._make_hello(self._queue_url, facts)
+                    self.send_hello()
+                if hold is not None:
+                    self.warm(hold)
+                return
+            if self.clock.time() >= deadline:
+                self.log.error("node %s still cannot be read %.0f s after the agent started: its startup taint, "
+                               "if any, is left to the sweep (NoAgentGraceSeconds or StartupTaintGraceSeconds)",
+                               self.settings.node_name, self.settings.max_warm_seconds)
+                return
+            delay = min(delay * 2, NODE_READ_RETRY_MAX_SECONDS)
 
     def give_up(self, why: str) -> None:
         """The agent cannot run on this node: the taint comes off now rather than at the deadline, so the

@@ -10,7 +10,7 @@ transaction refused (`StoreError`). Consistent and eventually consistent reads a
 
 `tests/unit/adapters/test_memory_store_contract.py` runs the same scenarios on both stores.
 Not modelled: throttling and `TransactionConflict` (tests inject `StoreRetryableError`), tables written
-before the `running` index existed (tests/unit/adapters/test_dynamodb_status_batches.py), and DynamoDB's
+before the `running` or `flight` index existed (tests/unit/adapters/test_dynamodb_status_batches.py), and DynamoDB's
 TTL deletions (the sweep deletes expired jobs itself).
 """
 
@@ -150,6 +150,7 @@ def _task_item(key: str, task: NodeTaskRecord, shards: int) -> dict[str, Any]:
         "bytes_done": task.bytes_done, "bytes_total": task.bytes_total, "image_id": task.image_id,
         "message": task.message, "started_at": task.started_at, "finished_at": task.finished_at,
         "updated_at": task.updated_at, "wpk": pk if waiting else None,
+        "fpk": pk if task.dispatched_at is not None and not task.phase.is_terminal else None,
     }
 
 
@@ -274,6 +275,12 @@ class MemoryNodeTaskItems(MemoryJobItems):
         keys = [(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n)) for n in sorted(set(nodes))]
         return {t.node: t for t in (_task(v) for v in self.table.batch_get(keys))}
 
+    def in_flight_tasks(self, ref: JobRound) -> list[NodeTaskRecord]:
+        items = [v for pk in self._shard_pks(ref.key, ref.shards) for v in self.table.index("fpk", pk, order="sk")]
+        tasks = (_task(v) for v in items)
+        return sorted((t for t in tasks if t.dispatched_at is not None and not t.phase.is_terminal
+                       and t.round == ref.round), key=lambda t: t.node)
+
     def failed_nodes(self, key: str, *, shards: int | None = None) -> list[str]:
         return [t.node for t in self.get_tasks(key, shards=shards) if t.failed]
 
@@ -290,6 +297,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
 
     def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord], *, shards: int) -> None:
         self.table.batch_write(f"write tasks of {key}", [Put(_task_item(key, t, shards)) for t in tasks])
+        self.table.put("write the index marker", {"pk": "INDEX#flight", "sk": key})  # the adapter's: job indexed
 
     def delete_tasks(self, key: str, nodes: Sequence[str], *, shards: int) -> None:
         self.table.batch_write(f"delete tasks of {key}",
@@ -313,10 +321,16 @@ class MemoryNodeTaskItems(MemoryJobItems):
 
     @staticmethod
     def _node_update(ref: JobRound, update: NodeUpdate) -> Update:
+        pk = task_pk(ref.key, shard_of(update.node, ref.shards))
         fields = dict(update.fields)
-        if "phase" in fields and fields["phase"] != NodePhase.WAITING.value:
+        phase = fields.get("phase")
+        if phase is not None and phase != NodePhase.WAITING.value:
             fields["wpk"] = None
-        return Update(task_pk(ref.key, shard_of(update.node, ref.shards)), node_sk(update.node), fields,
+        if phase is not None and NodePhase(phase).is_terminal:
+            fields["fpk"] = None
+        elif phase == NodePhase.PULLING.value or fields.get("dispatched_at") is not None:
+            fields["fpk"] = pk
+        return Update(pk, node_sk(update.node), fields,
                       {"version": 1}, lambda i: equal(i, "version", update.expected_version)
                       and equal(i, "round", ref.round))
 
@@ -376,7 +390,8 @@ class MemoryNodeTaskItems(MemoryJobItems):
         pending = list(dict.fromkeys(nodes))[:MAX_NODES_PER_TRANSACTION]
         while pending:
             claims: list[Action] = [
-                Update(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n), {"dispatched_at": now, "wpk": None},
+                Update(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n),
+                       {"dispatched_at": now, "wpk": None, "fpk": task_pk(ref.key, shard_of(n, ref.shards))},
                        {"version": 1}, lambda i: not has(i, "dispatched_at") and equal(i, "round", ref.round)
                        and equal(i, "phase", NodePhase.WAITING.value))
                 for n in pending

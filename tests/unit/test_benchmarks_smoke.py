@@ -437,3 +437,16 @@ def test_sweep_forgets_every_departed_node_and_then_reads_metadata_only() -> Non
     # ... and the warm run lists the nodes as metadata and reads no node whole
     assert warm["kubernetes_calls"] == {"get configmaps (full)": 1, "list nodes (metadata)": 1}
     assert warm["queues_deleted"] == 0 and warm["peak_rss_mb"] > 0 and result["targets_met"] is True
+
+
+@pytest.mark.integration
+def test_sweep_with_running_jobs_reads_their_nodes_in_flight_and_releases_new_tainted_nodes_first() -> None:
+    # Given 3 running Never jobs of 40 nodes, 4 of each in flight, and 2 new nodes tainted with no hello
+    result = run_benchmark("sweep.py", "--scenario", "jobs", "--nodes", "40", "--images", "5", "--jobs", "3",
+                           "--job-nodes", "40", "--in-flight", "4", "--tainted", "2")
+    first, later = result["prewarm"]["first"], result["prewarm"]["next"]
+    # Then the first run releases both taints and reads every job, and the next reads the jobs' nodes in
+    # flight (3 x 4 items) beside the job and node listings, never every node item
+    assert first["taints_released"] == 2 and first["jobs_read"] == 3 == later["jobs_read"]
+    assert later["kubernetes_calls"] == {"get configmaps (full)": 1, "list nodes (metadata)": 1}
+    assert later["aws_calls"]["dynamodb BatchGetItem"] >= 3 and result["targets_met"] is True

@@ -296,7 +296,7 @@ def test_jobs_table_matches_the_documented_design_and_is_retained() -> None:
     assert p["BillingMode"] == "PAY_PER_REQUEST"
     assert p["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
     attributes = {a["AttributeName"]: a["AttributeType"] for a in p["AttributeDefinitions"]}
-    assert attributes == {"pk": "S", "sk": "S", "kind": "S", "wpk": "S", "running": "S"}
+    assert attributes == {"pk": "S", "sk": "S", "kind": "S", "wpk": "S", "running": "S", "fpk": "S"}
     indexes = {
         i["IndexName"]: (
             [(k["AttributeName"], k["KeyType"]) for k in i["KeySchema"]],
@@ -311,6 +311,8 @@ def test_jobs_table_matches_the_documented_design_and_is_retained() -> None:
         "waiting": ([("wpk", "HASH"), ("sk", "RANGE")], "KEYS_ONLY"),
         # sparse: only running jobs carry running (what a hello reads)
         "running": ([("running", "HASH"), ("pk", "RANGE")], "KEYS_ONLY"),
+        # sparse: only node items in flight carry fpk (what the sweep reads for silence)
+        "flight": ([("fpk", "HASH"), ("sk", "RANGE")], "KEYS_ONLY"),
     }
     assert p["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert p["SSESpecification"] == {"SSEEnabled": True}

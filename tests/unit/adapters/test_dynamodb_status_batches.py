@@ -156,3 +156,28 @@ def test_the_running_index_follows_each_job_and_indexes_older_tables_once(plane:
     assert listed() == [always]  # this reader indexed the table once already
     fresh = DynamoJobStore(dynamo(plane).table_name, client=client)
     assert [r.key for r in fresh.list_running_jobs()] == sorted([again, always])
+
+
+def test_the_flight_index_holds_the_nodes_in_flight_and_indexes_each_older_job_once(plane: ControlPlane) -> None:
+    from prewarm.adapters.dynamodb.tasks import FLIGHT_KEY
+
+    # Given a job whose 3 nodes were all dispatched by its plan, one of them finished since
+    nodes = nodes_of(plane, 3)
+    key = planned(plane, "pulling", completionPolicy={"type": "Never"}, parallelism=3)
+    record = plane.store.get_job(key)
+    assert record is not None
+    plane.report("pulling", nodes[0], "Pulling")
+    plane.report("pulling", nodes[1], "Pulling")
+    plane.report("pulling", nodes[1], "Succeeded")
+    assert [t.node for t in plane.store.in_flight_tasks(record.ref)] == [nodes[0], nodes[2]]
+    # A job whose node items a version before the index wrote: its nodes in flight are indexed by the first
+    # reader that finds no marker of the job, once
+    client, table = dynamo(plane).client, dynamo(plane).table_name
+    for task in plane.store.get_tasks(key):
+        client.update_item(TableName=table, Key={"pk": {"S": f"JOB#{key}#0"}, "sk": {"S": f"NODE#{task.node}"}},
+                           UpdateExpression=f"REMOVE {FLIGHT_KEY}")
+    client.delete_item(TableName=table, Key={"pk": {"S": "INDEX#flight"}, "sk": {"S": key}})
+    assert plane.store.in_flight_tasks(record.ref) == []  # this reader indexed the job already
+    fresh = DynamoJobStore(table, client=client)
+    assert [t.node for t in fresh.in_flight_tasks(record.ref)] == [nodes[0], nodes[2]]
+    assert "Item" in client.get_item(TableName=table, Key={"pk": {"S": "INDEX#flight"}, "sk": {"S": key}})

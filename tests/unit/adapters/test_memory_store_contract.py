@@ -233,6 +233,28 @@ def test_waiting_nodes_come_from_the_start_shard_on_in_node_order(store: Store) 
                                              if n != by_shard[0][0]]
 
 
+def test_only_the_nodes_in_flight_are_read_as_in_flight(store: Store) -> None:
+    nodes = [f"n{i:02d}" for i in range(12)]
+    ref = planned(store, nodes, shards=3)
+    assert store.in_flight_tasks(ref) == []  # waiting for a slot: not in flight
+    assert store.claim_tasks(ref, nodes[:4], parallelism=10, now=5.0) == nodes[:4]
+    store.update_task(ref, NodeUpdate("n00", 1, {"phase": NodePhase.PULLING.value, "seq": 1, "updated_at": 6.0}))
+    store.apply_updates(ref, [NodeUpdate("n01", 1, {"phase": NodePhase.SUCCEEDED.value})],
+                        {"active": -1, "succeeded": 1, "done": 1})
+    store.update_task(ref, NodeUpdate("n02", 1, {"phase": NodePhase.FAILED.value}))
+    # A report of a node never claimed (its task sent by a plan) dispatches it: it is in flight as well
+    store.update_task(ref, NodeUpdate("n05", 0, {"phase": NodePhase.PULLING.value, "dispatched_at": 7.0}))
+    flight = store.in_flight_tasks(ref)
+    assert [(t.node, t.phase, t.dispatched_at) for t in flight] == [
+        ("n00", NodePhase.PULLING, 5.0), ("n03", NodePhase.WAITING, 5.0), ("n05", NodePhase.PULLING, 7.0)]
+    # A plan's node items dispatched in its batch write are in flight; a new round's replace the old ones
+    store.put_tasks(KEY, [NodeTaskRecord(node="n00", round=1, dispatched_at=9.0),
+                          NodeTaskRecord(node="n03", round=1, phase=NodePhase.SUCCEEDED, dispatched_at=9.0),
+                          NodeTaskRecord(node="n05", round=1)], shards=3)
+    assert [t.node for t in store.in_flight_tasks(JobRound(KEY, "u1", 1, 3))] == ["n00"]
+    assert store.in_flight_tasks(ref) == []  # round 0's are gone
+
+
 def test_failed_nodes_and_deleted_tasks(store: Store) -> None:
     ref = planned(store, ["a", "b", "c"])
     store.apply_updates(ref, [NodeUpdate("b", 0, {"phase": NodePhase.FAILED.value, "message": "401"}),
@@ -436,7 +458,7 @@ def test_each_write_leaves_the_items_the_adapter_leaves(store: Store) -> None:
         keys = store.item_keys()
     shard = {n: dynamodb.shard_of(n, 2) for n in ("a", "b", "x")}
     assert keys == sorted([("CLUSTER#prod-eu", "CLUSTER"), (f"JOB#{KEY}", "JOB"), ("NODE#prod-eu:n", "NODE"),
-                           ("INDEX#running", "INDEX"),
+                           ("INDEX#running", "INDEX"), ("INDEX#flight", KEY),
                            ("RULE#r", "RULE"), ("SCHEDULE#sweep", "RUN"), (f"JOB#{KEY}#{shard['a']}", "NODE#a"),
                            (f"JOB#{KEY}#{shard['b']}", "NODE#b"), (f"JOB#{KEY}#{shard['x']}", "EXCL#x")])
 

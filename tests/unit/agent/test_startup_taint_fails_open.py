@@ -4,6 +4,7 @@ removes the taint at once (issue #25: Prewarm must never make a cluster less ava
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -149,3 +150,48 @@ def test_a_taint_that_cannot_be_removed_does_not_hide_why_the_agent_cannot_start
             node_agent.start()
         node_agent.stop(0)
         assert api.tainted  # left to the sweep, after the deadline
+
+
+
+def test_an_agent_whose_node_read_fails_at_start_reads_it_again_and_removes_the_taint_by_the_deadline() -> None:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        status = sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+        api = NodeApi()
+        joined = time.time()
+        reads: list[float] = []
+
+        def node() -> NodeFacts:
+            # Given an API that fails the agent's first two reads of its Node (at start, and 1 s later)
+            reads.append(time.time())
+            if len(reads) <= 2:
+                return NodeFacts(name="node-a", architecture="amd64")  # the local guesses: no taint known
+            return NodeFacts(name="node-a", labels={"pool": "gpu"}, from_api=True, taints=(dict(TAINT),),
+                             created_at=joined)
+
+        cfg = settings(status).model_copy(update={"max_warm_seconds": 5.0})
+        node_agent = Agent(cfg, cri=FakeRuntime(), content=NoContent(), sqs=sqs, credentials=FakeCredentials(),
+                           manifests=NoLayers(), node=node, node_writes=api)
+        node_agent.start()
+        sent: list[dict[str, Any]] = []
+
+        def hellos() -> list[dict[str, Any]]:
+            for message in sqs.receive_message(QueueUrl=status, MaxNumberOfMessages=10).get("Messages", []):
+                sent.append(json.loads(message["Body"]))
+            return [m for m in sent if m["kind"] == "hello"]
+
+        try:
+            # Then the agent reads its Node again until it answers, and holds the taint it finds ...
+            assert eventually(lambda: node_agent.warming is not None, 6)
+            assert len(reads) == 3 and api.tainted
+            # ... says hello again, with the Node's labels and the deadline from the node's join ...
+            assert eventually(lambda: len(hellos()) == 2, 3)
+            first, second = hellos()
+            assert (first["labels"], first.get("warm_until")) == ({}, None)
+            assert second["labels"] == {"pool": "gpu"} and second["warm_until"] == pytest.approx(joined + 5)
+            # ... and removes the taint at MAX_WARM_SECONDS from the join, though its first read failed
+            assert eventually(lambda: not api.tainted, timeout=8)
+            assert time.time() - joined >= 5
+        finally:
+            node_agent.request_stop()
+            node_agent.stop(0)

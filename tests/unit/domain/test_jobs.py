@@ -675,6 +675,18 @@ def test_job_for_push_pins_the_digest_and_uses_the_template() -> None:
     }
 
 
+def test_a_rules_job_is_deleted_a_day_after_it_finished_unless_its_template_says_otherwise() -> None:
+    # Given a rule whose template sets no TTL, and one that keeps its jobs an hour
+    plain = PrewarmRule.from_manifest(rule())
+    hour = PrewarmRule.from_manifest(rule(template={"spec": {"completionPolicy": {"ttlSecondsAfterFinished": 3600}}}))
+    # When a push makes their jobs
+    defaulted, kept = plain.job_for_push(ECR, "shop/cart", DIGEST), hour.job_for_push(ECR, "shop/cart", DIGEST)
+    # Then finished jobs do not pile up: the first is deleted a day after it finished, the second as asked
+    assert defaulted.spec.completion_policy.ttl_seconds_after_finished == 86_400
+    assert kept.spec.completion_policy.ttl_seconds_after_finished == 3600
+    assert defaulted.spec.completion_policy.type == kept.spec.completion_policy.type == "Always"
+
+
 def test_job_for_an_untagged_push_has_no_tag_annotation() -> None:
     job = PrewarmRule.from_manifest(rule(includeUntagged=True)).job_for_push(ECR, "shop/cart", DIGEST)
     assert job.namespace == "default"

@@ -57,9 +57,14 @@ def test_a_tainted_node_whose_agent_holds_the_taint_is_warming_until_its_agents_
 def test_a_tainted_node_with_no_agent_says_when_the_sweep_removes_the_taint() -> None:
     # Given a node that joined 100 s ago with the taint, and no agent has said hello from it
     found = state(node(joined=NOW - 100), None)
-    # Then it has no agent, and the sweep removes the taint at join + maxWarmSeconds + grace
+    # Then it has no agent, and the sweep removes the taint NoAgentGraceSeconds after it became Ready (here
+    # at its join: the condition has no transition time) ...
     assert (found.agent, found.taint, found.in_cluster) == (AgentState.ABSENT, TaintState.NO_AGENT, True)
-    assert found.sweep_at == NOW - 100 + 900 + GRACE
+    assert found.sweep_at == NOW - 100 + 120
+    # ... and from a node that is not Ready, at join + maxWarmSeconds + grace
+    not_ready = node(joined=NOW - 100)
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    assert state(not_ready, None).sweep_at == NOW - 100 + 900 + GRACE
     assert found.architecture == "amd64"  # from the Node's labels
 
 

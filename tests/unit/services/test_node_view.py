@@ -56,8 +56,10 @@ def test_a_tainted_node_with_no_agent_says_so_and_when_the_sweep_frees_it_then_t
 ) -> None:
     clock = plane.clock
     assert isinstance(clock, Clock)
-    # Given a node that joined with the startup taint and no agent
+    # Given a node that joined with the startup taint and no agent, not Ready (a Ready one is freed
+    # NoAgentGraceSeconds after it became Ready: tests/unit/domain/test_node_state.py)
     at = joined(plane, "bare-1", agent=False)
+    plane.cluster.nodes[-1]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
 
     # When nodes are listed
     table, messages, view = rows(plane)

@@ -111,3 +111,45 @@ def test_a_node_gone_since_the_list_or_an_api_that_is_busy_never_fails_the_sweep
     result = run(plane, now)
     assert result.taints_released == []
     assert taints_of(plane, "c") == [TAINT]
+
+
+def ready_at(node: dict[str, Any], at: float | None) -> dict[str, Any]:
+    node["status"] = {"conditions": [{"type": "Ready", "status": "True" if at is not None else "False",
+                                      "lastTransitionTime": format_time(at if at is not None else 0)}]}
+    return node
+
+
+def test_a_ready_node_no_agent_said_hello_from_is_released_after_the_no_agent_grace(plane: ControlPlane) -> None:
+    from prewarm.domain.nodes import RegisteredNode
+
+    now = 1_800_000_000.0
+    # Given nodes that joined with the startup taint 5 minutes ago (the agents' deadline is 900 s)
+    plane.cluster.nodes = [
+        ready_at(joined("no-agent", now - 300, TAINT), now - 121),  # Ready for 121 s, no hello
+        ready_at(joined("agent-said-hello", now - 300, TAINT), now - 200),  # its agent is warming it
+        ready_at(joined("not-ready", now - 300, TAINT), None),  # the kubelet is not Ready yet
+        ready_at(joined("just-ready", now - 300, TAINT), now - 119),  # within the grace
+        ready_at(joined("old-hello", now - 300, TAINT), now - 200),  # a hello from before its join: another node's
+    ]
+    for name, hello in (("agent-said-hello", now - 100), ("old-hello", now - 3600)):
+        plane.store.put_node(RegisteredNode(name=name, labels={}, architecture="amd64", os="linux", queue_url="q",
+                                            last_hello=hello))
+
+    # When the sweep runs with NoAgentGraceSeconds 120
+    def sweep_at(at: float) -> Any:
+        return sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=at,
+                     config=SweepSettings(prefix="pw", no_agent_grace_seconds=120))
+
+    result = sweep_at(now)
+
+    # Then the Ready nodes without a hello lose the taint at once, not 900 s + grace after their join
+    assert sorted(result.taints_released) == ["no-agent", "old-hello"]
+    assert taints_of(plane, "agent-said-hello") == taints_of(plane, "not-ready") == [TAINT]
+    assert taints_of(plane, "just-ready") == [TAINT]
+    assert "no Prewarm agent said hello within 120s of the node becoming Ready" in plane.cluster.events[0]["message"]
+    # And a node still within the grace is released by the next run, one not Ready once it is
+    assert sweep_at(now + 60).taints_released == ["just-ready"]
+    ready_at(next(n for n in plane.cluster.nodes if n["metadata"]["name"] == "not-ready"), now + 60)
+    assert sweep_at(now + 120).taints_released == []
+    assert sweep_at(now + 240).taints_released == ["not-ready"]
+    assert taints_of(plane, "agent-said-hello") == [TAINT]

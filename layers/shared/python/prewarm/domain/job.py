@@ -134,6 +134,12 @@ class StoredJob:
         """A running ImagePullJob whose current round is planned: its nodes are being handed slots."""
         return self.is_pull_job and self.state is JobState.RUNNING and self.is_planned
 
+    @property
+    def is_settled(self) -> bool:
+        """Nothing of it is in flight or waiting (not dispatching, or its counters hold no `waiting` or
+        `active` node): the sweep has nothing to look at among its node items."""
+        return not self.is_dispatching or (self.counters.waiting == 0 and self.counters.active == 0)
+
     def needs_planning(self, previous: StoredJob | None = None) -> bool:
         """Whether this job item, as the table stream shows it, asks for `plan_job`.
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from prewarm.domain.intervals import NO_AGENT_GRACE_SECONDS
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.placement import ARCH_LABEL, OS_LABEL
-from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON, WarmLimits, sweep_release_at
+from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON, WarmLimits, ready_since, sweep_release_at
 
 
 class AgentState(StrEnum):
@@ -59,7 +60,8 @@ class NodeState:
     `in_cluster` is None when the cluster was not read (then only registered nodes are known, and the
     taint is judged from what their agents said). `agent_deadline` is the agent's own (its hello's
     `warm_until`); `sweep_at` when the sweep removes a taint no agent removed (the node's join plus
-    maxWarmSeconds and the grace), None when the node carries no creation time.
+    maxWarmSeconds and the grace; with no hello, NoAgentGraceSeconds after the node became Ready when
+    that is sooner), None when the node carries no creation time.
     """
 
     name: str
@@ -107,6 +109,7 @@ def node_states(
     now: float,
     releases: Mapping[str, TaintRelease] | None = None,
     silent_pulls: Mapping[str, int] | None = None,
+    no_agent_grace: float | None = NO_AGENT_GRACE_SECONDS,
 ) -> list[NodeState]:
     """Every node of the cluster (`nodes`, None when it was not read) and every registered one, by name."""
     by_name = {r.name: r for r in registered}
@@ -115,7 +118,7 @@ def node_states(
     return [
         node_state(name, objects.get(name), by_name.get(name), cluster_read=nodes is not None, limits=limits,
                    grace=grace, now=now, release=(releases or {}).get(name),
-                   silent_pulls=(silent_pulls or {}).get(name, 0))
+                   silent_pulls=(silent_pulls or {}).get(name, 0), no_agent_grace=no_agent_grace)
         for name in names
     ]
 
@@ -131,6 +134,7 @@ def node_state(
     now: float,
     release: TaintRelease | None = None,
     silent_pulls: int = 0,
+    no_agent_grace: float | None = NO_AGENT_GRACE_SECONDS,
 ) -> NodeState:
     """What holds or held `name`'s startup taint and whether its agent talks (see the module)."""
     if registered is None:
@@ -156,7 +160,11 @@ def node_state(
             taint = TaintState.WARMING
         else:
             taint = TaintState.OVERDUE
-        return replace(state, taint=taint, sweep_at=sweep_release_at(node, limits, grace=grace))
+        sweep_at = sweep_release_at(node, limits, grace=grace)
+        ready = ready_since(node)
+        if registered is None and no_agent_grace is not None and ready is not None and sweep_at is not None:
+            sweep_at = min(sweep_at, ready + no_agent_grace)
+        return replace(state, taint=taint, sweep_at=sweep_at)
     if release is not None and (warm is None or warm.warm_at < release.at):
         return replace(state, taint=TaintState.RELEASED, release=release)
     return replace(state, taint=_outcome(warm)) if warm is not None else state

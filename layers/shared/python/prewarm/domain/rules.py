@@ -28,6 +28,9 @@ from prewarm.domain.registries import parse_ecr_registry
 RULE_ANNOTATION = "prewarm.dev/rule"
 REPOSITORY_ANNOTATION = "prewarm.dev/repository"
 TAG_ANNOTATION = "prewarm.dev/tag"
+# A rule's job whose template sets no `ttlSecondsAfterFinished` is deleted a day after it finished: pushes
+# never stop, and finished jobs left for ever would be listed by every sweep and `prewarm get jobs`.
+RULE_JOB_TTL_SECONDS = 86_400
 
 _ACCOUNT_ID = re.compile(r"[0-9]{12}")
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-[0-9]+")
@@ -170,7 +173,9 @@ class PrewarmRule(KubernetesModel):
     def job_for_push(self, registry_host: str, repository: str, digest: str, tag: str | None = None) -> ImagePullJob:
         """The `Always` ImagePullJob for a pushed image, pinned to `<registry>/<repository>@<digest>`.
 
-        It is named `<rule>-<first 12 hex of the digest>` and lives in `spec.template.metadata.namespace`.
+        It is named `<rule>-<first 12 hex of the digest>` and lives in `spec.template.metadata.namespace`;
+        without a `ttlSecondsAfterFinished` of the template's, it is deleted `RULE_JOB_TTL_SECONDS` after it
+        finished.
         Call `matches` first: this does not check the push against the rule's patterns.
         """
         if problem := digest_problem(digest):
@@ -193,6 +198,7 @@ class PrewarmRule(KubernetesModel):
         if template.metadata.labels:
             metadata["labels"] = template.metadata.labels
         spec = template.spec.model_dump(by_alias=True, mode="json", exclude_none=True)
+        spec["completionPolicy"] = {"ttlSecondsAfterFinished": RULE_JOB_TTL_SECONDS, **spec.get("completionPolicy", {})}
         return ImagePullJob.from_manifest(
             {
                 "apiVersion": PREWARM_API_VERSION,

@@ -170,6 +170,58 @@ def past_deadline(nodes: Iterable[Mapping[str, Any]], limits: WarmLimits, *, gra
     return [node for _, node in sorted(due, key=lambda d: -d[0])]
 
 
+def without_hello(nodes: Iterable[Mapping[str, Any]], hellos: Mapping[str, float], *, grace: float,
+                  now: float) -> list[Mapping[str, Any]]:
+    """The nodes (their metadata is enough) that joined more than `grace` ago and whose agent has said no
+    hello since (`hellos`: node name → its last hello; one from before the node's join was another node's
+    under the same name), newest first: any of them Ready and still holding the startup taint has no
+    agent to remove it."""
+    due = []
+    for node in nodes:
+        created = _created_at(node)
+        hello = hellos.get(str((node.get("metadata") or {}).get("name")))
+        if created is not None and now - created > grace and (hello is None or hello < created):
+            due.append((created, node))
+    return [node for _, node in sorted(due, key=lambda d: -d[0])]
+
+
+def newest_first(nodes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """`nodes` by their join, newest first (the likeliest to hold the startup taint); those without a
+    creation time last."""
+    return sorted(nodes, key=lambda n: -(_created_at(n) or 0.0))
+
+
+def agentless_seconds(node: Mapping[str, Any], limits: WarmLimits, *, grace: float, now: float) -> float | None:
+    """How long `node` (read whole) has held the startup taint since it joined, when it has been Ready for
+    more than `grace` (`NoAgentGraceSeconds`): called for a node whose agent said no hello, which the
+    control plane releases then rather than at the agents' deadline. None otherwise."""
+    if not limits.taint.held_by(node):
+        return None
+    created, ready = _created_at(node), ready_since(node)
+    if created is None or ready is None or now - ready <= grace:
+        return None
+    return now - created
+
+
+def ready_since(node: Mapping[str, Any]) -> float | None:
+    """When the node's Ready condition last became True (its `lastTransitionTime`, else its join); None when
+    it is not Ready."""
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            if condition.get("status") != "True":
+                return None
+            return parse_time(condition.get("lastTransitionTime")) or _created_at(node)
+    return None
+
+
+def no_hello_message(limits: WarmLimits, held_seconds: float, grace: float) -> str:
+    """What the Event on the node says when the control plane removes the taint of a node no agent said
+    hello from."""
+    return (f"no Prewarm agent said hello within {grace:.0f}s of the node becoming Ready (NoAgentGraceSeconds); "
+            f"startup taint {limits.taint} removed {held_seconds / 60:.0f}m after the node's join so pods can "
+            f"schedule")
+
+
 def fail_open_message(limits: WarmLimits, held_seconds: float) -> str:
     """What the Event on the node says when the control plane removes the taint."""
     return (f"no Prewarm agent removed the startup taint {limits.taint} within {held_seconds / 60:.0f}m of the "

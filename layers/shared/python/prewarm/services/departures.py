@@ -43,10 +43,11 @@ class Departures:
 
 @dataclass(frozen=True)
 class Listing:
-    """What the sweep read, in this order: the node queues (name → URL), the registered nodes, the nodes."""
+    """What the sweep read, in this order: the node queues (name → URL), the registered nodes (name → its
+    agent's last hello), the nodes."""
 
     queues: Mapping[str, str]
-    registered: Iterable[str]
+    registered: Mapping[str, float]
     nodes: Iterable[Mapping[str, Any]]
 
 
@@ -55,7 +56,7 @@ def list_in_order(store: NodeItems, queues: TaskQueues, inventory: NodeInventory
     """The queues and registrations of `cluster` (whose API `inventory` is), then its nodes' metadata: see
     the module's docstring for why."""
     listed_queues = queues.list_node_queues(cluster)
-    registered = [n.name for n in store.list_nodes(cluster)]
+    registered = {n.name: n.last_hello for n in store.list_nodes(cluster)}
     return Listing(listed_queues, registered, inventory.list_node_metadata())
 
 

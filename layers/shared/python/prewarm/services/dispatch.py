@@ -325,11 +325,14 @@ def add_nodes_to_job(store: PlanItems, record: StoredJob, nodes: list[str], *, n
 
 
 def resend_dispatched(
-    store: PlanItems, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None
+    store: PlanItems, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None,
+    tasks: Sequence[NodeTaskRecord] | None = None,
 ) -> tuple[int, list[tuple[str, str]]]:
-    """Sends again the tasks dispatched but never reported (a crash between claim and send)."""
+    """Sends again the tasks dispatched but never reported (a crash between claim and send). `tasks`:
+    the job's node items in flight as the caller read them (the sweep); else its node items are read."""
+    read = store.get_tasks(record.key, shards=record.ref.shards) if tasks is None else tasks
     pending = [
-        t for t in store.get_tasks(record.key, shards=record.ref.shards)
+        t for t in read
         if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None
         and (older_than is None or t.dispatched_at <= older_than)
     ]

@@ -27,6 +27,34 @@ from prewarm.domain.status import NodeTaskRecord, NodeUpdate, removal_deltas
 
 # TransactWriteItems takes at most 100 actions (DynamoDB quotas): 99 node items and the job item.
 MAX_NODES_PER_TRANSACTION = 99
+# The sparse, keys-only `flight` index: only node items in flight (dispatched, not finished) carry
+# `fpk` (the item's own pk), so the sweep reads those and not every node item of a running job. Set by
+# the claim and by reports that move a node to `Pulling`, removed by a final phase; a progress report
+# writes the same value again, which leaves the index unwritten.
+FLIGHT = "flight"
+FLIGHT_KEY = "fpk"
+# Items saying a job's node items in flight are indexed: the node items of versions before the index are
+# indexed once per job, by the first reader that finds its item missing.
+_FLIGHT_INDEXED = "INDEX#flight"
+
+
+def is_in_flight(task: NodeTaskRecord) -> bool:
+    """Dispatched and not finished: the nodes the sweep watches for silence and lost sends."""
+    return task.dispatched_at is not None and not task.phase.is_terminal
+
+
+def in_flight_fields(fields: Mapping[str, Any], pk: str) -> dict[str, Any]:
+    """A node update's fields with the sparse indexes' keys it moves: a node leaving `Waiting` leaves the
+    `waiting` index; one dispatched or pulling is in flight, one finished no longer is."""
+    fields = dict(fields)
+    phase = fields.get("phase")
+    if phase is not None and phase != NodePhase.WAITING.value:
+        fields["wpk"] = None
+    if phase is not None and NodePhase(phase).is_terminal:
+        fields[FLIGHT_KEY] = None
+    elif phase == NodePhase.PULLING.value or fields.get("dispatched_at") is not None:
+        fields[FLIGHT_KEY] = pk
+    return fields
 
 
 class NodeTaskItems(JobItems):
@@ -56,6 +84,8 @@ class NodeTaskItems(JobItems):
                 "updated_at": task.updated_at,
                 # sparse index of the tasks still waiting for a parallelism slot, per shard
                 "wpk": pk if waiting else None,
+                # sparse index of the tasks in flight (dispatched, not finished), per shard
+                FLIGHT_KEY: pk if task.dispatched_at is not None and not task.phase.is_terminal else None,
             }
         )
 
@@ -101,6 +131,36 @@ class NodeTaskItems(JobItems):
     def failed_nodes(self, key: str, *, shards: int | None = None) -> list[str]:
         return [t.node for t in self.get_tasks(key, shards=shards) if t.failed]
 
+    def in_flight_tasks(self, ref: JobRound) -> list[NodeTaskRecord]:
+        """The round's node items in flight (dispatched, not finished), by node: keys from the sparse
+        `flight` index (eventually consistent), then the items themselves (consistent), re-checked."""
+        self._index_in_flight(ref.key, ref.shards)
+        keys = [
+            self._key(v["pk"], v["sk"])
+            for pk in self._shard_pks(ref.key, ref.shards)
+            for v in self._query(f"list tasks in flight of {ref.key}", IndexName=FLIGHT,
+                                 KeyConditionExpression=f"{FLIGHT_KEY} = :pk",
+                                 ExpressionAttributeValues={":pk": {"S": pk}})
+        ]
+        tasks = (self._task(v) for v in self._batch_get(f"read tasks in flight of {ref.key}", keys))
+        return sorted((t for t in tasks if is_in_flight(t) and t.round == ref.round), key=lambda t: t.node)
+
+    def _index_in_flight(self, key: str, shards: int) -> None:
+        """Once per job: indexes its node items in flight that a version before the index wrote (every
+        write since keeps `fpk`), then marks the job indexed (an item `INDEX#flight`, sort key the job's
+        key). Job by job, so a table of many jobs is indexed over the runs that have time for it."""
+        indexed: set[str] = self.__dict__.setdefault("_flight_indexed", set())
+        if key in indexed:
+            return
+        marker = {"pk": {"S": _FLIGHT_INDEXED}, "sk": {"S": key}}
+        if "Item" not in self._call("read the index marker", "get_item", Key=marker, ConsistentRead=True):
+            for values in self._shard_items(f"index tasks of {key}", key, shards, "NODE#"):
+                if is_in_flight(self._task(values)) and FLIGHT_KEY not in values:
+                    self._update(f"index task {values['sk']} of {key}", values["pk"], values["sk"],
+                                 {FLIGHT_KEY: values["pk"]}, condition="attribute_exists(pk)")
+            self._call("write the index marker", "put_item", Item=marker)
+        indexed.add(key)
+
     def waiting_nodes(self, key: str, limit: int, *, shards: int | None = None, start: int = 0) -> list[str]:
         """Up to `limit` nodes still waiting for a slot (eventually consistent; claims re-check), read
         from shard `start` on (modulo the shards), then the shards after it in turn."""
@@ -120,6 +180,8 @@ class NodeTaskItems(JobItems):
     def put_tasks(self, key: str, tasks: Sequence[NodeTaskRecord], *, shards: int) -> None:
         self._batch_write(f"write tasks of {key}",
                           [{"PutRequest": {"Item": self._task_item(key, t, shards)}} for t in tasks])
+        # A plan writes its round's node items with their `fpk`: the job needs no indexing later.
+        self._call("write the index marker", "put_item", Item={"pk": {"S": _FLIGHT_INDEXED}, "sk": {"S": key}})
 
     def delete_tasks(self, key: str, nodes: Sequence[str], *, shards: int) -> None:
         self._batch_write(
@@ -146,11 +208,10 @@ class NodeTaskItems(JobItems):
         self._batch_write(f"write excluded nodes of {key}", requests)
 
     def _node_update(self, ref: JobRound, update: NodeUpdate) -> dict[str, Any]:
-        fields = dict(update.fields)
-        if "phase" in fields and fields["phase"] != NodePhase.WAITING.value:
-            fields["wpk"] = None
+        pk = task_pk(ref.key, shard_of(update.node, ref.shards))
+        fields = in_flight_fields(update.fields, pk)
         return self._update_args(
-            task_pk(ref.key, shard_of(update.node, ref.shards)), node_sk(update.node), fields,
+            pk, node_sk(update.node), fields,
             condition="#version = :v AND #round = :r", values={":v": update.expected_version, ":r": ref.round},
             add={"version": 1},
         )
@@ -236,7 +297,8 @@ class NodeTaskItems(JobItems):
         while pending:
             claims = [
                 self._update_args(
-                    task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n), {"dispatched_at": now, "wpk": None},
+                    task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n),
+                    {"dispatched_at": now, "wpk": None, FLIGHT_KEY: task_pk(ref.key, shard_of(n, ref.shards))},
                     condition="attribute_not_exists(dispatched_at) AND #round = :r AND #phase = :w",
                     values={":r": ref.round, ":w": NodePhase.WAITING.value}, add={"version": 1},
                 )
