@@ -232,8 +232,7 @@ class NodeAgent:
 def start_agent(node: str, moto_url: str, containerd: Any, dlq_arn: str, *, progress_seconds: float,
                 receive_wait: int) -> NodeAgent:
     """One agent for `node` on `containerd`, its own status queue, its clients observed by a probe."""
-    from prewarm.adapters.sqs import StatusQueue
-    from prewarm.domain.messages import node_queue_name
+    from prewarm.adapters.sqs import NodeQueues, StatusQueue
     from prewarm_agent.agent import Agent, aws_client
     from prewarm_agent.cri.client import CriImageClient
     from prewarm_agent.node import NodeFacts, local_architecture
@@ -255,8 +254,9 @@ def start_agent(node: str, moto_url: str, containerd: Any, dlq_arn: str, *, prog
     cri = TimedCri(CriImageClient(str(containerd.socket_path)), probe.pulls)
     agent = Agent(settings, cri=cri, sqs=agent_sqs, status=probe,
                   node=lambda: NodeFacts(name=node, architecture=local_architecture()))
+    # The control plane makes a node's queue on its verified hello; here, before the agent waits for it.
+    queue_url = NodeQueues(QUEUE_PREFIX, status_url, dlq_arn=dlq_arn, client=sqs).ensure_queue(node)
     agent.start()
-    queue_url = sqs.get_queue_url(QueueName=node_queue_name(QUEUE_PREFIX, node))["QueueUrl"]
     return NodeAgent(node, agent, probe, cri, queue_url, status_url)
 
 

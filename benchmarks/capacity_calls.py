@@ -34,7 +34,8 @@ LATENCY_S: dict[str, float] = {
     "dynamodb:TransactWriteItems": 0.020, "dynamodb:TransactGetItems": 0.010,
     "sqs:SendMessage": 0.020, "sqs:SendMessageBatch": 0.030, "sqs:CreateQueue": 0.020,
     "sqs:GetQueueUrl": 0.020, "sqs:ChangeMessageVisibility": 0.020, "sqs:ChangeMessageVisibilityBatch": 0.030,
-    "sqs:DeleteMessage": 0.020, "sqs:GetQueueAttributes": 0.020,
+    "sqs:DeleteMessage": 0.020, "sqs:GetQueueAttributes": 0.020, "sqs:SetQueueAttributes": 0.020,
+    "sqs:ListQueueTags": 0.020, "sqs:TagQueue": 0.020,
     "kubernetes:get_node": 0.010, "kubernetes:list_pods": 0.020, "kubernetes:list_nodes": 0.020,
 }
 # The agent's SendMessage of its report to the status queue, before any poller can see it.

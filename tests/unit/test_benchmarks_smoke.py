@@ -377,10 +377,11 @@ def test_fleet_of_two_clusters_warms_both_from_one_push_and_shares_only_the_inde
     assert max(f["peak_reports_per_s"] for f in clusters.values()) <= result["peak_reports_per_s"] <= sum(
         f["peak_reports_per_s"] for f in clusters.values())
     # And the only keys both clusters' traffic wrote are the kinds index's keys of a new job and a new cluster
-    # (one write per item created, keys only: no report writes them); the stack's own items are the rule's
+    # (one write per item created, keys only: no report writes them); the stack's own items are the rule's and
+    # the flight index's markers (one per job planned, under one partition)
     assert {k.rpartition("/")[2]: v for k, v in result["shared_keys"].items()} == {
         "kinds:job": {"local": 1, "fleet-2": 1}}
-    assert {k.rpartition(":")[2] for k in result["stack_keys"]} == {"RULE#fleet", "rule"}
+    assert {k.rpartition(":")[2] for k in result["stack_keys"]} == {"RULE#fleet", "rule", "INDEX#flight"}
     assert result["foreign_keys"] == {}
     # And each cluster has its own 10 node queues, none of them another's
     assert result["queues"]["node_queues"] == {"local": 10, "fleet-2": 10}
