@@ -67,9 +67,13 @@ class AgentHarness:
         name = node_queue_name(QUEUE_PREFIX, self.node)
         return str(self.sqs.get_queue_url(QueueName=name)["QueueUrl"])
 
+    def make_queue(self) -> str:
+        """The node's queue, made as the control plane makes it on the agent's hello (nothing reads the
+        hellos here), for an agent that waits for it."""
+        return NodeQueues(QUEUE_PREFIX, self.status_url, dlq_arn=self.dlq_arn, client=self.sqs).ensure_queue(self.node)
+
     def start(self) -> AgentHarness:
-        # The control plane makes the node's queue (on the agent's hello, which nothing reads here).
-        NodeQueues(QUEUE_PREFIX, self.status_url, dlq_arn=self.dlq_arn, client=self.sqs).ensure_queue(self.node)
+        self.make_queue()
         self.agent.start()
         return self
 

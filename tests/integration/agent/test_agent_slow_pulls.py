@@ -318,6 +318,7 @@ def test_sigterm_cancels_the_pull_releases_its_message_and_exits_0(
     # Given `python -m prewarm_agent` pulling 16 MiB at 1 MiB/s, with a 2 s shutdown grace
     image = oci_image_factory.push(registry, "slow/sigterm", size_mb=16).with_host(slow_link.host)
     harness = agents(start=False)
+    harness.make_queue()
     process = subprocess.Popen(
         [sys.executable, "-m", "prewarm_agent"], env={**os.environ, **harness.environment},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
