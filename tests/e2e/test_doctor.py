@@ -295,8 +295,8 @@ def test_a_private_image_warmed_with_shared_credentials_is_a_warning_until_the_k
         assert lines["image credentials"].startswith(
             "warn  image credentials: job default/shared-warm warms private ECR images with shared credentials: any "
             f"pod of 2 of 2 nodes may use them without credentials of its own (not enforced (kubelet before 1.35, or "
-            f"feature gate KubeletEnsureSecretPulledImages off) on {nodes[0]}, {nodes[1]}): set the kubelets' "
-            "imagePullCredentialsVerificationPolicy to AlwaysVerify")
+            f"feature gate KubeletEnsureSecretPulledImages off) on {nodes[0]}, {nodes[1]}); read from 2 node(s), one "
+            "per pool of 2: set the kubelets' imagePullCredentialsVerificationPolicy to AlwaysVerify")
         # When the kubelets verify every image, it is ok
         assert local.kube is not None
         for node in nodes:
@@ -304,7 +304,7 @@ def test_a_private_image_warmed_with_shared_credentials_is_a_warning_until_the_k
         code, lines = doctor()
         assert lines["image credentials"] == (
             "ok    image credentials: job default/shared-warm warms private ECR images with shared credentials, and "
-            "every node's kubelet verifies them (AlwaysVerify on 2)")
+            "every node's kubelet verifies them (AlwaysVerify on 2; read from 2 node(s), one per pool of 2)")
     finally:
         for node in nodes:
             assert local.kube is not None
