@@ -212,6 +212,32 @@ def test_a_job_unplanned_long_after_it_was_stored_lost_its_stream_record() -> No
     assert not replace(unplanned, created_at=None).is_unplanned_for_long(T0 + 10**6)
 
 
+def test_a_parked_job_awaits_its_plan_whatever_its_age_and_a_later_plan_is_not_parked() -> None:
+    unplanned = pull_job(planned=False)
+    parked = replace(unplanned, parked=unplanned.plan_id)
+    # Parked: its current plan waits for its cluster, from the first second
+    assert parked.is_parked and parked.awaits_plan(T0)
+    # Not parked: unplanned but fresh, a later round's plan, planned, finished, or not an ImagePullJob
+    assert not unplanned.is_parked and not unplanned.awaits_plan(T0)
+    assert unplanned.awaits_plan(T0 + UNPLANNED_RETRIGGER_SECONDS + 1)
+    later = replace(parked, round=parked.round + 1)
+    assert not later.is_parked and not later.awaits_plan(T0)
+    planned = pull_job()
+    assert not replace(planned, parked=planned.plan_id).is_parked
+    assert not replace(parked, state=JobState.COMPLETED).is_parked
+    assert not replace(parked, state=JobState.COMPLETED).awaits_plan(T0 + 10**6)
+    listed = list_job(parked="x")
+    assert not listed.awaits_plan(T0 + 10**6)
+
+
+def test_a_job_is_settled_when_it_is_not_dispatching_or_holds_no_node_waiting_or_in_flight() -> None:
+    assert pull_job(counters=Counters(desired=3, succeeded=3)).is_settled
+    assert not pull_job(counters=Counters(desired=3, waiting=1, succeeded=2)).is_settled
+    assert not pull_job(counters=Counters(desired=3, active=1, succeeded=2)).is_settled
+    assert pull_job(planned=False, counters=Counters(desired=3, active=1)).is_settled
+    assert pull_job(state=JobState.COMPLETED, counters=Counters(desired=3, waiting=1)).is_settled
+
+
 # --- finishing ---------------------------------------------------------------------------------------
 
 
