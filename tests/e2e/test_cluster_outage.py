@@ -21,6 +21,7 @@ from prewarm.services.jobs import apply_manifest, list_views
 from prewarm_cli.app import cli
 from prewarm_devtools.commands import local as local_commands
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from tests.support.local_functions import intercept, invoking
 from tests.support.local_mode import running_local_mode
 
 pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
@@ -138,9 +139,7 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
         before, name = push_to_done(local, repository)
         wait_complete(local, f"{OTHER}:default/{name}", 60)
     batches = Batches()
-    fn = local.stack.function("record_status")
-    attr = fn.handler.rpartition(".")[2]
-    monkeypatch.setattr(fn.module, attr, batches.wrap(getattr(fn.module, attr)))
+    intercept(local.stack, "record_status", batches.wrap(invoking(local.stack, "record_status")), monkeypatch)
     # and local-2's nodes busy with a larger image (8 MB at 8 MiB/s, shared), so their reports come in the outage
     there = local.push("e2e/there-big", "v1", size_mb=8)
     (there_name,) = {line.split("/")[1].split()[0] for line in there.jobs}
