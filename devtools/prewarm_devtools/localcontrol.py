@@ -49,7 +49,7 @@ class LocalControl(LocalNodes):
             case "POST", ["agents", node, action]:
                 return self.agent_action(node, action)
             case "POST", ["clusters", name, action]:
-                return self.cluster_action(name, action)
+                return self.cluster_action(name, action, hang=bool(body.get("hang", False)))
         raise ControlError(f"no such request: {method} /{'/'.join(parts)}", 404)
 
     def set_kubelet_policy(self, name: str, policy: Any, allowlist: list[str]) -> dict[str, Any]:
@@ -163,9 +163,10 @@ class LocalControl(LocalNodes):
         self._reconcile_agents()
         return self._node_status(name)
 
-    def cluster_action(self, name: str, action: str) -> dict[str, Any]:
+    def cluster_action(self, name: str, action: str, *, hang: bool = False) -> dict[str, Any]:
         """`stop` or `start` local cluster `name`'s Kubernetes API, its objects kept: stopped, its port
-        refuses connections, as a dead endpoint does; its nodes and agents go on."""
+        refuses connections, as a dead endpoint does; stopped with `hang`, it accepts them and never
+        answers, as an endpoint whose packets are dropped does. Its nodes and agents go on."""
         if action not in ("stop", "start"):
             raise ControlError(f"unknown cluster action {action!r}: choose stop or start", 404)
         apis = {c.name: c.kube for c in self.extra_clusters.values()}
@@ -174,10 +175,11 @@ class LocalControl(LocalNodes):
         if (kube := apis.get(name)) is None:
             raise ControlError(f'no local cluster "{name}": the embedded ones are {", ".join(sorted(apis)) or "none"}',
                                404)
-        if kube.serving == (action == "start"):
-            raise ControlError(f'the API of cluster "{name}" is already {"serving" if kube.serving else "stopped"}')
-        kube.start() if action == "start" else kube.stop()
-        return {"name": name, "api": "serving" if kube.serving else "stopped", "kubernetes": kube.url}
+        wanted = "serving" if action == "start" else "hung" if hang else "stopped"
+        if kube.state == wanted:
+            raise ControlError(f'the API of cluster "{name}" is already {wanted}')
+        kube.start() if action == "start" else kube.hang() if hang else kube.stop()
+        return {"name": name, "api": kube.state, "kubernetes": kube.url}
 
     def _node_status(self, name: str) -> dict[str, Any]:
         node = self.nodes.get(name)
@@ -211,7 +213,7 @@ class LocalControl(LocalNodes):
         names = sorted({n["metadata"]["name"] for n in self.cluster_nodes()} | set(self.nodes))
         return {"pid": os.getpid(), "run_dir": str(self.base_dir), "endpoints": endpoints,
                 "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names],
-                **({"api": "serving" if self.kube.serving else "stopped"} if self.kube is not None else {}),
+                **({"api": self.kube.state} if self.kube is not None else {}),
                 **({"clusters": [c.status(self._node_fields) for c in self.extra_clusters.values()]}
                    if self.extra_clusters else {}),
                 **({"kubeconfig": str(self.kubeconfig_written)} if self.kubeconfig_written else {})}
