@@ -399,7 +399,7 @@ def local_agent(action: str, node: str) -> int:
 @click.argument("action", type=click.Choice(["stop", "start"]))
 @click.argument("name")
 @click.option("--hang", is_flag=True,
-              help="With stop: the API accepts connections and never answers (packets dropped) instead of refusing them.")
+              help="With stop: the API accepts connections and never answers (packets dropped), not refusing them.")
 def local_cluster(action: str, name: str, hang: bool) -> int:
     """Stop or start local cluster NAME's Kubernetes API, its objects kept: stopped, its port refuses
     connections (a dead endpoint), or with --hang accepts them and never answers (an endpoint whose packets

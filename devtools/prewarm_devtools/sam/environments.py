@@ -51,7 +51,7 @@ class Environment:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.ended: str | None = None
-        self.process = subprocess.Popen(  # noqa: S603 - this interpreter, the runtime module
+        self.process = subprocess.Popen(
             [sys.executable, "-m", RUNTIME], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(environ),
             text=True, encoding="utf-8", bufsize=1)
         assert self.process.stdin is not None and self.process.stdout is not None

@@ -10,8 +10,9 @@ every function's environment as CloudFormation would, and binds each function's 
 handler: SQS event sources (batch size, partial batch failures, DLQ redrive by the queue), the table
 stream (filter criteria, retries, on-failure destination), EventBridge rules (pattern, retries, DLQ)
 and schedules (a timer for `rate(...)`, `fire()` on demand for any). Each function runs in an execution
-environment of its own (`environments`: a process, as Lambda's) with a Lambda-like context. A wiring mistake in the template (a handler that does not exist, an event
-source pointing nowhere, an environment the settings reject) fails `deploy()`.
+environment of its own (`environments`: a process, as Lambda's) with a Lambda-like context. A wiring
+mistake in the template (a handler that does not exist, an event source pointing nowhere, an environment
+the settings reject) fails `deploy()`.
 
 Each function runs as its role: its invocations sign with the role's own access key, which the AWS
 limits layer maps to the role's ARN and its identity policies from the template (`roles`), so a call the
@@ -42,8 +43,8 @@ import boto3
 
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
-from prewarm_devtools.sam.event_sources import SUPPORTED_EVENTS, EventSources, StreamCursor, parse_schedule
 from prewarm_devtools.sam.environments import Environments, FunctionError
+from prewarm_devtools.sam.event_sources import SUPPORTED_EVENTS, EventSources, StreamCursor, parse_schedule
 from prewarm_devtools.sam.intrinsics import Physical, Resolver
 from prewarm_devtools.sam.invocation import Function, InvocationGate, WiringError, shown
 from prewarm_devtools.sam.roles import Document, policy_document, role_policies

@@ -1,6 +1,7 @@
 """`prewarm local cluster stop|start NAME`: one local cluster's API goes away (its port refuses connections,
-as a dead endpoint, or with `--hang` takes them and never answers) and comes back at the same address with its objects; `local status` says which is
-stopped and names each node's containerd socket. A stack without agents: no containerd needed."""
+as a dead endpoint, or with `--hang` takes them and never answers) and comes back at the same address with
+its objects; `local status` says which is stopped or hung and names each node's containerd socket. A stack
+without agents: no containerd needed."""
 
 from __future__ import annotations
 
