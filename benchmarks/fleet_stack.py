@@ -139,7 +139,7 @@ class Fleet:
         invoke = self.stack.invoke
         self.in_flight = InFlight(lambda event, _context: invoke(fn.logical_id, event))
         # Counted where the event source mapping invokes it (the function runs in a process of its own).
-        self.stack.invoke = lambda name, event: (  # type: ignore[method-assign]
+        self.stack.invoke = lambda name, event: (
             self.in_flight(dict(event), None) if self.stack.function(name) is fn else invoke(name, event))
         os.environ.update(self.stack.env())  # the shared environment, for this process's own adapters
         from prewarm import bootstrap

@@ -93,7 +93,7 @@ def main() -> None:
     channel = Channel(os.fdopen(os.dup(1), "w", encoding="utf-8"))
     os.dup2(2, 1)
     output = FunctionOutput(channel)
-    sys.stdout = output  # type: ignore[assignment] # before the handler's imports: its loggers write here
+    sys.stdout = output  # before the handler's imports: its loggers write here
     spec = json.loads(sys.stdin.readline())["function"]
     try:
         handler = load(spec)
@@ -103,7 +103,7 @@ def main() -> None:
         channel.send(failed=f"{type(e).__name__}: {e}")
         return
     channel.send(ready=str(sys.modules[handler.__module__].__file__))
-    running = []
+    running: list[threading.Thread] = []
     for line in sys.stdin:
         request = json.loads(line)
         thread = threading.Thread(target=invoke, args=(handler, spec, request, channel, output),
