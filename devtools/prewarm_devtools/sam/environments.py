@@ -35,6 +35,10 @@ class FunctionError(Exception):
     """An invocation failed: the handler raised (its type and message), or its environment ended."""
 
 
+class _NotTaken(FunctionError):
+    """The environment had ended before the invocation reached it: another one takes it."""
+
+
 @dataclass
 class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
@@ -64,14 +68,15 @@ class Environment:
         pending = _Pending()
         with self._lock:
             if self.ended is not None:
-                raise FunctionError(f"{self.fn.name}: {self.ended}")
+                raise _NotTaken(f"{self.fn.name}: {self.ended}")
             request_id = next(self._ids)
             self._pending[request_id] = pending
             try:
                 self._send({"id": request_id, "event": event})
             except OSError:
                 del self._pending[request_id]
-                raise FunctionError(f"{self.fn.name}: its environment ended") from None
+                self.ended = "its environment ended"
+                raise _NotTaken(f"{self.fn.name}: its environment ended") from None
         pending.done.wait()
         if pending.error is not None:
             raise FunctionError(f"{self.fn.name}: {pending.error}")
@@ -156,7 +161,10 @@ class Environments:
     def invoke(self, fn: Function, event: Any, environ: Callable[[], Mapping[str, str]],
                spec: Callable[[], Mapping[str, Any]]) -> Any:
         with self._throttled(fn):
-            return self._environment(fn, environ, spec).invoke(event)
+            try:
+                return self._environment(fn, environ, spec).invoke(event)
+            except _NotTaken:  # retired or ended meanwhile
+                return self._environment(fn, environ, spec).invoke(event)
 
     @contextlib.contextmanager
     def _throttled(self, fn: Function) -> Iterator[None]:

@@ -5,7 +5,8 @@ before anything is imported), then runs each invocation it is sent. It speaks JS
 (`sam.environments`): stdin brings `{"function": ...}` first, then `{"id": n, "event": ...}`; stdout
 carries `{"ready": file}`, what the function prints (`{"out": line}`) and each `{"id": n, "result": ...}`
 or `{"id": n, "error": ...}`. Invocations sent while one runs overlap on threads, as the event sources
-ask (a queue's `MaximumConcurrency` batches). End of stdin ends the process once its invocations finish.
+ask (a queue's `MaximumConcurrency` batches). End of stdin ends the process once its invocations finish,
+or once the function's timeout has passed.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +91,8 @@ def invoke(handler: Callable[[Any, Any], Any], spec: dict[str, Any], request: di
 
 
 def main() -> None:
+    # Its life is the stack's (the end of stdin, or a kill): a Ctrl-C at the terminal is for the stack.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The frames keep the real stdout; what writes to file descriptor 1 directly (a child process) goes to
     # stderr, so it cannot break a frame.
     channel = Channel(os.fdopen(os.dup(1), "w", encoding="utf-8"))
@@ -110,8 +115,12 @@ def main() -> None:
                                   name=f"invocation-{request['id']}")
         thread.start()
         running = [t for t in running if t.is_alive()] + [thread]
+    # The stack is gone or has retired it: what runs gets the function's timeout, as Lambda would give it.
+    deadline = time.monotonic() + spec["timeout"]
     for thread in running:
-        thread.join()
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in running):
+        os._exit(1)
 
 
 if __name__ == "__main__":
