@@ -111,7 +111,7 @@ class Environment:
             self.ended = self.ended or why
             pending, self._pending = list(self._pending.values()), {}
         for p in pending:
-            p.error = self.ended
+            p.error = why
             p.done.set()
 
     def retire(self) -> None:
