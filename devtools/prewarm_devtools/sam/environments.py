@@ -3,12 +3,12 @@ in environments of its own.
 
 A function's environment has its own `os.environ`, handler module, settings, clients and logger, so a
 handler stuck in one function holds up no other function, and no function sees another's keys or log keys.
-It starts on the function's first invocation (a cold start), then serves every invocation of that function;
-those sent while others run overlap on its threads, up to the function's `ReservedConcurrentExecutions`
-when it has one (beyond, an invocation waits, as Lambda's event source mappings wait out a throttle). An
-environment that ends (it crashed, or its handler could not load) fails its invocations in flight, and the
-next invocation starts another. What the function prints reaches the stack's function output, each line
-whole, before its invocation returns.
+It starts on the function's first invocation (a cold start) or when warmed, then serves every invocation
+of that function; those sent while others run overlap on its threads, up to the function's
+`ReservedConcurrentExecutions` when it has one (beyond, an invocation waits, as Lambda's event source
+mappings wait out a throttle). An environment that ends (it crashed, or its handler could not load) fails
+its invocations in flight, and the next invocation starts another. What the function prints reaches the
+stack's function output, each line whole, before its invocation returns.
 """
 
 from __future__ import annotations
@@ -165,6 +165,11 @@ class Environments:
                 return self._environment(fn, environ, spec).invoke(event)
             except _NotTaken:  # retired or ended meanwhile
                 return self._environment(fn, environ, spec).invoke(event)
+
+    def warm(self, fn: Function, environ: Callable[[], Mapping[str, str]],
+             spec: Callable[[], Mapping[str, Any]]) -> None:
+        """Starts the function's environment now, if none runs (its handler loads meanwhile)."""
+        self._environment(fn, environ, spec)
 
     @contextlib.contextmanager
     def _throttled(self, fn: Function) -> Iterator[None]:

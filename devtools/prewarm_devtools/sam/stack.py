@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -359,13 +360,16 @@ class LocalStack(EventSources):
         with self._lock:
             fn.invocations += 1
         try:
-            return self.environments.invoke(fn, dict(event), lambda: self._environ(fn), lambda: {
-                "code_dir": str(fn.code_dir), "handler": fn.handler, "memory": fn.memory, "timeout": fn.timeout,
-                "function_name": f"{self.stack_name}-{fn.logical_id}", "region": self.region, "account": ACCOUNT})
+            return self.environments.invoke(fn, dict(event), lambda: self._environ(fn), lambda: self._spec(fn))
         except FunctionError:
             with self._lock:
                 fn.errors += 1
             raise
+
+    def _spec(self, fn: Function) -> dict[str, Any]:
+        """What a new environment of `fn` is told: its code and what its context says."""
+        return {"code_dir": str(fn.code_dir), "handler": fn.handler, "memory": fn.memory, "timeout": fn.timeout,
+                "function_name": f"{self.stack_name}-{fn.logical_id}", "region": self.region, "account": ACCOUNT}
 
     def _environ(self, fn: Function) -> dict[str, str]:
         """A new environment's variables: this process's, then the function's, signing as its role."""
@@ -388,6 +392,13 @@ class LocalStack(EventSources):
         """A block in which boto3 clients built in this process sign as `identity` (an agent in this
         process, which builds its clients from the environment): another principal's blocks wait for it."""
         return self._gate.enter(f"principal {identity.arn}", lambda: patched_environ(identity.environment()))
+
+    def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
+        """Runs the event sources (see `EventSources.start`), and starts each function's environment now: a
+        running stack's first deliveries do not wait for cold starts."""
+        super().start(schedules=schedules, interval=interval)
+        for fn in self.functions.values():
+            self.environments.warm(fn, functools.partial(self._environ, fn), functools.partial(self._spec, fn))
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stops every event source, then ends every function's environment: no process is left."""
