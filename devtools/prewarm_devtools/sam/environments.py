@@ -66,6 +66,10 @@ class Environment:
 
     def invoke(self, event: Any) -> Any:
         pending = _Pending()
+        try:
+            json.dumps(event)
+        except (TypeError, ValueError) as e:
+            raise FunctionError(f"{self.fn.name}: its event is not JSON, as Lambda wants it: {e}") from e
         with self._lock:
             if self.ended is not None:
                 raise _NotTaken(f"{self.fn.name}: {self.ended}")
@@ -96,7 +100,9 @@ class Environment:
                 self._output.write(frame["out"])
             elif "id" in frame:
                 with self._lock:
-                    pending = self._pending.pop(frame["id"])
+                    pending = self._pending.pop(frame["id"], None)
+                if pending is None:  # already failed: its environment was taken for ended
+                    continue
                 error = frame.get("error")
                 pending.result, pending.error = frame.get("result"), error and f"{error['type']}: {error['message']}"
                 pending.done.set()

@@ -31,7 +31,7 @@ class Channel:
         self._stream, self._lock = stream, threading.Lock()
 
     def send(self, **frame: Any) -> None:
-        line = json.dumps(frame, default=str)
+        line = json.dumps(frame)
         with self._lock:
             self._stream.write(line + "\n")
             self._stream.flush()
@@ -87,7 +87,11 @@ def invoke(handler: Callable[[Any, Any], Any], spec: dict[str, Any], request: di
         channel.send(id=request["id"], error={"type": type(e).__name__, "message": str(e)})
         return
     output.flush()
-    channel.send(id=request["id"], result=result)
+    try:
+        channel.send(id=request["id"], result=result)
+    except (TypeError, ValueError) as e:  # Lambda's Runtime.MarshalError
+        channel.send(id=request["id"], error={"type": "Runtime.MarshalError",
+                                              "message": f"the answer is not JSON: {e}"})
 
 
 def main() -> None:
