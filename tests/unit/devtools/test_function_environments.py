@@ -64,7 +64,7 @@ def test_a_handler_error_fails_its_invocation_only_and_a_dead_environment_is_rep
         invoke(started, fn, {"raise": "bad input"})
     assert "ValueError: bad input" in output.getvalue()  # its traceback, in the function's log
     assert invoke(started, fn, {})["pid"] == pid
-    with pytest.raises(FunctionError, match="echo: Runtime.MarshalError: the answer is not JSON"):
+    with pytest.raises(FunctionError, match=r"echo: Runtime\.MarshalError: the answer is not JSON"):
         invoke(started, fn, {"not_json": True})
     with pytest.raises(FunctionError, match="echo: its event is not JSON"):
         invoke(started, fn, {"when": object()})
