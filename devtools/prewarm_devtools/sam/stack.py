@@ -373,7 +373,9 @@ class LocalStack(EventSources):
 
     def _environ(self, fn: Function) -> dict[str, str]:
         """A new environment's variables: this process's, then the function's, signing as its role."""
-        env = {**os.environ, **fn.env, **(fn.identity.environment() if fn.identity else {})}
+        # Read outside any principal's block (an agent in this process signing from `os.environ`).
+        with self._gate.enter("the functions", contextlib.nullcontext):
+            env = {**os.environ, **fn.env, **(fn.identity.environment() if fn.identity else {})}
         env.setdefault("AWS_ENDPOINT_URL", self.endpoint_url)
         return env
 
