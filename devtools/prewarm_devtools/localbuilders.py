@@ -74,7 +74,7 @@ class LocalBuilders:
             while not self._stop.wait(interval):
                 try:
                     self.poll()
-                except Exception:  # noqa: BLE001 - a poll that fails is logged and tried again
+                except Exception:
                     log.exception("local builders: poll failed")
 
         self._thread = threading.Thread(target=run, name="local-builders", daemon=True)

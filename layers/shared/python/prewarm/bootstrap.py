@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from prewarm.domain.push import ImagePush
     from prewarm.domain.retry import Delivery
     from prewarm.domain.warming import SettledNodes
+    from prewarm.services.bakes import BakeContext
     from prewarm.services.credentials import RefreshReport
     from prewarm.services.dispatch import PlanResult
-    from prewarm.services.bakes import BakeContext
     from prewarm.services.jobs import Applied
     from prewarm.services.ports import ClusterApi
     from prewarm.services.reports import StatusBatchOutcome

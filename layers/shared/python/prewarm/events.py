@@ -132,7 +132,8 @@ def parse_snapshot_notification(event: Any) -> EbsSnapshotNotification:
     try:
         return EbsSnapshotEvent.model_validate(event).detail
     except ValidationError as e:
-        raise EventError(f"invalid EBS Snapshot Notification: {describe_validation_error(e, subject='event')}") from None
+        problems = describe_validation_error(e, subject="event")
+        raise EventError(f"invalid EBS Snapshot Notification: {problems}") from None
 
 
 def warm_snapshot_names(event: Mapping[str, Any]) -> list[str]:

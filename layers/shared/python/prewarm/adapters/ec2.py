@@ -141,7 +141,8 @@ class Ec2Builders:
         out = self._call(f"enable fast snapshot restore of {snapshot_id}", "enable_fast_snapshot_restores",
                          AvailabilityZones=list(zones), SourceSnapshotIds=[snapshot_id])
         if out.get("Unsuccessful"):
-            errors = [e.get("Message", "") for u in out["Unsuccessful"] for e in u.get("FastSnapshotRestoreStateErrors", [])]
+            errors = [e.get("Message", "") for u in out["Unsuccessful"]
+                      for e in u.get("FastSnapshotRestoreStateErrors", [])]
             raise BakeError(f"fast snapshot restore of {snapshot_id} refused: {'; '.join(errors)}")
 
     def delete_snapshot(self, snapshot_id: str) -> None:
@@ -210,7 +211,8 @@ class NodeClassObjects:
         current = self._template(name)
         data = current.get("LaunchTemplateData", {})
         mappings = [m for m in data.get("BlockDeviceMappings", []) if m.get("DeviceName") != device_name]
-        old = next((m for m in data.get("BlockDeviceMappings", []) if m.get("DeviceName") == device_name), {})
+        old: dict[str, Any] = next(
+            (m for m in data.get("BlockDeviceMappings", []) if m.get("DeviceName") == device_name), {})
         ebs = {k: v for k, v in (old.get("Ebs") or {}).items() if k != "SnapshotId"}
         mappings.append({"DeviceName": device_name, "Ebs": {**ebs, "SnapshotId": snapshot_id}})
         template_id = current["LaunchTemplateId"]

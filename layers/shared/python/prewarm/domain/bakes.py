@@ -121,6 +121,23 @@ class SnapshotState:
             return self.bake.images != self.images
         return self.stale
 
+    def message(self) -> str:
+        """One line on where the warm snapshot stands: what the node class boots from, and the last bake."""
+        bake, current = self.bake, self.current
+        parts = [f"node class on {current.id}" if current else "no snapshot baked yet"]
+        if self.stale:
+            parts.append("Stale: a newer digest is pushed but not baked")
+        if bake is not None:
+            parts.append(f"bake {bake.id} {bake.step}" + (f": {bake.reason}" if bake.reason else ""))
+        return "; ".join(parts)
+
+    def resource_status(self) -> dict[str, Any]:
+        """The WarmSnapshot resource's status (the CRD's `.status`)."""
+        status: dict[str, Any] = {"stale": self.stale, "message": self.message()}
+        if self.current is not None:
+            status["snapshotID"] = self.current.id
+        return status
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prewarm.domain.images import parse_image
+from prewarm.domain.jobs import hash_spec
 from prewarm.domain.kubernetes import KubernetesModel, ObjectMeta, dns1123_subdomain_problem, raise_problems
 
 WARM_SNAPSHOT_KIND = "WarmSnapshot"
@@ -31,7 +32,7 @@ MAX_FSR_ZONES = 6
 MAX_KEEP = 20
 DEFAULT_KEEP = 2
 DEFAULT_TIME_BUDGET_SECONDS = 3600
-MAX_IMAGES = 100
+MAX_SNAPSHOT_IMAGES = 100
 
 _LAUNCH_TEMPLATE_ID = re.compile(r"lt-[0-9a-f]{8,17}")
 _LAUNCH_TEMPLATE_NAME = re.compile(r"[a-zA-Z0-9().\-/_]{3,128}")
@@ -155,7 +156,7 @@ class WarmSnapshotSpec(KubernetesModel):
     data_volume: DataVolume = Field(default_factory=DataVolume)
     # Each named PrewarmRule's pushes, at their newest digest; and images named here.
     rules: list[str] = Field(default_factory=list)
-    images: list[str] = Field(default_factory=list, max_length=MAX_IMAGES)
+    images: list[str] = Field(default_factory=list, max_length=MAX_SNAPSHOT_IMAGES)
     fast_snapshot_restore: FastSnapshotRestore | None = None
     keep: int = Field(default=DEFAULT_KEEP, ge=1, le=MAX_KEEP)
     builder: BuilderSpec
@@ -228,6 +229,10 @@ class WarmSnapshot(KubernetesModel):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+    def spec_hash(self) -> str:
+        """SHA-256 of the canonical JSON of the spec."""
+        return hash_spec(self.spec)
 
     @property
     def image_id(self) -> str:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from prewarm.domain import bakes
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.domain.builders import bake_document, builder_user_data
-from prewarm.domain.jobs import hash_spec
 from prewarm.domain.push import ImagePush
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.snapshots import WarmSnapshot
@@ -42,7 +41,7 @@ class BakeContext:
 
 def apply_warm_snapshot(store: WarmSnapshotItems, declared: WarmSnapshot) -> str:
     """Records the declaration; its state (bakes, snapshots) is kept. Returns kubectl's word for it."""
-    return store.put_warm_snapshot(declared.name, declared.to_manifest(), hash_spec(declared.spec))
+    return store.put_warm_snapshot(declared.name, declared.to_manifest(), declared.spec_hash())
 
 
 def _update(store: WarmSnapshotItems, name: str,

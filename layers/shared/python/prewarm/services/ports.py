@@ -214,7 +214,19 @@ class ClusterItems(Protocol):
                              agents: int | None = None, synced: bool = False, own: bool = False) -> None: ...
 
 
-class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, Protocol):
+class WarmSnapshotItems(Protocol):
+    """Each warm snapshot's manifest and its state (`domain.bakes.SnapshotState`), written with a version."""
+
+    def put_warm_snapshot(self, name: str, manifest: dict[str, Any], spec_hash: str) -> str: ...
+    def list_warm_snapshots(self) -> list[tuple[dict[str, Any], dict[str, Any], int]]: ...
+    def get_warm_snapshot(self, name: str) -> tuple[dict[str, Any], dict[str, Any], int] | None: ...
+    def save_snapshot_state(self, name: str, state: dict[str, Any], version: int) -> int:
+        """Writes `state` if the item is still at `version` (else StoreConflictError); returns the new version."""
+        ...
+    def delete_warm_snapshot(self, name: str) -> bool: ...
+
+
+class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, Protocol):
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
 
@@ -238,18 +250,6 @@ class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
 class StatusItems(AgentItems, ClusterItems, Protocol):
     """What the status queue's messages change, and how a cluster failed when a hello could not read it
     (`services.reports.record_status`)."""
-
-
-class WarmSnapshotItems(Protocol):
-    """Each warm snapshot's manifest and its state (`domain.bakes.SnapshotState`), written with a version."""
-
-    def put_warm_snapshot(self, name: str, manifest: dict[str, Any], spec_hash: str) -> str: ...
-    def list_warm_snapshots(self) -> list[tuple[dict[str, Any], dict[str, Any], int]]: ...
-    def get_warm_snapshot(self, name: str) -> tuple[dict[str, Any], dict[str, Any], int] | None: ...
-    def save_snapshot_state(self, name: str, state: dict[str, Any], version: int) -> int:
-        """Writes `state` if the item is still at `version` (else StoreConflictError); returns the new version."""
-        ...
-    def delete_warm_snapshot(self, name: str) -> bool: ...
 
 
 class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, Protocol):
