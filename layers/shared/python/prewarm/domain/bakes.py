@@ -62,6 +62,7 @@ class Bake:
     reason: str = ""
     finished_at: float | None = None
     size_gib: int = 0
+    builder_terminated: bool = False
 
     @property
     def step(self) -> BakeStep:

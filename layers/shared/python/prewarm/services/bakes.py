@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prewarm.domain import bakes
 from prewarm.domain.bakes import BakeStep, SnapshotState
@@ -178,14 +178,16 @@ def _publish(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
 
 
 def _end(ctx: BakeContext, state: SnapshotState) -> SnapshotState:
-    """A bake that ended terminates its builder (terminating twice is harmless)."""
+    """A bake that ended terminates its builder, once (the sweep terminates one this could not)."""
     bake = state.bake
-    if bake is not None and not bake.active and bake.instance_id:
-        try:
-            ctx.builders.terminate(bake.instance_id)
-        except BakeError as e:  # the sweep terminates it later: a builder never outlives its budget
-            log.warning("builder not terminated", extra={"bake": bake.id, "error": str(e)})
-    return state
+    if bake is None or bake.active or not bake.instance_id or bake.builder_terminated:
+        return state
+    try:
+        ctx.builders.terminate(bake.instance_id)
+    except BakeError as e:
+        log.warning("builder not terminated", extra={"bake": bake.id, "error": str(e)})
+        return state
+    return replace(state, bake=replace(bake, builder_terminated=True))
 
 
 def advance(ctx: BakeContext, name: str, now: float, *, sweeping: bool = False) -> list[str]:
@@ -227,6 +229,7 @@ def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
         return _end(ctx, bakes.fail(state, bake.id, f"the bake outlived its time budget ({budget} s) at {bake.step}",
                                     now))
     if bake is None or not bake.active:
+        state = _end(ctx, state)  # a bake the builder's report ended
         started = _start_if_owed(ctx, declared, state, now)
         if started is not state:
             done.append(f"{declared.name}: bake {started.bake.id if started.bake else ''} started")
