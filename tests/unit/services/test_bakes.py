@@ -67,6 +67,9 @@ class FakeEc2:
     def enable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
         self.calls.append(f"fsr {snapshot_id} {list(zones)}")
 
+    def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
+        self.calls.append(f"no fsr {snapshot_id}")
+
     def delete_snapshot(self, snapshot_id: str) -> None:
         self.snapshots.pop(snapshot_id, None)
         self.calls.append(f"delete {snapshot_id}")
@@ -125,10 +128,14 @@ def test_a_push_bakes_and_the_snapshot_event_points_the_node_class_at_it() -> No
     assert done.bake is not None and done.bake.step is BakeStep.SUCCEEDED and not done.stale
     assert bakes.on_snapshot_event(ctx, "snap-1", True, "", 31.0) == "gpu"  # repeated: nothing more
     assert state(ctx) == done
+    push(ctx, D2, 40.0)
+    builder_reports(ctx, D2, 50.0)
+    bakes.on_snapshot_event(ctx, "snap-2", True, "", 60.0)
+    assert "no fsr snap-1" in ec2.calls and classes.pointed["gpu"] == "snap-2"
 
 
 def test_a_push_during_a_bake_is_coalesced_into_the_next_bake_of_the_newest_set() -> None:
-    ctx, ec2, classes = context()
+    ctx, ec2, _classes = context()
     push(ctx, D1, 10.0)
     push(ctx, D2, 11.0)
     push(ctx, D3, 12.0)
@@ -184,7 +191,7 @@ def test_a_bake_interrupted_after_its_snapshot_completed_is_resumed_by_the_sweep
 
 
 def test_a_launch_interrupted_before_it_was_recorded_is_launched_again_once() -> None:
-    ctx, ec2, classes = context()
+    ctx, ec2, _classes = context()
     ec2.refuse = "InsufficientInstanceCapacity"
     push(ctx, D1, 10.0)
     assert state(ctx).bake.reason.endswith("InsufficientInstanceCapacity")  # type: ignore[union-attr]

@@ -145,6 +145,10 @@ class Ec2Builders:
                       for e in u.get("FastSnapshotRestoreStateErrors", [])]
             raise BakeError(f"fast snapshot restore of {snapshot_id} refused: {'; '.join(errors)}")
 
+    def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
+        self._call(f"disable fast snapshot restore of {snapshot_id}", "disable_fast_snapshot_restores",
+                   AvailabilityZones=list(zones), SourceSnapshotIds=[snapshot_id])
+
     def delete_snapshot(self, snapshot_id: str) -> None:
         try:
             self.client.delete_snapshot(SnapshotId=snapshot_id)

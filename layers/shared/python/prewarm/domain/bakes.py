@@ -92,6 +92,7 @@ class BakedSnapshot:
     created_at: float
     size_gib: int
     bake_id: str
+    stored_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def published(state: SnapshotState, snapshot_id: str, keep: int, now: float) -> 
     bake = state.bake
     if bake is None or bake.step is not BakeStep.PUBLISHING or bake.snapshot_id != snapshot_id:
         return state, []
-    made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.size_gib, bake.id)
+    made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.size_gib, bake.id, bake.bytes_pulled)
     kept = (made, *(s for s in state.snapshots if s.id != snapshot_id))
     done = bake.at(BakeStep.SUCCEEDED, now, finished_at=now)
     return replace(state, bake=done, snapshots=kept[:keep]), [s.id for s in kept[keep:]]
@@ -257,3 +258,25 @@ def next_bake_owed(state: SnapshotState) -> bool:
     if bake is not None and bake.step is BakeStep.FAILED and bake.images == state.images:
         return False
     return state.stale or (state.current is None and bool(state.images))
+
+
+@dataclass(frozen=True)
+class BakeCost:
+    """What the warm snapshot costs: its last bake's builder, the snapshots kept, and Fast Snapshot Restore
+    on the current one since it was published (only the current one has it: the previous loses it)."""
+
+    builder_minutes: float
+    gb_stored: float
+    fsr_hours: float
+
+    def dollars(self, snapshot_gb_month: float, fsr_az_hour: float) -> tuple[float, float]:
+        """(storage a month, FSR so far) at the given prices; the builder's depends on its instance type."""
+        return round(self.gb_stored * snapshot_gb_month, 2), round(self.fsr_hours * fsr_az_hour, 2)
+
+
+def cost(state: SnapshotState, now: float, fsr_zones: int) -> BakeCost:
+    current = state.current
+    return BakeCost(
+        builder_minutes=round(state.bake.builder_seconds(now) / 60, 1) if state.bake else 0.0,
+        gb_stored=round(sum(s.stored_bytes for s in state.snapshots) / 1e9, 3),
+        fsr_hours=round(fsr_zones * max(0.0, now - current.created_at) / 3600, 2) if current else 0.0)

@@ -171,7 +171,11 @@ def _publish(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
     except BakeError as e:
         ctx.builders.delete_snapshot(bake.snapshot_id)
         return _end(ctx, bakes.fail(state, bake.id, f"the node class was not pointed at {bake.snapshot_id}: {e}", now))
+    previous = state.current
     state, beyond_keep = bakes.published(state, bake.snapshot_id, spec.keep, now)
+    if spec.fast_snapshot_restore is not None and previous is not None and previous.id not in beyond_keep:
+        # Billed per AZ-hour while enabled: only the snapshot nodes launch from keeps it.
+        ctx.builders.disable_fast_restore(previous.id, spec.fast_snapshot_restore.availability_zones)
     for old in beyond_keep:
         ctx.builders.delete_snapshot(old)
     return _end(ctx, state)
