@@ -112,6 +112,10 @@ class LocalControl(LocalNodes):
         snapshot = self._node_class_snapshot(node_class) if node_class else None
         if snapshot is not None and not agent:
             raise ControlError("node_class: the node's volume is its containerd's: add it with an agent")
+        if node_class:
+            from prewarm_cli.snapshot_output import NODE_CLASS_LABEL
+
+            labels = {**labels, NODE_CLASS_LABEL: node_class}  # as Karpenter labels the nodes it launches
         self.kube.seed_objects([node_object(name, labels, taints)])
         if agent:
             try:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.services.jobs import apply_manifest
+from prewarm_cli.app import cli
 from prewarm_devtools.localecr import ecr_host
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from tests.support.local_mode import running_local_mode
@@ -105,15 +108,23 @@ def test_a_push_bakes_the_node_class_a_snapshot_new_nodes_boot_warm_from(local: 
                                                 BakeStep.PUBLISHING, BakeStep.SUCCEEDED]
     assert not done.stale
 
-    # A node Karpenter launches from the class: its containerd starts from the snapshot.
+    # A node Karpenter launches from the class: its containerd starts from the snapshot, and CRI shows
+    # the image before its agent has pulled anything (no content ingest ever began: 0 bytes pulled).
     local.add_node("warm-1", labels={"pool": "gpu"}, taints=[], node_class=NODE_CLASS)
     node = local.nodes["warm-1"]
     assert node.image_present(first.reference)
-    assert node.containerd.stats_ingest() == []  # nothing being pulled: it was there at boot
+    assert blobs(node.containerd.root_dir) == blobs(local.builders.snapshots[done.current.id])  # 0 bytes pulled
+    wait_until(lambda: local.job_store().get_node("warm-1") is not None, 20, "warm-1's hello")
+    shown = run("describe", "snapshot", "gpu")
+    assert f"Snapshot:      {done.current.id}" in shown and "Nodes booted from it: warm-1" in shown, shown
+    assert "Status:        Current" in shown and "Cost:          builder " in shown, shown
+    assert "ok    warm snapshots: 1 of 1 node classes on their newest baked snapshot" in run("doctor", code=None)
 
     # A second push: Stale until the next bake replaces the snapshot.
     second = local.push("ml/trainer", "v1", size_mb=2)
     assert state(local, "gpu").stale
+    row = next(line for line in run("get", "snapshots").splitlines() if line.startswith("gpu "))
+    assert row.split()[-3] == "Stale", row
     wait_until(lambda: state(local, "gpu").current.digests == {reference: second.digest},  # type: ignore[union-attr]
                BAKE_SECONDS, "the second bake published")
     after = state(local, "gpu")
@@ -133,6 +144,17 @@ def test_a_push_bakes_the_node_class_a_snapshot_new_nodes_boot_warm_from(local: 
     assert failed.bake is not None and "the volume went away" in failed.bake.reason
     assert snapshot_of(local, NODE_CLASS) == after.current.id  # type: ignore[union-attr]
     assert failed.stale
+
+
+def run(*args: str, code: int | None = 0) -> str:
+    result = CliRunner().invoke(cli, ["--local", *args], catch_exceptions=False)
+    assert code is None or result.exit_code == code, result.output
+    return result.output
+
+
+def blobs(root: Path) -> set[str]:
+    """The content blobs a containerd root holds: a node that pulled anything has blobs its snapshot lacks."""
+    return {p.name for p in (root / "io.containerd.content.v1.content" / "blobs" / "sha256").iterdir()}
 
 
 def test_a_node_class_that_does_not_exist_fails_the_bake_naming_it(local: LocalMode) -> None:
