@@ -61,7 +61,7 @@ def describe_snapshot(record: Record, nodes: Sequence[RegisteredNode], *, now: f
     zones = spec.fast_snapshot_restore.availability_zones if spec.fast_snapshot_restore else []
     lines = [f"Name:          {declared.name}", f"Node class:    {spec.node_class.describe()}",
              f"AMI family:    {spec.ami_family} (data volume {spec.data_volume.device_name})",
-             f"Status:        {status_word(state)}: {state.message()}",
+             f"Status:        {status_word(state)}", f"Message:       {state.message()}",
              f"Snapshot:      {current.id if current else NONE}"]
     if current is not None:
         age = f"{rfc3339(current.created_at)} ({human_age(now - current.created_at)} ago)"
@@ -86,7 +86,7 @@ def describe_snapshot(record: Record, nodes: Sequence[RegisteredNode], *, now: f
     storage, fsr = spent.dollars(SNAPSHOT_DOLLARS_PER_GB_MONTH, FSR_DOLLARS_PER_AZ_HOUR)
     stored = human_bytes(sum(s.stored_bytes for s in state.snapshots))
     lines.append(f"Cost:          builder {spent.builder_minutes} min; {spent.gb_stored} GB stored ({stored}, "
-                 f"${storage} a month); FSR {spent.fsr_hours} AZ-hours (${fsr})")
+                 f"${storage:.2f} a month); FSR {spent.fsr_hours} AZ-hours (${fsr:.2f})")
     return "\n".join(lines)
 
 
