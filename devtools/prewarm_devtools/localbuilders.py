@@ -56,6 +56,7 @@ class LocalBuilders:
     builders: dict[str, Builder] = field(default_factory=dict)
     snapshots: dict[str, Path] = field(default_factory=dict)
     fail_snapshots: str = ""  # a cause: the next snapshots fail with it
+    last_restore_seconds: float = 0.0  # how long the last `restore` took (benchmarks/boot_warm.py)
     _count: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -177,6 +178,8 @@ class LocalBuilders:
         kept = self.snapshots.get(snapshot_id)
         if kept is None or not kept.exists():
             raise LookupError(f"snapshot {snapshot_id} was not made here")
+        started = time.monotonic()
         shutil.rmtree(root_dir, ignore_errors=True)
         root_dir.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cp", "-a", "--reflink=auto", str(kept), str(root_dir)], check=True)
+        self.last_restore_seconds = time.monotonic() - started
