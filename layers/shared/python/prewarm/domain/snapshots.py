@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prewarm.domain.images import parse_image
-from prewarm.domain.jobs import hash_spec
-from prewarm.domain.kubernetes import KubernetesModel, ObjectMeta, dns1123_subdomain_problem, raise_problems
+from prewarm.domain.jobs import StackObject
+from prewarm.domain.kubernetes import KubernetesModel, dns1123_subdomain_problem, raise_problems
 
 WARM_SNAPSHOT_KIND = "WarmSnapshot"
 
@@ -217,22 +217,11 @@ def data_volume_problems(family: AmiFamily, volume: DataVolume) -> list[tuple[st
     return problems
 
 
-class WarmSnapshot(KubernetesModel):
+class WarmSnapshot(StackObject):
     """A node class kept booting from a snapshot of a data volume that holds its images."""
 
-    api_version: Literal["prewarm.dev/v1alpha1"]
     kind: Literal["WarmSnapshot"]
-    metadata: ObjectMeta
     spec: WarmSnapshotSpec
-    status: Any = Field(default=None, exclude=True)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    def spec_hash(self) -> str:
-        """SHA-256 of the canonical JSON of the spec."""
-        return hash_spec(self.spec)
 
     @property
     def image_id(self) -> str:
