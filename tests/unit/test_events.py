@@ -49,7 +49,7 @@ def test_the_ebs_snapshot_notification_names_its_snapshot_and_result() -> None:
     assert (notice.snapshot_id, notice.succeeded) == ("snap-0a1b2c3d4e5f60718", True)
     broken = load("ebs_snapshot_notification.json")
     broken["detail"]["snapshot_id"] = "snap-1"
-    with pytest.raises(EventError, match="detail.snapshot_id"):
+    with pytest.raises(EventError, match=r"detail\.snapshot_id"):
         parse_snapshot_notification(broken)
 
 

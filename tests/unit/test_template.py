@@ -202,7 +202,7 @@ def test_warm_snapshots_take_their_stream_items_and_ebs_snapshot_notifications_o
 
 
 def test_job_stream_delivers_only_job_items_with_partial_batch_failures() -> None:
-    [(function, _, stream)] = [e for e in events_of("DynamoDB") if e[0] == "DispatchJobFunction"]
+    stream = _event_of("DispatchJobFunction", "DynamoDB")
     assert getatt_target(stream["Stream"]) == "JobsTable"
     [only] = stream["FilterCriteria"]["Filters"]
     assert json.loads(only["Pattern"]) == {"dynamodb": {"Keys": {"sk": {"S": ["JOB"]}}}}
@@ -451,8 +451,8 @@ STACK_TAG = "prewarm.dev/stack"
 def _tagged_as_the_stacks(statement: dict[str, Any]) -> bool:
     equals = statement.get("Condition", {}).get("StringEquals", {})
     return (f"aws:RequestTag/{STACK_TAG}" in equals or f"aws:ResourceTag/{STACK_TAG}" in equals
-            or set(as_list(equals.get("ec2:CreateAction", []))) <= {"RunInstances", "CreateSnapshot"} and
-            "ec2:CreateAction" in equals)
+            or (set(as_list(equals.get("ec2:CreateAction", []))) <= {"RunInstances", "CreateSnapshot"} and
+            "ec2:CreateAction" in equals))
 
 
 def _is_scoped(resource: Any) -> bool:
