@@ -249,6 +249,19 @@ def test_e2e_latency_follows_one_push_to_every_node_and_measures_the_floor() -> 
     assert result["direct_pull_s"] > 0
 
 
+@pytest.mark.integration
+@pytest.mark.node
+@pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
+def test_boot_warm_boots_one_node_from_the_snapshot_and_one_that_pulls() -> None:
+    # Given a 2 MB image of 2 layers, baked; when a node joins from the snapshot and another pulls
+    result = run_benchmark("boot_warm.py", "--image-mb", "2", "--layers", "2", "--timeout", "120", timeout=400)
+    # Then both had the image and lost the startup taint, and the restore was measured apart
+    for way in ("snapshot", "pulled"):
+        assert result[way]["join_to_images_present_s"] is not None, way
+        assert result[way]["join_to_taint_released_s"] is not None, way
+    assert result["restore_s"] > 0 and result["layers"] == 2
+
+
 @pytest.mark.parametrize("script", ["agent_overhead", "e2e_latency"])
 def test_node_benchmarks_exit_non_zero_naming_what_is_missing(
     script: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
