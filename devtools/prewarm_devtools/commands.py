@@ -348,9 +348,13 @@ def _taint(text: str) -> dict[str, str]:
 @click.option("--taint", "taints", multiple=True, metavar="KEY=VALUE:EFFECT", help="A taint; repeatable.")
 @click.option("--no-agent", is_flag=True, help="Only the Node object: no containerd, no agent (as a node "
                                                "the DaemonSet has not reached).")
-def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool) -> int:
+@click.option("--node-class", metavar="NAME", help="A Karpenter EC2NodeClass: the node's containerd starts from "
+                                                   "the snapshot its data volume names, as a launched instance's.")
+def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool,
+                   node_class: str | None) -> int:
     """Add a Ready node NAME; unless --no-agent, start its own containerd and agent."""
-    body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent}
+    body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent,
+            "node_class": node_class}
     answer = _call("POST", "/nodes", body)
     agent = f"agent running (pid {answer['pid']})" if answer["agent"] == "running" else "no agent"
     click.echo(f"node/{name} added, {agent}")

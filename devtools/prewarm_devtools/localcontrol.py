@@ -41,7 +41,8 @@ class LocalControl(LocalNodes):
                 return self.fire(str(body.get("schedule", "")))
             case "POST", ["nodes"]:
                 return self.add_node(str(body.get("name", "")), labels=dict(body.get("labels") or {}),
-                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)))
+                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)),
+                                     node_class=body.get("node_class") or None)
             case "DELETE", ["nodes", name]:
                 return self.remove_node(name)
             case "POST", ["nodes", name, "kubelet"]:
@@ -76,13 +77,16 @@ class LocalControl(LocalNodes):
         return {"function": function, "result": result}
 
     def add_node(self, name: str, *, labels: dict[str, str], taints: list[dict[str, str]],
-                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None,
+                 node_class: str | None = None) -> dict[str, Any]:
         """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent.
 
         `agent_policies`: the identity policies of this node's agent instead of the stack's AgentPolicy;
         the agent then signs as a role of its own (`<stack>-agent-<node>`), e.g. one that lacks what the
         agent needs, as a node group whose role misses the policy. An agent that exits as it starts leaves
-        the node as it is, its taints included, with `agent_error` in the answer."""
+        the node as it is, its taints included, with `agent_error` in the answer.
+        `node_class`: a Karpenter EC2NodeClass; the node's containerd starts from the snapshot its data
+        volume names (`snapshotID`), as an instance Karpenter launches from it does."""
         from prewarm.domain.kubernetes import dns1123_subdomain_problem, label_map_problems
 
         if self.kube is None:
@@ -105,10 +109,17 @@ class LocalControl(LocalNodes):
             identity = LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-agent-{name}", "AG")
             identity.register(agent_policies)
             self._agent_identities[name] = identity
+        snapshot = self._node_class_snapshot(node_class) if node_class else None
+        if snapshot is not None and not agent:
+            raise ControlError("node_class: the node's volume is its containerd's: add it with an agent")
+        if node_class:
+            from prewarm_cli.snapshot_output import NODE_CLASS_LABEL
+
+            labels = {**labels, NODE_CLASS_LABEL: node_class}  # as Karpenter labels the nodes it launches
         self.kube.seed_objects([node_object(name, labels, taints)])
         if agent:
             try:
-                self._start_node(name)
+                self._start_node(name, restore=snapshot)
             except BaseException:
                 self.kube.remove_object("nodes", name)
                 if (own := self._agent_identities.pop(name, None)) is not None:

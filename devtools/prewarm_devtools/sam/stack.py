@@ -88,6 +88,7 @@ _NAME_ONLY = {
     "AWS::Lambda::LayerVersion": "arn:aws:lambda:{region}:{account}:layer:{name}:1",
     "AWS::SNS::Topic": "arn:aws:sns:{region}:{account}:{name}",
     "AWS::IAM::Policy": "{name}",
+    "AWS::IAM::InstanceProfile": "arn:aws:iam::{account}:instance-profile/{name}",
 }
 
 
