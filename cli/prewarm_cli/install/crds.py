@@ -64,13 +64,15 @@ _STRING_MAP: Obj = {"type": "object", "additionalProperties": {"type": "string"}
 _STRINGS: Obj = {"type": "array", "items": {"type": "string"}}
 _LABEL_VALUES: Obj = {"type": "object", "additionalProperties": _patterned(LABEL_VALUE_PATTERN, 63)}
 _NAMES: Obj = {"type": "array", "items": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253)}
+# The duplicate check is quadratic: the API server's cost estimate (names of up to 253 characters) allows
+# about 600 names under its 10 million limit. Select more nodes than this by label. The model has no bound.
+NODE_NAMES_MAX = 500
 _NOT_AN_IMAGE_ID = _rule(f"!self.matches('{IMAGE_ID_PATTERN}')",
                          "a 64-character hex string is an image ID, not a repository name; use name@sha256:<hex>")
 _IMAGE: Obj = {**_patterned(IMAGE_PATTERN, IMAGE_MAX_LENGTH), "minLength": 1,
                "x-kubernetes-validations": [_NOT_AN_IMAGE_ID]}
-# Kruise's markers: both selectors are atomic maps, their matchExpressions and values atomic lists. A set's
-# duplicates are refused by the API server itself (`Duplicate value`); inside an atomic map the list type
-# changes no merge.
+# Kruise's markers: both selectors are atomic maps, their names, matchExpressions and values atomic lists.
+# Duplicate names are refused by the sync (the model), as Kruise's webhook refuses them.
 _VALUES_FIT_OPERATOR = [
     _rule("!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)",
           field_path=".values", message_expression="'must be non-empty when operator is ' + self.operator"),
@@ -103,7 +105,11 @@ _CLUSTER_SELECTOR: Obj = {
 }
 _NODE_SELECTOR: Obj = {
     "type": "object", "description": "Nodes by name or by label (names excludes the rest).",
-    "properties": {"names": {**_NAMES, "x-kubernetes-list-type": "set"}, **_LABEL_SELECTOR["properties"]},
+    # atomic, as Kruise marks it: server-side apply replaces the names an applier gives, never merges them.
+    "properties": {"names": {**_NAMES, "x-kubernetes-list-type": "atomic", "maxItems": NODE_NAMES_MAX,
+                             "x-kubernetes-validations": [_rule("self.all(n, self.exists_one(m, m == n))",
+                                                                "must not name a node twice")]},
+                   **_LABEL_SELECTOR["properties"]},
     "x-kubernetes-map-type": "atomic",
     "x-kubernetes-validations": [_rule("!has(self.names) || !(has(self.matchLabels) || has(self.matchExpressions))",
                                        "names cannot be combined with matchLabels or matchExpressions; use one")],
