@@ -20,6 +20,7 @@ from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.keys import JobKey
 from prewarm.domain.messages import CancelTask, NodePhase, PullTask, RequiredImage, RequiredImages
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
@@ -412,6 +413,20 @@ def test_rules_say_what_a_write_did(store: Store) -> None:
     store.put_rule("a", {"spec": {}}, "h")
     assert store.list_rules() == [{"spec": {}}, spec]
     assert (store.delete_rule("r"), store.delete_rule("r")) == (True, False)
+
+
+def test_cron_jobs_say_what_a_write_did_and_read_back_by_key(store: Store) -> None:
+    key, other = JobKey("ml", "nightly"), JobKey("ml", "nightly", "prod-eu")
+    manifest = {"kind": "AdvancedCronJob", "metadata": {"name": "nightly"}, "spec": {"schedule": "0 2 * * *"}}
+    assert [store.put_cron_job(key, manifest, "h1"), store.put_cron_job(key, manifest, "h1"),
+            store.put_cron_job(key, manifest, "h2")] == ["created", "unchanged", "configured"]
+    store.put_cron_job(other, {"spec": {}}, "h")
+    got = store.get_cron_job(other)
+    assert got is not None and (got.key, got.key.cluster, got.manifest, got.spec_hash) == (
+        "prod-eu:ml/nightly", "prod-eu", {"spec": {}}, "h")
+    assert [(c.key, c.spec_hash) for c in store.list_cron_jobs()] == [("ml/nightly", "h2"), ("prod-eu:ml/nightly", "h")]
+    assert (store.delete_cron_job(key), store.delete_cron_job(key)) == (True, False)
+    assert store.get_cron_job(key) is None and store.list_jobs() == [] and store.list_rules() == []
 
 
 def test_a_schedule_keeps_its_last_run(store: Store) -> None:

@@ -77,7 +77,8 @@ REFUSED = {
                                 "greater than or equal to 0"),
     "ttlSecondsAfterFinished": (cron(template=template_spec(completionPolicy={"type": "Always",
                                                                               "ttlSecondsAfterFinished": 100})),
-                                f"{TEMPLATE}.completionPolicy.ttlSecondsAfterFinished", "not supported in advancedCronJob"),
+                                f"{TEMPLATE}.completionPolicy.ttlSecondsAfterFinished",
+                                "not supported in advancedCronJob"),
     "deadline over a day": (cron(template=template_spec(completionPolicy={"type": "Always",
                                                                           "activeDeadlineSeconds": 86_401})),
                             f"{TEMPLATE}.completionPolicy.activeDeadlineSeconds", "must be less than 86400"),
@@ -86,9 +87,9 @@ REFUSED = {
                                      f"{TEMPLATE}.completionPolicy.activeDeadlineSeconds",
                                      "must be greater than pullPolicy.timeoutSeconds(300)"),
     # No type: Kruise's defaulting fills in the 600 s timeout, which the deadline is then below.
-    "deadline below the defaulted timeout": (cron(template=template_spec(completionPolicy={"activeDeadlineSeconds": 100})),
-                                             f"{TEMPLATE}.completionPolicy.activeDeadlineSeconds",
-                                             "must be greater than pullPolicy.timeoutSeconds(600)"),
+    "deadline below the defaulted timeout": (
+        cron(template=template_spec(completionPolicy={"activeDeadlineSeconds": 100})),
+        f"{TEMPLATE}.completionPolicy.activeDeadlineSeconds", "must be greater than pullPolicy.timeoutSeconds(600)"),
     "Never": (cron(template=template_spec(completionPolicy={"type": "Never"})),
               f"{TEMPLATE}.completionPolicy.type", "completionPolicy should be Always, but current value is: Never"),
     "names and labels": (cron(template=template_spec(selector={"names": ["n1"], "matchLabels": {"a": "b"}})),
@@ -127,8 +128,8 @@ def test_kruises_valid_cases_are_accepted() -> None:
 
 def test_v1alpha1_is_refused_as_kruise_has_no_image_list_template_there() -> None:
     found = errors({**cron(), "apiVersion": "apps.kruise.io/v1alpha1"})
-    assert found == [("apiVersion", "apps.kruise.io/v1alpha1 AdvancedCronJob has no spec.template."
-                                    "imageListPullJobTemplate (Kruise added it in v1beta1): use apps.kruise.io/v1beta1")]
+    assert found == [("apiVersion", "apps.kruise.io/v1alpha1 AdvancedCronJob has no spec.template.imageListPullJob"
+                                    "Template (Kruise added it in v1beta1): use apps.kruise.io/v1beta1")]
 
 
 # PR #2207's sample, verbatim.
@@ -145,8 +146,8 @@ spec:
           images:
                   - busybox:latest
                   - not-exist-img:latest
-          parallelism: 10      # [optional] the maximal number of Nodes that pull this image at the same time, defaults to 1
-          selector:            # [optional] the names or label selector to assign Nodes (only one of them can be set)
+          parallelism: 10      # [optional] the maximal number of Nodes that pull this image at the same time
+          selector:            # [optional] the names or label selector to assign Nodes
             names:
             - ci-testing-worker2
             - ci-testing-worker3

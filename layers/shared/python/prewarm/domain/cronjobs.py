@@ -17,14 +17,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from prewarm.domain.cron import CronSchedule, CronScheduleError, time_zone_problem
-from prewarm.domain.jobs import INT32_MAX, PREWARM_API_VERSION, ImageListPullJob, ImageListPullJobSpec, PullPolicy
+from prewarm.domain.jobs import (
+    INT32_MAX,
+    PREWARM_API_VERSION,
+    ImageListPullJob,
+    ImageListPullJobSpec,
+    PullPolicy,
+    job_key,
+)
+from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import (
     KubernetesModel,
     NamespacedObjectMeta,
@@ -93,7 +102,8 @@ def _kruise_template_problems(spec: dict[str, Any]) -> list[tuple[str, str]]:
                      f"{deadline}")]
         if isinstance(timeout, int) and timeout > deadline:
             return [(".completionPolicy.activeDeadlineSeconds",
-                     f"completionPolicy.activeDeadlineSeconds must be greater than pullPolicy.timeoutSeconds({timeout})")]
+                     "completionPolicy.activeDeadlineSeconds must be greater than "
+                     f"pullPolicy.timeoutSeconds({timeout})")]
     if completion.get("ttlSecondsAfterFinished") is not None:
         return [(".completionPolicy.ttlSecondsAfterFinished",
                  "ttlSecondsAfterFinished is not supported in advancedCronJob: successfulJobsHistoryLimit and "
@@ -244,6 +254,10 @@ class AdvancedCronJob(KubernetesModel):
         return self.metadata.namespace
 
     @property
+    def key(self) -> JobKey:
+        return job_key(self.namespace, self.name)
+
+    @property
     def template(self) -> ImageListPullJobTemplate:
         template = self.spec.template.image_list_pull_job_template
         assert template is not None  # the model refuses a cron job without it
@@ -286,6 +300,19 @@ def parse_rfc3339(value: object) -> float | None:
     except ValueError:
         return None
     return parsed.timestamp() if parsed.tzinfo is not None else None
+
+
+@dataclass(frozen=True)
+class StoredCronJob:
+    """A cron job item: the manifest as applied (Kruise's defaults filled in) under its key."""
+
+    key: JobKey
+    manifest: dict[str, Any] = field(hash=False)
+    spec_hash: str = ""
+
+    @cached_property
+    def job(self) -> AdvancedCronJob:
+        return AdvancedCronJob.from_manifest(self.manifest)
 
 
 # --- The runs ------------------------------------------------------------------------------------

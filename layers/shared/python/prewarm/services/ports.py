@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: every function imports this module, few need these models
     from prewarm.domain.clusters import RegisteredCluster
+    from prewarm.domain.cronjobs import StoredCronJob
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
+    from prewarm.domain.keys import JobKey
     from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
     from prewarm.domain.node_queues import ProvidedQueue
     from prewarm.domain.nodes import NodeWarm, RegisteredNode
@@ -190,6 +192,22 @@ class RuleItems(Protocol):
     def delete_rule(self, name: str) -> bool: ...
 
 
+class CronJobItems(Protocol):
+    """The AdvancedCronJobs (`prewarm.adapters.dynamodb.cron_jobs`)."""
+
+    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str: ...
+    def get_cron_job(self, key: JobKey) -> StoredCronJob | None: ...
+    def list_cron_jobs(self) -> list[StoredCronJob]: ...
+    def delete_cron_job(self, key: JobKey) -> bool: ...
+
+
+class CronSchedules(Protocol):
+    """EventBridge Scheduler's schedules of the cron jobs (`prewarm.adapters.scheduler`)."""
+
+    def put_schedules(self, key: JobKey, expressions: Sequence[str], *, zone: str, enabled: bool) -> None: ...
+    def delete_schedules(self, key: JobKey) -> None: ...
+
+
 class NodeItems(Protocol):
     """The nodes whose agents said hello (`prewarm.adapters.dynamodb.nodes`)."""
 
@@ -214,7 +232,7 @@ class ClusterItems(Protocol):
                              agents: int | None = None, synced: bool = False, own: bool = False) -> None: ...
 
 
-class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, Protocol):
+class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, CronJobItems, Protocol):
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
 
@@ -240,7 +258,7 @@ class StatusItems(AgentItems, ClusterItems, Protocol):
     (`services.reports.record_status`)."""
 
 
-class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, CronJobItems, Protocol):
     """Jobs and rules as people and pushes apply them, read back with their node items (`services.jobs`,
     `services.push`)."""
 
