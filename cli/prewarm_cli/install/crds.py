@@ -1,5 +1,5 @@
-"""The CustomResourceDefinitions of `prewarm.dev/v1alpha1`: ImagePullJob and ImageListPullJob (namespaced,
-OpenKruise's spec accepted verbatim) and PrewarmRule (cluster-scoped).
+"""The CustomResourceDefinitions of `prewarm.dev/v1alpha1`: ImagePullJob, ImageListPullJob and AdvancedCronJob
+(namespaced, OpenKruise's spec accepted verbatim) and PrewarmRule (cluster-scoped).
 
 Built from one set of schema pieces, so the two job kinds cannot drift apart. The schemas say the model's
 rules as the API server can check them without a webhook: types, enums and bounds, the model's string
@@ -33,6 +33,8 @@ from prewarm.domain.jobs import (
     ImagePullJobTemplate,
     PullPolicy,
 )
+from prewarm.domain.cron import SCHEDULE_PATTERN, TIME_ZONE_PATTERN
+from prewarm.domain.cronjobs import MAX_ACTIVE_DEADLINE_SECONDS, NAME_MAX_LENGTH
 from prewarm.domain.rules import ACCOUNT_ID_PATTERN, GLOB_PATTERN, REGION_PATTERN
 
 Obj = dict[str, Any]
@@ -209,6 +211,14 @@ _RULE_STATUS: Obj = {"type": "object", "properties": {
     "message": {"type": "string"}, "observedGeneration": _PREWARM_STATUS["observedGeneration"]}}
 
 
+_OBJECT_REFERENCE: Obj = {"type": "object", "x-kubernetes-map-type": "atomic", "properties": {
+    key: {"type": "string"} for key in ("apiVersion", "kind", "name", "namespace", "uid", "resourceVersion",
+                                        "fieldPath")}}
+_CRON_STATUS: Obj = {"type": "object", "properties": {
+    "type": {"type": "string"}, "active": {"type": "array", "items": _OBJECT_REFERENCE}, "lastScheduleTime": _TIME,
+    "message": {"type": "string"}, "observedGeneration": _PREWARM_STATUS["observedGeneration"]}}
+
+
 def _column(name: str, path: str, kind: str = "integer", priority: int = 0) -> Obj:
     column: Obj = {"name": name, "type": kind, "jsonPath": path}
     if priority:
@@ -224,6 +234,9 @@ _JOB_COLUMNS = [_column("TOTAL", ".status.desired"), _column("ACTIVE", ".status.
 _LIST_JOB_COLUMNS = [_column("TOTAL", ".status.desired"), _column("SUCCEEDED", ".status.succeeded"),
                      _column("COMPLETED", ".status.completed"),
                      _column("AGE", ".metadata.creationTimestamp", "date")]
+_CRON_COLUMNS = [_column("SCHEDULE", ".spec.schedule", "string"), _column("TYPE", ".status.type", "string"),
+                 _column("LASTSCHEDULETIME", ".status.lastScheduleTime", "date"),
+                 _column("AGE", ".metadata.creationTimestamp", "date")]
 _RULE_COLUMNS = [_column("REPOSITORIES", ".spec.repositories", "string"),
                  _column("NAMESPACE", ".spec.template.metadata.namespace", "string"),
                  _column("AGE", ".metadata.creationTimestamp", "date"),
@@ -231,7 +244,7 @@ _RULE_COLUMNS = [_column("REPOSITORIES", ".spec.repositories", "string"),
 
 
 def _crd(kind: str, plural: str, scope: str, spec: Obj, status: Obj, columns: list[Obj],
-         short_names: list[str]) -> Obj:
+         short_names: list[str], metadata: Obj | None = None) -> Obj:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -246,11 +259,84 @@ def _crd(kind: str, plural: str, scope: str, spec: Obj, status: Obj, columns: li
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": columns,
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "metadata": metadata or {"type": "object"},
                     "spec": spec, "status": status}, "required": ["spec"]}},
             }],
         },
     }
+
+
+# Kruise's defaulting of an image list template fills in pullPolicy and imagePullPolicy only when
+# completionPolicy.type is absent, which a schema's defaults cannot say: those are the model's (the sync's).
+_CRON_DEADLINE = ("self.completionPolicy.activeDeadlineSeconds >= (has(self.pullPolicy) && "
+                  "has(self.pullPolicy.timeoutSeconds) ? self.pullPolicy.timeoutSeconds : "
+                  "(has(self.completionPolicy.type) ? 0 : 600))")
+_CRON_TEMPLATE_RULES = [
+    *_TEMPLATE_RULES[:2],
+    _rule("!has(self.completionPolicy) || !has(self.completionPolicy.type) || self.completionPolicy.type == 'Always'",
+          field_path=".completionPolicy.type", message_expression="'completionPolicy should be Always, but current "
+                                                                   "value is: ' + self.completionPolicy.type"),
+    _rule("!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || "
+          f"self.completionPolicy.activeDeadlineSeconds <= {MAX_ACTIVE_DEADLINE_SECONDS}",
+          field_path=".completionPolicy.activeDeadlineSeconds",
+          message=f"activeDeadlineSeconds must be less than {MAX_ACTIVE_DEADLINE_SECONDS}"),
+    _rule(f"!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || {_CRON_DEADLINE}",
+          field_path=".completionPolicy.activeDeadlineSeconds",
+          message="completionPolicy.activeDeadlineSeconds must be greater than pullPolicy.timeoutSeconds (600 when "
+                  "completionPolicy.type is not given)"),
+    _rule("!has(self.completionPolicy) || !has(self.completionPolicy.ttlSecondsAfterFinished)",
+          field_path=".completionPolicy.ttlSecondsAfterFinished",
+          message="ttlSecondsAfterFinished is not supported in advancedCronJob: successfulJobsHistoryLimit and "
+                  "failedJobsHistoryLimit keep finished runs"),
+]
+_ONE_TEMPLATE = ("(has(self.jobTemplate) ? 1 : 0) + (has(self.broadcastJobTemplate) ? 1 : 0) + "
+                 "(has(self.imageListPullJobTemplate) ? 1 : 0)")
+
+
+def _cron_spec(images: Obj) -> Obj:
+    """An AdvancedCronJob's spec as Kruise's CRD and webhooks take it (pkg/webhook/advancedcronjob), with the
+    defaults of its defaulting webhook for an image list template."""
+    template_spec = {"type": "object", "required": ["images"],
+                     "properties": {"images": images, **_template(""), "completionPolicy": {
+                         **_template("")["completionPolicy"], "default": {}}},
+                     "x-kubernetes-validations": _CRON_TEMPLATE_RULES}
+    pods = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    template = {"type": "object", "properties": {
+        "imageListPullJobTemplate": {"type": "object", "required": ["spec"], "properties": {
+            "metadata": {"type": "object", "properties": {"labels": _LABEL_VALUES, "annotations": _STRING_MAP}},
+            "spec": template_spec}},
+        "jobTemplate": pods, "broadcastJobTemplate": pods},
+        "x-kubernetes-validations": [
+            _rule(f"{_ONE_TEMPLATE} > 0", "spec must have one template: Prewarm runs imageListPullJobTemplate"),
+            _rule(f"{_ONE_TEMPLATE} <= 1", "spec can have only one template, either JobTemplate or "
+                                          "BroadcastJobTemplate or ImageListPullJobTemplate should be provided"),
+            _rule(f"{_ONE_TEMPLATE} != 1 || has(self.imageListPullJobTemplate)",
+                  "Prewarm runs only spec.template.imageListPullJobTemplate; a jobTemplate or broadcastJobTemplate "
+                  "(pods) is for OpenKruise's controller")]}
+    count = {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX}
+    return {"type": "object", "required": ["schedule", "template"], "properties": {
+        "schedule": {**_patterned(SCHEDULE_PATTERN), "minLength": 1},
+        "timeZone": {**_patterned(TIME_ZONE_PATTERN), "minLength": 1, "x-kubernetes-validations": [
+            _rule("!self.matches('^[Ll][Oo][Cc][Aa][Ll]$')",
+                  "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones")]},
+        "startingDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 0},
+        "concurrencyPolicy": {"type": "string", "enum": ["Allow", "Forbid", "Replace"], "default": "Replace"},
+        "paused": {"type": "boolean", "default": False},
+        "successfulJobsHistoryLimit": {**count, "default": 3},
+        "failedJobsHistoryLimit": {**count, "default": 1},
+        "template": template},
+        "x-kubernetes-validations": [
+            _rule("!has(self.timeZone) || !self.schedule.contains('TZ')",
+                  "cannot use both timeZone field and TZ or CRON_TZ in schedule", field_path=".schedule"),
+            _rule("!has(self.template.imageListPullJobTemplate) || self.concurrencyPolicy != 'Allow'",
+                  "concurrencyPolicy should be Replace or Forbid, but current value is: Allow",
+                  field_path=".concurrencyPolicy")]}
+
+
+# Kruise's webhook: letters, digits and '-', at most 63 (and, as any object's, a DNS subdomain).
+_CRON_METADATA: Obj = {"type": "object", "properties": {"name": {
+    "type": "string", "maxLength": NAME_MAX_LENGTH, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}}}
 
 
 def custom_resource_definitions() -> list[Obj]:
@@ -285,4 +371,6 @@ def custom_resource_definitions() -> list[Obj]:
         _crd("ImageListPullJob", "imagelistpulljobs", "Namespaced", list_spec, _LIST_JOB_STATUS, _LIST_JOB_COLUMNS,
              ["ilpj"]),
         _crd("PrewarmRule", "prewarmrules", "Cluster", rule_spec, _RULE_STATUS, _RULE_COLUMNS, ["pwr"]),
+        _crd("AdvancedCronJob", "advancedcronjobs", "Namespaced", _cron_spec(images), _CRON_STATUS, _CRON_COLUMNS,
+             ["acj"], _CRON_METADATA),
     ]

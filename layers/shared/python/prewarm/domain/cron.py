@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["CronSchedule", "CronScheduleError", "time_zone_problem"]
+__all__ = ["SCHEDULE_PATTERN", "TIME_ZONE_PATTERN", "CronSchedule", "CronScheduleError", "time_zone_problem"]
 
 # Scheduler's ScheduleExpression is at most 256 characters (CreateSchedule API reference).
 SCHEDULER_EXPRESSION_MAX = 256
@@ -52,6 +52,28 @@ _DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # Far enough for `0 0 29 2 *` after a skipped leap year (2100): robfig gives up after five years too.
 _SEARCH_YEARS = 5
+
+
+def _field_pattern(value: str) -> str:
+    term = f"(?:[*?]|{value}(?:-{value})?)(?:/[1-9][0-9]*)?"
+    return f"{term}(?:,{term})*"
+
+
+def _names(field: _Field) -> str:
+    return f"|(?i:{'|'.join(field.names)})" if field.names else ""
+
+
+# The grammar above as an RE2 pattern, for the CRD's schema (cli/prewarm_cli/install/crds.py): the fields, their
+# ranges and names, the descriptors and the TZ prefix. What it cannot say (a range that ends before it starts,
+# an unknown zone, an @every that is no whole number of minutes) is refused by the model, in the sync.
+_FIELD_VALUES = ("[0-5]?[0-9]", "[01]?[0-9]|2[0-3]", "0?[1-9]|[12][0-9]|3[01]", f"0?[1-9]|1[0-2]{_names(_MONTH)}",
+                 f"[0-6]{_names(_DOW)}")
+SCHEDULE_PATTERN = (
+    r"^\s*(?:(?:CRON_)?TZ=\S+\s+)?(?:@(?:yearly|annually|monthly|weekly|daily|midnight|hourly)|@every\s+\S+|"
+    + r"\s+".join(_field_pattern(f"(?:{values})") for values in _FIELD_VALUES) + r")\s*$"
+)
+# An IANA name's shape; whether the zone exists is the model's check.
+TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*$"
 
 
 def time_zone_problem(name: str) -> str | None:

@@ -1,7 +1,7 @@
 """Where a job or rule comes from, and how a Kubernetes resource becomes the manifest the table stores.
 
-Three sources meet in one table. A resource (`prewarm.dev/v1alpha1` ImagePullJob, ImageListPullJob or
-PrewarmRule in the cluster) owns its name: `sync_resources` applies it, deletes the job when the
+Three sources meet in one table. A resource (`prewarm.dev/v1alpha1` ImagePullJob, ImageListPullJob,
+PrewarmRule or AdvancedCronJob in the cluster) owns its name: `sync_resources` applies it, deletes the job when the
 resource goes, and writes status back; the CLI may read such a job but not apply or delete it. A job
 applied with the CLI (`cli`) is the CLI's: a resource of the same name is refused and told why. A rule
 makes jobs on image pushes (`rule`). The stored manifest says which, in `SOURCE_ANNOTATION`, so no
@@ -36,7 +36,7 @@ SOURCE_ANNOTATION = "prewarm.dev/source"
 GENERATION_ANNOTATION = "prewarm.dev/resource-generation"
 #: Resource kind → plural, in apply order (a list job's children are ImagePullJobs of its own).
 RESOURCE_KINDS = {"PrewarmRule": "prewarmrules", "ImageListPullJob": "imagelistpulljobs",
-                  "ImagePullJob": "imagepulljobs"}
+                  "ImagePullJob": "imagepulljobs", "AdvancedCronJob": "advancedcronjobs"}
 RESOURCE_API_VERSION = PREWARM_API_VERSION
 
 

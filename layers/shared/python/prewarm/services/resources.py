@@ -1,4 +1,5 @@
-"""Kubernetes-native jobs: ImagePullJob, ImageListPullJob and PrewarmRule resources kept in step with the table.
+"""Kubernetes-native jobs: ImagePullJob, ImageListPullJob, PrewarmRule and AdvancedCronJob resources kept in step
+with the table.
 
 `sync_resources` runs every minute. It lists the three resources across the cluster (one paged list
 each), compares them with one read of the table's jobs and rules, applies what changed through the
@@ -34,6 +35,7 @@ from prewarm.domain.sources import (
 )
 from prewarm.domain.status import job_bytes
 from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
+from prewarm.services.cron_jobs import cron_job_status, delete_cron_job
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
 from prewarm.services.ports import (
     ApplyItems,
@@ -156,10 +158,12 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
             key = _key(obj, cluster)
             if f"{kind} {key}" in expired:
                 continue
-            view = views.get(key) if kind != "PrewarmRule" else None
+            view = views.get(key) if kind not in ("PrewarmRule", "AdvancedCronJob") else None
             if view is not None and view.record.source is not Source.RESOURCE:
                 view = None  # a CLI job of that name: its status is not this resource's
             status = resource_status(obj, view, problems.get((kind, key)), store=store)
+            if kind == "AdvancedCronJob" and (problems.get((kind, key)) is None):
+                status = {**_cron_status(store, key, now=now), **status}
             if status != (obj.get("status") or {}):
                 _write_status(api, kind, obj, status, report)
     if report.applied or report.refused or report.deleted or report.statuses_written:
@@ -177,7 +181,8 @@ def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Ob
             resource_generation(current) == str(meta.get("generation", ""))):
         report.unchanged += 1
         return None
-    if current is None and kind != "PrewarmRule" and (obj.get("status") or {}).get("completionTime"):
+    if current is None and kind in ("ImagePullJob", "ImageListPullJob") and (obj.get("status") or {}).get(
+            "completionTime"):
         # Its job finished and ttlSecondsAfterFinished removed it: as Kruise, the resource goes too.
         api.delete_object(RESOURCE_API_VERSION, RESOURCE_KINDS[kind], meta["name"], meta.get("namespace"))
         report.expired.append(f"{kind} {key}")
@@ -221,6 +226,14 @@ def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str |
     return status
 
 
+def _cron_status(store: ApplyItems, key: str, *, now: float) -> Obj:
+    """An AdvancedCronJob resource's Kruise status (its runs), when its cron job is the resource's."""
+    stored = store.get_cron_job(JobKey.parse(key))
+    if stored is None or source_of(stored.manifest) is not Source.RESOURCE:
+        return {}
+    return cron_job_status(store, stored, now=now)
+
+
 def _node_counts(view: JobView) -> dict[str, int]:
     waiting = max(0, view.desired - view.active - view.succeeded - view.failed)
     return {"waiting": waiting, "pulling": view.active, "succeeded": view.succeeded, "failed": view.failed}
@@ -238,6 +251,9 @@ def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], 
     for record in store.list_jobs():
         if not record.owner and record.state is not JobState.DELETING and record.cluster == cluster:
             found[(record.api_kind, record.key)] = record.manifest
+    for cron in store.list_cron_jobs():
+        if cron.key.cluster == cluster:
+            found[("AdvancedCronJob", cron.key)] = cron.manifest
     if cluster == DEFAULT_CLUSTER:
         for rule in store.list_rules():
             found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
@@ -252,6 +268,9 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
             continue
         if kind == "PrewarmRule":
             store.delete_rule(key)
+        elif kind == "AdvancedCronJob":
+            assert isinstance(key, JobKey), key
+            delete_cron_job(store, key, now=now, by=Source.RESOURCE)
         else:
             assert isinstance(key, JobKey), key  # a job's: its stored record's key
             request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)
