@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
+from prewarm.domain.cron import SCHEDULE_PATTERN, TIME_ZONE_PATTERN
+from prewarm.domain.cronjobs import MAX_ACTIVE_DEADLINE_SECONDS, NAME_MAX_LENGTH
 from prewarm.domain.jobs import (
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_PATTERN,
@@ -33,8 +35,6 @@ from prewarm.domain.jobs import (
     ImagePullJobTemplate,
     PullPolicy,
 )
-from prewarm.domain.cron import SCHEDULE_PATTERN, TIME_ZONE_PATTERN
-from prewarm.domain.cronjobs import MAX_ACTIVE_DEADLINE_SECONDS, NAME_MAX_LENGTH
 from prewarm.domain.rules import ACCOUNT_ID_PATTERN, GLOB_PATTERN, REGION_PATTERN
 
 Obj = dict[str, Any]
