@@ -31,6 +31,7 @@ from prewarm.domain.jobs import (
     ImageListPullJob,
     ImageListPullJobSpec,
     PullPolicy,
+    hash_spec,
     job_key,
 )
 from prewarm.domain.keys import JobKey
@@ -267,6 +268,10 @@ class AdvancedCronJob(KubernetesModel):
         doc = super().to_manifest()
         doc["metadata"] = {"name": self.name, "namespace": self.namespace, **doc["metadata"]}
         return doc
+
+    def spec_hash(self) -> str:
+        """SHA-256 of the canonical JSON of the spec, defaults filled in."""
+        return hash_spec(self.spec)
 
     def run_name(self, scheduled_at: float) -> str:
         """Kruise's run name: `<name>-<scheduled time, Unix seconds>`."""
