@@ -26,6 +26,8 @@ _RESOURCES = {
     "job": "jobs", "jobs": "jobs",
     "rule": "rules", "rules": "rules", "prewarmrule": "rules", "prewarmrules": "rules",
     "node": "nodes", "nodes": "nodes",
+    "cronjob": "cronjobs", "cronjobs": "cronjobs", "advancedcronjob": "cronjobs", "advancedcronjobs": "cronjobs",
+    "acj": "cronjobs",
 }
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("resource", metavar="jobs|rules|nodes")
+@click.argument("resource", metavar="jobs|rules|cronjobs|nodes")
 @click.argument("names", nargs=-1)
 @namespace_option
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs of every namespace.")
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,
         output: str | None, show_labels: bool, cluster: str | None, kubeconfig: str | None,
         context: str | None) -> int:
-    """List jobs (Kruise's columns), rules or nodes; or show the named ones.
+    """List jobs (Kruise's columns), rules, cron jobs (AdvancedCronJobs) or nodes; or show the named ones.
 
     \b
     Jobs: of every cluster the stack serves (a CLUSTER column once it serves several), or of the one
@@ -48,7 +48,7 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
     Nodes: every node of the cluster and every node whose agent said hello, with its agent
     (Registered, NotReporting, Absent) and why its startup taint is as it is.
     """
-    kind = resource_name(resource, ("jobs", "rules", "nodes"), "get")
+    kind = resource_name(resource, ("jobs", "rules", "cronjobs", "nodes"), "get")
     if all_namespaces and names:
         raise click.UsageError("a job cannot be retrieved by name across all namespaces: use -n instead of -A")
     from prewarm_cli import output as cli_output
@@ -86,6 +86,17 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
         docs = [cli_output.rule_document(r) for r in rules]
         text = cli_output.rules_table(rules)
         empty = "No rules found."
+    elif kind == "cronjobs":
+        from prewarm.services.cron_jobs import cron_job_status
+
+        where = chosen(ctx, cluster)
+        crons = [c for c in store.list_cron_jobs() if c.key.cluster == where
+                 and (all_namespaces or c.key.namespace == namespace) and (not names or c.key.name in names)]
+        missing = [f'advancedcronjob "{n}" not found in namespace "{namespace}"' for n in names
+                   if n not in {c.key.name for c in crons}]
+        docs = [{**c.manifest, "status": cron_job_status(store, c, now=now)} for c in crons]
+        text = cli_output.cron_jobs_table(docs)
+        empty = "No cron jobs found." if all_namespaces else f"No cron jobs found in {namespace} namespace."
     else:
         from prewarm_cli import node_output
 
