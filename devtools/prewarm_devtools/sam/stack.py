@@ -123,6 +123,7 @@ class LocalStack(EventSources):
         self.dynamodb = session.client("dynamodb", endpoint_url=endpoint_url)
         self.streams = session.client("dynamodbstreams", endpoint_url=endpoint_url)
         self.sqs = session.client("sqs", endpoint_url=endpoint_url)
+        self.scheduler = session.client("scheduler", endpoint_url=endpoint_url)
         self.physical: dict[str, Physical] = {}
         self.functions: dict[str, Function] = {}
         self.not_emulated: list[str] = []
@@ -192,6 +193,9 @@ class LocalStack(EventSources):
         # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
         self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
+
+    def _function_arn(self, logical_id: str) -> str:
+        return str(self.physical[logical_id].attrs["Arn"])
 
     def _access_entry(self, logical: str, props: Mapping[str, Any]) -> None:
         # Resolved after the roles exist; the embedded Kubernetes API holds the entries (moto has no EKS
