@@ -46,9 +46,10 @@ def cron(name: str, images: list[str], *, api: str = "apps.kruise.io/v1beta1", p
                 "images": images, "parallelism": parallelism, "pullPolicy": {"backoffLimit": 0}}}}}}
 
 
-def wait_for(condition: Any, until: float, what: str) -> Any:
+def wait_for(condition: Any, until: float, what: str, seen: Any = None) -> Any:
     while not (found := condition()):
-        assert time.time() < until, f"not by {time.strftime('%H:%M:%S', time.gmtime(until))}: {what}"
+        assert time.time() < until, (f"not by {time.strftime('%H:%M:%S', time.gmtime(until))}: {what}"
+                                     + (f" (found {seen()})" if seen else ""))
         time.sleep(0.25)
     return found
 
@@ -84,7 +85,7 @@ def test_cron_jobs_run_on_time_forbid_skips_replace_replaces_and_paused_stops(
         # The first minute: every cron job but the paused one has its run, named after the minute, on time
         for name in ("on-time", "forbid", "replace", "resource"):
             wait_for(lambda n=name: runs(n) == [f"{n}-{int(first)}"], first + ON_TIME_SECONDS,
-                     f"{name}'s first run")
+                     f"{name}'s first run", lambda n=name: runs(n))
         record = store.get_job(job_key(NAMESPACE, f"on-time-{int(first)}"))
         assert record is not None and first <= record.created_at <= first + ON_TIME_SECONDS
         wait_for(lambda: (r := store.get_job(record.key)) is not None and r.state is JobState.COMPLETED,
@@ -93,11 +94,11 @@ def test_cron_jobs_run_on_time_forbid_skips_replace_replaces_and_paused_stops(
 
         # The second minute: Forbid skipped it (its run is still active), Replace deleted the active run
         wait_for(lambda: runs("replace") == [f"replace-{int(second)}"], second + ON_TIME_SECONDS,
-                 "replace's second run replacing the first")
+                 "replace's second run replacing the first", lambda: runs("replace"))
         replaced = store.get_job(job_key(NAMESPACE, f"replace-{int(first)}"))
         assert replaced is None or replaced.state is JobState.DELETING
         wait_for(lambda: runs("on-time") == [f"on-time-{int(first)}", f"on-time-{int(second)}"],
-                 second + ON_TIME_SECONDS, "on-time's second run")
+                 second + ON_TIME_SECONDS, "on-time's second run", lambda: runs("on-time"))
         assert runs("forbid") == [f"forbid-{int(first)}"]
         assert runs("paused") == []
 

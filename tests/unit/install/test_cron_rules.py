@@ -101,3 +101,16 @@ def test_names_are_atomic_lists_as_in_kruises_crd() -> None:
     selector = spec["template"]["properties"]["imageListPullJobTemplate"]["properties"]["spec"]["properties"][
         "selector"]
     assert selector["properties"]["names"]["x-kubernetes-list-type"] == "atomic"
+
+
+def test_the_samplefiles_cron_jobs_are_accepted_at_apply_and_by_the_model() -> None:
+    import yaml
+
+    from tests.unit.install.test_job_rules import SAMPLES
+
+    docs = [doc for path in sorted(SAMPLES.glob("jobs/*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+            if doc and doc.get("kind") == "AdvancedCronJob"]
+    assert len(docs) == 2
+    for doc in docs:
+        assert errors(doc) == []
+        assert [str(e) for e in crd_errors(resource(doc))] == []

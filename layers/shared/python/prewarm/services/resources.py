@@ -1,13 +1,13 @@
 """Kubernetes-native jobs: ImagePullJob, ImageListPullJob, PrewarmRule and AdvancedCronJob resources kept in step
 with the table.
 
-`sync_resources` runs every minute. It lists the three resources across the cluster (one paged list
+`sync_resources` runs every minute. It lists the four resources across the cluster (one paged list
 each), compares them with one read of the table's jobs and rules, applies what changed through the
 same `apply_manifest` as the CLI, deletes the jobs and rules whose resource is gone, and writes each
 resource's status (Kruise's fields, plus Prewarm's node counts and bytes) only when it differs from
 what the resource holds. A resource whose `metadata.generation` is the one its job was applied from
 costs no table write; a status that did not change costs no API write. So a quiet cluster of 1,000
-jobs costs three list calls, one table scan and a byte read per running job.
+jobs costs four list calls, one table scan and a byte read per running job.
 
 Who meets whom (`prewarm.domain.sources`): a resource owns its name; a CLI job of the same name is
 kept, and the resource's status says why it is not applied.
