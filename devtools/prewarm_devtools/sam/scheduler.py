@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -65,8 +66,8 @@ class LocalScheduler:
         self._seen: dict[str, _Seen] = {}
 
     def pump(self) -> int:
-        """Fires what is due; returns how many it fired."""
-        now, fired = self.clock(), 0
+        """Fires what is due, side by side as Scheduler invokes its targets; returns how many it fired."""
+        now, fired = self.clock(), []
         listed = self.client.list_schedules().get("Schedules", [])
         self._seen = {s["Arn"]: self._seen[s["Arn"]] for s in listed if s["Arn"] in self._seen}
         for summary in listed:
@@ -87,9 +88,12 @@ class LocalScheduler:
             if due is None:
                 continue
             seen.since = due
-            self._fire(schedule, due)
-            fired += 1
-        return fired
+            fired.append(threading.Thread(target=self._fire, args=(schedule, due), name=f"fire-{summary['Name']}"))
+        for thread in fired:
+            thread.start()
+        for thread in fired:
+            thread.join()
+        return len(fired)
 
     def _fire(self, schedule: dict[str, Any], scheduled_at: float) -> None:
         target = schedule["Target"]

@@ -30,9 +30,9 @@ from prewarm.domain.jobs import (
     PREWARM_API_VERSION,
     ImageListPullJob,
     ImageListPullJobSpec,
+    NamespacedManifest,
     PullPolicy,
     hash_spec,
-    job_key,
 )
 from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import (
@@ -237,26 +237,13 @@ class AdvancedCronJobMeta(NamespacedObjectMeta):
         return name
 
 
-class AdvancedCronJob(KubernetesModel):
+class AdvancedCronJob(NamespacedManifest):
     """An OpenKruise AdvancedCronJob whose runs are ImageListPullJobs."""
 
     api_version: Literal["apps.kruise.io/v1beta1", "prewarm.dev/v1alpha1"]
     kind: Literal["AdvancedCronJob"]
     metadata: AdvancedCronJobMeta
     spec: AdvancedCronJobSpec
-    status: Any = Field(default=None, exclude=True)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace
-
-    @property
-    def key(self) -> JobKey:
-        return job_key(self.namespace, self.name)
 
     @property
     def template(self) -> ImageListPullJobTemplate:

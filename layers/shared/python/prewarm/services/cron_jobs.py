@@ -25,17 +25,17 @@ from prewarm.domain.cronjobs import (
     plan_run,
     run_outcome,
 )
+from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
 from prewarm.domain.sources import Source, source_of
 from prewarm.services.jobs import (
     JobNotFoundError,
-    JobView,
     apply_job,
     check_source,
     list_job_status,
-    list_views,
     request_deletion,
+    view_job,
 )
 from prewarm.services.ports import ApplyItems, CronSchedules
 
@@ -56,25 +56,30 @@ def sync_schedules(schedules: CronSchedules, new: StoredCronJob | None, old: Sto
     return "paused" if spec.paused else "scheduled"
 
 
-def _is_run_of(view: JobView, key: JobKey) -> bool:
-    record = view.record
+def _is_run_of(record: StoredJob, key: JobKey) -> bool:
     annotations = (record.manifest.get("metadata") or {}).get("annotations") or {}
-    return (record.is_list_job and annotations.get(CRON_JOB_ANNOTATION) == key.name
-            and record.namespace == key.namespace and record.state is not JobState.DELETING)
+    return (record.is_list_job and not record.owner and annotations.get(CRON_JOB_ANNOTATION) == key.name
+            and record.namespace == key.namespace and record.cluster == key.cluster
+            and record.state is not JobState.DELETING)
 
 
 def cron_runs(store: ApplyItems, key: JobKey, *, now: float) -> list[CronRun]:
-    """The runs of cron job `key`: its ImageListPullJobs not being deleted, as the rules read them."""
+    """The runs of cron job `key`: its ImageListPullJobs not being deleted, as the rules read them (only
+    they are read beyond the job items)."""
     runs = []
-    for view in list_views(store, namespace=key.namespace, now=now, cluster=key.cluster):
-        if not _is_run_of(view, key):
+    for record in store.list_jobs():
+        if not _is_run_of(record, key):
             continue
+        try:
+            view = view_job(store, record.namespace, record.name, now=now, cluster=record.cluster)
+        except JobNotFoundError:
+            continue  # deleted meanwhile
         status = list_job_status(view)
-        annotations = (view.record.manifest.get("metadata") or {}).get("annotations") or {}
-        runs.append(CronRun(view.record.name, parse_rfc3339(annotations.get(SCHEDULED_AT_ANNOTATION)),
-                            start_time=view.record.start_time,
+        annotations = (record.manifest.get("metadata") or {}).get("annotations") or {}
+        runs.append(CronRun(record.name, parse_rfc3339(annotations.get(SCHEDULED_AT_ANNOTATION)),
+                            start_time=record.start_time,
                             succeeded=run_outcome(status.completion_time, status.succeeded, status.desired)))
-    return runs
+    return sorted(runs, key=lambda run: run.name)
 
 
 @dataclass
