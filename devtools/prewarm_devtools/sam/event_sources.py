@@ -64,7 +64,7 @@ class EventSources:
     region: str
     sqs: Any
     streams: Any
-    scheduler: Any
+    scheduler: Any = None  # the Scheduler client, when the stack runs the schedules its functions make
     functions: dict[str, Function]
     event_bus_url: str
     _cursors: dict[tuple[str, str], StreamCursor]
@@ -309,7 +309,7 @@ class EventSources:
         for fn, period in self._rate_schedules() if schedules else []:
             loops[f"{fn.logical_id}/schedule"] = functools.partial(self._poll, fn.logical_id, functools.partial(
                 self._fire_every, fn, period), 0)
-        if schedules:  # the schedules functions make at run time (the cron jobs'), at their times
+        if schedules and self.scheduler is not None:  # the schedules functions make (the cron jobs'), on time
             loops["scheduler"] = functools.partial(self._poll, "scheduler", LocalScheduler(
                 self.scheduler, self.invoke_arn).pump, 0.5)
         for name, loop in loops.items():
