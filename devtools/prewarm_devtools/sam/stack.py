@@ -9,7 +9,8 @@ itself: they are read, not created on moto).
 every function's environment as CloudFormation would, and binds each function's events to its
 handler: SQS event sources (batch size, partial batch failures, DLQ redrive by the queue), the table
 stream (filter criteria, retries, on-failure destination), EventBridge rules (pattern, retries, DLQ)
-and schedules (a timer for `rate(...)`, `fire()` on demand for any). Handlers run in-process with a
+and schedules (a timer for `rate(...)`, `fire()` on demand for any; the schedules functions create in
+moto's Scheduler at their times, `scheduler.LocalScheduler`). Handlers run in-process with a
 Lambda-like context. A wiring mistake in the template (a handler that does not exist, an event
 source pointing nowhere, an environment the settings reject) fails `deploy()`.
 
