@@ -156,3 +156,14 @@ def test_a_resources_cron_job_is_changed_and_deleted_by_the_resource_only(plane:
     with pytest.raises(SourceConflictError, match="managed by its AdvancedCronJob resource"):
         delete_cron_job(plane.store, KEY, now=plane.now())
     assert delete_cron_job(plane.store, KEY, now=plane.now(), by=Source.RESOURCE) == []
+
+
+def test_runs_show_their_source_and_the_cli_may_delete_one(plane: ControlPlane) -> None:
+    from prewarm.services.jobs import request_deletion
+
+    apply_manifest(plane.store, cron(), now=plane.now())
+    run = run_due(plane.store, KEY, scheduled_at=T0, now=T0).run
+    record = plane.store.get_job(job_key("default", run))
+    assert record is not None and record.source is Source.CRON
+    request_deletion(plane.store, "default", run, now=T0 + 1)
+    assert cron_runs(plane.store, KEY, now=T0 + 1) == []

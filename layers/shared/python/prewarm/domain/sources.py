@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from prewarm.domain.cronjobs import CRON_JOB_ANNOTATION
 from prewarm.domain.jobs import PREWARM_API_VERSION
 from prewarm.domain.rules import RULE_ANNOTATION
 
@@ -44,6 +45,7 @@ class Source(StrEnum):
     CLI = "cli"
     RESOURCE = "resource"
     RULE = "rule"
+    CRON = "cron"
 
 
 class SourceConflictError(ValueError):
@@ -56,6 +58,8 @@ def source_of(manifest: Mapping[str, Any]) -> Source:
         return Source.RESOURCE
     if RULE_ANNOTATION in annotations:
         return Source.RULE
+    if CRON_JOB_ANNOTATION in annotations:
+        return Source.CRON
     return Source.CLI
 
 

@@ -153,6 +153,7 @@ def check_source(kind: str, namespace: str, name: str, *, owner: Source, by: Sou
         raise SourceConflictError(
             f"{what} is managed by its {kind} resource ({PREWARM_API_VERSION}): change or delete it with kubectl")
     made = "was made by a PrewarmRule on an image push:" if owner is Source.RULE else (
+        "is a run of an AdvancedCronJob:") if owner is Source.CRON else (
         f"was applied with the prewarm CLI: delete it with `prewarm delete` before creating the {kind} resource, or")
     raise SourceConflictError(f"{what} {made} give the resource another name")
 
