@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, check_cluster_name, scoped
+from prewarm.domain.cronjobs import StoredCronJob
+from prewarm.domain.keys import JobKey
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.services.ports import StoreConflictError
@@ -107,6 +109,33 @@ class MemoryRuleItems(TableItems):
 
     def delete_rule(self, name: str) -> bool:
         return self.table.delete(f"delete rule {name}", f"RULE#{name}", "RULE") is not None
+
+
+class MemoryCronJobItems(TableItems):
+    """`CronJobItems`: the AdvancedCronJobs, each with its manifest and spec hash."""
+
+    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str:
+        current = self.table.get(f"CRON#{key}", "CRON")
+        if current is not None and current.get("spec_hash") == spec_hash:
+            return "unchanged"
+        self.table.put(f"write cron job {key}", {"pk": f"CRON#{key}", "sk": "CRON", "kind": "cronjob",
+                                                 "key": str(key), "spec": json.dumps(manifest, sort_keys=True),
+                                                 "spec_hash": spec_hash})
+        return "configured" if current is not None else "created"
+
+    @staticmethod
+    def _cron_job(value: Mapping[str, Any]) -> StoredCronJob:
+        return StoredCronJob(JobKey.parse(str(value["key"])), json.loads(value["spec"]), str(value["spec_hash"]))
+
+    def get_cron_job(self, key: JobKey) -> StoredCronJob | None:
+        item = self.table.get(f"CRON#{key}", "CRON")
+        return self._cron_job(item) if item is not None else None
+
+    def list_cron_jobs(self) -> list[StoredCronJob]:
+        return [self._cron_job(v) for v in sorted(self._list_kind("cronjob"), key=lambda v: str(v["key"]))]
+
+    def delete_cron_job(self, key: JobKey) -> bool:
+        return self.table.delete(f"delete cron job {key}", f"CRON#{key}", "CRON") is not None
 
 
 class MemoryScheduleRunItems(TableItems):

@@ -205,7 +205,8 @@ def test_job_stream_delivers_only_job_items_with_partial_batch_failures() -> Non
     stream = _event_of("DispatchJobFunction", "DynamoDB")
     assert getatt_target(stream["Stream"]) == "JobsTable"
     [only] = stream["FilterCriteria"]["Filters"]
-    assert json.loads(only["Pattern"]) == {"dynamodb": {"Keys": {"sk": {"S": ["JOB"]}}}}
+    # Job items, and cron job items (their schedules follow them)
+    assert json.loads(only["Pattern"]) == {"dynamodb": {"Keys": {"sk": {"S": ["JOB", "CRON"]}}}}
     assert stream["StartingPosition"] == "LATEST"
     assert stream["BatchSize"] == 10
     assert stream["MaximumRetryAttempts"] == 10
@@ -437,6 +438,8 @@ SCOPED_SUBS = {
     _ACCOUNT + r"cluster/\$\{ClusterName\}": "the one cluster of the stack",
     _ACCOUNT + r"parameter\$\{CredentialsConfigParameter\}": "the one configuration parameter",
     r"\$\{JobsTable\.Arn\}/(index|stream)/\*": "the jobs table's index and stream",
+    r"arn:\$\{AWS::Partition\}:scheduler:\$\{AWS::Region\}:\$\{AWS::AccountId\}:schedule/default/"
+    r"\$\{AWS::StackName\}-cron-\*": "the stack's cron job schedules, by name prefix",
 }
 
 

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: every function imports this module, few need these models
     from prewarm.domain.clusters import RegisteredCluster
+    from prewarm.domain.cronjobs import StoredCronJob
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
+    from prewarm.domain.keys import JobKey
     from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
     from prewarm.domain.node_queues import ProvidedQueue
     from prewarm.domain.nodes import NodeWarm, RegisteredNode
@@ -190,6 +192,22 @@ class RuleItems(Protocol):
     def delete_rule(self, name: str) -> bool: ...
 
 
+class CronJobItems(Protocol):
+    """The AdvancedCronJobs (`prewarm.adapters.dynamodb.cron_jobs`)."""
+
+    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str: ...
+    def get_cron_job(self, key: JobKey) -> StoredCronJob | None: ...
+    def list_cron_jobs(self) -> list[StoredCronJob]: ...
+    def delete_cron_job(self, key: JobKey) -> bool: ...
+
+
+class CronSchedules(Protocol):
+    """EventBridge Scheduler's schedules of the cron jobs (`prewarm.adapters.scheduler`)."""
+
+    def put_schedules(self, key: JobKey, expressions: Sequence[str], *, zone: str, enabled: bool) -> None: ...
+    def delete_schedules(self, key: JobKey) -> None: ...
+
+
 class NodeItems(Protocol):
     """The nodes whose agents said hello (`prewarm.adapters.dynamodb.nodes`)."""
 
@@ -226,7 +244,8 @@ class WarmSnapshotItems(Protocol):
     def delete_warm_snapshot(self, name: str) -> bool: ...
 
 
-class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, Protocol):
+class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, CronJobItems,
+               Protocol):
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
 
@@ -252,9 +271,9 @@ class StatusItems(AgentItems, ClusterItems, Protocol):
     (`services.reports.record_status`)."""
 
 
-class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, Protocol):
-    """Jobs, rules and warm snapshots as people and pushes apply them, read back with their node items
-    (`services.jobs`, `services.push`)."""
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, Protocol):
+    """Jobs, rules, warm snapshots and cron jobs as people and pushes apply them, read back with their node
+    items (`services.jobs`, `services.push`)."""
 
 
 class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
