@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,
         output: str | None, show_labels: bool, cluster: str | None, kubeconfig: str | None,
         context: str | None) -> int:
-    """List jobs (Kruise's columns), rules, cron jobs (AdvancedCronJobs), nodes or warm snapshots; or show the named ones.
+    """List jobs (Kruise's columns), rules, cron jobs (AdvancedCronJobs), nodes or warm snapshots; or show the
+    named ones.
 
     \b
     Jobs: of every cluster the stack serves (a CLUSTER column once it serves several), or of the one
