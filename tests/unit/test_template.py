@@ -429,6 +429,8 @@ def _secret_arn(kind: str) -> dict[str, Any]:
 _ACCOUNT = r"arn:\$\{AWS::Partition\}:(?P<service>[a-z-]+):\$\{AWS::Region\}:\$\{AWS::AccountId\}:"
 # What "scoped to this stack" means for each ARN written as a string; anything else must be a
 # reference to one of the template's own resources.
+# The first group of the stack's id (a UUID): the same for the stack's life, whatever its name's length.
+STACK_KEY = {"Fn::Select": [0, {"Fn::Split": ["-", {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}]}]}
 SCOPED_SUBS = {
     _ACCOUNT + r"repository/\*": "the account's ECR repositories (images to inspect and pull)",
     r"arn:\$\{AWS::Partition\}:ecr:\*:\$\{AWS::AccountId\}:repository/\*":
@@ -439,7 +441,7 @@ SCOPED_SUBS = {
     _ACCOUNT + r"parameter\$\{CredentialsConfigParameter\}": "the one configuration parameter",
     r"\$\{JobsTable\.Arn\}/(index|stream)/\*": "the jobs table's index and stream",
     r"arn:\$\{AWS::Partition\}:scheduler:\$\{AWS::Region\}:\$\{AWS::AccountId\}:schedule/default/"
-    r"\$\{AWS::StackName\}-cron-\*": "the stack's cron job schedules, by name prefix",
+    r"prewarm-cron-\$\{StackKey\}-\*": "the stack's cron job schedules, by name prefix (the stack's id)",
 }
 
 
@@ -469,6 +471,9 @@ def _is_scoped(resource: Any) -> bool:
         return target in resources()
     if isinstance(resource, dict) and isinstance(resource.get("Fn::Sub"), str):
         return any(re.fullmatch(pattern, resource["Fn::Sub"]) for pattern in SCOPED_SUBS)
+    if isinstance(resource, dict) and isinstance(resource.get("Fn::Sub"), list):
+        text, names = resource["Fn::Sub"]
+        return names == {"StackKey": STACK_KEY} and any(re.fullmatch(pattern, text) for pattern in SCOPED_SUBS)
     return False
 
 
