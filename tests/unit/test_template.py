@@ -430,7 +430,8 @@ _ACCOUNT = r"arn:\$\{AWS::Partition\}:(?P<service>[a-z-]+):\$\{AWS::Region\}:\$\
 # What "scoped to this stack" means for each ARN written as a string; anything else must be a
 # reference to one of the template's own resources.
 # The first group of the stack's id (a UUID): the same for the stack's life, whatever its name's length.
-STACK_KEY = {"Fn::Select": [0, {"Fn::Split": ["-", {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}]}]}
+STACK_KEY = {"Fn::Select": [0, {"Fn::Split": [
+    "-", {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}]}]}
 SCOPED_SUBS = {
     _ACCOUNT + r"repository/\*": "the account's ECR repositories (images to inspect and pull)",
     r"arn:\$\{AWS::Partition\}:ecr:\*:\$\{AWS::AccountId\}:repository/\*":
