@@ -142,21 +142,28 @@ class RunCalls:
         self.latency_s: collections.Counter[str] = collections.Counter()  # per phase, one call after another
         self.jobs_s: dict[str, float] = {}  # per job of the job loop, one call after another
         self.counting_cpu_s = 0.0  # this class's own CPU, not the sweep's
-        self.job = threading.local()
+        # Per server, the seconds its answers were waited for, summed over the threads (moto, the API).
+        self.waited_s: collections.Counter[str] = collections.Counter()
+        self.job = threading.local()  # `key`: the job a job loop thread sweeps; `fanned`: a fan-out's send
         self._lock = threading.Lock()
         session.events.register("before-parameter-build.dynamodb.*", self._params)
         session.events.register("before-call.*.*", self._before)
+        session.events.register("after-call.*.*", self._waited)
         session.events.register("after-call.dynamodb.*", self._after)
 
     def clear(self) -> None:
         self.calls.clear()
         self.latency_s.clear()
         self.jobs_s.clear()
+        self.waited_s.clear()
         self.items, self.read_units, self.counting_cpu_s, self.phase = 0, 0.0, 0.0, PHASES[0]
 
-    def charge(self, op: str) -> None:
-        """One call of `op` ("dynamodb:Query", "kubernetes:get_node") at its modelled latency."""
-        seconds = latency(op)
+    def charge(self, op: str, count: int = 1) -> None:
+        """`count` calls of `op` ("dynamodb:Query", "kubernetes:get_node") one after another, at its modelled
+        latency; a send of a fan-out is not (`fan_out` charges those)."""
+        if getattr(self.job, "fanned", False):
+            return
+        seconds = latency(op) * count
         job = getattr(self.job, "key", None)
         with self._lock:
             if job is None:
@@ -164,14 +171,40 @@ class RunCalls:
             else:
                 self.jobs_s[job] = self.jobs_s.get(job, 0.0) + seconds
 
+    def fan_out(self, queues: Any) -> None:
+        """`queues.send_many` sends on `queues.workers` threads: charged as its rounds of SendMessage, to the
+        phase or job that called it."""
+        send_many, send_or_fail = queues.send_many, queues._send_or_fail
+
+        def fanned_send(message: Any) -> Any:
+            self.job.fanned = True
+            try:
+                return send_or_fail(message)
+            finally:
+                self.job.fanned = False
+
+        def fanned_send_many(messages: Sequence[Any]) -> Any:
+            self.charge("sqs:SendMessage", -(-len(messages) // queues.workers))
+            return send_many(messages)
+
+        queues._send_or_fail, queues.send_many = fanned_send, fanned_send_many
+
     def _params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["bench_params"] = params
 
-    def _before(self, model: Any, **_: Any) -> None:
+    def _before(self, model: Any, context: dict[str, Any], **_: Any) -> None:
         service = model.service_model.service_name
+        context["bench_started"] = time.monotonic()
         with self._lock:
             self.calls[f"{service} {model.name}"] += 1
         self.charge(f"{service}:{model.name}")
+
+    def _waited(self, context: dict[str, Any], **_: Any) -> None:
+        self.wait("moto", time.monotonic() - context.get("bench_started", time.monotonic()))
+
+    def wait(self, server: str, seconds: float) -> None:
+        with self._lock:
+            self.waited_s[server] += seconds
 
     def _after(self, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         from prewarm_devtools.aws_limits import item_size, read_units
@@ -279,6 +312,7 @@ def jobs_child(args: argparse.Namespace) -> dict[str, Any]:
     phases.install()
     store = DynamoJobStore(env["TABLE_NAME"], client=session.client("dynamodb"))
     queues = NodeQueues(env["NODE_QUEUE_PREFIX"], env["STATUS_QUEUE_URL"], client=session.client("sqs"))
+    calls.fan_out(queues)
     kube = KubeCluster(args.kube, lambda: args.token)
     counting = CountingCluster(kube, on_call=calls.charge)
     patched: list[float] = []
@@ -287,7 +321,11 @@ def jobs_child(args: argparse.Namespace) -> dict[str, Any]:
     def timed(method: str, path: str, *rest: Any, **kwargs: Any) -> Any:
         if method == "PATCH":
             patched.append(time.monotonic())
-        return request(method, path, *rest, **kwargs)
+        started = time.monotonic()
+        try:
+            return request(method, path, *rest, **kwargs)
+        finally:
+            calls.wait("kubernetes api", time.monotonic() - started)
 
     kube._request = timed
     clusters = StackClusters(store, "", own_api=lambda: kube, registered_api=KubeCluster.for_registered)
@@ -321,6 +359,7 @@ def jobs_child(args: argparse.Namespace) -> dict[str, Any]:
             "dynamodb_reads": sum(n for op, n in calls.calls.items()
                                   if op.split()[1] in ("GetItem", "Query", "BatchGetItem", "Scan")),
             "peak_rss_mb": round(peak_rss_mb(), 1), "cpu_s": round(cpu_s, 2),
+            "waited_s": {server: round(s, 2) for server, s in sorted(calls.waited_s.items())},
             "modelled_calls_s": {phase: round(s, 2) for phase, s in modelled.items()},
             "modelled_cpu_s": round(cpu_s * scale, 2),
             "modelled_s": round(sum(modelled.values()) + cpu_s * scale, 2),
@@ -398,7 +437,8 @@ def print_run(title: str, run: dict[str, Any]) -> None:
     print(f"  {title} run: {run['seconds']} s on moto ({phases}); {run['taints_released']} taints released (last at "
           f"{run['last_taint_released_s']} s); jobs read {run['jobs_read']}, deferred {run['jobs_deferred']}; "
           f"DynamoDB reads {run.get('dynamodb_reads')} calls, {run['items_read']} items, "
-          f"{run.get('read_units')} read units; peak RSS {run['peak_rss_mb']} MB; CPU {run.get('cpu_s')} s", flush=True)
+          f"{run.get('read_units')} read units; peak RSS {run['peak_rss_mb']} MB; CPU {run.get('cpu_s')} s; answers "
+          f"waited for (summed over threads) {run.get('waited_s')}", flush=True)
     if "modelled_s" in run:
         print(f"    modelled on AWS: {run['modelled_s']} s (calls {run['modelled_calls_s']}, CPU at {MEMORY_MB} MB "
               f"{run['modelled_cpu_s']} s); fail-open done at {run['modelled_fail_open_s']} s", flush=True)
