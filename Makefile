@@ -127,6 +127,7 @@ bench: $(STAMP) node-deps
 	$(PY) benchmarks/slot_refill.py --nodes 10 --parallelism 5 --image-mb 30
 	$(PY) benchmarks/resource_sync.py --jobs 1000
 	$(PY) benchmarks/sweep.py --nodes 5000 --images 50 --departed 1000
+	$(PY) benchmarks/sweep.py --scenario jobs
 	$(PY) benchmarks/capacity.py
 
 clean:

@@ -355,6 +355,7 @@ def jobs_child(args: argparse.Namespace) -> dict[str, Any]:
             "last_taint_released_s": round(max(patched) - started, 2) if patched else None,
             "jobs_read": getattr(result, "jobs_read", None), "jobs_deferred": getattr(result, "jobs_deferred", None),
             "silent_nodes": len(result.silent_nodes), "resent": result.resent,
+            "unreachable": dict(getattr(result, "unreachable", {})),
             "items_read": calls.items, "read_units": round(calls.read_units, 1),
             "dynamodb_reads": sum(n for op, n in calls.calls.items()
                                   if op.split()[1] in ("GetItem", "Query", "BatchGetItem", "Scan")),
@@ -443,3 +444,5 @@ def print_run(title: str, run: dict[str, Any]) -> None:
         print(f"    modelled on AWS: {run['modelled_s']} s (calls {run['modelled_calls_s']}, CPU at {MEMORY_MB} MB "
               f"{run['modelled_cpu_s']} s); fail-open done at {run['modelled_fail_open_s']} s", flush=True)
     print(f"    AWS {run['aws_calls']}; Kubernetes {run['kubernetes_calls']}", flush=True)
+    if run.get("unreachable"):
+        print(f"    clusters that failed this run: {run['unreachable']}", flush=True)
