@@ -81,7 +81,7 @@ def _item_at(table: Table, hash_value: DynamoType, range_value: DynamoType | Non
     partition = table.items.get(hash_value)  # .get: moto's items are a defaultdict
     if partition is None or not table.range_key_attr:
         return partition  # type: ignore[return-value]  # as moto stores it
-    return partition.get(range_value)  # type: ignore[no-any-return]
+    return partition.get(range_value)
 
 
 def _values(table: Table, item: Item | None) -> dict[str, DynamoType]:
@@ -119,15 +119,16 @@ def _holding(table: Table, attr: str, value: DynamoType) -> list[Item]:
         if attr not in mapped:
             by_value: dict[DynamoType, dict[tuple[DynamoType, DynamoType | None], None]] = {}
             for hash_value, partition in list(table.items.items()):
-                for item in (partition.values() if table.range_key_attr else [partition]):
+                items: Iterable[Item] = partition.values() if table.range_key_attr else [partition]  # type: ignore[list-item]
+                for item in items:
                     if attr in item.attrs:
                         by_value.setdefault(DynamoType(item.attrs[attr]), {})[(hash_value, item.range_key)] = None
             mapped[attr] = by_value
         found = []
         for hash_value, range_value in list(mapped[attr].get(value, ())):
-            item = _item_at(table, hash_value, range_value)
-            if item is not None and attr in item.attrs and item.attrs[attr] == value:
-                found.append(item)
+            held = _item_at(table, hash_value, range_value)
+            if held is not None and attr in held.attrs and held.attrs[attr] == value:
+                found.append(held)
         return found
 
 
