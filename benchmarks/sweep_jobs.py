@@ -349,7 +349,7 @@ def jobs_child(args: argparse.Namespace) -> dict[str, Any]:
         cpu_s = end[1] - cpu - calls.counting_cpu_s
         scale = FULL_VCPU_MB / MEMORY_MB
         modelled = {phase: calls.latency_s[phase] for phase in PHASES}
-        modelled["job loop"] += calls.job_loop_s(config.job_workers)
+        modelled["job loop"] += calls.job_loop_s(getattr(config, "job_workers", 1))  # an older sweep: one at a time
         runs[name] = {
             "seconds": round(end[0] - started, 2),
             "phases_s": {phase: round(spans.get(phase, (0.0, 0.0))[0], 2) for phase in PHASES},
