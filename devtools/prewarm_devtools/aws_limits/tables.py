@@ -8,8 +8,8 @@ and rolls back those, and the stream's records it appended; a stream drops the r
 reader has read, and any record older than DynamoDB Streams' 24 hours (by the wall clock).
 
 moto answers every Query, of the table or of an index, by sorting and walking every item of the table
-(`Table.query`, `Table.all_items`): 100 ms a query at 100,000 items here, where DynamoDB reads one
-partition. Here a query walks only the items it may answer (`query_patches`): the partition's, or the
+(`Table.query`, `Table.all_items`), so a query costs O(n log n) in the table's items, where DynamoDB
+reads one partition. Here a query walks only the items it may answer (`query_patches`): the partition's, or the
 items holding the index's key value, found in a map kept by the writes; moto's own code then answers
 from those, so the answers are moto's.
 """
