@@ -37,6 +37,9 @@ LATENCY_S: dict[str, float] = {
     "sqs:DeleteMessage": 0.020, "sqs:GetQueueAttributes": 0.020, "sqs:SetQueueAttributes": 0.020,
     "sqs:ListQueueTags": 0.020, "sqs:TagQueue": 0.020,
     "kubernetes:get_node": 0.010, "kubernetes:list_pods": 0.020, "kubernetes:list_nodes": 0.020,
+    # The sweep's: SQS's list at a single-queue call's cost; a Kubernetes write at a GET's (ASSUMPTIONS).
+    "sqs:ListQueues": 0.020, "kubernetes:get_configmap": 0.010, "kubernetes:patch_node": 0.010,
+    "kubernetes:create_event": 0.010,
 }
 # The agent's SendMessage of its report to the status queue, before any poller can see it.
 REPORT_SEND_S = LATENCY_S["sqs:SendMessage"]

@@ -36,7 +36,7 @@ def install(current: Callable[[], Any]) -> None:
     from moto.sts.models import STSBackend
 
     from prewarm_devtools.aws_limits import eks, queues, scheduler
-    from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED
+    from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED, query_patches
 
     with _lock:
         if _originals:
@@ -49,6 +49,9 @@ def install(current: Callable[[], Any]) -> None:
         # moto deep-copies each table a transaction names, stream included, to roll back; the layer's
         # ItemSnapshot rolls back the touched items instead.
         _replace(dynamodb_models, "copy", TABLES_ARE_NOT_COPIED)
+        # moto sorts and walks every item of the table on each Query: the same answers from the items it may answer.
+        for owner, name, value in query_patches():
+            _replace(owner, name, value)
         # moto answers a read by walking botocore's output shape, member by member of every item: 7 ms
         # a GetItem here, most of what a read costs it. The same JSON at a json.dumps' cost.
         _replace(DynamoResult, "execute_result", _read_as_json(DynamoResult.execute_result))
