@@ -15,6 +15,8 @@ class NodeWarm:
     outcome: str
     missing: tuple[str, ...] = ()
     missing_total: int = 0
+    # Bytes the node's pulls of its required images downloaded after boot (None: not known).
+    bytes_pulled: int | None = None
 
     @property
     def hello_to_warm(self) -> float:
@@ -23,6 +25,21 @@ class NodeWarm:
     @property
     def join_to_warm(self) -> float:
         return max(0.0, self.warm_at - self.joined_at)
+
+
+@dataclass(frozen=True)
+class NodeBoot:
+    """What the node's first hello said of its required images (`prewarm.domain.boot`): those the control
+    plane wanted on it then (pull references), and those its containerd already held (by digest)."""
+
+    required: tuple[str, ...]
+    present: tuple[str, ...]
+    at: float  # when the hello was recorded
+
+    @property
+    def all_present(self) -> bool:
+        """Every required image was there at boot (and at least one was required)."""
+        return bool(self.required) and set(self.required) <= set(self.present)
 
 
 @dataclass
@@ -46,3 +63,5 @@ class RegisteredNode:
     # Registered from the agent's own facts (its labels, assumed Ready) because its cluster could not be
     # read at its hello: its jobs are checked again against the cluster once it answers.
     unverified: bool = False
+    # Its required images at its first hello, and which were present at boot (None: not recorded yet).
+    boot: NodeBoot | None = None

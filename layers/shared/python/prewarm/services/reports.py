@@ -23,9 +23,10 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
-from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
+from prewarm.services.boot import judge_boot, record_boots, record_warm
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
@@ -304,16 +305,8 @@ class HelloOutcome:
     required: list[str] | None = None
     # Why the node was registered unverified: its cluster could not be read (empty: it was read).
     unverified: str = ""
-
-
-def record_warm(store: AgentItems, warmed: Warmed) -> None:
-    """Stores how a node's startup taint came off, for `describe node` and `get nodes`. A node not
-    registered yet raises `StoreConflictError` (SQS may deliver the `Warmed` before the hello: it comes
-    again)."""
-    store.record_warm(warmed.node, NodeWarm(
-        joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
-        missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
-    ), warmed.cluster)
+    # Its first hello's images at boot (None: not its first), for `judge_boot`.
+    boot: NodeBoot | None = None
 
 
 def register_node(
@@ -381,10 +374,12 @@ def register_nodes(
                                           queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
                                           agent_version=h.agent_version, cluster=name, unverified=node in unverified))
 
+    prior: dict[str, RegisteredNode | None] = {}
+
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its queue was made; a known node's queue has held its messages all along (unless just made).
-        if store.get_node(node, name) is None:
+        if (prior.setdefault(node, store.get_node(node, name))) is None:
             first.add(node)
         try:
             seen = cluster.get_node(node) if cluster is not None else None
@@ -459,6 +454,9 @@ def register_nodes(
             continue
         for node in result:
             added.setdefault(node, []).append(key)
+    boots, refused = record_boots(store, {n: (prior.get(n), hellos[by_node[n][-1]], selected[n][1])
+                                          for n in selected if n not in failed}, cluster=name, now=now)
+    failed.update(refused)
     warming = [n for n in selected if n not in failed and (w := hellos[by_node[n][-1]].warm_until) and w > now]
     sends = [RequiredImages(node=n, as_of=as_of, images=selected[n][1], cluster=name) for n in warming]
     for node, error in queues.send_many(sends) if sends else []:
@@ -470,7 +468,7 @@ def register_nodes(
             continue
         required = [i.image for i in selected[hello.node][1]] if hello.node in warming else None
         outcomes.append(HelloOutcome(hello.node, sorted(added.get(hello.node, [])), resent.get(hello.node, 0),
-                                     required, unverified.get(hello.node, "")))
+                                     required, unverified.get(hello.node, ""), boots.get(hello.node)))
     return outcomes
 
 
@@ -529,7 +527,7 @@ def record_status(
             if isinstance(message, ImageGone):
                 outcome.gone.append(record_gone(store, queues, message))
             else:
-                record_warm(store, message)
+                record_warm(store, message, api_or_none(clusters, message.cluster), now=now)
                 outcome.warmed.append(message.node)
         except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
             log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
@@ -550,6 +548,8 @@ def record_status(
                 log.info("how cluster %s failed is not recorded now: %s", name, e)
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
+                if registration.boot is not None and not registration.unverified:
+                    judge_boot(api_or_none(clusters, name), hello, registration.boot, now=now)
                 outcome.hellos.append(registration)
             else:
                 log.warning("hello of %s not applied yet: %s", hello.node, registration)
