@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from prewarm.domain.boot import CONDITION_TYPE
+from prewarm.domain.boot import current as current_condition
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
 from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
@@ -192,6 +194,7 @@ def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
         ("Untainted", _when(warm.warm_at, now)),
         ("Hello To Warm", human_age(warm.hello_to_warm)),
         ("Join To Warm", human_age(warm.join_to_warm)),
+        *([("Bytes Pulled", f"{warm.bytes_pulled:,}")] if warm.bytes_pulled is not None else []),
     ], indent="  ")
     if warm.missing:
         more = warm.missing_total - len(warm.missing)
@@ -210,7 +213,19 @@ def describe_node(node: RegisteredNode, *, now: float) -> str:
         ("Labels", labels_text(node.labels)), ("Queue", node.queue_url or NONE),
         ("Last Hello", _when(node.last_hello, now)), ("Startup Taint", state),
     ])
-    return "\n".join(lines + details)
+    return "\n".join(lines + details + _boot_lines(node))
+
+
+def _boot_lines(node: RegisteredNode) -> list[str]:
+    """Which required images were present at boot, and the `PrewarmWarm` condition record_status set."""
+    boot, condition = node.boot, current_condition(node)
+    lines = []
+    if boot is not None:
+        lines += _fields([("Present At Boot", f"{len(boot.present)} of {len(boot.required)} required images")])
+        lines += [f"  {image}" for image in boot.present]
+    if condition is not None:
+        lines += _fields([(CONDITION_TYPE, f"{condition.status} ({condition.reason}): {condition.message}")])
+    return lines
 
 
 # --- Documents (-o yaml|json|name) ---------------------------------------------------------------

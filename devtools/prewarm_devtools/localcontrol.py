@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,11 @@ class LocalControl(LocalNodes):
         return {"function": function, "result": result}
 
     def add_node(self, name: str, *, labels: dict[str, str], taints: list[dict[str, str]],
-                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None,
+                 images: Sequence[str] = ()) -> dict[str, Any]:
         """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent.
+
+        `images`: pulled into the node's containerd before its agent starts (a node pre-pulled, or booted warm).
 
         `agent_policies`: the identity policies of this node's agent instead of the stack's AgentPolicy;
         the agent then signs as a role of its own (`<stack>-agent-<node>`), e.g. one that lacks what the
@@ -108,7 +112,7 @@ class LocalControl(LocalNodes):
         self.kube.seed_objects([node_object(name, labels, taints)])
         if agent:
             try:
-                self._start_node(name)
+                self._start_node(name, preload=images)
             except BaseException:
                 self.kube.remove_object("nodes", name)
                 if (own := self._agent_identities.pop(name, None)) is not None:

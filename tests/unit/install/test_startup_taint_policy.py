@@ -19,8 +19,8 @@ WARMING = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"
 OTHER = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
-def shipped(kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in base_documents() if d["kind"] == kind]
+def shipped(kind: str, name: str = "prewarm-agent-startup-taint") -> dict[str, Any]:
+    (doc,) = [d for d in base_documents() if d["kind"] == kind and d["metadata"]["name"] == name]
     return doc
 
 
@@ -76,7 +76,7 @@ def without(node_: dict[str, Any], taint: dict[str, str]) -> dict[str, Any]:
 
 def test_the_policy_and_its_binding_validate_for_the_kubernetes_api_and_read_the_agents_configmap() -> None:
     policy, binding = shipped("ValidatingAdmissionPolicy"), shipped("ValidatingAdmissionPolicyBinding")
-    config = shipped("ConfigMap")
+    config = shipped("ConfigMap", "prewarm-agent")
 
     for doc in (policy, binding):
         kubernetes_validate.validate(doc, "1.33.0", strict=True)

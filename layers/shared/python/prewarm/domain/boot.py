@@ -15,9 +15,8 @@ from typing import Any
 
 from prewarm.domain.images import InvalidImageReference, parse_image
 from prewarm.domain.kubernetes import format_time
-from prewarm.domain.messages import ALREADY_PRESENT, Hello, NodePhase, RequiredImage
+from prewarm.domain.messages import Hello, RequiredImage
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
-from prewarm.domain.status import NodeTaskRecord
 
 CONDITION_TYPE = "PrewarmWarm"
 # The condition's reasons: CamelCase, as Kubernetes condition reasons are.
@@ -55,12 +54,6 @@ def boot_due(prior: RegisteredNode | None, hello: Hello) -> bool:
     if prior is None or prior.boot is None:
         return True
     return hello.warm_until is not None and prior.warm_until != hello.warm_until
-
-
-def bytes_pulled(tasks: Iterable[NodeTaskRecord]) -> int:
-    """What the node's pulls downloaded: the bytes of its Succeeded pulls that were not already present
-    (a report of an image already there carries its size, not bytes pulled)."""
-    return sum(t.bytes_done or 0 for t in tasks if t.phase is NodePhase.SUCCEEDED and t.message != ALREADY_PRESENT)
 
 
 def boot_record(required: Sequence[RequiredImage], digests: Iterable[str], *, at: float) -> NodeBoot:
@@ -115,6 +108,13 @@ def at_hello(boot: NodeBoot) -> WarmCondition:
                              f"all {_images(total)} required were present at boot (CRI), 0 bytes pulled")
     return WarmCondition("False", PULLING, f"{present} of {_images(total)} required were present at boot; "
                                            f"pulling {total - present}")
+
+
+def current(node: RegisteredNode) -> WarmCondition | None:
+    """The condition record_status last set from what the node's registration holds (None: nothing yet)."""
+    if node.warm is not None:
+        return at_warm(node.warm, node.boot)
+    return at_hello(node.boot) if node.boot is not None else None
 
 
 def at_warm(warm: NodeWarm, boot: NodeBoot | None) -> WarmCondition:

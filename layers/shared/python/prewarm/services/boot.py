@@ -12,14 +12,15 @@ taint itself once its list of required images arrives, and the next warm-up even
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from prewarm.domain.boot import WarmCondition, at_hello, at_warm, boot_due, boot_record, bytes_pulled
+from prewarm.domain.boot import WarmCondition, at_hello, at_warm, boot_due, boot_record
 from prewarm.domain.clusters import DEFAULT_CLUSTER
-from prewarm.domain.messages import Hello, RequiredImage, Warmed
+from prewarm.domain.messages import ALREADY_PRESENT, Hello, NodePhase, RequiredImage, Warmed
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.retry import retry_on_conflict
+from prewarm.domain.status import NodeTaskRecord
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, WarmLimits
 from prewarm.services.ports import (
     AgentItems,
@@ -129,6 +130,12 @@ def set_condition(writes: NodeWarmWrites, node: str, condition: WarmCondition, *
     """Sets the node's `PrewarmWarm` condition (a strategic merge patch of its status: the kubelet's own
     conditions stay)."""
     writes.patch_node_status(node, condition.patch(now=now))
+
+
+def bytes_pulled(tasks: Iterable[NodeTaskRecord]) -> int:
+    """What the node's pulls downloaded: the bytes of its Succeeded pulls that were not already present
+    (the report of an image already there carries its size, not bytes pulled)."""
+    return sum(t.bytes_done or 0 for t in tasks if t.phase is NodePhase.SUCCEEDED and t.message != ALREADY_PRESENT)
 
 
 def warm_with_bytes(store: AgentItems, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> NodeWarm:
