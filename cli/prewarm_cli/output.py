@@ -194,7 +194,6 @@ def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
         ("Untainted", _when(warm.warm_at, now)),
         ("Hello To Warm", human_age(warm.hello_to_warm)),
         ("Join To Warm", human_age(warm.join_to_warm)),
-        *([("Bytes Pulled", f"{warm.bytes_pulled:,}")] if warm.bytes_pulled is not None else []),
     ], indent="  ")
     if warm.missing:
         more = warm.missing_total - len(warm.missing)
@@ -205,7 +204,7 @@ def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
     return state, lines
 
 
-def describe_node(node: RegisteredNode, *, now: float) -> str:
+def describe_node(node: RegisteredNode, *, now: float, bytes_pulled: int | None = None) -> str:
     """`prewarm describe node`: what its agent said in its hello, and how the node warmed."""
     state, details = _warm_lines(node, now=now)
     lines = _fields([
@@ -213,16 +212,19 @@ def describe_node(node: RegisteredNode, *, now: float) -> str:
         ("Labels", labels_text(node.labels)), ("Queue", node.queue_url or NONE),
         ("Last Hello", _when(node.last_hello, now)), ("Startup Taint", state),
     ])
-    return "\n".join(lines + details + _boot_lines(node))
+    return "\n".join(lines + details + _boot_lines(node, bytes_pulled))
 
 
-def _boot_lines(node: RegisteredNode) -> list[str]:
-    """Which required images were present at boot, and the `PrewarmWarm` condition record_status set."""
+def _boot_lines(node: RegisteredNode, bytes_pulled: int | None) -> list[str]:
+    """Which required images were present at boot, what its pulls downloaded, and the `PrewarmWarm`
+    condition record_status set."""
     boot, condition = node.boot, current_condition(node)
     lines = []
     if boot is not None:
         lines += _fields([("Present At Boot", f"{len(boot.present)} of {len(boot.required)} required images")])
         lines += [f"  {image}" for image in boot.present]
+    if bytes_pulled is not None:
+        lines += _fields([("Bytes Pulled", f"{bytes_pulled:,} (its pulls for the running Never jobs)")])
     if condition is not None:
         lines += _fields([(CONDITION_TYPE, f"{condition.status} ({condition.reason}): {condition.message}")])
     return lines

@@ -40,8 +40,7 @@ def _node_warm(value: Any) -> NodeWarm | None:
     return NodeWarm(joined_at=float(value.get("joined_at", 0)), hello_at=float(value.get("hello_at", 0)),
                     warm_at=float(value.get("warm_at", 0)), outcome=str(value.get("outcome", "")),
                     missing=tuple(str(m) for m in value.get("missing", [])),
-                    missing_total=int(value.get("missing_total", 0)),
-                    bytes_pulled=int(value["bytes_pulled"]) if value.get("bytes_pulled") is not None else None)
+                    missing_total=int(value.get("missing_total", 0)))
 
 
 def _node_boot(value: Any) -> NodeBoot | None:
@@ -76,8 +75,7 @@ class MemoryNodeItems(TableItems):
 
     def record_warm(self, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> None:
         value = {"joined_at": warm.joined_at, "hello_at": warm.hello_at, "warm_at": warm.warm_at,
-                 "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total,
-                 "bytes_pulled": warm.bytes_pulled}
+                 "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
         self.table.update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
                           node_pk(node, cluster), "NODE", {"warm": value}, condition=lambda i: has(i, "pk"))
 

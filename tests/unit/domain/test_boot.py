@@ -76,11 +76,11 @@ def test_the_condition_at_hello_is_warm_pulling_or_nothing_required() -> None:
 
 
 def test_the_condition_at_warm_says_pulled_with_bytes_present_at_boot_or_failed() -> None:
-    warm = NodeWarm(joined_at=0, hello_at=1, warm_at=9, outcome="warm", bytes_pulled=1_500)
+    warm = NodeWarm(joined_at=0, hello_at=1, warm_at=9, outcome="warm")
     partly = NodeBoot((TORCH, "b@" + DIGEST), (TORCH,), 1.0)
     assert at_warm(warm, partly) == WarmCondition(
-        "True", PULLED, "all 2 images required present (1 present at boot), 1,500 bytes pulled after boot")
-    assert at_warm(warm, None).message == "every required image present, 1,500 bytes pulled after boot"
+        "True", PULLED, "all 2 images required present (1 present at boot)")
+    assert at_warm(warm, None).message == "every required image present"
     assert at_warm(warm, NodeBoot((TORCH,), (TORCH,), 1.0)).reason == PRESENT_AT_BOOT
     timeout = NodeWarm(joined_at=0, hello_at=1, warm_at=900, outcome="timeout", missing=(TORCH,), missing_total=3)
     failed = at_warm(timeout, partly)
@@ -93,7 +93,7 @@ def test_the_current_condition_is_the_warm_ups_then_the_hellos() -> None:
     node = registered(boot)
     assert current(registered()) is None
     assert current(node) == at_hello(boot)
-    node.warm = NodeWarm(joined_at=0, hello_at=1, warm_at=9, outcome="warm", bytes_pulled=10)
+    node.warm = NodeWarm(joined_at=0, hello_at=1, warm_at=9, outcome="warm")
     assert current(node) == at_warm(node.warm, boot)
 
 

@@ -46,8 +46,8 @@ def rows(plane: ControlPlane) -> tuple[dict[str, list[str]], dict[str, str], Any
     view = view_nodes(plane.store, plane.cluster, now=now, grace=GRACE)
     header, *lines = nodes_table(view.nodes, now=now).splitlines()
     start = header.index("MESSAGE")
-    assert header.split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM", "BOOT", "CONDITION",
-                              "MESSAGE"]
+    assert header.split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM", "BOOT",
+                              "CONDITION", "MESSAGE"]
     table = {line.split()[0]: line[:start].split() for line in lines}
     return table, {line.split()[0]: line[start:] for line in lines}, view
 

@@ -119,14 +119,13 @@ def current(node: RegisteredNode) -> WarmCondition | None:
 
 def at_warm(warm: NodeWarm, boot: NodeBoot | None) -> WarmCondition:
     """The condition once the startup taint came off (the agent's `Warmed`)."""
-    pulled = f", {warm.bytes_pulled:,} bytes pulled after boot" if warm.bytes_pulled is not None else ""
     if warm.outcome != "warm":
         names = ", ".join(warm.missing) or "unknown images"
         more = f" and {warm.missing_total - len(warm.missing)} more" if warm.missing_total > len(warm.missing) else ""
         return WarmCondition("False", FAILED, f"startup taint removed at maxWarmSeconds with "
-                                              f"{_images(max(warm.missing_total, 1))} missing: {names}{more}{pulled}")
+                                              f"{_images(max(warm.missing_total, 1))} missing: {names}{more}")
     if boot is not None and boot.all_present:
         return at_hello(boot)
     count = f"all {_images(len(boot.required))} required" if boot is not None else "every required image"
     present = f" ({len(boot.present)} present at boot)" if boot is not None else ""
-    return WarmCondition("True", PULLED, f"{count} present{present}{pulled}")
+    return WarmCondition("True", PULLED, f"{count} present{present}")

@@ -15,8 +15,6 @@ class NodeWarm:
     outcome: str
     missing: tuple[str, ...] = ()
     missing_total: int = 0
-    # Bytes the node's pulls of its required images downloaded after boot (None: not known).
-    bytes_pulled: int | None = None
 
     @property
     def hello_to_warm(self) -> float:

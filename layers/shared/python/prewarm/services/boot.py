@@ -63,13 +63,13 @@ def record_boots(
 
 def record_warm(store: AgentItems, warmed: Warmed, writes: NodeWarmWrites | None = None, *,
                 now: float | None = None) -> NodeWarm:
-    """Stores how a node's startup taint came off, with the bytes its pulls downloaded, for `describe node`
-    and `get nodes`, and sets its condition (given `writes`). A node not registered yet raises
-    `StoreConflictError` (SQS may deliver the `Warmed` before the hello: it comes again)."""
-    warm = warm_with_bytes(store, warmed.node, NodeWarm(
+    """Stores how a node's startup taint came off, for `describe node` and `get nodes`, and sets its
+    condition (given `writes`). A node not registered yet raises `StoreConflictError` (SQS may deliver the
+    `Warmed` before the hello: it comes again)."""
+    warm = NodeWarm(
         joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
         missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
-    ), warmed.cluster)
+    )
     store.record_warm(warmed.node, warm, warmed.cluster)
     judge_warm(store, writes, warmed.node, warm, now=warmed.warm_at if now is None else now, cluster=warmed.cluster)
     return warm
@@ -138,14 +138,11 @@ def bytes_pulled(tasks: Iterable[NodeTaskRecord]) -> int:
     return sum(t.bytes_done or 0 for t in tasks if t.phase is NodePhase.SUCCEEDED and t.message != ALREADY_PRESENT)
 
 
-def warm_with_bytes(store: AgentItems, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> NodeWarm:
-    """`warm` with the bytes the node's pulls of its running `Never` jobs downloaded (its required images)."""
-    total = 0
-    for record in store.list_running_jobs(cluster):
-        if record.is_running_never:
-            total += bytes_pulled(store.get_tasks_of(record.ref, [node]).values())
-    return NodeWarm(joined_at=warm.joined_at, hello_at=warm.hello_at, warm_at=warm.warm_at, outcome=warm.outcome,
-                    missing=warm.missing, missing_total=warm.missing_total, bytes_pulled=total)
+def node_bytes_pulled(store: AgentItems, node: str, cluster: str = DEFAULT_CLUSTER) -> int:
+    """What the node's pulls for the running `Never` jobs (its required images) downloaded, summed from
+    their reports as stored: read when shown, since a node's last report may come after its `Warmed`."""
+    return sum(bytes_pulled(store.get_tasks_of(record.ref, [node]).values())
+               for record in store.list_running_jobs(cluster) if record.is_running_never)
 
 
 def judge_warm(store: AgentItems, writes: NodeWarmWrites | None, node: str, warm: NodeWarm, *, now: float,
