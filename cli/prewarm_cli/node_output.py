@@ -147,6 +147,10 @@ def node_document(state: NodeState, *, now: float) -> dict[str, Any]:
         status |= {"queueUrl": r.queue_url, "lastHello": rfc3339(r.last_hello)}
     if taint := _taint_status(state):
         status["startupTaint"] = taint
+    if (boot := state.registered.boot if state.registered else None) is not None:
+        status["boot"] = {"required": list(boot.required), "present": list(boot.present), "at": rfc3339(boot.at)}
+    if (condition := state.condition) is not None:
+        status["warmCondition"] = {"status": condition.status, "reason": condition.reason, "message": condition.message}
     if message := node_message(state, now=now):
         status["message"] = message
     return {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmNode",

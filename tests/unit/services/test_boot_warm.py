@@ -13,8 +13,10 @@ from prewarm.domain.boot import CONDITION_TYPE, FAILED, NONE_REQUIRED, PRESENT_A
 from prewarm.domain.messages import ALREADY_PRESENT, Hello, Warmed
 from prewarm.services.boot import node_bytes_pulled
 from prewarm.services.jobs import apply_manifest
+from prewarm.services.nodes import view_nodes
 from prewarm.services.ports import ClusterAuthError
 from prewarm.services.reports import record_status
+from prewarm_cli.node_output import node_document, nodes_table
 from tests.support.cluster import make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
@@ -167,3 +169,18 @@ def test_a_refused_write_on_the_node_never_fails_the_hello(plane: ControlPlane, 
     assert outcome.retry_ids == [] and outcome.hellos[0].boot is not None
     assert "prewarm.dev/warming" not in taint_keys(node)
     assert [m.kind for m in plane.node_messages("gpu-1")] .count("required") == 1
+
+
+def test_get_nodes_shows_the_boot_count_and_the_condition(plane: ControlPlane) -> None:
+    never_job(plane, "torch", IMAGE)
+    never_job(plane, "tokenizer", SECOND)
+    joins(plane, "gpu-1")
+    hello(plane, "gpu-1", images=[IMAGE])
+    now = plane.now()
+
+    view = view_nodes(plane.store, plane.cluster, now=now, grace=60)
+    header, row = nodes_table(view.nodes, now=now).splitlines()
+    assert row[header.index("BOOT"):].split()[:2] == ["1/2", PULLING]
+    (state,) = view.nodes
+    document = node_document(state, now=now)["status"]
+    assert document["boot"]["present"] == [IMAGE] and document["warmCondition"]["reason"] == PULLING
