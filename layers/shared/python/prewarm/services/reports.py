@@ -37,6 +37,7 @@ from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
     NodeQueueError,
+    NodeWarmWrites,
     Redelivery,
     StatusItems,
     StoreConflictError,
@@ -338,6 +339,7 @@ def register_nodes(
     *,
     now: float,
     clock: Callable[[], float] = time.time,
+    writes: NodeWarmWrites | None = None,
 ) -> list[HelloOutcome | HelloError]:
     """Registers agents' nodes and adds each at once to every running `Never` job that selects it; per
     hello, in order, its outcome or the error that sends it back to the queue.
@@ -345,7 +347,8 @@ def register_nodes(
     A batch's hellos share their reads and writes: the running `Never` jobs are read once (through the
     store's index of them, not every job stored), each job gets its new nodes in one transaction and its
     free slots filled once, and independent calls run up to `WRITERS` at once. A node that holds the
-    startup taint (`warm_until`) is then sent the images of those jobs.
+    startup taint (`warm_until`) is then sent the images of those jobs. Given `writes` (the cluster's API),
+    a node's first hello is judged on its Node before the joins (`services.boot.judge_boot`).
 
     The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
     running jobs, under its name (node names repeat across clusters). A node whose cluster cannot be read
@@ -431,6 +434,12 @@ def register_nodes(
             put(node)
         except StoreError as e:
             failed[node] = e
+    # Before the joins: a node with every required image at boot loses its taint without waiting for them.
+    boots, refused = record_boots(store, {n: (prior.get(n), hellos[by_node[n][-1]], selected[n][1])
+                                          for n in selected if n not in failed}, cluster=name, now=now)
+    failed.update(refused)
+    concurrently(lambda n: judge_boot(writes, hellos[by_node[n][-1]], boots[n], now=now),
+                 [n for n in boots if n not in unverified])
     joining: dict[str, list[str]] = {}
     for node, (jobs, _) in selected.items():
         for record in jobs:
@@ -454,9 +463,6 @@ def register_nodes(
             continue
         for node in result:
             added.setdefault(node, []).append(key)
-    boots, refused = record_boots(store, {n: (prior.get(n), hellos[by_node[n][-1]], selected[n][1])
-                                          for n in selected if n not in failed}, cluster=name, now=now)
-    failed.update(refused)
     warming = [n for n in selected if n not in failed and (w := hellos[by_node[n][-1]].warm_until) and w > now]
     sends = [RequiredImages(node=n, as_of=as_of, images=selected[n][1], cluster=name) for n in warming]
     for node, error in queues.send_many(sends) if sends else []:
@@ -537,8 +543,9 @@ def record_status(
         by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
     for name, group in by_cluster.items():
         try:
+            api = api_or_none(clusters, name)
             registered: Sequence[HelloOutcome | HelloError | ClusterError] = register_nodes(
-                store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
+                store, queues, api, [h for _, h in group], now=now, writes=api)
         except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
             registered = [e] * len(group)
         if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):
@@ -548,8 +555,6 @@ def record_status(
                 log.info("how cluster %s failed is not recorded now: %s", name, e)
         for (message_id, hello), registration in zip(group, registered, strict=True):
             if isinstance(registration, HelloOutcome):
-                if registration.boot is not None and not registration.unverified:
-                    judge_boot(api_or_none(clusters, name), hello, registration.boot, now=now)
                 outcome.hellos.append(registration)
             else:
                 log.warning("hello of %s not applied yet: %s", hello.node, registration)
