@@ -145,7 +145,8 @@ def test_get_nodes_lists_registered_agents(prewarm: Run, control_plane: ControlP
     row = next(r for r in rows if r.startswith("node-hello ")).split()
     assert row[:5] == ["node-hello", "Registered", "arm64", "<none>", "<none>"]
     # (the age as of the listing, however long the command took to start)
-    assert 90 <= int(row[5].removesuffix("s")) <= listed_by - said_at + 1 and row[6:] == ["ago", "<none>", "0/0", "<none>"]
+    assert 90 <= int(row[5].removesuffix("s")) <= listed_by - said_at + 1
+    assert row[6:] == ["ago", "<none>", "0/0", "<none>"]
     assert as_json["metadata"]["name"] == "node-hello" and as_json["status"]["architecture"] == "arm64"
     assert as_json["kind"] == "PrewarmNode" and as_json["status"]["agent"] == "Registered"
     # ... and, this stack naming no reachable cluster, it says it shows the agents' nodes only
@@ -292,8 +293,9 @@ def test_a_node_that_joined_with_the_startup_taint_shows_its_hello_to_warm_time(
     # Then the table shows hello-to-warm for one and `warming` for the other
     assert next(r for r in table if r.startswith("node-warm ")).split()[7] == "40s"
     warming = next(r for r in table if r.startswith("node-warming ")).split()
-    assert warming[7] == "warming" and warming[10:] == ["startup", "taint", "held", "by", "its", "agent", "until", "its", "images", "are",
-                           "present,", "13m", "more", "at", "most"]
+    assert warming[7] == "warming" and warming[10:] == ["startup", "taint", "held", "by", "its", "agent", "until",
+                                                        "its", "images", "are", "present,", "13m", "more", "at",
+                                                        "most"]
     # ... describe gives the times from the join, and the YAML the figures
     assert described.exit_code == 0, described.output
     assert "Startup Taint: warm: every required image was present" in described.stdout

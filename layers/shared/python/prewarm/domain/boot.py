@@ -78,12 +78,6 @@ class WarmCondition:
             "message": self.message[:MESSAGE_MAX], "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
         }]}}
 
-    def same_as(self, node: Mapping[str, Any]) -> bool:
-        """Whether the Node already carries this condition (then it is not written again)."""
-        current = node_condition(node)
-        return current is not None and (current.status, current.reason, current.message) == (
-            self.status, self.reason, self.message[:MESSAGE_MAX])
-
 
 def node_condition(node: Mapping[str, Any]) -> WarmCondition | None:
     """The `PrewarmWarm` condition a Node object carries, if any."""
