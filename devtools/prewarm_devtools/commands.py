@@ -348,9 +348,14 @@ def _taint(text: str) -> dict[str, str]:
 @click.option("--taint", "taints", multiple=True, metavar="KEY=VALUE:EFFECT", help="A taint; repeatable.")
 @click.option("--no-agent", is_flag=True, help="Only the Node object: no containerd, no agent (as a node "
                                                "the DaemonSet has not reached).")
-def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool) -> int:
+@click.option("--image", "images", multiple=True, metavar="REF",
+              help="Pulled into the node's containerd before its agent starts (pre-pulled, or booted warm); "
+                   "repeatable.")
+def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool,
+                   images: tuple[str, ...]) -> int:
     """Add a Ready node NAME; unless --no-agent, start its own containerd and agent."""
-    body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent}
+    body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent,
+            "images": list(images)}
     answer = _call("POST", "/nodes", body)
     agent = f"agent running (pid {answer['pid']})" if answer["agent"] == "running" else "no agent"
     click.echo(f"node/{name} added, {agent}")

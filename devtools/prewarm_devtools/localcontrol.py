@@ -42,7 +42,8 @@ class LocalControl(LocalNodes):
                 return self.fire(str(body.get("schedule", "")))
             case "POST", ["nodes"]:
                 return self.add_node(str(body.get("name", "")), labels=dict(body.get("labels") or {}),
-                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)))
+                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)),
+                                     images=[str(i) for i in body.get("images") or []])
             case "DELETE", ["nodes", name]:
                 return self.remove_node(name)
             case "POST", ["nodes", name, "kubelet"]:
