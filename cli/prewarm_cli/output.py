@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from prewarm.domain.boot import CONDITION_TYPE
+from prewarm.domain.boot import current as current_condition
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
 from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
@@ -213,7 +215,7 @@ def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
     return state, lines
 
 
-def describe_node(node: RegisteredNode, *, now: float) -> str:
+def describe_node(node: RegisteredNode, *, now: float, bytes_pulled: int | None = None) -> str:
     """`prewarm describe node`: what its agent said in its hello, and how the node warmed."""
     state, details = _warm_lines(node, now=now)
     lines = _fields([
@@ -221,7 +223,22 @@ def describe_node(node: RegisteredNode, *, now: float) -> str:
         ("Labels", labels_text(node.labels)), ("Queue", node.queue_url or NONE),
         ("Last Hello", _when(node.last_hello, now)), ("Startup Taint", state),
     ])
-    return "\n".join(lines + details)
+    return "\n".join(lines + details + _boot_lines(node, bytes_pulled))
+
+
+def _boot_lines(node: RegisteredNode, bytes_pulled: int | None) -> list[str]:
+    """Which required images were present at boot, what its pulls downloaded, and the `PrewarmWarm`
+    condition record_status set."""
+    boot, condition = node.boot, current_condition(node)
+    lines = []
+    if boot is not None:
+        lines += _fields([("Present At Boot", f"{len(boot.present)} of {len(boot.required)} required images")])
+        lines += [f"  {image}" for image in boot.present]
+    if bytes_pulled is not None:
+        lines += _fields([("Bytes Pulled", f"{bytes_pulled:,} (its pulls for the running Never jobs)")])
+    if condition is not None:
+        lines += _fields([(CONDITION_TYPE, f"{condition.status} ({condition.reason}): {condition.message}")])
+    return lines
 
 
 # --- Documents (-o yaml|json|name) ---------------------------------------------------------------

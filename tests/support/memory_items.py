@@ -12,7 +12,7 @@ from typing import Any
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, check_cluster_name, scoped
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
-from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.services.ports import StoreConflictError
 from tests.support.memory_table import MemoryTable, has
@@ -45,12 +45,20 @@ def _node_warm(value: Any) -> NodeWarm | None:
                     missing_total=int(value.get("missing_total", 0)))
 
 
+def _node_boot(value: Any) -> NodeBoot | None:
+    if not isinstance(value, dict):
+        return None
+    return NodeBoot(required=tuple(str(r) for r in value.get("required", [])),
+                    present=tuple(str(p) for p in value.get("present", [])), at=float(value.get("at", 0)))
+
+
 def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
     return RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
-                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")))
+                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
+                          boot=_node_boot(v.get("boot")))
 
 
 class MemoryNodeItems(TableItems):
@@ -72,6 +80,11 @@ class MemoryNodeItems(TableItems):
                  "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
         self.table.update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
                           node_pk(node, cluster), "NODE", {"warm": value}, condition=lambda i: has(i, "pk"))
+
+    def record_boot(self, node: str, boot: NodeBoot, cluster: str = DEFAULT_CLUSTER) -> None:
+        value = {"required": list(boot.required), "present": list(boot.present), "at": boot.at}
+        self.table.update(f"record node {scoped(cluster, node)}'s images at boot (not registered)",
+                          node_pk(node, cluster), "NODE", {"boot": value}, condition=lambda i: has(i, "pk"))
 
     def get_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode | None:
         item = self.table.get(node_pk(name, cluster), "NODE")

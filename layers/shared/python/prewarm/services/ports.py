@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.keys import JobKey
     from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
     from prewarm.domain.node_queues import ProvidedQueue
-    from prewarm.domain.nodes import NodeWarm, RegisteredNode
+    from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
     from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
     from prewarm.domain.schedules import ScheduleRun
@@ -213,6 +213,7 @@ class NodeItems(Protocol):
 
     def put_node(self, node: RegisteredNode) -> None: ...
     def record_warm(self, node: str, warm: NodeWarm, cluster: str = ...) -> None: ...
+    def record_boot(self, node: str, boot: NodeBoot, cluster: str = ...) -> None: ...
     def get_node(self, name: str, cluster: str = ...) -> RegisteredNode | None: ...
     def list_nodes(self, cluster: str = ...) -> list[RegisteredNode]: ...
     def delete_node(self, name: str, cluster: str = ...) -> None: ...
@@ -366,6 +367,19 @@ class NodeTaints(Protocol):
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
+class NodeWarmWrites(Protocol):
+    """What `record_status` writes on a node whose warm-up it judges (the Kubernetes adapter): the agents'
+    ConfigMap (which startup taint), the node, a guarded patch of it (the taint's removal) and a strategic
+    merge patch of its status (the `PrewarmWarm` condition)."""
+
+    def get_node(self, name: str) -> dict[str, Any] | None: ...
+    def get_object(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None: ...
+    def patch_node(self, name: str, ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
 class NodeStates(Protocol):
     """What `prewarm get nodes` reads of the cluster (the Kubernetes adapter): the nodes, the agents'
     ConfigMap (which taint, which deadline) and the sweep's Events on nodes whose taint it removed."""
@@ -407,7 +421,7 @@ class CredentialsCluster(Protocol):
     ) -> dict[str, Any]: ...
 
 
-class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeStates, CredentialsCluster, Protocol):
+class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeWarmWrites, NodeStates, CredentialsCluster, Protocol):
     """One cluster's Kubernetes API, all a use case may ask of it (`prewarm.adapters.kube.KubeCluster`);
     each use case names the narrower protocol it uses."""
 
