@@ -52,6 +52,7 @@ CREDENTIALS_GROUP = "prewarm-credentials"
 RESOURCES_GROUP = "prewarm-resources"
 STARTUP_TAINT_GROUP = "prewarm-startup-taint"
 NODE_WARM_GROUP = "prewarm-node-warm"
+NODE_CLASSES_GROUP = "prewarm-node-classes"
 ALL_NAMESPACES = ("*",)
 #: Each function role's groups, as template.yaml's access entries give them (keyed by the stack
 #: setting that names the role).
@@ -61,6 +62,7 @@ FUNCTION_GROUPS: dict[str, tuple[str, ...]] = {
     "SWEEP_ROLE_ARN": (CONTROL_PLANE_GROUP, STARTUP_TAINT_GROUP),
     "REFRESH_ECR_CREDENTIALS_ROLE_ARN": (CREDENTIALS_GROUP,),
     "SYNC_RESOURCES_ROLE_ARN": (RESOURCES_GROUP,),
+    "BAKE_SNAPSHOTS_ROLE_ARN": (NODE_CLASSES_GROUP,),
 }
 #: Kind → (API version, plural, namespaced): every kind install writes.
 KIND_PLURALS: dict[str, tuple[str, str, bool]] = {
