@@ -64,7 +64,8 @@ def test_the_template_gives_each_function_role_the_groups_install_binds(env: dic
     by_setting = {"DISPATCH_JOB_ROLE_ARN": "DispatchJobRoleArn", "RECORD_STATUS_ROLE_ARN": "RecordStatusRoleArn",
                   "SWEEP_ROLE_ARN": "SweepRoleArn",
                   "REFRESH_ECR_CREDENTIALS_ROLE_ARN": "RefreshEcrCredentialsRoleArn",
-                  "SYNC_RESOURCES_ROLE_ARN": "SyncResourcesRoleArn", "BAKE_SNAPSHOTS_ROLE_ARN": "BakeSnapshotsRoleArn"}
+                  "SYNC_RESOURCES_ROLE_ARN": "SyncResourcesRoleArn",
+                  "BAKE_SNAPSHOTS_ROLE_ARN": "BakeSnapshotsRoleArn"}
 
     assert env["stack"].access_entries() == {outputs[by_setting[k]]: groups for k, groups in FUNCTION_GROUPS.items()}
 
