@@ -33,11 +33,17 @@ class LocalModeUnavailableError(RuntimeError):
 
 def missing_prerequisites() -> list[str]:
     """What local mode's nodes need and this machine lacks, each with how to get it."""
+    from prewarm_devtools.node.containerd import ContainerdVersionError, containerd_missing
+
     problems = []
     if os.geteuid() != 0:
         problems.append("root: containerd needs root to mount image layers (run as root, e.g. with sudo)")
-    if shutil.which("containerd") is None:
-        problems.append("containerd: apt-get install -y containerd (Debian's package has the CRI plugin)")
+    try:
+        missing = containerd_missing()
+    except ContainerdVersionError as e:
+        missing = str(e)
+    if missing is not None:
+        problems.append(missing)
     if shutil.which("docker-registry") is None and not Path("/usr/bin/docker-registry").exists():
         problems.append("docker-registry: apt-get install -y docker-registry (the CNCF distribution registry)")
     return problems

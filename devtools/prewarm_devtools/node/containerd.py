@@ -20,7 +20,14 @@ from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, Ingest
 from prewarm_agent.cri.errors import CriError
 from prewarm_devtools.node.process import DaemonBacked, DaemonProcess, DaemonStartError
 
-CONTAINERD_BINARY = "containerd"
+# Which containerd runs: PREWARM_CONTAINERD=2.1 (Debian sid's 2.1.9, the default: EKS's AL2023 nodes run
+# 2.x), 1.7 (trixie's 1.7.24) or 1.6 (the host's bookworm package). 2.1 and 1.7 are the binaries of a
+# Debian root filesystem that `make node-deps` builds once with mmdebstrap (devtools/node-deps.sh) and
+# keeps under CONTAINERD_CACHE/<version>/bin; they need only libc, and use the host's runc.
+CONTAINERD_VERSION_ENV = "PREWARM_CONTAINERD"
+DEFAULT_CONTAINERD = "2.1"
+CONTAINERD_VERSIONS = ("2.1", "1.7", "1.6")
+CONTAINERD_CACHE = Path(os.environ.get("PREWARM_CONTAINERD_CACHE", "/var/cache/prewarm/containerd"))
 # Unix socket paths longer than this fail to bind (sun_path is 108 bytes, containerd adds ".ttrpc").
 _MAX_SOCKET_PATH = 100
 # Snapshotters that cannot work in a private test instance; disabling them keeps start-up quiet.
@@ -31,6 +38,40 @@ DISABLED_PLUGINS = (
     "io.containerd.snapshotter.v1.zfs",
 )
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.6"
+
+
+class ContainerdVersionError(ValueError):
+    """PREWARM_CONTAINERD names no version we run, or that version's binaries are not installed."""
+
+
+def selected_version() -> str:
+    """The containerd version asked for (PREWARM_CONTAINERD, default 2.1)."""
+    version = os.environ.get(CONTAINERD_VERSION_ENV, "").strip() or DEFAULT_CONTAINERD
+    if version not in CONTAINERD_VERSIONS:
+        raise ContainerdVersionError(
+            f"{CONTAINERD_VERSION_ENV}={version!r} is not one of {', '.join(CONTAINERD_VERSIONS)}"
+        )
+    return version
+
+
+def containerd_bin_dir(version: str) -> Path | None:
+    """The directory holding containerd, its shim and ctr for ``version``; None if not installed."""
+    if version == "1.6":
+        found = shutil.which("containerd")
+        return Path(found).parent if found else None
+    directory = CONTAINERD_CACHE / version / "bin"
+    return directory if (directory / "containerd").is_file() else None
+
+
+def containerd_missing(version: str | None = None) -> str | None:
+    """Why the selected containerd cannot run here (what to run to get it), or None when it can."""
+    version = version or selected_version()
+    if containerd_bin_dir(version) is not None:
+        return None
+    if version == "1.6":
+        return "containerd is not installed: run `make node-deps PREWARM_CONTAINERD=1.6` as root"
+    return (f"containerd {version} is not under {CONTAINERD_CACHE}: run "
+            f"`make node-deps PREWARM_CONTAINERD={version}` as root")
 
 
 def _toml(value: str) -> str:
@@ -106,7 +147,13 @@ class PrivateContainerd(DaemonBacked):
         snapshotter: str | None = None,
         start_timeout: float = 20.0,
         log_level: str = "info",
+        version: str | None = None,
     ) -> None:
+        self.version = version or selected_version()
+        bin_dir = containerd_bin_dir(self.version)
+        if bin_dir is None:
+            raise ContainerdVersionError(containerd_missing(self.version))
+        self.bin_dir = bin_dir
         self.base_dir = Path(base_dir).resolve()
         self.socket_path = self.base_dir / "containerd.sock"
         if len(str(self.socket_path)) > _MAX_SOCKET_PATH:
@@ -122,9 +169,16 @@ class PrivateContainerd(DaemonBacked):
         self.start_timeout = start_timeout
         self.log_level = log_level
         self.snapshotter = snapshotter or ("overlayfs" if overlayfs_works(self.base_dir) else "native")
+        # The shim is looked up on PATH: this version's own first, then the host's runc.
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
         self._daemon = DaemonProcess(
-            "containerd", [CONTAINERD_BINARY, "--config", str(self.config_path)], self.log_path
+            "containerd", [str(bin_dir / "containerd"), "--config", str(self.config_path)], self.log_path, env
         )
+
+    @property
+    def ctr(self) -> str:
+        """The path of this version's ``ctr``."""
+        return str(self.bin_dir / "ctr")
 
     def config_text(self) -> str:
         """The containerd config (version 2) this instance runs with."""

@@ -25,7 +25,12 @@ from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.node.containerd import PrivateContainerd
 from prewarm_devtools.node.images import host_architecture
 from prewarm_devtools.node.registry import LocalRegistry
-from prewarm_devtools.pytest_plugins.node import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
+from prewarm_devtools.pytest_plugins.node import (
+    AUTH_PASSWORD,
+    AUTH_USERNAME,
+    REFUSED_WITHOUT_CREDENTIALS,
+    OciImageFactory,
+)
 from prewarm_devtools.sam.aws import MotoServer
 from tests.support.agent_harness import AgentHarness
 from tests.support.waiting import eventually
@@ -257,7 +262,7 @@ def test_missing_credentials_fail_with_the_registry_401(
         cri.pull_image(image.reference).result(timeout=30)
     assert final.phase == "Failed"
     assert final.message == direct.value.details
-    assert "401 Unauthorized" in final.message
+    assert REFUSED_WITHOUT_CREDENTIALS.search(final.message), final.message
 
 
 def test_unreadable_pull_secret_is_named_in_the_failure(
@@ -272,7 +277,7 @@ def test_unreadable_pull_secret_is_named_in_the_failure(
 
     final = agent.final(task)
     assert final.phase == "Failed"
-    assert "401 Unauthorized" in final.message
+    assert REFUSED_WITHOUT_CREDENTIALS.search(final.message), final.message
     assert f"secret {missing} does not exist" in final.message
 
 
@@ -391,7 +396,7 @@ def test_an_expired_copy_is_named_in_the_failure_with_the_roles_refusal(
 
     # Then the pull fails with the registry's 401, naming the refusal and the expired secret, never the token
     assert final.phase == "Failed"
-    assert "401 Unauthorized" in final.message
+    assert REFUSED_WITHOUT_CREDENTIALS.search(final.message), final.message
     assert "AccessDeniedException" in final.message
     assert f"secret {name} expired at" in final.message
     assert COPY_TOKEN not in final.message

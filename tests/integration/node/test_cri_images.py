@@ -13,7 +13,12 @@ from prewarm_agent.cri.errors import ImagePullError
 from prewarm_devtools.node.containerd import PrivateContainerd
 from prewarm_devtools.node.images import host_architecture
 from prewarm_devtools.node.registry import LocalRegistry
-from prewarm_devtools.pytest_plugins.node import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
+from prewarm_devtools.pytest_plugins.node import (
+    AUTH_PASSWORD,
+    AUTH_USERNAME,
+    REFUSED_WITHOUT_CREDENTIALS,
+    OciImageFactory,
+)
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -110,8 +115,11 @@ def test_pull_without_valid_credentials_fails_with_the_registry_401(
     with pytest.raises(ImagePullError) as caught:
         cri.pull_image(image.reference, auth=auth).result(timeout=PULL_TIMEOUT)
 
-    # Then the error carries containerd's own text, which says 401 Unauthorized
-    assert "401 Unauthorized" in caught.value.details
+    # Then the error carries containerd's own text, which says 401 Unauthorized (2.x: no credentials)
+    if auth is None:
+        assert REFUSED_WITHOUT_CREDENTIALS.search(caught.value.details), caught.value.details
+    else:
+        assert "401 Unauthorized" in caught.value.details
     assert image.reference in caught.value.details
     assert caught.value.image == image.reference
     assert cri.image_status(image.reference) is None
