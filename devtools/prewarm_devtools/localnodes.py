@@ -161,12 +161,25 @@ class LocalNodes:
         containerd.add_registry_mirror(ecr_host(), self.nodes_registry_url)
         containerd.add_registry_mirror(self.registry.host, self.nodes_registry_url)
         containerd.start()
+        self._report_runtime(name, containerd, self.kube if cluster is None else cluster.kube)
         where = "" if cluster is None else f" in {cluster.name}"
         self._record_child(f"containerd of {name}{where}", containerd)
         node = LocalNode(name, containerd, None)
         (self.nodes if cluster is None else cluster.nodes)[name] = node
         node.agent = self._new_agent(name, containerd, cluster)
         self._start_agent(name, node)
+
+    @staticmethod
+    def _report_runtime(name: str, containerd: Any, kube: Any) -> None:
+        """The Node's containerRuntimeVersion, as its kubelet reports the runtime it runs (CRI Version)."""
+        node = kube.get_object("nodes", name) if kube is not None else None
+        if node is None:
+            return
+        with containerd.cri_client() as cri:
+            runtime = cri.version()
+        info = node.setdefault("status", {}).setdefault("nodeInfo", {})
+        info["containerRuntimeVersion"] = f"{runtime.runtime_name}://{runtime.runtime_version}"
+        kube.seed_objects([node])
 
     def _start_agent(self, name: str, node: LocalNode) -> None:
         """Starts the node's agent. One that exits as it starts (AccessDenied on its queue) leaves the node,
