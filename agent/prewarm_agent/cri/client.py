@@ -22,6 +22,7 @@ from prewarm_agent.cri.errors import (
     CriUnavailableError,
     ImagePullError,
     PullCancelledError,
+    PullStalledError,
     PullTimeoutError,
 )
 from prewarm_agent.cri.gen import containerd_content_v1_pb2 as content_pb2
@@ -33,6 +34,11 @@ CRI_API_VERSION = "v1"
 # The containerd namespace the CRI plugin keeps its images and downloads in.
 CRI_NAMESPACE = "k8s.io"
 DEFAULT_TIMEOUT = 10.0
+# containerd's text when it cancels a pull itself (image_pull_progress_timeout); a cancel of ours never
+# reaches containerd's error path, so its status carries no such words.
+_RUNTIME_CANCEL = "context canceled"
+STALLED_HINT = ("containerd cancelled the pull: no byte progress within its image_pull_progress_timeout; "
+                "on containerd 2.x also while a long unpack runs, containerd#13909")
 # Nodes with thousands of images answer ListImages with more than gRPC's 4 MiB default.
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -142,6 +148,8 @@ def _call_error(
         limit = f"{timeout:g}s" if timeout is not None else "its"
         kind = PullTimeoutError if pull else CriUnavailableError
         message = f"{action} did not finish within {limit} deadline ({socket_path}): {details}"
+    elif pull and code is grpc.StatusCode.CANCELLED and _RUNTIME_CANCEL in details:
+        kind, message = PullStalledError, f"{details} ({STALLED_HINT})"
     elif pull and code is grpc.StatusCode.CANCELLED:
         kind, message = PullCancelledError, f"{action} was cancelled"
     elif pull:
