@@ -46,6 +46,18 @@ if [ ! -x "$old_kubectl" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/n
   fi
   rm -rf "$workdir"
 fi
+# Debian's pigz, unpacked under build/ for benchmarks/pull_limit.py: containerd decompresses layers with
+# unpigz when it is on its PATH, and the benchmark pulls with and without it.
+pigz_dir=build/pigz/usr/bin
+if [ ! -x "$pigz_dir/unpigz" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  workdir=$(mktemp -d)
+  if (cd "$workdir" && apt-get download -qq pigz >/dev/null 2>&1); then
+    mkdir -p build/pigz && dpkg-deb -x "$workdir"/pigz_*.deb build/pigz
+  else
+    echo "node-deps: Debian's pigz could not be downloaded; pull_limit.py will skip its unpigz runs" >&2
+  fi
+  rm -rf "$workdir"
+fi
 missing=()
 # The host's containerd is 1.6, and brings runc, which every version uses.
 command -v containerd >/dev/null 2>&1 || missing+=(containerd)
