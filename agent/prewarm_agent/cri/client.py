@@ -277,8 +277,7 @@ class CriImageClient(_SocketClient):
         return _image_info(response.image) if response.HasField("image") else None
 
     def list_images(self) -> list[ImageInfo]:
-        """Every image the runtime holds. No filter is sent: containerd 1.6 ignores it (1.7 and 2.x
-        honour it), so one answer means the same on every version."""
+        """Every image the runtime holds. No filter is sent: containerd ignores it (1.6 to 2.1)."""
         response = self._call(self._images.ListImages, cri_pb2.ListImagesRequest(), "listing images")
         return [_image_info(image) for image in response.images]
 
@@ -296,7 +295,8 @@ class CriImageClient(_SocketClient):
         ]
 
     def remove_image(self, image: str) -> None:
-        """Remove the image; a no-op when absent. containerd 1.6 removes every tag of the same image."""
+        """Remove the image; a no-op when absent. containerd removes the image by its id, so every tag of
+        it goes (1.6 to 2.1)."""
         request = cri_pb2.RemoveImageRequest(image=cri_pb2.ImageSpec(image=image))
         self._call(self._images.RemoveImage, request, f"removing image {image}", image)
 
