@@ -41,6 +41,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # run as a file: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.agent_overhead import require_node_tools
 from benchmarks.measure import ROOT, BenchmarkError, emit, load_average, print_machine
 
 MIB = 1024 * 1024
@@ -177,14 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--versions", default=",".join(VERSIONS[::-1]), help="comma-separated: 2.1,1.7,1.6")
     parser.add_argument("--settings", default=None, help="comma-separated setting names (default: all)")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        print("pull_limit.py needs root: containerd mounts image snapshots", file=sys.stderr)
-        return 2
-    from prewarm_devtools.node.registry import LocalRegistry, registry_binary
+    require_node_tools("pull_limit.py")
+    from prewarm_devtools.node.registry import LocalRegistry
 
-    if registry_binary() is None:
-        print("pull_limit.py needs docker-registry: run `make node-deps` as root", file=sys.stderr)
-        return 2
     versions = [v for v in args.versions.split(",") if v]
     runs, skipped = plan(versions, args.settings.split(",") if args.settings else None)
     print_machine()
@@ -218,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         subprocess.run(["rm", "-rf", str(base)], check=False)
     emit({"image_bytes": compressed, "unpacked_bytes": unpacked, "layers": args.layers,
           "registry_read_mib_s": round(read_rate / MIB, 1), "disk_write_mib_s": round(write_rate / MIB, 1),
-          "floor_s": round(floor, 2), "pulls": pulls, "skipped": skipped, "load_average": load_average()})
+          "floor_s": round(floor, 4), "pulls": pulls, "skipped": skipped, "load_average": load_average()})
     return 0
 
 
