@@ -307,8 +307,12 @@ disabled_plugins = [{disabled}]
         path = host_dir / "hosts.toml"
         # containerd 1.6 rejects a hosts.toml without a host table ("invalid `host` tree"); an empty
         # one keeps the server as the only endpoint, so a failed pull is not retried elsewhere.
+        # skip_verify only for https: containerd 2.x tries HTTPS first on an http server that has a TLS
+        # setting ("host will try HTTPS first since it is configured for HTTP with a TLS configuration"),
+        # and its fallback to http fails behind the local ECR front.
+        tls = "skip_verify = true\n" if endpoint.startswith("https://") else ""
         path.write_text(
-            f'server = {_toml(endpoint)}\ncapabilities = ["pull", "resolve"]\nskip_verify = true\n\n[host]\n',
+            f'server = {_toml(endpoint)}\ncapabilities = ["pull", "resolve"]\n{tls}\n[host]\n',
             encoding="utf-8",
         )
         return path
