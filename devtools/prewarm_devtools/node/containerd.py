@@ -281,7 +281,8 @@ disabled_plugins = [{disabled}]
         # Settings new in 2.x, which its migration of a version 2 config does not carry over from the CRI
         # plugin's section: they go to the images plugin's own, which the migration merges into.
         settings = self.pull
-        images, transfer = [], []
+        images: list[str] = []
+        transfer: list[str] = []
         if settings.local_pull is not None:
             images.append(f"  use_local_image_pull = {'true' if settings.local_pull else 'false'}")
         if settings.layer_fetch_buffer is not None:
