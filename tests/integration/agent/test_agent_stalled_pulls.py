@@ -29,14 +29,10 @@ def node_runtime(tmp_path_factory: pytest.TempPathFactory, registry: LocalRegist
         pytest.skip(reason)
     if selected_version() == "1.6":
         pytest.skip("containerd 1.6 has no image_pull_progress_timeout")
-    instance = PrivateContainerd(tmp_path_factory.mktemp("stall"), pull=PullSettings(progress_timeout="2s"))
-    instance.add_registry_mirror(registry.host, registry.url)
-    instance.start()
-    try:
+    with PrivateContainerd(tmp_path_factory.mktemp("stall"), pull=PullSettings(progress_timeout="2s")) as instance:
+        instance.add_registry_mirror(registry.host, registry.url)
         yield instance
-    finally:
-        instance.stop()
-        instance.remove_data()
+    instance.remove_data()
 
 
 def test_a_pull_containerd_cancels_for_no_progress_is_retried_and_finishes(
