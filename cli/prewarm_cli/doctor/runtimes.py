@@ -1,7 +1,8 @@
 """`prewarm doctor`'s "container runtimes": the containerd version of each agent node, as its kubelet
 reports it (`status.nodeInfo.containerRuntimeVersion`: no call beyond the nodes the DaemonSet check
-listed), and a warning where pinning cannot keep an image from kubelet's image garbage collection
-(containerd before 1.7.10: `prewarm.domain.runtimes`)."""
+listed), the node settings that made pulls faster or safer on those versions (benchmarks/pull_limit.py),
+and a warning where pinning cannot keep an image from kubelet's image garbage collection (containerd
+before 1.7.10: `prewarm.domain.runtimes`)."""
 
 from __future__ import annotations
 
@@ -31,15 +32,20 @@ def check_container_runtimes(nodes: Sequence[Mapping[str, Any]]) -> CheckResult:
         return skipped(NAME, "no node for the agents")
     by_version: dict[str, list[str]] = {}
     cannot_pin: dict[str, str] = {}
+    advice: dict[str, None] = {}
     for node in nodes:
         name = str(node["metadata"]["name"])
         runtime = _runtime(node)
         shown = f"{runtime.name} {runtime.version}" if isinstance(runtime, ContainerRuntime) else runtime
         by_version.setdefault(shown, []).append(name)
+        if isinstance(runtime, ContainerRuntime):
+            advice.update(dict.fromkeys(runtime.pull_advice))
         if not isinstance(runtime, ContainerRuntime) or not runtime.pins:
             cannot_pin[name] = shown
     counts = "; ".join(f"{version} on {len(names)} node{'s' if len(names) != 1 else ''}"
                        for version, names in sorted(by_version.items()))
+    if advice:
+        counts += f" (for pulls: {'; '.join(advice)})"
     if not cannot_pin:
         return CheckResult(NAME, True, counts)
     where = listed([f"{node} ({version})" for node, version in sorted(cannot_pin.items())])

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.runtimes import ContainerRuntime, RuntimeVersionError
+from prewarm.domain.runtimes import PROGRESS_TIMEOUT_ADVICE, UNPIGZ_ADVICE, ContainerRuntime, RuntimeVersionError
 from prewarm_cli.doctor.runtimes import check_container_runtimes
 
 
@@ -32,6 +32,10 @@ def test_a_reported_version_says_whether_pinning_works_and_how_pulls_go(
     assert runtime.release == release and runtime.text == reported
     assert runtime.pins is pins
     assert runtime.pulls_through_transfer_service is transfer
+    # ... and which node settings help its pulls: unpigz on every containerd, the progress timeout on 2.x
+    containerd = runtime.name == "containerd"
+    expected = ((UNPIGZ_ADVICE,) if containerd else ()) + ((PROGRESS_TIMEOUT_ADVICE,) if transfer else ())
+    assert runtime.pull_advice == expected
 
 
 @pytest.mark.parametrize("reported", ["", "containerd", "containerd://", "://1.7.0", "containerd://latest"])
@@ -44,7 +48,8 @@ def test_nodes_that_all_pin_are_counted_by_version() -> None:
     result = check_container_runtimes([node("a", "containerd://2.1.9+unknown"), node("b", "containerd://2.1.9"),
                                        node("c", "containerd://1.7.24~ds1")])
 
-    assert result.line() == "ok    container runtimes: containerd 1.7.24 on 1 node; containerd 2.1.9 on 2 nodes"
+    assert result.line() == ("ok    container runtimes: containerd 1.7.24 on 1 node; containerd 2.1.9 on 2 nodes "
+                             f"(for pulls: {UNPIGZ_ADVICE}; {PROGRESS_TIMEOUT_ADVICE})")
 
 
 def test_nodes_where_pinning_cannot_work_are_warned_of_by_name_and_version() -> None:
@@ -53,7 +58,8 @@ def test_nodes_where_pinning_cannot_work_are_warned_of_by_name_and_version() -> 
 
     assert result.ok and result.warning and not result.failed
     assert result.detail == (
-        "containerd 1.6.20 on 1 node; containerd 2.1.9 on 1 node; docker 20.10.0 on 1 node; not reported on 1 node; "
+        "containerd 1.6.20 on 1 node; containerd 2.1.9 on 1 node; docker 20.10.0 on 1 node; not reported on 1 node "
+        f"(for pulls: {UNPIGZ_ADVICE}; {PROGRESS_TIMEOUT_ADVICE}); "
         "pinning cannot work on 3: b (containerd 1.6.20), c (not reported), d (docker 20.10.0)")
     assert result.line().startswith("warn  container runtimes: ")
     assert "run containerd 1.7.10 or later" in result.fix

@@ -13,6 +13,13 @@ from dataclasses import dataclass
 
 CONTAINERD = "containerd"
 PINNING_SINCE = (1, 7, 10)
+# What moved a CRI pull of a 2 GiB image on 2 cores (benchmarks/pull_limit.py, docs/performance.md
+# section 13): gunzip in Go was the bottleneck on every version, unpigz took a third of the time off
+# it and more; max_concurrent_downloads, the snapshotter and the transfer service's options did not help.
+UNPIGZ_ADVICE = "pigz on the nodes: containerd gunzips layers with unpigz when it is on its PATH"
+# containerd#13909 (a long unpack cancelled through the transfer service) and #14158 ("0s" hangs it).
+PROGRESS_TIMEOUT_ADVICE = ("image_pull_progress_timeout above 5m for multi-GB layers, never 0s "
+                           "(containerd#13909, #14158)")
 # `containerd://1.7.27`, `containerd://2.1.9+unknown`, `containerd://1.6.20~ds1`, `containerd://v2.0.0-rc.1`.
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -53,6 +60,15 @@ class ContainerRuntime:
     def pins(self) -> bool:
         """Whether a pinned image stays out of kubelet's image garbage collection on this runtime."""
         return self.name == CONTAINERD and self.release >= PINNING_SINCE
+
+    @property
+    def pull_advice(self) -> tuple[str, ...]:
+        """Node settings that make pulls faster or safer on this runtime (docs/agent.md, "containerd versions")."""
+        if self.name != CONTAINERD:
+            return ()
+        if self.pulls_through_transfer_service:
+            return (UNPIGZ_ADVICE, PROGRESS_TIMEOUT_ADVICE)
+        return (UNPIGZ_ADVICE,)
 
     @property
     def pulls_through_transfer_service(self) -> bool:
