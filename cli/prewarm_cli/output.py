@@ -171,6 +171,17 @@ def rules_table(rules: Sequence[dict[str, Any]]) -> str:
     return table(["NAME", "REPOSITORIES", "TAGS", "NAMESPACE", "AGE"], rows)
 
 
+def cron_jobs_table(docs: Sequence[dict[str, Any]]) -> str:
+    """NAMESPACE NAME SCHEDULE TIMEZONE PAUSED ACTIVE LASTSCHEDULETIME: Kruise's columns and what runs now."""
+    rows = []
+    for doc in docs:
+        spec, status, meta = doc.get("spec", {}), doc.get("status", {}), doc.get("metadata", {})
+        rows.append([meta.get("namespace", ""), meta.get("name", ""), spec.get("schedule", ""),
+                     spec.get("timeZone") or "UTC", str(bool(spec.get("paused"))).lower(),
+                     str(len(status.get("active", []))), status.get("lastScheduleTime") or NONE])
+    return table(["NAMESPACE", "NAME", "SCHEDULE", "TIMEZONE", "PAUSED", "ACTIVE", "LASTSCHEDULETIME"], rows)
+
+
 def labels_text(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or NONE
 

@@ -23,7 +23,8 @@ ECR_EVENTS = ["ecr_push.json", "ecr_push_failed.json", "ecr_delete.json", "ecr_p
 STREAM_EVENTS = ["dynamodb_stream_job_insert.json", "dynamodb_stream_job_modify.json"]
 SQS_EVENTS = ["sqs_status_batch.json"]
 SCHEDULE_EVENTS = ["schedule_repull.json", "schedule_sweep.json", "schedule_refresh_credentials.json",
-                   "schedule_sync_resources.json"]
+                   "schedule_sync_resources.json", "schedule_bake_snapshots.json"]
+EC2_EVENTS = ["ebs_snapshot_notification.json"]
 
 JOB_COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 
@@ -33,9 +34,26 @@ def load(name: str) -> dict[str, Any]:
     return loaded
 
 
+CRON_RUN_EVENTS = ["schedule_run_cron_job.json"]
+
+
 def test_every_sample_event_is_checked_here() -> None:
-    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS)
+    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS + CRON_RUN_EVENTS)
     assert {p.name for p in EVENTS.glob("*.json")} == checked
+
+
+# -- EBS (EventBridge) ------------------------------------------------------------------------
+
+
+def test_the_ebs_snapshot_notification_names_its_snapshot_and_result() -> None:
+    from prewarm.events import EventError, parse_snapshot_notification
+
+    notice = parse_snapshot_notification(load("ebs_snapshot_notification.json"))
+    assert (notice.snapshot_id, notice.succeeded) == ("snap-0a1b2c3d4e5f60718", True)
+    broken = load("ebs_snapshot_notification.json")
+    broken["detail"]["snapshot_id"] = "snap-1"
+    with pytest.raises(EventError, match=r"detail\.snapshot_id"):
+        parse_snapshot_notification(broken)
 
 
 # -- ECR (EventBridge) ------------------------------------------------------------------------
@@ -150,6 +168,14 @@ def test_schedule_events_carry_the_filled_in_scheduler_context(name: str) -> Non
     assert event["schedule_arn"].startswith("arn:aws:scheduler:")
     assert datetime.fromisoformat(event["scheduled_time"]).tzinfo is not None
     assert event["execution_id"] and int(event["attempt_number"]) >= 1
+    assert "<aws.scheduler." not in json.dumps(event)
+
+
+def test_a_cron_jobs_schedule_names_the_cron_job_and_its_filled_in_scheduled_time() -> None:
+    # adapters/scheduler.py's Input, as Scheduler fills in <aws.scheduler.scheduled-time>
+    event = load("schedule_run_cron_job.json")
+    assert set(event) == {"cronJob", "scheduledTime"}
+    assert "/" in event["cronJob"] and datetime.fromisoformat(event["scheduledTime"]).tzinfo is not None
     assert "<aws.scheduler." not in json.dumps(event)
 
 

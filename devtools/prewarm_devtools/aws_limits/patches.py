@@ -31,17 +31,19 @@ def install(current: Callable[[], Any]) -> None:
     from moto.dynamodb.responses import DynamoHandler, DynamoResult
     from moto.dynamodbstreams.models import DynamoDBStreamsBackend, ShardIterator
     from moto.ecr.responses import ECRResponse
+    from moto.scheduler.responses import EventBridgeSchedulerResponse
     from moto.sqs.responses import SQSResponse
     from moto.sts.models import STSBackend
 
-    from prewarm_devtools.aws_limits import eks, queues
+    from prewarm_devtools.aws_limits import eks, queues, scheduler
     from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED
 
     with _lock:
         if _originals:
             return
         for cls, names, part in ((DynamoHandler, DYNAMODB_ACTIONS, "dynamodb"), (SQSResponse, SQS_ACTIONS, "sqs"),
-                                 (ECRResponse, ("get_authorization_token",), "ecr")):
+                                 (ECRResponse, ("get_authorization_token",), "ecr"),
+                                 (EventBridgeSchedulerResponse, scheduler.ACTIONS, "scheduler")):
             for name in names:
                 _replace(cls, name, _guarded(cls.__dict__[name], name, part, current))
         # moto deep-copies each table a transaction names, stream included, to roll back; the layer's

@@ -20,6 +20,7 @@ from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.keys import JobKey
 from prewarm.domain.messages import CancelTask, NodePhase, PullTask, RequiredImage, RequiredImages
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
@@ -412,6 +413,37 @@ def test_rules_say_what_a_write_did(store: Store) -> None:
     store.put_rule("a", {"spec": {}}, "h")
     assert store.list_rules() == [{"spec": {}}, spec]
     assert (store.delete_rule("r"), store.delete_rule("r")) == (True, False)
+
+
+def test_warm_snapshots_keep_their_state_through_a_new_spec_and_write_it_over_the_version_read(
+        store: Store) -> None:
+    manifest = {"metadata": {"name": "gpu"}, "spec": {"keep": 2}}
+    assert [store.put_warm_snapshot("gpu", manifest, "h1"), store.put_warm_snapshot("gpu", manifest, "h1")] == [
+        "created", "unchanged"]
+    assert store.get_warm_snapshot("gpu") == (manifest, {}, 0)
+    assert store.save_snapshot_state("gpu", {"bakes": 1}, 0) == 1
+    assert refusal(lambda: store.save_snapshot_state("gpu", {"bakes": 2}, 0)) == "StoreConflictError"
+    assert refusal(lambda: store.save_snapshot_state("absent", {"bakes": 1}, 0)) == "StoreConflictError"
+    changed = {"metadata": {"name": "gpu"}, "spec": {"keep": 3}}
+    assert store.put_warm_snapshot("gpu", changed, "h2") == "configured"
+    store.put_warm_snapshot("a", manifest, "h")
+    assert store.list_warm_snapshots() == [(manifest, {}, 0), (changed, {"bakes": 1}, 1)]
+    assert (store.delete_warm_snapshot("gpu"), store.delete_warm_snapshot("gpu")) == (True, False)
+    assert store.get_warm_snapshot("gpu") is None
+
+
+def test_cron_jobs_say_what_a_write_did_and_read_back_by_key(store: Store) -> None:
+    key, other = JobKey("ml", "nightly"), JobKey("ml", "nightly", "prod-eu")
+    manifest = {"kind": "AdvancedCronJob", "metadata": {"name": "nightly"}, "spec": {"schedule": "0 2 * * *"}}
+    assert [store.put_cron_job(key, manifest, "h1"), store.put_cron_job(key, manifest, "h1"),
+            store.put_cron_job(key, manifest, "h2")] == ["created", "unchanged", "configured"]
+    store.put_cron_job(other, {"spec": {}}, "h")
+    got = store.get_cron_job(other)
+    assert got is not None and (got.key, got.key.cluster, got.manifest, got.spec_hash) == (
+        "prod-eu:ml/nightly", "prod-eu", {"spec": {}}, "h")
+    assert [(c.key, c.spec_hash) for c in store.list_cron_jobs()] == [("ml/nightly", "h2"), ("prod-eu:ml/nightly", "h")]
+    assert (store.delete_cron_job(key), store.delete_cron_job(key)) == (True, False)
+    assert store.get_cron_job(key) is None and store.list_jobs() == [] and store.list_rules() == []
 
 
 def test_a_schedule_keeps_its_last_run(store: Store) -> None:

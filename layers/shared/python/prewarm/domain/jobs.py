@@ -34,6 +34,7 @@ from prewarm.domain.kubernetes import (
     KubernetesModel,
     LabelSelector,
     NamespacedObjectMeta,
+    ObjectMeta,
     bounded_name,
     dns1123_subdomain_problem,
     raise_problems,
@@ -304,11 +305,27 @@ def hash_spec(spec: BaseModel) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-class _Job(KubernetesModel):
-    api_version: JobApiVersion
-    kind: str
-    metadata: NamespacedObjectMeta
+class StackObject(KubernetesModel):
+    """A cluster-scoped Prewarm object that belongs to the stack (`PrewarmRule`, `WarmSnapshot`): its
+    name, its spec (declared by each kind) and the spec's hash; a stored status is left out."""
+
+    api_version: Literal["prewarm.dev/v1alpha1"]
+    metadata: ObjectMeta
     spec: Any
+    status: Any = Field(default=None, exclude=True)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def spec_hash(self) -> str:
+        """SHA-256 of the canonical JSON of the spec."""
+        return hash_spec(self.spec)
+
+
+class NamespacedManifest(KubernetesModel):
+    """A namespaced kind's manifest: its name, namespace and key; a status given is read and dropped."""
+    metadata: NamespacedObjectMeta
     status: Any = Field(default=None, exclude=True)
 
     @property
@@ -320,9 +337,15 @@ class _Job(KubernetesModel):
         return self.metadata.namespace
 
     @property
-    def key(self) -> str:
-        """`namespace/name`, the job's identity."""
+    def key(self) -> JobKey:
+        """`namespace/name`, the object's identity."""
         return job_key(self.metadata.namespace, self.metadata.name)
+
+
+class _Job(NamespacedManifest):
+    api_version: JobApiVersion
+    kind: str
+    spec: Any
 
     @field_validator("metadata")
     @classmethod

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 CONTAINERD = "containerd"
 PINNING_SINCE = (1, 7, 10)
 # What moved a CRI pull of a 2 GiB image on 2 cores (benchmarks/pull_limit.py, docs/performance.md
-# section 13): gunzip in Go was the bottleneck on every version, unpigz took a third of the time off
+# section 14): gunzip in Go was the bottleneck on every version, unpigz took a third of the time off
 # it and more; max_concurrent_downloads, the snapshotter and the transfer service's options did not help.
 UNPIGZ_ADVICE = "pigz on the nodes: containerd gunzips layers with unpigz when it is on its PATH"
 # containerd#13909 (a long unpack cancelled through the transfer service) and #14158 ("0s" hangs it).

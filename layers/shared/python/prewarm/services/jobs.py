@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Iterable
@@ -10,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
+from prewarm.domain.cronjobs import AdvancedCronJob
 from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import (
     PREWARM_API_VERSION,
@@ -26,6 +29,7 @@ from prewarm.domain.nodes import NodeWarm
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.rules import PrewarmRule
+from prewarm.domain.snapshots import WarmSnapshot
 from prewarm.domain.sources import Source, SourceConflictError, reserved_annotation_problems, source_of
 from prewarm.domain.status import (
     COMPLETED_MESSAGE,
@@ -68,7 +72,7 @@ class Applied:
 
     def describe(self) -> str:
         """The kubectl-style line, e.g. `imagepulljob.apps.kruise.io/job-x created`."""
-        group = "prewarm.dev" if self.kind == "PrewarmRule" else "apps.kruise.io"
+        group = "prewarm.dev" if self.kind in ("PrewarmRule", "WarmSnapshot") else "apps.kruise.io"
         return f"{self.kind.lower()}.{group}/{self.name} {self.outcome}"
 
 
@@ -89,6 +93,10 @@ def apply_manifest(
     if not from_resource and (problems := reserved_annotation_problems(doc)):
         raise JobValidationError(problems, manifest_subject(doc))
     obj = parse_manifest(doc)
+    if isinstance(obj, WarmSnapshot):
+        from prewarm.services.bakes import apply_warm_snapshot
+
+        return Applied("WarmSnapshot", "", obj.name, apply_warm_snapshot(store, obj))  # type: ignore[arg-type]
     check_own_pull_secrets(obj, secrets)
     if isinstance(obj, PrewarmRule):
         manifest = obj.to_manifest()
@@ -98,17 +106,35 @@ def apply_manifest(
             check_source("PrewarmRule", "", obj.metadata.name, owner=source_of(current), by=source_of(manifest))
         outcome = store.put_rule(obj.metadata.name, manifest, obj.spec_hash())
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
+    if isinstance(obj, AdvancedCronJob):
+        return apply_cron_job(store, obj, cluster=cluster)
     return apply_job(store, obj, now=now, cluster=cluster)
 
 
-def check_own_pull_secrets(obj: ImagePullJob | ImageListPullJob | PrewarmRule, secrets: PullSecretReader | None
-                           ) -> None:
+def apply_cron_job(store: ApplyItems, job: AdvancedCronJob, *, cluster: str = DEFAULT_CLUSTER) -> Applied:
+    """Stores an AdvancedCronJob; the table stream then puts its schedules (`services.cron_jobs`). The whole
+    manifest is hashed: a resource's new generation is written even when its spec is the same."""
+    key = job_key(job.namespace, job.name, cluster)
+    manifest = job.to_manifest()
+    current = store.get_cron_job(key)
+    if current is not None:
+        check_source("AdvancedCronJob", job.namespace, job.name, owner=source_of(current.manifest),
+                     by=source_of(manifest))
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    outcome = store.put_cron_job(key, manifest, digest)
+    return Applied("AdvancedCronJob", job.namespace, job.name, outcome, cluster=cluster)  # type: ignore[arg-type]
+
+
+def check_own_pull_secrets(obj: ImagePullJob | ImageListPullJob | PrewarmRule | AdvancedCronJob,
+                           secrets: PullSecretReader | None) -> None:
     """Refuses a job or rule whose `pullSecretsOnly` names a secret its namespace lacks (it could pull
     with nothing), naming the field and the secret."""
     from prewarm.domain.kubernetes import JobValidationError
 
     if isinstance(obj, PrewarmRule):
         spec, namespace, at = obj.spec.template.spec, obj.spec.template.metadata.namespace, "spec.template.spec"
+    elif isinstance(obj, AdvancedCronJob):
+        spec, namespace, at = obj.template.spec, obj.namespace, "spec.template.imageListPullJobTemplate.spec"
     else:
         spec, namespace, at = obj.spec, obj.namespace, "spec"
     if not spec.pull_secrets_only:
@@ -132,6 +158,7 @@ def check_source(kind: str, namespace: str, name: str, *, owner: Source, by: Sou
         raise SourceConflictError(
             f"{what} is managed by its {kind} resource ({PREWARM_API_VERSION}): change or delete it with kubectl")
     made = "was made by a PrewarmRule on an image push:" if owner is Source.RULE else (
+        "is a run of an AdvancedCronJob:") if owner is Source.CRON else (
         f"was applied with the prewarm CLI: delete it with `prewarm delete` before creating the {kind} resource, or")
     raise SourceConflictError(f"{what} {made} give the resource another name")
 
