@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -39,6 +40,7 @@ from typing import Any, TextIO
 
 import boto3
 
+from prewarm_devtools import aws_limits
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
 from prewarm_devtools.sam.event_sources import SUPPORTED_EVENTS, EventSources, StreamCursor, parse_schedule
@@ -189,6 +191,10 @@ class LocalStack(EventSources):
             if fn.identity is not None:
                 # A role the template does not define (given as a parameter) has policies unknown here.
                 fn.identity.register(self.role_policies.get(fn.identity.arn))
+        if (layer := aws_limits.active()) is not None:
+            # Lambda's Invoke of a function (`prewarm cluster add` invokes one) runs its handler here.
+            for logical in self.functions:
+                layer.lambdas.serve(self.physical[logical].ref, functools.partial(self.invoke, logical))
         # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
         self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
@@ -359,7 +365,9 @@ class LocalStack(EventSources):
         `os.environ` and one stdout for all of them.
         """
         fn = self.function(name)
-        env = {**fn.env, **(fn.identity.environment() if fn.identity else {})}
+        # Lambda's runtime sets the Region of every function (its reserved variables).
+        env = {**fn.env, "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
+               **(fn.identity.environment() if fn.identity else {})}
         if "AWS_ENDPOINT_URL" not in os.environ:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
         inside = getattr(invocation, "active", False)
