@@ -107,7 +107,8 @@ def test_add_creates_the_access_entries_installs_and_records_the_cluster_idempot
     assert added.stdout.splitlines()[-1] == f"cluster/east added ({east.url}, labels env=prod,region=us-west-2)"
     # Recorded before the install, then checked from the stack's network by its resource sync function
     lines = added.stdout.splitlines()
-    recorded_at = lines.index("cluster/east recorded (Installing): the stack serves it, its agents' hellos are accepted")
+    recorded_at = lines.index(
+        "cluster/east recorded (Installing): the stack serves it, its agents' hellos are accepted")
     assert lines[recorded_at + 1] == "cluster east reached from the stack's network: Kubernetes v1.33.5-eks-3025e55"
     assert lines[recorded_at + 2].startswith("customresourcedefinition.apiextensions.k8s.io/")
     # Each function role has its entry, with the groups the shipped RBAC binds

@@ -10,9 +10,9 @@ from prewarm.domain.clusters import (
     ClusterReach,
     ClusterSelector,
     RegisteredCluster,
+    kubernetes_version,
     resolve_cluster,
     scoped,
-    kubernetes_version,
     select_clusters,
     split_scoped,
 )

@@ -52,7 +52,7 @@ DAEMON_SET = {"apiVersion": "apps/v1", "kind": "DaemonSet",
 class Eks:
     """EKS as `cluster add` uses it: cluster `prod` is ACTIVE with access entries; entries are kept."""
 
-    class exceptions:  # noqa: N801 (as boto3's client names them)
+    class exceptions:
         class ResourceInUseException(Exception):
             pass
 
@@ -66,12 +66,12 @@ class Eks:
         return {"cluster": {"endpoint": "https://prod.example", "certificateAuthority": {"data": "Q0E="},
                             "accessConfig": {"authenticationMode": "API"}}}
 
-    def create_access_entry(self, *, principalArn: str, kubernetesGroups: list[str], **_: Any) -> None:  # noqa: N803
+    def create_access_entry(self, *, principalArn: str, kubernetesGroups: list[str], **_: Any) -> None:
         if principalArn in self.entries:
             raise self.exceptions.ResourceInUseException
         self.entries[principalArn] = kubernetesGroups
 
-    def describe_access_entry(self, *, principalArn: str, **_: Any) -> dict[str, Any]:  # noqa: N803
+    def describe_access_entry(self, *, principalArn: str, **_: Any) -> dict[str, Any]:
         return {"accessEntry": {"kubernetesGroups": self.entries[principalArn]}}
 
 
@@ -174,7 +174,7 @@ def test_a_failed_install_leaves_the_cluster_failed_with_why_and_adding_it_again
     stack = AwsStack()
     refused = ClusterAuthError("GET /apis/apps/v1/namespaces/prewarm-system/daemonsets/prewarm-agent: 401 Unauthorized")
 
-    with pytest.raises(RegistrationError, match="401 Unauthorized .cluster prod is recorded Failed"):
+    with pytest.raises(RegistrationError, match=r"401 Unauthorized \(cluster prod is recorded Failed"):
         add(store, Api(store, error=refused), V1_33, stack)
 
     (health,) = [h for h in recorded_health(store, "home") if h.name == "prod"]
