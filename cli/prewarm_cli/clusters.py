@@ -31,6 +31,9 @@ from prewarm_cli.install.render import FUNCTION_GROUPS
 ENTRY_TYPE = "STANDARD"
 
 Report = Callable[[str], None]
+# After creating access entries, a check the cluster answers 401 is made again after these waits (about
+# 30 s in all): an access entry can take a few seconds to apply.
+ENTRY_WAITS = (2.0, 4.0, 8.0, 16.0)
 
 
 class RegistrationError(CommandError):
@@ -90,13 +93,16 @@ def describe_cluster(eks: Any, name: str) -> tuple[str, str]:
     return endpoint, ca_data
 
 
-def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> None:
-    """An access entry for each role with (at least) its groups: created, kept, or given the groups it lacks."""
+def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> bool:
+    """An access entry for each role with (at least) its groups: created, kept, or given the groups it lacks.
+    Whether any was created."""
+    created = False
     for arn, groups in roles.items():
         try:
             eks.create_access_entry(clusterName=cluster, principalArn=arn, kubernetesGroups=list(groups),
                                     type=ENTRY_TYPE)
             report(f"access entry {arn} created (groups {', '.join(groups)})")
+            created = True
             continue
         except eks.exceptions.ResourceInUseException:
             pass
@@ -108,12 +114,14 @@ def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], rep
             report(f"access entry {arn} configured (added groups {', '.join(missing)})")
         else:
             report(f"access entry {arn} unchanged")
+    return created
 
 
 def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mapping[str, str],
                      objects: Sequence[dict[str, Any]], report: Report,
                      open_api: Callable[[RegisteredCluster], Any],
-                     reach: Callable[[str], ClusterReach]) -> RegisteredCluster:
+                     reach: Callable[[str], ClusterReach], *,
+                     sleep: Callable[[float], None] = time.sleep) -> RegisteredCluster:
     """`prewarm cluster add` for a cluster other than the stack's own (the module says in which order):
     `reach(name)` is how the stack's functions reach its API, `objects` are installed through
     `open_api(cluster)` (its API as the operator). `target` is the stack's (`prewarm_cli.targets.Target`).
@@ -135,7 +143,7 @@ def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mappin
     roles = function_roles(target.env)
     eks = target.client("eks")
     endpoint, ca_data = describe_cluster(eks, name)
-    grant_access(eks, name, roles, report)
+    created = grant_access(eks, name, roles, report)
     recorded = RegisteredCluster(name, endpoint, ca_data, labels=dict(labels), added_at=added_at,
                                  setup=ClusterSetup.INSTALLING)
     # Recorded before anything is installed: an agent that starts at once finds its cluster served.
@@ -143,6 +151,13 @@ def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mappin
     report(f"cluster/{name} recorded ({recorded.setup}): the stack serves it, its agents' hellos are accepted")
     try:
         found = reach(name)
+        for wait in ENTRY_WAITS if created else ():
+            if not found.unauthorized:
+                break
+            report(f"cluster {name} did not accept the function's token yet (new access entries take a few "
+                   f"seconds to apply): checking again in {wait:g} s")
+            sleep(wait)
+            found = reach(name)
         if problem := found.problem():
             raise RegistrationError(problem)
         report(f"cluster {name} reached from the stack's network: Kubernetes {found.version}")

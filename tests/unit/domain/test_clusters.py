@@ -172,6 +172,8 @@ def test_a_cluster_unreachable_older_than_1_30_or_with_no_version_is_refused_nam
 def test_a_reachability_answer_goes_through_json_and_anything_else_is_refused_naming_it() -> None:
     reach = ClusterReach("prod", version="v1.33.5")
     assert ClusterReach.from_json(reach.to_json()) == reach
+    refused = ClusterReach("prod", error="GET /version: 401 Unauthorized", unauthorized=True)
+    assert ClusterReach.from_json(refused.to_json()) == refused
     assert ClusterReach.from_json({"cluster": "prod", "version": "", "error": "timed out"}).error == "timed out"
     for doc in (None, {"cluster": "prod"}, {"version": "v1.30.0"}, ["prod"]):
         with pytest.raises(ValueError, match="not a reachability answer"):

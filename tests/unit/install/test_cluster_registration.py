@@ -109,22 +109,23 @@ class Api:
         return []
 
 
-def add(store: MemoryJobStore, api: Api, reach: ClusterReach, stack: AwsStack | None = None) -> list[str]:
+def add(store: MemoryJobStore, api: Api, reach: ClusterReach, stack: AwsStack | None = None, *,
+        answers: list[ClusterReach] | None = None, sleeps: list[float] | None = None) -> list[str]:
+    """`cluster add prod`; the check answers `answers` in turn (the last one again), else `reach`."""
     lines: list[str] = []
-    asked: list[str] = []
+    queue = list(answers or [reach])
 
     @contextmanager
     def open_api(cluster: RegisteredCluster) -> Iterator[Api]:
         yield api
 
     def reached(name: str) -> ClusterReach:
-        asked.append(name)
         # Checked once the cluster is recorded: the function reads its endpoint from the table
-        assert store.get_cluster(name) is not None
-        return reach
+        assert name == "prod" and store.get_cluster(name) is not None
+        return queue.pop(0) if len(queue) > 1 else queue[0]
 
-    register_cluster(stack or AwsStack(), store, "prod", {"env": "prod"}, [DAEMON_SET], lines.append, open_api, reached)
-    assert asked == ["prod"]
+    register_cluster(stack or AwsStack(), store, "prod", {"env": "prod"}, [DAEMON_SET], lines.append, open_api, reached,
+                     sleep=(sleeps if sleeps is not None else []).append)
     return lines
 
 
@@ -191,3 +192,31 @@ def test_a_failed_install_leaves_the_cluster_failed_with_why_and_adding_it_again
     again = store.get_cluster("prod")
     assert again is not None and first is not None
     assert (again.setup, again.setup_message, again.added_at) == (ClusterSetup.INSTALLED, "", first.added_at)
+
+
+REFUSED = ClusterReach("prod", error="GET /version: 401 Unauthorized: Unauthorized", unauthorized=True)
+
+
+def test_a_token_refused_just_after_the_access_entries_were_created_is_checked_again_until_they_apply() -> None:
+    store = MemoryJobStore()
+    sleeps: list[float] = []
+    lines = add(store, Api(store), V1_33, answers=[REFUSED, REFUSED, V1_33], sleeps=sleeps)
+    assert sleeps == [2.0, 4.0]
+    assert "cluster prod did not accept the function's token yet (new access entries take a few seconds to apply): " \
+           "checking again in 2 s" in lines
+    recorded = store.get_cluster("prod")
+    assert recorded is not None and recorded.setup is ClusterSetup.INSTALLED
+
+
+def test_a_token_still_refused_after_about_30_s_or_with_entries_that_existed_is_refused_at_once() -> None:
+    store, stack = MemoryJobStore(), AwsStack()
+    sleeps: list[float] = []
+    with pytest.raises(RegistrationError, match="cannot be reached from the stack's network: GET /version: 401"):
+        add(store, Api(store), V1_33, stack, answers=[REFUSED], sleeps=sleeps)
+    assert sleeps == [2.0, 4.0, 8.0, 16.0]
+
+    # Added again: the entries exist, so a refusal is not waited on
+    sleeps.clear()
+    with pytest.raises(RegistrationError):
+        add(store, Api(store), V1_33, stack, answers=[REFUSED], sleeps=sleeps)
+    assert sleeps == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prewarm.domain.clusters import ClusterReach, RegisteredCluster
 from prewarm.services.clusters import reach_cluster
-from prewarm.services.ports import ClusterUnavailableError
+from prewarm.services.ports import ClusterAuthError, ClusterUnavailableError
 from tests.support.cluster import FakeCluster
 from tests.support.cluster_directory import clusters_of
 from tests.support.memory_store import MemoryJobStore
@@ -37,3 +37,12 @@ def test_a_cluster_that_cannot_be_reached_or_is_not_registered_says_why_in_one_l
         "prod-eu", error="cluster prod-eu cannot be reached: connection timed out (GET /version)")
     assert reach_cluster(clusters, "staging").error == (
         "cluster 'staging' is not registered with this stack: `prewarm cluster add staging`")
+
+
+def test_a_token_the_cluster_did_not_accept_is_told_from_other_failures() -> None:
+    store = MemoryJobStore()
+    store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    refused = ClusterAuthError("GET /version: 401 Unauthorized: Unauthorized", status=401)
+    forbidden = ClusterAuthError("GET /version: 403 Forbidden", status=403)
+    assert reach_cluster(clusters_of(store, None, {"prod-eu": refused}), "prod-eu").unauthorized
+    assert not reach_cluster(clusters_of(store, None, {"prod-eu": forbidden}), "prod-eu").unauthorized

@@ -162,11 +162,13 @@ def kubernetes_version(info: Mapping[str, Any]) -> tuple[int, int] | None:
 @dataclass(frozen=True)
 class ClusterReach:
     """How cluster `cluster`'s API answered a GET of `/version` from the stack's own network: the version it
-    reported (`version`: its `gitVersion`, or `major.minor`), or why it could not be reached (`error`)."""
+    reported (`version`: its `gitVersion`, or `major.minor`), or why it could not be reached (`error`;
+    `unauthorized`: the API did not accept the function's token, as before its access entry applies)."""
 
     cluster: str
     version: str = ""
     error: str = ""
+    unauthorized: bool = False
 
     @classmethod
     def of_version(cls, cluster: str, info: Mapping[str, Any]) -> ClusterReach:
@@ -188,8 +190,9 @@ class ClusterReach:
                     f"install applies is GA from {least}; upgrade the cluster")
         return None
 
-    def to_json(self) -> dict[str, str]:
-        return {"cluster": self.cluster, "version": self.version, "error": self.error}
+    def to_json(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "version": self.version, "error": self.error,
+                **({"unauthorized": True} if self.unauthorized else {})}
 
     @classmethod
     def from_json(cls, doc: Any) -> ClusterReach:
@@ -197,7 +200,8 @@ class ClusterReach:
         if not isinstance(doc, Mapping) or not isinstance(doc.get("cluster"), str) or not (
                 doc.get("version") or doc.get("error")):
             raise ValueError(f"not a reachability answer (cluster, and version or error): {str(doc)[:200]}")
-        return cls(str(doc["cluster"]), str(doc.get("version") or ""), str(doc.get("error") or ""))
+        return cls(str(doc["cluster"]), str(doc.get("version") or ""), str(doc.get("error") or ""),
+                   unauthorized=doc.get("unauthorized") is True)
 
 
 def select_clusters(selector: ClusterSelector | None, clusters: Sequence[RegisteredCluster], default_name: str

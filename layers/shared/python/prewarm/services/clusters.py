@@ -173,4 +173,4 @@ def reach_cluster(clusters: ClusterDirectory, name: str) -> ClusterReach:
     try:
         return ClusterReach.of_version(name, clusters.api(cluster).get_version())
     except ClusterError as e:
-        return ClusterReach(name, error=" ".join(str(e).split()))
+        return ClusterReach(name, error=" ".join(str(e).split()), unauthorized=e.status == 401)
