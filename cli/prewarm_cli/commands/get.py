@@ -126,15 +126,16 @@ def _view_nodes(ctx: click.Context, where: str, kubeconfig: str | None, context:
     target = current_target(ctx)
     # The sweep's StartupTaintGraceSeconds and NoAgentGraceSeconds (stack parameters, which the target's
     # environment carries), which time its removal of a startup taint.
-    graces = {"grace": _seconds(target.env, "STARTUP_TAINT_GRACE_SECONDS", STARTUP_TAINT_GRACE_SECONDS),
-              "no_agent_grace": _seconds(target.env, "NO_AGENT_GRACE_SECONDS", NO_AGENT_GRACE_SECONDS)}
+    grace = _seconds(target.env, "STARTUP_TAINT_GRACE_SECONDS", STARTUP_TAINT_GRACE_SECONDS)
+    no_agent_grace = _seconds(target.env, "NO_AGENT_GRACE_SECONDS", NO_AGENT_GRACE_SECONDS)
     try:
         cluster = reach(ctx, where, kubeconfig, context)
     except ClusterError as e:
-        return view_nodes(current_store(ctx), None, now=now, unreachable=f"cannot reach the cluster ({e})",
-                          cluster_name=where, **graces)
+        return view_nodes(current_store(ctx), None, now=now, grace=grace, no_agent_grace=no_agent_grace,
+                          unreachable=f"cannot reach the cluster ({e})", cluster_name=where)
     with cluster:
-        return view_nodes(current_store(ctx), cluster, now=now, cluster_name=where, **graces)
+        return view_nodes(current_store(ctx), cluster, now=now, grace=grace, no_agent_grace=no_agent_grace,
+                          cluster_name=where)
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
