@@ -17,9 +17,7 @@ from prewarm.observability import logger, metrics, tracer
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "reach_cluster" in event:  # `prewarm cluster add`: can the stack's network reach the cluster, which version?
-        reach = bootstrap.reach_cluster(str(event["reach_cluster"]))
-        metrics.add_metric(name="ClusterChecksUnreachable", unit=MetricUnit.Count, value=1 if reach.error else 0)
-        return reach.to_json()
+        return bootstrap.reach_cluster(str(event["reach_cluster"])).to_json()
     report = bootstrap.sync_resources()
     metrics.add_metric(name="ResourcesApplied", unit=MetricUnit.Count, value=len(report.applied))
     metrics.add_metric(name="ResourcesRefused", unit=MetricUnit.Count, value=len(report.refused))
