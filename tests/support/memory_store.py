@@ -33,6 +33,7 @@ from tests.support.memory_items import (
     MemoryNodeItems,
     MemoryRuleItems,
     MemoryScheduleRunItems,
+    MemoryWarmSnapshotItems,
     TableItems,
 )
 from tests.support.memory_table import (
@@ -411,7 +412,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
 
 
 class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems,
-                     MemoryClusterItems):
+                     MemoryClusterItems, MemoryWarmSnapshotItems):
     """`JobStore` and `ScheduleRuns` in memory, as `DynamoJobStore` keeps them on the JobsTable. Stores
     given the same `MemoryTable` share it, as two Lambda containers share the table."""
 
