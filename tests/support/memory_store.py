@@ -30,6 +30,7 @@ from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate, removal_
 from prewarm.services.ports import StoreConflictError
 from tests.support.memory_items import (
     MemoryClusterItems,
+    MemoryCronJobItems,
     MemoryNodeItems,
     MemoryRuleItems,
     MemoryScheduleRunItems,
@@ -411,7 +412,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
         return []
 
 
-class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems,
+class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems, MemoryCronJobItems,
                      MemoryClusterItems, MemoryWarmSnapshotItems):
     """`JobStore` and `ScheduleRuns` in memory, as `DynamoJobStore` keeps them on the JobsTable. Stores
     given the same `MemoryTable` share it, as two Lambda containers share the table."""

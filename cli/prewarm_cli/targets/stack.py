@@ -29,6 +29,7 @@ STACK_OUTPUTS = {
     "SweepRoleArn": "SWEEP_ROLE_ARN",
     "RefreshEcrCredentialsRoleArn": "REFRESH_ECR_CREDENTIALS_ROLE_ARN",
     "SyncResourcesRoleArn": "SYNC_RESOURCES_ROLE_ARN",
+    "BakeSnapshotsRoleArn": "BAKE_SNAPSHOTS_ROLE_ARN",
     # The function `cluster add` invokes to check a cluster from the stack's network.
     "SyncResourcesFunctionName": "SYNC_RESOURCES_FUNCTION_NAME",
 }

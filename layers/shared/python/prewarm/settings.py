@@ -61,6 +61,12 @@ class Settings(BaseModel):
     aws_region: str = Field(default="", alias="AWS_REGION")
     credentials_config_parameter: str = Field(default="", alias="CREDENTIALS_CONFIG_PARAMETER")
     credentials_config_json: str = Field(default="", alias="CREDENTIALS_CONFIG")
+    # The cron jobs' EventBridge Scheduler schedules (dispatch_job puts them): their name prefix, the run
+    # function they invoke and the role Scheduler invokes it as.
+    cron_schedule_prefix: str = Field(default="prewarm-cron", alias="CRON_SCHEDULE_PREFIX",
+                                      pattern=r"^[0-9A-Za-z_.-]{1,40}$")
+    cron_target_arn: str = Field(default="", alias="CRON_TARGET_ARN")
+    cron_role_arn: str = Field(default="", alias="CRON_ROLE_ARN")
 
     @property
     def node_queue_sender_arns(self) -> list[str]:
