@@ -6,7 +6,8 @@ transactions of up to 99 node items plus one counter update of the job item (`se
 `MaximumConcurrency` invocations at once, their transactions meet on that item. DynamoDB cancels a
 transaction that includes an item another transaction holds (`TransactionConflict`, DynamoDB developer
 guide, "Transaction conflict handling in DynamoDB"); record_status backs off and tries again what is left
-(`services/reports.py`'s `_ATTEMPTS` and `_BACKOFF`), then hands the reports back to the queue.
+(`services/reports.py`'s `_ATTEMPTS` and `REFUSED_BATCH_BACKOFF`: full jitter, drawn here from `--seed`), then
+hands the reports back to the queue.
 
 The batches run for real one at a time (capacity.py's model), so the conflicts are modeled on the recorded
 calls (`conflicts`): each invocation starts where the event source started it; its calls happen at their
@@ -79,23 +80,28 @@ def reschedule(delivery: Delivery, added: Sequence[float], concurrency: int) -> 
     return starts
 
 
-def conflicts(delivery: Delivery, config: FunctionConfig, *, item_wcu: int) -> Json:
+def conflicts(delivery: Delivery, config: FunctionConfig, *, item_wcu: int, seed: int = 0) -> Json:
     """The job item's transactions of every invocation in modeled time: conflicts, retries, delays. The
     invocations' starts and their delays are settled together: a delayed invocation holds its slot longer,
-    which moves the later ones, whose transactions then meet others."""
-    starts, model = list(delivery.starts), _conflicts(delivery, delivery.starts, config.memory_mb, item_wcu)
+    which moves the later ones, whose transactions then meet others. The backoffs' jitter is drawn from
+    `seed`, the same draws for each settling pass."""
+    starts, model = list(delivery.starts), _conflicts(delivery, delivery.starts, config.memory_mb, item_wcu, seed)
     for _ in range(20):
         moved = reschedule(delivery, model["delays"], config.concurrency)
         if moved == starts:
             break
-        starts, model = moved, _conflicts(delivery, moved, config.memory_mb, item_wcu)
+        starts, model = moved, _conflicts(delivery, moved, config.memory_mb, item_wcu, seed)
     model["starts"] = starts
     return model
 
 
-def _conflicts(delivery: Delivery, starts: Sequence[float], memory_mb: int, item_wcu: int) -> Json:
+def _conflicts(delivery: Delivery, starts: Sequence[float], memory_mb: int, item_wcu: int, seed: int) -> Json:
+    from dataclasses import replace
+
     from prewarm.domain.retry import redelivery_seconds
-    from prewarm.services.reports import _ATTEMPTS, _BACKOFF
+    from prewarm.services.reports import _ATTEMPTS, REFUSED_BATCH_BACKOFF
+
+    backoff = replace(REFUSED_BATCH_BACKOFF, rng=random.Random(seed))
 
     hold = LATENCY_S[TRANSACTION]
     transactions = [[at for at, op in call_offsets(inv, memory_mb) if op == TRANSACTION]
@@ -117,7 +123,7 @@ def _conflicts(delivery: Delivery, starts: Sequence[float], memory_mb: int, item
                 gave_up[i] = True  # its reports go back to the queue; nothing after is written
                 continue
             retries += 1
-            wait = _BACKOFF.delay(refusals[i]) + hold
+            wait = backoff.delay(refusals[i]) + hold
             delay[i] += wait
             heapq.heappush(queue, (at + wait, i, k))
             continue
@@ -182,7 +188,7 @@ def wave_scenario(args: argparse.Namespace, config: FunctionConfig, *, node_name
         delivery = deliver([t + REPORT_SEND_S for t in sent],
                            lambda ids: stack.invoke([bodies[i] for i in ids], config), config, verbose=args.verbose)
         layer_refusals = (sum(layer.stats.refusals.values()) if layer is not None else 0) - refused_before
-        model = conflicts(delivery, config, item_wcu=job_item_wcu(stack, key))
+        model = conflicts(delivery, config, item_wcu=job_item_wcu(stack, key), seed=args.seed)
         starts, ends, stored = model.pop("starts"), model.pop("ends"), model.pop("stored")
         del model["delays"]
         record = stack.store.get_job(key)

@@ -4,20 +4,25 @@
 Adding a cluster does, in order, what an operator would otherwise do by hand (docs/operations.md,
 "Kubernetes access for the functions"): read its API endpoint and CA (`eks:DescribeCluster`), give each
 of the stack's function roles an access entry with the Kubernetes groups the shipped RBAC binds
-(`eks:CreateAccessEntry`, type `STANDARD`, no access policy), install what `prewarm install` installs
-(its agents told their cluster), then record the cluster in the table, where the functions find it.
-Every step is idempotent; removing undoes them in reverse, after marking the cluster's jobs for deletion.
-What a cluster is (its name, its labels) is the domain's (`prewarm.domain.clusters`).
+(`eks:CreateAccessEntry`, type `STANDARD`, no access policy), record the cluster in the table as
+`Installing` (the functions serve it from then on: its agents' first hellos are not dropped), check that the
+stack's own network reaches its API and that it runs Kubernetes 1.30 or later (a one-off invocation of the
+resource sync function, `lambda:InvokeFunction`, which GETs its `/version`), install what `prewarm install`
+installs (its agents told their cluster), and record it `Installed`. A refusal or a failed install leaves it
+`Failed` with why; adding it again finishes the job. Every step is idempotent; removing undoes them in
+reverse, after marking the cluster's jobs for deletion. What a cluster is (its name, its labels, its setup)
+is the domain's (`prewarm.domain.clusters`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster
+from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterReach, ClusterSetup, RegisteredCluster
 from prewarm_cli.errors import CommandError
 from prewarm_cli.install.render import FUNCTION_GROUPS
 
@@ -26,6 +31,9 @@ from prewarm_cli.install.render import FUNCTION_GROUPS
 ENTRY_TYPE = "STANDARD"
 
 Report = Callable[[str], None]
+# After creating access entries, a check the cluster answers 401 is made again after these waits (about
+# 30 s in all): an access entry can take a few seconds to apply.
+ENTRY_WAITS = (2.0, 4.0, 8.0, 16.0)
 
 
 class RegistrationError(CommandError):
@@ -85,13 +93,16 @@ def describe_cluster(eks: Any, name: str) -> tuple[str, str]:
     return endpoint, ca_data
 
 
-def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> None:
-    """An access entry for each role with (at least) its groups: created, kept, or given the groups it lacks."""
+def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> bool:
+    """An access entry for each role with (at least) its groups: created, kept, or given the groups it lacks.
+    Whether any was created."""
+    created = False
     for arn, groups in roles.items():
         try:
             eks.create_access_entry(clusterName=cluster, principalArn=arn, kubernetesGroups=list(groups),
                                     type=ENTRY_TYPE)
             report(f"access entry {arn} created (groups {', '.join(groups)})")
+            created = True
             continue
         except eks.exceptions.ResourceInUseException:
             pass
@@ -103,16 +114,20 @@ def grant_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], rep
             report(f"access entry {arn} configured (added groups {', '.join(missing)})")
         else:
             report(f"access entry {arn} unchanged")
+    return created
 
 
 def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mapping[str, str],
                      objects: Sequence[dict[str, Any]], report: Report,
-                     open_api: Callable[[RegisteredCluster], Any]) -> RegisteredCluster:
-    """`prewarm cluster add` for a cluster other than the stack's own: its endpoint and CA from EKS, the
-    function roles' access entries, `objects` installed through `open_api(cluster)` (the cluster's API as
-    the operator), then the cluster recorded (its first `added_at` kept). `target` is the stack's
-    (`prewarm_cli.targets.Target`)."""
+                     open_api: Callable[[RegisteredCluster], Any],
+                     reach: Callable[[str], ClusterReach], *,
+                     sleep: Callable[[float], None] = time.sleep) -> RegisteredCluster:
+    """`prewarm cluster add` for a cluster other than the stack's own (the module says in which order):
+    `reach(name)` is how the stack's functions reach its API, `objects` are installed through
+    `open_api(cluster)` (its API as the operator). `target` is the stack's (`prewarm_cli.targets.Target`).
+    `RegistrationError` once the cluster is recorded `Failed` with why."""
     from prewarm.domain.messages import node_queue_name
+    from prewarm.services.ports import ClusterError
     from prewarm_cli.install.apply import install
 
     prefix = target.env.get("NODE_QUEUE_PREFIX", "")
@@ -128,12 +143,70 @@ def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mappin
     roles = function_roles(target.env)
     eks = target.client("eks")
     endpoint, ca_data = describe_cluster(eks, name)
-    registered = RegisteredCluster(name, endpoint, ca_data, labels=dict(labels), added_at=added_at)
-    grant_access(eks, name, roles, report)
-    with open_api(registered) as api:
-        install(api, objects, report=lambda change: report(str(change)))
-    store.put_cluster(registered)
-    return registered
+    created = grant_access(eks, name, roles, report)
+    recorded = RegisteredCluster(name, endpoint, ca_data, labels=dict(labels), added_at=added_at,
+                                 setup=ClusterSetup.INSTALLING)
+    # Recorded before anything is installed: an agent that starts at once finds its cluster served.
+    store.put_cluster(recorded)
+    report(f"cluster/{name} recorded ({recorded.setup}): the stack serves it, its agents' hellos are accepted")
+    try:
+        found = reach(name)
+        for wait in ENTRY_WAITS if created else ():
+            if not found.unauthorized:
+                break
+            report(f"cluster {name} did not accept the function's token yet (new access entries take a few "
+                   f"seconds to apply): checking again in {wait:g} s")
+            sleep(wait)
+            found = reach(name)
+        if problem := found.problem():
+            raise RegistrationError(problem)
+        report(f"cluster {name} reached from the stack's network: Kubernetes {found.version}")
+        with open_api(recorded) as api:
+            install(api, objects, report=lambda change: report(str(change)))
+    except (RegistrationError, ClusterError) as e:
+        why = " ".join(str(e.message if isinstance(e, RegistrationError) else e).split())
+        store.put_cluster(replace(recorded, setup=ClusterSetup.FAILED, setup_message=why))
+        raise RegistrationError(f"{why} (cluster {name} is recorded {ClusterSetup.FAILED}: fix that, then "
+                                f"`prewarm cluster add {name}` again, or `prewarm cluster remove {name}`)") from e
+    installed = replace(recorded, setup=ClusterSetup.INSTALLED)
+    store.put_cluster(installed)
+    return installed
+
+
+def reach_from_stack(target: Any) -> Callable[[str], ClusterReach]:
+    """How the stack's own network reaches a cluster: one invocation of its resource sync function (the
+    stack's `SyncResourcesFunctionName` output; `lambda:InvokeFunction` with your credentials), which GETs
+    the cluster's `/version` as the functions call clusters."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    function = target.env.get("SYNC_RESOURCES_FUNCTION_NAME", "")
+    if not function:
+        raise RegistrationError("the stack names no resource sync function (output SyncResourcesFunctionName) to "
+                                "check the cluster from: redeploy it with this version's template.yaml")
+
+    def reach(name: str) -> ClusterReach:
+        try:
+            answer = target.client("lambda").invoke(FunctionName=function,
+                                                    Payload=json.dumps({"reach_cluster": name}).encode())
+            payload = json.loads(answer["Payload"].read() or b"null")
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            denied = error.get("Code") == "AccessDeniedException"
+            hint = ": your credentials need lambda:InvokeFunction on it" if denied else ""
+            raise RegistrationError(f"cannot invoke {function} to check cluster {name}: "
+                                    f"{error.get('Code', '')}: {error.get('Message', e)}{hint}") from None
+        except (BotoCoreError, ValueError) as e:
+            raise RegistrationError(f"cannot invoke {function} to check cluster {name}: {e}") from None
+        if answer.get("FunctionError"):
+            message = payload.get("errorMessage") if isinstance(payload, dict) else payload
+            raise RegistrationError(f"{function} failed checking cluster {name}: {message}")
+        try:
+            return ClusterReach.from_json(payload)
+        except ValueError as e:
+            raise RegistrationError(f"{function} gave no answer about cluster {name} (is the stack this version's?): "
+                                    f"{e}") from None
+
+    return reach
 
 
 def revoke_access(eks: Any, cluster: str, roles: Mapping[str, Sequence[str]], report: Report) -> None:
@@ -189,12 +262,21 @@ class Health:
     live: bool = False
     agent_pods: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # How far `cluster add` got (a registered cluster's; "" for the stack's own, which `prewarm install` sets up).
+    setup: str = ""
+    setup_message: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "own": self.own, "labels": self.labels, "endpoint": self.endpoint,
                 "reachable": self.reachable, "reason": self.reason, "checkedAt": self.checked_at,
                 "lastSync": self.last_sync, "agents": self.agents, "live": self.live,
+                **({"setup": self.setup, "setupMessage": self.setup_message} if self.setup else {}),
                 **({"agentPods": self.agent_pods} if self.live else {})}
+
+    @property
+    def failed(self) -> bool:
+        """Unreachable, or its `cluster add` failed (`cluster list` exits 1)."""
+        return self.reachable is False or self.setup == ClusterSetup.FAILED
 
 
 def recorded_health(store: ClusterStore, own_name: str) -> list[Health]:
@@ -208,7 +290,8 @@ def recorded_health(store: ClusterStore, own_name: str) -> list[Health]:
                     len(store.list_nodes(DEFAULT_CLUSTER)))]
     for name, c in sorted(stored.items()):
         found.append(Health(name, False, dict(c.labels), c.endpoint, c.reachable, c.reason, c.checked_at,
-                            c.last_sync, len(store.list_nodes(name))))
+                            c.last_sync, len(store.list_nodes(name)), setup=str(c.setup),
+                            setup_message=c.setup_message))
     return found
 
 

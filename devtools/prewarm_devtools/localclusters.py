@@ -6,8 +6,9 @@ across VPCs), each node with its own containerd and agent, told its cluster (`PR
 AWS, each API checks that an EKS token was signed for it, and the AWS limits layer plays EKS for it
 (`aws_limits.eks`: DescribeCluster answers its endpoint and CA, access entries reach its API). Each is
 registered through `prewarm cluster add`'s own code (`prewarm_cli.clusters.register_cluster`): its
-access entries created through the EKS API, the install applied as the operator, the cluster recorded
-with its labels (`env=prod`, so rules can tell them from the own cluster).
+access entries created through the EKS API, the cluster recorded with its labels (`env=prod`, so rules can
+tell them from the own cluster), checked by an invocation of the stack's resource sync function (the layer
+runs its handler: `aws_limits.lambdas`), the install applied as the operator.
 """
 
 from __future__ import annotations
@@ -103,10 +104,11 @@ def register(cluster: LocalCluster, stack: LocalStack, objects: list[dict[str, A
              endpoint_url: str) -> None:
     """`prewarm cluster add` of the cluster, with the stack's settings `env` (outputs included), as the operator."""
     from prewarm.adapters.kube import KubeCluster
-    from prewarm_cli.clusters import register_cluster
+    from prewarm_cli.clusters import reach_from_stack, register_cluster
     from prewarm_cli.targets import target_from_env
 
     target = target_from_env(env, description=f"local stack at {endpoint_url}", region=stack.region,
                              endpoint_url=endpoint_url, local=True)
     register_cluster(target, target.store(), cluster.name, cluster.labels, objects, lambda line: None,
-                     lambda registered: KubeCluster.for_registered(registered, session=target.session()))
+                     lambda registered: KubeCluster.for_registered(registered, session=target.session()),
+                     reach_from_stack(target))

@@ -457,10 +457,11 @@ class LocalMode(LocalControl):
         state.env.update({name: outputs[key] for key, name in STACK_OUTPUTS.items() if outputs.get(key)})
         state.env["CREDENTIALS_CONFIG"] = json.dumps(self.credentials_config())
         # How often the sweep and the daily round run, which `prewarm doctor` judges their last runs by, and
-        # the sweep's grace on a startup taint, which `prewarm get nodes` times its removal by.
+        # the sweep's graces on a startup taint, which `prewarm get nodes` times its removal by.
         assert self.stack.resolver is not None
         for parameter, name in (("SweepSchedule", "SWEEP_SCHEDULE"), ("RepullSchedule", "REPULL_SCHEDULE"),
-                                ("StartupTaintGraceSeconds", "STARTUP_TAINT_GRACE_SECONDS")):
+                                ("StartupTaintGraceSeconds", "STARTUP_TAINT_GRACE_SECONDS"),
+                                ("NoAgentGraceSeconds", "NO_AGENT_GRACE_SECONDS")):
             state.env[name] = str(self.stack.resolver.resolve({"Ref": parameter}))
         if self.kube is not None:
             # EKS keeps access entries; here the embedded API does, so the state says what they are.

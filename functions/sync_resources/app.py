@@ -1,4 +1,7 @@
-"""Every minute: ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back."""
+"""Every minute: ImagePullJob, ImageListPullJob and PrewarmRule resources into the table, status back.
+
+Invoked with `{"reach_cluster": NAME}` (`prewarm cluster add`), it answers how the cluster's `/version`
+answered this function, from the stack's own network: `{"cluster", "version", "error"}`."""
 
 from typing import Any
 
@@ -13,6 +16,8 @@ from prewarm.observability import logger, metrics, tracer
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if "reach_cluster" in event:  # `prewarm cluster add`: can the stack's network reach the cluster, which version?
+        return bootstrap.reach_cluster(str(event["reach_cluster"])).to_json()
     report = bootstrap.sync_resources()
     metrics.add_metric(name="ResourcesApplied", unit=MetricUnit.Count, value=len(report.applied))
     metrics.add_metric(name="ResourcesRefused", unit=MetricUnit.Count, value=len(report.refused))

@@ -157,4 +157,4 @@ def test_with_one_clusters_api_down_the_other_completes_and_the_down_one_says_wh
     listed = CliRunner().invoke(cli, ["--local", "cluster", "list"], catch_exceptions=False)
     assert listed.exit_code == 1, listed.output
     row = next(line for line in listed.stdout.splitlines() if line.startswith(OTHER))
-    assert row.split()[:3] == [OTHER, "env=prod", "unreachable"], listed.stdout
+    assert row.split()[:4] == [OTHER, "env=prod", "Installed", "unreachable"], listed.stdout

@@ -71,6 +71,9 @@ class FakeCluster:
         default_factory=lambda: {("prewarm-system", "prewarm-agent"): shipped_daemon_set()})
     daemon_set_error: ClusterError | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    # What `/version` answers (EKS's shape).
+    version: dict[str, str] = field(default_factory=lambda: {"major": "1", "minor": "33+",
+                                                             "gitVersion": "v1.33.5-eks-3025e55"})
 
     def _next_rv(self) -> str:
         self.rv += 1
@@ -83,6 +86,9 @@ class FakeCluster:
     def _hook(self, ns: str, name: str) -> None:
         if self.before_write is not None:
             self.before_write(ns, name)
+
+    def get_version(self) -> dict[str, Any]:
+        return dict(self.version)
 
     # --- nodes and pods (dispatch) ----------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, check_cluster_name, scoped
+from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterSetup, RegisteredCluster, check_cluster_name, scoped
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
@@ -178,6 +178,7 @@ def _cluster(v: Mapping[str, Any]) -> RegisteredCluster:
         labels=dict(v.get("labels", {})), added_at=v.get("added_at"),
         reachable=None if reachable is None else bool(reachable), reason=str(v.get("reason", "")),
         checked_at=v.get("checked_at"), agents=v.get("agents"), last_sync=v.get("last_sync"),
+        setup=ClusterSetup(v.get("setup") or ClusterSetup.INSTALLED), setup_message=str(v.get("setup_message", "")),
     )
 
 
@@ -188,7 +189,8 @@ class MemoryClusterItems(TableItems):
         check_cluster_name(cluster.name)
         self.table.update(f"register cluster {cluster.name}", f"CLUSTER#{cluster.name}", "CLUSTER", {
             "kind": "cluster", "name": cluster.name, "endpoint": cluster.endpoint, "ca_data": cluster.ca_data or None,
-            "labels": dict(cluster.labels), "added_at": cluster.added_at,
+            "labels": dict(cluster.labels), "added_at": cluster.added_at, "setup": str(cluster.setup),
+            "setup_message": cluster.setup_message or None,
         })
 
     def get_cluster(self, name: str) -> RegisteredCluster | None:

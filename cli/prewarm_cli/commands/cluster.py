@@ -74,16 +74,19 @@ def _registered_api(target: Target, registered: RegisteredCluster, kubeconfig: s
 @click.pass_context
 def add(ctx: click.Context, /, name: str, labels: tuple[str, ...], kubeconfig: str | None, context: str | None,
         **options: Any) -> int:
-    """Register EKS cluster NAME: access entries for the stack's functions, the agent installed, recorded.
+    """Register EKS cluster NAME: access entries for the stack's functions, recorded, checked, the agent installed.
 
     \b
     Reads NAME's endpoint and CA from EKS, gives each function role of the stack an access entry with the
-    Kubernetes groups the installed RBAC binds, installs what `prewarm install` installs (the agents told
-    their cluster), and records the cluster in the stack's table. Idempotent. Naming the stack's own
-    cluster (its ClusterName) records its labels only.
+    Kubernetes groups the installed RBAC binds, records the cluster in the stack's table (Installing: its
+    agents' hellos are accepted from then on), has the stack's resource sync function GET its /version
+    (lambda:InvokeFunction) and refuses a cluster the stack's network cannot reach or older than
+    Kubernetes 1.30, installs what `prewarm install` installs (the agents told their cluster), and records it
+    Installed. A refusal or a failed install leaves it Failed with why (`cluster list`); adding it again
+    finishes the job. Idempotent. Naming the stack's own cluster (its ClusterName) records its labels only.
     """
     from prewarm.domain.clusters import RegisteredCluster
-    from prewarm_cli.clusters import register_cluster
+    from prewarm_cli.clusters import reach_from_stack, register_cluster
 
     _name(name)
     wanted = _labels(labels)
@@ -98,7 +101,7 @@ def add(ctx: click.Context, /, name: str, labels: tuple[str, ...], kubeconfig: s
         return EXIT_OK
     objects = rendered_objects(target, cluster=name, **options)
     registered = register_cluster(target, store, name, wanted, objects, click.echo,
-                                  lambda r: _registered_api(target, r, kubeconfig, context))
+                                  lambda r: _registered_api(target, r, kubeconfig, context), reach_from_stack(target))
     verb = "configured" if before is not None else "added"
     click.echo(f"cluster/{name} {verb} ({registered.endpoint}, labels {_shown_labels(wanted)})")
     return EXIT_OK
@@ -116,11 +119,13 @@ def _shown_labels(labels: dict[str, str]) -> str:
 @target_options
 @click.pass_context
 def list_clusters(ctx: click.Context, check: bool, output: str, kubeconfig: str | None, context: str | None) -> int:
-    """The clusters the stack serves, its own first: API reachability, agents and last sync.
+    """The clusters the stack serves, its own first: setup, API reachability, agents and last sync.
 
     \b
-    API is how the sweep and the resource sync last reached the cluster (every minute), or with --check how
-    it answers you now; AGENTS are the nodes whose agent registered; exit 1 when a cluster is unreachable.
+    SETUP is how far `cluster add` got (Installing, Failed with why, Installed; - for the stack's own); API is
+    how the sweep and the resource sync last reached the cluster (every minute), or with --check how it
+    answers you now; AGENTS are the nodes whose agent registered; exit 1 when a cluster is unreachable or
+    its setup failed.
     """
     from prewarm.domain.clusters import RegisteredCluster
     from prewarm_cli.clusters import check_now, recorded_health
@@ -147,20 +152,30 @@ def list_clusters(ctx: click.Context, check: bool, output: str, kubeconfig: str 
         def ago(epoch: float | None) -> str:
             return "-" if epoch is None else human_age(max(0.0, now - epoch)) + " ago"
 
-        headers = ["NAME", "LABELS", "API", "AGENTS", "CHECKED", "LAST SYNC", "MESSAGE"]
+        headers = ["NAME", "LABELS", "SETUP", "API", "AGENTS", "CHECKED", "LAST SYNC", "MESSAGE"]
         if check:
-            headers.insert(4, "AGENT PODS")
+            headers.insert(5, "AGENT PODS")
         rows = []
         for h in found:
-            message = h.reason or ("not reached by the schedules yet: --check reaches it" if h.reachable is None
-                                   else "")
-            row: list[object] = [h.name + (" (own)" if h.own else ""), _shown_labels(h.labels), api(h.reachable),
-                                 h.agents, ago(h.checked_at), ago(h.last_sync), message]
+            message = "; ".join(filter(None, (_setup_message(h), h.reason or (
+                "not reached by the schedules yet: --check reaches it" if h.reachable is None else ""))))
+            row: list[object] = [h.name + (" (own)" if h.own else ""), _shown_labels(h.labels), h.setup or "-",
+                                 api(h.reachable), h.agents, ago(h.checked_at), ago(h.last_sync), message]
             if check:
-                row.insert(4, h.agent_pods)
+                row.insert(5, h.agent_pods)
             rows.append(row)
         click.echo(table(headers, rows))
-    return EXIT_FAILURE if any(h.reachable is False for h in found) else EXIT_OK
+    return EXIT_FAILURE if any(h.failed for h in found) else EXIT_OK
+
+
+def _setup_message(health: Any) -> str:
+    from prewarm.domain.clusters import ClusterSetup
+
+    if health.setup == ClusterSetup.FAILED:
+        return f"cluster add failed: {health.setup_message}: `prewarm cluster add {health.name}` again"
+    if health.setup == ClusterSetup.INSTALLING:
+        return (f"cluster add under way (or interrupted: `prewarm cluster add {health.name}` again finishes it)")
+    return ""
 
 
 def _ca_of(store: Any, name: str) -> str:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
 
 from prewarm_cli.cluster_choice import chosen, cluster_option, own_cluster_name, reach, shown
-from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
+from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, CommandError
 from prewarm_cli.options import (
     cluster_options,
     current_store,
@@ -145,20 +146,32 @@ def _view_nodes(ctx: click.Context, where: str, kubeconfig: str | None, context:
                 now: float) -> NodesView:
     """The nodes of cluster `where` as the table and the cluster show them; without a cluster to reach, the
     table's alone."""
-    from prewarm.domain.intervals import STARTUP_TAINT_GRACE_SECONDS
+    from prewarm.domain.intervals import NO_AGENT_GRACE_SECONDS, STARTUP_TAINT_GRACE_SECONDS
     from prewarm.services.nodes import view_nodes
     from prewarm.services.ports import ClusterError
 
     target = current_target(ctx)
-    # The sweep's StartupTaintGraceSeconds (a stack parameter, which the target's environment carries).
-    grace = float(target.env.get("STARTUP_TAINT_GRACE_SECONDS") or STARTUP_TAINT_GRACE_SECONDS)
+    # The sweep's StartupTaintGraceSeconds and NoAgentGraceSeconds (stack parameters, which the target's
+    # environment carries), which time its removal of a startup taint.
+    grace = _seconds(target.env, "STARTUP_TAINT_GRACE_SECONDS", STARTUP_TAINT_GRACE_SECONDS)
+    no_agent_grace = _seconds(target.env, "NO_AGENT_GRACE_SECONDS", NO_AGENT_GRACE_SECONDS)
     try:
         cluster = reach(ctx, where, kubeconfig, context)
     except ClusterError as e:
-        return view_nodes(current_store(ctx), None, now=now, grace=grace, unreachable=f"cannot reach the cluster ({e})",
-                          cluster_name=where)
+        return view_nodes(current_store(ctx), None, now=now, grace=grace, no_agent_grace=no_agent_grace,
+                          unreachable=f"cannot reach the cluster ({e})", cluster_name=where)
     with cluster:
-        return view_nodes(current_store(ctx), cluster, now=now, grace=grace, cluster_name=where)
+        return view_nodes(current_store(ctx), cluster, now=now, grace=grace, no_agent_grace=no_agent_grace,
+                          cluster_name=where)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A stack's seconds setting as its target carries it; `default` (the template's) when it carries none."""
+    value = env.get(name) or str(default)
+    try:
+        return float(value)
+    except ValueError:
+        raise CommandError(f"the stack's {name} is {value!r}, not a number of seconds") from None
 
 
 # --- describe ------------------------------------------------------------------------------------

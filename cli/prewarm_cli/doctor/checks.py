@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prewarm.domain.clusters import RegisteredCluster
+from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.placement import AgentPlacement, Placement, evaluate_nodes
@@ -520,13 +520,17 @@ CLUSTER_CHECK_STALE_SECONDS = 300.0
 
 def check_registered_clusters(clusters: Sequence[RegisteredCluster], *, now: float) -> CheckResult:
     """How the stack's functions last reached each registered cluster (the sweep and the resource sync
-    record it): a cluster whose API failed or denied them, or that they have not reached lately, fails."""
+    record it): a cluster whose API failed or denied them, that they have not reached lately, or whose
+    `cluster add` failed or did not finish, fails."""
     name = "registered clusters"
     if not clusters:
         return _ok(name, "none: the stack serves its own cluster only")
     problems, fine = [], []
     for cluster in clusters:
-        if cluster.checked_at is None:
+        if cluster.setup is not ClusterSetup.INSTALLED:
+            problems.append(f"{cluster.name}: cluster add {str(cluster.setup).lower()}"
+                            + (f": {cluster.setup_message}" if cluster.setup_message else " (or was interrupted)"))
+        elif cluster.checked_at is None:
             problems.append(f"{cluster.name}: not reached by the sweep yet")
         elif cluster.reachable is False:
             problems.append(f"{cluster.name}: unreachable {human_age(now - cluster.checked_at)} ago: {cluster.reason}")

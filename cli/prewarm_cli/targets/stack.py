@@ -30,14 +30,18 @@ STACK_OUTPUTS = {
     "RefreshEcrCredentialsRoleArn": "REFRESH_ECR_CREDENTIALS_ROLE_ARN",
     "SyncResourcesRoleArn": "SYNC_RESOURCES_ROLE_ARN",
     "BakeSnapshotsRoleArn": "BAKE_SNAPSHOTS_ROLE_ARN",
+    # The function `cluster add` invokes to check a cluster from the stack's network.
+    "SyncResourcesFunctionName": "SYNC_RESOURCES_FUNCTION_NAME",
 }
 # Stack parameters the CLI reads: what the credential refresher writes into the cluster (`prewarm install`),
-# and the sweep's grace.
+# and the sweep's graces.
 STACK_PARAMETERS = {
     "CredentialsConfig": "CREDENTIALS_CONFIG",
     "CredentialsConfigParameter": "CREDENTIALS_CONFIG_PARAMETER",
     # When the sweep removes a startup taint no agent removed (`get nodes` says when).
     "StartupTaintGraceSeconds": "STARTUP_TAINT_GRACE_SECONDS",
+    # When the sweep removes the startup taint of a Ready node whose agent never said hello (`get nodes` too).
+    "NoAgentGraceSeconds": "NO_AGENT_GRACE_SECONDS",
 }
 _REQUIRED_OUTPUTS = ("JobsTableName", "StatusQueueUrl", "NodeQueuePrefix")
 

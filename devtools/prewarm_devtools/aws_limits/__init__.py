@@ -7,7 +7,7 @@ conflicts, per-partition capacity of the base table and each GSI; SQS's message 
 queue name reuse; ECR's GetAuthorizationToken rate; EventBridge Scheduler's schedule names, expressions
 and time zones. Refusals are the errors AWS answers. EKS answers for the clusters
 the layer serves (`layer.eks.serve`: local mode's embedded API servers) with their endpoints and CAs and
-the access-entry API moto lacks (`eks`).
+the access-entry API moto lacks (`eks`); Lambda's Invoke runs a local stack's handlers (`lambdas`).
 
 Before any of that, IAM (`authorization`): a caller the layer knows by access key
 (`layer.principals.add(key, arn, policies)`: local mode registers each function role and the agents'
@@ -46,6 +46,7 @@ from prewarm_devtools.aws_limits.counting import CapacityKey, CapacityStats, Key
 from prewarm_devtools.aws_limits.dynamodb import DynamoDBLimits, item_size, read_units, write_units
 from prewarm_devtools.aws_limits.ecr import ECRLimits
 from prewarm_devtools.aws_limits.eks import EKSLimits
+from prewarm_devtools.aws_limits.lambdas import LambdaFunctions
 from prewarm_devtools.aws_limits.policy import Decision, PolicyError, Principals, evaluate, explicit_deny
 from prewarm_devtools.aws_limits.quotas import Quotas
 from prewarm_devtools.aws_limits.scheduler import SchedulerLimits
@@ -75,6 +76,7 @@ class AwsLimits:
         self.sqs = SQSLimits(self)
         self.ecr = ECRLimits(self)
         self.eks = EKSLimits()
+        self.lambdas = LambdaFunctions()
         self.scheduler = SchedulerLimits()
         self.streams = StreamReaders(clock, self.quotas.stream_retention_s, self.quotas.shard_iterator_s)
 

@@ -35,7 +35,7 @@ def install(current: Callable[[], Any]) -> None:
     from moto.sqs.responses import SQSResponse
     from moto.sts.models import STSBackend
 
-    from prewarm_devtools.aws_limits import eks, queues, scheduler
+    from prewarm_devtools.aws_limits import eks, lambdas, queues, scheduler
     from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED, query_patches
 
     with _lock:
@@ -66,6 +66,9 @@ def install(current: Callable[[], Any]) -> None:
             _replace(owner, name, value)
         # EKS's access entries and DescribeCluster for the clusters the layer serves (local mode's APIs).
         for owner, name, value in eks.patches(current):
+            _replace(owner, name, value)
+        # Invoke of a local stack's functions: their handlers, run in this process.
+        for owner, name, value in lambdas.patches(current):
             _replace(owner, name, value)
         _replace(STSBackend, "assume_role", _session_keys(STSBackend.assume_role, current))
         # Every service's requests pass IAM first, as on AWS, before any of the checks above.

@@ -43,6 +43,7 @@ from typing import Any, TextIO
 
 import boto3
 
+from prewarm_devtools import aws_limits
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
 from prewarm_devtools.sam.environments import Environments, FunctionError
@@ -188,6 +189,10 @@ class LocalStack(EventSources):
             if fn.identity is not None:
                 # A role the template does not define (given as a parameter) has policies unknown here.
                 fn.identity.register(self.role_policies.get(fn.identity.arn))
+        if (layer := aws_limits.active()) is not None:
+            # Lambda's Invoke of a function (`prewarm cluster add` invokes one) runs its handler here.
+            for logical in self.functions:
+                layer.lambdas.serve(self.physical[logical].ref, functools.partial(self.invoke, logical))
         # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
         self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
@@ -383,6 +388,8 @@ class LocalStack(EventSources):
         with self._gate.enter("the functions", contextlib.nullcontext):
             env = {**os.environ, **fn.env, **(fn.identity.environment() if fn.identity else {})}
         env.setdefault("AWS_ENDPOINT_URL", self.endpoint_url)
+        # Lambda's runtime sets the Region of every function (its reserved variables).
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = self.region
         return env
 
     def update_function(self, name: str, *, code_dir: Path | None = None, handler: str | None = None,

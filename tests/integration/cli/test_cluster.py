@@ -19,6 +19,7 @@ from click.testing import Result
 
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.eks_auth import EksTokenSource
+from prewarm.domain.clusters import ClusterSetup
 from prewarm.domain.job import JobState
 from prewarm.services.jobs import apply_manifest
 from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE, FUNCTION_GROUPS
@@ -104,6 +105,12 @@ def test_add_creates_the_access_entries_installs_and_records_the_cluster_idempot
 
     assert added.exit_code == 0, added.output
     assert added.stdout.splitlines()[-1] == f"cluster/east added ({east.url}, labels env=prod,region=us-west-2)"
+    # Recorded before the install, then checked from the stack's network by its resource sync function
+    lines = added.stdout.splitlines()
+    recorded_at = lines.index(
+        "cluster/east recorded (Installing): the stack serves it, its agents' hellos are accepted")
+    assert lines[recorded_at + 1] == "cluster east reached from the stack's network: Kubernetes v1.33.5-eks-3025e55"
+    assert lines[recorded_at + 2].startswith("customresourcedefinition.apiextensions.k8s.io/")
     # Each function role has its entry, with the groups the shipped RBAC binds
     client = eks(local_stack)
     outputs = {name: local_stack.outputs()[key] for key, name in STACK_OUTPUTS.items() if key in local_stack.outputs()}
@@ -125,12 +132,15 @@ def test_add_creates_the_access_entries_installs_and_records_the_cluster_idempot
     assert recorded is not None and recorded.endpoint == east.url and dict(recorded.labels) == {
         "env": "prod", "region": "us-west-2"}
     assert base64.b64decode(recorded.ca_data).decode() == east.ca_pem
+    assert recorded.setup is ClusterSetup.INSTALLED
 
     # Again: nothing changes
     version = daemon_set["metadata"]["resourceVersion"]
     again = run("cluster", "add", "east", "--label", "env=prod", "--label", "region=us-west-2")
     assert again.exit_code == 0, again.output
-    assert [line for line in again.stdout.splitlines()[:-1] if " unchanged" not in line] == []
+    assert [line for line in again.stdout.splitlines()[:-1] if " unchanged" not in line] == [
+        "cluster/east recorded (Installing): the stack serves it, its agents' hellos are accepted",
+        "cluster east reached from the stack's network: Kubernetes v1.33.5-eks-3025e55"]
     assert again.stdout.splitlines()[-1].startswith("cluster/east configured")
     assert east.get_object("daemonsets", AGENT_NAME, AGENT_NAMESPACE)["metadata"]["resourceVersion"] == version
     assert store.get_cluster("east").added_at == recorded.added_at  # type: ignore[union-attr]
@@ -174,6 +184,51 @@ def test_a_cluster_eks_does_not_know_is_refused_and_nothing_recorded(run: Run, s
     assert store.get_cluster("west") is None
 
 
+def test_a_cluster_older_than_kubernetes_1_30_is_refused_naming_its_version_and_nothing_is_installed(
+    run: Run, east: KubeApiServer, store: DynamoJobStore
+) -> None:
+    east.version = {**east.version, "minor": "29+", "gitVersion": "v1.29.8-eks-a737599"}
+
+    result = run("cluster", "add", "east")
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "error: cluster east runs Kubernetes v1.29.8-eks-a737599, older than 1.30: the ValidatingAdmissionPolicy the "
+        "install applies is GA from 1.30; upgrade the cluster (cluster east is recorded Failed"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert east.get_object("daemonsets", AGENT_NAME, AGENT_NAMESPACE) is None
+    listed = run("cluster", "list")
+    (row,) = [line for line in listed.stdout.splitlines() if line.startswith("east ")]
+    assert listed.exit_code == 1 and row.split()[:3] == ["east", "none", "Failed"]
+    assert "cluster add failed: cluster east runs Kubernetes v1.29.8-eks-a737599" in row
+
+    # Once upgraded, adding it again finishes the job
+    east.version = {**east.version, "minor": "30+", "gitVersion": "v1.30.4-eks-a737599"}
+    again = run("cluster", "add", "east")
+    assert again.exit_code == 0, again.output
+    assert "cluster east reached from the stack's network: Kubernetes v1.30.4-eks-a737599" in again.stdout
+    recorded = store.get_cluster("east")
+    assert recorded is not None and (recorded.setup, recorded.setup_message) == (ClusterSetup.INSTALLED, "")
+    run("cluster", "remove", "east")
+
+
+def test_a_cluster_the_stacks_functions_cannot_reach_is_refused_saying_why(
+    run: Run, east: KubeApiServer, store: DynamoJobStore
+) -> None:
+    east.stop()  # its endpoint refuses connections, as one with no route from the stack's network
+    try:
+        result = run("cluster", "add", "east")
+    finally:
+        east.start()
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cluster east cannot be reached from the stack's network: cluster east "
+                                     "cannot be reached: connection refused"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    recorded = store.get_cluster("east")
+    assert recorded is not None and recorded.setup is ClusterSetup.FAILED
+    run("cluster", "remove", "east")
+
+
 def test_naming_the_stacks_own_cluster_records_its_labels_only(run: Run, local_stack: LocalStack,
                                                                 store: DynamoJobStore) -> None:
     result = run("cluster", "add", "local", "--label", "env=dev")
@@ -198,9 +253,9 @@ def test_list_shows_the_own_cluster_first_then_each_with_its_recorded_or_live_he
     recorded = run("cluster", "list")
     lines = recorded.stdout.splitlines()
     assert recorded.exit_code == 1  # a cluster is unreachable
-    assert lines[0].split() == ["NAME", "LABELS", "API", "AGENTS", "CHECKED", "LAST", "SYNC", "MESSAGE"]
-    assert lines[1].split()[:4] == ["local", "(own)", "none", "unknown"]
-    assert lines[2].split()[:4] == ["east", "env=prod", "unreachable", "0"]
+    assert lines[0].split() == ["NAME", "LABELS", "SETUP", "API", "AGENTS", "CHECKED", "LAST", "SYNC", "MESSAGE"]
+    assert lines[1].split()[:5] == ["local", "(own)", "none", "-", "unknown"]
+    assert lines[2].split()[:5] == ["east", "env=prod", "Installed", "unreachable", "0"]
     assert lines[2].endswith("connection refused")
 
     live = run("cluster", "list", "--check", "-o", "json")

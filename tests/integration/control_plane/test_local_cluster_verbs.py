@@ -5,6 +5,7 @@ without agents: no containerd needed."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -110,3 +111,39 @@ def test_status_names_each_nodes_containerd_socket() -> None:
     header, row = lines[1].splitlines()
     assert header.split() == ["NAME", "AGENT", "PID", "CONTAINERD-PID", "CONTAINERD-SOCKET", "LAST-EXIT"]
     assert row.split()[4] == "/run/prewarm/node-1/containerd.sock"
+
+
+def prewarm(*args: str) -> Result:
+    from prewarm_cli.app import cli
+
+    return CliRunner().invoke(cli, ["--local", *args], catch_exceptions=False)
+
+
+def test_cluster_add_checks_a_local_cluster_through_the_stacks_own_function(local: LocalMode) -> None:
+    from prewarm.domain.clusters import ClusterSetup
+
+    other = local.extra_clusters["local-2"]
+    # Registered at start through cluster add's code: checked, installed
+    listed = prewarm("cluster", "list", "-o", "json")
+    (found,) = [c for c in json.loads(listed.stdout) if c["name"] == "local-2"]
+    assert found["setup"] == str(ClusterSetup.INSTALLED), found
+
+    # Given local-2's API reporting Kubernetes 1.29, added again: the stack's function (Lambda's Invoke, which
+    # the local stack answers with its handler) reads that version, and nothing is installed
+    before = other.kube.version
+    other.kube.version = {**before, "minor": "29", "gitVersion": "v1.29.8"}
+    try:
+        refused = prewarm("cluster", "add", "local-2", "--label", "env=prod")
+    finally:
+        other.kube.version = before
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: cluster local-2 runs Kubernetes v1.29.8, older than 1.30"), refused.stderr
+    row = next(line for line in prewarm("cluster", "list").stdout.splitlines() if line.startswith("local-2 "))
+    assert row.split()[2] == "Failed", row
+
+    # Added again once it reports a newer one: installed
+    again = prewarm("cluster", "add", "local-2", "--label", "env=prod")
+    assert again.exit_code == 0, again.output
+    assert f"cluster local-2 reached from the stack's network: Kubernetes {before['gitVersion']}" in again.stdout
+    row = next(line for line in prewarm("cluster", "list").stdout.splitlines() if line.startswith("local-2 "))
+    assert row.split()[2] == "Installed", row

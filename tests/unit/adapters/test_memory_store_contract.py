@@ -17,7 +17,7 @@ from moto import mock_aws
 from prewarm.adapters import dynamodb
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
-from prewarm.domain.clusters import RegisteredCluster
+from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
@@ -488,6 +488,23 @@ def test_clusters_register_and_record_how_they_answered(store: Store) -> None:
     assert home is not None and (home.reachable, home.reason, home.last_sync) == (True, "", 6)
     assert [c.name for c in store.list_clusters()] == ["home", "prod-eu"]
     assert (store.delete_cluster("prod-eu"), store.delete_cluster("prod-eu")) == (True, False)
+
+
+def test_a_clusters_setup_is_recorded_and_a_cluster_recorded_before_setups_were_counts_as_installed(
+        store: Store) -> None:
+    store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example", setup=ClusterSetup.FAILED,
+                                        setup_message="cluster prod-eu runs Kubernetes v1.29.8"))
+    got = store.get_cluster("prod-eu")
+    assert got is not None and (got.setup, got.setup_message) == (ClusterSetup.FAILED,
+                                                                  "cluster prod-eu runs Kubernetes v1.29.8")
+    # Recorded again, installed: the old message goes
+    store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    got = store.get_cluster("prod-eu")
+    assert got is not None and (got.setup, got.setup_message) == (ClusterSetup.INSTALLED, "")
+    # An item as this version's stores wrote none: no setup at all (the own cluster's health item too)
+    store.record_cluster_check("home", reachable=True, reason="", checked_at=6.0, own=True)
+    home = store.get_cluster("home")
+    assert home is not None and home.setup is ClusterSetup.INSTALLED
 
 
 def test_each_write_leaves_the_items_the_adapter_leaves(store: Store) -> None:

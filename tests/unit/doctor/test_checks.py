@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.clusters import RegisteredCluster
+from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
 from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.schedules import SWEEP, ScheduleRun
 from prewarm_cli.doctor.checks import (
@@ -323,3 +323,14 @@ def test_registered_clusters_fail_when_the_functions_could_not_reach_one_lately(
     assert result.detail == ("prod-us: unreachable 60s ago: Unauthorized: the EKS token was refused; "
                              "staging: last reached 60m ago; gpu: not reached by the sweep yet")
     assert "prewarm cluster add NAME" in result.fix
+
+
+def test_a_registered_cluster_whose_cluster_add_failed_or_did_not_finish_fails() -> None:
+    now = 1_800_000_000.0
+    failed = RegisteredCluster("old", checked_at=now - 30, reachable=True, setup=ClusterSetup.FAILED,
+                               setup_message="cluster old runs Kubernetes v1.29.8, older than 1.30")
+    installing = RegisteredCluster("new", checked_at=now - 30, reachable=True, setup=ClusterSetup.INSTALLING)
+    result = check_registered_clusters([failed, installing], now=now)
+    assert result.failed
+    assert result.detail == ("old: cluster add failed: cluster old runs Kubernetes v1.29.8, older than 1.30; "
+                             "new: cluster add installing (or was interrupted)")

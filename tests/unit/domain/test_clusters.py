@@ -7,8 +7,10 @@ import pytest
 from prewarm.domain.clusters import (
     ClusterCircuit,
     ClusterError,
+    ClusterReach,
     ClusterSelector,
     RegisteredCluster,
+    kubernetes_version,
     resolve_cluster,
     scoped,
     select_clusters,
@@ -136,3 +138,43 @@ def test_a_clusters_circuit_opens_on_a_failure_lets_one_trial_through_and_double
     assert again.answered() == ClusterCircuit()
     assert ClusterCircuit().failed(0.0, "429", retry_after=45).retry_at == 45.0
     assert ClusterCircuit().failed(0.0, "429", retry_after=900).retry_at == 120.0
+
+
+@pytest.mark.parametrize(("info", "found"), [
+    ({"major": "1", "minor": "30+", "gitVersion": "v1.30.4-eks-a737599"}, (1, 30)),
+    ({"major": "1", "minor": "29", "gitVersion": "v1.29.0"}, (1, 29)),
+    ({"gitVersion": "1.31.2"}, (1, 31)),
+    ({"major": "1", "minor": "28+"}, (1, 28)),  # no gitVersion: major and minor
+    ({"gitVersion": "v1.32.1", "major": "9", "minor": "9"}, (1, 32)),  # gitVersion first
+    ({"gitVersion": "unknown"}, None),
+    ({}, None),
+])
+def test_a_kubernetes_version_is_read_from_git_version_else_major_and_minor(info: dict[str, str],
+                                                                             found: tuple[int, int] | None) -> None:
+    assert kubernetes_version(info) == found
+
+
+def test_a_cluster_unreachable_older_than_1_30_or_with_no_version_is_refused_naming_what_was_found() -> None:
+    assert ClusterReach("prod", version="v1.30.0").problem() is None
+    assert ClusterReach("prod", version="v2.0.1").problem() is None
+    assert ClusterReach("prod", error="connection refused").problem() == (
+        "cluster prod cannot be reached from the stack's network: connection refused")
+    assert ClusterReach("prod", version="v1.29.15-eks-1").problem() == (
+        "cluster prod runs Kubernetes v1.29.15-eks-1, older than 1.30: the ValidatingAdmissionPolicy the install "
+        "applies is GA from 1.30; upgrade the cluster")
+    assert ClusterReach("prod", version="v0.31.0").problem() is not None
+    assert ClusterReach.of_version("prod", {"major": "1", "minor": "31+"}).version == "1.31"
+    unreadable = ClusterReach.of_version("prod", {"platform": "x"})
+    assert unreadable.problem() == ("cluster prod answered /version with no Kubernetes version Prewarm can read "
+                                    "({'platform': 'x'})")
+
+
+def test_a_reachability_answer_goes_through_json_and_anything_else_is_refused_naming_it() -> None:
+    reach = ClusterReach("prod", version="v1.33.5")
+    assert ClusterReach.from_json(reach.to_json()) == reach
+    refused = ClusterReach("prod", error="GET /version: 401 Unauthorized", unauthorized=True)
+    assert ClusterReach.from_json(refused.to_json()) == refused
+    assert ClusterReach.from_json({"cluster": "prod", "version": "", "error": "timed out"}).error == "timed out"
+    for doc in (None, {"cluster": "prod"}, {"version": "v1.30.0"}, ["prod"]):
+        with pytest.raises(ValueError, match="not a reachability answer"):
+            ClusterReach.from_json(doc)

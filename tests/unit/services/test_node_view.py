@@ -91,6 +91,22 @@ def test_a_tainted_node_with_no_agent_says_so_and_when_the_sweep_frees_it_then_t
     assert doc["status"]["startupTaint"]["removedBy"] == "sweep"
 
 
+def test_a_ready_tainted_node_with_no_agent_is_freed_the_stacks_no_agent_grace_after_it_became_ready(
+    plane: ControlPlane,
+) -> None:
+    # Given a node that joined with the startup taint and no agent, and became Ready at once
+    at = joined(plane, "bare-1", agent=False)
+    plane.cluster.nodes[-1]["status"]["conditions"] = [{"type": "Ready", "status": "True",
+                                                        "lastTransitionTime": format_time(at)}]
+
+    # When nodes are listed for a stack whose NoAgentGraceSeconds is 300, and for one left at the default
+    view = view_nodes(plane.store, plane.cluster, now=plane.now(), grace=GRACE, no_agent_grace=300)
+    default = view_nodes(plane.store, plane.cluster, now=plane.now(), grace=GRACE)
+
+    # Then the sweep frees it that long after it became Ready
+    assert (view.nodes[0].sweep_at, default.nodes[0].sweep_at) == (at + 300, at + 120)
+
+
 def test_a_warming_node_says_how_long_its_agent_holds_the_taint_at_most(plane: ControlPlane) -> None:
     now = plane.now()
     joined(plane, "warm-1", warm_until=now + 600)

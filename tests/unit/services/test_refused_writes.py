@@ -5,6 +5,7 @@ more than its own input."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from prewarm.domain.messages import Hello, StatusReport
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import StoreRetryableError
-from prewarm.services.reports import record_status, register_node
+from prewarm.services.reports import record_reports, record_status, register_node
 from prewarm.services.schedules import SweepSettings, repull_daily, sweep
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
@@ -117,3 +118,58 @@ def test_a_hello_joining_a_never_job_meets_a_transaction_on_the_job_item_and_tri
     # Then the node joined on the second try and got its task
     assert outcome.added_to == ["default/warm"] and len(calls) == 2
     assert [m.job for m in tasks_sent(plane, ["node-new"])["node-new"]] == ["default/warm"]
+
+
+class Draws(random.Random):
+    """A random source that draws halfway, keeping each range it was asked to draw from."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.ranges: list[tuple[float, float]] = []
+
+    def uniform(self, a: float, b: float) -> float:
+        self.ranges.append((a, b))
+        return a + (b - a) / 2
+
+
+def final_report_refused(plane: ControlPlane, monkeypatch: pytest.MonkeyPatch, times: int,
+                         calls: list[str]) -> StatusReport:
+    """A node pulling, and its final report, whose transaction is refused `times` times (another writer's
+    holds the job item)."""
+    nodes = cluster_of(plane, 1)
+    apply_manifest(plane.store, job_doc(), now=plane.now())
+    plan(plane)
+    (task,) = [m[0] for m in tasks_sent(plane, nodes).values()]
+    assert report(plane, task, "Pulling", seq=1).applied
+    monkeypatch.setattr(plane.store, "apply_updates", refused(times, plane.store.apply_updates, calls))
+    return StatusReport(job=task.job, job_uid=task.job_uid, round=task.round, node=task.node, phase="Succeeded",
+                        seq=2)
+
+
+def test_a_batch_refused_for_now_waits_a_full_jitter_draw_below_the_doubling_backoff_before_each_retry(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    final = final_report_refused(plane, monkeypatch, 3, calls)
+    sleeps: list[float] = []
+    draws = Draws()
+
+    # When the report is applied
+    batch = record_reports(plane.store, plane.queues, [final], now=plane.now(), sleep=sleeps.append, rng=draws)
+
+    # Then each retry waited a draw from 0 up to 50 ms doubling (full jitter), not the ceiling itself
+    assert batch.outcomes[0].applied and len(calls) == 4
+    assert draws.ranges == [(0, 0.05), (0, 0.1), (0, 0.2)]
+    assert sleeps == [0.025, 0.05, 0.1]
+
+
+def test_without_a_random_source_given_the_waits_still_vary_below_the_ceiling(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    final = final_report_refused(plane, monkeypatch, 5, calls)
+    sleeps: list[float] = []
+    assert record_reports(plane.store, plane.queues, [final], now=plane.now(), sleep=sleeps.append).outcomes[0].applied
+    ceilings = [0.05, 0.1, 0.2, 0.4, 0.8]
+    assert len(sleeps) == 5 and all(0 <= s <= c for s, c in zip(sleeps, ceilings, strict=True))
+    assert sleeps != ceilings

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from prewarm.adapters.scheduler import SchedulerCronSchedules
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues, StatusQueue
-    from prewarm.domain.clusters import RegisteredCluster
+    from prewarm.domain.clusters import ClusterReach, RegisteredCluster
     from prewarm.domain.job import StoredJob
     from prewarm.domain.keys import JobKey
     from prewarm.domain.messages import Baked, FromAgent
@@ -293,6 +293,17 @@ def sync_resources() -> SyncReport:
     from prewarm.services.resources import run_sync
 
     return run_sync(store(), clusters(), clock=time.time)
+
+
+def reach_cluster(name: str) -> ClusterReach:
+    """Cluster `name`'s `/version` through the status path's bounded client (one try, short timeouts), with
+    a circuit of its own: a cluster that failed the schedules a minute ago is asked again now."""
+    from prewarm.adapters.bounded import BoundedCalls
+    from prewarm.services.clusters import reach_cluster
+
+    calls = BoundedCalls()
+    calls.deadline.begin()
+    return reach_cluster(bounded_clusters(calls), name)
 
 
 @lru_cache(maxsize=1)

@@ -330,6 +330,9 @@ class KubeCluster:
 
     # -- any object, by API version and plural (install, doctor) ------------------------------------
 
+    def get_version(self) -> KubeObject:
+        return self._request("GET", "/version")
+
     def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> KubeObject | None:
         """The object, or None when it (or its namespace) does not exist."""
         return self._get(object_path(api_version, plural, namespace, name))

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from enum import StrEnum
+from typing import Any, ClassVar
 
 from prewarm.domain.kubernetes import NamesOrLabelSelector, label_map_problems
 
@@ -74,10 +75,20 @@ def shown(cluster: str, default_name: str) -> str:
     return cluster or default_name
 
 
+class ClusterSetup(StrEnum):
+    """How far `prewarm cluster add` got with a registered cluster. It is recorded before anything is
+    installed, so its agents' first hellos are accepted; it is served (jobs, sweep, hellos) in every state."""
+
+    INSTALLING = "Installing"  # recorded; the reachability check and the install under way, or interrupted
+    FAILED = "Failed"  # the check refused it or the install failed: `setup_message` says why
+    INSTALLED = "Installed"  # also every cluster recorded before setups were (it was recorded after its install)
+
+
 @dataclass(frozen=True)
 class RegisteredCluster:
-    """A cluster the stack serves: where its API is and what it is labelled with, and how it last
-    answered (`reachable`, `reason`, `checked_at`, `agents`: written by the schedules that call it)."""
+    """A cluster the stack serves: where its API is and what it is labelled with, how far its `cluster add`
+    got (`setup`, `setup_message`), and how it last answered (`reachable`, `reason`, `checked_at`, `agents`:
+    written by the schedules that call it)."""
 
     name: str
     endpoint: str = ""
@@ -89,6 +100,8 @@ class RegisteredCluster:
     checked_at: float | None = None
     agents: int | None = None
     last_sync: float | None = None
+    setup: ClusterSetup = ClusterSetup.INSTALLED
+    setup_message: str = ""
 
     def __post_init__(self) -> None:
         if self.name:
@@ -125,6 +138,70 @@ class ClusterSelector(NamesOrLabelSelector):
         not registered yet): its pushes make no job there."""
         known = {shown(c.name, default_name) for c in clusters}
         return [name for name in self.names or () if name not in known]
+
+
+# The install applies a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1), GA and served by
+# default from Kubernetes 1.30 (KEP-3488); an older API server refuses it.
+MIN_KUBERNETES = (1, 30)
+_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+
+
+def kubernetes_version(info: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) of an API server's `/version` answer: its `gitVersion` (`v1.30.4-eks-a737599`), else
+    `major` and `minor` (EKS reports `"30+"`); None when neither reads as a version.
+
+    >>> kubernetes_version({"gitVersion": "v1.29.8-eks-a737599"}), kubernetes_version({"major": "1", "minor": "31+"})
+    ((1, 29), (1, 31))
+    """
+    found = _VERSION.match(str(info.get("gitVersion") or ""))
+    if found is None:
+        found = _VERSION.fullmatch(f"{info.get('major', '')}.{str(info.get('minor', '')).rstrip('+')}")
+    return None if found is None else (int(found.group(1)), int(found.group(2)))
+
+
+@dataclass(frozen=True)
+class ClusterReach:
+    """How cluster `cluster`'s API answered a GET of `/version` from the stack's own network: the version it
+    reported (`version`: its `gitVersion`, or `major.minor`), or why it could not be reached (`error`;
+    `unauthorized`: the API did not accept the function's token, as before its access entry applies)."""
+
+    cluster: str
+    version: str = ""
+    error: str = ""
+    unauthorized: bool = False
+
+    @classmethod
+    def of_version(cls, cluster: str, info: Mapping[str, Any]) -> ClusterReach:
+        parsed = kubernetes_version(info)
+        shown_as = str(info.get("gitVersion") or "") or (f"{parsed[0]}.{parsed[1]}" if parsed else "")
+        return cls(cluster, version=shown_as or repr(dict(info))[:80])
+
+    def problem(self) -> str | None:
+        """Why Prewarm cannot be installed in the cluster, one line naming what was found; None when it can."""
+        who = f"cluster {self.cluster}"
+        if self.error:
+            return f"{who} cannot be reached from the stack's network: {self.error}"
+        found = kubernetes_version({"gitVersion": self.version})
+        if found is None:
+            return f"{who} answered /version with no Kubernetes version Prewarm can read ({self.version})"
+        if found < MIN_KUBERNETES:
+            least = ".".join(map(str, MIN_KUBERNETES))
+            return (f"{who} runs Kubernetes {self.version}, older than {least}: the ValidatingAdmissionPolicy the "
+                    f"install applies is GA from {least}; upgrade the cluster")
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "version": self.version, "error": self.error,
+                **({"unauthorized": True} if self.unauthorized else {})}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ClusterReach:
+        """What the function answered; `ValueError` naming what is missing when it is not an answer."""
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("cluster"), str) or not (
+                doc.get("version") or doc.get("error")):
+            raise ValueError(f"not a reachability answer (cluster, and version or error): {str(doc)[:200]}")
+        return cls(str(doc["cluster"]), str(doc.get("version") or ""), str(doc.get("error") or ""),
+                   unauthorized=doc.get("unauthorized") is True)
 
 
 def select_clusters(selector: ClusterSelector | None, clusters: Sequence[RegisteredCluster], default_name: str

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from prewarm.domain.clusters import DEFAULT_CLUSTER, shown
+from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterReach, shown
 from prewarm.services.ports import (
     ClusterApi,
     ClusterConfigError,
@@ -163,3 +163,14 @@ def api_or_none(clusters: ClusterDirectory, name: str = DEFAULT_CLUSTER) -> Clus
         return clusters.api(name)
     except ClusterConfigError:
         return None
+
+
+def reach_cluster(clusters: ClusterDirectory, name: str) -> ClusterReach:
+    """GET `/version` of cluster `name` (registered, or the stack's own by its `ClusterName`) through
+    `clusters`, as the stack's functions reach it: the version it reported, or why it could not be reached,
+    in one line (`prewarm cluster add` checks it before installing)."""
+    cluster = DEFAULT_CLUSTER if name == clusters.own_name else name
+    try:
+        return ClusterReach.of_version(name, clusters.api(cluster).get_version())
+    except ClusterError as e:
+        return ClusterReach(name, error=" ".join(str(e).split()), unauthorized=e.status == 401)

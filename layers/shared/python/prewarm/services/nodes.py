@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
+from prewarm.domain.intervals import NO_AGENT_GRACE_SECONDS
 from prewarm.domain.node_state import NodeState, node_states, taint_releases
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, FAIL_OPEN_EVENT_REASON, WarmLimits
 from prewarm.services.jobs import silent_pulls_by_node
@@ -26,11 +27,12 @@ class NodesView:
 
 def view_nodes(
     store: AgentItems, cluster: NodeStates | None, *, now: float, grace: float, unreachable: str = "",
-    cluster_name: str = DEFAULT_CLUSTER,
+    cluster_name: str = DEFAULT_CLUSTER, no_agent_grace: float = NO_AGENT_GRACE_SECONDS,
 ) -> NodesView:
     """The registered nodes of `cluster_name` and, when `cluster` (its API) answers, every node of the
     cluster with its taint and the sweep's Events. `unreachable` says why there is no cluster to read
-    (`cluster` is then None); `grace` is the stack's StartupTaintGraceSeconds."""
+    (`cluster` is then None); `grace` and `no_agent_grace` are the stack's StartupTaintGraceSeconds and
+    NoAgentGraceSeconds, which say when the sweep removes a startup taint."""
     problems: list[str] = []
     nodes: list[dict[str, Any]] | None = None
     limits, releases = WarmLimits(), {}
@@ -54,5 +56,6 @@ def view_nodes(
         except ClusterError as e:
             problems.append(f"cannot read the nodes' Events ({e}): a startup taint the sweep removed is not shown")
     states = node_states(nodes, store.list_nodes(cluster_name), limits=limits, grace=grace, now=now, releases=releases,
-                         silent_pulls=silent_pulls_by_node(store, now=now, cluster=cluster_name))
+                         silent_pulls=silent_pulls_by_node(store, now=now, cluster=cluster_name),
+                         no_agent_grace=no_agent_grace)
     return NodesView(states, problems)

@@ -421,7 +421,14 @@ class CredentialsCluster(Protocol):
     ) -> dict[str, Any]: ...
 
 
-class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeWarmWrites, NodeStates, CredentialsCluster, Protocol):
+class ClusterVersion(Protocol):
+    """The API server's `/version` (the Kubernetes adapter): `gitVersion`, `major`, `minor`..."""
+
+    def get_version(self) -> dict[str, Any]: ...
+
+
+class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeWarmWrites, NodeStates, CredentialsCluster, ClusterVersion,
+                 Protocol):
     """One cluster's Kubernetes API, all a use case may ask of it (`prewarm.adapters.kube.KubeCluster`);
     each use case names the narrower protocol it uses."""
 

@@ -13,10 +13,11 @@ reordered reports end in exact counters; a conflict re-reads and decides again.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
@@ -53,8 +54,9 @@ log = logging.getLogger(__name__)
 # TransactWriteItems takes 100 actions (DynamoDB quotas): 99 node items and the job item.
 NODES_PER_TRANSACTION = 99
 _ATTEMPTS = 6
-# Between attempts of a batch refused by throttling or another writer's transaction.
-_BACKOFF = Backoff(0.05, 1.0)
+# Between attempts of a batch refused by throttling or another writer's transaction: full jitter (AWS Architecture
+# Blog, "Exponential Backoff And Jitter"), so invocations that met on one job item do not come back together.
+REFUSED_BATCH_BACKOFF = Backoff(0.05, 1.0, jitter=True)
 # Writes of one batch that touch different items run this many at a time: one after another, 100
 # progress writes of a few milliseconds each held a batch for half a second (benchmarks/capacity.py).
 WRITERS = 16
@@ -120,14 +122,17 @@ def record_reports(
     *,
     now: float,
     sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
 ) -> BatchOutcome:
-    """Applies a batch of reports exactly once each. Duplicates, stale rounds and backwards moves change nothing."""
+    """Applies a batch of reports exactly once each. Duplicates, stale rounds and backwards moves change nothing.
+    A job's reports refused for now are tried again after `sleep`ing a draw of `rng` (`REFUSED_BATCH_BACKOFF`)."""
     result = BatchOutcome([ReportOutcome(False, "not processed") for _ in reports])
+    backoff = REFUSED_BATCH_BACKOFF if rng is None else replace(REFUSED_BATCH_BACKOFF, rng=rng)
     by_job: dict[str, list[int]] = {}
     for i, report in enumerate(reports):
         by_job.setdefault(report.job, []).append(i)
     for key, indexes in by_job.items():
-        _JobBatch(store, queues, key, reports, indexes, result, now=now, sleep=sleep).run()
+        _JobBatch(store, queues, key, reports, indexes, result, now=now, sleep=sleep, backoff=backoff).run()
     return result
 
 
@@ -135,8 +140,9 @@ class _JobBatch:
     """The reports of one job in one batch."""
 
     def __init__(self, store: AgentItems, queues: TaskQueues, key: str, reports: Sequence[StatusReport],
-                 indexes: list[int], result: BatchOutcome, *, now: float, sleep: Callable[[float], None]) -> None:
-        self.store, self.queues, self.key, self.now, self.sleep = store, queues, key, now, sleep
+                 indexes: list[int], result: BatchOutcome, *, now: float, sleep: Callable[[float], None],
+                 backoff: Backoff) -> None:
+        self.store, self.queues, self.key, self.now, self.sleep, self.backoff = store, queues, key, now, sleep, backoff
         self.reports, self.result = reports, result
         self.indexes = list(indexes)
         self.pending = list(indexes)
@@ -155,7 +161,7 @@ class _JobBatch:
                     self.result.outcomes[i] = ReportOutcome(False, str(e), retry=True, throttled=True)
                 refusals += 1
                 if attempt < _ATTEMPTS:
-                    self.sleep(_BACKOFF.delay(refusals))
+                    self.sleep(self.backoff.delay(refusals))
                 continue
             if not self.pending:
                 break

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item
-from prewarm.domain.clusters import RegisteredCluster, check_cluster_name
+from prewarm.domain.clusters import ClusterSetup, RegisteredCluster, check_cluster_name
 from prewarm.services.ports import StoreConflictError
 
 
@@ -19,6 +19,7 @@ def _cluster(v: Mapping[str, Any]) -> RegisteredCluster:
         labels=dict(v.get("labels", {})), added_at=v.get("added_at"),
         reachable=None if reachable is None else bool(reachable), reason=str(v.get("reason", "")),
         checked_at=v.get("checked_at"), agents=v.get("agents"), last_sync=v.get("last_sync"),
+        setup=ClusterSetup(v.get("setup") or ClusterSetup.INSTALLED), setup_message=str(v.get("setup_message", "")),
     )
 
 
@@ -35,7 +36,8 @@ class ClusterItems(Table):
         check_cluster_name(cluster.name)
         self._update(f"register cluster {cluster.name}", _pk(cluster.name), "CLUSTER", {
             "kind": "cluster", "name": cluster.name, "endpoint": cluster.endpoint, "ca_data": cluster.ca_data or None,
-            "labels": dict(cluster.labels), "added_at": cluster.added_at,
+            "labels": dict(cluster.labels), "added_at": cluster.added_at, "setup": str(cluster.setup),
+            "setup_message": cluster.setup_message or None,
         })
 
     def get_cluster(self, name: str) -> RegisteredCluster | None:
