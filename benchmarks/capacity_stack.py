@@ -95,6 +95,7 @@ class Stack:
 
         settings.cache_clear()
         bootstrap.store.cache_clear()
+        bootstrap.node_queues.cache_clear()
         bootstrap.queues.cache_clear()
         self.store, self.queues = bootstrap.store(), bootstrap.queues()
         self.trace.attach(self.store.client)

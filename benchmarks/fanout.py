@@ -222,7 +222,7 @@ def benchmark(nodes: int, parallelism: int, baseline_nodes: int) -> dict[str, An
 
             names = [n["metadata"]["name"] for n in bootstrap.cluster().list_nodes()]
             started = time.perf_counter()
-            create_node_queues(bootstrap.queues(), names)
+            create_node_queues(bootstrap.node_queues(), names)
             print(f"  {len(names)} node queues created first, as their hellos do at start "
                   f"({time.perf_counter() - started:.1f} s, not counted)")
             servers = {"moto": moto, "kube": api}

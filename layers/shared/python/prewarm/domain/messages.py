@@ -137,6 +137,11 @@ class PullTask(_Message, _ToNode, JobRef):
     pin: bool = Field(default=False, description="pin the image in containerd once pulled; absent when false")
     pull_secrets_only: bool = Field(
         default=False, description="pull with pull_secret_arns only, never with shared credentials; absent when false")
+    # For the sender only, never sent (agents refuse unknown fields): the image's layer count, which sets
+    # the pull's share of its registry's budget, and the start that budget gave it (the SQS adapter
+    # delays the message until then).
+    layers: int | None = Field(default=None, ge=0, exclude=True)
+    not_before: float | None = Field(default=None, allow_inf_nan=False, exclude=True)
 
     @model_serializer(mode="wrap")
     def _without_false_flags(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
