@@ -302,7 +302,7 @@ def sync_resources() -> SyncReport:
 
 
 def reset() -> None:
-    for built in (store, node_queues, queues, status_queue, clusters, circuits, status_calls, status_clusters, plan_calls,
-                  plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings, settled_nodes,
-                  sweep_settings):
+    for built in (store, node_queues, queues, status_queue, clusters, circuits, status_calls, status_clusters,
+                  plan_calls, plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings,
+                  settled_nodes, sweep_settings):
         built.cache_clear()

@@ -145,6 +145,16 @@ class RegistryBudgets:
         return cls(default, parsed)
 
 
+# Starts the message of a Pulling report while the pull waits out a registry's 429: `watch` counts
+# such nodes as throttled.
+THROTTLED_MESSAGE = "throttled by the registry"
+
+
+def is_throttled_report(message: str) -> bool:
+    """Whether a node's last report says its pull waits out a registry's 429."""
+    return message.startswith(THROTTLED_MESSAGE)
+
+
 def is_throttled(error: str) -> bool:
     """Whether a pull error is the registry's 429 (`TOOMANYREQUESTS`): not the node's failure."""
     return bool(_THROTTLED.search(error))

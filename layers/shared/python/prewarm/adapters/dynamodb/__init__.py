@@ -1,8 +1,8 @@
 """The job store on one DynamoDB table, one module per item kind (key design and capacity model in
 docs/architecture.md): `jobs` (job items), `tasks` (node items and excluded nodes), `nodes` (registered
 nodes), `rules` (prewarm rules and schedule runs), `clusters` (registered clusters), `budgets` (one per
-registry), all on `table`'s calls and error mapping: a failed condition is a conflict (re-read, decide again), throttling is
-retryable.
+registry), all on `table`'s calls and error mapping: a failed condition is a conflict (re-read, decide
+again), throttling is retryable.
 """
 
 from __future__ import annotations
