@@ -121,6 +121,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.send_response(refusal.status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        retry_after = getattr(refusal, "retry_after", None)
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
         if refusal.status == 401:
             self.send_header("WWW-Authenticate", f'Basic realm="https://{self.front.realm}/",service="ecr.amazonaws.com"')
         self.send_header("Content-Length", str(0 if self.command == "HEAD" else len(body)))
