@@ -13,12 +13,14 @@ import base64
 import http.client
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol, Self
 
 from prewarm_devtools.node.process import LoopbackEndpoint
+from prewarm_devtools.node.throttle import ByteBucket
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,11 @@ class RegistryFront(LoopbackEndpoint):
     lets through, authenticating upstream as `upstream_auth` (user, password). `realm` is the host a
     401's `WWW-Authenticate: Basic` challenge names, as ECR's names its registry."""
 
-    def __init__(self, upstream_port: int, upstream_auth: tuple[str, str], check: Check, *, realm: str) -> None:
+    def __init__(self, upstream_port: int, upstream_auth: tuple[str, str], check: Check, *, realm: str,
+                 bytes_per_second: int | None = None) -> None:
         self.upstream_port = upstream_port
+        #: The cap on bytes served per second, all requests together (None: none); `set_rate` changes it.
+        self.bandwidth = ByteBucket(bytes_per_second)
         self._upstream_authorization = "Basic " + base64.b64encode(":".join(upstream_auth).encode()).decode()
         self.check = check
         self.realm = realm
@@ -174,9 +179,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if not has_body:
             return
         while chunk := response.read(_CHUNK):
+            self._paced_wait(len(chunk))
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if length is None else chunk)
         if length is None:
             self.wfile.write(b"0\r\n\r\n")
+
+    def _paced_wait(self, count: int) -> None:
+        """Holds `count` bytes back until the front's byte cap lets them through."""
+        bandwidth = self.front.bandwidth
+        while bandwidth.available() <= 0:
+            time.sleep(0.01)
+        bandwidth.spend(count)
 
     def _copy_chunked_body(self, upstream: http.client.HTTPConnection) -> None:
         while True:
