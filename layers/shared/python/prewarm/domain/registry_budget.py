@@ -101,14 +101,15 @@ class Reservation:
 
 def reserve_starts(tat: float | None, *, now: float, costs: Sequence[float], burst_seconds: float) -> Reservation:
     """Start times for pulls costing `costs` seconds of budget each (GCRA): a pull starts once the budget
-    spent before it is within `burst_seconds` of being paid back. `tat`: the stored arrival time (None:
-    never used)."""
+    spent before it, with its own share, is within `burst_seconds` of being paid back, so that no span of
+    `w` seconds starts more than `burst_seconds + w` seconds of budget (a token bucket that holds
+    `burst_seconds`). `tat`: the stored arrival time (None: never used)."""
     at = now if tat is None else max(tat, now)
     starts = []
     for cost in costs:
         if cost < 0:
             raise ValueError(f"a pull's cost must be >= 0 seconds, got {cost}")
-        starts.append(max(now, at - burst_seconds))
+        starts.append(max(now, at + min(cost, burst_seconds) - burst_seconds))
         at += cost
     return Reservation(tuple(starts), at)
 

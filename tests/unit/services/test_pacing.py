@@ -1,0 +1,80 @@
+"""Pull starts paced by each registry's budget, shared by every job and cluster of the stack."""
+
+from __future__ import annotations
+
+from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
+from prewarm.services.pacing import PacedQueues
+from prewarm.services.ports import StoreError
+from tests.support.memory_queues import MemoryTaskQueues
+from tests.support.memory_store import MemoryJobStore
+
+ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+NOW = 1_000.0
+
+
+def task(node: str, *, image: str = f"{ECR}/team/app:v1", layers: int | None = 9, job: str = "default/a",
+         cluster: str = "") -> PullTask:
+    return PullTask(job=job, job_uid="u", round=1, node=node, image=image, layers=layers, cluster=cluster)
+
+
+def paced(budget: RegistryBudget, store: MemoryJobStore | None = None) -> PacedQueues:
+    return PacedQueues(MemoryTaskQueues("prewarm", "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status"), store or MemoryJobStore(), RegistryBudgets(budget), clock=lambda: NOW)
+
+
+def test_one_batch_of_tasks_is_paced_by_its_registry_s_budget_in_one_write() -> None:
+    # 10 requests a pull at 20 requests a second: two pulls a second, one second's worth at once
+    queues = paced(RegistryBudget(requests_per_second=20))
+
+    sent = queues.paced([task(f"n{i}") for i in range(6)])
+
+    starts = [t.not_before for t in sent if isinstance(t, PullTask)]
+    assert starts == [None, None, NOW + 0.5, NOW + 1.0, NOW + 1.5, NOW + 2.0]
+    item = queues.budgets.table.get(f"BUDGET#ecr:123456789012:us-west-2", "BUDGET")  # type: ignore[attr-defined]
+    assert item is not None and item["version"] == 1 and item["tat"] == NOW + 3.0
+
+
+def test_jobs_and_clusters_share_the_registry_s_budget_and_other_registries_have_their_own() -> None:
+    store = MemoryJobStore()
+    budget = RegistryBudget(requests_per_second=10, burst_seconds=1.0)
+    first, second = paced(budget, store), paced(budget, store)  # two Lambda containers, one table
+
+    first.paced([task("n1", job="default/a")])
+    (later,) = second.paced([task("n1", job="prod:default/b", cluster="prod")])
+    (elsewhere,) = second.paced([task("n2", image="ghcr.io/team/app:v1")])
+
+    assert isinstance(later, PullTask) and later.not_before == NOW + 1.0
+    assert isinstance(elsewhere, PullTask) and elsewhere.not_before is None
+
+
+def test_unknown_layers_are_costed_as_a_large_image_and_cancels_pass_unchanged() -> None:
+    queues = paced(RegistryBudget(requests_per_second=31, burst_seconds=1.0))
+    cancel = CancelTask(job="default/a", job_uid="u", round=1, node="n0")
+
+    out = queues.paced([cancel, task("n1", layers=None), task("n2", layers=None)])
+
+    assert out[0] is cancel
+    assert [t.not_before for t in out[1:] if isinstance(t, PullTask)] == [None, NOW + 1.0]
+
+
+def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpaced() -> None:
+    assert [t.not_before for t in paced(RegistryBudget(requests_per_second=0)).paced([task("a"), task("b")])
+            if isinstance(t, PullTask)] == [None, None]
+
+    class Refusing(MemoryJobStore):
+        def reserve_pull_starts(self, key: str, costs: object, *, now: float, burst_seconds: float) -> tuple[float, ...]:
+            raise StoreError("throttled")
+
+    queues = paced(RegistryBudget(requests_per_second=1), Refusing())
+    assert [t.not_before for t in queues.paced([task("a"), task("b")]) if isinstance(t, PullTask)] == [None, None]
+
+
+def test_send_many_sends_every_task_with_its_start() -> None:
+    inner = MemoryTaskQueues("prewarm", "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status")
+    queues = PacedQueues(inner, MemoryJobStore(), RegistryBudgets(RegistryBudget(requests_per_second=10)),
+                         clock=lambda: NOW)
+    for node in ("a", "b", "c"):
+        inner.ensure_queue(node)
+
+    assert queues.send_many([task("a"), task("b"), task("c")]) == []
+    assert queues.send(task("a")) is True
