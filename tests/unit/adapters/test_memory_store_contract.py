@@ -477,6 +477,14 @@ def test_an_item_over_400_kb_is_refused(store: Store) -> None:
     assert store.get_job("default/big") is None and store.get_job(KEY).message == ""  # type: ignore[union-attr]
 
 
+def test_a_registry_budget_reserves_each_batch_s_starts_in_one_write_and_continues_from_it(store: Store) -> None:
+    assert store.reserve_pull_starts("ecr:1:r", [], now=5.0, burst_seconds=1.0) == ()
+    assert store.reserve_pull_starts("ecr:1:r", [0.5, 0.5, 0.5], now=5.0, burst_seconds=1.0) == (5.0, 5.0, 5.5)
+    assert store.reserve_pull_starts("ecr:1:r", [0.5], now=5.0, burst_seconds=1.0) == (6.0,)
+    assert store.reserve_pull_starts("ghcr.io", [0.5], now=5.0, burst_seconds=1.0) == (5.0,)
+    assert store.reserve_pull_starts("ecr:1:r", [0.5], now=60.0, burst_seconds=1.0) == (60.0,)
+
+
 def test_every_method_of_the_ports_is_in_the_fake_with_the_adapters_signature() -> None:
     import inspect
 
