@@ -29,18 +29,18 @@ def test_every_host_of_one_ecr_registry_shares_the_account_and_region_budget() -
     assert budget_key("Registry.Example.com:5000") == "registry.example.com:5000"
 
 
-def test_a_pull_costs_its_manifest_and_one_request_per_layer() -> None:
-    assert pull_requests(30) == 31
-    assert RegistryBudget(requests_per_second=31).pull_seconds(30) == 1.0
+def test_a_pull_costs_its_manifest_its_config_and_one_request_per_layer() -> None:
+    assert pull_requests(30) == 32
+    assert RegistryBudget(requests_per_second=32).pull_seconds(30) == 1.0
     with pytest.raises(ValueError, match="layers must be >= 0, got -1"):
         pull_requests(-1)
 
 
 def test_the_byte_rate_costs_a_pull_when_it_is_the_slower() -> None:
     budget = RegistryBudget(requests_per_second=100, bytes_per_second=1000)
-    assert budget.pull_seconds(9, size_bytes=5000) == 5.0
-    assert budget.pull_seconds(9, size_bytes=10) == 0.1
-    assert budget.pull_seconds(9) == 0.1
+    assert budget.pull_seconds(8, size_bytes=5000) == 5.0
+    assert budget.pull_seconds(8, size_bytes=10) == 0.1
+    assert budget.pull_seconds(8) == 0.1
 
 
 def test_the_default_leaves_headroom_under_ecr_s_layer_quota() -> None:

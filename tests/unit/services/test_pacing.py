@@ -13,7 +13,7 @@ ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 NOW = 1_000.0
 
 
-def task(node: str, *, image: str = f"{ECR}/team/app:v1", layers: int | None = 9, job: str = "default/a",
+def task(node: str, *, image: str = f"{ECR}/team/app:v1", layers: int | None = 8, job: str = "default/a",
          cluster: str = "") -> PullTask:
     return PullTask(job=job, job_uid="u", round=1, node=node, image=image, layers=layers, cluster=cluster)
 
@@ -48,7 +48,7 @@ def test_jobs_and_clusters_share_the_registry_s_budget_and_other_registries_have
 
 
 def test_unknown_layers_are_costed_as_a_large_image_and_cancels_pass_unchanged() -> None:
-    queues = paced(RegistryBudget(requests_per_second=31, burst_seconds=1.0))
+    queues = paced(RegistryBudget(requests_per_second=32, burst_seconds=1.0))
     cancel = CancelTask(job="default/a", job_uid="u", round=1, node="n0")
 
     out = queues.paced([cancel, task("n1", layers=None), task("n2", layers=None)])

@@ -2,13 +2,14 @@
 
 ECR's request rates are quotas per account and Region ("Amazon ECR service quotas": BatchGetImage
 2,000/s, GetDownloadUrlForLayer 3,000/s, GetAuthorizationToken 500/s), whichever repository, job or
-cluster asks. A pull makes one manifest request and one layer request per layer, so it costs
-`1 + layers` requests of its registry's budget. Pull starts are paced by a GCRA (a token bucket kept
+cluster asks. A pull makes one manifest request and one blob request per layer and for its config
+(ECR's GetDownloadUrlForLayer serves every blob), so it costs `2 + layers` requests of its registry's
+budget. Pull starts are paced by a GCRA (a token bucket kept
 as one number: the *theoretical arrival time* `tat`, when the budget spent so far is paid back): a
 batch of pulls reserves its start times in one write, however many pulls it holds.
 
 >>> budget = RegistryBudget(requests_per_second=10)
->>> reserve_starts(None, now=100.0, costs=[budget.pull_seconds(4)] * 3, burst_seconds=budget.burst_seconds)
+>>> reserve_starts(None, now=100.0, costs=[budget.pull_seconds(3)] * 3, burst_seconds=budget.burst_seconds)
 Reservation(starts=(100.0, 100.0, 100.5), tat=101.5)
 """
 
@@ -53,10 +54,10 @@ def budget_key(registry_host: str) -> str:
 
 
 def pull_requests(layers: int) -> int:
-    """Requests one pull of an image of `layers` layers makes: its manifest and each layer."""
+    """Requests one pull of an image of `layers` layers makes: its manifest, its config and each layer."""
     if layers < 0:
         raise ValueError(f"layers must be >= 0, got {layers}")
-    return 1 + layers
+    return 2 + layers
 
 
 @dataclass(frozen=True)
