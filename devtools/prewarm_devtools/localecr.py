@@ -8,6 +8,7 @@ as ECR would) and returns ECR's PUSH event, which the caller delivers as EventBr
 from __future__ import annotations
 
 import base64
+import os
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -36,18 +37,19 @@ class PushedToEcr:
 
 
 def push_to_local_ecr(
-    registry_url: str, ecr: Any, repository: str, tag: str | None, *, size_mb: float
+    registry_url: str, ecr: Any, repository: str, tag: str | None, *, size_mb: float, layers: int = 1
 ) -> tuple[PushedToEcr, dict[str, Any]]:
     """Pushes a fresh image to the registry that plays ECR and returns it with ECR's PUSH event.
 
     moto records the manifest too (so `BatchGetImage` answers as ECR would) but emits no event on a
     push: the caller delivers the returned event, as EventBridge would.
     """
-    from prewarm_devtools.node.images import RegistryPusher, build_image
+    from prewarm_devtools.node.images import RegistryPusher, build_image, build_layer
 
     token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
     user, _, password = base64.b64decode(token).decode().partition(":")
-    image = build_image(size_mb=size_mb)
+    image = build_image(size_mb=size_mb) if layers == 1 else build_image(layers=[
+        build_layer({f"layer-{i}": os.urandom(16)}, size_mb / layers) for i in range(layers)])
     pusher = RegistryPusher(registry_url, auth=(user, password))
     pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
     with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
