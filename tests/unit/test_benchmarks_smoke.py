@@ -90,6 +90,19 @@ def test_fanout_sends_one_task_per_node_in_one_call_each() -> None:
     assert result["baseline"]["extrapolated"] is True and result["baseline"]["calls"]["PutItem"] >= 10
 
 
+def test_registry_budget_paces_a_small_fleet_without_a_429_and_writes_only_its_key() -> None:
+    # Given 300 nodes pulling a 10-layer image (3,300 blob requests: more than ECR's 3,000 a second)
+    result = run_benchmark("registry_budget.py", "--nodes", "300", "--layers", "10", "--rate", "1200")
+    paced, unpaced = result["budget"], result["no_budget"]
+    # Then the paced run is never throttled and serves every request, the unpaced one is throttled
+    assert (paced["requests"], paced["throttled_requests"], paced["pulls_throttled"]) == (300 * 12, 0, 0)
+    assert unpaced["requests"] == 300 * 12 and unpaced["throttled_requests"] > 0
+    assert paced["bound_s"] == 3.0 and paced["finish_s"] >= paced["last_start_s"]
+    # And the budget wrote one key, once per batch of 99 claims
+    assert [(k["key"].split(":", 1)[1], k["writes"]) for k in result["keys_written"]] == [
+        ("BUDGET#ecr:123456789012:us-west-2", 4)]
+
+
 @pytest.mark.integration
 def test_resource_sync_writes_only_what_changed() -> None:
     # Given 30 job resources over 3 namespaces, when they are synced, synced again, and 4 are edited

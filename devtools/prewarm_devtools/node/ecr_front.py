@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import http.client
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -68,7 +69,7 @@ class RegistryFront(LoopbackEndpoint):
             pass
 
         Handler.front = front
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = _QuietServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"registry-front-{self.port}",
@@ -90,6 +91,16 @@ class RegistryFront(LoopbackEndpoint):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that hang up (containerd after a 429 or a cancel) are logged at debug, not printed."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("registry front: %s hung up", client_address)
+        else:
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):

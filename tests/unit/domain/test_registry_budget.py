@@ -91,8 +91,13 @@ def test_overrides_are_keyed_as_the_registry_s_budget_and_bad_ones_name_the_host
         RegistryBudgets.parse(RegistryBudget(), {"ghcr.io": 5})
     with pytest.raises(BudgetConfigError, match="bytesPerSecond must be > 0 when set, got 0"):
         RegistryBudget(bytes_per_second=0)
-    with pytest.raises(BudgetConfigError, match="burstSeconds must be > 0, got 0"):
-        RegistryBudget(burst_seconds=0)
+    with pytest.raises(BudgetConfigError, match="burstSeconds must be >= 0, got -1"):
+        RegistryBudget(burst_seconds=-1)
+
+
+def test_without_a_burst_starts_come_one_cost_apart_from_now() -> None:
+    assert RegistryBudget().burst_seconds == 0.0
+    assert reserve_starts(None, now=5.0, costs=[0.25] * 4, burst_seconds=0.0).starts == (5.0, 5.25, 5.5, 5.75)
 
 
 def test_a_registry_s_429_is_told_from_other_pull_errors() -> None:

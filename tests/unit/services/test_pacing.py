@@ -24,7 +24,7 @@ def paced(budget: RegistryBudget, store: MemoryJobStore | None = None) -> PacedQ
 
 def test_one_batch_of_tasks_is_paced_by_its_registry_s_budget_in_one_write() -> None:
     # 10 requests a pull at 20 requests a second: two pulls a second, one second's worth at once
-    queues = paced(RegistryBudget(requests_per_second=20))
+    queues = paced(RegistryBudget(requests_per_second=20, burst_seconds=1.0))
 
     sent = queues.paced([task(f"n{i}") for i in range(6)])
 

@@ -8,7 +8,7 @@ budget. Pull starts are paced by a GCRA (a token bucket kept
 as one number: the *theoretical arrival time* `tat`, when the budget spent so far is paid back): a
 batch of pulls reserves its start times in one write, however many pulls it holds.
 
->>> budget = RegistryBudget(requests_per_second=10)
+>>> budget = RegistryBudget(requests_per_second=10, burst_seconds=1.0)
 >>> reserve_starts(None, now=100.0, costs=[budget.pull_seconds(3)] * 3, burst_seconds=budget.burst_seconds)
 Reservation(starts=(100.0, 100.0, 100.5), tat=101.5)
 """
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 # BatchGetImage (2,000/s) stays below its quota for any image of one layer or more.
 ECR_LAYER_REQUESTS_PER_SECOND = 3000.0
 DEFAULT_REQUESTS_PER_SECOND = 2400.0
-# Starts allowed at once after an idle spell: this many seconds of the budget (ECR states rates only;
-# a second's worth never exceeds a rate quota counted per second).
-DEFAULT_BURST_SECONDS = 1.0
+# Starts allowed at once after an idle spell, in seconds of the budget: none by default. Tasks are held
+# back by whole seconds (SQS DelaySeconds), so each second's starts already come at once: with no burst
+# on top, no instant starts more than one second of the budget (ECR states its quotas as rates only).
+DEFAULT_BURST_SECONDS = 0.0
 # A job whose image's layers are unknown (applied by hand, not from an ECR push; or ECR could not say)
 # is costed as an image of this many layers: large AI images have tens of layers.
 LAYERS_IF_UNKNOWN = 30
@@ -74,8 +75,8 @@ class RegistryBudget:
             raise BudgetConfigError(f"requestsPerSecond must be >= 0, got {self.requests_per_second}")
         if self.bytes_per_second is not None and self.bytes_per_second <= 0:
             raise BudgetConfigError(f"bytesPerSecond must be > 0 when set, got {self.bytes_per_second}")
-        if self.burst_seconds <= 0:
-            raise BudgetConfigError(f"burstSeconds must be > 0, got {self.burst_seconds}")
+        if self.burst_seconds < 0:
+            raise BudgetConfigError(f"burstSeconds must be >= 0, got {self.burst_seconds}")
 
     @property
     def enabled(self) -> bool:
