@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -528,6 +529,15 @@ def test_a_task_reaches_the_queue_made_for_its_node_and_waits_for_a_node_without
     assert [(type(m).__name__, getattr(m, "job", "")) for m in got] == [
         ("PullTask", KEY), ("PullTask", "default/other"), ("CancelTask", KEY)]
     assert take_node_messages(sqs, url) == [] and take_node_messages(sqs, q.queue_url("n2")) == []
+
+
+def test_a_task_with_a_start_later_waits_in_its_queue_until_then(queues: tuple[Any, Any]) -> None:
+    q, sqs = queues
+    url = q.ensure_queue("n1")
+    # A start 60 s from now: held back (SendMessage's DelaySeconds); one already passed: delivered at once
+    assert q.send(pull("n1").model_copy(update={"not_before": time.time() + 60}))
+    assert q.send(pull("n1", "default/other").model_copy(update={"not_before": time.time() - 5}))
+    assert [m.job for m in take_node_messages(sqs, url) if isinstance(m, PullTask)] == ["default/other"]
 
 
 def test_each_cluster_has_its_own_queues_and_a_message_finds_its_clusters(queues: tuple[Any, Any]) -> None:
