@@ -142,13 +142,14 @@ def budget_starts(nodes: int, layers: int, rate: float) -> tuple[list[float], di
         store = DynamoJobStore("bench", client)
         paced = PacedQueues(Captured(), store, RegistryBudgets(RegistryBudget(requests_per_second=rate)),  # type: ignore[arg-type]
                             clock=clock)
+        image = f"{ECR}/ml/big@sha256:" + "0" * 64
         for first in range(0, nodes, CLAIMS_PER_TRANSACTION):
-            batch = [PullTask(job="default/fleet", job_uid="u", round=1, node=f"node-{n}", image=f"{ECR}/ml/big@sha256:"
-                              + "0" * 64, layers=layers) for n in range(first, min(nodes, first + CLAIMS_PER_TRANSACTION))]
+            batch = [PullTask(job="default/fleet", job_uid="u", round=1, node=f"node-{n}", image=image, layers=layers)
+                     for n in range(first, min(nodes, first + CLAIMS_PER_TRANSACTION))]
             paced.send_many(batch)
             clock.now += 0.01  # the next claim's transaction and sends
         keys = [{"key": str(k.key), "writes": k.writes, "peak_wcu_per_s": round(k.peak_wcu_per_s, 1)}
-                for k in layer.stats.keys() if k.writes]
+                for k in layer.stats.keys() if k.writes]  # noqa: SIM118 (CapacityStats.keys(), not a dict)
     return starts, {"keys_written": keys, "refusals": dict(layer.stats.refusals)}
 
 

@@ -266,9 +266,8 @@ def test_past_its_layer_quota_the_registry_answers_429_toomanyrequests_and_conta
         ecr.take("ecr:GetDownloadUrlForLayer", ACCOUNT, REGION, 0.001, 1.0)  # the one token spent
         fresh = RegistryPusher(registry.url, registry.auth).push_image("team-a/fresh", "v1", build_image(size_mb=0.1))
         reference = f"{ecr_host()}/team-a/fresh@{fresh.digest}"
-        with containerd.cri_client() as cri:
-            with pytest.raises(ImagePullError) as caught:
-                cri.pull_image(reference, auth=token).result(timeout=30)
+        with containerd.cri_client() as cri, pytest.raises(ImagePullError) as caught:
+            cri.pull_image(reference, auth=token).result(timeout=30)
         assert is_throttled(caught.value.details) and not is_auth_error(caught.value.details), caught.value.details
     finally:
         ecr.quotas = before

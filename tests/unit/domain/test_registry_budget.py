@@ -83,11 +83,11 @@ def test_overrides_are_keyed_as_the_registry_s_budget_and_bad_ones_name_the_host
         "123456789012.dkr.ecr.us-west-2.amazonaws.com": {"requestsPerSecond": 20, "bytesPerSecond": 1e9}})
     assert budgets.of("ecr:123456789012:us-west-2") == RegistryBudget(20, 1e9)
     assert budgets.of("ghcr.io") == RegistryBudget()
-    with pytest.raises(BudgetConfigError, match="registry budget of ghcr.io: unknown field.s. rps"):
+    with pytest.raises(BudgetConfigError, match=r"registry budget of ghcr\.io: unknown field\(s\) rps"):
         RegistryBudgets.parse(RegistryBudget(), {"ghcr.io": {"rps": 1}})
-    with pytest.raises(BudgetConfigError, match="ghcr.io: requestsPerSecond must be >= 0, got -1"):
+    with pytest.raises(BudgetConfigError, match=r"ghcr\.io: requestsPerSecond must be >= 0, got -1"):
         RegistryBudgets.parse(RegistryBudget(), {"ghcr.io": {"requestsPerSecond": -1}})
-    with pytest.raises(BudgetConfigError, match="ghcr.io: expected an object"):
+    with pytest.raises(BudgetConfigError, match=r"ghcr\.io: expected an object"):
         RegistryBudgets.parse(RegistryBudget(), {"ghcr.io": 5})
     with pytest.raises(BudgetConfigError, match="bytesPerSecond must be > 0 when set, got 0"):
         RegistryBudget(bytes_per_second=0)

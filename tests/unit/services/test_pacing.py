@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prewarm.domain.messages import CancelTask, PullTask
 from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
 from prewarm.services.pacing import PacedQueues
@@ -11,6 +13,7 @@ from tests.support.memory_store import MemoryJobStore
 
 ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 NOW = 1_000.0
+STATUS = "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status"
 
 
 def task(node: str, *, image: str = f"{ECR}/team/app:v1", layers: int | None = 8, job: str = "default/a",
@@ -19,7 +22,8 @@ def task(node: str, *, image: str = f"{ECR}/team/app:v1", layers: int | None = 8
 
 
 def paced(budget: RegistryBudget, store: MemoryJobStore | None = None) -> PacedQueues:
-    return PacedQueues(MemoryTaskQueues("prewarm", "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status"), store or MemoryJobStore(), RegistryBudgets(budget), clock=lambda: NOW)
+    return PacedQueues(MemoryTaskQueues("prewarm", STATUS), store or MemoryJobStore(), RegistryBudgets(budget),
+                       clock=lambda: NOW)
 
 
 def test_one_batch_of_tasks_is_paced_by_its_registry_s_budget_in_one_write() -> None:
@@ -30,7 +34,7 @@ def test_one_batch_of_tasks_is_paced_by_its_registry_s_budget_in_one_write() -> 
 
     starts = [t.not_before for t in sent if isinstance(t, PullTask)]
     assert starts == [None, None, NOW + 0.5, NOW + 1.0, NOW + 1.5, NOW + 2.0]
-    item = queues.budgets.table.get(f"BUDGET#ecr:123456789012:us-west-2", "BUDGET")  # type: ignore[attr-defined]
+    item = queues.budgets.table.get("BUDGET#ecr:123456789012:us-west-2", "BUDGET")  # type: ignore[attr-defined]
     assert item is not None and item["version"] == 1 and item["tat"] == NOW + 3.0
 
 
@@ -62,7 +66,8 @@ def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpac
             if isinstance(t, PullTask)] == [None, None]
 
     class Refusing(MemoryJobStore):
-        def reserve_pull_starts(self, key: str, costs: object, *, now: float, burst_seconds: float) -> tuple[float, ...]:
+        def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
+                                burst_seconds: float) -> tuple[float, ...]:
             raise StoreError("throttled")
 
     queues = paced(RegistryBudget(requests_per_second=1), Refusing())
@@ -70,7 +75,7 @@ def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpac
 
 
 def test_send_many_sends_every_task_with_its_start() -> None:
-    inner = MemoryTaskQueues("prewarm", "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status")
+    inner = MemoryTaskQueues("prewarm", STATUS)
     queues = PacedQueues(inner, MemoryJobStore(), RegistryBudgets(RegistryBudget(requests_per_second=10)),
                          clock=lambda: NOW)
     for node in ("a", "b", "c"):
