@@ -142,7 +142,7 @@ class Fleet:
         os.environ.update(self.stack.env())  # the shared environment, for this process's own adapters
         from prewarm import bootstrap
 
-        self.store, self.queues = bootstrap.store(), bootstrap.queues()
+        self.store, self.queues = bootstrap.store(), bootstrap.node_queues()
         # What each node's hello has record_status do when its agent starts: make its queue.
         from benchmarks.fanout import create_node_queues
 
