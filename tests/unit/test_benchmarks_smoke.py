@@ -355,6 +355,10 @@ def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
         assert round_["returned_wait_p50_s"] is None or round_["returned_wait_p50_s"] >= 1.9
     # And the old path wrote the job item with every report it applied
     assert result["old"]["job_item_writes_per_report"] >= 1.0
+    # And in the Never round (parallelism 10: freed slots refilled) the registry budget wrote its one key a
+    # few times, once per batch of tasks sent, not once a report
+    (budget,) = result["never"]["budget_keys"].values()
+    assert 1 <= budget["writes"] <= 20 < result["never"]["reports"]
 
 
 @pytest.mark.integration
@@ -391,10 +395,12 @@ def test_fleet_of_two_clusters_warms_both_from_one_push_and_shares_only_the_inde
         f["peak_reports_per_s"] for f in clusters.values())
     # And the only keys both clusters' traffic wrote are the kinds index's keys of a new job and a new cluster
     # (one write per item created, keys only: no report writes them); the stack's own items are the rule's and
-    # the flight index's markers (one per job planned, under one partition)
+    # the flight index's markers (one per job planned, under one partition), and the registry's budget, which
+    # every cluster's tasks share by design (one write per batch of tasks sent)
     assert {k.rpartition("/")[2]: v for k, v in result["shared_keys"].items()} == {
         "kinds:job": {"local": 1, "fleet-2": 1}}
-    assert {k.rpartition(":")[2] for k in result["stack_keys"]} == {"RULE#fleet", "rule", "INDEX#flight"}
+    assert {k.partition(":")[2] for k in result["stack_keys"]} == {
+        "RULE#fleet", "rule", "INDEX#flight", "BUDGET#ecr:123456789012:us-west-2"}
     assert result["foreign_keys"] == {}
     # And each cluster has its own 10 node queues, none of them another's
     assert result["queues"]["node_queues"] == {"local": 10, "fleet-2": 10}
