@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import math
 import random
 import sys
 from collections.abc import Sequence
@@ -130,9 +129,7 @@ def budget_starts(nodes: int, layers: int, rate: float) -> tuple[list[float], di
     class Captured:
         def send_many(self, messages: Sequence[Any]) -> list[tuple[str, str]]:
             for task in messages:
-                # SendMessage's DelaySeconds: whole seconds from the send (the SQS adapter's rounding).
-                delay = 0 if task.not_before is None else min(900, max(0, math.ceil(task.not_before - clock.now)))
-                starts.append(clock.now + delay)
+                starts.append(clock.now + task.delay_seconds)  # SendMessage's DelaySeconds
             return []
 
     with mock_aws(), aws_limits.limits(clock=clock) as layer:

@@ -15,13 +15,12 @@ Not modelled: visibility timeouts and the DLQ.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prewarm.adapters.sqs import MAX_DELAY_SECONDS, TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, name_refused
+from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, name_refused
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
@@ -225,9 +224,7 @@ class MemoryTaskQueues:
         if len(body.encode()) > MAX_MESSAGE_BYTES:
             raise QueueError(f"send {message.kind} to {message.node}: InvalidParameterValue: One or more parameters "
                              f"are invalid. Reason: Message must be shorter than {MAX_MESSAGE_BYTES} bytes.")
-        delay = 0
-        if isinstance(message, PullTask) and message.not_before is not None:
-            delay = min(MAX_DELAY_SECONDS, max(0, math.ceil(message.not_before - time.time())))
+        delay = message.delay_seconds if isinstance(message, PullTask) else 0
         if not self.sqs.send(self.queue_url(message.node, cluster), body, delay):
             log.info("%s for node %s waits for its agent: the node has no task queue yet", message.kind,
                      message.node)

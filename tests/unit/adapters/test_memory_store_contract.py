@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -534,9 +533,9 @@ def test_a_task_reaches_the_queue_made_for_its_node_and_waits_for_a_node_without
 def test_a_task_with_a_start_later_waits_in_its_queue_until_then(queues: tuple[Any, Any]) -> None:
     q, sqs = queues
     url = q.ensure_queue("n1")
-    # A start 60 s from now: held back (SendMessage's DelaySeconds); one already passed: delivered at once
-    assert q.send(pull("n1").model_copy(update={"not_before": time.time() + 60}))
-    assert q.send(pull("n1", "default/other").model_copy(update={"not_before": time.time() - 5}))
+    # A start 60 s away: held back (SendMessage's DelaySeconds); one without a delay: delivered at once
+    assert q.send(pull("n1").model_copy(update={"delay_seconds": 60}))
+    assert q.send(pull("n1", "default/other"))
     assert [m.job for m in take_node_messages(sqs, url) if isinstance(m, PullTask)] == ["default/other"]
 
 

@@ -32,8 +32,8 @@ def test_one_batch_of_tasks_is_paced_by_its_registry_s_budget_in_one_write() -> 
 
     sent = queues.paced([task(f"n{i}") for i in range(6)])
 
-    starts = [t.not_before for t in sent if isinstance(t, PullTask)]
-    assert starts == [None, None, NOW + 0.5, NOW + 1.0, NOW + 1.5, NOW + 2.0]
+    # starts at +0, +0, +0.5, +1, +1.5, +2 s: held back by whole seconds, rounded down
+    assert [t.delay_seconds for t in sent if isinstance(t, PullTask)] == [0, 0, 0, 1, 1, 2]
     item = queues.budgets.table.get("BUDGET#ecr:123456789012:us-west-2", "BUDGET")  # type: ignore[attr-defined]
     assert item is not None and item["version"] == 1 and item["tat"] == NOW + 3.0
 
@@ -47,8 +47,8 @@ def test_jobs_and_clusters_share_the_registry_s_budget_and_other_registries_have
     (later,) = second.paced([task("n1", job="prod:default/b", cluster="prod")])
     (elsewhere,) = second.paced([task("n2", image="ghcr.io/team/app:v1")])
 
-    assert isinstance(later, PullTask) and later.not_before == NOW + 1.0
-    assert isinstance(elsewhere, PullTask) and elsewhere.not_before is None
+    assert isinstance(later, PullTask) and later.delay_seconds == 1
+    assert isinstance(elsewhere, PullTask) and elsewhere.delay_seconds == 0
 
 
 def test_unknown_layers_are_costed_as_a_large_image_and_cancels_pass_unchanged() -> None:
@@ -58,12 +58,12 @@ def test_unknown_layers_are_costed_as_a_large_image_and_cancels_pass_unchanged()
     out = queues.paced([cancel, task("n1", layers=None), task("n2", layers=None)])
 
     assert out[0] is cancel
-    assert [t.not_before for t in out[1:] if isinstance(t, PullTask)] == [None, NOW + 1.0]
+    assert [t.delay_seconds for t in out[1:] if isinstance(t, PullTask)] == [0, 1]
 
 
 def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpaced() -> None:
-    assert [t.not_before for t in paced(RegistryBudget(requests_per_second=0)).paced([task("a"), task("b")])
-            if isinstance(t, PullTask)] == [None, None]
+    assert [t.delay_seconds for t in paced(RegistryBudget(requests_per_second=0)).paced([task("a"), task("b")])
+            if isinstance(t, PullTask)] == [0, 0]
 
     class Refusing(MemoryJobStore):
         def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
@@ -71,7 +71,7 @@ def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpac
             raise StoreError("throttled")
 
     queues = paced(RegistryBudget(requests_per_second=1), Refusing())
-    assert [t.not_before for t in queues.paced([task("a"), task("b")]) if isinstance(t, PullTask)] == [None, None]
+    assert [t.delay_seconds for t in queues.paced([task("a"), task("b")]) if isinstance(t, PullTask)] == [0, 0]
 
 
 def test_send_many_sends_every_task_with_its_start() -> None:

@@ -14,8 +14,6 @@ queues").
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -47,8 +45,6 @@ from prewarm.services.ports import NodeQueueError
 __all__ = ["TAG_CLUSTER", "TAG_NODE", "TAG_PREFIX", "NodeQueues", "QueueError", "QueueGoneError",
            "QueueRetryableError", "StatusQueue", "name_refused", "queue_error"]
 _MISSING = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
-# SendMessage's DelaySeconds: "Valid values: 0 to 900" (15 minutes).
-MAX_DELAY_SECONDS = 900
 # QueueDeletedRecently: SQS refuses a deleted queue's name for 60 s (CreateQueue, "Quotas related to
 # queues"); EKS reuses node names with IPs, so a node can come back just after the sweep deleted its queue.
 _RETRYABLE = {"RequestThrottled", "ThrottlingException", "ServiceUnavailable", "InternalError", "KmsThrottled",
@@ -239,10 +235,9 @@ class NodeQueues(_SqsAdapter):
 
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
         """Sends to the node's queue; False when the node has none (no agent has started there yet)."""
-        delay = {}
-        if isinstance(message, PullTask) and message.not_before is not None:
-            # Held back until the start its registry's budget gave it (SendMessage: DelaySeconds 0 to 900).
-            delay = {"DelaySeconds": min(MAX_DELAY_SECONDS, max(0, math.ceil(message.not_before - time.time())))}
+        # Held back for the start its registry's budget gave it (`services.pacing`).
+        delay = {"DelaySeconds": message.delay_seconds} if isinstance(message, PullTask) and message.delay_seconds \
+            else {}
         try:
             self.client.send_message(QueueUrl=self.queue_url(message.node, message.cluster),
                                      MessageBody=message.model_dump_json(), **delay)

@@ -138,10 +138,10 @@ class PullTask(_Message, _ToNode, JobRef):
     pull_secrets_only: bool = Field(
         default=False, description="pull with pull_secret_arns only, never with shared credentials; absent when false")
     # For the sender only, never sent (agents refuse unknown fields): the image's layer count, which sets
-    # the pull's share of its registry's budget, and the start that budget gave it (the SQS adapter
-    # delays the message until then).
+    # the pull's share of its registry's budget, and how long the queue holds the task back for the start
+    # that budget gave it (SendMessage's DelaySeconds).
     layers: int | None = Field(default=None, ge=0, exclude=True)
-    not_before: float | None = Field(default=None, allow_inf_nan=False, exclude=True)
+    delay_seconds: int = Field(default=0, ge=0, le=900, exclude=True)
 
     @model_serializer(mode="wrap")
     def _without_false_flags(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

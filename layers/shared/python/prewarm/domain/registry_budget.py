@@ -15,6 +15,7 @@ Reservation(starts=(100.0, 100.0, 100.5), tat=101.5)
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -114,6 +115,21 @@ def reserve_starts(tat: float | None, *, now: float, costs: Sequence[float], bur
         starts.append(max(now, at + min(cost, burst_seconds) - burst_seconds))
         at += cost
     return Reservation(tuple(starts), at)
+
+
+# SendMessage's DelaySeconds: "Valid values: 0 to 900" (15 minutes).
+MAX_SEND_DELAY_SECONDS = 900
+
+
+def send_delay(seconds_to_start: float) -> int:
+    """The whole seconds a task is held back for a start `seconds_to_start` from its reservation: rounded
+    down (a start less than a second away goes at once), at most SQS's 900; a start further away is sent
+    early, at 900 s.
+
+    >>> send_delay(0.4), send_delay(1.0), send_delay(2.9999999999), send_delay(5000)
+    (0, 1, 3, 900)
+    """
+    return min(MAX_SEND_DELAY_SECONDS, max(0, math.floor(seconds_to_start + 1e-6)))
 
 
 @dataclass(frozen=True)

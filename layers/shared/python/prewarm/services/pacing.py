@@ -2,9 +2,13 @@
 
 `PacedQueues` wraps the node queues. Each call that sends `PullTask`s reserves their starts in their
 registries' budgets (`prewarm.domain.registry_budget`), one write per registry however many tasks, and
-stamps each task's `not_before`: the queue holds it back until then (SQS DelaySeconds, 15 minutes at
-most). The slot stays claimed meanwhile, so `parallelism` still bounds what a job has in flight, and
-every job and cluster of the stack draws on the same budget. Other messages pass through unchanged.
+gives each task the delay to its start, counted from the reservation and rounded down to whole seconds
+(`send_delay`): the queue holds it back that long (SQS DelaySeconds, 15 minutes at most). Rounded down,
+the starts of a second come together at its beginning, so no instant starts more than one second of the
+budget (and one pull), and a start less than a second away costs no latency; counted from the
+reservation, a slow send only makes a start later. The slot stays claimed meanwhile, so `parallelism`
+still bounds what a job has in flight, and every job and cluster of the stack draws on the same budget.
+Other messages pass through unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import InvalidImageReference, parse_image
 from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
 from prewarm.domain.node_queues import ProvidedQueue
-from prewarm.domain.registry_budget import LAYERS_IF_UNKNOWN, RegistryBudgets, budget_key
+from prewarm.domain.registry_budget import LAYERS_IF_UNKNOWN, RegistryBudgets, budget_key, send_delay
 from prewarm.services.ports import BudgetItems, StoreError, TaskQueues
 
 log = logging.getLogger(__name__)
@@ -69,8 +73,8 @@ class PacedQueues:
                 continue
             for i, start in zip(indexes, starts, strict=True):
                 message = messages[i]
-                if isinstance(message, PullTask) and start > now:
-                    paced[i] = message.model_copy(update={"not_before": start})
+                if isinstance(message, PullTask) and (delay := send_delay(start - now)):
+                    paced[i] = message.model_copy(update={"delay_seconds": delay})
             log.info("registry budget of %s: %d pulls start by %.1f s from now", key, len(costs), starts[-1] - now)
         return paced
 
