@@ -272,3 +272,24 @@ def test_past_its_layer_quota_the_registry_answers_429_toomanyrequests_and_conta
     finally:
         ecr.quotas = before
         ecr.reset()
+
+
+def test_the_registry_s_byte_cap_holds_what_it_serves_to_its_rate(
+    aws: MotoServer, registry: LocalRegistry, image: PushedImage
+) -> None:
+    puller = role("capped", {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                             "Resource": f"{REPOSITORIES}/team-a/*"})
+    token = token_of(aws, puller)
+    blob = f"/v2/team-a/app/blobs/{image.layer_digests[0]}"
+    size = len(fetch(registry, "GET", blob, token)[1])
+    # Given a cap of 100 KB a second
+    registry.front.bandwidth.set_rate(100_000)
+    try:
+        # When the blob is fetched three times
+        started = time.monotonic()
+        assert all(fetch(registry, "GET", blob, token)[0] == 200 for _ in range(3))
+        elapsed = time.monotonic() - started
+    finally:
+        registry.front.bandwidth.set_rate(None)
+    # Then what was served came at the cap or slower (the first answer goes at once, the cap paid after it)
+    assert size > 50_000 and elapsed >= 0.9 * 2 * size / 100_000
