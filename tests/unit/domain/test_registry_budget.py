@@ -41,6 +41,7 @@ def test_the_byte_rate_costs_a_pull_when_it_is_the_slower() -> None:
     assert budget.pull_seconds(8, size_bytes=5000) == 5.0
     assert budget.pull_seconds(8, size_bytes=10) == 0.1
     assert budget.pull_seconds(8) == 0.1
+    assert budget.pull_seconds(None) == 0.32  # unknown layers: costed as 30
 
 
 def test_the_default_leaves_headroom_under_ecr_s_layer_quota() -> None:

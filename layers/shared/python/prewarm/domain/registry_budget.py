@@ -83,12 +83,13 @@ class RegistryBudget:
     def enabled(self) -> bool:
         return self.requests_per_second > 0
 
-    def pull_seconds(self, layers: int, size_bytes: int | None = None) -> float:
-        """The share of the budget one pull takes, in seconds: its requests at the request rate, or its
-        bytes at the byte rate when that is set and the size known, whichever is longer."""
+    def pull_seconds(self, layers: int | None, size_bytes: int | None = None) -> float:
+        """The share of the budget one pull takes, in seconds: its requests at the request rate (an image
+        of unknown layers as one of `LAYERS_IF_UNKNOWN`), or its bytes at the byte rate when that is set
+        and the size known, whichever is longer."""
         if not self.enabled:
             return 0.0
-        seconds = pull_requests(layers) / self.requests_per_second
+        seconds = pull_requests(LAYERS_IF_UNKNOWN if layers is None else layers) / self.requests_per_second
         if self.bytes_per_second is not None and size_bytes:
             seconds = max(seconds, size_bytes / self.bytes_per_second)
         return seconds

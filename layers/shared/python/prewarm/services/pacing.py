@@ -21,7 +21,7 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import InvalidImageReference, parse_image
 from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
 from prewarm.domain.node_queues import ProvidedQueue
-from prewarm.domain.registry_budget import LAYERS_IF_UNKNOWN, RegistryBudgets, budget_key, send_delay
+from prewarm.domain.registry_budget import RegistryBudgets, budget_key, send_delay
 from prewarm.services.ports import BudgetItems, StoreError, TaskQueues
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,8 @@ class PacedQueues:
                     host = parse_image(message.image).registry
                 except InvalidImageReference:
                     continue  # the agent fails it with the reason
-                if self.settings.of(budget_key(host)).enabled:
-                    by_key.setdefault(budget_key(host), []).append(i)
+                if self.settings.of(key := budget_key(host)).enabled:
+                    by_key.setdefault(key, []).append(i)
         if not by_key:
             return list(messages)
         paced = list(messages)
@@ -64,8 +64,7 @@ class PacedQueues:
         for key, indexes in by_key.items():
             budget = self.settings.of(key)
             tasks = [messages[i] for i in indexes]
-            costs = [budget.pull_seconds(LAYERS_IF_UNKNOWN if t.layers is None else t.layers, t.size_bytes)
-                     for t in tasks if isinstance(t, PullTask)]
+            costs = [budget.pull_seconds(t.layers, t.size_bytes) for t in tasks if isinstance(t, PullTask)]
             try:
                 starts = self.budgets.reserve_pull_starts(key, costs, now=now, burst_seconds=budget.burst_seconds)
             except StoreError as e:
