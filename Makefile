@@ -125,6 +125,7 @@ bench: $(STAMP) node-deps
 	$(PY) benchmarks/agent_overhead.py --image-mb 200
 	$(PY) benchmarks/e2e_latency.py --nodes 20
 	$(PY) benchmarks/slot_refill.py --nodes 10 --parallelism 5 --image-mb 30
+	$(PY) benchmarks/boot_warm.py --image-mb 1024 --layers 4
 	$(PY) benchmarks/resource_sync.py --jobs 1000
 	$(PY) benchmarks/sweep.py --nodes 5000 --images 50 --departed 1000
 	$(PY) benchmarks/capacity.py

@@ -70,6 +70,7 @@ FUNCTION_EVENTS = {
     "repull_daily": "schedule_repull",
     "sweep": "schedule_sweep",
     "sync_resources": "schedule_sync_resources",
+    "bake_snapshots": "schedule_bake_snapshots",
 }
 # Matches events/ecr_push.json, so the push creates a job.
 PUSH_RULE = {

@@ -183,8 +183,8 @@ def start_fitting(nodes: int) -> tuple[Any, Fit]:
 
 
 class FunctionClock:
-    """Invocations, records and busy seconds of each function, by wrapping `LocalStack.invoke` (which
-    runs handlers one at a time); the handlers themselves are untouched."""
+    """Invocations, records and busy seconds of each function, by wrapping `LocalStack.invoke` (each function
+    runs in a process of its own); the handlers themselves are untouched."""
 
     def __init__(self, stack: Any) -> None:
         self.calls: Counter[str] = Counter()

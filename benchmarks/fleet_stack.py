@@ -37,7 +37,7 @@ TARGET_JOB_ITEM_BYTES = 16 * 1024
 
 
 class InFlight:
-    """Wraps the handler local mode's event source mapping calls: how many batches run at once, and the
+    """Wraps the invocations local mode's event source mapping makes: how many batches run at once, and the
     items they hand back (`batchItemFailures`) with how long each waited, in wall seconds, until a
     batch got it again."""
 
@@ -135,10 +135,12 @@ class Fleet:
                                 function_output=self.devnull).deploy()
         self.stack.prime_streams()
         fn = self.stack.function("record_status")
-        self.stack.invoke(fn.logical_id, {"Records": []})  # loads the handler, as a cold start does
-        attr = fn.handler.rpartition(".")[2]
-        self.in_flight = InFlight(getattr(fn.module, attr))
-        setattr(fn.module, attr, self.in_flight)
+        self.stack.invoke(fn.logical_id, {"Records": []})  # starts its environment, as a cold start does
+        invoke = self.stack.invoke
+        self.in_flight = InFlight(lambda event, _context: invoke(fn.logical_id, event))
+        # Counted where the event source mapping invokes it (the function runs in a process of its own).
+        self.stack.invoke = lambda name, event: (
+            self.in_flight(dict(event), None) if self.stack.function(name) is fn else invoke(name, event))
         os.environ.update(self.stack.env())  # the shared environment, for this process's own adapters
         from prewarm import bootstrap
 
@@ -167,6 +169,7 @@ class Fleet:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+        self.stack.stop()  # its functions' processes end before their output does
         self.devnull.close()
 
     # -- jobs --------------------------------------------------------------------------------

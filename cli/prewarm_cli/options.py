@@ -26,6 +26,7 @@ _RESOURCES = {
     "job": "jobs", "jobs": "jobs",
     "rule": "rules", "rules": "rules", "prewarmrule": "rules", "prewarmrules": "rules",
     "node": "nodes", "nodes": "nodes",
+    "snapshot": "snapshots", "snapshots": "snapshots", "warmsnapshot": "snapshots", "warmsnapshots": "snapshots",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from prewarm.domain.jobs import PREWARM_API_VERSION
 from prewarm.domain.kubernetes import JobValidationError, manifest_subject
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.sources import RESOURCE_KINDS, reserved_annotation_problems
+from prewarm.domain.sources import RESOURCE_KINDS, STACK_KINDS, reserved_annotation_problems
 
 Obj = dict[str, Any]
 
@@ -54,7 +54,7 @@ class ResourceWriter:
 def resource_body(doc: Obj, metadata: Obj) -> Obj:
     """The resource for a manifest: its kind at prewarm.dev/v1alpha1, its metadata and its spec as written."""
     meta: Obj = {"name": metadata["name"]}
-    if doc.get("kind") != "PrewarmRule":
+    if doc.get("kind") not in STACK_KINDS:
         meta["namespace"] = metadata.get("namespace") or "default"
     for key in ("labels", "annotations"):
         if metadata.get(key):

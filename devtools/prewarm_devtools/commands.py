@@ -287,8 +287,8 @@ def local_status() -> int:
         lines.append(f"{'control:'.ljust(19)}{problem}")
     if "nodes" in live:
         own = state.env.get("CLUSTER_NAME", "")
-        if live.get("api") == "stopped":
-            lines.append(f"cluster {own}: Kubernetes API stopped (`prewarm local cluster start {own}`)")
+        if live.get("api") in ("stopped", "hung"):
+            lines.append(f"cluster {own}: Kubernetes API {live['api']} (`prewarm local cluster start {own}`)")
         lines += _node_lines(f"nodes of cluster {own}" if live.get("clusters") else "nodes", live["nodes"])
     for extra in live.get("clusters") or []:
         labels = ",".join(f"{k}={v}" for k, v in sorted(extra["labels"].items())) or "none"
@@ -348,9 +348,13 @@ def _taint(text: str) -> dict[str, str]:
 @click.option("--taint", "taints", multiple=True, metavar="KEY=VALUE:EFFECT", help="A taint; repeatable.")
 @click.option("--no-agent", is_flag=True, help="Only the Node object: no containerd, no agent (as a node "
                                                "the DaemonSet has not reached).")
-def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool) -> int:
+@click.option("--node-class", metavar="NAME", help="A Karpenter EC2NodeClass: the node's containerd starts from "
+                                                   "the snapshot its data volume names, as a launched instance's.")
+def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool,
+                   node_class: str | None) -> int:
     """Add a Ready node NAME; unless --no-agent, start its own containerd and agent."""
-    body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent}
+    body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent,
+            "node_class": node_class}
     answer = _call("POST", "/nodes", body)
     agent = f"agent running (pid {answer['pid']})" if answer["agent"] == "running" else "no agent"
     click.echo(f"node/{name} added, {agent}")
@@ -398,10 +402,15 @@ def local_agent(action: str, node: str) -> int:
 @local.command("cluster")
 @click.argument("action", type=click.Choice(["stop", "start"]))
 @click.argument("name")
-def local_cluster(action: str, name: str) -> int:
+@click.option("--hang", is_flag=True,
+              help="With stop: the API accepts connections and never answers (packets dropped), not refusing them.")
+def local_cluster(action: str, name: str, hang: bool) -> int:
     """Stop or start local cluster NAME's Kubernetes API, its objects kept: stopped, its port refuses
-    connections (a dead endpoint) while its nodes and agents go on, so you can try an outage."""
-    answer = _call("POST", f"/clusters/{name}/{action}")
+    connections (a dead endpoint), or with --hang accepts them and never answers (an endpoint whose packets
+    are dropped), while its nodes and agents go on, so you can try an outage. `start` ends either."""
+    if hang and action != "stop":
+        raise click.UsageError("--hang goes with stop")
+    answer = _call("POST", f"/clusters/{name}/{action}", {"hang": True} if hang else None)
     click.echo(f"cluster {name}: Kubernetes API {answer['api']} at {answer['kubernetes']}")
     return EXIT_OK
 

@@ -67,7 +67,7 @@ class LocalCluster:
         names = sorted({n["metadata"]["name"] for n in self.kube.list_objects("nodes")} | set(self.nodes))
         # The store is read directly: a stopped API (an outage being played) still has its nodes.
         return {"name": self.name, "labels": dict(self.labels), "kubernetes": self.url,
-                "api": "serving" if self.kube.serving else "stopped",
+                "api": self.kube.state,
                 "nodes": [node_status(self.nodes.get(n)) | {"name": n} for n in names]}
 
 

@@ -41,7 +41,8 @@ class LocalControl(LocalNodes):
                 return self.fire(str(body.get("schedule", "")))
             case "POST", ["nodes"]:
                 return self.add_node(str(body.get("name", "")), labels=dict(body.get("labels") or {}),
-                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)))
+                                     taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)),
+                                     node_class=body.get("node_class") or None)
             case "DELETE", ["nodes", name]:
                 return self.remove_node(name)
             case "POST", ["nodes", name, "kubelet"]:
@@ -49,7 +50,7 @@ class LocalControl(LocalNodes):
             case "POST", ["agents", node, action]:
                 return self.agent_action(node, action)
             case "POST", ["clusters", name, action]:
-                return self.cluster_action(name, action)
+                return self.cluster_action(name, action, hang=bool(body.get("hang", False)))
         raise ControlError(f"no such request: {method} /{'/'.join(parts)}", 404)
 
     def set_kubelet_policy(self, name: str, policy: Any, allowlist: list[str]) -> dict[str, Any]:
@@ -76,13 +77,16 @@ class LocalControl(LocalNodes):
         return {"function": function, "result": result}
 
     def add_node(self, name: str, *, labels: dict[str, str], taints: list[dict[str, str]],
-                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 agent: bool = True, agent_policies: list[dict[str, Any]] | None = None,
+                 node_class: str | None = None) -> dict[str, Any]:
         """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent.
 
         `agent_policies`: the identity policies of this node's agent instead of the stack's AgentPolicy;
         the agent then signs as a role of its own (`<stack>-agent-<node>`), e.g. one that lacks what the
         agent needs, as a node group whose role misses the policy. An agent that exits as it starts leaves
-        the node as it is, its taints included, with `agent_error` in the answer."""
+        the node as it is, its taints included, with `agent_error` in the answer.
+        `node_class`: a Karpenter EC2NodeClass; the node's containerd starts from the snapshot its data
+        volume names (`snapshotID`), as an instance Karpenter launches from it does."""
         from prewarm.domain.kubernetes import dns1123_subdomain_problem, label_map_problems
 
         if self.kube is None:
@@ -105,10 +109,17 @@ class LocalControl(LocalNodes):
             identity = LocalIdentity.of_role(f"arn:aws:iam::{ACCOUNT}:role/{self.stack_name}-agent-{name}", "AG")
             identity.register(agent_policies)
             self._agent_identities[name] = identity
+        snapshot = self._node_class_snapshot(node_class) if node_class else None
+        if snapshot is not None and not agent:
+            raise ControlError("node_class: the node's volume is its containerd's: add it with an agent")
+        if node_class:
+            from prewarm_cli.snapshot_output import NODE_CLASS_LABEL
+
+            labels = {**labels, NODE_CLASS_LABEL: node_class}  # as Karpenter labels the nodes it launches
         self.kube.seed_objects([node_object(name, labels, taints)])
         if agent:
             try:
-                self._start_node(name)
+                self._start_node(name, restore=snapshot)
             except BaseException:
                 self.kube.remove_object("nodes", name)
                 if (own := self._agent_identities.pop(name, None)) is not None:
@@ -163,9 +174,10 @@ class LocalControl(LocalNodes):
         self._reconcile_agents()
         return self._node_status(name)
 
-    def cluster_action(self, name: str, action: str) -> dict[str, Any]:
+    def cluster_action(self, name: str, action: str, *, hang: bool = False) -> dict[str, Any]:
         """`stop` or `start` local cluster `name`'s Kubernetes API, its objects kept: stopped, its port
-        refuses connections, as a dead endpoint does; its nodes and agents go on."""
+        refuses connections, as a dead endpoint does; stopped with `hang`, it accepts them and never
+        answers, as an endpoint whose packets are dropped does. Its nodes and agents go on."""
         if action not in ("stop", "start"):
             raise ControlError(f"unknown cluster action {action!r}: choose stop or start", 404)
         apis = {c.name: c.kube for c in self.extra_clusters.values()}
@@ -174,10 +186,11 @@ class LocalControl(LocalNodes):
         if (kube := apis.get(name)) is None:
             raise ControlError(f'no local cluster "{name}": the embedded ones are {", ".join(sorted(apis)) or "none"}',
                                404)
-        if kube.serving == (action == "start"):
-            raise ControlError(f'the API of cluster "{name}" is already {"serving" if kube.serving else "stopped"}')
-        kube.start() if action == "start" else kube.stop()
-        return {"name": name, "api": "serving" if kube.serving else "stopped", "kubernetes": kube.url}
+        wanted = "serving" if action == "start" else "hung" if hang else "stopped"
+        if kube.state == wanted:
+            raise ControlError(f'the API of cluster "{name}" is already {wanted}')
+        kube.start() if action == "start" else kube.hang() if hang else kube.stop()
+        return {"name": name, "api": kube.state, "kubernetes": kube.url}
 
     def _node_status(self, name: str) -> dict[str, Any]:
         node = self.nodes.get(name)
@@ -211,7 +224,7 @@ class LocalControl(LocalNodes):
         names = sorted({n["metadata"]["name"] for n in self.cluster_nodes()} | set(self.nodes))
         return {"pid": os.getpid(), "run_dir": str(self.base_dir), "endpoints": endpoints,
                 "logs": str(self.logs_dir), "nodes": [self._node_status(n) for n in names],
-                **({"api": "serving" if self.kube.serving else "stopped"} if self.kube is not None else {}),
+                **({"api": self.kube.state} if self.kube is not None else {}),
                 **({"clusters": [c.status(self._node_fields) for c in self.extra_clusters.values()]}
                    if self.extra_clusters else {}),
                 **({"kubeconfig": str(self.kubeconfig_written)} if self.kubeconfig_written else {})}

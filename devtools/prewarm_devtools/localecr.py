@@ -8,7 +8,6 @@ as ECR would) and returns ECR's PUSH event, which the caller delivers as EventBr
 from __future__ import annotations
 
 import base64
-import os
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -48,8 +47,9 @@ def push_to_local_ecr(
 
     token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
     user, _, password = base64.b64decode(token).decode().partition(":")
-    image = build_image(size_mb=size_mb) if layers == 1 else build_image(layers=[
-        build_layer({f"layer-{i}": os.urandom(16)}, size_mb / layers) for i in range(layers)])
+    # `layers` layers of size_mb / layers each (as an image of several layers is pulled and unpacked).
+    image = build_image(size_mb=size_mb) if layers == 1 else build_image(
+        layers=[build_layer({f"layer-{n}": b"%d" % n}, size_mb / layers) for n in range(layers)])
     pusher = RegistryPusher(registry_url, auth=(user, password))
     pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
     with suppress(ecr.exceptions.RepositoryAlreadyExistsException):

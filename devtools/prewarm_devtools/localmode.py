@@ -131,6 +131,7 @@ class LocalMode(LocalControl):
         # Nodes whose agent signs as a role of its own (`add_node(agent_policies=)`), and why agents exited.
         self._agent_identities: dict[str, LocalIdentity] = {}
         self._agent_errors: dict[str, str] = {}
+        self.builders: Any = None
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -218,6 +219,8 @@ class LocalMode(LocalControl):
             parameters["KubeCaData"] = base64.b64encode(self.kube.ca_pem.encode()).decode()
             parameters["ClusterAccess"] = "access-entries"
         parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
+        # Builders here run the agent as a process of this checkout (localbuilders), whatever the image.
+        parameters["BuilderAgentImage"] = "prewarm-agent:local"
         if self.startup_taint_grace_seconds is not None:
             parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
@@ -239,12 +242,29 @@ class LocalMode(LocalControl):
             self.control = ControlServer(self._control_route).start()
         if self.agents_enabled:
             self._start_registry()
+            self._start_builders()
             for name in self.daemonset_nodes():
                 self._start_node(name)
             for cluster in self.extra_clusters.values():
                 for name in sorted(n["metadata"]["name"] for n in cluster.kube.list_objects("nodes")):
                     self._start_node(name, cluster)
         self.write_state()
+
+    def _start_builders(self) -> None:
+        """EC2's builders and snapshots (localbuilders), and Karpenter's EC2NodeClass in the embedded API."""
+        from prewarm_devtools.localbuilders import CRD_PATH, LocalBuilders
+
+        assert self.aws is not None and self.stack is not None
+        if self.kube is not None:
+            self.kube.seed_from_file(CRD_PATH)
+        # What CloudFormation makes of BuilderInstanceProfile, which RunInstances looks up (moto does too).
+        iam = self.aws.client("iam")
+        profile = self.stack.physical["BuilderInstanceProfile"].ref
+        iam.create_instance_profile(InstanceProfileName=profile)
+        iam.create_role(RoleName=self.stack.physical["BuilderRole"].ref, AssumeRolePolicyDocument="{}")
+        iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=self.stack.physical["BuilderRole"].ref)
+        self.builders = LocalBuilders(self.base_dir, self.aws.client("ec2"), self.stack, self.nodes_registry_url,
+                                      self.logs_dir).start()
 
     def _start_extra_clusters(self) -> None:
         from prewarm_cli.targets import STACK_OUTPUTS
@@ -337,6 +357,9 @@ class LocalMode(LocalControl):
             # A layer the test run shares goes back to moto's answer.
             self.aws.layer.ecr.token_lifetime_s = None
             self.aws.layer.ecr.issues_tokens = False
+        if self.builders is not None:
+            self.builders.stop()
+            self.builders = None
         for node in self.nodes.values():
             self._stop_node(node)
         self.nodes.clear()

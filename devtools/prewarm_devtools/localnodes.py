@@ -100,6 +100,7 @@ class LocalNodes:
     _starting: bool
     _agent_identities: dict[str, LocalIdentity]
     _agent_errors: dict[str, str]
+    builders: Any  # LocalBuilders: warm snapshots' builders and snapshots
 
     def _record_child(self, name: str, process: Any) -> None:
         raise NotImplementedError  # LocalMode's run record
@@ -147,11 +148,27 @@ class LocalNodes:
         nodes: list[dict[str, Any]] = bootstrap.cluster().list_nodes()
         return nodes
 
-    def _start_node(self, name: str, cluster: LocalCluster | None = None) -> None:
+    def _node_class_snapshot(self, node_class: str) -> str:
+        """The snapshot an EC2NodeClass's data volume starts from; ControlError naming what is missing."""
+        from prewarm_devtools.control import ControlError
+
+        found = self.kube.get_object("ec2nodeclasses.karpenter.k8s.aws", node_class) if self.kube else None
+        if found is None:
+            raise ControlError(f'node_class: EC2NodeClass "{node_class}" does not exist', 404)
+        mappings = (found.get("spec") or {}).get("blockDeviceMappings") or []
+        snapshot = next(((m.get("ebs") or {}).get("snapshotID") for m in mappings
+                         if not m.get("rootVolume") and (m.get("ebs") or {}).get("snapshotID")), None)
+        if snapshot is None:
+            raise ControlError(f'node_class: EC2NodeClass "{node_class}" names no data volume snapshot (snapshotID)')
+        return str(snapshot)
+
+    def _start_node(self, name: str, cluster: LocalCluster | None = None, restore: str | None = None) -> None:
         from prewarm_devtools.node.containerd import PrivateContainerd
 
         assert self.stack is not None and self.aws is not None and self.registry is not None
         containerd = PrivateContainerd(self.base_dir / f"n{next(self._node_dirs)}")
+        if restore is not None:
+            self.builders.restore(restore, containerd.root_dir)
         containerd.add_registry_mirror(ecr_host(), self.nodes_registry_url)
         containerd.add_registry_mirror(self.registry.host, self.nodes_registry_url)
         containerd.start()

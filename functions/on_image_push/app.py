@@ -1,4 +1,5 @@
-"""EventBridge "ECR Image Action" → prewarm rules → one pull job per matching rule."""
+"""EventBridge "ECR Image Action" → prewarm rules → one pull job per matching rule; the warm snapshots
+wanting the image record its digest (their bake starts from the table stream)."""
 
 from typing import Any
 
@@ -21,6 +22,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     push = action.to_push()
     logger.append_keys(image=f"{push.registry_host}/{push.repository}@{push.digest}")
     applied = bootstrap.handle_push(push)
+    if changed := bootstrap.bake_on_push(push):
+        logger.info("warm snapshots to bake again", extra={"warm_snapshots": changed})
     created = sum(a.outcome != "unchanged" for a in applied)
     metrics.add_metric(name="JobsStarted", unit=MetricUnit.Count, value=created)
     logger.info("push handled", extra={"jobs": [a.describe() for a in applied]})

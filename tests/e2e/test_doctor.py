@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
           "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
-          "image credentials", "sweep", "daily round")
+          "image credentials", "warm snapshots", "sweep", "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
 
 

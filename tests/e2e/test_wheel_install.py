@@ -39,7 +39,8 @@ files = project_files()
 with MotoServer() as aws, aws_environment(aws.url):
     stack = LocalStack(aws.url, parameters={"ClusterName": "local"}).deploy()
     stack.invoke("on_image_push", json.loads((files.events / "ecr_push.json").read_text()))
-    handler = stack.function("on_image_push").module.__file__
+    handler = stack.function("on_image_push").handler_file
+    stack.stop()
 print(json.dumps({
     "packages": [prewarm.__file__, prewarm_cli.__file__, prewarm_devtools.__file__],
     "files": [str(files.template), str(files.events), str(files.samplefiles), str(files.functions)],

@@ -27,12 +27,12 @@ SOURCES = {
 }
 # The AWS services the product talks to (botocore names), with their IAM prefixes.
 SERVICES = {"sqs": "sqs", "dynamodb": "dynamodb", "secretsmanager": "secretsmanager", "ecr": "ecr",
-            "ecr-public": "ecr-public", "sts": "sts", "eks": "eks", "ssm": "ssm"}
+            "ecr-public": "ecr-public", "sts": "sts", "eks": "eks", "ssm": "ssm", "ec2": "ec2"}
 # Where an operation's name as a string is the operation: the adapters (`self._call(what, "get_item")`)
 # and the agent, besides every module that holds a client.
 _NAMING_MODULES = ("prewarm.adapters.", "prewarm_agent.")
 # Receivers that are boto3 clients: `self.client`, `self._sts`, `client`, `sqs`, `session.client("eks")`.
-_CLIENT_NAMES = ("client", "sqs", "sts")
+_CLIENT_NAMES = ("client", "sqs", "sts", "ec2")
 # TransactWriteItems has no action of its own: each item needs the action of its kind ("Using IAM
 # with DynamoDB transactions", DynamoDB Developer Guide).
 TRANSACT_ITEM_ACTIONS = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem",
@@ -85,6 +85,11 @@ def iam_actions(op: Operation) -> set[str]:
         ("ecr-public", "get_authorization_token"): {"ecr-public:GetAuthorizationToken", "sts:GetServiceBearerToken"},
         # GetCallerIdentity needs no permission (STS API reference); the EKS token only presigns it.
         ("sts", "get_caller_identity"): set(),
+        # A builder: its instance profile's role is passed, its tags given at launch, its AMI may be a
+        # resolve:ssm: parameter (EC2 user guide, "Launch permissions", "Tag your resources", "Use a Systems
+        # Manager parameter instead of an AMI ID").
+        ("ec2", "run_instances"): {"ec2:RunInstances", "iam:PassRole", "ec2:CreateTags", "ssm:GetParameters"},
+        ("ec2", "create_snapshot"): {"ec2:CreateSnapshot", "ec2:CreateTags"},
     }
     if (op.service, op.name) in special:
         return special[(op.service, op.name)]

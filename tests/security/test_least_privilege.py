@@ -20,13 +20,19 @@ from tests.security.aws_calls import ROOT, iam_actions, index, reachable_operati
 
 AGENT_ENTRY = "prewarm_agent.__main__.main"
 AGENT_POLICY = "AgentPolicy"
+# A warm snapshot's builder runs the agent in bake mode as the builders' instance role.
+BUILDER_ENTRY = "prewarm_agent.baking.main"
+BUILDER_ROLE = "BuilderRole"
 # Actions the code reaches on a path it never takes, each with the check that proves it: the agent asks
 # EcrTokenSource for its own role's tokens, never for an assumed role's.
 # And its `StatusSink` (one method, `send`) is the status queue, never the control plane's `PacedQueues`,
 # which the graph matches by that method and whose sends reserve a registry budget.
 _NOT_PACED = "the agent's StatusSink is its StatusQueue, never PacedQueues (prewarm_agent.__main__)"
 NOT_TAKEN = {AGENT_POLICY: {"sts:AssumeRole": "the agent's RegistryConfig(...) never names a role_arn",
-                            "dynamodb:GetItem": _NOT_PACED, "dynamodb:UpdateItem": _NOT_PACED}}
+                            "dynamodb:GetItem": _NOT_PACED, "dynamodb:UpdateItem": _NOT_PACED},
+             BUILDER_ROLE: {"sts:AssumeRole": "the builder's RegistryConfig(...) never names a role_arn",
+                            "ecr-public:GetAuthorizationToken": "a builder pulls public images anonymously",
+                            "sts:GetServiceBearerToken": "a builder pulls public images anonymously"}}
 # Pulls with an ECR token are authorised as the token's principal (managed policy
 # AmazonEC2ContainerRegistryPullOnly: GetAuthorizationToken, BatchGetImage, GetDownloadUrlForLayer).
 ECR_PULLS = {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}
@@ -112,6 +118,7 @@ def roles_and_code(template: Mapping[str, Any]) -> dict[str, tuple[list[str], se
         assert entries, f"{role}: no code in functions/{name}/app.py"
         out[role] = (entries, platform_actions(template, function))
     out[AGENT_POLICY] = ([AGENT_ENTRY], set())
+    out[BUILDER_ROLE] = ([BUILDER_ENTRY], set())
     return out
 
 

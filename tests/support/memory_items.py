@@ -199,3 +199,37 @@ class MemoryBudgetItems(TableItems):
                 continue
             return reservation.starts
         raise StoreConflictError(f"the budget of {key} kept changing: 8 reservations refused")
+
+
+# -- warm snapshots (adapters/dynamodb/snapshots.py) ------------------------------------------------
+
+def _warm_snapshot(item: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    return json.loads(item["spec"]), json.loads(item.get("state") or "{}"), int(item.get("version", 0))
+
+
+class MemoryWarmSnapshotItems(TableItems):
+    """`WarmSnapshotItems`: each warm snapshot's manifest, and its bakes' state under a version."""
+
+    def put_warm_snapshot(self, name: str, manifest: dict[str, Any], spec_hash: str) -> str:
+        current = self.table.get(f"WARMSNAPSHOT#{name}", "WARMSNAPSHOT")
+        if current is not None and current.get("spec_hash") == spec_hash:
+            return "unchanged"
+        self.table.update(f"write warm snapshot {name}", f"WARMSNAPSHOT#{name}", "WARMSNAPSHOT", {
+            "kind": "warmsnapshot", "name": name, "spec": json.dumps(manifest, sort_keys=True), "spec_hash": spec_hash})
+        return "configured" if current is not None else "created"
+
+    def list_warm_snapshots(self) -> list[tuple[dict[str, Any], dict[str, Any], int]]:
+        return [_warm_snapshot(v) for v in sorted(self._list_kind("warmsnapshot"), key=lambda v: str(v["name"]))]
+
+    def get_warm_snapshot(self, name: str) -> tuple[dict[str, Any], dict[str, Any], int] | None:
+        item = self.table.get(f"WARMSNAPSHOT#{name}", "WARMSNAPSHOT")
+        return _warm_snapshot(item) if item is not None else None
+
+    def save_snapshot_state(self, name: str, state: dict[str, Any], version: int) -> int:
+        self.table.update(f"write the bake state of {name}", f"WARMSNAPSHOT#{name}", "WARMSNAPSHOT",
+                          {"state": json.dumps(state, sort_keys=True), "version": version + 1},
+                          condition=lambda i: i is not None and int(i.get("version", 0)) == version)
+        return version + 1
+
+    def delete_warm_snapshot(self, name: str) -> bool:
+        return self.table.delete(f"delete warm snapshot {name}", f"WARMSNAPSHOT#{name}", "WARMSNAPSHOT") is not None

@@ -34,6 +34,7 @@ from tests.support.memory_items import (
     MemoryNodeItems,
     MemoryRuleItems,
     MemoryScheduleRunItems,
+    MemoryWarmSnapshotItems,
     TableItems,
 )
 from tests.support.memory_table import (
@@ -414,7 +415,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
 
 
 class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems,
-                     MemoryClusterItems, MemoryBudgetItems):
+                     MemoryClusterItems, MemoryWarmSnapshotItems, MemoryBudgetItems):
     """`JobStore` and `ScheduleRuns` in memory, as `DynamoJobStore` keeps them on the JobsTable. Stores
     given the same `MemoryTable` share it, as two Lambda containers share the table."""
 

@@ -10,7 +10,8 @@ from typing import Any
 from prewarm.services.ports import ClusterConflictError, ClusterNotFoundError
 
 API = "prewarm.dev/v1alpha1"
-PLURALS = {"imagepulljobs": "ImagePullJob", "imagelistpulljobs": "ImageListPullJob", "prewarmrules": "PrewarmRule"}
+PLURALS = {"imagepulljobs": "ImagePullJob", "imagelistpulljobs": "ImageListPullJob", "prewarmrules": "PrewarmRule",
+           "warmsnapshots": "WarmSnapshot"}
 
 
 class FakeResources:

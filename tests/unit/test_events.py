@@ -23,7 +23,8 @@ ECR_EVENTS = ["ecr_push.json", "ecr_push_failed.json", "ecr_delete.json", "ecr_p
 STREAM_EVENTS = ["dynamodb_stream_job_insert.json", "dynamodb_stream_job_modify.json"]
 SQS_EVENTS = ["sqs_status_batch.json"]
 SCHEDULE_EVENTS = ["schedule_repull.json", "schedule_sweep.json", "schedule_refresh_credentials.json",
-                   "schedule_sync_resources.json"]
+                   "schedule_sync_resources.json", "schedule_bake_snapshots.json"]
+EC2_EVENTS = ["ebs_snapshot_notification.json"]
 
 JOB_COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 
@@ -34,8 +35,22 @@ def load(name: str) -> dict[str, Any]:
 
 
 def test_every_sample_event_is_checked_here() -> None:
-    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS)
+    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS)
     assert {p.name for p in EVENTS.glob("*.json")} == checked
+
+
+# -- EBS (EventBridge) ------------------------------------------------------------------------
+
+
+def test_the_ebs_snapshot_notification_names_its_snapshot_and_result() -> None:
+    from prewarm.events import EventError, parse_snapshot_notification
+
+    notice = parse_snapshot_notification(load("ebs_snapshot_notification.json"))
+    assert (notice.snapshot_id, notice.succeeded) == ("snap-0a1b2c3d4e5f60718", True)
+    broken = load("ebs_snapshot_notification.json")
+    broken["detail"]["snapshot_id"] = "snap-1"
+    with pytest.raises(EventError, match=r"detail\.snapshot_id"):
+        parse_snapshot_notification(broken)
 
 
 # -- ECR (EventBridge) ------------------------------------------------------------------------

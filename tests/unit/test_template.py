@@ -145,8 +145,13 @@ def test_each_function_names_its_own_service_after_its_code_folder() -> None:
 # -- event sources ----------------------------------------------------------------------------
 
 
+def _event_of(function: str, kind: str) -> dict[str, Any]:
+    [(_, _, event)] = [e for e in events_of(kind) if e[0] == function]
+    return event
+
+
 def test_image_push_rule_matches_only_successful_ecr_pushes() -> None:
-    [(_, _, rule)] = list(events_of("EventBridgeRule"))
+    rule = _event_of("OnImagePushFunction", "EventBridgeRule")
     assert rule["Pattern"] == {
         "source": ["aws.ecr"],
         "detail-type": ["ECR Image Action"],
@@ -178,14 +183,26 @@ def _matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
     ],
 )
 def test_sample_ecr_events_reach_on_image_push_only_when_a_push_succeeded(event_file: str, delivered: bool) -> None:
-    [(_, _, rule)] = list(events_of("EventBridgeRule"))
+    rule = _event_of("OnImagePushFunction", "EventBridgeRule")
     event = json.loads((EVENTS / event_file).read_text())
     assert _matches(rule["Pattern"], event) is delivered
 
 
+def test_warm_snapshots_take_their_stream_items_and_ebs_snapshot_notifications_only() -> None:
+    stream = _event_of("BakeSnapshotsFunction", "DynamoDB")
+    assert getatt_target(stream["Stream"]) == "JobsTable"
+    [only] = stream["FilterCriteria"]["Filters"]
+    assert json.loads(only["Pattern"]) == {"dynamodb": {"Keys": {"sk": {"S": ["WARMSNAPSHOT"]}}}}
+    rule = _event_of("BakeSnapshotsFunction", "EventBridgeRule")
+    assert rule["Pattern"] == {"source": ["aws.ec2"], "detail-type": ["EBS Snapshot Notification"],
+                               "detail": {"event": ["createSnapshot"]}}
+    sample = json.loads((EVENTS / "ebs_snapshot_notification.json").read_text())
+    assert _matches(rule["Pattern"], sample) and not _matches(_event_of("OnImagePushFunction", "EventBridgeRule")[
+        "Pattern"], sample)
+
+
 def test_job_stream_delivers_only_job_items_with_partial_batch_failures() -> None:
-    [(function, _, stream)] = list(events_of("DynamoDB"))
-    assert function == "DispatchJobFunction"
+    stream = _event_of("DispatchJobFunction", "DynamoDB")
     assert getatt_target(stream["Stream"]) == "JobsTable"
     [only] = stream["FilterCriteria"]["Filters"]
     assert json.loads(only["Pattern"]) == {"dynamodb": {"Keys": {"sk": {"S": ["JOB"]}}}}
@@ -386,6 +403,9 @@ STAR_RESOURCE_ACTIONS = {
     "xray:PutTelemetryRecords": "X-Ray write APIs have no resource type",
     "xray:GetSamplingRules": "X-Ray sampling APIs have no resource type",
     "xray:GetSamplingTargets": "X-Ray sampling APIs have no resource type",
+    "ec2:DescribeInstances": "EC2 Describe actions have no resource type; bake_snapshots filters by the stack's tag",
+    "ec2:DescribeSnapshots": "EC2 Describe actions have no resource type; bake_snapshots filters by the stack's tag",
+    "ec2:DescribeLaunchTemplateVersions": "EC2 Describe actions have no resource type",
 }
 
 
@@ -420,6 +440,21 @@ SCOPED_SUBS = {
 }
 
 
+# Statements whose resources are not the stack's by ARN: what a builder launches from (an AMI, the subnets
+# and security groups the warm snapshot names, its network interface), none of it made or changed, and
+# AWS's public AMI parameters that `resolve:ssm:` reads.
+NOT_THE_STACKS = {("BakeSnapshotsRole", "LaunchFrom"), ("BakeSnapshotsRole", "AmiParameters")}
+# The condition keys that make an EC2 resource the stack's: its tag as it is made, or as it stands.
+STACK_TAG = "prewarm.dev/stack"
+
+
+def _tagged_as_the_stacks(statement: dict[str, Any]) -> bool:
+    equals = statement.get("Condition", {}).get("StringEquals", {})
+    return (f"aws:RequestTag/{STACK_TAG}" in equals or f"aws:ResourceTag/{STACK_TAG}" in equals
+            or (set(as_list(equals.get("ec2:CreateAction", []))) <= {"RunInstances", "CreateSnapshot"} and
+            "ec2:CreateAction" in equals))
+
+
 def _is_scoped(resource: Any) -> bool:
     if isinstance(resource, dict) and "Fn::If" in resource:
         return all(_is_scoped(r) for branch in branches(resource) for r in as_list(branch))
@@ -449,7 +484,7 @@ def test_star_resources_only_for_actions_that_have_no_resource_type() -> None:
 
 def test_every_other_statement_is_scoped_to_the_stacks_own_resources() -> None:
     for owner, s in statements():
-        if as_list(s["Resource"]) == ["*"]:
+        if as_list(s["Resource"]) == ["*"] or (owner, s.get("Sid")) in NOT_THE_STACKS or _tagged_as_the_stacks(s):
             continue
         for resource in as_list(s["Resource"]):
             assert _is_scoped(resource), f"{owner} {s.get('Sid')}: {resource}"
@@ -572,7 +607,7 @@ def test_every_function_alarms_on_its_first_throttle() -> None:
 
 def test_the_job_stream_alarms_when_dispatch_job_falls_two_minutes_behind() -> None:
     [alarm] = _alarms_on("AWS/Lambda", "IteratorAge").values()
-    [(function, _, _)] = list(events_of("DynamoDB"))
+    function = "DispatchJobFunction"  # bake_snapshots' records wait on nothing a person waits on
     assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function}}]
     assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
         "Maximum", "GreaterThanThreshold", 120000)  # milliseconds

@@ -19,7 +19,7 @@ from prewarm_cli.options import (
 
 
 @click.command()
-@click.argument("resource", metavar="job|node")
+@click.argument("resource", metavar="job|node|snapshot")
 @click.argument("name")
 @namespace_option
 @cluster_option()
@@ -33,14 +33,24 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str, clust
     (read through the node proxy: `get` on `nodes/proxy`).
     Or a registered node: its agent's hello and how its startup taint came off (hello to warm).
     `--cluster` names the cluster of the job or node (default: the stack's own); a job that has namesakes
-    in other clusters (a rule's push makes one job per cluster) ends with each cluster's counts."""
-    kind = resource_name(resource, ("jobs", "nodes"), "describe")
+    in other clusters (a rule's push makes one job per cluster) ends with each cluster's counts.
+    Or a warm snapshot: its node class's snapshot and digests, against the newest push; the nodes booted
+    from it; the snapshots kept; the last bake's steps and what it costs."""
+    kind = resource_name(resource, ("jobs", "nodes", "snapshots"), "describe")
     from prewarm.services.jobs import list_views, view_job
     from prewarm_cli import output as cli_output
 
     now = time.time()
     where = chosen(ctx, cluster)
     store = current_store(ctx)
+    if kind == "snapshots":
+        from prewarm_cli.snapshot_output import describe_snapshot
+
+        found = store.get_warm_snapshot(name)
+        if found is None:
+            raise CommandError(f'warm snapshot "{name}" not found')
+        click.echo(describe_snapshot(found, store.list_nodes(), now=now))
+        return EXIT_OK
     if kind == "nodes":
         node = store.get_node(name, where)
         if node is None:

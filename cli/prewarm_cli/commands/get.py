@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("resource", metavar="jobs|rules|nodes")
+@click.argument("resource", metavar="jobs|rules|nodes|snapshots")
 @click.argument("names", nargs=-1)
 @namespace_option
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs of every namespace.")
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,
         output: str | None, show_labels: bool, cluster: str | None, kubeconfig: str | None,
         context: str | None) -> int:
-    """List jobs (Kruise's columns), rules or nodes; or show the named ones.
+    """List jobs (Kruise's columns), rules, nodes or warm snapshots; or show the named ones.
 
     \b
     Jobs: of every cluster the stack serves (a CLUSTER column once it serves several), or of the one
@@ -47,8 +47,12 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
     \b
     Nodes: every node of the cluster and every node whose agent said hello, with its agent
     (Registered, NotReporting, Absent) and why its startup taint is as it is.
+
+    \b
+    Snapshots: each WarmSnapshot's node class, the snapshot it boots from, how many images it holds, its
+    age and the newest push's, and its status (Current, Stale, Baking, Failed).
     """
-    kind = resource_name(resource, ("jobs", "rules", "nodes"), "get")
+    kind = resource_name(resource, ("jobs", "rules", "nodes", "snapshots"), "get")
     if all_namespaces and names:
         raise click.UsageError("a job cannot be retrieved by name across all namespaces: use -n instead of -A")
     from prewarm_cli import output as cli_output
@@ -86,6 +90,17 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
         docs = [cli_output.rule_document(r) for r in rules]
         text = cli_output.rules_table(rules)
         empty = "No rules found."
+    elif kind == "snapshots":
+        from prewarm_cli.snapshot_output import snapshot_document, snapshots_table
+
+        records = store.list_warm_snapshots()
+        if names:
+            found = {r[0].get("metadata", {}).get("name"): r for r in records}
+            missing = [f'warm snapshot "{n}" not found' for n in names if n not in found]
+            records = [found[n] for n in names if n in found]
+        docs = [snapshot_document(r) for r in records]
+        text = snapshots_table(records, now=now)
+        empty = "No warm snapshots found."
     else:
         from prewarm_cli import node_output
 

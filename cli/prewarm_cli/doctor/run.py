@@ -42,7 +42,7 @@ from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
           "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
-          "image credentials", "sweep", "daily round")
+          "image credentials", "warm snapshots", "sweep", "daily round")
 
 
 @dataclass
@@ -93,7 +93,22 @@ class Doctor:
             yield self._guarded("registry pulls", self._registry_pulls)
             yield self._guarded("image credentials", lambda: self._image_credentials(api)) if reachable \
                 else skipped("image credentials", unreachable)
+            yield self._guarded("warm snapshots", lambda: self._warm_snapshots(api))
             yield from self._schedules()
+
+    def _warm_snapshots(self, api: ClusterApi | None) -> CheckResult:
+        from prewarm.adapters.ec2 import NodeClassObjects
+        from prewarm_cli.doctor.snapshots import check_warm_snapshots
+
+        def cluster() -> Any:
+            if api is None:
+                from prewarm.services.ports import BakeError
+
+                raise BakeError("the cluster cannot be reached (cluster access)")
+            return api
+
+        return check_warm_snapshots(self.store.list_warm_snapshots(),
+                                    NodeClassObjects(cluster, lambda: self.client("ec2")))
 
     # -- cluster ------------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The CustomResourceDefinitions of `prewarm.dev/v1alpha1`: ImagePullJob and ImageListPullJob (namespaced,
-OpenKruise's spec accepted verbatim) and PrewarmRule (cluster-scoped).
+OpenKruise's spec accepted verbatim), PrewarmRule and WarmSnapshot (cluster-scoped).
 
 Built from one set of schema pieces, so the two job kinds cannot drift apart. The schemas say the model's
 rules as the API server can check them without a webhook: types, enums and bounds, the model's string
@@ -34,6 +34,13 @@ from prewarm.domain.jobs import (
     PullPolicy,
 )
 from prewarm.domain.rules import ACCOUNT_ID_PATTERN, GLOB_PATTERN, REGION_PATTERN
+from prewarm.domain.snapshots import (
+    DEFAULT_KEEP,
+    MAX_FSR_ZONES,
+    MAX_KEEP,
+    MAX_SNAPSHOT_IMAGES,
+    AmiFamily,
+)
 
 Obj = dict[str, Any]
 
@@ -203,6 +210,11 @@ _RULE_STATUS: Obj = {"type": "object", "properties": {
     "message": {"type": "string"}, "observedGeneration": _PREWARM_STATUS["observedGeneration"]}}
 
 
+_SNAPSHOT_STATUS: Obj = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
+    "message": {"type": "string"}, "snapshotID": {"type": "string"}, "stale": {"type": "boolean"},
+    "observedGeneration": _PREWARM_STATUS["observedGeneration"]}}
+
+
 def _column(name: str, path: str, kind: str = "integer", priority: int = 0) -> Obj:
     column: Obj = {"name": name, "type": kind, "jsonPath": path}
     if priority:
@@ -222,6 +234,41 @@ _RULE_COLUMNS = [_column("REPOSITORIES", ".spec.repositories", "string"),
                  _column("NAMESPACE", ".spec.template.metadata.namespace", "string"),
                  _column("AGE", ".metadata.creationTimestamp", "date"),
                  _column("MESSAGE", ".status.message", "string", priority=1)]
+
+
+_SNAPSHOT_COLUMNS = [_column("SNAPSHOT", ".status.snapshotID", "string"), _column("STALE", ".status.stale", "boolean"),
+                     _column("AGE", ".metadata.creationTimestamp", "date"),
+                     _column("MESSAGE", ".status.message", "string", priority=1)]
+
+
+def _warm_snapshot_spec() -> Obj:
+    """What the model checks of a WarmSnapshot that a schema can say; the AMI family's devices are CEL."""
+    names = {"type": "array", "items": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253)}
+    device = _rule("self.amiFamily != 'Bottlerocket' || !has(self.dataVolume) || !has(self.dataVolume.deviceName) "
+                   "|| self.dataVolume.deviceName == '/dev/xvdb'", "Bottlerocket keeps containerd on /dev/xvdb",
+                   field_path=".dataVolume.deviceName")
+    mount = _rule("self.amiFamily != 'AL2023' || (has(self.dataVolume) && has(self.dataVolume.mountPath) && "
+                  "self.dataVolume.mountPath == '/var/lib/containerd')", "must be /var/lib/containerd on AL2023",
+                  field_path=".dataVolume.mountPath")
+    return {"type": "object", "required": ["nodeClass", "amiFamily", "builder"], "properties": {
+        "nodeClass": {"type": "object", "properties": {"ec2NodeClass": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253),
+                                                       "launchTemplate": {"type": "string", "maxLength": 128}},
+                      "x-kubernetes-validations": [_rule("has(self.ec2NodeClass) != has(self.launchTemplate)",
+                                                         "set exactly one of ec2NodeClass and launchTemplate")]},
+        "amiFamily": {"type": "string", "enum": [f.value for f in AmiFamily]},
+        "dataVolume": {"type": "object", "properties": {
+            "deviceName": _patterned("^/dev/(xvd|sd)[a-z]$"), "mountPath": {"type": "string"},
+            "sizeGiB": {"type": "integer", "minimum": 1, "maximum": 16384}}},
+        "rules": names, "images": {"type": "array", "maxItems": MAX_SNAPSHOT_IMAGES, "items": _IMAGE},
+        "fastSnapshotRestore": {"type": "object", "required": ["availabilityZones"], "properties": {
+            "availabilityZones": {"type": "array", "minItems": 1, "maxItems": MAX_FSR_ZONES,
+                                  "items": _patterned("^[a-z]{2}(-[a-z]+)+-[0-9]+[a-z]$")}}},
+        "keep": {"type": "integer", "minimum": 1, "maximum": MAX_KEEP, "default": DEFAULT_KEEP},
+        "builder": {"type": "object", "required": ["subnetIds"], "properties": {
+            "subnetIds": {"type": "array", "minItems": 1, "items": _patterned("^subnet-[0-9a-f]{8,17}$")},
+            "instanceType": {"type": "string"}, "imageId": {"type": "string"},
+            "timeBudgetSeconds": {"type": "integer", "minimum": 300, "maximum": 21600}}}},
+        "x-kubernetes-validations": [device, mount]}
 
 
 def _crd(kind: str, plural: str, scope: str, spec: Obj, status: Obj, columns: list[Obj],
@@ -279,4 +326,6 @@ def custom_resource_definitions() -> list[Obj]:
         _crd("ImageListPullJob", "imagelistpulljobs", "Namespaced", list_spec, _LIST_JOB_STATUS, _LIST_JOB_COLUMNS,
              ["ilpj"]),
         _crd("PrewarmRule", "prewarmrules", "Cluster", rule_spec, _RULE_STATUS, _RULE_COLUMNS, ["pwr"]),
+        _crd("WarmSnapshot", "warmsnapshots", "Cluster", _warm_snapshot_spec(), _SNAPSHOT_STATUS, _SNAPSHOT_COLUMNS,
+             ["pws"]),
     ]

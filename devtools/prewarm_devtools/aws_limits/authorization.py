@@ -38,6 +38,7 @@ from urllib.parse import urlparse
 
 from moto.core.exceptions import ServiceException
 
+from prewarm_devtools.aws_limits.ec2 import fast_snapshot_restores
 from prewarm_devtools.aws_limits.policy import ContextValue, Decision, Policy, evaluate
 from prewarm_devtools.aws_limits.sqs import access_key_id
 
@@ -73,6 +74,7 @@ class Authorization:
 
     def __init__(self, layer: LayerState) -> None:
         self.layer = layer
+        self.fast_restores: dict[str, set[str]] = {}  # snapshot -> its zones with Fast Snapshot Restore
 
     def refusal(self, handler: Any) -> AccessDeniedError | None:
         """The error to answer `handler`'s request with, or None to let moto run it."""
@@ -97,7 +99,8 @@ class Authorization:
     def answer(self, handler: Any) -> Any:
         """What the layer answers in moto's place (a refusal, or a result moto cannot give), None to let
         moto run the request."""
-        return self.refusal(handler) or self.caller_identity(handler) or self.simulation(handler)
+        return (self.refusal(handler) or self.caller_identity(handler) or self.simulation(handler)
+                or fast_snapshot_restores(handler, self.fast_restores))
 
     def caller_identity(self, handler: Any) -> dict[str, str] | None:
         """STS's answer to a known principal's `GetCallerIdentity`: its ARN (moto knows its own users only,

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -180,6 +181,7 @@ class KubeApiServer:
         self._failures_lock = threading.Lock()
         self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
+        self._silent: socket.socket | None = None  # holds the port while the API hangs
         if default_namespaces:
             self.registry.seed([{"kind": "Namespace", "metadata": {"name": n}} for n in _DEFAULT_NAMESPACES])
         if bootstrap_policy:
@@ -223,6 +225,7 @@ class KubeApiServer:
         """Bind 127.0.0.1 and serve in a background thread."""
         if self._httpd is not None:
             raise RuntimeError("the API server is already running")
+        self._release_port()
         self.store.reopen()
         self._httpd = HttpServer(("127.0.0.1", self._port), Handler, self, self._tls_context)
         self._thread = threading.Thread(
@@ -234,6 +237,7 @@ class KubeApiServer:
     def stop(self) -> None:
         """Stop serving: end watches, close every connection, join the threads. The objects stay, and
         `start` serves them again at the same port."""
+        self._release_port()
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
@@ -245,6 +249,28 @@ class KubeApiServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
         httpd.join_handlers(timeout=5)
+
+    def hang(self) -> None:
+        """Stop serving and hold the port in silence: connections are accepted (the kernel's backlog, then
+        SYNs dropped) and never answered, as an endpoint whose packets are dropped hangs its clients until
+        their own timeouts. `start` serves again at the same port; `stop` makes it refuse."""
+        self.stop()
+        silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        silent.bind(("127.0.0.1", self._port))
+        silent.listen(128)  # never accepted
+        self._silent = silent
+
+    def _release_port(self) -> None:
+        """Ends a hang: the connections it held are reset."""
+        silent, self._silent = self._silent, None
+        if silent is not None:
+            silent.close()
+
+    @property
+    def state(self) -> str:
+        """`serving`, `hung` (connections never answered) or `stopped` (connections refused)."""
+        return "serving" if self._httpd is not None else "hung" if self._silent is not None else "stopped"
 
     def __enter__(self) -> KubeApiServer:
         return self.start()

@@ -9,9 +9,10 @@ itself: they are read, not created on moto).
 every function's environment as CloudFormation would, and binds each function's events to its
 handler: SQS event sources (batch size, partial batch failures, DLQ redrive by the queue), the table
 stream (filter criteria, retries, on-failure destination), EventBridge rules (pattern, retries, DLQ)
-and schedules (a timer for `rate(...)`, `fire()` on demand for any). Handlers run in-process with a
-Lambda-like context. A wiring mistake in the template (a handler that does not exist, an event
-source pointing nowhere, an environment the settings reject) fails `deploy()`.
+and schedules (a timer for `rate(...)`, `fire()` on demand for any). Each function runs in an execution
+environment of its own (`environments`: a process, as Lambda's) with a Lambda-like context. A wiring
+mistake in the template (a handler that does not exist, an event source pointing nowhere, an environment
+the settings reject) fails `deploy()`.
 
 Each function runs as its role: its invocations sign with the role's own access key, which the AWS
 limits layer maps to the role's ARN and its identity policies from the template (`roles`), so a call the
@@ -20,20 +21,22 @@ plumbing (event source polling, failure destinations) signs as the operator.
 
 Not emulated: X-Ray, CloudWatch alarms and dashboards, and the template's queue policies.
 
-Here is the deploy and the invoke; how each event source delivers is `event_sources`, how a handler runs
-in this process (its module, environment, stdout and logs) is `invocation`.
+Here is the deploy and the invoke; how each event source delivers is `event_sources`, where a handler runs
+(its process, environment and output) is `environments`.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -41,20 +44,10 @@ import boto3
 
 from prewarm_devtools.project import project_files
 from prewarm_devtools.sam.aws import ACCOUNT, LocalIdentity, patched_environ
+from prewarm_devtools.sam.environments import Environments, FunctionError
 from prewarm_devtools.sam.event_sources import SUPPORTED_EVENTS, EventSources, StreamCursor, parse_schedule
-from prewarm_devtools.sam.events import LambdaContext
 from prewarm_devtools.sam.intrinsics import Physical, Resolver
-from prewarm_devtools.sam.invocation import (
-    Function,
-    InvocationGate,
-    RoutedStdout,
-    WiringError,
-    invocation,
-    load_handler,
-    logs_to,
-    name_the_service,
-    shown,
-)
+from prewarm_devtools.sam.invocation import Function, InvocationGate, WiringError, shown
 from prewarm_devtools.sam.roles import Document, policy_document, role_policies
 from prewarm_devtools.sam.template import (
     TemplateError,
@@ -95,6 +88,7 @@ _NAME_ONLY = {
     "AWS::Lambda::LayerVersion": "arn:aws:lambda:{region}:{account}:layer:{name}:1",
     "AWS::SNS::Topic": "arn:aws:sns:{region}:{account}:{name}",
     "AWS::IAM::Policy": "{name}",
+    "AWS::IAM::InstanceProfile": "arn:aws:iam::{account}:instance-profile/{name}",
 }
 
 
@@ -112,6 +106,9 @@ class LocalStack(EventSources):
         self.endpoint_url = endpoint_url
         # Where handlers' stdout goes (their JSON logs and EMF metrics, CloudWatch Logs in AWS).
         self.function_output = function_output
+        self.environments = Environments(function_output or sys.stdout)
+        # A stack dropped without `stop()` ends its functions' processes all the same.
+        weakref.finalize(self, self.environments.end)
         self.parameters = dict(parameters or {})
         self.stack_name = stack_name
         self.region = region
@@ -142,8 +139,8 @@ class LocalStack(EventSources):
     def deploy(self) -> LocalStack:
         import prewarm.bootstrap as bootstrap
 
-        # Handlers build their clients once per process: a stack deployed after another (on another
-        # moto server) must not reach the first one's endpoint and table.
+        # What this process builds with the shared package (local mode's own reads) is built once per
+        # process: a stack deployed after another (on another moto server) must not reach the first one's.
         bootstrap.reset()
         self._pending_entries = []
         resources = self.cloudformation["Resources"]
@@ -270,6 +267,8 @@ class LocalStack(EventSources):
             raise WiringError(f"{logical}: CodeUri and Handler are required")
         template_props = self.template["Resources"][logical].get("Properties", {})
         events = self._event_sources(logical, template_props.get("Events", {}))
+        # Resolved in its object, where `AWS::NoValue` removes it.
+        reserved = self.resolver.resolve({"R": props.get("ReservedConcurrentExecutions")}).get("R")
         return Function(
             logical_id=logical,
             name=env.get("POWERTOOLS_SERVICE_NAME", logical),
@@ -280,6 +279,7 @@ class LocalStack(EventSources):
             memory=int(props.get("MemorySize", 128)),
             events=events,
             identity=LocalIdentity.of_role(str(self.resolver.resolve(props["Role"]))),
+            reserved_concurrency=None if reserved is None else int(reserved),
         )
 
     def _event_sources(self, logical: str, events: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -352,62 +352,61 @@ class LocalStack(EventSources):
         raise KeyError(f"no function {name!r}; have {sorted(f.code_dir.name for f in self.functions.values())}")
 
     def invoke(self, name: str, event: Mapping[str, Any]) -> Any:
-        """Runs a handler in-process with its own environment.
+        """Runs function `name` on `event` in its own environment; its answer, or `FunctionError`.
 
-        Invocations of one function may overlap, as Lambda runs concurrent batches of one event source
-        in separate environments; those of different functions take turns, since this process has one
-        `os.environ` and one stdout for all of them.
+        Invocations of one function overlap, as Lambda runs concurrent batches of one event source in
+        separate environments; those of different functions run side by side, each in its own process.
         """
         fn = self.function(name)
-        env = {**fn.env, **(fn.identity.environment() if fn.identity else {})}
-        if "AWS_ENDPOINT_URL" not in os.environ:
-            env["AWS_ENDPOINT_URL"] = self.endpoint_url
-        inside = getattr(invocation, "active", False)
-        invocation.active = True  # what this thread prints now is the function's output
+        with self._lock:
+            fn.invocations += 1
         try:
-            with self._gate.enter(fn.logical_id, lambda: self._environment(fn, env)):
-                attr = fn.handler.rpartition(".")[2]
-                context = LambdaContext(f"{self.stack_name}-{fn.logical_id}", self.region, ACCOUNT, fn.memory,
-                                        fn.timeout)
-                with self._lock:
-                    fn.invocations += 1
-                try:
-                    return getattr(fn.module, attr)(dict(event), context)
-                except Exception:
-                    with self._lock:
-                        fn.errors += 1
-                    raise
-        finally:
-            invocation.active = inside
+            return self.environments.invoke(fn, dict(event), lambda: self._environ(fn), lambda: self._spec(fn))
+        except FunctionError:
+            with self._lock:
+                fn.errors += 1
+            raise
+
+    def _spec(self, fn: Function) -> dict[str, Any]:
+        """What a new environment of `fn` is told: its code and what its context says."""
+        return {"code_dir": str(fn.code_dir), "handler": fn.handler, "memory": fn.memory, "timeout": fn.timeout,
+                "function_name": f"{self.stack_name}-{fn.logical_id}", "region": self.region, "account": ACCOUNT}
+
+    def _environ(self, fn: Function) -> dict[str, str]:
+        """A new environment's variables: this process's, then the function's, signing as its role."""
+        # Read outside any principal's block (an agent in this process signing from `os.environ`).
+        with self._gate.enter("the functions", contextlib.nullcontext):
+            env = {**os.environ, **fn.env, **(fn.identity.environment() if fn.identity else {})}
+        env.setdefault("AWS_ENDPOINT_URL", self.endpoint_url)
+        return env
+
+    def update_function(self, name: str, *, code_dir: Path | None = None, handler: str | None = None,
+                        environment: Mapping[str, str] | None = None) -> Function:
+        """As Lambda's UpdateFunctionCode and UpdateFunctionConfiguration: new code and variables added to the
+        function's, for the invocations that start from now on (in a new environment); those in flight finish."""
+        fn = self.function(name)
+        fn.code_dir, fn.handler = code_dir or fn.code_dir, handler or fn.handler
+        fn.env = {**fn.env, **(environment or {})}
+        self._check_wiring(fn)
+        self.environments.retire(fn)
+        return fn
 
     def signing_as(self, identity: LocalIdentity) -> contextlib.AbstractContextManager[None]:
         """A block in which boto3 clients built in this process sign as `identity` (an agent in this
-        process, which builds its clients from the environment): it waits for the functions running
-        now, each of which sets its own role's keys, and holds the next ones off until it ends."""
+        process, which builds its clients from the environment): another principal's blocks wait for it."""
         return self._gate.enter(f"principal {identity.arn}", lambda: patched_environ(identity.environment()))
 
-    @contextlib.contextmanager
-    def _environment(self, fn: Function, env: Mapping[str, str]) -> Iterator[None]:
-        """What the first of a function's overlapping invocations sets up and the last one takes down."""
-        routed = RoutedStdout(sys.stdout, self.function_output or sys.stdout)
-        with patched_environ(env), routed.in_place():
-            from prewarm.settings import settings
+    def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
+        """Runs the event sources (see `EventSources.start`), and starts each function's environment now: a
+        running stack's first deliveries do not wait for cold starts."""
+        super().start(schedules=schedules, interval=interval)
+        for fn in self.functions.values():
+            self.environments.warm(fn, functools.partial(self._environ, fn), functools.partial(self._spec, fn))
 
-            settings.cache_clear()
-            # The shared package's clients sign with the keys in force when they were built: a
-            # function's own, as in its own Lambda environment, not those of the last function or of
-            # whatever else in this process built them meanwhile.
-            import prewarm.bootstrap as bootstrap
-
-            bootstrap.reset()
-            # boto3's default session keeps the credentials it resolved first: start a new one.
-            boto3.DEFAULT_SESSION = None
-            if fn.module is None:
-                # Loaded under the redirect, so loggers created at import write there too.
-                fn.module = load_handler(fn)
-            name_the_service(fn.env.get("POWERTOOLS_SERVICE_NAME", fn.name))
-            with logs_to(sys.stdout):
-                yield
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stops every event source, then ends every function's environment: no process is left."""
+        super().stop(timeout)
+        self.environments.end()
 
     def env(self) -> dict[str, str]:
         """The environment every function shares (table, queues, prefixes) — for the CLI and agents."""

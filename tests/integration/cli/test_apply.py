@@ -140,7 +140,7 @@ def test_an_unknown_kind_exits_2_naming_the_kind(prewarm: Run, tmp_path: Path) -
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f'error: {manifest} document 1 (Deployment default/web): kind: unsupported kind "Deployment": '
-        "supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule"
+        "supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule, WarmSnapshot"
     ]
 
 
@@ -253,3 +253,25 @@ def test_a_document_with_a_duplicate_key_is_refused_with_its_line_and_the_others
     ]
     assert control_plane.store.get_job(job_key("default", "apply-dup-bad")) is None
     assert control_plane.store.get_job(job_key("default", "apply-dup-nested")) is None
+
+
+def test_warm_snapshots_are_applied_listed_and_a_device_their_ami_family_does_not_use_is_refused(
+    prewarm: Run, tmp_path: Path, control_plane: ControlPlane
+) -> None:
+    # Given the samples, and one naming a device Bottlerocket does not keep containerd on
+    samples = Path(__file__).resolve().parents[3] / "samplefiles" / "warmsnapshots"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((samples / "gpu-karpenter.yaml").read_text().replace("name: gpu", "name: bad").replace(
+        "deviceName: /dev/xvdb", "deviceName: /dev/xvdf"))
+    # When they are applied, then listed
+    applied = prewarm("apply", "-f", str(samples))
+    refused = prewarm("apply", "-f", str(bad))
+    listed = prewarm("get", "snapshots")
+    # Then both samples are stored, the bad one is refused naming the field, and get lists them unbaked
+    assert (applied.exit_code, applied.stdout) == (
+        0, "warmsnapshot.prewarm.dev/gpu created\nwarmsnapshot.prewarm.dev/inference created\n")
+    assert refused.exit_code == 2 and 'spec.dataVolume.deviceName: "/dev/xvdf" is not Bottlerocket' in refused.stderr
+    assert [line.split()[:3] for line in listed.stdout.splitlines()] == [
+        ["NAME", "NODE", "CLASS"], ["gpu", "EC2NodeClass/gpu", "<none>"],
+        ["inference", "LaunchTemplate/lt-0abc1234def567890", "<none>"]]
+    assert control_plane.store.get_warm_snapshot("bad") is None

@@ -1,4 +1,5 @@
-"""Local mode runs every function in one process: each must still log under its own service name."""
+"""Local mode runs each function in a process of its own: each logs under its own service name, and its
+lines reach the stack's function output, not whatever this process's stdout is meanwhile."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import contextlib
 import io
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
 from prewarm_devtools.sam.aws import MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
+from tests.support.local_functions import make_wait
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +24,7 @@ def test_each_function_logs_under_its_own_service_name() -> None:
     with MotoServer() as aws, aws_environment(aws.url):
         stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=output).deploy()
 
-        # When two functions run one after the other in the same process
+        # When two functions run one after the other
         stack.fire("sweep")
         stack.fire("repull_daily")
         stack.fire("sweep")
@@ -41,29 +44,21 @@ def test_each_function_logs_under_its_own_service_name() -> None:
     assert own and all(service == name for service, name in own), names
 
 
-def test_what_other_threads_print_while_a_function_runs_stays_on_stdout() -> None:
+def test_what_other_threads_print_while_a_function_runs_stays_on_stdout(tmp_path: Path) -> None:
     # Given a local stack whose functions write to their own output, and a handler that prints, then
     # waits while the rest of the process goes on
     functions, stdout = io.StringIO(), io.StringIO()
-    running, release = threading.Event(), threading.Event()
-
-    def handler(event: dict[str, object], context: object) -> None:
-        print("printed by the function")
-        running.set()
-        release.wait(10)
-
     with MotoServer() as aws, aws_environment(aws.url), contextlib.redirect_stdout(stdout):
         stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=functions).deploy()
-        fn = stack.function("sweep")
-        stack.invoke(fn.logical_id, {})  # loads the module
-        fn.module.lambda_handler = handler
-        invocation = threading.Thread(target=stack.invoke, args=(fn.logical_id, {}))
+        waiting = make_wait(stack, "sweep", tmp_path)
+        invocation = threading.Thread(target=stack.invoke, args=("sweep", {}))
         invocation.start()
-        assert running.wait(10)
+        waiting.wait_started()
         # When another thread prints during the invocation (the CLI, the demo's JSON report)
         print("printed by the CLI")
-        release.set()
+        waiting.release()
         invocation.join(10)
+        stack.stop()
 
     # Then each line lands where its writer meant it
     assert "printed by the CLI" in stdout.getvalue() and "printed by the CLI" not in functions.getvalue()
@@ -71,30 +66,30 @@ def test_what_other_threads_print_while_a_function_runs_stays_on_stdout() -> Non
     assert "printed by the function" not in stdout.getvalue()
 
 
-def test_a_cli_run_that_ends_while_a_function_runs_leaves_no_stale_stdout_behind() -> None:
+def test_a_cli_run_that_ends_while_a_function_runs_leaves_no_stale_stdout_behind(tmp_path: Path) -> None:
     # Given a function that starts while a CLI run (CliRunner) holds sys.stdout, and waits
-    stdout, cli_output = io.StringIO(), io.StringIO()
-    running, release = threading.Event(), threading.Event()
+    stdout, cli_output, functions = io.StringIO(), io.StringIO(), io.StringIO()
     with MotoServer() as aws, aws_environment(aws.url), contextlib.redirect_stdout(stdout):
-        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=io.StringIO()).deploy()
-        fn = stack.function("sweep")
-        stack.invoke(fn.logical_id, {})  # loads the module
-        fn.module.lambda_handler = lambda event, context: (running.set(), release.wait(10))
-        invocation = threading.Thread(target=stack.invoke, args=(fn.logical_id, {}))
+        stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=functions).deploy()
+        waiting = make_wait(stack, "sweep", tmp_path)
+        invocation = threading.Thread(target=stack.invoke, args=("sweep", {}))
         with contextlib.redirect_stdout(cli_output):
             invocation.start()
-            assert running.wait(10)
+            waiting.wait_started()
         # When the CLI run ends first, then the function
-        release.set()
+        waiting.release()
         invocation.join(10)
-        # Then what is printed next reaches stdout, not the ended CLI run's stream (before, the function's
-        # end put that stream back, and every later print was lost)
+        stack.stop()
+        # Then what is printed next reaches stdout, not the ended CLI run's stream, and the function's line
+        # reached the functions' output alone
         print("printed after both")
     assert "printed after both" in stdout.getvalue() and "printed after both" not in cli_output.getvalue()
+    assert "printed by the function" in functions.getvalue()
+    assert "printed by the function" not in stdout.getvalue() + cli_output.getvalue()
 
 
 def test_a_key_one_invocation_appends_is_not_on_the_next_invocations_lines() -> None:
-    # Given a local stack whose functions share one process and one Logger
+    # Given a local stack whose functions log through the shared package's one Logger
     from tests.support.events import load_event
 
     output = io.StringIO()

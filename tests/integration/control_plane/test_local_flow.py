@@ -27,6 +27,7 @@ from prewarm_devtools.sam.aws import MotoServer, aws_environment
 from prewarm_devtools.sam.invocation import WiringError
 from prewarm_devtools.sam.stack import LocalStack
 from prewarm_devtools.sam.template import ROOT, TEMPLATE
+from tests.support.local_functions import intercept, invoking
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +54,7 @@ def env() -> Iterator[dict[str, Any]]:
             "queues": NodeQueues(e["NODE_QUEUE_PREFIX"], e["STATUS_QUEUE_URL"], client=aws.client("sqs")),
             "sqs": aws.client("sqs"), "status_url": e["STATUS_QUEUE_URL"],
         }
+        stack.stop()
 
 
 def push_event(repository: str, tag: str, digest: str = DIGEST) -> dict[str, Any]:
@@ -190,13 +192,13 @@ def test_wrong_event_wiring_in_the_template_fails_deploy(env: dict[str, Any], tm
                    parameters={"ClusterName": "local"}).deploy()
 
 
-def test_status_event_source_gathers_batches_of_100_with_up_to_10_in_flight(env: dict[str, Any]) -> None:
+def test_status_event_source_gathers_batches_of_100_with_up_to_10_in_flight(
+        env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     # Given 250 hellos on the status queue, and a handler that notes how many of its invocations overlap
     stack, sqs = env["stack"], env["sqs"]
     fn = stack.function("RecordStatusFunction")
-    stack.invoke(fn.logical_id, {"Records": []})  # loads the handler module
-    module = fn.module
-    real = module.lambda_handler
+    stack.invoke(fn.logical_id, {"Records": []})  # starts its environment
+    real = invoking(stack, fn.logical_id)
     sizes: list[int] = []
     overlap = {"now": 0, "most": 0}
     lock = threading.Lock()
@@ -218,12 +220,9 @@ def test_status_event_source_gathers_batches_of_100_with_up_to_10_in_flight(env:
         sqs.send_message_batch(QueueUrl=env["status_url"], Entries=[
             {"Id": str(i), "MessageBody": Hello(node=n, architecture="amd64").model_dump_json()}
             for i, n in enumerate(names[start:start + 10])])
-    module.lambda_handler = handler
-    try:
-        # When the event source mapping pumps once
-        handled = stack.pump_sqs()
-    finally:
-        module.lambda_handler = real
+    intercept(stack, fn.logical_id, handler, monkeypatch)
+    # When the event source mapping pumps once
+    handled = stack.pump_sqs()
     # Then it gathered batches of up to BatchSize (100) over several receives, ran them at once, and
     # every hello was registered and deleted from the queue
     assert handled == 250 and sorted(sizes) == [50, 100, 100]

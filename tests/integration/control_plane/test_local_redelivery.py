@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from prewarm_devtools.localmode import LocalMode
+from tests.support.local_functions import intercept, invoking
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +30,8 @@ def deliveries_of(local: LocalMode, wrap: Callable[[Any], Any], monkeypatch: pyt
     """Puts `wrap(handler)` in place of record_status' handler for the test; returns message id → the
     times it was delivered."""
     assert local.stack is not None
-    fn = local.stack.function("record_status")
-    local.stack.invoke(fn.logical_id, {"Records": []})  # loaded, as a cold start does
-    attr = fn.handler.rpartition(".")[2]
-    handler = getattr(fn.module, attr)
+    local.stack.invoke("record_status", {"Records": []})  # its environment started, as a cold start does
+    handler = invoking(local.stack, "record_status")
     seen: dict[str, list[float]] = {}
 
     def counting(event: dict[str, Any], context: Any) -> Any:
@@ -40,7 +39,7 @@ def deliveries_of(local: LocalMode, wrap: Callable[[Any], Any], monkeypatch: pyt
             seen.setdefault(record["messageId"], []).append(time.monotonic())
         return wrap(handler)(event, context)
 
-    monkeypatch.setattr(fn.module, attr, counting)
+    intercept(local.stack, "record_status", counting, monkeypatch)
     return seen
 
 

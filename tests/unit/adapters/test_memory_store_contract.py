@@ -414,6 +414,23 @@ def test_rules_say_what_a_write_did(store: Store) -> None:
     assert (store.delete_rule("r"), store.delete_rule("r")) == (True, False)
 
 
+def test_warm_snapshots_keep_their_state_through_a_new_spec_and_write_it_over_the_version_read(
+        store: Store) -> None:
+    manifest = {"metadata": {"name": "gpu"}, "spec": {"keep": 2}}
+    assert [store.put_warm_snapshot("gpu", manifest, "h1"), store.put_warm_snapshot("gpu", manifest, "h1")] == [
+        "created", "unchanged"]
+    assert store.get_warm_snapshot("gpu") == (manifest, {}, 0)
+    assert store.save_snapshot_state("gpu", {"bakes": 1}, 0) == 1
+    assert refusal(lambda: store.save_snapshot_state("gpu", {"bakes": 2}, 0)) == "StoreConflictError"
+    assert refusal(lambda: store.save_snapshot_state("absent", {"bakes": 1}, 0)) == "StoreConflictError"
+    changed = {"metadata": {"name": "gpu"}, "spec": {"keep": 3}}
+    assert store.put_warm_snapshot("gpu", changed, "h2") == "configured"
+    store.put_warm_snapshot("a", manifest, "h")
+    assert store.list_warm_snapshots() == [(manifest, {}, 0), (changed, {"bakes": 1}, 1)]
+    assert (store.delete_warm_snapshot("gpu"), store.delete_warm_snapshot("gpu")) == (True, False)
+    assert store.get_warm_snapshot("gpu") is None
+
+
 def test_a_schedule_keeps_its_last_run(store: Store) -> None:
     store.record_run(ScheduleRun("sweep", started_at=1.0, finished_at=2.5))
     store.record_run(ScheduleRun("sweep", started_at=61.0, finished_at=62.0))

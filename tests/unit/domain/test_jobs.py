@@ -225,7 +225,8 @@ def test_messages_never_use_pydantic_wording() -> None:
 def test_unknown_kind_is_named() -> None:
     doc = {**pull_job(), "kind": "Deployment"}
     assert errors_of(doc) == [
-        'kind: unsupported kind "Deployment": supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule'
+        'kind: unsupported kind "Deployment": supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule, '
+        'WarmSnapshot'
     ]
 
 

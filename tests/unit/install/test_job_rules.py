@@ -172,7 +172,7 @@ def resource_type(kind: str) -> ResourceType:
     return served
 
 
-TYPES = {kind: resource_type(kind) for kind in ("ImagePullJob", "ImageListPullJob", "PrewarmRule")}
+TYPES = {kind: resource_type(kind) for kind in ("ImagePullJob", "ImageListPullJob", "PrewarmRule", "WarmSnapshot")}
 
 
 def crd_errors(doc: Obj, old: Obj | None = None) -> list[FieldError]:
@@ -322,7 +322,8 @@ SAMPLES = Path(__file__).resolve().parents[3] / "samplefiles"
 
 def sample_documents() -> list[Obj]:
     found = []
-    for path in sorted([*SAMPLES.glob("jobs/*.yaml"), *SAMPLES.glob("rules/*.yaml")]):
+    for path in sorted([*SAMPLES.glob("jobs/*.yaml"), *SAMPLES.glob("rules/*.yaml"),
+                        *SAMPLES.glob("warmsnapshots/*.yaml")]):
         for doc in yaml.safe_load_all(path.read_text()):
             items = doc.get("items", []) if doc and doc.get("kind") == "List" else [doc]
             found += [{**item, "apiVersion": API_VERSION} for item in items if item and item.get("kind") in TYPES]
@@ -333,3 +334,18 @@ def sample_documents() -> list[Obj]:
 def test_every_sample_is_accepted_at_apply_as_a_resource(doc: Obj) -> None:
     assert [str(e) for e in crd_errors(copy.deepcopy(doc))] == []
     assert model_errors(doc) == []
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"amiFamily": "Bottlerocket", "dataVolume": {"deviceName": "/dev/xvdc"}}, "spec.dataVolume.deviceName"),
+    ({"amiFamily": "AL2023", "dataVolume": {"deviceName": "/dev/xvdb"}}, "spec.dataVolume.mountPath"),
+    ({"nodeClass": {}}, "spec.nodeClass"),
+    ({"amiFamily": "Ubuntu"}, "spec.amiFamily"),
+])
+def test_a_warm_snapshot_the_model_refuses_the_crd_refuses_naming_the_same_field(spec: Obj, field: str) -> None:
+    doc = {"apiVersion": API_VERSION, "kind": "WarmSnapshot", "metadata": {"name": "gpu"},
+           "spec": {"nodeClass": {"ec2NodeClass": "gpu"}, "amiFamily": "Bottlerocket", "rules": ["ml"],
+                    "builder": {"subnetIds": ["subnet-0123456789abcdef0"]}, **spec}}
+    assert [path for path, _ in model_errors(doc)] == [field]
+    # The API server adds that the CEL rules were not run on an object its schema refused ("<nil>").
+    assert [e.field for e in crd_errors(copy.deepcopy(doc)) if e.field != "<nil>"] == [field]

@@ -91,9 +91,11 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("RoleBinding", "prewarm-startup-taint-config", "prewarm-system"),
         ("RoleBinding", "prewarm-startup-taint-events", "default"),
         ("ClusterRole", "prewarm-jobs-edit", ""), ("ClusterRole", "prewarm-jobs-view", ""),
+        ("ClusterRole", "prewarm-node-classes", ""), ("ClusterRoleBinding", "prewarm-node-classes", ""),
         ("CustomResourceDefinition", "imagepulljobs.prewarm.dev", ""),
         ("CustomResourceDefinition", "imagelistpulljobs.prewarm.dev", ""),
         ("CustomResourceDefinition", "prewarmrules.prewarm.dev", ""),
+        ("CustomResourceDefinition", "warmsnapshots.prewarm.dev", ""),
     ])
     assert all(doc["metadata"]["labels"][MANAGED_BY[0]] == MANAGED_BY[1] for doc in documents())
 

@@ -57,7 +57,7 @@ def test_an_unchanged_resource_costs_no_table_write_and_no_status_write(plane: C
     report = sync_resources(plane.store, api, now=20.0)
 
     assert (report.unchanged, report.applied, report.statuses_written) == (1, [], 0)
-    assert api.calls == ["list prewarmrules", "list imagelistpulljobs", "list imagepulljobs"]
+    assert api.calls == ["list prewarmrules", "list warmsnapshots", "list imagelistpulljobs", "list imagepulljobs"]
     assert plane.store.get_job(job_key("default", "web")).version == version  # type: ignore[union-attr]
 
 
@@ -196,3 +196,21 @@ def test_a_status_changed_meanwhile_is_left_for_the_next_sync(plane: ControlPlan
 
     assert (report.status_conflicts, report.statuses_written) == (1, 0)
     assert sync_resources(plane.store, api, now=20.0).statuses_written == 1
+
+
+def test_a_warm_snapshot_resource_is_applied_and_its_status_says_where_its_node_class_stands(
+        plane: ControlPlane, api: FakeResources) -> None:
+    spec = {"nodeClass": {"ec2NodeClass": "gpu"}, "amiFamily": "Bottlerocket", "rules": ["ml"],
+            "builder": {"subnetIds": ["subnet-0123456789abcdef0"]}}
+    api.put("WarmSnapshot", "gpu", spec, namespace=None)
+
+    report = sync_resources(plane.store, api, now=10.0)
+
+    assert report.applied == ["WarmSnapshot gpu created"]
+    found = plane.store.get_warm_snapshot("gpu")
+    assert found is not None and source_of(found[0]) is Source.RESOURCE
+    assert api.get("WarmSnapshot", "gpu", namespace=None)["status"] == {
+        "stale": False, "message": "no snapshot baked yet", "observedGeneration": 1}
+    api.objects.clear()
+    assert sync_resources(plane.store, api, now=20.0).deleted == ["WarmSnapshot gpu"]
+    assert plane.store.get_warm_snapshot("gpu") is None

@@ -28,10 +28,11 @@ if TYPE_CHECKING:
     from prewarm.domain.clusters import RegisteredCluster
     from prewarm.domain.job import StoredJob
     from prewarm.domain.keys import JobKey
-    from prewarm.domain.messages import FromAgent
+    from prewarm.domain.messages import Baked, FromAgent
     from prewarm.domain.push import ImagePush
     from prewarm.domain.retry import Delivery
     from prewarm.domain.warming import SettledNodes
+    from prewarm.services.bakes import BakeContext
     from prewarm.services.credentials import RefreshReport
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
@@ -306,3 +307,64 @@ def reset() -> None:
                   plan_calls, plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings,
                   settled_nodes, sweep_settings):
         built.cache_clear()
+
+
+# --- Warm snapshots ------------------------------------------------------------------------------
+
+def bake_context() -> BakeContext:
+    """The bakes' store, EC2/EBS and node classes (EC2NodeClasses through the stack's own cluster's API)."""
+    from prewarm.adapters.ec2 import Ec2Builders, NodeClassObjects
+    from prewarm.services.bakes import BakeContext, BakeSettings
+
+    s = settings()
+    builders = Ec2Builders(s.node_queue_prefix, s.builder_instance_profile_arn)
+    # Built on first use: a push no warm snapshot wants reads the table and nothing else.
+    return BakeContext(store(), builders, NodeClassObjects(lambda: clusters().api(""), lambda: builders.client),
+                       BakeSettings(s.status_queue_url, s.aws_region, s.builder_agent_image))
+
+
+def bake_on_push(push: ImagePush) -> list[str]:
+    """The warm snapshots a push changed (recorded only: the stream starts their bakes)."""
+    from prewarm.services.bakes import record_push
+    from prewarm.services.push import matching_rules
+
+    rules = [r.metadata.name for r in matching_rules(store(), push)]
+    return record_push(store(), push, rules, time.time())
+
+
+def record_baked(reports: Sequence[tuple[str, Baked]]) -> list[str]:
+    """Builders' reports, recorded (the stream snapshots or ends their bakes). Returns the message ids of
+    those to deliver again (the table refused)."""
+    from prewarm.services.bakes import record_baked
+    from prewarm.services.ports import StoreError
+
+    again = []
+    for message_id, r in reports:
+        try:
+            record_baked(store(), r.warm_snapshot, r.bake, r.ok, dict(r.digests), r.image_bytes, r.message,
+                         time.time())
+        except StoreError:
+            again.append(message_id)
+    return again
+
+
+def advance_bakes(names: Sequence[str]) -> list[str]:
+    """Each warm snapshot's bake carried on after its record changed (the table stream)."""
+    from prewarm.services.bakes import advance
+
+    ctx = bake_context()
+    return [line for name in dict.fromkeys(names) for line in advance(ctx, name, time.time())]
+
+
+def snapshot_completed(snapshot_id: str, succeeded: bool, cause: str) -> str | None:
+    """EBS's snapshot notification: the warm snapshot it was for, published or failed."""
+    from prewarm.services.bakes import on_snapshot_event
+
+    return on_snapshot_event(bake_context(), snapshot_id, succeeded, cause, time.time())
+
+
+def sweep_bakes() -> list[str]:
+    """Bakes past their budget failed, lost events made up for, orphan builders terminated."""
+    from prewarm.services.bakes import sweep
+
+    return sweep(bake_context(), time.time())

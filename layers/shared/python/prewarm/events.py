@@ -100,3 +100,47 @@ def parse_stream_record(raw: Mapping[str, Any]) -> StreamRecord:
         return {name: deserializer.deserialize(value) for name, value in item.items()} if item else None
 
     return StreamRecord(image("NewImage"), image("OldImage"), change.get("SequenceNumber"))
+
+
+class EbsSnapshotNotification(BaseModel):
+    """`detail` of EventBridge's "EBS Snapshot Notification" (the `createSnapshot` event): `snapshot_id` is
+    the snapshot's ARN (`arn:aws:ec2::REGION:snapshot/snap-...`), `result` `succeeded` or `failed`."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    event: Literal["createSnapshot"]
+    result: str
+    cause: str = ""
+    snapshot_arn: str = Field(alias="snapshot_id", pattern=r"^arn:aws[\w-]*:ec2:.*:snapshot/snap-[0-9a-f]+$")
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.snapshot_arn.rsplit("/", 1)[1]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.result == "succeeded"
+
+
+class EbsSnapshotEvent(EventBridgeEnvelope):
+    source: Literal["aws.ec2"]
+    detail_type: Literal["EBS Snapshot Notification"] = Field(alias="detail-type")
+    detail: EbsSnapshotNotification
+
+
+def parse_snapshot_notification(event: Any) -> EbsSnapshotNotification:
+    """The notification's `detail`, or `EventError` naming every field at fault."""
+    try:
+        return EbsSnapshotEvent.model_validate(event).detail
+    except ValidationError as e:
+        problems = describe_validation_error(e, subject="event")
+        raise EventError(f"invalid EBS Snapshot Notification: {problems}") from None
+
+
+def warm_snapshot_names(event: Mapping[str, Any]) -> list[str]:
+    """The warm snapshots whose records a batch of the table's stream changed (their keys name them)."""
+    names = []
+    for record in event.get("Records", []):
+        pk = ((record.get("dynamodb") or {}).get("Keys") or {}).get("pk", {}).get("S", "")
+        if pk.startswith("WARMSNAPSHOT#"):
+            names.append(pk.partition("#")[2])
+    return names

@@ -62,6 +62,10 @@ class Settings(BaseModel):
     node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
     node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")
     # The credential refresher's configuration: an SSM parameter holding it wins over the JSON itself.
+    # Warm snapshots' builders: their instance profile (the only role the stack may pass) and agent image.
+    builder_instance_profile_arn: str = Field(default="", alias="BUILDER_INSTANCE_PROFILE_ARN")
+    builder_agent_image: str = Field(default="", alias="BUILDER_AGENT_IMAGE")
+    aws_region: str = Field(default="", alias="AWS_REGION")
     credentials_config_parameter: str = Field(default="", alias="CREDENTIALS_CONFIG_PARAMETER")
     credentials_config_json: str = Field(default="", alias="CREDENTIALS_CONFIG")
     # Each registry's request budget (docs/template.md, RegistryRequestsPerSecond): 0 turns pacing off.

@@ -13,6 +13,7 @@ import binascii
 import gc
 import json
 import ssl
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -53,6 +54,23 @@ _POOL_CONNECTIONS = 16
 _PATCH_CONTENT_TYPES = {True: "application/strategic-merge-patch+json", False: "application/merge-patch+json"}
 
 
+_IMPORTING = threading.Lock()
+
+
+def import_kubernetes(*, config: bool = False) -> None:
+    """Imports `kubernetes` (its client; with `config`, its kubeconfig loader), one thread at a time.
+
+    Clusters are built side by side (the sweep's and the status path's fan-out over clusters): two threads
+    importing the package's circular modules at once deadlock, Python breaks one with `_DeadlockError`,
+    and the package stays half-imported for the life of the process (every later build fails).
+    """
+    with _IMPORTING:
+        import kubernetes.client
+
+        if config:
+            import kubernetes.config  # noqa: F401
+
+
 class KubeCluster:
     """The `Cluster` port over the Kubernetes API: nodes, pods, namespaces, secrets, service accounts.
 
@@ -75,6 +93,7 @@ class KubeCluster:
         name: str = "",
         bounded: BoundedCalls | None = None,
     ) -> None:
+        import_kubernetes()
         from kubernetes.client.configuration import Configuration
 
         if not host.startswith(("https://", "http://")):
@@ -146,6 +165,7 @@ class KubeCluster:
 
         Tokens from `exec` plugins (such as `aws eks get-token`) are refreshed when they expire.
         """
+        import_kubernetes(config=True)
         from kubernetes.client.configuration import Configuration
         from kubernetes.config import kube_config
         from kubernetes.config.config_exception import ConfigException

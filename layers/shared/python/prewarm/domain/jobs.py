@@ -34,6 +34,7 @@ from prewarm.domain.kubernetes import (
     KubernetesModel,
     LabelSelector,
     NamespacedObjectMeta,
+    ObjectMeta,
     bounded_name,
     dns1123_subdomain_problem,
     raise_problems,
@@ -302,6 +303,24 @@ def hash_spec(spec: BaseModel) -> str:
     dumped = spec.model_dump(by_alias=True, mode="json", exclude_none=True)
     canonical = json.dumps(canonical_spec(dumped), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class StackObject(KubernetesModel):
+    """A cluster-scoped Prewarm object that belongs to the stack (`PrewarmRule`, `WarmSnapshot`): its
+    name, its spec (declared by each kind) and the spec's hash; a stored status is left out."""
+
+    api_version: Literal["prewarm.dev/v1alpha1"]
+    metadata: ObjectMeta
+    spec: Any
+    status: Any = Field(default=None, exclude=True)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def spec_hash(self) -> str:
+        """SHA-256 of the canonical JSON of the spec."""
+        return hash_spec(self.spec)
 
 
 class _Job(KubernetesModel):

@@ -8,13 +8,15 @@ from typing import Any
 from prewarm.domain.jobs import JOB_API_VERSIONS, PREWARM_API_VERSION, ImageListPullJob, ImagePullJob
 from prewarm.domain.kubernetes import JobValidationError, describe_value, manifest_subject, quoted_choices
 from prewarm.domain.rules import PrewarmRule
+from prewarm.domain.snapshots import WarmSnapshot
 
-Manifest = ImagePullJob | ImageListPullJob | PrewarmRule
+Manifest = ImagePullJob | ImageListPullJob | PrewarmRule | WarmSnapshot
 
-_KINDS: dict[str, tuple[type[ImagePullJob] | type[ImageListPullJob] | type[PrewarmRule], tuple[str, ...]]] = {
+_KINDS: dict[str, tuple[type[Manifest], tuple[str, ...]]] = {
     "ImagePullJob": (ImagePullJob, JOB_API_VERSIONS),
     "ImageListPullJob": (ImageListPullJob, JOB_API_VERSIONS),
     "PrewarmRule": (PrewarmRule, (PREWARM_API_VERSION,)),
+    "WarmSnapshot": (WarmSnapshot, (PREWARM_API_VERSION,)),
 }
 
 

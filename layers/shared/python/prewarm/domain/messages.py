@@ -251,10 +251,25 @@ class ImageGone(_Message, JobRef):
     disk: str = Field(default="", max_length=1024)
 
 
+class Baked(_Message):
+    """A warm snapshot's builder (the agent in bake mode) is done: every image pulled through the CRI and
+    verified (`digests`: reference -> repo digest, `image_bytes`: their size as the CRI reports it), or
+    not (`ok` false, `message` says which image and why). Only builders send it, only to a stack that
+    launched them, so readers older than it never see one."""
+
+    kind: Literal["baked"] = "baked"
+    warm_snapshot: str = Field(min_length=1, max_length=253)
+    bake: str = Field(min_length=1, max_length=300)
+    ok: bool
+    digests: dict[str, str] = Field(default_factory=dict)
+    image_bytes: Count = 0
+    message: str = Field(default="", max_length=4096)
+
+
 NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
-# What agents send on the status queue.
+# What node agents send on the status queue; builders add `Baked`.
 FromAgent = StatusReport | Hello | Warmed | ImageGone
-AgentMessage = Annotated[FromAgent, Field(discriminator="kind")]
+AgentMessage = Annotated[FromAgent | Baked, Field(discriminator="kind")]
 
 
 
@@ -264,7 +279,7 @@ def _node_message() -> TypeAdapter[PullTask | CancelTask | RequiredImages]:
 
 
 @cache
-def _agent_message() -> TypeAdapter[FromAgent]:
+def _agent_message() -> TypeAdapter[FromAgent | Baked]:
     return TypeAdapter(AgentMessage)
 
 
@@ -276,7 +291,7 @@ def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredIma
         raise MessageError(f"invalid node message: {describe_validation_error(e, subject='message')}") from None
 
 
-def parse_agent_message(body: str | bytes) -> FromAgent:
+def parse_agent_message(body: str | bytes) -> FromAgent | Baked:
     """Parse a status-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _agent_message().validate_json(body)

@@ -11,12 +11,11 @@ from pydantic import Field, field_validator, model_validator
 
 from prewarm.domain.clusters import ClusterSelector
 from prewarm.domain.images import digest_problem
-from prewarm.domain.jobs import PREWARM_API_VERSION, CompletionType, ImagePullJob, ImagePullJobTemplate, hash_spec
+from prewarm.domain.jobs import PREWARM_API_VERSION, CompletionType, ImagePullJob, ImagePullJobTemplate, StackObject
 from prewarm.domain.kubernetes import (
     InNamespace,
     JobValidationError,
     KubernetesModel,
-    ObjectMeta,
     WithLabels,
     bounded_name,
     describe_value,
@@ -119,26 +118,15 @@ def _any_glob(value: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
 
 
-class PrewarmRule(KubernetesModel):
+class PrewarmRule(StackObject):
     """Prewarm's rule: pushes to matching ECR repositories and tags become ImagePullJobs.
 
     Globs use shell rules (`*`, `?`, `[abc]`); `*` also matches `/`, so `team/*` covers nested
     repositories.
     """
 
-    api_version: Literal["prewarm.dev/v1alpha1"]
     kind: Literal["PrewarmRule"]
-    metadata: ObjectMeta
     spec: PrewarmRuleSpec
-    status: Any = Field(default=None, exclude=True)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    def spec_hash(self) -> str:
-        """SHA-256 of the canonical JSON of the spec."""
-        return hash_spec(self.spec)
 
     def _registry_matches(self, registry: str | None) -> bool:
         spec = self.spec

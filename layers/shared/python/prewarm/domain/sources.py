@@ -22,6 +22,7 @@ __all__ = [
     "GENERATION_ANNOTATION",
     "RESOURCE_KINDS",
     "SOURCE_ANNOTATION",
+    "STACK_KINDS",
     "Source",
     "SourceConflictError",
     "reserved_annotation_problems",
@@ -35,8 +36,10 @@ SOURCE_ANNOTATION = "prewarm.dev/source"
 # writes do not, so an unchanged resource costs no table write.
 GENERATION_ANNOTATION = "prewarm.dev/resource-generation"
 #: Resource kind → plural, in apply order (a list job's children are ImagePullJobs of its own).
-RESOURCE_KINDS = {"PrewarmRule": "prewarmrules", "ImageListPullJob": "imagelistpulljobs",
-                  "ImagePullJob": "imagepulljobs"}
+RESOURCE_KINDS = {"PrewarmRule": "prewarmrules", "WarmSnapshot": "warmsnapshots",
+                  "ImageListPullJob": "imagelistpulljobs", "ImagePullJob": "imagepulljobs"}
+#: The kinds that belong to the stack, not to a cluster: cluster-scoped, read from the stack's own cluster.
+STACK_KINDS = ("PrewarmRule", "WarmSnapshot")
 RESOURCE_API_VERSION = PREWARM_API_VERSION
 
 

@@ -26,6 +26,7 @@ from prewarm.domain.nodes import NodeWarm
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.rules import PrewarmRule
+from prewarm.domain.snapshots import WarmSnapshot
 from prewarm.domain.sources import Source, SourceConflictError, reserved_annotation_problems, source_of
 from prewarm.domain.status import (
     COMPLETED_MESSAGE,
@@ -68,7 +69,7 @@ class Applied:
 
     def describe(self) -> str:
         """The kubectl-style line, e.g. `imagepulljob.apps.kruise.io/job-x created`."""
-        group = "prewarm.dev" if self.kind == "PrewarmRule" else "apps.kruise.io"
+        group = "prewarm.dev" if self.kind in ("PrewarmRule", "WarmSnapshot") else "apps.kruise.io"
         return f"{self.kind.lower()}.{group}/{self.name} {self.outcome}"
 
 
@@ -89,6 +90,10 @@ def apply_manifest(
     if not from_resource and (problems := reserved_annotation_problems(doc)):
         raise JobValidationError(problems, manifest_subject(doc))
     obj = parse_manifest(doc)
+    if isinstance(obj, WarmSnapshot):
+        from prewarm.services.bakes import apply_warm_snapshot
+
+        return Applied("WarmSnapshot", "", obj.name, apply_warm_snapshot(store, obj))  # type: ignore[arg-type]
     check_own_pull_secrets(obj, secrets)
     if isinstance(obj, PrewarmRule):
         manifest = obj.to_manifest()

@@ -224,7 +224,20 @@ class BudgetItems(Protocol):
         ...
 
 
-class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, BudgetItems, Protocol):
+class WarmSnapshotItems(Protocol):
+    """Each warm snapshot's manifest and its state (`domain.bakes.SnapshotState`), written with a version."""
+
+    def put_warm_snapshot(self, name: str, manifest: dict[str, Any], spec_hash: str) -> str: ...
+    def list_warm_snapshots(self) -> list[tuple[dict[str, Any], dict[str, Any], int]]: ...
+    def get_warm_snapshot(self, name: str) -> tuple[dict[str, Any], dict[str, Any], int] | None: ...
+    def save_snapshot_state(self, name: str, state: dict[str, Any], version: int) -> int:
+        """Writes `state` if the item is still at `version` (else StoreConflictError); returns the new version."""
+        ...
+    def delete_warm_snapshot(self, name: str) -> bool: ...
+
+
+class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, BudgetItems,
+               Protocol):
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
 
@@ -250,9 +263,9 @@ class StatusItems(AgentItems, ClusterItems, Protocol):
     (`services.reports.record_status`)."""
 
 
-class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):
-    """Jobs and rules as people and pushes apply them, read back with their node items (`services.jobs`,
-    `services.push`)."""
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, Protocol):
+    """Jobs, rules and warm snapshots as people and pushes apply them, read back with their node items
+    (`services.jobs`, `services.push`)."""
 
 
 class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
@@ -453,3 +466,47 @@ class PullSecretCleanup(Protocol):
     """Deletes the mirrors of pull secrets that no job names any more (`SecretsManagerMirror`)."""
 
     def cleanup(self, referenced: set[tuple[str, str]]) -> list[str]: ...
+
+
+# --- Warm snapshots: their records, the builders and snapshots (EC2/EBS), the node classes ----------
+
+class BakeError(RuntimeError):
+    """An EC2 or EBS call of a bake failed; the message names the call and what AWS said."""
+
+
+class NodeClassMissingError(BakeError):
+    """The node class a warm snapshot names does not exist (or has no such data volume)."""
+
+
+class Builders(Protocol):
+    """The builder instances and the snapshots of their data volumes, all tagged as the stack's."""
+
+    def launch(self, bake_id: str, warm_snapshot: str, image_id: str, instance_type: str, subnet_id: str,
+               device_name: str, size_gib: int, user_data: str) -> tuple[str, str]:
+        """Runs a builder (idempotent per bake id); returns its instance id and data volume id."""
+        ...
+    def stop(self, instance_id: str) -> None: ...
+    def terminate(self, instance_id: str) -> None: ...
+    def running_builders(self) -> list[tuple[str, str, float]]:
+        """(instance id, bake id, launch time) of every builder of the stack not yet terminated."""
+        ...
+    def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str: ...
+    def snapshot_of(self, bake_id: str) -> tuple[str, str] | None:
+        """(snapshot id, state) of the snapshot a bake made, if any: a bake resumed finds it again."""
+        ...
+    def snapshot_owner(self, snapshot_id: str) -> tuple[str, str] | None:
+        """(warm snapshot name, bake id) from the snapshot's tags; None if it is not the stack's."""
+        ...
+    def tag_snapshot(self, snapshot_id: str, digests: Mapping[str, str]) -> None: ...
+    def enable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None: ...
+    def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None: ...
+    def delete_snapshot(self, snapshot_id: str) -> None: ...
+
+
+class NodeClasses(Protocol):
+    """Karpenter EC2NodeClasses (through the cluster's API) and launch templates (through EC2)."""
+
+    def current_snapshot(self, kind: str, name: str, device_name: str) -> str | None:
+        """The snapshot the node class's data volume starts from; NodeClassMissingError if no such class."""
+        ...
+    def point_at(self, kind: str, name: str, device_name: str, snapshot_id: str) -> None: ...

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from prewarm.domain.bakes import SnapshotState
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.keys import JobKey
@@ -26,6 +27,7 @@ from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.sources import (
     RESOURCE_API_VERSION,
     RESOURCE_KINDS,
+    STACK_KINDS,
     Source,
     SourceConflictError,
     resource_generation,
@@ -142,7 +144,7 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
     for kind, objs in listed.items():
         for obj in objs:
             key = _key(obj, cluster)
-            if kind == "PrewarmRule" and cluster != DEFAULT_CLUSTER:
+            if kind in STACK_KINDS and cluster != DEFAULT_CLUSTER:
                 problems[(kind, key)] = RULES_FROM_OWN_CLUSTER
                 continue
             problem = _apply(store, api, kind, obj, stored.get((kind, key)), report, now=now, cluster=cluster)
@@ -156,7 +158,7 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
             key = _key(obj, cluster)
             if f"{kind} {key}" in expired:
                 continue
-            view = views.get(key) if kind != "PrewarmRule" else None
+            view = views.get(key) if kind not in STACK_KINDS else None
             if view is not None and view.record.source is not Source.RESOURCE:
                 view = None  # a CLI job of that name: its status is not this resource's
             status = resource_status(obj, view, problems.get((kind, key)), store=store)
@@ -177,7 +179,7 @@ def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Ob
             resource_generation(current) == str(meta.get("generation", ""))):
         report.unchanged += 1
         return None
-    if current is None and kind != "PrewarmRule" and (obj.get("status") or {}).get("completionTime"):
+    if current is None and kind not in STACK_KINDS and (obj.get("status") or {}).get("completionTime"):
         # Its job finished and ttlSecondsAfterFinished removed it: as Kruise, the resource goes too.
         api.delete_object(RESOURCE_API_VERSION, RESOURCE_KINDS[kind], meta["name"], meta.get("namespace"))
         report.expired.append(f"{kind} {key}")
@@ -216,6 +218,9 @@ def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str |
         status["message"] = f"not applied: {problem}"
     elif obj.get("kind") == "PrewarmRule":
         status["message"] = "rule is active"
+    elif obj.get("kind") == "WarmSnapshot":
+        found = store.get_warm_snapshot(str((obj.get("metadata") or {}).get("name", "")))
+        status.update(SnapshotState.from_dict(found[1] if found else None).resource_status())
     if generation is not None and problem is None:
         status["observedGeneration"] = generation
     return status
@@ -241,6 +246,8 @@ def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], 
     if cluster == DEFAULT_CLUSTER:
         for rule in store.list_rules():
             found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
+        for manifest, _state, _version in store.list_warm_snapshots():
+            found[("WarmSnapshot", str(manifest.get("metadata", {}).get("name", "")))] = manifest
     return found
 
 
@@ -252,6 +259,8 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
             continue
         if kind == "PrewarmRule":
             store.delete_rule(key)
+        elif kind == "WarmSnapshot":
+            store.delete_warm_snapshot(key)
         else:
             assert isinstance(key, JobKey), key  # a job's: its stored record's key
             request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)

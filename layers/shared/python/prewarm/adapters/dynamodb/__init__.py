@@ -12,6 +12,7 @@ from prewarm.adapters.dynamodb.clusters import ClusterItems
 from prewarm.adapters.dynamodb.jobs import MAX_SHARDS, NODES_PER_SHARD, job_of_item
 from prewarm.adapters.dynamodb.nodes import NodeItems
 from prewarm.adapters.dynamodb.rules import RuleItems, ScheduleRunItems
+from prewarm.adapters.dynamodb.snapshots import WarmSnapshotItems
 from prewarm.adapters.dynamodb.table import excluded_sk, job_pk, node_sk, shard_of, task_pk
 from prewarm.adapters.dynamodb.tasks import MAX_NODES_PER_TRANSACTION, NodeTaskItems
 
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 
-class DynamoJobStore(NodeTaskItems, NodeItems, RuleItems, ScheduleRunItems, ClusterItems, BudgetItems):
+class DynamoJobStore(NodeTaskItems, NodeItems, RuleItems, ScheduleRunItems, ClusterItems, WarmSnapshotItems,
+                     BudgetItems):
     """`JobStore` and `ScheduleRuns` on the JobsTable. Give it a boto3 DynamoDB client, or it builds one
     on first use."""

@@ -1,0 +1,185 @@
+"""Local mode's EC2 for warm snapshots: what AWS does with the builders and snapshots moto only records.
+
+- A builder instance (RunInstances tagged `prewarm.dev/role=builder`) is a local node: its own containerd,
+  whose root stands for the instance's data volume, and the agent in bake mode (`python -m
+  prewarm_agent.baking`, with the bake its user data carries), signing as the stack's BuilderRole.
+- StopInstances stops that containerd; TerminateInstances removes it.
+- A snapshot (CreateSnapshot of a builder's volume) is a kept copy of that root. moto completes snapshots
+  at once and emits no event: the copy is made, then `EBS Snapshot Notification` goes on the local event
+  bus, as EventBridge delivers it (`fail_snapshots` makes the next ones fail, as EBS may).
+- `restore` gives a new node's containerd the root of a snapshot, as EC2 makes a volume from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prewarm.domain.builders import read_bake_document
+from prewarm_devtools.account import ACCOUNT, REGION
+from prewarm_devtools.localecr import ecr_host
+from prewarm_devtools.sam.aws import LocalIdentity
+
+log = logging.getLogger(__name__)
+
+CRD_PATH = Path(__file__).parent / "karpenter" / "ec2nodeclass-crd.yaml"
+
+
+@dataclass
+class Builder:
+    instance_id: str
+    volume_id: str
+    containerd: Any
+    process: subprocess.Popen[bytes] | None = None
+    stopped: bool = False
+
+
+@dataclass
+class LocalBuilders:
+    """Polls moto's EC2 (as the operator) and plays the builders and snapshots of the stack."""
+
+    base_dir: Path
+    ec2: Any
+    stack: Any
+    registry_url: str
+    logs_dir: Path
+    builders: dict[str, Builder] = field(default_factory=dict)
+    snapshots: dict[str, Path] = field(default_factory=dict)
+    fail_snapshots: str = ""  # a cause: the next snapshots fail with it
+    last_restore_seconds: float = 0.0  # how long the last `restore` took (benchmarks/boot_warm.py)
+    _count: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def identity(self) -> LocalIdentity:
+        """The builders' instance role (BuilderRole), with its policies as IAM evaluates them."""
+        arn = self.stack.physical["BuilderRole"].attrs["Arn"]
+        identity = LocalIdentity.of_role(arn, "BU")
+        identity.register(self.stack.role_policies.get(arn))
+        return identity
+
+    def start(self, interval: float = 0.2) -> LocalBuilders:
+        def run() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.poll()
+                except Exception:
+                    log.exception("local builders: poll failed")
+
+        self._thread = threading.Thread(target=run, name="local-builders", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        for builder in self.builders.values():
+            self._halt(builder)
+
+    def poll(self) -> None:
+        with self._lock:
+            reservations = self.ec2.describe_instances(Filters=[
+                {"Name": "tag:prewarm.dev/role", "Values": ["builder"]}])["Reservations"]
+            for instance in (i for r in reservations for i in r["Instances"]):
+                self._instance(instance)
+            for snapshot in self.ec2.describe_snapshots(OwnerIds=["self"], Filters=[
+                    {"Name": "tag-key", "Values": ["prewarm.dev/stack"]}])["Snapshots"]:
+                if snapshot["SnapshotId"] not in self.snapshots:
+                    self._snapshot(snapshot)
+
+    def _instance(self, instance: dict[str, Any]) -> None:
+        instance_id, state = instance["InstanceId"], instance["State"]["Name"]
+        builder = self.builders.get(instance_id)
+        if builder is None and state == "running":
+            self.builders[instance_id] = self._launch(instance)
+        elif builder is not None and state in ("stopping", "stopped") and not builder.stopped:
+            self._halt(builder)
+        elif builder is not None and state in ("shutting-down", "terminated"):
+            self._halt(builder)
+            shutil.rmtree(builder.containerd.base_dir, ignore_errors=True)
+            del self.builders[instance_id]
+
+    def _launch(self, instance: dict[str, Any]) -> Builder:
+        from prewarm_devtools.node.containerd import PrivateContainerd
+
+        self._count += 1
+        containerd = PrivateContainerd(self.base_dir / f"b{self._count}")
+        containerd.add_registry_mirror(ecr_host(), self.registry_url)
+        containerd.start()
+        volume = next(m["Ebs"]["VolumeId"] for m in instance.get("BlockDeviceMappings", [])
+                      if m["DeviceName"] != instance.get("RootDeviceName"))
+        builder = Builder(instance["InstanceId"], volume, containerd)
+        user_data = self.ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
+        encoded = user_data.get("UserData", {}).get("Value", "")
+        document = read_bake_document(base64.b64decode(encoded).decode())
+        document_arg = base64.b64encode(json.dumps(document).encode()).decode()
+        # As the instance's role, which the instance metadata hands the agent on EC2.
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+               "AWS_ENDPOINT_URL": self.stack.endpoint_url, "AWS_REGION": REGION,
+               "CRI_SOCKET": str(containerd.socket_path), **self.identity.environment()}
+        out = (self.logs_dir / f"builder-{instance['InstanceId']}.log").open("ab")
+        builder.process = subprocess.Popen([sys.executable, "-m", "prewarm_agent.baking", document_arg],
+                                           env=env, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        log.info("builder %s started for bake %s", instance["InstanceId"], document["bake"])
+        return builder
+
+    def _halt(self, builder: Builder) -> None:
+        if builder.process is not None and builder.process.poll() is None:
+            builder.process.kill()
+            builder.process.wait(10)
+        if not builder.stopped:
+            builder.containerd.stop()
+            builder.stopped = True
+
+    def _snapshot(self, snapshot: dict[str, Any]) -> None:
+        snapshot_id = snapshot["SnapshotId"]
+        builder = next((b for b in self.builders.values() if b.volume_id == snapshot["VolumeId"]), None)
+        kept = self.base_dir / "snapshots" / snapshot_id
+        cause = self.fail_snapshots
+        if builder is None:
+            cause = cause or f"volume {snapshot['VolumeId']} is no builder's here"
+        if not cause:
+            assert builder is not None
+            self._halt(builder)  # a snapshot of a running volume would be crash-consistent at best
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-a", "--reflink=auto", str(builder.containerd.root_dir), str(kept)], check=True)
+        self.snapshots[snapshot_id] = kept
+        self._emit(snapshot, "failed" if cause else "succeeded", cause)
+
+    def _emit(self, snapshot: dict[str, Any], result: str, cause: str) -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "version": "0", "id": f"local-{snapshot['SnapshotId']}", "detail-type": "EBS Snapshot Notification",
+            "source": "aws.ec2", "account": ACCOUNT, "time": now, "region": REGION,
+            "resources": [f"arn:aws:ec2::{REGION}:snapshot/{snapshot['SnapshotId']}"],
+            "detail": {"event": "createSnapshot", "result": result, "cause": cause, "request-id": "",
+                       "snapshot_id": f"arn:aws:ec2::{REGION}:snapshot/{snapshot['SnapshotId']}",
+                       "source": f"arn:aws:ec2::{REGION}:volume/{snapshot['VolumeId']}",
+                       "startTime": now, "endTime": now},
+        }
+        self.stack.sqs.send_message(QueueUrl=self.stack.event_bus_url, MessageBody=json.dumps(event))
+
+    def restore(self, snapshot_id: str, root_dir: Path) -> None:
+        """Fills a containerd root (not yet started) from a snapshot, as a volume made from it holds it."""
+        kept = self.snapshots.get(snapshot_id)
+        if kept is None or not kept.exists():
+            raise LookupError(f"snapshot {snapshot_id} was not made here")
+        started = time.monotonic()
+        shutil.rmtree(root_dir, ignore_errors=True)
+        root_dir.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", "--reflink=auto", str(kept), str(root_dir)], check=True)
+        self.last_restore_seconds = time.monotonic() - started

@@ -1,0 +1,247 @@
+"""EC2 and EBS for warm snapshots: builder instances, their data volumes' snapshots and launch templates.
+
+Everything created is tagged `prewarm.dev/stack` with the stack's prefix at creation (RunInstances and
+CreateSnapshot take `TagSpecifications`), which the stack's IAM policy requires of the create calls and
+scopes every later call to (template.yaml, `BakeRole`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from prewarm.services.ports import BakeError, ClusterError, NodeClassMissingError
+
+STACK_TAG = "prewarm.dev/stack"
+WARM_SNAPSHOT_TAG = "prewarm.dev/warm-snapshot"
+BAKE_TAG = "prewarm.dev/bake"
+ROLE_TAG = "prewarm.dev/role"
+DIGEST_TAG_PREFIX = "prewarm.dev/digest:"
+# EC2 tag keys are at most 128 characters.
+_TAG_KEY_MAX = 128
+
+
+def _error(e: ClientError, what: str) -> BakeError:
+    err = e.response.get("Error", {})
+    return BakeError(f"{what}: {err.get('Code', 'error')}: {err.get('Message', str(e))}")
+
+
+def digest_tags(digests: Mapping[str, str]) -> list[dict[str, str]]:
+    """A tag per image: key `prewarm.dev/digest:<repository>:<tag>` (without the registry, cut to EC2's
+    128 characters), value its digest."""
+    return [{"Key": (DIGEST_TAG_PREFIX + ref.split("/", 1)[-1])[:_TAG_KEY_MAX], "Value": digest}
+            for ref, digest in sorted(digests.items())]
+
+
+class Ec2Builders:
+    """`ports.Builders` on EC2. Give it a boto3 EC2 client, or it builds one on first use."""
+
+    def __init__(self, stack_prefix: str, instance_profile_arn: str, client: Any = None) -> None:
+        self.stack_prefix = stack_prefix
+        self.instance_profile_arn = instance_profile_arn
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client("ec2")
+        return self._client
+
+    def _call(self, what: str, op: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return getattr(self.client, op)(**kwargs)  # type: ignore[no-any-return]
+        except ClientError as e:
+            raise _error(e, what) from e
+
+    def _tags(self, warm_snapshot: str, bake_id: str, role: str) -> list[dict[str, str]]:
+        return [{"Key": STACK_TAG, "Value": self.stack_prefix}, {"Key": WARM_SNAPSHOT_TAG, "Value": warm_snapshot},
+                {"Key": BAKE_TAG, "Value": bake_id}, {"Key": ROLE_TAG, "Value": role}]
+
+    def launch(self, bake_id: str, warm_snapshot: str, image_id: str, instance_type: str, subnet_id: str,
+               device_name: str, size_gib: int, user_data: str) -> tuple[str, str]:
+        tags = self._tags(warm_snapshot, bake_id, "builder")
+        out = self._call(f"launch the builder of {bake_id}", "run_instances",
+                         ImageId=image_id, InstanceType=instance_type, SubnetId=subnet_id, MinCount=1, MaxCount=1,
+                         ClientToken=bake_id, UserData=user_data,
+                         IamInstanceProfile={"Arn": self.instance_profile_arn},
+                         InstanceInitiatedShutdownBehavior="stop",
+                         MetadataOptions={"HttpTokens": "required"},
+                         BlockDeviceMappings=[{"DeviceName": device_name, "Ebs": {
+                             "VolumeSize": size_gib, "VolumeType": "gp3", "DeleteOnTermination": True}}],
+                         TagSpecifications=[{"ResourceType": "instance", "Tags": tags},
+                                            {"ResourceType": "volume", "Tags": tags}])
+        instance = out["Instances"][0]
+        return instance["InstanceId"], self._volume_of(instance, device_name)
+
+    def _volume_of(self, instance: Mapping[str, Any], device_name: str) -> str:
+        for mapping in instance.get("BlockDeviceMappings", []):
+            if mapping.get("DeviceName") == device_name:
+                return str(mapping["Ebs"]["VolumeId"])
+        # RunInstances may answer before the volumes are attached: read the instance again.
+        found = self._call("describe the builder", "describe_instances", InstanceIds=[instance["InstanceId"]])
+        for mapping in found["Reservations"][0]["Instances"][0].get("BlockDeviceMappings", []):
+            if mapping.get("DeviceName") == device_name:
+                return str(mapping["Ebs"]["VolumeId"])
+        raise BakeError(f"builder {instance['InstanceId']} has no volume at {device_name}")
+
+    def stop(self, instance_id: str) -> None:
+        self._call(f"stop builder {instance_id}", "stop_instances", InstanceIds=[instance_id])
+
+    def terminate(self, instance_id: str) -> None:
+        self._call(f"terminate builder {instance_id}", "terminate_instances", InstanceIds=[instance_id])
+
+    def running_builders(self) -> list[tuple[str, str, float]]:
+        pages = self.client.get_paginator("describe_instances").paginate(Filters=[
+            {"Name": f"tag:{STACK_TAG}", "Values": [self.stack_prefix]},
+            {"Name": f"tag:{ROLE_TAG}", "Values": ["builder"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
+        found = []
+        try:
+            for page in pages:
+                for reservation in page["Reservations"]:
+                    for instance in reservation["Instances"]:
+                        tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                        found.append((instance["InstanceId"], tags.get(BAKE_TAG, ""),
+                                      instance["LaunchTime"].timestamp()))
+        except ClientError as e:
+            raise _error(e, "list the builders") from e
+        return found
+
+    def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
+        out = self._call(f"snapshot volume {volume_id}", "create_snapshot", VolumeId=volume_id,
+                         Description=f"Prewarm warm snapshot {warm_snapshot}, bake {bake_id}",
+                         TagSpecifications=[{"ResourceType": "snapshot",
+                                             "Tags": self._tags(warm_snapshot, bake_id, "snapshot")}])
+        return str(out["SnapshotId"])
+
+    def _snapshots(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = self._call("describe snapshots", "describe_snapshots", OwnerIds=["self"], Filters=[
+            {"Name": f"tag:{STACK_TAG}", "Values": [self.stack_prefix]}, *filters])
+        return list(out.get("Snapshots", []))
+
+    def snapshot_of(self, bake_id: str) -> tuple[str, str] | None:
+        found = self._snapshots([{"Name": f"tag:{BAKE_TAG}", "Values": [bake_id]}])
+        return (found[0]["SnapshotId"], found[0]["State"]) if found else None
+
+    def snapshot_owner(self, snapshot_id: str) -> tuple[str, str] | None:
+        found = self._snapshots([{"Name": "snapshot-id", "Values": [snapshot_id]}])
+        if not found:
+            return None
+        tags = {t["Key"]: t["Value"] for t in found[0].get("Tags", [])}
+        return tags.get(WARM_SNAPSHOT_TAG, ""), tags.get(BAKE_TAG, "")
+
+    def tag_snapshot(self, snapshot_id: str, digests: Mapping[str, str]) -> None:
+        self._call(f"tag snapshot {snapshot_id}", "create_tags", Resources=[snapshot_id], Tags=digest_tags(digests))
+
+    def enable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
+        out = self._call(f"enable fast snapshot restore of {snapshot_id}", "enable_fast_snapshot_restores",
+                         AvailabilityZones=list(zones), SourceSnapshotIds=[snapshot_id])
+        if out.get("Unsuccessful"):
+            errors = [e.get("Message", "") for u in out["Unsuccessful"]
+                      for e in u.get("FastSnapshotRestoreStateErrors", [])]
+            raise BakeError(f"fast snapshot restore of {snapshot_id} refused: {'; '.join(errors)}")
+
+    def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
+        self._call(f"disable fast snapshot restore of {snapshot_id}", "disable_fast_snapshot_restores",
+                   AvailabilityZones=list(zones), SourceSnapshotIds=[snapshot_id])
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        try:
+            self.client.delete_snapshot(SnapshotId=snapshot_id)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "InvalidSnapshot.NotFound":
+                raise _error(e, f"delete snapshot {snapshot_id}") from e
+
+
+class NodeClassObjects:
+    """`ports.NodeClasses`: Karpenter's EC2NodeClass through the cluster's API (`api`: get_object,
+    replace_object), a launch template through EC2 (a new version made the default)."""
+
+    API_VERSION = "karpenter.k8s.aws/v1"
+
+    def __init__(self, api: Callable[[], Any], ec2_client: Callable[[], Any]) -> None:
+        self._api = api
+        self._ec2 = ec2_client
+
+    @property
+    def api(self) -> Any:
+        return self._api()
+
+    @property
+    def ec2(self) -> Any:
+        return self._ec2()
+
+    def _node_class(self, name: str) -> dict[str, Any]:
+        try:
+            found = self.api.get_object(self.API_VERSION, "ec2nodeclasses", name)
+        except ClusterError as e:
+            raise BakeError(f"EC2NodeClass {name} could not be read: {e}") from e
+        if found is None:
+            raise NodeClassMissingError(f"EC2NodeClass {name} does not exist")
+        return dict(found)
+
+    def _template(self, name: str) -> dict[str, Any]:
+        key = {"LaunchTemplateIds": [name]} if name.startswith("lt-") else {"LaunchTemplateNames": [name]}
+        try:
+            out = self.ec2.describe_launch_template_versions(Versions=["$Default"], **key)
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code", "")
+            if "NotFound" in code or "Malformed" in code:
+                raise NodeClassMissingError(f"launch template {name} does not exist") from e
+            raise _error(e, f"read launch template {name}") from e
+        return dict(out["LaunchTemplateVersions"][0])
+
+    def current_snapshot(self, kind: str, name: str, device_name: str) -> str | None:
+        if kind == "EC2NodeClass":
+            mappings = self._node_class(name).get("spec", {}).get("blockDeviceMappings") or []
+            for m in mappings:
+                if m.get("deviceName") == device_name:
+                    return (m.get("ebs") or {}).get("snapshotID")
+            return None
+        data = self._template(name).get("LaunchTemplateData", {})
+        for m in data.get("BlockDeviceMappings", []):
+            if m.get("DeviceName") == device_name:
+                return (m.get("Ebs") or {}).get("SnapshotId")
+        return None
+
+    def point_at(self, kind: str, name: str, device_name: str, snapshot_id: str) -> None:
+        if kind == "EC2NodeClass":
+            self._point_node_class(name, device_name, snapshot_id)
+            return
+        current = self._template(name)
+        data = current.get("LaunchTemplateData", {})
+        mappings = [m for m in data.get("BlockDeviceMappings", []) if m.get("DeviceName") != device_name]
+        old: dict[str, Any] = next(
+            (m for m in data.get("BlockDeviceMappings", []) if m.get("DeviceName") == device_name), {})
+        ebs = {k: v for k, v in (old.get("Ebs") or {}).items() if k != "SnapshotId"}
+        mappings.append({"DeviceName": device_name, "Ebs": {**ebs, "SnapshotId": snapshot_id}})
+        template_id = current["LaunchTemplateId"]
+        try:
+            made = self.ec2.create_launch_template_version(
+                LaunchTemplateId=template_id, SourceVersion=str(current["VersionNumber"]),
+                VersionDescription=f"Prewarm: data volume from {snapshot_id}",
+                LaunchTemplateData={"BlockDeviceMappings": mappings})
+            self.ec2.modify_launch_template(LaunchTemplateId=template_id,
+                                            DefaultVersion=str(made["LaunchTemplateVersion"]["VersionNumber"]))
+        except ClientError as e:
+            raise _error(e, f"point launch template {name} at {snapshot_id}") from e
+
+    def _point_node_class(self, name: str, device_name: str, snapshot_id: str) -> None:
+        body = self._node_class(name)
+        spec = dict(body.get("spec") or {})
+        mappings = [dict(m) for m in spec.get("blockDeviceMappings") or []]
+        for m in mappings:
+            if m.get("deviceName") == device_name:
+                m["ebs"] = {**(m.get("ebs") or {}), "snapshotID": snapshot_id}
+                break
+        else:
+            mappings.append({"deviceName": device_name, "ebs": {"snapshotID": snapshot_id}})
+        spec["blockDeviceMappings"] = mappings
+        try:
+            self.api.replace_object(self.API_VERSION, "ec2nodeclasses", name, {**body, "spec": spec})
+        except ClusterError as e:
+            raise BakeError(f"EC2NodeClass {name} not updated: {e}") from e

@@ -1,0 +1,282 @@
+"""A warm snapshot's bakes: the state machine from a changed image set to a node class on a new snapshot.
+
+Pure: each function takes the recorded `SnapshotState` and an event and returns the next state; the
+services (`services/bakes.py`) make the AWS calls a step asks for and record the result. One bake at a
+time per warm snapshot (so per node class); pushes during a bake only change `images`, and when the bake
+ends a newer image set starts the next one (coalescing: the newest set wins, the sets between are never
+baked). A failed bake leaves `snapshots` (the node class's last good one first) as it was.
+
+Steps, in order (each recorded with its time):
+  Launching     RunInstances of the builder (idempotent: its client token is the bake's id)
+  Pulling       the builder's agent pulls each image through CRI and reports (`Baked`)
+  Snapshotting  StopInstances, CreateSnapshot of the data volume; waits for EBS's event
+  Publishing    tag the snapshot, Fast Snapshot Restore, point the node class at it
+  Succeeded / Failed, after the builder is terminated and snapshots beyond `keep` deleted
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+
+class BakeStep(StrEnum):
+    LAUNCHING = "Launching"
+    PULLING = "Pulling"
+    SNAPSHOTTING = "Snapshotting"
+    PUBLISHING = "Publishing"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (BakeStep.SUCCEEDED, BakeStep.FAILED)
+
+
+class BakeTransitionError(ValueError):
+    """An event that does not apply to the bake's current step (a late or repeated event is not one)."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: BakeStep
+    at: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Bake:
+    """One bake: the image set it bakes (reference -> digest, None where only the tag is known) and its steps."""
+
+    id: str
+    images: dict[str, str | None]
+    started_at: float
+    steps: tuple[StepRecord, ...]
+    instance_id: str = ""
+    volume_id: str = ""
+    snapshot_id: str = ""
+    pulled: dict[str, str] = field(default_factory=dict)
+    bytes_pulled: int = 0
+    reason: str = ""
+    finished_at: float | None = None
+    size_gib: int = 0
+    builder_terminated: bool = False
+
+    @property
+    def step(self) -> BakeStep:
+        return self.steps[-1].step
+
+    @property
+    def active(self) -> bool:
+        return not self.step.is_final
+
+    def at(self, step: BakeStep, now: float, note: str = "", **changes: Any) -> Bake:
+        return replace(self, steps=(*self.steps, StepRecord(step, now, note)), **changes)
+
+    def builder_seconds(self, now: float) -> float:
+        """How long the builder ran (so far): from its launch to its termination, the bake's end."""
+        launched = next((s.at for s in self.steps if s.step is BakeStep.PULLING), None)
+        if launched is None:
+            return 0.0
+        return max(0.0, (self.finished_at or now) - launched)
+
+
+@dataclass(frozen=True)
+class BakedSnapshot:
+    """A snapshot a bake made and published: what it holds and when."""
+
+    id: str
+    digests: dict[str, str]
+    created_at: float
+    size_gib: int
+    bake_id: str
+    stored_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class SnapshotState:
+    """What is recorded of one warm snapshot: the image set wanted, the bakes, the snapshots kept."""
+
+    images: dict[str, str | None] = field(default_factory=dict)
+    newest_push_at: float | None = None
+    bake: Bake | None = None
+    bakes: int = 0
+    snapshots: tuple[BakedSnapshot, ...] = ()
+
+    @property
+    def current(self) -> BakedSnapshot | None:
+        """The snapshot the node class points at: the newest published."""
+        return self.snapshots[0] if self.snapshots else None
+
+    @property
+    def stale(self) -> bool:
+        """Whether a digest was pushed that the current snapshot does not hold (or there is none yet)."""
+        held = self.current.digests if self.current else {}
+        return any(digest is not None and held.get(ref) != digest for ref, digest in self.images.items())
+
+    @property
+    def pending(self) -> bool:
+        """Whether the image set differs from what the current (or running) bake bakes: a bake is owed."""
+        if self.bake is not None and self.bake.active:
+            return self.bake.images != self.images
+        return self.stale
+
+    def message(self) -> str:
+        """One line on where the warm snapshot stands: what the node class boots from, and the last bake."""
+        bake, current = self.bake, self.current
+        parts = [f"node class on {current.id}" if current else "no snapshot baked yet"]
+        if self.stale:
+            parts.append("Stale: a newer digest is pushed but not baked")
+        if bake is not None:
+            parts.append(f"bake {bake.id} {bake.step}" + (f": {bake.reason}" if bake.reason else ""))
+        return "; ".join(parts)
+
+    def resource_status(self) -> dict[str, Any]:
+        """The WarmSnapshot resource's status (the CRD's `.status`)."""
+        status: dict[str, Any] = {"stale": self.stale, "message": self.message()}
+        if self.current is not None:
+            status["snapshotID"] = self.current.id
+        return status
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SnapshotState:
+        if not data:
+            return cls()
+        bake = data.get("bake")
+        return cls(
+            images=dict(data.get("images", {})),
+            newest_push_at=data.get("newest_push_at"),
+            bake=None if bake is None else Bake(
+                **{**bake, "steps": tuple(StepRecord(BakeStep(s["step"]), s["at"], s.get("note", ""))
+                                          for s in bake["steps"])}),
+            bakes=int(data.get("bakes", 0)),
+            snapshots=tuple(BakedSnapshot(**s) for s in data.get("snapshots", ())),
+        )
+
+
+def with_push(state: SnapshotState, reference: str, digest: str, now: float) -> SnapshotState:
+    """The image set after `reference` (registry/repository:tag) was pushed at `digest`."""
+    if state.images.get(reference) == digest:
+        return state
+    return replace(state, images={**state.images, reference: digest}, newest_push_at=now)
+
+
+def with_images(state: SnapshotState, declared: list[str]) -> SnapshotState:
+    """The image set holding each declared image (its digest unknown until a push or the builder says)."""
+    missing = {ref: None for ref in declared if ref not in state.images}
+    return replace(state, images={**state.images, **missing}) if missing else state
+
+
+def start(state: SnapshotState, name: str, now: float) -> SnapshotState:
+    """A new bake of the current image set: only when none runs and the set is owed."""
+    if state.bake is not None and state.bake.active:
+        raise BakeTransitionError(f"bake {state.bake.id} is still {state.bake.step}: pushes coalesce into the next")
+    number = state.bakes + 1
+    bake = Bake(id=f"{name}-{number}", images=dict(state.images), started_at=now,
+                steps=(StepRecord(BakeStep.LAUNCHING, now),))
+    return replace(state, bake=bake, bakes=number)
+
+
+def _active(state: SnapshotState, bake_id: str, *steps: BakeStep) -> Bake | None:
+    """The bake if `bake_id` is it and it is at one of `steps`; None for a late or repeated event."""
+    bake = state.bake
+    if bake is None or bake.id != bake_id or bake.step not in steps:
+        return None
+    return bake
+
+
+def launched(state: SnapshotState, bake_id: str, instance_id: str, volume_id: str, now: float) -> SnapshotState:
+    bake = _active(state, bake_id, BakeStep.LAUNCHING)
+    if bake is None:
+        return state
+    return replace(state, bake=bake.at(BakeStep.PULLING, now, instance_id, instance_id=instance_id,
+                                       volume_id=volume_id))
+
+
+def pulled(state: SnapshotState, bake_id: str, digests: dict[str, str], bytes_pulled: int,
+           now: float) -> SnapshotState:
+    """The builder holds every image: its digests as pulled (a tag's digest is learnt here)."""
+    bake = _active(state, bake_id, BakeStep.PULLING)
+    if bake is None:
+        return state
+    missing = sorted(set(bake.images) - set(digests))
+    if missing:
+        return fail(state, bake_id, f"the builder did not report {', '.join(missing)}", now)
+    return replace(state, bake=bake.at(BakeStep.SNAPSHOTTING, now, pulled=dict(digests), bytes_pulled=bytes_pulled))
+
+
+def snapshot_started(state: SnapshotState, bake_id: str, snapshot_id: str, size_gib: int) -> SnapshotState:
+    bake = _active(state, bake_id, BakeStep.SNAPSHOTTING)
+    if bake is None or bake.snapshot_id == snapshot_id:
+        return state
+    return replace(state, bake=replace(bake, snapshot_id=snapshot_id, size_gib=size_gib))
+
+
+def snapshot_completed(state: SnapshotState, snapshot_id: str, now: float) -> SnapshotState:
+    bake = state.bake
+    if bake is None or bake.step is not BakeStep.SNAPSHOTTING or bake.snapshot_id != snapshot_id:
+        return state
+    return replace(state, bake=bake.at(BakeStep.PUBLISHING, now, snapshot_id))
+
+
+def published(state: SnapshotState, snapshot_id: str, keep: int, now: float) -> tuple[SnapshotState, list[str]]:
+    """The node class points at `snapshot_id`: it becomes current; returns the snapshots beyond `keep` to delete."""
+    bake = state.bake
+    if bake is None or bake.step is not BakeStep.PUBLISHING or bake.snapshot_id != snapshot_id:
+        return state, []
+    made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.size_gib, bake.id, bake.bytes_pulled)
+    kept = (made, *(s for s in state.snapshots if s.id != snapshot_id))
+    done = bake.at(BakeStep.SUCCEEDED, now, finished_at=now)
+    return replace(state, bake=done, snapshots=kept[:keep]), [s.id for s in kept[keep:]]
+
+
+def fail(state: SnapshotState, bake_id: str, reason: str, now: float) -> SnapshotState:
+    """The bake ends without a new snapshot; the node class stays on the current one."""
+    bake = state.bake
+    if bake is None or bake.id != bake_id or not bake.active:
+        return state
+    return replace(state, bake=bake.at(BakeStep.FAILED, now, reason, reason=reason, finished_at=now))
+
+
+def expired(state: SnapshotState, now: float, budget_seconds: float) -> bool:
+    """Whether the running bake's builder has outlived its time budget (the sweep then fails it)."""
+    bake = state.bake
+    return bake is not None and bake.active and now - bake.started_at > budget_seconds
+
+
+def next_bake_owed(state: SnapshotState) -> bool:
+    """Whether a new bake should start now: none runs, and the image set is not what the current snapshot
+    holds, and the last bake did not already fail on this very set (the next push tries again)."""
+    bake = state.bake
+    if bake is not None and bake.active:
+        return False
+    if bake is not None and bake.step is BakeStep.FAILED and bake.images == state.images:
+        return False
+    return state.stale or (state.current is None and bool(state.images))
+
+
+@dataclass(frozen=True)
+class BakeCost:
+    """What the warm snapshot costs: its last bake's builder, the snapshots kept, and Fast Snapshot Restore
+    on the current one since it was published (only the current one has it: the previous loses it)."""
+
+    builder_minutes: float
+    gb_stored: float
+    fsr_hours: float
+
+    def dollars(self, snapshot_gb_month: float, fsr_az_hour: float) -> tuple[float, float]:
+        """(storage a month, FSR so far) at the given prices; the builder's depends on its instance type."""
+        return round(self.gb_stored * snapshot_gb_month, 2), round(self.fsr_hours * fsr_az_hour, 2)
+
+
+def cost(state: SnapshotState, now: float, fsr_zones: int) -> BakeCost:
+    current = state.current
+    return BakeCost(
+        builder_minutes=round(state.bake.builder_seconds(now) / 60, 1) if state.bake else 0.0,
+        gb_stored=round(sum(s.stored_bytes for s in state.snapshots) / 1e9, 3),
+        fsr_hours=round(fsr_zones * max(0.0, now - current.created_at) / 3600, 2) if current else 0.0)

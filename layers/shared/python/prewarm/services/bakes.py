@@ -1,0 +1,256 @@
+"""Warm snapshots' bakes: each event moves one warm snapshot's recorded state one step (domain.bakes) and
+makes the AWS calls that step asks for. Nothing waits: the builder's report, EBS's snapshot event and the
+sweep each carry a bake on. Every step can run twice (a redelivered event, a resumed bake) and change
+nothing the second time: instances are launched with the bake's id as client token, a snapshot is found
+again by its bake tag, and a late event for a step passed is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from prewarm.domain import bakes
+from prewarm.domain.bakes import BakeStep, SnapshotState
+from prewarm.domain.builders import bake_document, builder_user_data
+from prewarm.domain.push import ImagePush
+from prewarm.domain.retry import retry_on_conflict
+from prewarm.domain.snapshots import WarmSnapshot
+from prewarm.services.ports import BakeError, Builders, NodeClasses, StoreConflictError, WarmSnapshotItems
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BakeSettings:
+    """What every bake of the stack shares: where builders report and what they run."""
+
+    status_queue_url: str
+    region: str
+    agent_image: str
+
+
+@dataclass(frozen=True)
+class BakeContext:
+    store: WarmSnapshotItems
+    builders: Builders
+    node_classes: NodeClasses
+    settings: BakeSettings
+
+
+def apply_warm_snapshot(store: WarmSnapshotItems, declared: WarmSnapshot) -> str:
+    """Records the declaration; its state (bakes, snapshots) is kept. Returns kubectl's word for it."""
+    return store.put_warm_snapshot(declared.name, declared.to_manifest(), declared.spec_hash())
+
+
+def _update(store: WarmSnapshotItems, name: str,
+            change: Callable[[WarmSnapshot, SnapshotState], SnapshotState]) -> SnapshotState | None:
+    """Applies `change` to the recorded state, re-read and again on a conflicting write."""
+
+    def attempt() -> SnapshotState | None:
+        found = store.get_warm_snapshot(name)
+        if found is None:
+            return None
+        manifest, data, version = found
+        declared, before = WarmSnapshot.from_manifest(manifest), SnapshotState.from_dict(data)
+        after = change(declared, before)
+        if after != before:
+            store.save_snapshot_state(name, after.to_dict(), version)
+        return after
+
+    return retry_on_conflict(attempt, conflict=StoreConflictError, attempts=5)
+
+
+def _start_if_owed(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float) -> SnapshotState:
+    """Starts a bake when one is owed, checking the node class first: a bad class fails the bake at once."""
+    if not bakes.next_bake_owed(state):
+        return state
+    state = bakes.start(state, declared.name, now)
+    assert state.bake is not None
+    spec = declared.spec
+    try:
+        ctx.node_classes.current_snapshot(spec.node_class.kind, spec.node_class.name, spec.data_volume.device_name)
+        if not ctx.settings.agent_image:
+            raise BakeError("the stack has no BuilderAgentImage: builders have no agent to run")
+    except BakeError as e:
+        return bakes.fail(state, state.bake.id, str(e), now)
+    return _launch(ctx, declared, state, now)
+
+
+def _launch(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float) -> SnapshotState:
+    bake = state.bake
+    assert bake is not None
+    spec, settings = declared.spec, ctx.settings
+    document = bake_document(bake.id, declared.name, sorted(bake.images), settings.status_queue_url, settings.region)
+    user_data = builder_user_data(spec.ami_family, settings.agent_image, document, spec.data_volume.device_name)
+    try:
+        instance_id, volume_id = ctx.builders.launch(
+            bake.id, declared.name, declared.image_id, spec.builder.instance_type, spec.builder.subnet_ids[0],
+            spec.data_volume.device_name, spec.data_volume.size_gib, user_data)
+    except BakeError as e:
+        return bakes.fail(state, bake.id, f"the builder could not be launched: {e}", now)
+    return bakes.launched(state, bake.id, instance_id, volume_id, now)
+
+
+def record_push(store: WarmSnapshotItems, push: ImagePush, matched_rules: Sequence[str], now: float) -> list[str]:
+    """A push changes the image set of each warm snapshot that names a rule it matched or the image itself.
+    Only the record changes here: the table's stream hands it to `advance`, which starts the bake unless
+    one runs (then the next bake takes the newest set). Returns the warm snapshots changed."""
+    reference = f"{push.registry_host}/{push.repository}:{push.tag}" if push.tag else None
+    changed = []
+    for manifest, _data, _version in store.list_warm_snapshots():
+        declared = WarmSnapshot.from_manifest(manifest)
+        if reference is None or not declared.wants(reference, list(matched_rules)):
+            continue
+
+        def change(declared: WarmSnapshot, state: SnapshotState, ref: str = reference) -> SnapshotState:
+            return bakes.with_images(bakes.with_push(state, ref, push.digest, now), declared.spec.images)
+
+        if _update(store, declared.name, change) is not None:
+            changed.append(declared.name)
+    return changed
+
+
+def record_baked(store: WarmSnapshotItems, name: str, bake_id: str, ok: bool, digests: dict[str, str],
+                 image_bytes: int, message: str, now: float) -> SnapshotState | None:
+    """The builder's report: the bake goes on to its snapshot (`advance` stops the builder and takes it), or
+    ends on the builder's failure."""
+
+    def change(declared: WarmSnapshot, state: SnapshotState) -> SnapshotState:
+        if not ok:
+            return bakes.fail(state, bake_id, f"the builder failed: {message}", now)
+        return bakes.pulled(state, bake_id, digests, image_bytes, now)
+
+    return _update(store, name, change)
+
+
+def _snapshot(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float) -> SnapshotState:
+    bake = state.bake
+    if bake is None or bake.step is not BakeStep.SNAPSHOTTING:
+        return _end(ctx, state)
+    try:
+        ctx.builders.stop(bake.instance_id)
+        found = ctx.builders.snapshot_of(bake.id)
+        snapshot_id = found[0] if found else ctx.builders.create_snapshot(bake.volume_id, bake.id, declared.name)
+    except BakeError as e:
+        return _end(ctx, bakes.fail(state, bake.id, f"the snapshot could not be started: {e}", now))
+    return bakes.snapshot_started(state, bake.id, snapshot_id, declared.spec.data_volume.size_gib)
+
+
+def on_snapshot_event(ctx: BakeContext, snapshot_id: str, succeeded: bool, cause: str, now: float) -> str | None:
+    """EBS's `EBS Snapshot Notification` for a snapshot: publish it, or fail its bake. Returns the warm
+    snapshot it was for (None: not a bake's snapshot)."""
+    owner = ctx.builders.snapshot_owner(snapshot_id)
+    if owner is None:
+        return None
+    name, bake_id = owner
+
+    def change(declared: WarmSnapshot, state: SnapshotState) -> SnapshotState:
+        if not succeeded:
+            state = _end(ctx, bakes.fail(state, bake_id, f"snapshot {snapshot_id} failed: {cause or 'no cause'}", now))
+            ctx.builders.delete_snapshot(snapshot_id)
+            return state
+        return _publish(ctx, declared, bakes.snapshot_completed(state, snapshot_id, now), now)
+
+    _update(ctx.store, name, change)
+    return name
+
+
+def _publish(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float) -> SnapshotState:
+    bake = state.bake
+    if bake is None or bake.step is not BakeStep.PUBLISHING:
+        return state
+    spec = declared.spec
+    try:
+        ctx.builders.tag_snapshot(bake.snapshot_id, bake.pulled)
+        if spec.fast_snapshot_restore is not None:
+            ctx.builders.enable_fast_restore(bake.snapshot_id, spec.fast_snapshot_restore.availability_zones)
+        ctx.node_classes.point_at(spec.node_class.kind, spec.node_class.name, spec.data_volume.device_name,
+                                  bake.snapshot_id)
+    except BakeError as e:
+        ctx.builders.delete_snapshot(bake.snapshot_id)
+        return _end(ctx, bakes.fail(state, bake.id, f"the node class was not pointed at {bake.snapshot_id}: {e}", now))
+    previous = state.current
+    state, beyond_keep = bakes.published(state, bake.snapshot_id, spec.keep, now)
+    if spec.fast_snapshot_restore is not None and previous is not None and previous.id not in beyond_keep:
+        # Billed per AZ-hour while enabled: only the snapshot nodes launch from keeps it.
+        ctx.builders.disable_fast_restore(previous.id, spec.fast_snapshot_restore.availability_zones)
+    for old in beyond_keep:
+        ctx.builders.delete_snapshot(old)
+    return _end(ctx, state)
+
+
+def _end(ctx: BakeContext, state: SnapshotState) -> SnapshotState:
+    """A bake that ended terminates its builder, once (the sweep terminates one this could not)."""
+    bake = state.bake
+    if bake is None or bake.active or not bake.instance_id or bake.builder_terminated:
+        return state
+    try:
+        ctx.builders.terminate(bake.instance_id)
+    except BakeError as e:
+        log.warning("builder not terminated", extra={"bake": bake.id, "error": str(e)})
+        return state
+    return replace(state, bake=replace(bake, builder_terminated=True))
+
+
+def advance(ctx: BakeContext, name: str, now: float, *, sweeping: bool = False) -> list[str]:
+    """Carries one warm snapshot's bake on as far as it can go now (the table stream calls it after every
+    change of the record, the sweep every minute): starts an owed bake, launches, snapshots, publishes,
+    terminates an ended bake's builder; fails a bake past its time budget. `sweeping`: also look for what
+    an event was lost for (a snapshot completed whose notification never came). Returns what it did."""
+    done: list[str] = []
+    _update(ctx.store, name, lambda declared, state: _advance(ctx, declared, state, now, sweeping, done))
+    return done
+
+
+def sweep(ctx: BakeContext, now: float) -> list[str]:
+    """`advance`s every warm snapshot, and terminates builders no bake owns past the longest time budget.
+    Returns what it did, one line each."""
+    done: list[str] = []
+    budgets: dict[str, float] = {}
+    for manifest, _data, _version in ctx.store.list_warm_snapshots():
+        declared = WarmSnapshot.from_manifest(manifest)
+        budgets[declared.name] = declared.spec.builder.time_budget_seconds
+        done += advance(ctx, declared.name, now, sweeping=True)
+    longest = max(budgets.values(), default=0.0)
+    for instance_id, bake_id, launched_at in ctx.builders.running_builders():
+        owner = bake_id.rsplit("-", 1)[0]
+        if now - launched_at > budgets.get(owner, longest):
+            ctx.builders.terminate(instance_id)
+            done.append(f"terminated builder {instance_id} of {bake_id}: past its time budget")
+    return done
+
+
+def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float, sweeping: bool,
+             done: list[str]) -> SnapshotState:
+    state = bakes.with_images(state, declared.spec.images)
+    bake, budget = state.bake, declared.spec.builder.time_budget_seconds
+    if bake is not None and bakes.expired(state, now, budget):
+        done.append(f"{declared.name}: bake {bake.id} failed at {bake.step}, past its {budget} s budget")
+        if bake.snapshot_id:
+            ctx.builders.delete_snapshot(bake.snapshot_id)
+        return _end(ctx, bakes.fail(state, bake.id, f"the bake outlived its time budget ({budget} s) at {bake.step}",
+                                    now))
+    if bake is None or not bake.active:
+        state = _end(ctx, state)  # a bake the builder's report ended
+        started = _start_if_owed(ctx, declared, state, now)
+        if started is not state:
+            done.append(f"{declared.name}: bake {started.bake.id if started.bake else ''} started")
+        return started
+    if bake.step is BakeStep.LAUNCHING:
+        done.append(f"{declared.name}: bake {bake.id} launched")
+        return _launch(ctx, declared, state, now)
+    if bake.step is BakeStep.SNAPSHOTTING and not bake.snapshot_id:
+        done.append(f"{declared.name}: bake {bake.id} snapshotting")
+        return _snapshot(ctx, declared, state, now)
+    if bake.step is BakeStep.SNAPSHOTTING and sweeping:
+        found = ctx.builders.snapshot_of(bake.id)
+        if found is not None and found[1] == "completed":
+            done.append(f"{declared.name}: bake {bake.id} resumed at its completed snapshot {found[0]}")
+            return _publish(ctx, declared, bakes.snapshot_completed(state, found[0], now), now)
+        if found is not None and found[1] == "error":
+            return _end(ctx, bakes.fail(state, bake.id, f"snapshot {found[0]} failed", now))
+    if bake.step is BakeStep.PUBLISHING:
+        return _publish(ctx, declared, state, now)
+    return state

@@ -1,0 +1,213 @@
+"""Bakes as the events drive them (prewarm.services.bakes), on the in-memory store with fakes of EC2 and
+the node classes: each fault ends with a clear reason and the node class untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prewarm.domain.bakes import BakeStep, SnapshotState
+from prewarm.domain.push import ImagePush
+from prewarm.services import bakes
+from prewarm.services.bakes import BakeContext, BakeSettings
+from prewarm.services.ports import BakeError, NodeClassMissingError
+from tests.support.memory_store import MemoryJobStore
+
+HOST = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+REF = f"{HOST}/ml/trainer:v1"
+D1, D2, D3 = ("sha256:" + c * 64 for c in "123")
+
+
+@dataclass
+class FakeEc2:
+    """Builders and snapshots as EC2 keeps them: ids, states and who was asked what."""
+
+    instances: dict[str, str] = field(default_factory=dict)  # id -> state
+    snapshots: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> (warm snapshot, bake, state)
+    launched_at: dict[str, float] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    refuse: str = ""
+
+    def launch(self, bake_id: str, warm_snapshot: str, image_id: str, instance_type: str, subnet_id: str,
+               device_name: str, size_gib: int, user_data: str) -> tuple[str, str]:
+        if self.refuse:
+            raise BakeError(self.refuse)
+        instance = f"i-{bake_id}"  # the client token makes it idempotent
+        self.instances.setdefault(instance, "running")
+        self.launched_at.setdefault(instance, 0.0)
+        self.calls.append(f"launch {bake_id}")
+        return instance, f"vol-{bake_id}"
+
+    def stop(self, instance_id: str) -> None:
+        self.instances[instance_id] = "stopped"
+
+    def terminate(self, instance_id: str) -> None:
+        self.instances[instance_id] = "terminated"
+        self.calls.append(f"terminate {instance_id}")
+
+    def running_builders(self) -> list[tuple[str, str, float]]:
+        return [(i, i[2:], self.launched_at[i]) for i, s in self.instances.items() if s != "terminated"]
+
+    def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
+        snapshot = f"snap-{len(self.snapshots) + 1}"
+        self.snapshots[snapshot] = (warm_snapshot, bake_id, "pending")
+        return snapshot
+
+    def snapshot_of(self, bake_id: str) -> tuple[str, str] | None:
+        return next(((s, v[2]) for s, v in self.snapshots.items() if v[1] == bake_id), None)
+
+    def snapshot_owner(self, snapshot_id: str) -> tuple[str, str] | None:
+        found = self.snapshots.get(snapshot_id)
+        return (found[0], found[1]) if found else None
+
+    def tag_snapshot(self, snapshot_id: str, digests: Mapping[str, str]) -> None:
+        self.calls.append(f"tag {snapshot_id} {dict(digests)}")
+
+    def enable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
+        self.calls.append(f"fsr {snapshot_id} {list(zones)}")
+
+    def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
+        self.calls.append(f"no fsr {snapshot_id}")
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        self.snapshots.pop(snapshot_id, None)
+        self.calls.append(f"delete {snapshot_id}")
+
+
+@dataclass
+class FakeNodeClasses:
+    pointed: dict[str, str] = field(default_factory=lambda: {"gpu": ""})
+
+    def current_snapshot(self, kind: str, name: str, device_name: str) -> str | None:
+        if name not in self.pointed:
+            raise NodeClassMissingError(f"{kind} {name} does not exist")
+        return self.pointed[name] or None
+
+    def point_at(self, kind: str, name: str, device_name: str, snapshot_id: str) -> None:
+        self.pointed[name] = snapshot_id
+
+
+def context(**spec: Any) -> tuple[BakeContext, FakeEc2, FakeNodeClasses]:
+    store, ec2, classes = MemoryJobStore(), FakeEc2(), FakeNodeClasses()
+    manifest = {"apiVersion": "prewarm.dev/v1alpha1", "kind": "WarmSnapshot", "metadata": {"name": "gpu"},
+                "spec": {"nodeClass": {"ec2NodeClass": "gpu"}, "amiFamily": "Bottlerocket", "rules": ["ml"],
+                         "builder": {"subnetIds": ["subnet-0123456789abcdef0"], "timeBudgetSeconds": 600}, **spec}}
+    store.put_warm_snapshot("gpu", manifest, "h")
+    return BakeContext(store, ec2, classes, BakeSettings("https://sqs/status", "us-west-2", "agent:1")), ec2, classes
+
+
+def push(ctx: BakeContext, digest: str, now: float) -> None:
+    bakes.record_push(ctx.store, ImagePush("123456789012", "us-west-2", "ml/trainer", digest, "v1"), ["ml"], now)
+    bakes.advance(ctx, "gpu", now)
+
+
+def state(ctx: BakeContext) -> SnapshotState:
+    found = ctx.store.get_warm_snapshot("gpu")
+    assert found is not None
+    return SnapshotState.from_dict(found[1])
+
+
+def builder_reports(ctx: BakeContext, digest: str, now: float, *, ok: bool = True, message: str = "") -> None:
+    bake = state(ctx).bake
+    assert bake is not None
+    bakes.record_baked(ctx.store, "gpu", bake.id, ok, {REF: digest} if ok else {}, 1000, message, now)
+    bakes.advance(ctx, "gpu", now)
+
+
+def test_a_push_bakes_and_the_snapshot_event_points_the_node_class_at_it() -> None:
+    ctx, ec2, classes = context(fastSnapshotRestore={"availabilityZones": ["us-west-2a"]})
+    push(ctx, D1, 10.0)
+    assert ec2.instances == {"i-gpu-1": "running"}
+    builder_reports(ctx, D1, 20.0)
+    assert ec2.instances["i-gpu-1"] == "stopped" and state(ctx).bake.snapshot_id == "snap-1"  # type: ignore[union-attr]
+    assert bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0) == "gpu"
+    assert classes.pointed["gpu"] == "snap-1"
+    assert ec2.calls[-3:] == [f"tag snap-1 {{'{REF}': '{D1}'}}", "fsr snap-1 ['us-west-2a']", "terminate i-gpu-1"]
+    done = state(ctx)
+    assert done.bake is not None and done.bake.step is BakeStep.SUCCEEDED and not done.stale
+    assert bakes.on_snapshot_event(ctx, "snap-1", True, "", 31.0) == "gpu"  # repeated: nothing more
+    assert state(ctx) == done
+    push(ctx, D2, 40.0)
+    builder_reports(ctx, D2, 50.0)
+    bakes.on_snapshot_event(ctx, "snap-2", True, "", 60.0)
+    assert "no fsr snap-1" in ec2.calls and classes.pointed["gpu"] == "snap-2"
+
+
+def test_a_push_during_a_bake_is_coalesced_into_the_next_bake_of_the_newest_set() -> None:
+    ctx, ec2, _classes = context()
+    push(ctx, D1, 10.0)
+    push(ctx, D2, 11.0)
+    push(ctx, D3, 12.0)
+    assert [c for c in ec2.calls if c.startswith("launch")] == ["launch gpu-1"]
+    builder_reports(ctx, D1, 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+    bakes.advance(ctx, "gpu", 31.0)  # the stream's record of the write above
+    after = state(ctx)
+    assert after.current is not None and after.current.digests == {REF: D1} and after.stale
+    assert after.bake is not None and after.bake.id == "gpu-2" and after.bake.images == {REF: D3}
+    assert [c for c in ec2.calls if c.startswith("launch")] == ["launch gpu-1", "launch gpu-2"]
+
+
+def test_a_node_class_that_does_not_exist_fails_the_bake_before_any_builder() -> None:
+    ctx, ec2, classes = context(nodeClass={"ec2NodeClass": "missing"})
+    push(ctx, D1, 10.0)
+    bake = state(ctx).bake
+    assert bake is not None and bake.step is BakeStep.FAILED and bake.reason == "EC2NodeClass missing does not exist"
+    assert ec2.instances == {} and classes.pointed == {"gpu": ""}
+
+
+def test_a_builder_refused_by_ecr_ends_the_bake_and_terminates_it() -> None:
+    ctx, ec2, classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0, ok=False, message=f"{REF}: 403 Forbidden")
+    bake = state(ctx).bake
+    assert bake is not None and bake.step is BakeStep.FAILED
+    assert bake.reason == f"the builder failed: {REF}: 403 Forbidden"
+    assert ec2.instances["i-gpu-1"] == "terminated" and classes.pointed["gpu"] == "" and ec2.snapshots == {}
+
+
+def test_a_failed_snapshot_keeps_the_node_class_on_its_last_good_one() -> None:
+    ctx, ec2, classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+    push(ctx, D2, 40.0)
+    builder_reports(ctx, D2, 50.0)
+    bakes.on_snapshot_event(ctx, "snap-2", False, "IncorrectState", 60.0)
+    after = state(ctx)
+    assert after.bake is not None and after.bake.reason == "snapshot snap-2 failed: IncorrectState"
+    assert classes.pointed["gpu"] == "snap-1" and after.current is not None and after.current.id == "snap-1"
+    assert "snap-2" not in ec2.snapshots and ec2.instances["i-gpu-2"] == "terminated"
+
+
+def test_a_bake_interrupted_after_its_snapshot_completed_is_resumed_by_the_sweep() -> None:
+    ctx, ec2, classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    ec2.snapshots["snap-1"] = ("gpu", "gpu-1", "completed")  # its event was lost
+    assert bakes.sweep(ctx, 30.0) == ["gpu: bake gpu-1 resumed at its completed snapshot snap-1"]
+    assert classes.pointed["gpu"] == "snap-1" and state(ctx).bake.step is BakeStep.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_a_launch_interrupted_before_it_was_recorded_is_launched_again_once() -> None:
+    ctx, ec2, _classes = context()
+    ec2.refuse = "InsufficientInstanceCapacity"
+    push(ctx, D1, 10.0)
+    assert state(ctx).bake.reason.endswith("InsufficientInstanceCapacity")  # type: ignore[union-attr]
+    ec2.refuse = ""
+    push(ctx, D2, 20.0)
+    assert bakes.sweep(ctx, 21.0) == []  # nothing left to do: the new bake launched on the push
+    assert ec2.instances == {"i-gpu-2": "running"}
+
+
+def test_the_sweep_fails_a_bake_past_its_budget_and_terminates_builders_no_bake_owns() -> None:
+    ctx, ec2, classes = context()
+    push(ctx, D1, 10.0)
+    ec2.instances["i-old-7"] = "running"
+    ec2.launched_at["i-old-7"] = 0.0
+    done = bakes.sweep(ctx, 700.0)
+    assert done[0] == "gpu: bake gpu-1 failed at Pulling, past its 600 s budget"
+    assert "terminated builder i-old-7 of old-7: past its time budget" in done
+    assert ec2.instances == {"i-gpu-1": "terminated", "i-old-7": "terminated"}
+    assert classes.pointed["gpu"] == ""
