@@ -44,10 +44,12 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
 
 
 def set_budget(local: LocalMode, requests_per_second: int) -> None:
-    """The stack's RegistryRequestsPerSecond, as an update of the stack sets every function's environment."""
+    """The stack's RegistryRequestsPerSecond, as an update of the stack sets every function's environment
+    (UpdateFunctionConfiguration: new environments from now on)."""
     assert local.stack is not None
-    for function in local.stack.functions.values():
-        function.env["REGISTRY_REQUESTS_PER_SECOND"] = str(requests_per_second)
+    for function in list(local.stack.functions.values()):
+        local.stack.update_function(function.logical_id,
+                                    environment={"REGISTRY_REQUESTS_PER_SECOND": str(requests_per_second)})
 
 
 def push_to_done(local: LocalMode, repository: str) -> dict[str, Any]:
