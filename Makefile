@@ -128,6 +128,7 @@ bench: $(STAMP) node-deps
 	$(PY) benchmarks/boot_warm.py --image-mb 1024 --layers 4
 	$(PY) benchmarks/resource_sync.py --jobs 1000
 	$(PY) benchmarks/sweep.py --nodes 5000 --images 50 --departed 1000
+	$(PY) benchmarks/sweep.py --scenario jobs
 	$(PY) benchmarks/capacity.py
 	$(PY) benchmarks/registry_budget.py --nodes 5000 --layers 30
 

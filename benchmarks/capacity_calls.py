@@ -26,7 +26,8 @@ from benchmarks.measure import BenchmarkError
 # batching"). SendMessage and the other single-queue calls at 20 ms, SendMessageBatch (up to 10) at
 # 30 ms (an ASSUMPTION).
 # Kubernetes: a GET of one object from the EKS API server in the same Region at 10 ms, a filtered
-# LIST at 20 ms: ASSUMPTIONS (EKS publishes none).
+# LIST at 20 ms, a PATCH of one object (a first hello's PrewarmWarm condition, a warm node's startup taint)
+# at 15 ms: ASSUMPTIONS (EKS publishes none).
 LATENCY_S: dict[str, float] = {
     "dynamodb:GetItem": 0.005, "dynamodb:PutItem": 0.005, "dynamodb:UpdateItem": 0.005,
     "dynamodb:DeleteItem": 0.005, "dynamodb:Query": 0.005,
@@ -37,6 +38,9 @@ LATENCY_S: dict[str, float] = {
     "sqs:DeleteMessage": 0.020, "sqs:GetQueueAttributes": 0.020, "sqs:SetQueueAttributes": 0.020,
     "sqs:ListQueueTags": 0.020, "sqs:TagQueue": 0.020,
     "kubernetes:get_node": 0.010, "kubernetes:list_pods": 0.020, "kubernetes:list_nodes": 0.020,
+    # The sweep's: SQS's list at a single-queue call's cost; a Kubernetes write at a GET's (ASSUMPTIONS).
+    "sqs:ListQueues": 0.020, "kubernetes:get_configmap": 0.010, "kubernetes:create_event": 0.010,
+    "kubernetes:get_object": 0.010, "kubernetes:patch_node": 0.015, "kubernetes:patch_node_status": 0.015,
 }
 # The agent's SendMessage of its report to the status queue, before any poller can see it.
 REPORT_SEND_S = LATENCY_S["sqs:SendMessage"]

@@ -68,6 +68,7 @@ FUNCTION_EVENTS = {
     "record_status": "sqs_status_batch",
     "refresh_ecr_credentials": "schedule_refresh_credentials",
     "repull_daily": "schedule_repull",
+    "run_cron_job": "schedule_run_cron_job",
     "sweep": "schedule_sweep",
     "sync_resources": "schedule_sync_resources",
     "bake_snapshots": "schedule_bake_snapshots",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
-from prewarm.domain.messages import NodePhase, StatusReport
+from prewarm.domain.messages import ALREADY_PRESENT, NodePhase, StatusReport
 from prewarm.domain.registries import RegistryAuth
 from prewarm.domain.registry_budget import THROTTLED_MESSAGE, is_throttled, throttle_backoff
 from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE, Attempt, RetryPolicy
@@ -367,7 +367,7 @@ class TaskRunner:
             prefix = f"{image.name}@"
             fields["repo_digest"] = next((d for d in info.repo_digests if d.startswith(prefix)),
                                          info.repo_digests[0] if info.repo_digests else None)
-        message = "image already present" if pulled is None else ""
+        message = ALREADY_PRESENT if pulled is None else ""
         return self._final(run, NodePhase.SUCCEEDED, message=message, **fields)
 
     def _cancelled(self, run: TaskRun) -> StatusReport:

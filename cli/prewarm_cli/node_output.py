@@ -42,6 +42,17 @@ def warm_column(state: NodeState) -> str:
     return words.get(state.taint, NONE)
 
 
+def boot_column(state: NodeState) -> str:
+    """`1/2`: of the images required of the node at its first hello, how many were present at boot."""
+    boot = state.registered.boot if state.registered else None
+    return f"{len(boot.present)}/{len(boot.required)}" if boot is not None else NONE
+
+
+def condition_column(state: NodeState) -> str:
+    """The Node's `PrewarmWarm` condition's reason (`ImagesPresentAtBoot`, `Pulling`...), or `<none>`."""
+    return state.condition.reason if state.condition is not None else NONE
+
+
 def _sweep_note(state: NodeState, now: float) -> str:
     if state.in_cluster is None:
         return ""  # the Node was not read: when it joined is not known here
@@ -92,7 +103,8 @@ def node_message(state: NodeState, *, now: float) -> str:
 def nodes_table(states: Sequence[NodeState], *, now: float, wide: bool = False, show_labels: bool = False) -> str:
     """NAME AGENT ARCH INSTANCE-TYPE ZONE LAST-HELLO WARM MESSAGE; `wide` adds QUEUE, OS, QUEUE-URL and
     LABELS, `show_labels` adds LABELS."""
-    headers = ["NAME", "AGENT", "ARCH", *(title for title, _ in NODE_LABEL_COLUMNS), "LAST-HELLO", "WARM", "MESSAGE"]
+    headers = ["NAME", "AGENT", "ARCH", *(title for title, _ in NODE_LABEL_COLUMNS), "LAST-HELLO", "WARM", "BOOT",
+               "CONDITION", "MESSAGE"]
     headers += ["QUEUE", "OS", "QUEUE-URL"] if wide else []
     headers += ["LABELS"] if wide or show_labels else []
     rows = []
@@ -100,8 +112,8 @@ def nodes_table(states: Sequence[NodeState], *, now: float, wide: bool = False, 
         labels, registered = s.labels or {}, s.registered
         hello = f"{human_age(now - registered.last_hello)} ago" if registered else NONE
         row = [s.name, s.agent.value, s.architecture or UNKNOWN,
-               *(labels.get(key) or NONE for _, key in NODE_LABEL_COLUMNS), hello, warm_column(s),
-               node_message(s, now=now)]
+               *(labels.get(key) or NONE for _, key in NODE_LABEL_COLUMNS), hello, warm_column(s), boot_column(s),
+               condition_column(s), node_message(s, now=now)]
         queue_url = registered.queue_url if registered else ""
         row += [queue_url.rsplit("/", 1)[-1] or NONE, s.os or UNKNOWN, queue_url or NONE] if wide else []
         row += [labels_text(dict(labels))] if wide or show_labels else []
@@ -135,6 +147,10 @@ def node_document(state: NodeState, *, now: float) -> dict[str, Any]:
         status |= {"queueUrl": r.queue_url, "lastHello": rfc3339(r.last_hello)}
     if taint := _taint_status(state):
         status["startupTaint"] = taint
+    if (boot := state.registered.boot if state.registered else None) is not None:
+        status["boot"] = {"required": list(boot.required), "present": list(boot.present), "at": rfc3339(boot.at)}
+    if (condition := state.condition) is not None:
+        status["warmCondition"] = {"status": condition.status, "reason": condition.reason, "message": condition.message}
     if message := node_message(state, now=now):
         status["message"] = message
     return {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmNode",

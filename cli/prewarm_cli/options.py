@@ -27,6 +27,8 @@ _RESOURCES = {
     "rule": "rules", "rules": "rules", "prewarmrule": "rules", "prewarmrules": "rules",
     "node": "nodes", "nodes": "nodes",
     "snapshot": "snapshots", "snapshots": "snapshots", "warmsnapshot": "snapshots", "warmsnapshots": "snapshots",
+    "cronjob": "cronjobs", "cronjobs": "cronjobs", "advancedcronjob": "cronjobs", "advancedcronjobs": "cronjobs",
+    "acj": "cronjobs",
 }
 
 

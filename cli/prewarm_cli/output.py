@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from prewarm.domain.boot import CONDITION_TYPE
+from prewarm.domain.boot import current as current_condition
 from prewarm.domain.jobs import ImageListPullJob, ImagePullJob
 from prewarm.domain.liveness import node_problem, silence
 from prewarm.domain.manifests import parse_manifest
@@ -171,6 +173,17 @@ def rules_table(rules: Sequence[dict[str, Any]]) -> str:
     return table(["NAME", "REPOSITORIES", "TAGS", "NAMESPACE", "AGE"], rows)
 
 
+def cron_jobs_table(docs: Sequence[dict[str, Any]]) -> str:
+    """NAMESPACE NAME SCHEDULE TIMEZONE PAUSED ACTIVE LASTSCHEDULETIME: Kruise's columns and what runs now."""
+    rows = []
+    for doc in docs:
+        spec, status, meta = doc.get("spec", {}), doc.get("status", {}), doc.get("metadata", {})
+        rows.append([meta.get("namespace", ""), meta.get("name", ""), spec.get("schedule", ""),
+                     spec.get("timeZone") or "UTC", str(bool(spec.get("paused"))).lower(),
+                     str(len(status.get("active", []))), status.get("lastScheduleTime") or NONE])
+    return table(["NAMESPACE", "NAME", "SCHEDULE", "TIMEZONE", "PAUSED", "ACTIVE", "LASTSCHEDULETIME"], rows)
+
+
 def labels_text(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or NONE
 
@@ -202,7 +215,7 @@ def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
     return state, lines
 
 
-def describe_node(node: RegisteredNode, *, now: float) -> str:
+def describe_node(node: RegisteredNode, *, now: float, bytes_pulled: int | None = None) -> str:
     """`prewarm describe node`: what its agent said in its hello, and how the node warmed."""
     state, details = _warm_lines(node, now=now)
     lines = _fields([
@@ -210,7 +223,22 @@ def describe_node(node: RegisteredNode, *, now: float) -> str:
         ("Labels", labels_text(node.labels)), ("Queue", node.queue_url or NONE),
         ("Last Hello", _when(node.last_hello, now)), ("Startup Taint", state),
     ])
-    return "\n".join(lines + details)
+    return "\n".join(lines + details + _boot_lines(node, bytes_pulled))
+
+
+def _boot_lines(node: RegisteredNode, bytes_pulled: int | None) -> list[str]:
+    """Which required images were present at boot, what its pulls downloaded, and the `PrewarmWarm`
+    condition record_status set."""
+    boot, condition = node.boot, current_condition(node)
+    lines = []
+    if boot is not None:
+        lines += _fields([("Present At Boot", f"{len(boot.present)} of {len(boot.required)} required images")])
+        lines += [f"  {image}" for image in boot.present]
+    if bytes_pulled is not None:
+        lines += _fields([("Bytes Pulled", f"{bytes_pulled:,} (its pulls for the running Never jobs)")])
+    if condition is not None:
+        lines += _fields([(CONDITION_TYPE, f"{condition.status} ({condition.reason}): {condition.message}")])
+    return lines
 
 
 # --- Documents (-o yaml|json|name) ---------------------------------------------------------------

@@ -350,11 +350,14 @@ def _taint(text: str) -> dict[str, str]:
                                                "the DaemonSet has not reached).")
 @click.option("--node-class", metavar="NAME", help="A Karpenter EC2NodeClass: the node's containerd starts from "
                                                    "the snapshot its data volume names, as a launched instance's.")
+@click.option("--image", "images", multiple=True, metavar="REF",
+              help="Pulled into the node's containerd before its agent starts (pre-pulled, or booted warm); "
+                   "repeatable.")
 def local_node_add(name: str, labels: str | None, taints: tuple[str, ...], no_agent: bool,
-                   node_class: str | None) -> int:
+                   node_class: str | None, images: tuple[str, ...]) -> int:
     """Add a Ready node NAME; unless --no-agent, start its own containerd and agent."""
     body = {"name": name, "labels": _labels(labels), "taints": [_taint(t) for t in taints], "agent": not no_agent,
-            "node_class": node_class}
+            "node_class": node_class, "images": list(images)}
     answer = _call("POST", "/nodes", body)
     agent = f"agent running (pid {answer['pid']})" if answer["agent"] == "running" else "no agent"
     click.echo(f"node/{name} added, {agent}")

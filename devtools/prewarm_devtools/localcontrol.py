@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ class LocalControl(LocalNodes):
             case "POST", ["nodes"]:
                 return self.add_node(str(body.get("name", "")), labels=dict(body.get("labels") or {}),
                                      taints=list(body.get("taints") or []), agent=bool(body.get("agent", True)),
-                                     node_class=body.get("node_class") or None)
+                                     node_class=body.get("node_class") or None,
+                                     images=[str(i) for i in body.get("images") or []])
             case "DELETE", ["nodes", name]:
                 return self.remove_node(name)
             case "POST", ["nodes", name, "kubelet"]:
@@ -78,8 +80,10 @@ class LocalControl(LocalNodes):
 
     def add_node(self, name: str, *, labels: dict[str, str], taints: list[dict[str, str]],
                  agent: bool = True, agent_policies: list[dict[str, Any]] | None = None,
-                 node_class: str | None = None) -> dict[str, Any]:
+                 node_class: str | None = None, images: Sequence[str] = ()) -> dict[str, Any]:
         """Registers a Ready node in the embedded Kubernetes API; with `agent`, starts its containerd and agent.
+
+        `images`: pulled into the node's containerd before its agent starts (a node pre-pulled, or booted warm).
 
         `agent_policies`: the identity policies of this node's agent instead of the stack's AgentPolicy;
         the agent then signs as a role of its own (`<stack>-agent-<node>`), e.g. one that lacks what the
@@ -119,7 +123,7 @@ class LocalControl(LocalNodes):
         self.kube.seed_objects([node_object(name, labels, taints)])
         if agent:
             try:
-                self._start_node(name, restore=snapshot)
+                self._start_node(name, restore=snapshot, preload=images)
             except BaseException:
                 self.kube.remove_object("nodes", name)
                 if (own := self._agent_identities.pop(name, None)) is not None:

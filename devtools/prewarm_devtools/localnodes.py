@@ -14,6 +14,8 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,7 @@ class LocalNodes:
     nodes: dict[str, LocalNode]
     agent_token: str
     agent_daemonset: Any
+    ecr_password: str
     _node_dirs: itertools.count[int]
     _starting: bool
     _agent_identities: dict[str, LocalIdentity]
@@ -162,7 +165,8 @@ class LocalNodes:
             raise ControlError(f'node_class: EC2NodeClass "{node_class}" names no data volume snapshot (snapshotID)')
         return str(snapshot)
 
-    def _start_node(self, name: str, cluster: LocalCluster | None = None, restore: str | None = None) -> None:
+    def _start_node(self, name: str, cluster: LocalCluster | None = None, restore: str | None = None,
+                    preload: Sequence[str] = ()) -> None:
         from prewarm_devtools.node.containerd import PrivateContainerd
 
         assert self.stack is not None and self.aws is not None and self.registry is not None
@@ -176,6 +180,10 @@ class LocalNodes:
         self._record_child(f"containerd of {name}{where}", containerd)
         node = LocalNode(name, containerd, None)
         (self.nodes if cluster is None else cluster.nodes)[name] = node
+        # On the node before its agent starts, as on one booted from a warm volume or pre-pulled.
+        for reference in preload:
+            with closing(containerd.cri_client()) as cri:
+                cri.pull_image(reference, auth=("AWS", self.ecr_password)).result(timeout=120)
         node.agent = self._new_agent(name, containerd, cluster)
         self._start_agent(name, node)
 

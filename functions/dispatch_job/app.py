@@ -1,4 +1,5 @@
-"""Table stream (job items) → select nodes → node items and the first `parallelism` tasks."""
+"""Table stream (job items) → select nodes → node items and the first `parallelism` tasks; (cron job items)
+→ their EventBridge Scheduler schedules."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
 
 
 def plan_record(record: StreamRecord) -> None:
+    # A cron job's item: its schedules follow it (created, changed, deleted with it).
+    if (done := bootstrap.sync_cron_schedules(record.new_image, record.old_image)) is not None:
+        logger.info("cron job schedules", extra={"action": done})
+        return
     job, old = bootstrap.stored_job(record.new_image), bootstrap.stored_job(record.old_image)
     if job is not None and job.deletion_requested(old):
         logger.append_keys(job=job.key)

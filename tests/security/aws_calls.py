@@ -27,7 +27,8 @@ SOURCES = {
 }
 # The AWS services the product talks to (botocore names), with their IAM prefixes.
 SERVICES = {"sqs": "sqs", "dynamodb": "dynamodb", "secretsmanager": "secretsmanager", "ecr": "ecr",
-            "ecr-public": "ecr-public", "sts": "sts", "eks": "eks", "ssm": "ssm", "ec2": "ec2"}
+            "ecr-public": "ecr-public", "sts": "sts", "eks": "eks", "ssm": "ssm", "ec2": "ec2",
+            "scheduler": "scheduler"}
 # Where an operation's name as a string is the operation: the adapters (`self._call(what, "get_item")`)
 # and the agent, besides every module that holds a client.
 _NAMING_MODULES = ("prewarm.adapters.", "prewarm_agent.")
@@ -83,6 +84,10 @@ def iam_actions(op: Operation) -> set[str]:
         ("sqs", "send_message_batch"): {"sqs:SendMessage"},
         # ECR Public's token is an STS bearer token (ECR Public user guide, "Registry authentication").
         ("ecr-public", "get_authorization_token"): {"ecr-public:GetAuthorizationToken", "sts:GetServiceBearerToken"},
+        # A schedule's target role is passed to Scheduler (EventBridge Scheduler user guide, "Set up the
+        # execution role": the caller needs iam:PassRole on it).
+        ("scheduler", "create_schedule"): {"scheduler:CreateSchedule", "iam:PassRole"},
+        ("scheduler", "update_schedule"): {"scheduler:UpdateSchedule", "iam:PassRole"},
         # GetCallerIdentity needs no permission (STS API reference); the EKS token only presigns it.
         ("sts", "get_caller_identity"): set(),
         # A builder: its instance profile's role is passed, its tags given at launch, its AMI may be a

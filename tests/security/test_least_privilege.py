@@ -119,7 +119,20 @@ def roles_and_code(template: Mapping[str, Any]) -> dict[str, tuple[list[str], se
         out[role] = (entries, platform_actions(template, function))
     out[AGENT_POLICY] = ([AGENT_ENTRY], set())
     out[BUILDER_ROLE] = ([BUILDER_ENTRY], set())
+    for name, resource in resources.items():
+        if resource["Type"] == "AWS::IAM::Role" and _service_principal(resource) == SCHEDULER:
+            # Scheduler runs the cron jobs' schedules as this role: their target is a function
+            # (adapters/scheduler.py), which it invokes.
+            out[name] = ([], {"lambda:InvokeFunction"})
     return out
+
+
+SCHEDULER = "scheduler.amazonaws.com"
+
+
+def _service_principal(role: Mapping[str, Any]) -> str:
+    statements = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    return str(statements[0].get("Principal", {}).get("Service", ""))
 
 
 def problems(template: Mapping[str, Any]) -> list[str]:

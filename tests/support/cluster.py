@@ -115,6 +115,19 @@ class FakeCluster:
         self.writes.append(("patch", "node", name))
         return node
 
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch of the node's status: its conditions merge by `type`."""
+        from prewarm.services.ports import ClusterNotFoundError
+
+        node = self._find_node(name)
+        if node is None:
+            raise ClusterNotFoundError(f'nodes "{name}" not found', status=404, reason="NotFound")
+        conditions = node.setdefault("status", {}).setdefault("conditions", [])
+        for new in (patch.get("status") or {}).get("conditions") or []:
+            conditions[:] = [c for c in conditions if c.get("type") != new["type"]] + [dict(new)]
+        self.writes.append(("patch", "node/status", name))
+        return node
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         self.events.append(dict(body))
         return body

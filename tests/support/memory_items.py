@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, check_cluster_name, scoped
-from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.cronjobs import StoredCronJob
+from prewarm.domain.keys import JobKey
+from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.registry_budget import reserve_starts
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.services.ports import StoreConflictError
@@ -44,12 +46,20 @@ def _node_warm(value: Any) -> NodeWarm | None:
                     missing_total=int(value.get("missing_total", 0)))
 
 
+def _node_boot(value: Any) -> NodeBoot | None:
+    if not isinstance(value, dict):
+        return None
+    return NodeBoot(required=tuple(str(r) for r in value.get("required", [])),
+                    present=tuple(str(p) for p in value.get("present", [])), at=float(value.get("at", 0)))
+
+
 def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
     return RegisteredNode(name=v["name"], labels=v.get("labels", {}), architecture=v.get("architecture", ""),
                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
-                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")))
+                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
+                          boot=_node_boot(v.get("boot")))
 
 
 class MemoryNodeItems(TableItems):
@@ -71,6 +81,11 @@ class MemoryNodeItems(TableItems):
                  "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
         self.table.update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
                           node_pk(node, cluster), "NODE", {"warm": value}, condition=lambda i: has(i, "pk"))
+
+    def record_boot(self, node: str, boot: NodeBoot, cluster: str = DEFAULT_CLUSTER) -> None:
+        value = {"required": list(boot.required), "present": list(boot.present), "at": boot.at}
+        self.table.update(f"record node {scoped(cluster, node)}'s images at boot (not registered)",
+                          node_pk(node, cluster), "NODE", {"boot": value}, condition=lambda i: has(i, "pk"))
 
     def get_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode | None:
         item = self.table.get(node_pk(name, cluster), "NODE")
@@ -108,6 +123,33 @@ class MemoryRuleItems(TableItems):
 
     def delete_rule(self, name: str) -> bool:
         return self.table.delete(f"delete rule {name}", f"RULE#{name}", "RULE") is not None
+
+
+class MemoryCronJobItems(TableItems):
+    """`CronJobItems`: the AdvancedCronJobs, each with its manifest and spec hash."""
+
+    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str:
+        current = self.table.get(f"CRON#{key}", "CRON")
+        if current is not None and current.get("spec_hash") == spec_hash:
+            return "unchanged"
+        self.table.put(f"write cron job {key}", {"pk": f"CRON#{key}", "sk": "CRON", "kind": "cronjob",
+                                                 "key": str(key), "spec": json.dumps(manifest, sort_keys=True),
+                                                 "spec_hash": spec_hash})
+        return "configured" if current is not None else "created"
+
+    @staticmethod
+    def _cron_job(value: Mapping[str, Any]) -> StoredCronJob:
+        return StoredCronJob(JobKey.parse(str(value["key"])), json.loads(value["spec"]), str(value["spec_hash"]))
+
+    def get_cron_job(self, key: JobKey) -> StoredCronJob | None:
+        item = self.table.get(f"CRON#{key}", "CRON")
+        return self._cron_job(item) if item is not None else None
+
+    def list_cron_jobs(self) -> list[StoredCronJob]:
+        return [self._cron_job(v) for v in sorted(self._list_kind("cronjob"), key=lambda v: str(v["key"]))]
+
+    def delete_cron_job(self, key: JobKey) -> bool:
+        return self.table.delete(f"delete cron job {key}", f"CRON#{key}", "CRON") is not None
 
 
 class MemoryScheduleRunItems(TableItems):

@@ -31,6 +31,7 @@ from prewarm.services.ports import StoreConflictError
 from tests.support.memory_items import (
     MemoryBudgetItems,
     MemoryClusterItems,
+    MemoryCronJobItems,
     MemoryNodeItems,
     MemoryRuleItems,
     MemoryScheduleRunItems,
@@ -414,7 +415,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
         return []
 
 
-class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems,
+class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems, MemoryCronJobItems,
                      MemoryClusterItems, MemoryWarmSnapshotItems, MemoryBudgetItems):
     """`JobStore` and `ScheduleRuns` in memory, as `DynamoJobStore` keeps them on the JobsTable. Stores
     given the same `MemoryTable` share it, as two Lambda containers share the table."""

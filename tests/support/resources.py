@@ -11,7 +11,7 @@ from prewarm.services.ports import ClusterConflictError, ClusterNotFoundError
 
 API = "prewarm.dev/v1alpha1"
 PLURALS = {"imagepulljobs": "ImagePullJob", "imagelistpulljobs": "ImageListPullJob", "prewarmrules": "PrewarmRule",
-           "warmsnapshots": "WarmSnapshot"}
+           "warmsnapshots": "WarmSnapshot", "advancedcronjobs": "AdvancedCronJob"}
 
 
 class FakeResources:

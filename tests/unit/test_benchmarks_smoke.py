@@ -111,7 +111,7 @@ def test_resource_sync_writes_only_what_changed() -> None:
     first, steady, edited = result["first"], result["steady"], result["edited"]
     assert (first["applied"], first["statuses_written"], first["dynamodb_writes"]) == (30, 30, 30)
     assert (steady["applied"], steady["statuses_written"], steady["dynamodb_writes"]) == (0, 0, 0)
-    assert steady["kubernetes_calls"] == {"list": 4}  # one per kind: jobs, list jobs, rules, warm snapshots
+    assert steady["kubernetes_calls"] == {"list": 5}  # one per kind: jobs, list jobs, rules, warm snapshots, cron jobs
     assert (edited["applied"], edited["statuses_written"], edited["dynamodb_writes"]) == (4, 4, 4)
 
 
@@ -483,3 +483,12 @@ def test_sweep_with_running_jobs_reads_their_nodes_in_flight_and_releases_new_ta
     assert first["taints_released"] == 2 and first["jobs_read"] == 3 == later["jobs_read"]
     assert later["kubernetes_calls"] == {"get configmaps (full)": 1, "list nodes (metadata)": 1}
     assert later["aws_calls"]["dynamodb BatchGetItem"] >= 3 and result["targets_met"] is True
+    # ... each run's reads in calls, items and read units (at least half a unit a call), its wall time per
+    # phase, and its modelled time on AWS, fail-open's within it
+    for run in (first, later):
+        assert run["dynamodb_reads"] >= 3 + 3 and run["read_units"] >= run["dynamodb_reads"] / 2
+        assert run["items_read"] >= 3 * 4 and set(run["phases_s"]) == {"clusters", "listings", "job loop", "the rest"}
+        assert 0 < run["modelled_fail_open_s"] <= run["modelled_s"] and run["modelled_calls_s"]["job loop"] > 0
+    # ... the first run's fail-open reading 40 nodes whole and patching 2, at 10 ms a call (LATENCY_S)
+    assert first["modelled_calls_s"]["clusters"] >= 0.01 * (40 + 2)
+    assert first["kubernetes_calls"]["patch nodes (full)"] == 2

@@ -34,8 +34,11 @@ def load(name: str) -> dict[str, Any]:
     return loaded
 
 
+CRON_RUN_EVENTS = ["schedule_run_cron_job.json"]
+
+
 def test_every_sample_event_is_checked_here() -> None:
-    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS)
+    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS + CRON_RUN_EVENTS)
     assert {p.name for p in EVENTS.glob("*.json")} == checked
 
 
@@ -165,6 +168,14 @@ def test_schedule_events_carry_the_filled_in_scheduler_context(name: str) -> Non
     assert event["schedule_arn"].startswith("arn:aws:scheduler:")
     assert datetime.fromisoformat(event["scheduled_time"]).tzinfo is not None
     assert event["execution_id"] and int(event["attempt_number"]) >= 1
+    assert "<aws.scheduler." not in json.dumps(event)
+
+
+def test_a_cron_jobs_schedule_names_the_cron_job_and_its_filled_in_scheduled_time() -> None:
+    # adapters/scheduler.py's Input, as Scheduler fills in <aws.scheduler.scheduled-time>
+    event = load("schedule_run_cron_job.json")
+    assert set(event) == {"cronJob", "scheduledTime"}
+    assert "/" in event["cronJob"] and datetime.fromisoformat(event["scheduledTime"]).tzinfo is not None
     assert "<aws.scheduler." not in json.dumps(event)
 
 

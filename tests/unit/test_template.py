@@ -205,7 +205,8 @@ def test_job_stream_delivers_only_job_items_with_partial_batch_failures() -> Non
     stream = _event_of("DispatchJobFunction", "DynamoDB")
     assert getatt_target(stream["Stream"]) == "JobsTable"
     [only] = stream["FilterCriteria"]["Filters"]
-    assert json.loads(only["Pattern"]) == {"dynamodb": {"Keys": {"sk": {"S": ["JOB"]}}}}
+    # Job items, and cron job items (their schedules follow them)
+    assert json.loads(only["Pattern"]) == {"dynamodb": {"Keys": {"sk": {"S": ["JOB", "CRON"]}}}}
     assert stream["StartingPosition"] == "LATEST"
     assert stream["BatchSize"] == 10
     assert stream["MaximumRetryAttempts"] == 10
@@ -428,6 +429,9 @@ def _secret_arn(kind: str) -> dict[str, Any]:
 _ACCOUNT = r"arn:\$\{AWS::Partition\}:(?P<service>[a-z-]+):\$\{AWS::Region\}:\$\{AWS::AccountId\}:"
 # What "scoped to this stack" means for each ARN written as a string; anything else must be a
 # reference to one of the template's own resources.
+# The first group of the stack's id (a UUID): the same for the stack's life, whatever its name's length.
+STACK_KEY = {"Fn::Select": [0, {"Fn::Split": [
+    "-", {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}]}]}
 SCOPED_SUBS = {
     _ACCOUNT + r"repository/\*": "the account's ECR repositories (images to inspect and pull)",
     r"arn:\$\{AWS::Partition\}:ecr:\*:\$\{AWS::AccountId\}:repository/\*":
@@ -437,6 +441,8 @@ SCOPED_SUBS = {
     _ACCOUNT + r"cluster/\$\{ClusterName\}": "the one cluster of the stack",
     _ACCOUNT + r"parameter\$\{CredentialsConfigParameter\}": "the one configuration parameter",
     r"\$\{JobsTable\.Arn\}/(index|stream)/\*": "the jobs table's index and stream",
+    r"arn:\$\{AWS::Partition\}:scheduler:\$\{AWS::Region\}:\$\{AWS::AccountId\}:schedule/default/"
+    r"prewarm-cron-\$\{StackKey\}-\*": "the stack's cron job schedules, by name prefix (the stack's id)",
 }
 
 
@@ -466,6 +472,9 @@ def _is_scoped(resource: Any) -> bool:
         return target in resources()
     if isinstance(resource, dict) and isinstance(resource.get("Fn::Sub"), str):
         return any(re.fullmatch(pattern, resource["Fn::Sub"]) for pattern in SCOPED_SUBS)
+    if isinstance(resource, dict) and isinstance(resource.get("Fn::Sub"), list):
+        text, names = resource["Fn::Sub"]
+        return names == {"StackKey": STACK_KEY} and any(re.fullmatch(pattern, text) for pattern in SCOPED_SUBS)
     return False
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,15 +16,15 @@ from prewarm_cli.options import current_store, namespace_option, resource_name, 
 
 
 @click.command()
-@click.argument("resource", metavar="job|rule")
+@click.argument("resource", metavar="job|rule|cronjob")
 @click.argument("names", nargs=-1, required=True)
 @namespace_option
 @cluster_option()
 @target_options
 @click.pass_context
 def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, cluster: str | None) -> int:
-    """Delete jobs (in-flight pulls are cancelled on their nodes) or rules."""
-    kind = resource_name(resource, ("jobs", "rules"), "delete")
+    """Delete jobs (in-flight pulls are cancelled on their nodes), rules, or cron jobs (with their runs)."""
+    kind = resource_name(resource, ("jobs", "rules", "cronjobs"), "delete")
     store = current_store(ctx)
     code = EXIT_OK
     from prewarm.domain.jobs import job_key
@@ -48,6 +48,8 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
                 code = EXIT_FAILURE
         return code
     where = chosen(ctx, cluster)
+    if kind == "cronjobs":
+        return _delete_cron_jobs(store, namespace, names, where)
     for name in names:
         record = store.get_job(job_key(namespace, name, where))
         if record is None:
@@ -64,6 +66,26 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
             continue
         note = f" ({cancelling} in-flight pull{'s' if cancelling != 1 else ''} being cancelled)" if cancelling else ""
         click.echo(f'{record.api_kind.lower()}.apps.kruise.io "{name}" deleted{note}')
+    return code
+
+
+def _delete_cron_jobs(store: Any, namespace: str, names: tuple[str, ...], cluster: str) -> int:
+    """Each cron job and its runs; dispatch_job deletes its schedules when its item goes."""
+    from prewarm.domain.jobs import job_key
+    from prewarm.domain.sources import SourceConflictError
+    from prewarm.services.cron_jobs import delete_cron_job
+    from prewarm.services.jobs import JobNotFoundError
+
+    code = EXIT_OK
+    for name in names:
+        try:
+            runs = delete_cron_job(store, job_key(namespace, name, cluster), now=time.time())
+        except (JobNotFoundError, SourceConflictError) as e:
+            click.echo(f"error: {e}", err=True)
+            code = EXIT_FAILURE
+            continue
+        note = f" ({len(runs)} run{'s' if len(runs) != 1 else ''} deleted)" if runs else ""
+        click.echo(f'advancedcronjob.apps.kruise.io "{name}" deleted{note}')
     return code
 
 

@@ -56,7 +56,9 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str, clust
         if node is None:
             in_cluster = f" in cluster {where}" if where else ""
             raise CommandError(f"node \"{name}\" not registered{in_cluster}: no agent on it has said hello")
-        click.echo(cli_output.describe_node(node, now=now))
+        from prewarm.services.boot import node_bytes_pulled
+
+        click.echo(cli_output.describe_node(node, now=now, bytes_pulled=node_bytes_pulled(store, name, where)))
         return EXIT_OK
     view = view_job(store, namespace, name, now=now, with_tasks=True, with_agents=True, cluster=where)
     click.echo(cli_output.describe_job(view, now=now))

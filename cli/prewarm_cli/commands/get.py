@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("resource", metavar="jobs|rules|nodes|snapshots")
+@click.argument("resource", metavar="jobs|rules|cronjobs|nodes|snapshots")
 @click.argument("names", nargs=-1)
 @namespace_option
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs of every namespace.")
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, all_namespaces: bool,
         output: str | None, show_labels: bool, cluster: str | None, kubeconfig: str | None,
         context: str | None) -> int:
-    """List jobs (Kruise's columns), rules, nodes or warm snapshots; or show the named ones.
+    """List jobs (Kruise's columns), rules, cron jobs (AdvancedCronJobs), nodes or warm snapshots; or show the
+    named ones.
 
     \b
     Jobs: of every cluster the stack serves (a CLUSTER column once it serves several), or of the one
@@ -52,7 +53,7 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
     Snapshots: each WarmSnapshot's node class, the snapshot it boots from, how many images it holds, its
     age and the newest push's, and its status (Current, Stale, Baking, Failed).
     """
-    kind = resource_name(resource, ("jobs", "rules", "nodes", "snapshots"), "get")
+    kind = resource_name(resource, ("jobs", "rules", "cronjobs", "nodes", "snapshots"), "get")
     if all_namespaces and names:
         raise click.UsageError("a job cannot be retrieved by name across all namespaces: use -n instead of -A")
     from prewarm_cli import output as cli_output
@@ -101,6 +102,17 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
         docs = [snapshot_document(r) for r in records]
         text = snapshots_table(records, now=now)
         empty = "No warm snapshots found."
+    elif kind == "cronjobs":
+        from prewarm.services.cron_jobs import cron_job_status
+
+        where = chosen(ctx, cluster)
+        crons = [c for c in store.list_cron_jobs() if c.key.cluster == where
+                 and (all_namespaces or c.key.namespace == namespace) and (not names or c.key.name in names)]
+        missing = [f'advancedcronjob "{n}" not found in namespace "{namespace}"' for n in names
+                   if n not in {c.key.name for c in crons}]
+        docs = [{**c.manifest, "status": cron_job_status(store, c, now=now)} for c in crons]
+        text = cli_output.cron_jobs_table(docs)
+        empty = "No cron jobs found." if all_namespaces else f"No cron jobs found in {namespace} namespace."
     else:
         from prewarm_cli import node_output
 

@@ -177,11 +177,14 @@ class Access:
     namespace: str = ""
     name: str = ""
     group: str = ""
+    subresource: str = ""  # `status`: the object's status subresource
 
     @property
     def target(self) -> str:
-        """`daemonsets.apps/prewarm-agent`, `nodes`: the resource as kubectl names it, and the object."""
+        """`daemonsets.apps/prewarm-agent`, `nodes`, `nodes/status`: the resource as kubectl names it, and the
+        object."""
         resource = f"{self.resource}.{self.group}" if self.group else self.resource
+        resource += f"/{self.subresource}" if self.subresource else ""
         return f"{resource}/{self.name}" if self.name else resource
 
     def __str__(self) -> str:
@@ -194,6 +197,8 @@ class Access:
             attributes["namespace"] = self.namespace
         if self.name:
             attributes["name"] = self.name
+        if self.subresource:
+            attributes["subresource"] = self.subresource
         return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                 "spec": {"user": subject.user, "groups": list(subject.groups), "resourceAttributes": attributes}}
 
@@ -220,7 +225,10 @@ def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[
         "dispatch_job": [Access("get", "nodes"), Access("list", "nodes"), *pods,
                          *(Access("get", "secrets", ns, name) for ns, name in sorted(set(pull_secrets))),
                          Access("get", "daemonsets", AGENT_NAMESPACE, AGENT_NAME, "apps")],
-        "record_status": [Access("get", "nodes"), *pods],
+        # A first hello: its node's startup taint when warm at boot, its PrewarmWarm condition.
+        "record_status": [Access("get", "nodes"), Access("patch", "nodes"),
+                          Access("patch", "nodes", subresource="status"),
+                          Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), *pods],
         "sweep": [Access("get", "nodes"), Access("list", "nodes"), Access("patch", "nodes"),
                   Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), Access("create", "events", "default")],
         "refresh_ecr_credentials": [],

@@ -1,5 +1,5 @@
-"""The CustomResourceDefinitions of `prewarm.dev/v1alpha1`: ImagePullJob and ImageListPullJob (namespaced,
-OpenKruise's spec accepted verbatim), PrewarmRule and WarmSnapshot (cluster-scoped).
+"""The CustomResourceDefinitions of `prewarm.dev/v1alpha1`: ImagePullJob, ImageListPullJob and AdvancedCronJob
+(namespaced, OpenKruise's spec accepted verbatim), PrewarmRule and WarmSnapshot (cluster-scoped).
 
 Built from one set of schema pieces, so the two job kinds cannot drift apart. The schemas say the model's
 rules as the API server can check them without a webhook: types, enums and bounds, the model's string
@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
+from prewarm.domain.cron import SCHEDULE_PATTERN, TIME_ZONE_PATTERN
+from prewarm.domain.cronjobs import MAX_ACTIVE_DEADLINE_SECONDS, NAME_MAX_LENGTH
 from prewarm.domain.jobs import (
     DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_PATTERN,
@@ -71,13 +73,15 @@ _STRING_MAP: Obj = {"type": "object", "additionalProperties": {"type": "string"}
 _STRINGS: Obj = {"type": "array", "items": {"type": "string"}}
 _LABEL_VALUES: Obj = {"type": "object", "additionalProperties": _patterned(LABEL_VALUE_PATTERN, 63)}
 _NAMES: Obj = {"type": "array", "items": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253)}
+# The duplicate check is quadratic: the API server's cost estimate (names of up to 253 characters) allows
+# about 600 names under its 10 million limit. Select more nodes than this by label. The model has no bound.
+NODE_NAMES_MAX = 500
 _NOT_AN_IMAGE_ID = _rule(f"!self.matches('{IMAGE_ID_PATTERN}')",
                          "a 64-character hex string is an image ID, not a repository name; use name@sha256:<hex>")
 _IMAGE: Obj = {**_patterned(IMAGE_PATTERN, IMAGE_MAX_LENGTH), "minLength": 1,
                "x-kubernetes-validations": [_NOT_AN_IMAGE_ID]}
-# Kruise's markers: both selectors are atomic maps, their matchExpressions and values atomic lists. A set's
-# duplicates are refused by the API server itself (`Duplicate value`); inside an atomic map the list type
-# changes no merge.
+# Kruise's markers: both selectors are atomic maps, their names, matchExpressions and values atomic lists.
+# Duplicate names are refused by the sync (the model), as Kruise's webhook refuses them.
 _VALUES_FIT_OPERATOR = [
     _rule("!(self.operator in ['In', 'NotIn']) || (has(self.values) && size(self.values) > 0)",
           field_path=".values", message_expression="'must be non-empty when operator is ' + self.operator"),
@@ -110,7 +114,11 @@ _CLUSTER_SELECTOR: Obj = {
 }
 _NODE_SELECTOR: Obj = {
     "type": "object", "description": "Nodes by name or by label (names excludes the rest).",
-    "properties": {"names": {**_NAMES, "x-kubernetes-list-type": "set"}, **_LABEL_SELECTOR["properties"]},
+    # atomic, as Kruise marks it: server-side apply replaces the names an applier gives, never merges them.
+    "properties": {"names": {**_NAMES, "x-kubernetes-list-type": "atomic", "maxItems": NODE_NAMES_MAX,
+                             "x-kubernetes-validations": [_rule("self.all(n, self.exists_one(m, m == n))",
+                                                                "must not name a node twice")]},
+                   **_LABEL_SELECTOR["properties"]},
     "x-kubernetes-map-type": "atomic",
     "x-kubernetes-validations": [_rule("!has(self.names) || !(has(self.matchLabels) || has(self.matchExpressions))",
                                        "names cannot be combined with matchLabels or matchExpressions; use one")],
@@ -213,6 +221,12 @@ _RULE_STATUS: Obj = {"type": "object", "properties": {
 _SNAPSHOT_STATUS: Obj = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {
     "message": {"type": "string"}, "snapshotID": {"type": "string"}, "stale": {"type": "boolean"},
     "observedGeneration": _PREWARM_STATUS["observedGeneration"]}}
+_OBJECT_REFERENCE: Obj = {"type": "object", "x-kubernetes-map-type": "atomic", "properties": {
+    key: {"type": "string"} for key in ("apiVersion", "kind", "name", "namespace", "uid", "resourceVersion",
+                                        "fieldPath")}}
+_CRON_STATUS: Obj = {"type": "object", "properties": {
+    "type": {"type": "string"}, "active": {"type": "array", "items": _OBJECT_REFERENCE}, "lastScheduleTime": _TIME,
+    "message": {"type": "string"}, "observedGeneration": _PREWARM_STATUS["observedGeneration"]}}
 
 
 def _column(name: str, path: str, kind: str = "integer", priority: int = 0) -> Obj:
@@ -230,6 +244,9 @@ _JOB_COLUMNS = [_column("TOTAL", ".status.desired"), _column("ACTIVE", ".status.
 _LIST_JOB_COLUMNS = [_column("TOTAL", ".status.desired"), _column("SUCCEEDED", ".status.succeeded"),
                      _column("COMPLETED", ".status.completed"),
                      _column("AGE", ".metadata.creationTimestamp", "date")]
+_CRON_COLUMNS = [_column("SCHEDULE", ".spec.schedule", "string"), _column("TYPE", ".status.type", "string"),
+                 _column("LASTSCHEDULETIME", ".status.lastScheduleTime", "date"),
+                 _column("AGE", ".metadata.creationTimestamp", "date")]
 _RULE_COLUMNS = [_column("REPOSITORIES", ".spec.repositories", "string"),
                  _column("NAMESPACE", ".spec.template.metadata.namespace", "string"),
                  _column("AGE", ".metadata.creationTimestamp", "date"),
@@ -272,7 +289,7 @@ def _warm_snapshot_spec() -> Obj:
 
 
 def _crd(kind: str, plural: str, scope: str, spec: Obj, status: Obj, columns: list[Obj],
-         short_names: list[str]) -> Obj:
+         short_names: list[str], metadata: Obj | None = None) -> Obj:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -287,11 +304,84 @@ def _crd(kind: str, plural: str, scope: str, spec: Obj, status: Obj, columns: li
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": columns,
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "metadata": metadata or {"type": "object"},
                     "spec": spec, "status": status}, "required": ["spec"]}},
             }],
         },
     }
+
+
+# Kruise's defaulting of an image list template fills in pullPolicy and imagePullPolicy only when
+# completionPolicy.type is absent, which a schema's defaults cannot say: those are the model's (the sync's).
+_CRON_DEADLINE = ("self.completionPolicy.activeDeadlineSeconds >= (has(self.pullPolicy) && "
+                  "has(self.pullPolicy.timeoutSeconds) ? self.pullPolicy.timeoutSeconds : "
+                  "(has(self.completionPolicy.type) ? 0 : 600))")
+_CRON_TEMPLATE_RULES = [
+    *_TEMPLATE_RULES[:2],
+    _rule("!has(self.completionPolicy) || !has(self.completionPolicy.type) || self.completionPolicy.type == 'Always'",
+          field_path=".completionPolicy.type", message_expression="'completionPolicy should be Always, but current "
+                                                                   "value is: ' + self.completionPolicy.type"),
+    _rule("!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || "
+          f"self.completionPolicy.activeDeadlineSeconds <= {MAX_ACTIVE_DEADLINE_SECONDS}",
+          field_path=".completionPolicy.activeDeadlineSeconds",
+          message=f"activeDeadlineSeconds must be less than {MAX_ACTIVE_DEADLINE_SECONDS}"),
+    _rule(f"!has(self.completionPolicy) || !has(self.completionPolicy.activeDeadlineSeconds) || {_CRON_DEADLINE}",
+          field_path=".completionPolicy.activeDeadlineSeconds",
+          message="completionPolicy.activeDeadlineSeconds must be greater than pullPolicy.timeoutSeconds (600 when "
+                  "completionPolicy.type is not given)"),
+    _rule("!has(self.completionPolicy) || !has(self.completionPolicy.ttlSecondsAfterFinished)",
+          field_path=".completionPolicy.ttlSecondsAfterFinished",
+          message="ttlSecondsAfterFinished is not supported in advancedCronJob: successfulJobsHistoryLimit and "
+                  "failedJobsHistoryLimit keep finished runs"),
+]
+_ONE_TEMPLATE = ("(has(self.jobTemplate) ? 1 : 0) + (has(self.broadcastJobTemplate) ? 1 : 0) + "
+                 "(has(self.imageListPullJobTemplate) ? 1 : 0)")
+
+
+def _cron_spec(images: Obj) -> Obj:
+    """An AdvancedCronJob's spec as Kruise's CRD and webhooks take it (pkg/webhook/advancedcronjob), with the
+    defaults of its defaulting webhook for an image list template."""
+    template_spec = {"type": "object", "required": ["images"],
+                     "properties": {"images": images, **_template(""), "completionPolicy": {
+                         **_template("")["completionPolicy"], "default": {}}},
+                     "x-kubernetes-validations": _CRON_TEMPLATE_RULES}
+    pods = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    template = {"type": "object", "properties": {
+        "imageListPullJobTemplate": {"type": "object", "required": ["spec"], "properties": {
+            "metadata": {"type": "object", "properties": {"labels": _LABEL_VALUES, "annotations": _STRING_MAP}},
+            "spec": template_spec}},
+        "jobTemplate": pods, "broadcastJobTemplate": pods},
+        "x-kubernetes-validations": [
+            _rule(f"{_ONE_TEMPLATE} > 0", "spec must have one template: Prewarm runs imageListPullJobTemplate"),
+            _rule(f"{_ONE_TEMPLATE} <= 1", "spec can have only one template, either JobTemplate or "
+                                          "BroadcastJobTemplate or ImageListPullJobTemplate should be provided"),
+            _rule(f"{_ONE_TEMPLATE} != 1 || has(self.imageListPullJobTemplate)",
+                  "Prewarm runs only spec.template.imageListPullJobTemplate; a jobTemplate or broadcastJobTemplate "
+                  "(pods) is for OpenKruise's controller")]}
+    count = {"type": "integer", "format": "int32", "minimum": 0, "maximum": INT32_MAX}
+    return {"type": "object", "required": ["schedule", "template"], "properties": {
+        "schedule": {**_patterned(SCHEDULE_PATTERN), "minLength": 1},
+        "timeZone": {**_patterned(TIME_ZONE_PATTERN), "minLength": 1, "x-kubernetes-validations": [
+            _rule("!self.matches('^[Ll][Oo][Cc][Aa][Ll]$')",
+                  "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones")]},
+        "startingDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 0},
+        "concurrencyPolicy": {"type": "string", "enum": ["Allow", "Forbid", "Replace"], "default": "Replace"},
+        "paused": {"type": "boolean", "default": False},
+        "successfulJobsHistoryLimit": {**count, "default": 3},
+        "failedJobsHistoryLimit": {**count, "default": 1},
+        "template": template},
+        "x-kubernetes-validations": [
+            _rule("!has(self.timeZone) || !self.schedule.contains('TZ')",
+                  "cannot use both timeZone field and TZ or CRON_TZ in schedule", field_path=".schedule"),
+            _rule("!has(self.template.imageListPullJobTemplate) || self.concurrencyPolicy != 'Allow'",
+                  "concurrencyPolicy should be Replace or Forbid, but current value is: Allow",
+                  field_path=".concurrencyPolicy")]}
+
+
+# Kruise's webhook: letters, digits and '-', at most 63 (and, as any object's, a DNS subdomain).
+_CRON_METADATA: Obj = {"type": "object", "properties": {"name": {
+    "type": "string", "maxLength": NAME_MAX_LENGTH, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}}}
 
 
 def custom_resource_definitions() -> list[Obj]:
@@ -328,4 +418,6 @@ def custom_resource_definitions() -> list[Obj]:
         _crd("PrewarmRule", "prewarmrules", "Cluster", rule_spec, _RULE_STATUS, _RULE_COLUMNS, ["pwr"]),
         _crd("WarmSnapshot", "warmsnapshots", "Cluster", _warm_snapshot_spec(), _SNAPSHOT_STATUS, _SNAPSHOT_COLUMNS,
              ["pws"]),
+        _crd("AdvancedCronJob", "advancedcronjobs", "Namespaced", _cron_spec(images), _CRON_STATUS, _CRON_COLUMNS,
+             ["acj"], _CRON_METADATA),
     ]

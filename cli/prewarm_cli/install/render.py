@@ -31,6 +31,7 @@ __all__ = [
     "FUNCTION_GROUPS",
     "KIND_PLURALS",
     "MANAGED_BY",
+    "NODE_WARM_GROUP",
     "PULL_SECRETS_GROUP",
     "RESOURCES_GROUP",
     "STARTUP_TAINT_GROUP",
@@ -50,15 +51,18 @@ PULL_SECRETS_GROUP = "prewarm-pull-secrets"
 CREDENTIALS_GROUP = "prewarm-credentials"
 RESOURCES_GROUP = "prewarm-resources"
 STARTUP_TAINT_GROUP = "prewarm-startup-taint"
+NODE_WARM_GROUP = "prewarm-node-warm"
+NODE_CLASSES_GROUP = "prewarm-node-classes"
 ALL_NAMESPACES = ("*",)
 #: Each function role's groups, as template.yaml's access entries give them (keyed by the stack
 #: setting that names the role).
 FUNCTION_GROUPS: dict[str, tuple[str, ...]] = {
     "DISPATCH_JOB_ROLE_ARN": (CONTROL_PLANE_GROUP, PULL_SECRETS_GROUP),
-    "RECORD_STATUS_ROLE_ARN": (CONTROL_PLANE_GROUP,),
+    "RECORD_STATUS_ROLE_ARN": (CONTROL_PLANE_GROUP, STARTUP_TAINT_GROUP, NODE_WARM_GROUP),
     "SWEEP_ROLE_ARN": (CONTROL_PLANE_GROUP, STARTUP_TAINT_GROUP),
     "REFRESH_ECR_CREDENTIALS_ROLE_ARN": (CREDENTIALS_GROUP,),
     "SYNC_RESOURCES_ROLE_ARN": (RESOURCES_GROUP,),
+    "BAKE_SNAPSHOTS_ROLE_ARN": (NODE_CLASSES_GROUP,),
 }
 #: Kind → (API version, plural, namespaced): every kind install writes.
 KIND_PLURALS: dict[str, tuple[str, str, bool]] = {

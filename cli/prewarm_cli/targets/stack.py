@@ -29,6 +29,7 @@ STACK_OUTPUTS = {
     "SweepRoleArn": "SWEEP_ROLE_ARN",
     "RefreshEcrCredentialsRoleArn": "REFRESH_ECR_CREDENTIALS_ROLE_ARN",
     "SyncResourcesRoleArn": "SYNC_RESOURCES_ROLE_ARN",
+    "BakeSnapshotsRoleArn": "BAKE_SNAPSHOTS_ROLE_ARN",
 }
 # Stack parameters the CLI reads: what the credential refresher writes into the cluster (`prewarm install`),
 # and the sweep's grace.

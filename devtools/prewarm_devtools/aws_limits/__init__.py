@@ -5,16 +5,16 @@ serves in this process, through `mock_aws` or a `ThreadedMotoServer`, is first h
 allows (`Quotas`: each number with its source): DynamoDB's item size, transaction size and
 conflicts, per-partition capacity of the base table and each GSI; SQS's message and batch sizes and
 queue name reuse; ECR's request rates per account and Region (GetAuthorizationToken, and the registry's
-manifest and blob requests as BatchGetImage and GetDownloadUrlForLayer: 429 `TOOMANYREQUESTS`).
-Refusals are the errors AWS answers. EKS answers for the clusters the layer serves
-(`layer.eks.serve`: local mode's embedded API servers) with their endpoints and CAs and the access-entry
-API moto lacks (`eks`).
+manifest and blob requests as BatchGetImage and GetDownloadUrlForLayer: 429 `TOOMANYREQUESTS`);
+EventBridge Scheduler's schedule names, expressions and time zones. Refusals are the errors AWS answers.
+EKS answers for the clusters the layer serves (`layer.eks.serve`: local mode's embedded API servers) with
+their endpoints and CAs and the access-entry API moto lacks (`eks`).
 
 Before any of that, IAM (`authorization`): a caller the layer knows by access key
 (`layer.principals.add(key, arn, policies)`: local mode registers each function role and the agents'
 role with their policies from `template.yaml`, and the operator without) is refused with its service's
 AccessDenied unless an identity or resource policy allows the request and no explicit Deny applies
-(`policy.evaluate`, for SQS, DynamoDB and its streams, Secrets Manager, ECR, STS and SSM). A caller
+(`policy.evaluate`, for SQS, DynamoDB and its streams, Secrets Manager, ECR, STS, SSM and Scheduler). A caller
 registered without policies is held to resource policies' explicit denies only; any other key is
 moto's default caller and is not evaluated.
 
@@ -49,6 +49,7 @@ from prewarm_devtools.aws_limits.ecr import ECRLimits
 from prewarm_devtools.aws_limits.eks import EKSLimits
 from prewarm_devtools.aws_limits.policy import Decision, PolicyError, Principals, evaluate, explicit_deny
 from prewarm_devtools.aws_limits.quotas import Quotas
+from prewarm_devtools.aws_limits.scheduler import SchedulerLimits
 from prewarm_devtools.aws_limits.sqs import SQSLimits, message_size
 from prewarm_devtools.aws_limits.tables import StreamReaders
 
@@ -75,6 +76,7 @@ class AwsLimits:
         self.sqs = SQSLimits(self)
         self.ecr = ECRLimits(self)
         self.eks = EKSLimits()
+        self.scheduler = SchedulerLimits()
         self.streams = StreamReaders(clock, self.quotas.stream_retention_s, self.quotas.shard_iterator_s)
 
     def reset(self) -> None:

@@ -307,6 +307,19 @@ def _ssm(handler: Any, operation: str) -> Iterator[Request]:
         yield Request("ssm:" + operation, arn)
 
 
+def _scheduler(handler: Any, operation: str) -> Iterator[Request]:
+    from prewarm_devtools.aws_limits.scheduler import schedule_name
+
+    group = handler._get_param("GroupName") or handler.querystring.get("groupName", ["default"])[0]
+    where = f"{handler.region}:{handler.current_account}"
+    yield Request("scheduler:" + operation, f"arn:aws:scheduler:{where}:schedule/{group}/{schedule_name(handler)}"
+                  if operation.endswith("Schedule") else "*")
+    role = (handler._get_param("Target") or {}).get("RoleArn")
+    if role and operation in ("CreateSchedule", "UpdateSchedule"):
+        # The target's role is passed to Scheduler (EventBridge Scheduler User Guide, execution role).
+        yield Request("iam:PassRole", role, context={"iam:PassedToService": "scheduler.amazonaws.com"})
+
+
 _SERVICES: dict[str, Callable[[Any, str], Iterator[Request]]] = {
     "sqs": _sqs,
     "dynamodb": _dynamodb,
@@ -315,4 +328,5 @@ _SERVICES: dict[str, Callable[[Any, str], Iterator[Request]]] = {
     "ecr": _ecr,
     "sts": _sts,
     "ssm": _ssm,
+    "scheduler": _scheduler,
 }

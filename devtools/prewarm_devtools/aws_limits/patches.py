@@ -31,22 +31,27 @@ def install(current: Callable[[], Any]) -> None:
     from moto.dynamodb.responses import DynamoHandler, DynamoResult
     from moto.dynamodbstreams.models import DynamoDBStreamsBackend, ShardIterator
     from moto.ecr.responses import ECRResponse
+    from moto.scheduler.responses import EventBridgeSchedulerResponse
     from moto.sqs.responses import SQSResponse
     from moto.sts.models import STSBackend
 
-    from prewarm_devtools.aws_limits import eks, queues
-    from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED
+    from prewarm_devtools.aws_limits import eks, queues, scheduler
+    from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED, query_patches
 
     with _lock:
         if _originals:
             return
         for cls, names, part in ((DynamoHandler, DYNAMODB_ACTIONS, "dynamodb"), (SQSResponse, SQS_ACTIONS, "sqs"),
-                                 (ECRResponse, ("get_authorization_token",), "ecr")):
+                                 (ECRResponse, ("get_authorization_token",), "ecr"),
+                                 (EventBridgeSchedulerResponse, scheduler.ACTIONS, "scheduler")):
             for name in names:
                 _replace(cls, name, _guarded(cls.__dict__[name], name, part, current))
         # moto deep-copies each table a transaction names, stream included, to roll back; the layer's
         # ItemSnapshot rolls back the touched items instead.
         _replace(dynamodb_models, "copy", TABLES_ARE_NOT_COPIED)
+        # moto sorts and walks every item of the table on each Query: the same answers from the items it may answer.
+        for owner, name, value in query_patches():
+            _replace(owner, name, value)
         # moto answers a read by walking botocore's output shape, member by member of every item: 7 ms
         # a GetItem here, most of what a read costs it. The same JSON at a json.dumps' cost.
         _replace(DynamoResult, "execute_result", _read_as_json(DynamoResult.execute_result))

@@ -25,6 +25,7 @@ from prewarm_devtools.sam.aws import ACCOUNT
 from prewarm_devtools.sam.events import matches_pattern, schedule_event, sqs_event, stream_event
 from prewarm_devtools.sam.intrinsics import Physical
 from prewarm_devtools.sam.invocation import Function, WiringError
+from prewarm_devtools.sam.scheduler import LocalScheduler
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class EventSources:
     region: str
     sqs: Any
     streams: Any
+    scheduler: Any = None  # the Scheduler client, when the stack runs the schedules its functions make
     functions: dict[str, Function]
     event_bus_url: str
     _cursors: dict[tuple[str, str], StreamCursor]
@@ -106,6 +108,16 @@ class EventSources:
                     self.sqs.send_message(QueueUrl=self._queue_by_arn(dlq, fn.logical_id).ref,
                                           MessageBody=json.dumps(event))
         return results
+
+    def invoke_arn(self, arn: str, event: Mapping[str, Any]) -> Any:
+        """Invokes the function an ARN names (a schedule's target)."""
+        for fn in self.functions.values():
+            if self._function_arn(fn.logical_id) == arn:
+                return self.invoke(fn.logical_id, event)
+        raise KeyError(f"no function of this stack is {arn}")
+
+    def _function_arn(self, logical_id: str) -> str:
+        raise NotImplementedError
 
     def fire(self, name: str, payload: Any = None) -> Any:
         """Fires a function's schedule now (moto's schedules never fire)."""
@@ -297,6 +309,9 @@ class EventSources:
         for fn, period in self._rate_schedules() if schedules else []:
             loops[f"{fn.logical_id}/schedule"] = functools.partial(self._poll, fn.logical_id, functools.partial(
                 self._fire_every, fn, period), 0)
+        if schedules and self.scheduler is not None:  # the schedules functions make (the cron jobs'), on time
+            loops["scheduler"] = functools.partial(self._poll, "scheduler", LocalScheduler(
+                self.scheduler, self.invoke_arn).pump, 0.5)
         for name, loop in loops.items():
             t = threading.Thread(target=loop, name=f"esm-{name}", daemon=True)
             t.start()

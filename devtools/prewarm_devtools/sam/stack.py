@@ -9,7 +9,8 @@ itself: they are read, not created on moto).
 every function's environment as CloudFormation would, and binds each function's events to its
 handler: SQS event sources (batch size, partial batch failures, DLQ redrive by the queue), the table
 stream (filter criteria, retries, on-failure destination), EventBridge rules (pattern, retries, DLQ)
-and schedules (a timer for `rate(...)`, `fire()` on demand for any). Each function runs in an execution
+and schedules (a timer for `rate(...)`, `fire()` on demand for any; the schedules functions create in
+moto's Scheduler at their times, `scheduler.LocalScheduler`). Each function runs in an execution
 environment of its own (`environments`: a process, as Lambda's) with a Lambda-like context. A wiring
 mistake in the template (a handler that does not exist, an event source pointing nowhere, an environment
 the settings reject) fails `deploy()`.
@@ -120,6 +121,7 @@ class LocalStack(EventSources):
         self.dynamodb = session.client("dynamodb", endpoint_url=endpoint_url)
         self.streams = session.client("dynamodbstreams", endpoint_url=endpoint_url)
         self.sqs = session.client("sqs", endpoint_url=endpoint_url)
+        self.scheduler = session.client("scheduler", endpoint_url=endpoint_url)
         self.physical: dict[str, Physical] = {}
         self.functions: dict[str, Function] = {}
         self.not_emulated: list[str] = []
@@ -189,6 +191,9 @@ class LocalStack(EventSources):
         # Local stand-in for EventBridge's bus: other processes (`prewarm local push`) drop events here.
         self.event_bus_url = self.sqs.create_queue(QueueName=f"{self.stack_name}-local-event-bus")["QueueUrl"]
         return self
+
+    def _function_arn(self, logical_id: str) -> str:
+        return str(self.physical[logical_id].attrs["Arn"])
 
     def _access_entry(self, logical: str, props: Mapping[str, Any]) -> None:
         # Resolved after the roles exist; the embedded Kubernetes API holds the entries (moto has no EKS

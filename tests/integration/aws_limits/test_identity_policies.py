@@ -276,3 +276,26 @@ def test_the_daily_round_reads_the_jobs_it_re_pulls(stack: tuple[LocalStack, Mot
 
     # Then the round reads the job (a round starts for running Never jobs only: none here)
     assert local.fire("repull_daily") == {"rounds_started": []}
+
+
+def test_scheduler_holds_schedules_to_their_name_grant_the_passed_role_and_its_own_rules(aws: MotoServer) -> None:
+    target = {"Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:run", "RoleArn": f"{ROLE}-scheduler-target"}
+    grant = {"Effect": "Allow", "Action": ["scheduler:CreateSchedule", "scheduler:DeleteSchedule"],
+             "Resource": f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/default/stack-cron-*"}
+    passes = {"Effect": "Allow", "Action": "iam:PassRole", "Resource": target["RoleArn"],
+              "Condition": {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}}
+    allowed = client(aws, "scheduler", role(aws, "scheduler", grant, passes))
+    without_pass = client(aws, "scheduler", role(aws, "scheduler-no-pass", grant))
+    schedule = {"GroupName": "default", "ScheduleExpression": "cron(* * * * ? *)",
+                "FlexibleTimeWindow": {"Mode": "OFF"}, "Target": target}
+
+    allowed.create_schedule(Name="stack-cron-a-0", **schedule)
+    assert refused(allowed.create_schedule, Name="other-a-0", **schedule)["Code"] == "AccessDeniedException"
+    assert refused(without_pass.create_schedule, Name="stack-cron-b-0", **schedule)["Code"] == "AccessDeniedException"
+    # What Scheduler itself refuses: both day fields given, a name over 64, an unknown zone
+    for bad in ({"ScheduleExpression": "cron(0 0 1 * MON *)"}, {"ScheduleExpression": "every minute"},
+                {"ScheduleExpressionTimezone": "Mars/Olympus"}):
+        assert refused(allowed.create_schedule, Name="stack-cron-c-0", **{**schedule, **bad})["Code"] == \
+            "ValidationException"
+    assert refused(allowed.create_schedule, Name="stack-cron-" + "d" * 60, **schedule)["Code"] == "ValidationException"
+    allowed.delete_schedule(Name="stack-cron-a-0", GroupName="default")

@@ -140,7 +140,7 @@ def test_an_unknown_kind_exits_2_naming_the_kind(prewarm: Run, tmp_path: Path) -
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f'error: {manifest} document 1 (Deployment default/web): kind: unsupported kind "Deployment": '
-        "supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule, WarmSnapshot"
+        "supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule, WarmSnapshot, AdvancedCronJob"
     ]
 
 

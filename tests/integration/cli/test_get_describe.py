@@ -140,11 +140,13 @@ def test_get_nodes_lists_registered_agents(prewarm: Run, control_plane: ControlP
 
     # Then the row shows its agent, architecture, the well-known labels, and the hello's age
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM", "MESSAGE"]
+    assert header.split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM", "BOOT",
+                              "CONDITION", "MESSAGE"]
     row = next(r for r in rows if r.startswith("node-hello ")).split()
     assert row[:5] == ["node-hello", "Registered", "arm64", "<none>", "<none>"]
     # (the age as of the listing, however long the command took to start)
-    assert 90 <= int(row[5].removesuffix("s")) <= listed_by - said_at + 1 and row[6:] == ["ago", "<none>"]
+    assert 90 <= int(row[5].removesuffix("s")) <= listed_by - said_at + 1
+    assert row[6:] == ["ago", "<none>", "0/0", "<none>"]
     assert as_json["metadata"]["name"] == "node-hello" and as_json["status"]["architecture"] == "arm64"
     assert as_json["kind"] == "PrewarmNode" and as_json["status"]["agent"] == "Registered"
     # ... and, this stack naming no reachable cluster, it says it shows the agents' nodes only
@@ -175,7 +177,8 @@ def test_get_nodes_is_compact_and_show_labels_or_wide_give_every_label(
     assert labelled.stdout.splitlines()[0].split()[-1] == "LABELS"
     assert labelled.stdout.count("cpu-cpuid") == 40
     assert wide.stdout.splitlines()[0].split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO",
-                                                   "WARM", "MESSAGE", "QUEUE", "OS", "QUEUE-URL", "LABELS"]
+                                                   "WARM", "BOOT", "CONDITION", "MESSAGE", "QUEUE", "OS",
+                                                   "QUEUE-URL", "LABELS"]
     assert wide.stdout.count("cpu-cpuid") == 40
 
 
@@ -288,10 +291,11 @@ def test_a_node_that_joined_with_the_startup_taint_shows_its_hello_to_warm_time(
     as_yaml = yaml.safe_load(prewarm("get", "node", "node-warm", "-o", "yaml").stdout)
 
     # Then the table shows hello-to-warm for one and `warming` for the other
-    assert next(r for r in table if r.startswith("node-warm ")).split()[-1] == "40s"
+    assert next(r for r in table if r.startswith("node-warm ")).split()[7] == "40s"
     warming = next(r for r in table if r.startswith("node-warming ")).split()
-    assert warming[7:] == ["warming", "startup", "taint", "held", "by", "its", "agent", "until", "its", "images", "are",
-                           "present,", "13m", "more", "at", "most"]
+    assert warming[7] == "warming" and warming[10:] == ["startup", "taint", "held", "by", "its", "agent", "until",
+                                                        "its", "images", "are", "present,", "13m", "more", "at",
+                                                        "most"]
     # ... describe gives the times from the join, and the YAML the figures
     assert described.exit_code == 0, described.output
     assert "Startup Taint: warm: every required image was present" in described.stdout

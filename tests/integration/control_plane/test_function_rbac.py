@@ -19,9 +19,10 @@ import pytest
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.eks_auth import EksTokenSource
 from prewarm.adapters.kube import KubeCluster
+from prewarm.domain.boot import CONDITION_TYPE, NONE_REQUIRED
 from prewarm.domain.messages import Hello
 from prewarm.services.jobs import apply_manifest, view_job
-from prewarm.services.ports import ClusterAuthError
+from prewarm.services.ports import ClusterAuthError, ClusterError
 from prewarm_cli.install.render import FUNCTION_GROUPS
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.localinstall import grant_cluster_access
@@ -63,7 +64,8 @@ def test_the_template_gives_each_function_role_the_groups_install_binds(env: dic
     by_setting = {"DISPATCH_JOB_ROLE_ARN": "DispatchJobRoleArn", "RECORD_STATUS_ROLE_ARN": "RecordStatusRoleArn",
                   "SWEEP_ROLE_ARN": "SweepRoleArn",
                   "REFRESH_ECR_CREDENTIALS_ROLE_ARN": "RefreshEcrCredentialsRoleArn",
-                  "SYNC_RESOURCES_ROLE_ARN": "SyncResourcesRoleArn"}
+                  "SYNC_RESOURCES_ROLE_ARN": "SyncResourcesRoleArn",
+                  "BAKE_SNAPSHOTS_ROLE_ARN": "BakeSnapshotsRoleArn"}
 
     assert env["stack"].access_entries() == {outputs[by_setting[k]]: groups for k, groups in FUNCTION_GROUPS.items()}
 
@@ -126,3 +128,23 @@ def test_each_function_is_refused_one_verb_outside_its_rbac(env: dict[str, Any],
 
     assert f'"arn:aws:sts::{ACCOUNT}:assumed-role/{role}/' in str(caught.value)
     assert refused in str(caught.value)
+
+
+def test_record_status_sets_a_nodes_warm_condition_and_may_change_no_other(env: dict[str, Any]) -> None:
+    # Given a node's first hello (no Never job selects it: nothing is required of it)
+    node = "ip-10-0-109-55.us-west-2.compute.internal"
+    e = env["stack"].env()
+    env["aws"].client("sqs").send_message(QueueUrl=e["STATUS_QUEUE_URL"],
+                                          MessageBody=Hello(node=node, architecture="amd64").model_dump_json())
+
+    env["stack"].run_until_idle()
+
+    # Then record_status set its PrewarmWarm condition, through the status subresource, as its own role
+    conditions = {c["type"]: c for c in env["api"].get_object("nodes", node)["status"]["conditions"]}
+    assert (conditions[CONDITION_TYPE]["status"], conditions[CONDITION_TYPE]["reason"]) == ("True", NONE_REQUIRED)
+    assert conditions["Ready"]["status"] == "True"
+    # And the admission policy refuses it any other condition
+    ready = {"type": "Ready", "status": "False", "reason": "Forged"}
+    with as_function(env, "RecordStatusFunction") as cluster, pytest.raises(ClusterError) as caught:
+        cluster.patch_node_status(node, {"status": {"conditions": [ready]}})
+    assert "Prewarm may set only the PrewarmWarm condition of a node" in str(caught.value)

@@ -233,7 +233,8 @@ REFUSED_AT_APPLY = {
     "short-deadline": ({"completionPolicy": {"activeDeadlineSeconds": 60}},
                        'spec.completionPolicy.activeDeadlineSeconds: Invalid value: "object": must be >= '
                        "pullPolicy.timeoutSeconds (600)"),
-    "twice": ({"selector": {"names": ["node-1", "node-1"]}}, 'spec.selector.names[1]: Duplicate value: "node-1"'),
+    "twice": ({"selector": {"names": ["node-1", "node-1"]}},
+              'spec.selector.names: Invalid value: "array": must not name a node twice'),
     "in-without-values": ({"podSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}},
                           'spec.podSelector.matchExpressions[0].values: Invalid value: "object": must be non-empty '
                           "when operator is In"),

@@ -20,9 +20,10 @@ from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.keys import JobKey
 from prewarm.domain.messages import CancelTask, NodePhase, PullTask, RequiredImage, RequiredImages
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
-from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
@@ -392,6 +393,25 @@ def test_nodes_register_per_cluster_and_a_later_hello_keeps_how_the_node_warmed(
     assert store.get_node("n1", "prod-eu") is None and store.list_nodes("prod-eu") == []
 
 
+def test_a_nodes_images_at_boot_are_kept_across_hellos_and_warm_ups_per_cluster(store: Store) -> None:
+    boot = NodeBoot(required=("a@sha256:1", "b@sha256:2"), present=("a@sha256:1",), at=4.5)
+    assert refusal(lambda: store.record_boot("n1", boot)) == "StoreConflictError"
+    store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=5.0, warm_until=600.0))
+    store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=5.0, cluster="prod-eu"))
+    store.record_boot("n1", boot)
+    store.record_warm("n1", NodeWarm(joined_at=1.0, hello_at=2.5, warm_at=3.0, outcome="warm"))
+    store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=9.0, warm_until=600.0))
+    got = store.get_node("n1")
+    assert got is not None and got.boot == boot and got.boot.all_present is False
+    assert [n.boot for n in store.list_nodes()] == [boot]
+    assert store.get_node("n1", "prod-eu").boot is None  # type: ignore[union-attr]  # another cluster's node
+    store.record_boot("n1", NodeBoot(required=(), present=(), at=9.5), "prod-eu")
+    assert store.get_node("n1", "prod-eu").boot == NodeBoot(required=(), present=(), at=9.5)  # type: ignore[union-attr]
+
+
 def test_a_node_registered_unverified_is_marked_verified_keeping_how_it_warmed(store: Store) -> None:
     warm = NodeWarm(joined_at=1.0, hello_at=2.5, warm_at=3.0, outcome="warm")
     store.put_node(RegisteredNode(name="n1", labels={"pool": "gpu"}, architecture="amd64", os="linux", queue_url="q",
@@ -429,6 +449,20 @@ def test_warm_snapshots_keep_their_state_through_a_new_spec_and_write_it_over_th
     assert store.list_warm_snapshots() == [(manifest, {}, 0), (changed, {"bakes": 1}, 1)]
     assert (store.delete_warm_snapshot("gpu"), store.delete_warm_snapshot("gpu")) == (True, False)
     assert store.get_warm_snapshot("gpu") is None
+
+
+def test_cron_jobs_say_what_a_write_did_and_read_back_by_key(store: Store) -> None:
+    key, other = JobKey("ml", "nightly"), JobKey("ml", "nightly", "prod-eu")
+    manifest = {"kind": "AdvancedCronJob", "metadata": {"name": "nightly"}, "spec": {"schedule": "0 2 * * *"}}
+    assert [store.put_cron_job(key, manifest, "h1"), store.put_cron_job(key, manifest, "h1"),
+            store.put_cron_job(key, manifest, "h2")] == ["created", "unchanged", "configured"]
+    store.put_cron_job(other, {"spec": {}}, "h")
+    got = store.get_cron_job(other)
+    assert got is not None and (got.key, got.key.cluster, got.manifest, got.spec_hash) == (
+        "prod-eu:ml/nightly", "prod-eu", {"spec": {}}, "h")
+    assert [(c.key, c.spec_hash) for c in store.list_cron_jobs()] == [("ml/nightly", "h2"), ("prod-eu:ml/nightly", "h")]
+    assert (store.delete_cron_job(key), store.delete_cron_job(key)) == (True, False)
+    assert store.get_cron_job(key) is None and store.list_jobs() == [] and store.list_rules() == []
 
 
 def test_a_schedule_keeps_its_last_run(store: Store) -> None:

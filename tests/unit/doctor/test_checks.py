@@ -29,6 +29,7 @@ from prewarm_cli.doctor.identities import (
     Access,
     AccessEntry,
     CredentialTargets,
+    Subject,
     map_roles,
     required_access,
     subject_of,
@@ -206,7 +207,11 @@ def test_each_function_needs_its_verbs_in_the_namespaces_of_jobs_and_of_the_refr
     assert [str(a) for a in needs["dispatch_job"]] == [
         "get nodes", "list nodes", "list pods in default", "list pods in shop", "get secrets/regcred in shop",
         "get daemonsets.apps/prewarm-agent in prewarm-system"]
-    assert [str(a) for a in needs["record_status"]] == ["get nodes", "list pods in default", "list pods in shop"]
+    assert [str(a) for a in needs["record_status"]] == [
+        "get nodes", "patch nodes", "patch nodes/status", "get configmaps/prewarm-agent in prewarm-system",
+        "list pods in default", "list pods in shop"]
+    assert Access("patch", "nodes", subresource="status").review(Subject("u", ()))["spec"]["resourceAttributes"] == {
+        "verb": "patch", "resource": "nodes", "group": "", "version": "v1", "subresource": "status"}
     assert [str(a) for a in needs["sweep"]] == [
         "get nodes", "list nodes", "patch nodes", "get configmaps/prewarm-agent in prewarm-system",
         "create events in default"]

@@ -226,7 +226,7 @@ def test_unknown_kind_is_named() -> None:
     doc = {**pull_job(), "kind": "Deployment"}
     assert errors_of(doc) == [
         'kind: unsupported kind "Deployment": supported kinds are ImagePullJob, ImageListPullJob, PrewarmRule, '
-        'WarmSnapshot'
+        'WarmSnapshot, AdvancedCronJob'
     ]
 
 

@@ -59,3 +59,26 @@ def test_the_sweep_records_how_the_stacks_own_cluster_answered_and_fails_when_it
     assert home is not None and (home.reachable, home.reason) == (False, "connection refused")
     # The own cluster's health item is not a registered cluster
     assert [c.name for c in bootstrap.clusters().served()] == [""]
+
+
+def test_a_cron_jobs_schedule_makes_its_run_for_the_time_it_was_due(stack: dict[str, Any]) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from prewarm.domain.jobs import job_key
+    from prewarm.services.jobs import apply_manifest
+
+    event = load_event("schedule_run_cron_job")
+    handler = load_handler("run_cron_job")
+    # Given no such cron job, the run is skipped and says why
+    assert handler.lambda_handler(event, stack["ctx"])["skipped"] == "the cron job is gone"
+
+    # Given the sample's cron job, the run is the ImageListPullJob of the scheduled time, once
+    sample = Path(__file__).resolve().parents[3] / "samplefiles" / "jobs" / "advancedcronjob-batch-images.yaml"
+    (batch, _) = yaml.safe_load_all(sample.read_text())
+    apply_manifest(bootstrap.store(), batch, now=1_795_000_000.0)
+    made = handler.lambda_handler(event, stack["ctx"])
+    assert made["run"] == "gpu-batch-images-1796032800" and made["skipped"] == ""
+    assert bootstrap.store().get_job(job_key("ml", made["run"])) is not None
+    assert handler.lambda_handler(event, stack["ctx"])["run"] == made["run"]  # a retry makes the same run

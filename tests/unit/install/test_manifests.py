@@ -16,6 +16,7 @@ from prewarm_cli.install.render import (
     CONTROL_PLANE_GROUP,
     CREDENTIALS_GROUP,
     MANAGED_BY,
+    NODE_WARM_GROUP,
     PULL_SECRETS_GROUP,
     RESOURCES_GROUP,
     STARTUP_TAINT_GROUP,
@@ -90,12 +91,16 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("ClusterRole", "prewarm-startup-taint-config", ""),
         ("RoleBinding", "prewarm-startup-taint-config", "prewarm-system"),
         ("RoleBinding", "prewarm-startup-taint-events", "default"),
+        ("ClusterRole", NODE_WARM_GROUP, ""), ("ClusterRoleBinding", NODE_WARM_GROUP, ""),
+        ("ValidatingAdmissionPolicy", "prewarm-node-warm-condition", ""),
+        ("ValidatingAdmissionPolicyBinding", "prewarm-node-warm-condition", ""),
         ("ClusterRole", "prewarm-jobs-edit", ""), ("ClusterRole", "prewarm-jobs-view", ""),
         ("ClusterRole", "prewarm-node-classes", ""), ("ClusterRoleBinding", "prewarm-node-classes", ""),
         ("CustomResourceDefinition", "imagepulljobs.prewarm.dev", ""),
         ("CustomResourceDefinition", "imagelistpulljobs.prewarm.dev", ""),
         ("CustomResourceDefinition", "prewarmrules.prewarm.dev", ""),
         ("CustomResourceDefinition", "warmsnapshots.prewarm.dev", ""),
+        ("CustomResourceDefinition", "advancedcronjobs.prewarm.dev", ""),
     ])
     assert all(doc["metadata"]["labels"][MANAGED_BY[0]] == MANAGED_BY[1] for doc in documents())
 

@@ -5,12 +5,15 @@ uses neither) against the updates the agent makes and those it must not."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import celpy
 import kubernetes_validate
 import pytest
 
+from prewarm.domain.warming import parse_taint
+from prewarm_agent.settings import TAINT_KEY_PATTERN
 from prewarm_cli.install.render import base_documents
 
 AGENT = "system:serviceaccount:prewarm-system:prewarm-agent"
@@ -19,8 +22,8 @@ WARMING = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"
 OTHER = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
-def shipped(kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in base_documents() if d["kind"] == kind]
+def shipped(kind: str, name: str = "prewarm-agent-startup-taint") -> dict[str, Any]:
+    (doc,) = [d for d in base_documents() if d["kind"] == kind and d["metadata"]["name"] == name]
     return doc
 
 
@@ -39,14 +42,15 @@ def node(name: str = "ip-10-0-1-5", taints: list[dict[str, str]] | None = None, 
 
 
 def admit(old: dict[str, Any], new: dict[str, Any], *, user: str = AGENT, bound: str | None = "ip-10-0-1-5",
-          config: dict[str, Any] | None = None) -> list[str]:
+          config: dict[str, Any] | None = None, groups: tuple[str, ...] = (),
+          policy_name: str = "prewarm-agent-startup-taint") -> list[str]:
     """The messages of the policy's failed validations (empty: admitted), as the API server evaluates it."""
-    policy = shipped("ValidatingAdmissionPolicy")["spec"]
+    policy = shipped("ValidatingAdmissionPolicy", policy_name)["spec"]
     env = celpy.Environment()
     extra = {NODE_NAME: [bound]} if bound is not None else {}
     activation: dict[str, Any] = {
         "object": new, "oldObject": old, "params": config or params(),
-        "request": {"operation": "UPDATE", "userInfo": {"username": user, "groups": [], "extra": extra}},
+        "request": {"operation": "UPDATE", "userInfo": {"username": user, "groups": list(groups), "extra": extra}},
     }
 
     def evaluate(expression: str, variables: dict[str, Any]) -> Any:
@@ -56,7 +60,7 @@ def admit(old: dict[str, Any], new: dict[str, Any], *, user: str = AGENT, bound:
     variables: dict[str, Any] = {}
     if not all(evaluate(c["expression"], variables) for c in policy["matchConditions"]):
         return []
-    for variable in policy["variables"]:
+    for variable in policy.get("variables", []):
         variables[variable["name"]] = evaluate(variable["expression"], variables)
     failed = []
     for validation in policy["validations"]:
@@ -76,7 +80,7 @@ def without(node_: dict[str, Any], taint: dict[str, str]) -> dict[str, Any]:
 
 def test_the_policy_and_its_binding_validate_for_the_kubernetes_api_and_read_the_agents_configmap() -> None:
     policy, binding = shipped("ValidatingAdmissionPolicy"), shipped("ValidatingAdmissionPolicyBinding")
-    config = shipped("ConfigMap")
+    config = shipped("ConfigMap", "prewarm-agent")
 
     for doc in (policy, binding):
         kubernetes_validate.validate(doc, "1.33.0", strict=True)
@@ -134,3 +138,56 @@ def test_the_taint_comes_from_the_agents_settings_and_others_are_not_judged() ->
     assert admit(before, without(before, custom), config=config) == []
     assert admit(before, without(before, WARMING), config=config) != []
     assert admit(before, node(), user="system:node:ip-10-0-1-5") == []
+
+
+def test_a_readiness_k8s_io_startup_taint_is_the_agents_to_remove_when_its_settings_name_it() -> None:
+    # The Node Readiness Controller's prefix (docs/operations.md): Karpenter takes such a taint as temporary
+    readiness = {"key": "readiness.k8s.io/prewarm.dev-warm", "value": "pending", "effect": "NoSchedule"}
+    before = node(taints=[OTHER, readiness])
+    config = params(STARTUP_TAINT_KEY=readiness["key"])
+
+    assert admit(before, without(before, readiness), config=config) == []
+    assert admit(before, without(before, OTHER), config=config) != []
+    assert parse_taint("readiness.k8s.io/prewarm.dev-warm=pending:NoSchedule").key == readiness["key"]
+    assert re.fullmatch(TAINT_KEY_PATTERN, readiness["key"])
+
+
+# --- the PrewarmWarm condition: record_status (group prewarm-node-warm) on the status subresource -------
+
+CONTROL_PLANE = "arn:aws:sts::111122223333:assumed-role/prewarm-RecordStatusRole/record_status"
+
+
+def with_status(*conditions: dict[str, str], **fields: Any) -> dict[str, Any]:
+    shown = node(taints=[WARMING])
+    shown["status"] = {"conditions": [{"type": "Ready", "status": "True"}, *conditions],
+                       "capacity": {"cpu": "8"}, **fields}
+    return shown
+
+
+def admit_status(old: dict[str, Any], new: dict[str, Any], groups: tuple[str, ...] = ("prewarm-node-warm",)
+                 ) -> list[str]:
+    return admit(old, new, user=CONTROL_PLANE, bound=None, groups=groups, policy_name="prewarm-node-warm-condition")
+
+
+def test_record_status_may_set_the_prewarm_warm_condition_and_nothing_else() -> None:
+    pulling = {"type": "PrewarmWarm", "status": "False", "reason": "Pulling"}
+    warm = {"type": "PrewarmWarm", "status": "True", "reason": "ImagesPresentAtBoot"}
+    before = with_status()
+
+    assert admit_status(before, with_status(warm)) == []
+    assert admit_status(with_status(pulling), with_status(warm)) == []
+    assert admit_status(before, with_status({"type": "Ready", "status": "False"})) == [
+        "Prewarm may set only the PrewarmWarm condition of a node"]
+    assert admit_status(before, with_status(warm, capacity={"cpu": "64"})) == [
+        "Prewarm may not change a node's status other than its PrewarmWarm condition"]
+    relabelled = with_status(warm)
+    relabelled["metadata"]["labels"]["prewarm.dev/warm"] = "true"
+    assert admit_status(before, relabelled) == [
+        "Prewarm may not change a node's labels or annotations through its status"]
+    # Others (the kubelet) are not judged
+    assert admit_status(before, with_status({"type": "Ready", "status": "False"}), groups=("system:nodes",)) == []
+
+
+def test_the_condition_policy_validates_for_the_kubernetes_api() -> None:
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        kubernetes_validate.validate(shipped(kind, "prewarm-node-warm-condition"), "1.33.0", strict=True)

@@ -121,6 +121,31 @@ def test_a_node_whose_pods_cannot_be_read_joins_its_other_jobs_and_the_sweep_joi
     assert node is not None and not node.unverified
 
 
+def test_a_sweep_reads_a_cluster_s_registrations_once_and_verifies_the_unverified_among_them(
+    plane: ControlPlane, prod: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given p-2 registered unverified while prod-eu could not be read
+    prod.nodes.append(make_node("p-2", pool="gpu"))
+    record_status(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down(nodes=prod.nodes)}),
+                  [("h", Hello(node="p-2", cluster="prod-eu", labels={"pool": "gpu"}))], now=plane.now())
+    reads: list[str] = []
+    list_nodes = plane.store.list_nodes
+
+    def counted(cluster: str = "") -> Any:
+        reads.append(cluster)
+        return list_nodes(cluster)
+
+    monkeypatch.setattr(plane.store, "list_nodes", counted)
+    # When the sweep passes over prod-eu once it answers
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": prod}), now=plane.now(),
+                   config=SweepSettings(prefix=plane.queues.prefix))
+    # Then p-2 is verified, from the one read of prod-eu's registrations that the departures use too
+    assert result.nodes_verified == ["prod-eu:p-2"]
+    assert reads.count("prod-eu") == 1
+    node = plane.store.get_node("p-2", "prod-eu")
+    assert node is not None and not node.unverified
+
+
 def test_a_refused_health_write_sends_no_hello_back(plane: ControlPlane, prod: FakeCluster, monkeypatch: Any) -> None:
     from prewarm.services.ports import StoreRetryableError
 

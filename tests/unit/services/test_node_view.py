@@ -46,7 +46,8 @@ def rows(plane: ControlPlane) -> tuple[dict[str, list[str]], dict[str, str], Any
     view = view_nodes(plane.store, plane.cluster, now=now, grace=GRACE)
     header, *lines = nodes_table(view.nodes, now=now).splitlines()
     start = header.index("MESSAGE")
-    assert header.split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM", "MESSAGE"]
+    assert header.split() == ["NAME", "AGENT", "ARCH", "INSTANCE-TYPE", "ZONE", "LAST-HELLO", "WARM", "BOOT",
+                              "CONDITION", "MESSAGE"]
     table = {line.split()[0]: line[:start].split() for line in lines}
     return table, {line.split()[0]: line[start:] for line in lines}, view
 
@@ -65,7 +66,7 @@ def test_a_tainted_node_with_no_agent_says_so_and_when_the_sweep_frees_it_then_t
     table, messages, view = rows(plane)
 
     # Then it shows no agent, the taint held, and when the sweep removes it
-    assert table["bare-1"][:2] == ["bare-1", "Absent"] and table["bare-1"][-2:] == ["<none>", "tainted"]
+    assert table["bare-1"][:2] == ["bare-1", "Absent"] and table["bare-1"][-4:-2] == ["<none>", "tainted"]
     sweep_at = at + MAX_WARM + GRACE
     assert messages["bare-1"].startswith("startup taint held and no agent has reported from this node; "
                                          f"the sweep removes it after {rfc3339(sweep_at)} (in 15m)")
@@ -81,7 +82,7 @@ def test_a_tainted_node_with_no_agent_says_so_and_when_the_sweep_frees_it_then_t
     table, messages, view = rows(plane)
 
     # Then the node says the sweep removed it, and why, from the Event
-    assert table["bare-1"][-1] == "released"
+    assert table["bare-1"][-3] == "released"
     assert messages["bare-1"].startswith("no agent has reported from this node; startup taint removed by the sweep 1s "
                                          "ago: no Prewarm agent removed the startup taint prewarm.dev/warming:"
                                          "NoSchedule within 17m of the node's join (maxWarmSeconds 900)")
@@ -94,7 +95,7 @@ def test_a_warming_node_says_how_long_its_agent_holds_the_taint_at_most(plane: C
     now = plane.now()
     joined(plane, "warm-1", warm_until=now + 600)
     table, messages, _ = rows(plane)
-    assert table["warm-1"][1] == "Registered" and table["warm-1"][-1] == "warming"
+    assert table["warm-1"][1] == "Registered" and table["warm-1"][-3] == "warming"
     assert messages["warm-1"].startswith("startup taint held by its agent until its images are present, 9m5")
     assert messages["warm-1"].endswith("s more at most")
 

@@ -57,7 +57,8 @@ def test_an_unchanged_resource_costs_no_table_write_and_no_status_write(plane: C
     report = sync_resources(plane.store, api, now=20.0)
 
     assert (report.unchanged, report.applied, report.statuses_written) == (1, [], 0)
-    assert api.calls == ["list prewarmrules", "list warmsnapshots", "list imagelistpulljobs", "list imagepulljobs"]
+    assert api.calls == ["list prewarmrules", "list warmsnapshots", "list imagelistpulljobs", "list imagepulljobs",
+                         "list advancedcronjobs"]
     assert plane.store.get_job(job_key("default", "web")).version == version  # type: ignore[union-attr]
 
 
@@ -214,3 +215,40 @@ def test_a_warm_snapshot_resource_is_applied_and_its_status_says_where_its_node_
     api.objects.clear()
     assert sync_resources(plane.store, api, now=20.0).deleted == ["WarmSnapshot gpu"]
     assert plane.store.get_warm_snapshot("gpu") is None
+def cron_spec(**extra: Any) -> dict[str, Any]:
+    return {"schedule": "* * * * *", "template": {"imageListPullJobTemplate": {"spec": {
+        "images": ["nginx:1.27"], "parallelism": 0}}}, **extra}
+
+
+def test_an_advanced_cron_job_resource_is_stored_reports_its_runs_and_goes_with_them(
+        plane: ControlPlane, api: FakeResources) -> None:
+    from prewarm.services.cron_jobs import run_due
+
+    api.put("AdvancedCronJob", "nightly", cron_spec())
+    report = sync_resources(plane.store, api, now=10.0)
+    key = job_key("default", "nightly")
+    stored = plane.store.get_cron_job(key)
+    assert report.applied == ["AdvancedCronJob default/nightly created"]
+    assert stored is not None and source_of(stored.manifest) is Source.RESOURCE
+    assert api.get("AdvancedCronJob", "nightly")["status"] == {"type": "ImageListPullJob", "observedGeneration": 1}
+
+    run = run_due(plane.store, key, scheduled_at=60.0, now=61.0).run
+    sync_resources(plane.store, api, now=62.0)
+    assert api.get("AdvancedCronJob", "nightly")["status"] == {
+        "type": "ImageListPullJob", "lastScheduleTime": "1970-01-01T00:01:00Z", "observedGeneration": 1,
+        "active": [{"apiVersion": API, "kind": "ImageListPullJob", "name": run, "namespace": "default"}]}
+
+    api.delete_object(API, "advancedcronjobs", "nightly", "default")
+    report = sync_resources(plane.store, api, now=70.0)
+    assert report.deleted == ["AdvancedCronJob default/nightly"]
+    assert plane.store.get_cron_job(key) is None
+    assert plane.store.get_job(job_key("default", run)).state is JobState.DELETING  # type: ignore[union-attr]
+
+
+def test_an_advanced_cron_job_the_model_refuses_says_why_in_its_status(plane: ControlPlane,
+                                                                       api: FakeResources) -> None:
+    api.put("AdvancedCronJob", "zoned", cron_spec(timeZone="Mars/Olympus"))
+    report = sync_resources(plane.store, api, now=10.0)
+    assert plane.store.list_cron_jobs() == []
+    assert report.refused and 'unknown time zone "Mars/Olympus"' in api.get("AdvancedCronJob", "zoned")["status"][
+        "message"]

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from prewarm.adapters.ecr import EcrImages
     from prewarm.adapters.ecr_auth import EcrTokenSource
     from prewarm.adapters.kube import KubeCluster
+    from prewarm.adapters.scheduler import SchedulerCronSchedules
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
     from prewarm.adapters.sqs import NodeQueues, StatusQueue
     from prewarm.domain.clusters import RegisteredCluster
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from prewarm.domain.warming import SettledNodes
     from prewarm.services.bakes import BakeContext
     from prewarm.services.credentials import RefreshReport
+    from prewarm.services.cron_jobs import RunOutcome
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
     from prewarm.services.pacing import PacedQueues
@@ -302,10 +304,39 @@ def sync_resources() -> SyncReport:
     return run_sync(store(), clusters(), clock=time.time)
 
 
+@lru_cache(maxsize=1)
+def cron_schedules() -> SchedulerCronSchedules:
+    from prewarm.adapters.scheduler import SchedulerCronSchedules
+
+    s = settings()
+    return SchedulerCronSchedules(s.cron_schedule_prefix, s.cron_target_arn, s.cron_role_arn)
+
+
+def sync_cron_schedules(new_image: Mapping[str, Any] | None, old_image: Mapping[str, Any] | None) -> str | None:
+    """The schedules of the cron job a table stream record holds, put or deleted; None when the record is of
+    another item."""
+    from prewarm.adapters.dynamodb import cron_job_of_item
+    from prewarm.services.cron_jobs import sync_schedules
+
+    new, old = cron_job_of_item(new_image), cron_job_of_item(old_image)
+    if new is None and old is None:
+        return None
+    return sync_schedules(cron_schedules(), new, old)
+
+
+def run_cron_job(cron_job: str, scheduled_time: float | None) -> RunOutcome:
+    """The run of a cron job due at `scheduled_time` (its schedule's; now when the event has none)."""
+    from prewarm.domain.keys import JobKey
+    from prewarm.services.cron_jobs import run_due
+
+    now = time.time()
+    return run_due(store(), JobKey.parse(cron_job), scheduled_at=scheduled_time or now, now=now)
+
+
 def reset() -> None:
     for built in (store, node_queues, queues, status_queue, clusters, circuits, status_calls, status_clusters,
                   plan_calls, plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings,
-                  settled_nodes, sweep_settings):
+                  settled_nodes, sweep_settings, cron_schedules):
         built.cache_clear()
 
 

@@ -73,6 +73,12 @@ class Settings(BaseModel):
                                                 alias="REGISTRY_REQUESTS_PER_SECOND", ge=0, allow_inf_nan=False)
     registry_bytes_per_second: float = Field(default=0, alias="REGISTRY_BYTES_PER_SECOND", ge=0, allow_inf_nan=False)
     registry_budgets_json: str = Field(default="", alias="REGISTRY_BUDGETS")
+    # The cron jobs' EventBridge Scheduler schedules (dispatch_job puts them): their name prefix, the run
+    # function they invoke and the role Scheduler invokes it as.
+    cron_schedule_prefix: str = Field(default="prewarm-cron", alias="CRON_SCHEDULE_PREFIX",
+                                      pattern=r"^[0-9A-Za-z_.-]{1,40}$")
+    cron_target_arn: str = Field(default="", alias="CRON_TARGET_ARN")
+    cron_role_arn: str = Field(default="", alias="CRON_ROLE_ARN")
 
     @property
     def node_queue_sender_arns(self) -> list[str]:

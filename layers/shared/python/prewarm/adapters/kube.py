@@ -311,6 +311,12 @@ class KubeCluster:
         return self._request("PATCH", f"/api/v1/nodes/{_segment(name)}", body=[dict(op) for op in ops],
                              content_type="application/json-patch+json")
 
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        """A strategic merge patch of the node's status subresource: conditions merge by `type`, so the
+        kubelet's own conditions are left as they are."""
+        return self._request("PATCH", f"/api/v1/nodes/{_segment(name)}/status", body=dict(patch),
+                             content_type="application/strategic-merge-patch+json")
+
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> KubeObject:
         return self._request("POST", _namespaced(namespace, "events"), body=dict(body))
 

@@ -323,11 +323,9 @@ class StackObject(KubernetesModel):
         return hash_spec(self.spec)
 
 
-class _Job(KubernetesModel):
-    api_version: JobApiVersion
-    kind: str
+class NamespacedManifest(KubernetesModel):
+    """A namespaced kind's manifest: its name, namespace and key; a status given is read and dropped."""
     metadata: NamespacedObjectMeta
-    spec: Any
     status: Any = Field(default=None, exclude=True)
 
     @property
@@ -339,9 +337,15 @@ class _Job(KubernetesModel):
         return self.metadata.namespace
 
     @property
-    def key(self) -> str:
-        """`namespace/name`, the job's identity."""
+    def key(self) -> JobKey:
+        """`namespace/name`, the object's identity."""
         return job_key(self.metadata.namespace, self.metadata.name)
+
+
+class _Job(NamespacedManifest):
+    api_version: JobApiVersion
+    kind: str
+    spec: Any
 
     @field_validator("metadata")
     @classmethod

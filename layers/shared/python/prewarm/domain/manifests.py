@@ -5,18 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from prewarm.domain.cronjobs import CRON_API_VERSIONS, V1ALPHA1_REFUSED, AdvancedCronJob
 from prewarm.domain.jobs import JOB_API_VERSIONS, PREWARM_API_VERSION, ImageListPullJob, ImagePullJob
 from prewarm.domain.kubernetes import JobValidationError, describe_value, manifest_subject, quoted_choices
 from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.snapshots import WarmSnapshot
 
-Manifest = ImagePullJob | ImageListPullJob | PrewarmRule | WarmSnapshot
+Manifest = ImagePullJob | ImageListPullJob | PrewarmRule | WarmSnapshot | AdvancedCronJob
 
 _KINDS: dict[str, tuple[type[Manifest], tuple[str, ...]]] = {
     "ImagePullJob": (ImagePullJob, JOB_API_VERSIONS),
     "ImageListPullJob": (ImageListPullJob, JOB_API_VERSIONS),
     "PrewarmRule": (PrewarmRule, (PREWARM_API_VERSION,)),
     "WarmSnapshot": (WarmSnapshot, (PREWARM_API_VERSION,)),
+    "AdvancedCronJob": (AdvancedCronJob, CRON_API_VERSIONS),
 }
 
 
@@ -35,6 +37,8 @@ def parse_manifest(doc: Any) -> Manifest:
     model, versions = _KINDS[kind]
     if api_version is None:
         raise JobValidationError([("apiVersion", "required")], subject)
+    if kind == "AdvancedCronJob" and api_version == "apps.kruise.io/v1alpha1":
+        raise JobValidationError([("apiVersion", V1ALPHA1_REFUSED)], subject)
     if api_version not in versions:
         message = f'unsupported apiVersion "{api_version}" for kind {kind}: use {quoted_choices(versions)}'
         raise JobValidationError([("apiVersion", message)], subject)

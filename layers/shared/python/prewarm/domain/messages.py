@@ -155,6 +155,10 @@ class CancelTask(_Message, _ToNode, JobRef):
     reason: str = ""
 
 
+# The message of a Succeeded report whose image was on the node already: nothing was pulled.
+ALREADY_PRESENT = "image already present"
+
+
 class StatusReport(_Message, JobRef):
     kind: Literal["status"] = "status"
     phase: NodePhase

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from prewarm.domain.boot import WarmCondition, node_condition
 from prewarm.domain.intervals import NO_AGENT_GRACE_SECONDS
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.nodes import NodeWarm, RegisteredNode
@@ -74,6 +75,7 @@ class NodeState:
     agent_deadline: float | None = None
     sweep_at: float | None = None
     release: TaintRelease | None = None
+    condition: WarmCondition | None = None  # the Node's PrewarmWarm condition (None: not set, or not read)
 
     @property
     def architecture(self) -> str:
@@ -144,7 +146,8 @@ def node_state(
     labels = registered.labels if registered else (node or {}).get("metadata", {}).get("labels") or {}
     state = NodeState(name=name, agent=agent, taint=TaintState.NONE, registered=registered, labels=dict(labels),
                       in_cluster=(node is not None) if cluster_read else None, silent_pulls=silent_pulls,
-                      agent_deadline=registered.warm_until if registered else None)
+                      agent_deadline=registered.warm_until if registered else None,
+                      condition=node_condition(node) if node is not None else None)
     warm = registered.warm if registered else None
     if node is None:
         # The cluster was not read, or the node left it: what its agent said is all there is.

@@ -25,6 +25,21 @@ class NodeWarm:
         return max(0.0, self.warm_at - self.joined_at)
 
 
+@dataclass(frozen=True)
+class NodeBoot:
+    """What the node's first hello said of its required images (`prewarm.domain.boot`): those the control
+    plane wanted on it then (pull references), and those its containerd already held (by digest)."""
+
+    required: tuple[str, ...]
+    present: tuple[str, ...]
+    at: float  # when the hello was recorded
+
+    @property
+    def all_present(self) -> bool:
+        """Every required image was there at boot (and at least one was required)."""
+        return bool(self.required) and set(self.required) <= set(self.present)
+
+
 @dataclass
 class RegisteredNode:
     """A node whose agent said hello: its labels and platform, its queue, and its warm-up."""
@@ -46,3 +61,5 @@ class RegisteredNode:
     # Registered from the agent's own facts (its labels, assumed Ready) because its cluster could not be
     # read at its hello: its jobs are checked again against the cluster once it answers.
     unverified: bool = False
+    # Its required images at its first hello, and which were present at boot (None: not recorded yet).
+    boot: NodeBoot | None = None

@@ -1,7 +1,7 @@
 """Where a job or rule comes from, and how a Kubernetes resource becomes the manifest the table stores.
 
-Three sources meet in one table. A resource (`prewarm.dev/v1alpha1` ImagePullJob, ImageListPullJob or
-PrewarmRule in the cluster) owns its name: `sync_resources` applies it, deletes the job when the
+Three sources meet in one table. A resource (`prewarm.dev/v1alpha1` ImagePullJob, ImageListPullJob,
+PrewarmRule or AdvancedCronJob in the cluster) owns its name: `sync_resources` applies it, deletes the job when the
 resource goes, and writes status back; the CLI may read such a job but not apply or delete it. A job
 applied with the CLI (`cli`) is the CLI's: a resource of the same name is refused and told why. A rule
 makes jobs on image pushes (`rule`). The stored manifest says which, in `SOURCE_ANNOTATION`, so no
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from prewarm.domain.cronjobs import CRON_JOB_ANNOTATION
 from prewarm.domain.jobs import PREWARM_API_VERSION
 from prewarm.domain.rules import RULE_ANNOTATION
 
@@ -37,7 +38,8 @@ SOURCE_ANNOTATION = "prewarm.dev/source"
 GENERATION_ANNOTATION = "prewarm.dev/resource-generation"
 #: Resource kind → plural, in apply order (a list job's children are ImagePullJobs of its own).
 RESOURCE_KINDS = {"PrewarmRule": "prewarmrules", "WarmSnapshot": "warmsnapshots",
-                  "ImageListPullJob": "imagelistpulljobs", "ImagePullJob": "imagepulljobs"}
+                  "ImageListPullJob": "imagelistpulljobs", "ImagePullJob": "imagepulljobs",
+                  "AdvancedCronJob": "advancedcronjobs"}
 #: The kinds that belong to the stack, not to a cluster: cluster-scoped, read from the stack's own cluster.
 STACK_KINDS = ("PrewarmRule", "WarmSnapshot")
 RESOURCE_API_VERSION = PREWARM_API_VERSION
@@ -47,6 +49,7 @@ class Source(StrEnum):
     CLI = "cli"
     RESOURCE = "resource"
     RULE = "rule"
+    CRON = "cron"
 
 
 class SourceConflictError(ValueError):
@@ -59,6 +62,8 @@ def source_of(manifest: Mapping[str, Any]) -> Source:
         return Source.RESOURCE
     if RULE_ANNOTATION in annotations:
         return Source.RULE
+    if CRON_JOB_ANNOTATION in annotations:
+        return Source.CRON
     return Source.CLI
 
 

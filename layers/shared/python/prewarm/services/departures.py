@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -44,11 +44,13 @@ class Departures:
 @dataclass(frozen=True)
 class Listing:
     """What the sweep read, in this order: the node queues (name → URL), the registered nodes (name → its
-    agent's last hello), the nodes."""
+    agent's last hello), the nodes; and, of the registered nodes, those registered unverified (read with
+    them: the sweep reads the registrations once a run)."""
 
     queues: Mapping[str, str]
     registered: Mapping[str, float]
     nodes: Iterable[Mapping[str, Any]]
+    unverified: Sequence[str] = ()
 
 
 def list_in_order(store: NodeItems, queues: TaskQueues, inventory: NodeInventory,
@@ -56,8 +58,10 @@ def list_in_order(store: NodeItems, queues: TaskQueues, inventory: NodeInventory
     """The queues and registrations of `cluster` (whose API `inventory` is), then its nodes' metadata: see
     the module's docstring for why."""
     listed_queues = queues.list_node_queues(cluster)
-    registered = {n.name: n.last_hello for n in store.list_nodes(cluster)}
-    return Listing(listed_queues, registered, inventory.list_node_metadata())
+    registrations = store.list_nodes(cluster)
+    registered = {n.name: n.last_hello for n in registrations}
+    unverified = tuple(n.name for n in registrations if n.unverified)
+    return Listing(listed_queues, registered, inventory.list_node_metadata(), unverified)
 
 
 def node_names(nodes: Iterable[Mapping[str, Any]]) -> set[str]:

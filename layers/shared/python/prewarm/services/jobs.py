@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Iterable
@@ -10,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
+from prewarm.domain.cronjobs import AdvancedCronJob
 from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import (
     PREWARM_API_VERSION,
@@ -103,17 +106,35 @@ def apply_manifest(
             check_source("PrewarmRule", "", obj.metadata.name, owner=source_of(current), by=source_of(manifest))
         outcome = store.put_rule(obj.metadata.name, manifest, obj.spec_hash())
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
+    if isinstance(obj, AdvancedCronJob):
+        return apply_cron_job(store, obj, cluster=cluster)
     return apply_job(store, obj, now=now, cluster=cluster)
 
 
-def check_own_pull_secrets(obj: ImagePullJob | ImageListPullJob | PrewarmRule, secrets: PullSecretReader | None
-                           ) -> None:
+def apply_cron_job(store: ApplyItems, job: AdvancedCronJob, *, cluster: str = DEFAULT_CLUSTER) -> Applied:
+    """Stores an AdvancedCronJob; the table stream then puts its schedules (`services.cron_jobs`). The whole
+    manifest is hashed: a resource's new generation is written even when its spec is the same."""
+    key = job_key(job.namespace, job.name, cluster)
+    manifest = job.to_manifest()
+    current = store.get_cron_job(key)
+    if current is not None:
+        check_source("AdvancedCronJob", job.namespace, job.name, owner=source_of(current.manifest),
+                     by=source_of(manifest))
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    outcome = store.put_cron_job(key, manifest, digest)
+    return Applied("AdvancedCronJob", job.namespace, job.name, outcome, cluster=cluster)  # type: ignore[arg-type]
+
+
+def check_own_pull_secrets(obj: ImagePullJob | ImageListPullJob | PrewarmRule | AdvancedCronJob,
+                           secrets: PullSecretReader | None) -> None:
     """Refuses a job or rule whose `pullSecretsOnly` names a secret its namespace lacks (it could pull
     with nothing), naming the field and the secret."""
     from prewarm.domain.kubernetes import JobValidationError
 
     if isinstance(obj, PrewarmRule):
         spec, namespace, at = obj.spec.template.spec, obj.spec.template.metadata.namespace, "spec.template.spec"
+    elif isinstance(obj, AdvancedCronJob):
+        spec, namespace, at = obj.template.spec, obj.namespace, "spec.template.imageListPullJobTemplate.spec"
     else:
         spec, namespace, at = obj.spec, obj.namespace, "spec"
     if not spec.pull_secrets_only:
@@ -137,6 +158,7 @@ def check_source(kind: str, namespace: str, name: str, *, owner: Source, by: Sou
         raise SourceConflictError(
             f"{what} is managed by its {kind} resource ({PREWARM_API_VERSION}): change or delete it with kubectl")
     made = "was made by a PrewarmRule on an image push:" if owner is Source.RULE else (
+        "is a run of an AdvancedCronJob:") if owner is Source.CRON else (
         f"was applied with the prewarm CLI: delete it with `prewarm delete` before creating the {kind} resource, or")
     raise SourceConflictError(f"{what} {made} give the resource another name")
 

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: every function imports this module, few need these models
     from prewarm.domain.clusters import RegisteredCluster
+    from prewarm.domain.cronjobs import StoredCronJob
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
+    from prewarm.domain.keys import JobKey
     from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
     from prewarm.domain.node_queues import ProvidedQueue
-    from prewarm.domain.nodes import NodeWarm, RegisteredNode
+    from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
     from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
     from prewarm.domain.schedules import ScheduleRun
@@ -190,11 +192,28 @@ class RuleItems(Protocol):
     def delete_rule(self, name: str) -> bool: ...
 
 
+class CronJobItems(Protocol):
+    """The AdvancedCronJobs (`prewarm.adapters.dynamodb.cron_jobs`)."""
+
+    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str: ...
+    def get_cron_job(self, key: JobKey) -> StoredCronJob | None: ...
+    def list_cron_jobs(self) -> list[StoredCronJob]: ...
+    def delete_cron_job(self, key: JobKey) -> bool: ...
+
+
+class CronSchedules(Protocol):
+    """EventBridge Scheduler's schedules of the cron jobs (`prewarm.adapters.scheduler`)."""
+
+    def put_schedules(self, key: JobKey, expressions: Sequence[str], *, zone: str, enabled: bool) -> None: ...
+    def delete_schedules(self, key: JobKey) -> None: ...
+
+
 class NodeItems(Protocol):
     """The nodes whose agents said hello (`prewarm.adapters.dynamodb.nodes`)."""
 
     def put_node(self, node: RegisteredNode) -> None: ...
     def record_warm(self, node: str, warm: NodeWarm, cluster: str = ...) -> None: ...
+    def record_boot(self, node: str, boot: NodeBoot, cluster: str = ...) -> None: ...
     def get_node(self, name: str, cluster: str = ...) -> RegisteredNode | None: ...
     def list_nodes(self, cluster: str = ...) -> list[RegisteredNode]: ...
     def delete_node(self, name: str, cluster: str = ...) -> None: ...
@@ -236,7 +255,8 @@ class WarmSnapshotItems(Protocol):
     def delete_warm_snapshot(self, name: str) -> bool: ...
 
 
-class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, BudgetItems,
+class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, CronJobItems,
+               BudgetItems,
                Protocol):
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
@@ -263,9 +283,9 @@ class StatusItems(AgentItems, ClusterItems, Protocol):
     (`services.reports.record_status`)."""
 
 
-class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, Protocol):
-    """Jobs, rules and warm snapshots as people and pushes apply them, read back with their node items
-    (`services.jobs`, `services.push`)."""
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, Protocol):
+    """Jobs, rules, warm snapshots and cron jobs as people and pushes apply them, read back with their node
+    items (`services.jobs`, `services.push`)."""
 
 
 class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
@@ -358,6 +378,19 @@ class NodeTaints(Protocol):
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
+class NodeWarmWrites(Protocol):
+    """What `record_status` writes on a node whose warm-up it judges (the Kubernetes adapter): the agents'
+    ConfigMap (which startup taint), the node, a guarded patch of it (the taint's removal) and a strategic
+    merge patch of its status (the `PrewarmWarm` condition)."""
+
+    def get_node(self, name: str) -> dict[str, Any] | None: ...
+    def get_object(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None: ...
+    def patch_node(self, name: str, ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]: ...
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
 class NodeStates(Protocol):
     """What `prewarm get nodes` reads of the cluster (the Kubernetes adapter): the nodes, the agents'
     ConfigMap (which taint, which deadline) and the sweep's Events on nodes whose taint it removed."""
@@ -400,7 +433,7 @@ class CredentialsCluster(Protocol):
     ) -> dict[str, Any]: ...
 
 
-class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeStates, CredentialsCluster, Protocol):
+class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeWarmWrites, NodeStates, CredentialsCluster, Protocol):
     """One cluster's Kubernetes API, all a use case may ask of it (`prewarm.adapters.kube.KubeCluster`);
     each use case names the narrower protocol it uses."""
 

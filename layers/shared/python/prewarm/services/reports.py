@@ -23,9 +23,10 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
-from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
+from prewarm.services.boot import judge_boot, record_boots, record_warm
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
@@ -36,6 +37,7 @@ from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
     NodeQueueError,
+    NodeWarmWrites,
     Redelivery,
     StatusItems,
     StoreConflictError,
@@ -304,16 +306,8 @@ class HelloOutcome:
     required: list[str] | None = None
     # Why the node was registered unverified: its cluster could not be read (empty: it was read).
     unverified: str = ""
-
-
-def record_warm(store: AgentItems, warmed: Warmed) -> None:
-    """Stores how a node's startup taint came off, for `describe node` and `get nodes`. A node not
-    registered yet raises `StoreConflictError` (SQS may deliver the `Warmed` before the hello: it comes
-    again)."""
-    store.record_warm(warmed.node, NodeWarm(
-        joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
-        missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
-    ), warmed.cluster)
+    # Its first hello's images at boot (None: not its first), for `judge_boot`.
+    boot: NodeBoot | None = None
 
 
 def register_node(
@@ -345,6 +339,7 @@ def register_nodes(
     *,
     now: float,
     clock: Callable[[], float] = time.time,
+    writes: NodeWarmWrites | None = None,
 ) -> list[HelloOutcome | HelloError]:
     """Registers agents' nodes and adds each at once to every running `Never` job that selects it; per
     hello, in order, its outcome or the error that sends it back to the queue.
@@ -352,7 +347,8 @@ def register_nodes(
     A batch's hellos share their reads and writes: the running `Never` jobs are read once (through the
     store's index of them, not every job stored), each job gets its new nodes in one transaction and its
     free slots filled once, and independent calls run up to `WRITERS` at once. A node that holds the
-    startup taint (`warm_until`) is then sent the images of those jobs.
+    startup taint (`warm_until`) is then sent the images of those jobs. Given `writes` (the cluster's API),
+    a node's first hello is judged on its Node before the joins (`services.boot.judge_boot`).
 
     The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
     running jobs, under its name (node names repeat across clusters). A node whose cluster cannot be read
@@ -381,10 +377,12 @@ def register_nodes(
                                           queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
                                           agent_version=h.agent_version, cluster=name, unverified=node in unverified))
 
+    prior: dict[str, RegisteredNode | None] = {}
+
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its queue was made; a known node's queue has held its messages all along (unless just made).
-        if store.get_node(node, name) is None:
+        if (prior.setdefault(node, store.get_node(node, name))) is None:
             first.add(node)
         try:
             seen = cluster.get_node(node) if cluster is not None else None
@@ -436,6 +434,12 @@ def register_nodes(
             put(node)
         except StoreError as e:
             failed[node] = e
+    # Before the joins: a node with every required image at boot loses its taint without waiting for them.
+    boots, refused = record_boots(store, {n: (prior.get(n), hellos[by_node[n][-1]], selected[n][1])
+                                          for n in selected if n not in failed}, cluster=name, now=now)
+    failed.update(refused)
+    concurrently(lambda n: judge_boot(writes, hellos[by_node[n][-1]], boots[n], now=now),
+                 [n for n in boots if n not in unverified])
     joining: dict[str, list[str]] = {}
     for node, (jobs, _) in selected.items():
         for record in jobs:
@@ -470,7 +474,7 @@ def register_nodes(
             continue
         required = [i.image for i in selected[hello.node][1]] if hello.node in warming else None
         outcomes.append(HelloOutcome(hello.node, sorted(added.get(hello.node, [])), resent.get(hello.node, 0),
-                                     required, unverified.get(hello.node, "")))
+                                     required, unverified.get(hello.node, ""), boots.get(hello.node)))
     return outcomes
 
 
@@ -529,7 +533,7 @@ def record_status(
             if isinstance(message, ImageGone):
                 outcome.gone.append(record_gone(store, queues, message))
             else:
-                record_warm(store, message)
+                record_warm(store, message, api_or_none(clusters, message.cluster), now=now)
                 outcome.warmed.append(message.node)
         except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
             log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
@@ -539,8 +543,9 @@ def record_status(
         by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
     for name, group in by_cluster.items():
         try:
+            api = api_or_none(clusters, name)
             registered: Sequence[HelloOutcome | HelloError | ClusterError] = register_nodes(
-                store, queues, api_or_none(clusters, name), [h for _, h in group], now=now)
+                store, queues, api, [h for _, h in group], now=now, writes=api)
         except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
             registered = [e] * len(group)
         if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):

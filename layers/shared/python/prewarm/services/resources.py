@@ -1,12 +1,13 @@
-"""Kubernetes-native jobs: ImagePullJob, ImageListPullJob and PrewarmRule resources kept in step with the table.
+"""Kubernetes-native jobs: ImagePullJob, ImageListPullJob, PrewarmRule and AdvancedCronJob resources kept in step
+with the table.
 
-`sync_resources` runs every minute. It lists the three resources across the cluster (one paged list
+`sync_resources` runs every minute. It lists the four resources across the cluster (one paged list
 each), compares them with one read of the table's jobs and rules, applies what changed through the
 same `apply_manifest` as the CLI, deletes the jobs and rules whose resource is gone, and writes each
 resource's status (Kruise's fields, plus Prewarm's node counts and bytes) only when it differs from
 what the resource holds. A resource whose `metadata.generation` is the one its job was applied from
 costs no table write; a status that did not change costs no API write. So a quiet cluster of 1,000
-jobs costs three list calls, one table scan and a byte read per running job.
+jobs costs four list calls, one table scan and a byte read per running job.
 
 Who meets whom (`prewarm.domain.sources`): a resource owns its name; a CLI job of the same name is
 kept, and the resource's status says why it is not applied.
@@ -36,6 +37,7 @@ from prewarm.domain.sources import (
 )
 from prewarm.domain.status import job_bytes
 from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
+from prewarm.services.cron_jobs import cron_job_status, delete_cron_job
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
 from prewarm.services.ports import (
     ApplyItems,
@@ -158,10 +160,12 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
             key = _key(obj, cluster)
             if f"{kind} {key}" in expired:
                 continue
-            view = views.get(key) if kind not in STACK_KINDS else None
+            view = views.get(key) if kind not in (*STACK_KINDS, "AdvancedCronJob") else None
             if view is not None and view.record.source is not Source.RESOURCE:
                 view = None  # a CLI job of that name: its status is not this resource's
             status = resource_status(obj, view, problems.get((kind, key)), store=store)
+            if kind == "AdvancedCronJob" and (problems.get((kind, key)) is None):
+                status = {**_cron_status(store, key, now=now), **status}
             if status != (obj.get("status") or {}):
                 _write_status(api, kind, obj, status, report)
     if report.applied or report.refused or report.deleted or report.statuses_written:
@@ -179,7 +183,8 @@ def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Ob
             resource_generation(current) == str(meta.get("generation", ""))):
         report.unchanged += 1
         return None
-    if current is None and kind not in STACK_KINDS and (obj.get("status") or {}).get("completionTime"):
+    if current is None and kind in ("ImagePullJob", "ImageListPullJob") and (obj.get("status") or {}).get(
+            "completionTime"):
         # Its job finished and ttlSecondsAfterFinished removed it: as Kruise, the resource goes too.
         api.delete_object(RESOURCE_API_VERSION, RESOURCE_KINDS[kind], meta["name"], meta.get("namespace"))
         report.expired.append(f"{kind} {key}")
@@ -226,6 +231,14 @@ def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str |
     return status
 
 
+def _cron_status(store: ApplyItems, key: str, *, now: float) -> Obj:
+    """An AdvancedCronJob resource's Kruise status (its runs), when its cron job is the resource's."""
+    stored = store.get_cron_job(JobKey.parse(key))
+    if stored is None or source_of(stored.manifest) is not Source.RESOURCE:
+        return {}
+    return cron_job_status(store, stored, now=now)
+
+
 def _node_counts(view: JobView) -> dict[str, int]:
     waiting = max(0, view.desired - view.active - view.succeeded - view.failed)
     return {"waiting": waiting, "pulling": view.active, "succeeded": view.succeeded, "failed": view.failed}
@@ -243,6 +256,9 @@ def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], 
     for record in store.list_jobs():
         if not record.owner and record.state is not JobState.DELETING and record.cluster == cluster:
             found[(record.api_kind, record.key)] = record.manifest
+    for cron in store.list_cron_jobs():
+        if cron.key.cluster == cluster:
+            found[("AdvancedCronJob", cron.key)] = cron.manifest
     if cluster == DEFAULT_CLUSTER:
         for rule in store.list_rules():
             found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
@@ -261,6 +277,9 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
             store.delete_rule(key)
         elif kind == "WarmSnapshot":
             store.delete_warm_snapshot(key)
+        elif kind == "AdvancedCronJob":
+            assert isinstance(key, JobKey), key
+            delete_cron_job(store, key, now=now, by=Source.RESOURCE)
         else:
             assert isinstance(key, JobKey), key  # a job's: its stored record's key
             request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)

@@ -255,7 +255,8 @@ def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: Cluste
     Returns its nodes whose agent said hello."""
     listing = list_in_order(store, queues, api, name)
     result.agents[name] = len(list(listing.registered))
-    result.nodes_verified += [scoped(name, n) for n in verify_nodes(store, queues, api, name, now=now, budget=budget)]
+    result.nodes_verified += [scoped(name, n) for n in verify_nodes(store, queues, api, name, now=now, budget=budget,
+                                                                    unverified=listing.unverified)]
     departures = forget_departed_nodes(store, queues, api, listing, prefix=config.prefix, budget=budget,
                                        cluster=name)
 

@@ -11,6 +11,7 @@ marked verified. A node the cluster no longer has is left to the departures (`se
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 from prewarm.domain.clusters import scoped
@@ -30,32 +31,35 @@ class UnverifiedItems(PlanItems, WarmingItems, Protocol):
 
 
 def verify_nodes(store: UnverifiedItems, queues: TaskQueues, cluster: Cluster, name: str, *, now: float,
-                 budget: TimeBudget = UNLIMITED, limit: int = CHECKS_PER_RUN) -> list[str]:
+                 budget: TimeBudget = UNLIMITED, limit: int = CHECKS_PER_RUN,
+                 unverified: Sequence[str] | None = None) -> list[str]:
     """Checks cluster `name`'s unverified nodes against its API `cluster`, up to `limit` of them and while
     `budget` has time: each found joins the running `Never` jobs that select it, and is marked verified.
     Returns the nodes checked. A cluster that fails stops the check (the next pass tries again) and raises
-    its `ClusterError`."""
-    unverified = [n for n in store.list_nodes(name) if n.unverified]
+    its `ClusterError`. `unverified`: their names, as the caller read the registrations (the sweep's listing:
+    5,000 registrations are not read twice a run); read here when None."""
+    if unverified is None:
+        unverified = [n.name for n in store.list_nodes(name) if n.unverified]
     if not unverified:
         return []
     records = running_never_jobs(store, name)
     checked: list[str] = []
-    for node in unverified[:limit]:
+    for node_name in unverified[:limit]:
         if not budget.has_time():
             break
-        seen = cluster.get_node(node.name)
+        seen = cluster.get_node(node_name)
         if seen is None:
             continue  # left the cluster: the departures forget it
         jobs, _ = jobs_selecting(records, cluster, seen)
         for record in jobs:
             try:
-                if add_nodes_to_job(store, record, [node.name], now=now):
+                if add_nodes_to_job(store, record, [node_name], now=now):
                     fill_slots(store, queues, record.key, now=now)
             except StoreConflictError as e:
-                log.info("node %s not added to %s yet (the next pass tries again): %s", scoped(name, node.name),
+                log.info("node %s not added to %s yet (the next pass tries again): %s", scoped(name, node_name),
                          record.key, e)
                 break
         else:
-            store.mark_node_verified(node.name, name)
-            checked.append(node.name)
+            store.mark_node_verified(node_name, name)
+            checked.append(node_name)
     return checked

@@ -9,7 +9,7 @@ from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
-from prewarm.domain.nodes import NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.services.ports import StoreConflictError
 
 
@@ -27,7 +27,8 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           os=v.get("os", ""), queue_url=v.get("queue_url", ""), last_hello=v.get("last_hello", 0),
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
-                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")))
+                          cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
+                          boot=_node_boot(v.get("boot")))
 
 
 def _node_warm(value: Any) -> NodeWarm | None:
@@ -37,6 +38,13 @@ def _node_warm(value: Any) -> NodeWarm | None:
                     warm_at=float(value.get("warm_at", 0)), outcome=str(value.get("outcome", "")),
                     missing=tuple(str(m) for m in value.get("missing", [])),
                     missing_total=int(value.get("missing_total", 0)))
+
+
+def _node_boot(value: Any) -> NodeBoot | None:
+    if not isinstance(value, dict):
+        return None
+    return NodeBoot(required=tuple(str(r) for r in value.get("required", [])),
+                    present=tuple(str(p) for p in value.get("present", [])), at=float(value.get("at", 0)))
 
 
 class NodeItems(Table):
@@ -61,6 +69,12 @@ class NodeItems(Table):
                  "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
         self._update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
                      node_pk(node, cluster), "NODE", {"warm": value}, condition="attribute_exists(pk)")
+
+    def record_boot(self, node: str, boot: NodeBoot, cluster: str = DEFAULT_CLUSTER) -> None:
+        """Stores which required images the node had at boot; `StoreConflictError` when it is not registered."""
+        value = {"required": list(boot.required), "present": list(boot.present), "at": boot.at}
+        self._update(f"record node {scoped(cluster, node)}'s images at boot (not registered)",
+                     node_pk(node, cluster), "NODE", {"boot": value}, condition="attribute_exists(pk)")
 
     def get_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode | None:
         out = self._call(f"read node {scoped(cluster, name)}", "get_item",

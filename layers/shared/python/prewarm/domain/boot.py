@@ -1,0 +1,125 @@
+"""Warm as a node fact: which of a node's required images were on it when it booted, and the `PrewarmWarm`
+condition that says where its warm-up stands (docs/agent.md, "Warm at boot").
+
+A node's first hello lists the repo digests its containerd holds (CRI `ListImages`, before the agent
+pulls anything). Against the images the control plane wants on the node at join (`required_images`),
+that says which were present at boot: a node booted from a warm snapshot, or pre-pulled before its
+agent started, has all of them and is released at once. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prewarm.domain.images import InvalidImageReference, parse_image
+from prewarm.domain.kubernetes import format_time
+from prewarm.domain.messages import Hello, RequiredImage
+from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+
+CONDITION_TYPE = "PrewarmWarm"
+# The condition's reasons: CamelCase, as Kubernetes condition reasons are.
+PRESENT_AT_BOOT = "ImagesPresentAtBoot"
+PULLED = "ImagesPulled"
+PULLING = "Pulling"
+FAILED = "Failed"
+NONE_REQUIRED = "NoImagesRequired"
+# A condition's message is free text; the API keeps it whole, `kubectl describe` shows it on one line.
+MESSAGE_MAX = 1024
+
+
+def present_at_boot(required: Iterable[RequiredImage], digests: Iterable[str]) -> tuple[str, ...]:
+    """The required images (their pull references, sorted, each once) that `digests` (the hello's repo
+    digests, `name@sha256:...`) hold. Only a reference pinned by digest can be matched: a tag names no
+    content, so an image required by tag is never taken as present at boot (its agent checks it with
+    CRI `ImageStatus`, as for any image)."""
+    held = set(digests)
+    found = set()
+    for entry in required:
+        try:
+            ref = parse_image(entry.image)
+        except InvalidImageReference:
+            continue
+        if ref.digest is not None and f"{ref.name}@{ref.digest}" in held:
+            found.add(entry.image)
+    return tuple(sorted(found))
+
+
+def boot_due(prior: RegisteredNode | None, hello: Hello) -> bool:
+    """Whether `hello` is the node's first, as far as its images at boot go: no registration yet, none
+    recorded, or a hello that holds the startup taint until another deadline than the registration's (a
+    new node under a reused name: its deadline counts from another join). A restarted agent on the same
+    node keeps the record its first hello made."""
+    if prior is None or prior.boot is None:
+        return True
+    return hello.warm_until is not None and prior.warm_until != hello.warm_until
+
+
+def boot_record(required: Sequence[RequiredImage], digests: Iterable[str], *, at: float) -> NodeBoot:
+    """What a node's first hello tells: how many images it was required to have, which it had."""
+    wanted = sorted({r.image for r in required})
+    return NodeBoot(required=tuple(wanted), present=present_at_boot(required, digests), at=at)
+
+
+@dataclass(frozen=True)
+class WarmCondition:
+    """The node's `PrewarmWarm` condition: `True` once every required image is present."""
+
+    status: str  # "True" or "False"
+    reason: str
+    message: str
+
+    def patch(self, *, now: float) -> dict[str, Any]:
+        """A strategic merge patch of the Node's status (conditions merge by `type`): this condition alone."""
+        stamp = format_time(now)
+        return {"status": {"conditions": [{
+            "type": CONDITION_TYPE, "status": self.status, "reason": self.reason,
+            "message": self.message[:MESSAGE_MAX], "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
+        }]}}
+
+
+def node_condition(node: Mapping[str, Any]) -> WarmCondition | None:
+    """The `PrewarmWarm` condition a Node object carries, if any."""
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == CONDITION_TYPE:
+            return WarmCondition(str(condition.get("status", "")), str(condition.get("reason", "")),
+                                 str(condition.get("message", "")))
+    return None
+
+
+def _images(count: int) -> str:
+    return f"{count} image" if count == 1 else f"{count} images"
+
+
+def at_hello(boot: NodeBoot) -> WarmCondition:
+    """The condition a node's first hello sets: warm when every required image was present at boot."""
+    total, present = len(boot.required), len(boot.present)
+    if not total:
+        return WarmCondition("True", NONE_REQUIRED, "no running Never job selects this node")
+    if boot.all_present:
+        return WarmCondition("True", PRESENT_AT_BOOT,
+                             f"all {_images(total)} required were present at boot (CRI), 0 bytes pulled")
+    return WarmCondition("False", PULLING, f"{present} of {_images(total)} required were present at boot; "
+                                           f"pulling {total - present}")
+
+
+def current(node: RegisteredNode) -> WarmCondition | None:
+    """The condition record_status last set from what the node's registration holds (None: nothing yet)."""
+    if node.warm is not None:
+        return at_warm(node.warm, node.boot)
+    return at_hello(node.boot) if node.boot is not None else None
+
+
+def at_warm(warm: NodeWarm, boot: NodeBoot | None) -> WarmCondition:
+    """The condition once the startup taint came off (the agent's `Warmed`)."""
+    if warm.outcome != "warm":
+        names = ", ".join(warm.missing) or "unknown images"
+        more = f" and {warm.missing_total - len(warm.missing)} more" if warm.missing_total > len(warm.missing) else ""
+        return WarmCondition("False", FAILED, f"startup taint removed at maxWarmSeconds with "
+                                              f"{_images(max(warm.missing_total, 1))} missing: {names}{more}")
+    if boot is not None and boot.all_present:
+        return at_hello(boot)
+    count = f"all {_images(len(boot.required))} required" if boot is not None else "every required image"
+    present = f" ({len(boot.present)} present at boot)" if boot is not None else ""
+    return WarmCondition("True", PULLED, f"{count} present{present}")

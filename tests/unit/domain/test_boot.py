@@ -1,0 +1,109 @@
+"""The rules of warm at boot (`prewarm.domain.boot`): which required images a hello's digests hold, when a
+hello is a node's first, and the `PrewarmWarm` condition each step of a warm-up sets."""
+
+from __future__ import annotations
+
+from prewarm.domain.boot import (
+    CONDITION_TYPE,
+    FAILED,
+    NONE_REQUIRED,
+    PRESENT_AT_BOOT,
+    PULLED,
+    PULLING,
+    WarmCondition,
+    at_hello,
+    at_warm,
+    boot_due,
+    boot_record,
+    current,
+    node_condition,
+    present_at_boot,
+)
+from prewarm.domain.messages import Hello, RequiredImage
+from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+
+REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+DIGEST = "sha256:" + "a" * 64
+TORCH = f"{REGISTRY}/ml/torch@{DIGEST}"
+
+
+def required(*images: str) -> list[RequiredImage]:
+    return [RequiredImage(image=image, job=f"default/{i}") for i, image in enumerate(images)]
+
+
+def registered(boot: NodeBoot | None = None, warm_until: float | None = None) -> RegisteredNode:
+    return RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q", last_hello=1.0,
+                          warm_until=warm_until, boot=boot)
+
+
+def test_an_image_is_present_at_boot_only_by_its_own_repository_and_digest() -> None:
+    wanted = required(TORCH, f"{REGISTRY}/ml/tokenizer:v1", f"{REGISTRY}/ml/other@{DIGEST}", "not a reference!")
+    # the same digest under another repository, and a tag, never count: a tag names no content
+    digests = [TORCH, f"{REGISTRY}/ml/tokenizer@sha256:" + "b" * 64, f"docker.io/library/other@{DIGEST}"]
+
+    assert present_at_boot(wanted, digests) == (TORCH,)
+    assert present_at_boot(wanted, []) == ()
+    # Docker Hub references as ImageStatus's repo digests name them
+    assert present_at_boot(required(f"busybox@{DIGEST}"), [f"docker.io/library/busybox@{DIGEST}"]) == (
+        f"busybox@{DIGEST}",)
+
+
+def test_the_boot_record_lists_each_required_image_once_and_says_whether_all_were_there() -> None:
+    boot = boot_record(required(TORCH, TORCH), [TORCH], at=5.0)
+    assert boot == NodeBoot(required=(TORCH,), present=(TORCH,), at=5.0) and boot.all_present
+    assert not NodeBoot(required=(), present=(), at=1.0).all_present
+    assert not NodeBoot(required=(TORCH, "b@" + DIGEST), present=(TORCH,), at=1.0).all_present
+
+
+def test_a_hello_is_a_first_one_without_a_record_or_for_another_join_under_the_name() -> None:
+    boot = NodeBoot(required=(TORCH,), present=(), at=1.0)
+    assert boot_due(None, Hello(node="n1"))
+    assert boot_due(registered(), Hello(node="n1"))
+    # the same join (a restarted agent: same deadline), or a hello without the taint, keeps the record
+    assert not boot_due(registered(boot, warm_until=900.0), Hello(node="n1", warm_until=900.0))
+    assert not boot_due(registered(boot, warm_until=900.0), Hello(node="n1"))
+    # a new node under a reused name joined at another time
+    assert boot_due(registered(boot, warm_until=900.0), Hello(node="n1", warm_until=2000.0))
+
+
+def test_the_condition_at_hello_is_warm_pulling_or_nothing_required() -> None:
+    assert at_hello(NodeBoot((TORCH,), (TORCH,), 1.0)) == WarmCondition(
+        "True", PRESENT_AT_BOOT, "all 1 image required were present at boot (CRI), 0 bytes pulled")
+    assert at_hello(NodeBoot((TORCH, "b@" + DIGEST), (), 1.0)) == WarmCondition(
+        "False", PULLING, "0 of 2 images required were present at boot; pulling 2")
+    assert at_hello(NodeBoot((), (), 1.0)).status == "True"
+    assert at_hello(NodeBoot((), (), 1.0)).reason == NONE_REQUIRED
+
+
+def test_the_condition_at_warm_says_pulled_with_bytes_present_at_boot_or_failed() -> None:
+    warm = NodeWarm(joined_at=0, hello_at=1, warm_at=9, outcome="warm")
+    partly = NodeBoot((TORCH, "b@" + DIGEST), (TORCH,), 1.0)
+    assert at_warm(warm, partly) == WarmCondition(
+        "True", PULLED, "all 2 images required present (1 present at boot)")
+    assert at_warm(warm, None).message == "every required image present"
+    assert at_warm(warm, NodeBoot((TORCH,), (TORCH,), 1.0)).reason == PRESENT_AT_BOOT
+    timeout = NodeWarm(joined_at=0, hello_at=1, warm_at=900, outcome="timeout", missing=(TORCH,), missing_total=3)
+    failed = at_warm(timeout, partly)
+    assert (failed.status, failed.reason) == ("False", FAILED)
+    assert failed.message == f"startup taint removed at maxWarmSeconds with 3 images missing: {TORCH} and 2 more"
+
+
+def test_the_current_condition_is_the_warm_ups_then_the_hellos() -> None:
+    boot = NodeBoot((TORCH,), (), 1.0)
+    node = registered(boot)
+    assert current(registered()) is None
+    assert current(node) == at_hello(boot)
+    node.warm = NodeWarm(joined_at=0, hello_at=1, warm_at=9, outcome="warm")
+    assert current(node) == at_warm(node.warm, boot)
+
+
+def test_the_patch_sets_that_condition_alone_and_is_read_back() -> None:
+    condition = WarmCondition("True", PRESENT_AT_BOOT, "x" * 2000)
+    patch = condition.patch(now=1_800_000_000)
+    (written,) = patch["status"]["conditions"]
+    assert written["type"] == CONDITION_TYPE and len(written["message"]) == 1024
+    assert written["lastTransitionTime"] == "2027-01-15T08:00:00Z"
+    node = {"status": {"conditions": [{"type": "Ready", "status": "True"}, written]}}
+    assert node_condition(node) == WarmCondition("True", PRESENT_AT_BOOT, "x" * 1024)
+    assert node_condition({"status": {"conditions": [{"type": "Ready"}]}}) is None
+    assert node_condition({}) is None
