@@ -39,9 +39,18 @@ sam-validate: $(SAM_VENV)/bin/sam
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam validate --lint -t template.yaml
 	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(SAM_VENV)/bin/sam validate -t template.yaml
 
-# Installs containerd and the registry for the node tests when running as root (see devtools/node-deps.sh).
+# Installs containerd and the registry for the node tests when running as root (see devtools/node-deps.sh):
+# containerd 2.1 by default, PREWARM_CONTAINERD=1.7 or 1.6 for another.
 node-deps:
 	@bash devtools/node-deps.sh
+
+# The node tier (a real containerd, and the agent against it) on another containerd than make test's 2.1:
+# `make node-tier-1.7`, `make node-tier-1.6` (CI runs both after make test: .ci/run).
+NODE_TIER := tests/integration/node tests/integration/agent
+node-tier-%: $(STAMP)
+	PREWARM_CONTAINERD=$* bash devtools/node-deps.sh
+	PREWARM_CONTAINERD=$* $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(NODE_TIER); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no node tests" >&2; exit 1; fi; exit $$rc
 
 # The agent image without a Docker daemon (devtools/prewarm_devtools/agent_image.py), as agent/Dockerfile
 # says, on Debian trixie's Python 3.13 (the Dockerfile's python:3.13-slim):

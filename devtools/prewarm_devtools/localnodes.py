@@ -35,11 +35,17 @@ class LocalModeUnavailableError(RuntimeError):
 
 def missing_prerequisites() -> list[str]:
     """What local mode's nodes need and this machine lacks, each with how to get it."""
+    from prewarm_devtools.node.containerd import ContainerdVersionError, containerd_missing
+
     problems = []
     if os.geteuid() != 0:
         problems.append("root: containerd needs root to mount image layers (run as root, e.g. with sudo)")
-    if shutil.which("containerd") is None:
-        problems.append("containerd: apt-get install -y containerd (Debian's package has the CRI plugin)")
+    try:
+        missing = containerd_missing()
+    except ContainerdVersionError as e:
+        missing = str(e)
+    if missing is not None:
+        problems.append(missing)
     if shutil.which("docker-registry") is None and not Path("/usr/bin/docker-registry").exists():
         problems.append("docker-registry: apt-get install -y docker-registry (the CNCF distribution registry)")
     return problems
@@ -176,6 +182,7 @@ class LocalNodes:
         containerd.add_registry_mirror(ecr_host(), self.nodes_registry_url)
         containerd.add_registry_mirror(self.registry.host, self.nodes_registry_url)
         containerd.start()
+        self._report_runtime(name, containerd, self.kube if cluster is None else cluster.kube)
         where = "" if cluster is None else f" in {cluster.name}"
         self._record_child(f"containerd of {name}{where}", containerd)
         node = LocalNode(name, containerd, None)
@@ -186,6 +193,18 @@ class LocalNodes:
                 cri.pull_image(reference, auth=("AWS", self.ecr_password)).result(timeout=120)
         node.agent = self._new_agent(name, containerd, cluster)
         self._start_agent(name, node)
+
+    @staticmethod
+    def _report_runtime(name: str, containerd: Any, kube: Any) -> None:
+        """The Node's containerRuntimeVersion, as its kubelet reports the runtime it runs (CRI Version)."""
+        node = kube.get_object("nodes", name) if kube is not None else None
+        if node is None:
+            return
+        with containerd.cri_client() as cri:
+            runtime = cri.version()
+        info = node.setdefault("status", {}).setdefault("nodeInfo", {})
+        info["containerRuntimeVersion"] = f"{runtime.runtime_name}://{runtime.runtime_version}"
+        kube.seed_objects([node])
 
     def _start_agent(self, name: str, node: LocalNode) -> None:
         """Starts the node's agent. One that exits as it starts (AccessDenied on its queue) leaves the node,

@@ -27,6 +27,7 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues
 from prewarm.domain.kubernetes import format_time
 from prewarm.domain.refresh import registry_secret_name
+from prewarm.domain.runtimes import ContainerRuntime
 from prewarm.domain.schedules import DAILY_ROUND, SWEEP, ScheduleRun
 from prewarm_cli.targets import STATE_ENV, read_local_state
 from prewarm_devtools.localecr import ecr_host
@@ -36,7 +37,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
-CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
+CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
+          "agent versions", "node queues",
           "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
           "image credentials", "warm snapshots", "sweep", "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
@@ -106,6 +108,33 @@ def test_a_fresh_stack_is_all_ok(local: LocalMode) -> None:
     assert lines["daily round"].startswith("ok    daily round: not due yet (the stack is ")
 
 
+def test_each_nodes_containerd_is_reported_and_one_that_cannot_pin_is_warned_of(local: LocalMode) -> None:
+    # Given the local nodes' containerd (2.1 unless PREWARM_CONTAINERD says otherwise), as their kubelets report it
+    assert local.kube is not None
+    first, second = sorted(local.nodes)
+    with local.nodes[first].containerd.cri_client() as cri:
+        running = ContainerRuntime.parse(f"containerd://{cri.version().runtime_version}")
+    line = doctor()[1]["container runtimes"]
+    mark = "ok    " if running.pins else "warn  "
+    assert line.startswith(f"{mark}container runtimes: containerd {running.version} on 2 nodes"), line
+    # When one node's kubelet reports containerd 1.6.20, which cannot pin
+    node = local.kube.get_object("nodes", second)
+    assert node is not None
+    reported = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+    node["status"]["nodeInfo"]["containerRuntimeVersion"] = "containerd://1.6.20~ds1"
+    local.kube.seed_objects([node])
+    try:
+        code, lines = doctor()
+        # Then the doctor warns, naming the node and its version, and exits 0
+        assert code == 0 and lines["container runtimes"].startswith("warn  container runtimes: ")
+        assert f"pinning cannot work on 1: {second} (containerd 1.6.20): pinned jobs' images may be removed" \
+            in lines["container runtimes"]
+        assert "containerd 1.6.20 on 1 node" in lines["container runtimes"]
+    finally:
+        node["status"]["nodeInfo"]["containerRuntimeVersion"] = reported
+        local.kube.seed_objects([node])
+
+
 def test_a_missing_output_is_named_and_what_depends_on_it_is_skipped(local: LocalMode, tmp_path: Path) -> None:
     state = state_copy(tmp_path, lambda env: env.pop("DEAD_LETTER_QUEUE_URLS"))
 
@@ -123,8 +152,8 @@ def test_an_unreachable_api_fails_cluster_access_and_skips_what_needs_the_cluste
     code, lines = doctor(state)
 
     assert code == 1
-    assert failing(lines) == ["cluster access", "function RBAC", "agent DaemonSet", "node queues",
-                              "image credentials"]
+    assert failing(lines) == ["cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
+                              "node queues", "image credentials"]
     assert lines["cluster access"].startswith(
         "FAIL  cluster access: the Kubernetes API at http://127.0.0.1:9 did not answer: ")
     assert lines["cluster access"].endswith(": is the local stack running? (`prewarm local status`)")

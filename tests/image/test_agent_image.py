@@ -74,7 +74,8 @@ def test_the_agent_runs_from_the_image_on_the_dockerfiles_python(agent_image: Bu
     # Given the image imported into a node's containerd
     with PrivateContainerd(Path(f"/tmp/pwi-{tmp_path.name[-8:]}")) as containerd:
         def ctr(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(["ctr", "--address", str(containerd.socket_path), "--namespace", "k8s.io", *args],
+            address = str(containerd.socket_path)
+            return subprocess.run([containerd.ctr, "--address", address, "--namespace", "k8s.io", *args],
                                   capture_output=True, text=True, timeout=120, check=False)
 
         assert ctr("images", "import", str(agent_image.archive)).returncode == 0

@@ -80,7 +80,8 @@ def test_containerd_imports_and_runs_only_the_platform_asked_for(images: dict[st
     manifests = {a: manifest_digest(image.archive) for a, image in images.items()}
     with PrivateContainerd(Path(f"/tmp/pwx-{tmp_path.name[-8:]}")) as containerd:
         def ctr(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(["ctr", "--address", str(containerd.socket_path), "--namespace", "k8s.io", *args],
+            address = str(containerd.socket_path)
+            return subprocess.run([containerd.ctr, "--address", address, "--namespace", "k8s.io", *args],
                                   capture_output=True, text=True, timeout=300, check=False)
 
         # When a node of this architecture imports the index (a foreign one runs under qemu-user-static)

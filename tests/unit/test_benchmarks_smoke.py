@@ -265,6 +265,23 @@ def test_e2e_latency_follows_one_push_to_every_node_and_measures_the_floor() -> 
 @pytest.mark.integration
 @pytest.mark.node
 @pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
+def test_pull_limit_pulls_one_image_per_setting_and_compares_each_with_the_floor() -> None:
+    # Given an 8 MiB image of two layers, when containerd 2.1 pulls it by default and without the transfer service
+    result = run_benchmark("pull_limit.py", "--image-mb", "8", "--layers", "2", "--versions", "2.1",
+                           "--settings", "default,local pull (no transfer service)")
+    # Then each pull has its time and its ratio to the floor, which the measured rates give
+    assert result["layers"] == 2 and result["unpacked_bytes"] == 8 * 1024 * 1024
+    assert [(p["version"], p["setting"]) for p in result["pulls"]] == [
+        ("2.1", "default"), ("2.1", "local pull (no transfer service)")]
+    slower = min(result["registry_read_mib_s"], result["disk_write_mib_s"]) * 1024 * 1024
+    assert result["floor_s"] == pytest.approx(result["image_bytes"] / slower, abs=0.01)
+    assert all(p["vs_floor"] == pytest.approx(p["seconds"] / result["floor_s"], rel=0.05, abs=0.05)
+               for p in result["pulls"])
+
+
+@pytest.mark.integration
+@pytest.mark.node
+@pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
 def test_boot_warm_boots_one_node_from_the_snapshot_and_one_that_pulls() -> None:
     # Given a 2 MB image of 2 layers, baked; when a node joins from the snapshot and another pulls
     result = run_benchmark("boot_warm.py", "--image-mb", "2", "--layers", "2", "--timeout", "120", timeout=400)
@@ -275,7 +292,7 @@ def test_boot_warm_boots_one_node_from_the_snapshot_and_one_that_pulls() -> None
     assert result["restore_s"] > 0 and result["layers"] == 2
 
 
-@pytest.mark.parametrize("script", ["agent_overhead", "e2e_latency"])
+@pytest.mark.parametrize("script", ["agent_overhead", "e2e_latency", "pull_limit"])
 def test_node_benchmarks_exit_non_zero_naming_what_is_missing(
     script: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

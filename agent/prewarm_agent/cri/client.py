@@ -22,6 +22,7 @@ from prewarm_agent.cri.errors import (
     CriUnavailableError,
     ImagePullError,
     PullCancelledError,
+    PullStalledError,
     PullTimeoutError,
 )
 from prewarm_agent.cri.gen import containerd_content_v1_pb2 as content_pb2
@@ -33,6 +34,11 @@ CRI_API_VERSION = "v1"
 # The containerd namespace the CRI plugin keeps its images and downloads in.
 CRI_NAMESPACE = "k8s.io"
 DEFAULT_TIMEOUT = 10.0
+# containerd's text when it cancels a pull itself (image_pull_progress_timeout); a cancel of ours never
+# reaches containerd's error path, so its status carries no such words.
+_RUNTIME_CANCEL = "context canceled"
+STALLED_HINT = ("containerd cancelled the pull: no byte progress within its image_pull_progress_timeout; "
+                "on containerd 2.x also while a long unpack runs, containerd#13909")
 # Nodes with thousands of images answer ListImages with more than gRPC's 4 MiB default.
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -48,12 +54,15 @@ class RuntimeVersion:
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """An image the runtime holds: its id (the config digest), names and unpacked size in bytes."""
+    """An image the runtime holds: its id (the config digest), names and unpacked size in bytes;
+    ``pinned`` when the runtime keeps it from kubelet's image garbage collection (containerd 1.7.10 and
+    later report the ``io.cri-containerd.pinned`` label so; 1.6 never does)."""
 
     id: str
     repo_tags: tuple[str, ...]
     repo_digests: tuple[str, ...]
     size: int
+    pinned: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,8 @@ def _call_error(
         limit = f"{timeout:g}s" if timeout is not None else "its"
         kind = PullTimeoutError if pull else CriUnavailableError
         message = f"{action} did not finish within {limit} deadline ({socket_path}): {details}"
+    elif pull and code is grpc.StatusCode.CANCELLED and _RUNTIME_CANCEL in details:
+        kind, message = PullStalledError, f"{details} ({STALLED_HINT})"
     elif pull and code is grpc.StatusCode.CANCELLED:
         kind, message = PullCancelledError, f"{action} was cancelled"
     elif pull:
@@ -152,6 +163,7 @@ def _image_info(image: cri_pb2.Image) -> ImageInfo:
         repo_tags=tuple(image.repo_tags),
         repo_digests=tuple(image.repo_digests),
         size=image.size,
+        pinned=image.pinned,
     )
 
 
@@ -265,7 +277,7 @@ class CriImageClient(_SocketClient):
         return _image_info(response.image) if response.HasField("image") else None
 
     def list_images(self) -> list[ImageInfo]:
-        """Every image the runtime holds. No filter is sent: containerd 1.6 ignores it."""
+        """Every image the runtime holds. No filter is sent: containerd ignores it (1.6 to 2.1)."""
         response = self._call(self._images.ListImages, cri_pb2.ListImagesRequest(), "listing images")
         return [_image_info(image) for image in response.images]
 
@@ -283,7 +295,8 @@ class CriImageClient(_SocketClient):
         ]
 
     def remove_image(self, image: str) -> None:
-        """Remove the image; a no-op when absent. containerd 1.6 removes every tag of the same image."""
+        """Remove the image; a no-op when absent. containerd removes the image by its id, so every tag of
+        it goes (1.6 to 2.1)."""
         request = cri_pb2.RemoveImageRequest(image=cri_pb2.ImageSpec(image=image))
         self._call(self._images.RemoveImage, request, f"removing image {image}", image)
 

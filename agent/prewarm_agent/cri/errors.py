@@ -34,6 +34,15 @@ class PullCancelledError(CriError):
     """The pull was cancelled by its caller before it finished."""
 
 
+class PullStalledError(CriError):
+    """containerd cancelled the pull itself: no byte progress within its ``image_pull_progress_timeout``
+    (1.7 and later). On 2.x pulling through the transfer service this also ends pulls whose downloads
+    are done but whose unpack runs long (containerd#13909); a retry finds the layers already downloaded.
+    The message is containerd's text with that explanation."""
+
+    retryable = True
+
+
 class PullTimeoutError(CriError):
     """The pull did not finish within its deadline; the runtime was told to stop it."""
 

@@ -73,7 +73,10 @@ class ImagePins(_SocketClient):
         # Only this one label: a field mask path into the labels map.
         mask = FieldMask(paths=[f"labels.{PINNED_LABEL}"])
         for record in records:
-            image = images_pb2.Image(name=record.name, labels={PINNED_LABEL: value} if value is not None else {})
+            # The target goes along although the mask leaves it alone: containerd 2.x dereferences it
+            # before applying the mask, and crashes (the whole daemon) on an Update without one.
+            image = images_pb2.Image(name=record.name, target=record.target,
+                                     labels={PINNED_LABEL: value} if value is not None else {})
             try:
                 self._images.Update(images_pb2.UpdateImageRequest(image=image, update_mask=mask),
                                     timeout=self.timeout, metadata=self._metadata)

@@ -40,7 +40,8 @@ from prewarm_cli.doctor.identities import (
 )
 from prewarm_cli.kubelets import NodePolicies
 
-CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "agent versions", "node queues",
+CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
+          "agent versions", "node queues",
           "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
           "image credentials", "warm snapshots", "sweep", "daily round")
 
@@ -80,6 +81,8 @@ class Doctor:
                 else skipped("function RBAC", unreachable)
             yield self._guarded("agent DaemonSet", lambda: self._daemon_set(api)) if reachable \
                 else skipped("agent DaemonSet", unreachable)
+            yield self._guarded("container runtimes", self._runtimes) if self._agents is not None \
+                else skipped("container runtimes", "the cluster's nodes are unknown (agent DaemonSet)")
             yield self._guarded("agent versions", lambda: check_agent_versions(
                 self.store.list_nodes(), self.env.get("PREWARM_VERSION", "")))
             yield self._guarded("node queues", self._node_queues) if self._agents is not None \
@@ -174,6 +177,13 @@ class Doctor:
         self._nodes = api.list_objects("v1", "nodes")
         result, self._agents = check_agent_daemonset(api, self._nodes)
         return result
+
+    def _runtimes(self) -> CheckResult:
+        from prewarm_cli.doctor.runtimes import check_container_runtimes
+
+        assert self._agents is not None and self._nodes is not None
+        needed = set(self._agents.needed)
+        return check_container_runtimes([n for n in self._nodes if n["metadata"]["name"] in needed])
 
     def _image_credentials(self, api: Any) -> CheckResult:
         from prewarm.domain.verification import pulls_with_shared_credentials

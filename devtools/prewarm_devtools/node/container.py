@@ -158,7 +158,7 @@ class AgentContainer:
         return int(self.run.env["HTTP_PORT"])
 
     def ctr(self, *args: str, timeout: float = 120) -> str:
-        command = ["ctr", "--address", str(self.containerd.socket_path), "--namespace", NAMESPACE, *args]
+        command = [self.containerd.ctr, "--address", str(self.containerd.socket_path), "--namespace", NAMESPACE, *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"ctr {' '.join(args[:2])} for {self.node}: {(result.stderr or result.stdout).strip()}")
@@ -270,7 +270,7 @@ class AgentContainer:
             while task is not None and task[1] != "STOPPED" and time.monotonic() < deadline:
                 time.sleep(0.1)
                 task = self._tasks().get(self.container_id)
-            command = ["ctr", "--address", str(self.containerd.socket_path), "--namespace", NAMESPACE,
+            command = [self.containerd.ctr, "--address", str(self.containerd.socket_path), "--namespace", NAMESPACE,
                        "tasks", "delete", "--force", self.container_id]
             done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
             self.exit_status = _exit_status(done.stdout + done.stderr)

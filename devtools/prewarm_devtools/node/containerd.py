@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
@@ -20,7 +21,14 @@ from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, Ingest
 from prewarm_agent.cri.errors import CriError
 from prewarm_devtools.node.process import DaemonBacked, DaemonProcess, DaemonStartError
 
-CONTAINERD_BINARY = "containerd"
+# Which containerd runs: PREWARM_CONTAINERD=2.1 (Debian sid's 2.1.9, the default: EKS's AL2023 nodes run
+# 2.x), 1.7 (trixie's 1.7.24) or 1.6 (the host's bookworm package). 2.1 and 1.7 are the binaries of a
+# Debian root filesystem that `make node-deps` builds once with mmdebstrap (devtools/node-deps.sh) and
+# keeps under CONTAINERD_CACHE/<version>/bin; they need only libc, and use the host's runc.
+CONTAINERD_VERSION_ENV = "PREWARM_CONTAINERD"
+DEFAULT_CONTAINERD = "2.1"
+CONTAINERD_VERSIONS = ("2.1", "1.7", "1.6")
+CONTAINERD_CACHE = Path(os.environ.get("PREWARM_CONTAINERD_CACHE", "/var/cache/prewarm/containerd"))
 # Unix socket paths longer than this fail to bind (sun_path is 108 bytes, containerd adds ".ttrpc").
 _MAX_SOCKET_PATH = 100
 # Snapshotters that cannot work in a private test instance; disabling them keeps start-up quiet.
@@ -31,6 +39,70 @@ DISABLED_PLUGINS = (
     "io.containerd.snapshotter.v1.zfs",
 )
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.6"
+
+
+class ContainerdVersionError(ValueError):
+    """PREWARM_CONTAINERD names no version we run, or that version's binaries are not installed."""
+
+
+def selected_version() -> str:
+    """The containerd version asked for (PREWARM_CONTAINERD, default 2.1)."""
+    version = os.environ.get(CONTAINERD_VERSION_ENV, "").strip() or DEFAULT_CONTAINERD
+    if version not in CONTAINERD_VERSIONS:
+        raise ContainerdVersionError(
+            f"{CONTAINERD_VERSION_ENV}={version!r} is not one of {', '.join(CONTAINERD_VERSIONS)}"
+        )
+    return version
+
+
+def containerd_bin_dir(version: str) -> Path | None:
+    """The directory holding containerd, its shim and ctr for ``version``; None if not installed."""
+    if version == "1.6":
+        found = shutil.which("containerd")
+        return Path(found).parent if found else None
+    directory = CONTAINERD_CACHE / version / "bin"
+    return directory if (directory / "containerd").is_file() else None
+
+
+def containerd_missing(version: str | None = None) -> str | None:
+    """Why the selected containerd cannot run here (what to run to get it), or None when it can."""
+    version = version or selected_version()
+    if containerd_bin_dir(version) is not None:
+        return None
+    if version == "1.6":
+        return "containerd is not installed: run `make node-deps PREWARM_CONTAINERD=1.6` as root"
+    return (f"containerd {version} is not under {CONTAINERD_CACHE}: run "
+            f"`make node-deps PREWARM_CONTAINERD={version}` as root")
+
+
+@dataclass(frozen=True)
+class PullSettings:
+    """The CRI's pull settings; None leaves containerd's default. Each is refused on a version without it.
+
+    ``max_concurrent_downloads``: layers fetched at once per pull (default 3). ``progress_timeout``:
+    ``image_pull_progress_timeout``, a pull with no byte progress for that long is cancelled (1.7 and
+    later, default 5m; "0s" turns it off, but hangs 2.x pulls through the transfer service:
+    containerd#14158). ``local_pull``: ``use_local_image_pull``, 2.x pulls in the CRI plugin instead of
+    through the transfer service. ``layer_fetch_buffer``: ``concurrent_layer_fetch_buffer``, bytes of
+    each of several ranged requests one layer is fetched with (2.1 and later). ``unpigz_dir``: a
+    directory holding ``unpigz``, put on containerd's PATH: it then decompresses layers with it.
+    """
+
+    max_concurrent_downloads: int | None = None
+    progress_timeout: str | None = None
+    local_pull: bool | None = None
+    layer_fetch_buffer: int | None = None
+    unpigz_dir: Path | None = None
+
+    def refused_by(self, version: str) -> str | None:
+        """Why containerd ``version`` has no such setting, or None."""
+        if self.progress_timeout is not None and version == "1.6":
+            return "progress_timeout: containerd 1.6 has no image_pull_progress_timeout (1.7 and later)"
+        if self.local_pull is not None and not version.startswith("2."):
+            return f"local_pull: containerd {version} has no transfer service to turn off (2.x)"
+        if self.layer_fetch_buffer is not None and version not in ("2.1",):
+            return f"layer_fetch_buffer: containerd {version} has no concurrent_layer_fetch_buffer (2.1 and later)"
+        return None
 
 
 def _toml(value: str) -> str:
@@ -106,7 +178,17 @@ class PrivateContainerd(DaemonBacked):
         snapshotter: str | None = None,
         start_timeout: float = 20.0,
         log_level: str = "info",
+        version: str | None = None,
+        pull: PullSettings | None = None,
     ) -> None:
+        self.version = version or selected_version()
+        self.pull = pull or PullSettings()
+        if (refused := self.pull.refused_by(self.version)) is not None:
+            raise ContainerdVersionError(refused)
+        bin_dir = containerd_bin_dir(self.version)
+        if bin_dir is None:
+            raise ContainerdVersionError(containerd_missing(self.version))
+        self.bin_dir = bin_dir
         self.base_dir = Path(base_dir).resolve()
         self.socket_path = self.base_dir / "containerd.sock"
         if len(str(self.socket_path)) > _MAX_SOCKET_PATH:
@@ -122,9 +204,18 @@ class PrivateContainerd(DaemonBacked):
         self.start_timeout = start_timeout
         self.log_level = log_level
         self.snapshotter = snapshotter or ("overlayfs" if overlayfs_works(self.base_dir) else "native")
+        # The shim is looked up on PATH: this version's own first, then the host's runc.
+        path = [str(bin_dir), *([str(self.pull.unpigz_dir)] if self.pull.unpigz_dir else []),
+                os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")]
+        env = {**os.environ, "PATH": ":".join(path)}
         self._daemon = DaemonProcess(
-            "containerd", [CONTAINERD_BINARY, "--config", str(self.config_path)], self.log_path
+            "containerd", [str(bin_dir / "containerd"), "--config", str(self.config_path)], self.log_path, env
         )
+
+    @property
+    def ctr(self) -> str:
+        """The path of this version's ``ctr``."""
+        return str(self.bin_dir / "ctr")
 
     def config_text(self) -> str:
         """The containerd config (version 2) this instance runs with."""
@@ -159,7 +250,7 @@ disabled_plugins = [{disabled}]
   stream_server_port = "0"
   # ImageFsInfo answers from a cache refreshed this often (seconds); the default is 10.
   stats_collect_period = 1
-
+{self._pull_lines()}
 {cri}.containerd]
   snapshotter = {_toml(self.snapshotter)}
 
@@ -169,7 +260,42 @@ disabled_plugins = [{disabled}]
 
 {cri}.registry]
   config_path = {_toml(str(self.certs_dir))}
-"""
+{self._transfer_section()}"""
+
+    def _pull_lines(self) -> str:
+        settings = self.pull
+        lines = []
+        # On 2.x a CRI max_concurrent_downloads turns the transfer service off ("incompatible with transfer
+        # service ... Falling back to local image pull mode"): it goes to the transfer plugin's section.
+        if settings.max_concurrent_downloads is not None and not self._through_transfer:
+            lines.append(f"  max_concurrent_downloads = {settings.max_concurrent_downloads}")
+        if settings.progress_timeout is not None:
+            lines.append(f"  image_pull_progress_timeout = {_toml(settings.progress_timeout)}")
+        return "\n".join(lines) + "\n" if lines else ""
+
+    @property
+    def _through_transfer(self) -> bool:
+        return self.version.startswith("2.") and not self.pull.local_pull
+
+    def _transfer_section(self) -> str:
+        # Settings new in 2.x, which its migration of a version 2 config does not carry over from the CRI
+        # plugin's section: they go to the images plugin's own, which the migration merges into.
+        settings = self.pull
+        images: list[str] = []
+        transfer: list[str] = []
+        if settings.local_pull is not None:
+            images.append(f"  use_local_image_pull = {'true' if settings.local_pull else 'false'}")
+        if settings.layer_fetch_buffer is not None:
+            (transfer if self._through_transfer else images).append(
+                f"  concurrent_layer_fetch_buffer = {settings.layer_fetch_buffer}")
+        if settings.max_concurrent_downloads is not None and self._through_transfer:
+            transfer.append(f"  max_concurrent_downloads = {settings.max_concurrent_downloads}")
+        sections = []
+        if images:
+            sections += ['\n[plugins."io.containerd.cri.v1.images"]', *images]
+        if transfer:
+            sections += ['\n[plugins."io.containerd.transfer.v1.local"]', *transfer]
+        return "\n".join(sections) + "\n" if sections else ""
 
     def add_registry_mirror(self, host: str, endpoint: str) -> Path:
         """Serve image host ``host`` (``127.0.0.1:5000``, ``1234.dkr.ecr.us-west-2.amazonaws.com``) from
@@ -182,8 +308,12 @@ disabled_plugins = [{disabled}]
         path = host_dir / "hosts.toml"
         # containerd 1.6 rejects a hosts.toml without a host table ("invalid `host` tree"); an empty
         # one keeps the server as the only endpoint, so a failed pull is not retried elsewhere.
+        # skip_verify only for https: containerd 2.x tries HTTPS first on an http server that has a TLS
+        # setting ("host will try HTTPS first since it is configured for HTTP with a TLS configuration"),
+        # and its fallback to http fails behind the local ECR front.
+        tls = "skip_verify = true\n" if endpoint.startswith("https://") else ""
         path.write_text(
-            f'server = {_toml(endpoint)}\ncapabilities = ["pull", "resolve"]\nskip_verify = true\n\n[host]\n',
+            f'server = {_toml(endpoint)}\ncapabilities = ["pull", "resolve"]\n{tls}\n[host]\n',
             encoding="utf-8",
         )
         return path

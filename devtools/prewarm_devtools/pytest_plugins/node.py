@@ -8,13 +8,13 @@ using them fails, the end of the daemons' logs is attached to its report.
 from __future__ import annotations
 
 import os
-import shutil
+import re
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
 
-from prewarm_devtools.node.containerd import CONTAINERD_BINARY, PrivateContainerd
+from prewarm_devtools.node.containerd import ContainerdVersionError, PrivateContainerd, containerd_missing
 from prewarm_devtools.node.images import PushedImage, RegistryPusher, build_image, build_index
 from prewarm_devtools.node.registry import LocalRegistry, registry_binary
 from prewarm_devtools.node.throttle import ThrottlingProxy
@@ -22,6 +22,9 @@ from prewarm_devtools.node.throttle import ThrottlingProxy
 # Credentials of the ``auth_registry`` fixture.
 AUTH_USERNAME = "prewarm"
 AUTH_PASSWORD = "pull-secret"
+# containerd's words when a registry that asks for credentials is given none: 1.6 and 1.7 send the request
+# and quote the registry's 401; 2.x sends none and says it has no credentials for the challenge.
+REFUSED_WITHOUT_CREDENTIALS = re.compile(r"401 Unauthorized|authorization failed: no basic auth credentials")
 # Default download limit of ``throttled_registry``: a 16 MiB layer takes 16 s.
 THROTTLED_BYTES_PER_SECOND = 1024 * 1024
 
@@ -32,8 +35,12 @@ def node_tools_missing() -> str | None:
     """Why node tests cannot run here, or None when they can."""
     if os.geteuid() != 0:
         return "node tests need root: containerd mounts image snapshots (CI and `make test` as root run them)"
-    if shutil.which(CONTAINERD_BINARY) is None:
-        return "containerd is not installed: run `make node-deps` as root"
+    try:
+        missing = containerd_missing()
+    except ContainerdVersionError as e:
+        return str(e)
+    if missing is not None:
+        return missing
     if registry_binary() is None:
         return "docker-registry is not installed: run `make node-deps` as root"
     return None

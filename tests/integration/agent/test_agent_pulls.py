@@ -18,14 +18,21 @@ from prewarm.adapters.ecr_auth import EcrTokenSource
 from prewarm.adapters.secrets import SecretsManagerCredentialStore
 from prewarm.domain.messages import PullTask
 from prewarm.domain.refresh import RegistryToken, registry_secret_name
+from prewarm.domain.runtimes import ContainerRuntime
 from prewarm_agent.cri.client import CriImageClient
 from prewarm_agent.cri.errors import ImagePullError
 from prewarm_agent.cri.pinning import PINNED_LABEL, ImageNotFoundError, ImagePins
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.node.containerd import PrivateContainerd
 from prewarm_devtools.node.images import host_architecture
+from prewarm_devtools.node.kubelet_gc import collect_images
 from prewarm_devtools.node.registry import LocalRegistry
-from prewarm_devtools.pytest_plugins.node import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
+from prewarm_devtools.pytest_plugins.node import (
+    AUTH_PASSWORD,
+    AUTH_USERNAME,
+    REFUSED_WITHOUT_CREDENTIALS,
+    OciImageFactory,
+)
 from prewarm_devtools.sam.aws import MotoServer
 from tests.support.agent_harness import AgentHarness
 from tests.support.waiting import eventually
@@ -257,7 +264,7 @@ def test_missing_credentials_fail_with_the_registry_401(
         cri.pull_image(image.reference).result(timeout=30)
     assert final.phase == "Failed"
     assert final.message == direct.value.details
-    assert "401 Unauthorized" in final.message
+    assert REFUSED_WITHOUT_CREDENTIALS.search(final.message), final.message
 
 
 def test_unreadable_pull_secret_is_named_in_the_failure(
@@ -272,7 +279,7 @@ def test_unreadable_pull_secret_is_named_in_the_failure(
 
     final = agent.final(task)
     assert final.phase == "Failed"
-    assert "401 Unauthorized" in final.message
+    assert REFUSED_WITHOUT_CREDENTIALS.search(final.message), final.message
     assert f"secret {missing} does not exist" in final.message
 
 
@@ -391,7 +398,7 @@ def test_an_expired_copy_is_named_in_the_failure_with_the_roles_refusal(
 
     # Then the pull fails with the registry's 401, naming the refusal and the expired secret, never the token
     assert final.phase == "Failed"
-    assert "401 Unauthorized" in final.message
+    assert REFUSED_WITHOUT_CREDENTIALS.search(final.message), final.message
     assert "AccessDeniedException" in final.message
     assert f"secret {name} expired at" in final.message
     assert COPY_TOKEN not in final.message
@@ -694,3 +701,37 @@ def test_a_pin_task_labels_every_record_of_the_image_pinned_and_nothing_else(
         assert (pins.labels(pinned_image.reference) or {}).get("io.cri-containerd.image") == "managed"
         with pytest.raises(ImageNotFoundError, match=r"cannot pin registry\.invalid/none:v1: containerd holds no"):
             pins.pin("registry.invalid/none:v1")
+
+
+def test_a_pinned_image_survives_kubelets_image_garbage_collection_and_an_unpinned_one_is_removed(
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+) -> None:
+    # Given two images an agent pulled, one for a pinned job
+    pinned_image = oci_image_factory.push(registry, "agent/gc-pinned", "v1", size_mb=1)
+    plain_image = oci_image_factory.push(registry, "agent/gc-plain", "v1", size_mb=1)
+    agent = agents()
+    pinned, plain = agent.task(pinned_image.reference, pin=True), agent.task(plain_image.reference)
+    agent.send(pinned)
+    agent.send(plain)
+    assert agent.final(pinned).phase == agent.final(plain).phase == "Succeeded"
+    runtime = ContainerRuntime.parse(f"containerd://{cri.version().runtime_version}")
+    ours = {pinned_image.config_digest, plain_image.config_digest}
+    # (the module's other images stand for ones that containers use, so the collection takes only these two)
+    in_use = {image.id for image in cri.list_images()} - ours
+
+    # When kubelet's image garbage collection runs with the disk far past its threshold
+    collected = collect_images(cri, in_use=in_use)
+
+    # Then the unpinned image is removed, its bytes freed
+    assert [image.id for image in collected.removed if image.id == plain_image.config_digest]
+    assert cri.image_status(plain_image.reference) is None
+    assert collected.freed_bytes >= 1024 * 1024
+    if runtime.pins:
+        # ... and the pinned one stays, as the CRI reports it pinned (containerd 1.7.10 and later)
+        assert [image.id for image in collected.kept_pinned] == [pinned_image.config_digest]
+        kept = cri.image_status(pinned_image.reference)
+        assert kept is not None and kept.pinned
+    else:
+        # ... while containerd 1.6 keeps the label but never reports the image pinned: it goes too
+        assert {image.id for image in collected.removed} == ours and not collected.kept_pinned
+        assert cri.image_status(pinned_image.reference) is None

@@ -53,7 +53,7 @@ def test_a_cron_job_is_a_schedule_fired_at_its_times_into_runs(env: dict[str, An
     stack.run_until_idle()
 
     (made,) = schedules(env).values()
-    assert made["Name"].startswith("prewarm-local-cron-") and made["State"] == "ENABLED"
+    assert made["Name"].startswith("prewarm-cron-local-") and made["State"] == "ENABLED"
     assert (made["ScheduleExpression"], made["ScheduleExpressionTimezone"]) == ("cron(* * * * ? *)", "Asia/Shanghai")
     assert made["Target"]["Arn"] == stack.physical["RunCronJobFunction"].attrs["Arn"]
     assert made["Target"]["RoleArn"] == stack.physical["CronSchedulerRole"].attrs["Arn"]

@@ -6,14 +6,22 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from prewarm_agent.cri.client import CriImageClient, FsUsage, filesystem_usage_percent
 from prewarm_agent.cri.errors import ImagePullError
+from prewarm_agent.cri.gen import cri_runtime_v1_pb2 as cri_pb2
+from prewarm_agent.cri.gen import cri_runtime_v1_pb2_grpc as cri_grpc
 from prewarm_devtools.node.containerd import PrivateContainerd
-from prewarm_devtools.node.images import host_architecture
+from prewarm_devtools.node.images import RegistryPusher, build_image, host_architecture
 from prewarm_devtools.node.registry import LocalRegistry
-from prewarm_devtools.pytest_plugins.node import AUTH_PASSWORD, AUTH_USERNAME, OciImageFactory
+from prewarm_devtools.pytest_plugins.node import (
+    AUTH_PASSWORD,
+    AUTH_USERNAME,
+    REFUSED_WITHOUT_CREDENTIALS,
+    OciImageFactory,
+)
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
 
@@ -110,8 +118,11 @@ def test_pull_without_valid_credentials_fails_with_the_registry_401(
     with pytest.raises(ImagePullError) as caught:
         cri.pull_image(image.reference, auth=auth).result(timeout=PULL_TIMEOUT)
 
-    # Then the error carries containerd's own text, which says 401 Unauthorized
-    assert "401 Unauthorized" in caught.value.details
+    # Then the error carries containerd's own text, which says 401 Unauthorized (2.x: no credentials)
+    if auth is None:
+        assert REFUSED_WITHOUT_CREDENTIALS.search(caught.value.details), caught.value.details
+    else:
+        assert "401 Unauthorized" in caught.value.details
     assert image.reference in caught.value.details
     assert caught.value.image == image.reference
     assert cri.image_status(image.reference) is None
@@ -192,6 +203,30 @@ def test_remove_image_makes_it_absent_and_is_idempotent(
     cri.remove_image(image.reference)
 
     assert cri.image_status(image.reference) is None
+
+
+def test_remove_image_of_one_tag_removes_every_tag_and_list_images_ignores_its_filter(
+    cri: CriImageClient, containerd: PrivateContainerd, registry: LocalRegistry
+) -> None:
+    # Given one image under two tags, and another image
+    image = build_image(size_mb=0.1)
+    pusher = RegistryPusher(registry.url)
+    first, second = pusher.push_image("team/two-tags", "v1", image), pusher.push_image("team/two-tags", "v2", image)
+    other = pusher.push_image("team/other", "v1", build_image(size_mb=0.1))
+    for pushed in (first, second, other):
+        cri.pull_image(pushed.reference).result(timeout=PULL_TIMEOUT)
+
+    # When ListImages is asked for one image only (what the agent never does)
+    only = cri_pb2.ListImagesRequest(filter=cri_pb2.ImageFilter(image=cri_pb2.ImageSpec(image=other.reference)))
+    with grpc.insecure_channel(f"unix://{containerd.socket_path}") as channel:
+        answered = cri_grpc.ImageServiceStub(channel).ListImages(only, timeout=10).images  # type: ignore[no-untyped-call]
+
+    # Then every image comes back: containerd ignores the filter (1.6, 1.7 and 2.1 alike)
+    assert {i.id for i in answered} >= {image.config.digest, other.config_digest}
+    # ... and removing one tag removes the image, so its other tag too: RemoveImage works by image id
+    cri.remove_image(first.reference)
+    assert cri.image_status(second.reference) is None
+    assert cri.image_status(other.reference) is not None
 
 
 def _wait_for_used_bytes(cri: CriImageClient, at_least: int, timeout: float) -> list[FsUsage]:

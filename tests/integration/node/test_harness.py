@@ -125,16 +125,28 @@ def test_a_stopped_registry_no_longer_answers(tmp_path: Path) -> None:
         _get_v2(registry, None)
 
 
-def test_node_fixtures_explain_why_they_skip_without_root_or_binaries(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_node_fixtures_explain_why_they_skip_without_root_or_binaries(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # Given a machine where the tests do not run as root
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     not_root = node_tools_missing()
 
-    # And one where containerd is not installed
+    # And one where containerd is not installed: neither the host's 1.6 nor the built 2.1
     monkeypatch.setattr("os.geteuid", lambda: 0)
     monkeypatch.setattr("shutil.which", lambda name: None)
-    no_containerd = node_tools_missing()
+    monkeypatch.setattr("prewarm_devtools.node.containerd.CONTAINERD_CACHE", tmp_path)
+    monkeypatch.setenv("PREWARM_CONTAINERD", "1.6")
+    no_host_containerd = node_tools_missing()
+    monkeypatch.setenv("PREWARM_CONTAINERD", "2.1")
+    no_built_containerd = node_tools_missing()
+    # And one asking for a version that is not offered
+    monkeypatch.setenv("PREWARM_CONTAINERD", "1.5")
+    unknown = node_tools_missing()
 
     # Then each reason says what is missing and how to get it
     assert not_root is not None and "root" in not_root
-    assert no_containerd is not None and "containerd" in no_containerd and "make node-deps" in no_containerd
+    assert no_host_containerd is not None and "make node-deps PREWARM_CONTAINERD=1.6" in no_host_containerd
+    assert no_built_containerd is not None and "containerd 2.1" in no_built_containerd
+    assert "make node-deps PREWARM_CONTAINERD=2.1" in no_built_containerd
+    assert unknown == "PREWARM_CONTAINERD='1.5' is not one of 2.1, 1.7, 1.6"

@@ -17,6 +17,7 @@ from prewarm_agent.cri.errors import (
     CriUnavailableError,
     ImagePullError,
     PullCancelledError,
+    PullStalledError,
     PullTimeoutError,
 )
 from prewarm_agent.cri.gen import containerd_content_v1_pb2 as content_pb2
@@ -24,6 +25,8 @@ from prewarm_agent.cri.gen import containerd_content_v1_pb2_grpc as content_grpc
 from prewarm_agent.cri.gen import cri_runtime_v1_pb2 as cri_pb2
 from prewarm_agent.cri.gen import cri_runtime_v1_pb2_grpc as cri_grpc
 
+# What containerd 1.7 and 2.x answer when their image_pull_progress_timeout cancels a pull.
+STALLED = 'failed to pull and unpack image "r/stalled:v1": context canceled'
 UNAUTHORIZED = (
     'failed to pull and unpack image "r/app:v1": failed to resolve reference "r/app:v1": '
     "pulling from host r failed with status code [manifests v1]: 401 Unauthorized"
@@ -42,6 +45,8 @@ class ScriptedImageService(cri_grpc.ImageServiceServicer):  # type: ignore[misc,
         name = request.image.image
         if name == "denied":
             context.abort(grpc.StatusCode.UNKNOWN, UNAUTHORIZED)
+        if name == "stalled":
+            context.abort(grpc.StatusCode.CANCELLED, STALLED)
         if name == "slow":
             context.add_callback(self.slow_pull_ended.set)
             self.slow_pull_ended.wait(timeout=10)
@@ -118,6 +123,20 @@ def test_a_refused_pull_carries_the_runtime_text_verbatim(runtime: Runtime) -> N
     assert "401 Unauthorized" in str(caught.value)
     assert caught.value.image == "denied"
     assert not caught.value.retryable
+
+
+def test_a_pull_the_runtime_cancelled_itself_is_a_retryable_stall_not_a_cancel(runtime: Runtime) -> None:
+    socket_path, _, _ = runtime
+    # When containerd cancels the pull itself (no progress within its image_pull_progress_timeout)
+    with CriImageClient(socket_path) as client, pytest.raises(PullStalledError) as caught:
+        client.pull_image("stalled").result(timeout=5)
+
+    # Then it is no cancel of ours: containerd's words, why, and a retry is advised
+    assert not isinstance(caught.value, PullCancelledError)
+    assert caught.value.details == STALLED and caught.value.code == "CANCELLED"
+    assert str(caught.value).startswith(STALLED + " (containerd cancelled the pull: no byte progress within its "
+                                        "image_pull_progress_timeout; on containerd 2.x also while a long unpack")
+    assert caught.value.retryable
 
 
 def test_a_pull_sends_credentials_and_sandbox_metadata(runtime: Runtime) -> None:

@@ -1,0 +1,53 @@
+"""`prewarm doctor`'s "container runtimes": the containerd version of each agent node, as its kubelet
+reports it (`status.nodeInfo.containerRuntimeVersion`: no call beyond the nodes the DaemonSet check
+listed), the node settings that made pulls faster or safer on those versions (benchmarks/pull_limit.py),
+and a warning where pinning cannot keep an image from kubelet's image garbage collection (containerd
+before 1.7.10: `prewarm.domain.runtimes`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prewarm.domain.runtimes import ContainerRuntime, RuntimeVersionError
+from prewarm_cli.doctor.checks import CheckResult, skipped
+from prewarm_cli.output import listed
+
+NAME = "container runtimes"
+PIN_FIX = ("pinned jobs' images may be removed by kubelet's image garbage collection there: run containerd "
+           "1.7.10 or later (EKS AL2023 AMIs run 2.x; docs/agent.md, \"containerd versions\")")
+
+
+def _runtime(node: Mapping[str, Any]) -> ContainerRuntime | str:
+    reported = ((node.get("status") or {}).get("nodeInfo") or {}).get("containerRuntimeVersion") or ""
+    try:
+        return ContainerRuntime.parse(reported)
+    except RuntimeVersionError:
+        return reported or "not reported"
+
+
+def check_container_runtimes(nodes: Sequence[Mapping[str, Any]]) -> CheckResult:
+    """Counts the agent nodes by runtime version; warns naming the nodes where pinning cannot work."""
+    if not nodes:
+        return skipped(NAME, "no node for the agents")
+    by_version: dict[str, list[str]] = {}
+    cannot_pin: dict[str, str] = {}
+    advice: dict[str, None] = {}
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        runtime = _runtime(node)
+        shown = f"{runtime.name} {runtime.version}" if isinstance(runtime, ContainerRuntime) else runtime
+        by_version.setdefault(shown, []).append(name)
+        if isinstance(runtime, ContainerRuntime):
+            advice.update(dict.fromkeys(runtime.pull_advice))
+        if not isinstance(runtime, ContainerRuntime) or not runtime.pins:
+            cannot_pin[name] = shown
+    counts = "; ".join(f"{version} on {len(names)} node{'s' if len(names) != 1 else ''}"
+                       for version, names in sorted(by_version.items()))
+    if advice:
+        counts += f" (for pulls: {'; '.join(advice)})"
+    if not cannot_pin:
+        return CheckResult(NAME, True, counts)
+    where = listed([f"{node} ({version})" for node, version in sorted(cannot_pin.items())])
+    return CheckResult(NAME, True, f"{counts}; pinning cannot work on {len(cannot_pin)}: {where}", PIN_FIX,
+                       warning=True)
