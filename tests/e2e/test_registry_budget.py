@@ -3,9 +3,10 @@
 The registry that plays ECR refuses blob requests (GetDownloadUrlForLayer) past 20 a second with ECR's 429
 `TOOMANYREQUESTS`. A push of a 10-layer image to 20 nodes (parallelism 20, backoffLimit 0: one counted
 failure fails a node) completes with 0 failed nodes and every node on its first attempt, with the stack's
-budget at 12 requests a second (few refusals if any: only where a loaded machine delays a node's receive of
-its task by a second, so that two starts reach the registry together); the same push with the budget off (0) is throttled many times over, which proves
-the quota bites, and its 429s are waited out without a counted attempt either. Both figures are printed.
+budget at 12 requests a second (few refusals if any: only where a loaded machine delays a node's receive
+of its task by a second, so that two starts reach the registry together); the same push with the budget
+off (0) is throttled many times over, which proves the quota bites, and its 429s are waited out without a
+counted attempt either. Both figures are printed.
 """
 
 from __future__ import annotations
