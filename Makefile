@@ -139,6 +139,7 @@ bench: $(STAMP) node-deps
 	$(PY) benchmarks/sweep.py --nodes 5000 --images 50 --departed 1000
 	$(PY) benchmarks/sweep.py --scenario jobs
 	$(PY) benchmarks/capacity.py
+	$(PY) benchmarks/registry_budget.py --nodes 5000 --layers 30
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache build

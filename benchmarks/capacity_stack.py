@@ -95,8 +95,9 @@ class Stack:
 
         settings.cache_clear()
         bootstrap.store.cache_clear()
+        bootstrap.node_queues.cache_clear()
         bootstrap.queues.cache_clear()
-        self.store, self.queues = bootstrap.store(), bootstrap.queues()
+        self.store, self.queues = bootstrap.store(), bootstrap.node_queues()
         self.trace.attach(self.store.client)
         self.trace.attach(self.queues.client)
         if self._cluster is not None:

@@ -132,7 +132,7 @@ def prewarm_fanout(nodes: int, parallelism: int) -> dict[str, Any]:
     store, cluster, queues = bootstrap.store(), bootstrap.cluster(), bootstrap.queues()
     aws = AwsCalls()
     aws.attach(store.client)
-    aws.attach(queues.client)
+    aws.attach(bootstrap.node_queues().client)  # the paced queues' own: sends and the budget's write
     name = "fanout"
     with counted_kube_requests(cluster) as kube:
         started, cpu = time.perf_counter(), time.process_time()
@@ -159,7 +159,7 @@ def naive_fanout(api_url: str, token: str, measured_nodes: int, total_nodes: int
     from prewarm.services.jobs import apply_manifest
 
     bootstrap.reset()
-    store, queues = bootstrap.store(), bootstrap.queues()
+    store, queues = bootstrap.store(), bootstrap.node_queues()
     ddb, sqs = store.client, queues.client
     aws = AwsCalls()
     aws.attach(ddb)
@@ -222,7 +222,7 @@ def benchmark(nodes: int, parallelism: int, baseline_nodes: int) -> dict[str, An
 
             names = [n["metadata"]["name"] for n in bootstrap.cluster().list_nodes()]
             started = time.perf_counter()
-            create_node_queues(bootstrap.queues(), names)
+            create_node_queues(bootstrap.node_queues(), names)
             print(f"  {len(names)} node queues created first, as their hellos do at start "
                   f"({time.perf_counter() - started:.1f} s, not counted)")
             servers = {"moto": moto, "kube": api}

@@ -115,6 +115,7 @@ def report_round(label: str, new: Json, old: Json | None) -> None:
           f"hottest key {new['hottest_key']}: {new['hottest_key_writes_per_report']} writes/report, "
           f"peak {new['hottest_key_wcu_per_s']} WCU/s (avg {new['hottest_key_avg_wcu_per_s']}); "
           f"job item {new['job_item_writes_per_report']} writes/report, {new['job_item_bytes']} B; "
+          f"registry budget {new['budget_keys']}; "
           f"throttles {new['throttles']}, conflicts {new['transaction_conflicts']}, DLQ {new['dlq_messages']}, "
           f"lost {new['lost_reports']}, counters exact {new['counters_exact']} {new['counters']}; "
           f"slot refill p50 {new['slot_refill_p50_s']} s p99 {new['slot_refill_p99_s']} s; "
@@ -178,7 +179,7 @@ def benchmark(args: argparse.Namespace) -> Json:
     ran = [r for r in (always, never) if r is not None]
     out = {k: first[k] for k in ("nodes", "reports", "sim_seconds", "wall_seconds", "hottest_key",
                                  "hottest_key_writes_per_report", "hottest_key_wcu_per_s", "throttles",
-                                 "transaction_conflicts", "job_item_bytes")}
+                                 "transaction_conflicts", "job_item_bytes", "budget_keys")}
     out["dlq_messages"] = max(r["dlq_messages"] for r in ran)
     out["lost_reports"] = sum(r["lost_reports"] for r in ran)
     out["counters_exact"] = all(r["counters_exact"] for r in ran)

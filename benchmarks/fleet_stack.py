@@ -144,7 +144,7 @@ class Fleet:
         os.environ.update(self.stack.env())  # the shared environment, for this process's own adapters
         from prewarm import bootstrap
 
-        self.store, self.queues = bootstrap.store(), bootstrap.queues()
+        self.store, self.queues = bootstrap.store(), bootstrap.node_queues()
         # What each node's hello has record_status do when its agent starts: make its queue.
         from benchmarks.fanout import create_node_queues
 
@@ -415,6 +415,8 @@ def figures(result: RoundResult, checked: Json, fleet: Fleet, keys: Sequence[Any
     keys = result.stats["keys"] if keys is None else keys
     hot = max(keys, key=lambda u: u.wcu, default=None)
     job_key = next((u for u in keys if u.key.index_name is None and u.key.value == f"JOB#{result.key}"), None)
+    # The registry budget's item: one key per registry, written once per batch of tasks sent (docs/architecture.md).
+    budget = [u for u in keys if u.key.index_name is None and u.key.value.startswith("BUDGET#")]
     return {
         "nodes": result.nodes,
         "reports": result.reports,
@@ -437,6 +439,8 @@ def figures(result: RoundResult, checked: Json, fleet: Fleet, keys: Sequence[Any
         "hottest_key_avg_wcu_per_s": round(hot.wcu_per_s(), 1) if hot else 0.0,
         "job_item_writes_per_report": round(job_key.writes / max(1, result.reports), 4) if job_key else 0.0,
         "job_item_peak_wcu_per_s": round(job_key.peak_wcu_per_s, 1) if job_key else 0.0,
+        "budget_keys": {u.key.value: {"writes": u.writes, "peak_wcu_per_s": round(u.peak_wcu_per_s, 1)}
+                        for u in budget},
         "node_item_bytes": checked["node_item_bytes"],
         "duplicated": result.duplicated, "reordered": result.reordered, "restarted_agent": result.restarted,
         "slot_refills": checked["slot_refills"],

@@ -5,6 +5,9 @@ Checks first (image reference, registry allowlist, `IfNotPresent` against ImageS
 turn (a registry refusal moves to the next, and after the last to the node's other credential, see
 `credentials`) within `timeout_seconds`, cut to the task's `deadline`.
 Failed attempts sleep 1 s doubling to 30 s; a cancel interrupts any wait and cancels the pull.
+A registry's 429 (`TOOMANYREQUESTS`) is not the node's failure: the attempt is tried again after a
+jittered backoff without counting toward `backoff_limit`, reported as throttled, for up to
+`timeout_seconds` of such waits in all (then it counts). containerd does not pass a `Retry-After` on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Protocol
 from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
 from prewarm.domain.messages import ALREADY_PRESENT, NodePhase, StatusReport
 from prewarm.domain.registries import RegistryAuth
+from prewarm.domain.registry_budget import THROTTLED_MESSAGE, is_throttled, throttle_backoff
 from prewarm.domain.status import PULL_DEADLINE_EXCEEDED_MESSAGE, Attempt, RetryPolicy
 from prewarm_agent.clock import Clock
 from prewarm_agent.credentials import FALLBACK_ERRORS, Candidates, Fallback, credential_identity
@@ -94,6 +98,10 @@ class PullEvents(Protocol):
         ...
 
     def disk_refused(self, run: TaskRun) -> None: ...
+
+    def throttled(self, run: TaskRun, report: StatusReport) -> None:
+        """The registry refused the run's pull with a 429: the report says it waits (Pulling)."""
+        ...
 
 
 class _Starter:
@@ -196,6 +204,7 @@ class TaskRunner:
         policy = RetryPolicy(backoff_limit=task.backoff_limit, timeout_seconds=float(task.timeout_seconds))
         last_error = ""
         number = 1
+        throttles, throttled_for = 0, 0.0
         while True:
             if run.cancelled.is_set():
                 return self._cancelled(run)
@@ -209,6 +218,15 @@ class TaskRunner:
             if isinstance(outcome, _Cancelled):
                 return self._cancelled(run)
             last_error = run.last_error = outcome.message
+            if not outcome.final and is_throttled(outcome.message) and throttled_for < policy.timeout_seconds:
+                throttles += 1
+                wait = throttle_backoff(throttles)
+                throttled_for += wait
+                if self._wait_throttled(run, wait, outcome.message):
+                    return self._cancelled(run)
+                run.throttled = ""
+                continue
+            throttles = 0
             if outcome.final or number >= policy.max_attempts:
                 return self._final(run, NodePhase.FAILED, message=last_error)
             log.info(
@@ -220,6 +238,16 @@ class TaskRunner:
             if self.clock.wait(run.cancelled, max(0.0, backoff)):
                 return self._cancelled(run)
             number += 1
+
+    def _wait_throttled(self, run: TaskRun, wait: float, error: str) -> bool:
+        """Waits out a registry's 429 (reported Pulling, throttled); True when cancelled meanwhile."""
+        remaining = self._deadline_remaining(run)
+        wait = wait if remaining is None else max(0.0, min(wait, remaining))
+        run.throttled = (f"{THROTTLED_MESSAGE}, retrying in {wait:.0f}s "
+                         f"(not counted toward backoffLimit): {error}")[:1000]
+        log.info("attempt %d throttled by the registry, retrying in %.1fs", run.attempt, wait, extra=_context(run))
+        self.events.throttled(run, run.report(NodePhase.PULLING, message=run.throttled))
+        return self.clock.wait(run.cancelled, wait)
 
     def _attempt(self, run: TaskRun, image: ImageRef, reference: str, attempt: Attempt) -> _Outcome:
         task = run.task

@@ -80,7 +80,7 @@ class ProgressReports:
                    if run.pulling and not run.cancelled.is_set() and not any(run in runs for _, runs in running)]
         for run in waiting:
             self.reports.send(run.report(NodePhase.PULLING,
-                                         message=f"attempt {run.attempt} ended; waiting for the next"))
+                                         message=run.throttled or f"attempt {run.attempt} ended; waiting for the next"))
         if not running:
             return
         ingests: Sequence[Ingest] | None = None

@@ -42,6 +42,10 @@ class AgentMetrics:
             "prewarm_agent_disk_guard_refusals", "Pulls refused because the image filesystem was too full",
             registry=self.registry,
         )
+        self.registry_throttles = Counter(
+            "prewarm_agent_registry_throttles", "Pull attempts the registry refused with a 429 (retried, not counted)",
+            registry=self.registry,
+        )
         self.messages = Counter(
             "prewarm_agent_messages_received",
             "Node queue messages received, by kind (task, cancel, duplicate, finished, required, poison)",

@@ -80,6 +80,7 @@ class TaskRun:
         self.wake = threading.Event()
         self.attempt = 0
         self.last_error = ""  # the last failed attempt's, while the run retries
+        self.throttled = ""  # while the run waits out a registry's 429: what its reports say
         self.started_at: float | None = None
         self.attempt_started_at: float | None = None
         self.shared: SharedPull | None = None

@@ -131,6 +131,10 @@ class RunnerEvents:
     def disk_refused(self, run: TaskRun) -> None:
         self.metrics.disk_guard_refusals.inc()
 
+    def throttled(self, run: TaskRun, report: StatusReport) -> None:
+        self.metrics.registry_throttles.inc()
+        self.reports.send(report)
+
 
 def _context(run: TaskRun) -> dict[str, object]:
     return {"job": run.task.job, "image": run.task.image, "round": run.task.round, "attempt": run.attempt}

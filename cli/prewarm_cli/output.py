@@ -478,6 +478,8 @@ class WatchState:
     bytes_done: int
     bytes_total: int
     silent_agents: int = 0
+    # Nodes whose pull waits out a registry's 429 (their last report said so): not failing, held back.
+    throttled: int = 0
 
     @property
     def done(self) -> int:
@@ -488,6 +490,8 @@ class WatchState:
                f"{self.active} active, {self.waiting} waiting)"
         if self.bytes_total:
             text += f", {human_bytes(self.bytes_done)} of {human_bytes(self.bytes_total)}"
+        if self.throttled:
+            text += f"; {self.throttled} throttled by the registry"
         return text + silent_note(self.silent_agents)
 
 

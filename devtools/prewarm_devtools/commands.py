@@ -448,8 +448,10 @@ def local_logs(agent: str | None, function: str | None, follow: bool) -> int:
 @local.command("push")
 @click.argument("image", metavar="REPOSITORY[:TAG]")
 @click.option("--size-mb", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="Size of the image's layer (random, incompressible data).")
-def local_push(image: str, size_mb: float) -> int:
+              help="Size of the image's layers together (random, incompressible data).")
+@click.option("--layers", type=click.IntRange(min=1, max=127), default=1, show_default=True,
+              help="How many layers: each pull makes a request per layer, against the registry's quota and budget.")
+def local_push(image: str, size_mb: float, layers: int) -> int:
     """Build a test image, push it to the local registry that plays ECR, and emit ECR's PUSH event.
 
     \b
@@ -469,7 +471,8 @@ def local_push(image: str, size_mb: float) -> int:
     if not repository or "@" in image:
         raise click.UsageError(f"IMAGE {image!r}: give REPOSITORY[:TAG], e.g. platform/web:v2")
     target = local_target(state)
-    pushed, event = push_to_local_ecr(registry, target.client("ecr"), repository, tag or None, size_mb=size_mb)
+    pushed, event = push_to_local_ecr(registry, target.client("ecr"), repository, tag or None, size_mb=size_mb,
+                                      layers=layers)
     target.client("sqs").send_message(QueueUrl=bus, MessageBody=json.dumps(event))
     click.echo(f"pushed {pushed.reference} ({pushed.size_bytes:,} bytes); ECR PUSH event sent")
     return EXIT_OK

@@ -54,7 +54,8 @@ def push_to_local_ecr(
     pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
     with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
         ecr.create_repository(repositoryName=repository)
-    ecr.put_image(repositoryName=repository, imageManifest=image.manifest.data.decode(),
+    # The digest the registry computed: moto's own hashes the layer digests, not the manifest's bytes as ECR does.
+    ecr.put_image(repositoryName=repository, imageManifest=image.manifest.data.decode(), imageDigest=pushed.digest,
                   imageManifestMediaType=image.manifest.media_type, **({"imageTag": tag} if tag else {}))
     event = {
         "version": "0", "id": f"local-{pushed.digest[7:19]}", "detail-type": "ECR Image Action",

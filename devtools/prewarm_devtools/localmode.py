@@ -429,7 +429,8 @@ class LocalMode(LocalControl):
         return DynamoJobStore(self.stack.env()["TABLE_NAME"], client=self.aws.client("dynamodb"))
 
     def push(self, repository: str, tag: str | None, *, size_mb: float = 1.0, layers: int = 1) -> PushedToEcr:
-        """Builds an image, pushes it to the registry that plays ECR, and delivers ECR's PUSH event here."""
+        """Builds an image of `layers` layers, pushes it to the registry that plays ECR, and delivers ECR's
+        PUSH event here."""
         assert self.aws is not None and self.stack is not None and self.registry is not None
         pushed, event = push_to_local_ecr(self.registry.url, self.aws.client("ecr"), repository, tag, size_mb=size_mb,
                                           layers=layers)

@@ -25,7 +25,11 @@ BUILDER_ENTRY = "prewarm_agent.baking.main"
 BUILDER_ROLE = "BuilderRole"
 # Actions the code reaches on a path it never takes, each with the check that proves it: the agent asks
 # EcrTokenSource for its own role's tokens, never for an assumed role's.
-NOT_TAKEN = {AGENT_POLICY: {"sts:AssumeRole": "the agent's RegistryConfig(...) never names a role_arn"},
+# And its `StatusSink` (one method, `send`) is the status queue, never the control plane's `PacedQueues`,
+# which the graph matches by that method and whose sends reserve a registry budget.
+_NOT_PACED = "the agent's StatusSink is its StatusQueue, never PacedQueues (prewarm_agent.__main__)"
+NOT_TAKEN = {AGENT_POLICY: {"sts:AssumeRole": "the agent's RegistryConfig(...) never names a role_arn",
+                            "dynamodb:GetItem": _NOT_PACED, "dynamodb:UpdateItem": _NOT_PACED},
              BUILDER_ROLE: {"sts:AssumeRole": "the builder's RegistryConfig(...) never names a role_arn",
                             "ecr-public:GetAuthorizationToken": "a builder pulls public images anonymously",
                             "sts:GetServiceBearerToken": "a builder pulls public images anonymously"}}

@@ -178,6 +178,9 @@ class RecordedEvents:
     def disk_refused(self, run: TaskRun) -> None:
         self.refused += 1
 
+    def throttled(self, run: TaskRun, report: StatusReport) -> None:
+        self.reports.append(report)
+
 
 def make_task(image: str = "registry.example.com/team/app:v1", **fields: object) -> PullTask:
     values: dict[str, object] = {"job": "default/warm", "job_uid": "uid-1", "round": 2, "node": "node-a",

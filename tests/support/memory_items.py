@@ -13,9 +13,10 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterSetup, RegisteredClu
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+from prewarm.domain.registry_budget import reserve_starts
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.services.ports import StoreConflictError
-from tests.support.memory_table import MemoryTable, has
+from tests.support.memory_table import MemoryTable, equal, has
 
 
 class TableItems:
@@ -216,6 +217,32 @@ class MemoryClusterItems(TableItems):
             return
         with contextlib.suppress(StoreConflictError):
             self.table.update(what, f"CLUSTER#{name}", "CLUSTER", fields, condition=lambda i: has(i, "pk"))
+
+
+class MemoryBudgetItems(TableItems):
+    """`BudgetItems`: one item per registry budget, its GCRA arrival time written under a version."""
+
+    def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
+                            burst_seconds: float) -> tuple[float, ...]:
+        if not costs:
+            return ()
+        for _ in range(8):  # the adapter's RESERVE_ATTEMPTS
+            current = self.table.get(f"BUDGET#{key}", "BUDGET")
+            version = int(current["version"]) if current is not None else 0
+            reservation = reserve_starts(None if current is None else float(current["tat"]), now=now, costs=costs,
+                                         burst_seconds=burst_seconds)
+
+            def unchanged(item: Any, current: Any = current, version: int = version) -> bool:
+                return item is None if current is None else equal(item, "version", version)
+
+            try:
+                self.table.update(f"reserve {len(costs)} pull starts of {key}", f"BUDGET#{key}", "BUDGET",
+                                  {"tat": reservation.tat, "version": version + 1, "updated_at": now},
+                                  condition=unchanged)
+            except StoreConflictError:
+                continue
+            return reservation.starts
+        raise StoreConflictError(f"the budget of {key} kept changing: 8 reservations refused")
 
 
 # -- warm snapshots (adapters/dynamodb/snapshots.py) ------------------------------------------------

@@ -50,6 +50,8 @@ class MemoryQueue:
     name: str
     tags: dict[str, str] = field(default_factory=dict)
     bodies: list[str] = field(default_factory=list)
+    # Messages sent with a delay: (when they become visible, on the queue's clock, body).
+    delayed: list[tuple[float, str]] = field(default_factory=list)
     attributes: dict[str, str] = field(default_factory=lambda: dict(SQS_DEFAULTS))
 
 
@@ -104,12 +106,15 @@ class MemorySqs:
             self._deleted[queue.name] = self.clock()
             return True
 
-    def send(self, url: str, body: str) -> bool:
+    def send(self, url: str, body: str, delay_seconds: int = 0) -> bool:
         with self._lock:
             queue = self.queue(url)
             if queue is None:
                 return False
-            queue.bodies.append(body)
+            if delay_seconds:
+                queue.delayed.append((self.clock() + delay_seconds, body))
+            else:
+                queue.bodies.append(body)
             return True
 
     def take(self, url: str) -> list[PullTask | CancelTask | RequiredImages]:
@@ -118,6 +123,9 @@ class MemorySqs:
             queue = self.queue(url)
             if queue is None:
                 return []
+            now = self.clock()
+            queue.bodies += [body for at, body in queue.delayed if at <= now]
+            queue.delayed = [(at, body) for at, body in queue.delayed if at > now]
             bodies, queue.bodies = queue.bodies, []
         return [parse_node_message(body) for body in bodies]
 
@@ -216,7 +224,8 @@ class MemoryTaskQueues:
         if len(body.encode()) > MAX_MESSAGE_BYTES:
             raise QueueError(f"send {message.kind} to {message.node}: InvalidParameterValue: One or more parameters "
                              f"are invalid. Reason: Message must be shorter than {MAX_MESSAGE_BYTES} bytes.")
-        if not self.sqs.send(self.queue_url(message.node, cluster), body):
+        delay = message.delay_seconds if isinstance(message, PullTask) else 0
+        if not self.sqs.send(self.queue_url(message.node, cluster), body, delay):
             log.info("%s for node %s waits for its agent: the node has no task queue yet", message.kind,
                      message.node)
             return False

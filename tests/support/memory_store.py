@@ -29,6 +29,7 @@ from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate, removal_deltas
 from prewarm.services.ports import StoreConflictError
 from tests.support.memory_items import (
+    MemoryBudgetItems,
     MemoryClusterItems,
     MemoryCronJobItems,
     MemoryNodeItems,
@@ -103,8 +104,8 @@ def _job_item(job: StoredJob) -> dict[str, Any]:
         "spec_hash": job.spec_hash, "generation": job.generation, "round": job.round, "planned": job.planned,
         "state": job.state, "version": job.version, "desired": c.desired, "waiting": c.waiting,
         "active": c.active, "succeeded": c.succeeded, "failed": c.failed, "done": c.done,
-        "shards": job.shards or None, "platforms": json.dumps(job.platforms), "start_time": job.start_time,
-        "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
+        "shards": job.shards or None, "platforms": json.dumps(job.platforms), "layers": job.layers,
+        "start_time": job.start_time, "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
         "created_at": job.created_at, "owner": job.owner or None, "children": job.children or None,
         "pull_secret_arns": job.pull_secret_arns or None, "placement_note": job.placement_note or None,
         "parked": job.parked or None,
@@ -129,6 +130,7 @@ def _job(values: Mapping[str, Any]) -> StoredJob:
         shards=values.get("shards", 0),
         deleting_since=values.get("deleting_since"),
         platforms=json.loads(values.get("platforms", "[]")),
+        layers=values.get("layers"),
         start_time=values.get("start_time"),
         completion_time=values.get("completion_time"),
         message=values.get("message", ""),
@@ -186,7 +188,8 @@ class MemoryJobItems(TableItems):
         fields = {
             "spec": json.dumps(job.manifest, sort_keys=True), "spec_hash": job.spec_hash,
             "generation": job.generation, "round": job.round, "api_kind": job.api_kind,
-            "platforms": json.dumps(job.platforms), "state": job.state, "start_time": job.start_time,
+            "platforms": json.dumps(job.platforms), "layers": job.layers, "state": job.state,
+            "start_time": job.start_time,
             "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
             RUNNING: _running(job.cluster) if _runs(job) else None,
         }
@@ -413,7 +416,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
 
 
 class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems, MemoryCronJobItems,
-                     MemoryClusterItems, MemoryWarmSnapshotItems):
+                     MemoryClusterItems, MemoryWarmSnapshotItems, MemoryBudgetItems):
     """`JobStore` and `ScheduleRuns` in memory, as `DynamoJobStore` keeps them on the JobsTable. Stores
     given the same `MemoryTable` share it, as two Lambda containers share the table."""
 

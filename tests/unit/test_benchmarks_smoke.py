@@ -90,6 +90,19 @@ def test_fanout_sends_one_task_per_node_in_one_call_each() -> None:
     assert result["baseline"]["extrapolated"] is True and result["baseline"]["calls"]["PutItem"] >= 10
 
 
+def test_registry_budget_paces_a_small_fleet_without_a_429_and_writes_only_its_key() -> None:
+    # Given 300 nodes pulling a 10-layer image (3,300 blob requests: more than ECR's 3,000 a second)
+    result = run_benchmark("registry_budget.py", "--nodes", "300", "--layers", "10", "--rate", "1200")
+    paced, unpaced = result["budget"], result["no_budget"]
+    # Then the paced run is never throttled and serves every request, the unpaced one is throttled
+    assert (paced["requests"], paced["throttled_requests"], paced["pulls_throttled"]) == (300 * 12, 0, 0)
+    assert unpaced["requests"] == 300 * 12 and unpaced["throttled_requests"] > 0
+    assert paced["bound_s"] == 3.0 and paced["finish_s"] >= paced["last_start_s"]
+    # And the budget wrote one key, once per batch of 99 claims
+    assert [(k["key"].split(":", 1)[1], k["writes"]) for k in result["keys_written"]] == [
+        ("BUDGET#ecr:123456789012:us-west-2", 4)]
+
+
 @pytest.mark.integration
 def test_resource_sync_writes_only_what_changed() -> None:
     # Given 30 job resources over 3 namespaces, when they are synced, synced again, and 4 are edited
@@ -372,6 +385,10 @@ def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
         assert round_["returned_wait_p50_s"] is None or round_["returned_wait_p50_s"] >= 1.9
     # And the old path wrote the job item with every report it applied
     assert result["old"]["job_item_writes_per_report"] >= 1.0
+    # And in the Never round (parallelism 10: freed slots refilled) the registry budget wrote its one key a
+    # few times, once per batch of tasks sent, not once a report
+    (budget,) = result["never"]["budget_keys"].values()
+    assert 1 <= budget["writes"] <= 20 < result["never"]["reports"]
 
 
 @pytest.mark.integration
@@ -408,10 +425,12 @@ def test_fleet_of_two_clusters_warms_both_from_one_push_and_shares_only_the_inde
         f["peak_reports_per_s"] for f in clusters.values())
     # And the only keys both clusters' traffic wrote are the kinds index's keys of a new job and a new cluster
     # (one write per item created, keys only: no report writes them); the stack's own items are the rule's and
-    # the flight index's markers (one per job planned, under one partition)
+    # the flight index's markers (one per job planned, under one partition), and the registry's budget, which
+    # every cluster's tasks share by design (one write per batch of tasks sent)
     assert {k.rpartition("/")[2]: v for k, v in result["shared_keys"].items()} == {
         "kinds:job": {"local": 1, "fleet-2": 1}}
-    assert {k.rpartition(":")[2] for k in result["stack_keys"]} == {"RULE#fleet", "rule", "INDEX#flight"}
+    assert {k.partition(":")[2] for k in result["stack_keys"]} == {
+        "RULE#fleet", "rule", "INDEX#flight", "BUDGET#ecr:123456789012:us-west-2"}
     assert result["foreign_keys"] == {}
     # And each cluster has its own 10 node queues, none of them another's
     assert result["queues"]["node_queues"] == {"local": 10, "fleet-2": 10}

@@ -34,7 +34,10 @@ def _image_bytes(view: JobView) -> tuple[int, int]:
 
 
 def watch_state(view: JobView) -> WatchState:
-    """Node counts and bytes over the job's nodes (a list job's over all its ImagePullJobs)."""
+    """Node counts and bytes over the job's nodes (a list job's over all its ImagePullJobs), and how many of
+    them wait out a registry's 429."""
+    from prewarm.domain.messages import NodePhase
+    from prewarm.domain.registry_budget import is_throttled_report
     from prewarm_cli.output import WatchState
 
     parts = view.children if view.record.is_list_job else [view]
@@ -49,6 +52,8 @@ def watch_state(view: JobView) -> WatchState:
         bytes_done=bytes_done,
         bytes_total=bytes_total,
         silent_agents=sum(p.silent_agents for p in parts),
+        throttled=sum(t.round == p.record.round and t.phase is NodePhase.PULLING and is_throttled_report(t.message)
+                      for p in parts for t in p.tasks),
     )
 
 

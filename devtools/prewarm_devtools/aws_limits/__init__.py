@@ -4,10 +4,12 @@ On (`enable()`, or the `limits()` context manager), every DynamoDB, SQS and ECR 
 serves in this process, through `mock_aws` or a `ThreadedMotoServer`, is first held to what AWS
 allows (`Quotas`: each number with its source): DynamoDB's item size, transaction size and
 conflicts, per-partition capacity of the base table and each GSI; SQS's message and batch sizes and
-queue name reuse; ECR's GetAuthorizationToken rate; EventBridge Scheduler's schedule names, expressions
-and time zones. Refusals are the errors AWS answers. EKS answers for the clusters
-the layer serves (`layer.eks.serve`: local mode's embedded API servers) with their endpoints and CAs and
-the access-entry API moto lacks (`eks`); Lambda's Invoke runs a local stack's handlers (`lambdas`).
+queue name reuse; ECR's request rates per account and Region (GetAuthorizationToken, and the registry's
+manifest and blob requests as BatchGetImage and GetDownloadUrlForLayer: 429 `TOOMANYREQUESTS`);
+EventBridge Scheduler's schedule names, expressions and time zones. Refusals are the errors AWS answers.
+EKS answers for the clusters the layer serves (`layer.eks.serve`: local mode's embedded API servers) with
+their endpoints and CAs and the access-entry API moto lacks (`eks`); Lambda's Invoke runs a local stack's
+handlers (`lambdas`).
 
 Before any of that, IAM (`authorization`): a caller the layer knows by access key
 (`layer.principals.add(key, arn, policies)`: local mode registers each function role and the agents'

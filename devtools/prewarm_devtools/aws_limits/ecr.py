@@ -1,4 +1,6 @@
-"""ECR in front of moto: GetAuthorizationToken's rate (20 a second, bursts of 200); with
+"""ECR in front of moto: the request rates of GetAuthorizationToken, and of the registry's manifest
+(BatchGetImage) and blob (GetDownloadUrlForLayer) requests, per account and Region, a 429
+`TOOMANYREQUESTS` past them (`Quotas`); with
 `token_lifetime_s` set, the token's expiry as ECR gives it (that many seconds from now, 12 hours on
 AWS) instead of moto's fixed 2015-01-01, which tests pin their clocks to; and, with `issues_tokens`,
 tokens of their own, each bound to the principal that asked for it.
@@ -56,6 +58,8 @@ class RegistryRefusal:
     status: int
     message: str
     code: str = "DENIED"
+    #: Seconds for a `Retry-After` header (a 429's), None for none.
+    retry_after: int | None = None
 
     def body(self) -> bytes:
         return json.dumps({"errors": [{"code": self.code, "message": self.message}]}).encode()
@@ -66,6 +70,10 @@ class RegistryRefusal:
 # IAM's AccessDenied text.
 NOT_AUTHORIZED = RegistryRefusal(401, "Not Authorized")
 TOKEN_EXPIRED = RegistryRefusal(403, "Your authorization token has expired. Reauthenticate and try again.")
+# Past a rate quota: 429 with the distribution spec's code, as Docker shows it ("toomanyrequests: Rate
+# exceeded", ECR User Guide, "Troubleshooting": HTTP 429 Too Many Requests or ThrottleException).
+RATE_EXCEEDED = "Rate exceeded"
+_RATED = {"ecr:BatchGetImage": "ecr_manifest_per_s", "ecr:GetDownloadUrlForLayer": "ecr_layer_per_s"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,9 @@ class ECRLimits:
         self.layer = layer
         self.quotas = layer.quotas
         self._lock = threading.Lock()
-        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
+        #: Requests refused past a rate quota, by ECR action, since the last reset.
+        self.throttled: dict[str, int] = {}
         #: Seconds an authorization token lives from the moment it is handed out; None: moto's answer.
         self.token_lifetime_s: float | None = None
         #: Hand out tokens of the layer's own, bound to their caller (`registry_refusal` checks them),
@@ -122,20 +132,26 @@ class ECRLimits:
         # a token is only ever found by its random password.
         with self._lock:
             self._buckets.clear()
+            self.throttled = {}
+
+    def take(self, api: str, account: str, region: str, rate: float, burst: float) -> bool:
+        """One request of `api` against its quota in `account` and `region`; False when past it."""
+        now = self.layer.clock()
+        with self._lock:
+            bucket = self._buckets.get((api, account, region))
+            if bucket is None:
+                bucket = self._buckets[(api, account, region)] = TokenBucket(rate, burst, now)
+            if not bucket.can_take(1, now):
+                self.throttled[api] = self.throttled.get(api, 0) + 1
+                return False
+            bucket.take(1, now)
+            return True
 
     def guard(self, action: str, handler: Any, run: Callable[[], Any]) -> Any:
         if action != "get_authorization_token":
             return run()
-        now = self.layer.clock()
-        where = (handler.current_account, handler.region)
-        with self._lock:
-            bucket = self._buckets.get(where)
-            if bucket is None:
-                bucket = self._buckets[where] = TokenBucket(self.quotas.ecr_auth_per_s, self.quotas.ecr_auth_burst, now)
-            allowed = bucket.can_take(1, now)
-            if allowed:
-                bucket.take(1, now)
-        if not allowed:
+        if not self.take("ecr:GetAuthorizationToken", handler.current_account, handler.region,
+                         self.quotas.ecr_auth_per_s, self.quotas.ecr_auth_burst):
             self.layer.stats.record_refusal("ThrottlingException")
             raise JsonRESTError("ThrottlingException", "Rate exceeded")
         if self.token_lifetime_s is None and not self.issues_tokens:
@@ -193,9 +209,21 @@ class ECRLimits:
         decision: Decision = evaluate(action, arn, token.principal, identity=self.layer.principals.policies(
             token.principal), resource_policy=_repository_policy(account, region, repository))
         if decision.allowed:
-            return None
+            return self.rate_refusal(action, account, region)
         self.layer.stats.record_refusal("DENIED")
         return RegistryRefusal(403, decision.message(token.principal, action, arn))
+
+
+    def rate_refusal(self, action: str, account: str, region: str) -> RegistryRefusal | None:
+        """The 429 for a registry request of `action` past its quota in `account` and `region`, else None."""
+        quota = _RATED.get(action)
+        if quota is None:
+            return None
+        rate = float(getattr(self.quotas, quota))
+        if self.take(action, account, region, rate, max(1.0, rate)):
+            return None
+        self.layer.stats.record_refusal("TOOMANYREQUESTS")
+        return RegistryRefusal(429, RATE_EXCEEDED, code="TOOMANYREQUESTS", retry_after=self.quotas.ecr_retry_after_s)
 
 
 def _repository_policy(account: str, region: str, name: str) -> dict[str, Any] | None:

@@ -41,15 +41,22 @@ class Quotas:
     # CreateQueue: "After you delete a queue, you must wait at least 60 seconds before creating a
     # queue with the same name" (QueueDeletedRecently).
     sqs_queue_name_reuse_s: float = 60.0
-    # ECR "Service quotas": GetAuthorizationToken, 20 requests per second, burst 200, per account
-    # and Region.
-    ecr_auth_per_s: float = 20.0
-    ecr_auth_burst: int = 200
+    # ECR "Amazon ECR service quotas", per account and Region (Service Quotas L-55A41110, L-16E70933,
+    # L-A60A366D): GetAuthorizationToken 500/s, BatchGetImage (a manifest request) 2,000/s,
+    # GetDownloadUrlForLayer (a blob request) 3,000/s. ECR states rates only; the burst here is one
+    # second's worth. A machine serves far less: local mode and tests lower them to make them bite.
+    ecr_auth_per_s: float = 500.0
+    ecr_auth_burst: int = 500
+    ecr_manifest_per_s: float = 2000.0
+    ecr_layer_per_s: float = 3000.0
+    # Seconds a 429 names in `Retry-After`; None sends none (ECR documents none).
+    ecr_retry_after_s: int | None = None
     # DynamoDB Streams: "data in a stream is retained for 24 hours"; a shard iterator "expires 15
     # minutes after it is returned to the requester".
     stream_retention_s: float = 24 * 3600.0
     shard_iterator_s: float = 15 * 60.0
 
     def __post_init__(self) -> None:
-        for name in ("partition_wcu_per_s", "partition_rcu_per_s", "ecr_auth_per_s"):
+        for name in ("partition_wcu_per_s", "partition_rcu_per_s", "ecr_auth_per_s", "ecr_manifest_per_s",
+                     "ecr_layer_per_s"):
             object.__setattr__(self, name, float(getattr(self, name)))

@@ -12,13 +12,16 @@ from __future__ import annotations
 import base64
 import http.client
 import logging
+import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol, Self
 
 from prewarm_devtools.node.process import LoopbackEndpoint
+from prewarm_devtools.node.throttle import ByteBucket
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,11 @@ class RegistryFront(LoopbackEndpoint):
     lets through, authenticating upstream as `upstream_auth` (user, password). `realm` is the host a
     401's `WWW-Authenticate: Basic` challenge names, as ECR's names its registry."""
 
-    def __init__(self, upstream_port: int, upstream_auth: tuple[str, str], check: Check, *, realm: str) -> None:
+    def __init__(self, upstream_port: int, upstream_auth: tuple[str, str], check: Check, *, realm: str,
+                 bytes_per_second: int | None = None) -> None:
         self.upstream_port = upstream_port
+        #: The cap on bytes served per second, all requests together (None: none); `set_rate` changes it.
+        self.bandwidth = ByteBucket(bytes_per_second)
         self._upstream_authorization = "Basic " + base64.b64encode(":".join(upstream_auth).encode()).decode()
         self.check = check
         self.realm = realm
@@ -63,7 +69,7 @@ class RegistryFront(LoopbackEndpoint):
             pass
 
         Handler.front = front
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = _QuietServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"registry-front-{self.port}",
@@ -85,6 +91,16 @@ class RegistryFront(LoopbackEndpoint):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that hang up (containerd after a 429 or a cancel) are logged at debug, not printed."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("registry front: %s hung up", client_address)
+        else:
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
@@ -121,6 +137,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.send_response(refusal.status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        retry_after = getattr(refusal, "retry_after", None)
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
         if refusal.status == 401:
             self.send_header("WWW-Authenticate", f'Basic realm="https://{self.front.realm}/",service="ecr.amazonaws.com"')
         self.send_header("Content-Length", str(0 if self.command == "HEAD" else len(body)))
@@ -171,9 +190,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if not has_body:
             return
         while chunk := response.read(_CHUNK):
+            self._paced_wait(len(chunk))
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if length is None else chunk)
         if length is None:
             self.wfile.write(b"0\r\n\r\n")
+
+    def _paced_wait(self, count: int) -> None:
+        """Holds `count` bytes back until the front's byte cap lets them through."""
+        bandwidth = self.front.bandwidth
+        while bandwidth.available() <= 0:
+            time.sleep(0.01)
+        bandwidth.spend(count)
 
     def _copy_chunked_body(self, upstream: http.client.HTTPConnection) -> None:
         while True:

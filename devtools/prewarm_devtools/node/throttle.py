@@ -39,7 +39,7 @@ class ConnectionRecord:
         return self.upstream_closed_at is None
 
 
-class _TokenBucket:
+class ByteBucket:
     """Bytes-per-second budget shared by every connection of one proxy; rate None means unlimited."""
 
     def __init__(self, rate: int | None) -> None:
@@ -99,7 +99,7 @@ class ThrottlingProxy(LoopbackEndpoint):
 
     def __init__(self, upstream: tuple[str, int], bytes_per_second: int | None) -> None:
         self.upstream = upstream
-        self._bucket = _TokenBucket(bytes_per_second)
+        self._bucket = ByteBucket(bytes_per_second)
         self._listener: socket.socket | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()

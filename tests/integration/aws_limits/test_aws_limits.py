@@ -279,7 +279,13 @@ def test_a_queue_name_is_refused_for_60_seconds_after_its_queue_was_deleted(aws:
 # --- ECR ----------------------------------------------------------------------------------------
 
 
-def test_get_authorization_token_is_throttled_past_a_burst_of_200_then_20_a_second(aws: Aws) -> None:
+def test_ecr_s_default_rate_quotas_are_the_service_quotas_page_s() -> None:
+    quotas = Quotas()
+    assert (quotas.ecr_auth_per_s, quotas.ecr_manifest_per_s, quotas.ecr_layer_per_s) == (500, 2000, 3000)
+
+
+@pytest.mark.aws_quotas(ecr_auth_per_s=20, ecr_auth_burst=200)
+def test_get_authorization_token_is_throttled_past_its_burst_then_its_rate(aws: Aws) -> None:
     ecr = aws.client("ecr")
     for _ in range(200):
         ecr.get_authorization_token()

@@ -10,11 +10,14 @@ import http.client
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import boto3
 import pytest
 
+from prewarm.domain.registry_budget import is_throttled
+from prewarm_agent.attempts import is_auth_error
 from prewarm_agent.cri.errors import ImagePullError
 from prewarm_devtools.aws_limits.ecr import registry_request
 from prewarm_devtools.localecr import ecr_host
@@ -227,3 +230,66 @@ def test_a_token_got_through_assume_role_carries_the_roles_permissions_not_the_c
     sts = boto3.client("sts", region_name=REGION, endpoint_url=aws.url, aws_access_key_id=as_puller.access_key_id,
                        aws_secret_access_key="x")
     assert sts.get_caller_identity()["Arn"] == as_puller.arn
+
+
+def test_past_its_layer_quota_the_registry_answers_429_toomanyrequests_and_containerd_s_pull_says_so(
+    aws: MotoServer, registry: LocalRegistry, image: PushedImage, containerd: PrivateContainerd
+) -> None:
+    assert aws.layer is not None
+    ecr = aws.layer.ecr
+    puller = role("throttled", {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                                "Resource": f"{REPOSITORIES}/team-a/*"})
+    token = token_of(aws, puller)
+    blob = f"/v2/team-a/app/blobs/{image.layer_digests[0]}"
+    before = ecr.quotas
+    # Given a layer quota of 3 requests a second (a burst of 3) and a Retry-After of 2 s
+    ecr.quotas = replace(before, ecr_layer_per_s=3, ecr_retry_after_s=2)
+    try:
+        ecr.reset()
+        # When blobs are asked for faster than that
+        answers = [fetch(registry, "GET", blob, token)[:2] for _ in range(6)]
+        # Then the first 3 are served and the next refused with ECR's 429 body (manifests are another quota)
+        assert [status for status, _ in answers[:3]] == [200, 200, 200]
+        assert answers[3] == (429, {"errors": [{"code": "TOOMANYREQUESTS", "message": "Rate exceeded"}]})
+        assert fetch(registry, "GET", "/v2/team-a/app/manifests/v1", token)[0] == 200
+        connection = http.client.HTTPConnection("127.0.0.1", registry.port, timeout=10)
+        connection.request("GET", blob, headers={"Authorization": "Basic " + base64.b64encode(
+            ":".join(token).encode()).decode()})
+        response = connection.getresponse()
+        assert (response.status, response.getheader("Retry-After")) == (429, "2")
+        connection.close()
+        assert ecr.throttled["ecr:GetDownloadUrlForLayer"] >= 4
+
+        # And containerd's pull fails with words the agent reads as throttling, not as the node's failure
+        ecr.quotas = replace(before, ecr_layer_per_s=0.001)
+        ecr.reset()
+        ecr.take("ecr:GetDownloadUrlForLayer", ACCOUNT, REGION, 0.001, 1.0)  # the one token spent
+        fresh = RegistryPusher(registry.url, registry.auth).push_image("team-a/fresh", "v1", build_image(size_mb=0.1))
+        reference = f"{ecr_host()}/team-a/fresh@{fresh.digest}"
+        with containerd.cri_client() as cri, pytest.raises(ImagePullError) as caught:
+            cri.pull_image(reference, auth=token).result(timeout=30)
+        assert is_throttled(caught.value.details) and not is_auth_error(caught.value.details), caught.value.details
+    finally:
+        ecr.quotas = before
+        ecr.reset()
+
+
+def test_the_registry_s_byte_cap_holds_what_it_serves_to_its_rate(
+    aws: MotoServer, registry: LocalRegistry, image: PushedImage
+) -> None:
+    puller = role("capped", {"Effect": "Allow", "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                             "Resource": f"{REPOSITORIES}/team-a/*"})
+    token = token_of(aws, puller)
+    blob = f"/v2/team-a/app/blobs/{image.layer_digests[0]}"
+    size = len(fetch(registry, "GET", blob, token)[1])
+    # Given a cap of 100 KB a second
+    registry.front.bandwidth.set_rate(100_000)
+    try:
+        # When the blob is fetched three times
+        started = time.monotonic()
+        assert all(fetch(registry, "GET", blob, token)[0] == 200 for _ in range(3))
+        elapsed = time.monotonic() - started
+    finally:
+        registry.front.bandwidth.set_rate(None)
+    # Then what was served came at the cap or slower (the first answer goes at once, the cap paid after it)
+    assert size > 50_000 and elapsed >= 0.9 * 2 * size / 100_000

@@ -545,6 +545,14 @@ def test_an_item_over_400_kb_is_refused(store: Store) -> None:
     assert store.get_job("default/big") is None and store.get_job(KEY).message == ""  # type: ignore[union-attr]
 
 
+def test_a_registry_budget_reserves_each_batch_s_starts_in_one_write_and_continues_from_it(store: Store) -> None:
+    assert store.reserve_pull_starts("ecr:1:r", [], now=5.0, burst_seconds=1.0) == ()
+    assert store.reserve_pull_starts("ecr:1:r", [0.5, 0.5, 0.5], now=5.0, burst_seconds=1.0) == (5.0, 5.0, 5.5)
+    assert store.reserve_pull_starts("ecr:1:r", [0.5], now=5.0, burst_seconds=1.0) == (6.0,)
+    assert store.reserve_pull_starts("ghcr.io", [0.5], now=5.0, burst_seconds=1.0) == (5.0,)
+    assert store.reserve_pull_starts("ecr:1:r", [0.5], now=60.0, burst_seconds=1.0) == (60.0,)
+
+
 def test_every_method_of_the_ports_is_in_the_fake_with_the_adapters_signature() -> None:
     import inspect
 
@@ -588,6 +596,15 @@ def test_a_task_reaches_the_queue_made_for_its_node_and_waits_for_a_node_without
     assert [(type(m).__name__, getattr(m, "job", "")) for m in got] == [
         ("PullTask", KEY), ("PullTask", "default/other"), ("CancelTask", KEY)]
     assert take_node_messages(sqs, url) == [] and take_node_messages(sqs, q.queue_url("n2")) == []
+
+
+def test_a_task_with_a_start_later_waits_in_its_queue_until_then(queues: tuple[Any, Any]) -> None:
+    q, sqs = queues
+    url = q.ensure_queue("n1")
+    # A start 60 s away: held back (SendMessage's DelaySeconds); one without a delay: delivered at once
+    assert q.send(pull("n1").model_copy(update={"delay_seconds": 60}))
+    assert q.send(pull("n1", "default/other"))
+    assert [m.job for m in take_node_messages(sqs, url) if isinstance(m, PullTask)] == ["default/other"]
 
 
 def test_each_cluster_has_its_own_queues_and_a_message_finds_its_clusters(queues: tuple[Any, Any]) -> None:

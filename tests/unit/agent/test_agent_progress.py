@@ -117,6 +117,20 @@ def test_a_task_between_attempts_still_reports_so_the_control_plane_hears_from_i
     assert reports[0].message == "attempt 1 ended; waiting for the next"
 
 
+def test_a_task_waiting_out_a_registry_s_429_keeps_reporting_it_is_throttled() -> None:
+    clock, status = Clock(), Status()
+    agent = make_agent(Content([]), clock, status)
+    run = make_run(make_task())
+    run.begin_attempt(1, clock.time())
+    run.throttled = "throttled by the registry, retrying in 4s (not counted toward backoffLimit): 429"
+    agent._runs[run.key] = run
+
+    agent.report_progress()
+
+    (report,) = [r for r in status.sent if isinstance(r, StatusReport)]
+    assert (report.phase, report.attempt, report.message) == ("Pulling", 1, run.throttled)
+
+
 def test_a_task_not_started_yet_sends_nothing() -> None:
     clock, status = Clock(), Status()
     agent = make_agent(Content([]), clock, status)

@@ -365,3 +365,50 @@ def test_a_reference_with_tag_and_digest_is_pulled_by_its_digest_as_the_control_
     setup.runner.run(make_run(make_task(f"busybox:1@{digest}")))
 
     assert setup.runtime.pulls[0].image == f"docker.io/library/busybox@{digest}"
+
+
+# --- a registry's 429 -------------------------------------------------------------------------------
+
+THROTTLED = (
+    f'failed to pull and unpack image "{IMAGE}": failed to copy: httpReadSeeker: failed open: unexpected status '
+    "code https://registry.example.com/v2/team/app/blobs/sha256:ab: 429 Too Many Requests - Server message: "
+    "toomanyrequests: Rate exceeded"
+)
+
+
+def test_a_throttled_attempt_is_retried_without_counting_toward_the_backoff_limit() -> None:
+    setup = Setup([pull_error(THROTTLED), pull_error(THROTTLED), pull_error(THROTTLED), IMAGE_ID])
+    run = make_run(make_task(IMAGE, backoff_limit=0))
+
+    final = setup.runner.run(run)
+
+    assert (final.phase, final.attempt) == ("Succeeded", 1)
+    assert len(setup.runtime.pulls) == 4
+    throttled = [r for r in setup.events.reports if r.message.startswith("throttled by the registry")]
+    assert len(throttled) == 3 and all(r.phase == "Pulling" and r.attempt == 1 for r in throttled)
+    assert "not counted toward backoffLimit" in throttled[0].message and "429 Too Many Requests" in throttled[0].message
+    waits = setup.backoffs(run)
+    # Jittered, doubling: between half and all of 1 s, 2 s, 4 s.
+    assert [0.5 <= waits[0] <= 1, 1 <= waits[1] <= 2, 2 <= waits[2] <= 4] == [True, True, True]
+    assert run.throttled == ""
+
+
+def test_throttling_counts_as_a_failed_attempt_once_its_waits_pass_the_timeout() -> None:
+    setup = Setup([pull_error(THROTTLED)] * 20)
+    run = make_run(make_task(IMAGE, backoff_limit=0, timeout_seconds=5))
+
+    final = setup.runner.run(run)
+
+    assert final.phase == "Failed" and "429 Too Many Requests" in final.message
+    assert sum(w for w in setup.backoffs(run)) >= 5
+    assert len(setup.runtime.pulls) < 10
+
+
+def test_a_cancel_during_a_throttled_wait_cancels_the_run() -> None:
+    setup = Setup([pull_error(THROTTLED), IMAGE_ID])
+    run = make_run(make_task(IMAGE))
+    setup.clock.on_wait = lambda event, seconds: run.cancel("job deleted") if event is run.cancelled else None
+
+    final = setup.runner.run(run)
+
+    assert (final.phase, final.message) == ("Cancelled", "job deleted")

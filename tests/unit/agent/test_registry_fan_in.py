@@ -51,8 +51,8 @@ def throttled(operation: str = "GetAuthorizationToken") -> ClientError:
 
 
 class CountingEcr:
-    """ECR's GetAuthorizationToken, counted, at ECR's rate: 20 a second, bursts of 200 (as the AWS
-    limits layer enforces it in front of moto), on the test's clock.
+    """ECR's GetAuthorizationToken, counted, at its rate of before 2020 (20 a second, bursts of 200; the
+    quota is 500 a second now): the stricter one, on the test's clock.
 
     It answers a token valid for 12 hours from now, as real ECR does: moto's fixed token expired in
     2015, and a copy of it would be refused by every agent as expired."""

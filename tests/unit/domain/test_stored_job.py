@@ -360,6 +360,19 @@ def test_any_other_change_replans_the_current_round_and_keeps_or_replaces_the_pl
     assert job.respecified(pull_manifest(parallelism=5), "h2", now=T0, platforms=[]).platforms == []
 
 
+def test_a_new_spec_keeps_the_image_s_layer_count_unless_a_push_gives_one() -> None:
+    job = pull_job(round=1, layers=12)
+    assert job.respecified(pull_manifest(parallelism=5), "h2", now=T0, platforms=None).layers == 12
+    assert job.respecified(pull_manifest(parallelism=5), "h2", now=T0, platforms=None, layers=30).layers == 30
+    assert job.respecified(pull_manifest(parallelism=5), "h2", now=T0, platforms=None, layers=0).layers == 0
+    assert pull_job(round=1).respecified(pull_manifest(), "h2", now=T0, platforms=None).layers is None
+
+
+def test_a_task_carries_the_image_s_layer_count_for_its_registry_s_budget() -> None:
+    assert pull_job(layers=12).pull_task("n1").layers == 12
+    assert pull_job().pull_task("n1").layers is None
+
+
 def test_a_running_job_respecified_keeps_its_state_and_times() -> None:
     job = pull_job(message="job is running, progress 50.0%")
     changed = job.respecified(pull_manifest(image="nginx:1.26"), "h2", now=T0 + 50, platforms=None)

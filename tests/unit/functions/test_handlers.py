@@ -84,7 +84,7 @@ def _seed_stream_image(stack: dict[str, Any], name: str) -> dict[str, Any]:
 def test_job_stream_insert_plans_the_job_and_sends_first_tasks(stack: dict[str, Any]) -> None:
     event = _seed_stream_image(stack, "dynamodb_stream_job_insert")
     nodes = [n["metadata"]["name"] for n in stack["cluster"].nodes]
-    urls = [bootstrap.queues().ensure_queue(n) for n in nodes]  # as each node's agent does at start
+    urls = [bootstrap.node_queues().ensure_queue(n) for n in nodes]  # as each node's agent does at start
     result = load_handler("dispatch_job").lambda_handler(event, stack["ctx"])
     assert result == {"batchItemFailures": []}
     view = view_job(bootstrap.store(), "ml", "warm-inference", now=2e9)
@@ -128,7 +128,7 @@ def test_a_batch_tells_the_status_queue_of_returns_on_the_task_queues_sqs_client
     assert handler.lambda_handler(event, stack["ctx"])["batchItemFailures"]
     # Then its redelivery is told through the SQS client the task queues already hold, not a second one
     assert bootstrap.status_queue.cache_info().currsize == 1
-    assert bootstrap.status_queue().client is bootstrap.queues().client
+    assert bootstrap.status_queue().client is bootstrap.node_queues().client
 
 
 def test_schedules_run_their_use_cases(stack: dict[str, Any]) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from prewarm.services.cron_jobs import RunOutcome
     from prewarm.services.dispatch import PlanResult
     from prewarm.services.jobs import Applied
+    from prewarm.services.pacing import PacedQueues
     from prewarm.services.ports import ClusterApi
     from prewarm.services.reports import StatusBatchOutcome
     from prewarm.services.resources import SyncReport
@@ -52,7 +53,7 @@ def store() -> DynamoJobStore:
 
 
 @lru_cache(maxsize=1)
-def queues() -> NodeQueues:
+def node_queues() -> NodeQueues:
     from prewarm.adapters.sqs import NodeQueues
 
     s = settings()
@@ -60,6 +61,14 @@ def queues() -> NodeQueues:
         s.node_queue_prefix, s.status_queue_url, dlq_arn=s.node_dlq_arn,
         visibility_seconds=s.node_queue_visibility_seconds, sender_arns=s.node_queue_sender_arns,
     )
+
+
+@lru_cache(maxsize=1)
+def queues() -> PacedQueues:
+    """The node queues as every sender of tasks uses them: pull starts paced by each registry's budget."""
+    from prewarm.services.pacing import PacedQueues
+
+    return PacedQueues(node_queues(), store(), settings().registry_budgets())
 
 
 @lru_cache(maxsize=1)
@@ -224,7 +233,7 @@ def status_queue() -> StatusQueue:
     """The status queue, on the task queues' SQS client: one client per process, not two."""
     from prewarm.adapters.sqs import StatusQueue
 
-    return StatusQueue(settings().status_queue_url, client=queues().client)
+    return StatusQueue(settings().status_queue_url, client=node_queues().client)
 
 
 def handle_push(push: ImagePush) -> list[Applied]:
@@ -336,9 +345,9 @@ def run_cron_job(cron_job: str, scheduled_time: float | None) -> RunOutcome:
 
 
 def reset() -> None:
-    for built in (store, queues, status_queue, clusters, circuits, status_calls, status_clusters, plan_calls,
-                  plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings, settled_nodes,
-                  sweep_settings, cron_schedules):
+    for built in (store, node_queues, queues, status_queue, clusters, circuits, status_calls, status_clusters,
+                  plan_calls, plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings,
+                  settled_nodes, sweep_settings, cron_schedules):
         built.cache_clear()
 
 

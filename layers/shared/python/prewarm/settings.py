@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -17,6 +18,12 @@ from prewarm.domain.intervals import (
     NO_AGENT_GRACE_SECONDS,
     REPORT_INTERVAL_SECONDS,
     STARTUP_TAINT_GRACE_SECONDS,
+)
+from prewarm.domain.registry_budget import (
+    DEFAULT_REQUESTS_PER_SECOND,
+    BudgetConfigError,
+    RegistryBudget,
+    RegistryBudgets,
 )
 from prewarm.domain.validation import describe_validation_error
 
@@ -61,6 +68,11 @@ class Settings(BaseModel):
     aws_region: str = Field(default="", alias="AWS_REGION")
     credentials_config_parameter: str = Field(default="", alias="CREDENTIALS_CONFIG_PARAMETER")
     credentials_config_json: str = Field(default="", alias="CREDENTIALS_CONFIG")
+    # Each registry's request budget (docs/template.md, RegistryRequestsPerSecond): 0 turns pacing off.
+    registry_requests_per_second: float = Field(default=DEFAULT_REQUESTS_PER_SECOND,
+                                                alias="REGISTRY_REQUESTS_PER_SECOND", ge=0, allow_inf_nan=False)
+    registry_bytes_per_second: float = Field(default=0, alias="REGISTRY_BYTES_PER_SECOND", ge=0, allow_inf_nan=False)
+    registry_budgets_json: str = Field(default="", alias="REGISTRY_BUDGETS")
     # The cron jobs' EventBridge Scheduler schedules (dispatch_job puts them): their name prefix, the run
     # function they invoke and the role Scheduler invokes it as.
     cron_schedule_prefix: str = Field(default="prewarm-cron", alias="CRON_SCHEDULE_PREFIX",
@@ -86,6 +98,19 @@ class Settings(BaseModel):
         if text := self.credentials_config_json.strip():
             return CredentialsConfig.parse(text, "CREDENTIALS_CONFIG")
         return None
+
+    def registry_budgets(self) -> RegistryBudgets:
+        """The stack's registry budgets: the default and `REGISTRY_BUDGETS`' per-host overrides."""
+        default = RegistryBudget(requests_per_second=self.registry_requests_per_second,
+                                 bytes_per_second=self.registry_bytes_per_second or None)
+        text = self.registry_budgets_json.strip()
+        try:
+            overrides = json.loads(text) if text else {}
+            if not isinstance(overrides, dict):
+                raise BudgetConfigError("expected an object of registry host to budget")
+            return RegistryBudgets.parse(default, overrides)
+        except (json.JSONDecodeError, BudgetConfigError) as e:
+            raise SettingsError(f"invalid REGISTRY_BUDGETS: {e}") from None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

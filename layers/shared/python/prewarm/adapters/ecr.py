@@ -1,16 +1,28 @@
-"""What ECR knows about an image: the platforms of a pushed index (`BatchGetImage`)."""
+"""What ECR knows about an image: the platforms of a pushed index and its layer count (`BatchGetImage`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from botocore.exceptions import ClientError
+
+log = logging.getLogger(__name__)
 
 _INDEX_TYPES = [
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ]
+
+
+_MANIFEST_TYPES = [
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    *_INDEX_TYPES,
+]
+# BatchGetImage: "imageIds ... Maximum number of 100 items."
+_MAX_IMAGE_IDS = 100
 
 
 class EcrError(Exception):
@@ -30,6 +42,36 @@ class EcrImages:
 
             self._client = boto3.client("ecr")
         return self._client
+
+    def _manifests(self, registry_id: str, repository: str, digests: list[str], accepted: list[str]
+                   ) -> list[dict[str, Any]]:
+        try:
+            out = self.client.batch_get_image(
+                registryId=registry_id, repositoryName=repository,
+                imageIds=[{"imageDigest": d} for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=accepted,
+            )
+        except ClientError as e:
+            raise EcrError(f"read manifest of {repository}@{digests[0]}: "
+                           f"{e.response.get('Error', {}).get('Code')}") from e
+        try:
+            return [json.loads(image.get("imageManifest") or "{}") for image in out.get("images") or []]
+        except json.JSONDecodeError as e:
+            raise EcrError(f"manifest of {repository}@{digests[0]} is not JSON") from e
+
+    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
+        """The image's layers (of an index, the most any of its images has); None when ECR cannot say (logged:
+        the count only sizes the pull's share of the registry budget, never worth failing a push for)."""
+        try:
+            manifests = self._manifests(registry_id, repository, [digest], _MANIFEST_TYPES)
+            if manifests and "manifests" in manifests[0]:
+                children = [m["digest"] for m in manifests[0]["manifests"]
+                            if (m.get("platform") or {}).get("os") not in (None, "unknown") and m.get("digest")]
+                manifests = self._manifests(registry_id, repository, children, _MANIFEST_TYPES) if children else []
+        except EcrError as e:
+            log.warning("layer count unknown: %s", e)
+            return None
+        counts = [len(m.get("layers") or []) for m in manifests if "layers" in m]
+        return max(counts) if counts else None
 
     def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
         """The index's platforms, or None when the manifest is not an index (platform unknown)."""

@@ -235,9 +235,12 @@ class NodeQueues(_SqsAdapter):
 
     def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
         """Sends to the node's queue; False when the node has none (no agent has started there yet)."""
+        # Held back for the start its registry's budget gave it (`services.pacing`).
+        delay = {"DelaySeconds": message.delay_seconds} if isinstance(message, PullTask) and message.delay_seconds \
+            else {}
         try:
             self.client.send_message(QueueUrl=self.queue_url(message.node, message.cluster),
-                                     MessageBody=message.model_dump_json())
+                                     MessageBody=message.model_dump_json(), **delay)
         except ClientError as e:
             if _code(e) in _MISSING:
                 log.info("%s for node %s waits for its agent: the node has no task queue yet", message.kind,

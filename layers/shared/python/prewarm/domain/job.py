@@ -69,6 +69,9 @@ class StoredJob:
     message: str = ""
     ttl: int | None = None
     platforms: list[dict[str, str]] = field(default_factory=list)
+    # The image's layer count when known (ECR's manifest, read on a push): a pull's share of its
+    # registry's budget (`prewarm.domain.registry_budget`).
+    layers: int | None = None
     created_at: float | None = None
     version: int = 0
     owner: str = ""
@@ -328,7 +331,7 @@ class StoredJob:
             sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
             sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
             pull_secret_arns=list(self.pull_secret_arns), pin=self.pull_job.pin,
-            pull_secrets_only=self.pull_secrets_only,
+            pull_secrets_only=self.pull_secrets_only, layers=self.layers,
         )
 
     def pull_tasks(self, nodes: Iterable[str]) -> list[PullTask]:
@@ -341,7 +344,8 @@ class StoredJob:
     # --- applying a new spec ----------------------------------------------------------------
 
     def respecified(
-        self, manifest: dict[str, Any], spec_hash: str, *, now: float, platforms: list[dict[str, str]] | None
+        self, manifest: dict[str, Any], spec_hash: str, *, now: float, platforms: list[dict[str, str]] | None,
+        layers: int | None = None,
     ) -> StoredJob:
         """The job with a new spec applied: a change of what is pulled (image, pull policy, secrets,
         sandbox config) starts a new round on every node, any other change re-plans the current round.
@@ -351,6 +355,7 @@ class StoredJob:
             self, manifest=manifest, spec_hash=spec_hash, generation=self.generation + 1,
             round=self.round + 1 if new_round else self.round,
             platforms=self.platforms if platforms is None else platforms,
+            layers=self.layers if layers is None else layers,
         )
         if not self.state.is_finished:
             return changed

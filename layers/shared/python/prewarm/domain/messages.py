@@ -137,6 +137,11 @@ class PullTask(_Message, _ToNode, JobRef):
     pin: bool = Field(default=False, description="pin the image in containerd once pulled; absent when false")
     pull_secrets_only: bool = Field(
         default=False, description="pull with pull_secret_arns only, never with shared credentials; absent when false")
+    # For the sender only, never sent (agents refuse unknown fields): the image's layer count, which sets
+    # the pull's share of its registry's budget, and how long the queue holds the task back for the start
+    # that budget gave it (SendMessage's DelaySeconds).
+    layers: int | None = Field(default=None, ge=0, exclude=True)
+    delay_seconds: int = Field(default=0, ge=0, le=900, exclude=True)
 
     @model_serializer(mode="wrap")
     def _without_false_flags(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

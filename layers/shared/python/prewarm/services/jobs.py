@@ -171,6 +171,7 @@ def apply_job(
     platforms: list[dict[str, str]] | None = None,
     owner: str = "",
     cluster: str = DEFAULT_CLUSTER,
+    layers: int | None = None,
 ) -> Applied:
     """Creates the job, or re-plans it when its spec changed; the same spec twice is a no-op.
 
@@ -184,7 +185,8 @@ def apply_job(
         return _apply_list_job(store, job, now=now, cluster=cluster)
     key = job_key(job.namespace, job.name, cluster)
     return retry_on_conflict(
-        lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner, cluster=cluster),
+        lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner, cluster=cluster,
+                            layers=layers),
         conflict=StoreConflictError, attempts=5,
         exhausted=lambda: StoreConflictError(f"job {key} kept changing while being applied; try again"),
     )
@@ -192,7 +194,7 @@ def apply_job(
 
 def _apply_once(
     store: ApplyItems, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str,
-    cluster: str,
+    cluster: str, layers: int | None = None,
 ) -> Applied:
     """One read and one conditional write; a job created or changed meanwhile raises `StoreConflictError`."""
     ns, name = job.metadata.namespace, job.metadata.name
@@ -204,18 +206,19 @@ def _apply_once(
         store.create_job(StoredJob(
             namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_PULL_JOB, manifest=manifest,
             spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
-            cluster=cluster,
+            cluster=cluster, layers=layers,
         ))
         return Applied("ImagePullJob", ns, name, "created", cluster=cluster)
     if not current.owner:
         check_source("ImagePullJob", ns, name, owner=current.source, by=source_of(manifest))
-    if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms):
+    if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms) and (
+            layers is None or layers == current.layers):
         if not current.is_unplanned_for_long(now):
             return Applied("ImagePullJob", ns, name, "unchanged", cluster=cluster)
         # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
         store.replace_job_spec(current.replanned(), expected_hash=spec_hash)
         return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
-    store.replace_job_spec(current.respecified(manifest, spec_hash, now=now, platforms=platforms),
+    store.replace_job_spec(current.respecified(manifest, spec_hash, now=now, platforms=platforms, layers=layers),
                            expected_hash=current.spec_hash)
     return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
 

@@ -233,6 +233,16 @@ class ClusterItems(Protocol):
                              agents: int | None = None, synced: bool = False, own: bool = False) -> None: ...
 
 
+class BudgetItems(Protocol):
+    """Each registry's request budget (`prewarm.domain.registry_budget`), shared by every job and cluster."""
+
+    def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
+                            burst_seconds: float) -> tuple[float, ...]:
+        """Start times for pulls from registry `key` costing `costs` seconds of its budget each, in one
+        write (`StoreConflictError` when other writers kept it changing)."""
+        ...
+
+
 class WarmSnapshotItems(Protocol):
     """Each warm snapshot's manifest and its state (`domain.bakes.SnapshotState`), written with a version."""
 
@@ -246,6 +256,7 @@ class WarmSnapshotItems(Protocol):
 
 
 class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, CronJobItems,
+               BudgetItems,
                Protocol):
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
@@ -400,6 +411,7 @@ class ImageMetadata(Protocol):
     """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
 
     def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None: ...
+    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None: ...
 
 
 # --- Credentials ---------------------------------------------------------------------------------

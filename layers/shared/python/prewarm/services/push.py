@@ -32,9 +32,12 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
     rules = matching_rules(store, push)
     if not rules:
         return []
-    platforms = None
+    platforms = layers = None
     if images is not None and push.is_index:
         platforms = images.platforms(push.account, push.repository, push.digest)
+    if images is not None:
+        # The pull's share of the registry's budget (None: unknown, the budget assumes a default).
+        layers = images.layer_count(push.account, push.repository, push.digest)
     served = [RegisteredCluster(DEFAULT_CLUSTER)] if clusters is None else clusters.served()
     own_name = "" if clusters is None else clusters.own_name
     applied = []
@@ -44,5 +47,5 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
             log.warning("rule names a cluster the stack does not serve: no job there",
                         extra={"rule": rule.metadata.name, "cluster": unknown})
         for cluster in select_clusters(rule.spec.clusters, served, own_name):
-            applied.append(apply_job(store, job, now=now, platforms=platforms, cluster=cluster.name))
+            applied.append(apply_job(store, job, now=now, platforms=platforms, cluster=cluster.name, layers=layers))
     return applied

@@ -1,13 +1,13 @@
 """The job store on one DynamoDB table, one module per item kind (key design and capacity model in
 docs/architecture.md): `jobs` (job items), `tasks` (node items and excluded nodes), `nodes` (registered
 nodes), `rules` (prewarm rules and schedule runs), `clusters` (registered clusters), `cron_jobs`
-(AdvancedCronJobs), all on `table`'s
-calls and error mapping: a failed condition is a conflict (re-read, decide again), throttling is
-retryable.
+(AdvancedCronJobs), `budgets` (one per registry), all on `table`'s calls and error mapping: a failed
+condition is a conflict (re-read, decide again), throttling is retryable.
 """
 
 from __future__ import annotations
 
+from prewarm.adapters.dynamodb.budgets import BudgetItems
 from prewarm.adapters.dynamodb.clusters import ClusterItems
 from prewarm.adapters.dynamodb.cron_jobs import CronJobItems, cron_job_of_item
 from prewarm.adapters.dynamodb.jobs import MAX_SHARDS, NODES_PER_SHARD, job_of_item
@@ -33,6 +33,6 @@ __all__ = [
 
 
 class DynamoJobStore(NodeTaskItems, NodeItems, RuleItems, ScheduleRunItems, ClusterItems, WarmSnapshotItems,
-                     CronJobItems):
+                     CronJobItems, BudgetItems):
     """`JobStore` and `ScheduleRuns` on the JobsTable. Give it a boto3 DynamoDB client, or it builds one
     on first use."""

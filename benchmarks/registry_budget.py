@@ -1,0 +1,183 @@
+"""The registry budget at fleet scale: `--nodes` nodes pull an image of `--layers` layers from one ECR
+registry at ECR's default quotas, with the stack's budget and without it.
+
+Time is modelled, not waited for: a model clock drives both the registry and the budget. The registry is
+ECR's request quotas per account and Region as token buckets (BatchGetImage 2,000/s for the manifest,
+GetDownloadUrlForLayer 3,000/s for the config and each layer; one second's worth of burst), each request
+taken or refused with a 429. A pull makes all its requests the moment it starts (the worst case: containerd
+spreads its blob requests over the pull, 3 at a time); a refused request is asked again after the agent's
+throttle backoff (`throttle_backoff`: jittered, 1 s doubling to 30 s), the requests served stay served.
+
+With the budget, the fleet's tasks are sent as `fill_slots` claims them, 99 a transaction, through the
+real `PacedQueues` and `DynamoJobStore` on moto behind the AWS limits layer (on the model clock), so every
+write is counted per partition key; each task starts when its queue delay (`DelaySeconds`, whole seconds,
+from the task's `not_before`) lets it. Without the budget every task starts at once (parallelism = nodes).
+It prints, side by side, the 429s, the time the last request was served, and the bound the budget sets
+(requests / rate); then the writes of each key the budget wrote (its only key), their peak per second
+against DynamoDB's 1,000 WCU/s a partition. The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and not __package__:  # run as a file: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.measure import emit, print_machine
+
+ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+KEY = "ecr:123456789012:us-west-2"
+CLAIMS_PER_TRANSACTION = 99  # dispatch's MAX_CLAIMS_PER_TRANSACTION
+MANIFEST_PER_S, LAYER_PER_S = 2000.0, 3000.0  # ECR: BatchGetImage, GetDownloadUrlForLayer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Pull:
+    start: float
+    manifest: int = 1
+    blobs: int = 0
+    throttles: int = 0
+    done_at: float | None = None
+
+
+@dataclass
+class Registry:
+    """ECR's two pull quotas as token buckets on the model clock; counts what it served and refused."""
+
+    clock: Clock
+    buckets: dict[str, Any] = field(default_factory=dict)
+    served: int = 0
+    refused: int = 0
+
+    def __post_init__(self) -> None:
+        from prewarm_devtools.aws_limits import TokenBucket
+
+        self.buckets = {"manifest": TokenBucket(MANIFEST_PER_S, MANIFEST_PER_S, 0.0),
+                        "layer": TokenBucket(LAYER_PER_S, LAYER_PER_S, 0.0)}
+
+    def take(self, api: str, count: int) -> int:
+        """Serves up to `count` requests of `api` now; answers how many were served."""
+        bucket, now = self.buckets[api], self.clock.now
+        served = min(count, int(bucket.available(now)))
+        bucket.take(served, now)
+        self.served += served
+        self.refused += count - served
+        return served
+
+
+def simulate(starts: Sequence[float], layers: int, seed: int) -> dict[str, Any]:
+    """Pulls starting at `starts` against the registry; each retried after a 429 as the agent does."""
+    from prewarm.domain.registry_budget import throttle_backoff
+
+    clock, rng = Clock(), random.Random(seed)
+    registry = Registry(clock)
+    pulls = [Pull(start, blobs=1 + layers) for start in starts]
+    events = [(p.start, i) for i, p in enumerate(pulls)]
+    heapq.heapify(events)
+    last = 0.0
+    while events:
+        clock.now, i = heapq.heappop(events)
+        pull = pulls[i]
+        pull.manifest -= registry.take("manifest", pull.manifest)
+        if not pull.manifest:
+            pull.blobs -= registry.take("layer", pull.blobs)
+        if pull.manifest or pull.blobs:
+            pull.throttles += 1
+            heapq.heappush(events, (clock.now + throttle_backoff(pull.throttles, rng), i))
+        else:
+            pull.done_at = last = clock.now
+    return {"requests": registry.served, "throttled_requests": registry.refused, "finish_s": round(last, 2),
+            "last_start_s": round(max(starts), 2), "pulls_throttled": sum(p.throttles > 0 for p in pulls)}
+
+
+def budget_starts(nodes: int, layers: int, rate: float) -> tuple[list[float], dict[str, Any]]:
+    """The fleet's starts as the stack's paced sends give them: real PacedQueues and DynamoJobStore on moto
+    behind the limits layer, on the model clock; and the writes per partition key they made."""
+    import os
+
+    import boto3
+    from moto import mock_aws
+
+    from prewarm.adapters.dynamodb import DynamoJobStore
+    from prewarm.domain.messages import PullTask
+    from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
+    from prewarm.services.pacing import PacedQueues
+    from prewarm_devtools import aws_limits
+    from prewarm_devtools.sam.template import create_table, load_template
+
+    os.environ.update({"AWS_DEFAULT_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "bench",
+                       "AWS_SECRET_ACCESS_KEY": "bench"})
+    clock = Clock()
+    starts: list[float] = []
+
+    class Captured:
+        def send_many(self, messages: Sequence[Any]) -> list[tuple[str, str]]:
+            for task in messages:
+                starts.append(clock.now + task.delay_seconds)  # SendMessage's DelaySeconds
+            return []
+
+    with mock_aws(), aws_limits.limits(clock=clock) as layer:
+        client = boto3.client("dynamodb")
+        create_table(client, load_template(), "bench")
+        layer.stats.reset()
+        store = DynamoJobStore("bench", client)
+        paced = PacedQueues(Captured(), store, RegistryBudgets(RegistryBudget(requests_per_second=rate)),  # type: ignore[arg-type]
+                            clock=clock)
+        image = f"{ECR}/ml/big@sha256:" + "0" * 64
+        for first in range(0, nodes, CLAIMS_PER_TRANSACTION):
+            batch = [PullTask(job="default/fleet", job_uid="u", round=1, node=f"node-{n}", image=image, layers=layers)
+                     for n in range(first, min(nodes, first + CLAIMS_PER_TRANSACTION))]
+            paced.send_many(batch)
+            clock.now += 0.01  # the next claim's transaction and sends
+        keys = [{"key": str(k.key), "writes": k.writes, "peak_wcu_per_s": round(k.peak_wcu_per_s, 1)}
+                for k in layer.stats.keys() if k.writes]  # noqa: SIM118 (CapacityStats.keys(), not a dict)
+    return starts, {"keys_written": keys, "refusals": dict(layer.stats.refusals)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--rate", type=float, default=None, help="the budget, requests/s (default: the stack's)")
+    parser.add_argument("--seed", type=int, default=37)
+    args = parser.parse_args(argv)
+    from prewarm.domain.registry_budget import DEFAULT_REQUESTS_PER_SECOND, pull_requests
+
+    rate = args.rate or DEFAULT_REQUESTS_PER_SECOND
+    print_machine()
+    print(f"{args.nodes} nodes x {args.layers} layers from one ECR registry (account and Region), model time; "
+          f"ECR's quotas: BatchGetImage {MANIFEST_PER_S:,.0f}/s, GetDownloadUrlForLayer {LAYER_PER_S:,.0f}/s")
+    starts, writes = budget_starts(args.nodes, args.layers, rate)
+    paced = simulate(starts, args.layers, args.seed)
+    unpaced = simulate([0.0] * args.nodes, args.layers, args.seed)
+    bound = args.nodes * pull_requests(args.layers) / rate
+    paced["bound_s"] = round(bound, 2)
+    paced["finish_vs_bound"] = round(paced["finish_s"] / bound, 3) if bound else None
+    print(f"{'':28}{'budget ' + format(rate, ',.0f') + '/s':>22}{'no budget':>14}")
+    for name in ("requests", "throttled_requests", "pulls_throttled", "last_start_s", "finish_s"):
+        print(f"{name:28}{paced[name]:>22,}{unpaced[name]:>14,}")
+    print(f"{'bound (requests / rate) s':28}{bound:>22,.2f}")
+    for key in writes["keys_written"]:
+        print(f"writes of {key['key']}: {key['writes']}, peak {key['peak_wcu_per_s']} WCU/s (a partition takes 1,000)")
+    emit({"nodes": args.nodes, "layers": args.layers, "rate": rate, "budget": paced, "no_budget": unpaced, **writes})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

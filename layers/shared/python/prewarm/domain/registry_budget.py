@@ -1,0 +1,194 @@
+"""One request budget per registry, shared by every job and cluster of the stack, and what a pull costs.
+
+ECR's request rates are quotas per account and Region ("Amazon ECR service quotas": BatchGetImage
+2,000/s, GetDownloadUrlForLayer 3,000/s, GetAuthorizationToken 500/s), whichever repository, job or
+cluster asks. A pull makes one manifest request and one blob request per layer and for its config
+(ECR's GetDownloadUrlForLayer serves every blob), so it costs `2 + layers` requests of its registry's
+budget. Pull starts are paced by a GCRA (a token bucket kept
+as one number: the *theoretical arrival time* `tat`, when the budget spent so far is paid back): a
+batch of pulls reserves its start times in one write, however many pulls it holds.
+
+>>> budget = RegistryBudget(requests_per_second=10, burst_seconds=1.0)
+>>> reserve_starts(None, now=100.0, costs=[budget.pull_seconds(3)] * 3, burst_seconds=budget.burst_seconds)
+Reservation(starts=(100.0, 100.0, 100.5), tat=101.5)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# The default budget: 80 % of ECR's GetDownloadUrlForLayer quota (3,000/s per account and Region), the
+# rest left to other users of the account (kubelets, CI). Manifest requests are counted in it too, so
+# BatchGetImage (2,000/s) stays below its quota for any image of one layer or more.
+ECR_LAYER_REQUESTS_PER_SECOND = 3000.0
+DEFAULT_REQUESTS_PER_SECOND = 2400.0
+# Starts allowed at once after an idle spell, in seconds of the budget: none by default. Tasks are held
+# back by whole seconds (SQS DelaySeconds), so each second's starts already come at once: with no burst
+# on top, no instant starts more than one second of the budget (ECR states its quotas as rates only).
+DEFAULT_BURST_SECONDS = 0.0
+# A job whose image's layers are unknown (applied by hand, not from an ECR push; or ECR could not say)
+# is costed as an image of this many layers: large AI images have tens of layers.
+LAYERS_IF_UNKNOWN = 30
+
+_ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
+# How a registry's 429 reads in containerd's pull errors ("429 Too Many Requests", "toomanyrequests").
+_THROTTLED = re.compile(r"\b429\b|toomanyrequests|too many requests|rate exceeded", re.IGNORECASE)
+
+
+class BudgetConfigError(ValueError):
+    """A registry budget setting is wrong; the message names the registry and the field."""
+
+
+def budget_key(registry_host: str) -> str:
+    """Whose quota a registry's requests count against: for ECR the account and Region (every host
+    of that registry, FIPS or not), for any other registry its host.
+
+    >>> budget_key("123456789012.dkr.ecr.us-west-2.amazonaws.com"), budget_key("ghcr.io")
+    ('ecr:123456789012:us-west-2', 'ghcr.io')
+    """
+    host = registry_host.lower()
+    match = _ECR_HOST.match(host.split(":", 1)[0])
+    return f"ecr:{match['account']}:{match['region']}" if match else host
+
+
+def pull_requests(layers: int) -> int:
+    """Requests one pull of an image of `layers` layers makes: its manifest, its config and each layer."""
+    if layers < 0:
+        raise ValueError(f"layers must be >= 0, got {layers}")
+    return 2 + layers
+
+
+@dataclass(frozen=True)
+class RegistryBudget:
+    """What pulls from one registry may use: `requests_per_second` (0: no budget, pulls start at once)
+    and, optionally, `bytes_per_second`."""
+
+    requests_per_second: float = DEFAULT_REQUESTS_PER_SECOND
+    bytes_per_second: float | None = None
+    burst_seconds: float = DEFAULT_BURST_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.requests_per_second < 0:
+            raise BudgetConfigError(f"requestsPerSecond must be >= 0, got {self.requests_per_second}")
+        if self.bytes_per_second is not None and self.bytes_per_second <= 0:
+            raise BudgetConfigError(f"bytesPerSecond must be > 0 when set, got {self.bytes_per_second}")
+        if self.burst_seconds < 0:
+            raise BudgetConfigError(f"burstSeconds must be >= 0, got {self.burst_seconds}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.requests_per_second > 0
+
+    def pull_seconds(self, layers: int | None, size_bytes: int | None = None) -> float:
+        """The share of the budget one pull takes, in seconds: its requests at the request rate (an image
+        of unknown layers as one of `LAYERS_IF_UNKNOWN`), or its bytes at the byte rate when that is set
+        and the size known, whichever is longer."""
+        if not self.enabled:
+            return 0.0
+        seconds = pull_requests(LAYERS_IF_UNKNOWN if layers is None else layers) / self.requests_per_second
+        if self.bytes_per_second is not None and size_bytes:
+            seconds = max(seconds, size_bytes / self.bytes_per_second)
+        return seconds
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Start times for a batch of pulls, in order, and the budget's new theoretical arrival time."""
+
+    starts: tuple[float, ...]
+    tat: float
+
+
+def reserve_starts(tat: float | None, *, now: float, costs: Sequence[float], burst_seconds: float) -> Reservation:
+    """Start times for pulls costing `costs` seconds of budget each (GCRA): a pull starts once the budget
+    spent before it, with its own share, is within `burst_seconds` of being paid back, so that no span of
+    `w` seconds starts more than `burst_seconds + w` seconds of budget (a token bucket that holds
+    `burst_seconds`). `tat`: the stored arrival time (None: never used)."""
+    at = now if tat is None else max(tat, now)
+    starts = []
+    for cost in costs:
+        if cost < 0:
+            raise ValueError(f"a pull's cost must be >= 0 seconds, got {cost}")
+        starts.append(max(now, at + min(cost, burst_seconds) - burst_seconds))
+        at += cost
+    return Reservation(tuple(starts), at)
+
+
+# SendMessage's DelaySeconds: "Valid values: 0 to 900" (15 minutes).
+MAX_SEND_DELAY_SECONDS = 900
+
+
+def send_delay(seconds_to_start: float) -> int:
+    """The whole seconds a task is held back for a start `seconds_to_start` from its reservation: rounded
+    down (a start less than a second away goes at once), at most SQS's 900; a start further away is sent
+    early, at 900 s.
+
+    >>> send_delay(0.4), send_delay(1.0), send_delay(2.9999999999), send_delay(5000)
+    (0, 1, 3, 900)
+    """
+    return min(MAX_SEND_DELAY_SECONDS, max(0, math.floor(seconds_to_start + 1e-6)))
+
+
+@dataclass(frozen=True)
+class RegistryBudgets:
+    """The stack's budgets: `default` for every registry, `overrides` per budget key (`budget_key`)."""
+
+    default: RegistryBudget = RegistryBudget()
+    overrides: Mapping[str, RegistryBudget] | None = None
+
+    def of(self, key: str) -> RegistryBudget:
+        return (self.overrides or {}).get(key, self.default)
+
+    @classmethod
+    def parse(cls, default: RegistryBudget, overrides: Mapping[str, object]) -> RegistryBudgets:
+        """From the template's JSON: `{"<registry host>": {"requestsPerSecond": 20, "bytesPerSecond": ...}}`;
+        a host is keyed as `budget_key` keys it."""
+        parsed: dict[str, RegistryBudget] = {}
+        for host, value in overrides.items():
+            if not isinstance(value, Mapping):
+                raise BudgetConfigError(f"registry budget of {host}: expected an object, got {value!r}")
+            unknown = set(value) - {"requestsPerSecond", "bytesPerSecond", "burstSeconds"}
+            if unknown:
+                raise BudgetConfigError(f"registry budget of {host}: unknown field(s) {', '.join(sorted(unknown))}")
+            try:
+                parsed[budget_key(host)] = RegistryBudget(
+                    requests_per_second=float(value.get("requestsPerSecond", default.requests_per_second)),
+                    bytes_per_second=None if value.get("bytesPerSecond") is None else float(value["bytesPerSecond"]),
+                    burst_seconds=float(value.get("burstSeconds", default.burst_seconds)),
+                )
+            except (TypeError, ValueError) as e:
+                raise BudgetConfigError(f"registry budget of {host}: {e}") from e
+        return cls(default, parsed)
+
+
+# Starts the message of a Pulling report while the pull waits out a registry's 429: `watch` counts
+# such nodes as throttled.
+THROTTLED_MESSAGE = "throttled by the registry"
+
+
+def is_throttled_report(message: str) -> bool:
+    """Whether a node's last report says its pull waits out a registry's 429."""
+    return message.startswith(THROTTLED_MESSAGE)
+
+
+def is_throttled(error: str) -> bool:
+    """Whether a pull error is the registry's 429 (`TOOMANYREQUESTS`): not the node's failure."""
+    return bool(_THROTTLED.search(error))
+
+
+# A throttled pull waits 1 s doubling to 30 s, each wait drawn between half and all of it, so nodes
+# throttled together do not come back together.
+THROTTLE_BACKOFF_INITIAL_SECONDS = 1.0
+THROTTLE_BACKOFF_MAX_SECONDS = 30.0
+
+
+def throttle_backoff(throttles: int, rng: random.Random | None = None) -> float:
+    """The wait after the `throttles`-th 429 in a row of one pull."""
+    if throttles < 1:
+        raise ValueError(f"throttles start at 1, got {throttles}")
+    ceiling = min(THROTTLE_BACKOFF_MAX_SECONDS, THROTTLE_BACKOFF_INITIAL_SECONDS * 2 ** (throttles - 1))
+    return (rng or random).uniform(ceiling / 2, ceiling)

@@ -1,0 +1,85 @@
+"""Pull starts paced by each registry's budget, shared by every job and cluster of the stack."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prewarm.domain.messages import CancelTask, PullTask
+from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
+from prewarm.services.pacing import PacedQueues
+from prewarm.services.ports import StoreError
+from tests.support.memory_queues import MemoryTaskQueues
+from tests.support.memory_store import MemoryJobStore
+
+ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+NOW = 1_000.0
+STATUS = "https://sqs.us-west-2.amazonaws.com/123456789012/prewarm-status"
+
+
+def task(node: str, *, image: str = f"{ECR}/team/app:v1", layers: int | None = 8, job: str = "default/a",
+         cluster: str = "") -> PullTask:
+    return PullTask(job=job, job_uid="u", round=1, node=node, image=image, layers=layers, cluster=cluster)
+
+
+def paced(budget: RegistryBudget, store: MemoryJobStore | None = None) -> PacedQueues:
+    return PacedQueues(MemoryTaskQueues("prewarm", STATUS), store or MemoryJobStore(), RegistryBudgets(budget),
+                       clock=lambda: NOW)
+
+
+def test_one_batch_of_tasks_is_paced_by_its_registry_s_budget_in_one_write() -> None:
+    # 10 requests a pull at 20 requests a second: two pulls a second, one second's worth at once
+    queues = paced(RegistryBudget(requests_per_second=20, burst_seconds=1.0))
+
+    sent = queues.paced([task(f"n{i}") for i in range(6)])
+
+    # starts at +0, +0, +0.5, +1, +1.5, +2 s: held back by whole seconds, rounded down
+    assert [t.delay_seconds for t in sent if isinstance(t, PullTask)] == [0, 0, 0, 1, 1, 2]
+    item = queues.budgets.table.get("BUDGET#ecr:123456789012:us-west-2", "BUDGET")  # type: ignore[attr-defined]
+    assert item is not None and item["version"] == 1 and item["tat"] == NOW + 3.0
+
+
+def test_jobs_and_clusters_share_the_registry_s_budget_and_other_registries_have_their_own() -> None:
+    store = MemoryJobStore()
+    budget = RegistryBudget(requests_per_second=10, burst_seconds=1.0)
+    first, second = paced(budget, store), paced(budget, store)  # two Lambda containers, one table
+
+    first.paced([task("n1", job="default/a")])
+    (later,) = second.paced([task("n1", job="prod:default/b", cluster="prod")])
+    (elsewhere,) = second.paced([task("n2", image="ghcr.io/team/app:v1")])
+
+    assert isinstance(later, PullTask) and later.delay_seconds == 1
+    assert isinstance(elsewhere, PullTask) and elsewhere.delay_seconds == 0
+
+
+def test_unknown_layers_are_costed_as_a_large_image_and_cancels_pass_unchanged() -> None:
+    queues = paced(RegistryBudget(requests_per_second=32, burst_seconds=1.0))
+    cancel = CancelTask(job="default/a", job_uid="u", round=1, node="n0")
+
+    out = queues.paced([cancel, task("n1", layers=None), task("n2", layers=None)])
+
+    assert out[0] is cancel
+    assert [t.delay_seconds for t in out[1:] if isinstance(t, PullTask)] == [0, 1]
+
+
+def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpaced() -> None:
+    assert [t.delay_seconds for t in paced(RegistryBudget(requests_per_second=0)).paced([task("a"), task("b")])
+            if isinstance(t, PullTask)] == [0, 0]
+
+    class Refusing(MemoryJobStore):
+        def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
+                                burst_seconds: float) -> tuple[float, ...]:
+            raise StoreError("throttled")
+
+    queues = paced(RegistryBudget(requests_per_second=1), Refusing())
+    assert [t.delay_seconds for t in queues.paced([task("a"), task("b")]) if isinstance(t, PullTask)] == [0, 0]
+
+
+def test_send_many_sends_every_task_with_its_start() -> None:
+    inner = MemoryTaskQueues("prewarm", STATUS)
+    queues = PacedQueues(inner, MemoryJobStore(), RegistryBudgets(RegistryBudget(requests_per_second=10)),
+                         clock=lambda: NOW)
+    for node in ("a", "b", "c"):
+        inner.ensure_queue(node)
+
+    assert queues.send_many([task("a"), task("b"), task("c")]) == []
+    assert queues.send(task("a")) is True
