@@ -145,6 +145,9 @@ def problems(template: Mapping[str, Any]) -> list[str]:
             found.append(f"{name}: no code uses this role or policy")
     for name, (entries, platform) in sorted(mapped.items()):
         grants = granted(resources[name])
+        for attached in resources.values():  # AWS::IAM::Policy resources naming the role in their Roles
+            if attached["Type"] == "AWS::IAM::Policy" and {"Ref": name} in attached["Properties"]["Roles"]:
+                grants.update(granted(attached))
         calls = code_actions(entries)
         for action in NOT_TAKEN.get(name, {}):
             calls.pop(action, None)
