@@ -483,7 +483,7 @@ def test_the_built_in_user_roles_aggregate_what_is_labelled_for_them(api: KubeAp
     assert not can("bob", "create", "imagepulljobs") and not can("bob", "get", "secrets", "")
     # And admin gathers edit's rules (edit aggregates into admin) with its own
     admin = {tuple(r["resources"]) for r in api.get_object("clusterroles", "admin")["rules"]}
-    assert ("imagepulljobs", "imagelistpulljobs") in admin and ("rolebindings", "roles") in admin
+    assert ("imagepulljobs", "imagelistpulljobs", "advancedcronjobs") in admin and ("rolebindings", "roles") in admin
     # And a role that stops matching leaves the aggregate
     with api.api_client() as client:
         answer = call(client, "DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterroles/prewarm-jobs-edit")
