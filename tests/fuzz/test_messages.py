@@ -25,7 +25,8 @@ from prewarm.domain.messages import (
 )
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
-from prewarm.services.reports import ReportOutcome, record_report, record_status, register_node
+from prewarm.services.reports import ReportOutcome, record_report, register_node
+from prewarm.services.status_batches import record_status
 from tests.fuzz.strategies import PYDANTIC_WORDING, document, json_values, maybe, mutated
 from tests.reliability.invariants import assert_invariant
 from tests.reliability.simulation import Plane, moto_aws

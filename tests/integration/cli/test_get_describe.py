@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from prewarm.domain.messages import Hello, Warmed
-from prewarm.services.reports import record_status, register_node
+from prewarm.services.reports import register_node
+from prewarm.services.status_batches import record_status
 from tests.support.cli import Run
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane

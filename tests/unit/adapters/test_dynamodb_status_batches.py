@@ -15,7 +15,7 @@ from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import Hello
 from prewarm.services.jobs import apply_manifest
-from prewarm.services.reports import record_status
+from prewarm.services.status_batches import record_status
 from prewarm_devtools.sam.template import create_table, load_template
 from tests.support.aws import mocked_aws
 from tests.support.cluster import make_node

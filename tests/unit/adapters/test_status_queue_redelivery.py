@@ -12,7 +12,7 @@ import pytest
 
 from prewarm.adapters.sqs import StatusQueue
 from prewarm.domain.retry import Delivery
-from prewarm.services.reports import deliver_again
+from prewarm.services.status_batches import deliver_again
 from tests.support.aws import mocked_aws
 
 REGION = "us-west-2"

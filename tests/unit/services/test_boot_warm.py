@@ -15,7 +15,7 @@ from prewarm.services.boot import node_bytes_pulled
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.nodes import view_nodes
 from prewarm.services.ports import ClusterAuthError
-from prewarm.services.reports import record_status
+from prewarm.services.status_batches import record_status
 from prewarm_cli.node_output import node_document, nodes_table
 from tests.support.cluster import make_node
 from tests.support.cluster_directory import clusters_of

@@ -4,6 +4,8 @@ pass over that cluster checks it again once the cluster answers."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -13,8 +15,8 @@ from prewarm.domain.messages import Hello, StatusReport
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterUnavailableError
-from prewarm.services.reports import record_status
 from prewarm.services.schedules import SweepSettings, sweep
+from prewarm.services.status_batches import record_status
 from tests.support.cluster import FakeCluster, make_node, make_pod
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
@@ -156,3 +158,48 @@ def test_a_refused_health_write_sends_no_hello_back(plane: ControlPlane, prod: F
     outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down()}),
                             [("h", Hello(node="p-2", cluster="prod-eu", labels={"pool": "gpu"}))], now=plane.now())
     assert outcome.retry_ids == [] and outcome.hellos[0].unverified == str(DOWN)
+
+
+class Hung(FakeCluster):
+    """A cluster whose API takes the call and does not answer until `answer` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.called, self.answer = threading.Event(), threading.Event()
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        self.called.set()
+        self.answer.wait(10)
+        raise DOWN
+
+
+def test_a_hello_waiting_on_a_hung_cluster_holds_up_none_of_the_batchs_reports(
+    plane: ControlPlane, prod: FakeCluster
+) -> None:
+    # Given a node of the stack's own cluster pulling, and prod-eu's API taking calls without answering
+    plane.cluster.nodes.append(make_node("own-1", pool="gpu"))
+    apply_manifest(plane.store, job_doc("warm", selector={"matchLabels": {"pool": "gpu"}}), now=plane.now())
+    plan_job(plane.store, plane.cluster, plane.queues, "default/warm", now=plane.now())
+    record = plane.store.get_job("default/warm")
+    assert record is not None
+    pulled = StatusReport(job=record.key, job_uid=record.uid, round=record.round, node="own-1", phase="Succeeded",
+                          attempt=1, seq=2)
+    hung = Hung()
+    clusters = clusters_of(plane.store, plane.cluster, {"prod-eu": hung})
+    # When one batch holds prod-eu's hello and the own node's final report
+    batch = threading.Thread(target=record_status, args=(plane.store, plane.queues, clusters, [
+        ("h-prod", Hello(node="p-2", cluster="prod-eu", labels={"pool": "gpu"})), ("r-own", pulled)]),
+        kwargs={"now": plane.now()})
+    batch.start()
+    try:
+        # Then the report is applied while the hello still waits on prod-eu
+        assert hung.called.wait(5)
+        view = view_job(plane.store, "default", "warm", now=plane.now())
+        deadline = time.monotonic() + 5
+        while view.succeeded != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            view = view_job(plane.store, "default", "warm", now=plane.now())
+        assert view.succeeded == 1 and batch.is_alive()
+    finally:
+        hung.answer.set()
+        batch.join(10)

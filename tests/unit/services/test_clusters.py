@@ -17,9 +17,10 @@ from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterUnavailableError
 from prewarm.services.push import handle_push
-from prewarm.services.reports import record_report, record_status
+from prewarm.services.reports import record_report
 from prewarm.services.resources import RULES_FROM_OWN_CLUSTER, sync_clusters, sync_resources
 from prewarm.services.schedules import SweepSettings, sweep
+from prewarm.services.status_batches import record_status
 from prewarm.services.stream import plan
 from tests.support.cluster import FakeCluster, make_node
 from tests.support.cluster_directory import clusters_of

@@ -459,7 +459,7 @@ def test_a_claim_refused_after_others_succeeded_leaves_no_claimed_node_without_i
     # Given a planned job using its 3 slots with 5 nodes waiting, whose claims go 1 at a time
     import prewarm.services.dispatch as dispatch
     from prewarm.services.ports import StoreRetryableError
-    from prewarm.services.reports import record_status
+    from prewarm.services.status_batches import record_status
 
     nodes = cluster_of(plane, 8)
     apply_manifest(plane.store, job_doc(parallelism=3), now=plane.now())

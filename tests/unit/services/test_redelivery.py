@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from prewarm.domain.retry import Delivery, redelivery_seconds
-from prewarm.services.reports import deliver_again
+from prewarm.services.status_batches import deliver_again
 from tests.support.memory_queues import MemoryStatusQueue
 
 

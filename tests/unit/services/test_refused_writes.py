@@ -13,8 +13,9 @@ import pytest
 from prewarm.domain.messages import Hello, StatusReport
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import StoreRetryableError
-from prewarm.services.reports import record_reports, record_status, register_node
+from prewarm.services.reports import record_reports, register_node
 from prewarm.services.schedules import SweepSettings, repull_daily, sweep
+from prewarm.services.status_batches import record_status
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc

@@ -11,7 +11,8 @@ from typing import Any
 from prewarm.domain.messages import Hello, StatusReport
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
-from prewarm.services.reports import WRITERS, record_reports, record_status
+from prewarm.services.reports import WRITERS, record_reports
+from prewarm.services.status_batches import record_status
 from tests.support.cluster import make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane

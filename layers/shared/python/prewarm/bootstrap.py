@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from prewarm.services.jobs import Applied
     from prewarm.services.pacing import PacedQueues
     from prewarm.services.ports import ClusterApi
-    from prewarm.services.reports import StatusBatchOutcome
     from prewarm.services.resources import SyncReport
     from prewarm.services.schedules import SweepResult, SweepSettings
+    from prewarm.services.status_batches import StatusBatchOutcome
 
 
 @lru_cache(maxsize=1)
@@ -221,7 +221,7 @@ def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequenc
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;
     then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again.
     `time_left()`: the seconds the invocation has left, which bound its calls to clusters."""
-    from prewarm.services.reports import record_status_batch
+    from prewarm.services.status_batches import record_status_batch
 
     status_calls().deadline.begin(time_left)
     return record_status_batch(store(), queues(), status_clusters(), status_queue, messages, now=time.time(),

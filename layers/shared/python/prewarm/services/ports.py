@@ -280,7 +280,7 @@ class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
 
 class StatusItems(AgentItems, ClusterItems, Protocol):
     """What the status queue's messages change, and how a cluster failed when a hello could not read it
-    (`services.reports.record_status`)."""
+    (`services.status_batches.record_status`)."""
 
 
 class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, Protocol):

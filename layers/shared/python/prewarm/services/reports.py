@@ -23,24 +23,19 @@ from typing import Any, TypeVar
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
-from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, RequiredImages, StatusReport, Warmed
+from prewarm.domain.messages import Hello, NodePhase, RequiredImages, StatusReport
 from prewarm.domain.nodes import NodeBoot, RegisteredNode
-from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
+from prewarm.domain.retry import Backoff
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
-from prewarm.services.boot import judge_boot, record_boots, record_warm
-from prewarm.services.clusters import ClusterRun, api_or_none, record_health
+from prewarm.services.boot import judge_boot, record_boots
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
-from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
     AgentItems,
     Cluster,
-    ClusterDirectory,
     ClusterError,
     NodeQueueError,
     NodeWarmWrites,
-    Redelivery,
-    StatusItems,
     StoreConflictError,
     StoreError,
     StoreRetryableError,
@@ -482,119 +477,3 @@ def register_nodes(
         outcomes.append(HelloOutcome(hello.node, sorted(added.get(hello.node, [])), resent.get(hello.node, 0),
                                      required, unverified.get(hello.node, ""), boots.get(hello.node)))
     return outcomes
-
-
-@dataclass
-class StatusBatchOutcome:
-    """What one batch of the status queue did: the message ids to deliver again, and what counted."""
-
-    retry_ids: list[str] = field(default_factory=list)
-    reports: list[tuple[StatusReport, ReportOutcome]] = field(default_factory=list)
-    hellos: list[HelloOutcome] = field(default_factory=list)
-    warmed: list[str] = field(default_factory=list)
-    gone: list[GoneOutcome] = field(default_factory=list)
-    job_writes: int = 0
-    # Hellos and warm-ups naming a cluster the stack does not serve (removed, or an agent's typo): dropped.
-    dropped: list[str] = field(default_factory=list)
-
-
-def record_status(
-    store: StatusItems,
-    queues: TaskQueues,
-    clusters: ClusterDirectory,
-    messages: Sequence[tuple[str, FromAgent]],
-    *,
-    now: float,
-) -> StatusBatchOutcome:
-    """A batch of the status queue, keyed by message id: hellos, warm-ups and gone images one by one,
-    reports together. Hellos and warm-ups name their cluster, of `clusters` (those the stack serves); a
-    hello is registered without its cluster's API when that cannot be reached (it speaks for its node).
-
-    A hello whose cluster cannot be read is registered unverified, and how the cluster failed recorded on its
-    item (`prewarm cluster list`). A hello, warm-up or gone image that fails goes back to the queue on its own;
-    reports that could not be applied yet (throttling, conflicts that kept coming) are delivered again, and the
-    rest of the batch stands.
-    """
-    outcome = StatusBatchOutcome()
-    reports: list[tuple[str, StatusReport]] = []
-    hellos: list[tuple[str, Hello]] = []
-    served: dict[str, bool] = {DEFAULT_CLUSTER: True}
-    for message_id, message in messages:
-        if isinstance(message, StatusReport):
-            reports.append((message_id, message))
-            continue
-        if isinstance(message, Hello | Warmed):
-            if message.cluster not in served:
-                served[message.cluster] = clusters.serves(message.cluster)
-            if not served[message.cluster]:
-                # Its node would be registered, and its queue kept, in a cluster nothing sweeps.
-                log.warning("%s of node %s dropped: cluster %s is not registered with this stack", message.kind,
-                            message.node, message.cluster)
-                outcome.dropped.append(f"{message.cluster}:{message.node}")
-                continue
-        if isinstance(message, Hello):
-            hellos.append((message_id, message))
-            continue
-        try:
-            if isinstance(message, ImageGone):
-                outcome.gone.append(record_gone(store, queues, message))
-            else:
-                record_warm(store, message, api_or_none(clusters, message.cluster), now=now)
-                outcome.warmed.append(message.node)
-        except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
-            log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
-            outcome.retry_ids.append(message_id)
-    by_cluster: dict[str, list[tuple[str, Hello]]] = {}
-    for message_id, hello in hellos:
-        by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
-    for name, group in by_cluster.items():
-        try:
-            api = api_or_none(clusters, name)
-            registered: Sequence[HelloOutcome | HelloError | ClusterError] = register_nodes(
-                store, queues, api, [h for _, h in group], now=now, writes=api)
-        except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
-            registered = [e] * len(group)
-        if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):
-            try:
-                record_health(store, clusters, [ClusterRun(name, now, error=why)])
-            except StoreError as e:  # the sweep records it within a minute all the same
-                log.info("how cluster %s failed is not recorded now: %s", name, e)
-        for (message_id, hello), registration in zip(group, registered, strict=True):
-            if isinstance(registration, HelloOutcome):
-                outcome.hellos.append(registration)
-            else:
-                log.warning("hello of %s not applied yet: %s", hello.node, registration)
-                outcome.retry_ids.append(message_id)
-    if reports:
-        batch = record_reports(store, queues, [r for _, r in reports], now=now)
-        outcome.job_writes = batch.job_writes
-        for (message_id, report), result in zip(reports, batch.outcomes, strict=True):
-            outcome.reports.append((report, result))
-            if result.retry:
-                outcome.retry_ids.append(message_id)
-    return outcome
-
-
-def record_status_batch(store: StatusItems, queues: TaskQueues, clusters: ClusterDirectory,
-                        redelivery: Callable[[], Redelivery],
-                        messages: Sequence[tuple[str, FromAgent]], *, now: float, deliveries: Sequence[Delivery] = (),
-                        poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
-    """A batch as the status function receives it: `record_status`, then the messages handed back (those
-    to retry, the `poison_ids` that did not parse) told when they come again, through the queue
-    `redelivery()` gives (asked for only then)."""
-    outcome = record_status(store, queues, clusters, messages, now=now)
-    if outcome.retry_ids or poison_ids:
-        deliver_again(redelivery(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
-    return outcome
-
-
-def deliver_again(queue: Redelivery, deliveries: Sequence[Delivery], *, retry_ids: Sequence[str],
-                  poison_ids: Sequence[str] = ()) -> list[tuple[str, int]]:
-    """Tells the status queue when the messages the batch hands back come again (`redelivery_seconds`, by
-    each one's receive count); returns (message id, seconds) for each."""
-    poison, retry = set(poison_ids), set(retry_ids)
-    delays = [(d, redelivery_seconds(d.receive_count, poison=d.message_id in poison))
-              for d in deliveries if d.message_id in poison or d.message_id in retry]
-    if delays:
-        queue.deliver_again_after([(d.receipt_handle, seconds) for d, seconds in delays])
-    return [(d.message_id, seconds) for d, seconds in delays]
