@@ -34,9 +34,6 @@ if __name__ == "__main__" and not __package__:  # run as a file: make `benchmark
 from benchmarks.measure import emit, print_machine
 
 ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-KEY = "ecr:123456789012:us-west-2"
-CLAIMS_PER_TRANSACTION = 99  # dispatch's MAX_CLAIMS_PER_TRANSACTION
-MANIFEST_PER_S, LAYER_PER_S = 2000.0, 3000.0  # ECR: BatchGetImage, GetDownloadUrlForLayer
 
 
 class Clock:
@@ -66,10 +63,11 @@ class Registry:
     refused: int = 0
 
     def __post_init__(self) -> None:
-        from prewarm_devtools.aws_limits import TokenBucket
+        from prewarm_devtools.aws_limits import Quotas, TokenBucket
 
-        self.buckets = {"manifest": TokenBucket(MANIFEST_PER_S, MANIFEST_PER_S, 0.0),
-                        "layer": TokenBucket(LAYER_PER_S, LAYER_PER_S, 0.0)}
+        quotas = Quotas()  # ECR's: BatchGetImage, GetDownloadUrlForLayer
+        self.buckets = {"manifest": TokenBucket(quotas.ecr_manifest_per_s, quotas.ecr_manifest_per_s, 0.0),
+                        "layer": TokenBucket(quotas.ecr_layer_per_s, quotas.ecr_layer_per_s, 0.0)}
 
     def take(self, api: str, count: int) -> int:
         """Serves up to `count` requests of `api` now; answers how many were served."""
@@ -117,6 +115,7 @@ def budget_starts(nodes: int, layers: int, rate: float) -> tuple[list[float], di
     from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.domain.messages import PullTask
     from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
+    from prewarm.services.dispatch import MAX_CLAIMS_PER_TRANSACTION
     from prewarm.services.pacing import PacedQueues
     from prewarm_devtools import aws_limits
     from prewarm_devtools.sam.template import create_table, load_template
@@ -140,9 +139,9 @@ def budget_starts(nodes: int, layers: int, rate: float) -> tuple[list[float], di
         paced = PacedQueues(Captured(), store, RegistryBudgets(RegistryBudget(requests_per_second=rate)),  # type: ignore[arg-type]
                             clock=clock)
         image = f"{ECR}/ml/big@sha256:" + "0" * 64
-        for first in range(0, nodes, CLAIMS_PER_TRANSACTION):
+        for first in range(0, nodes, MAX_CLAIMS_PER_TRANSACTION):
             batch = [PullTask(job="default/fleet", job_uid="u", round=1, node=f"node-{n}", image=image, layers=layers)
-                     for n in range(first, min(nodes, first + CLAIMS_PER_TRANSACTION))]
+                     for n in range(first, min(nodes, first + MAX_CLAIMS_PER_TRANSACTION))]
             paced.send_many(batch)
             clock.now += 0.01  # the next claim's transaction and sends
         keys = [{"key": str(k.key), "writes": k.writes, "peak_wcu_per_s": round(k.peak_wcu_per_s, 1)}
@@ -158,11 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=37)
     args = parser.parse_args(argv)
     from prewarm.domain.registry_budget import DEFAULT_REQUESTS_PER_SECOND, pull_requests
+    from prewarm_devtools.aws_limits import Quotas
 
-    rate = args.rate or DEFAULT_REQUESTS_PER_SECOND
+    rate, quotas = args.rate or DEFAULT_REQUESTS_PER_SECOND, Quotas()
     print_machine()
     print(f"{args.nodes} nodes x {args.layers} layers from one ECR registry (account and Region), model time; "
-          f"ECR's quotas: BatchGetImage {MANIFEST_PER_S:,.0f}/s, GetDownloadUrlForLayer {LAYER_PER_S:,.0f}/s")
+          f"ECR's quotas: BatchGetImage {quotas.ecr_manifest_per_s:,.0f}/s, "
+          f"GetDownloadUrlForLayer {quotas.ecr_layer_per_s:,.0f}/s")
     starts, writes = budget_starts(args.nodes, args.layers, rate)
     paced = simulate(starts, args.layers, args.seed)
     unpaced = simulate([0.0] * args.nodes, args.layers, args.seed)

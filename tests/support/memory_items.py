@@ -14,6 +14,7 @@ from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.registry_budget import reserve_starts
+from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.services.ports import StoreConflictError
 from tests.support.memory_table import MemoryTable, equal, has
@@ -226,23 +227,23 @@ class MemoryBudgetItems(TableItems):
                             burst_seconds: float) -> tuple[float, ...]:
         if not costs:
             return ()
-        for _ in range(8):  # the adapter's RESERVE_ATTEMPTS
+
+        def reserve() -> tuple[float, ...]:
             current = self.table.get(f"BUDGET#{key}", "BUDGET")
             version = int(current["version"]) if current is not None else 0
             reservation = reserve_starts(None if current is None else float(current["tat"]), now=now, costs=costs,
                                          burst_seconds=burst_seconds)
 
-            def unchanged(item: Any, current: Any = current, version: int = version) -> bool:
+            def unchanged(item: Any) -> bool:
                 return item is None if current is None else equal(item, "version", version)
 
-            try:
-                self.table.update(f"reserve {len(costs)} pull starts of {key}", f"BUDGET#{key}", "BUDGET",
-                                  {"tat": reservation.tat, "version": version + 1, "updated_at": now},
-                                  condition=unchanged)
-            except StoreConflictError:
-                continue
+            self.table.update(f"reserve {len(costs)} pull starts of {key}", f"BUDGET#{key}", "BUDGET",
+                              {"tat": reservation.tat, "version": version + 1, "updated_at": now},
+                              condition=unchanged)
             return reservation.starts
-        raise StoreConflictError(f"the budget of {key} kept changing: 8 reservations refused")
+
+        return retry_on_conflict(reserve, conflict=StoreConflictError, attempts=8, exhausted=lambda: (  # as the adapter
+            StoreConflictError(f"the budget of {key} kept changing: 8 reservations refused")))
 
 
 # -- warm snapshots (adapters/dynamodb/snapshots.py) ------------------------------------------------

@@ -49,11 +49,10 @@ class RegistryFront(LoopbackEndpoint):
     lets through, authenticating upstream as `upstream_auth` (user, password). `realm` is the host a
     401's `WWW-Authenticate: Basic` challenge names, as ECR's names its registry."""
 
-    def __init__(self, upstream_port: int, upstream_auth: tuple[str, str], check: Check, *, realm: str,
-                 bytes_per_second: int | None = None) -> None:
+    def __init__(self, upstream_port: int, upstream_auth: tuple[str, str], check: Check, *, realm: str) -> None:
         self.upstream_port = upstream_port
-        #: The cap on bytes served per second, all requests together (None: none); `set_rate` changes it.
-        self.bandwidth = ByteBucket(bytes_per_second)
+        #: The cap on bytes served per second, all requests together: none until `set_rate` sets one.
+        self.bandwidth = ByteBucket(None)
         self._upstream_authorization = "Basic " + base64.b64encode(":".join(upstream_auth).encode()).decode()
         self.check = check
         self.realm = realm

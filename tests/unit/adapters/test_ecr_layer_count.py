@@ -1,4 +1,5 @@
-"""`EcrImages.layer_count`: an image's layers as ECR's BatchGetImage gives its manifest (moto in-process)."""
+"""`EcrImages.layer_count`: an image's layers as ECR's BatchGetImage gives its manifest (moto in-process), and an
+index's manifest read once for its platforms and its layers."""
 
 from __future__ import annotations
 
@@ -68,3 +69,21 @@ def test_an_image_ecr_does_not_have_has_no_count_and_fails_nothing(ecr: Any, cap
     assert EcrImages(ecr).layer_count(ACCOUNT, "ml/model", "sha256:" + "0" * 64) is None
     assert EcrImages(ecr).layer_count(ACCOUNT, "ml/absent", "sha256:" + "0" * 64) is None
     assert "layer count unknown: read manifest of ml/absent" in caplog.text
+
+
+def test_a_pushed_index_s_platforms_and_layer_count_read_its_manifest_once(ecr: Any) -> None:
+    amd64 = put(ecr, manifest(5, "amd"), OCI_MANIFEST)
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": amd64, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}}]}
+    digest = put(ecr, index, OCI_INDEX, "v3")
+    asked: list[list[str]] = []
+
+    class Counting:
+        def batch_get_image(self, **kwargs: Any) -> Any:
+            asked.append([i["imageDigest"] for i in kwargs["imageIds"]])
+            return ecr.batch_get_image(**kwargs)
+
+    images = EcrImages(Counting())
+    assert images.platforms(ACCOUNT, "ml/model", digest) == [{"os": "linux", "architecture": "amd64"}]
+    assert images.layer_count(ACCOUNT, "ml/model", digest) == 5
+    assert asked == [[digest], [amd64]]

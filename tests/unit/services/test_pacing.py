@@ -8,7 +8,7 @@ from prewarm.domain.messages import CancelTask, PullTask
 from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
 from prewarm.services.pacing import PacedQueues
 from prewarm.services.ports import StoreError
-from tests.support.memory_queues import MemoryTaskQueues
+from tests.support.memory_queues import MemorySqs, MemoryTaskQueues
 from tests.support.memory_store import MemoryJobStore
 
 ECR = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
@@ -75,7 +75,7 @@ def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpac
 
 
 def test_send_many_sends_every_task_with_its_start() -> None:
-    inner = MemoryTaskQueues("prewarm", STATUS)
+    inner = MemoryTaskQueues("prewarm", STATUS, sqs=MemorySqs(STATUS.rsplit("/", 1)[0], clock=lambda: NOW))
     queues = PacedQueues(inner, MemoryJobStore(), RegistryBudgets(RegistryBudget(requests_per_second=10)),
                          clock=lambda: NOW)
     for node in ("a", "b", "c"):
@@ -83,3 +83,8 @@ def test_send_many_sends_every_task_with_its_start() -> None:
 
     assert queues.send_many([task("a"), task("b"), task("c")]) == []
     assert queues.send(task("a")) is True
+
+    # 10 requests a pull at 10 a second: one start a second, each held back to it
+    held = {node: (len(q.bodies), [at - NOW for at, _ in q.delayed])
+            for node in ("a", "b", "c") if (q := inner.sqs.queue(inner.queue_url(node))) is not None}
+    assert held == {"a": (1, [3.0]), "b": (0, [1.0]), "c": (0, [2.0])}

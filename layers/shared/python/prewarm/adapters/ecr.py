@@ -10,16 +10,11 @@ from botocore.exceptions import ClientError
 
 log = logging.getLogger(__name__)
 
-_INDEX_TYPES = [
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-]
-
-
 _MANIFEST_TYPES = [
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
-    *_INDEX_TYPES,
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
 ]
 # BatchGetImage: "imageIds ... Maximum number of 100 items."
 _MAX_IMAGE_IDS = 100
@@ -34,6 +29,9 @@ class EcrImages:
 
     def __init__(self, client: Any = None) -> None:
         self._client = client
+        # The last manifest read, by (registry, repository, digest): a push asks for an index's platforms
+        # and its layer count, one read (a digest's manifest never changes).
+        self._last: tuple[tuple[str, str, str], list[dict[str, Any]]] | None = None
 
     @property
     def client(self) -> Any:
@@ -43,12 +41,11 @@ class EcrImages:
             self._client = boto3.client("ecr")
         return self._client
 
-    def _manifests(self, registry_id: str, repository: str, digests: list[str], accepted: list[str]
-                   ) -> list[dict[str, Any]]:
+    def _manifests(self, registry_id: str, repository: str, digests: list[str]) -> list[dict[str, Any]]:
         try:
             out = self.client.batch_get_image(
                 registryId=registry_id, repositoryName=repository,
-                imageIds=[{"imageDigest": d} for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=accepted,
+                imageIds=[{"imageDigest": d} for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
             )
         except ClientError as e:
             raise EcrError(f"read manifest of {repository}@{digests[0]}: "
@@ -58,15 +55,23 @@ class EcrImages:
         except json.JSONDecodeError as e:
             raise EcrError(f"manifest of {repository}@{digests[0]} is not JSON") from e
 
+    def _manifest(self, registry_id: str, repository: str, digest: str) -> dict[str, Any] | None:
+        """The manifest of `digest` (None: ECR has none), read once for consecutive asks."""
+        key = (registry_id, repository, digest)
+        if self._last is None or self._last[0] != key:
+            self._last = (key, self._manifests(registry_id, repository, [digest]))
+        return self._last[1][0] if self._last[1] else None
+
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
         """The image's layers (of an index, the most any of its images has); None when ECR cannot say (logged:
         the count only sizes the pull's share of the registry budget, never worth failing a push for)."""
         try:
-            manifests = self._manifests(registry_id, repository, [digest], _MANIFEST_TYPES)
-            if manifests and "manifests" in manifests[0]:
-                children = [m["digest"] for m in manifests[0]["manifests"]
+            manifest = self._manifest(registry_id, repository, digest)
+            manifests = [] if manifest is None else [manifest]
+            if manifest is not None and "manifests" in manifest:
+                children = [m["digest"] for m in manifest["manifests"]
                             if (m.get("platform") or {}).get("os") not in (None, "unknown") and m.get("digest")]
-                manifests = self._manifests(registry_id, repository, children, _MANIFEST_TYPES) if children else []
+                manifests = self._manifests(registry_id, repository, children) if children else []
         except EcrError as e:
             log.warning("layer count unknown: %s", e)
             return None
@@ -75,21 +80,8 @@ class EcrImages:
 
     def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
         """The index's platforms, or None when the manifest is not an index (platform unknown)."""
-        try:
-            out = self.client.batch_get_image(
-                registryId=registry_id, repositoryName=repository, imageIds=[{"imageDigest": digest}],
-                acceptedMediaTypes=_INDEX_TYPES,
-            )
-        except ClientError as e:
-            raise EcrError(f"read manifest of {repository}@{digest}: {e.response.get('Error', {}).get('Code')}") from e
-        images = out.get("images") or []
-        if not images:
-            return None
-        try:
-            manifest = json.loads(images[0].get("imageManifest") or "{}")
-        except json.JSONDecodeError as e:
-            raise EcrError(f"manifest of {repository}@{digest} is not JSON") from e
-        if "manifests" not in manifest:
+        manifest = self._manifest(registry_id, repository, digest)
+        if manifest is None or "manifests" not in manifest:
             return None
         platforms = []
         for entry in manifest["manifests"]:

@@ -48,7 +48,7 @@ class PacedQueues:
     def paced(self, messages: Sequence[Message]) -> list[Message]:
         """`messages` with each pull task's start reserved in its registry's budget. A budget that cannot
         be written leaves its tasks unpaced (logged): agents back off from a registry's 429 on their own."""
-        by_key: dict[str, list[int]] = {}
+        by_key: dict[str, list[tuple[int, PullTask]]] = {}
         for i, message in enumerate(messages):
             if isinstance(message, PullTask):
                 try:
@@ -56,24 +56,20 @@ class PacedQueues:
                 except InvalidImageReference:
                     continue  # the agent fails it with the reason
                 if self.settings.of(key := budget_key(host)).enabled:
-                    by_key.setdefault(key, []).append(i)
-        if not by_key:
-            return list(messages)
+                    by_key.setdefault(key, []).append((i, message))
         paced = list(messages)
         now = self.clock()
-        for key, indexes in by_key.items():
+        for key, tasks in by_key.items():
             budget = self.settings.of(key)
-            tasks = [messages[i] for i in indexes]
-            costs = [budget.pull_seconds(t.layers, t.size_bytes) for t in tasks if isinstance(t, PullTask)]
+            costs = [budget.pull_seconds(t.layers, t.size_bytes) for _, t in tasks]
             try:
                 starts = self.budgets.reserve_pull_starts(key, costs, now=now, burst_seconds=budget.burst_seconds)
             except StoreError as e:
                 log.warning("registry budget of %s not reserved, %d pulls start unpaced: %s", key, len(costs), e)
                 continue
-            for i, start in zip(indexes, starts, strict=True):
-                message = messages[i]
-                if isinstance(message, PullTask) and (delay := send_delay(start - now)):
-                    paced[i] = message.model_copy(update={"delay_seconds": delay})
+            for (i, task), start in zip(tasks, starts, strict=True):
+                if delay := send_delay(start - now):
+                    paced[i] = task.model_copy(update={"delay_seconds": delay})
             log.info("registry budget of %s: %d pulls start by %.1f s from now", key, len(costs), starts[-1] - now)
         return paced
 

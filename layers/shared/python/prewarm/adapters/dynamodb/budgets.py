@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from prewarm.adapters.dynamodb.table import Table, from_item
 from prewarm.domain.registry_budget import reserve_starts
+from prewarm.domain.retry import retry_on_conflict
 from prewarm.services.ports import StoreConflictError
 
 # Fillers reserving at once take turns: a write refused by another's (its version moved) reads again.
@@ -27,7 +28,8 @@ class BudgetItems(Table):
         in one conditional write."""
         if not costs:
             return ()
-        for _ in range(RESERVE_ATTEMPTS):
+
+        def reserve() -> tuple[float, ...]:
             out = self._call(f"read the budget of {key}", "get_item", Key=self._key(budget_pk(key), "BUDGET"),
                              ConsistentRead=True)
             current = from_item(out["Item"]) if "Item" in out else None
@@ -35,11 +37,10 @@ class BudgetItems(Table):
             tat = float(current["tat"]) if current is not None else None
             reservation = reserve_starts(tat, now=now, costs=costs, burst_seconds=burst_seconds)
             condition = "attribute_not_exists(pk)" if current is None else "#version = :version"
-            try:
-                self._update(f"reserve {len(costs)} pull starts of {key}", budget_pk(key), "BUDGET",
-                             {"tat": reservation.tat, "version": version + 1, "updated_at": now},
-                             condition=condition, values={":version": version} if current is not None else None)
-            except StoreConflictError:
-                continue
+            self._update(f"reserve {len(costs)} pull starts of {key}", budget_pk(key), "BUDGET",
+                         {"tat": reservation.tat, "version": version + 1, "updated_at": now},
+                         condition=condition, values={":version": version} if current is not None else None)
             return reservation.starts
-        raise StoreConflictError(f"the budget of {key} kept changing: {RESERVE_ATTEMPTS} reservations refused")
+
+        return retry_on_conflict(reserve, conflict=StoreConflictError, attempts=RESERVE_ATTEMPTS, exhausted=lambda: (
+            StoreConflictError(f"the budget of {key} kept changing: {RESERVE_ATTEMPTS} reservations refused")))
