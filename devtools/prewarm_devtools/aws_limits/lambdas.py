@@ -30,10 +30,6 @@ class LambdaFunctions:
         with self._lock:
             self._functions[name] = run
 
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._functions.pop(name, None)
-
     def served(self, name: str) -> Handler | None:
         with self._lock:
             return self._functions.get(name)
