@@ -1,6 +1,7 @@
 """Lambda's `Invoke` in front of moto, for a local stack's functions: moto would run a function's code in a
 container, and knows none of the stack's. The layer answers for each function it serves (`LambdaFunctions.serve`:
-`LocalStack` serves each one it deploys) by running its handler in this process; other names are moto's.
+`LocalStack` serves each one it deploys) with the stack's invoke, which runs it in its own environment
+(`sam.environments`); other names are moto's.
 
 A `RequestResponse` invocation (the CLI's one-off calls, `prewarm cluster add`'s check) answers the handler's
 JSON, or, when the handler raised, Lambda's `X-Amz-Function-Error: Unhandled` with `errorMessage` and
@@ -29,10 +30,6 @@ class LambdaFunctions:
         """Answers `Invoke` of function `name` from now on: `run(event)`."""
         with self._lock:
             self._functions[name] = run
-
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._functions.pop(name, None)
 
     def served(self, name: str) -> Handler | None:
         with self._lock:

@@ -67,7 +67,7 @@ def install(current: Callable[[], Any]) -> None:
         # EKS's access entries and DescribeCluster for the clusters the layer serves (local mode's APIs).
         for owner, name, value in eks.patches(current):
             _replace(owner, name, value)
-        # Invoke of a local stack's functions: their handlers, run in this process.
+        # Invoke of a local stack's functions: the stack runs them, each in its own environment.
         for owner, name, value in lambdas.patches(current):
             _replace(owner, name, value)
         _replace(STSBackend, "assume_role", _session_keys(STSBackend.assume_role, current))

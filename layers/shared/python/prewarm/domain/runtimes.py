@@ -28,7 +28,7 @@ class RuntimeVersionError(ValueError):
     """A containerRuntimeVersion that is not `<runtime>://<version>`."""
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class ContainerRuntime:
     """A runtime's name and numeric version (`release` is (major, minor, patch)); `text` as reported."""
 
