@@ -135,7 +135,7 @@ def _snapshot(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, no
         snapshot_id = found[0] if found else ctx.builders.create_snapshot(bake.volume_id, bake.id, declared.name)
     except BakeError as e:
         return _end(ctx, bakes.fail(state, bake.id, f"the snapshot could not be started: {e}", now))
-    return bakes.snapshot_started(state, bake.id, snapshot_id, declared.spec.data_volume.size_gib)
+    return bakes.snapshot_started(state, bake.id, snapshot_id)
 
 
 def on_snapshot_event(ctx: BakeContext, snapshot_id: str, succeeded: bool, cause: str, now: float) -> str | None:
