@@ -19,8 +19,6 @@ from prewarm.domain.images import parse_image
 from prewarm.domain.jobs import StackObject
 from prewarm.domain.kubernetes import KubernetesModel, dns1123_subdomain_problem, raise_problems
 
-WARM_SNAPSHOT_KIND = "WarmSnapshot"
-
 # Fast Snapshot Restore is billed per snapshot and Availability Zone for every hour it is enabled:
 # $0.75 per DSU-hour in us-east-1 (https://aws.amazon.com/ebs/pricing/, "Fast snapshot restore").
 FSR_DOLLARS_PER_AZ_HOUR = 0.75
