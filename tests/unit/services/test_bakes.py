@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
+from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.services import bakes
 from prewarm.services.bakes import BakeContext, BakeSettings
@@ -111,7 +112,9 @@ def state(ctx: BakeContext) -> SnapshotState:
 def builder_reports(ctx: BakeContext, digest: str, now: float, *, ok: bool = True, message: str = "") -> None:
     bake = state(ctx).bake
     assert bake is not None
-    bakes.record_baked(ctx.store, "gpu", bake.id, ok, {REF: digest} if ok else {}, 1000, message, now)
+    report = Baked(warm_snapshot="gpu", bake=bake.id, ok=ok, digests={REF: digest} if ok else {}, image_bytes=1000,
+                   message=message)
+    bakes.record_baked(ctx.store, report, now)
     bakes.advance(ctx, "gpu", now)
 
 

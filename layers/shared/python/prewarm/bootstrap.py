@@ -379,8 +379,7 @@ def record_baked(reports: Sequence[tuple[str, Baked]]) -> list[str]:
     again = []
     for message_id, r in reports:
         try:
-            record_baked(store(), r.warm_snapshot, r.bake, r.ok, dict(r.digests), r.image_bytes, r.message,
-                         time.time())
+            record_baked(store(), r, time.time())
         except StoreError:
             again.append(message_id)
     return again

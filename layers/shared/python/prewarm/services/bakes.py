@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from prewarm.domain import bakes
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.domain.builders import bake_document, builder_user_data
+from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.snapshots import WarmSnapshot
@@ -112,17 +113,16 @@ def record_push(store: WarmSnapshotItems, push: ImagePush, matched_rules: Sequen
     return changed
 
 
-def record_baked(store: WarmSnapshotItems, name: str, bake_id: str, ok: bool, digests: dict[str, str],
-                 image_bytes: int, message: str, now: float) -> SnapshotState | None:
+def record_baked(store: WarmSnapshotItems, report: Baked, now: float) -> SnapshotState | None:
     """The builder's report: the bake goes on to its snapshot (`advance` stops the builder and takes it), or
     ends on the builder's failure."""
 
     def change(declared: WarmSnapshot, state: SnapshotState) -> SnapshotState:
-        if not ok:
-            return bakes.fail(state, bake_id, f"the builder failed: {message}", now)
-        return bakes.pulled(state, bake_id, digests, image_bytes, now)
+        if not report.ok:
+            return bakes.fail(state, report.bake, f"the builder failed: {report.message}", now)
+        return bakes.pulled(state, report.bake, dict(report.digests), report.image_bytes, now)
 
-    return _update(store, name, change)
+    return _update(store, report.warm_snapshot, change)
 
 
 def _snapshot(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float) -> SnapshotState:
