@@ -126,9 +126,9 @@ def record_baked(store: WarmSnapshotItems, report: Baked, now: float) -> Snapsho
 
 
 def _snapshot(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float) -> SnapshotState:
+    """Stops the builder and snapshots its data volume (`_advance` calls it at Snapshotting, before a snapshot)."""
     bake = state.bake
-    if bake is None or bake.step is not BakeStep.SNAPSHOTTING:
-        return _end(ctx, state)
+    assert bake is not None
     try:
         ctx.builders.stop(bake.instance_id)
         found = ctx.builders.snapshot_of(bake.id)
