@@ -4,7 +4,7 @@ the node classes: each fault ends with a clear reason and the node class untouch
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
@@ -202,6 +202,19 @@ def test_a_launch_interrupted_before_it_was_recorded_is_launched_again_once() ->
     push(ctx, D2, 20.0)
     assert bakes.sweep(ctx, 21.0) == []  # nothing left to do: the new bake launched on the push
     assert ec2.instances == {"i-gpu-2": "running"}
+    # RunInstances answered but its record was lost: the bake is still Launching, and goes on with the same
+    # bake id (RunInstances' client token), not a second builder.
+    found = ctx.store.get_warm_snapshot("gpu")
+    assert found is not None
+    recorded = SnapshotState.from_dict(found[1])
+    assert recorded.bake is not None and recorded.bake.step is BakeStep.PULLING
+    lost = replace(recorded.bake, steps=recorded.bake.steps[:1], instance_id="", volume_id="")
+    ctx.store.save_snapshot_state("gpu", replace(recorded, bake=lost).to_dict(), found[2])
+    assert bakes.sweep(ctx, 22.0) == ["gpu: bake gpu-2 launched"]
+    assert [c for c in ec2.calls if c.startswith("launch")] == ["launch gpu-2", "launch gpu-2"]
+    assert ec2.instances == {"i-gpu-2": "running"}
+    relaunched = state(ctx).bake
+    assert relaunched is not None and relaunched.step is BakeStep.PULLING and relaunched.instance_id == "i-gpu-2"
 
 
 def test_the_sweep_fails_a_bake_past_its_budget_and_terminates_builders_no_bake_owns() -> None:
