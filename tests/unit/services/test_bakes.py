@@ -27,6 +27,7 @@ class FakeEc2:
     instances: dict[str, str] = field(default_factory=dict)  # id -> state
     snapshots: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> (warm snapshot, bake, state)
     launched_at: dict[str, float] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)  # instance id -> its warm snapshot tag
     calls: list[str] = field(default_factory=list)
     refuse: str = ""
 
@@ -37,6 +38,7 @@ class FakeEc2:
         instance = f"i-{bake_id}"  # the client token makes it idempotent
         self.instances.setdefault(instance, "running")
         self.launched_at.setdefault(instance, 0.0)
+        self.owners.setdefault(instance, warm_snapshot)
         self.calls.append(f"launch {bake_id}")
         return instance, f"vol-{bake_id}"
 
@@ -47,8 +49,9 @@ class FakeEc2:
         self.instances[instance_id] = "terminated"
         self.calls.append(f"terminate {instance_id}")
 
-    def running_builders(self) -> list[tuple[str, str, float]]:
-        return [(i, i[2:], self.launched_at[i]) for i, s in self.instances.items() if s != "terminated"]
+    def running_builders(self) -> list[tuple[str, str, str, float]]:
+        return [(i, self.owners.get(i, ""), i[2:], self.launched_at[i]) for i, s in self.instances.items()
+                if s != "terminated"]
 
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
         snapshot = f"snap-{len(self.snapshots) + 1}"

@@ -214,8 +214,7 @@ def sweep(ctx: BakeContext, now: float) -> list[str]:
         budgets[declared.name] = declared.spec.builder.time_budget_seconds
         done += advance(ctx, declared.name, now, sweeping=True)
     longest = max(budgets.values(), default=0.0)
-    for instance_id, bake_id, launched_at in ctx.builders.running_builders():
-        owner = bake_id.rsplit("-", 1)[0]
+    for instance_id, owner, bake_id, launched_at in ctx.builders.running_builders():
         if now - launched_at > budgets.get(owner, longest):
             ctx.builders.terminate(instance_id)
             done.append(f"terminated builder {instance_id} of {bake_id}: past its time budget")
