@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prewarm.adapters.ec2 import ROLE_TAG, STACK_TAG
 from prewarm.domain.builders import read_bake_document
 from prewarm_devtools.account import ACCOUNT, REGION
 from prewarm_devtools.localecr import ecr_host
@@ -92,11 +93,11 @@ class LocalBuilders:
     def poll(self) -> None:
         with self._lock:
             reservations = self.ec2.describe_instances(Filters=[
-                {"Name": "tag:prewarm.dev/role", "Values": ["builder"]}])["Reservations"]
+                {"Name": f"tag:{ROLE_TAG}", "Values": ["builder"]}])["Reservations"]
             for instance in (i for r in reservations for i in r["Instances"]):
                 self._instance(instance)
             for snapshot in self.ec2.describe_snapshots(OwnerIds=["self"], Filters=[
-                    {"Name": "tag-key", "Values": ["prewarm.dev/stack"]}])["Snapshots"]:
+                    {"Name": "tag-key", "Values": [STACK_TAG]}])["Snapshots"]:
                 if snapshot["SnapshotId"] not in self.snapshots:
                     self._snapshot(snapshot)
 

@@ -21,8 +21,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         return {"jobs": []}
     push = action.to_push()
     logger.append_keys(image=f"{push.registry_host}/{push.repository}@{push.digest}")
-    applied = bootstrap.handle_push(push)
-    if changed := bootstrap.bake_on_push(push):
+    applied, changed = bootstrap.handle_push(push)
+    if changed:
         logger.info("warm snapshots to bake again", extra={"warm_snapshots": changed})
     created = sum(a.outcome != "unchanged" for a in applied)
     metrics.add_metric(name="JobsStarted", unit=MetricUnit.Count, value=created)

@@ -37,10 +37,17 @@ from prewarm.domain.jobs import (
 )
 from prewarm.domain.rules import ACCOUNT_ID_PATTERN, GLOB_PATTERN, REGION_PATTERN
 from prewarm.domain.snapshots import (
+    AL2023_CONTAINERD_MOUNT,
+    AZ_PATTERN,
+    BOTTLEROCKET_DATA_DEVICE,
     DEFAULT_KEEP,
+    MAX_DATA_VOLUME_GIB,
     MAX_FSR_ZONES,
     MAX_KEEP,
     MAX_SNAPSHOT_IMAGES,
+    MAX_TIME_BUDGET_SECONDS,
+    MIN_TIME_BUDGET_SECONDS,
+    SUBNET_ID_PATTERN,
     AmiFamily,
 )
 
@@ -262,10 +269,12 @@ def _warm_snapshot_spec() -> Obj:
     """What the model checks of a WarmSnapshot that a schema can say; the AMI family's devices are CEL."""
     names = {"type": "array", "items": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253)}
     device = _rule("self.amiFamily != 'Bottlerocket' || !has(self.dataVolume) || !has(self.dataVolume.deviceName) "
-                   "|| self.dataVolume.deviceName == '/dev/xvdb'", "Bottlerocket keeps containerd on /dev/xvdb",
+                   f"|| self.dataVolume.deviceName == '{BOTTLEROCKET_DATA_DEVICE}'",
+                   f"Bottlerocket keeps containerd on {BOTTLEROCKET_DATA_DEVICE}",
                    field_path=".dataVolume.deviceName")
     mount = _rule("self.amiFamily != 'AL2023' || (has(self.dataVolume) && has(self.dataVolume.mountPath) && "
-                  "self.dataVolume.mountPath == '/var/lib/containerd')", "must be /var/lib/containerd on AL2023",
+                  f"self.dataVolume.mountPath == '{AL2023_CONTAINERD_MOUNT}')",
+                  f"must be {AL2023_CONTAINERD_MOUNT} on AL2023",
                   field_path=".dataVolume.mountPath")
     return {"type": "object", "required": ["nodeClass", "amiFamily", "builder"], "properties": {
         "nodeClass": {"type": "object", "properties": {"ec2NodeClass": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253),
@@ -275,16 +284,17 @@ def _warm_snapshot_spec() -> Obj:
         "amiFamily": {"type": "string", "enum": [f.value for f in AmiFamily]},
         "dataVolume": {"type": "object", "properties": {
             "deviceName": _patterned("^/dev/(xvd|sd)[a-z]$"), "mountPath": {"type": "string"},
-            "sizeGiB": {"type": "integer", "minimum": 1, "maximum": 16384}}},
+            "sizeGiB": {"type": "integer", "minimum": 1, "maximum": MAX_DATA_VOLUME_GIB}}},
         "rules": names, "images": {"type": "array", "maxItems": MAX_SNAPSHOT_IMAGES, "items": _IMAGE},
         "fastSnapshotRestore": {"type": "object", "required": ["availabilityZones"], "properties": {
             "availabilityZones": {"type": "array", "minItems": 1, "maxItems": MAX_FSR_ZONES,
-                                  "items": _patterned("^[a-z]{2}(-[a-z]+)+-[0-9]+[a-z]$")}}},
+                                  "items": _patterned(f"^{AZ_PATTERN}$")}}},
         "keep": {"type": "integer", "minimum": 1, "maximum": MAX_KEEP, "default": DEFAULT_KEEP},
         "builder": {"type": "object", "required": ["subnetIds"], "properties": {
-            "subnetIds": {"type": "array", "minItems": 1, "items": _patterned("^subnet-[0-9a-f]{8,17}$")},
+            "subnetIds": {"type": "array", "minItems": 1, "items": _patterned(f"^{SUBNET_ID_PATTERN}$")},
             "instanceType": {"type": "string"}, "imageId": {"type": "string"},
-            "timeBudgetSeconds": {"type": "integer", "minimum": 300, "maximum": 21600}}}},
+            "timeBudgetSeconds": {"type": "integer", "minimum": MIN_TIME_BUDGET_SECONDS,
+                                  "maximum": MAX_TIME_BUDGET_SECONDS}}}},
         "x-kubernetes-validations": [device, mount]}
 
 

@@ -20,7 +20,7 @@ def baked(state: SnapshotState, digest: str, now: float, *, keep: int = 2, snaps
     bake_id = state.bake.id
     state = bakes.launched(state, bake_id, "i-1", "vol-1", now + 1)
     state = bakes.pulled(state, bake_id, {REF: digest}, 100, now + 2)
-    state = bakes.snapshot_started(state, bake_id, snapshot, 50)
+    state = bakes.snapshot_started(state, bake_id, snapshot)
     state = bakes.snapshot_completed(state, snapshot, now + 3)
     return bakes.published(state, snapshot, keep, now + 4)
 

@@ -4,10 +4,11 @@ the node classes: each fault ends with a clear reason and the node class untouch
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
+from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.services import bakes
 from prewarm.services.bakes import BakeContext, BakeSettings
@@ -26,6 +27,7 @@ class FakeEc2:
     instances: dict[str, str] = field(default_factory=dict)  # id -> state
     snapshots: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> (warm snapshot, bake, state)
     launched_at: dict[str, float] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)  # instance id -> its warm snapshot tag
     calls: list[str] = field(default_factory=list)
     refuse: str = ""
 
@@ -36,6 +38,7 @@ class FakeEc2:
         instance = f"i-{bake_id}"  # the client token makes it idempotent
         self.instances.setdefault(instance, "running")
         self.launched_at.setdefault(instance, 0.0)
+        self.owners.setdefault(instance, warm_snapshot)
         self.calls.append(f"launch {bake_id}")
         return instance, f"vol-{bake_id}"
 
@@ -46,8 +49,9 @@ class FakeEc2:
         self.instances[instance_id] = "terminated"
         self.calls.append(f"terminate {instance_id}")
 
-    def running_builders(self) -> list[tuple[str, str, float]]:
-        return [(i, i[2:], self.launched_at[i]) for i, s in self.instances.items() if s != "terminated"]
+    def running_builders(self) -> list[tuple[str, str, str, float]]:
+        return [(i, self.owners.get(i, ""), i[2:], self.launched_at[i]) for i, s in self.instances.items()
+                if s != "terminated"]
 
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
         snapshot = f"snap-{len(self.snapshots) + 1}"
@@ -111,7 +115,9 @@ def state(ctx: BakeContext) -> SnapshotState:
 def builder_reports(ctx: BakeContext, digest: str, now: float, *, ok: bool = True, message: str = "") -> None:
     bake = state(ctx).bake
     assert bake is not None
-    bakes.record_baked(ctx.store, "gpu", bake.id, ok, {REF: digest} if ok else {}, 1000, message, now)
+    report = Baked(warm_snapshot="gpu", bake=bake.id, ok=ok, digests={REF: digest} if ok else {}, image_bytes=1000,
+                   message=message)
+    bakes.record_baked(ctx.store, report, now)
     bakes.advance(ctx, "gpu", now)
 
 
@@ -199,6 +205,19 @@ def test_a_launch_interrupted_before_it_was_recorded_is_launched_again_once() ->
     push(ctx, D2, 20.0)
     assert bakes.sweep(ctx, 21.0) == []  # nothing left to do: the new bake launched on the push
     assert ec2.instances == {"i-gpu-2": "running"}
+    # RunInstances answered but its record was lost: the bake is still Launching, and goes on with the same
+    # bake id (RunInstances' client token), not a second builder.
+    found = ctx.store.get_warm_snapshot("gpu")
+    assert found is not None
+    recorded = SnapshotState.from_dict(found[1])
+    assert recorded.bake is not None and recorded.bake.step is BakeStep.PULLING
+    lost = replace(recorded.bake, steps=recorded.bake.steps[:1], instance_id="", volume_id="")
+    ctx.store.save_snapshot_state("gpu", replace(recorded, bake=lost).to_dict(), found[2])
+    assert bakes.sweep(ctx, 22.0) == ["gpu: bake gpu-2 launched"]
+    assert [c for c in ec2.calls if c.startswith("launch")] == ["launch gpu-2", "launch gpu-2"]
+    assert ec2.instances == {"i-gpu-2": "running"}
+    relaunched = state(ctx).bake
+    assert relaunched is not None and relaunched.step is BakeStep.PULLING and relaunched.instance_id == "i-gpu-2"
 
 
 def test_the_sweep_fails_a_bake_past_its_budget_and_terminates_builders_no_bake_owns() -> None:

@@ -236,14 +236,19 @@ def status_queue() -> StatusQueue:
     return StatusQueue(settings().status_queue_url, client=node_queues().client)
 
 
-def handle_push(push: ImagePush) -> list[Applied]:
-    """Apply one job per prewarm rule matching a pushed image."""
+def handle_push(push: ImagePush) -> tuple[list[Applied], list[str]]:
+    """Apply one job per prewarm rule matching a pushed image, and record its digest in the warm snapshots
+    wanting it (recorded only: the stream starts their bakes), the rules read once for both. Returns the
+    jobs applied and the warm snapshots changed."""
     from prewarm.adapters.clusters import ServedClusters
-    from prewarm.services.push import handle_push
+    from prewarm.services.bakes import record_push
+    from prewarm.services.push import handle_push, matching_rules
 
+    rules = matching_rules(store(), push)
     # The roster alone: a push reads which clusters are served, never their APIs.
     served = ServedClusters(store(), settings().cluster_name)
-    return handle_push(store(), images(), push, now=time.time(), clusters=served)
+    applied = handle_push(store(), images(), push, now=time.time(), clusters=served, rules=rules)
+    return applied, record_push(store(), push, [r.metadata.name for r in rules], time.time())
 
 
 def refresh_credentials() -> RefreshReport | None:
@@ -367,15 +372,6 @@ def bake_context() -> BakeContext:
                        BakeSettings(s.status_queue_url, s.aws_region, s.builder_agent_image))
 
 
-def bake_on_push(push: ImagePush) -> list[str]:
-    """The warm snapshots a push changed (recorded only: the stream starts their bakes)."""
-    from prewarm.services.bakes import record_push
-    from prewarm.services.push import matching_rules
-
-    rules = [r.metadata.name for r in matching_rules(store(), push)]
-    return record_push(store(), push, rules, time.time())
-
-
 def record_baked(reports: Sequence[tuple[str, Baked]]) -> list[str]:
     """Builders' reports, recorded (the stream snapshots or ends their bakes). Returns the message ids of
     those to deliver again (the table refused)."""
@@ -385,8 +381,7 @@ def record_baked(reports: Sequence[tuple[str, Baked]]) -> list[str]:
     again = []
     for message_id, r in reports:
         try:
-            record_baked(store(), r.warm_snapshot, r.bake, r.ok, dict(r.digests), r.image_bytes, r.message,
-                         time.time())
+            record_baked(store(), r, time.time())
         except StoreError:
             again.append(message_id)
     return again

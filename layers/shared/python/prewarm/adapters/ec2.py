@@ -94,7 +94,7 @@ class Ec2Builders:
     def terminate(self, instance_id: str) -> None:
         self._call(f"terminate builder {instance_id}", "terminate_instances", InstanceIds=[instance_id])
 
-    def running_builders(self) -> list[tuple[str, str, float]]:
+    def running_builders(self) -> list[tuple[str, str, str, float]]:
         pages = self.client.get_paginator("describe_instances").paginate(Filters=[
             {"Name": f"tag:{STACK_TAG}", "Values": [self.stack_prefix]},
             {"Name": f"tag:{ROLE_TAG}", "Values": ["builder"]},
@@ -105,8 +105,8 @@ class Ec2Builders:
                 for reservation in page["Reservations"]:
                     for instance in reservation["Instances"]:
                         tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-                        found.append((instance["InstanceId"], tags.get(BAKE_TAG, ""),
-                                      instance["LaunchTime"].timestamp()))
+                        found.append((instance["InstanceId"], tags.get(WARM_SNAPSHOT_TAG, ""),
+                                      tags.get(BAKE_TAG, ""), instance["LaunchTime"].timestamp()))
         except ClientError as e:
             raise _error(e, "list the builders") from e
         return found

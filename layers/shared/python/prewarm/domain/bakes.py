@@ -61,7 +61,6 @@ class Bake:
     bytes_pulled: int = 0
     reason: str = ""
     finished_at: float | None = None
-    size_gib: int = 0
     builder_terminated: bool = False
 
     @property
@@ -90,7 +89,6 @@ class BakedSnapshot:
     id: str
     digests: dict[str, str]
     created_at: float
-    size_gib: int
     bake_id: str
     stored_bytes: int = 0
 
@@ -210,11 +208,11 @@ def pulled(state: SnapshotState, bake_id: str, digests: dict[str, str], bytes_pu
     return replace(state, bake=bake.at(BakeStep.SNAPSHOTTING, now, pulled=dict(digests), bytes_pulled=bytes_pulled))
 
 
-def snapshot_started(state: SnapshotState, bake_id: str, snapshot_id: str, size_gib: int) -> SnapshotState:
+def snapshot_started(state: SnapshotState, bake_id: str, snapshot_id: str) -> SnapshotState:
     bake = _active(state, bake_id, BakeStep.SNAPSHOTTING)
     if bake is None or bake.snapshot_id == snapshot_id:
         return state
-    return replace(state, bake=replace(bake, snapshot_id=snapshot_id, size_gib=size_gib))
+    return replace(state, bake=replace(bake, snapshot_id=snapshot_id))
 
 
 def snapshot_completed(state: SnapshotState, snapshot_id: str, now: float) -> SnapshotState:
@@ -229,7 +227,7 @@ def published(state: SnapshotState, snapshot_id: str, keep: int, now: float) -> 
     bake = state.bake
     if bake is None or bake.step is not BakeStep.PUBLISHING or bake.snapshot_id != snapshot_id:
         return state, []
-    made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.size_gib, bake.id, bake.bytes_pulled)
+    made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.id, bake.bytes_pulled)
     kept = (made, *(s for s in state.snapshots if s.id != snapshot_id))
     done = bake.at(BakeStep.SUCCEEDED, now, finished_at=now)
     return replace(state, bake=done, snapshots=kept[:keep]), [s.id for s in kept[keep:]]

@@ -19,8 +19,6 @@ from prewarm.domain.images import parse_image
 from prewarm.domain.jobs import StackObject
 from prewarm.domain.kubernetes import KubernetesModel, dns1123_subdomain_problem, raise_problems
 
-WARM_SNAPSHOT_KIND = "WarmSnapshot"
-
 # Fast Snapshot Restore is billed per snapshot and Availability Zone for every hour it is enabled:
 # $0.75 per DSU-hour in us-east-1 (https://aws.amazon.com/ebs/pricing/, "Fast snapshot restore").
 FSR_DOLLARS_PER_AZ_HOUR = 0.75
@@ -32,12 +30,17 @@ MAX_FSR_ZONES = 6
 MAX_KEEP = 20
 DEFAULT_KEEP = 2
 DEFAULT_TIME_BUDGET_SECONDS = 3600
+MIN_TIME_BUDGET_SECONDS = 300
+MAX_TIME_BUDGET_SECONDS = 6 * 3600
+MAX_DATA_VOLUME_GIB = 16384
 MAX_SNAPSHOT_IMAGES = 100
+SUBNET_ID_PATTERN = r"subnet-[0-9a-f]{8,17}"
+AZ_PATTERN = r"[a-z]{2}(?:-[a-z]+)+-[0-9]+[a-z]"
 
 _LAUNCH_TEMPLATE_ID = re.compile(r"lt-[0-9a-f]{8,17}")
 _LAUNCH_TEMPLATE_NAME = re.compile(r"[a-zA-Z0-9().\-/_]{3,128}")
-_SUBNET_ID = re.compile(r"subnet-[0-9a-f]{8,17}")
-_AZ = re.compile(r"[a-z]{2}(?:-[a-z]+)+-[0-9]+[a-z]")
+_SUBNET_ID = re.compile(SUBNET_ID_PATTERN)
+_AZ = re.compile(AZ_PATTERN)
 _IMAGE_ID = re.compile(r"ami-[0-9a-f]{8,17}|resolve:ssm:\S+")
 # AL2023 names its root volume /dev/xvda; a secondary EBS volume is any other /dev/xvd[b-z] or /dev/sd[b-z]
 # (EC2's recommended names for EBS volumes on Nitro, "Device names on Linux instances").
@@ -101,7 +104,7 @@ class DataVolume(KubernetesModel):
 
     device_name: str = BOTTLEROCKET_DATA_DEVICE
     mount_path: str | None = None
-    size_gib: int = Field(default=50, ge=1, le=16384, alias="sizeGiB")
+    size_gib: int = Field(default=50, ge=1, le=MAX_DATA_VOLUME_GIB, alias="sizeGiB")
 
 
 class BuilderSpec(KubernetesModel):
@@ -110,7 +113,8 @@ class BuilderSpec(KubernetesModel):
     subnet_ids: list[str] = Field(min_length=1)
     instance_type: str = "m6i.large"
     image_id: str | None = None
-    time_budget_seconds: int = Field(default=DEFAULT_TIME_BUDGET_SECONDS, ge=300, le=6 * 3600)
+    time_budget_seconds: int = Field(default=DEFAULT_TIME_BUDGET_SECONDS, ge=MIN_TIME_BUDGET_SECONDS,
+                                     le=MAX_TIME_BUDGET_SECONDS)
 
     @field_validator("subnet_ids")
     @classmethod

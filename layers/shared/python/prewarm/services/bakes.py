@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from prewarm.domain import bakes
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.domain.builders import bake_document, builder_user_data
+from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.snapshots import WarmSnapshot
@@ -112,30 +113,29 @@ def record_push(store: WarmSnapshotItems, push: ImagePush, matched_rules: Sequen
     return changed
 
 
-def record_baked(store: WarmSnapshotItems, name: str, bake_id: str, ok: bool, digests: dict[str, str],
-                 image_bytes: int, message: str, now: float) -> SnapshotState | None:
+def record_baked(store: WarmSnapshotItems, report: Baked, now: float) -> SnapshotState | None:
     """The builder's report: the bake goes on to its snapshot (`advance` stops the builder and takes it), or
     ends on the builder's failure."""
 
     def change(declared: WarmSnapshot, state: SnapshotState) -> SnapshotState:
-        if not ok:
-            return bakes.fail(state, bake_id, f"the builder failed: {message}", now)
-        return bakes.pulled(state, bake_id, digests, image_bytes, now)
+        if not report.ok:
+            return bakes.fail(state, report.bake, f"the builder failed: {report.message}", now)
+        return bakes.pulled(state, report.bake, dict(report.digests), report.image_bytes, now)
 
-    return _update(store, name, change)
+    return _update(store, report.warm_snapshot, change)
 
 
 def _snapshot(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float) -> SnapshotState:
+    """Stops the builder and snapshots its data volume (`_advance` calls it at Snapshotting, before a snapshot)."""
     bake = state.bake
-    if bake is None or bake.step is not BakeStep.SNAPSHOTTING:
-        return _end(ctx, state)
+    assert bake is not None
     try:
         ctx.builders.stop(bake.instance_id)
         found = ctx.builders.snapshot_of(bake.id)
         snapshot_id = found[0] if found else ctx.builders.create_snapshot(bake.volume_id, bake.id, declared.name)
     except BakeError as e:
         return _end(ctx, bakes.fail(state, bake.id, f"the snapshot could not be started: {e}", now))
-    return bakes.snapshot_started(state, bake.id, snapshot_id, declared.spec.data_volume.size_gib)
+    return bakes.snapshot_started(state, bake.id, snapshot_id)
 
 
 def on_snapshot_event(ctx: BakeContext, snapshot_id: str, succeeded: bool, cause: str, now: float) -> str | None:
@@ -214,8 +214,7 @@ def sweep(ctx: BakeContext, now: float) -> list[str]:
         budgets[declared.name] = declared.spec.builder.time_budget_seconds
         done += advance(ctx, declared.name, now, sweeping=True)
     longest = max(budgets.values(), default=0.0)
-    for instance_id, bake_id, launched_at in ctx.builders.running_builders():
-        owner = bake_id.rsplit("-", 1)[0]
+    for instance_id, owner, bake_id, launched_at in ctx.builders.running_builders():
         if now - launched_at > budgets.get(owner, longest):
             ctx.builders.terminate(instance_id)
             done.append(f"terminated builder {instance_id} of {bake_id}: past its time budget")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
 from prewarm.domain.manifests import parse_manifest
@@ -24,12 +25,12 @@ def matching_rules(store: ApplyItems, push: ImagePush) -> list[PrewarmRule]:
 
 
 def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, *, now: float,
-                clusters: ClusterRoster | None = None) -> list[Applied]:
+                clusters: ClusterRoster | None = None, rules: Sequence[PrewarmRule] | None = None) -> list[Applied]:
     """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves;
     None: the stack's own alone). A duplicate event finds the same spec and changes nothing. Each
     cluster's job has its own key, node items and status: one cluster's nodes never count in another's
-    job."""
-    rules = matching_rules(store, push)
+    job. `rules`: the rules matching the push when the caller has read them (None: read here)."""
+    rules = matching_rules(store, push) if rules is None else rules
     if not rules:
         return []
     platforms = layers = None
