@@ -64,6 +64,9 @@ class NodeStartup:
         # Why the last pull of each image did not end with the image: for the warm deadline's Event.
         self._pull_failures: dict[str, str] = {}
         self._hello: Hello | None = None  # until sent
+        # The start, the node re-read and the queue wait send from their own threads: one hello at a time,
+        # so none goes twice and a newer one is never cleared by an older one's send.
+        self._hello_lock = threading.Lock()
         self._said: Hello | None = None  # the hello, to say again while the node queue is awaited
         self._queue_url: str | None = None
         self.hello_at: float | None = None  # when the first hello went out
@@ -78,14 +81,12 @@ class NodeStartup:
     def begin(self, queue_url: str, facts: NodeFacts) -> None:
         """Says hello: the control plane makes the node queue (`queue_url`) on it."""
         self._queue_url = queue_url
-        self._hello = self._said = self._make_hello(queue_url, facts)
-        self.send_hello()
+        self._say(self._make_hello(queue_url, facts))
 
     def say_hello_again(self) -> None:
         """Sends the hello again (while the agent waits for its queue)."""
         if self._said is not None:
-            self._hello = self._said
-            self.send_hello()
+            self._say(self._said)
 
     def read_node_until_deadline(self, read: Callable[[], NodeFacts], *, started_at: float) -> None:
         """The agent could not read its Node at start, so it knows of no startup taint: reads it again
@@ -99,8 +100,7 @@ class NodeStartup:
             if facts.from_api:
                 hold = self.hold_taint(facts)
                 if self._queue_url is not None:
-                    self._hello = self._said = self._make_hello(self._queue_url, facts)
-                    self.send_hello()
+                    self._say(self._make_hello(self._queue_url, facts))
                 if hold is not None:
                     self.warm(hold)
                 return
@@ -178,13 +178,20 @@ class NodeStartup:
             return False
         return True
 
+    def _say(self, hello: Hello) -> None:
+        with self._hello_lock:
+            self._hello = self._said = hello
+        self.send_hello()
+
     def send_hello(self) -> None:
-        hello = self._hello
-        if hello is None or not self._send_once(hello, "hello"):
-            return
-        self._hello = None
-        if self.hello_at is None:
-            self.hello_at = self.clock.time()
+        """Sends the hello not yet sent, if any."""
+        with self._hello_lock:
+            hello = self._hello
+            if hello is None or not self._send_once(hello, "hello"):
+                return
+            self._hello = None
+            if self.hello_at is None:
+                self.hello_at = self.clock.time()
         self.log.info("hello sent: %s/%s, %d images present", hello.os, hello.architecture, len(hello.images))
 
     def warm(self, hold: StartupTaintHold) -> None:
