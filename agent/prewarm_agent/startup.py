@@ -105,9 +105,12 @@ class NodeStartup:
                     self.warm(hold)
                 return
             if self.clock.time() >= deadline:
-                self.log.error("node %s still cannot be read %.0f s after the agent started: its startup taint, "
-                               "if any, is left to the sweep (NoAgentGraceSeconds or StartupTaintGraceSeconds)",
-                               self.settings.node_name, self.settings.max_warm_seconds)
+                self.log.error(
+                    "node %s still cannot be read %.0f s after the agent started: its startup taint, "
+                    "if any, is left to the sweep (NoAgentGraceSeconds or StartupTaintGraceSeconds)",
+                    self.settings.node_name,
+                    self.settings.max_warm_seconds,
+                )
                 return
             delay = min(delay * 2, NODE_READ_RETRY_MAX_SECONDS)
 
@@ -131,11 +134,23 @@ class NodeStartup:
         # From the node's join, not the agent's start: a restarted agent must not hold the node longer.
         joined_at = facts.created_at if facts.created_at is not None else self.clock.time()
         until = joined_at + self.settings.max_warm_seconds
-        self.log.info("node holds the startup taint %s: removing it once its images are present, at the latest "
-                      "%.0f s after it joined", taint, self.settings.max_warm_seconds)
+        self.log.info(
+            "node holds the startup taint %s: removing it once its images are present, at the latest "
+            "%.0f s after it joined",
+            taint,
+            self.settings.max_warm_seconds,
+        )
         return StartupTaintHold(
-            node=self.settings.node_name, taint=taint, joined_at=joined_at, until=until, images=self.images,
-            api=self.node_writes, clock=self.clock, metrics=self.metrics, why=self.why_missing, logger=self.log,
+            node=self.settings.node_name,
+            taint=taint,
+            joined_at=joined_at,
+            until=until,
+            images=self.images,
+            api=self.node_writes,
+            clock=self.clock,
+            metrics=self.metrics,
+            why=self.why_missing,
+            logger=self.log,
         )
 
     def why_missing(self, image: str) -> str:
@@ -165,9 +180,17 @@ class NodeStartup:
         except CriError as e:
             self.log.warning("cannot list the node's images for the hello: %s", e)
             images = []
-        return Hello(node=self.settings.node_name, labels=dict(facts.labels), architecture=facts.architecture,
-                     os=facts.os, queue_url=queue_url, images=images, agent_version=agent_version(),
-                     warm_until=self.hold.until if self.hold is not None else None, cluster=self.settings.cluster)
+        return Hello(
+            node=self.settings.node_name,
+            labels=dict(facts.labels),
+            architecture=facts.architecture,
+            os=facts.os,
+            queue_url=queue_url,
+            images=images,
+            agent_version=agent_version(),
+            warm_until=self.hold.until if self.hold is not None else None,
+            cluster=self.settings.cluster,
+        )
 
     def _send_once(self, message: FromAgent, what: str) -> bool:
         """Sends a message the heartbeat retries until it goes (the hello, the warm-up)."""
@@ -202,11 +225,16 @@ class NodeStartup:
         if released is None or hold.required is None:
             return
         missing = sorted(released.missing)
-        self._warmed = Warmed(node=self.settings.node_name, joined_at=hold.joined_at,
-                              hello_at=self.hello_at if self.hello_at is not None else hold.joined_at,
-                              warm_at=released.at, outcome=released.outcome,
-                              missing=missing[:WARMED_MISSING_MAX], missing_total=len(missing),
-                              cluster=self.settings.cluster)
+        self._warmed = Warmed(
+            node=self.settings.node_name,
+            joined_at=hold.joined_at,
+            hello_at=self.hello_at if self.hello_at is not None else hold.joined_at,
+            warm_at=released.at,
+            outcome=released.outcome,
+            missing=missing[:WARMED_MISSING_MAX],
+            missing_total=len(missing),
+            cluster=self.settings.cluster,
+        )
         self.send_warmed()
 
     def send_warmed(self) -> None:

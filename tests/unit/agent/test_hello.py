@@ -7,6 +7,8 @@ import logging
 import threading
 import time
 
+from prometheus_client import CollectorRegistry
+
 from prewarm.adapters.sqs import QueueError
 from prewarm.domain.messages import FromAgent, Hello
 from prewarm_agent.clock import SystemClock
@@ -16,8 +18,6 @@ from prewarm_agent.node import NodeFacts
 from prewarm_agent.settings import AgentSettings
 from prewarm_agent.startup import NodeStartup
 from prewarm_agent.tasks import NodeTasks
-from prometheus_client import CollectorRegistry
-
 from tests.unit.agent.test_startup_taint_fails_open import FakeRuntime, NodeApi
 
 QUEUE = "https://sqs.us-west-2.amazonaws.com/1/prewarm-node-node-a"
@@ -43,11 +43,25 @@ class SlowStatus:
 
 
 def startup(status: SlowStatus) -> NodeStartup:
-    cfg = AgentSettings.from_env({"NODE_NAME": "node-a", "NODE_QUEUE_PREFIX": "prewarm-node",
-                                  "AWS_REGION": "us-west-2", "STATUS_QUEUE_URL": QUEUE})
-    return NodeStartup(cfg, images=FakeRuntime(), node_writes=NodeApi(), status=status, tasks=NodeTasks(),
-                       clock=SystemClock(), metrics=AgentMetrics(lambda: 0, CollectorRegistry()),
-                       stop=threading.Event(), logger=NodeLogger(logging.getLogger("test"), {}))
+    cfg = AgentSettings.from_env(
+        {
+            "NODE_NAME": "node-a",
+            "NODE_QUEUE_PREFIX": "prewarm-node",
+            "AWS_REGION": "us-west-2",
+            "STATUS_QUEUE_URL": QUEUE,
+        }
+    )
+    return NodeStartup(
+        cfg,
+        images=FakeRuntime(),
+        node_writes=NodeApi(),
+        status=status,
+        tasks=NodeTasks(),
+        clock=SystemClock(),
+        metrics=AgentMetrics(lambda: 0, CollectorRegistry()),
+        stop=threading.Event(),
+        logger=NodeLogger(logging.getLogger("test"), {}),
+    )
 
 
 def test_a_hello_being_sent_is_not_sent_again_by_the_queue_waits_retry() -> None:
