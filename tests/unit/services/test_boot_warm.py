@@ -184,3 +184,26 @@ def test_get_nodes_shows_the_boot_count_and_the_condition(plane: ControlPlane) -
     (state,) = view.nodes
     document = node_document(state, now=now)["status"]
     assert document["boot"]["present"] == [IMAGE] and document["warmCondition"]["reason"] == PULLING
+
+
+def test_a_warmed_sets_the_condition_without_reading_the_registration_again(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    never_job(plane, "torch", IMAGE)
+    node = joins(plane, "gpu-1")
+    hello(plane, "gpu-1", images=[])
+    reads: list[str] = []
+    get_node = plane.store.get_node
+
+    def reading(name: str, cluster: str = "") -> Any:
+        reads.append(name)
+        return get_node(name, cluster)
+
+    monkeypatch.setattr(plane.store, "get_node", reading)
+    now = plane.now()
+    warmed = Warmed(node="gpu-1", joined_at=now - 30, hello_at=now - 20, warm_at=now, outcome="warm")
+    record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), [("w", warmed)], now=now)
+
+    # The write of the warm-up returns the registration (its images at boot): no read after it
+    assert reads == []
+    assert condition(node)["message"] == "all 1 image required present (0 present at boot)"

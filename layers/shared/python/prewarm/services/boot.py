@@ -61,8 +61,7 @@ def record_boots(
     return boots, failed
 
 
-def record_warm(store: AgentItems, warmed: Warmed, writes: NodeWarmWrites | None = None, *,
-                now: float | None = None) -> NodeWarm:
+def record_warm(store: AgentItems, warmed: Warmed, writes: NodeWarmWrites | None, *, now: float) -> NodeWarm:
     """Stores how a node's startup taint came off, for `describe node` and `get nodes`, and sets its
     condition (given `writes`). A node not registered yet raises `StoreConflictError` (SQS may deliver the
     `Warmed` before the hello: it comes again)."""
@@ -70,8 +69,8 @@ def record_warm(store: AgentItems, warmed: Warmed, writes: NodeWarmWrites | None
         joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
         missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
     )
-    store.record_warm(warmed.node, warm, warmed.cluster)
-    judge_warm(store, writes, warmed.node, warm, now=warmed.warm_at if now is None else now, cluster=warmed.cluster)
+    registered = store.record_warm(warmed.node, warm, warmed.cluster)
+    judge_warm(writes, registered, now=now)
     return warm
 
 
@@ -145,17 +144,12 @@ def node_bytes_pulled(store: AgentItems, node: str, cluster: str = DEFAULT_CLUST
                for record in store.list_running_jobs(cluster) if record.is_running_never)
 
 
-def judge_warm(store: AgentItems, writes: NodeWarmWrites | None, node: str, warm: NodeWarm, *, now: float,
-               cluster: str = DEFAULT_CLUSTER) -> WarmCondition | None:
-    """After the node's `Warmed` is stored: sets its condition (None when there is no cluster to write to,
-    or the API refused)."""
-    if writes is None:
-        return None
-    registered = store.get_node(node, cluster)
-    condition = at_warm(warm, registered.boot if registered is not None else None)
+def judge_warm(writes: NodeWarmWrites | None, registered: RegisteredNode, *, now: float) -> None:
+    """After the node's `Warmed` is stored (`registered`: its registration as that write left it): sets its
+    condition, when there is a cluster to write to."""
+    if writes is None or registered.warm is None:
+        return
     try:
-        set_condition(writes, node, condition, now=now)
+        set_condition(writes, registered.name, at_warm(registered.warm, registered.boot), now=now)
     except ClusterError as e:
-        log.warning("node %s: its PrewarmWarm condition not set: %s", node, e)
-        return None
-    return condition
+        log.warning("node %s: its PrewarmWarm condition not set: %s", registered.name, e)
