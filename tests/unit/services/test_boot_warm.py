@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from prewarm.domain.boot import CONDITION_TYPE, FAILED, NONE_REQUIRED, PRESENT_AT_BOOT, PULLED, PULLING
+from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.messages import ALREADY_PRESENT, Hello, Warmed
 from prewarm.services.boot import node_bytes_pulled
 from prewarm.services.jobs import apply_manifest
@@ -17,7 +18,7 @@ from prewarm.services.nodes import view_nodes
 from prewarm.services.ports import ClusterAuthError
 from prewarm.services.reports import record_status
 from prewarm_cli.node_output import node_document, nodes_table
-from tests.support.cluster import make_node
+from tests.support.cluster import FakeCluster, make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
@@ -207,3 +208,35 @@ def test_a_warmed_sets_the_condition_without_reading_the_registration_again(
     # The write of the warm-up returns the registration (its images at boot): no read after it
     assert reads == []
     assert condition(node)["message"] == "all 1 image required present (0 present at boot)"
+
+
+def test_a_batch_of_warm_ups_and_hellos_of_a_registered_cluster_looks_the_cluster_up_once(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given three nodes of a registered cluster, their agents' hellos recorded
+    plane.store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    prod = FakeCluster(nodes=[make_node(f"p-{i}", pool="gpu") for i in range(3)])
+    clusters = clusters_of(plane.store, registered={"prod-eu": prod})
+    now = plane.now()
+    record_status(plane.store, plane.queues, clusters,
+                  [(f"h{i}", Hello(node=f"p-{i}", cluster="prod-eu", warm_until=now + 900)) for i in range(3)], now=now)
+    reads: list[str] = []
+    get_cluster = plane.store.get_cluster
+
+    def reading(name: str) -> Any:
+        reads.append(name)
+        return get_cluster(name)
+
+    monkeypatch.setattr(plane.store, "get_cluster", reading)
+
+    # When one batch holds two of their warm-ups and a hello
+    warm_ups = [(f"w{i}", Warmed(node=f"p-{i}", cluster="prod-eu", joined_at=now - 30, hello_at=now - 20, warm_at=now,
+                                 outcome="warm")) for i in range(2)]
+    outcome = record_status(plane.store, plane.queues, clusters,
+                            [*warm_ups, ("h", Hello(node="p-2", cluster="prod-eu"))], now=now)
+
+    # Then each is applied, its condition set, and the cluster's item read once to know it is served and once
+    # for its API, not once more per message
+    assert outcome.retry_ids == [] and outcome.warmed == ["p-0", "p-1"] and len(outcome.hellos) == 1
+    assert [condition(prod.nodes[i])["reason"] for i in range(2)] == [PULLED, PULLED]
+    assert reads == ["prod-eu", "prod-eu"]

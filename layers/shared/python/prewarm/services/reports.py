@@ -35,6 +35,7 @@ from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
     AgentItems,
     Cluster,
+    ClusterApi,
     ClusterDirectory,
     ClusterError,
     NodeQueueError,
@@ -519,6 +520,14 @@ def record_status(
     reports: list[tuple[str, StatusReport]] = []
     hellos: list[tuple[str, Hello]] = []
     served: dict[str, bool] = {DEFAULT_CLUSTER: True}
+    apis: dict[str, ClusterApi | None] = {}
+
+    def api(name: str) -> ClusterApi | None:
+        # One per cluster for the batch: a registered cluster's is looked up in the table.
+        if name not in apis:
+            apis[name] = api_or_none(clusters, name)
+        return apis[name]
+
     for message_id, message in messages:
         if isinstance(message, StatusReport):
             reports.append((message_id, message))
@@ -539,7 +548,7 @@ def record_status(
             if isinstance(message, ImageGone):
                 outcome.gone.append(record_gone(store, queues, message))
             else:
-                record_warm(store, message, api_or_none(clusters, message.cluster), now=now)
+                record_warm(store, message, api(message.cluster), now=now)
                 outcome.warmed.append(message.node)
         except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
             log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
@@ -549,9 +558,9 @@ def record_status(
         by_cluster.setdefault(hello.cluster, []).append((message_id, hello))
     for name, group in by_cluster.items():
         try:
-            api = api_or_none(clusters, name)
+            cluster = api(name)
             registered: Sequence[HelloOutcome | HelloError | ClusterError] = register_nodes(
-                store, queues, api, [h for _, h in group], now=now, writes=api)
+                store, queues, cluster, [h for _, h in group], now=now, writes=cluster)
         except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
             registered = [e] * len(group)
         if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):
