@@ -18,7 +18,7 @@ from prewarm.services.nodes import view_nodes
 from prewarm.services.ports import ClusterAuthError
 from prewarm.services.reports import record_status
 from prewarm_cli.node_output import node_document, nodes_table
-from tests.support.cluster import FakeCluster, make_node
+from tests.support.cluster import FakeCluster, make_node, recorded_reads
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
@@ -186,6 +186,58 @@ def test_get_nodes_shows_the_boot_count_and_the_condition(plane: ControlPlane) -
     document = node_document(state, now=now)["status"]
     assert document["boot"]["present"] == [IMAGE] and document["warmCondition"]["reason"] == PULLING
 
+
+def test_a_batch_of_first_hellos_reads_the_agents_configmap_once_and_each_node_once(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given three tainted nodes that join with every image of their Never job
+    never_job(plane, "torch", IMAGE)
+    nodes = [joins(plane, f"gpu-{i}") for i in range(3)]
+    node_reads = recorded_reads(plane.cluster)
+    object_reads: list[str] = []
+    get_object = plane.cluster.get_object
+
+    def reading(api_version: str, plural: str, name: str, namespace: str | None = None) -> Any:
+        object_reads.append(plural)
+        return get_object(api_version, plural, name, namespace)
+
+    monkeypatch.setattr(plane.cluster, "get_object", reading)
+
+    # When their first hellos come in one batch
+    now = plane.now()
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), [
+        (f"h{i}", Hello(node=f"gpu-{i}", labels={"pool": "gpu"}, images=[IMAGE], warm_until=now + 900))
+        for i in range(3)], now=now)
+
+    # Then each loses its taint, from one read of its Node and one of the agents' ConfigMap for them all
+    assert outcome.retry_ids == [] and [taint_keys(n) for n in nodes] == [["nvidia.com/gpu"]] * 3
+    assert sorted(node_reads) == ["gpu-0", "gpu-1", "gpu-2"] and object_reads.count("configmaps") == 1
+
+
+
+def test_an_unreadable_agents_configmap_leaves_the_taint_to_the_agent_and_the_others_their_condition(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a node to release and one missing its image, in one batch, and the agents' ConfigMap refused
+    never_job(plane, "torch", IMAGE)
+    warm, cold = joins(plane, "gpu-1"), joins(plane, "gpu-2")
+    get_object = plane.cluster.get_object
+
+    def refusing(api_version: str, plural: str, name: str, namespace: str | None = None) -> Any:
+        if plural == "configmaps":
+            raise ClusterAuthError('configmaps "prewarm-agent" is forbidden', status=403)
+        return get_object(api_version, plural, name, namespace)
+
+    monkeypatch.setattr(plane.cluster, "get_object", refusing)
+    now = plane.now()
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), [
+        ("h1", Hello(node="gpu-1", labels={"pool": "gpu"}, images=[IMAGE], warm_until=now + 900)),
+        ("h2", Hello(node="gpu-2", labels={"pool": "gpu"}, images=[], warm_until=now + 900))], now=now)
+
+    # Then both hellos are applied; the first keeps its taint for its agent, unjudged; the other is Pulling
+    assert outcome.retry_ids == [] and "prewarm.dev/warming" in taint_keys(warm)
+    assert CONDITION_TYPE not in [c["type"] for c in warm.get("status", {}).get("conditions", [])]
+    assert condition(cold)["reason"] == PULLING
 
 def test_a_warmed_sets_the_condition_without_reading_the_registration_again(
     plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,

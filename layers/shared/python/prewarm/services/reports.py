@@ -27,7 +27,7 @@ from prewarm.domain.messages import FromAgent, Hello, ImageGone, NodePhase, Requ
 from prewarm.domain.nodes import NodeBoot, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
-from prewarm.services.boot import judge_boot, record_boots, record_warm
+from prewarm.services.boot import judge_boots, record_boots, record_warm
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
@@ -313,7 +313,7 @@ class HelloOutcome:
     required: list[str] | None = None
     # Why the node was registered unverified: its cluster could not be read (empty: it was read).
     unverified: str = ""
-    # Its first hello's images at boot (None: not its first), for `judge_boot`.
+    # Its first hello's images at boot (None: not its first).
     boot: NodeBoot | None = None
 
 
@@ -355,7 +355,7 @@ def register_nodes(
     store's index of them, not every job stored), each job gets its new nodes in one transaction and its
     free slots filled once, and independent calls run up to `WRITERS` at once. A node that holds the
     startup taint (`warm_until`) is then sent the images of those jobs. Given `writes` (the cluster's API),
-    a node's first hello is judged on its Node before the joins (`services.boot.judge_boot`).
+    a node's first hello is judged on its Node before the joins (`services.boot.judge_boots`).
 
     The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
     running jobs, under its name (node names repeat across clusters). A node whose cluster cannot be read
@@ -445,8 +445,8 @@ def register_nodes(
     boots, refused = record_boots(store, {n: (prior.get(n), hellos[by_node[n][-1]], selected[n][1])
                                           for n in selected if n not in failed}, cluster=name, now=now)
     failed.update(refused)
-    concurrently(lambda n: judge_boot(writes, hellos[by_node[n][-1]], boots[n], now=now),
-                 [n for n in boots if n not in unverified])
+    judge_boots(writes, {n: (hellos[by_node[n][-1]], boots[n], objects[n] if n in verified else None)
+                         for n in boots if n not in unverified}, now=now, each=concurrently)
     joining: dict[str, list[str]] = {}
     for node, (jobs, _) in selected.items():
         for record in jobs:
