@@ -1,7 +1,7 @@
 """Issue #36, warm as a node fact, on the control plane's side: a node's first hello records which of its
 required images were present at boot (by digest, from the hello's CRI image list); a tainted node that has
 them all loses its startup taint at once, in the same batch, without waiting for its agent's pulls; its
-`PrewarmWarm` condition follows its warm-up; and a `Warmed` stores the bytes its pulls downloaded."""
+`PrewarmWarm` condition follows its warm-up; and the bytes its pulls downloaded are summed from their reports."""
 
 from __future__ import annotations
 

@@ -389,7 +389,8 @@ def register_nodes(
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its queue was made; a known node's queue has held its messages all along (unless just made).
-        if (prior.setdefault(node, store.get_node(node, name))) is None:
+        prior[node] = store.get_node(node, name)  # also what `record_boots` judges the hello against
+        if prior[node] is None:
             first.add(node)
         try:
             seen = cluster.get_node(node) if cluster is not None else None
@@ -442,7 +443,7 @@ def register_nodes(
         except StoreError as e:
             failed[node] = e
     # Before the joins: a node with every required image at boot loses its taint without waiting for them.
-    boots, refused = record_boots(store, {n: (prior.get(n), hellos[by_node[n][-1]], selected[n][1])
+    boots, refused = record_boots(store, {n: (prior[n], hellos[by_node[n][-1]], selected[n][1])
                                           for n in selected if n not in failed}, cluster=name, now=now)
     failed.update(refused)
     judge_boots(writes, {n: (hellos[by_node[n][-1]], boots[n], objects[n] if n in verified else None)
