@@ -165,6 +165,19 @@ def api_or_none(clusters: ClusterDirectory, name: str = DEFAULT_CLUSTER) -> Clus
         return None
 
 
+def batch_apis(clusters: ClusterDirectory) -> Callable[[str], ClusterApi | None]:
+    """`api_or_none` for one batch: each cluster's API built once, however many of its messages ask (a
+    registered cluster's is looked up in the table)."""
+    apis: dict[str, ClusterApi | None] = {}
+
+    def api(name: str) -> ClusterApi | None:
+        if name not in apis:
+            apis[name] = api_or_none(clusters, name)
+        return apis[name]
+
+    return api
+
+
 def reach_cluster(clusters: ClusterDirectory, name: str) -> ClusterReach:
     """GET `/version` of cluster `name` (registered, or the stack's own by its `ClusterName`) through
     `clusters`, as the stack's functions reach it: the version it reported, or why it could not be reached,

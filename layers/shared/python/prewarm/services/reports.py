@@ -28,14 +28,13 @@ from prewarm.domain.nodes import NodeBoot, RegisteredNode
 from prewarm.domain.retry import Backoff, Delivery, redelivery_seconds
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
 from prewarm.services.boot import judge_boots, record_boots, record_warm
-from prewarm.services.clusters import ClusterRun, api_or_none, record_health
+from prewarm.services.clusters import ClusterRun, batch_apis, record_health
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
     AgentItems,
     Cluster,
-    ClusterApi,
     ClusterDirectory,
     ClusterError,
     NodeQueueError,
@@ -313,8 +312,7 @@ class HelloOutcome:
     required: list[str] | None = None
     # Why the node was registered unverified: its cluster could not be read (empty: it was read).
     unverified: str = ""
-    # Its first hello's images at boot (None: not its first).
-    boot: NodeBoot | None = None
+    boot: NodeBoot | None = None  # its first hello's images at boot (None: not its first)
 
 
 def register_node(
@@ -371,6 +369,7 @@ def register_nodes(
     failed: dict[str, HelloError] = {}
 
     first: set[str] = set()
+    prior: dict[str, RegisteredNode | None] = {}  # each node's registration before its hello
     # Nodes whose cluster could not be read (their Node, or the pods a job selects by): registered from the
     # agent's own facts, without the jobs that select by pods; the sweep checks them again
     # (`services.verifying`).
@@ -384,12 +383,10 @@ def register_nodes(
                                           queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
                                           agent_version=h.agent_version, cluster=name, unverified=node in unverified))
 
-    prior: dict[str, RegisteredNode | None] = {}
-
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its queue was made; a known node's queue has held its messages all along (unless just made).
-        prior[node] = store.get_node(node, name)  # also what `record_boots` judges the hello against
+        prior[node] = store.get_node(node, name)
         if prior[node] is None:
             first.add(node)
         try:
@@ -521,14 +518,7 @@ def record_status(
     reports: list[tuple[str, StatusReport]] = []
     hellos: list[tuple[str, Hello]] = []
     served: dict[str, bool] = {DEFAULT_CLUSTER: True}
-    apis: dict[str, ClusterApi | None] = {}
-
-    def api(name: str) -> ClusterApi | None:
-        # One per cluster for the batch: a registered cluster's is looked up in the table.
-        if name not in apis:
-            apis[name] = api_or_none(clusters, name)
-        return apis[name]
-
+    api = batch_apis(clusters)
     for message_id, message in messages:
         if isinstance(message, StatusReport):
             reports.append((message_id, message))
