@@ -215,7 +215,7 @@ def _warm_lines(node: RegisteredNode, *, now: float) -> tuple[str, list[str]]:
     return state, lines
 
 
-def describe_node(node: RegisteredNode, *, now: float, bytes_pulled: int | None = None) -> str:
+def describe_node(node: RegisteredNode, *, now: float, bytes_pulled: int) -> str:
     """`prewarm describe node`: what its agent said in its hello, and how the node warmed."""
     state, details = _warm_lines(node, now=now)
     lines = _fields([
@@ -226,7 +226,7 @@ def describe_node(node: RegisteredNode, *, now: float, bytes_pulled: int | None 
     return "\n".join(lines + details + _boot_lines(node, bytes_pulled))
 
 
-def _boot_lines(node: RegisteredNode, bytes_pulled: int | None) -> list[str]:
+def _boot_lines(node: RegisteredNode, bytes_pulled: int) -> list[str]:
     """Which required images were present at boot, what its pulls downloaded, and the `PrewarmWarm`
     condition record_status set."""
     boot, condition = node.boot, current_condition(node)
@@ -234,8 +234,7 @@ def _boot_lines(node: RegisteredNode, bytes_pulled: int | None) -> list[str]:
     if boot is not None:
         lines += _fields([("Present At Boot", f"{len(boot.present)} of {len(boot.required)} required images")])
         lines += [f"  {image}" for image in boot.present]
-    if bytes_pulled is not None:
-        lines += _fields([("Bytes Pulled", f"{bytes_pulled:,} (its pulls for the running Never jobs)")])
+    lines += _fields([("Bytes Pulled", f"{bytes_pulled:,} (its pulls for the running Never jobs)")])
     if condition is not None:
         lines += _fields([(CONDITION_TYPE, f"{condition.status} ({condition.reason}): {condition.message}")])
     return lines

@@ -15,7 +15,6 @@ import platform
 import shutil
 import time
 from collections.abc import Sequence
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,9 +187,10 @@ class LocalNodes:
         node = LocalNode(name, containerd, None)
         (self.nodes if cluster is None else cluster.nodes)[name] = node
         # On the node before its agent starts, as on one booted from a warm volume or pre-pulled.
-        for reference in preload:
-            with closing(containerd.cri_client()) as cri:
-                cri.pull_image(reference, auth=("AWS", self.ecr_password)).result(timeout=120)
+        if preload:
+            with containerd.cri_client() as cri:
+                for reference in preload:
+                    cri.pull_image(reference, auth=("AWS", self.ecr_password)).result(timeout=120)
         node.agent = self._new_agent(name, containerd, cluster)
         self._start_agent(name, node)
 

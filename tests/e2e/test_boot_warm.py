@@ -22,9 +22,8 @@ import pytest
 
 from prewarm.domain.boot import CONDITION_TYPE, PRESENT_AT_BOOT, PULLED
 from prewarm.services.boot import node_bytes_pulled
-from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
-from tests.support.local_mode import running_local_mode
+from tests.support.local_mode import TAINT, apply_planned, never_job, running_local_mode, tainted
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
@@ -33,7 +32,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
 IMAGE_MB = 4
 # Issue #36: from the agent's hello to the taint gone, for a node that has every required image.
 UNTAINT_WITHIN = 2.0
-TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -42,31 +40,11 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
         yield mode
 
 
-def never_job(name: str, image: str, pool: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"image": image, "parallelism": 10, "selector": {"matchLabels": {"pool": pool}},
-                 "pullPolicy": {"backoffLimit": 0, "timeoutSeconds": 60}, "completionPolicy": {"type": "Never"}},
-    }
-
-
-def apply_planned(local: LocalMode, job: dict[str, Any]) -> None:
-    store = local.job_store()
-    apply_manifest(store, job, now=time.time())
-    key = f"default/{job['metadata']['name']}"
-    wait_until(lambda: (r := store.get_job(key)) is not None and r.planned == r.plan_id, 20, "the job planned")
-
-
 def node_object(local: LocalMode, name: str) -> dict[str, Any]:
     assert local.kube is not None
     obj = local.kube.get_object("nodes", name)
     assert obj is not None
     return dict(obj)
-
-
-def tainted(local: LocalMode, name: str) -> bool:
-    return any(t.get("key") == TAINT["key"] for t in (node_object(local, name).get("spec") or {}).get("taints") or [])
 
 
 def condition(local: LocalMode, name: str) -> dict[str, Any] | None:

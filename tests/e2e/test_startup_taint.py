@@ -17,17 +17,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from prewarm.domain.nodes import NodeWarm
-from prewarm.services.jobs import apply_manifest
 from prewarm_agent.cri.client import ContentStatusReader
 from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localecr import ecr_host
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
-from tests.support.local_mode import running_local_mode
+from tests.support.local_mode import TAINT, apply_planned, never_job, running_local_mode, tainted
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timed,
@@ -40,7 +38,6 @@ IMAGE_MB = 4
 MAX_WARM_SECONDS = 12
 # Issue #12: seconds from the last required image being present to the taint gone.
 UNTAINT_WITHIN = 2.0
-TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -48,39 +45,6 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
     with running_local_mode(tmp_path_factory, "taint", nodes=1, registry_bandwidth=BANDWIDTH,
                             agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
         yield mode
-
-
-def never_job(name: str, image: str, pool: str, **pull_policy: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"image": image, "parallelism": 10, "selector": {"matchLabels": {"pool": pool}},
-                 "pullPolicy": {"backoffLimit": 0, "timeoutSeconds": 60, **pull_policy},
-                 "completionPolicy": {"type": "Never"}},
-    }
-
-
-def apply_planned(local: LocalMode, *jobs: dict[str, Any]) -> None:
-    """Applies the jobs as the CLI does and waits until dispatch_job has planned each (no node yet)."""
-    assert local.aws is not None and local.stack is not None
-    store = local.job_store()
-    for job in jobs:
-        apply_manifest(store, job, now=time.time())
-    keys = [f"default/{job['metadata']['name']}" for job in jobs]
-
-    def planned() -> bool:
-        records = [store.get_job(key) for key in keys]
-        return all(r is not None and r.planned == r.plan_id for r in records)
-
-    wait_until(planned, 20, "the jobs planned")
-
-
-
-def tainted(local: LocalMode, node: str) -> bool:
-    assert local.kube is not None
-    obj = local.kube.get_object("nodes", node)
-    assert obj is not None
-    return any(t.get("key") == TAINT["key"] for t in (obj.get("spec") or {}).get("taints") or [])
 
 
 def recorded_warm(local: LocalMode, node: str) -> NodeWarm:

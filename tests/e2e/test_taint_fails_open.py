@@ -19,14 +19,13 @@ import pytest
 from prewarm.domain.warming import FAIL_OPEN_EVENT_REASON
 from prewarm_agent.warming import EVENT_REASON
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
-from tests.support.local_mode import running_local_mode
+from tests.support.local_mode import TAINT, running_local_mode, tainted
 
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
 
 MAX_WARM_SECONDS = 4
 GRACE_SECONDS = 1
-TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +34,6 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
                             startup_taint_grace_seconds=GRACE_SECONDS,
                             agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
         yield mode
-
-
-def tainted(local: LocalMode, node: str) -> bool:
-    assert local.kube is not None
-    obj = local.kube.get_object("nodes", node)
-    assert obj is not None
-    return any(t.get("key") == TAINT["key"] for t in (obj.get("spec") or {}).get("taints") or [])
 
 
 def events_about(local: LocalMode, node: str) -> list[dict[str, object]]:

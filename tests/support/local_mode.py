@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
+from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.localmode import LocalMode
+from tests.support.waiting import wait_until
+
+# The startup taint a node joins with, as install's agents' ConfigMap names it by default.
+TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 
 
 @contextmanager
@@ -33,3 +38,37 @@ def sync_until(local: LocalMode, condition: Callable[[], Any], timeout: float, w
             return found
         assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
         time.sleep(0.5)
+
+
+def never_job(name: str, image: str, pool: str, **pull_policy: Any) -> dict[str, Any]:
+    """A `Never` ImagePullJob of `image` for the nodes labelled `pool=<pool>` in namespace `default`."""
+    return {
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImagePullJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"image": image, "parallelism": 10, "selector": {"matchLabels": {"pool": pool}},
+                 "pullPolicy": {"backoffLimit": 0, "timeoutSeconds": 60, **pull_policy},
+                 "completionPolicy": {"type": "Never"}},
+    }
+
+
+def apply_planned(local: LocalMode, *jobs: dict[str, Any]) -> None:
+    """Applies the jobs as the CLI does and waits until dispatch_job has planned each (no node yet)."""
+    assert local.aws is not None and local.stack is not None
+    store = local.job_store()
+    for job in jobs:
+        apply_manifest(store, job, now=time.time())
+    keys = [f"default/{job['metadata']['name']}" for job in jobs]
+
+    def planned() -> bool:
+        records = [store.get_job(key) for key in keys]
+        return all(r is not None and r.planned == r.plan_id for r in records)
+
+    wait_until(planned, 20, "the jobs planned")
+
+
+def tainted(local: LocalMode, node: str) -> bool:
+    """Whether the Node object holds the startup taint (`TAINT`'s key)."""
+    assert local.kube is not None
+    obj = local.kube.get_object("nodes", node)
+    assert obj is not None
+    return any(t.get("key") == TAINT["key"] for t in (obj.get("spec") or {}).get("taints") or [])

@@ -77,11 +77,12 @@ class MemoryNodeItems(TableItems):
         self.table.update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster),
                           "NODE", fields)
 
-    def record_warm(self, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> None:
+    def record_warm(self, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode:
         value = {"joined_at": warm.joined_at, "hello_at": warm.hello_at, "warm_at": warm.warm_at,
                  "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
-        self.table.update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
-                          node_pk(node, cluster), "NODE", {"warm": value}, condition=lambda i: has(i, "pk"))
+        what = f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)"
+        return _registered_node(self.table.update(what, node_pk(node, cluster), "NODE", {"warm": value},
+                                                  condition=lambda i: has(i, "pk")))
 
     def record_boot(self, node: str, boot: NodeBoot, cluster: str = DEFAULT_CLUSTER) -> None:
         value = {"required": list(boot.required), "present": list(boot.present), "at": boot.at}

@@ -189,23 +189,29 @@ class MemoryTable:
         self.write(what, Put(item, condition))
 
     def update(self, what: str, pk: str, sk: str, fields: Mapping[str, Any], *, condition: Condition | None = None,
-               add: Mapping[str, Any] | None = None) -> None:
-        self.write(what, Update(pk, sk, fields, add or {}, condition))
+               add: Mapping[str, Any] | None = None) -> Item:
+        """UpdateItem; returns the item as the update left it (`ReturnValues=ALL_NEW`)."""
+        after = self.write(what, Update(pk, sk, fields, add or {}, condition))
+        assert after is not None  # an update leaves an item
+        return after
 
     def delete(self, what: str, pk: str, sk: str) -> Item | None:
         """Deletes the item (none is fine); returns it as it was (`ReturnValues=ALL_OLD`)."""
         with self._lock:
             return self._items.pop((pk, sk), None)
 
-    def write(self, what: str, action: Action) -> None:
+    def write(self, what: str, action: Action) -> Item | None:
+        """One write; returns the item as it left it (None: deleted)."""
         with self._lock:
             current = self._items.get(action.key)
             if action.condition is not None and not action.condition(current):
                 raise StoreConflictError(f"{what}: the item changed or the condition does not hold")
             try:
-                self._apply([(action, self._after(action, current))])
+                after = self._after(action, current)
+                self._apply([(action, after)])
             except _Invalid as e:
                 raise StoreError(f"{what}: ValidationException: {e}") from None
+            return copy.deepcopy(after)
 
     # -- batches and transactions ----------------------------------------------------------
 

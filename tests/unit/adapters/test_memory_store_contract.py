@@ -401,7 +401,10 @@ def test_a_nodes_images_at_boot_are_kept_across_hellos_and_warm_ups_per_cluster(
     store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
                                   last_hello=5.0, cluster="prod-eu"))
     store.record_boot("n1", boot)
-    store.record_warm("n1", NodeWarm(joined_at=1.0, hello_at=2.5, warm_at=3.0, outcome="warm"))
+    warm = NodeWarm(joined_at=1.0, hello_at=2.5, warm_at=3.0, outcome="warm")
+    # The warm-up's write returns the registration it left: its images at boot with it, no read after
+    assert store.record_warm("n1", warm) == store.get_node("n1")
+    assert store.record_warm("n1", warm).boot == boot
     store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
                                   last_hello=9.0, warm_until=600.0))
     got = store.get_node("n1")

@@ -1,7 +1,7 @@
 """Issue #36, warm as a node fact, on the control plane's side: a node's first hello records which of its
 required images were present at boot (by digest, from the hello's CRI image list); a tainted node that has
 them all loses its startup taint at once, in the same batch, without waiting for its agent's pulls; its
-`PrewarmWarm` condition follows its warm-up; and a `Warmed` stores the bytes its pulls downloaded."""
+`PrewarmWarm` condition follows its warm-up; and the bytes its pulls downloaded are summed from their reports."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from prewarm.domain.boot import CONDITION_TYPE, FAILED, NONE_REQUIRED, PRESENT_AT_BOOT, PULLED, PULLING
+from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.messages import ALREADY_PRESENT, Hello, Warmed
 from prewarm.services.boot import node_bytes_pulled
 from prewarm.services.jobs import apply_manifest
@@ -17,7 +18,7 @@ from prewarm.services.nodes import view_nodes
 from prewarm.services.ports import ClusterAuthError
 from prewarm.services.status_batches import record_status
 from prewarm_cli.node_output import node_document, nodes_table
-from tests.support.cluster import make_node
+from tests.support.cluster import FakeCluster, make_node, recorded_reads
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
@@ -184,3 +185,110 @@ def test_get_nodes_shows_the_boot_count_and_the_condition(plane: ControlPlane) -
     (state,) = view.nodes
     document = node_document(state, now=now)["status"]
     assert document["boot"]["present"] == [IMAGE] and document["warmCondition"]["reason"] == PULLING
+
+
+def test_a_batch_of_first_hellos_reads_the_agents_configmap_once_and_each_node_once(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given three tainted nodes that join with every image of their Never job
+    never_job(plane, "torch", IMAGE)
+    nodes = [joins(plane, f"gpu-{i}") for i in range(3)]
+    node_reads = recorded_reads(plane.cluster)
+    object_reads: list[str] = []
+    get_object = plane.cluster.get_object
+
+    def reading(api_version: str, plural: str, name: str, namespace: str | None = None) -> Any:
+        object_reads.append(plural)
+        return get_object(api_version, plural, name, namespace)
+
+    monkeypatch.setattr(plane.cluster, "get_object", reading)
+
+    # When their first hellos come in one batch
+    now = plane.now()
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), [
+        (f"h{i}", Hello(node=f"gpu-{i}", labels={"pool": "gpu"}, images=[IMAGE], warm_until=now + 900))
+        for i in range(3)], now=now)
+
+    # Then each loses its taint, from one read of its Node and one of the agents' ConfigMap for them all
+    assert outcome.retry_ids == [] and [taint_keys(n) for n in nodes] == [["nvidia.com/gpu"]] * 3
+    assert sorted(node_reads) == ["gpu-0", "gpu-1", "gpu-2"] and object_reads.count("configmaps") == 1
+
+
+
+def test_an_unreadable_agents_configmap_leaves_the_taint_to_the_agent_and_the_others_their_condition(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a node to release and one missing its image, in one batch, and the agents' ConfigMap refused
+    never_job(plane, "torch", IMAGE)
+    warm, cold = joins(plane, "gpu-1"), joins(plane, "gpu-2")
+    get_object = plane.cluster.get_object
+
+    def refusing(api_version: str, plural: str, name: str, namespace: str | None = None) -> Any:
+        if plural == "configmaps":
+            raise ClusterAuthError('configmaps "prewarm-agent" is forbidden', status=403)
+        return get_object(api_version, plural, name, namespace)
+
+    monkeypatch.setattr(plane.cluster, "get_object", refusing)
+    now = plane.now()
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), [
+        ("h1", Hello(node="gpu-1", labels={"pool": "gpu"}, images=[IMAGE], warm_until=now + 900)),
+        ("h2", Hello(node="gpu-2", labels={"pool": "gpu"}, images=[], warm_until=now + 900))], now=now)
+
+    # Then both hellos are applied; the first keeps its taint for its agent, unjudged; the other is Pulling
+    assert outcome.retry_ids == [] and "prewarm.dev/warming" in taint_keys(warm)
+    assert CONDITION_TYPE not in [c["type"] for c in warm.get("status", {}).get("conditions", [])]
+    assert condition(cold)["reason"] == PULLING
+
+def test_a_warmed_sets_the_condition_without_reading_the_registration_again(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    never_job(plane, "torch", IMAGE)
+    node = joins(plane, "gpu-1")
+    hello(plane, "gpu-1", images=[])
+    reads: list[str] = []
+    get_node = plane.store.get_node
+
+    def reading(name: str, cluster: str = "") -> Any:
+        reads.append(name)
+        return get_node(name, cluster)
+
+    monkeypatch.setattr(plane.store, "get_node", reading)
+    now = plane.now()
+    warmed = Warmed(node="gpu-1", joined_at=now - 30, hello_at=now - 20, warm_at=now, outcome="warm")
+    record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), [("w", warmed)], now=now)
+
+    # The write of the warm-up returns the registration (its images at boot): no read after it
+    assert reads == []
+    assert condition(node)["message"] == "all 1 image required present (0 present at boot)"
+
+
+def test_a_batch_of_warm_ups_and_hellos_of_a_registered_cluster_looks_the_cluster_up_once(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given three nodes of a registered cluster, their agents' hellos recorded
+    plane.store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    prod = FakeCluster(nodes=[make_node(f"p-{i}", pool="gpu") for i in range(3)])
+    clusters = clusters_of(plane.store, registered={"prod-eu": prod})
+    now = plane.now()
+    record_status(plane.store, plane.queues, clusters,
+                  [(f"h{i}", Hello(node=f"p-{i}", cluster="prod-eu", warm_until=now + 900)) for i in range(3)], now=now)
+    reads: list[str] = []
+    get_cluster = plane.store.get_cluster
+
+    def reading(name: str) -> Any:
+        reads.append(name)
+        return get_cluster(name)
+
+    monkeypatch.setattr(plane.store, "get_cluster", reading)
+
+    # When one batch holds two of their warm-ups and a hello
+    warm_ups = [(f"w{i}", Warmed(node=f"p-{i}", cluster="prod-eu", joined_at=now - 30, hello_at=now - 20, warm_at=now,
+                                 outcome="warm")) for i in range(2)]
+    outcome = record_status(plane.store, plane.queues, clusters,
+                            [*warm_ups, ("h", Hello(node="p-2", cluster="prod-eu"))], now=now)
+
+    # Then each is applied, its condition set, and the cluster's item read once to know it is served and once
+    # for its API, not once more per message
+    assert outcome.retry_ids == [] and outcome.warmed == ["p-0", "p-1"] and len(outcome.hellos) == 1
+    assert [condition(prod.nodes[i])["reason"] for i in range(2)] == [PULLED, PULLED]
+    assert reads == ["prod-eu", "prod-eu"]

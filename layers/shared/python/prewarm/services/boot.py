@@ -12,8 +12,8 @@ taint itself once its list of required images arrives, and the next warm-up even
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from prewarm.domain.boot import WarmCondition, at_hello, at_warm, boot_due, boot_record
 from prewarm.domain.clusters import DEFAULT_CLUSTER
@@ -21,7 +21,7 @@ from prewarm.domain.messages import ALREADY_PRESENT, Hello, NodePhase, RequiredI
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.status import NodeTaskRecord
-from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, WarmLimits
+from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, StartupTaint, WarmLimits
 from prewarm.services.ports import (
     AgentItems,
     ClusterError,
@@ -61,8 +61,7 @@ def record_boots(
     return boots, failed
 
 
-def record_warm(store: AgentItems, warmed: Warmed, writes: NodeWarmWrites | None = None, *,
-                now: float | None = None) -> NodeWarm:
+def record_warm(store: AgentItems, warmed: Warmed, writes: NodeWarmWrites | None, *, now: float) -> NodeWarm:
     """Stores how a node's startup taint came off, for `describe node` and `get nodes`, and sets its
     condition (given `writes`). A node not registered yet raises `StoreConflictError` (SQS may deliver the
     `Warmed` before the hello: it comes again)."""
@@ -70,47 +69,65 @@ def record_warm(store: AgentItems, warmed: Warmed, writes: NodeWarmWrites | None
         joined_at=warmed.joined_at, hello_at=warmed.hello_at, warm_at=warmed.warm_at, outcome=warmed.outcome,
         missing=tuple(warmed.missing), missing_total=max(warmed.missing_total, len(warmed.missing)),
     )
-    store.record_warm(warmed.node, warm, warmed.cluster)
-    judge_warm(store, writes, warmed.node, warm, now=warmed.warm_at if now is None else now, cluster=warmed.cluster)
+    registered = store.record_warm(warmed.node, warm, warmed.cluster)
+    judge_warm(writes, registered, now=now)
     return warm
 
 
-@dataclass(frozen=True)
-class BootOutcome:
-    """What `judge_boot` did on the Node: the condition it set, and whether it removed the startup taint."""
-
-    condition: WarmCondition
-    released: bool = False
-    problem: str = ""  # why a write was refused (empty: none was)
+def releasable(hello: Hello, boot: NodeBoot, *, now: float) -> bool:
+    """Whether a node's first hello lets its startup taint come off at once: it holds the taint and has every
+    required image (none required counts: its agent would release it on the empty list)."""
+    return hello.warm_until is not None and hello.warm_until > now and (boot.all_present or not boot.required)
 
 
-def judge_boot(writes: NodeWarmWrites | None, hello: Hello, boot: NodeBoot, *, now: float) -> BootOutcome:
-    """After a node's first hello: removes its startup taint at once when it holds it and has every
-    required image (none required counts: its agent would release it on the empty list), then sets its
-    `PrewarmWarm` condition."""
-    condition = at_hello(boot)
-    if writes is None:
-        return BootOutcome(condition, problem="no cluster access")
-    released, problem = False, ""
+def judge_boots(writes: NodeWarmWrites | None, judged: Mapping[str, tuple[Hello, NodeBoot, Mapping[str, Any] | None]],
+                *, now: float, each: Callable[[Callable[[str], None], list[str]], object]) -> None:
+    """`judge_boot` for each node of a batch of first hellos (node → its hello, its images at boot, its Node as
+    registering it read it, None when not read), through `each` (the batch's concurrent calls). The agents'
+    ConfigMap is read once, and only when some node is to be released."""
+    if writes is None or not judged:
+        return
+    taint: StartupTaint | None = None
+    if releasing := sorted(n for n, (hello, boot, _) in judged.items() if releasable(hello, boot, now=now)):
+        try:
+            taint = agent_taint(writes)
+        except ClusterError as e:
+            log.warning("nodes %s: their warm-up at boot not written on the Node (their agents remove the taint "
+                        "themselves): %s", ", ".join(releasing), e)
+    each(lambda n: judge_boot(writes, *judged[n], taint=taint, now=now), list(judged))
+
+
+def judge_boot(writes: NodeWarmWrites, hello: Hello, boot: NodeBoot, seen: Mapping[str, Any] | None = None, *,
+               taint: StartupTaint | None, now: float) -> None:
+    """After a node's first hello: removes its startup taint at once when it holds it and has every required
+    image, then sets its `PrewarmWarm` condition. `seen`: the Node as last read (None: read it); `taint`: the
+    startup taint as the agents' ConfigMap names it (None: that could not be read, and a node to release is
+    left to its agent, its condition with it)."""
     try:
-        if hello.warm_until is not None and hello.warm_until > now and (boot.all_present or not boot.required):
-            released = release_taint(writes, hello.node)
-        set_condition(writes, hello.node, condition, now=now)
+        if releasable(hello, boot, now=now):
+            if taint is None:
+                return
+            release_taint(writes, hello.node, taint, seen)
+        set_condition(writes, hello.node, at_hello(boot), now=now)
     except ClusterError as e:
-        problem = str(e)
         log.warning("node %s: its warm-up at boot not written on the Node (its agent removes the taint "
                     "itself): %s", hello.node, e)
-    return BootOutcome(condition, released, problem)
 
 
-def release_taint(writes: NodeWarmWrites, node: str) -> bool:
-    """Removes the startup taint (the agents' ConfigMap's) from `node`; False when it did not hold it.
-    A Node changed between the read and the patch (its guard failed) is read again."""
+def agent_taint(writes: NodeWarmWrites) -> StartupTaint:
+    """The startup taint, as the agents' ConfigMap names it."""
     config = writes.get_object("v1", "configmaps", AGENT_NAME, AGENT_NAMESPACE)
-    taint = WarmLimits.of_agent_config((config or {}).get("data")).taint
+    return WarmLimits.of_agent_config((config or {}).get("data")).taint
+
+
+def release_taint(writes: NodeWarmWrites, node: str, taint: StartupTaint, seen: Mapping[str, Any] | None = None
+                  ) -> bool:
+    """Removes `taint` from `node`; False when it did not hold it. The guarded patch is made from `seen` (the
+    Node as last read) when given; a Node changed since the read (its guard failed) is read again."""
+    read = [seen] if seen is not None else []
 
     def once() -> bool:
-        current = writes.get_node(node)
+        current = read.pop() if read else writes.get_node(node)
         ops = taint.removal_patch(current) if current is not None else None
         if ops is None:
             return False
@@ -145,17 +162,12 @@ def node_bytes_pulled(store: AgentItems, node: str, cluster: str = DEFAULT_CLUST
                for record in store.list_running_jobs(cluster) if record.is_running_never)
 
 
-def judge_warm(store: AgentItems, writes: NodeWarmWrites | None, node: str, warm: NodeWarm, *, now: float,
-               cluster: str = DEFAULT_CLUSTER) -> WarmCondition | None:
-    """After the node's `Warmed` is stored: sets its condition (None when there is no cluster to write to,
-    or the API refused)."""
-    if writes is None:
-        return None
-    registered = store.get_node(node, cluster)
-    condition = at_warm(warm, registered.boot if registered is not None else None)
+def judge_warm(writes: NodeWarmWrites | None, registered: RegisteredNode, *, now: float) -> None:
+    """After the node's `Warmed` is stored (`registered`: its registration as that write left it): sets its
+    condition, when there is a cluster to write to."""
+    if writes is None or registered.warm is None:
+        return
     try:
-        set_condition(writes, node, condition, now=now)
+        set_condition(writes, registered.name, at_warm(registered.warm, registered.boot), now=now)
     except ClusterError as e:
-        log.warning("node %s: its PrewarmWarm condition not set: %s", node, e)
-        return None
-    return condition
+        log.warning("node %s: its PrewarmWarm condition not set: %s", registered.name, e)

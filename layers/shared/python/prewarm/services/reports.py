@@ -27,7 +27,7 @@ from prewarm.domain.messages import Hello, NodePhase, RequiredImages, StatusRepo
 from prewarm.domain.nodes import NodeBoot, RegisteredNode
 from prewarm.domain.retry import Backoff
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
-from prewarm.services.boot import judge_boot, record_boots
+from prewarm.services.boot import judge_boots, record_boots
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
@@ -134,9 +134,19 @@ def record_reports(
 class _JobBatch:
     """The reports of one job in one batch."""
 
-    def __init__(self, store: AgentItems, queues: TaskQueues, key: str, reports: Sequence[StatusReport],
-                 indexes: list[int], result: BatchOutcome, *, now: float, sleep: Callable[[float], None],
-                 backoff: Backoff) -> None:
+    def __init__(
+        self,
+        store: AgentItems,
+        queues: TaskQueues,
+        key: str,
+        reports: Sequence[StatusReport],
+        indexes: list[int],
+        result: BatchOutcome,
+        *,
+        now: float,
+        sleep: Callable[[float], None],
+        backoff: Backoff,
+    ) -> None:
         self.store, self.queues, self.key, self.now, self.sleep, self.backoff = store, queues, key, now, sleep, backoff
         self.reports, self.result = reports, result
         self.indexes = list(indexes)
@@ -187,8 +197,9 @@ class _JobBatch:
         """The refill or the completion was refused for now: the job's final reports go back to the queue,
         and delivered again they find their nodes final and do what is left (`redelivered_final`); the
         rest of the batch stands."""
-        log.info("job %s: slots not refilled or job not finished yet: %s; its final reports come again",
-                 self.key, refusal)
+        log.info(
+            "job %s: slots not refilled or job not finished yet: %s; its final reports come again", self.key, refusal
+        )
         for i in self.indexes:
             if self.reports[i].phase.is_terminal:
                 o = self.result.outcomes[i]
@@ -307,8 +318,7 @@ class HelloOutcome:
     required: list[str] | None = None
     # Why the node was registered unverified: its cluster could not be read (empty: it was read).
     unverified: str = ""
-    # Its first hello's images at boot (None: not its first), for `judge_boot`.
-    boot: NodeBoot | None = None
+    boot: NodeBoot | None = None  # its first hello's images at boot (None: not its first)
 
 
 def register_node(
@@ -349,7 +359,7 @@ def register_nodes(
     store's index of them, not every job stored), each job gets its new nodes in one transaction and its
     free slots filled once, and independent calls run up to `WRITERS` at once. A node that holds the
     startup taint (`warm_until`) is then sent the images of those jobs. Given `writes` (the cluster's API),
-    a node's first hello is judged on its Node before the joins (`services.boot.judge_boot`).
+    a node's first hello is judged on its Node before the joins (`services.boot.judge_boots`).
 
     The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
     running jobs, under its name (node names repeat across clusters). A node whose cluster cannot be read
@@ -365,6 +375,7 @@ def register_nodes(
     failed: dict[str, HelloError] = {}
 
     first: set[str] = set()
+    prior: dict[str, RegisteredNode | None] = {}  # each node's registration before its hello
     # Nodes whose cluster could not be read (their Node, or the pods a job selects by): registered from the
     # agent's own facts, without the jobs that select by pods; the sweep checks them again
     # (`services.verifying`).
@@ -374,16 +385,26 @@ def register_nodes(
     def put(node: str) -> None:
         for i in by_node[node]:  # one node's hellos in the order given: the last one stands
             h = hellos[i]
-            store.put_node(RegisteredNode(name=h.node, labels=dict(h.labels), architecture=h.architecture, os=h.os,
-                                          queue_url=h.queue_url, last_hello=now, warm_until=h.warm_until,
-                                          agent_version=h.agent_version, cluster=name, unverified=node in unverified))
-
-    prior: dict[str, RegisteredNode | None] = {}
+            store.put_node(
+                RegisteredNode(
+                    name=h.node,
+                    labels=dict(h.labels),
+                    architecture=h.architecture,
+                    os=h.os,
+                    queue_url=h.queue_url,
+                    last_hello=now,
+                    warm_until=h.warm_until,
+                    agent_version=h.agent_version,
+                    cluster=name,
+                    unverified=node in unverified,
+                )
+            )
 
     def register(node: str) -> dict[str, Any]:
         # A node's first hello (or its first since the sweep forgot it) may find tasks dispatched before
         # its queue was made; a known node's queue has held its messages all along (unless just made).
-        if (prior.setdefault(node, store.get_node(node, name))) is None:
+        prior[node] = store.get_node(node, name)
+        if prior[node] is None:
             first.add(node)
         try:
             seen = cluster.get_node(node) if cluster is not None else None
@@ -427,8 +448,10 @@ def register_nodes(
         objects = {}
     records = [r for r in running if r.is_running_never]
     pods_unread: dict[str, str] = {}
-    selected = {node: jobs_selecting(records, None if node in unverified else cluster, obj, pods_unread=pods_unread)
-                for node, obj in objects.items()}
+    selected = {
+        node: jobs_selecting(records, None if node in unverified else cluster, obj, pods_unread=pods_unread)
+        for node, obj in objects.items()
+    }
     for node, why in sorted(pods_unread.items()):
         unverified[node] = why
         try:
@@ -436,11 +459,23 @@ def register_nodes(
         except StoreError as e:
             failed[node] = e
     # Before the joins: a node with every required image at boot loses its taint without waiting for them.
-    boots, refused = record_boots(store, {n: (prior.get(n), hellos[by_node[n][-1]], selected[n][1])
-                                          for n in selected if n not in failed}, cluster=name, now=now)
+    boots, refused = record_boots(
+        store,
+        {n: (prior[n], hellos[by_node[n][-1]], selected[n][1]) for n in selected if n not in failed},
+        cluster=name,
+        now=now,
+    )
     failed.update(refused)
-    concurrently(lambda n: judge_boot(writes, hellos[by_node[n][-1]], boots[n], now=now),
-                 [n for n in boots if n not in unverified])
+    judge_boots(
+        writes,
+        {
+            n: (hellos[by_node[n][-1]], boots[n], objects[n] if n in verified else None)
+            for n in boots
+            if n not in unverified
+        },
+        now=now,
+        each=concurrently,
+    )
     joining: dict[str, list[str]] = {}
     for node, (jobs, _) in selected.items():
         for record in jobs:
@@ -474,6 +509,14 @@ def register_nodes(
             outcomes.append(failed[hello.node])
             continue
         required = [i.image for i in selected[hello.node][1]] if hello.node in warming else None
-        outcomes.append(HelloOutcome(hello.node, sorted(added.get(hello.node, [])), resent.get(hello.node, 0),
-                                     required, unverified.get(hello.node, ""), boots.get(hello.node)))
+        outcomes.append(
+            HelloOutcome(
+                hello.node,
+                sorted(added.get(hello.node, [])),
+                resent.get(hello.node, 0),
+                required,
+                unverified.get(hello.node, ""),
+                boots.get(hello.node),
+            )
+        )
     return outcomes

@@ -25,7 +25,7 @@ from prewarm.services.ports import (
     TaskQueues,
     TaskSendError,
 )
-from prewarm.services.reports import WRITERS, HelloError, HelloOutcome, ReportOutcome, record_reports, register_nodes
+from prewarm.services.reports import WRITERS, HelloOutcome, ReportOutcome, record_reports, register_nodes
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +86,20 @@ def record_status(
             if served[message.cluster]:
                 by_cluster.setdefault(message.cluster, []).append((message_id, message))
             else:  # its node would be registered, and its queue kept, in a cluster nothing sweeps
-                log.warning("%s of node %s dropped: cluster %s is not registered with this stack", message.kind,
-                            message.node, message.cluster)
+                log.warning(
+                    "%s of node %s dropped: cluster %s is not registered with this stack",
+                    message.kind,
+                    message.node,
+                    message.cluster,
+                )
                 outcome.dropped.append(f"{message.cluster}:{message.node}")
     # Each cluster's messages on a thread of their own and the reports (which read no cluster) meanwhile: an API
     # that hangs holds up its own cluster's hellos and warm-ups only, not the rest of the batch.
     with ThreadPoolExecutor(max(1, min(len(by_cluster), WRITERS)), thread_name_prefix="cluster") as pool:
-        parts = [pool.submit(_record_cluster, store, queues, clusters, name, group, now=now)
-                 for name, group in by_cluster.items()]
+        parts = [
+            pool.submit(_record_cluster, store, queues, clusters, name, group, now=now)
+            for name, group in by_cluster.items()
+        ]
         batch = record_reports(store, queues, [r for _, r in reports], now=now) if reports else None
         for part in parts:
             part.result().add_to(outcome)
@@ -106,27 +112,36 @@ def record_status(
     return outcome
 
 
-def _record_cluster(store: StatusItems, queues: TaskQueues, clusters: ClusterDirectory, name: str,
-                    messages: Sequence[tuple[str, Hello | Warmed]], *, now: float) -> StatusBatchOutcome:
-    """One cluster's warm-ups, one by one, then its hellos, registered together (`record_status`)."""
+def _record_cluster(
+    store: StatusItems,
+    queues: TaskQueues,
+    clusters: ClusterDirectory,
+    name: str,
+    messages: Sequence[tuple[str, Hello | Warmed]],
+    *,
+    now: float,
+) -> StatusBatchOutcome:
+    """One cluster's warm-ups, one by one, then its hellos, registered together (`record_status`), through
+    the cluster's API built once for them all."""
     outcome = StatusBatchOutcome()
+    try:
+        api = api_or_none(clusters, name)
+    except ClusterError as e:  # its API not even built: this cluster's messages alone come again
+        log.warning("cluster %s: %d messages not applied yet: %s", name, len(messages), e)
+        outcome.retry_ids.extend(message_id for message_id, _ in messages)
+        return outcome
     group = [(message_id, m) for message_id, m in messages if isinstance(m, Hello)]
     for message_id, message in messages:
         if isinstance(message, Warmed):
             try:
-                record_warm(store, message, api_or_none(clusters, name), now=now)
+                record_warm(store, message, api, now=now)
                 outcome.warmed.append(message.node)
             except (StoreConflictError, StoreRetryableError, TaskSendError) as e:
                 log.warning("%s of %s not applied yet: %s", message.kind, message.node, e)
                 outcome.retry_ids.append(message_id)
     if not group:
         return outcome
-    try:
-        api = api_or_none(clusters, name)
-        registered: Sequence[HelloOutcome | HelloError | ClusterError] = register_nodes(
-            store, queues, api, [h for _, h in group], now=now, writes=api)
-    except ClusterError as e:  # its API not even built: this cluster's hellos alone come again
-        registered = [e] * len(group)
+    registered = register_nodes(store, queues, api, [h for _, h in group], now=now, writes=api)
     if why := next((r.unverified for r in registered if isinstance(r, HelloOutcome) and r.unverified), ""):
         try:
             record_health(store, clusters, [ClusterRun(name, now, error=why)])
@@ -141,10 +156,17 @@ def _record_cluster(store: StatusItems, queues: TaskQueues, clusters: ClusterDir
     return outcome
 
 
-def record_status_batch(store: StatusItems, queues: TaskQueues, clusters: ClusterDirectory,
-                        redelivery: Callable[[], Redelivery],
-                        messages: Sequence[tuple[str, FromAgent]], *, now: float, deliveries: Sequence[Delivery] = (),
-                        poison_ids: Sequence[str] = ()) -> StatusBatchOutcome:
+def record_status_batch(
+    store: StatusItems,
+    queues: TaskQueues,
+    clusters: ClusterDirectory,
+    redelivery: Callable[[], Redelivery],
+    messages: Sequence[tuple[str, FromAgent]],
+    *,
+    now: float,
+    deliveries: Sequence[Delivery] = (),
+    poison_ids: Sequence[str] = (),
+) -> StatusBatchOutcome:
     """A batch as the status function receives it: `record_status`, then the messages handed back (those
     to retry, the `poison_ids` that did not parse) told when they come again, through the queue
     `redelivery()` gives (asked for only then)."""
@@ -154,13 +176,17 @@ def record_status_batch(store: StatusItems, queues: TaskQueues, clusters: Cluste
     return outcome
 
 
-def deliver_again(queue: Redelivery, deliveries: Sequence[Delivery], *, retry_ids: Sequence[str],
-                  poison_ids: Sequence[str] = ()) -> list[tuple[str, int]]:
+def deliver_again(
+    queue: Redelivery, deliveries: Sequence[Delivery], *, retry_ids: Sequence[str], poison_ids: Sequence[str] = ()
+) -> list[tuple[str, int]]:
     """Tells the status queue when the messages the batch hands back come again (`redelivery_seconds`, by
     each one's receive count); returns (message id, seconds) for each."""
     poison, retry = set(poison_ids), set(retry_ids)
-    delays = [(d, redelivery_seconds(d.receive_count, poison=d.message_id in poison))
-              for d in deliveries if d.message_id in poison or d.message_id in retry]
+    delays = [
+        (d, redelivery_seconds(d.receive_count, poison=d.message_id in poison))
+        for d in deliveries
+        if d.message_id in poison or d.message_id in retry
+    ]
     if delays:
         queue.deliver_again_after([(d.receipt_handle, seconds) for d, seconds in delays])
     return [(d.message_id, seconds) for d, seconds in delays]

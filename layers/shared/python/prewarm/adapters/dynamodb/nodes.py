@@ -63,12 +63,15 @@ class NodeItems(Table):
         self._update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster), "NODE",
                      fields)
 
-    def record_warm(self, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> None:
-        """Stores how the node warmed; `StoreConflictError` when the node is not registered (yet)."""
+    def record_warm(self, node: str, warm: NodeWarm, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode:
+        """Stores how the node warmed and returns its registration as the write left it (`ALL_NEW`: no read
+        after); `StoreConflictError` when the node is not registered (yet)."""
         value = {"joined_at": warm.joined_at, "hello_at": warm.hello_at, "warm_at": warm.warm_at,
                  "outcome": warm.outcome, "missing": list(warm.missing), "missing_total": warm.missing_total}
-        self._update(f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)",
-                     node_pk(node, cluster), "NODE", {"warm": value}, condition="attribute_exists(pk)")
+        what = f"record how node {scoped(cluster, node)} warmed (not registered: no hello yet)"
+        out = self._call(what, "update_item", ReturnValues="ALL_NEW", **self._update_args(
+            node_pk(node, cluster), "NODE", {"warm": value}, condition="attribute_exists(pk)"))
+        return _registered_node(from_item(out["Attributes"]))
 
     def record_boot(self, node: str, boot: NodeBoot, cluster: str = DEFAULT_CLUSTER) -> None:
         """Stores which required images the node had at boot; `StoreConflictError` when it is not registered."""
