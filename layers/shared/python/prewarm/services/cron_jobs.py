@@ -21,13 +21,13 @@ from prewarm.domain.cronjobs import (
     StoredCronJob,
     cron_status,
     expired_runs,
-    parse_rfc3339,
     plan_run,
     run_outcome,
 )
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
+from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.sources import Source, source_of
 from prewarm.services.jobs import (
     JobNotFoundError,
@@ -76,7 +76,7 @@ def cron_runs(store: ApplyItems, key: JobKey, *, now: float) -> list[CronRun]:
             continue  # deleted meanwhile
         status = list_job_status(view)
         annotations = (record.manifest.get("metadata") or {}).get("annotations") or {}
-        runs.append(CronRun(record.name, parse_rfc3339(annotations.get(SCHEDULED_AT_ANNOTATION)),
+        runs.append(CronRun(record.name, parse_time(annotations.get(SCHEDULED_AT_ANNOTATION)),
                             start_time=record.start_time,
                             succeeded=run_outcome(status.completion_time, status.succeeded, status.desired)))
     return sorted(runs, key=lambda run: run.name)
