@@ -237,7 +237,9 @@ def spec(**fields: Any) -> AdvancedCronJobSpec:
 
 def test_a_due_run_starts_and_replace_deletes_the_active_ones_first() -> None:
     runs = [CronRun("a-1", T0 - 60), CronRun("a-0", T0 - 120, succeeded=True)]
-    assert plan_run(spec(), scheduled_at=T0, now=T0 + 1, runs=runs) == plan_run(
+    unset = cron()
+    del unset["spec"]["concurrencyPolicy"]  # Kruise's default for an image list: Replace
+    assert plan_run(AdvancedCronJob.from_manifest(unset).spec, scheduled_at=T0, now=T0 + 1, runs=runs) == plan_run(
         spec(concurrencyPolicy="Replace"), scheduled_at=T0, now=T0 + 1, runs=runs)
     plan = plan_run(spec(), scheduled_at=T0, now=T0 + 1, runs=runs)
     assert (plan.create, plan.replace) == (True, ("a-1",))
