@@ -327,11 +327,12 @@ def sync_cron_schedules(new_image: Mapping[str, Any] | None, old_image: Mapping[
     """The schedules of the cron job a table stream record holds, put or deleted; None when the record is of
     another item."""
     from prewarm.adapters.dynamodb import cron_job_of_item
-    from prewarm.services.cron_jobs import sync_schedules
 
     new, old = cron_job_of_item(new_image), cron_job_of_item(old_image)
     if new is None and old is None:
         return None
+    from prewarm.services.cron_jobs import sync_schedules  # a job's record (most of them) needs none of it
+
     return sync_schedules(cron_schedules(), new, old)
 
 
