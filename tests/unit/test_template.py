@@ -647,6 +647,8 @@ def test_every_alarm_notifies_the_alarm_topic_when_one_is_given() -> None:
 
 def test_dashboard_shows_the_job_metrics_and_every_queue_and_function() -> None:
     body = props("Dashboard")["DashboardBody"]["Fn::Sub"]
+    # CloudWatch refuses a body that is not JSON: the dashboard would show nothing
+    json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
     for metric in ("JobsStarted", "JobsCompleted", "JobsFailed", "NodePullSeconds", "NodesSucceeded", "NodesFailed"):
         assert f'MetricName=\\"{metric}\\"' in body, metric
     for name in [*_dead_letter_queues(), *functions()]:

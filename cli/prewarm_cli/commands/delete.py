@@ -1,14 +1,12 @@
-"""`prewarm delete`: delete jobs (cancelling their in-flight pulls) or rules."""
+"""`prewarm delete`: delete jobs (cancelling their in-flight pulls), rules, or cron jobs (with their runs)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import click
-
-if TYPE_CHECKING:
-    pass
 
 from prewarm_cli.cluster_choice import chosen, cluster_option
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK
@@ -27,9 +25,8 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
     kind = resource_name(resource, ("jobs", "rules", "cronjobs"), "delete")
     store = current_store(ctx)
     code = EXIT_OK
-    from prewarm.domain.jobs import job_key
     from prewarm.domain.sources import Source, SourceConflictError, source_of
-    from prewarm.services.jobs import check_source, request_deletion
+    from prewarm.services.jobs import check_source
 
     if kind == "rules":
         rules = {r.get("metadata", {}).get("name"): r for r in store.list_rules()}
@@ -49,44 +46,47 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
         return code
     where = chosen(ctx, cluster)
     if kind == "cronjobs":
-        return _delete_cron_jobs(store, namespace, names, where)
-    for name in names:
-        record = store.get_job(job_key(namespace, name, where))
-        if record is None:
-            in_cluster = f' of cluster "{where}"' if where else ""
-            click.echo(f'error: job "{name}" not found in namespace "{namespace}"{in_cluster}', err=True)
-            code = EXIT_FAILURE
-            continue
-        # The stack's dispatch function sends the cancels: node queues take messages from its roles only.
-        try:
-            cancelling = request_deletion(store, namespace, name, now=time.time(), cluster=where)
-        except SourceConflictError as e:
-            click.echo(f"error: {e}", err=True)
-            code = EXIT_FAILURE
-            continue
-        note = f" ({cancelling} in-flight pull{'s' if cancelling != 1 else ''} being cancelled)" if cancelling else ""
-        click.echo(f'{record.api_kind.lower()}.apps.kruise.io "{name}" deleted{note}')
-    return code
+        return _each(names, lambda name: _delete_cron_job(store, namespace, name, where))
+    return _each(names, lambda name: _delete_job(store, namespace, name, where))
 
 
-def _delete_cron_jobs(store: Any, namespace: str, names: tuple[str, ...], cluster: str) -> int:
-    """Each cron job and its runs; dispatch_job deletes its schedules when its item goes."""
-    from prewarm.domain.jobs import job_key
+def _each(names: tuple[str, ...], delete_one: Callable[[str], str]) -> int:
+    """Deletes each of `names` (`delete_one` says how it went); one not found or refused is an error, and
+    the others are deleted still."""
     from prewarm.domain.sources import SourceConflictError
-    from prewarm.services.cron_jobs import delete_cron_job
     from prewarm.services.jobs import JobNotFoundError
 
     code = EXIT_OK
     for name in names:
         try:
-            runs = delete_cron_job(store, job_key(namespace, name, cluster), now=time.time())
+            click.echo(delete_one(name))
         except (JobNotFoundError, SourceConflictError) as e:
             click.echo(f"error: {e}", err=True)
             code = EXIT_FAILURE
-            continue
-        note = f" ({len(runs)} run{'s' if len(runs) != 1 else ''} deleted)" if runs else ""
-        click.echo(f'advancedcronjob.apps.kruise.io "{name}" deleted{note}')
     return code
+
+
+def _delete_job(store: Any, namespace: str, name: str, cluster: str) -> str:
+    """A job; the stack's dispatch function sends the cancels: node queues take messages from its roles only."""
+    from prewarm.domain.jobs import job_key
+    from prewarm.services.jobs import not_found, request_deletion
+
+    record = store.get_job(job_key(namespace, name, cluster))
+    if record is None:
+        raise not_found(namespace, name, cluster)
+    cancelling = request_deletion(store, namespace, name, now=time.time(), cluster=cluster)
+    note = f" ({cancelling} in-flight pull{'s' if cancelling != 1 else ''} being cancelled)" if cancelling else ""
+    return f'{record.api_kind.lower()}.apps.kruise.io "{name}" deleted{note}'
+
+
+def _delete_cron_job(store: Any, namespace: str, name: str, cluster: str) -> str:
+    """A cron job and its runs; dispatch_job deletes its schedules when its item goes."""
+    from prewarm.domain.jobs import job_key
+    from prewarm.services.cron_jobs import delete_cron_job
+
+    runs = delete_cron_job(store, job_key(namespace, name, cluster), now=time.time())
+    note = f" ({len(runs)} run{'s' if len(runs) != 1 else ''} deleted)" if runs else ""
+    return f'advancedcronjob.apps.kruise.io "{name}" deleted{note}'
 
 
 # --- watch ---------------------------------------------------------------------------------------

@@ -104,14 +104,15 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
         text = snapshots_table(records, now=now)
         empty = "No warm snapshots found."
     elif kind == "cronjobs":
-        from prewarm.services.cron_jobs import cron_job_status
+        from prewarm.services.cron_jobs import cron_job_statuses
 
         where = chosen(ctx, cluster)
         crons = [c for c in store.list_cron_jobs() if c.key.cluster == where
                  and (all_namespaces or c.key.namespace == namespace) and (not names or c.key.name in names)]
         missing = [f'advancedcronjob "{n}" not found in namespace "{namespace}"' for n in names
                    if n not in {c.key.name for c in crons}]
-        docs = [{**c.manifest, "status": cron_job_status(store, c, now=now)} for c in crons]
+        docs = [{**c.manifest, "status": status}
+                for c, status in zip(crons, cron_job_statuses(store, crons, now=now), strict=True)]
         text = cli_output.cron_jobs_table(docs)
         empty = "No cron jobs found." if all_namespaces else f"No cron jobs found in {namespace} namespace."
     else:

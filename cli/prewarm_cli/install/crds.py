@@ -390,8 +390,7 @@ def _cron_spec(images: Obj) -> Obj:
 
 
 # Kruise's webhook: letters, digits and '-', at most 63 (and, as any object's, a DNS subdomain).
-_CRON_METADATA: Obj = {"type": "object", "properties": {"name": {
-    "type": "string", "maxLength": NAME_MAX_LENGTH, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}}}
+_CRON_METADATA: Obj = {"type": "object", "properties": {"name": _patterned(DNS1123_LABEL_PATTERN, NAME_MAX_LENGTH)}}
 
 
 def custom_resource_definitions() -> list[Obj]:

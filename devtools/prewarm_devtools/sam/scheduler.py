@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prewarm.domain.cron import CronSchedule, CronScheduleError
+from prewarm.domain.kubernetes import format_time
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class LocalScheduler:
 
     def _fire(self, schedule: dict[str, Any], scheduled_at: float) -> None:
         target = schedule["Target"]
-        scheduled = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(scheduled_at))
+        scheduled = format_time(scheduled_at)
         text = target.get("Input") or "{}"
         for attribute, value in (("schedule-arn", schedule["Arn"]), ("scheduled-time", scheduled),
                                  ("execution-id", str(uuid.uuid4())), ("attempt-number", "1")):

@@ -18,11 +18,10 @@ from prewarm.domain.cronjobs import (
     CronRun,
     cron_status,
     expired_runs,
-    parse_rfc3339,
     plan_run,
     run_outcome,
 )
-from prewarm.domain.kubernetes import JobValidationError
+from prewarm.domain.kubernetes import JobValidationError, parse_time
 from prewarm.domain.manifests import parse_manifest, parse_manifests
 
 Obj = dict[str, Any]
@@ -220,7 +219,7 @@ def test_a_run_is_an_image_list_pull_job_named_as_kruise_names_it() -> None:
     # Kruise took the 100 s deadline with no pull timeout: no pull of the run outlasts it
     assert run.spec.completion_policy.active_deadline_seconds == 100
     assert run.spec.pull_policy.timeout_seconds == 100
-    assert parse_rfc3339(run.metadata.annotations[SCHEDULED_AT_ANNOTATION]) == T0
+    assert parse_time(run.metadata.annotations[SCHEDULED_AT_ANNOTATION]) == T0
 
 
 def test_the_time_zone_is_time_zone_then_the_schedules_prefix_then_utc() -> None:
@@ -238,7 +237,9 @@ def spec(**fields: Any) -> AdvancedCronJobSpec:
 
 def test_a_due_run_starts_and_replace_deletes_the_active_ones_first() -> None:
     runs = [CronRun("a-1", T0 - 60), CronRun("a-0", T0 - 120, succeeded=True)]
-    assert plan_run(spec(), scheduled_at=T0, now=T0 + 1, runs=runs) == plan_run(
+    unset = cron()
+    del unset["spec"]["concurrencyPolicy"]  # Kruise's default for an image list: Replace
+    assert plan_run(AdvancedCronJob.from_manifest(unset).spec, scheduled_at=T0, now=T0 + 1, runs=runs) == plan_run(
         spec(concurrencyPolicy="Replace"), scheduled_at=T0, now=T0 + 1, runs=runs)
     plan = plan_run(spec(), scheduled_at=T0, now=T0 + 1, runs=runs)
     assert (plan.create, plan.replace) == (True, ("a-1",))
@@ -302,5 +303,5 @@ def test_status_lists_active_runs_and_the_last_schedule_time() -> None:
                     "namespace": "default"}],
         "lastScheduleTime": "2026-11-28T23:01:00Z"}
     assert cron_status([], "default") == {"type": "ImageListPullJob"}
-    assert parse_rfc3339("yesterday") is None
-    assert parse_rfc3339("2026-11-28T23:00:00") is None
+    assert parse_time("yesterday") is None
+    assert parse_time("2026-11-28T23:00:00") is None

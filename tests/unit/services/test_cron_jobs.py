@@ -12,7 +12,14 @@ from prewarm.domain.cronjobs import SCHEDULED_AT_ANNOTATION, StoredCronJob
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.keys import JobKey
 from prewarm.domain.sources import SOURCE_ANNOTATION, Source, SourceConflictError
-from prewarm.services.cron_jobs import cron_job_status, cron_runs, delete_cron_job, run_due, sync_schedules
+from prewarm.services.cron_jobs import (
+    cron_job_status,
+    cron_job_statuses,
+    cron_runs,
+    delete_cron_job,
+    run_due,
+    sync_schedules,
+)
 from prewarm.services.jobs import JobNotFoundError, apply_manifest
 from tests.support.cluster import make_node
 from tests.support.control_plane import ControlPlane
@@ -167,3 +174,18 @@ def test_runs_show_their_source_and_the_cli_may_delete_one(plane: ControlPlane) 
     assert record is not None and record.source is Source.CRON
     request_deletion(plane.store, "default", run, now=T0 + 1)
     assert cron_runs(plane.store, KEY, now=T0 + 1) == []
+
+
+def test_a_due_time_and_the_statuses_read_the_job_items_once(plane: ControlPlane,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    apply_manifest(plane.store, cron(), now=plane.now())
+    apply_manifest(plane.store, cron("hourly"), now=plane.now())
+    first = run_due(plane.store, KEY, scheduled_at=T0, now=T0).run
+    reads: list[int] = []
+    list_jobs = plane.store.list_jobs
+    monkeypatch.setattr(plane.store, "list_jobs", lambda: reads.append(1) or list_jobs())
+    assert run_due(plane.store, KEY, scheduled_at=T0 + 60, now=T0 + 60).replaced == [first]
+    assert len(reads) == 1
+    statuses = cron_job_statuses(plane.store, plane.store.list_cron_jobs(), now=T0 + 60)
+    assert len(reads) == 2
+    assert [[a["name"] for a in s.get("active", [])] for s in statuses] == [[], [f"nightly-{int(T0 + 60)}"]]

@@ -65,7 +65,7 @@ class SchedulerCronSchedules:
                 self.client.update_schedule(**fields)
             except ClientError as e:
                 if _code(e) != "ResourceNotFoundException":
-                    raise SchedulerError(f"update schedule {name} of {key}: {_code(e)}: {_message(e)}") from e
+                    raise _error(e, f"update schedule {name} of {key}") from e
                 self._create(fields, key)
         for index in range(len(expressions), MAX_SCHEDULES_PER_JOB):
             self._delete(key, index)
@@ -74,7 +74,7 @@ class SchedulerCronSchedules:
         try:
             self.client.create_schedule(**fields)
         except ClientError as e:
-            raise SchedulerError(f"create schedule {fields['Name']} of {key}: {_code(e)}: {_message(e)}") from e
+            raise _error(e, f"create schedule {fields['Name']} of {key}") from e
 
     def delete_schedules(self, key: JobKey) -> None:
         for index in range(MAX_SCHEDULES_PER_JOB):
@@ -86,12 +86,12 @@ class SchedulerCronSchedules:
             self.client.delete_schedule(Name=name, GroupName=GROUP)
         except ClientError as e:
             if _code(e) != "ResourceNotFoundException":
-                raise SchedulerError(f"delete schedule {name} of {key}: {_code(e)}: {_message(e)}") from e
+                raise _error(e, f"delete schedule {name} of {key}") from e
 
 
 def _code(e: ClientError) -> str:
     return str(e.response.get("Error", {}).get("Code", ""))
 
 
-def _message(e: ClientError) -> str:
-    return str(e.response.get("Error", {}).get("Message", ""))
+def _error(e: ClientError, what: str) -> SchedulerError:
+    return SchedulerError(f"{what}: {_code(e)}: {e.response.get('Error', {}).get('Message', '')}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal
 
@@ -39,6 +38,7 @@ from prewarm.domain.kubernetes import (
     KubernetesModel,
     NamespacedObjectMeta,
     WithLabels,
+    format_time,
     raise_problems,
 )
 
@@ -53,7 +53,6 @@ SCHEDULED_AT_ANNOTATION = "apps.kruise.io/scheduled-at"
 CRON_JOB_ANNOTATION = "prewarm.dev/advanced-cron-job"
 # Kruise's webhook: the name pattern and length of an AdvancedCronJob, and the template's deadline bound.
 NAME_MAX_LENGTH = 63
-NAME_PATTERN = "^[a-zA-Z0-9-]+$"
 MAX_ACTIVE_DEADLINE_SECONDS = 86_400
 ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace"]
 _RUN_CONCURRENCY = ("Forbid", "Replace")
@@ -267,7 +266,7 @@ class AdvancedCronJob(NamespacedManifest):
     def run(self, scheduled_at: float) -> ImageListPullJob:
         """The ImageListPullJob of the run scheduled at `scheduled_at`, in the cron job's namespace."""
         template = self.template
-        annotations = {**(template.metadata.annotations or {}), SCHEDULED_AT_ANNOTATION: rfc3339(scheduled_at),
+        annotations = {**(template.metadata.annotations or {}), SCHEDULED_AT_ANNOTATION: format_time(scheduled_at),
                        CRON_JOB_ANNOTATION: self.name}
         metadata: dict[str, Any] = {"name": self.run_name(scheduled_at), "namespace": self.namespace,
                                     "annotations": annotations}
@@ -277,21 +276,6 @@ class AdvancedCronJob(NamespacedManifest):
         return ImageListPullJob.from_manifest({
             "apiVersion": api_version, "kind": "ImageListPullJob", "metadata": metadata,
             "spec": template.spec.model_dump(by_alias=True, mode="json", exclude_none=True)})
-
-
-def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(value: object) -> float | None:
-    """Epoch seconds of an RFC 3339 time (`2026-11-28T23:00:00Z`), or None when it is not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed.timestamp() if parsed.tzinfo is not None else None
 
 
 @dataclass(frozen=True)
@@ -349,7 +333,7 @@ def plan_run(spec: AdvancedCronJobSpec, *, scheduled_at: float, now: float, runs
         return RunPlan(False, reason="paused")
     deadline = spec.starting_deadline_seconds
     if deadline is not None and scheduled_at + deadline < now:
-        return RunPlan(False, reason=f"missed its starting deadline ({deadline} s after {rfc3339(scheduled_at)})")
+        return RunPlan(False, reason=f"missed its starting deadline ({deadline} s after {format_time(scheduled_at)})")
     active = tuple(run.name for run in runs if run.is_active and run.scheduled_at != scheduled_at)
     if spec.concurrency_policy == "Forbid" and active:
         return RunPlan(False, reason=f"concurrencyPolicy Forbid: {', '.join(active)} still running")
@@ -382,5 +366,5 @@ def cron_status(runs: Sequence[CronRun], namespace: str, api_version: str = PREW
         status["active"] = active
     times = [run.scheduled_at for run in runs if run.scheduled_at is not None]
     if times:
-        status["lastScheduleTime"] = rfc3339(max(times))
+        status["lastScheduleTime"] = format_time(max(times))
     return status

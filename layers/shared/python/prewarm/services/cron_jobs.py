@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prewarm.domain.cronjobs import (
@@ -21,27 +22,30 @@ from prewarm.domain.cronjobs import (
     StoredCronJob,
     cron_status,
     expired_runs,
-    parse_rfc3339,
     plan_run,
     run_outcome,
 )
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
+from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.sources import Source, source_of
 from prewarm.services.jobs import (
     JobNotFoundError,
+    JobView,
     apply_job,
     check_source,
     list_job_status,
+    not_found,
     request_deletion,
-    view_job,
+    view_record,
 )
 from prewarm.services.ports import ApplyItems, CronSchedules
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunOutcome", "cron_job_status", "cron_runs", "delete_cron_job", "run_due", "sync_schedules"]
+__all__ = ["RunOutcome", "cron_job_status", "cron_job_statuses", "cron_runs", "delete_cron_job", "run_due",
+           "sync_schedules"]
 
 
 def sync_schedules(schedules: CronSchedules, new: StoredCronJob | None, old: StoredCronJob | None) -> str:
@@ -56,30 +60,40 @@ def sync_schedules(schedules: CronSchedules, new: StoredCronJob | None, old: Sto
     return "paused" if spec.paused else "scheduled"
 
 
-def _is_run_of(record: StoredJob, key: JobKey) -> bool:
-    annotations = (record.manifest.get("metadata") or {}).get("annotations") or {}
-    return (record.is_list_job and not record.owner and annotations.get(CRON_JOB_ANNOTATION) == key.name
-            and record.namespace == key.namespace and record.cluster == key.cluster
-            and record.state is not JobState.DELETING)
+def _annotations(record: StoredJob) -> dict[str, str]:
+    return (record.manifest.get("metadata") or {}).get("annotations") or {}
+
+
+def _cron_job_of(record: StoredJob) -> JobKey | None:
+    """The cron job whose run `record` is (a top-level list job it annotated, not being deleted), or None."""
+    name = _annotations(record).get(CRON_JOB_ANNOTATION)
+    if name is None or not record.is_list_job or record.owner or record.state is JobState.DELETING:
+        return None
+    return JobKey(record.namespace, name, record.cluster)
+
+
+def _run(view: JobView) -> CronRun:
+    record, status = view.record, list_job_status(view)
+    return CronRun(record.name, parse_time(_annotations(record).get(SCHEDULED_AT_ANNOTATION)),
+                   start_time=record.start_time,
+                   succeeded=run_outcome(status.completion_time, status.succeeded, status.desired))
+
+
+def _runs_in(views: Iterable[JobView], key: JobKey) -> list[CronRun]:
+    return sorted((_run(view) for view in views if _cron_job_of(view.record) == key), key=lambda run: run.name)
+
+
+def _run_views(store: ApplyItems, records: Iterable[StoredJob], keys: Iterable[JobKey], *, now: float
+               ) -> list[JobView]:
+    """The views of the runs of cron jobs `keys` among `records` (only they are read beyond the job items)."""
+    wanted = set(keys)
+    return [view_record(store, record, now=now) for record in records if _cron_job_of(record) in wanted]
 
 
 def cron_runs(store: ApplyItems, key: JobKey, *, now: float) -> list[CronRun]:
     """The runs of cron job `key`: its ImageListPullJobs not being deleted, as the rules read them (only
     they are read beyond the job items)."""
-    runs = []
-    for record in store.list_jobs():
-        if not _is_run_of(record, key):
-            continue
-        try:
-            view = view_job(store, record.namespace, record.name, now=now, cluster=record.cluster)
-        except JobNotFoundError:
-            continue  # deleted meanwhile
-        status = list_job_status(view)
-        annotations = (record.manifest.get("metadata") or {}).get("annotations") or {}
-        runs.append(CronRun(record.name, parse_rfc3339(annotations.get(SCHEDULED_AT_ANNOTATION)),
-                            start_time=record.start_time,
-                            succeeded=run_outcome(status.completion_time, status.succeeded, status.desired)))
-    return sorted(runs, key=lambda run: run.name)
+    return _runs_in(_run_views(store, store.list_jobs(), [key], now=now), key)
 
 
 @dataclass
@@ -103,16 +117,21 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float) 
         outcome.skipped = "the cron job is gone"
         return outcome
     job = stored.job
-    plan = plan_run(job.spec, scheduled_at=scheduled_at, now=now, runs=cron_runs(store, key, now=now))
+    runs = cron_runs(store, key, now=now)
+    plan = plan_run(job.spec, scheduled_at=scheduled_at, now=now, runs=runs)
     if plan.create:
         for name in plan.replace:
             _delete_run(store, key.sibling(name), now=now)
         outcome.replaced = list(plan.replace)
         applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster)
         outcome.run = applied.name
+        # The replaced runs were active and a new run is: the finished runs are still those read. Only a run
+        # of this time given a new spec (`configured`) may have started again: then they are read anew.
+        if applied.outcome == "configured":
+            runs = cron_runs(store, key, now=now)
     else:
         outcome.skipped = plan.reason
-    for name in expired_runs(job.spec, cron_runs(store, key, now=now)):
+    for name in expired_runs(job.spec, runs):
         _delete_run(store, key.sibling(name), now=now)
         outcome.expired.append(name)
     log.info("cron job %s due at %s: %s", key, scheduled_at, outcome)
@@ -129,16 +148,24 @@ def delete_cron_job(store: ApplyItems, key: JobKey, *, now: float, by: Source = 
     then deletes its schedules. Returns the runs marked for deletion; `JobNotFoundError` when there is none."""
     stored = store.get_cron_job(key)
     if stored is None:
-        where = f' of cluster "{key.cluster}"' if key.cluster else ""
-        raise JobNotFoundError(f'advancedcronjob "{key.name}" not found in namespace "{key.namespace}"{where}')
+        raise not_found(key.namespace, key.name, key.cluster, kind="advancedcronjob")
     check_source("AdvancedCronJob", key.namespace, key.name, owner=source_of(stored.manifest), by=by)
-    runs = [run.name for run in cron_runs(store, key, now=now)]
+    runs = sorted(record.name for record in store.list_jobs() if _cron_job_of(record) == key)
     store.delete_cron_job(key)
     for name in runs:
         _delete_run(store, key.sibling(name), now=now)
     return runs
 
 
-def cron_job_status(store: ApplyItems, stored: StoredCronJob, *, now: float) -> dict[str, object]:
-    """Kruise's status of a cron job: `type`, `active` runs and `lastScheduleTime`."""
-    return cron_status(cron_runs(store, stored.key, now=now), stored.key.namespace, stored.job.api_version)
+def cron_job_status(store: ApplyItems, stored: StoredCronJob, *, now: float,
+                    views: Sequence[JobView] | None = None) -> dict[str, object]:
+    """Kruise's status of a cron job: `type`, `active` runs and `lastScheduleTime`. `views`: the job views
+    read already (the resource sync's), among which its runs are; else its runs are read."""
+    runs = cron_runs(store, stored.key, now=now) if views is None else _runs_in(views, stored.key)
+    return cron_status(runs, stored.key.namespace, stored.job.api_version)
+
+
+def cron_job_statuses(store: ApplyItems, crons: Sequence[StoredCronJob], *, now: float) -> list[dict[str, object]]:
+    """The status of each of `crons`, their runs read with one read of the job items."""
+    views = _run_views(store, store.list_jobs(), [c.key for c in crons], now=now)
+    return [cron_job_status(store, cron, now=now, views=views) for cron in crons]

@@ -56,9 +56,10 @@ class JobNotFoundError(LookupError):
     """No job of that namespace and name (in that cluster)."""
 
 
-def _not_found(namespace: str, name: str, cluster: str) -> JobNotFoundError:
+def not_found(namespace: str, name: str, cluster: str, *, kind: str = "job") -> JobNotFoundError:
+    """`JobNotFoundError` naming the missing job (or `kind`, e.g. an advancedcronjob) and where it was looked for."""
     where = f' of cluster "{cluster}"' if cluster else ""
-    return JobNotFoundError(f'job "{name}" not found in namespace "{namespace}"{where}')
+    return JobNotFoundError(f'{kind} "{name}" not found in namespace "{namespace}"{where}')
 
 
 @dataclass
@@ -270,7 +271,7 @@ def request_deletion(
     key = job_key(namespace, name, cluster)
     record = store.get_job(key)
     if record is None:
-        raise _not_found(namespace, name, cluster)
+        raise not_found(namespace, name, cluster)
     if by is not Source.RESOURCE and record.source is Source.RESOURCE:
         check_source(record.api_kind, namespace, name, owner=Source.RESOURCE, by=by)
     children = record.children if record.is_list_job else []
@@ -358,7 +359,7 @@ def view_job(
     (how its nodes warmed)."""
     record = store.get_job(job_key(namespace, name, cluster))
     if record is None:
-        raise _not_found(namespace, name, cluster)
+        raise not_found(namespace, name, cluster)
     view = _view(store, record, now=now, with_tasks=with_tasks)
     if record.shards and not with_tasks:  # with_tasks has read them already
         view.excluded = store.get_excluded(record.key, shards=record.shards)
@@ -370,6 +371,11 @@ def view_job(
         mine = {t.node for t in view.tasks}
         view.warm = {n.name: n.warm for n in nodes if n.warm is not None and n.name in mine}
     return view
+
+
+def view_record(store: ApplyItems, record: StoredJob, *, now: float) -> JobView:
+    """A job's view from its record read already (its list job's children and failed nodes are read)."""
+    return _view(store, record, now=now, with_tasks=False)
 
 
 def _view(store: ApplyItems, record: StoredJob, *, now: float, with_tasks: bool) -> JobView:
@@ -456,7 +462,7 @@ def list_views(store: ApplyItems, *, namespace: str | None, now: float, cluster:
     their list job). A running job with active nodes has its nodes read, to count the silent agents
     among them."""
     views = [
-        _view(store, r, now=now, with_tasks=False)
+        view_record(store, r, now=now)
         for r in sorted(store.list_jobs(), key=lambda r: (r.cluster, r.namespace, r.name))
         if not r.owner and (namespace is None or r.namespace == namespace) and (cluster is None or r.cluster == cluster)
     ]

@@ -7,7 +7,8 @@ same `apply_manifest` as the CLI, deletes the jobs and rules whose resource is g
 resource's status (Kruise's fields, plus Prewarm's node counts and bytes) only when it differs from
 what the resource holds. A resource whose `metadata.generation` is the one its job was applied from
 costs no table write; a status that did not change costs no API write. So a quiet cluster of 1,000
-jobs costs four list calls, one table scan and a byte read per running job.
+jobs costs four list calls, one table scan and a byte read per running job; a cron job resource adds a read
+of its item (its runs are among the jobs read).
 
 Who meets whom (`prewarm.domain.sources`): a resource owns its name; a CLI job of the same name is
 kept, and the resource's status says why it is not applied.
@@ -165,7 +166,7 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
                 view = None  # a CLI job of that name: its status is not this resource's
             status = resource_status(obj, view, problems.get((kind, key)), store=store)
             if kind == "AdvancedCronJob" and (problems.get((kind, key)) is None):
-                status = {**_cron_status(store, key, now=now), **status}
+                status = {**_cron_status(store, key, list(views.values()), now=now), **status}
             if status != (obj.get("status") or {}):
                 _write_status(api, kind, obj, status, report)
     if report.applied or report.refused or report.deleted or report.statuses_written:
@@ -231,12 +232,13 @@ def resource_status(obj: Mapping[str, Any], view: JobView | None, problem: str |
     return status
 
 
-def _cron_status(store: ApplyItems, key: str, *, now: float) -> Obj:
-    """An AdvancedCronJob resource's Kruise status (its runs), when its cron job is the resource's."""
+def _cron_status(store: ApplyItems, key: str, views: Sequence[JobView], *, now: float) -> Obj:
+    """An AdvancedCronJob resource's Kruise status (its runs, among the sync's job views), when its cron job
+    is the resource's."""
     stored = store.get_cron_job(JobKey.parse(key))
     if stored is None or source_of(stored.manifest) is not Source.RESOURCE:
         return {}
-    return cron_job_status(store, stored, now=now)
+    return cron_job_status(store, stored, now=now, views=views)
 
 
 def _node_counts(view: JobView) -> dict[str, int]:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from prewarm.adapters.dynamodb.table import Table, from_item, plain_value, to_item
+from prewarm.adapters.dynamodb.table import Table, from_item, plain_value
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
 
@@ -34,13 +34,9 @@ class CronJobItems(Table):
 
     def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str:
         """Writes a cron job; returns `created`, `configured` or `unchanged`, as kubectl says it."""
-        current = self._call("get cron job", "get_item", Key=self._key(cron_pk(key), CRON_SK), ConsistentRead=True)
-        if "Item" in current and from_item(current["Item"]).get("spec_hash") == spec_hash:
-            return "unchanged"
-        self._call(f"write cron job {key}", "put_item", Item=to_item({
-            "pk": cron_pk(key), "sk": CRON_SK, "kind": "cronjob", "key": str(key),
-            "spec": json.dumps(manifest, sort_keys=True), "spec_hash": spec_hash}))
-        return "configured" if "Item" in current else "created"
+        return self._put_spec(f"cron job {key}", {"pk": cron_pk(key), "sk": CRON_SK, "kind": "cronjob",
+                                                  "key": str(key), "spec": json.dumps(manifest, sort_keys=True)},
+                              spec_hash)
 
     def get_cron_job(self, key: JobKey) -> StoredCronJob | None:
         found = self._call("get cron job", "get_item", Key=self._key(cron_pk(key), CRON_SK), ConsistentRead=True)

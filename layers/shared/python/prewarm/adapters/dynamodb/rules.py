@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from prewarm.adapters.dynamodb.table import Table, from_item, to_item
+from prewarm.adapters.dynamodb.table import Table, to_item
 from prewarm.domain.schedules import ScheduleRun
 
 
@@ -15,15 +15,8 @@ class RuleItems(Table):
 
     def put_rule(self, name: str, spec: dict[str, Any], spec_hash: str) -> str:
         """Writes a rule; returns `created`, `configured` or `unchanged`, as kubectl says it."""
-        current = self._call("get rule", "get_item", Key=self._key(f"RULE#{name}", "RULE"), ConsistentRead=True)
-        if "Item" in current and from_item(current["Item"]).get("spec_hash") == spec_hash:
-            return "unchanged"
-        self._call(
-            f"write rule {name}", "put_item",
-            Item=to_item({"pk": f"RULE#{name}", "sk": "RULE", "kind": "rule", "name": name,
-                        "spec": json.dumps(spec, sort_keys=True), "spec_hash": spec_hash}),
-        )
-        return "configured" if "Item" in current else "created"
+        return self._put_spec(f"rule {name}", {"pk": f"RULE#{name}", "sk": "RULE", "kind": "rule", "name": name,
+                                               "spec": json.dumps(spec, sort_keys=True)}, spec_hash)
 
     def list_rules(self) -> list[dict[str, Any]]:
         return [json.loads(v["spec"]) for v in sorted(self._list_kind("rule"), key=lambda v: str(v["name"]))]
