@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck contracts template sam-validate unit integration node-deps image-deps agent-image agent-image-arm64 image-tests image-tests-arm64 lambda-layers bench mutate mutate-changed proto clean
+.PHONY: test e2e demo lint typecheck contracts template sam-validate unit integration node-deps image-deps agent-image agent-image-arm64 image-tests image-tests-arm64 lambda-layers bench mutate mutate-changed proto clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -112,15 +112,19 @@ mutate-changed: $(STAMP)
 PYTEST_WORKERS ?= 2
 test: lint typecheck contracts template sam-validate node-deps
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/e2e --ignore=tests/image; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
-	  $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not timed" tests/e2e; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc
+	@# The figures of what users deploy, printed: each function's unzipped size with its layers, the
+	@# deps layer's architecture check (tests/integration/test_lambda_layers.py asserts the same).
+	$(MAKE) lambda-layers
+
+# The slow tier, which CI runs after `make test` (.ci/run): each tests/e2e file runs a whole local stack,
+# two files at a time, then the `timed` ones alone; then the agent image is built and run as the pod.
+e2e: node-deps
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not timed" tests/e2e; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
 	  $(PY) -m pytest -q -m timed tests/e2e; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no timed e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc
 	$(MAKE) image-tests
-	@# The figures of what users deploy, printed: each function's unzipped size with its layers, the
-	@# deps layer's architecture check (tests/integration/test_lambda_layers.py asserts the same).
-	$(MAKE) lambda-layers
 
 demo: $(STAMP) node-deps
 	$(VENV)/bin/prewarm demo --nodes 3 --image-mb 50
