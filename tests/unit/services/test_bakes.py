@@ -57,6 +57,9 @@ class FakeEc2:
         return [(i, self.owners.get(i, ""), i[2:], self.launched_at[i]) for i, s in self.instances.items()
                 if s != "terminated"]
 
+    def builder_state(self, instance_id: str) -> str | None:
+        return self.instances.get(instance_id)
+
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
         snapshot = f"snap-{len(self.snapshots) + 1}"
         self.snapshots[snapshot] = (warm_snapshot, bake_id, "pending")
@@ -298,3 +301,21 @@ def test_a_node_class_whose_launch_source_cannot_be_read_fails_the_bake_before_a
     assert bake is not None and bake.step is BakeStep.FAILED and ec2.instances == {}
     assert bake.reason == ("the builder could not be launched: EC2NodeClass gpu: its subnetSelectorTerms select "
                            "no subnet")
+
+
+def test_a_builder_killed_before_its_report_fails_the_bake_at_the_next_sweep_not_its_budget() -> None:
+    ctx, ec2, classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+    push(ctx, D2, 40.0)
+    assert bakes.sweep(ctx, 41.0) == []  # running: nothing to do
+    ec2.instances["i-gpu-2"] = "terminated"  # killed (a spot reclaim, an operator)
+    assert bakes.sweep(ctx, 50.0) == ["gpu: bake gpu-2 failed: its builder is terminated"]
+    failed = state(ctx)
+    assert failed.bake is not None and failed.bake.step is BakeStep.FAILED
+    assert failed.bake.reason == "builder i-gpu-2 was terminated before it reported its images"
+    assert classes.pointed["gpu"] == "snap-1" and failed.current is not None and failed.current.id == "snap-1"
+    assert bakes.sweep(ctx, 60.0) == []  # the same set is not retried ...
+    push(ctx, D3, 70.0)  # ... the next push is
+    assert state(ctx).bake.id == "gpu-3" and ec2.instances["i-gpu-3"] == "running"  # type: ignore[union-attr]

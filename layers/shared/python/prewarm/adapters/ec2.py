@@ -121,6 +121,15 @@ class Ec2Builders:
             raise _error(e, "list the builders") from e
         return found
 
+    def builder_state(self, instance_id: str) -> str | None:
+        try:
+            found = self.client.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "InvalidInstanceID.NotFound":
+                return None  # not yet visible (EC2's eventual consistency), or long gone
+            raise _error(e, f"describe builder {instance_id}") from e
+        return str(found[0]["Instances"][0]["State"]["Name"]) if found else None
+
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
         out = self._call(f"snapshot volume {volume_id}", "create_snapshot", VolumeId=volume_id,
                          Description=f"Prewarm warm snapshot {warm_snapshot}, bake {bake_id}",

@@ -23,6 +23,9 @@ from prewarm.services.ports import BakeError, Builders, NodeClasses, StoreConfli
 
 log = logging.getLogger(__name__)
 
+# The EC2 states of a builder that will not report (instance lifecycle: stopping and shutting-down end there).
+_BUILDER_ENDED = ("stopping", "stopped", "shutting-down", "terminated")
+
 
 @dataclass(frozen=True)
 class BakeSettings:
@@ -252,6 +255,13 @@ def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
     if bake.step is BakeStep.LAUNCHING:
         done.append(f"{declared.name}: bake {bake.id} launched")
         return _launch(ctx, declared, state, now)
+    if bake.step is BakeStep.PULLING and sweeping:
+        ended = ctx.builders.builder_state(bake.instance_id)
+        if ended in _BUILDER_ENDED:
+            # Killed, or its OS shut down (it stops): it will never report; fail now, not at the budget.
+            done.append(f"{declared.name}: bake {bake.id} failed: its builder is {ended}")
+            return _end(ctx, bakes.fail(state, bake.id, f"builder {bake.instance_id} was {ended} before it "
+                                                        "reported its images", now))
     if bake.step is BakeStep.SNAPSHOTTING and not bake.snapshot_id:
         done.append(f"{declared.name}: bake {bake.id} snapshotting")
         return _snapshot(ctx, declared, state, now)

@@ -535,6 +535,9 @@ class Builders(Protocol):
     def running_builders(self) -> list[tuple[str, str, str, float]]:
         """(instance id, warm snapshot, bake id, launch time) of every builder of the stack not yet terminated."""
         ...
+    def builder_state(self, instance_id: str) -> str | None:
+        """EC2's state of a builder (`running`, `stopped`, `terminated`, ...); None while EC2 does not know it."""
+        ...
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str: ...
     def snapshot_of(self, bake_id: str) -> tuple[str, str] | None:
         """(snapshot id, state) of the snapshot a bake made, if any: a bake resumed finds it again."""
