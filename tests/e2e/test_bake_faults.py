@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -107,9 +106,10 @@ def test_a_builder_refused_by_ecr_fails_its_bake_saying_so_and_the_node_class_st
     assert local.aws is not None and local.builders is not None
     builder_role = local.builders.identity.arn
     ecr = local.aws.client("ecr")
-    ecr.set_repository_policy(repositoryName="denied/app", policyText=json.dumps({"Version": "2012-10-17", "Statement": [
+    deny = {"Version": "2012-10-17", "Statement": [
         {"Sid": "NoBuilders", "Effect": "Deny", "Principal": {"AWS": builder_role},
-         "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]}]}))
+         "Action": ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]}]}
+    ecr.set_repository_policy(repositoryName="denied/app", policyText=json.dumps(deny))
     try:
         local.push("denied/app", "v1", size_mb=1)
         failed = bake_ended(local, "denied", 2)
