@@ -97,16 +97,17 @@ def ec2_requests(handler: Any, operation: str) -> list[tuple[str, str, dict[str,
         name, given = handler._get_param("LaunchTemplateName"), handler._get_param("LaunchTemplateId")
         template = given or (backend.get_launch_template_by_name(name).id if name else "")
         return [on(template)]
+    Pair = tuple[str, str, dict[str, Any]]
     spec = convert_tag_spec(handler._get_param("TagSpecifications") or handler._get_param("TagSpecification") or [])
     if operation == "RunInstances":
-        made = [(action, f"arn:aws:ec2:{region}:{account}:{kind}/*", _request_context(spec.get(kind, {})))
-                for kind in ("instance", "volume")]
-        used = [(action, ec2_arn(region, account, str(handler._get_param(p))), {})
+        made: list[Pair] = [(action, f"arn:aws:ec2:{region}:{account}:{kind}/*",
+                             _request_context(spec.get(kind, {}))) for kind in ("instance", "volume")]
+        used: list[Pair] = [(action, ec2_arn(region, account, str(handler._get_param(p))), {})
                 for p in ("ImageId", "SubnetId") if str(handler._get_param(p) or "").count("-") == 1]
         return made + used + _tag_on_create(operation, region, account, spec)
     if operation == "CreateSnapshot":
-        made = (action, f"arn:aws:ec2:{region}::snapshot/*", _request_context(spec.get("snapshot", {})))
-        return [on(str(handler._get_param("VolumeId"))), made, *_tag_on_create(operation, region, account, spec)]
+        snapshot = (action, f"arn:aws:ec2:{region}::snapshot/*", _request_context(spec.get("snapshot", {})))
+        return [on(str(handler._get_param("VolumeId"))), snapshot, *_tag_on_create(operation, region, account, spec)]
     return []
 
 

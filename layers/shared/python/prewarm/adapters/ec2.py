@@ -179,12 +179,12 @@ class Ec2Builders:
 class NodeClassObjects:
     """`ports.NodeClasses`: Karpenter's EC2NodeClass through the cluster's API (`api`: get_object,
     replace_object), a launch template through EC2 (a new version made the default); the cluster itself
-    (its Kubernetes version, its subnets) through EKS DescribeCluster of `cluster_name`."""
+    (its Kubernetes version, its subnets) through EKS DescribeCluster of `cluster_name` (launch sources only)."""
 
     API_VERSION = "karpenter.k8s.aws/v1"
 
-    def __init__(self, api: Callable[[], Any], ec2_client: Callable[[], Any], eks_client: Callable[[], Any],
-                 cluster_name: str) -> None:
+    def __init__(self, api: Callable[[], Any], ec2_client: Callable[[], Any],
+                 eks_client: Callable[[], Any] | None = None, cluster_name: str = "") -> None:
         self._api = api
         self._ec2 = ec2_client
         self._eks = eks_client
@@ -199,6 +199,9 @@ class NodeClassObjects:
         return self._ec2()
 
     def _cluster(self) -> dict[str, Any]:
+        if self._eks is None or not self.cluster_name:
+            raise BakeError("the stack's cluster is not known here (ClusterName): the node class's AMI alias "
+                            "and a launch template's subnets need it")
         try:
             return dict(self._eks().describe_cluster(name=self.cluster_name)["cluster"])
         except ClientError as e:
