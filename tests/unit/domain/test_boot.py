@@ -27,9 +27,9 @@ from prewarm.domain.boot import (
     present_at_boot,
 )
 from prewarm.domain.kubernetes import JobValidationError
-from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.messages import Hello, RequiredImage
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+from prewarm.domain.rules import PrewarmRule
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 DIGEST = "sha256:" + "a" * 64
