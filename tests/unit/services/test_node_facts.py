@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prewarm.domain.boot import CONDITION_TYPE, NODE_LABEL_ANNOTATION, PRESENT_AT_BOOT, PULLED, PULLING
+from prewarm.domain.boot import CONDITION_TYPE, PRESENT_AT_BOOT, PULLED, PULLING
 from prewarm.domain.clusters import RegisteredCluster
-from prewarm.domain.jobs import job_key
+from prewarm.domain.jobs import NODE_LABEL_ANNOTATION, job_key
 from prewarm.domain.messages import ALREADY_PRESENT, Hello, StatusReport
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest

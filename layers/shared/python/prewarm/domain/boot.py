@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prewarm.domain.images import InvalidImageReference, parse_image
+from prewarm.domain.jobs import NODE_LABEL_ANNOTATION
 from prewarm.domain.kubernetes import format_time
 from prewarm.domain.messages import Hello, RequiredImage
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
@@ -27,9 +28,7 @@ FAILED = "Failed"
 NONE_REQUIRED = "NoImagesRequired"
 # A condition's message is free text; the API keeps it whole, `kubectl describe` shows it on one line.
 MESSAGE_MAX = 1024
-# The annotation by which a rule's job carries the rule's `spec.nodeLabel` (`PrewarmRule.job_for_push`), and
-# the value of that label on a node that has every image of the rule's jobs on it.
-NODE_LABEL_ANNOTATION = "prewarm.dev/node-label"
+# The value of a rule's `spec.nodeLabel` on a node that has every image of the rule's jobs on it.
 NODE_LABEL_VALUE = "true"
 
 

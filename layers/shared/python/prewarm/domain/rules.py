@@ -9,10 +9,16 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prewarm.domain.boot import NODE_LABEL_ANNOTATION
 from prewarm.domain.clusters import ClusterSelector
 from prewarm.domain.images import digest_problem
-from prewarm.domain.jobs import PREWARM_API_VERSION, CompletionType, ImagePullJob, ImagePullJobTemplate, StackObject
+from prewarm.domain.jobs import (
+    NODE_LABEL_ANNOTATION,
+    PREWARM_API_VERSION,
+    CompletionType,
+    ImagePullJob,
+    ImagePullJobTemplate,
+    StackObject,
+)
 from prewarm.domain.kubernetes import (
     InNamespace,
     JobValidationError,
