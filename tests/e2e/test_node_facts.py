@@ -10,6 +10,7 @@ private containerd and agent per node.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,14 +36,21 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
         yield mode
 
 
-def read_node(local: LocalMode, name: str) -> Any:
+def read_node(local: LocalMode, name: str) -> dict[str, Any]:
+    """The Node as the official kubernetes client reads it, as JSON: the client's models refuse a local node's
+    `nodeInfo`, which has no osImage."""
     assert local.kube is not None
     with local.kube.api_client() as client:
-        return CoreV1Api(client).read_node(name)
+        return dict(json.loads(CoreV1Api(client).read_node(name, _preload_content=False).data))
 
 
-def warm_condition(local: LocalMode, name: str) -> Any:
-    return next((c for c in read_node(local, name).status.conditions or () if c.type == CONDITION_TYPE), None)
+def labels(local: LocalMode, name: str) -> dict[str, str]:
+    return dict(read_node(local, name)["metadata"].get("labels") or {})
+
+
+def warm_condition(local: LocalMode, name: str) -> dict[str, Any] | None:
+    conditions = read_node(local, name)["status"].get("conditions") or ()
+    return next((c for c in conditions if c["type"] == CONDITION_TYPE), None)
 
 
 def test_a_rules_node_label_appears_once_the_pushed_image_is_on_the_node(local: LocalMode) -> None:
@@ -54,16 +62,16 @@ def test_a_rules_node_label_appears_once_the_pushed_image_is_on_the_node(local: 
     local.add_node("label-1", labels={"pool": "labelled"}, taints=[])
     try:
         wait_until(lambda: local.job_store().get_node("label-1") is not None, 20, "label-1's hello")
-        assert LABEL not in (read_node(local, "label-1").metadata.labels or {})
+        assert LABEL not in labels(local, "label-1")
 
         # When an image the rule matches is pushed (its job pulls it on the node)
         pushed = local.push("e2e/label", "v1", size_mb=2)
 
         # Then the node carries the label once the image is there, and keeps its other labels
-        wait_until(lambda: (read_node(local, "label-1").metadata.labels or {}).get(LABEL) == "true", 60,
+        wait_until(lambda: labels(local, "label-1").get(LABEL) == "true", 60,
                    "the rule's node label on label-1")
         assert local.nodes["label-1"].image_present(pushed.reference)
-        assert read_node(local, "label-1").metadata.labels["pool"] == "labelled"
+        assert labels(local, "label-1")["pool"] == "labelled"
     finally:
         local.remove_node("label-1")
 
@@ -78,9 +86,10 @@ def test_an_untainted_node_s_condition_turns_true_once_its_agent_pulled_its_imag
     try:
         # Then its condition, set Pulling by its first hello, turns ImagesPulled when its pull succeeds
         wait_until(lambda: warm_condition(local, "plain-1") is not None, 20, "plain-1's PrewarmWarm condition")
-        wait_until(lambda: warm_condition(local, "plain-1").reason == PULLED, 60, "plain-1's condition ImagesPulled")
+        wait_until(lambda: (c := warm_condition(local, "plain-1")) is not None and c["reason"] != PULLING, 60,
+                   "plain-1's condition no longer Pulling")
         condition = warm_condition(local, "plain-1")
-        assert condition.status == "True" and condition.reason != PULLING, condition
+        assert condition is not None and (condition["status"], condition["reason"]) == ("True", PULLED), condition
         assert local.nodes["plain-1"].image_present(pushed.reference)
     finally:
         local.remove_node("plain-1")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from prewarm.domain.boot import CONDITION_TYPE, PRESENT_AT_BOOT, PULLED, PULLING
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.jobs import NODE_LABEL_ANNOTATION, job_key
@@ -171,3 +173,35 @@ def test_an_unverified_node_gets_its_condition_once_its_cluster_answers(plane: C
     # Then p-1 is verified and its condition says its image was there at boot
     assert result.nodes_verified == ["prod-eu:p-1"]
     assert condition(node)[:2] == ("True", PRESENT_AT_BOOT)
+
+
+def test_the_sweep_repairs_a_condition_and_a_label_a_report_could_not_write(plane: ControlPlane,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a node pulling a Never job's image and a labelled rule's (still running: another node pulls it too),
+    # whose Node refused every write meanwhile
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.extend([node, make_node("gpu-2", pool="gpu")])
+    never_job(plane, "torch", IMAGE)
+    rule_job(plane, "tok-aaaa", NEWER)
+    hello(plane, "gpu-1")
+    assert condition(node)[:2] == ("False", PULLING)
+
+    def refused(*args: Any) -> Any:
+        raise ClusterUnavailableError("the API server is restarting")
+
+    with monkeypatch.context() as refusing:
+        refusing.setattr(plane.cluster, "patch_node_status", refused)
+        refusing.setattr(plane.cluster, "patch_node", refused)
+        report(plane, "torch", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+        report(plane, "tok-aaaa", "gpu-1", "Pulling", bytes_done=0, bytes_total=10)
+        outcome = report(plane, "tok-aaaa", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+    assert outcome.retry_ids == []  # a refused write never sends a report back
+    assert condition(node)[:2] == ("False", PULLING) and LABEL not in node["metadata"]["labels"]
+
+    # When the sweep runs (the node's turn: it is the only one)
+    sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=plane.now(),
+          config=SweepSettings(prefix=plane.queues.prefix))
+
+    # Then the Node says what its pulls say
+    assert condition(node)[:2] == ("True", PULLED)
+    assert node["metadata"]["labels"][LABEL] == "true"

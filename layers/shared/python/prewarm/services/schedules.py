@@ -33,6 +33,7 @@ from prewarm.services.budget import UNLIMITED, TimeBudget
 from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.departures import forget_departed_nodes, list_in_order
 from prewarm.services.dispatch import retry_refused_write
+from prewarm.services.node_facts import repair_nodes
 from prewarm.services.node_queues import repair_queues
 from prewarm.services.ports import (
     ClusterApi,
@@ -257,6 +258,8 @@ def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: Cluste
     result.agents[name] = len(list(listing.registered))
     result.nodes_verified += [scoped(name, n) for n in verify_nodes(store, queues, api, name, now=now, budget=budget,
                                                                     unverified=listing.unverified)]
+    if budget.has_time():  # each node's condition and rules' labels, a few nodes a run in turn
+        repair_nodes(store, api, name, listing.registered, now=now)
     departures = forget_departed_nodes(store, queues, api, listing, prefix=config.prefix, budget=budget,
                                        cluster=name)
 
