@@ -198,8 +198,12 @@ def test_the_sweep_repairs_a_condition_and_a_label_a_report_could_not_write(plan
     assert outcome.retry_ids == []  # a refused write never sends a report back
     assert condition(node)[:2] == ("False", PULLING) and LABEL not in node["metadata"]["labels"]
 
-    # When the sweep runs (the node's turn: it is the only one)
-    sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=plane.now(),
+    # When the sweep runs: not in a run of its repair, then in one (the node's turn: it is the only one)
+    repairing = (plane.now() // 600 + 1) * 600  # the sweep's minute (run) 0 of 10
+    sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=repairing - 60,
+          config=SweepSettings(prefix=plane.queues.prefix))
+    assert condition(node)[:2] == ("False", PULLING)
+    sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=repairing,
           config=SweepSettings(prefix=plane.queues.prefix))
 
     # Then the Node says what its pulls say

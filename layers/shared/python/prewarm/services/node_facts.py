@@ -116,19 +116,21 @@ def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, ne
     return wrote
 
 
-# Nodes the sweep judges again per cluster and run, in turn (a 5,000-node cluster's in about four hours):
-# a repair of what a report's judgement could not write (a refused patch, an API that failed then).
+# Nodes the sweep judges again per cluster, in turn, in one run of ten (the sweep runs each minute): a repair
+# of what a report's judgement could not write (a refused patch, an API that failed then); 20 nodes cost
+# the running jobs' node items of 20 nodes and at most 20 GETs of a Node, every ten minutes.
 REPAIRS_PER_RUN = 20
+REPAIR_EVERY_RUNS = 10
 
 
 def repair_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, registered: Iterable[str], *,
                  now: float) -> list[str]:
-    """The sweep's repair: `judge_nodes` of the `REPAIRS_PER_RUN` registered nodes whose turn this run (the
-    sweep's minute) is, from their tasks in the running `Never` jobs and labelled rules' jobs. Returns the
+    """The sweep's repair, in one run (the sweep's minute) of `REPAIR_EVERY_RUNS`: `judge_nodes` of the
+    `REPAIRS_PER_RUN` registered nodes whose turn it is, from their tasks in the running `Never` jobs and labelled rules' jobs. Returns the
     nodes whose Node was written."""
-    names = sorted(registered)
-    if not names:
+    run, names = int(now // 60), sorted(registered)
+    if not names or run % REPAIR_EVERY_RUNS:
         return []
-    start = int(now // 60) * REPAIRS_PER_RUN % len(names)
+    start = run // REPAIR_EVERY_RUNS * REPAIRS_PER_RUN % len(names)
     turn = (names[start:] + names[:start])[:REPAIRS_PER_RUN]
     return judge_nodes(store, writes, cluster, turn, now=now)

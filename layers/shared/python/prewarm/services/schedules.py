@@ -258,8 +258,6 @@ def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: Cluste
     result.agents[name] = len(list(listing.registered))
     result.nodes_verified += [scoped(name, n) for n in verify_nodes(store, queues, api, name, now=now, budget=budget,
                                                                     unverified=listing.unverified)]
-    if budget.has_time():  # each node's condition and rules' labels, a few nodes a run in turn
-        repair_nodes(store, api, name, listing.registered, now=now)
     departures = forget_departed_nodes(store, queues, api, listing, prefix=config.prefix, budget=budget,
                                        cluster=name)
 
@@ -277,6 +275,8 @@ def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: Cluste
     result.taints_released += named(release_overdue_taints(
         api, listing.nodes, now=now, grace=config.taint_grace_seconds, budget=budget, settled=settled,
         hellos=listing.registered, no_agent_grace=config.no_agent_grace_seconds))
+    if budget.has_time():  # last: nodes' conditions and rules' labels, a few nodes in turn, once in ten runs
+        repair_nodes(store, api, name, listing.registered, now=now)
     return set(listing.registered)
 
 
