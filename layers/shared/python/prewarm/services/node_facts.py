@@ -126,8 +126,8 @@ REPAIR_EVERY_RUNS = 10
 def repair_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, registered: Iterable[str], *,
                  now: float) -> list[str]:
     """The sweep's repair, in one run (the sweep's minute) of `REPAIR_EVERY_RUNS`: `judge_nodes` of the
-    `REPAIRS_PER_RUN` registered nodes whose turn it is, from their tasks in the running `Never` jobs and labelled rules' jobs. Returns the
-    nodes whose Node was written."""
+    `REPAIRS_PER_RUN` registered nodes whose turn it is, from their tasks in the running `Never` jobs and
+    labelled rules' jobs. Returns the nodes whose Node was written."""
     run, names = int(now // 60), sorted(registered)
     if not names or run % REPAIR_EVERY_RUNS:
         return []
