@@ -413,7 +413,7 @@ def custom_resource_definitions() -> list[Obj]:
         "includeUntagged": {"type": "boolean"}, "registries": globs,
         "accountIds": {"type": "array", "items": _patterned(ACCOUNT_ID_PATTERN)},
         "regions": {"type": "array", "items": _patterned(REGION_PATTERN)},
-        "clusters": _CLUSTER_SELECTOR,
+        "clusters": _CLUSTER_SELECTOR, "nodeLabel": _patterned(LABEL_KEY_PATTERN, 253 + 1 + 63),
         "template": {"type": "object", "properties": {
             "metadata": {"type": "object", "properties": {
                 "namespace": _patterned(DNS1123_LABEL_PATTERN, 63), "labels": _LABEL_VALUES,
