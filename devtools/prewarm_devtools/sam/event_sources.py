@@ -148,7 +148,8 @@ class EventSources:
         """Delivers batches from each SQS event source; returns how many messages were handled.
 
         As Lambda's event source mapping: a batch gathers up to `BatchSize` messages (10 per receive),
-        and up to `ScalingConfig.MaximumConcurrency` batches are in flight at once. Locally a batch
+        and up to `ScalingConfig.MaximumConcurrency` batches (else the function's reserved concurrency,
+        else one) are in flight at once, each in an environment of its own. Locally a batch
         takes what the queue holds now instead of waiting out `MaximumBatchingWindowInSeconds`, so at
         low traffic AWS adds up to that window of latency that local mode does not.
         """
@@ -157,7 +158,8 @@ class EventSources:
     def _pump_queue(self, fn: Function, props: Mapping[str, Any]) -> int:
         queue = self._queue_by_arn(props["EventSourceArn"], fn.logical_id)
         size = int(props.get("BatchSize", 10))
-        in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
+        in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency")
+                               or fn.reserved_concurrency or 1))
         batches = []
         for _ in range(in_flight):
             batch = self._gather(queue.ref, size)
