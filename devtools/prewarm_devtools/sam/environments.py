@@ -44,9 +44,10 @@ RUNTIME = "prewarm_devtools.sam.runtime"
 # Lambda's Init phase gets 10 s; past it, the init is retried within the first invocation, under its
 # timeout ("Lambda execution environment lifecycle"): so an invocation's clock starts at the latest then.
 INIT_LIMIT = 10.0
-# Most environments of one stack at once. Each is a Python process that imported boto3, kubernetes and
-# Powertools, ~90 MB RSS (docs/devtools.md): 24 of them hold ~2 GB, an eighth of a 24 GB machine shared
-# by several stacks. `PREWARM_LOCAL_ENVIRONMENTS` sets another.
+# Most environments of one stack at once (the account's concurrency, 1,000 by default on AWS, scaled to
+# one machine). Each is a Python process that imported boto3, Powertools and the shared package, 65-90 MB
+# RSS (docs/performance.md, "Local mode's execution environments"): 24 hold ~2 GB at most, under an
+# eighth of a 24 GB machine shared by several stacks. `PREWARM_LOCAL_ENVIRONMENTS` sets another.
 ENVIRONMENT_LIMIT = int(os.environ.get("PREWARM_LOCAL_ENVIRONMENTS", "24"))
 
 
