@@ -38,6 +38,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -131,6 +132,8 @@ class LocalStack(EventSources):
         self._gate = InvocationGate()
         self._cursors: dict[tuple[str, str], StreamCursor] = {}
         self._threads: list[threading.Thread] = []
+        self._pools: list[ThreadPoolExecutor] = []
+        self._batches: set[Future[None]] = set()
         self._stop = threading.Event()
         self.resolver: Resolver | None = None
         self.event_bus_url = ""
@@ -421,6 +424,9 @@ class LocalStack(EventSources):
     def stop(self, timeout: float = 10.0) -> None:
         """Stops every event source, then ends every function's environment: no process is left."""
         super().stop(timeout)
+        self.environments.end()  # and any a last batch started meanwhile
+
+    def _end_invocations(self) -> None:
         self.environments.end()
 
     def env(self) -> dict[str, str]:
