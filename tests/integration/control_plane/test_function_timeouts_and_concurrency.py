@@ -29,20 +29,20 @@ def test_a_function_past_its_timeout_is_killed_and_its_sqs_batch_returns_after_t
     with MotoServer() as aws, aws_environment(aws.url):
         stack = LocalStack(aws.url, parameters={"ClusterName": "local"}, function_output=output).deploy()
         try:
-            # Given the status function with a 1 s timeout, warm, and its queue's visibility timeout 2 s
+            # Given the status function with a 1 s timeout, warm, and its queue's visibility timeout 5 s
             stack.update_function("record_status", code_dir=FUNCTIONS / "echo", handler="app.lambda_handler",
                                   timeout=1)
             queue = stack.physical["StatusQueue"].ref
-            stack.sqs.set_queue_attributes(QueueUrl=queue, Attributes={"VisibilityTimeout": "2"})
+            stack.sqs.set_queue_attributes(QueueUrl=queue, Attributes={"VisibilityTimeout": "5"})
             first = stack.invoke("record_status", {})["pid"]
             (process,) = stack.environments.processes(stack.function("record_status"))
-            # When a message makes it sleep 3 s
-            stack.sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"sleep": 3}))
+            # When a message makes it sleep 10 s
+            stack.sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"sleep": 10}))
             started = time.monotonic()
             assert stack.pump_sqs() == 1
             took = time.monotonic() - started
             # Then the invocation was killed at 1 s, with its process, as Lambda logs it
-            assert 1 <= took < 3, took  # killed at 1 s, not after its 3 s sleep
+            assert 1 <= took < 5, took  # killed at 1 s, not after its 10 s sleep
             assert process.wait(5) is not None
             assert "Task timed out after 1.00 seconds" in output.getvalue()
             assert stack.function("record_status").errors == 1
@@ -50,8 +50,8 @@ def test_a_function_past_its_timeout_is_killed_and_its_sqs_batch_returns_after_t
             assert stack.invoke("record_status", {})["pid"] != first
             # and the message is invisible until its visibility timeout has passed, then back, received twice
             assert not stack.sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0).get("Messages")
-            back = stack.sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=3, AttributeNames=["All"])["Messages"]
-            assert time.monotonic() - started >= 1.9
+            back = stack.sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=6, AttributeNames=["All"])["Messages"]
+            assert time.monotonic() - started >= 4.9
             assert back[0]["Attributes"]["ApproximateReceiveCount"] == "2"
         finally:
             stack.stop()
@@ -66,10 +66,10 @@ def test_two_concurrent_sqs_batches_of_one_function_run_in_two_processes_at_once
         try:
             stack.update_function("record_status", code_dir=FUNCTIONS / "echo", handler="app.lambda_handler")
             queue = stack.physical["StatusQueue"].ref
-            # When 20 messages are waiting, each taking 0.1 s
+            # When 20 messages are waiting, each taking 0.4 s
             for start in (0, 10):
                 stack.sqs.send_message_batch(QueueUrl=queue, Entries=[
-                    {"Id": str(i), "MessageBody": json.dumps({"sleep": 0.1})} for i in range(start, start + 10)])
+                    {"Id": str(i), "MessageBody": json.dumps({"sleep": 0.4})} for i in range(start, start + 10)])
             assert stack.pump_sqs() == 20
             # Then two batches ran at once, each in a process of its own
             by_pid: dict[int, list[list[float]]] = {}
