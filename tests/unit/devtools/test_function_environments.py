@@ -79,8 +79,10 @@ def test_concurrent_invocations_of_one_function_run_in_processes_of_their_own_up
     for fn in (function("free"), function("reserved", reserved=1)):
         warm = invoke(started, fn, {})["pid"]
         ran: list[dict[str, Any]] = []
-        threads = [threading.Thread(target=lambda f=fn, into=ran: into.append(invoke(started, f, {"sleep": 1})))
-                   for _ in range(3)]
+        # Long enough for two cold starts on a loaded machine to overlap the warm one's
+        sleep = 1 if fn.reserved_concurrency else 4
+        threads = [threading.Thread(target=lambda f=fn, s=sleep, into=ran: into.append(
+            invoke(started, f, {"sleep": s}))) for _ in range(3)]
         for t in threads:
             t.start()
         for t in threads:
