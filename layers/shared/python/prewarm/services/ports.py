@@ -417,6 +417,12 @@ class ImageMetadata(Protocol):
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None: ...
 
 
+class ReplicaRegions(Protocol):
+    """The Regions the stack's ECR registry replicates a repository to (`DescribeRegistry`)."""
+
+    def replica_regions(self, repository: str) -> frozenset[str]: ...
+
+
 # --- Credentials ---------------------------------------------------------------------------------
 
 # A Kubernetes API bearer token, fetched anew for each request (`EksTokenSource` caches and renews).
