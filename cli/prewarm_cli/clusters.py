@@ -144,7 +144,7 @@ def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mappin
     added_at = before.added_at if before is not None and before.added_at else time.time()
     roles = function_roles(target.env)
     region = "" if region == target.region else region
-    eks = (replace(target, region=region) if region else target).client("eks")
+    eks = target.client("eks", region or None)
     endpoint, ca_data = describe_cluster(eks, name)
     created = grant_access(eks, name, roles, report)
     recorded = RegisteredCluster(name, endpoint, ca_data, labels=dict(labels), added_at=added_at,

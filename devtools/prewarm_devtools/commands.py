@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -511,7 +510,7 @@ def local_push(image: str, size_mb: float, layers: int) -> int:
         from prewarm_devtools.localreplica import replicate_image
 
         region = state.env["LOCAL_REPLICA_REGION"]
-        event = replicate_image(replica, replace(target, region=region).client("ecr"), pushed)
+        event = replicate_image(replica, target.client("ecr", region), pushed)
         target.client("sqs").send_message(QueueUrl=bus, MessageBody=json.dumps(event))
         click.echo(f"replicated to {region}; ECR Replication Action event sent")
     return EXIT_OK
