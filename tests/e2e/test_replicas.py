@@ -56,8 +56,8 @@ def test_the_second_region_s_cluster_starts_on_its_replication_event_and_pulls_i
     local: LocalMode,
 ) -> None:
     # Given the registered cluster's Region, and ECR's replication configuration, as the stack reads them
-    (registered,) = local.job_store().list_clusters()
-    assert (registered.name, registered.region) == (OTHER, REPLICA)
+    registered = local.job_store().get_cluster(OTHER)
+    assert registered is not None and registered.region == REPLICA
     other = local.extra_clusters[OTHER]
 
     # When an image is pushed in us-west-2, and not replicated yet
