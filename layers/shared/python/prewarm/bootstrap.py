@@ -204,7 +204,7 @@ def plan_job(key: JobKey) -> PlanResult:
     from prewarm.services.stream import plan
 
     plan_calls().deadline.begin()
-    return plan(store(), queues(), plan_clusters(), key, now=time.time(), secrets=secret_mirror())
+    return plan(store(), queues(), plan_clusters(), key, now=time.time(), secrets=secret_mirror(), images=images())
 
 
 def delete_job(key: JobKey) -> int:

@@ -48,7 +48,8 @@ class EcrImages:
         try:
             out = self.client.batch_get_image(
                 registryId=registry_id, repositoryName=repository,
-                imageIds=[{"imageDigest": d} for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
+                imageIds=[{"imageDigest": d} if d.startswith("sha256:") else {"imageTag": d}
+                          for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
             )
         except ClientError as e:
             raise EcrError(f"read manifest of {repository}@{digests[0]}: "
@@ -66,7 +67,7 @@ class EcrImages:
         return self._last[1][0] if self._last[1] else None
 
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
-        """The image's layers (of an index, the most any of its images has); None when ECR cannot say (logged:
+        """The image's layers (`digest`: a digest, or a tag) (of an index, the most any of its images has); None when ECR cannot say (logged:
         the count only sizes the pull's share of the registry budget, never worth failing a push for)."""
         try:
             manifest = self._manifest(registry_id, repository, digest)

@@ -55,6 +55,41 @@ def budget_key(registry_host: str) -> str:
     return f"ecr:{match['account']}:{match['region']}" if match else host
 
 
+@dataclass(frozen=True)
+class EcrImageId:
+    """Where ECR's `BatchGetImage` finds an image's manifest: its registry (account), Region, repository
+    and digest or tag."""
+
+    registry_id: str
+    region: str
+    repository: str
+    reference: str
+
+
+def ecr_image_id(image: str) -> EcrImageId | None:
+    """The ECR image `image` names, or None for an image of another registry (or no reference at all).
+
+    >>> ecr_image_id("123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/model:v1")
+    EcrImageId(registry_id='123456789012', region='us-west-2', repository='ml/model', reference='v1')
+    """
+    from prewarm.domain.images import InvalidImageReference, parse_image
+
+    try:
+        ref = parse_image(image)
+    except InvalidImageReference:
+        return None
+    match = _ECR_HOST.match(ref.registry.lower().split(":", 1)[0])
+    if match is None:
+        return None
+    return EcrImageId(match["account"], match["region"], ref.repository, ref.digest or ref.tag or "latest")
+
+
+def unknown_layers_note(image: str) -> str:
+    """What a job's message says when its image's layer count could not be read."""
+    return (f"layer count of {image} unknown: each pull is costed at {LAYERS_IF_UNKNOWN} layers in its "
+            "registry's budget")
+
+
 def pull_requests(layers: int) -> int:
     """Requests one pull of an image of `layers` layers makes: its manifest, its config and each layer."""
     if layers < 0:
