@@ -41,8 +41,8 @@ class LocalReplica:
         ecr = self.aws.client("ecr")
         ecr.put_replication_configuration(replicationConfiguration={"rules": [
             {"destinations": [{"region": self.region, "registryId": ACCOUNT}]}]})
-        token = self.aws.client("ecr", region_name=self.region).get_authorization_token()
-        user, _, password = base64.b64decode(token["authorizationData"][0]["authorizationToken"]).decode().partition(":")
+        token = self.aws.client("ecr", region_name=self.region).get_authorization_token()["authorizationData"][0]
+        user, _, password = base64.b64decode(token["authorizationToken"]).decode().partition(":")
         layer = self.aws.layer
         door = (functools.partial(layer.ecr.registry_refusal, account=ACCOUNT, region=self.region)
                 if layer is not None else moto_token_door(ACCOUNT))

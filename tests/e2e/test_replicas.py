@@ -77,7 +77,7 @@ def test_the_second_region_s_cluster_starts_on_its_replication_event_and_pulls_i
     assert views_of(local, name)[theirs].desired == 0
     # ... and a pull racing replication fails: the replica is not in us-east-1's registry yet
     node = next(iter(other.nodes.values()))
-    with node.containerd.cri_client() as cri, pytest.raises(Exception, match="not found|404|NotFound"):
+    with node.containerd.cri_client() as cri, pytest.raises(Exception, match=r"not found|404|NotFound"):
         cri.pull_image(replica, auth=local.replica.registry.auth).result(timeout=60)
 
     # When ECR replicates it to us-east-1 and says so

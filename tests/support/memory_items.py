@@ -181,7 +181,8 @@ def _cluster(v: Mapping[str, Any]) -> RegisteredCluster:
         labels=dict(v.get("labels", {})), added_at=v.get("added_at"),
         reachable=None if reachable is None else bool(reachable), reason=str(v.get("reason", "")),
         checked_at=v.get("checked_at"), agents=v.get("agents"), last_sync=v.get("last_sync"),
-        setup=ClusterSetup(v.get("setup") or ClusterSetup.INSTALLED), setup_message=str(v.get("setup_message", "")), region=str(v.get("region", "")),
+        setup=ClusterSetup(v.get("setup") or ClusterSetup.INSTALLED), setup_message=str(v.get("setup_message", "")),
+        region=str(v.get("region", "")),
     )
 
 

@@ -39,7 +39,8 @@ CRON_RUN_EVENTS = ["schedule_run_cron_job.json"]
 
 
 def test_every_sample_event_is_checked_here() -> None:
-    checked = set(ECR_EVENTS + ECR_OTHER_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS + CRON_RUN_EVENTS)
+    checked = set(ECR_EVENTS + ECR_OTHER_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS
+                  + CRON_RUN_EVENTS)
     assert {p.name for p in EVENTS.glob("*.json")} == checked
 
 
@@ -93,7 +94,8 @@ def test_a_replication_event_names_the_source_push_and_the_region_replicated_to(
     assert isinstance(event, EcrReplicationActionEvent) and event.is_successful
     push = event.to_push()
     assert (push.region, event.region, push.repository, push.tag) == ("us-west-2", "eu-west-1", "platform/web", "v2")
-    assert push.replica_reference(event.region) == f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/platform/web@{push.digest}"
+    replica = push.replica_reference(event.region)
+    assert replica == f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/platform/web@{push.digest}"
     failed = load("ecr_replication.json")
     failed["detail"]["result"] = "FAILED"
     assert not parse_ecr_event(failed).is_successful  # type: ignore[union-attr]

@@ -67,8 +67,9 @@ class EcrImages:
         return self._last[1][0] if self._last[1] else None
 
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
-        """The image's layers (`digest`: a digest, or a tag) (of an index, the most any of its images has); None when ECR cannot say (logged:
-        the count only sizes the pull's share of the registry budget, never worth failing a push for)."""
+        """The layers of the image `digest` (a digest, or a tag) names (of an index, the most any of its images
+        has); None when ECR cannot say (logged: the count only sizes the pull's share of the registry budget,
+        never worth failing a push or a plan for)."""
         try:
             manifest = self._manifest(registry_id, repository, digest)
             manifests = [] if manifest is None else [manifest]
