@@ -29,7 +29,8 @@ OTHER, REPLICA = "local-2", "us-east-1"
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
-    with running_local_mode(tmp_path_factory, "replicas", nodes=2, clusters=2, replica_region=REPLICA) as mode:
+    with running_local_mode(tmp_path_factory, "replicas", nodes=2, clusters=2, replica_region=REPLICA,
+                            registry_quotas={"ecr_manifest_per_s": 500.0}) as mode:
         if mode.aws is None or mode.aws.layer is None:
             pytest.skip("the AWS limits layer is off: it plays EKS for the second cluster")
         apply_manifest(mode.job_store(), {
@@ -37,6 +38,11 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
             "spec": {"repositories": ["e2e/replicated-*"], "template": {"metadata": {"namespace": "default"}, "spec": {
                 "parallelism": 2, "pullPolicy": {"timeoutSeconds": 120, "backoffLimit": 0}}}}}, now=time.time())
         yield mode
+
+
+def test_local_up_s_registry_quota_is_the_registry_s_while_it_runs(local: LocalMode) -> None:
+    assert local.aws is not None and local.aws.layer is not None
+    assert local.aws.layer.ecr.quotas.ecr_manifest_per_s == 500.0  # `local up --registry-quota manifest=500`
 
 
 def views_of(local: LocalMode, name: str) -> dict[str, Any]:
