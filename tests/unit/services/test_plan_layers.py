@@ -11,25 +11,13 @@ from prewarm.services.stream import plan
 from tests.support.cluster import make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
+from tests.support.images import LayerCounts
 from tests.support.manifests import job_doc
 
 ECR_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/model:v1"
 
 
-class Images:
-    def __init__(self, layers: int | None) -> None:
-        self.layers = layers
-        self.asked: list[tuple[str, str, str]] = []
-
-    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
-        return None
-
-    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
-        self.asked.append((registry_id, repository, digest))
-        return self.layers
-
-
-def _plan(plane: ControlPlane, image: str, images: Images) -> None:
+def _plan(plane: ControlPlane, image: str, images: LayerCounts) -> None:
     plane.cluster.nodes.append(make_node("ip-10-0-1-1"))
     plane.queues.ensure_queue("ip-10-0-1-1")
     apply_manifest(plane.store, job_doc("by-hand", image=image), now=plane.now())
@@ -38,7 +26,7 @@ def _plan(plane: ControlPlane, image: str, images: Images) -> None:
 
 
 def test_a_hand_applied_ecr_job_gets_its_image_s_layer_count_at_its_plan(plane: ControlPlane) -> None:
-    images = Images(layers=7)
+    images = LayerCounts(layers=7)
     _plan(plane, ECR_IMAGE, images)
     assert images.asked == [("123456789012", "ml/model", "v1")]
     record = plane.store.get_job(job_key("default", "by-hand"))
@@ -47,7 +35,7 @@ def test_a_hand_applied_ecr_job_gets_its_image_s_layer_count_at_its_plan(plane: 
 
 
 def test_a_layer_count_that_cannot_be_read_costs_the_default_and_the_job_says_so(plane: ControlPlane) -> None:
-    images = Images(layers=None)
+    images = LayerCounts(layers=None)
     _plan(plane, "ghcr.io/org/app:v1", images)
     assert images.asked == []  # not an ECR image: nothing to ask
     record = plane.store.get_job(job_key("default", "by-hand"))
