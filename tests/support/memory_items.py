@@ -226,7 +226,7 @@ class MemoryBudgetItems(TableItems):
     """`BudgetItems`: one item per registry budget, its GCRA arrival time written under a version."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float) -> tuple[float, ...]:
+                            burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
         if not costs:
             return ()
 
@@ -234,7 +234,7 @@ class MemoryBudgetItems(TableItems):
             current = self.table.get(f"BUDGET#{key}", "BUDGET")
             version = int(current["version"]) if current is not None else 0
             reservation = reserve_starts(None if current is None else float(current["tat"]), now=now, costs=costs,
-                                         burst_seconds=burst_seconds)
+                                         burst_seconds=burst_seconds, horizon=horizon)
 
             def unchanged(item: Any) -> bool:
                 return item is None if current is None else equal(item, "version", version)

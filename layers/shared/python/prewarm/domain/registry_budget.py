@@ -138,17 +138,27 @@ class Reservation:
     tat: float
 
 
-def reserve_starts(tat: float | None, *, now: float, costs: Sequence[float], burst_seconds: float) -> Reservation:
+def reserve_starts(tat: float | None, *, now: float, costs: Sequence[float], burst_seconds: float,
+                   horizon: float | None = None) -> Reservation:
     """Start times for pulls costing `costs` seconds of budget each (GCRA): a pull starts once the budget
     spent before it, with its own share, is within `burst_seconds` of being paid back, so that no span of
     `w` seconds starts more than `burst_seconds + w` seconds of budget (a token bucket that holds
-    `burst_seconds`). `tat`: the stored arrival time (None: never used)."""
+    `burst_seconds`). `tat`: the stored arrival time (None: never used). With `horizon`, only the pulls
+    that start within `horizon` seconds of `now` are reserved (the first ones: `starts` is then shorter
+    than `costs`); the rest take none of the budget.
+
+    >>> reserve_starts(None, now=0.0, costs=[400.0] * 4, burst_seconds=0.0, horizon=900.0)
+    Reservation(starts=(0.0, 400.0, 800.0), tat=1200.0)
+    """
     at = now if tat is None else max(tat, now)
-    starts = []
+    starts: list[float] = []
     for cost in costs:
         if cost < 0:
             raise ValueError(f"a pull's cost must be >= 0 seconds, got {cost}")
-        starts.append(max(now, at + min(cost, burst_seconds) - burst_seconds))
+        start = max(now, at + min(cost, burst_seconds) - burst_seconds)
+        if horizon is not None and start - now > horizon:
+            break
+        starts.append(start)
         at += cost
     return Reservation(tuple(starts), at)
 
@@ -159,8 +169,8 @@ MAX_SEND_DELAY_SECONDS = 900
 
 def send_delay(seconds_to_start: float) -> int:
     """The whole seconds a task is held back for a start `seconds_to_start` from its reservation: rounded
-    down (a start less than a second away goes at once), at most SQS's 900; a start further away is sent
-    early, at 900 s.
+    down (a start less than a second away goes at once), at most SQS's 900 (the pacing reserves no start
+    further away: `reserve_starts`' horizon).
 
     >>> send_delay(0.4), send_delay(1.0), send_delay(2.9999999999), send_delay(5000)
     (0, 1, 3, 900)
