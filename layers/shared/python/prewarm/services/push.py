@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
 from prewarm.domain.jobs import job_key
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.push import ImagePush
+from prewarm.domain.push import ImagePush, ecr_host
 from prewarm.domain.replication import replica_region
 from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
@@ -98,7 +98,7 @@ def _apply(store: ApplyItems, facts: tuple[list[dict[str, str]] | None, int | No
     """Rule `rule`'s job of `push` in `cluster`, on Region `replica`'s copy when given (held for its event
     when `hold`)."""
     platforms, layers = facts
-    host = push.replica_reference(replica).partition("/")[0] if replica else push.registry_host
+    host = ecr_host(push.account, replica) if replica else push.registry_host
     job = rule.job_for_push(host, push.repository, push.digest, push.tag)
     return apply_job(store, job, now=now, platforms=platforms, cluster=cluster, layers=layers,
                      awaits_replica=replica if hold else "")
