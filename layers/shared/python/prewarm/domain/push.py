@@ -36,10 +36,6 @@ class ImagePush:
     def registry_host(self) -> str:
         return ecr_host(self.account, self.region)
 
-    def replica_reference(self, region: str) -> str:
-        """The pushed image in Region `region`'s registry of the same account (its replica), at the same digest."""
-        return f"{ecr_host(self.account, region)}/{self.repository}@{self.digest}"
-
 
 def ecr_host(account: str, region: str) -> str:
     """The private ECR registry host of `account` in `region`.
