@@ -36,5 +36,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             logger.info("warm snapshots to bake again", extra={"warm_snapshots": changed})
     created = sum(a.outcome != "unchanged" for a in applied)
     metrics.add_metric(name="JobsStarted", unit=MetricUnit.Count, value=created)
-    logger.info("event handled", extra={"jobs": [a.describe() for a in applied]})
+    handled = "replication handled" if isinstance(action, EcrReplicationActionEvent) else "push handled"
+    logger.info(handled, extra={"jobs": [a.describe() for a in applied]})
     return {"jobs": [a.describe() for a in applied]}
