@@ -121,10 +121,12 @@ def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mappin
                      objects: Sequence[dict[str, Any]], report: Report,
                      open_api: Callable[[RegisteredCluster], Any],
                      reach: Callable[[str], ClusterReach], *,
-                     sleep: Callable[[float], None] = time.sleep) -> RegisteredCluster:
+                     sleep: Callable[[float], None] = time.sleep, region: str = "") -> RegisteredCluster:
     """`prewarm cluster add` for a cluster other than the stack's own (the module says in which order):
     `reach(name)` is how the stack's functions reach its API, `objects` are installed through
-    `open_api(cluster)` (its API as the operator). `target` is the stack's (`prewarm_cli.targets.Target`).
+    `open_api(cluster)` (its API as the operator). `target` is the stack's (`prewarm_cli.targets.Target`);
+    `region` the cluster's AWS Region when not the stack's (EKS is asked there; recorded, its nodes pull
+    their Region's ECR replica).
     `RegistrationError` once the cluster is recorded `Failed` with why."""
     from prewarm.domain.messages import node_queue_name
     from prewarm.services.ports import ClusterError
@@ -141,11 +143,12 @@ def register_cluster(target: Any, store: ClusterStore, name: str, labels: Mappin
     before = store.get_cluster(name)
     added_at = before.added_at if before is not None and before.added_at else time.time()
     roles = function_roles(target.env)
-    eks = target.client("eks")
+    region = "" if region == target.region else region
+    eks = target.client("eks", region or None)
     endpoint, ca_data = describe_cluster(eks, name)
     created = grant_access(eks, name, roles, report)
     recorded = RegisteredCluster(name, endpoint, ca_data, labels=dict(labels), added_at=added_at,
-                                 setup=ClusterSetup.INSTALLING)
+                                 setup=ClusterSetup.INSTALLING, region=region)
     # Recorded before anything is installed: an agent that starts at once finds its cluster served.
     store.put_cluster(recorded)
     report(f"cluster/{name} recorded ({recorded.setup}): the stack serves it, its agents' hellos are accepted")

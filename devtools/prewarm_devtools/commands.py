@@ -64,6 +64,26 @@ def parse_bandwidth(text: str) -> int:
     return max(1, int(float(m.group(1)) * _UNITS[m.group(2).upper()]))
 
 
+# `--registry-quota` API names → the AWS limits layer's quota each lowers (aws_limits.quotas).
+REGISTRY_QUOTAS = {"token": "ecr_auth_per_s", "manifest": "ecr_manifest_per_s", "layer": "ecr_layer_per_s"}
+
+
+def parse_registry_quotas(values: tuple[str, ...]) -> dict[str, float]:
+    """`layer=20` → {"ecr_layer_per_s": 20.0}; a bad entry is named."""
+    quotas = {}
+    for value in values:
+        api, _, rate = value.partition("=")
+        try:
+            per_second = float(rate)
+        except ValueError:
+            per_second = 0.0
+        if api not in REGISTRY_QUOTAS or not 0 < per_second < float("inf"):
+            raise click.BadParameter(f"{value!r}: give API=RATE with API one of {', '.join(REGISTRY_QUOTAS)} and "
+                                     "RATE requests a second above 0, e.g. layer=20", param_hint="'--registry-quota'")
+        quotas[REGISTRY_QUOTAS[api]] = per_second
+    return quotas
+
+
 def _cleaned(lines: list[str]) -> str:
     return "".join(f"\n  {line}" for line in lines)
 
@@ -113,14 +133,24 @@ def _remove_stale_kubeconfig() -> list[str]:
 @click.option("--agent-image", type=click.Path(dir_okay=False, path_type=Path), metavar="ARCHIVE",
               help="The agent image's OCI archive for --agents image "
                    "[default: build/agent-image/prewarm-agent-<arch>.tar].")
+@click.option("--registry-quota", "registry_quotas", multiple=True, metavar="API=RATE",
+              help="Lower the local registry's request quota of API (token, manifest or layer) to RATE a second, "
+                   "e.g. layer=20, so that ECR's 429s bite on one machine; repeatable.")
+@click.option("--replica-region", metavar="REGION",
+              help="The further clusters (--clusters) run in REGION, to which the local ECR replicates every push "
+                   "into a registry of its own, with ECR's replication event.")
 def local_up(nodes: int | None, clusters: int, kubeconfig: str | None, no_agents: bool, stack_name: str,
-             registry_bandwidth: str | None, agents_from: str, agent_image: Path | None) -> int:
+             registry_bandwidth: str | None, agents_from: str, agent_image: Path | None,
+             registry_quotas: tuple[str, ...], replica_region: str | None) -> int:
     """Start a local stack and keep it running until Ctrl-C or `prewarm local down`."""
     from prewarm_devtools.agent_image import default_archive
     from prewarm_devtools.localmode import LocalMode, LocalModeUnavailableError
     from prewarm_devtools.localrun import run_record_path
 
     bandwidth = parse_bandwidth(registry_bandwidth) if registry_bandwidth else None
+    quotas = parse_registry_quotas(registry_quotas)
+    if replica_region and clusters < 2:
+        raise click.UsageError("--replica-region is the further clusters' Region: give --clusters 2 or more")
     if clusters > 1 and (kubeconfig or agents_from == "image"):
         raise click.UsageError("--clusters plays further clusters with embedded APIs and agent processes: "
                                "not with --kubeconfig or --agents image")
@@ -140,7 +170,8 @@ def local_up(nodes: int | None, clusters: int, kubeconfig: str | None, no_agents
     if leftovers:
         click.echo("cleaned up after a local stack that did not stop:" + _cleaned(leftovers))
     mode = LocalMode(nodes=nodes, kubeconfig=kubeconfig, agents=not no_agents, stack_name=stack_name,
-                     agent_processes=True, agent_image=agent_image, registry_bandwidth=bandwidth, clusters=clusters)
+                     agent_processes=True, agent_image=agent_image, registry_bandwidth=bandwidth, clusters=clusters,
+                     registry_quotas=quotas, replica_region=replica_region)
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
@@ -475,6 +506,13 @@ def local_push(image: str, size_mb: float, layers: int) -> int:
                                       layers=layers)
     target.client("sqs").send_message(QueueUrl=bus, MessageBody=json.dumps(event))
     click.echo(f"pushed {pushed.reference} ({pushed.size_bytes:,} bytes); ECR PUSH event sent")
+    if replica := state.env.get("LOCAL_REPLICA_REGISTRY_URL"):
+        from prewarm_devtools.localreplica import replicate_image
+
+        region = state.env["LOCAL_REPLICA_REGION"]
+        event = replicate_image(replica, target.client("ecr", region), pushed)
+        target.client("sqs").send_message(QueueUrl=bus, MessageBody=json.dumps(event))
+        click.echo(f"replicated to {region}; ECR Replication Action event sent")
     return EXIT_OK
 
 

@@ -101,8 +101,9 @@ def start_cluster(name: str, base_dir: Path, stack: LocalStack, layer: Any, *, s
 
 
 def register(cluster: LocalCluster, stack: LocalStack, objects: list[dict[str, Any]], env: dict[str, str],
-             endpoint_url: str) -> None:
-    """`prewarm cluster add` of the cluster, with the stack's settings `env` (outputs included), as the operator."""
+             endpoint_url: str, *, region: str = "") -> None:
+    """`prewarm cluster add` of the cluster, with the stack's settings `env` (outputs included), as the operator;
+    in `region` when given (`--cluster-region`)."""
     from prewarm.adapters.kube import KubeCluster
     from prewarm_cli.clusters import reach_from_stack, register_cluster
     from prewarm_cli.targets import target_from_env
@@ -111,4 +112,4 @@ def register(cluster: LocalCluster, stack: LocalStack, objects: list[dict[str, A
                              endpoint_url=endpoint_url, local=True)
     register_cluster(target, target.store(), cluster.name, cluster.labels, objects, lambda line: None,
                      lambda registered: KubeCluster.for_registered(registered, session=target.session()),
-                     reach_from_stack(target))
+                     reach_from_stack(target), region=region)

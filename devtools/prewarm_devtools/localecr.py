@@ -33,6 +33,7 @@ class PushedToEcr:
     size_bytes: int
     pushed_at: float
     jobs: list[str] = field(default_factory=list)
+    image: Any = field(default=None, repr=False)  # the OciImage pushed, which a replica copies
 
 
 def push_to_local_ecr(
@@ -66,5 +67,5 @@ def push_to_local_ecr(
                    "artifact-media-type": image.config.media_type, **({"image-tag": tag} if tag else {})},
     }
     result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
-                         image.total_size, time.time())
+                         image.total_size, time.time(), image=image)
     return result, event

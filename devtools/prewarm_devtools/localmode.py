@@ -31,6 +31,7 @@ install` puts into a local cluster `localinstall`.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import itertools
 import json
@@ -38,6 +39,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +81,8 @@ class LocalMode(LocalControl):
         startup_taint_grace_seconds: int | None = None,
         template_path: Path | None = None,
         clusters: int = 1,
+        replica_region: str | None = None,
+        registry_quotas: Mapping[str, float] | None = None,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
@@ -91,7 +95,12 @@ class LocalMode(LocalControl):
         `template_path`: the SAM template to run instead of the project's `template.yaml` (a variant of it,
         e.g. a role without a grant, to see what AWS would refuse).
         `clusters`: how many EKS clusters the stack serves; the further ones (`local-2`...) are embedded APIs
-        with the same nodes, registered as `prewarm cluster add` registers a cluster (`localclusters`)."""
+        with the same nodes, registered as `prewarm cluster add` registers a cluster (`localclusters`).
+        `replica_region`: the further clusters run in this Region, to which the local ECR replicates every
+        push into a registry of that Region's (`localreplica`). `registry_quotas`: the registry's request
+        quotas lowered (`aws_limits.quotas` names, e.g. `ecr_layer_per_s`), for as long as it runs."""
+        if replica_region and clusters < 2:
+            raise ValueError("replica_region: a replica serves the further clusters, and there are none (clusters=1)")
         self.node_count = nodes
         self.kubeconfig = kubeconfig
         self.agents_enabled = agents
@@ -105,6 +114,10 @@ class LocalMode(LocalControl):
         self.control_enabled = control
         self.template_path = template_path
         self.cluster_count = clusters
+        self.replica_region = replica_region or ""
+        self.replica: Any = None
+        self.registry_quotas = dict(registry_quotas or {})
+        self._quotas_before: Any = None
         self.extra_clusters: dict[str, LocalCluster] = {}
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
@@ -202,6 +215,10 @@ class LocalMode(LocalControl):
         if self.aws.layer is not None:
             # ECR's tokens, each bound to whoever asked for it, which the registry that plays ECR checks.
             self.aws.layer.ecr.issues_tokens = True
+            self._quotas_before = self.aws.layer.ecr.quotas
+            self.aws.layer.ecr.quotas = dataclasses.replace(self._quotas_before, **self.registry_quotas)
+        elif self.registry_quotas:
+            raise LocalModeUnavailableError("registry quotas are the AWS limits layer's: unset PREWARM_AWS_LIMITS=off")
         self._env_cm = aws_environment(self.aws.url)
         self._env_cm.__enter__()
         # The agents' role joins the node queues' senders, as docs/operations.md has a deploy pass it.
@@ -242,6 +259,11 @@ class LocalMode(LocalControl):
             self.control = ControlServer(self._control_route).start()
         if self.agents_enabled:
             self._start_registry()
+            if self.replica_region:
+                from prewarm_devtools.localreplica import LocalReplica
+
+                self.replica = LocalReplica(self.replica_region, self.base_dir, self.aws).start()
+                self._record_child(f"registry of {self.replica_region}", self.replica.registry)
             self._start_builders()
             for name in self.daemonset_nodes():
                 self._start_node(name)
@@ -284,7 +306,7 @@ class LocalMode(LocalControl):
             register(cluster, self.stack, render_install(self.stack, agent_role_arn=self.agent_identity.arn,
                                                          credentials_config=self.credentials_config(),
                                                          max_warm_seconds=self.max_warm_seconds, cluster=name),
-                     env, self.aws.url)
+                     env, self.aws.url, region=self.replica_region)
 
     def _seed(self, kube: Any) -> None:
         if self.node_count:
@@ -309,7 +331,8 @@ class LocalMode(LocalControl):
         sample's, any created later); never into a real cluster (`kubeconfig`), where moto's token
         would be a bogus credential on real service accounts: there only the copies are written.
         """
-        config: dict[str, Any] = {"registries": [{"account": ACCOUNT, "region": REGION}]}
+        config: dict[str, Any] = {"registries": [{"account": ACCOUNT, "region": region} for region in
+                                                 dict.fromkeys([REGION, self.replica_region]) if region]}
         if not self.kubeconfig:
             config["namespaces"] = {"include": ["*"], "exclude": ["kube-*"]}
         return config
@@ -357,6 +380,8 @@ class LocalMode(LocalControl):
             # A layer the test run shares goes back to moto's answer.
             self.aws.layer.ecr.token_lifetime_s = None
             self.aws.layer.ecr.issues_tokens = False
+            if self._quotas_before is not None:
+                self.aws.layer.ecr.quotas = self._quotas_before
         if self.builders is not None:
             self.builders.stop()
             self.builders = None
@@ -373,6 +398,9 @@ class LocalMode(LocalControl):
         if self.registry is not None:
             self.registry.stop()
             self.registry = None
+        if self.replica is not None:
+            self.replica.stop()
+            self.replica = None
         if self.stack is not None:
             self.stack.stop()
             self.stack = None
@@ -428,15 +456,25 @@ class LocalMode(LocalControl):
             raise ControlError("local mode is not running")
         return DynamoJobStore(self.stack.env()["TABLE_NAME"], client=self.aws.client("dynamodb"))
 
-    def push(self, repository: str, tag: str | None, *, size_mb: float = 1.0, layers: int = 1) -> PushedToEcr:
+    def push(self, repository: str, tag: str | None, *, size_mb: float = 1.0, layers: int = 1,
+             replicate: bool = True) -> PushedToEcr:
         """Builds an image of `layers` layers, pushes it to the registry that plays ECR, and delivers ECR's
-        PUSH event here."""
+        PUSH event here; then, with a replica Region and `replicate`, replicates it (`replicate`)."""
         assert self.aws is not None and self.stack is not None and self.registry is not None
         pushed, event = push_to_local_ecr(self.registry.url, self.aws.client("ecr"), repository, tag, size_mb=size_mb,
                                           layers=layers)
         results = self.stack.put_event(event)
         pushed.jobs = [line for r in results for line in (r or {}).get("jobs", [])]
+        if self.replica is not None and replicate:
+            pushed.jobs += self.replicate(pushed)
         return pushed
+
+    def replicate(self, pushed: PushedToEcr) -> list[str]:
+        """Copies `pushed` into the replica Region's registry and delivers ECR's replication event here;
+        returns the jobs it applied."""
+        assert self.replica is not None and self.stack is not None
+        results = self.stack.put_event(self.replica.replicate(pushed))
+        return [line for r in results for line in (r or {}).get("jobs", [])]
 
     def write_state(self) -> None:
         """Tells `prewarm --local` where this stack is (`$PREWARM_LOCAL_STATE` or ~/.prewarm/local.json)."""
@@ -449,6 +487,9 @@ class LocalMode(LocalControl):
         state.env["LOCAL_RUN_DIR"] = str(self.base_dir)
         if self.registry is not None:
             state.env["LOCAL_REGISTRY_URL"] = self.registry.url
+        if self.replica is not None:
+            state.env["LOCAL_REPLICA_REGISTRY_URL"] = self.replica.registry.url
+            state.env["LOCAL_REPLICA_REGION"] = self.replica.region
         if self.kube is not None:
             state.env["LOCAL_KUBE_API_URL"] = self.kube.url
         if self.kubeconfig_written is not None:

@@ -100,6 +100,7 @@ class LocalNodes:
     stack: LocalStack | None
     registry: Any
     registry_proxy: Any
+    replica: Any  # LocalReplica: the further clusters' Region's registry, or None
     nodes: dict[str, LocalNode]
     agent_token: str
     agent_daemonset: Any
@@ -180,6 +181,8 @@ class LocalNodes:
             self.builders.restore(restore, containerd.root_dir)
         containerd.add_registry_mirror(ecr_host(), self.nodes_registry_url)
         containerd.add_registry_mirror(self.registry.host, self.nodes_registry_url)
+        if cluster is not None and self.replica is not None:  # the further clusters run in the replica's Region
+            containerd.add_registry_mirror(self.replica.host, self.replica.registry.url)
         containerd.start()
         self._report_runtime(name, containerd, self.kube if cluster is None else cluster.kube)
         where = "" if cluster is None else f" in {cluster.name}"

@@ -182,6 +182,7 @@ def _cluster(v: Mapping[str, Any]) -> RegisteredCluster:
         reachable=None if reachable is None else bool(reachable), reason=str(v.get("reason", "")),
         checked_at=v.get("checked_at"), agents=v.get("agents"), last_sync=v.get("last_sync"),
         setup=ClusterSetup(v.get("setup") or ClusterSetup.INSTALLED), setup_message=str(v.get("setup_message", "")),
+        region=str(v.get("region", "")),
     )
 
 
@@ -193,7 +194,7 @@ class MemoryClusterItems(TableItems):
         self.table.update(f"register cluster {cluster.name}", f"CLUSTER#{cluster.name}", "CLUSTER", {
             "kind": "cluster", "name": cluster.name, "endpoint": cluster.endpoint, "ca_data": cluster.ca_data or None,
             "labels": dict(cluster.labels), "added_at": cluster.added_at, "setup": str(cluster.setup),
-            "setup_message": cluster.setup_message or None,
+            "setup_message": cluster.setup_message or None, "region": cluster.region or None,
         })
 
     def get_cluster(self, name: str) -> RegisteredCluster | None:
@@ -225,7 +226,7 @@ class MemoryBudgetItems(TableItems):
     """`BudgetItems`: one item per registry budget, its GCRA arrival time written under a version."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float) -> tuple[float, ...]:
+                            burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
         if not costs:
             return ()
 
@@ -233,7 +234,7 @@ class MemoryBudgetItems(TableItems):
             current = self.table.get(f"BUDGET#{key}", "BUDGET")
             version = int(current["version"]) if current is not None else 0
             reservation = reserve_starts(None if current is None else float(current["tat"]), now=now, costs=costs,
-                                         burst_seconds=burst_seconds)
+                                         burst_seconds=burst_seconds, horizon=horizon)
 
             def unchanged(item: Any) -> bool:
                 return item is None if current is None else equal(item, "version", version)

@@ -25,6 +25,7 @@ SQS_EVENTS = ["sqs_status_batch.json"]
 SCHEDULE_EVENTS = ["schedule_repull.json", "schedule_sweep.json", "schedule_refresh_credentials.json",
                    "schedule_sync_resources.json", "schedule_bake_snapshots.json"]
 EC2_EVENTS = ["ebs_snapshot_notification.json"]
+ECR_OTHER_EVENTS = ["ecr_replication.json", "ecr_pull_through_cache.json"]
 
 JOB_COUNTERS = ("desired", "waiting", "active", "succeeded", "failed", "done")
 
@@ -38,7 +39,8 @@ CRON_RUN_EVENTS = ["schedule_run_cron_job.json"]
 
 
 def test_every_sample_event_is_checked_here() -> None:
-    checked = set(ECR_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS + CRON_RUN_EVENTS)
+    checked = set(ECR_EVENTS + ECR_OTHER_EVENTS + STREAM_EVENTS + SQS_EVENTS + SCHEDULE_EVENTS + EC2_EVENTS
+                  + CRON_RUN_EVENTS)
     assert {p.name for p in EVENTS.glob("*.json")} == checked
 
 
@@ -83,6 +85,39 @@ def test_push_event_carries_both_media_types() -> None:
 def test_the_events_on_image_push_must_ignore_are_what_they_claim(name: str, action: str, result: str) -> None:
     detail = load(name)["detail"]
     assert (detail["action-type"], detail["result"]) == (action, result)
+
+
+def test_a_replication_event_names_the_source_push_and_the_region_replicated_to() -> None:
+    from prewarm.events import EcrReplicationActionEvent, parse_ecr_event
+
+    event = parse_ecr_event(load("ecr_replication.json"))
+    assert isinstance(event, EcrReplicationActionEvent) and event.is_successful
+    push = event.to_push()
+    assert (push.region, event.region, push.repository, push.tag) == ("us-west-2", "eu-west-1", "platform/web", "v2")
+    assert push.digest == "sha256:7f5b2640fe6fb4f46592dfd3410c4a79dac4f89e4782432e0378abcd1234abcd"
+    failed = load("ecr_replication.json")
+    failed["detail"]["result"] = "FAILED"
+    assert not parse_ecr_event(failed).is_successful  # type: ignore[union-attr]
+
+
+def test_a_pull_through_cache_event_is_a_push_of_the_cache_repository() -> None:
+    from prewarm.events import EcrPullThroughCacheActionEvent, parse_ecr_event
+
+    event = parse_ecr_event(load("ecr_pull_through_cache.json"))
+    assert isinstance(event, EcrPullThroughCacheActionEvent) and event.is_successful_push
+    push = event.to_push()
+    assert (push.repository, push.tag, push.region) == ("docker-hub/alpine", "3.17.2", "us-west-2")
+
+
+def test_an_ecr_event_of_another_kind_or_shape_is_named() -> None:
+    from prewarm.events import EventError, parse_ecr_event
+
+    with pytest.raises(EventError, match="detail-type: 'ECR Image Scan' is not one of"):
+        parse_ecr_event({**load("ecr_replication.json"), "detail-type": "ECR Image Scan"})
+    broken = load("ecr_replication.json")
+    del broken["detail"]["source-region"]
+    with pytest.raises(EventError, match=r"invalid ECR Replication Action event: detail\.source-region"):
+        parse_ecr_event(broken)
 
 
 def test_index_push_names_an_oci_image_index() -> None:

@@ -145,13 +145,13 @@ def test_each_function_names_its_own_service_after_its_code_folder() -> None:
 # -- event sources ----------------------------------------------------------------------------
 
 
-def _event_of(function: str, kind: str) -> dict[str, Any]:
-    [(_, _, event)] = [e for e in events_of(kind) if e[0] == function]
+def _event_of(function: str, kind: str, name: str | None = None) -> dict[str, Any]:
+    [(_, _, event)] = [e for e in events_of(kind) if e[0] == function and name in (None, e[1])]
     return event
 
 
 def test_image_push_rule_matches_only_successful_ecr_pushes() -> None:
-    rule = _event_of("OnImagePushFunction", "EventBridgeRule")
+    rule = _event_of("OnImagePushFunction", "EventBridgeRule", "EcrPush")
     assert rule["Pattern"] == {
         "source": ["aws.ecr"],
         "detail-type": ["ECR Image Action"],
@@ -183,9 +183,21 @@ def _matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
     ],
 )
 def test_sample_ecr_events_reach_on_image_push_only_when_a_push_succeeded(event_file: str, delivered: bool) -> None:
-    rule = _event_of("OnImagePushFunction", "EventBridgeRule")
+    rule = _event_of("OnImagePushFunction", "EventBridgeRule", "EcrPush")
     event = json.loads((EVENTS / event_file).read_text())
     assert _matches(rule["Pattern"], event) is delivered
+
+
+@pytest.mark.parametrize(("rule_name", "event_file"), [("EcrReplication", "ecr_replication.json"),
+                                                        ("EcrPullThroughCache", "ecr_pull_through_cache.json")])
+def test_successful_replications_and_pull_through_cache_syncs_reach_on_image_push(rule_name: str,
+                                                                                  event_file: str) -> None:
+    rule = _event_of("OnImagePushFunction", "EventBridgeRule", rule_name)
+    event = json.loads((EVENTS / event_file).read_text())
+    assert _matches(rule["Pattern"], event)
+    assert getatt_target(rule["DeadLetterConfig"]["Arn"]) == "ImagePushDLQ"
+    failed = json.loads(json.dumps(event).replace('"SUCCESS"', '"FAILED"'))
+    assert not _matches(rule["Pattern"], failed)
 
 
 def test_warm_snapshots_take_their_stream_items_and_ebs_snapshot_notifications_only() -> None:
@@ -197,8 +209,8 @@ def test_warm_snapshots_take_their_stream_items_and_ebs_snapshot_notifications_o
     assert rule["Pattern"] == {"source": ["aws.ec2"], "detail-type": ["EBS Snapshot Notification"],
                                "detail": {"event": ["createSnapshot"]}}
     sample = json.loads((EVENTS / "ebs_snapshot_notification.json").read_text())
-    assert _matches(rule["Pattern"], sample) and not _matches(_event_of("OnImagePushFunction", "EventBridgeRule")[
-        "Pattern"], sample)
+    assert _matches(rule["Pattern"], sample) and not any(
+        _matches(e["Pattern"], sample) for f, _, e in events_of("EventBridgeRule") if f == "OnImagePushFunction")
 
 
 def test_job_stream_delivers_only_job_items_with_partial_batch_failures() -> None:
@@ -407,6 +419,7 @@ STAR_RESOURCE_ACTIONS = {
     "ec2:DescribeInstances": "EC2 Describe actions have no resource type; bake_snapshots filters by the stack's tag",
     "ec2:DescribeSnapshots": "EC2 Describe actions have no resource type; bake_snapshots filters by the stack's tag",
     "ec2:DescribeLaunchTemplateVersions": "EC2 Describe actions have no resource type",
+    "ecr:DescribeRegistry": "describes the caller's own registry (its replication configuration): no resource type",
     "ec2:DescribeImages": "EC2 Describe actions have no resource type; an EC2NodeClass's amiSelectorTerms",
     "ec2:DescribeSubnets": "EC2 Describe actions have no resource type; an EC2NodeClass's subnetSelectorTerms",
 }

@@ -53,6 +53,15 @@ def _name(name: str) -> str:
     return name
 
 
+def _region(region: str) -> str:
+    from prewarm.domain.push import REGION
+
+    if region and not REGION.fullmatch(region):
+        raise click.BadParameter(f"{region!r} is not an AWS Region name such as \"us-east-1\"",
+                                 param_hint="'--cluster-region'")
+    return region
+
+
 def _registered_api(target: Target, registered: RegisteredCluster, kubeconfig: str | None,
                     context: str | None) -> KubeCluster:
     """The cluster's API as you: a kubeconfig's user, or an EKS token from your AWS credentials."""
@@ -68,12 +77,15 @@ def _registered_api(target: Target, registered: RegisteredCluster, kubeconfig: s
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="A label of the cluster, which rules select clusters by; repeatable. The labels given are the "
                    "cluster's labels (adding again without them removes them).")
+@click.option("--cluster-region", default="", metavar="REGION",
+              help="The cluster's AWS Region when not the stack's: EKS is asked there, and its nodes pull that "
+                   "Region's ECR replica when the registry replicates the pushed repository there.")
 @install_options
 @cluster_options
 @target_options
 @click.pass_context
 def add(ctx: click.Context, /, name: str, labels: tuple[str, ...], kubeconfig: str | None, context: str | None,
-        **options: Any) -> int:
+        cluster_region: str, **options: Any) -> int:
     """Register EKS cluster NAME: access entries for the stack's functions, recorded, checked, the agent installed.
 
     \b
@@ -101,7 +113,8 @@ def add(ctx: click.Context, /, name: str, labels: tuple[str, ...], kubeconfig: s
         return EXIT_OK
     objects = rendered_objects(target, cluster=name, **options)
     registered = register_cluster(target, store, name, wanted, objects, click.echo,
-                                  lambda r: _registered_api(target, r, kubeconfig, context), reach_from_stack(target))
+                                  lambda r: _registered_api(target, r, kubeconfig, context), reach_from_stack(target),
+                                  region=_region(cluster_region))
     verb = "configured" if before is not None else "added"
     click.echo(f"cluster/{name} {verb} ({registered.endpoint}, labels {_shown_labels(wanted)})")
     return EXIT_OK

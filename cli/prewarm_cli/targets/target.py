@@ -41,19 +41,20 @@ class Target:
     #: The stack's settings as the functions' environment names them (CLUSTER_NAME, SECRET_PREFIX, ...).
     env: Mapping[str, str] = field(default_factory=dict)
 
-    def session(self) -> Any:
+    def session(self, region: str | None = None) -> Any:
         import boto3
 
         credentials = _LOCAL_CREDENTIALS if self.local else {}
-        return boto3.session.Session(region_name=self.region, **credentials)
+        return boto3.session.Session(region_name=region or self.region, **credentials)
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str, region: str | None = None) -> Any:
+        """A client of `service` in the stack's Region, or in `region`."""
         from botocore.config import Config
 
         # A CLI should fail in seconds, not retry for a minute, when the endpoint is down.
         config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=3 if self.local else 10,
                         read_timeout=30, max_pool_connections=32)
-        return self.session().client(service, endpoint_url=self.endpoint_url, config=config)
+        return self.session(region).client(service, endpoint_url=self.endpoint_url, config=config)
 
     def store(self) -> DynamoJobStore:
         from prewarm.adapters.dynamodb import DynamoJobStore

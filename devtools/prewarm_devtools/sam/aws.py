@@ -125,10 +125,10 @@ class MotoServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str, region_name: str | None = None) -> Any:
         import boto3
 
-        return boto3.client(service, region_name=self.region, endpoint_url=self.url,
+        return boto3.client(service, region_name=region_name or self.region, endpoint_url=self.url,
                             aws_access_key_id=OPERATOR.access_key_id,
                             aws_secret_access_key=OPERATOR.secret_access_key)
 

@@ -556,6 +556,14 @@ def test_a_registry_budget_reserves_each_batch_s_starts_in_one_write_and_continu
     assert store.reserve_pull_starts("ecr:1:r", [0.5], now=60.0, burst_seconds=1.0) == (60.0,)
 
 
+def test_a_registry_budget_reserves_no_start_beyond_the_horizon(store: Store) -> None:
+    assert store.reserve_pull_starts("ecr:1:h", [400.0] * 4, now=0.0, burst_seconds=0.0, horizon=900.0) == (
+        0.0, 400.0, 800.0)
+    # The pull held back took none of the budget: the next batch starts where the third one ended
+    assert store.reserve_pull_starts("ecr:1:h", [400.0] * 2, now=0.0, burst_seconds=0.0, horizon=900.0) == ()
+    assert store.reserve_pull_starts("ecr:1:h", [1.0], now=500.0, burst_seconds=0.0, horizon=900.0) == (1200.0,)
+
+
 def test_every_method_of_the_ports_is_in_the_fake_with_the_adapters_signature() -> None:
     import inspect
 

@@ -116,3 +116,16 @@ def test_throttle_backoff_doubles_from_1_s_to_30_s_with_jitter() -> None:
     assert all(15.0 <= throttle_backoff(9, rng) <= 30.0 for _ in range(50))
     with pytest.raises(ValueError, match="throttles start at 1, got 0"):
         throttle_backoff(0)
+
+
+def test_an_invalid_registry_budgets_entry_fails_the_functions_settings_at_cold_start_naming_it() -> None:
+    # Before: the settings read fine and the first send of tasks failed, minutes later, in one function.
+    import pytest
+
+    from prewarm.settings import Settings, SettingsError
+
+    env = {"TABLE_NAME": "jobs", "REGISTRY_BUDGETS": '{"quay.io": {"requestsPerSecond": -1}}'}
+    with pytest.raises(SettingsError, match=r"invalid REGISTRY_BUDGETS: registry budget of quay\.io: "
+                                            r"requestsPerSecond must be >= 0, got -1"):
+        Settings.from_env(env)
+    assert Settings.from_env({**env, "REGISTRY_BUDGETS": '{"quay.io": {"requestsPerSecond": 5}}'})

@@ -76,12 +76,16 @@ class Eks:
 
 
 class AwsStack:
+    region = "us-west-2"
+
     def __init__(self) -> None:
         self.env = {"NODE_QUEUE_PREFIX": "pw-node", "SWEEP_ROLE_ARN": ROLE}
         self.eks = Eks()
+        self.regions: list[str | None] = []
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str, region: str | None = None) -> Any:
         assert service == "eks"
+        self.regions.append(region)
         return self.eks
 
 
@@ -110,7 +114,7 @@ class Api:
 
 
 def add(store: MemoryJobStore, api: Api, reach: ClusterReach, stack: AwsStack | None = None, *,
-        answers: list[ClusterReach] | None = None, sleeps: list[float] | None = None) -> list[str]:
+        answers: list[ClusterReach] | None = None, sleeps: list[float] | None = None, region: str = "") -> list[str]:
     """`cluster add prod`; the check answers `answers` in turn (the last one again), else `reach`."""
     lines: list[str] = []
     queue = list(answers or [reach])
@@ -125,7 +129,7 @@ def add(store: MemoryJobStore, api: Api, reach: ClusterReach, stack: AwsStack | 
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
     register_cluster(stack or AwsStack(), store, "prod", {"env": "prod"}, [DAEMON_SET], lines.append, open_api, reached,
-                     sleep=(sleeps if sleeps is not None else []).append)
+                     sleep=(sleeps if sleeps is not None else []).append, region=region)
     return lines
 
 
@@ -145,6 +149,18 @@ def test_the_cluster_is_recorded_installing_before_anything_is_installed_then_in
     assert lines[1:] == ["cluster/prod recorded (Installing): the stack serves it, its agents' hellos are accepted",
                          "cluster prod reached from the stack's network: Kubernetes v1.33.5-eks-3025e55",
                          "daemonset.apps/prewarm-agent created (namespace prewarm-system)"], lines
+
+
+def test_a_cluster_in_another_region_is_described_there_and_recorded_with_its_region() -> None:
+    # Before: EKS was asked in the stack's Region alone, and the cluster item held no Region.
+    store, stack = MemoryJobStore(), AwsStack()
+    add(store, Api(store), V1_33, stack, region="eu-west-1")
+    recorded = store.get_cluster("prod")
+    assert recorded is not None and recorded.region == "eu-west-1" and stack.regions == ["eu-west-1"]
+    # The stack's own Region, named or not, is recorded as none: its nodes pull the pushed image
+    add(store, Api(store), V1_33, stack, region="us-west-2")
+    recorded = store.get_cluster("prod")
+    assert recorded is not None and recorded.region == "" and stack.regions[-1] is None
 
 
 @pytest.mark.parametrize(("reach", "why"), [

@@ -67,7 +67,7 @@ def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpac
 
     class Refusing(MemoryJobStore):
         def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                                burst_seconds: float) -> tuple[float, ...]:
+                                burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
             raise StoreError("throttled")
 
     queues = paced(RegistryBudget(requests_per_second=1), Refusing())
@@ -88,3 +88,23 @@ def test_send_many_sends_every_task_with_its_start() -> None:
     held = {node: (len(q.bodies), [at - NOW for at, _ in q.delayed])
             for node in ("a", "b", "c") if (q := inner.sqs.queue(inner.queue_url(node))) is not None}
     assert held == {"a": (1, [3.0]), "b": (0, [1.0]), "c": (0, [2.0])}
+
+
+def test_a_task_the_budget_has_no_start_for_within_15_minutes_is_held_back_not_sent_early() -> None:
+    # Before: a start 20 minutes away was sent with SQS's longest delay, 900 s, and began 5 minutes early.
+    inner = MemoryTaskQueues("prewarm", STATUS, sqs=MemorySqs(STATUS.rsplit("/", 1)[0], clock=lambda: NOW))
+    store = MemoryJobStore()
+    # 32 requests a pull (30 layers) at 0.08 a second: a start every 400 s
+    queues = PacedQueues(inner, store, RegistryBudgets(RegistryBudget(requests_per_second=0.08)), clock=lambda: NOW)
+    for node in ("a", "b", "c", "d"):
+        inner.ensure_queue(node)
+
+    assert queues.send_many([task(n, layers=30) for n in ("a", "b", "c", "d")]) == []
+
+    delays = {node: [at - NOW for at, _ in q.delayed] + [0.0] * len(q.bodies)
+              for node in ("a", "b", "c", "d") if (q := inner.sqs.queue(inner.queue_url(node))) is not None}
+    assert delays == {"a": [0.0], "b": [400.0], "c": [800.0], "d": []}  # d: no start within 900 s, not sent
+    # ... and it took none of the budget: sent again later (the sweep), it gets the next start
+    item = store.table.get("BUDGET#ecr:123456789012:us-west-2", "BUDGET")
+    assert item is not None and item["tat"] == NOW + 1200.0
+    assert queues.send(task("d", layers=30)) is True  # held back again, as nothing was sent

@@ -7,6 +7,7 @@ from prewarm.domain.push import ImagePush
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.push import handle_push
 from tests.support.control_plane import ControlPlane
+from tests.support.images import LayerCounts
 
 PUSH = ImagePush(account="123456789012", region="us-west-2", repository="ml/model", digest="sha256:" + "a" * 64,
                  tag="v1")
@@ -14,24 +15,9 @@ RULE = {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata":
         "spec": {"repositories": ["ml/*"]}}
 
 
-class Images:
-    """ECR's answers about pushed images: `layers` per digest, None when it cannot say."""
-
-    def __init__(self, layers: int | None) -> None:
-        self.layers = layers
-        self.asked: list[tuple[str, str, str]] = []
-
-    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
-        return None
-
-    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
-        self.asked.append((registry_id, repository, digest))
-        return self.layers
-
-
 def test_a_pushed_image_s_layer_count_goes_onto_its_job_and_tasks(plane: ControlPlane) -> None:
     apply_manifest(plane.store, RULE, now=plane.now())
-    images = Images(layers=30)
+    images = LayerCounts(layers=30)
 
     (applied,) = handle_push(plane.store, images, PUSH, now=plane.now())
 
@@ -46,12 +32,12 @@ def test_a_layer_count_ecr_cannot_give_leaves_the_job_without_one_and_a_later_co
     plane: ControlPlane,
 ) -> None:
     apply_manifest(plane.store, RULE, now=plane.now())
-    (applied,) = handle_push(plane.store, Images(layers=None), PUSH, now=plane.now())
+    (applied,) = handle_push(plane.store, LayerCounts(layers=None), PUSH, now=plane.now())
     key = f"{applied.namespace}/{applied.name}"
     record = plane.store.get_job(key)
     assert record is not None and record.layers is None
 
-    (again,) = handle_push(plane.store, Images(layers=12), PUSH, now=plane.now())
+    (again,) = handle_push(plane.store, LayerCounts(layers=12), PUSH, now=plane.now())
 
     record = plane.store.get_job(key)
     assert again.outcome == "configured" and record is not None and record.layers == 12

@@ -204,7 +204,7 @@ def plan_job(key: JobKey) -> PlanResult:
     from prewarm.services.stream import plan
 
     plan_calls().deadline.begin()
-    return plan(store(), queues(), plan_clusters(), key, now=time.time(), secrets=secret_mirror())
+    return plan(store(), queues(), plan_clusters(), key, now=time.time(), secrets=secret_mirror(), images=images())
 
 
 def delete_job(key: JobKey) -> int:
@@ -241,14 +241,25 @@ def handle_push(push: ImagePush) -> tuple[list[Applied], list[str]]:
     wanting it (recorded only: the stream starts their bakes), the rules read once for both. Returns the
     jobs applied and the warm snapshots changed."""
     from prewarm.adapters.clusters import ServedClusters
+    from prewarm.adapters.ecr import EcrReplication
     from prewarm.services.bakes import record_push
     from prewarm.services.push import handle_push, matching_rules
 
     rules = matching_rules(store(), push)
     # The roster alone: a push reads which clusters are served, never their APIs.
     served = ServedClusters(store(), settings().cluster_name)
-    applied = handle_push(store(), images(), push, now=time.time(), clusters=served, rules=rules)
+    applied = handle_push(store(), images(), push, now=time.time(), clusters=served, rules=rules,
+                          replication=EcrReplication(images().client))
     return applied, record_push(store(), push, [r.metadata.name for r in rules], time.time())
+
+
+def handle_replication(push: ImagePush, region: str) -> list[Applied]:
+    """Start the jobs of the clusters in `region`, which ECR says now holds `push`'s replica."""
+    from prewarm.adapters.clusters import ServedClusters
+    from prewarm.services.push import handle_replication
+
+    served = ServedClusters(store(), settings().cluster_name)
+    return handle_replication(store(), images(), push, region, now=time.time(), clusters=served)
 
 
 def refresh_credentials() -> RefreshReport | None:

@@ -66,8 +66,71 @@ class EcrImageActionEvent(EventBridgeEnvelope):
         )
 
 
+class EcrReplicationAction(BaseModel):
+    """`detail` of "ECR Replication Action", sent in the destination Region (the envelope's `region`) when
+    ECR copied an image there from `source-region`."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    result: str
+    repository_name: str = Field(alias="repository-name", min_length=1)
+    image_digest: str = Field(alias="image-digest", min_length=1)
+    action_type: str = Field(alias="action-type")
+    source_account: str = Field(alias="source-account", min_length=1)
+    source_region: str = Field(alias="source-region", min_length=1)
+    image_tag: str | None = Field(default=None, alias="image-tag")
+
+
+class EcrReplicationActionEvent(EventBridgeEnvelope):
+    source: Literal["aws.ecr"]
+    detail_type: Literal["ECR Replication Action"] = Field(alias="detail-type")
+    detail: EcrReplicationAction
+
+    @property
+    def is_successful(self) -> bool:
+        return self.detail.action_type == "REPLICATE" and self.detail.result == "SUCCESS"
+
+    def to_push(self) -> ImagePush:
+        """The push that was replicated, as its source Region announced it."""
+        d = self.detail
+        return ImagePush(account=d.source_account, region=d.source_region, repository=d.repository_name,
+                         digest=d.image_digest, tag=d.image_tag or None)
+
+
+class EcrPullThroughCacheAction(BaseModel):
+    """`detail` of "ECR Pull Through Cache Action": an upstream image cached into `repository-name`."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    sync_status: str = Field(alias="sync-status")
+    repository_name: str = Field(alias="repository-name", min_length=1)
+    image_digest: str = Field(default="", alias="image-digest")
+    image_tag: str | None = Field(default=None, alias="image-tag")
+    upstream_registry_url: str = Field(default="", alias="upstream-registry-url")
+
+
+class EcrPullThroughCacheActionEvent(EventBridgeEnvelope):
+    source: Literal["aws.ecr"]
+    detail_type: Literal["ECR Pull Through Cache Action"] = Field(alias="detail-type")
+    detail: EcrPullThroughCacheAction
+
+    @property
+    def is_successful_push(self) -> bool:
+        return self.detail.sync_status == "SUCCESS" and bool(self.detail.image_digest)
+
+    def to_push(self) -> ImagePush:
+        """The cached image as a push to its cache repository: rules match that repository's name."""
+        return ImagePush(account=self.account, region=self.region, repository=self.detail.repository_name,
+                         digest=self.detail.image_digest, tag=self.detail.image_tag or None)
+
+
+EcrEvent = EcrImageActionEvent | EcrReplicationActionEvent | EcrPullThroughCacheActionEvent
+_ECR_EVENTS: dict[str, type[EcrEvent]] = {
+    "ECR Image Action": EcrImageActionEvent, "ECR Replication Action": EcrReplicationActionEvent,
+    "ECR Pull Through Cache Action": EcrPullThroughCacheActionEvent,
+}
+
+
 class EventError(ValueError):
-    """An event that is not the EventBridge "ECR Image Action" event the rule delivers; names each field."""
+    """An event that is not one of the ECR events the rules deliver; names each field at fault."""
 
 
 def parse_image_action(event: Any) -> EcrImageActionEvent:
@@ -77,6 +140,19 @@ def parse_image_action(event: Any) -> EcrImageActionEvent:
     except ValidationError as e:
         problems = describe_validation_error(e, subject="event")
         raise EventError(f"invalid ECR Image Action event: {problems}") from None
+
+
+def parse_ecr_event(event: Any) -> EcrEvent:
+    """The event as the ECR event its `detail-type` names, or `EventError` naming every field at fault."""
+    kind = event.get("detail-type") if isinstance(event, Mapping) else None
+    model = _ECR_EVENTS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise EventError(f"invalid ECR event: detail-type: {kind!r} is not one of {', '.join(_ECR_EVENTS)}")
+    try:
+        return model.model_validate(event)
+    except ValidationError as e:
+        problems = describe_validation_error(e, subject="event")
+        raise EventError(f"invalid {kind} event: {problems}") from None
 
 
 @dataclass(frozen=True)

@@ -115,10 +115,14 @@ class Settings(BaseModel):
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         try:
-            return cls.model_validate(dict(env))
+            read = cls.model_validate(dict(env))
         except ValidationError as e:
             problems = describe_validation_error(e, subject="")
             raise SettingsError(f"invalid function environment: {problems}") from None
+        # Checked at cold start, not at the first send of tasks: a bad entry fails every function at once,
+        # naming the entry.
+        read.registry_budgets()
+        return read
 
 
 @lru_cache(maxsize=1)

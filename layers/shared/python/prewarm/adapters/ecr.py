@@ -1,4 +1,5 @@
-"""What ECR knows about an image: the platforms of a pushed index and its layer count (`BatchGetImage`)."""
+"""What ECR knows about an image: the platforms of a pushed index and its layer count (`BatchGetImage`), and
+where the registry replicates a repository (`DescribeRegistry`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import logging
 from typing import Any
 
 from botocore.exceptions import ClientError
+
+from prewarm.domain.replication import Replication, ReplicationConfigError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,8 @@ class EcrImages:
         try:
             out = self.client.batch_get_image(
                 registryId=registry_id, repositoryName=repository,
-                imageIds=[{"imageDigest": d} for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
+                imageIds=[{"imageDigest": d} if d.startswith("sha256:") else {"imageTag": d}
+                          for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
             )
         except ClientError as e:
             raise EcrError(f"read manifest of {repository}@{digests[0]}: "
@@ -63,8 +67,9 @@ class EcrImages:
         return self._last[1][0] if self._last[1] else None
 
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
-        """The image's layers (of an index, the most any of its images has); None when ECR cannot say (logged:
-        the count only sizes the pull's share of the registry budget, never worth failing a push for)."""
+        """The layers of the image `digest` (a digest, or a tag) names (of an index, the most any of its images
+        has); None when ECR cannot say (logged: the count only sizes the pull's share of the registry budget,
+        never worth failing a push or a plan for)."""
         try:
             manifest = self._manifest(registry_id, repository, digest)
             manifests = [] if manifest is None else [manifest]
@@ -94,3 +99,27 @@ class EcrImages:
                 item["variant"] = p["variant"]
             platforms.append(item)
         return platforms or None
+
+
+class EcrReplication:
+    """`ReplicaRegions` on ECR: the registry's replication configuration, read with `DescribeRegistry` once
+    (make one per push: a configuration changed later is read by the next push)."""
+
+    def __init__(self, client: Any = None) -> None:
+        self._client = client
+        self._replication: Replication | None = None
+
+    def replica_regions(self, repository: str) -> frozenset[str]:
+        """The Regions `repository` is replicated to; none when ECR cannot say (logged: the clusters there
+        pull the pushed image across Regions, as without replication)."""
+        if self._replication is None:
+            if self._client is None:
+                import boto3
+
+                self._client = boto3.client("ecr")
+            try:
+                self._replication = Replication.of_registry(self._client.describe_registry())
+            except (ClientError, ReplicationConfigError) as e:
+                log.warning("replication configuration unknown: %s", e)
+                return frozenset()
+        return self._replication.regions(repository)

@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from prewarm.domain.kubernetes import NamesOrLabelSelector, label_map_problems
+from prewarm.domain.push import REGION
 
 DEFAULT_CLUSTER = ""
 SEPARATOR = ":"
@@ -102,10 +103,15 @@ class RegisteredCluster:
     last_sync: float | None = None
     setup: ClusterSetup = ClusterSetup.INSTALLED
     setup_message: str = ""
+    # The AWS Region the cluster runs in ("": the stack's own), which says whose ECR replica its nodes pull.
+    region: str = ""
 
     def __post_init__(self) -> None:
         if self.name:
             check_cluster_name(self.name)
+        if self.region and not REGION.fullmatch(self.region):
+            raise ClusterError(f"cluster {self.name or '(default)'}: region {self.region!r} is not an AWS Region "
+                               "name such as \"us-east-1\"")
         if problems := label_map_problems(dict(self.labels)):
             raise ClusterError(f"cluster {self.name or '(default)'}: " + "; ".join(
                 f"labels{where}: {problem}" for where, problem in problems))

@@ -88,6 +88,9 @@ class StoredJob:
     deleting_since: float | None = None
     # The registered cluster the job's nodes are in; "" for the stack's own (`prewarm.domain.clusters`).
     cluster: str = DEFAULT_CLUSTER
+    # The Region whose ECR replica the job pulls and whose `ECR Replication Action` event it waits for before
+    # its plan ("": it waits for none; `prewarm.domain.replication`).
+    awaits_replica: str = ""
 
     # --- identity and plan ------------------------------------------------------------------
 
@@ -152,10 +155,11 @@ class StoredJob:
         skipped: a plan that crashed is retried through the record that asked for it, which carries the
         same image.
         """
-        if not self.is_pull_job or self.state is not JobState.RUNNING:
+        if not self.is_pull_job or self.state is not JobState.RUNNING or self.awaits_replica:
             return False
-        if previous is not None and (previous.generation, previous.round, previous.planned, previous.state) == (
-            self.generation, self.round, self.planned, self.state
+        if previous is not None and (previous.generation, previous.round, previous.planned, previous.state,
+                                     previous.awaits_replica) == (
+            self.generation, self.round, self.planned, self.state, self.awaits_replica
         ):
             return False
         return not self.is_planned
@@ -265,7 +269,7 @@ class StoredJob:
     def is_unplanned_for_long(self, now: float) -> bool:
         """Running and never planned long after it was stored: its stream record was lost."""
         stale = now - (self.created_at or now) > UNPLANNED_RETRIGGER_SECONDS
-        return self.state is JobState.RUNNING and not self.is_planned and stale
+        return self.state is JobState.RUNNING and not self.is_planned and stale and not self.awaits_replica
 
     @property
     def is_parked(self) -> bool:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# An AWS Region's name, as ECR and EKS write it ("us-east-1", "us-gov-west-1").
+REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-[0-9]+")
 
 INDEX_MEDIA_TYPES = frozenset(
     {
@@ -30,5 +34,14 @@ class ImagePush:
 
     @property
     def registry_host(self) -> str:
-        suffix = "amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com"
-        return f"{self.account}.dkr.ecr.{self.region}.{suffix}"
+        return ecr_host(self.account, self.region)
+
+
+def ecr_host(account: str, region: str) -> str:
+    """The private ECR registry host of `account` in `region`.
+
+    >>> ecr_host("123456789012", "eu-west-1")
+    '123456789012.dkr.ecr.eu-west-1.amazonaws.com'
+    """
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"{account}.dkr.ecr.{region}.{suffix}"

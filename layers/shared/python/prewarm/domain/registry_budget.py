@@ -55,6 +55,41 @@ def budget_key(registry_host: str) -> str:
     return f"ecr:{match['account']}:{match['region']}" if match else host
 
 
+@dataclass(frozen=True)
+class EcrImageId:
+    """Where ECR's `BatchGetImage` finds an image's manifest: its registry (account), Region, repository
+    and digest or tag."""
+
+    registry_id: str
+    region: str
+    repository: str
+    reference: str
+
+
+def ecr_image_id(image: str) -> EcrImageId | None:
+    """The ECR image `image` names, or None for an image of another registry (or no reference at all).
+
+    >>> ecr_image_id("123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/model:v1")
+    EcrImageId(registry_id='123456789012', region='us-west-2', repository='ml/model', reference='v1')
+    """
+    from prewarm.domain.images import InvalidImageReference, parse_image
+
+    try:
+        ref = parse_image(image)
+    except InvalidImageReference:
+        return None
+    match = _ECR_HOST.match(ref.registry.lower().split(":", 1)[0])
+    if match is None:
+        return None
+    return EcrImageId(match["account"], match["region"], ref.repository, ref.digest or ref.tag or "latest")
+
+
+def unknown_layers_note(image: str) -> str:
+    """What a job's message says when its image's layer count could not be read."""
+    return (f"layer count of {image} unknown: each pull is costed at {LAYERS_IF_UNKNOWN} layers in its "
+            "registry's budget")
+
+
 def pull_requests(layers: int) -> int:
     """Requests one pull of an image of `layers` layers makes: its manifest, its config and each layer."""
     if layers < 0:
@@ -103,17 +138,27 @@ class Reservation:
     tat: float
 
 
-def reserve_starts(tat: float | None, *, now: float, costs: Sequence[float], burst_seconds: float) -> Reservation:
+def reserve_starts(tat: float | None, *, now: float, costs: Sequence[float], burst_seconds: float,
+                   horizon: float | None = None) -> Reservation:
     """Start times for pulls costing `costs` seconds of budget each (GCRA): a pull starts once the budget
     spent before it, with its own share, is within `burst_seconds` of being paid back, so that no span of
     `w` seconds starts more than `burst_seconds + w` seconds of budget (a token bucket that holds
-    `burst_seconds`). `tat`: the stored arrival time (None: never used)."""
+    `burst_seconds`). `tat`: the stored arrival time (None: never used). With `horizon`, only the pulls
+    that start within `horizon` seconds of `now` are reserved (the first ones: `starts` is then shorter
+    than `costs`); the rest take none of the budget.
+
+    >>> reserve_starts(None, now=0.0, costs=[400.0] * 4, burst_seconds=0.0, horizon=900.0)
+    Reservation(starts=(0.0, 400.0, 800.0), tat=1200.0)
+    """
     at = now if tat is None else max(tat, now)
-    starts = []
+    starts: list[float] = []
     for cost in costs:
         if cost < 0:
             raise ValueError(f"a pull's cost must be >= 0 seconds, got {cost}")
-        starts.append(max(now, at + min(cost, burst_seconds) - burst_seconds))
+        start = max(now, at + min(cost, burst_seconds) - burst_seconds)
+        if horizon is not None and start - now > horizon:
+            break
+        starts.append(start)
         at += cost
     return Reservation(tuple(starts), at)
 
@@ -124,8 +169,8 @@ MAX_SEND_DELAY_SECONDS = 900
 
 def send_delay(seconds_to_start: float) -> int:
     """The whole seconds a task is held back for a start `seconds_to_start` from its reservation: rounded
-    down (a start less than a second away goes at once), at most SQS's 900; a start further away is sent
-    early, at 900 s.
+    down (a start less than a second away goes at once), at most SQS's 900 (the pacing reserves no start
+    further away: `reserve_starts`' horizon).
 
     >>> send_delay(0.4), send_delay(1.0), send_delay(2.9999999999), send_delay(5000)
     (0, 1, 3, 900)

@@ -29,6 +29,7 @@ from prewarm.domain.kubernetes import (
     qualified_name_problem,
     raise_problems,
 )
+from prewarm.domain.push import REGION as _REGION
 from prewarm.domain.registries import parse_ecr_registry
 
 # Annotations Prewarm puts on the jobs a rule derives, so their origin can be traced.
@@ -40,7 +41,6 @@ TAG_ANNOTATION = "prewarm.dev/tag"
 RULE_JOB_TTL_SECONDS = 86_400
 
 _ACCOUNT_ID = re.compile(r"[0-9]{12}")
-_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-[0-9]+")
 _GLOB = re.compile(r"\S+")
 # The same rules as RE2 patterns, for the CRD's schema (cli/prewarm_cli/install/crds.py).
 ACCOUNT_ID_PATTERN = f"^{_ACCOUNT_ID.pattern}$"

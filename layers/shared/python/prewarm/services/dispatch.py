@@ -20,12 +20,14 @@ from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import ImagePullJob, JobState
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.placement import AgentPlacement, NodeSelection, evaluate_nodes, named_exclusions
+from prewarm.domain.registry_budget import ecr_image_id, unknown_layers_note
 from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
 from prewarm.services.ports import (
     Cluster,
     ClusterAuthError,
+    ImageMetadata,
     PlanItems,
     PullSecretError,
     PullSecretMirror,
@@ -117,9 +119,10 @@ def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
     return [n for n in cluster.list_nodes() if n.get("metadata", {}).get("name") in wanted]
 
 
-def placement_note(record: StoredJob, selection: NodeSelection) -> str | None:
-    """What the job's message adds about its plan: named nodes left out, where the agents run unread."""
-    notes = [named_exclusions(record.pull_job.placement, selection.excluded), selection.unchecked]
+def placement_note(record: StoredJob, selection: NodeSelection, note: str = "") -> str | None:
+    """What the job's message adds about its plan: named nodes left out, where the agents run unread, and
+    `note` (its image's layer count unknown)."""
+    notes = [named_exclusions(record.pull_job.placement, selection.excluded), selection.unchecked, note]
     return "; ".join(note for note in notes if note) or None
 
 
@@ -150,14 +153,17 @@ def plan_job(
     *,
     now: float,
     secrets: PullSecretMirror | None = None,
+    images: ImageMetadata | None = None,
 ) -> PlanResult:
     """Brings the job's node items in line with its spec and round, then fills the free slots.
 
     `secrets` mirrors the job's `pullSecrets` where agents can read them; without it a job that
-    names pull secrets fails to plan rather than pulling without its credentials.
+    names pull secrets fails to plan rather than pulling without its credentials. `images` reads the
+    layer count of a job that has none (applied by hand, not from a push) from ECR, kept on the job:
+    a pull's share of its registry's budget.
     """
     return retry_on_conflict(
-        lambda: _plan_once(store, cluster, queues, key, now=now, secrets=secrets),
+        lambda: _plan_once(store, cluster, queues, key, now=now, secrets=secrets, images=images),
         conflict=_RoundChanged, attempts=5,
         exhausted=lambda: StoreConflictError(f"job {key} kept changing while being planned"),
     )
@@ -165,7 +171,7 @@ def plan_job(
 
 def _plan_once(
     store: PlanItems, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
-    secrets: PullSecretMirror | None,
+    secrets: PullSecretMirror | None, images: ImageMetadata | None = None,
 ) -> PlanResult:
     record = store.get_job(key)
     if record is None or not record.is_pull_job:
@@ -188,6 +194,7 @@ def _plan_once(
         except PullSecretError as e:
             store.finish_job(key, record.finish_fields(JobState.FAILED, at=now, message=str(e)), require_done=False)
             return PlanResult(key, f"failed: {e}")
+    record, note = _with_layers(record, images)
     # A cluster that cannot be read raises its ClusterError: the caller parks the job (`services.stream.plan`).
     selection = select(cluster, record)
     # Fixed at the first plan, from the nodes considered: where this job's node items live.
@@ -197,9 +204,9 @@ def _plan_once(
     same_round = [t for t in tasks if t.round == record.round]
     try:
         if record.round_is_planned and same_round:
-            result = _replan_round(store, queues, record, selection, same_round, now=now)
+            result = _replan_round(store, queues, record, selection, same_round, now=now, note=note)
         else:
-            result = _plan_round(store, queues, record, job, selection, tasks, now=now)
+            result = _plan_round(store, queues, record, job, selection, tasks, now=now, note=note)
     except StoreConflictError as e:
         log.info("job %s changed while planning; planning again", key)
         raise _RoundChanged from e
@@ -227,6 +234,7 @@ def _plan_round(
     existing: list[NodeTaskRecord],
     *,
     now: float,
+    note: str = "",
 ) -> PlanResult:
     """A new round: node items written in batches, the first `parallelism` already dispatched.
 
@@ -256,7 +264,7 @@ def _plan_round(
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks),
         extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns,
-               "placement_note": placement_note(record, selection)},
+               "placement_note": placement_note(record, selection, note), **_layers_field(record)},
     )
     dispatched = record.pull_tasks(t.node for t in tasks if t.dispatched_at)
     failures = queues.send_many(dispatched)
@@ -275,6 +283,7 @@ def _replan_round(
     tasks: list[NodeTaskRecord],
     *,
     now: float,
+    note: str = "",
 ) -> PlanResult:
     """A changed spec in the same round: add newly selected nodes, cancel and drop deselected ones."""
     key = record.key
@@ -304,9 +313,26 @@ def _replan_round(
         return result
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=fresh.version, counters=fresh.counters,
-        extra={"pull_secret_arns": record.pull_secret_arns, "placement_note": placement_note(record, selection)},
+        extra={"pull_secret_arns": record.pull_secret_arns, "placement_note": placement_note(record, selection, note),
+               **_layers_field(record)},
     )
     return result
+
+
+def _with_layers(record: StoredJob, images: ImageMetadata | None) -> tuple[StoredJob, str]:
+    """The job with its image's layer count read from ECR when it has none, and the note its message
+    carries when none could be read (its pulls costed at the default)."""
+    if record.layers is not None or images is None:
+        return record, ""
+    found = ecr_image_id(record.image)
+    layers = None if found is None else images.layer_count(found.registry_id, found.repository, found.reference)
+    if layers is None:
+        return record, unknown_layers_note(record.image)
+    return replace(record, layers=layers), ""
+
+
+def _layers_field(record: StoredJob) -> dict[str, int]:
+    return {} if record.layers is None else {"layers": record.layers}
 
 
 def add_nodes_to_job(store: PlanItems, record: StoredJob, nodes: list[str], *, now: float,

@@ -27,6 +27,7 @@ from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.nodes import NodeWarm
 from prewarm.domain.placement import ExcludedNode
+from prewarm.domain.replication import replication_note
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.snapshots import WarmSnapshot
@@ -173,8 +174,10 @@ def apply_job(
     owner: str = "",
     cluster: str = DEFAULT_CLUSTER,
     layers: int | None = None,
+    awaits_replica: str = "",
 ) -> Applied:
     """Creates the job, or re-plans it when its spec changed; the same spec twice is a no-op.
+    A job created with `awaits_replica` is not planned until that hold is lifted (`services.push`).
 
     A change of what is pulled (image, pull policy, secrets, sandbox config) starts a new round on every
     node; any other change (selector, parallelism, deadlines) re-plans the current round. Editing a
@@ -187,7 +190,7 @@ def apply_job(
     key = job_key(job.namespace, job.name, cluster)
     return retry_on_conflict(
         lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner, cluster=cluster,
-                            layers=layers),
+                            layers=layers, awaits_replica=awaits_replica),
         conflict=StoreConflictError, attempts=5,
         exhausted=lambda: StoreConflictError(f"job {key} kept changing while being applied; try again"),
     )
@@ -195,7 +198,7 @@ def apply_job(
 
 def _apply_once(
     store: ApplyItems, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str,
-    cluster: str, layers: int | None = None,
+    cluster: str, layers: int | None = None, awaits_replica: str = "",
 ) -> Applied:
     """One read and one conditional write; a job created or changed meanwhile raises `StoreConflictError`."""
     ns, name = job.metadata.namespace, job.metadata.name
@@ -207,7 +210,7 @@ def _apply_once(
         store.create_job(StoredJob(
             namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_PULL_JOB, manifest=manifest,
             spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
-            cluster=cluster, layers=layers,
+            cluster=cluster, layers=layers, awaits_replica=awaits_replica,
         ))
         return Applied("ImagePullJob", ns, name, "created", cluster=cluster)
     if not current.owner:
@@ -400,6 +403,8 @@ def _view(store: ApplyItems, record: StoredJob, *, now: float, with_tasks: bool)
     message = record.message or progress_message(c.desired, c.succeeded, c.failed, record.state == JobState.COMPLETED)
     if record.placement_note:
         message += f"; {record.placement_note}"
+    if record.awaits_replica:
+        message += f"; {replication_note(record.awaits_replica)}"
     shards = record.ref.shards
     tasks = store.get_tasks(record.key, shards=shards) if with_tasks and record.shards else []
     if with_tasks:

@@ -3,7 +3,10 @@
 `PacedQueues` wraps the node queues. Each call that sends `PullTask`s reserves their starts in their
 registries' budgets (`prewarm.domain.registry_budget`), one write per registry however many tasks, and
 gives each task the delay to its start, counted from the reservation and rounded down to whole seconds
-(`send_delay`): the queue holds it back that long (SQS DelaySeconds, 15 minutes at most). Rounded down,
+(`send_delay`): the queue holds it back that long (SQS DelaySeconds, 15 minutes at most). A task whose
+start would be further away than that is not reserved and not sent: its node stays claimed, and the
+sweep's send of tasks never picked up (`TASK_RESEND_SECONDS` after the claim) tries it again, when the
+budget may have a start for it within 15 minutes. Rounded down,
 the starts of a second come together at its beginning, so no instant starts more than one second of the
 budget (and one pull), and a start less than a second away costs no latency; counted from the
 reservation, a slow send only makes a start later. The slot stays claimed meanwhile, so `parallelism`
@@ -21,7 +24,7 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import InvalidImageReference, parse_image
 from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
 from prewarm.domain.node_queues import ProvidedQueue
-from prewarm.domain.registry_budget import RegistryBudgets, budget_key, send_delay
+from prewarm.domain.registry_budget import MAX_SEND_DELAY_SECONDS, RegistryBudgets, budget_key, send_delay
 from prewarm.services.ports import BudgetItems, StoreError, TaskQueues
 
 log = logging.getLogger(__name__)
@@ -40,14 +43,16 @@ class PacedQueues:
         self.clock = clock
 
     def send(self, message: Message) -> bool:
-        return self.queues.send(self.paced([message])[0])
+        paced = self.paced([message])
+        return self.queues.send(paced[0]) if paced else True  # held back: sent again later
 
     def send_many(self, messages: Sequence[Message]) -> list[tuple[str, str]]:
         return self.queues.send_many(self.paced(messages))
 
     def paced(self, messages: Sequence[Message]) -> list[Message]:
-        """`messages` with each pull task's start reserved in its registry's budget. A budget that cannot
-        be written leaves its tasks unpaced (logged): agents back off from a registry's 429 on their own."""
+        """`messages` with each pull task's start reserved in its registry's budget, less the tasks the
+        budget has no start for within SQS's longest delay (held back, logged). A budget that cannot be
+        written leaves its tasks unpaced (logged): agents back off from a registry's 429 on their own."""
         by_key: dict[str, list[tuple[int, PullTask]]] = {}
         for i, message in enumerate(messages):
             if isinstance(message, PullTask):
@@ -57,21 +62,28 @@ class PacedQueues:
                     continue  # the agent fails it with the reason
                 if self.settings.of(key := budget_key(host)).enabled:
                     by_key.setdefault(key, []).append((i, message))
-        paced = list(messages)
+        paced: list[Message | None] = list(messages)
         now = self.clock()
         for key, tasks in by_key.items():
             budget = self.settings.of(key)
             costs = [budget.pull_seconds(t.layers, t.size_bytes) for _, t in tasks]
             try:
-                starts = self.budgets.reserve_pull_starts(key, costs, now=now, burst_seconds=budget.burst_seconds)
+                starts = self.budgets.reserve_pull_starts(key, costs, now=now, burst_seconds=budget.burst_seconds,
+                                                          horizon=MAX_SEND_DELAY_SECONDS)
             except StoreError as e:
                 log.warning("registry budget of %s not reserved, %d pulls start unpaced: %s", key, len(costs), e)
                 continue
-            for (i, task), start in zip(tasks, starts, strict=True):
+            for (i, task), start in zip(tasks, starts, strict=False):
                 if delay := send_delay(start - now):
                     paced[i] = task.model_copy(update={"delay_seconds": delay})
-            log.info("registry budget of %s: %d pulls start by %.1f s from now", key, len(costs), starts[-1] - now)
-        return paced
+            for i, _ in tasks[len(starts):]:
+                paced[i] = None
+            if starts:
+                log.info("registry budget of %s: %d pulls start by %.1f s from now", key, len(starts), starts[-1] - now)
+            if held := len(tasks) - len(starts):
+                log.info("registry budget of %s: %d pulls held back, no start for them within %d s: sent again "
+                         "by the sweep", key, held, MAX_SEND_DELAY_SECONDS)
+        return [m for m in paced if m is not None]
 
     # --- the rest of `TaskQueues`, unchanged ---------------------------------------------------
 

@@ -242,9 +242,10 @@ class BudgetItems(Protocol):
     """Each registry's request budget (`prewarm.domain.registry_budget`), shared by every job and cluster."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float) -> tuple[float, ...]:
+                            burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
         """Start times for pulls from registry `key` costing `costs` seconds of its budget each, in one
-        write (`StoreConflictError` when other writers kept it changing)."""
+        write (`StoreConflictError` when other writers kept it changing); with `horizon`, of the first ones
+        that start within `horizon` seconds only."""
         ...
 
 
@@ -417,6 +418,12 @@ class ImageMetadata(Protocol):
 
     def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None: ...
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None: ...
+
+
+class ReplicaRegions(Protocol):
+    """The Regions the stack's ECR registry replicates a repository to (`DescribeRegistry`)."""
+
+    def replica_regions(self, repository: str) -> frozenset[str]: ...
 
 
 # --- Credentials ---------------------------------------------------------------------------------

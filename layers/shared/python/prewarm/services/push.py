@@ -1,4 +1,5 @@
-"""ECR pushes → prewarm rules → `Always` jobs pinned to the pushed digest."""
+"""ECR pushes → prewarm rules → `Always` jobs pinned to the pushed digest; a cluster in a Region the push is
+replicated to pulls that Region's replica, once ECR's replication event says it is there."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import logging
 from collections.abc import Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
+from prewarm.domain.jobs import job_key
 from prewarm.domain.manifests import parse_manifest
-from prewarm.domain.push import ImagePush
+from prewarm.domain.push import ImagePush, ecr_host
+from prewarm.domain.replication import replica_region
 from prewarm.domain.rules import PrewarmRule
 from prewarm.services.jobs import Applied, apply_job
-from prewarm.services.ports import ApplyItems, ClusterRoster, ImageMetadata
+from prewarm.services.ports import ApplyItems, ClusterRoster, ImageMetadata, ReplicaRegions
 
 log = logging.getLogger(__name__)
 
@@ -25,28 +28,77 @@ def matching_rules(store: ApplyItems, push: ImagePush) -> list[PrewarmRule]:
 
 
 def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, *, now: float,
-                clusters: ClusterRoster | None = None, rules: Sequence[PrewarmRule] | None = None) -> list[Applied]:
+                clusters: ClusterRoster | None = None, rules: Sequence[PrewarmRule] | None = None,
+                replication: ReplicaRegions | None = None) -> list[Applied]:
     """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves;
     None: the stack's own alone). A duplicate event finds the same spec and changes nothing. Each
     cluster's job has its own key, node items and status: one cluster's nodes never count in another's
-    job. `rules`: the rules matching the push when the caller has read them (None: read here)."""
+    job. `rules`: the rules matching the push when the caller has read them (None: read here).
+
+    A cluster registered in another Region that `replication` (read at most once, and only for such a
+    cluster) copies the repository to gets a job on its Region's replica, held until that Region's
+    `ECR Replication Action` event (`handle_replication`); with no `replication`, every cluster pulls the
+    pushed image."""
     rules = matching_rules(store, push) if rules is None else rules
     if not rules:
         return []
+    facts = _image_facts(images, push)
+    served = [RegisteredCluster(DEFAULT_CLUSTER)] if clusters is None else clusters.served()
+    own_name = "" if clusters is None else clusters.own_name
+    replicated: frozenset[str] | None = None
+    applied = []
+    for rule in rules:
+        for unknown in rule.spec.clusters.unknown_names(served, own_name) if rule.spec.clusters else ():
+            log.warning("rule names a cluster the stack does not serve: no job there",
+                        extra={"rule": rule.metadata.name, "cluster": unknown})
+        for cluster in select_clusters(rule.spec.clusters, served, own_name):
+            region = ""
+            if replication is not None and cluster.region and cluster.region != push.region:
+                if replicated is None:
+                    replicated = replication.replica_regions(push.repository)
+                region = replica_region(cluster.region, push.region, replicated)
+            applied.append(_apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=True))
+    return applied
+
+
+def handle_replication(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, region: str, *,
+                       now: float, clusters: ClusterRoster) -> list[Applied]:
+    """ECR says `push` is replicated to `region`: the jobs of the clusters registered in that Region start
+    (held since the push, or applied now if this event came first), each on the replica."""
+    applied: list[Applied] = []
+    rules = matching_rules(store, push)
+    targets = [(rule, cluster) for rule in rules
+               for cluster in select_clusters(rule.spec.clusters, clusters.served(), clusters.own_name)
+               if cluster.region == region != push.region]
+    facts = _image_facts(images, push) if targets else (None, None)
+    for rule, cluster in targets:
+        done = _apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=False)
+        key = job_key(done.namespace, done.name, done.cluster)
+        record = store.get_job(key)
+        if record is not None and record.awaits_replica == region:
+            # The stream sees the hold lifted and plans the job (`StoredJob.needs_planning`).
+            store.set_job_fields(key, {"awaits_replica": None})
+        applied.append(done)
+    return applied
+
+
+def _image_facts(images: ImageMetadata | None, push: ImagePush) -> tuple[list[dict[str, str]] | None, int | None]:
+    """The pushed index's platforms and the image's layer count, read once for every cluster's job."""
     platforms = layers = None
     if images is not None and push.is_index:
         platforms = images.platforms(push.account, push.repository, push.digest)
     if images is not None:
         # The pull's share of the registry's budget (None: unknown, the budget assumes a default).
         layers = images.layer_count(push.account, push.repository, push.digest)
-    served = [RegisteredCluster(DEFAULT_CLUSTER)] if clusters is None else clusters.served()
-    own_name = "" if clusters is None else clusters.own_name
-    applied = []
-    for rule in rules:
-        job = rule.job_for_push(push.registry_host, push.repository, push.digest, push.tag)
-        for unknown in rule.spec.clusters.unknown_names(served, own_name) if rule.spec.clusters else ():
-            log.warning("rule names a cluster the stack does not serve: no job there",
-                        extra={"rule": rule.metadata.name, "cluster": unknown})
-        for cluster in select_clusters(rule.spec.clusters, served, own_name):
-            applied.append(apply_job(store, job, now=now, platforms=platforms, cluster=cluster.name, layers=layers))
-    return applied
+    return platforms, layers
+
+
+def _apply(store: ApplyItems, facts: tuple[list[dict[str, str]] | None, int | None], push: ImagePush,
+           rule: PrewarmRule, cluster: str, *, now: float, replica: str, hold: bool) -> Applied:
+    """Rule `rule`'s job of `push` in `cluster`, on Region `replica`'s copy when given (held for its event
+    when `hold`)."""
+    platforms, layers = facts
+    host = ecr_host(push.account, replica) if replica else push.registry_host
+    job = rule.job_for_push(host, push.repository, push.digest, push.tag)
+    return apply_job(store, job, now=now, platforms=platforms, cluster=cluster, layers=layers,
+                     awaits_replica=replica if hold else "")

@@ -19,6 +19,7 @@ from prewarm.services.ports import (
     Cluster,
     ClusterDirectory,
     ClusterError,
+    ImageMetadata,
     PullSecretMirror,
     StoreError,
     TaskQueues,
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def plan(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
-         secrets: PullSecretMirror | None = None) -> PlanResult:
+         secrets: PullSecretMirror | None = None, images: ImageMetadata | None = None) -> PlanResult:
     """Selects the nodes of job `key` in its cluster and sends the first tasks; after a `Never` job's
     plan, sends the warming nodes of its cluster their lists again. `TaskSendError` when a send failed.
 
@@ -41,7 +42,7 @@ def plan(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key:
     """
     try:
         api = clusters.api(key.cluster)
-        result = plan_job(store, api, queues, key, now=now, secrets=secrets)
+        result = plan_job(store, api, queues, key, now=now, secrets=secrets, images=images)
     except ClusterError as e:
         return park(store, key, cluster_fault(shown(key.cluster, clusters.own_name), e))
     if result.changes_warming:

@@ -23,9 +23,9 @@ class BudgetItems(Table):
     written under a version so that two fillers never reserve the same seconds."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float) -> tuple[float, ...]:
+                            burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
         """Start times for pulls from registry `key` costing `costs` seconds of its budget each, reserved
-        in one conditional write."""
+        in one conditional write; with `horizon`, only the first ones that start within it (`reserve_starts`)."""
         if not costs:
             return ()
 
@@ -35,7 +35,7 @@ class BudgetItems(Table):
             current = from_item(out["Item"]) if "Item" in out else None
             version = int(current["version"]) if current is not None else 0
             tat = float(current["tat"]) if current is not None else None
-            reservation = reserve_starts(tat, now=now, costs=costs, burst_seconds=burst_seconds)
+            reservation = reserve_starts(tat, now=now, costs=costs, burst_seconds=burst_seconds, horizon=horizon)
             condition = "attribute_not_exists(pk)" if current is None else "#version = :version"
             self._update(f"reserve {len(costs)} pull starts of {key}", budget_pk(key), "BUDGET",
                          {"tat": reservation.tat, "version": version + 1, "updated_at": now},

@@ -20,6 +20,7 @@ def _cluster(v: Mapping[str, Any]) -> RegisteredCluster:
         reachable=None if reachable is None else bool(reachable), reason=str(v.get("reason", "")),
         checked_at=v.get("checked_at"), agents=v.get("agents"), last_sync=v.get("last_sync"),
         setup=ClusterSetup(v.get("setup") or ClusterSetup.INSTALLED), setup_message=str(v.get("setup_message", "")),
+        region=str(v.get("region", "")),
     )
 
 
@@ -37,7 +38,7 @@ class ClusterItems(Table):
         self._update(f"register cluster {cluster.name}", _pk(cluster.name), "CLUSTER", {
             "kind": "cluster", "name": cluster.name, "endpoint": cluster.endpoint, "ca_data": cluster.ca_data or None,
             "labels": dict(cluster.labels), "added_at": cluster.added_at, "setup": str(cluster.setup),
-            "setup_message": cluster.setup_message or None,
+            "setup_message": cluster.setup_message or None, "region": cluster.region or None,
         })
 
     def get_cluster(self, name: str) -> RegisteredCluster | None:
