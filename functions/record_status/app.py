@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
-from prewarm.domain.messages import Baked, FromAgent, MessageError, NodePhase, parse_agent_message
+from prewarm.domain.messages import Baked, MessageError, NodePhase, StatusMessage, parse_agent_message
 from prewarm.domain.retry import Delivery
 from prewarm.observability import logger, metrics, tracer
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    messages: list[tuple[str, FromAgent]] = []
+    messages: list[tuple[str, StatusMessage]] = []
     baked: list[tuple[str, Baked]] = []
     poison: list[str] = []
     deliveries = [Delivery(r["messageId"], r["receiptHandle"], int(r.get("attributes", {}).get(
@@ -48,6 +48,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
         logger.info("node registered", extra={"node": hello.node, "added_to": hello.added_to})
     for node in outcome.warmed:
         logger.info("node warm-up recorded", extra={"node": node})
+    for probe in outcome.probes:
+        logger.info("cluster probed", extra={"cluster": probe.cluster, "action": probe.action,
+                                             "replanned": probe.replanned, "reason": probe.reason})
     for gone in outcome.gone:
         logger.info("image gone from a node", extra={"node": gone.node, "job": gone.job, "action": gone.action,
                                                      "reason": gone.reason})

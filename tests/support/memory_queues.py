@@ -20,10 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, name_refused
-from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
+from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError, name_refused
+from prewarm.domain.clusters import DEFAULT_CLUSTER, SQS_MAX_DELAY_SECONDS, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
+    ClusterProbe,
     PullTask,
     RequiredImages,
     cluster_queue_prefix,
@@ -253,13 +254,23 @@ class MemoryTaskQueues:
 
 
 class MemoryStatusQueue:
-    """`Redelivery` in memory: when each message handed back (by receipt handle) comes again, ten a call
-    as `StatusQueue` changes them; a handle the queue does not know keeps the queue's timeout, logged."""
+    """`Redelivery` and `ClusterProbes` in memory: when each message handed back (by receipt handle) comes
+    again, ten a call as `StatusQueue` changes them (a handle the queue does not know keeps the queue's
+    timeout, logged); the probes sent, with their delays (`refuse`: each send fails as SQS's refusal)."""
 
     def __init__(self, receipts: Sequence[str] = ()) -> None:
         self.known = set(receipts)
         self.hidden: dict[str, int] = {}
         self.calls = 0
+        self.probes: list[tuple[ClusterProbe, int]] = []
+        self.refuse = False
+
+    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
+        if self.refuse:
+            raise QueueRetryableError(f"send the probe of cluster {probe.cluster or '(own)'}: throttled")
+        if not 0 <= delay <= SQS_MAX_DELAY_SECONDS:
+            raise QueueError(f"DelaySeconds {delay} is not between 0 and {SQS_MAX_DELAY_SECONDS}")
+        self.probes.append((probe, delay))
 
     def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
         for start in range(0, len(delays), 10):

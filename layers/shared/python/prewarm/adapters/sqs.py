@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
+    ClusterProbe,
     FromAgent,
     PullTask,
     RequiredImages,
@@ -308,6 +309,14 @@ class StatusQueue(_SqsAdapter):
             self.client.send_message(QueueUrl=self.url, MessageBody=message.model_dump_json())
         except ClientError as e:
             raise _error(e, f"send {message.kind} report") from e
+
+    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
+        """Sends the control plane's probe of a cluster, delivered `delay` seconds later (`DelaySeconds`: SQS
+        takes 0 to 900)."""
+        try:
+            self.client.send_message(QueueUrl=self.url, MessageBody=probe.model_dump_json(), DelaySeconds=delay)
+        except (ClientError, BotoCoreError) as e:
+            raise queue_error(e, f"send the probe of cluster {probe.cluster or '(own)'}") from e
 
     def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
         """Hides each message (by receipt handle) for its seconds from now, ten a call

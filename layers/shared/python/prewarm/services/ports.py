@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
     from prewarm.domain.keys import JobKey
-    from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
+    from prewarm.domain.messages import CancelTask, ClusterProbe, PullTask, RequiredImages
     from prewarm.domain.node_queues import ProvidedQueue
     from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
@@ -225,7 +225,23 @@ class NodeItems(Protocol):
         ...
 
 
-class ClusterItems(Protocol):
+class ProbeChains(Protocol):
+    """Each cluster's one probe chain while jobs are parked on it, on the cluster's item (`probe`: the token
+    of the probe in flight, `probe_due`: when it is due): conditional writes, so one chain runs per cluster."""
+
+    def start_probe(self, name: str, token: str, *, due: float, lost_before: float, own: bool = False) -> bool:
+        """Starts cluster `name`'s chain with probe `token`, due at `due`, unless one runs (its probe due at or
+        after `lost_before`); False then, and for a registered cluster no longer stored. `own`: the stack's
+        own cluster, whose item is made if missing."""
+        ...
+
+    def pass_probe(self, name: str, token: str, *, to: str | None, due: float = 0.0) -> bool:
+        """The chain's probe `token` hands over to probe `to`, due at `due`, or ends the chain (`to` None);
+        False when `token` is not the chain's (a duplicate delivery, a chain ended or replaced)."""
+        ...
+
+
+class ClusterItems(ProbeChains, Protocol):
     """The registered clusters (`prewarm.adapters.dynamodb.clusters`)."""
 
     def put_cluster(self, cluster: RegisteredCluster) -> None: ...
@@ -291,6 +307,14 @@ class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItem
     items (`services.jobs`, `services.push`)."""
 
 
+class StreamItems(AgentItems, ProbeChains, Protocol):
+    """What the table stream's plans change, and the probe chain a parked job starts (`services.stream`)."""
+
+
+class ProbeItems(JobItems, ClusterItems, Protocol):
+    """A probe's: the parked jobs of its cluster, its chain and the cluster's health (`services.probes`)."""
+
+
 class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
     """Everything the sweep tends: jobs, node items, registered nodes and each cluster's health
     (`services.schedules.sweep`)."""
@@ -312,6 +336,14 @@ class TaskQueues(Protocol):
     def repair_queue(self, url: str) -> tuple[str, ...] | None:
         """Sets a queue of this stack back to the stack's attributes: what was set back; None when the queue
         is not this stack's or is gone (`NodeQueueError`)."""
+        ...
+
+
+class ClusterProbes(Protocol):
+    """Where the control plane sends itself a `ClusterProbe` (the status queue: `StatusQueue`)."""
+
+    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
+        """Sends `probe`, delivered `delay` seconds later (0 to SQS's 900); `NodeQueueError` when refused."""
         ...
 
 
