@@ -16,12 +16,12 @@ from moto import mock_aws
 
 from prewarm.adapters import dynamodb
 from prewarm.adapters.dynamodb import DynamoJobStore
-from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
+from prewarm.adapters.sqs import NodeQueues, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
-from prewarm.domain.messages import CancelTask, NodePhase, PullTask, RequiredImage, RequiredImages
+from prewarm.domain.messages import CancelTask, ClusterProbe, NodePhase, PullTask, RequiredImage, RequiredImages
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.placement import ExcludedNode
@@ -493,6 +493,29 @@ def test_clusters_register_and_record_how_they_answered(store: Store) -> None:
     assert (store.delete_cluster("prod-eu"), store.delete_cluster("prod-eu")) == (True, False)
 
 
+def test_one_probe_chain_runs_per_cluster_and_only_its_probe_passes_it_on(store: Store) -> None:
+    store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    # A chain starts once; another start is refused while its probe is due, and taken once it is long overdue
+    assert store.start_probe("prod-eu", "a", due=10.0, lost_before=0.0)
+    assert not store.start_probe("prod-eu", "b", due=12.0, lost_before=2.0)
+    assert store.start_probe("prod-eu", "c", due=80.0, lost_before=11.0)
+    # Only the chain's probe passes it on, once; then it ends
+    assert not store.pass_probe("prod-eu", "a", to="x", due=90.0)
+    assert store.pass_probe("prod-eu", "c", to="d", due=90.0)
+    assert not store.pass_probe("prod-eu", "c", to="e", due=90.0)
+    assert store.pass_probe("prod-eu", "d", to=None)
+    assert store.start_probe("prod-eu", "f", due=95.0, lost_before=85.0)
+    # A registered cluster no longer stored starts none; the stack's own gets an item for its chain
+    assert not store.start_probe("gone", "g", due=10.0, lost_before=0.0)
+    assert store.get_cluster("gone") is None
+    assert store.start_probe("home", "h", due=10.0, lost_before=0.0, own=True)
+    home = store.get_cluster("home")
+    assert home is not None and home.name == "home"
+    # and the cluster's own fields are untouched by its chain
+    got = store.get_cluster("prod-eu")
+    assert got is not None and got.endpoint == "https://prod.example"
+
+
 def test_a_clusters_setup_is_recorded_and_a_cluster_recorded_before_setups_were_counts_as_installed(
         store: Store) -> None:
     store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example", setup=ClusterSetup.FAILED,
@@ -760,3 +783,21 @@ def test_messages_handed_back_come_again_after_their_delay_and_a_refusal_is_logg
     queue.deliver_again_after([(receipts[0], 0), (receipts[1], 120), ("not-a-receipt-handle", 0)])
     assert back_now() == 1
     assert "keeps the queue's visibility timeout" in caplog.text
+
+
+def test_a_probe_is_sent_with_its_delay_and_a_delay_past_sqs_s_900_s_is_refused(
+        status: tuple[Any, list[str], Callable[[], int]]) -> None:
+    queue = status[0]
+    probe = ClusterProbe(cluster="prod-eu", chain="c1")
+    queue.send_probe(probe, delay=900)
+    with pytest.raises(QueueError):
+        queue.send_probe(probe, delay=901)
+    if isinstance(queue, MemoryStatusQueue):
+        assert queue.probes == [(probe, 900)]
+        return
+    # On SQS it is not received before its delay: the three messages handed out are in flight, none visible
+    got = queue.client.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=10).get("Messages", [])
+    assert got == []
+    attributes = queue.client.get_queue_attributes(QueueUrl=queue.url, AttributeNames=[
+        "ApproximateNumberOfMessagesDelayed"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"

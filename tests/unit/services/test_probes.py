@@ -53,7 +53,7 @@ def parked(plane: ControlPlane, status: MemoryStatusQueue, *names: str) -> list[
 
 
 def probing(plane: ControlPlane, status: MemoryStatusQueue, api: FakeCluster) -> Probing:
-    return Probing(status, clusters_of(plane.store, None, {CLUSTER: api}))
+    return Probing(lambda: status, clusters_of(plane.store, None, {CLUSTER: api}))
 
 
 def test_a_parked_job_is_planned_again_by_the_probe_once_its_cluster_answers_without_a_sweep(

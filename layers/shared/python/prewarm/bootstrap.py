@@ -148,7 +148,7 @@ def probing() -> Probing:
     """Where probes of clusters are sent (the status queue), and the clusters as they call them."""
     from prewarm.services.probes import Probing
 
-    return Probing(status_queue(), probe_clusters())
+    return Probing(status_queue, probe_clusters())
 
 
 def own_cluster(bounded: BoundedCalls | None = None) -> KubeCluster:

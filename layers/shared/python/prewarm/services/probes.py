@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, PROBE_LOST_SECONDS, PROBE_SECONDS, probe_delay, shown
@@ -39,10 +39,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Probing:
-    """What probing needs besides the store: where a probe is sent, and the clusters as a probe calls them
-    (through an open circuit at its first pace: `prewarm.domain.clusters.ClusterCircuit.allows_probe`)."""
+    """What probing needs besides the store: where a probe is sent (`probes()`, asked for only when one is),
+    and the clusters as a probe calls them (through an open circuit at its first pace:
+    `prewarm.domain.clusters.ClusterCircuit.allows_probe`)."""
 
-    probes: ClusterProbes
+    probes: Callable[[], ClusterProbes]
     clusters: ClusterDirectory
 
 
@@ -113,7 +114,7 @@ def probe(store: ProbeItems, probing: Probing, message: ClusterProbe, *, now: fl
         log.info("cluster %s answers again: %d parked jobs asked to plan", name, len(asked))
         return ProbeOutcome(cluster, "answered", asked)
     try:
-        probing.probes.send_probe(ClusterProbe(cluster=cluster, chain=token), delay=delay)
+        probing.probes().send_probe(ClusterProbe(cluster=cluster, chain=token), delay=delay)
     except NodeQueueError:
         store.pass_probe(name, token, to=message.chain, due=now)  # this probe comes again, the chain's again
         raise
