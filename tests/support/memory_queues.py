@@ -253,15 +253,11 @@ class MemoryTaskQueues:
         self.sqs.delete_queue(url)
 
 
-class MemoryStatusQueue:
-    """`Redelivery` and `ClusterProbes` in memory: when each message handed back (by receipt handle) comes
-    again, ten a call as `StatusQueue` changes them (a handle the queue does not know keeps the queue's
-    timeout, logged); the probes sent, with their delays (`refuse`: each send fails as SQS's refusal)."""
+class MemoryProbeQueue:
+    """`ClusterProbes` in memory, as `ProbeQueue`: the probes sent, with their delays (`refuse`: each send fails
+    as SQS's throttling)."""
 
-    def __init__(self, receipts: Sequence[str] = ()) -> None:
-        self.known = set(receipts)
-        self.hidden: dict[str, int] = {}
-        self.calls = 0
+    def __init__(self) -> None:
         self.probes: list[tuple[ClusterProbe, int]] = []
         self.refuse = False
 
@@ -271,6 +267,16 @@ class MemoryStatusQueue:
         if not 0 <= delay <= SQS_MAX_DELAY_SECONDS:
             raise QueueError(f"DelaySeconds {delay} is not between 0 and {SQS_MAX_DELAY_SECONDS}")
         self.probes.append((probe, delay))
+
+
+class MemoryStatusQueue:
+    """`Redelivery` in memory: when each message handed back (by receipt handle) comes again, ten a call
+    as `StatusQueue` changes them; a handle the queue does not know keeps the queue's timeout, logged."""
+
+    def __init__(self, receipts: Sequence[str] = ()) -> None:
+        self.known = set(receipts)
+        self.hidden: dict[str, int] = {}
+        self.calls = 0
 
     def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
         for start in range(0, len(delays), 10):

@@ -16,7 +16,7 @@ from moto import mock_aws
 
 from prewarm.adapters import dynamodb
 from prewarm.adapters.dynamodb import DynamoJobStore
-from prewarm.adapters.sqs import NodeQueues, QueueError, QueueRetryableError, StatusQueue
+from prewarm.adapters.sqs import NodeQueues, ProbeQueue, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
@@ -33,7 +33,7 @@ from prewarm_devtools.sam.template import create_table, load_template
 from tests.support import memory_store
 from tests.support.control_plane import Store, take_node_messages
 from tests.support.manifests import job_doc
-from tests.support.memory_queues import MemorySqs, MemoryStatusQueue, MemoryTaskQueues
+from tests.support.memory_queues import MemoryProbeQueue, MemorySqs, MemoryStatusQueue, MemoryTaskQueues
 from tests.support.memory_store import MemoryJobStore
 
 REGION = "us-west-2"
@@ -619,8 +619,9 @@ def test_a_task_reaches_the_queue_made_for_its_node_and_waits_for_a_node_without
     assert q.send_many([pull("n1", "default/other"), CancelTask(job=KEY, job_uid="u1", round=0, node="n1"),
                         pull("n2")]) == []
     got = take_node_messages(sqs, url)
-    assert [(type(m).__name__, getattr(m, "job", "")) for m in got] == [
-        ("PullTask", KEY), ("PullTask", "default/other"), ("CancelTask", KEY)]
+    # send_many sends side by side, and a standard queue keeps no order: the messages, in any order
+    assert sorted((type(m).__name__, getattr(m, "job", "")) for m in got) == sorted([
+        ("PullTask", KEY), ("PullTask", "default/other"), ("CancelTask", KEY)])
     assert take_node_messages(sqs, url) == [] and take_node_messages(sqs, q.queue_url("n2")) == []
 
 
@@ -785,19 +786,32 @@ def test_messages_handed_back_come_again_after_their_delay_and_a_refusal_is_logg
     assert "keeps the queue's visibility timeout" in caplog.text
 
 
+@pytest.fixture(params=["sqs", "memory"])
+def probes(request: pytest.FixtureRequest) -> tuple[Any, Callable[[], list[tuple[ClusterProbe, int]]]]:
+    """(the probe queue, what it holds now and what is delayed, as (probe, delay) or (probe, -1) once visible)."""
+    if request.param == "memory":
+        memory = MemoryProbeQueue()
+        return memory, lambda: list(memory.probes)
+    client = request.getfixturevalue("aws")[1]
+    url = client.create_queue(QueueName=f"probes-{next(_tables)}")["QueueUrl"]
+
+    def held() -> list[tuple[ClusterProbe, int]]:
+        got = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        delayed = int(client.get_queue_attributes(QueueUrl=url, AttributeNames=[
+            "ApproximateNumberOfMessagesDelayed"])["Attributes"]["ApproximateNumberOfMessagesDelayed"])
+        return [(ClusterProbe.model_validate_json(m["Body"]), -1) for m in got] + [(PROBE, 900)] * delayed
+
+    return ProbeQueue(url, client=client), held
+
+
+PROBE = ClusterProbe(cluster="prod-eu", chain="c1")
+
+
 def test_a_probe_is_sent_with_its_delay_and_a_delay_past_sqs_s_900_s_is_refused(
-        status: tuple[Any, list[str], Callable[[], int]]) -> None:
-    queue = status[0]
-    probe = ClusterProbe(cluster="prod-eu", chain="c1")
-    queue.send_probe(probe, delay=900)
+        probes: tuple[Any, Callable[[], list[tuple[ClusterProbe, int]]]]) -> None:
+    queue, held = probes
+    queue.send_probe(PROBE, delay=900)
     with pytest.raises(QueueError):
-        queue.send_probe(probe, delay=901)
-    if isinstance(queue, MemoryStatusQueue):
-        assert queue.probes == [(probe, 900)]
-        return
-    # On SQS it is not received before its delay: the three messages handed out are in flight, none visible
-    got = queue.client.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=10).get("Messages", [])
-    assert got == []
-    attributes = queue.client.get_queue_attributes(QueueUrl=queue.url, AttributeNames=[
-        "ApproximateNumberOfMessagesDelayed"])["Attributes"]
-    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
+        queue.send_probe(PROBE, delay=901)
+    # Held, not received before its delay
+    assert held() == [(PROBE, 900)]

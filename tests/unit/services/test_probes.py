@@ -22,7 +22,7 @@ from tests.support.cluster import FakeCluster, make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_doc
-from tests.support.memory_queues import MemoryStatusQueue
+from tests.support.memory_queues import MemoryProbeQueue
 
 CLUSTER = "prod-eu"
 
@@ -36,7 +36,7 @@ class Down(FakeCluster):
     list_nodes = get_version = _refused
 
 
-def parked(plane: ControlPlane, status: MemoryStatusQueue, *names: str) -> list[JobKey]:
+def parked(plane: ControlPlane, status: MemoryProbeQueue, *names: str) -> list[JobKey]:
     """Jobs of prod-eu applied and planned while prod-eu is down: each parked."""
     if plane.store.get_cluster(CLUSTER) is None:
         plane.store.put_cluster(RegisteredCluster(CLUSTER, endpoint="https://prod.example"))
@@ -52,14 +52,14 @@ def parked(plane: ControlPlane, status: MemoryStatusQueue, *names: str) -> list[
     return keys
 
 
-def probing(plane: ControlPlane, status: MemoryStatusQueue, api: FakeCluster) -> Probing:
+def probing(plane: ControlPlane, status: MemoryProbeQueue, api: FakeCluster) -> Probing:
     return Probing(lambda: status, clusters_of(plane.store, None, {CLUSTER: api}))
 
 
 def test_a_parked_job_is_planned_again_by_the_probe_once_its_cluster_answers_without_a_sweep(
         plane: ControlPlane) -> None:
     # Given a job of prod-eu parked because prod-eu cannot be reached
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     (key,) = parked(plane, status, "warm")
     # Then its park sent one probe of prod-eu, delayed by the probe's period
     [(first, delay)] = status.probes
@@ -83,7 +83,7 @@ def test_a_parked_job_is_planned_again_by_the_probe_once_its_cluster_answers_wit
 
 
 def test_a_second_parked_job_of_the_same_cluster_starts_no_second_chain(plane: ControlPlane) -> None:
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     # When two jobs of prod-eu are parked one after the other
     keys = parked(plane, status, "one", "two")
     # Then one probe chain runs, not two
@@ -94,7 +94,7 @@ def test_a_second_parked_job_of_the_same_cluster_starts_no_second_chain(plane: C
 
 
 def test_a_probe_for_a_cluster_still_down_sends_itself_again_and_records_why(plane: ControlPlane) -> None:
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     (key,) = parked(plane, status, "warm")
     # When the probe comes while prod-eu is still down
     outcome = probe(plane.store, probing(plane, status, Down()), status.probes[0][0], now=plane.now())
@@ -112,7 +112,7 @@ def test_a_probe_for_a_cluster_still_down_sends_itself_again_and_records_why(pla
 
 
 def test_a_duplicate_or_stray_probe_does_nothing(plane: ControlPlane) -> None:
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     parked(plane, status, "warm")
     first = status.probes[0][0]
     probe(plane.store, probing(plane, status, Down()), first, now=plane.now())
@@ -127,7 +127,7 @@ def test_a_duplicate_or_stray_probe_does_nothing(plane: ControlPlane) -> None:
 
 
 def test_the_chain_ends_with_the_last_parked_job_and_a_later_park_starts_another(plane: ControlPlane) -> None:
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     parked(plane, status, "warm")
     # When the parked job is deleted before its cluster answers
     request_deletion(plane.store, "default", "warm", now=plane.now(), cluster=CLUSTER)
@@ -140,7 +140,7 @@ def test_the_chain_ends_with_the_last_parked_job_and_a_later_park_starts_another
 
 
 def test_a_refused_send_leaves_the_probe_to_come_again_as_the_chains(plane: ControlPlane) -> None:
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     (key,) = parked(plane, status, "warm")
     first = status.probes[0][0]
     # When the next probe cannot be sent
@@ -155,7 +155,7 @@ def test_a_refused_send_leaves_the_probe_to_come_again_as_the_chains(plane: Cont
 
 
 def test_a_lost_chain_is_started_again_by_the_sweep_while_the_cluster_is_down(plane: ControlPlane) -> None:
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     parked(plane, status, "warm")
     config = SweepSettings(prefix=plane.queues.prefix)
     down = clusters_of(plane.store, None, {CLUSTER: Down()})
@@ -171,7 +171,7 @@ def test_a_lost_chain_is_started_again_by_the_sweep_while_the_cluster_is_down(pl
 
 
 def test_a_probe_in_a_status_batch_runs_beside_the_agents_messages(plane: ControlPlane) -> None:
-    status = MemoryStatusQueue()
+    status = MemoryProbeQueue()
     (key,) = parked(plane, status, "warm")
     report = StatusReport(job="default/other", job_uid="u", round=0, node="n1", phase="Pulling")
     result = record_status(plane.store, plane.queues, clusters_of(plane.store, None),

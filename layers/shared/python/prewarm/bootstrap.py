@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.scheduler import SchedulerCronSchedules
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
-    from prewarm.adapters.sqs import NodeQueues, StatusQueue
+    from prewarm.adapters.sqs import NodeQueues, ProbeQueue, StatusQueue
     from prewarm.domain.clusters import ClusterReach, RegisteredCluster
     from prewarm.domain.job import StoredJob
     from prewarm.domain.keys import JobKey
@@ -145,10 +145,10 @@ def probe_clusters() -> StackClusters:
 
 
 def probing() -> Probing:
-    """Where probes of clusters are sent (the status queue), and the clusters as they call them."""
+    """Where probes of clusters are sent (the probe queue), and the clusters as they call them."""
     from prewarm.services.probes import Probing
 
-    return Probing(status_queue, probe_clusters())
+    return Probing(probe_queue, probe_clusters())
 
 
 def own_cluster(bounded: BoundedCalls | None = None) -> KubeCluster:
@@ -231,7 +231,7 @@ def plan_job(key: JobKey, *, probing: bool = False) -> PlanResult:
 
     plan_calls().deadline.begin()
     return plan(store(), queues(), replan_clusters() if probing else plan_clusters(), key, now=time.time(),
-                secrets=secret_mirror(), probes=status_queue())
+                secrets=secret_mirror(), probes=probe_queue())
 
 
 def delete_job(key: JobKey) -> int:
@@ -261,6 +261,14 @@ def status_queue() -> StatusQueue:
     from prewarm.adapters.sqs import StatusQueue
 
     return StatusQueue(settings().status_queue_url, client=node_queues().client)
+
+
+@lru_cache(maxsize=1)
+def probe_queue() -> ProbeQueue:
+    """The probe queue, on the task queues' SQS client."""
+    from prewarm.adapters.sqs import ProbeQueue
+
+    return ProbeQueue(settings().probe_queue_url, client=node_queues().client)
 
 
 def handle_push(push: ImagePush) -> tuple[list[Applied], list[str]]:
@@ -325,7 +333,7 @@ def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
     from prewarm.services.schedules import run_sweep
 
     return run_sweep(store(), queues(), clusters(), clock=time.time, config=sweep_settings(), secrets=secret_mirror(),
-                     budget=TimeBudget(time_left), settled=settled_nodes(), probes=status_queue())
+                     budget=TimeBudget(time_left), settled=settled_nodes(), probes=probe_queue())
 
 
 def sync_resources() -> SyncReport:
@@ -379,9 +387,9 @@ def run_cron_job(cron_job: str, scheduled_time: float | None) -> RunOutcome:
 
 
 def reset() -> None:
-    for built in (store, node_queues, queues, status_queue, clusters, circuits, status_calls, status_clusters,
-                  plan_calls, plan_clusters, replan_clusters, probe_clusters, images, secret_mirror, registry_tokens,
-                  credential_store, settings, settled_nodes, sweep_settings, cron_schedules):
+    for built in (store, node_queues, queues, status_queue, probe_queue, clusters, circuits, status_calls,
+                  status_clusters, plan_calls, plan_clusters, replan_clusters, probe_clusters, images, secret_mirror,
+                  registry_tokens, credential_store, settings, settled_nodes, sweep_settings, cron_schedules):
         built.cache_clear()
 
 

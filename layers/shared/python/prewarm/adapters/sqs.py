@@ -310,14 +310,6 @@ class StatusQueue(_SqsAdapter):
         except ClientError as e:
             raise _error(e, f"send {message.kind} report") from e
 
-    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
-        """Sends the control plane's probe of a cluster, delivered `delay` seconds later (`DelaySeconds`: SQS
-        takes 0 to 900)."""
-        try:
-            self.client.send_message(QueueUrl=self.url, MessageBody=probe.model_dump_json(), DelaySeconds=delay)
-        except (ClientError, BotoCoreError) as e:
-            raise queue_error(e, f"send the probe of cluster {probe.cluster or '(own)'}") from e
-
     def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
         """Hides each message (by receipt handle) for its seconds from now, ten a call
         (ChangeMessageVisibilityBatch). "The new timeout period takes effect immediately" and counts from
@@ -337,3 +329,20 @@ class StatusQueue(_SqsAdapter):
             for failure in failed:
                 log.warning("a returned message keeps the queue's visibility timeout: %s: %s",
                             failure.get("Code"), failure.get("Message", ""))
+
+
+class ProbeQueue(_SqsAdapter):
+    """The probe queue: the control plane's probes of clusters that parked jobs wait for (`ClusterProbes`)."""
+
+    def __init__(self, url: str, client: Any = None) -> None:
+        self.url = url
+        self._client = client
+
+    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
+        """Sends the probe of a cluster, delivered `delay` seconds later (`DelaySeconds`: SQS takes 0 to 900)."""
+        if not self.url:
+            raise QueueError(f"cluster {probe.cluster or '(own)'} not probed: PROBE_QUEUE_URL is not set")
+        try:
+            self.client.send_message(QueueUrl=self.url, MessageBody=probe.model_dump_json(), DelaySeconds=delay)
+        except (ClientError, BotoCoreError) as e:
+            raise queue_error(e, f"send the probe of cluster {probe.cluster or '(own)'}") from e

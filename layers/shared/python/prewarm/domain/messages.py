@@ -1,9 +1,9 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
 Node queues carry `PullTask`, `CancelTask` and `RequiredImages`; the status queue carries
-`StatusReport`, `Hello`, `Warmed` and `ImageGone` (and the control plane's own `ClusterProbe`). Every
-message has `v` (the schema version) and `kind`, so a reader can reject what it does not know with a
-clear error instead of guessing.
+`StatusReport`, `Hello`, `Warmed` and `ImageGone`; the probe queue, read by the same function, the control
+plane's own `ClusterProbe`. Every message has `v` (the schema version) and `kind`, so a reader can reject
+what it does not know with a clear error instead of guessing.
 
 Versioning: `v` changes only when an existing kind changes meaning or loses a field. A new kind, or a
 new optional field, keeps `v` but is sent only to readers that announced they take it: readers
@@ -272,9 +272,10 @@ class Baked(_Message):
 
 
 class ClusterProbe(_Message, _InCluster):
-    """The control plane's own message to itself, sent with a delay while a job of `cluster` is parked: is its
-    API back? Its function GETs the cluster and, when it answers, plans the parked jobs again (docs/
-    architecture.md, "Planning never waits on another cluster's records"). `chain` is the probe's token:
+    """The control plane's own message to itself (on the probe queue, which the status function consumes too),
+    sent with a delay while a job of `cluster` is parked: is its API back? Its function GETs the cluster and,
+    when it answers, plans the parked jobs again (docs/architecture.md, "Planning never waits on another
+    cluster's records"). `chain` is the probe's token:
     only the one the cluster's item names counts, so a duplicate delivery, or a probe anyone else sent, does
     nothing."""
 

@@ -340,7 +340,7 @@ class TaskQueues(Protocol):
 
 
 class ClusterProbes(Protocol):
-    """Where the control plane sends itself a `ClusterProbe` (the status queue: `StatusQueue`)."""
+    """Where the control plane sends itself a `ClusterProbe` (the probe queue: `ProbeQueue`)."""
 
     def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
         """Sends `probe`, delivered `delay` seconds later (0 to SQS's 900); `NodeQueueError` when refused."""

@@ -1,7 +1,7 @@
 """A parked job's cluster probed until it answers, and the one rule by which parked jobs are planned again.
 
 A job whose cluster cannot be read is parked (`services.stream.park`). Its park starts the cluster's probe
-chain, unless one runs: a `ClusterProbe` the control plane sends itself on the status queue with SQS's
+chain, unless one runs: a `ClusterProbe` the control plane sends itself on the probe queue with SQS's
 delay (`PROBE_SECONDS`). The status function GETs the cluster's `/version` through its bounded client:
 when the cluster answers, its parked jobs are asked to plan again at once (`replan`) and the chain ends;
 when not, the next probe goes out. One chain per cluster: each probe carries a token, and only the token on
