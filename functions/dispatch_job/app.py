@@ -33,7 +33,7 @@ def plan_record(record: StreamRecord) -> None:
     key = job.key
     logger.append_keys(job=key)
     # A failed send raises TaskSendError, so the stream retries this record and re-sends what was not sent.
-    result = bootstrap.plan_job(key)
+    result = bootstrap.plan_job(key, probing=job.asked_again_after_park)
     logger.info("dispatch", extra={"action": result.action, "selected": result.selected,
                                    "excluded": result.excluded, "sent": result.sent})
 

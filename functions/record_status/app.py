@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from prewarm import bootstrap
-from prewarm.domain.messages import Baked, FromAgent, MessageError, NodePhase, parse_agent_message
+from prewarm.domain.messages import Baked, ClusterProbe, MessageError, NodePhase, StatusMessage, parse_agent_message
 from prewarm.domain.retry import Delivery
 from prewarm.observability import logger, metrics, tracer
 
@@ -22,23 +22,28 @@ if TYPE_CHECKING:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    messages: list[tuple[str, FromAgent]] = []
+    messages: list[tuple[str, StatusMessage]] = []
     baked: list[tuple[str, Baked]] = []
     poison: list[str] = []
-    deliveries = [Delivery(r["messageId"], r["receiptHandle"], int(r.get("attributes", {}).get(
-        "ApproximateReceiveCount", 1))) for r in event["Records"]]
+    deliveries: list[Delivery] = []
     for record in event["Records"]:
+        delivery = Delivery(record["messageId"], record["receiptHandle"],
+                            int(record.get("attributes", {}).get("ApproximateReceiveCount", 1)))
         try:
             message = parse_agent_message(record["body"])
-            if isinstance(message, Baked):
-                baked.append((record["messageId"], message))  # a warm snapshot's builder, not a node
-            else:
-                messages.append((record["messageId"], message))
         except MessageError as e:
             # Left on the queue: retried, then the DLQ keeps it for a person to read.
             logger.warning("poison message on the status queue", extra={"message_id": record["messageId"],
                                                                         "error": str(e)})
             poison.append(record["messageId"])
+            deliveries.append(delivery)
+            continue
+        if isinstance(message, Baked):
+            baked.append((record["messageId"], message))  # a warm snapshot's builder, not a node
+        else:
+            messages.append((record["messageId"], message))
+        if not isinstance(message, ClusterProbe):  # a probe handed back comes again after its queue's timeout
+            deliveries.append(delivery)
     # A builder's report that could not be applied (AWS or the table refused) comes again.
     poison += bootstrap.record_baked(baked) if baked else []
     # What goes back to the queue comes again sooner than its 180 s visibility (domain.retry.redelivery_seconds).
@@ -48,6 +53,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
         logger.info("node registered", extra={"node": hello.node, "added_to": hello.added_to})
     for node in outcome.warmed:
         logger.info("node warm-up recorded", extra={"node": node})
+    for probe in outcome.probes:
+        logger.info("cluster probed", extra={"cluster": probe.cluster, "action": probe.action,
+                                             "replanned": probe.replanned, "reason": probe.reason})
     for gone in outcome.gone:
         logger.info("image gone from a node", extra={"node": gone.node, "job": gone.job, "action": gone.action,
                                                      "reason": gone.reason})

@@ -101,6 +101,28 @@ def test_a_refused_connection_reads_as_one_line_and_the_circuit_lets_a_trial_thr
         api.get_node("n1")
 
 
+def test_a_probes_call_goes_through_an_open_circuit_every_10_s_and_its_answer_closes_it(
+        kube_api: KubeApiServer) -> None:
+    clock = Clock()
+    breakers = CircuitBreakers(clock)
+    calls, probes = BoundedCalls(breakers=breakers), BoundedCalls(breakers=breakers, probe=True)
+    url = kube_api.url
+    api = KubeCluster(url, lambda: kube_api.token, name="prod-eu", bounded=calls)
+    probe = KubeCluster(url, lambda: kube_api.token, name="prod-eu", bounded=probes)
+    # Given a circuit that failed three times: the other calls wait 40 s
+    kube_api.fail_requests(StatusError(503, "ServiceUnavailable", "etcd leader changed"), count=3)
+    for wait in (0, 10, 20):
+        clock.now += wait
+        with pytest.raises(ClusterUnavailableError, match="503 ServiceUnavailable"):
+            api.get_node("n1")
+    # Then 10 s on, the other calls are still skipped but a probe calls, and its answer closes the circuit
+    clock.now += 10
+    with pytest.raises(ClusterUnavailableError, match="not called again for 30 s"):
+        api.get_node("n1")
+    assert probe.get_version()
+    assert not breakers.circuit(api.host).is_open and api.get_node("n1") is None
+
+
 def test_an_answer_closes_the_circuit_and_a_throttled_api_is_not_called_until_it_said(kube_api: KubeApiServer) -> None:
     clock = Clock()
     bounded = BoundedCalls(breakers=CircuitBreakers(clock))

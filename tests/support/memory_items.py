@@ -222,6 +222,31 @@ class MemoryClusterItems(TableItems):
             self.table.update(what, f"CLUSTER#{name}", "CLUSTER", fields, condition=lambda i: has(i, "pk"))
 
 
+    def start_probe(self, name: str, token: str, *, due: float, lost_before: float, own: bool = False) -> bool:
+        def free(item: Any) -> bool:
+            idle = not has(item, "probe") or float(item["probe_due"]) < lost_before
+            return idle and (own or has(item, "pk"))
+
+        fields: dict[str, Any] = {"probe": token, "probe_due": due}
+        if own:
+            fields = {"kind": "cluster", "name": name, **fields}
+        try:
+            self.table.update(f"start the probes of cluster {name}", f"CLUSTER#{name}", "CLUSTER", fields,
+                              condition=free)
+        except StoreConflictError:
+            return False
+        return True
+
+    def pass_probe(self, name: str, token: str, *, to: str | None, due: float = 0.0) -> bool:
+        fields = {"probe": to, "probe_due": due if to is not None else None}
+        try:
+            self.table.update(f"pass on the probe of cluster {name}", f"CLUSTER#{name}", "CLUSTER", fields,
+                              condition=lambda item: equal(item, "probe", token))
+        except StoreConflictError:
+            return False
+        return True
+
+
 class MemoryBudgetItems(TableItems):
     """`BudgetItems`: one item per registry budget, its GCRA arrival time written under a version."""
 

@@ -20,10 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, name_refused
-from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
+from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError, name_refused
+from prewarm.domain.clusters import DEFAULT_CLUSTER, SQS_MAX_DELAY_SECONDS, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
+    ClusterProbe,
     PullTask,
     RequiredImages,
     cluster_queue_prefix,
@@ -250,6 +251,22 @@ class MemoryTaskQueues:
 
     def delete_queue(self, url: str) -> None:
         self.sqs.delete_queue(url)
+
+
+class MemoryProbeQueue:
+    """`ClusterProbes` in memory, as `ProbeQueue`: the probes sent, with their delays (`refuse`: each send fails
+    as SQS's throttling)."""
+
+    def __init__(self) -> None:
+        self.probes: list[tuple[ClusterProbe, int]] = []
+        self.refuse = False
+
+    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
+        if self.refuse:
+            raise QueueRetryableError(f"send the probe of cluster {probe.cluster or '(own)'}: throttled")
+        if not 0 <= delay <= SQS_MAX_DELAY_SECONDS:
+            raise QueueError(f"DelaySeconds {delay} is not between 0 and {SQS_MAX_DELAY_SECONDS}")
+        self.probes.append((probe, delay))
 
 
 class MemoryStatusQueue:

@@ -229,14 +229,19 @@ def test_job_stream_delivers_only_job_items_with_partial_batch_failures() -> Non
 
 def test_queue_event_sources_report_partial_batch_failures() -> None:
     queues = list(events_of("SQS"))
-    assert queues, "record_status consumes the status queue"
+    assert {(f, getatt_target(s["Queue"])) for f, _, s in queues} == {
+        ("RecordStatusFunction", "StatusQueue"), ("RecordStatusFunction", "ProbeQueue")}
     for function, event_name, source in queues:
         assert source.get("FunctionResponseTypes") == ["ReportBatchItemFailures"], f"{function}.{event_name}"
-        # Batches of StatusBatchSize reports with a window (Lambda requires one above 10), at most
-        # StatusConcurrency in flight
-        assert source["BatchSize"] == {"Ref": "StatusBatchSize"}
-        assert source["MaximumBatchingWindowInSeconds"] >= 1
-        assert source["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "StatusConcurrency"}
+    # Batches of StatusBatchSize reports with a window (Lambda requires one above 10), at most
+    # StatusConcurrency in flight
+    [source] = [s for _, _, s in queues if getatt_target(s["Queue"]) == "StatusQueue"]
+    assert source["BatchSize"] == {"Ref": "StatusBatchSize"}
+    assert source["MaximumBatchingWindowInSeconds"] >= 1
+    assert source["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "StatusConcurrency"}
+    # Probes apart: one waiting on a hung API holds up no report; Lambda's least concurrency, 2
+    [probes] = [s for _, _, s in queues if getatt_target(s["Queue"]) == "ProbeQueue"]
+    assert probes["BatchSize"] <= 10 and probes["ScalingConfig"]["MaximumConcurrency"] == 2
 
 
 def test_status_capacity_is_parameters_within_what_lambda_accepts() -> None:
@@ -255,10 +260,11 @@ def test_status_capacity_is_parameters_within_what_lambda_accepts() -> None:
 
 
 def test_status_queue_outlasts_six_record_status_timeouts_and_redrives_to_its_dlq() -> None:
-    [(function, _, source)] = list(events_of("SQS"))
-    queue = props(getatt_target(source["Queue"]) or "")
-    assert queue["VisibilityTimeout"] >= 6 * function_setting(function, "Timeout")
-    assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["StatusDLQ", "Arn"]}, "maxReceiveCount": 5}
+    for function, _, source in events_of("SQS"):
+        queue = props(getatt_target(source["Queue"]) or "")
+        assert queue["VisibilityTimeout"] >= 6 * function_setting(function, "Timeout")
+        assert queue["RedrivePolicy"] == {"deadLetterTargetArn": {"Fn::GetAtt": ["StatusDLQ", "Arn"]},
+                                          "maxReceiveCount": 5}
 
 
 @pytest.mark.parametrize(

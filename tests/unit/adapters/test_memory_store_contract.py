@@ -16,12 +16,12 @@ from moto import mock_aws
 
 from prewarm.adapters import dynamodb
 from prewarm.adapters.dynamodb import DynamoJobStore
-from prewarm.adapters.sqs import NodeQueues, QueueRetryableError, StatusQueue
+from prewarm.adapters.sqs import NodeQueues, ProbeQueue, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
 from prewarm.domain.job import ApiKind, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
-from prewarm.domain.messages import CancelTask, NodePhase, PullTask, RequiredImage, RequiredImages
+from prewarm.domain.messages import CancelTask, ClusterProbe, NodePhase, PullTask, RequiredImage, RequiredImages
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.placement import ExcludedNode
@@ -33,7 +33,7 @@ from prewarm_devtools.sam.template import create_table, load_template
 from tests.support import memory_store
 from tests.support.control_plane import Store, take_node_messages
 from tests.support.manifests import job_doc
-from tests.support.memory_queues import MemorySqs, MemoryStatusQueue, MemoryTaskQueues
+from tests.support.memory_queues import MemoryProbeQueue, MemorySqs, MemoryStatusQueue, MemoryTaskQueues
 from tests.support.memory_store import MemoryJobStore
 
 REGION = "us-west-2"
@@ -493,6 +493,29 @@ def test_clusters_register_and_record_how_they_answered(store: Store) -> None:
     assert (store.delete_cluster("prod-eu"), store.delete_cluster("prod-eu")) == (True, False)
 
 
+def test_one_probe_chain_runs_per_cluster_and_only_its_probe_passes_it_on(store: Store) -> None:
+    store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    # A chain starts once; another start is refused while its probe is due, and taken once it is long overdue
+    assert store.start_probe("prod-eu", "a", due=10.0, lost_before=0.0)
+    assert not store.start_probe("prod-eu", "b", due=12.0, lost_before=2.0)
+    assert store.start_probe("prod-eu", "c", due=80.0, lost_before=11.0)
+    # Only the chain's probe passes it on, once; then it ends
+    assert not store.pass_probe("prod-eu", "a", to="x", due=90.0)
+    assert store.pass_probe("prod-eu", "c", to="d", due=90.0)
+    assert not store.pass_probe("prod-eu", "c", to="e", due=90.0)
+    assert store.pass_probe("prod-eu", "d", to=None)
+    assert store.start_probe("prod-eu", "f", due=95.0, lost_before=85.0)
+    # A registered cluster no longer stored starts none; the stack's own gets an item for its chain
+    assert not store.start_probe("gone", "g", due=10.0, lost_before=0.0)
+    assert store.get_cluster("gone") is None
+    assert store.start_probe("home", "h", due=10.0, lost_before=0.0, own=True)
+    home = store.get_cluster("home")
+    assert home is not None and home.name == "home"
+    # and the cluster's own fields are untouched by its chain
+    got = store.get_cluster("prod-eu")
+    assert got is not None and got.endpoint == "https://prod.example"
+
+
 def test_a_clusters_setup_is_recorded_and_a_cluster_recorded_before_setups_were_counts_as_installed(
         store: Store) -> None:
     store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example", setup=ClusterSetup.FAILED,
@@ -604,8 +627,9 @@ def test_a_task_reaches_the_queue_made_for_its_node_and_waits_for_a_node_without
     assert q.send_many([pull("n1", "default/other"), CancelTask(job=KEY, job_uid="u1", round=0, node="n1"),
                         pull("n2")]) == []
     got = take_node_messages(sqs, url)
-    assert [(type(m).__name__, getattr(m, "job", "")) for m in got] == [
-        ("PullTask", KEY), ("PullTask", "default/other"), ("CancelTask", KEY)]
+    # send_many sends side by side, and a standard queue keeps no order: the messages, in any order
+    assert sorted((type(m).__name__, getattr(m, "job", "")) for m in got) == sorted([
+        ("PullTask", KEY), ("PullTask", "default/other"), ("CancelTask", KEY)])
     assert take_node_messages(sqs, url) == [] and take_node_messages(sqs, q.queue_url("n2")) == []
 
 
@@ -768,3 +792,34 @@ def test_messages_handed_back_come_again_after_their_delay_and_a_refusal_is_logg
     queue.deliver_again_after([(receipts[0], 0), (receipts[1], 120), ("not-a-receipt-handle", 0)])
     assert back_now() == 1
     assert "keeps the queue's visibility timeout" in caplog.text
+
+
+@pytest.fixture(params=["sqs", "memory"])
+def probes(request: pytest.FixtureRequest) -> tuple[Any, Callable[[], list[tuple[ClusterProbe, int]]]]:
+    """(the probe queue, what it holds now and what is delayed, as (probe, delay) or (probe, -1) once visible)."""
+    if request.param == "memory":
+        memory = MemoryProbeQueue()
+        return memory, lambda: list(memory.probes)
+    client = request.getfixturevalue("aws")[1]
+    url = client.create_queue(QueueName=f"probes-{next(_tables)}")["QueueUrl"]
+
+    def held() -> list[tuple[ClusterProbe, int]]:
+        got = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        delayed = int(client.get_queue_attributes(QueueUrl=url, AttributeNames=[
+            "ApproximateNumberOfMessagesDelayed"])["Attributes"]["ApproximateNumberOfMessagesDelayed"])
+        return [(ClusterProbe.model_validate_json(m["Body"]), -1) for m in got] + [(PROBE, 900)] * delayed
+
+    return ProbeQueue(url, client=client), held
+
+
+PROBE = ClusterProbe(cluster="prod-eu", chain="c1")
+
+
+def test_a_probe_is_sent_with_its_delay_and_a_delay_past_sqs_s_900_s_is_refused(
+        probes: tuple[Any, Callable[[], list[tuple[ClusterProbe, int]]]]) -> None:
+    queue, held = probes
+    queue.send_probe(PROBE, delay=900)
+    with pytest.raises(QueueError):
+        queue.send_probe(PROBE, delay=901)
+    # Held, not received before its delay
+    assert held() == [(PROBE, 900)]

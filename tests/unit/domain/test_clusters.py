@@ -11,6 +11,7 @@ from prewarm.domain.clusters import (
     ClusterSelector,
     RegisteredCluster,
     kubernetes_version,
+    probe_delay,
     resolve_cluster,
     scoped,
     select_clusters,
@@ -138,6 +139,29 @@ def test_a_clusters_circuit_opens_on_a_failure_lets_one_trial_through_and_double
     assert again.answered() == ClusterCircuit()
     assert ClusterCircuit().failed(0.0, "429", retry_after=45).retry_at == 45.0
     assert ClusterCircuit().failed(0.0, "429", retry_after=900).retry_at == 120.0
+
+
+def test_a_probe_calls_through_an_open_circuit_at_its_first_pace_never_before_a_retry_after() -> None:
+    # Given a circuit opened three times: the other calls wait 40 s
+    circuit = ClusterCircuit().failed(0.0, "refused").failed(10.0, "refused").failed(30.0, "refused")
+    assert not circuit.allows(69.0)
+    # Then a probe may call 10 s after the last failure, not before, and the next probe 10 s after that
+    assert not circuit.allows_probe(39.9) and circuit.allows_probe(40.0)
+    probed = circuit.probe_trial(40.0)
+    assert not probed.allows_probe(49.9) and probed.allows_probe(50.0)
+    # while the other calls' spell stays as it was
+    assert probed.retry_at == circuit.retry_at and not probed.allows(69.0)
+    # A closed circuit lets probes through as any call, and a probe waits out a server's Retry-After
+    assert ClusterCircuit().allows_probe(0.0) and ClusterCircuit().probe_trial(0.0) == ClusterCircuit()
+    throttled = ClusterCircuit().failed(0.0, "429", retry_after=45)
+    assert not throttled.allows_probe(44.0) and throttled.allows_probe(45.0)
+    # and a trial of the other calls puts the next probe 10 s off
+    assert not circuit.trial(70.0).allows_probe(75.0)
+
+
+@pytest.mark.parametrize(("seconds", "delay"), [(0, 10), (10, 10), (10.2, 11), (600, 600), (5000, 900)])
+def test_a_probes_delay_is_at_least_its_period_and_at_most_sqs_s_900_s(seconds: float, delay: int) -> None:
+    assert probe_delay(seconds) == delay
 
 
 @pytest.mark.parametrize(("info", "found"), [

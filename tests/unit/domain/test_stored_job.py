@@ -230,6 +230,16 @@ def test_a_parked_job_awaits_its_plan_whatever_its_age_and_a_later_plan_is_not_p
     assert not listed.awaits_plan(T0 + 10**6)
 
 
+def test_the_plan_after_a_parked_one_is_asked_again_after_park_and_no_other() -> None:
+    parked = replace(pull_job(planned=False, generation=2), parked="2.0")
+    # Asked to plan again (its cluster answered): the plan before this one was parked
+    assert parked.replanned().asked_again_after_park and not parked.asked_again_after_park
+    # A new round, a plan two generations on, or a job never parked: not
+    assert not replace(parked.replanned(), round=1).asked_again_after_park
+    assert not parked.replanned().replanned().asked_again_after_park
+    assert not pull_job(planned=False, generation=3).asked_again_after_park
+
+
 def test_a_job_is_settled_when_it_is_not_dispatching_or_holds_no_node_waiting_or_in_flight() -> None:
     assert pull_job(counters=Counters(desired=3, succeeded=3)).is_settled
     assert not pull_job(counters=Counters(desired=3, waiting=1, succeeded=2)).is_settled

@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     from prewarm.adapters.kube import KubeCluster
     from prewarm.adapters.scheduler import SchedulerCronSchedules
     from prewarm.adapters.secrets import SecretsManagerCredentialStore, SecretsManagerMirror
-    from prewarm.adapters.sqs import NodeQueues, StatusQueue
+    from prewarm.adapters.sqs import NodeQueues, ProbeQueue, StatusQueue
     from prewarm.domain.clusters import ClusterReach, RegisteredCluster
     from prewarm.domain.job import StoredJob
     from prewarm.domain.keys import JobKey
-    from prewarm.domain.messages import Baked, FromAgent
+    from prewarm.domain.messages import Baked, StatusMessage
     from prewarm.domain.push import ImagePush
     from prewarm.domain.retry import Delivery
     from prewarm.domain.warming import SettledNodes
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from prewarm.services.jobs import Applied
     from prewarm.services.pacing import PacedQueues
     from prewarm.services.ports import ClusterApi
+    from prewarm.services.probes import Probing
     from prewarm.services.resources import SyncReport
     from prewarm.services.schedules import SweepResult, SweepSettings
     from prewarm.services.status_batches import StatusBatchOutcome
@@ -126,6 +127,30 @@ def plan_clusters() -> StackClusters:
     return bounded_clusters(plan_calls())
 
 
+@lru_cache(maxsize=1)
+def replan_clusters() -> StackClusters:
+    """The clusters as the plan of a job parked before calls them (a probe saw its cluster answer): through
+    the cluster's open circuit at its first pace, as the probe did."""
+    from dataclasses import replace
+
+    return bounded_clusters(replace(plan_calls(), probe=True))
+
+
+@lru_cache(maxsize=1)
+def probe_clusters() -> StackClusters:
+    """The clusters as a probe calls them: the status path's bounds, through an open circuit at its first pace."""
+    from dataclasses import replace
+
+    return bounded_clusters(replace(status_calls(), probe=True))
+
+
+def probing() -> Probing:
+    """Where probes of clusters are sent (the probe queue), and the clusters as they call them."""
+    from prewarm.services.probes import Probing
+
+    return Probing(probe_queue, probe_clusters())
+
+
 def own_cluster(bounded: BoundedCalls | None = None) -> KubeCluster:
     """The stack's own cluster's API, from its settings (`ClusterConfigError` when they name none)."""
     from prewarm.adapters.kube import KubeCluster
@@ -198,13 +223,15 @@ def stored_job(image: Mapping[str, Any] | None) -> StoredJob | None:
     return job_of_item(image)
 
 
-def plan_job(key: JobKey) -> PlanResult:
+def plan_job(key: JobKey, *, probing: bool = False) -> PlanResult:
     """Select the nodes of job `key` and send the first tasks, and tell the warming nodes of its cluster;
-    `TaskSendError` when a send failed."""
+    `TaskSendError` when a send failed. A job whose cluster cannot be read is parked, and its cluster probed.
+    `probing`: the job was parked before, and is asked again because its cluster answered."""
     from prewarm.services.stream import plan
 
     plan_calls().deadline.begin()
-    return plan(store(), queues(), plan_clusters(), key, now=time.time(), secrets=secret_mirror(), images=images())
+    return plan(store(), queues(), replan_clusters() if probing else plan_clusters(), key, now=time.time(),
+                secrets=secret_mirror(), images=images(), probes=probe_queue())
 
 
 def delete_job(key: JobKey) -> int:
@@ -216,7 +243,7 @@ def delete_job(key: JobKey) -> int:
     return delete(store(), queues(), plan_clusters(), key, now=time.time())
 
 
-def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequence[Delivery] = (),
+def record_status(messages: Sequence[tuple[str, StatusMessage]], deliveries: Sequence[Delivery] = (),
                   poison_ids: Sequence[str] = (), time_left: Callable[[], float] | None = None) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;
     then say when the messages handed back (those to retry, the `poison_ids` that did not parse) come again.
@@ -225,7 +252,7 @@ def record_status(messages: Sequence[tuple[str, FromAgent]], deliveries: Sequenc
 
     status_calls().deadline.begin(time_left)
     return record_status_batch(store(), queues(), status_clusters(), status_queue, messages, now=time.time(),
-                               deliveries=deliveries, poison_ids=poison_ids)
+                               deliveries=deliveries, poison_ids=poison_ids, probing=probing())
 
 
 @lru_cache(maxsize=1)
@@ -234,6 +261,14 @@ def status_queue() -> StatusQueue:
     from prewarm.adapters.sqs import StatusQueue
 
     return StatusQueue(settings().status_queue_url, client=node_queues().client)
+
+
+@lru_cache(maxsize=1)
+def probe_queue() -> ProbeQueue:
+    """The probe queue, on the task queues' SQS client."""
+    from prewarm.adapters.sqs import ProbeQueue
+
+    return ProbeQueue(settings().probe_queue_url, client=node_queues().client)
 
 
 def handle_push(push: ImagePush) -> tuple[list[Applied], list[str]]:
@@ -309,7 +344,7 @@ def sweep(time_left: Callable[[], float] | None = None) -> SweepResult:
     from prewarm.services.schedules import run_sweep
 
     return run_sweep(store(), queues(), clusters(), clock=time.time, config=sweep_settings(), secrets=secret_mirror(),
-                     budget=TimeBudget(time_left), settled=settled_nodes())
+                     budget=TimeBudget(time_left), settled=settled_nodes(), probes=probe_queue())
 
 
 def sync_resources() -> SyncReport:
@@ -363,9 +398,9 @@ def run_cron_job(cron_job: str, scheduled_time: float | None) -> RunOutcome:
 
 
 def reset() -> None:
-    for built in (store, node_queues, queues, status_queue, clusters, circuits, status_calls, status_clusters,
-                  plan_calls, plan_clusters, images, secret_mirror, registry_tokens, credential_store, settings,
-                  settled_nodes, sweep_settings, cron_schedules):
+    for built in (store, node_queues, queues, status_queue, probe_queue, clusters, circuits, status_calls,
+                  status_clusters, plan_calls, plan_clusters, replan_clusters, probe_clusters, images, secret_mirror,
+                  registry_tokens, credential_store, settings, settled_nodes, sweep_settings, cron_schedules):
         built.cache_clear()
 
 

@@ -40,6 +40,8 @@ class Settings(BaseModel):
 
     table_name: str = Field(alias="TABLE_NAME", min_length=1)
     status_queue_url: str = Field(default="", alias="STATUS_QUEUE_URL")
+    # Where the control plane probes clusters that parked jobs wait for (services/probes.py).
+    probe_queue_url: str = Field(default="", alias="PROBE_QUEUE_URL")
     node_queue_prefix: str = Field(default="prewarm", alias="NODE_QUEUE_PREFIX", pattern=r"^[A-Za-z0-9_-]+$")
     node_dlq_arn: str = Field(default="", alias="NODE_DLQ_ARN")
     secret_prefix: str = Field(default="prewarm", alias="SECRET_PREFIX")

@@ -56,15 +56,19 @@ class CircuitBreakers:
         self._circuits: dict[str, ClusterCircuit] = {}
         self._lock = threading.Lock()
 
-    def before(self, host: str) -> str | None:
-        """None when a call to `host` may go now (a trial after an open spell counts as going), else why not."""
+    def before(self, host: str, *, probe: bool = False) -> str | None:
+        """None when a call to `host` may go now (a trial after an open spell counts as going), else why not.
+        `probe`: a probe's call, at the circuit's first pace (`ClusterCircuit.allows_probe`)."""
         now = self._clock()
         with self._lock:
             circuit = self._circuits.get(host, ClusterCircuit())
-            if not circuit.allows(now):
-                return circuit.skipped(now)
-            self._circuits[host] = circuit.trial(now)
-            return None
+            if circuit.allows(now):
+                self._circuits[host] = circuit.trial(now)
+                return None
+            if probe and circuit.allows_probe(now):
+                self._circuits[host] = circuit.probe_trial(now)
+                return None
+            return circuit.skipped(now)
 
     def answered(self, host: str) -> None:
         with self._lock:
@@ -94,6 +98,9 @@ class BoundedCalls:
     timeout: tuple[float, float] = STATUS_REQUEST_TIMEOUT
     deadline: InvocationDeadline = field(default_factory=InvocationDeadline)
     breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
+    # Calls that ask whether a parked job's cluster is back (a probe, a parked job's plan again): through an
+    # open circuit at its first pace, not its doubled one.
+    probe: bool = False
 
     def before(self, host: str, who: str, what: str) -> tuple[float, float]:
         """The timeouts of a call to `host` now; `ClusterUnavailableError` when its circuit is open or the
@@ -102,7 +109,7 @@ class BoundedCalls:
         if left is not None and left <= 0:
             raise ClusterUnavailableError(f"{who} not called: this invocation's time for cluster calls is up "
                                           f"({what} not sent)")
-        if (why := self.breakers.before(host)) is not None:
+        if (why := self.breakers.before(host, probe=self.probe)) is not None:
             raise ClusterUnavailableError(why)
         if left is None:
             return self.timeout

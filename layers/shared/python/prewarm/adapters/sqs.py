@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
     CancelTask,
+    ClusterProbe,
     FromAgent,
     PullTask,
     RequiredImages,
@@ -328,3 +329,20 @@ class StatusQueue(_SqsAdapter):
             for failure in failed:
                 log.warning("a returned message keeps the queue's visibility timeout: %s: %s",
                             failure.get("Code"), failure.get("Message", ""))
+
+
+class ProbeQueue(_SqsAdapter):
+    """The probe queue: the control plane's probes of clusters that parked jobs wait for (`ClusterProbes`)."""
+
+    def __init__(self, url: str, client: Any = None) -> None:
+        self.url = url
+        self._client = client
+
+    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
+        """Sends the probe of a cluster, delivered `delay` seconds later (`DelaySeconds`: SQS takes 0 to 900)."""
+        if not self.url:
+            raise QueueError(f"cluster {probe.cluster or '(own)'} not probed: PROBE_QUEUE_URL is not set")
+        try:
+            self.client.send_message(QueueUrl=self.url, MessageBody=probe.model_dump_json(), DelaySeconds=delay)
+        except (ClientError, BotoCoreError) as e:
+            raise queue_error(e, f"send the probe of cluster {probe.cluster or '(own)'}") from e

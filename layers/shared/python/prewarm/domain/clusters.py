@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -229,6 +229,21 @@ def resolve_cluster(name: str | None, default_name: str) -> str:
 CIRCUIT_OPEN_SECONDS = 10.0
 CIRCUIT_OPEN_MOST_SECONDS = 120.0
 
+# A parked job's cluster is probed this often until it answers (`ClusterProbe`, sent with this SQS delay):
+# the circuit's shortest spell, so a probe keeps the pace of the circuit's first trial, never faster.
+PROBE_SECONDS = 10
+# SQS SendMessage: "DelaySeconds ... Valid values: 0 to 900" (15 minutes).
+SQS_MAX_DELAY_SECONDS = 900
+# A probe chain whose next probe is this long overdue is taken as lost (its send failed, its message was
+# dropped after its receives): the next park or sweep starts another. A late message of the old chain then
+# names a token no longer the cluster's, and does nothing.
+PROBE_LOST_SECONDS = 60
+
+
+def probe_delay(seconds: float = PROBE_SECONDS) -> int:
+    """The SQS delay of the next probe: `seconds` rounded up, at least `PROBE_SECONDS`, at most SQS's 900."""
+    return int(min(SQS_MAX_DELAY_SECONDS, max(PROBE_SECONDS, -(-seconds // 1))))
+
 
 @dataclass(frozen=True)
 class ClusterCircuit:
@@ -244,6 +259,9 @@ class ClusterCircuit:
     failures: int = 0
     retry_at: float = 0.0
     reason: str = ""
+    # When a probe may call though the circuit is still open: `CIRCUIT_OPEN_SECONDS` after the last failure,
+    # or after the server's Retry-After.
+    probe_at: float = 0.0
 
     @property
     def is_open(self) -> bool:
@@ -253,6 +271,18 @@ class ClusterCircuit:
         """Whether a call may be made at `now`."""
         return not self.is_open or now >= self.retry_at
 
+    def allows_probe(self, now: float) -> bool:
+        """Whether a probe may call at `now`: one call that asks whether the API is back, for jobs parked on it.
+        It keeps the circuit's first pace (never sooner than `CIRCUIT_OPEN_SECONDS` after a failure, nor
+        before a Retry-After) while the other calls' spells double, so a return is seen within a probe's
+        period, not a doubled spell's.
+
+        >>> c = ClusterCircuit().failed(0.0, "refused").failed(10.0, "refused").failed(30.0, "refused")
+        >>> c.allows(45.0), c.allows_probe(39.0), c.allows_probe(40.0)
+        (False, False, True)
+        """
+        return not self.is_open or now >= min(self.retry_at, self.probe_at)
+
     def open_seconds(self, failures: int) -> float:
         return min(CIRCUIT_OPEN_MOST_SECONDS, CIRCUIT_OPEN_SECONDS * (1 << max(0, failures - 1)))
 
@@ -260,15 +290,22 @@ class ClusterCircuit:
         """After a call failed (the API unreachable, throttling, a 5xx, access refused)."""
         failures = self.failures + 1
         wait = self.open_seconds(failures)
+        probe = CIRCUIT_OPEN_SECONDS
         if retry_after is not None:
             wait = max(wait, min(retry_after, CIRCUIT_OPEN_MOST_SECONDS))
-        return ClusterCircuit(failures, now + wait, reason)
+            probe = max(probe, min(retry_after, CIRCUIT_OPEN_MOST_SECONDS))
+        return ClusterCircuit(failures, now + wait, reason, now + probe)
 
     def trial(self, now: float) -> ClusterCircuit:
         """A call let through once the circuit's time is up: the next one waits for its answer (or as long
         again)."""
         return self if not self.is_open else ClusterCircuit(self.failures, now + self.open_seconds(self.failures),
-                                                            self.reason)
+                                                            self.reason, now + CIRCUIT_OPEN_SECONDS)
+
+    def probe_trial(self, now: float) -> ClusterCircuit:
+        """A probe let through while the circuit is open: the next probe waits as long again; the other calls'
+        spell is left as it is."""
+        return self if not self.is_open else replace(self, probe_at=now + CIRCUIT_OPEN_SECONDS)
 
     def answered(self) -> ClusterCircuit:
         """After a call was answered (whatever the answer: a 404 is an answer)."""

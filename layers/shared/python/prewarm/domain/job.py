@@ -276,9 +276,15 @@ class StoredJob:
         """Running, and its current plan waits for its cluster to answer."""
         return self.state is JobState.RUNNING and not self.is_planned and self.parked == self.plan_id
 
+    @property
+    def asked_again_after_park(self) -> bool:
+        """Whether the plan before this one was parked (`replanned` asks again once the cluster answers): this
+        one calls the cluster as the probe that saw it answer did."""
+        return self.parked == f"{self.generation - 1}.{self.round}"
+
     def awaits_plan(self, now: float) -> bool:
-        """A job the sweep asks to plan again (once its cluster answers): parked, whatever its age, or never
-        planned long after it was stored."""
+        """A job asked to plan again once its cluster answers (by the sweep; a parked one also by its cluster's
+        probes): parked, whatever its age, or never planned long after it was stored."""
         return self.is_pull_job and (self.is_parked or self.is_unplanned_for_long(now))
 
     # --- finishing --------------------------------------------------------------------------

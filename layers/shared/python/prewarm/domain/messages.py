@@ -1,8 +1,9 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
 Node queues carry `PullTask`, `CancelTask` and `RequiredImages`; the status queue carries
-`StatusReport`, `Hello`, `Warmed` and `ImageGone`. Every message has `v` (the schema version) and
-`kind`, so a reader can reject what it does not know with a clear error instead of guessing.
+`StatusReport`, `Hello`, `Warmed` and `ImageGone`; the probe queue, read by the same function, the control
+plane's own `ClusterProbe`. Every message has `v` (the schema version) and `kind`, so a reader can reject
+what it does not know with a clear error instead of guessing.
 
 Versioning: `v` changes only when an existing kind changes meaning or loses a field. A new kind, or a
 new optional field, keeps `v` but is sent only to readers that announced they take it: readers
@@ -270,10 +271,24 @@ class Baked(_Message):
     message: str = Field(default="", max_length=4096)
 
 
+class ClusterProbe(_Message, _InCluster):
+    """The control plane's own message to itself (on the probe queue, which the status function consumes too),
+    sent with a delay while a job of `cluster` is parked: is its API back? Its function GETs the cluster and,
+    when it answers, plans the parked jobs again (docs/architecture.md, "Planning never waits on another
+    cluster's records"). `chain` is the probe's token:
+    only the one the cluster's item names counts, so a duplicate delivery, or a probe anyone else sent, does
+    nothing."""
+
+    kind: Literal["probe"] = "probe"
+    chain: str = Field(min_length=1, max_length=64)
+
+
 NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
-# What node agents send on the status queue; builders add `Baked`.
+# What node agents send on the status queue; builders add `Baked`, the control plane its `ClusterProbe`s.
 FromAgent = StatusReport | Hello | Warmed | ImageGone
-AgentMessage = Annotated[FromAgent | Baked, Field(discriminator="kind")]
+AgentMessage = Annotated[FromAgent | Baked | ClusterProbe, Field(discriminator="kind")]
+# What the status function applies (a builder's `Baked` goes to the warm snapshots' bakes).
+StatusMessage = FromAgent | ClusterProbe
 
 
 
@@ -283,7 +298,7 @@ def _node_message() -> TypeAdapter[PullTask | CancelTask | RequiredImages]:
 
 
 @cache
-def _agent_message() -> TypeAdapter[FromAgent | Baked]:
+def _agent_message() -> TypeAdapter[FromAgent | Baked | ClusterProbe]:
     return TypeAdapter(AgentMessage)
 
 
@@ -295,7 +310,7 @@ def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredIma
         raise MessageError(f"invalid node message: {describe_validation_error(e, subject='message')}") from None
 
 
-def parse_agent_message(body: str | bytes) -> FromAgent | Baked:
+def parse_agent_message(body: str | bytes) -> FromAgent | Baked | ClusterProbe:
     """Parse a status-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _agent_message().validate_json(body)

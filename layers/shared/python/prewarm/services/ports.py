@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.jobs import JobState
     from prewarm.domain.keys import JobKey
     from prewarm.domain.launch_sources import LaunchSource
-    from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
+    from prewarm.domain.messages import CancelTask, ClusterProbe, PullTask, RequiredImages
     from prewarm.domain.node_queues import ProvidedQueue
     from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
@@ -227,7 +227,23 @@ class NodeItems(Protocol):
         ...
 
 
-class ClusterItems(Protocol):
+class ProbeChains(Protocol):
+    """Each cluster's one probe chain while jobs are parked on it, on the cluster's item (`probe`: the token
+    of the probe in flight, `probe_due`: when it is due): conditional writes, so one chain runs per cluster."""
+
+    def start_probe(self, name: str, token: str, *, due: float, lost_before: float, own: bool = False) -> bool:
+        """Starts cluster `name`'s chain with probe `token`, due at `due`, unless one runs (its probe due at or
+        after `lost_before`); False then, and for a registered cluster no longer stored. `own`: the stack's
+        own cluster, whose item is made if missing."""
+        ...
+
+    def pass_probe(self, name: str, token: str, *, to: str | None, due: float = 0.0) -> bool:
+        """The chain's probe `token` hands over to probe `to`, due at `due`, or ends the chain (`to` None);
+        False when `token` is not the chain's (a duplicate delivery, a chain ended or replaced)."""
+        ...
+
+
+class ClusterItems(ProbeChains, Protocol):
     """The registered clusters (`prewarm.adapters.dynamodb.clusters`)."""
 
     def put_cluster(self, cluster: RegisteredCluster) -> None: ...
@@ -294,6 +310,14 @@ class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItem
     items (`services.jobs`, `services.push`)."""
 
 
+class StreamItems(AgentItems, ProbeChains, Protocol):
+    """What the table stream's plans change, and the probe chain a parked job starts (`services.stream`)."""
+
+
+class ProbeItems(JobItems, ClusterItems, Protocol):
+    """A probe's: the parked jobs of its cluster, its chain and the cluster's health (`services.probes`)."""
+
+
 class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
     """Everything the sweep tends: jobs, node items, registered nodes and each cluster's health
     (`services.schedules.sweep`)."""
@@ -318,14 +342,18 @@ class TaskQueues(Protocol):
         ...
 
 
+class ClusterProbes(Protocol):
+    """Where the control plane sends itself a `ClusterProbe` (the probe queue: `ProbeQueue`)."""
+
+    def send_probe(self, probe: ClusterProbe, *, delay: int) -> None: ...  # delay: 0 to SQS's 900 s
+
+
 class Redelivery(Protocol):
     """The status queue as its consumer sees it: when each message a batch hands back is delivered again
     (`ChangeMessageVisibility`, the SQS adapter's `StatusQueue`). Best effort: a message whose visibility
     could not be changed comes back after the queue's own visibility timeout."""
 
-    def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None:
-        """(receipt handle, seconds) for each message."""
-        ...
+    def deliver_again_after(self, delays: Sequence[tuple[str, int]]) -> None: ...  # (receipt handle, seconds)
 
 
 class ScheduleRuns(Protocol):

@@ -42,6 +42,7 @@ from prewarm.services.ports import (
     ClusterError,
     ClusterInvalidError,
     ClusterNotFoundError,
+    ClusterProbes,
     ClusterUnavailableError,
     JobItems,
     NodeTaints,
@@ -49,10 +50,12 @@ from prewarm.services.ports import (
     ScheduledItems,
     ScheduleRuns,
     StoreConflictError,
+    StoreError,
     StoreRetryableError,
     SweepItems,
     TaskQueues,
 )
+from prewarm.services.probes import replan, start_probing
 from prewarm.services.sweep_jobs import DEFAULT_SWEEP_SETTINGS, JobSweep, sweep_jobs
 from prewarm.services.sweep_jobs import SILENT_NODE_MESSAGE as SILENT_NODE_MESSAGE
 from prewarm.services.sweep_jobs import SweepSettings as SweepSettings
@@ -134,6 +137,8 @@ class SweepResult(JobSweep):
     # Jobs never planned (their cluster could not be read, or their stream record was lost) whose cluster
     # answered this run: asked to plan again.
     replanned: list[str] = field(default_factory=list)
+    # Clusters with parked jobs that did not answer this run and had no probe chain (it was lost): one started.
+    probes_started: list[str] = field(default_factory=list)
 
 
 # Nodes read whole per run for their startup taint (the rest of the sweep reads metadata only). Once read
@@ -152,6 +157,7 @@ def sweep(
     secrets: PullSecretCleanup | None = None,
     budget: TimeBudget = UNLIMITED,
     settled: SettledNodes | None = None,
+    probes: ClusterProbes | None = None,
 ) -> SweepResult:
     """Deadlines, silent nodes, lost sends, expired items, queues of departed nodes and, given
     `secrets`, the mirrors of pull secrets no job names any more; and how each cluster answered.
@@ -195,12 +201,14 @@ def sweep(
         agents.clear()
     result.add(sweep_jobs(store, queues, jobs, now=now, config=config, agents=agents, budget=budget))
     # 3. Jobs never planned (parked: their cluster could not be read), as soon as their cluster answers,
-    # whatever their age: a plan against a cluster still down would fail again.
-    for record in (r for r in jobs if r.awaits_plan(now)):
-        if record.cluster in result.agents:
-            with contextlib.suppress(StoreConflictError):
-                store.replace_job_spec(record.replanned(), expected_hash=record.spec_hash)
-                result.replanned.append(record.key)
+    # whatever their age: a plan against a cluster still down would fail again. A probe chain does this within
+    # seconds of a return; this catches a chain lost, and starts one again for a cluster still down.
+    result.replanned = replan(store, (r for r in jobs if r.awaits_plan(now) and r.cluster in result.agents))
+    if probes is not None:
+        for cluster in sorted({r.cluster for r in jobs if r.is_parked} & set(result.unreachable)):
+            with contextlib.suppress(StoreError):  # a refused write: the next run tries again
+                if start_probing(store, probes, cluster, own_name=clusters.own_name, now=now):
+                    result.probes_started.append(cluster)
     # 4. Pull secret mirrors no job names, listed afresh: jobs expired above are gone, jobs applied meanwhile count.
     if secrets is not None:
         result.pull_secrets_deleted = secrets.cleanup(referenced_pull_secrets(store.list_jobs()))
@@ -238,13 +246,14 @@ def _sweep_clusters(store: SweepItems, queues: TaskQueues, clusters: ClusterDire
 
 def run_sweep(store: ScheduledItems, queues: TaskQueues, clusters: ClusterDirectory, *, clock: Callable[[], float],
               config: SweepSettings = DEFAULT_SWEEP_SETTINGS, secrets: PullSecretCleanup | None = None,
-              budget: TimeBudget = UNLIMITED, settled: SettledNodes | None = None) -> SweepResult:
+              budget: TimeBudget = UNLIMITED, settled: SettledNodes | None = None,
+              probes: ClusterProbes | None = None) -> SweepResult:
     """The sweep's scheduled run: `sweep`, then the run recorded; not recorded when the stack's own cluster
     failed (`ClusterUnavailableError`, after every other cluster was swept), so the schedule's retry and
     `prewarm doctor` see it."""
     started = clock()
     result = sweep(store, queues, clusters, now=started, config=config, secrets=secrets, budget=budget,
-                   settled=settled)
+                   settled=settled, probes=probes)
     raise_if_own_unreachable(result.unreachable, clusters, "swept")
     record_run(store, SWEEP, started_at=started, finished_at=clock())
     return result

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.keys import JobKey
-from prewarm.domain.messages import FromAgent, Hello, ImageGone, StatusReport, Warmed
+from prewarm.domain.messages import ClusterProbe, Hello, ImageGone, StatusMessage, StatusReport, Warmed
 from prewarm.domain.retry import Delivery, redelivery_seconds
 from prewarm.services.boot import record_warm
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
@@ -19,6 +19,7 @@ from prewarm.services.node_facts import judge_nodes
 from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
+    NodeQueueError,
     Redelivery,
     StatusItems,
     StoreConflictError,
@@ -27,6 +28,7 @@ from prewarm.services.ports import (
     TaskQueues,
     TaskSendError,
 )
+from prewarm.services.probes import ProbeOutcome, Probing, probe
 from prewarm.services.reports import WRITERS, HelloOutcome, ReportOutcome, record_reports, register_nodes
 
 log = logging.getLogger(__name__)
@@ -44,25 +46,30 @@ class StatusBatchOutcome:
     job_writes: int = 0
     # Hellos and warm-ups naming a cluster the stack does not serve (removed, or an agent's typo): dropped.
     dropped: list[str] = field(default_factory=list)
+    probes: list[ProbeOutcome] = field(default_factory=list)
 
     def add_to(self, other: StatusBatchOutcome) -> None:
-        """Adds what one part of a batch did (one cluster's messages) to the batch's `other`."""
+        """Adds what one part of a batch did (one cluster's messages, a probe) to the batch's `other`."""
         other.retry_ids += self.retry_ids
         other.hellos += self.hellos
         other.warmed += self.warmed
+        other.probes += self.probes
 
 
 def record_status(
     store: StatusItems,
     queues: TaskQueues,
     clusters: ClusterDirectory,
-    messages: Sequence[tuple[str, FromAgent]],
+    messages: Sequence[tuple[str, StatusMessage]],
     *,
     now: float,
+    probing: Probing | None = None,
 ) -> StatusBatchOutcome:
     """A batch of the status queue, keyed by message id: hellos, warm-ups and gone images one by one,
-    reports together. Hellos and warm-ups name their cluster, of `clusters` (those the stack serves); a
-    hello is registered without its cluster's API when that cannot be reached (it speaks for its node).
+    reports together; the control plane's probes of clusters parked jobs wait for (`services.probes`, given
+    `probing`; without, they are handed back). Hellos and warm-ups name their cluster, of `clusters` (those
+    the stack serves); a hello is registered without its cluster's API when that cannot be reached (it
+    speaks for its node).
 
     A hello whose cluster cannot be read is registered unverified, and how the cluster failed recorded on its
     item (`prewarm cluster list`). A hello, warm-up or gone image that fails goes back to the queue on its own;
@@ -72,10 +79,16 @@ def record_status(
     outcome = StatusBatchOutcome()
     reports: list[tuple[str, StatusReport]] = []
     by_cluster: dict[str, list[tuple[str, Hello | Warmed]]] = {}  # hellos and warm-ups: they read their cluster
+    probes: list[tuple[str, ClusterProbe]] = []
     served: dict[str, bool] = {DEFAULT_CLUSTER: True}
     for message_id, message in messages:
         if isinstance(message, StatusReport):
             reports.append((message_id, message))
+        elif isinstance(message, ClusterProbe):
+            if probing is None:
+                outcome.retry_ids.append(message_id)
+            else:
+                probes.append((message_id, message))
         elif isinstance(message, ImageGone):
             try:
                 outcome.gone.append(record_gone(store, queues, message))
@@ -95,13 +108,17 @@ def record_status(
                     message.cluster,
                 )
                 outcome.dropped.append(f"{message.cluster}:{message.node}")
-    # Each cluster's messages on a thread of their own and the reports (which read no cluster) meanwhile: an API
-    # that hangs holds up its own cluster's hellos and warm-ups only, not the rest of the batch.
-    with ThreadPoolExecutor(max(1, min(len(by_cluster), WRITERS)), thread_name_prefix="cluster") as pool:
+    # Each cluster's messages and each probe on a thread of their own and the reports (which read no cluster)
+    # meanwhile: an API that hangs holds up its own cluster's hellos, warm-ups and probe only.
+    workers = max(1, min(len(by_cluster) + len(probes), WRITERS))
+    with ThreadPoolExecutor(workers, thread_name_prefix="cluster") as pool:
         parts = [
             pool.submit(_record_cluster, store, queues, clusters, name, group, now=now)
             for name, group in by_cluster.items()
         ]
+        if probing is not None:
+            parts += [pool.submit(_probe, store, probing, message_id, message, now=now)
+                      for message_id, message in probes]
         batch = record_reports(store, queues, [r for _, r in reports], now=now) if reports else None
         for part in parts:
             part.result().add_to(outcome)
@@ -179,21 +196,34 @@ def _record_cluster(
     return outcome
 
 
+def _probe(store: StatusItems, probing: Probing, message_id: str, message: ClusterProbe, *,
+           now: float) -> StatusBatchOutcome:
+    """One probe; handed back when the table or the queue refused it (its chain waits for it)."""
+    outcome = StatusBatchOutcome()
+    try:
+        outcome.probes.append(probe(store, probing, message, now=now))
+    except (StoreError, NodeQueueError) as e:
+        log.warning("probe of cluster %s not applied yet: %s", message.cluster or "(own)", e)
+        outcome.retry_ids.append(message_id)
+    return outcome
+
+
 def record_status_batch(
     store: StatusItems,
     queues: TaskQueues,
     clusters: ClusterDirectory,
     redelivery: Callable[[], Redelivery],
-    messages: Sequence[tuple[str, FromAgent]],
+    messages: Sequence[tuple[str, StatusMessage]],
     *,
     now: float,
     deliveries: Sequence[Delivery] = (),
     poison_ids: Sequence[str] = (),
+    probing: Probing | None = None,
 ) -> StatusBatchOutcome:
     """A batch as the status function receives it: `record_status`, then the messages handed back (those
     to retry, the `poison_ids` that did not parse) told when they come again, through the queue
     `redelivery()` gives (asked for only then)."""
-    outcome = record_status(store, queues, clusters, messages, now=now)
+    outcome = record_status(store, queues, clusters, messages, now=now, probing=probing)
     if outcome.retry_ids or poison_ids:
         deliver_again(redelivery(), deliveries, retry_ids=outcome.retry_ids, poison_ids=poison_ids)
     return outcome

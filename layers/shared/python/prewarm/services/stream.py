@@ -19,32 +19,43 @@ from prewarm.services.ports import (
     Cluster,
     ClusterDirectory,
     ClusterError,
+    ClusterProbes,
     ImageMetadata,
     PullSecretMirror,
     StoreError,
+    StreamItems,
     TaskQueues,
     TaskSendError,
 )
+from prewarm.services.probes import start_probing
 from prewarm.services.warming import send_required_images
 
 log = logging.getLogger(__name__)
 
 
-def plan(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
-         secrets: PullSecretMirror | None = None, images: ImageMetadata | None = None) -> PlanResult:
+def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
+         secrets: PullSecretMirror | None = None, images: ImageMetadata | None = None,
+         probes: ClusterProbes | None = None) -> PlanResult:
     """Selects the nodes of job `key` in its cluster and sends the first tasks; after a `Never` job's
     plan, sends the warming nodes of its cluster their lists again. `TaskSendError` when a send failed.
 
     A cluster that cannot be read (its API down, throttling, denying, or not configured) does not fail the
-    plan: the job is parked at once, its message says why in one line, and the sweep asks for its plan again
-    as soon as the cluster answers. A retry would hold up every later record of the stream's shard, other
-    clusters' jobs among them.
+    plan: the job is parked at once, its message says why in one line, and, given `probes`, the cluster is
+    probed until it answers (`services.probes`), when its parked jobs are planned again (the sweep does too,
+    in its first run in which the cluster answers). A retry would hold up every later record of the stream's
+    shard, other clusters' jobs among them.
     """
     try:
         api = clusters.api(key.cluster)
         result = plan_job(store, api, queues, key, now=now, secrets=secrets, images=images)
     except ClusterError as e:
-        return park(store, key, cluster_fault(shown(key.cluster, clusters.own_name), e))
+        parked = park(store, key, cluster_fault(shown(key.cluster, clusters.own_name), e))
+        if probes is not None:
+            try:
+                start_probing(store, probes, key.cluster, own_name=clusters.own_name, now=now)
+            except StoreError as refused:  # parked all the same: the sweep starts the probes
+                log.warning("cluster %s's probes not started: %s", key.cluster or "(own)", refused)
+        return parked
     if result.changes_warming:
         result.send_failures += _warming_lists(store, queues, api, key, now=now)
     result.raise_for_send_failures()
@@ -61,7 +72,7 @@ def cluster_fault(cluster: str, error: ClusterError) -> str:
 
 def park(store: AgentItems, key: JobKey, why: str) -> PlanResult:
     """Job `key`'s current plan waits for its cluster: the job says why and that it is planned as soon as
-    the cluster answers (`StoredJob.is_parked`; the sweep asks for the plan)."""
+    the cluster answers (`StoredJob.is_parked`; a probe of the cluster, or the sweep, asks for the plan)."""
     note = f"{why}; planned as soon as it answers"
     with contextlib.suppress(StoreError):  # not parked: the sweep re-plans it later all the same (its age)
         record = store.get_job(key)

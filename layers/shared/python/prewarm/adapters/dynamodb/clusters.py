@@ -1,5 +1,5 @@
 """Registered clusters (`CLUSTER#<name>`, sort key `CLUSTER`): where each cluster's API is, its labels,
-and how it last answered the schedules that call it."""
+how it last answered the schedules that call it, and its probe chain while jobs are parked on it."""
 
 from __future__ import annotations
 
@@ -70,3 +70,26 @@ class ClusterItems(Table):
         with contextlib.suppress(StoreConflictError):
             self._update(f"record how cluster {name} answered", _pk(name), "CLUSTER", fields,
                          condition="attribute_exists(pk)")
+
+    def start_probe(self, name: str, token: str, *, due: float, lost_before: float, own: bool = False) -> bool:
+        condition = "(attribute_not_exists(#probe) OR #probe_due < :lost)"
+        fields: dict[str, Any] = {"probe": token, "probe_due": due}
+        if own:
+            fields = {"kind": "cluster", "name": name, **fields}
+        else:
+            condition += " AND attribute_exists(pk)"
+        try:
+            self._update(f"start the probes of cluster {name}", _pk(name), "CLUSTER", fields, condition=condition,
+                         values={":lost": lost_before})
+        except StoreConflictError:
+            return False
+        return True
+
+    def pass_probe(self, name: str, token: str, *, to: str | None, due: float = 0.0) -> bool:
+        fields = {"probe": to, "probe_due": due if to is not None else None}
+        try:
+            self._update(f"pass on the probe of cluster {name}", _pk(name), "CLUSTER", fields,
+                         condition="#probe = :token", values={":token": token})
+        except StoreConflictError:
+            return False
+        return True
