@@ -390,6 +390,7 @@ def describe_job(view: JobView, *, now: float) -> str:
         ("Desired", view.desired), ("Active", view.active), ("Succeeded", view.succeeded), ("Failed", view.failed),
         ("Failed Nodes", listed(view.failed_nodes) or NONE), ("Start Time", _when(r.start_time, now)),
         ("Completion Time", _when(view.completion_time, now)), ("Message", view.message),
+        *([("Wave", view.wave)] if view.wave else []),
     ]
     lines += _fields(status_pairs, "  ")
     if r.is_list_job:
@@ -479,6 +480,8 @@ class WatchState:
     silent_agents: int = 0
     # Nodes whose pull waits out a registry's 429 (their last report said so): not failing, held back.
     throttled: int = 0
+    # `seed wave: 1/2 seeds finished` or `rest: ...` for a job with a seed wave (`WaveProgress`).
+    wave: str = ""
 
     @property
     def done(self) -> int:
@@ -491,7 +494,7 @@ class WatchState:
             text += f", {human_bytes(self.bytes_done)} of {human_bytes(self.bytes_total)}"
         if self.throttled:
             text += f"; {self.throttled} throttled by the registry"
-        return text + silent_note(self.silent_agents)
+        return text + (f"; {self.wave}" if self.wave else "") + silent_note(self.silent_agents)
 
 
 class WatchDisplay:
@@ -532,7 +535,8 @@ class WatchDisplay:
                 self._console.print(f"{self.title}: {state.line()}", soft_wrap=True)
         else:
             detail = f"{state.done}/{state.desired} ({state.succeeded} ok, {state.failed} failed, " \
-                     f"{state.active} active, {state.waiting} waiting){silent_note(state.silent_agents)}"
+                     f"{state.active} active, {state.waiting} waiting)" + (f"; {state.wave}" if state.wave else "") \
+                     + silent_note(state.silent_agents)
             self._progress.update(self._tasks["nodes"], completed=state.done, total=state.desired or None,
                                   detail=detail)
             self._progress.update(

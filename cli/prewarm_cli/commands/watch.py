@@ -54,6 +54,7 @@ def watch_state(view: JobView) -> WatchState:
         silent_agents=sum(p.silent_agents for p in parts),
         throttled=sum(t.round == p.record.round and t.phase is NodePhase.PULLING and is_throttled_report(t.message)
                       for p in parts for t in p.tasks),
+        wave=", ".join(str(p.wave) for p in parts if p.wave),
     )
 
 

@@ -11,7 +11,14 @@ from pydantic import Field, field_validator, model_validator
 
 from prewarm.domain.clusters import ClusterSelector
 from prewarm.domain.images import digest_problem
-from prewarm.domain.jobs import PREWARM_API_VERSION, CompletionType, ImagePullJob, ImagePullJobTemplate, StackObject
+from prewarm.domain.jobs import (
+    PREWARM_API_VERSION,
+    CompletionType,
+    ImagePullJob,
+    ImagePullJobTemplate,
+    StackObject,
+    seed_wave_of,
+)
 from prewarm.domain.kubernetes import (
     InNamespace,
     JobValidationError,
@@ -42,6 +49,13 @@ GLOB_PATTERN = f"^{_GLOB.pattern}$"
 
 class RuleTemplateMetadata(InNamespace, WithLabels):
     """`spec.template.metadata`: where the jobs a rule creates live, and their labels/annotations."""
+
+    @field_validator("annotations")
+    @classmethod
+    def _seed_wave_is_valid(cls, annotations: dict[str, str] | None) -> dict[str, str] | None:
+        # Checked when the rule is applied, not at its first push's job.
+        seed_wave_of(annotations)
+        return annotations
 
 
 class RuleTemplate(KubernetesModel):

@@ -37,6 +37,7 @@ from prewarm.domain.status import (
     ImageListPullJobStatus,
     JobStatus,
     NodeTaskRecord,
+    WaveProgress,
     progress_message,
 )
 from prewarm.services.ports import (
@@ -348,6 +349,8 @@ class JobView:
     warm: dict[str, NodeWarm] = field(default_factory=dict)
     # Nodes Pulling whose agent has not reported for a while (`prewarm.domain.liveness`): a dead agent.
     silent_agents: int = 0
+    # Where a job with a seed wave stands (read with its tasks).
+    wave: WaveProgress | None = None
 
 
 def view_job(
@@ -408,9 +411,12 @@ def _view(store: ApplyItems, record: StoredJob, *, now: float, with_tasks: bool)
         failed_nodes = store.failed_nodes(record.key, shards=shards)
     else:
         failed_nodes = []
+    wave = (WaveProgress.of(record.seeds, {t.node: t for t in tasks if t.round == record.round})
+            if with_tasks and record.seeds else None)
     return JobView(
         record=record, desired=c.desired, active=c.active, succeeded=c.succeeded, failed=c.failed,
         failed_nodes=sorted(failed_nodes), message=message, completion_time=record.completion_time, tasks=tasks,
+        wave=wave,
         excluded=store.get_excluded(record.key, shards=shards) if with_tasks and record.shards else [],
         silent_agents=_silent(tasks, record, now) if record.is_dispatching else 0,
     )
