@@ -134,14 +134,15 @@ def test_fields_are_set_on_an_existing_job_in_the_state_asked(store: Store) -> N
     assert refusal(lambda: store.set_job_fields(KEY, {"message": "x"})) == "StoreConflictError"
     store.create_job(job())
     store.set_job_fields(KEY, {"platforms": [{"os": "linux"}], "placement_note": "n", "children": ["c"],
-                               "parked": "1.0"})
+                               "parked": "1.0", "seeds": ["n1", "n2"]})
     assert refusal(lambda: store.set_job_fields(KEY, {"round": 1}, condition_state=JobState.COMPLETED)) == (
         "StoreConflictError")
     store.set_job_fields(KEY, {"round": 1, "deleting_since": 7.0}, condition_state=JobState.RUNNING)
     store.set_job_fields(KEY, {"message": None})
     got = store.get_job(KEY)
     assert got is not None and (got.platforms, got.placement_note, got.children, got.round, got.deleting_since,
-                                got.message, got.parked) == ([{"os": "linux"}], "n", ["c"], 1, 7, "", "1.0")
+                                got.message, got.parked, got.seeds) == ([{"os": "linux"}], "n", ["c"], 1, 7, "", "1.0",
+                                                                        ["n1", "n2"])
 
 
 def test_jobs_are_listed_by_key_and_running_ones_per_cluster(store: Store) -> None:
