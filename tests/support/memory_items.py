@@ -13,7 +13,7 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterSetup, RegisteredClu
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
-from prewarm.domain.registry_budget import reserve_starts
+from prewarm.domain.registry_budget import BudgetState, RegistryBudget, reserve_starts
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.services.ports import StoreConflictError
@@ -225,7 +225,7 @@ class MemoryBudgetItems(TableItems):
     """`BudgetItems`: one item per registry budget, its GCRA arrival time written under a version."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float) -> tuple[float, ...]:
+                            burst_seconds: float, budget: RegistryBudget | None = None) -> tuple[float, ...]:
         if not costs:
             return ()
 
@@ -238,13 +238,18 @@ class MemoryBudgetItems(TableItems):
             def unchanged(item: Any) -> bool:
                 return item is None if current is None else equal(item, "version", version)
 
+            rates = BudgetState(reservation.tat, budget).fields() if budget is not None else {"tat": reservation.tat}
             self.table.update(f"reserve {len(costs)} pull starts of {key}", f"BUDGET#{key}", "BUDGET",
-                              {"tat": reservation.tat, "version": version + 1, "updated_at": now},
+                              {**rates, "version": version + 1, "updated_at": now},
                               condition=unchanged)
             return reservation.starts
 
         return retry_on_conflict(reserve, conflict=StoreConflictError, attempts=8, exhausted=lambda: (  # as the adapter
             StoreConflictError(f"the budget of {key} kept changing: 8 reservations refused")))
+
+    def get_budget(self, key: str) -> BudgetState | None:
+        item = self.table.get(f"BUDGET#{key}", "BUDGET")
+        return BudgetState.of_item(item) if item is not None else None
 
 
 # -- warm snapshots (adapters/dynamodb/snapshots.py) ------------------------------------------------

@@ -25,6 +25,7 @@ from prewarm.domain.messages import CancelTask, NodePhase, PullTask, RequiredIma
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.placement import ExcludedNode
+from prewarm.domain.registry_budget import BudgetState, RegistryBudget
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
 from prewarm.services import ports
@@ -555,6 +556,15 @@ def test_a_registry_budget_reserves_each_batch_s_starts_in_one_write_and_continu
     assert store.reserve_pull_starts("ecr:1:r", [0.5], now=5.0, burst_seconds=1.0) == (6.0,)
     assert store.reserve_pull_starts("ghcr.io", [0.5], now=5.0, burst_seconds=1.0) == (5.0,)
     assert store.reserve_pull_starts("ecr:1:r", [0.5], now=60.0, burst_seconds=1.0) == (60.0,)
+
+
+def test_a_registry_budget_keeps_the_rates_its_last_reservation_was_made_at(store: Store) -> None:
+    assert store.get_budget("ecr:1:r") is None
+    store.reserve_pull_starts("ecr:1:r", [0.5, 0.5], now=5.0, burst_seconds=0.0)
+    assert store.get_budget("ecr:1:r") == BudgetState(6.0, RegistryBudget(requests_per_second=0.0))
+    budget = RegistryBudget(requests_per_second=24.0, bytes_per_second=1e6)
+    store.reserve_pull_starts("ecr:1:r", [0.5], now=5.0, burst_seconds=0.0, budget=budget)
+    assert store.get_budget("ecr:1:r") == BudgetState(6.5, budget)
 
 
 def test_every_method_of_the_ports_is_in_the_fake_with_the_adapters_signature() -> None:

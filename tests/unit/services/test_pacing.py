@@ -67,7 +67,7 @@ def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpac
 
     class Refusing(MemoryJobStore):
         def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                                burst_seconds: float) -> tuple[float, ...]:
+                                burst_seconds: float, budget: RegistryBudget | None = None) -> tuple[float, ...]:
             raise StoreError("throttled")
 
     queues = paced(RegistryBudget(requests_per_second=1), Refusing())

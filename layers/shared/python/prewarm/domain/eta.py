@@ -80,12 +80,16 @@ class Estimate:
         return cls(None if seconds is None else float(seconds), None if bottleneck is None else Bottleneck(bottleneck),
                    str(item.get("detail", "")), float(item.get("at", 0)))
 
+    def summary(self) -> str:
+        """`1m30s (registry budget)`."""
+        return "unknown" if self.seconds is None else f"{duration(self.seconds)} ({self.bottleneck or 'none'})"
+
     def against(self, finished_at: float) -> str:
         """The estimate made at its start against how long the job took from then."""
         took = finished_at - self.at
         if self.seconds is None:
             return f"took {duration(took)}; no estimate was made"
-        return f"estimated {duration(self.seconds)} ({self.bottleneck or 'none'}), took {duration(took)}"
+        return f"estimated {self.summary()}, took {duration(took)}"
 
 
 def duration(seconds: float) -> str:
@@ -126,13 +130,15 @@ def _disk_refusals(tasks: Sequence[NodeTaskRecord]) -> str:
 
 
 def estimate(tasks: Sequence[NodeTaskRecord], *, parallelism: int, now: float,
-             budget: BudgetShare | None = None) -> Estimate:
-    """The time left for the round's node items `tasks` to finish, and what bounds it."""
+             budget: BudgetShare | None = None, waiting: int | None = None) -> Estimate:
+    """The time left for the round's node items `tasks` to finish, and what bounds it. `waiting`: how many
+    nodes wait for a slot, when `tasks` holds only the nodes in flight (else counted from `tasks`)."""
     remaining = [t for t in tasks if not t.finished]
     disk = _disk_refusals(tasks)
-    if not remaining:
+    if waiting is None:
+        waiting = sum(1 for t in remaining if t.dispatched_at is None)
+    if not remaining and not waiting:
         return Estimate(0.0, Bottleneck.NODE_DISK if disk else None, disk or "nothing left to pull", now)
-    waiting = sum(1 for t in remaining if t.dispatched_at is None)
     size = max((t.bytes_total or 0 for t in tasks), default=0)
     rate = node_rate(tasks)
     bounds: list[tuple[float, Bottleneck, str]] = []

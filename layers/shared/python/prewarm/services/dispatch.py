@@ -260,7 +260,8 @@ def _plan_round(
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks),
         extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns,
-               "placement_note": placement_note(record, selection), "seeds": selection.seeds or None},
+               "placement_note": placement_note(record, selection), "seeds": selection.seeds or None,
+               "first_estimate": None},
     )
     dispatched = record.pull_tasks(t.node for t in tasks if t.dispatched_at)
     failures = queues.send_many(dispatched)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
     from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
+    from prewarm.domain.registry_budget import BudgetState, RegistryBudget
     from prewarm.domain.schedules import ScheduleRun
     from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
 
@@ -240,9 +241,13 @@ class BudgetItems(Protocol):
     """Each registry's request budget (`prewarm.domain.registry_budget`), shared by every job and cluster."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float) -> tuple[float, ...]:
+                            burst_seconds: float, budget: RegistryBudget | None = None) -> tuple[float, ...]:
         """Start times for pulls from registry `key` costing `costs` seconds of its budget each, in one
-        write (`StoreConflictError` when other writers kept it changing)."""
+        write (`StoreConflictError` when other writers kept it changing); `budget`, the rates they are
+        reserved at, is kept with it for the ETA (`prewarm.domain.eta`)."""
+        ...
+    def get_budget(self, key: str) -> BudgetState | None:
+        """Registry `key`'s budget as its last reservation left it; None when none was made."""
         ...
 
 
@@ -276,7 +281,7 @@ class WarmingItems(JobItems, NodeItems, Protocol):
     """Running jobs and registered nodes: what a warming node must have (`services.warming`)."""
 
 
-class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
+class AgentItems(JobItems, NodeTaskItems, NodeItems, BudgetItems, Protocol):
     """Jobs, their node items and registered nodes: what agents' messages and the table stream change
     (`services.reports`, `services.stream`)."""
 
@@ -286,7 +291,8 @@ class StatusItems(AgentItems, ClusterItems, Protocol):
     (`services.status_batches.record_status`)."""
 
 
-class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, Protocol):
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, BudgetItems,
+                 Protocol):
     """Jobs, rules, warm snapshots and cron jobs as people and pushes apply them, read back with their node
     items (`services.jobs`, `services.push`)."""
 
