@@ -1,9 +1,9 @@
 """A seed wave on a local stack (issue 37, "Waves"): a rule whose jobs carry `prewarm.dev/seed-wave: "1"`
 pulls on one node per zone first, and on the other nodes only once those seeds are done.
 
-Four amd64 nodes of the local cluster's general node group in two zones (us-west-2a and us-west-2b, two
-each); a push of a small image the rule matches. Every node succeeds, the seeds are one node of each
-zone, and no other node's task was dispatched or its pull started before every seed had finished.
+Four nodes in two zones (us-west-2a and us-west-2b, two each); a push of a small image the rule matches.
+Every node succeeds, the seeds are one node of each zone, and no other node's task was dispatched or its
+pull started before every seed had finished.
 """
 
 from __future__ import annotations
@@ -16,26 +16,30 @@ import pytest
 from prewarm.domain.placement import ZONE_LABEL
 from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
+from prewarm_devtools.node.images import host_architecture
 from tests.support.local_mode import running_local_mode
 
-pytestmark = [pytest.mark.integration, pytest.mark.node,
+pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.timeout(600),
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
 
 ZONES = ["us-west-2a", "us-west-2b"]
-NODE_GROUP = {"key": "eks.amazonaws.com/nodegroup", "operator": "In", "values": ["general-amd64"]}
 
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
-    # Ten synthetic nodes: four of them are amd64 general nodes in zones a and b.
-    with running_local_mode(tmp_path_factory, "waves", nodes=10) as mode:
+    with running_local_mode(tmp_path_factory, "waves", nodes=4) as mode:
+        assert mode.kube is not None
+        # Two nodes in each of two zones, all of the pushed image's platform (the synthetic cluster spreads
+        # its nodes over three zones and two architectures).
+        nodes = sorted(mode.kube.list_objects("nodes"), key=lambda n: n["metadata"]["name"])
+        for index, node in enumerate(nodes):
+            node["metadata"]["labels"].update({ZONE_LABEL: ZONES[index % 2], "kubernetes.io/arch": host_architecture()})
+        mode.kube.seed_objects(nodes)
         apply_manifest(mode.job_store(), {
             "apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata": {"name": "waves"},
             "spec": {"repositories": ["e2e/waves"], "template": {
                 "metadata": {"namespace": "default", "annotations": {"prewarm.dev/seed-wave": "1"}},
-                "spec": {"parallelism": 10, "pullPolicy": {"timeoutSeconds": 120, "backoffLimit": 0},
-                         "selector": {"matchExpressions": [
-                             NODE_GROUP, {"key": ZONE_LABEL, "operator": "In", "values": ZONES}]}}}}},
+                "spec": {"parallelism": 10, "pullPolicy": {"timeoutSeconds": 120, "backoffLimit": 0}}}}},
             now=time.time())
         yield mode
 
