@@ -12,6 +12,7 @@ from typing import Any
 from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterSetup, RegisteredCluster, check_cluster_name, scoped
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
+from prewarm.domain.messages import MirrorConfig
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.registry_budget import BudgetState, RegistryBudget, reserve_starts
 from prewarm.domain.retry import retry_on_conflict
@@ -60,7 +61,9 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
                           cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
-                          boot=_node_boot(v.get("boot")))
+                          boot=_node_boot(v.get("boot")),
+                          mirror_config=MirrorConfig.model_validate_json(v["mirror_config"]) if v.get("mirror_config")
+                          else None)
 
 
 class MemoryNodeItems(TableItems):
@@ -71,7 +74,8 @@ class MemoryNodeItems(TableItems):
                   "labels": node.labels, "architecture": node.architecture,
                   "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
                   "warm_until": node.warm_until, "agent_version": node.agent_version or None,
-                  "unverified": node.unverified or None}
+                  "unverified": node.unverified or None,
+                  "mirror_config": node.mirror_config.model_dump_json() if node.mirror_config else None}
         if node.warm_until is not None:
             fields["warm"] = None
         self.table.update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster),

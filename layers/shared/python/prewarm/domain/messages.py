@@ -182,6 +182,19 @@ class StatusReport(_Message, JobRef):
         return phase
 
 
+class MirrorConfig(BaseModel):
+    """What the node's containerd is configured with for node-local registry mirrors (`prewarm.domain.mirrors`):
+    the mirror hosts of each registry's `hosts.toml` (by its directory name, `_default` for every registry),
+    and whether its config sets `use_local_image_pull` (None: the config could not be read)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mirrors: dict[Annotated[str, Field(max_length=255)],
+                  Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=16)]] = Field(
+        default_factory=dict, max_length=64)
+    local_image_pull: bool | None = None
+
+
 class Hello(_Message, _InCluster):
     kind: Literal["hello"] = "hello"
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
@@ -196,11 +209,14 @@ class Hello(_Message, _InCluster):
         description="the node holds the startup taint until its images are present, at the latest until then; "
                     "absent otherwise (and from agents that predate it)",
     )
+    mirror_config: MirrorConfig | None = Field(
+        default=None, description="containerd's node-local mirrors; absent from agents that predate it")
 
     @model_serializer(mode="wrap")
     def _without_absent_warm_until(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A control plane older than the field refuses a hello that has it, even as null.
-        return _without_default(_without_default(handler(self), "warm_until", None), "cluster", "")
+        data = _without_default(_without_default(handler(self), "warm_until", None), "cluster", "")
+        return _without_default(data, "mirror_config", None)
 
 
 class RequiredImage(BaseModel):

@@ -411,6 +411,7 @@ def register_nodes(
                     agent_version=h.agent_version,
                     cluster=name,
                     unverified=node in unverified,
+                    mirror_config=h.mirror_config,
                 )
             )
 
