@@ -7,8 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from prewarm.domain.messages import MirrorConfig
-from prewarm.domain.mirrors import hosts_toml_mirrors, uses_local_image_pull
+from prewarm.domain.mirrors import MirrorConfig, hosts_toml_mirrors, uses_local_image_pull
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterSetup, RegisteredCluster, check_cluster_name, scoped
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
-from prewarm.domain.messages import MirrorConfig
+from prewarm.domain.mirrors import MirrorConfig
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.registry_budget import BudgetState, RegistryBudget, reserve_starts
 from prewarm.domain.retry import retry_on_conflict

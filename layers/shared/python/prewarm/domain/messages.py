@@ -34,6 +34,7 @@ from pydantic import (
 )
 
 from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
+from prewarm.domain.mirrors import MirrorConfig
 from prewarm.domain.validation import describe_validation_error
 
 SCHEMA_VERSION = 1
@@ -180,19 +181,6 @@ class StatusReport(_Message, JobRef):
         if phase is NodePhase.WAITING:
             raise ValueError("a node reports Pulling, Succeeded, Failed or Cancelled, never Waiting")
         return phase
-
-
-class MirrorConfig(BaseModel):
-    """What the node's containerd is configured with for node-local registry mirrors (`prewarm.domain.mirrors`):
-    the mirror hosts of each registry's `hosts.toml` (by its directory name, `_default` for every registry),
-    and whether its config sets `use_local_image_pull` (None: the config could not be read)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mirrors: dict[Annotated[str, Field(max_length=255)],
-                  Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=16)]] = Field(
-        default_factory=dict, max_length=64)
-    local_image_pull: bool | None = None
 
 
 class Hello(_Message, _InCluster):

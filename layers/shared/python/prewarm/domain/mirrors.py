@@ -14,7 +14,9 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from prewarm.domain.runtimes import CONTAINERD, ContainerRuntime
 
@@ -23,6 +25,19 @@ from prewarm.domain.runtimes import CONTAINERD, ContainerRuntime
 _IMAGES_PLUGINS = ("io.containerd.cri.v1.images", "io.containerd.grpc.v1.cri")
 # The first containerd whose CRI pulls through the transfer service by default (containerd#8515).
 TRANSFER_PULL_SINCE = (2, 1, 0)
+
+
+class MirrorConfig(BaseModel):
+    """What the node's containerd is configured with for node-local registry mirrors (`prewarm.domain.mirrors`):
+    the mirror hosts of each registry's `hosts.toml` (by its directory name, `_default` for every registry),
+    and whether its config sets `use_local_image_pull` (None: the config could not be read)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mirrors: dict[Annotated[str, Field(max_length=255)],
+                  Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=16)]] = Field(
+        default_factory=dict, max_length=64)
+    local_image_pull: bool | None = None
 
 
 def hosts_toml_mirrors(text: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prewarm.domain.messages import MirrorConfig
+from prewarm.domain.mirrors import MirrorConfig
 
 
 @dataclass(frozen=True)

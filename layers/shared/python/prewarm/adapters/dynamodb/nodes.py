@@ -9,7 +9,7 @@ from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
-from prewarm.domain.messages import MirrorConfig
+from prewarm.domain.mirrors import MirrorConfig
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.services.ports import StoreConflictError
 
