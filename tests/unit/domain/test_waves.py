@@ -52,6 +52,9 @@ def test_seeds_are_the_first_k_nodes_by_name_of_each_zone_and_unlabelled_nodes_a
     assert SeedWave(1, "other").seeds(nodes, selected) == ["a-1"]
     # A selected node not among `nodes` has no labels: it is in the unlabelled domain.
     assert SeedWave(1).seeds(nodes, [*selected, "w-0"]) == ["a-1", "b-0", "w-0"]
+    # An empty value is a zone of its own, not the unlabelled nodes'.
+    assert SeedWave(1).seeds([*nodes, node("e-0", **{ZONE_LABEL: ""})], [*selected, "e-0"]) == [
+        "a-1", "b-0", "e-0", "x-0"]
 
 
 def task(node: str, phase: NodePhase) -> NodeTaskRecord:

@@ -270,9 +270,10 @@ class SeedWave:
         """The seed nodes among `selected`: the first `per_domain` by name of each value of `topology_key`;
         selected nodes without the label (or missing from `nodes`) make one domain of their own."""
         labels = {_node_name(node): _labels(node) for node in nodes}
-        domains: dict[str, list[str]] = {}
+        # None: no such label (a label's empty value is a value like any other).
+        domains: dict[str | None, list[str]] = {}
         for name in sorted(selected):
-            domains.setdefault(labels.get(name, {}).get(self.topology_key, ""), []).append(name)
+            domains.setdefault(labels.get(name, {}).get(self.topology_key), []).append(name)
         return sorted(name for names in domains.values() for name in names[: self.per_domain])
 
 
