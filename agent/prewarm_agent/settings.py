@@ -69,6 +69,8 @@ class AgentSettings(BaseModel):
     receive_wait_seconds: int = Field(default=20, alias="RECEIVE_WAIT_SECONDS", ge=0, le=20)
     registry_allowlist_csv: str = Field(default="", alias="REGISTRY_ALLOWLIST")
     registry_config_path: str = Field(default=DEFAULT_REGISTRY_CONFIG_PATH, alias="REGISTRY_CONFIG_PATH")
+    # containerd's config, read for `use_local_image_pull` only ("": not read).
+    containerd_config: str = Field(default="", alias="CONTAINERD_CONFIG")
     secret_prefix: str = Field(default="", alias="SECRET_PREFIX", pattern=SECRET_PREFIX_PATTERN)
     ecr_credentials: EcrCredentials = Field(default=EcrCredentials.SHARED, alias="ECR_CREDENTIALS")
     kube_api_endpoint: str = Field(default="", alias="KUBE_API_ENDPOINT")

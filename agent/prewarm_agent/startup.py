@@ -17,6 +17,7 @@ from prewarm_agent.clock import Clock
 from prewarm_agent.cri.errors import CriError
 from prewarm_agent.logs import NodeLogger
 from prewarm_agent.metrics import AgentMetrics
+from prewarm_agent.mirrors import read_mirror_config
 from prewarm_agent.node import NodeFacts, NodeReadError
 from prewarm_agent.reporting import StatusSink
 from prewarm_agent.settings import AgentSettings
@@ -190,6 +191,7 @@ class NodeStartup:
             agent_version=agent_version(),
             warm_until=self.hold.until if self.hold is not None else None,
             cluster=self.settings.cluster,
+            mirror_config=read_mirror_config(self.settings.registry_config_path, self.settings.containerd_config),
         )
 
     def _send_once(self, message: FromAgent, what: str) -> bool:

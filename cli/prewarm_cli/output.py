@@ -390,6 +390,7 @@ def describe_job(view: JobView, *, now: float) -> str:
         ("Desired", view.desired), ("Active", view.active), ("Succeeded", view.succeeded), ("Failed", view.failed),
         ("Failed Nodes", listed(view.failed_nodes) or NONE), ("Start Time", _when(r.start_time, now)),
         ("Completion Time", _when(view.completion_time, now)), ("Message", view.message),
+        *([("Wave", view.wave)] if view.wave else []), *_estimate_pairs(view),
     ]
     lines += _fields(status_pairs, "  ")
     if r.is_list_job:
@@ -397,6 +398,16 @@ def describe_job(view: JobView, *, now: float) -> str:
     else:
         lines += _describe_nodes(view, now=now)
     return "\n".join(lines)
+
+
+def _estimate_pairs(view: JobView) -> list[tuple[str, object]]:
+    """`ETA` while the job runs, its first estimate beside it; once it has finished, that first estimate
+    against how long it took."""
+    first = view.first_estimate
+    if view.completion_time is not None:
+        return [("Estimate at Start", first.against(view.completion_time))] if first else []
+    pairs: list[tuple[str, object]] = [("ETA", view.estimate)] if view.estimate else []
+    return pairs + ([("Estimate at Start", first.summary())] if first else [])
 
 
 def _describe_nodes(view: JobView, *, now: float) -> list[str]:
@@ -479,6 +490,10 @@ class WatchState:
     silent_agents: int = 0
     # Nodes whose pull waits out a registry's 429 (their last report said so): not failing, held back.
     throttled: int = 0
+    # `seed wave: 1/2 seeds finished` or `rest: ...` for a job with a seed wave (`WaveProgress`).
+    wave: str = ""
+    # `ETA 1m05s (registry budget)`: the time left and what bounds it (`prewarm.domain.eta`).
+    eta: str = ""
 
     @property
     def done(self) -> int:
@@ -491,7 +506,11 @@ class WatchState:
             text += f", {human_bytes(self.bytes_done)} of {human_bytes(self.bytes_total)}"
         if self.throttled:
             text += f"; {self.throttled} throttled by the registry"
-        return text + silent_note(self.silent_agents)
+        return text + self.notes()
+
+    def notes(self) -> str:
+        """The wave, the ETA and agents not reporting, each after a `; `."""
+        return "".join(f"; {note}" for note in (self.wave, self.eta) if note) + silent_note(self.silent_agents)
 
 
 class WatchDisplay:
@@ -532,7 +551,7 @@ class WatchDisplay:
                 self._console.print(f"{self.title}: {state.line()}", soft_wrap=True)
         else:
             detail = f"{state.done}/{state.desired} ({state.succeeded} ok, {state.failed} failed, " \
-                     f"{state.active} active, {state.waiting} waiting){silent_note(state.silent_agents)}"
+                     f"{state.active} active, {state.waiting} waiting){state.notes()}"
             self._progress.update(self._tasks["nodes"], completed=state.done, total=state.desired or None,
                                   detail=detail)
             self._progress.update(

@@ -65,11 +65,12 @@ class Target:
 TARGETS: dict[str, Target] = {
     "status": Target("domain/status.py", (
         "tests/unit/domain/test_status.py", "tests/unit/domain/test_status_properties.py",
-        "tests/unit/domain/test_counting_rules.py",
+        "tests/unit/domain/test_counting_rules.py", "tests/unit/domain/test_waves.py",
     )),
     "placement": Target("domain/placement.py", (
         "tests/unit/domain/test_placement.py", "tests/unit/domain/test_placement_properties.py",
         "tests/unit/domain/test_agent_placement.py", "tests/unit/domain/test_placement_rules.py",
+        "tests/unit/domain/test_waves.py",
     )),
     "images": Target("domain/images.py", (
         "tests/unit/domain/test_images.py", "tests/unit/domain/test_images_properties.py",

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
-          "agent versions", "node queues",
+          "registry mirrors", "agent versions", "node queues",
           "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
           "image credentials", "warm snapshots", "sweep", "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
@@ -104,6 +104,9 @@ def test_a_fresh_stack_is_all_ok(local: LocalMode) -> None:
     assert lines["node queues"] == "ok    node queues: 2 queues, one per node with an agent"
     assert lines["dead-letter queues"] == "ok    dead-letter queues: 5 empty"
     assert lines["registered clusters"] == "ok    registered clusters: none: the stack serves its own cluster only"
+    # The local nodes' containerd has the registry that plays ECR as a server in hosts.toml, not a mirror.
+    assert lines["registry mirrors"] == ("ok    registry mirrors: no node-local registry mirror in containerd's "
+                                         "hosts.toml on 2 nodes: every node pulls from the registry")
     assert lines["credentials"].startswith("ok    credentials: earliest expiry in 11h (")
     assert lines["daily round"].startswith("ok    daily round: not due yet (the stack is ")
 

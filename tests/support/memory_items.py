@@ -12,8 +12,9 @@ from typing import Any
 from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterSetup, RegisteredCluster, check_cluster_name, scoped
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
+from prewarm.domain.mirrors import MirrorConfig
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
-from prewarm.domain.registry_budget import reserve_starts
+from prewarm.domain.registry_budget import BudgetState, RegistryBudget, reserve_starts
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.services.ports import StoreConflictError
@@ -60,7 +61,9 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
                           cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
-                          boot=_node_boot(v.get("boot")))
+                          boot=_node_boot(v.get("boot")),
+                          mirror_config=MirrorConfig.model_validate_json(v["mirror_config"]) if v.get("mirror_config")
+                          else None)
 
 
 class MemoryNodeItems(TableItems):
@@ -71,7 +74,8 @@ class MemoryNodeItems(TableItems):
                   "labels": node.labels, "architecture": node.architecture,
                   "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
                   "warm_until": node.warm_until, "agent_version": node.agent_version or None,
-                  "unverified": node.unverified or None}
+                  "unverified": node.unverified or None,
+                  "mirror_config": node.mirror_config.model_dump_json() if node.mirror_config else None}
         if node.warm_until is not None:
             fields["warm"] = None
         self.table.update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster),
@@ -251,7 +255,8 @@ class MemoryBudgetItems(TableItems):
     """`BudgetItems`: one item per registry budget, its GCRA arrival time written under a version."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
+                            burst_seconds: float, horizon: float | None = None,
+                            budget: RegistryBudget | None = None) -> tuple[float, ...]:
         if not costs:
             return ()
 
@@ -264,13 +269,18 @@ class MemoryBudgetItems(TableItems):
             def unchanged(item: Any) -> bool:
                 return item is None if current is None else equal(item, "version", version)
 
+            rates = BudgetState(reservation.tat, budget).fields() if budget is not None else {"tat": reservation.tat}
             self.table.update(f"reserve {len(costs)} pull starts of {key}", f"BUDGET#{key}", "BUDGET",
-                              {"tat": reservation.tat, "version": version + 1, "updated_at": now},
+                              {**rates, "version": version + 1, "updated_at": now},
                               condition=unchanged)
             return reservation.starts
 
         return retry_on_conflict(reserve, conflict=StoreConflictError, attempts=8, exhausted=lambda: (  # as the adapter
             StoreConflictError(f"the budget of {key} kept changing: 8 reservations refused")))
+
+    def get_budget(self, key: str) -> BudgetState | None:
+        item = self.table.get(f"BUDGET#{key}", "BUDGET")
+        return BudgetState.of_item(item) if item is not None else None
 
 
 # -- warm snapshots (adapters/dynamodb/snapshots.py) ------------------------------------------------

@@ -108,7 +108,8 @@ def _job_item(job: StoredJob) -> dict[str, Any]:
         "start_time": job.start_time, "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
         "created_at": job.created_at, "owner": job.owner or None, "children": job.children or None,
         "pull_secret_arns": job.pull_secret_arns or None, "placement_note": job.placement_note or None,
-        "parked": job.parked or None, "awaits_replica": job.awaits_replica or None,
+        "seeds": job.seeds or None, "first_estimate": job.first_estimate or None, "parked": job.parked or None,
+        "awaits_replica": job.awaits_replica or None,
         RUNNING: _running(job.cluster) if _runs(job) else None, "cluster": job.cluster or None,
     }
 
@@ -140,6 +141,7 @@ def _job(values: Mapping[str, Any]) -> StoredJob:
         children=list(values.get("children", [])),
         pull_secret_arns=list(values.get("pull_secret_arns", [])),
         placement_note=values.get("placement_note", ""),
+        seeds=list(values.get("seeds", [])), first_estimate=values.get("first_estimate", ""),
         parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
         cluster=values.get("cluster", DEFAULT_CLUSTER),
     )

@@ -54,7 +54,16 @@ def watch_state(view: JobView) -> WatchState:
         silent_agents=sum(p.silent_agents for p in parts),
         throttled=sum(t.round == p.record.round and t.phase is NodePhase.PULLING and is_throttled_report(t.message)
                       for p in parts for t in p.tasks),
+        wave=", ".join(str(p.wave) for p in parts if p.wave),
+        eta=_eta(parts),
     )
+
+
+def _eta(parts: list[JobView]) -> str:
+    """The longest time left of the job's images (a list job's), and what bounds it; "" when unknown."""
+    known = [p.estimate for p in parts if p.estimate is not None and p.estimate.seconds and p.completion_time is None]
+    return f"ETA {max(known, key=lambda e: e.seconds or 0).summary()}" if known else ""
+
 
 
 def _finished(view: JobView) -> bool:

@@ -41,7 +41,7 @@ from prewarm_cli.doctor.identities import (
 from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
-          "agent versions", "node queues",
+          "registry mirrors", "agent versions", "node queues",
           "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
           "image credentials", "warm snapshots", "sweep", "daily round")
 
@@ -83,6 +83,7 @@ class Doctor:
                 else skipped("agent DaemonSet", unreachable)
             yield self._guarded("container runtimes", self._runtimes) if self._agents is not None \
                 else skipped("container runtimes", "the cluster's nodes are unknown (agent DaemonSet)")
+            yield self._guarded("registry mirrors", self._mirrors)
             yield self._guarded("agent versions", lambda: check_agent_versions(
                 self.store.list_nodes(), self.env.get("PREWARM_VERSION", "")))
             yield self._guarded("node queues", self._node_queues) if self._agents is not None \
@@ -184,6 +185,11 @@ class Doctor:
         assert self._agents is not None and self._nodes is not None
         needed = set(self._agents.needed)
         return check_container_runtimes([n for n in self._nodes if n["metadata"]["name"] in needed])
+
+    def _mirrors(self) -> CheckResult:
+        from prewarm_cli.doctor.runtimes import check_registry_mirrors
+
+        return check_registry_mirrors(self.store.list_nodes(), self._nodes)
 
     def _image_credentials(self, api: Any) -> CheckResult:
         from prewarm.domain.verification import pulls_with_shared_credentials

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from prewarm.domain.mirrors import NodeMirrors, judge_mirrors
+from prewarm.domain.nodes import RegisteredNode
 from prewarm.domain.runtimes import ContainerRuntime, RuntimeVersionError
 from prewarm_cli.doctor.checks import CheckResult, skipped
 from prewarm_cli.output import listed
@@ -51,3 +53,22 @@ def check_container_runtimes(nodes: Sequence[Mapping[str, Any]]) -> CheckResult:
     where = listed([f"{node} ({version})" for node, version in sorted(cannot_pin.items())])
     return CheckResult(NAME, True, f"{counts}; pinning cannot work on {len(cannot_pin)}: {where}", PIN_FIX,
                        warning=True)
+
+
+MIRRORS = "registry mirrors"
+
+
+def check_registry_mirrors(registered: Sequence[RegisteredNode],
+                           nodes: Sequence[Mapping[str, Any]] | None) -> CheckResult:
+    """Node-local mirrors in the agents' containerd config (their hellos), and a warning where containerd
+    2.1+ ignores them (`prewarm.domain.mirrors`); `nodes`: the cluster's, for their runtime versions."""
+    reporting = [n for n in registered if n.mirror_config is not None]
+    if not reporting:
+        return skipped(MIRRORS, "no agent has reported its containerd's registry config (agents older than "
+                                "the report, or none said hello)")
+    runtimes = {str(n["metadata"]["name"]): runtime for n in nodes or ()
+                if isinstance(runtime := _runtime(n), ContainerRuntime)}
+    finding = judge_mirrors([NodeMirrors(n.name, n.mirror_config.mirrors, n.mirror_config.local_image_pull,
+                                         runtimes.get(n.name)) for n in reporting if n.mirror_config is not None],
+                            reported=len(reporting))
+    return CheckResult(MIRRORS, True, finding.text, finding.fix, warning=finding.warning)

@@ -25,6 +25,7 @@ from prewarm.domain.messages import CancelTask, ClusterProbe, NodePhase, PullTas
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.domain.placement import ExcludedNode
+from prewarm.domain.registry_budget import BudgetState, RegistryBudget
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
 from prewarm.services import ports
@@ -134,14 +135,15 @@ def test_fields_are_set_on_an_existing_job_in_the_state_asked(store: Store) -> N
     assert refusal(lambda: store.set_job_fields(KEY, {"message": "x"})) == "StoreConflictError"
     store.create_job(job())
     store.set_job_fields(KEY, {"platforms": [{"os": "linux"}], "placement_note": "n", "children": ["c"],
-                               "parked": "1.0"})
+                               "parked": "1.0", "seeds": ["n1", "n2"]})
     assert refusal(lambda: store.set_job_fields(KEY, {"round": 1}, condition_state=JobState.COMPLETED)) == (
         "StoreConflictError")
     store.set_job_fields(KEY, {"round": 1, "deleting_since": 7.0}, condition_state=JobState.RUNNING)
     store.set_job_fields(KEY, {"message": None})
     got = store.get_job(KEY)
     assert got is not None and (got.platforms, got.placement_note, got.children, got.round, got.deleting_since,
-                                got.message, got.parked) == ([{"os": "linux"}], "n", ["c"], 1, 7, "", "1.0")
+                                got.message, got.parked, got.seeds) == ([{"os": "linux"}], "n", ["c"], 1, 7, "", "1.0",
+                                                                        ["n1", "n2"])
 
 
 def test_jobs_are_listed_by_key_and_running_ones_per_cluster(store: Store) -> None:
@@ -585,6 +587,15 @@ def test_a_registry_budget_reserves_no_start_beyond_the_horizon(store: Store) ->
     # The pull held back took none of the budget: the next batch starts where the third one ended
     assert store.reserve_pull_starts("ecr:1:h", [400.0] * 2, now=0.0, burst_seconds=0.0, horizon=900.0) == ()
     assert store.reserve_pull_starts("ecr:1:h", [1.0], now=500.0, burst_seconds=0.0, horizon=900.0) == (1200.0,)
+
+
+def test_a_registry_budget_keeps_the_rates_its_last_reservation_was_made_at(store: Store) -> None:
+    assert store.get_budget("ecr:1:r") is None
+    store.reserve_pull_starts("ecr:1:r", [0.5, 0.5], now=5.0, burst_seconds=0.0)
+    assert store.get_budget("ecr:1:r") == BudgetState(6.0, RegistryBudget(requests_per_second=0.0))
+    budget = RegistryBudget(requests_per_second=24.0, bytes_per_second=1e6)
+    store.reserve_pull_starts("ecr:1:r", [0.5], now=5.0, burst_seconds=0.0, budget=budget)
+    assert store.get_budget("ecr:1:r") == BudgetState(6.5, budget)
 
 
 def test_every_method_of_the_ports_is_in_the_fake_with_the_adapters_signature() -> None:

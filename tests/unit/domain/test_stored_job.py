@@ -403,3 +403,9 @@ def test_a_replanned_job_is_the_same_spec_at_the_next_generation() -> None:
     job = pull_job(generation=4, round=2)
     again = job.replanned()
     assert (again.generation, again.round, again.manifest) == (5, 2, job.manifest) and not again.is_planned
+
+
+def test_a_new_job_has_no_seeds_and_no_first_estimate_until_its_plan_and_progress_give_them() -> None:
+    job = pull_job(planned=False)
+    assert (job.seeds, job.first_estimate) == ([], "")
+    assert not job.seeds and not job.first_estimate

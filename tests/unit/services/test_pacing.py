@@ -67,7 +67,8 @@ def test_no_budget_sends_at_once_and_a_budget_that_cannot_be_written_sends_unpac
 
     class Refusing(MemoryJobStore):
         def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                                burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
+                                burst_seconds: float, horizon: float | None = None,
+                                budget: RegistryBudget | None = None) -> tuple[float, ...]:
             raise StoreError("throttled")
 
     queues = paced(RegistryBudget(requests_per_second=1), Refusing())

@@ -80,6 +80,10 @@ class StoredJob:
     # What its last plan adds to its message: named nodes it left out, or that it could not leave out
     # the nodes no agent runs on (the agent DaemonSet unread).
     placement_note: str = ""
+    # The round's seed nodes (`prewarm.dev/seed-wave`), chosen at its plan: the rest wait until they finish.
+    seeds: list[str] = field(default_factory=list)
+    # The round's first ETA (`prewarm.domain.eta.Estimate`, as JSON), kept at its first byte progress.
+    first_estimate: str = ""
     # The plan (`plan_id`) that could not be made because the job's cluster could not be read: the job waits,
     # and is planned again as soon as its cluster answers (a later generation or round is another plan).
     parked: str = ""

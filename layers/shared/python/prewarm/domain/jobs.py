@@ -39,7 +39,7 @@ from prewarm.domain.kubernetes import (
     dns1123_subdomain_problem,
     raise_problems,
 )
-from prewarm.domain.placement import NodeSelector, Placement
+from prewarm.domain.placement import SEED_WAVE_ANNOTATION, NodeSelector, Placement, SeedWave
 
 KRUISE_API_VERSIONS = ("apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1")
 PREWARM_API_VERSION = "prewarm.dev/v1alpha1"
@@ -345,6 +345,12 @@ class NamespacedManifest(KubernetesModel):
         return job_key(self.metadata.namespace, self.metadata.name)
 
 
+def seed_wave_of(annotations: Mapping[str, str] | None) -> SeedWave | None:
+    """The seed wave an object's annotations ask for (`prewarm.dev/seed-wave`), None when they do not."""
+    value = (annotations or {}).get(SEED_WAVE_ANNOTATION)
+    return None if value is None else SeedWave.parse(value)
+
+
 class _Job(NamespacedManifest):
     api_version: JobApiVersion
     kind: str
@@ -356,12 +362,18 @@ class _Job(NamespacedManifest):
         value = (metadata.annotations or {}).get(PIN_ANNOTATION)
         if value is not None and value not in ("true", "false"):
             raise ValueError(f'annotations.{PIN_ANNOTATION}: must be "true" or "false", not {value!r}')
+        seed_wave_of(metadata.annotations)
         return metadata
 
     @property
     def pin(self) -> bool:
         """Whether the agents pin the image (annotation `prewarm.dev/pin: "true"`)."""
         return (self.metadata.annotations or {}).get(PIN_ANNOTATION) == "true"
+
+    @property
+    def seed_wave(self) -> SeedWave | None:
+        """The job's seed wave (annotation `prewarm.dev/seed-wave`), None without one."""
+        return seed_wave_of(self.metadata.annotations)
 
     @property
     def placement(self) -> Placement:

@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
+from prewarm.domain.mirrors import MirrorConfig
 from prewarm.domain.validation import describe_validation_error
 
 SCHEMA_VERSION = 1
@@ -197,11 +198,14 @@ class Hello(_Message, _InCluster):
         description="the node holds the startup taint until its images are present, at the latest until then; "
                     "absent otherwise (and from agents that predate it)",
     )
+    mirror_config: MirrorConfig | None = Field(
+        default=None, description="containerd's node-local mirrors; absent from agents that predate it")
 
     @model_serializer(mode="wrap")
     def _without_absent_warm_until(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A control plane older than the field refuses a hello that has it, even as null.
-        return _without_default(_without_default(handler(self), "warm_until", None), "cluster", "")
+        data = _without_default(_without_default(handler(self), "warm_until", None), "cluster", "")
+        return _without_default(data, "mirror_config", None)
 
 
 class RequiredImage(BaseModel):

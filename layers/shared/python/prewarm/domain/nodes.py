@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prewarm.domain.mirrors import MirrorConfig
+
 
 @dataclass(frozen=True)
 class NodeWarm:
@@ -63,3 +65,5 @@ class RegisteredNode:
     unverified: bool = False
     # Its required images at its first hello, and which were present at boot (None: not recorded yet).
     boot: NodeBoot | None = None
+    # Its containerd's node-local mirrors, as its last hello said (None: an agent too old to say).
+    mirror_config: MirrorConfig | None = None

@@ -15,6 +15,7 @@ from prewarm.domain.kubernetes import (
     LabelSelector,
     NamesOrLabelSelector,
     dns1123_subdomain_problem,
+    qualified_name_problem,
     requirement_holds,
 )
 
@@ -33,6 +34,9 @@ FARGATE_NODE = "Fargate node: no node containerd for the agent"
 WINDOWS_NODE = "Windows node: the agent runs on Linux nodes only"
 # A node the agent DaemonSet's pod template does not fit: the DaemonSet controller puts no agent there.
 NO_AGENT_HERE = "no agent runs here"
+# A job's seed wave (docs/job-spec.md, "Waves"): an annotation, which Kruise's schema keeps verbatim.
+SEED_WAVE_ANNOTATION = "prewarm.dev/seed-wave"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 # The taint new nodes join with until their agent has warmed them (docs/agent.md, "Startup taint").
 DEFAULT_TAINT_KEY = "prewarm.dev/warming"
 
@@ -105,6 +109,7 @@ class NodeSelection:
     selected: list[str]
     excluded: list[ExcludedNode]
     unchecked: str = ""
+    seeds: list[str] = field(default_factory=list)
 
 
 def _get(obj: Mapping[str, Any], *path: str) -> Any:
@@ -232,6 +237,44 @@ def evaluate_nodes(
     return NodeSelection(selected=selected, excluded=excluded)
 
 
+
+# --- Waves -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeedWave:
+    """`prewarm.dev/seed-wave: "<k>[ per <label key>]"`: the job pulls first on `per_domain` nodes of each
+    value of `topology_key` (the zone by default), and on the rest once every seed has finished, so that a
+    node-local mirror (Spegel, Dragonfly) serves the rest from peers."""
+
+    per_domain: int
+    topology_key: str = ZONE_LABEL
+
+    @classmethod
+    def parse(cls, text: str) -> SeedWave:
+        """Parse the annotation's value; a `ValueError` names the annotation and what is wrong."""
+        where = f"annotations.{SEED_WAVE_ANNOTATION}"
+        count, per, key = text.partition(" per ")
+        if not (count.isascii() and count.isdigit()) or int(count) < 1:
+            raise ValueError(f'{where}: {text!r} must be "<k>" or "<k> per <label key>" with k a whole number '
+                             f'of at least 1, e.g. "1 per {ZONE_LABEL}"')
+        key = key.strip() if per else ZONE_LABEL
+        if (problem := qualified_name_problem(key)) is not None:
+            raise ValueError(f"{where}: label {problem}")
+        return cls(int(count), key)
+
+    def __str__(self) -> str:
+        return f"{self.per_domain} per {self.topology_key}"
+
+    def seeds(self, nodes: Iterable[Mapping[str, Any]], selected: Iterable[str]) -> list[str]:
+        """The seed nodes among `selected`: the first `per_domain` by name of each value of `topology_key`;
+        selected nodes without the label (or missing from `nodes`) make one domain of their own."""
+        labels = {_node_name(node): _labels(node) for node in nodes}
+        # None: no such label (a label's empty value is a value like any other).
+        domains: dict[str | None, list[str]] = {}
+        for name in sorted(selected):
+            domains.setdefault(labels.get(name, {}).get(self.topology_key), []).append(name)
+        return sorted(name for names in domains.values() for name in names[: self.per_domain])
 
 
 def named_exclusions(placement: Placement, excluded: Sequence[ExcludedNode]) -> str:

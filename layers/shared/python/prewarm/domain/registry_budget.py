@@ -131,6 +131,28 @@ class RegistryBudget:
 
 
 @dataclass(frozen=True)
+class BudgetState:
+    """A registry's budget as its last reservation left it: its theoretical arrival time `tat` (the budget
+    is spent until then) and the rates that reservation was made at."""
+
+    tat: float
+    budget: RegistryBudget
+
+    def fields(self) -> dict[str, float | None]:
+        """The budget item's fields besides its key and version."""
+        return {"tat": self.tat, "requests_per_second": self.budget.requests_per_second,
+                "bytes_per_second": self.budget.bytes_per_second}
+
+    @classmethod
+    def of_item(cls, item: Mapping[str, object]) -> BudgetState:
+        """From a budget item; one written before the rates were (by an older stack) reads as unpaced."""
+        rate, byte_rate = item.get("requests_per_second"), item.get("bytes_per_second")
+        return cls(float(str(item["tat"])), RegistryBudget(
+            requests_per_second=float(str(rate)) if rate is not None else 0.0,
+            bytes_per_second=float(str(byte_rate)) if byte_rate is not None else None))
+
+
+@dataclass(frozen=True)
 class Reservation:
     """Start times for a batch of pulls, in order, and the budget's new theoretical arrival time."""
 

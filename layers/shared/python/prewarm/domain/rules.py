@@ -18,6 +18,7 @@ from prewarm.domain.jobs import (
     ImagePullJob,
     ImagePullJobTemplate,
     StackObject,
+    seed_wave_of,
 )
 from prewarm.domain.kubernetes import (
     InNamespace,
@@ -50,6 +51,13 @@ GLOB_PATTERN = f"^{_GLOB.pattern}$"
 
 class RuleTemplateMetadata(InNamespace, WithLabels):
     """`spec.template.metadata`: where the jobs a rule creates live, and their labels/annotations."""
+
+    @field_validator("annotations")
+    @classmethod
+    def _seed_wave_is_valid(cls, annotations: dict[str, str] | None) -> dict[str, str] | None:
+        # Checked when the rule is applied, not at its first push's job.
+        seed_wave_of(annotations)
+        return annotations
 
 
 class RuleTemplate(KubernetesModel):

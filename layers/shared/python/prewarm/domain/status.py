@@ -115,6 +115,37 @@ FAILED_PHASES = frozenset({NodePhase.FAILED, NodePhase.CANCELLED})
 COUNTERS = ("desired", "waiting", "active", "succeeded", "failed")
 
 
+@dataclass(frozen=True)
+class WaveProgress:
+    """Where a job with a seed wave stands: its seeds, and how many have finished and succeeded.
+
+    The rest of the nodes start once every seed has finished, succeeded or failed (after its retries): a
+    failed seed only means its domain's other nodes pull from the registry, as they would without waves.
+    A seed no longer in the round (deselected, gone) counts as finished, so it holds nothing back.
+    """
+
+    seeds: int
+    finished: int
+    succeeded: int
+
+    @classmethod
+    def of(cls, seeds: Sequence[str], tasks: Mapping[str, NodeTaskRecord]) -> WaveProgress:
+        """From the seeds' node items of the round (`tasks`, by node)."""
+        present = [tasks[s] for s in seeds if s in tasks]
+        finished = len(seeds) - len(present) + sum(1 for t in present if t.finished)
+        return cls(len(seeds), finished, sum(1 for t in present if t.phase is NodePhase.SUCCEEDED))
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the rest of the nodes may start."""
+        return self.finished >= self.seeds
+
+    def __str__(self) -> str:
+        if not self.seeded:
+            return f"seed wave: {self.finished}/{self.seeds} seeds finished"
+        return f"rest: {self.succeeded}/{self.seeds} seeds succeeded"
+
+
 @dataclass
 class Counters:
     """A job round's counters: `desired = waiting + active + succeeded + failed` always holds.

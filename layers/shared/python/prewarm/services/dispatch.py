@@ -22,7 +22,7 @@ from prewarm.domain.messages import NodePhase
 from prewarm.domain.placement import AgentPlacement, NodeSelection, evaluate_nodes, named_exclusions
 from prewarm.domain.registry_budget import ecr_image_id, unknown_layers_note
 from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
-from prewarm.domain.status import Counters, NodeTaskRecord
+from prewarm.domain.status import Counters, NodeTaskRecord, WaveProgress
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
 from prewarm.services.ports import (
     Cluster,
@@ -109,7 +109,9 @@ def select(cluster: Cluster, record: StoredJob) -> NodeSelection:
         nodes = cluster.list_nodes()
     agents, unchecked = agent_placement(cluster)
     selection = evaluate_nodes(job.placement, nodes, pods, platforms=record.image_platforms(), agents=agents)
-    return replace(selection, unchecked=unchecked)
+    wave = job.seed_wave
+    seeds = wave.seeds(nodes, selection.selected) if wave is not None else []
+    return replace(selection, unchecked=unchecked, seeds=seeds)
 
 
 def _nodes_by_name(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
@@ -242,10 +244,12 @@ def _plan_round(
     the tasks are sent only after the counters are committed, and re-sent by a retry if that fails.
     """
     key = record.key
-    parallelism = job.spec.parallelism
+    # With a seed wave only seeds start now; `fill_slots` starts the rest once every seed has finished.
+    first = selection.seeds or selection.selected
+    starting = set(first[: job.spec.parallelism])
     tasks = [
-        NodeTaskRecord(node=n, round=record.round, updated_at=now, dispatched_at=now if i < parallelism else None)
-        for i, n in enumerate(selection.selected)
+        NodeTaskRecord(node=n, round=record.round, updated_at=now, dispatched_at=now if n in starting else None)
+        for n in selection.selected
     ]
     chosen = set(selection.selected)
     stale = [t.node for t in existing if t.node not in chosen]
@@ -264,7 +268,8 @@ def _plan_round(
     store.commit_plan(
         key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks),
         extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns,
-               "placement_note": placement_note(record, selection, note), **_layers_field(record)},
+               "placement_note": placement_note(record, selection, note), "seeds": selection.seeds or None,
+               "first_estimate": None, **_layers_field(record)},
     )
     dispatched = record.pull_tasks(t.node for t in tasks if t.dispatched_at)
     failures = queues.send_many(dispatched)
@@ -426,9 +431,13 @@ def fill_slots(
     free = parallelism - record.counters.active
     fruitless = refused = 0
     while free > 0 and record.counters.waiting > 0 and fruitless < 3:
-        # The index is eventually consistent: a listed node may be claimed already; the claim re-checks.
-        candidates = store.waiting_nodes(key, limit=min(free, MAX_CLAIMS_PER_TRANSACTION), shards=record.ref.shards,
-                                         start=rng.randrange(max(1, record.ref.shards)))
+        seeds = waiting_seeds(store, record)
+        if seeds is not None:
+            candidates = seeds[: min(free, MAX_CLAIMS_PER_TRANSACTION)]
+        else:
+            # The index is eventually consistent: a listed node may be claimed already; the claim re-checks.
+            candidates = store.waiting_nodes(key, limit=min(free, MAX_CLAIMS_PER_TRANSACTION),
+                                             shards=record.ref.shards, start=rng.randrange(max(1, record.ref.shards)))
         if not candidates:
             break
         claimed: list[str] | None
@@ -455,6 +464,26 @@ def fill_slots(
         record = fresh
         free = parallelism - record.counters.active
     return result
+
+
+def _seed_tasks(store: PlanItems, record: StoredJob) -> dict[str, NodeTaskRecord]:
+    return {n: t for n, t in store.get_tasks_of(record.ref, record.seeds).items() if t.round == record.round}
+
+
+def wave_progress(store: PlanItems, record: StoredJob) -> WaveProgress | None:
+    """Where the job's seed wave stands, from its seeds' node items; None for a job without one."""
+    return WaveProgress.of(record.seeds, _seed_tasks(store, record)) if record.seeds else None
+
+
+def waiting_seeds(store: PlanItems, record: StoredJob) -> list[str] | None:
+    """While the job's seed wave runs, its seeds still waiting for a slot (the only nodes that may start);
+    None once every seed has finished, or for a job without a seed wave."""
+    if not record.seeds:
+        return None
+    tasks = _seed_tasks(store, record)
+    if WaveProgress.of(record.seeds, tasks).seeded:
+        return None
+    return [n for n, t in sorted(tasks.items()) if t.phase is NodePhase.WAITING and t.dispatched_at is None]
 
 
 def finish_if_done(store: PlanItems, key: str, *, now: float) -> bool:

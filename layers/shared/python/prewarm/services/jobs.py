@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.cronjobs import AdvancedCronJob
+from prewarm.domain.eta import Estimate
 from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import (
     PREWARM_API_VERSION,
@@ -38,8 +39,10 @@ from prewarm.domain.status import (
     ImageListPullJobStatus,
     JobStatus,
     NodeTaskRecord,
+    WaveProgress,
     progress_message,
 )
+from prewarm.services.eta import first_estimate, job_estimate
 from prewarm.services.ports import (
     ApplyItems,
     PlanItems,
@@ -351,6 +354,10 @@ class JobView:
     warm: dict[str, NodeWarm] = field(default_factory=dict)
     # Nodes Pulling whose agent has not reported for a while (`prewarm.domain.liveness`): a dead agent.
     silent_agents: int = 0
+    # Where a job with a seed wave stands, and the round's ETA (read with its tasks); its first ETA, kept.
+    wave: WaveProgress | None = None
+    estimate: Estimate | None = None
+    first_estimate: Estimate | None = None
 
 
 def view_job(
@@ -413,9 +420,13 @@ def _view(store: ApplyItems, record: StoredJob, *, now: float, with_tasks: bool)
         failed_nodes = store.failed_nodes(record.key, shards=shards)
     else:
         failed_nodes = []
+    wave = (WaveProgress.of(record.seeds, {t.node: t for t in tasks if t.round == record.round})
+            if with_tasks and record.seeds else None)
     return JobView(
         record=record, desired=c.desired, active=c.active, succeeded=c.succeeded, failed=c.failed,
         failed_nodes=sorted(failed_nodes), message=message, completion_time=record.completion_time, tasks=tasks,
+        wave=wave, first_estimate=first_estimate(record) if record.is_pull_job else None,
+        estimate=job_estimate(store, record, tasks, now=now) if with_tasks and record.is_pull_job else None,
         excluded=store.get_excluded(record.key, shards=shards) if with_tasks and record.shards else [],
         silent_agents=_silent(tasks, record, now) if record.is_dispatching else 0,
     )

@@ -69,7 +69,7 @@ class PacedQueues:
             costs = [budget.pull_seconds(t.layers, t.size_bytes) for _, t in tasks]
             try:
                 starts = self.budgets.reserve_pull_starts(key, costs, now=now, burst_seconds=budget.burst_seconds,
-                                                          horizon=MAX_SEND_DELAY_SECONDS)
+                                                          horizon=MAX_SEND_DELAY_SECONDS, budget=budget)
             except StoreError as e:
                 log.warning("registry budget of %s not reserved, %d pulls start unpaced: %s", key, len(costs), e)
                 continue

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
     from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
+    from prewarm.domain.registry_budget import BudgetState, RegistryBudget
     from prewarm.domain.schedules import ScheduleRun
     from prewarm.domain.snapshots import AmiFamily
     from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
@@ -258,11 +259,12 @@ class BudgetItems(Protocol):
     """Each registry's request budget (`prewarm.domain.registry_budget`), shared by every job and cluster."""
 
     def reserve_pull_starts(self, key: str, costs: Sequence[float], *, now: float,
-                            burst_seconds: float, horizon: float | None = None) -> tuple[float, ...]:
-        """Start times for pulls from registry `key` costing `costs` seconds of its budget each, in one
-        write (`StoreConflictError` when other writers kept it changing); with `horizon`, of the first ones
-        that start within `horizon` seconds only."""
+                            burst_seconds: float, horizon: float | None = None,
+                            budget: RegistryBudget | None = None) -> tuple[float, ...]:
+        """Start times, in one write, for pulls from registry `key` costing `costs` seconds of its budget each
+        (only those within `horizon` s when given); `budget`, their rates, is kept for `prewarm.domain.eta`."""
         ...
+    def get_budget(self, key: str) -> BudgetState | None: ...  # as its last reservation left it
 
 
 class WarmSnapshotItems(Protocol):
@@ -295,7 +297,7 @@ class WarmingItems(JobItems, NodeItems, Protocol):
     """Running jobs and registered nodes: what a warming node must have (`services.warming`)."""
 
 
-class AgentItems(JobItems, NodeTaskItems, NodeItems, Protocol):
+class AgentItems(JobItems, NodeTaskItems, NodeItems, BudgetItems, Protocol):
     """Jobs, their node items and registered nodes: what agents' messages and the table stream change
     (`services.reports`, `services.stream`)."""
 
@@ -305,7 +307,8 @@ class StatusItems(AgentItems, ClusterItems, Protocol):
     (`services.status_batches.record_status`)."""
 
 
-class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, Protocol):
+class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, BudgetItems,
+                 Protocol):
     """Jobs, rules, warm snapshots and cron jobs as people and pushes apply them, read back with their node
     items (`services.jobs`, `services.push`)."""
 
@@ -505,9 +508,7 @@ class ClusterRoster(Protocol):
         registered with, if it was), then the registered ones."""
         ...
 
-    def serves(self, name: str) -> bool:
-        """Whether cluster `name` (`""`: the stack's own) is one the stack serves."""
-        ...
+    def serves(self, name: str) -> bool: ...  # whether the stack serves cluster `name` (`""`: its own)
 
 
 class ClusterDirectory(ClusterRoster, Protocol):
@@ -570,9 +571,7 @@ class Builders(Protocol):
     def running_builders(self) -> list[tuple[str, str, str, float]]:
         """(instance id, warm snapshot, bake id, launch time) of every builder of the stack not yet terminated."""
         ...
-    def builder_state(self, instance_id: str) -> str | None:
-        """EC2's state of a builder (`running`, `stopped`, `terminated`, ...); None while EC2 does not know it."""
-        ...
+    def builder_state(self, instance_id: str) -> str | None: ...  # EC2's (`running`, ...); None: not known yet
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str: ...
     def snapshot_of(self, bake_id: str) -> tuple[str, str] | None:
         """(snapshot id, state) of the snapshot a bake made, if any: a bake resumed finds it again."""

@@ -29,6 +29,7 @@ from prewarm.domain.retry import Backoff
 from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applied, merged, precedence, report_change
 from prewarm.services.boot import judge_boots, record_boots
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
+from prewarm.services.eta import keep_first_estimate
 from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
     AgentItems,
@@ -156,6 +157,7 @@ class _JobBatch:
         self.pending = list(indexes)
         self.freed = False  # a node finished: refill slots and see whether the job is done
         self.redelivered_final = False
+        self.record: StoredJob | None = None
         self.first: set[int] = set()  # reports that are their node's first of the round (a pull has begun)
 
     def run(self) -> None:
@@ -180,6 +182,7 @@ class _JobBatch:
                     self.result.outcomes[i] = ReportOutcome(
                         False, f"node {self.reports[i].node} kept changing", retry=True
                     )
+        self._first_estimate()
         if self.freed or self.redelivered_final:
             # Once per job per batch, and also when a redelivery finds the work written by a run that
             # crashed before refilling: finish what that run started.
@@ -197,6 +200,17 @@ class _JobBatch:
                         o.finished_job = True
                         break
 
+    def _first_estimate(self) -> None:
+        """At the round's first byte progress, its ETA is kept for `describe` to set against the outcome."""
+        record = self.record
+        if record is None or record.first_estimate or not any(
+                self.result.outcomes[i].applied and self.reports[i].bytes_done for i in self.indexes):
+            return
+        try:
+            keep_first_estimate(self.store, record, now=self.now)
+        except StoreError as e:  # only `describe`'s estimate at start is missed
+            log.warning("job %s: first estimate not kept: %s", self.key, e)
+
     def _finish_later(self, refusal: StoreRetryableError) -> None:
         """The refill or the completion was refused for now: the job's final reports go back to the queue,
         and delivered again they find their nodes final and do what is left (`redelivered_final`); the
@@ -210,7 +224,7 @@ class _JobBatch:
                 o.retry, o.throttled, o.reason = True, True, f"{o.reason}; refill or completion refused: {refusal}"
 
     def _attempt(self) -> None:
-        record = self.store.get_job(self.key)
+        record = self.record = self.store.get_job(self.key)
         live = [i for i in self.pending if self._belongs(record, i)]
         self.pending = live
         if not live or record is None:
@@ -404,6 +418,7 @@ def register_nodes(
                     agent_version=h.agent_version,
                     cluster=name,
                     unverified=node in unverified,
+                    mirror_config=h.mirror_config,
                 )
             )
 

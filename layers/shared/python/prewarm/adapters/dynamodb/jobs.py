@@ -87,6 +87,7 @@ class JobItems(Table):
                 "children": job.children or None,
                 "pull_secret_arns": job.pull_secret_arns or None,
                 "placement_note": job.placement_note or None,
+                "seeds": job.seeds or None, "first_estimate": job.first_estimate or None,
                 "parked": job.parked or None, "awaits_replica": job.awaits_replica or None,
                 RUNNING: _running(job.cluster) if _runs(job) else None,
                 "cluster": job.cluster or None,
@@ -121,6 +122,7 @@ class JobItems(Table):
             children=list(values.get("children", [])),
             pull_secret_arns=list(values.get("pull_secret_arns", [])),
             placement_note=values.get("placement_note", ""),
+            seeds=list(values.get("seeds", [])), first_estimate=values.get("first_estimate", ""),
             parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
             cluster=values.get("cluster", DEFAULT_CLUSTER),
         )

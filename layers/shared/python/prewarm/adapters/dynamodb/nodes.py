@@ -9,6 +9,7 @@ from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
+from prewarm.domain.mirrors import MirrorConfig
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
 from prewarm.services.ports import StoreConflictError
 
@@ -28,7 +29,9 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
                           cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
-                          boot=_node_boot(v.get("boot")))
+                          boot=_node_boot(v.get("boot")),
+                          mirror_config=MirrorConfig.model_validate_json(v["mirror_config"]) if v.get("mirror_config")
+                          else None)
 
 
 def _node_warm(value: Any) -> NodeWarm | None:
@@ -57,7 +60,8 @@ class NodeItems(Table):
                   "labels": node.labels, "architecture": node.architecture,
                   "os": node.os, "queue_url": node.queue_url, "last_hello": node.last_hello,
                   "warm_until": node.warm_until, "agent_version": node.agent_version or None,
-                  "unverified": node.unverified or None}
+                  "unverified": node.unverified or None,
+                  "mirror_config": node.mirror_config.model_dump_json() if node.mirror_config else None}
         if node.warm_until is not None:
             fields["warm"] = None
         self._update(f"register node {scoped(node.cluster, node.name)}", node_pk(node.name, node.cluster), "NODE",
