@@ -2,7 +2,8 @@
 
 A task starts a run on a thread of its own, joins the run already going, or is answered from the
 outcome remembered; a cancel stops a run (or records one that has not come yet); a list of required
-images goes to the startup taint's hold; anything unreadable is left for the dead-letter queue.
+images goes to the startup taint's hold; a release unpins an image no job pins any more; anything
+unreadable is left for the dead-letter queue.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from prewarm.domain.messages import (
     MessageError,
     NodePhase,
     PullTask,
+    ReleaseImage,
     RequiredImages,
     StatusReport,
     parse_node_message,
 )
 from prewarm_agent.clock import Clock
+from prewarm_agent.cri.errors import CriError
+from prewarm_agent.cri.pinning import ImageNotFoundError, ImagePins
 from prewarm_agent.logs import NodeLogger
 from prewarm_agent.metrics import AgentMetrics
 from prewarm_agent.pulls import Delivery, TaskRun
@@ -113,6 +117,8 @@ class Receiver:
             self._cancel(parsed, delivery)
         elif isinstance(parsed, RequiredImages):
             self._required(parsed, delivery)
+        elif isinstance(parsed, ReleaseImage):
+            self._release(parsed, delivery)
         else:
             self._task(parsed, delivery)
 
@@ -127,6 +133,23 @@ class Receiver:
                           ", ".join(sorted({i.image for i in required.images})) or "none")
         else:
             self.log.info("an older list of required images ignored")
+        self.reports.delete([delivery])
+
+    def _release(self, release: ReleaseImage, delivery: Delivery) -> None:
+        """Takes the pin off an image no live job pins here any more. containerd unreachable: the message
+        stays, and comes back after its visibility timeout."""
+        self.metrics.messages.labels("release").inc()
+        context = {"job": release.job, "image": release.image}
+        try:
+            with ImagePins(self.settings.cri_socket) as pins:
+                records = pins.unpin(release.image)
+        except ImageNotFoundError:
+            self.log.info("image released by the job is no longer on the node", extra=context)
+        except CriError as e:
+            self.log.warning("image released by the job not unpinned yet: %s", e, extra=context)
+            return
+        else:
+            self.log.info("image unpinned (%d records): no live job pins it here", len(records), extra=context)
         self.reports.delete([delivery])
 
     def _poison(self, message: Received, reason: str) -> None:

@@ -1,6 +1,6 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
-Node queues carry `PullTask`, `CancelTask` and `RequiredImages`; the status queue carries
+Node queues carry `PullTask`, `CancelTask`, `RequiredImages` and `ReleaseImage`; the status queue carries
 `StatusReport`, `Hello`, `Warmed` and `ImageGone`. Every message has `v` (the schema version) and
 `kind`, so a reader can reject what it does not know with a clear error instead of guessing.
 
@@ -10,7 +10,9 @@ forbid unknown fields and kinds (a poison message to them), so an old agent must
 `RequiredImages` (the control plane sends it only after a hello with `warm_until`), an agent
 leaves `warm_until` out of its hello unless its node holds the startup taint, and it sends `Warmed`
 only to a control plane that sent it a `RequiredImages` (so one that reads `Warmed`). `ImageGone`
-relies on the upgrade order (docs/operations.md, "Upgrade": the stack before the agents).
+relies on the upgrade order (docs/operations.md, "Upgrade": the stack before the agents); so does
+`ReleaseImage`, which an agent older than it leaves to the dead-letter queue (its image stays pinned,
+as before).
 """
 
 from __future__ import annotations
@@ -270,7 +272,19 @@ class Baked(_Message):
     message: str = Field(default="", max_length=4096)
 
 
-NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
+class ReleaseImage(_Message, _ToNode):
+    """No live job wants `image` pinned on this node any more (`prewarm.domain.lifecycle`): the agent takes
+    its pin off. `job` is the job that let it go, for the agent's log."""
+
+    kind: Literal["release"] = "release"
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the job that ended")
+    image: str = Field(min_length=1, max_length=1024, description="the pull reference the job's tasks named")
+
+
+# What the control plane sends on node queues.
+NodeBound = PullTask | CancelTask | RequiredImages | ReleaseImage
+NodeMessage = Annotated[NodeBound, Field(discriminator="kind")]
 # What node agents send on the status queue; builders add `Baked`.
 FromAgent = StatusReport | Hello | Warmed | ImageGone
 AgentMessage = Annotated[FromAgent | Baked, Field(discriminator="kind")]
@@ -278,7 +292,7 @@ AgentMessage = Annotated[FromAgent | Baked, Field(discriminator="kind")]
 
 
 @cache
-def _node_message() -> TypeAdapter[PullTask | CancelTask | RequiredImages]:
+def _node_message() -> TypeAdapter[NodeBound]:
     return TypeAdapter(NodeMessage)
 
 
@@ -287,7 +301,7 @@ def _agent_message() -> TypeAdapter[FromAgent | Baked]:
     return TypeAdapter(AgentMessage)
 
 
-def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredImages:
+def parse_node_message(body: str | bytes) -> NodeBound:
     """Parse a node-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _node_message().validate_json(body)

@@ -39,6 +39,7 @@ from prewarm.domain.status import (
     NodeTaskRecord,
     progress_message,
 )
+from prewarm.services.lifecycle import release_pins
 from prewarm.services.ports import (
     ApplyItems,
     PlanItems,
@@ -297,7 +298,8 @@ def _in_flight(store: PlanItems, record: StoredJob) -> list[NodeTaskRecord]:
 
 
 def complete_deletion(store: PlanItems, queues: TaskQueues, key: str) -> int:
-    """The control plane's half of a delete: cancels the in-flight pulls, then removes the job's items.
+    """The control plane's half of a delete: cancels the in-flight pulls, releases the image pins no other
+    job holds (`services.lifecycle`), then removes the job's items.
 
     Safe to run again (a stream retry, the sweep): a job already gone is a no-op. Returns cancels sent.
     """
@@ -309,6 +311,7 @@ def complete_deletion(store: PlanItems, queues: TaskQueues, key: str) -> int:
     if failures:
         # Kept for a retry: once the items are gone, nobody could tell whom to cancel.
         raise TaskSendError(failures)
+    release_pins(store, queues, record)
     store.delete_job(key)
     return len(cancels)
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
     from prewarm.domain.keys import JobKey
-    from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
+    from prewarm.domain.messages import NodeBound
     from prewarm.domain.node_queues import ProvidedQueue
     from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
@@ -297,8 +297,8 @@ class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
 
 
 class TaskQueues(Protocol):
-    def send(self, message: PullTask | CancelTask | RequiredImages) -> bool: ...
-    def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]: ...
+    def send(self, message: NodeBound) -> bool: ...
+    def send_many(self, messages: Sequence[NodeBound]) -> list[tuple[str, str]]: ...
     def list_node_queues(self, cluster: str = ...) -> dict[str, str]: ...
     def owns_queue(self, url: str) -> bool: ...
     def queue_node(self, url: str) -> str | None:

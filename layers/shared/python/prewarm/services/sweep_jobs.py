@@ -27,6 +27,7 @@ from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE, NodeTaskRecord, Nod
 from prewarm.services.budget import UNLIMITED, TimeBudget, run_within
 from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched, retry_refused_write
 from prewarm.services.jobs import complete_deletion
+from prewarm.services.lifecycle import release_pins
 from prewarm.services.ports import JobItems, PlanItems, StoreConflictError, TaskQueues
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,8 @@ def sweep_job(store: PlanItems, queues: TaskQueues, record: StoredJob, *, now: f
             part.deletions_completed.append(record.key)
         return part
     if record.ttl is not None and record.ttl <= now:
-        # DynamoDB TTL deletes within days, not at the second: hide and delete it here.
+        # DynamoDB TTL deletes within days, not at the second: hide and delete it here, its pins released.
+        release_pins(store, queues, record)
         store.delete_job(record.key)
         part.expired.append(record.key)
         return part
