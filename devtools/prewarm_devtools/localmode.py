@@ -79,6 +79,7 @@ class LocalMode(LocalControl):
         startup_taint_grace_seconds: int | None = None,
         template_path: Path | None = None,
         clusters: int = 1,
+        parameters: dict[str, str] | None = None,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
@@ -91,7 +92,8 @@ class LocalMode(LocalControl):
         `template_path`: the SAM template to run instead of the project's `template.yaml` (a variant of it,
         e.g. a role without a grant, to see what AWS would refuse).
         `clusters`: how many EKS clusters the stack serves; the further ones (`local-2`...) are embedded APIs
-        with the same nodes, registered as `prewarm cluster add` registers a cluster (`localclusters`)."""
+        with the same nodes, registered as `prewarm cluster add` registers a cluster (`localclusters`).
+        `parameters`: other parameters of the template, as a deploy's overrides (e.g. ImageRemovalGraceSeconds)."""
         self.node_count = nodes
         self.kubeconfig = kubeconfig
         self.agents_enabled = agents
@@ -105,6 +107,7 @@ class LocalMode(LocalControl):
         self.control_enabled = control
         self.template_path = template_path
         self.cluster_count = clusters
+        self.parameter_overrides = dict(parameters or {})
         self.extra_clusters: dict[str, LocalCluster] = {}
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
@@ -223,6 +226,7 @@ class LocalMode(LocalControl):
         parameters["BuilderAgentImage"] = "prewarm-agent:local"
         if self.startup_taint_grace_seconds is not None:
             parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
+        parameters.update(self.parameter_overrides)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         # A message record_status hands back comes again when its visibility runs out, as on AWS.
         self.stack = LocalStack(self.aws.url, template_path=self.template_path, parameters=parameters,

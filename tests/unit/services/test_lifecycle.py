@@ -1,13 +1,23 @@
-"""Ending a pinned job sends its nodes `ReleaseImage`, unless another live job pins the same image there."""
+"""Ending a job sends its nodes `ReleaseImage` (unpin, remove after the grace period) where no other live job
+wants the same image; a push retires the digests beyond its rule's `keepDigests`; footprints are stored."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from prewarm.domain.jobs import PIN_ANNOTATION
-from prewarm.domain.messages import CancelTask, ReleaseImage
-from prewarm.services.jobs import apply_manifest, request_deletion
+import pytest
+
+from prewarm.domain.jobs import PIN_ANNOTATION, JobState
+from prewarm.domain.kubernetes import JobValidationError
+from prewarm.domain.messages import CancelTask, Footprint, ReleaseImage, RemovedImage
+from prewarm.domain.nodes import NodeFootprint, RegisteredNode
+from prewarm.domain.push import ImagePush
+from prewarm.domain.rules import KEEP_DIGESTS_MAX
+from prewarm.services.jobs import apply_manifest, complete_deletion, request_deletion
+from prewarm.services.lifecycle import record_footprint
+from prewarm.services.push import handle_push
 from prewarm.services.schedules import SweepSettings, sweep
+from prewarm.services.status_batches import record_status
 from tests.support.cluster import make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
@@ -122,3 +132,120 @@ def test_a_pinned_job_past_its_ttl_is_released_by_the_sweep(plane: ControlPlane)
     assert sweep(plane.store, plane.queues, clusters_of(plane.store), now=record.ttl + 1,
                  config=SweepSettings(prefix="pw")).expired == ["default/pinned"]
     assert sorted(releases(plane, NODES[:1])) == ["node-a"]
+
+
+# --- removal after the grace period ------------------------------------------------------------------
+
+
+def delete_with_grace(plane: ControlPlane, name: str, grace: int | None) -> None:
+    request_deletion(plane.store, "default", name, now=plane.now())
+    complete_deletion(plane.store, plane.queues, f"default/{name}", remove_after=grace)
+
+
+def test_a_deleted_jobs_image_no_other_job_wants_is_released_for_removal_after_the_grace(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:2]]
+    # Given an unpinned job on two nodes, and another job of the same image on the second
+    warm(plane, pinned_job("gone", NODES[:2], pin=False))
+    warm(plane, pinned_job("stays", NODES[1:2], pin=False))
+
+    delete_with_grace(plane, "gone", 60)
+
+    # Then only the first node is told to remove it, 60 s from now, and to unpin nothing (it was not pinned)
+    sent = releases(plane, NODES[:2])
+    assert sorted(sent) == ["node-a"]
+    assert [(m.unpin, m.remove_after) for m in sent["node-a"]] == [(False, 60)]
+
+
+def test_an_unpinned_job_keeps_a_pinned_jobs_image_but_not_its_pin(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    warm(plane, pinned_job("pinned", NODES[:1]))
+    warm(plane, pinned_job("plain", NODES[:1], pin=False))
+    delete_with_grace(plane, "pinned", 60)
+    assert [(m.unpin, m.remove_after) for m in releases(plane, NODES[:1])["node-a"]] == [(True, None)]
+
+
+def test_without_a_grace_period_an_unpinned_jobs_deletion_sends_nothing(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    warm(plane, pinned_job("plain", NODES[:1], pin=False))
+    delete_with_grace(plane, "plain", None)
+    assert releases(plane, NODES[:1]) == {}
+
+
+# --- superseded digests --------------------------------------------------------------------------------
+
+
+def push(plane: ControlPlane, digest: str, tag: str | None = "v1") -> str:
+    (applied,) = handle_push(plane.store, None, ImagePush(account="123456789012", region="us-west-2",
+                                                           repository="ml/model", digest="sha256:" + digest * 64,
+                                                           tag=tag), now=plane.now())
+    return f"{applied.namespace}/{applied.name}"
+
+
+def rule(keep: int | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"repositories": ["ml/*"]}
+    if keep is not None:
+        spec["keepDigests"] = keep
+    return {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata": {"name": "models"},
+            "spec": spec}
+
+
+def deleting(plane: ControlPlane) -> list[str]:
+    return sorted(r.key for r in plane.store.list_jobs() if r.state is JobState.DELETING)
+
+
+def test_a_push_deletes_the_jobs_of_digests_beyond_the_rules_keep_digests(plane: ControlPlane) -> None:
+    apply_manifest(plane.store, rule(keep=1), now=plane.now())
+    first, second = push(plane, "a"), push(plane, "b")
+    assert deleting(plane) == []  # one earlier digest kept
+    push(plane, "c")
+    assert deleting(plane) == [first]
+    push(plane, "c")  # the same digest again supersedes nothing more
+    assert deleting(plane) == [first]
+    assert second not in deleting(plane)
+
+
+def test_keep_digests_zero_retires_every_earlier_digest_and_other_tags_are_left_alone(plane: ControlPlane) -> None:
+    doc = rule(keep=0)
+    doc["spec"]["includeUntagged"] = True
+    apply_manifest(plane.store, doc, now=plane.now())
+    other_tag, untagged = push(plane, "d", tag="v2"), push(plane, "e", tag=None)
+    first = push(plane, "a")
+    push(plane, "b")
+    push(plane, "f", tag=None)  # an untagged push supersedes nothing
+    assert deleting(plane) == [first]
+    assert other_tag not in deleting(plane) and untagged not in deleting(plane)
+
+
+def test_the_default_keeps_one_earlier_digest(plane: ControlPlane) -> None:
+    apply_manifest(plane.store, rule(keep=None), now=plane.now())
+    first = push(plane, "a")
+    push(plane, "b")
+    push(plane, "c")
+    assert deleting(plane) == [first]
+
+
+def test_keep_digests_must_be_a_count_in_range(plane: ControlPlane) -> None:
+    with pytest.raises(JobValidationError, match=r"spec\.keepDigests"):
+        apply_manifest(plane.store, rule(keep=-1), now=plane.now())
+    with pytest.raises(JobValidationError, match=r"spec\.keepDigests"):
+        apply_manifest(plane.store, rule(keep=KEEP_DIGESTS_MAX + 1), now=plane.now())
+
+
+# --- footprint -------------------------------------------------------------------------------------------
+
+
+def test_a_footprint_is_stored_on_its_node_and_an_older_one_changes_nothing(plane: ControlPlane) -> None:
+    plane.store.put_node(RegisteredNode(name="node-a", labels={}, architecture="amd64", os="linux", queue_url="q",
+                                        last_hello=1.0))
+    removed = RemovedImage(image="r/a:v1", image_id="sha256:" + "c" * 64, bytes_freed=2048, removed_at=9.0)
+    newer = Footprint(node="node-a", at=10.0, images=2, bytes=4096, freed_bytes=2048, removed=[removed])
+    older = Footprint(node="node-a", at=5.0, images=3, bytes=6144, freed_bytes=0)
+
+    outcome = record_status(plane.store, plane.queues, clusters_of(plane.store),
+                            [("m1", newer), ("m2", older)], now=plane.now())
+
+    assert outcome.footprints == ["node-a"] and outcome.retry_ids == []
+    node = plane.store.get_node("node-a")
+    assert node is not None and node.footprint == NodeFootprint(images=2, bytes=4096, freed_bytes=2048, at=10.0)
+    # a node never registered: nothing stored, nothing retried
+    assert record_footprint(plane.store, newer.model_copy(update={"node": "node-z"})) is False

@@ -1,7 +1,7 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
 Node queues carry `PullTask`, `CancelTask`, `RequiredImages` and `ReleaseImage`; the status queue carries
-`StatusReport`, `Hello`, `Warmed` and `ImageGone`. Every message has `v` (the schema version) and
+`StatusReport`, `Hello`, `Warmed`, `ImageGone` and `Footprint`. Every message has `v` (the schema version) and
 `kind`, so a reader can reject what it does not know with a clear error instead of guessing.
 
 Versioning: `v` changes only when an existing kind changes meaning or loses a field. A new kind, or a
@@ -11,8 +11,8 @@ forbid unknown fields and kinds (a poison message to them), so an old agent must
 leaves `warm_until` out of its hello unless its node holds the startup taint, and it sends `Warmed`
 only to a control plane that sent it a `RequiredImages` (so one that reads `Warmed`). `ImageGone`
 relies on the upgrade order (docs/operations.md, "Upgrade": the stack before the agents); so does
-`ReleaseImage`, which an agent older than it leaves to the dead-letter queue (its image stays pinned,
-as before).
+`ReleaseImage` (an agent older than it leaves it to the dead-letter queue: its image stays, as before)
+and `Footprint`.
 """
 
 from __future__ import annotations
@@ -257,6 +257,34 @@ class ImageGone(_Message, JobRef):
     disk: str = Field(default="", max_length=1024)
 
 
+class RemovedImage(BaseModel):
+    """One image the agent removed, and the bytes that freed (its size as the CRI reported it)."""
+
+    model_config = _MODEL_CONFIG
+    image: str = Field(min_length=1, max_length=1024, description="a name the agent had pulled it by")
+    image_id: str = Field(min_length=1, max_length=1024)
+    bytes_freed: Count
+    removed_at: EpochSeconds
+
+
+# A `Footprint` names at most this many removals; more wait for the next one.
+FOOTPRINT_REMOVED_MAX = 50
+
+
+class Footprint(_Message, _InCluster):
+    """What the images Prewarm pulled on the node weigh now (`images`, `bytes`: pulled by the agent and still
+    there, pinned or not), the bytes its removals freed since the agent's record began (`freed_bytes`), and
+    the removals since the last footprint (`removed`). Sent when any of it changed; the newest `at` wins."""
+
+    kind: Literal["footprint"] = "footprint"
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    at: EpochSeconds
+    images: Count
+    bytes: Count
+    freed_bytes: Count
+    removed: list[RemovedImage] = Field(default_factory=list, max_length=FOOTPRINT_REMOVED_MAX)
+
+
 class Baked(_Message):
     """A warm snapshot's builder (the agent in bake mode) is done: every image pulled through the CRI and
     verified (`digests`: reference -> repo digest, `image_bytes`: their size as the CRI reports it), or
@@ -273,20 +301,25 @@ class Baked(_Message):
 
 
 class ReleaseImage(_Message, _ToNode):
-    """No live job wants `image` pinned on this node any more (`prewarm.domain.lifecycle`): the agent takes
-    its pin off. `job` is the job that let it go, for the agent's log."""
+    """A job that had `image` on this node ended and no live job wants it as it did
+    (`prewarm.domain.lifecycle`): the agent takes its pin off (`unpin`), and removes it `remove_after`
+    seconds later if the agent pulled it and no container uses it then (None: it stays). `job` is the job
+    that let it go, for the agent's log."""
 
     kind: Literal["release"] = "release"
     node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
     job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the job that ended")
     image: str = Field(min_length=1, max_length=1024, description="the pull reference the job's tasks named")
+    unpin: bool = True
+    remove_after: int | None = Field(default=None, ge=0, le=10 * 365 * 86_400,
+                                     description="seconds until the image is removed; None: kept")
 
 
 # What the control plane sends on node queues.
 NodeBound = PullTask | CancelTask | RequiredImages | ReleaseImage
 NodeMessage = Annotated[NodeBound, Field(discriminator="kind")]
 # What node agents send on the status queue; builders add `Baked`.
-FromAgent = StatusReport | Hello | Warmed | ImageGone
+FromAgent = StatusReport | Hello | Warmed | ImageGone | Footprint
 AgentMessage = Annotated[FromAgent | Baked, Field(discriminator="kind")]
 
 

@@ -6,10 +6,13 @@ import logging
 from collections.abc import Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
+from prewarm.domain.jobs import job_key
+from prewarm.domain.keys import JobKey
+from prewarm.domain.lifecycle import superseded
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.push import ImagePush
 from prewarm.domain.rules import PrewarmRule
-from prewarm.services.jobs import Applied, apply_job
+from prewarm.services.jobs import Applied, apply_job, request_deletion
 from prewarm.services.ports import ApplyItems, ClusterRoster, ImageMetadata
 
 log = logging.getLogger(__name__)
@@ -49,4 +52,21 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
                         extra={"rule": rule.metadata.name, "cluster": unknown})
         for cluster in select_clusters(rule.spec.clusters, served, own_name):
             applied.append(apply_job(store, job, now=now, platforms=platforms, cluster=cluster.name, layers=layers))
+            retire_superseded(store, rule, job_key(job.metadata.namespace, job.metadata.name, cluster.name), now=now)
     return applied
+
+
+def retire_superseded(store: ApplyItems, rule: PrewarmRule, newest: JobKey, *, now: float) -> list[JobKey]:
+    """Deletes the rule's jobs of the digests the push of job `newest` superseded beyond the rule's
+    `keepDigests` (`prewarm.domain.lifecycle.superseded`); their deletion releases their images, which are
+    removed after the stack's grace period where no other job wants them. Returns their keys."""
+    record = store.get_job(newest)
+    if record is None:
+        return []
+    retired: list[JobKey] = []
+    for old in superseded(record, store.list_jobs(), rule.spec.kept_digests):
+        request_deletion(store, old.namespace, old.name, now=now, by=old.source, cluster=old.cluster)
+        log.info("job %s retired: rule %s keeps %d earlier digests of the tag", old.key, rule.metadata.name,
+                 rule.spec.kept_digests)
+        retired.append(old.key)
+    return retired

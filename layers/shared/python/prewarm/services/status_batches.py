@@ -9,11 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
-from prewarm.domain.messages import FromAgent, Hello, ImageGone, StatusReport, Warmed
+from prewarm.domain.messages import Footprint, FromAgent, Hello, ImageGone, StatusReport, Warmed
 from prewarm.domain.retry import Delivery, redelivery_seconds
 from prewarm.services.boot import record_warm
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.healing import GoneOutcome, record_gone
+from prewarm.services.lifecycle import record_footprint
 from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
@@ -39,6 +40,8 @@ class StatusBatchOutcome:
     hellos: list[HelloOutcome] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)
     gone: list[GoneOutcome] = field(default_factory=list)
+    # Nodes whose footprint this batch stored.
+    footprints: list[str] = field(default_factory=list)
     job_writes: int = 0
     # Hellos and warm-ups naming a cluster the stack does not serve (removed, or an agent's typo): dropped.
     dropped: list[str] = field(default_factory=list)
@@ -74,6 +77,13 @@ def record_status(
     for message_id, message in messages:
         if isinstance(message, StatusReport):
             reports.append((message_id, message))
+        elif isinstance(message, Footprint):
+            try:
+                if record_footprint(store, message):
+                    outcome.footprints.append(message.node)
+            except (StoreConflictError, StoreRetryableError) as e:
+                log.warning("footprint of %s not applied yet: %s", message.node, e)
+                outcome.retry_ids.append(message_id)
         elif isinstance(message, ImageGone):
             try:
                 outcome.gone.append(record_gone(store, queues, message))
