@@ -12,6 +12,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import uuid
@@ -23,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from prewarm_agent.cri.gen import cri_runtime_v1_pb2 as cri_pb2
 from prewarm_devtools.node.images import (
     OCI_CONFIG,
     OCI_LAYER_GZIP,
@@ -54,9 +56,13 @@ def missing_tools() -> str:
 def _stubs() -> ModuleType:
     from grpc_tools import protoc
 
+    from prewarm_agent.cri.regenerate import PROTO_DIR
+
     out = Path(tempfile.mkdtemp(prefix="cri-pods-"))
-    if protoc.main(["protoc", f"-I{PROTO.parent}", f"--python_out={out}", PROTO.name]) != 0:
+    if protoc.main(["protoc", f"-I{PROTO.parent}", f"-I{PROTO_DIR}", f"--python_out={out}", PROTO.name]) != 0:
         raise RuntimeError(f"protoc refused {PROTO}")
+    # The generated module imports the agent's messages as a top-level module: they are the agent's own.
+    sys.modules.setdefault("cri_runtime_v1_pb2", cri_pb2)
     spec = importlib.util.spec_from_file_location("cri_pods_pb2", out / "cri_pods_pb2.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -131,14 +137,14 @@ class CriPods:
         """A pod (on the node's network) with one container of `image` running `/pause`: (sandbox, container)."""
         pb, name = self.pb, name or f"pod-{uuid.uuid4().hex[:8]}"
         sandbox = pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name=name, uid=uuid.uuid4().hex, namespace="default"),
+            metadata=cri_pb2.PodSandboxMetadata(name=name, uid=uuid.uuid4().hex, namespace="default"),
             log_directory=str(self.log_dir / name),
             linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
                 namespace_options=pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER))))
         sandbox_id = self._run(pb.RunPodSandboxRequest(config=sandbox), timeout=60).pod_sandbox_id
         self.sandboxes.append(sandbox_id)
-        config = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="main"), image=pb.ImageSpec(image=image),
-                                    command=["/pause"], log_path="main.log")
+        config = pb.ContainerConfig(metadata=cri_pb2.ContainerMetadata(name="main"),
+                                    image=cri_pb2.ImageSpec(image=image), command=["/pause"], log_path="main.log")
         container = self._create(pb.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config,
                                                            sandbox_config=sandbox), timeout=60).container_id
         self._start(pb.StartContainerRequest(container_id=container), timeout=60)
