@@ -24,7 +24,8 @@ STACK = {
     "AGENT_ROLE_ARN": "arn:aws:iam::123456789012:role/agents",
 }
 HOST = {"/run/containerd/containerd.sock": Path("/tmp/n0/containerd.sock"),
-        "/var/lib/containerd": Path("/tmp/n0/root"), "/etc/containerd/certs.d": Path("/tmp/n0/certs.d")}
+        "/var/lib/containerd": Path("/tmp/n0/root"), "/etc/containerd/certs.d": Path("/tmp/n0/certs.d"),
+        "/var/lib/prewarm": Path("/tmp/n0/prewarm")}
 
 
 def rendered() -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
@@ -55,6 +56,8 @@ def test_the_security_context_mounts_and_memory_limit_become_run_flags() -> None
     assert "--mount=type=bind,src=/tmp/n0/containerd.sock,dst=/run/containerd/containerd.sock,options=rbind:rw" in flags
     assert "--mount=type=bind,src=/tmp/n0/root,dst=/var/lib/containerd,options=rbind:ro:rslave" in flags
     assert "--mount=type=bind,src=/tmp/n0/certs.d,dst=/etc/containerd/certs.d,options=rbind:ro" in flags
+    # the record of pulls, writable: it outlives the agent
+    assert "--mount=type=bind,src=/tmp/n0/prewarm,dst=/var/lib/prewarm,options=rbind:rw" in flags
     assert "--mount=type=bind,src=/tmp/ca.crt,dst=/tmp/ca.crt,options=rbind:ro" in flags
 
 
