@@ -134,6 +134,7 @@ bench: $(STAMP) node-deps
 	$(PY) benchmarks/select_nodes.py --nodes 5000
 	$(PY) benchmarks/fanout.py --nodes 5000 --parallelism 5000
 	$(PY) benchmarks/cold_start.py
+	$(PY) benchmarks/environments.py
 	@# 4 and 5 need root, containerd and docker-registry (node-deps); they exit 2 naming what is missing.
 	$(PY) benchmarks/agent_overhead.py --image-mb 200
 	$(PY) benchmarks/e2e_latency.py --nodes 20

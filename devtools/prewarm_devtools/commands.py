@@ -309,10 +309,10 @@ def _node_lines(title: str, nodes: list[dict[str, Any]]) -> list[str]:
 
 
 @local.command("fire")
-@click.argument("schedule", type=click.Choice(["repull", "sweep", "refresh", "sync"]))
+@click.argument("schedule", type=click.Choice(["repull", "sweep", "refresh", "sync", "bakes"]))
 def local_fire(schedule: str) -> int:
-    """Fire a schedule of the running stack now: the daily re-pull, the sweep, the ECR credential refresh, or the
-    resource sync."""
+    """Fire a schedule of the running stack now: the daily re-pull, the sweep, the ECR credential refresh, the
+    resource sync, or the bakes' sweep."""
     answer = _call("POST", "/fire", {"schedule": schedule})
     click.echo(f"fired {answer['function']}: {json.dumps(answer.get('result'), sort_keys=True, default=str)}")
     return EXIT_OK

@@ -6,7 +6,8 @@
 - StopInstances stops that containerd; TerminateInstances removes it.
 - A snapshot (CreateSnapshot of a builder's volume) is a kept copy of that root. moto completes snapshots
   at once and emits no event: the copy is made, then `EBS Snapshot Notification` goes on the local event
-  bus, as EventBridge delivers it (`fail_snapshots` makes the next ones fail, as EBS may).
+  bus, as EventBridge delivers it (`fail_snapshots` makes the next ones fail, as EBS may; `drop_events`
+  loses them; `hold_agents` keeps the next builders from running their agent).
 - `restore` gives a new node's containerd the root of a snapshot, as EC2 makes a volume from it.
 """
 
@@ -57,6 +58,8 @@ class LocalBuilders:
     builders: dict[str, Builder] = field(default_factory=dict)
     snapshots: dict[str, Path] = field(default_factory=dict)
     fail_snapshots: str = ""  # a cause: the next snapshots fail with it
+    hold_agents: bool = False  # builders launched now run no agent (they never report), as one that hangs
+    drop_events: bool = False  # snapshots' notifications are lost, as an EventBridge delivery may be
     last_restore_seconds: float = 0.0  # how long the last `restore` took (benchmarks/boot_warm.py)
     _count: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -131,6 +134,8 @@ class LocalBuilders:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
                "AWS_ENDPOINT_URL": self.stack.endpoint_url, "AWS_REGION": REGION,
                "CRI_SOCKET": str(containerd.socket_path), **self.identity.environment()}
+        if self.hold_agents:
+            return builder
         out = (self.logs_dir / f"builder-{instance['InstanceId']}.log").open("ab")
         builder.process = subprocess.Popen([sys.executable, "-m", "prewarm_agent.baking", document_arg],
                                            env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -159,7 +164,8 @@ class LocalBuilders:
             kept.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(["cp", "-a", "--reflink=auto", str(builder.containerd.root_dir), str(kept)], check=True)
         self.snapshots[snapshot_id] = kept
-        self._emit(snapshot, "failed" if cause else "succeeded", cause)
+        if not self.drop_events:
+            self._emit(snapshot, "failed" if cause else "succeeded", cause)
 
     def _emit(self, snapshot: dict[str, Any], result: str, cause: str) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -19,7 +19,8 @@ from prewarm_devtools.localnodes import LocalNode, LocalNodes, node_object
 from prewarm_devtools.sam.aws import LocalIdentity
 
 # `prewarm local fire NAME`: the schedules a user fires, and the function each one runs.
-SCHEDULES = {"repull": "repull_daily", "sweep": "sweep", "refresh": "refresh_ecr_credentials", "sync": "sync_resources"}
+SCHEDULES = {"repull": "repull_daily", "sweep": "sweep", "refresh": "refresh_ecr_credentials", "sync": "sync_resources",
+             "bakes": "bake_snapshots"}
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -69,8 +70,8 @@ class LocalControl(LocalNodes):
         return {"node": name, "policy": policy, "allowlist": allowlist}
 
     def fire(self, schedule: str) -> dict[str, Any]:
-        """Fires a schedule now: `repull` (the daily re-pull), `sweep`, `refresh` (ECR credentials) or `sync`
-        (the prewarm.dev resources)."""
+        """Fires a schedule now: `repull` (the daily re-pull), `sweep`, `refresh` (ECR credentials), `sync`
+        (the prewarm.dev resources) or `bakes` (warm snapshots' sweep)."""
         if schedule not in SCHEDULES:
             raise ControlError(f"unknown schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}")
         assert self.stack is not None

@@ -104,12 +104,15 @@ class FakeCluster:
         return self.config_maps.get((namespace or "", name)) if plural == "configmaps" else None
 
     def patch_node(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        """A JSON patch of `test` and `remove` ops on the node's taints, failing (422) when a test does."""
+        """A JSON patch of `test` and `remove` ops on the node's taints, or of `test`, `add` and `remove` ops on
+        its labels, failing (422) when a test does."""
         from prewarm.services.ports import ClusterInvalidError, ClusterNotFoundError
 
         node = self._find_node(name)
         if node is None:
             raise ClusterNotFoundError(f'nodes "{name}" not found', status=404, reason="NotFound")
+        if all(op["path"].startswith("/metadata/labels") for op in ops):
+            return self._patch_labels(name, node, ops)
         taints = list((node.get("spec") or {}).get("taints") or [])
         for op in ops:
             index = int(op["path"].rsplit("/", 1)[1])
@@ -118,6 +121,24 @@ class FakeCluster:
             if op["op"] == "remove":
                 del taints[index]
         node.setdefault("spec", {})["taints"] = taints
+        self.writes.append(("patch", "node", name))
+        return node
+
+    def _patch_labels(self, name: str, node: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+        from prewarm.services.ports import ClusterInvalidError
+
+        labels = node.setdefault("metadata", {}).setdefault("labels", {})
+        for op in ops:
+            if op["path"] == "/metadata/labels":
+                labels.update(op["value"])
+                continue
+            key = op["path"].removeprefix("/metadata/labels/").replace("~1", "/").replace("~0", "~")
+            if op["op"] == "test" and labels.get(key) != op["value"]:
+                raise ClusterInvalidError(f"test of {op['path']} failed", status=422, reason="Invalid")
+            if op["op"] == "add":
+                labels[key] = op["value"]
+            elif op["op"] == "remove":
+                del labels[key]
         self.writes.append(("patch", "node", name))
         return node
 

@@ -407,6 +407,8 @@ STAR_RESOURCE_ACTIONS = {
     "ec2:DescribeInstances": "EC2 Describe actions have no resource type; bake_snapshots filters by the stack's tag",
     "ec2:DescribeSnapshots": "EC2 Describe actions have no resource type; bake_snapshots filters by the stack's tag",
     "ec2:DescribeLaunchTemplateVersions": "EC2 Describe actions have no resource type",
+    "ec2:DescribeImages": "EC2 Describe actions have no resource type; an EC2NodeClass's amiSelectorTerms",
+    "ec2:DescribeSubnets": "EC2 Describe actions have no resource type; an EC2NodeClass's subnetSelectorTerms",
 }
 
 

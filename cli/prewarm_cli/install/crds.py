@@ -276,7 +276,7 @@ def _warm_snapshot_spec() -> Obj:
                   f"self.dataVolume.mountPath == '{AL2023_CONTAINERD_MOUNT}')",
                   f"must be {AL2023_CONTAINERD_MOUNT} on AL2023",
                   field_path=".dataVolume.mountPath")
-    return {"type": "object", "required": ["nodeClass", "amiFamily", "builder"], "properties": {
+    return {"type": "object", "required": ["nodeClass", "amiFamily"], "properties": {
         "nodeClass": {"type": "object", "properties": {"ec2NodeClass": _patterned(DNS1123_SUBDOMAIN_PATTERN, 253),
                                                        "launchTemplate": {"type": "string", "maxLength": 128}},
                       "x-kubernetes-validations": [_rule("has(self.ec2NodeClass) != has(self.launchTemplate)",
@@ -290,8 +290,8 @@ def _warm_snapshot_spec() -> Obj:
             "availabilityZones": {"type": "array", "minItems": 1, "maxItems": MAX_FSR_ZONES,
                                   "items": _patterned(f"^{AZ_PATTERN}$")}}},
         "keep": {"type": "integer", "minimum": 1, "maximum": MAX_KEEP, "default": DEFAULT_KEEP},
-        "builder": {"type": "object", "required": ["subnetIds"], "properties": {
-            "subnetIds": {"type": "array", "minItems": 1, "items": _patterned(f"^{SUBNET_ID_PATTERN}$")},
+        "builder": {"type": "object", "properties": {
+            "subnetIds": {"type": "array", "items": _patterned(f"^{SUBNET_ID_PATTERN}$")},
             "instanceType": {"type": "string"}, "imageId": {"type": "string"},
             "timeBudgetSeconds": {"type": "integer", "minimum": MIN_TIME_BUDGET_SECONDS,
                                   "maximum": MAX_TIME_BUDGET_SECONDS}}}},
@@ -414,7 +414,7 @@ def custom_resource_definitions() -> list[Obj]:
         "keepDigests": {"type": "integer", "minimum": 0, "maximum": KEEP_DIGESTS_MAX},
         "accountIds": {"type": "array", "items": _patterned(ACCOUNT_ID_PATTERN)},
         "regions": {"type": "array", "items": _patterned(REGION_PATTERN)},
-        "clusters": _CLUSTER_SELECTOR,
+        "clusters": _CLUSTER_SELECTOR, "nodeLabel": _patterned(LABEL_KEY_PATTERN, 253 + 1 + 63),
         "template": {"type": "object", "properties": {
             "metadata": {"type": "object", "properties": {
                 "namespace": _patterned(DNS1123_LABEL_PATTERN, 63), "labels": _LABEL_VALUES,

@@ -20,6 +20,9 @@ policy when it has one (a queue's, a table's, a secret's, a repository's). The p
   held to the role's identity policies (`assumed_role_policies`), as on AWS: a token or a call made
   with them carries the role's permissions, not the caller's.
 - SSM: the parameter.
+- EC2: the operations of warm snapshots' bakes (`ec2.ec2_requests`), with the tags of the resource and of
+  the request as condition keys; other EC2 operations are not evaluated. Refused with
+  `UnauthorizedOperation`, as EC2 answers.
 
 Requests to other services, and by principals whose identity policies are unknown, pass as before:
 only a resource policy's explicit Deny refuses those (`policy.evaluate`).
@@ -38,7 +41,7 @@ from urllib.parse import urlparse
 
 from moto.core.exceptions import ServiceException
 
-from prewarm_devtools.aws_limits.ec2 import fast_snapshot_restores
+from prewarm_devtools.aws_limits.ec2 import ec2_requests, fast_snapshot_restores, launch_template_version
 from prewarm_devtools.aws_limits.policy import ContextValue, Decision, Policy, evaluate
 from prewarm_devtools.aws_limits.sqs import access_key_id
 
@@ -55,7 +58,7 @@ class AccessDeniedError(ServiceException):
 
 
 # Each service's refusal code ("Common Errors" of each API Reference).
-_CODES = {"sqs": "AccessDenied", "sts": "AccessDenied"}
+_CODES = {"sqs": "AccessDenied", "sts": "AccessDenied", "ec2": "UnauthorizedOperation"}
 _DEFAULT_CODE = "AccessDeniedException"
 
 
@@ -100,7 +103,7 @@ class Authorization:
         """What the layer answers in moto's place (a refusal, or a result moto cannot give), None to let
         moto run the request."""
         return (self.refusal(handler) or self.caller_identity(handler) or self.simulation(handler)
-                or fast_snapshot_restores(handler, self.fast_restores))
+                or fast_snapshot_restores(handler, self.fast_restores) or launch_template_version(handler))
 
     def caller_identity(self, handler: Any) -> dict[str, str] | None:
         """STS's answer to a known principal's `GetCallerIdentity`: its ARN (moto knows its own users only,
@@ -307,6 +310,11 @@ def _ssm(handler: Any, operation: str) -> Iterator[Request]:
         yield Request("ssm:" + operation, arn)
 
 
+def _ec2(handler: Any, operation: str) -> Iterator[Request]:
+    for action, resource, context in ec2_requests(handler, operation):
+        yield Request(action, resource, None, context)
+
+
 def _scheduler(handler: Any, operation: str) -> Iterator[Request]:
     from prewarm_devtools.aws_limits.scheduler import schedule_name
 
@@ -329,4 +337,5 @@ _SERVICES: dict[str, Callable[[Any, str], Iterator[Request]]] = {
     "sts": _sts,
     "ssm": _ssm,
     "scheduler": _scheduler,
+    "ec2": _ec2,
 }

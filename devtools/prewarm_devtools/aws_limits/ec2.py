@@ -55,3 +55,93 @@ def fast_snapshot_restores(handler: Any, enabled: dict[str, set[str]]) -> dict[s
                                    "State": "enabling" if enable else "disabling",
                                    "OwnerId": backend.account_id})
     return {"Successful": successful, "Unsuccessful": unsuccessful}
+
+
+# -- IAM's view of the EC2 calls a bake makes ("Actions, resources, and condition keys for Amazon EC2") ----
+
+# Each tag-scoped action and the resource types it is authorized on (by the id prefix of its resources).
+_RESOURCE_TYPES = {"i": "instance", "vol": "volume", "snap": "snapshot", "lt": "launch-template", "ami": "image",
+                   "subnet": "subnet", "sg": "security-group", "eni": "network-interface"}
+_ON_RESOURCES = {"StopInstances": "InstanceId", "TerminateInstances": "InstanceId", "DeleteSnapshot": "SnapshotId",
+                 "EnableFastSnapshotRestores": "SourceSnapshotId", "DisableFastSnapshotRestores": "SourceSnapshotId",
+                 "CreateTags": "Resource"}
+
+
+def ec2_arn(region: str, account: str, resource_id: str) -> str:
+    """A resource's ARN from its id: images and snapshots carry no account (EC2's ARN formats)."""
+    kind = _RESOURCE_TYPES.get(resource_id.split("-", 1)[0], "")
+    owner = "" if kind in ("image", "snapshot") else account
+    return f"arn:aws:ec2:{region}:{owner}:{kind}/{resource_id}"
+
+
+def ec2_requests(handler: Any, operation: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """The (action, resource ARN, condition keys) IAM authorizes for the EC2 operations of warm snapshots'
+    bakes: a resource's own tags as `aws:ResourceTag/`, the tags a create brings as `aws:RequestTag/` and
+    `aws:TagKeys`, tagging on create as `ec2:CreateTags` with `ec2:CreateAction`; `Describe*` on `*`.
+    Other EC2 operations are not evaluated (an empty list)."""
+    from moto.ec2.utils import convert_tag_spec
+
+    action, region, account = f"ec2:{operation}", handler.region, handler.current_account
+    backend = handler.ec2_backend
+
+    def on(resource_id: str, **request_tags: str) -> tuple[str, str, dict[str, Any]]:
+        context: dict[str, Any] = {f"aws:ResourceTag/{k}": v for k, v in backend.tags.get(resource_id, {}).items()}
+        return action, ec2_arn(region, account, resource_id), {**context, **_request_context(request_tags)}
+
+    if operation.startswith("Describe"):
+        return [(action, "*", {})]
+    if operation in _ON_RESOURCES:
+        tags = {t["Key"]: t["Value"] for t in handler._get_param("Tags", [])} if operation == "CreateTags" else {}
+        return [on(r, **tags) for r in _listed(handler, _ON_RESOURCES[operation])]
+    if operation in ("CreateLaunchTemplateVersion", "ModifyLaunchTemplate"):
+        name, given = handler._get_param("LaunchTemplateName"), handler._get_param("LaunchTemplateId")
+        template = given or (backend.get_launch_template_by_name(name).id if name else "")
+        return [on(template)]
+    Pair = tuple[str, str, dict[str, Any]]
+    spec = convert_tag_spec(handler._get_param("TagSpecifications") or handler._get_param("TagSpecification") or [])
+    if operation == "RunInstances":
+        made: list[Pair] = [(action, f"arn:aws:ec2:{region}:{account}:{kind}/*",
+                             _request_context(spec.get(kind, {}))) for kind in ("instance", "volume")]
+        used: list[Pair] = [(action, ec2_arn(region, account, str(handler._get_param(p))), {})
+                for p in ("ImageId", "SubnetId") if str(handler._get_param(p) or "").count("-") == 1]
+        return made + used + _tag_on_create(operation, region, account, spec)
+    if operation == "CreateSnapshot":
+        snapshot = (action, f"arn:aws:ec2:{region}::snapshot/*", _request_context(spec.get("snapshot", {})))
+        return [on(str(handler._get_param("VolumeId"))), snapshot, *_tag_on_create(operation, region, account, spec)]
+    return []
+
+
+def _request_context(tags: dict[str, str]) -> dict[str, Any]:
+    if not tags:
+        return {}
+    return {**{f"aws:RequestTag/{k}": v for k, v in tags.items()}, "aws:TagKeys": tuple(tags)}
+
+
+def _tag_on_create(operation: str, region: str, account: str,
+                   spec: dict[str, dict[str, str]]) -> list[tuple[str, str, dict[str, Any]]]:
+    """Tags given at creation are authorized as `ec2:CreateTags` too, with `ec2:CreateAction` the create
+    ("Grant permission to tag Amazon EC2 resources during creation", EC2 User Guide)."""
+    owner = {"snapshot": ""}
+    return [("ec2:CreateTags", f"arn:aws:ec2:{region}:{owner.get(kind, account)}:{kind}/*",
+             {**_request_context(tags), "ec2:CreateAction": operation}) for kind, tags in spec.items()]
+
+
+def launch_template_version(handler: Any) -> dict[str, Any] | None:
+    """EC2's CreateLaunchTemplateVersion with `SourceVersion`, which moto ignores: the new version inherits
+    the source's launch parameters, each one given overriding its own (EC2 API Reference); None for any
+    other request."""
+    if getattr(handler, "service_name", "") != "ec2" or handler._get_action() != "CreateLaunchTemplateVersion":
+        return None
+    source = handler._get_param("SourceVersion")
+    if not source:
+        return None
+    backend, name = handler.ec2_backend, handler._get_param("LaunchTemplateName")
+    template = (backend.get_launch_template_by_name(name) if name
+                else backend.get_launch_template(handler._get_param("LaunchTemplateId")))
+    data = {**template.get_version(source).data, **(handler._get_param("LaunchTemplateData") or {})}
+    version = template.create_version(data, handler._get_param("VersionDescription"))
+    return {"LaunchTemplateVersion": {
+        "CreateTime": version.create_time, "CreatedBy": f"arn:aws:iam::{handler.current_account}:root",
+        "DefaultVersion": template.is_default(version), "LaunchTemplateData": version.data,
+        "LaunchTemplateId": template.id, "LaunchTemplateName": template.name,
+        "VersionDescription": version.description, "VersionNumber": version.number}}

@@ -1,14 +1,22 @@
-"""Each function's execution environment: a process of its own (`sam.runtime`), as Lambda runs each function
-in environments of its own.
+"""Each function's execution environments: processes of their own (`sam.runtime`), as Lambda runs each
+function in environments of its own, one per invocation in flight.
 
-A function's environment has its own `os.environ`, handler module, settings, clients and logger, so a
-handler stuck in one function holds up no other function, and no function sees another's keys or log keys.
-It starts on the function's first invocation (a cold start) or when warmed, then serves every invocation
-of that function; those sent while others run overlap on its threads, up to the function's
-`ReservedConcurrentExecutions` when it has one (beyond, an invocation waits, as Lambda's event source
-mappings wait out a throttle). An environment that ends (it crashed, or its handler could not load) fails
-its invocations in flight, and the next invocation starts another. What the function prints reaches the
-stack's function output, each line whole, before its invocation returns.
+An environment has its own `os.environ`, handler module, settings, clients and logger, so a handler stuck
+in one function holds up no other function, no function sees another's keys or log keys, and two
+concurrent invocations of one function never share a process. Each function has a pool: an invocation
+takes a warm environment that is free, or starts one (a cold start), up to the function's
+`ReservedConcurrentExecutions` when it has one (beyond, it waits, as Lambda's event source mappings wait
+out a throttle); how many run at once is the event sources' to say (a queue's `MaximumConcurrency`
+batches, one batch per stream shard). The stack as a whole keeps at most `ENVIRONMENT_LIMIT`
+environments (the account's concurrency, scaled to one machine's memory): past it an idle environment of
+another function is ended to make room, else the invocation waits for one to be free.
+
+An invocation still running at the function's `Timeout` is killed with its environment, as Lambda's
+"Task timed out after N seconds" (logged so in the function's output), and fails as
+`Sandbox.Timedout`: each event source treats it as any other failure. An environment that ends (it
+crashed, timed out, or its handler could not load) fails its invocation, and the next one starts
+another. What the function prints reaches the stack's function output, each line whole, before its
+invocation returns.
 """
 
 from __future__ import annotations
@@ -17,9 +25,12 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -30,9 +41,18 @@ log = logging.getLogger(__name__)
 
 RUNTIME = "prewarm_devtools.sam.runtime"
 
+# Lambda's Init phase gets 10 s; past it, the init is retried within the first invocation, under its
+# timeout ("Lambda execution environment lifecycle"): so an invocation's clock starts at the latest then.
+INIT_LIMIT = 10.0
+# Most environments of one stack at once (the account's concurrency, 1,000 by default on AWS, scaled to
+# one machine). Each is a Python process that imported boto3, Powertools and the shared package, 65-90 MB
+# RSS (docs/performance.md, "Local mode's execution environments"): 24 hold ~2 GB at most, under an
+# eighth of a 24 GB machine shared by several stacks. `PREWARM_LOCAL_ENVIRONMENTS` sets another.
+ENVIRONMENT_LIMIT = int(os.environ.get("PREWARM_LOCAL_ENVIRONMENTS", "24"))
+
 
 class FunctionError(Exception):
-    """An invocation failed: the handler raised (its type and message), or its environment ended."""
+    """An invocation failed: the handler raised (its type and message), it timed out, or its environment ended."""
 
 
 class _NotTaken(FunctionError):
@@ -47,13 +67,14 @@ class _Pending:
 
 
 class Environment:
-    """One function's environment process, and the invocations in flight in it."""
+    """One execution environment of a function: its process, serving one invocation at a time."""
 
     def __init__(self, fn: Function, environ: Mapping[str, str], spec: Mapping[str, Any], output: Output) -> None:
         self.fn, self._output = fn, output
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._ready = threading.Event()
         self.ended: str | None = None
         self.process = subprocess.Popen(
             [sys.executable, "-m", RUNTIME], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(environ),
@@ -70,21 +91,34 @@ class Environment:
             json.dumps(event)
         except (TypeError, ValueError) as e:
             raise FunctionError(f"{self.fn.name}: its event is not JSON, as Lambda wants it: {e}") from e
+        request = str(uuid.uuid4())
         with self._lock:
             if self.ended is not None:
                 raise _NotTaken(f"{self.fn.name}: {self.ended}")
             request_id = next(self._ids)
             self._pending[request_id] = pending
             try:
-                self._send({"id": request_id, "event": event})
+                self._send({"id": request_id, "request_id": request, "event": event})
             except OSError:
                 del self._pending[request_id]
                 self.ended = "its environment ended"
                 raise _NotTaken(f"{self.fn.name}: its environment ended") from None
-        pending.done.wait()
+        self._ready.wait(INIT_LIMIT)
+        if not pending.done.wait(self.fn.timeout):
+            self._time_out(request)
         if pending.error is not None:
             raise FunctionError(f"{self.fn.name}: {pending.error}")
         return pending.result
+
+    def _time_out(self, request: str) -> None:
+        """Past the function's timeout: its environment is killed and discarded, as Lambda's is."""
+        with self._lock:
+            if not self._pending:  # its answer came just now
+                return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+        self._output.write(f"{stamp} {request} Task timed out after {self.fn.timeout:.2f} seconds")
+        self._end(f"Sandbox.Timedout: Task timed out after {self.fn.timeout:.2f} seconds")
+        self.process.kill()
 
     def _send(self, frame: Mapping[str, Any]) -> None:
         self._stdin.write(json.dumps(frame) + "\n")
@@ -108,6 +142,7 @@ class Environment:
                 pending.done.set()
             elif "ready" in frame:
                 self.fn.handler_file = frame["ready"]
+                self._ready.set()
             elif "failed" in frame:
                 self._end(f"its handler did not load: {frame['failed']}")
         self._end(f"its environment ended (exit code {self.process.wait()})")
@@ -116,19 +151,20 @@ class Environment:
         with self._lock:
             self.ended = self.ended or why
             pending, self._pending = list(self._pending.values()), {}
+        self._ready.set()
         for p in pending:
             p.error = why
             p.done.set()
 
     def retire(self) -> None:
-        """No more invocations: the process exits once those in flight return."""
+        """No more invocations: the process exits once the one in flight returns."""
         with self._lock:
             self.ended = self.ended or "its environment was retired"
             with contextlib.suppress(OSError):
                 self._stdin.close()
 
     def end(self, grace: float) -> None:
-        """Retires it, gives its invocations `grace` seconds, then kills it; returns once it is gone."""
+        """Retires it, gives its invocation `grace` seconds, then kills it; returns once it is gone."""
         self.retire()
         try:
             self.process.wait(grace)
@@ -155,63 +191,92 @@ class Output:
 
 
 class Environments:
-    """The stack's functions' environments, one per function, each started on demand."""
+    """The stack's functions' environments: a pool per function, each environment started on demand."""
 
-    def __init__(self, output: TextIO) -> None:
-        self._output = Output(output)
-        self._running: dict[str, Environment] = {}
+    def __init__(self, output: TextIO, limit: int = ENVIRONMENT_LIMIT) -> None:
+        self._output, self._limit = Output(output), max(1, limit)
         self._started: list[Environment] = []  # every one not known to have ended, retired ones too
+        self._idle: list[Environment] = []  # warm and free, the least recently used first
+        self._busy: set[Environment] = set()  # each inside an invocation
         self._throttles: dict[str, threading.BoundedSemaphore] = {}
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
 
     def invoke(self, fn: Function, event: Any, environ: Callable[[], Mapping[str, str]],
                spec: Callable[[], Mapping[str, Any]]) -> Any:
         with self._throttled(fn):
-            try:
-                return self._environment(fn, environ, spec).invoke(event)
-            except _NotTaken:  # retired or ended meanwhile
-                return self._environment(fn, environ, spec).invoke(event)
+            for attempt in (1, 2):
+                environment = self._take(fn, environ, spec)
+                try:
+                    return environment.invoke(event)
+                except _NotTaken:  # retired or ended meanwhile
+                    if attempt == 2:
+                        raise
+                finally:
+                    self._give_back(environment)
+        raise AssertionError("unreachable")
 
     def warm(self, fn: Function, environ: Callable[[], Mapping[str, str]],
              spec: Callable[[], Mapping[str, Any]]) -> None:
-        """Starts the function's environment now, if none runs (its handler loads meanwhile)."""
-        self._environment(fn, environ, spec)
+        """Starts an environment of the function now, if it has none (its handler loads meanwhile)."""
+        with self._cond:
+            if not any(e.fn.logical_id == fn.logical_id and e.ended is None for e in self._started):
+                self._give_back(self._take(fn, environ, spec))
 
     @contextlib.contextmanager
     def _throttled(self, fn: Function) -> Iterator[None]:
         if fn.reserved_concurrency is None:
             yield
             return
-        with self._lock:
+        with self._cond:
             throttle = self._throttles.setdefault(fn.logical_id, threading.BoundedSemaphore(
                 max(1, fn.reserved_concurrency)))
         with throttle:
             yield
 
-    def _environment(self, fn: Function, environ: Callable[[], Mapping[str, str]],
-                     spec: Callable[[], Mapping[str, Any]]) -> Environment:
-        with self._lock:
-            running = self._running.get(fn.logical_id)
-            if running is None or running.ended is not None:
-                running = self._running[fn.logical_id] = Environment(fn, environ(), spec(), self._output)
-                self._started = [e for e in self._started if e.process.poll() is None] + [running]
-            return running
+    def _take(self, fn: Function, environ: Callable[[], Mapping[str, str]],
+              spec: Callable[[], Mapping[str, Any]]) -> Environment:
+        """A free warm environment of `fn`, or a new one once the stack has room for it."""
+        with self._cond:
+            while True:
+                self._idle = [e for e in self._idle if e.ended is None and e.process.poll() is None]
+                environment = next((e for e in reversed(self._idle) if e.fn.logical_id == fn.logical_id), None)
+                if environment is not None:
+                    self._idle.remove(environment)
+                elif len(self._busy) + len(self._idle) >= self._limit and self._idle:
+                    self._idle.pop(0).retire()  # the least recently used, another function's, makes room
+                if environment is None and len(self._busy) + len(self._idle) < self._limit:
+                    environment = Environment(fn, environ(), spec(), self._output)
+                    self._started = [e for e in self._started if e.process.poll() is None] + [environment]
+                if environment is not None:
+                    self._busy.add(environment)
+                    return environment
+                self._cond.wait()
+
+    def _give_back(self, environment: Environment) -> None:
+        with self._cond:
+            self._busy.discard(environment)
+            if environment.ended is None:
+                self._idle.append(environment)
+            self._cond.notify_all()
 
     def retire(self, fn: Function) -> None:
         """Its next invocation starts a new environment (new code or configuration); those in flight finish."""
-        with self._lock:
-            running = self._running.pop(fn.logical_id, None)
-        if running is not None:
-            running.retire()
+        with self._cond:
+            for environment in self._started:
+                if environment.fn.logical_id == fn.logical_id:
+                    environment.retire()
+            self._idle = [e for e in self._idle if e.fn.logical_id != fn.logical_id]
+            self._cond.notify_all()
 
-    def processes(self) -> list[subprocess.Popen[str]]:
-        """The processes of the environments started and not yet ended."""
-        with self._lock:
-            return [e.process for e in self._started]
+    def processes(self, fn: Function | None = None) -> list[subprocess.Popen[str]]:
+        """The processes of the environments (of `fn`, or all) started and not yet ended."""
+        with self._cond:
+            return [e.process for e in self._started
+                    if (fn is None or e.fn.logical_id == fn.logical_id) and e.process.poll() is None]
 
     def end(self, grace: float = 5.0) -> None:
         """Ends every environment (see `Environment.end`); none is left running."""
-        with self._lock:
-            started, self._started, self._running = self._started, [], {}
+        with self._cond:
+            started, self._started, self._idle, self._busy = self._started, [], [], set()
         for environment in started:
             environment.end(grace)

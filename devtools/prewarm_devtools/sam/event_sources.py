@@ -5,7 +5,8 @@ EventBridge rules and schedules.
 retries and failure destinations; `run_until_idle` pumps them all in turn; `start` runs each source on a
 thread of its own, as Lambda polls each mapping on its own (each queue mapping, each stream shard, the
 event bus, a timer for each `rate(...)` schedule: moto's schedules never fire, `fire` runs one on demand),
-so a slow function holds up only its own source; `stop` ends them all.
+so a slow function holds up only its own source, and a queue's batches run in a pool of their own, each
+freeing its slot when it returns; `stop` ends them all.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,8 @@ class EventSources:
     event_bus_url: str
     _cursors: dict[tuple[str, str], StreamCursor]
     _threads: list[threading.Thread]
+    _pools: list[ThreadPoolExecutor]  # the running SQS sources' batches (set by `start`)
+    _batches: set[Future[None]]  # those in flight
     _stop: threading.Event
 
     def function(self, name: str) -> Function:
@@ -148,16 +151,20 @@ class EventSources:
         """Delivers batches from each SQS event source; returns how many messages were handled.
 
         As Lambda's event source mapping: a batch gathers up to `BatchSize` messages (10 per receive),
-        and up to `ScalingConfig.MaximumConcurrency` batches are in flight at once. Locally a batch
+        and up to `ScalingConfig.MaximumConcurrency` batches (else the function's reserved concurrency,
+        else one) are in flight at once, each in an environment of its own. Locally a batch
         takes what the queue holds now instead of waiting out `MaximumBatchingWindowInSeconds`, so at
         low traffic AWS adds up to that window of latency that local mode does not.
         """
         return sum(self._pump_queue(fn, props) for fn, _name, props in self.bindings("SQS"))
 
+    @staticmethod
+    def _in_flight(fn: Function, props: Mapping[str, Any]) -> int:
+        return max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency") or fn.reserved_concurrency or 1))
+
     def _pump_queue(self, fn: Function, props: Mapping[str, Any]) -> int:
         queue = self._queue_by_arn(props["EventSourceArn"], fn.logical_id)
-        size = int(props.get("BatchSize", 10))
-        in_flight = max(1, int(props.get("ScalingConfig", {}).get("MaximumConcurrency", 1)))
+        size, in_flight = int(props.get("BatchSize", 10)), self._in_flight(fn, props)
         batches = []
         for _ in range(in_flight):
             batch = self._gather(queue.ref, size)
@@ -172,6 +179,32 @@ class EventSources:
                 for future in futures:
                     future.result()
         return sum(len(b) for b in batches)
+
+    def _feed_queue(self, fn: Function, props: Mapping[str, Any], slots: threading.Semaphore,
+                    pool: ThreadPoolExecutor) -> int:
+        """A running stack's round of one SQS source: a batch for each free slot, handed to the pool, so
+        each batch in flight frees its slot on its own, as Lambda's pollers go on independently."""
+        queue_url, size, moved = self._queue_by_arn(props["EventSourceArn"], fn.logical_id).ref, \
+            int(props.get("BatchSize", 10)), 0
+        while slots.acquire(blocking=False):
+            batch = self._gather(queue_url, size)
+            if not batch:
+                slots.release()
+                break
+
+            def deliver(batch: list[dict[str, Any]] = batch) -> None:
+                try:
+                    self._deliver_sqs_batch(fn, props, queue_url, batch)
+                except Exception:  # keep serving; the failure is logged with its traceback
+                    log.exception("local event source %s", fn.logical_id)
+                finally:
+                    slots.release()
+
+            future = pool.submit(deliver)
+            self._batches.add(future)
+            future.add_done_callback(self._batches.discard)
+            moved += len(batch)
+        return moved
 
     def _gather(self, queue_url: str, size: int) -> list[dict[str, Any]]:
         batch: list[dict[str, Any]] = []
@@ -295,7 +328,11 @@ class EventSources:
         """Each event source by name, as one delivery round that returns how much it moved."""
         found: dict[str, Callable[[], int]] = {"event-bus": self.pump_event_bus}
         for fn, name, props in self.bindings("SQS"):
-            found[f"{fn.logical_id}/{name}"] = functools.partial(self._pump_queue, fn, props)
+            in_flight = self._in_flight(fn, props)
+            pool = ThreadPoolExecutor(in_flight, thread_name_prefix=f"esm-{fn.name}")
+            self._pools.append(pool)
+            found[f"{fn.logical_id}/{name}"] = functools.partial(
+                self._feed_queue, fn, props, threading.Semaphore(in_flight), pool)
         for fn, name, props in self.bindings("DynamoDB"):
             for shard_id, cursor in self._shards(fn, name, props):
                 found[f"{fn.logical_id}/{name}/{shard_id}"] = functools.partial(
@@ -305,6 +342,7 @@ class EventSources:
     def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
         """Runs each event source (and a timer for each rate schedule) on a background thread of its own."""
         self._stop.clear()
+        self._pools, self._batches = [], set()
         loops = {name: functools.partial(self._poll, name, pump, interval) for name, pump in self.sources().items()}
         for fn, period in self._rate_schedules() if schedules else []:
             loops[f"{fn.logical_id}/schedule"] = functools.partial(self._poll, fn.logical_id, functools.partial(
@@ -341,7 +379,8 @@ class EventSources:
         return out
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stops every source's thread; one still inside a handler after `timeout` is named in the log."""
+        """Stops every source's thread and batch; one still inside a handler after `timeout` is named in the
+        log, and ended with the invocations (`_end_invocations`)."""
         self._stop.set()
         deadline = time.monotonic() + timeout
         for t in self._threads:
@@ -349,3 +388,12 @@ class EventSources:
             if t.is_alive():
                 log.warning("event source thread %s is still inside a handler", t.name)
         self._threads.clear()
+        if wait(list(getattr(self, "_batches", ())), timeout=max(0.0, deadline - time.monotonic())).not_done:
+            log.warning("SQS batches still inside a handler after %s s", timeout)
+        self._end_invocations()
+        pools, self._pools = getattr(self, "_pools", []), []
+        for pool in pools:
+            pool.shutdown(wait=True)
+
+    def _end_invocations(self) -> None:
+        """Ends the invocations still running (the stack's environments)."""

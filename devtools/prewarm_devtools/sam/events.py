@@ -114,12 +114,13 @@ def schedule_event(schedule_arn: str, region: str, account: str, payload: Any = 
 class LambdaContext:
     """The parts of the Lambda context object the handlers and Powertools read."""
 
-    def __init__(self, function_name: str, region: str, account: str, memory_mb: int, timeout_s: int) -> None:
+    def __init__(self, function_name: str, region: str, account: str, memory_mb: int, timeout_s: int,
+                 request_id: str | None = None) -> None:
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.invoked_function_arn = f"arn:aws:lambda:{region}:{account}:function:{function_name}"
         self.memory_limit_in_mb = memory_mb
-        self.aws_request_id = str(uuid.uuid4())
+        self.aws_request_id = request_id or str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "local"
         self._deadline = time.monotonic() + timeout_s

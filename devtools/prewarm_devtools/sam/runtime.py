@@ -4,9 +4,9 @@ As Lambda's runtime, it loads the function's handler once (its environment is th
 before anything is imported), then runs each invocation it is sent. It speaks JSON lines with the stack
 (`sam.environments`): stdin brings `{"function": ...}` first, then `{"id": n, "event": ...}`; stdout
 carries `{"ready": file}`, what the function prints (`{"out": line}`) and each `{"id": n, "result": ...}`
-or `{"id": n, "error": ...}`. Invocations sent while one runs overlap on threads, as the event sources
-ask (a queue's `MaximumConcurrency` batches). End of stdin ends the process once its invocations finish,
-or once the function's timeout has passed.
+or `{"id": n, "error": ...}`. It runs one invocation at a time, as a Lambda environment does (the
+stack starts more environments for concurrent ones), and the stack kills it at the function's timeout.
+End of stdin ends it; so does a stack gone in mid-invocation, at the function's timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -78,7 +77,8 @@ def invoke(handler: Callable[[Any, Any], Any], spec: dict[str, Any], request: di
            channel: Channel, output: FunctionOutput) -> None:
     from prewarm_devtools.sam.events import LambdaContext
 
-    context = LambdaContext(spec["function_name"], spec["region"], spec["account"], spec["memory"], spec["timeout"])
+    context = LambdaContext(spec["function_name"], spec["region"], spec["account"], spec["memory"], spec["timeout"],
+                            request.get("request_id"))
     try:
         result = handler(request["event"], context)
     except Exception as e:  # noqa: BLE001 - every handler error is the invocation's, as Lambda reports it
@@ -112,19 +112,15 @@ def main() -> None:
         channel.send(failed=f"{type(e).__name__}: {e}")
         return
     channel.send(ready=str(sys.modules[handler.__module__].__file__))
-    running: list[threading.Thread] = []
     for line in sys.stdin:
         request = json.loads(line)
         thread = threading.Thread(target=invoke, args=(handler, spec, request, channel, output),
-                                  name=f"invocation-{request['id']}")
+                                  name=f"invocation-{request['id']}", daemon=True)
         thread.start()
-        running = [t for t in running if t.is_alive()] + [thread]
-    # The stack is gone or has retired it: what runs gets the function's timeout, as Lambda would give it.
-    deadline = time.monotonic() + spec["timeout"]
-    for thread in running:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    if any(t.is_alive() for t in running):
-        os._exit(1)
+        # The stack kills this process at the timeout; this is for a stack that is gone meanwhile.
+        thread.join(spec["timeout"] + 1)
+        if thread.is_alive():
+            os._exit(1)
 
 
 if __name__ == "__main__":

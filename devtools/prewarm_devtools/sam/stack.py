@@ -38,6 +38,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -131,6 +132,8 @@ class LocalStack(EventSources):
         self._gate = InvocationGate()
         self._cursors: dict[tuple[str, str], StreamCursor] = {}
         self._threads: list[threading.Thread] = []
+        self._pools: list[ThreadPoolExecutor] = []
+        self._batches: set[Future[None]] = set()
         self._stop = threading.Event()
         self.resolver: Resolver | None = None
         self.event_bus_url = ""
@@ -331,6 +334,8 @@ class LocalStack(EventSources):
                 stream = props.get("EventSourceArn")
                 if stream not in {p.attrs.get("StreamArn") for p in self.physical.values()}:
                     raise WiringError(f"{where}: Stream {stream!r} is no table stream of this template")
+                if int(props.get("ParallelizationFactor", 1)) != 1:  # a shard's batches run one at a time here
+                    raise WiringError(f"{where}: local mode models ParallelizationFactor 1 only")
                 for f in props.get("FilterCriteria", {}).get("Filters", []):
                     try:
                         json.loads(f["Pattern"])
@@ -364,8 +369,8 @@ class LocalStack(EventSources):
     def invoke(self, name: str, event: Mapping[str, Any]) -> Any:
         """Runs function `name` on `event` in its own environment; its answer, or `FunctionError`.
 
-        Invocations of one function overlap, as Lambda runs concurrent batches of one event source in
-        separate environments; those of different functions run side by side, each in its own process.
+        Invocations overlap, each in an environment of its own (a process), as Lambda runs concurrent
+        batches of one event source in separate environments; one past the function's timeout is killed.
         """
         fn = self.function(name)
         with self._lock:
@@ -393,11 +398,12 @@ class LocalStack(EventSources):
         return env
 
     def update_function(self, name: str, *, code_dir: Path | None = None, handler: str | None = None,
-                        environment: Mapping[str, str] | None = None) -> Function:
-        """As Lambda's UpdateFunctionCode and UpdateFunctionConfiguration: new code and variables added to the
-        function's, for the invocations that start from now on (in a new environment); those in flight finish."""
+                        environment: Mapping[str, str] | None = None, timeout: int | None = None) -> Function:
+        """As Lambda's UpdateFunctionCode and UpdateFunctionConfiguration: new code, variables added to the
+        function's and a new timeout, for the invocations that start from now on (in a new environment);
+        those in flight finish."""
         fn = self.function(name)
-        fn.code_dir, fn.handler = code_dir or fn.code_dir, handler or fn.handler
+        fn.code_dir, fn.handler, fn.timeout = code_dir or fn.code_dir, handler or fn.handler, timeout or fn.timeout
         fn.env = {**fn.env, **(environment or {})}
         self._check_wiring(fn)
         self.environments.retire(fn)
@@ -418,6 +424,9 @@ class LocalStack(EventSources):
     def stop(self, timeout: float = 10.0) -> None:
         """Stops every event source, then ends every function's environment: no process is left."""
         super().stop(timeout)
+        self.environments.end()  # and any a last batch started meanwhile
+
+    def _end_invocations(self) -> None:
         self.environments.end()
 
     def env(self) -> dict[str, str]:

@@ -19,7 +19,7 @@ import pytest
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.eks_auth import EksTokenSource
 from prewarm.adapters.kube import KubeCluster
-from prewarm.domain.boot import CONDITION_TYPE, NONE_REQUIRED
+from prewarm.domain.boot import CONDITION_TYPE, NONE_REQUIRED, label_patch
 from prewarm.domain.messages import Hello
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterAuthError, ClusterError
@@ -148,3 +148,24 @@ def test_record_status_sets_a_nodes_warm_condition_and_may_change_no_other(env: 
     with as_function(env, "RecordStatusFunction") as cluster, pytest.raises(ClusterError) as caught:
         cluster.patch_node_status(node, {"status": {"conditions": [ready]}})
     assert "Prewarm may set only the PrewarmWarm condition of a node" in str(caught.value)
+
+
+def test_record_status_may_set_a_rules_node_label_and_no_other_label(env: dict[str, Any]) -> None:
+    # Given a node, and record_status's role (groups prewarm-startup-taint and prewarm-node-warm)
+    node = "ip-10-0-109-55.us-west-2.compute.internal"
+    with as_function(env, "RecordStatusFunction") as cluster:
+        seen = cluster.get_node(node)
+        assert seen is not None
+        # When it sets a rule's node label, then removes it
+        ops = label_patch(seen, "prewarm.dev/torch", True)
+        assert ops is not None
+        cluster.patch_node(node, ops)
+        assert env["api"].get_object("nodes", node)["metadata"]["labels"]["prewarm.dev/torch"] == "true"
+        removal = label_patch(env["api"].get_object("nodes", node), "prewarm.dev/torch", False)
+        assert removal is not None
+        cluster.patch_node(node, removal)
+        assert "prewarm.dev/torch" not in env["api"].get_object("nodes", node)["metadata"]["labels"]
+        # Then any other label is refused by the admission policy
+        with pytest.raises(ClusterError) as caught:
+            cluster.patch_node(node, [{"op": "add", "path": "/metadata/labels/pool", "value": "stolen"}])
+    assert 'Prewarm may only set or remove node labels valued "true"' in str(caught.value)

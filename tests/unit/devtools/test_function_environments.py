@@ -20,9 +20,9 @@ from prewarm_devtools.sam.invocation import Function
 ECHO = Path(__file__).parents[2] / "support" / "functions" / "echo"
 
 
-def function(name: str = "echo", reserved: int | None = None) -> Function:
+def function(name: str = "echo", reserved: int | None = None, timeout: int = 30) -> Function:
     return Function(logical_id=f"{name.title()}Function", name=name, code_dir=ECHO, handler="app.lambda_handler",
-                    env={"GREETING": f"hello from {name}"}, timeout=30, memory=128, events={},
+                    env={"GREETING": f"hello from {name}"}, timeout=timeout, memory=128, events={},
                     reserved_concurrency=reserved)
 
 
@@ -73,23 +73,56 @@ def test_a_handler_error_fails_its_invocation_only_and_a_dead_environment_is_rep
     assert invoke(started, fn, {})["pid"] != pid
 
 
-def test_invocations_of_one_function_overlap_up_to_its_reserved_concurrency(
+def test_concurrent_invocations_of_one_function_run_in_processes_of_their_own_up_to_its_reserved_concurrency(
         environments: tuple[Environments, io.StringIO]) -> None:
     started, _ = environments
     for fn in (function("free"), function("reserved", reserved=1)):
-        invoke(started, fn, {})  # warm
-        ran: list[list[float]] = []
-        threads = [threading.Thread(target=lambda f=fn, into=ran: into.append(invoke(started, f, {"sleep": 1})["ran"]))
-                   for _ in range(3)]
+        warm = invoke(started, fn, {})["pid"]
+        ran: list[dict[str, Any]] = []
+        # Long enough for two cold starts on a loaded machine to overlap the warm one's
+        sleep = 1 if fn.reserved_concurrency else 4
+        threads = [threading.Thread(target=lambda f=fn, s=sleep, into=ran: into.append(
+            invoke(started, f, {"sleep": s}))) for _ in range(3)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        begins, ends = sorted(r[0] for r in ran), sorted(r[1] for r in ran)
-        if fn.reserved_concurrency is None:  # all three at once
-            assert begins[-1] < ends[0], ran
-        else:  # one at a time
+        begins, ends = sorted(r["ran"][0] for r in ran), sorted(r["ran"][1] for r in ran)
+        pids = {r["pid"] for r in ran}
+        if fn.reserved_concurrency is None:  # all three at once, each in its own process, the warm one reused
+            assert begins[-1] < ends[0] and len(pids) == 3 and warm in pids, ran
+            assert invoke(started, fn, {})["pid"] in pids  # kept warm
+        else:  # one at a time, in the one warm process
             assert all(end <= begin for end, begin in zip(ends, begins[1:], strict=False)), ran
+            assert pids == {warm}, ran
+
+
+def test_an_invocation_past_the_timeout_is_killed_with_its_environment_and_logged_as_lambda_does(
+        environments: tuple[Environments, io.StringIO]) -> None:
+    started, output = environments
+    fn = function(timeout=1)
+    pid = invoke(started, fn, {})["pid"]
+    began = time.monotonic()
+    with pytest.raises(FunctionError, match=r"echo: Sandbox\.Timedout: Task timed out after 1\.00 seconds"):
+        invoke(started, fn, {"sleep": 10})
+    assert 1 <= time.monotonic() - began < 8  # killed, not after its 10 s sleep
+    assert output.getvalue().splitlines()[-1].endswith("Task timed out after 1.00 seconds")
+    assert not started.processes(fn) or started.processes(fn)[0].wait(5) is not None
+    assert invoke(started, fn, {})["pid"] != pid  # a cold start
+
+
+def test_past_the_stacks_limit_an_idle_environment_of_another_function_makes_room() -> None:
+    started = Environments(io.StringIO(), limit=2)
+    try:
+        one, two, three = function("one"), function("two"), function("three")
+        invoke(started, one, {})
+        (first,) = started.processes(one)
+        invoke(started, two, {})
+        invoke(started, three, {})  # ends one's, the least recently used
+        assert first.wait(5) is not None
+        assert len(started.processes(two)) == len(started.processes(three)) == 1
+    finally:
+        started.end(grace=1)
 
 
 def test_ending_the_environments_kills_a_stuck_handler_and_fails_its_invocation(

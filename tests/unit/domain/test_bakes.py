@@ -72,7 +72,8 @@ def test_late_repeated_and_foreign_events_change_nothing() -> None:
 
 
 def test_a_builder_that_misses_an_image_fails_the_bake_naming_it() -> None:
-    state = bakes.with_images(bakes.with_push(SnapshotState(), REF, D1, 0.0), ["docker.io/library/busybox:1"])
+    state = bakes.with_declared(bakes.with_push(SnapshotState(), REF, D1, 0.0, ["ml"]),
+                                ["docker.io/library/busybox:1"], ["ml"])
     state = bakes.launched(bakes.start(state, "gpu", 0.0), "gpu-1", "i-1", "vol-1", 1.0)
     state = bakes.pulled(state, "gpu-1", {REF: D1}, 1, 2.0)
     assert state.bake is not None and state.bake.step is BakeStep.FAILED
@@ -95,3 +96,19 @@ def test_a_bake_past_its_budget_is_expired_and_the_state_round_trips() -> None:
     assert SnapshotState.from_dict(None) == SnapshotState()
     assert state.resource_status() == {"stale": True, "message": "no snapshot baked yet; Stale: a newer digest is "
                                                                  "pushed but not baked; bake gpu-1 Pulling"}
+
+
+def test_an_image_the_spec_no_longer_names_nor_brings_by_a_rule_leaves_the_image_set() -> None:
+    busybox = "docker.io/library/busybox:1"
+    state = bakes.with_declared(bakes.with_push(SnapshotState(), REF, D1, 0.0, ["ml"]), [busybox], ["ml"])
+    assert state.images == {REF: D1, busybox: None}
+    state, _ = baked(state, D1, 1.0)
+    dropped = bakes.with_declared(state, [], ["ml"])  # busybox no longer named: the set is REF alone
+    assert dropped.images == {REF: D1}
+    assert bakes.with_declared(dropped, [], ["ml"]) is dropped
+    # The rule that brought REF in dropped too: nothing is left, and nothing is stale.
+    empty = bakes.with_declared(dropped, [], ["web"])
+    assert empty.images == {} and empty.image_rules == {} and not empty.stale
+    # Named by the spec, it stays whatever rule brought it.
+    assert bakes.with_declared(dropped, [REF], []).images == {REF: D1}
+    assert SnapshotState.from_dict(dropped.to_dict()) == dropped

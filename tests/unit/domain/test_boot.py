@@ -3,24 +3,33 @@ hello is a node's first, and the `PrewarmWarm` condition each step of a warm-up 
 
 from __future__ import annotations
 
+import pytest
+
 from prewarm.domain.boot import (
     CONDITION_TYPE,
     FAILED,
+    NODE_LABEL_VALUE,
     NONE_REQUIRED,
     PRESENT_AT_BOOT,
     PULLED,
     PULLING,
     WarmCondition,
     at_hello,
+    at_pulls,
     at_warm,
     boot_due,
     boot_record,
     current,
+    label_patch,
+    labels_held,
     node_condition,
+    node_label_of,
     present_at_boot,
 )
+from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.messages import Hello, RequiredImage
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+from prewarm.domain.rules import PrewarmRule
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 DIGEST = "sha256:" + "a" * 64
@@ -107,3 +116,59 @@ def test_the_patch_sets_that_condition_alone_and_is_read_back() -> None:
     assert node_condition(node) == WarmCondition("True", PRESENT_AT_BOOT, "x" * 1024)
     assert node_condition({"status": {"conditions": [{"type": "Ready"}]}}) is None
     assert node_condition({}) is None
+
+
+# --- after the first hello: the condition from the node's pulls, and a rule's node label ------------------
+
+NEWER = f"{REGISTRY}/ml/torch@sha256:{'c' * 64}"
+LABEL = "prewarm.dev/torch"
+
+
+def test_the_condition_from_pulls_counts_images_present_at_boot_and_names_the_missing() -> None:
+    boot = NodeBoot(required=(TORCH,), present=(TORCH,), at=1.0)
+    assert at_pulls(boot, [], []) == WarmCondition("True", NONE_REQUIRED, "no running Never job selects this node")
+    assert at_pulls(boot, [TORCH], []).reason == PRESENT_AT_BOOT
+    assert at_pulls(boot, [TORCH, NEWER], []) == WarmCondition(
+        "True", PULLED, "all 2 images required present (1 present at boot)")
+    assert at_pulls(None, [TORCH], []).message == "all 1 image required present (0 present at boot)"
+    assert at_pulls(boot, [TORCH, NEWER], [NEWER]) == WarmCondition(
+        "False", PULLING, f"1 of 2 images required present; pulling {NEWER}")
+    many = [f"{REGISTRY}/ml/m{i}:v1" for i in range(5)]
+    assert at_pulls(None, many, many).message.endswith(f"pulling {', '.join(sorted(many)[:3])} and 2 more")
+
+
+def test_a_label_is_held_only_while_every_image_of_its_jobs_is_present() -> None:
+    assert labels_held([(LABEL, True), ("a.io/b", True), (LABEL, False), (LABEL, True)]) == {
+        LABEL: False, "a.io/b": True}
+    assert labels_held([]) == {}
+
+
+def test_the_label_patch_adds_or_removes_one_label_and_nothing_when_the_node_is_already_so() -> None:
+    node = {"metadata": {"name": "n", "labels": {"pool": "gpu"}}}
+    assert label_patch(node, LABEL, True) == [
+        {"op": "add", "path": "/metadata/labels/prewarm.dev~1torch", "value": NODE_LABEL_VALUE}]
+    assert label_patch(node, LABEL, False) is None
+    assert label_patch({"metadata": {}}, "a~b", True) == [
+        {"op": "add", "path": "/metadata/labels", "value": {"a~b": "true"}}]
+    held = {"metadata": {"labels": {LABEL: "true"}}}
+    assert label_patch(held, LABEL, True) is None
+    assert label_patch(held, LABEL, False) == [
+        {"op": "test", "path": "/metadata/labels/prewarm.dev~1torch", "value": "true"},
+        {"op": "remove", "path": "/metadata/labels/prewarm.dev~1torch"}]
+    # a label of that key someone set to another value is left alone when not held
+    assert label_patch({"metadata": {"labels": {LABEL: "mine"}}}, LABEL, False) is None
+
+
+def test_a_rules_node_label_is_carried_by_its_jobs_and_must_be_a_label_key() -> None:
+    doc = {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule", "metadata": {"name": "torch"},
+           "spec": {"repositories": ["ml/*"], "nodeLabel": LABEL}}
+    job = PrewarmRule.from_manifest(doc).job_for_push(REGISTRY, "ml/torch", DIGEST)
+    assert node_label_of(job.to_manifest()) == LABEL
+    assert node_label_of(PrewarmRule.from_manifest({**doc, "spec": {"repositories": ["ml/*"]}}).job_for_push(
+        REGISTRY, "ml/torch", DIGEST).to_manifest()) is None
+    for bad, why in (("Prewarm Torch", 'key "Prewarm Torch": name part must consist of alphanumeric'),
+                     ("/torch", 'key "/torch": prefix part must not be empty')):
+        with pytest.raises(JobValidationError) as caught:
+            PrewarmRule.from_manifest({**doc, "spec": {"repositories": ["ml/*"], "nodeLabel": bad}})
+        assert caught.value.errors[0].path == "spec.nodeLabel"
+        assert caught.value.errors[0].message.startswith(why)

@@ -15,8 +15,7 @@ from prewarm.domain.snapshots import AmiFamily, WarmSnapshot
 
 BASE: dict[str, Any] = {
     "apiVersion": "prewarm.dev/v1alpha1", "kind": "WarmSnapshot", "metadata": {"name": "gpu"},
-    "spec": {"nodeClass": {"ec2NodeClass": "gpu"}, "amiFamily": "Bottlerocket", "rules": ["ml"],
-             "builder": {"subnetIds": ["subnet-0123456789abcdef0"]}}}
+    "spec": {"nodeClass": {"ec2NodeClass": "gpu"}, "amiFamily": "Bottlerocket", "rules": ["ml"]}}
 
 
 def with_spec(**spec: Any) -> dict[str, Any]:
@@ -37,7 +36,8 @@ def test_a_warm_snapshot_is_read_with_its_defaults_and_fast_restore_cost() -> No
     assert ws.spec.data_volume.device_name == "/dev/xvdb" and ws.spec.keep == 2
     assert ws.spec.node_class.describe() == "EC2NodeClass/gpu"
     assert ws.fsr_dollars_per_hour() == 1.5  # $0.75 per snapshot and AZ hour
-    assert ws.image_id.startswith("resolve:ssm:/aws/service/bottlerocket/")
+    # No builder override: the node class says where the builder launches (domain/launch_sources.py).
+    assert ws.spec.builder.image_id is None and ws.spec.builder.subnet_ids == []
     assert ws.wants("r/x:1", ["ml"]) and not ws.wants("r/x:1", ["web"])
 
 

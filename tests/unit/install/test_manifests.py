@@ -94,6 +94,8 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("ClusterRole", NODE_WARM_GROUP, ""), ("ClusterRoleBinding", NODE_WARM_GROUP, ""),
         ("ValidatingAdmissionPolicy", "prewarm-node-warm-condition", ""),
         ("ValidatingAdmissionPolicyBinding", "prewarm-node-warm-condition", ""),
+        ("ValidatingAdmissionPolicy", "prewarm-node-warm-labels", ""),
+        ("ValidatingAdmissionPolicyBinding", "prewarm-node-warm-labels", ""),
         ("ClusterRole", "prewarm-jobs-edit", ""), ("ClusterRole", "prewarm-jobs-view", ""),
         ("ClusterRole", "prewarm-node-classes", ""), ("ClusterRoleBinding", "prewarm-node-classes", ""),
         ("CustomResourceDefinition", "imagepulljobs.prewarm.dev", ""),

@@ -191,3 +191,62 @@ def test_record_status_may_set_the_prewarm_warm_condition_and_nothing_else() -> 
 def test_the_condition_policy_validates_for_the_kubernetes_api() -> None:
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
         kubernetes_validate.validate(shipped(kind, "prewarm-node-warm-condition"), "1.33.0", strict=True)
+
+
+# --- a rule's node label: record_status (groups prewarm-node-warm and prewarm-startup-taint) on the Node ----
+
+RECORD_STATUS_GROUPS = ("prewarm-control-plane", "prewarm-startup-taint", "prewarm-node-warm")
+LABEL = "prewarm.dev/torch"
+
+
+def labelled(node_: dict[str, Any], **labels: str | None) -> dict[str, Any]:
+    changed = copy.deepcopy(node_)
+    for key, value in labels.items():
+        if value is None:
+            changed["metadata"]["labels"].pop(key.replace("__", "/"), None)
+        else:
+            changed["metadata"]["labels"][key.replace("__", "/")] = value
+    return changed
+
+
+def admit_node(old: dict[str, Any], new: dict[str, Any], groups: tuple[str, ...] = RECORD_STATUS_GROUPS
+               ) -> list[str]:
+    """Both policies that judge record_status's update of a Node: the startup taint's and the labels'."""
+    return [*admit(old, new, user=CONTROL_PLANE, bound=None, groups=groups),
+            *admit(old, new, user=CONTROL_PLANE, bound=None, groups=groups, policy_name="prewarm-node-warm-labels")]
+
+
+def test_record_status_may_set_and_remove_a_rules_node_label_and_release_the_taint_in_the_same_role() -> None:
+    before = node(taints=[OTHER, WARMING])
+
+    assert admit_node(before, labelled(before, prewarm__dev__torch="true")) == []
+    assert admit_node(labelled(before, prewarm__dev__torch="true"), before) == []
+    assert admit_node(before, without(before, WARMING)) == []
+    # the agent may still change no label
+    assert admit(before, labelled(before, prewarm__dev__torch="true")) == [
+        "the prewarm agent may not change a node's labels, annotations, finalizers or owner references"]
+
+
+@pytest.mark.parametrize(("change", "refusal"), [
+    (lambda n: n["metadata"]["labels"].update(pool="cpu"), 'only set or remove node labels valued "true"'),
+    (lambda n: n["metadata"]["labels"].pop("pool"), 'only set or remove node labels valued "true"'),
+    (lambda n: n["metadata"]["labels"].update({LABEL: "yes"}), 'only set or remove node labels valued "true"'),
+    (lambda n: n["metadata"].update(annotations={"a": "b"}), "annotations, finalizers or owner references"),
+], ids=["label changed", "label removed", "label of another value", "annotation"])
+def test_record_status_may_change_no_other_label_or_metadata(change: Any, refusal: str) -> None:
+    before = node(taints=[WARMING])
+    after = copy.deepcopy(before)
+    change(after)
+
+    assert any(refusal in message for message in admit_node(before, after)), admit_node(before, after)
+
+
+def test_the_label_group_alone_may_not_change_a_nodes_spec() -> None:
+    before = node(taints=[WARMING])
+    assert admit(before, without(before, WARMING), user=CONTROL_PLANE, bound=None, groups=("prewarm-node-warm",),
+                 policy_name="prewarm-node-warm-labels") == ["Prewarm may not change a node's spec"]
+
+
+def test_the_label_policy_validates_for_the_kubernetes_api() -> None:
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        kubernetes_validate.validate(shipped(kind, "prewarm-node-warm-labels"), "1.33.0", strict=True)

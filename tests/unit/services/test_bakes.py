@@ -8,8 +8,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
+from prewarm.domain.launch_sources import LaunchSource
 from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
+from prewarm.domain.snapshots import AmiFamily
 from prewarm.services import bakes
 from prewarm.services.bakes import BakeContext, BakeSettings
 from prewarm.services.ports import BakeError, NodeClassMissingError
@@ -30,12 +32,14 @@ class FakeEc2:
     owners: dict[str, str] = field(default_factory=dict)  # instance id -> its warm snapshot tag
     calls: list[str] = field(default_factory=list)
     refuse: str = ""
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)  # bake id -> (image id, subnet id)
 
     def launch(self, bake_id: str, warm_snapshot: str, image_id: str, instance_type: str, subnet_id: str,
                device_name: str, size_gib: int, user_data: str) -> tuple[str, str]:
         if self.refuse:
             raise BakeError(self.refuse)
         instance = f"i-{bake_id}"  # the client token makes it idempotent
+        self.sources[bake_id] = (image_id, subnet_id)
         self.instances.setdefault(instance, "running")
         self.launched_at.setdefault(instance, 0.0)
         self.owners.setdefault(instance, warm_snapshot)
@@ -52,6 +56,9 @@ class FakeEc2:
     def running_builders(self) -> list[tuple[str, str, str, float]]:
         return [(i, self.owners.get(i, ""), i[2:], self.launched_at[i]) for i, s in self.instances.items()
                 if s != "terminated"]
+
+    def builder_state(self, instance_id: str) -> str | None:
+        return self.instances.get(instance_id)
 
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
         snapshot = f"snap-{len(self.snapshots) + 1}"
@@ -82,6 +89,7 @@ class FakeEc2:
 @dataclass
 class FakeNodeClasses:
     pointed: dict[str, str] = field(default_factory=lambda: {"gpu": ""})
+    unreadable: str = ""
 
     def current_snapshot(self, kind: str, name: str, device_name: str) -> str | None:
         if name not in self.pointed:
@@ -90,6 +98,12 @@ class FakeNodeClasses:
 
     def point_at(self, kind: str, name: str, device_name: str, snapshot_id: str) -> None:
         self.pointed[name] = snapshot_id
+
+    def launch_source(self, kind: str, name: str, family: AmiFamily) -> LaunchSource:
+        if self.unreadable:
+            raise BakeError(self.unreadable)
+        return LaunchSource(f"resolve:ssm:/aws/service/{family}",
+                            ("subnet-0000000000000000a", "subnet-0000000000000000b"))
 
 
 def context(**spec: Any) -> tuple[BakeContext, FakeEc2, FakeNodeClasses]:
@@ -230,3 +244,78 @@ def test_the_sweep_fails_a_bake_past_its_budget_and_terminates_builders_no_bake_
     assert "terminated builder i-old-7 of old-7: past its time budget" in done
     assert ec2.instances == {"i-gpu-1": "terminated", "i-old-7": "terminated"}
     assert classes.pointed["gpu"] == ""
+
+
+def test_an_image_dropped_from_the_spec_is_not_baked_again() -> None:
+    busybox = "docker.io/library/busybox:1"
+    ctx, _ec2, _classes = context(images=[busybox])
+    push(ctx, D1, 10.0)
+    assert state(ctx).images == {REF: D1, busybox: None}
+    found = ctx.store.get_warm_snapshot("gpu")
+    assert found is not None
+    manifest = {**found[0], "spec": {**found[0]["spec"], "images": []}}
+    ctx.store.put_warm_snapshot("gpu", manifest, "h2")
+    bakes.advance(ctx, "gpu", 11.0)
+    assert state(ctx).images == {REF: D1}
+    # The running bake bakes what it started with; the next one leaves busybox out.
+    bakes.record_baked(ctx.store, Baked(warm_snapshot="gpu", bake="gpu-1", ok=True, image_bytes=1,
+                                        digests={REF: D1, busybox: D3}), 20.0)
+    bakes.advance(ctx, "gpu", 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+    assert state(ctx).current.digests == {REF: D1, busybox: D3}  # type: ignore[union-attr]
+    push(ctx, D2, 40.0)
+    assert state(ctx).bake.images == {REF: D2}  # type: ignore[union-attr]
+
+
+def test_a_push_without_a_tag_starts_no_bake_unless_the_spec_pins_that_digest() -> None:
+    pinned = f"{HOST}/ml/trainer@{D2}"
+    ctx, ec2, _classes = context(images=[pinned])
+    untagged = ImagePush("123456789012", "us-west-2", "ml/trainer", D1, None)
+    assert bakes.record_push(ctx.store, untagged, ["ml"], 10.0) == []
+    assert state(ctx).images == {}
+    pinned_push = ImagePush("123456789012", "us-west-2", "ml/trainer", D2, None)
+    assert bakes.record_push(ctx.store, pinned_push, ["ml"], 11.0) == ["gpu"]
+    assert state(ctx).images == {pinned: D2}
+    bakes.advance(ctx, "gpu", 11.0)
+    assert state(ctx).bake.images == {pinned: D2} and ec2.instances == {"i-gpu-1": "running"}  # type: ignore[union-attr]
+
+
+def test_the_builder_launches_from_the_node_classs_ami_and_subnets_unless_the_spec_overrides_them() -> None:
+    ctx, ec2, _classes = context(builder={"timeBudgetSeconds": 600})
+    push(ctx, D1, 10.0)
+    assert ec2.sources["gpu-1"] == ("resolve:ssm:/aws/service/Bottlerocket", "subnet-0000000000000000a")
+    ctx, ec2, _classes = context(builder={"imageId": "ami-0123456789abcdef0"})
+    push(ctx, D1, 10.0)
+    assert ec2.sources["gpu-1"] == ("ami-0123456789abcdef0", "subnet-0000000000000000a")
+    ctx, ec2, classes = context(builder={"imageId": "ami-0123456789abcdef0", "subnetIds": ["subnet-0123456789abcdef0"]})
+    classes.unreadable = "not read: the spec names both"
+    push(ctx, D1, 10.0)
+    assert ec2.sources["gpu-1"] == ("ami-0123456789abcdef0", "subnet-0123456789abcdef0")
+
+
+def test_a_node_class_whose_launch_source_cannot_be_read_fails_the_bake_before_any_builder() -> None:
+    ctx, ec2, classes = context(builder={})
+    classes.unreadable = "EC2NodeClass gpu: its subnetSelectorTerms select no subnet"
+    push(ctx, D1, 10.0)
+    bake = state(ctx).bake
+    assert bake is not None and bake.step is BakeStep.FAILED and ec2.instances == {}
+    assert bake.reason == ("the builder could not be launched: EC2NodeClass gpu: its subnetSelectorTerms select "
+                           "no subnet")
+
+
+def test_a_builder_killed_before_its_report_fails_the_bake_at_the_next_sweep_not_its_budget() -> None:
+    ctx, ec2, classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+    push(ctx, D2, 40.0)
+    assert bakes.sweep(ctx, 41.0) == []  # running: nothing to do
+    ec2.instances["i-gpu-2"] = "terminated"  # killed (a spot reclaim, an operator)
+    assert bakes.sweep(ctx, 50.0) == ["gpu: bake gpu-2 failed: its builder is terminated"]
+    failed = state(ctx)
+    assert failed.bake is not None and failed.bake.step is BakeStep.FAILED
+    assert failed.bake.reason == "builder i-gpu-2 was terminated before it reported its images"
+    assert classes.pointed["gpu"] == "snap-1" and failed.current is not None and failed.current.id == "snap-1"
+    assert bakes.sweep(ctx, 60.0) == []  # the same set is not retried ...
+    push(ctx, D3, 70.0)  # ... the next push is
+    assert state(ctx).bake.id == "gpu-3" and ec2.instances["i-gpu-3"] == "running"  # type: ignore[union-attr]

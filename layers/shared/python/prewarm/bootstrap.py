@@ -370,8 +370,17 @@ def bake_context() -> BakeContext:
     s = settings()
     builders = Ec2Builders(s.node_queue_prefix, s.builder_instance_profile_arn)
     # Built on first use: a push no warm snapshot wants reads the table and nothing else.
-    return BakeContext(store(), builders, NodeClassObjects(lambda: clusters().api(""), lambda: builders.client),
+    node_classes = NodeClassObjects(lambda: clusters().api(""), lambda: builders.client, eks_client, s.cluster_name)
+    return BakeContext(store(), builders, node_classes,
                        BakeSettings(s.status_queue_url, s.aws_region, s.builder_agent_image))
+
+
+@lru_cache(maxsize=1)
+def eks_client() -> Any:
+    """EKS, for the stack's own cluster's version and subnets (where builders launch from)."""
+    import boto3
+
+    return boto3.client("eks")
 
 
 def record_baked(reports: Sequence[tuple[str, Baked]]) -> list[str]:

@@ -12,6 +12,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from prewarm.domain.launch_sources import (
+    LaunchSource,
+    LaunchSourceError,
+    alias_image_id,
+    ami_query,
+    family_image_id,
+    newest_image,
+    subnet_query,
+)
+from prewarm.domain.snapshots import AmiFamily
 from prewarm.services.ports import BakeError, ClusterError, NodeClassMissingError
 
 STACK_TAG = "prewarm.dev/stack"
@@ -111,6 +121,15 @@ class Ec2Builders:
             raise _error(e, "list the builders") from e
         return found
 
+    def builder_state(self, instance_id: str) -> str | None:
+        try:
+            found = self.client.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "InvalidInstanceID.NotFound":
+                return None  # not yet visible (EC2's eventual consistency), or long gone
+            raise _error(e, f"describe builder {instance_id}") from e
+        return str(found[0]["Instances"][0]["State"]["Name"]) if found else None
+
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
         out = self._call(f"snapshot volume {volume_id}", "create_snapshot", VolumeId=volume_id,
                          Description=f"Prewarm warm snapshot {warm_snapshot}, bake {bake_id}",
@@ -159,13 +178,17 @@ class Ec2Builders:
 
 class NodeClassObjects:
     """`ports.NodeClasses`: Karpenter's EC2NodeClass through the cluster's API (`api`: get_object,
-    replace_object), a launch template through EC2 (a new version made the default)."""
+    replace_object), a launch template through EC2 (a new version made the default); the cluster itself
+    (its Kubernetes version, its subnets) through EKS DescribeCluster of `cluster_name` (launch sources only)."""
 
     API_VERSION = "karpenter.k8s.aws/v1"
 
-    def __init__(self, api: Callable[[], Any], ec2_client: Callable[[], Any]) -> None:
+    def __init__(self, api: Callable[[], Any], ec2_client: Callable[[], Any],
+                 eks_client: Callable[[], Any] | None = None, cluster_name: str = "") -> None:
         self._api = api
         self._ec2 = ec2_client
+        self._eks = eks_client
+        self.cluster_name = cluster_name
 
     @property
     def api(self) -> Any:
@@ -174,6 +197,55 @@ class NodeClassObjects:
     @property
     def ec2(self) -> Any:
         return self._ec2()
+
+    def _cluster(self) -> dict[str, Any]:
+        if self._eks is None or not self.cluster_name:
+            raise BakeError("the stack's cluster is not known here (ClusterName): the node class's AMI alias "
+                            "and a launch template's subnets need it")
+        try:
+            return dict(self._eks().describe_cluster(name=self.cluster_name)["cluster"])
+        except ClientError as e:
+            raise _error(e, f"describe cluster {self.cluster_name}") from e
+
+    def launch_source(self, kind: str, name: str, family: AmiFamily) -> LaunchSource:
+        if kind != "EC2NodeClass":
+            image_id = self._template(name).get("LaunchTemplateData", {}).get("ImageId")
+            cluster = self._cluster()
+            subnets = tuple((cluster.get("resourcesVpcConfig") or {}).get("subnetIds") or ())
+            return LaunchSource(image_id or family_image_id(family, str(cluster.get("version", ""))), subnets)
+        spec = self._node_class(name).get("spec") or {}
+        where = f"EC2NodeClass {name}"
+        try:
+            return LaunchSource(self._node_class_image(spec, family, where), self._node_class_subnets(spec, where))
+        except LaunchSourceError as e:
+            raise BakeError(str(e)) from e
+
+    def _node_class_image(self, spec: Mapping[str, Any], family: AmiFamily, where: str) -> str:
+        terms = spec.get("amiSelectorTerms") or []
+        alias = next((str(t["alias"]) for t in terms if t.get("alias")), None)
+        if alias is not None:
+            return alias_image_id(alias, family, str(self._cluster().get("version", "")))
+        found: dict[str, dict[str, Any]] = {}
+        for term in terms:
+            out = self._call_ec2(f"{where}: describe its AMIs", "describe_images", **ami_query(term))
+            found.update({i["ImageId"]: i for i in out.get("Images", [])})
+        return newest_image(list(found.values()), where)
+
+    def _node_class_subnets(self, spec: Mapping[str, Any], where: str) -> tuple[str, ...]:
+        found: dict[str, int] = {}
+        for term in spec.get("subnetSelectorTerms") or []:
+            out = self._call_ec2(f"{where}: describe its subnets", "describe_subnets", **subnet_query(term))
+            found.update({s["SubnetId"]: int(s.get("AvailableIpAddressCount", 0)) for s in out.get("Subnets", [])})
+        if not found:
+            raise LaunchSourceError(f"{where}: its subnetSelectorTerms select no subnet")
+        # The most free addresses first, as Karpenter prefers among the subnets it selects.
+        return tuple(sorted(found, key=lambda subnet: (-found[subnet], subnet)))
+
+    def _call_ec2(self, what: str, op: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return getattr(self.ec2, op)(**kwargs)  # type: ignore[no-any-return]
+        except ClientError as e:
+            raise _error(e, what) from e
 
     def _node_class(self, name: str) -> dict[str, Any]:
         try:
@@ -185,7 +257,7 @@ class NodeClassObjects:
         return dict(found)
 
     def _template(self, name: str) -> dict[str, Any]:
-        key = {"LaunchTemplateIds": [name]} if name.startswith("lt-") else {"LaunchTemplateNames": [name]}
+        key = {"LaunchTemplateId": name} if name.startswith("lt-") else {"LaunchTemplateName": name}
         try:
             out = self.ec2.describe_launch_template_versions(Versions=["$Default"], **key)
         except ClientError as e:

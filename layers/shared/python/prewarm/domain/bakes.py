@@ -99,6 +99,9 @@ class SnapshotState:
 
     images: dict[str, str | None] = field(default_factory=dict)
     newest_push_at: float | None = None
+    # The rules whose pushes brought each image in (none: the spec names it): when the spec no longer
+    # names the image nor any of those rules, the image leaves the set.
+    image_rules: dict[str, list[str]] = field(default_factory=dict)
     bake: Bake | None = None
     bakes: int = 0
     snapshots: tuple[BakedSnapshot, ...] = ()
@@ -149,6 +152,7 @@ class SnapshotState:
         return cls(
             images=dict(data.get("images", {})),
             newest_push_at=data.get("newest_push_at"),
+            image_rules={ref: list(rules) for ref, rules in data.get("image_rules", {}).items()},
             bake=None if bake is None else Bake(
                 **{**bake, "steps": tuple(StepRecord(BakeStep(s["step"]), s["at"], s.get("note", ""))
                                           for s in bake["steps"])}),
@@ -157,17 +161,32 @@ class SnapshotState:
         )
 
 
-def with_push(state: SnapshotState, reference: str, digest: str, now: float) -> SnapshotState:
-    """The image set after `reference` (registry/repository:tag) was pushed at `digest`."""
-    if state.images.get(reference) == digest:
+def with_push(state: SnapshotState, reference: str, digest: str, now: float,
+              rules: list[str] | None = None) -> SnapshotState:
+    """The image set after `reference` (registry/repository:tag, or @digest) was pushed at `digest`;
+    `rules`: the warm snapshot's rules that matched the push (none: the spec names the image)."""
+    matched = sorted(set(rules or ()))
+    if state.images.get(reference) == digest and state.image_rules.get(reference, []) == matched:
         return state
-    return replace(state, images={**state.images, reference: digest}, newest_push_at=now)
+    moved = state.images.get(reference) != digest
+    image_rules = {k: v for k, v in state.image_rules.items() if k != reference}
+    if matched:
+        image_rules[reference] = matched
+    return replace(state, images={**state.images, reference: digest}, image_rules=image_rules,
+                   newest_push_at=now if moved else state.newest_push_at)
 
 
-def with_images(state: SnapshotState, declared: list[str]) -> SnapshotState:
-    """The image set holding each declared image (its digest unknown until a push or the builder says)."""
-    missing = {ref: None for ref in declared if ref not in state.images}
-    return replace(state, images={**state.images, **missing}) if missing else state
+def with_declared(state: SnapshotState, images: list[str], rules: list[str]) -> SnapshotState:
+    """The image set the spec declares now: each image it names (its digest unknown until a push or the
+    builder says), each pushed image one of its rules brought in; an image it no longer names, brought
+    by no rule it still names, leaves the set (so the next bake drops it)."""
+    named, kept_rules = set(images), set(rules)
+    kept = {ref: digest for ref, digest in state.images.items()
+            if ref in named or kept_rules & set(state.image_rules.get(ref, ()))}
+    kept.update({ref: None for ref in images if ref not in kept})
+    if kept == state.images:
+        return state
+    return replace(state, images=kept, image_rules={k: v for k, v in state.image_rules.items() if k in kept})
 
 
 def start(state: SnapshotState, name: str, now: float) -> SnapshotState:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prewarm.domain.images import InvalidImageReference, parse_image
+from prewarm.domain.jobs import NODE_LABEL_ANNOTATION
 from prewarm.domain.kubernetes import format_time
 from prewarm.domain.messages import Hello, RequiredImage
 from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
@@ -27,6 +28,8 @@ FAILED = "Failed"
 NONE_REQUIRED = "NoImagesRequired"
 # A condition's message is free text; the API keeps it whole, `kubectl describe` shows it on one line.
 MESSAGE_MAX = 1024
+# The value of a rule's `spec.nodeLabel` on a node that has every image of the rule's jobs on it.
+NODE_LABEL_VALUE = "true"
 
 
 def present_at_boot(required: Iterable[RequiredImage], digests: Iterable[str]) -> tuple[str, ...]:
@@ -123,3 +126,61 @@ def at_warm(warm: NodeWarm, boot: NodeBoot | None) -> WarmCondition:
     count = f"all {_images(len(boot.required))} required" if boot is not None else "every required image"
     present = f" ({len(boot.present)} present at boot)" if boot is not None else ""
     return WarmCondition("True", PULLED, f"{count} present{present}")
+
+
+def at_pulls(boot: NodeBoot | None, required: Sequence[str], missing: Sequence[str]) -> WarmCondition:
+    """The condition from the node's tasks in the running `Never` jobs that select it (`required`: their pull
+    references; `missing`: those neither Succeeded there nor present at boot): what keeps a node's condition
+    true to its images after its first hello, tainted or not."""
+    wanted = sorted(set(required))
+    if not wanted:
+        return WarmCondition("True", NONE_REQUIRED, "no running Never job selects this node")
+    absent = sorted(set(missing))
+    if not absent:
+        at_boot = len(set(wanted) & set(boot.present)) if boot is not None else 0
+        if at_boot == len(wanted):
+            return WarmCondition("True", PRESENT_AT_BOOT,
+                                 f"all {_images(len(wanted))} required were present at boot (CRI), 0 bytes pulled")
+        return WarmCondition("True", PULLED, f"all {_images(len(wanted))} required present ({at_boot} present at boot)")
+    names = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+    return WarmCondition("False", PULLING, f"{len(wanted) - len(absent)} of {_images(len(wanted))} required present; "
+                                           f"pulling {names}")
+
+
+def node_label_of(manifest: Mapping[str, Any]) -> str | None:
+    """The node label a rule's job carries (`NODE_LABEL_ANNOTATION`), or None."""
+    annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+    key = annotations.get(NODE_LABEL_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return key if isinstance(key, str) and key else None
+
+
+def labels_held(pulls: Iterable[tuple[str, bool]]) -> dict[str, bool]:
+    """Per node label, from (label, the image of one of its jobs present on the node) of the node's tasks in
+    those jobs: whether every one is present. One image not yet there (a new digest pushed) takes it off."""
+    held: dict[str, bool] = {}
+    for key, present in pulls:
+        held[key] = held.get(key, True) and present
+    return held
+
+
+def _pointer(key: str) -> str:
+    """`key` as a JSON pointer's segment (RFC 6901: `~` is `~0`, `/` is `~1`)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def label_patch(node: Mapping[str, Any], key: str, held: bool) -> list[dict[str, Any]] | None:
+    """A JSON patch of `node` that sets label `key` to `NODE_LABEL_VALUE` (`held`) or removes it (a removal
+    guarded by a `test` of its value: a label of that key someone else set is left), or None when the node
+    is already so."""
+    labels = (node.get("metadata") or {}).get("labels")
+    value = labels.get(key) if isinstance(labels, Mapping) else None
+    if held:
+        if value == NODE_LABEL_VALUE:
+            return None
+        if not isinstance(labels, Mapping):
+            return [{"op": "add", "path": "/metadata/labels", "value": {key: NODE_LABEL_VALUE}}]
+        return [{"op": "add", "path": f"/metadata/labels/{_pointer(key)}", "value": NODE_LABEL_VALUE}]
+    if value != NODE_LABEL_VALUE:
+        return None
+    path = f"/metadata/labels/{_pointer(key)}"
+    return [{"op": "test", "path": path, "value": NODE_LABEL_VALUE}, {"op": "remove", "path": path}]

@@ -43,6 +43,9 @@ from prewarm.domain.placement import NodeSelector, Placement
 
 KRUISE_API_VERSIONS = ("apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1")
 PREWARM_API_VERSION = "prewarm.dev/v1alpha1"
+# The annotation by which a rule's job carries the rule's `spec.nodeLabel` (`PrewarmRule.job_for_push`): the
+# node label `prewarm.domain.boot` keeps on the nodes that have the job's image.
+NODE_LABEL_ANNOTATION = "prewarm.dev/node-label"
 JOB_API_VERSIONS = (*KRUISE_API_VERSIONS, PREWARM_API_VERSION)
 JobApiVersion = Literal["apps.kruise.io/v1alpha1", "apps.kruise.io/v1beta1", "prewarm.dev/v1alpha1"]
 

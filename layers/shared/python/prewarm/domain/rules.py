@@ -11,7 +11,14 @@ from pydantic import Field, field_validator, model_validator
 
 from prewarm.domain.clusters import ClusterSelector
 from prewarm.domain.images import digest_problem
-from prewarm.domain.jobs import PREWARM_API_VERSION, CompletionType, ImagePullJob, ImagePullJobTemplate, StackObject
+from prewarm.domain.jobs import (
+    NODE_LABEL_ANNOTATION,
+    PREWARM_API_VERSION,
+    CompletionType,
+    ImagePullJob,
+    ImagePullJobTemplate,
+    StackObject,
+)
 from prewarm.domain.kubernetes import (
     InNamespace,
     JobValidationError,
@@ -19,6 +26,7 @@ from prewarm.domain.kubernetes import (
     WithLabels,
     bounded_name,
     describe_value,
+    qualified_name_problem,
     raise_problems,
 )
 from prewarm.domain.registries import parse_ecr_registry
@@ -83,6 +91,9 @@ class PrewarmRuleSpec(KubernetesModel):
     clusters: ClusterSelector | None = None
     # How many earlier digests of a tag stay warm once a new one is pushed (`prewarm.domain.lifecycle`).
     keep_digests: int | None = Field(default=None, ge=0, le=KEEP_DIGESTS_MAX)
+    # A label key put on each node (value "true") once the images of the rule's jobs there are all present,
+    # for pods' node affinity (`prewarm.domain.boot.label_patch`).
+    node_label: str | None = None
     template: RuleTemplate = Field(default_factory=RuleTemplate)
 
     @property
@@ -95,6 +106,13 @@ class PrewarmRuleSpec(KubernetesModel):
     def _globs_are_usable(cls, patterns: list[str] | None) -> list[str] | None:
         raise_problems(_patterns_problems(patterns or [], "pattern"))
         return patterns
+
+    @field_validator("node_label")
+    @classmethod
+    def _node_label_is_a_label_key(cls, key: str | None) -> str | None:
+        if key is not None and (problem := qualified_name_problem(key)):
+            raise_problems([("", problem)])
+        return key
 
     @field_validator("account_ids", mode="before")
     @classmethod
@@ -188,6 +206,8 @@ class PrewarmRule(StackObject):
         }
         if tag:
             annotations[TAG_ANNOTATION] = tag
+        if self.spec.node_label:
+            annotations[NODE_LABEL_ANNOTATION] = self.spec.node_label
         metadata: dict[str, Any] = {
             "name": bounded_name(self.name, digest.partition(":")[2][:12]),
             "namespace": template.metadata.namespace,

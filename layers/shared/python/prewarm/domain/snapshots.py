@@ -57,13 +57,6 @@ class AmiFamily(StrEnum):
 # Bottlerocket's data volume is always its second block device (its AMIs map /dev/xvdb; the OS is /dev/xvda).
 BOTTLEROCKET_DATA_DEVICE = "/dev/xvdb"
 AL2023_CONTAINERD_MOUNT = "/var/lib/containerd"
-# The builders' AMIs when a warm snapshot names none: EC2 resolves an SSM parameter at launch (RunInstances'
-# `resolve:ssm:`), so the newest EKS-optimized AMI of the family is used without a lookup of ours.
-DEFAULT_IMAGE_IDS = {
-    AmiFamily.BOTTLEROCKET: "resolve:ssm:/aws/service/bottlerocket/aws-k8s-1.31/x86_64/latest/image_id",
-    AmiFamily.AL2023: "resolve:ssm:/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/x86_64/standard/"
-                      "recommended/image_id",
-}
 
 
 class NodeClassRef(KubernetesModel):
@@ -108,9 +101,10 @@ class DataVolume(KubernetesModel):
 
 
 class BuilderSpec(KubernetesModel):
-    """`spec.builder`: where and how long the builder instance runs."""
+    """`spec.builder`: how long the builder instance runs, and where when not where the node class's nodes
+    launch (`subnetIds`, `imageId` override the node class's: domain/launch_sources.py)."""
 
-    subnet_ids: list[str] = Field(min_length=1)
+    subnet_ids: list[str] = Field(default_factory=list)
     instance_type: str = "m6i.large"
     image_id: str | None = None
     time_budget_seconds: int = Field(default=DEFAULT_TIME_BUDGET_SECONDS, ge=MIN_TIME_BUDGET_SECONDS,
@@ -163,7 +157,7 @@ class WarmSnapshotSpec(KubernetesModel):
     images: list[str] = Field(default_factory=list, max_length=MAX_SNAPSHOT_IMAGES)
     fast_snapshot_restore: FastSnapshotRestore | None = None
     keep: int = Field(default=DEFAULT_KEEP, ge=1, le=MAX_KEEP)
-    builder: BuilderSpec
+    builder: BuilderSpec = Field(default_factory=BuilderSpec)
 
     @field_validator("ami_family", mode="before")
     @classmethod
@@ -227,12 +221,9 @@ class WarmSnapshot(StackObject):
     kind: Literal["WarmSnapshot"]
     spec: WarmSnapshotSpec
 
-    @property
-    def image_id(self) -> str:
-        return self.spec.builder.image_id or DEFAULT_IMAGE_IDS[self.spec.ami_family]
-
     def wants(self, image: str, rules: list[str]) -> bool:
-        """Whether a push of `image` (registry/repository:tag) matched by `rules` changes this image set."""
+        """Whether a push of `image` (registry/repository:tag or @digest) matched by `rules` changes this image
+        set."""
         return any(r in self.spec.rules for r in rules) or image in self.spec.images
 
     def fsr_dollars_per_hour(self) -> float:

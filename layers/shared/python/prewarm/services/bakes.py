@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from prewarm.domain import bakes
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.domain.builders import bake_document, builder_user_data
+from prewarm.domain.launch_sources import LaunchSourceError, builder_source, needs_node_class
 from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.domain.retry import retry_on_conflict
@@ -21,6 +22,9 @@ from prewarm.domain.snapshots import WarmSnapshot
 from prewarm.services.ports import BakeError, Builders, NodeClasses, StoreConflictError, WarmSnapshotItems
 
 log = logging.getLogger(__name__)
+
+# The EC2 states of a builder that will not report (instance lifecycle: stopping and shutting-down end there).
+_BUILDER_ENDED = ("stopping", "stopped", "shutting-down", "terminated")
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,13 @@ def _launch(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now:
     document = bake_document(bake.id, declared.name, sorted(bake.images), settings.status_queue_url, settings.region)
     user_data = builder_user_data(spec.ami_family, settings.agent_image, document, spec.data_volume.device_name)
     try:
+        node_class = (ctx.node_classes.launch_source(spec.node_class.kind, spec.node_class.name, spec.ami_family)
+                      if needs_node_class(spec.builder) else None)
+        source = builder_source(spec.builder, node_class)
         instance_id, volume_id = ctx.builders.launch(
-            bake.id, declared.name, declared.image_id, spec.builder.instance_type, spec.builder.subnet_ids[0],
+            bake.id, declared.name, source.image_id, spec.builder.instance_type, source.subnet_ids[0],
             spec.data_volume.device_name, spec.data_volume.size_gib, user_data)
-    except BakeError as e:
+    except (BakeError, LaunchSourceError) as e:
         return bakes.fail(state, bake.id, f"the builder could not be launched: {e}", now)
     return bakes.launched(state, bake.id, instance_id, volume_id, now)
 
@@ -97,16 +104,24 @@ def _launch(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now:
 def record_push(store: WarmSnapshotItems, push: ImagePush, matched_rules: Sequence[str], now: float) -> list[str]:
     """A push changes the image set of each warm snapshot that names a rule it matched or the image itself.
     Only the record changes here: the table's stream hands it to `advance`, which starts the bake unless
-    one runs (then the next bake takes the newest set). Returns the warm snapshots changed."""
-    reference = f"{push.registry_host}/{push.repository}:{push.tag}" if push.tag else None
+    one runs (then the next bake takes the newest set). Returns the warm snapshots changed.
+
+    A push without a tag (by digest only) moved no tag, so no tagged image's newest digest changed and no
+    rule's set did: it starts no bake. The one it does change is an image the spec pins at that digest
+    (`repository@sha256:...`): the push is what makes it pullable, so its digest is recorded and baked."""
+    repository = f"{push.registry_host}/{push.repository}"
+    reference = f"{repository}:{push.tag}" if push.tag else f"{repository}@{push.digest}"
     changed = []
     for manifest, _data, _version in store.list_warm_snapshots():
         declared = WarmSnapshot.from_manifest(manifest)
-        if reference is None or not declared.wants(reference, list(matched_rules)):
+        rules = [r for r in matched_rules if r in declared.spec.rules] if push.tag else []
+        if not declared.wants(reference, rules):
             continue
 
-        def change(declared: WarmSnapshot, state: SnapshotState, ref: str = reference) -> SnapshotState:
-            return bakes.with_images(bakes.with_push(state, ref, push.digest, now), declared.spec.images)
+        def change(declared: WarmSnapshot, state: SnapshotState, ref: str = reference,
+                   by: list[str] = rules) -> SnapshotState:
+            spec = declared.spec
+            return bakes.with_declared(bakes.with_push(state, ref, push.digest, now, by), spec.images, spec.rules)
 
         if _update(store, declared.name, change) is not None:
             changed.append(declared.name)
@@ -223,7 +238,7 @@ def sweep(ctx: BakeContext, now: float) -> list[str]:
 
 def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float, sweeping: bool,
              done: list[str]) -> SnapshotState:
-    state = bakes.with_images(state, declared.spec.images)
+    state = bakes.with_declared(state, declared.spec.images, declared.spec.rules)
     bake, budget = state.bake, declared.spec.builder.time_budget_seconds
     if bake is not None and bakes.expired(state, now, budget):
         done.append(f"{declared.name}: bake {bake.id} failed at {bake.step}, past its {budget} s budget")
@@ -240,6 +255,13 @@ def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
     if bake.step is BakeStep.LAUNCHING:
         done.append(f"{declared.name}: bake {bake.id} launched")
         return _launch(ctx, declared, state, now)
+    if bake.step is BakeStep.PULLING and sweeping:
+        ended = ctx.builders.builder_state(bake.instance_id)
+        if ended in _BUILDER_ENDED:
+            # Killed, or its OS shut down (it stops): it will never report; fail now, not at the budget.
+            done.append(f"{declared.name}: bake {bake.id} failed: its builder is {ended}")
+            return _end(ctx, bakes.fail(state, bake.id, f"builder {bake.instance_id} was {ended} before it "
+                                                        "reported its images", now))
     if bake.step is BakeStep.SNAPSHOTTING and not bake.snapshot_id:
         done.append(f"{declared.name}: bake {bake.id} snapshotting")
         return _snapshot(ctx, declared, state, now)

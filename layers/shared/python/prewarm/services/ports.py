@@ -16,12 +16,14 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
     from prewarm.domain.keys import JobKey
+    from prewarm.domain.launch_sources import LaunchSource
     from prewarm.domain.messages import NodeBound
     from prewarm.domain.node_queues import ProvidedQueue
     from prewarm.domain.nodes import NodeBoot, NodeFootprint, NodeWarm, RegisteredNode
     from prewarm.domain.placement import ExcludedNode
     from prewarm.domain.refresh import RegistryConfig, RegistryToken, StoredToken
     from prewarm.domain.schedules import ScheduleRun
+    from prewarm.domain.snapshots import AmiFamily
     from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
 
 
@@ -534,6 +536,9 @@ class Builders(Protocol):
     def running_builders(self) -> list[tuple[str, str, str, float]]:
         """(instance id, warm snapshot, bake id, launch time) of every builder of the stack not yet terminated."""
         ...
+    def builder_state(self, instance_id: str) -> str | None:
+        """EC2's state of a builder (`running`, `stopped`, `terminated`, ...); None while EC2 does not know it."""
+        ...
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str: ...
     def snapshot_of(self, bake_id: str) -> tuple[str, str] | None:
         """(snapshot id, state) of the snapshot a bake made, if any: a bake resumed finds it again."""
@@ -554,3 +559,6 @@ class NodeClasses(Protocol):
         """The snapshot the node class's data volume starts from; NodeClassMissingError if no such class."""
         ...
     def point_at(self, kind: str, name: str, device_name: str, snapshot_id: str) -> None: ...
+    def launch_source(self, kind: str, name: str, family: AmiFamily) -> LaunchSource:
+        """Where the class's nodes launch: its AMI and subnets (BakeError if they cannot be read)."""
+        ...

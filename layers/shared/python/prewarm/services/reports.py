@@ -86,6 +86,9 @@ class ReportOutcome:
     # Not applied for a reason that may pass: the message goes back to the queue to be delivered again.
     retry: bool = False
     throttled: bool = False
+    # It changed the node's phase, or is the first of its pull (not progress within Pulling): the node's
+    # warm-up facts are judged again (`services.node_facts`).
+    moved: bool = False
 
 
 @dataclass
@@ -153,6 +156,7 @@ class _JobBatch:
         self.pending = list(indexes)
         self.freed = False  # a node finished: refill slots and see whether the job is done
         self.redelivered_final = False
+        self.first: set[int] = set()  # reports that are their node's first of the round (a pull has begun)
 
     def run(self) -> None:
         refusals = 0
@@ -293,12 +297,15 @@ class _JobBatch:
         self.pending = [i for i in self.pending if i not in ids or i in accepted]
         if not changes:
             return None
+        if task.seq == 0:
+            self.first.update(accepted)
         return merged(changes), accepted
 
     def _done(self, change: NodeChange, accepted: list[int]) -> None:
         for i in accepted:
             report = self.reports[i]
-            self.result.outcomes[i] = ReportOutcome(True, "applied", phase=report.phase)
+            self.result.outcomes[i] = ReportOutcome(True, "applied", phase=report.phase,
+                                                    moved=change.counts or i in self.first)
         if change.finished:
             self.freed = True
             # The metric of the pull's duration goes with the report that finished it.

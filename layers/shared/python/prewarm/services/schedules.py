@@ -33,6 +33,7 @@ from prewarm.services.budget import UNLIMITED, TimeBudget
 from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.departures import forget_departed_nodes, list_in_order
 from prewarm.services.dispatch import retry_refused_write
+from prewarm.services.node_facts import repair_nodes
 from prewarm.services.node_queues import repair_queues
 from prewarm.services.ports import (
     ClusterApi,
@@ -274,6 +275,8 @@ def _sweep_cluster(store: SweepItems, queues: TaskQueues, name: str, api: Cluste
     result.taints_released += named(release_overdue_taints(
         api, listing.nodes, now=now, grace=config.taint_grace_seconds, budget=budget, settled=settled,
         hellos=listing.registered, no_agent_grace=config.no_agent_grace_seconds))
+    if budget.has_time():  # last: nodes' conditions and rules' labels, a few nodes in turn, once in ten runs
+        repair_nodes(store, api, name, listing.registered, now=now)
     return set(listing.registered)
 
 

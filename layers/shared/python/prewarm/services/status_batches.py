@@ -9,12 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
+from prewarm.domain.keys import JobKey
 from prewarm.domain.messages import Footprint, FromAgent, Hello, ImageGone, StatusReport, Warmed
 from prewarm.domain.retry import Delivery, redelivery_seconds
 from prewarm.services.boot import record_warm
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.healing import GoneOutcome, record_gone
 from prewarm.services.lifecycle import record_footprint
+from prewarm.services.node_facts import judge_nodes
 from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
@@ -119,7 +121,28 @@ def record_status(
             outcome.reports.append((report, result))
             if result.retry:
                 outcome.retry_ids.append(message_id)
+        judge_reported(store, clusters, [r for r, o in outcome.reports if o.moved], now=now)
     return outcome
+
+
+def judge_reported(store: StatusItems, clusters: ClusterDirectory, moved: Sequence[StatusReport], *,
+                   now: float) -> None:
+    """After a batch's reports: the nodes whose phases they changed have their `PrewarmWarm` condition and
+    their rules' node labels judged again (`services.node_facts`), per cluster through its API."""
+    by_cluster: dict[str, tuple[set[str], set[str]]] = {}
+    for report in moved:
+        key = JobKey.parse(report.job)
+        nodes, jobs = by_cluster.setdefault(key.cluster, (set(), set()))
+        nodes.add(report.node)
+        jobs.add(key)
+    for name, (nodes, jobs) in by_cluster.items():
+        try:
+            api = api_or_none(clusters, name)
+        except ClusterError as e:
+            log.info("cluster %s: nodes' warm-up facts not judged now: %s", name, e)
+            continue
+        if api is not None:
+            judge_nodes(store, api, name, nodes, jobs=jobs, now=now)
 
 
 def _record_cluster(

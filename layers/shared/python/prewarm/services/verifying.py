@@ -5,7 +5,8 @@ own facts (`services.reports.register_nodes`): its labels, taken as Ready, joine
 select, but not to the jobs that select by pods, which only the cluster can say. The node item says so
 (`RegisteredNode.unverified`). Once the cluster answers, the sweep's pass over it (`services.schedules`)
 checks each such node: its Node is read, it joins every running `Never` job that selects it, and it is
-marked verified. A node the cluster no longer has is left to the departures (`services.departures`).
+marked verified, and its `PrewarmWarm` condition, which its hello could not set, is set
+(`services.node_facts`). A node the cluster no longer has is left to the departures (`services.departures`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Protocol
 from prewarm.domain.clusters import scoped
 from prewarm.services.budget import UNLIMITED, TimeBudget
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots
-from prewarm.services.ports import Cluster, PlanItems, StoreConflictError, TaskQueues, WarmingItems
+from prewarm.services.node_facts import FactItems, judge_nodes
+from prewarm.services.ports import Cluster, NodeWarmWrites, PlanItems, StoreConflictError, TaskQueues, WarmingItems
 from prewarm.services.warming import jobs_selecting, running_never_jobs
 
 log = logging.getLogger(__name__)
@@ -26,11 +28,15 @@ log = logging.getLogger(__name__)
 CHECKS_PER_RUN = 500
 
 
-class UnverifiedItems(PlanItems, WarmingItems, Protocol):
+class UnverifiedItems(PlanItems, WarmingItems, FactItems, Protocol):
     """Jobs, their node items and registered nodes."""
 
 
-def verify_nodes(store: UnverifiedItems, queues: TaskQueues, cluster: Cluster, name: str, *, now: float,
+class VerifyingCluster(Cluster, NodeWarmWrites, Protocol):
+    """A cluster's Nodes and pods, read; its Nodes' condition, written."""
+
+
+def verify_nodes(store: UnverifiedItems, queues: TaskQueues, cluster: VerifyingCluster, name: str, *, now: float,
                  budget: TimeBudget = UNLIMITED, limit: int = CHECKS_PER_RUN,
                  unverified: Sequence[str] | None = None) -> list[str]:
     """Checks cluster `name`'s unverified nodes against its API `cluster`, up to `limit` of them and while
@@ -62,4 +68,5 @@ def verify_nodes(store: UnverifiedItems, queues: TaskQueues, cluster: Cluster, n
         else:
             store.mark_node_verified(node_name, name)
             checked.append(node_name)
+    judge_nodes(store, cluster, name, checked, now=now, every=True)
     return checked

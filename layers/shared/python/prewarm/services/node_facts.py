@@ -1,0 +1,136 @@
+"""Warm as a node fact after the first hello: a node's `PrewarmWarm` condition and its rules' node labels kept
+true to what its pulls say (docs/agent.md, "Warm at boot"; docs/job-spec.md, `spec.nodeLabel`).
+
+The first hello sets the condition (`services.boot`), and a tainted node's `Warmed` sets it again; a node that
+never held the taint, or that a new `Never` job selects later, is judged here when reports change its
+phases (`record_status`), and an unverified node once its cluster answers (`services.verifying`). A rule
+with `spec.nodeLabel` puts that label on a node once every image of its jobs there is present, and takes it
+off while a new one (a new digest pushed) is not.
+
+Per node judged: its registration, its Node (one GET), and a write only when the condition or a label
+differs from what the Node shows; the jobs' node items are read once for all the nodes of a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from prewarm.domain.boot import at_pulls, label_patch, labels_held, node_condition, node_label_of
+from prewarm.domain.job import StoredJob
+from prewarm.domain.messages import NodePhase
+from prewarm.services.boot import set_condition
+from prewarm.services.ports import (
+    ClusterError,
+    ClusterInvalidError,
+    JobItems,
+    NodeItems,
+    NodeTaskItems,
+    NodeWarmWrites,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+
+# Nodes judged per batch and cluster: each costs a GET of its Node and at most two patches (the status path's
+# Kubernetes client is bounded: `adapters.bounded`). Past that, the next reports of those nodes judge them.
+NODES_PER_BATCH = 100
+
+
+class FactItems(JobItems, NodeTaskItems, NodeItems, Protocol):
+    """Jobs, their node items and registered nodes."""
+
+
+def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: Iterable[str], *, now: float,
+                jobs: Iterable[str] = (), every: bool = False) -> list[str]:
+    """Sets the condition and the rules' node labels of `nodes` of cluster `cluster` from their tasks in the
+    running `Never` jobs and in the running jobs of rules with a node label, and in `jobs` (keys of jobs whose
+    reports changed these nodes: a rule's job that just finished is no longer running). `every`: a node in none
+    of those jobs is judged too (a node just verified gets its first condition). Returns the nodes
+    whose Node was written. A store or cluster that fails is logged: the next reports judge the nodes again."""
+    names = sorted(set(nodes))[:NODES_PER_BATCH]
+    if not names:
+        return []
+    try:
+        records = _judged_jobs(store, cluster, jobs)
+        if not records and not every:
+            return []
+        tasks = {r.key: store.get_tasks_of(r.ref, names) for r in records}
+    except StoreError as e:
+        log.warning("nodes %s: their PrewarmWarm condition and labels not judged now: %s", ", ".join(names), e)
+        return []
+    written: list[str] = []
+    for node in names:
+        never = [(r.pull_reference, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
+                 for r in records if r.is_running_never and node in tasks[r.key]]
+        labelled = [(label, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
+                    for r in records if (label := node_label_of(r.manifest)) and node in tasks[r.key]]
+        if not never and not labelled and not every:
+            continue  # in none of these jobs: nothing of its warm-up changed
+        try:
+            if _judge(store, writes, cluster, node, never, labelled, now=now):
+                written.append(node)
+        except (ClusterError, StoreError) as e:
+            log.warning("node %s: its PrewarmWarm condition and labels not written: %s", node, e)
+    return written
+
+
+def _judged_jobs(store: FactItems, cluster: str, keys: Iterable[str]) -> list[StoredJob]:
+    running = {r.key: r for r in store.list_running_jobs(cluster)}
+    for key in set(keys) - set(running):
+        record = store.get_job(key)
+        if record is not None and record.is_pull_job:
+            running[record.key] = record
+    return [r for r in running.values() if r.is_pull_job and (r.is_running_never or node_label_of(r.manifest))]
+
+
+def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, never: Sequence[tuple[str, bool]],
+           labelled: Sequence[tuple[str, bool]], *, now: float) -> bool:
+    registered = store.get_node(node, cluster)
+    condition = None
+    # Not registered, or not judged yet by its first hello (that hello sets the condition): its labels only.
+    if registered is not None and (registered.boot is not None or never):
+        at_boot = set(registered.boot.present) if registered.boot is not None else set()
+        condition = at_pulls(registered.boot, [image for image, _ in never],
+                             [image for image, present in never if not present and image not in at_boot])
+    elif not labelled:
+        return False
+    seen = writes.get_node(node)
+    if seen is None:
+        return False  # gone from the cluster: the departures forget it
+    wrote = False
+    if condition is not None and node_condition(seen) != condition:
+        set_condition(writes, node, condition, now=now)
+        wrote = True
+    for key, held in sorted(labels_held(labelled).items()):
+        if (ops := label_patch(seen, key, held)) is None:
+            continue
+        try:
+            writes.patch_node(node, ops)
+        except ClusterInvalidError as e:  # its guard failed: the Node changed since read; the next report tells
+            log.info("node %s: label %s not changed now: %s", node, key, e)
+            continue
+        log.info("node %s: label %s %s", node, key, "set" if held else "removed")
+        wrote = True
+    return wrote
+
+
+# Nodes the sweep judges again per cluster, in turn, in one run of ten (the sweep runs each minute): a repair
+# of what a report's judgement could not write (a refused patch, an API that failed then); 20 nodes cost
+# the running jobs' node items of 20 nodes and at most 20 GETs of a Node, every ten minutes.
+REPAIRS_PER_RUN = 20
+REPAIR_EVERY_RUNS = 10
+
+
+def repair_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, registered: Iterable[str], *,
+                 now: float) -> list[str]:
+    """The sweep's repair, in one run (the sweep's minute) of `REPAIR_EVERY_RUNS`: `judge_nodes` of the
+    `REPAIRS_PER_RUN` registered nodes whose turn it is, from their tasks in the running `Never` jobs and
+    labelled rules' jobs. Returns the nodes whose Node was written."""
+    run, names = int(now // 60), sorted(registered)
+    if not names or run % REPAIR_EVERY_RUNS:
+        return []
+    start = run // REPAIR_EVERY_RUNS * REPAIRS_PER_RUN % len(names)
+    turn = (names[start:] + names[:start])[:REPAIRS_PER_RUN]
+    return judge_nodes(store, writes, cluster, turn, now=now)

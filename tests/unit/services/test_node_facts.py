@@ -1,0 +1,211 @@
+"""Issue #36, warm as a node fact after the first hello: the `PrewarmWarm` condition of a node follows its
+pulls (a node that never held the startup taint, a new `Never` job's digest), an unverified node gets its
+condition once its cluster answers, and a rule's `spec.nodeLabel` is on a node exactly while the images of
+the rule's jobs are all there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from prewarm.domain.boot import CONDITION_TYPE, PRESENT_AT_BOOT, PULLED, PULLING
+from prewarm.domain.clusters import RegisteredCluster
+from prewarm.domain.jobs import NODE_LABEL_ANNOTATION, job_key
+from prewarm.domain.messages import ALREADY_PRESENT, Hello, StatusReport
+from prewarm.services.dispatch import plan_job
+from prewarm.services.jobs import apply_manifest
+from prewarm.services.ports import ClusterUnavailableError
+from prewarm.services.schedules import SweepSettings, sweep
+from prewarm.services.status_batches import StatusBatchOutcome, record_status
+from tests.support.cluster import FakeCluster, make_node, recorded_reads
+from tests.support.cluster_directory import clusters_of
+from tests.support.control_plane import ControlPlane
+from tests.support.manifests import job_doc
+
+REPO = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/torch"
+IMAGE = f"{REPO}@sha256:{'a' * 64}"
+NEWER = f"{REPO}@sha256:{'c' * 64}"
+LABEL = "prewarm.dev/torch"
+GPU = {"matchLabels": {"pool": "gpu"}}
+
+
+def never_job(plane: ControlPlane, name: str, image: str) -> None:
+    apply_manifest(plane.store, job_doc(name, image=image, selector=GPU, completionPolicy={"type": "Never"}),
+                   now=plane.now())
+    plane.plan(name)
+
+
+def rule_job(plane: ControlPlane, name: str, image: str) -> None:
+    """A rule's job as `PrewarmRule.job_for_push` makes it for a rule with `spec.nodeLabel: prewarm.dev/torch`."""
+    doc = job_doc(name, image=image, selector=GPU, parallelism=10)
+    doc["metadata"]["annotations"] = {NODE_LABEL_ANNOTATION: LABEL}
+    apply_manifest(plane.store, doc, now=plane.now())
+    plane.plan(name)
+
+
+def report(plane: ControlPlane, name: str, node: str, phase: str, **fields: Any) -> StatusBatchOutcome:
+    """A report as the status queue delivers it: through `record_status`, in a batch of its own."""
+    record = plane.store.get_job(job_key("default", name))
+    assert record is not None
+    message = StatusReport(job=record.key, job_uid=record.uid, round=record.round, node=node, phase=phase,
+                           seq=int(plane.now() * 1000), **fields)
+    return record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), [("r", message)],
+                         now=plane.now())
+
+
+def hello(plane: ControlPlane, name: str, images: list[str] | None = None) -> None:
+    record_status(plane.store, plane.queues, clusters_of(plane.store, plane.cluster),
+                  [("h", Hello(node=name, labels={"pool": "gpu"}, images=images or []))], now=plane.now())
+
+
+def condition(node: dict[str, Any]) -> tuple[str, str, str]:
+    (found,) = [c for c in node.get("status", {}).get("conditions", []) if c["type"] == CONDITION_TYPE]
+    return found["status"], found["reason"], found["message"]
+
+
+def test_an_untainted_node_s_condition_turns_true_once_its_pull_succeeds(plane: ControlPlane) -> None:
+    # Given a Never job, and a node without the startup taint whose first hello found nothing of its image
+    never_job(plane, "torch", IMAGE)
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(node)
+    hello(plane, "gpu-1")
+    assert condition(node)[:2] == ("False", PULLING)
+
+    # When its agent pulls it
+    report(plane, "torch", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+    assert condition(node)[:2] == ("False", PULLING)
+    report(plane, "torch", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+
+    # Then its condition says so, without a Warmed (only a tainted node's agent sends one)
+    assert condition(node) == ("True", PULLED, "all 1 image required present (0 present at boot)")
+
+
+def test_a_new_never_job_turns_a_warm_node_s_condition_false_until_its_image_is_there(plane: ControlPlane) -> None:
+    # Given a node warm at boot for the one Never job selecting it
+    never_job(plane, "torch", IMAGE)
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(node)
+    hello(plane, "gpu-1", images=[IMAGE])
+    assert condition(node)[:2] == ("True", PRESENT_AT_BOOT)
+    report(plane, "torch", "gpu-1", "Succeeded", message=ALREADY_PRESENT)
+    assert condition(node)[:2] == ("True", PRESENT_AT_BOOT)
+
+    # When a second Never job (a new digest) selects it and its agent starts pulling
+    never_job(plane, "torch-v2", NEWER)
+    report(plane, "torch-v2", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then it is not warm until that pull succeeds, and the condition names what is missing
+    assert condition(node) == ("False", PULLING, f"1 of 2 images required present; pulling {NEWER}")
+    report(plane, "torch-v2", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+    assert condition(node) == ("True", PULLED, "all 2 images required present (1 present at boot)")
+
+
+def test_a_node_in_no_never_job_or_labelled_job_is_not_read_on_reports(plane: ControlPlane) -> None:
+    # Given a plain Always job (no rule label) pulling on a node
+    apply_manifest(plane.store, job_doc("plain", image=IMAGE, selector=GPU), now=plane.now())
+    plane.cluster.nodes.append(make_node("gpu-1", pool="gpu"))
+    plane.plan("plain")
+    reads = recorded_reads(plane.cluster)
+
+    report(plane, "plain", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+
+    # Then its reports cost no call to the cluster
+    assert reads == [] and plane.cluster.writes == []
+
+
+def test_a_rule_s_node_label_is_set_once_its_images_are_there_and_removed_while_a_new_digest_is_not(
+    plane: ControlPlane,
+) -> None:
+    # Given a rule's job (the rule has spec.nodeLabel) on two nodes
+    nodes = [make_node(f"gpu-{i}", pool="gpu") for i in range(2)]
+    plane.cluster.nodes.extend(nodes)
+    rule_job(plane, "torch-aaaa", IMAGE)
+
+    # When one node's pull succeeds
+    report(plane, "torch-aaaa", "gpu-0", "Pulling", bytes_done=0, bytes_total=1000)
+    assert LABEL not in nodes[0]["metadata"]["labels"]
+    report(plane, "torch-aaaa", "gpu-0", "Succeeded", bytes_done=1000, bytes_total=1000)
+
+    # Then that node carries the label, the other (still pulling) does not
+    assert nodes[0]["metadata"]["labels"][LABEL] == "true"
+    assert LABEL not in nodes[1]["metadata"]["labels"]
+    # ... and the last node's success, which completes the job, labels it all the same
+    report(plane, "torch-aaaa", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+    assert nodes[1]["metadata"]["labels"][LABEL] == "true"
+
+    # When a new digest is pushed (the rule's next job) and gpu-0 starts pulling it
+    rule_job(plane, "torch-cccc", NEWER)
+    report(plane, "torch-cccc", "gpu-0", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then gpu-0 loses the label until that pull succeeds; a failed pull keeps gpu-1 without it
+    assert LABEL not in nodes[0]["metadata"]["labels"]
+    report(plane, "torch-cccc", "gpu-0", "Succeeded", bytes_done=1000, bytes_total=1000)
+    assert nodes[0]["metadata"]["labels"][LABEL] == "true"
+    report(plane, "torch-cccc", "gpu-1", "Failed", message="403 from the registry")
+    assert LABEL not in nodes[1]["metadata"]["labels"]
+    # and the node's other labels are untouched
+    assert nodes[0]["metadata"]["labels"]["pool"] == "gpu"
+
+
+def test_an_unverified_node_gets_its_condition_once_its_cluster_answers(plane: ControlPlane) -> None:
+    # Given prod-eu with a running Never job for pool=gpu, and p-1's hello while prod-eu's API is down
+    plane.store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
+    node = make_node("p-1", pool="gpu")
+    prod = FakeCluster(nodes=[node])
+    apply_manifest(plane.store, job_doc("keep", image=IMAGE, selector=GPU, completionPolicy={"type": "Never"}),
+                   now=plane.now(), cluster="prod-eu")
+    plan_job(plane.store, prod, plane.queues, "prod-eu:default/keep", now=plane.now())
+
+    class Down(FakeCluster):
+        def get_node(self, name: str) -> dict[str, Any] | None:
+            raise ClusterUnavailableError("cluster prod-eu cannot be reached: connection refused")
+
+    record_status(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": Down(nodes=[node])}),
+                  [("h", Hello(node="p-1", cluster="prod-eu", labels={"pool": "gpu"}, images=[IMAGE]))],
+                  now=plane.now())
+    assert [c["type"] for c in node["status"]["conditions"]] == ["Ready"]
+
+    # When the sweep passes over prod-eu once it answers
+    result = sweep(plane.store, plane.queues, clusters_of(plane.store, None, {"prod-eu": prod}), now=plane.now(),
+                   config=SweepSettings(prefix=plane.queues.prefix))
+
+    # Then p-1 is verified and its condition says its image was there at boot
+    assert result.nodes_verified == ["prod-eu:p-1"]
+    assert condition(node)[:2] == ("True", PRESENT_AT_BOOT)
+
+
+def test_the_sweep_repairs_a_condition_and_a_label_a_report_could_not_write(plane: ControlPlane,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a node pulling a Never job's image and a labelled rule's (still running: another node pulls it too),
+    # whose Node refused every write meanwhile
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.extend([node, make_node("gpu-2", pool="gpu")])
+    never_job(plane, "torch", IMAGE)
+    rule_job(plane, "tok-aaaa", NEWER)
+    hello(plane, "gpu-1")
+    assert condition(node)[:2] == ("False", PULLING)
+
+    def refused(*args: Any) -> Any:
+        raise ClusterUnavailableError("the API server is restarting")
+
+    with monkeypatch.context() as refusing:
+        refusing.setattr(plane.cluster, "patch_node_status", refused)
+        refusing.setattr(plane.cluster, "patch_node", refused)
+        report(plane, "torch", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+        report(plane, "tok-aaaa", "gpu-1", "Pulling", bytes_done=0, bytes_total=10)
+        outcome = report(plane, "tok-aaaa", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+    assert outcome.retry_ids == []  # a refused write never sends a report back
+    assert condition(node)[:2] == ("False", PULLING) and LABEL not in node["metadata"]["labels"]
+
+    # When the sweep runs: not in a run of its repair, then in one (the node's turn: it is the only one)
+    repairing = (plane.now() // 600 + 1) * 600  # the sweep's minute (run) 0 of 10
+    sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=repairing - 60,
+          config=SweepSettings(prefix=plane.queues.prefix))
+    assert condition(node)[:2] == ("False", PULLING)
+    sweep(plane.store, plane.queues, clusters_of(plane.store, plane.cluster), now=repairing,
+          config=SweepSettings(prefix=plane.queues.prefix))
+
+    # Then the Node says what its pulls say
+    assert condition(node)[:2] == ("True", PULLED)
+    assert node["metadata"]["labels"][LABEL] == "true"
