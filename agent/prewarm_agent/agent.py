@@ -33,9 +33,11 @@ from prewarm_agent.logs import NodeLogger
 from prewarm_agent.manifests import ManifestResolver
 from prewarm_agent.metrics import AgentMetrics
 from prewarm_agent.node import KubeApiAccess, NodeFacts, node_facts
+from prewarm_agent.pulled import PullRecord
 from prewarm_agent.pulls import PullCoordinator, TaskRun
 from prewarm_agent.queue import TaskQueue
 from prewarm_agent.receiving import Receiver
+from prewarm_agent.removals import Removals
 from prewarm_agent.reporting import Reports, StatusSink
 from prewarm_agent.running import LayerSource, RunnerEvents, TaskRuns
 from prewarm_agent.settings import AgentSettings
@@ -135,10 +137,13 @@ class Agent:
             disk=DiskGuard(self.cri, settings.disk_threshold_percent), clock=self.clock, events=events,
             allowlist=settings.registry_allowlist,
         )
+        self.record = PullRecord(settings.state_dir)
         self.task_runs = TaskRuns(
             self.runner, tasks=self.tasks, reports=self.reports, startup=self.startup, cri_socket=settings.cri_socket,
-            metrics=self.metrics, clock=self.clock, logger=self.log,
+            record=self.record, metrics=self.metrics, clock=self.clock, logger=self.log,
         )
+        self.removals = Removals(self.cri, self.record, settings, tasks=self.tasks, status=self.status,
+                                 clock=self.clock, stop=self._background_stop, logger=self.log)
         self.progress = ProgressReports(
             self.content, settings, pulls=self.pulls, tasks=self.tasks, reports=self.reports, clock=self.clock,
             stop=self._background_stop, logger=self.log,
@@ -229,6 +234,7 @@ class Agent:
         receiver = Receiver(
             queue, s, stopping=self._stopping, tasks=self.tasks, task_runs=self.task_runs, reports=self.reports,
             hold=lambda: self.warming, metrics=self.metrics, clock=self.clock, spawn=self._spawn, logger=self.log,
+            record=self.record,
             recreate=lambda: self._wait_for_queue(gone=True),
         )
         heartbeat = Heartbeat(queue, s, tasks=self.tasks, startup=self.startup, stop=self._background_stop,
@@ -240,6 +246,7 @@ class Agent:
         ]
         if s.image_check_interval_seconds > 0:
             self._background.append(self._spawn(self.image_checks.watch, "agent-images"))
+        self._background.append(self._spawn(self.removals.watch, "agent-removals"))
         self.log.info("consuming %s (%d pulls at a time)", url, s.max_concurrent_pulls, extra={"queue_url": url})
 
     def _wait_for_queue(self, *, gone: bool = False) -> str | None:

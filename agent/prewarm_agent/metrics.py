@@ -48,7 +48,7 @@ class AgentMetrics:
         )
         self.messages = Counter(
             "prewarm_agent_messages_received",
-            "Node queue messages received, by kind (task, cancel, duplicate, finished, required, poison)",
+            "Node queue messages received, by kind (task, cancel, duplicate, finished, required, release, poison)",
             ["kind"], registry=self.registry,
         )
         self.reports_failed = Counter(

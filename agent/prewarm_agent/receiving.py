@@ -2,7 +2,8 @@
 
 A task starts a run on a thread of its own, joins the run already going, or is answered from the
 outcome remembered; a cancel stops a run (or records one that has not come yet); a list of required
-images goes to the startup taint's hold; anything unreadable is left for the dead-letter queue.
+images goes to the startup taint's hold; a release unpins an image no job pins any more; anything
+unreadable is left for the dead-letter queue.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ from prewarm.domain.messages import (
     MessageError,
     NodePhase,
     PullTask,
+    ReleaseImage,
     RequiredImages,
     StatusReport,
     parse_node_message,
 )
 from prewarm_agent.clock import Clock
+from prewarm_agent.cri.errors import CriError
+from prewarm_agent.cri.pinning import ImageNotFoundError, ImagePins
 from prewarm_agent.logs import NodeLogger
 from prewarm_agent.metrics import AgentMetrics
+from prewarm_agent.pulled import PullRecord
 from prewarm_agent.pulls import Delivery, TaskRun
 from prewarm_agent.queue import Received, TaskQueue
 from prewarm_agent.reporting import Reports
@@ -50,6 +55,7 @@ class Receiver:
         spawn: Spawn,
         recreate: Callable[[], str | None],
         logger: NodeLogger,
+        record: PullRecord,
     ) -> None:
         self.queue = queue
         self.settings = settings
@@ -64,6 +70,7 @@ class Receiver:
         # Waits for the control plane to make the node queue again (saying hello); None when stopping.
         self.recreate = recreate
         self.log = logger
+        self.record = record
 
     def consume(self) -> None:
         pause = 1.0
@@ -113,6 +120,8 @@ class Receiver:
             self._cancel(parsed, delivery)
         elif isinstance(parsed, RequiredImages):
             self._required(parsed, delivery)
+        elif isinstance(parsed, ReleaseImage):
+            self._release(parsed, delivery)
         else:
             self._task(parsed, delivery)
 
@@ -127,6 +136,34 @@ class Receiver:
                           ", ".join(sorted({i.image for i in required.images})) or "none")
         else:
             self.log.info("an older list of required images ignored")
+        self.reports.delete([delivery])
+
+    def _release(self, release: ReleaseImage, delivery: Delivery) -> None:
+        """No live job wants the image as the released job did: its pin comes off, and it is due for removal
+        when the message says (the removal loop, `removals`, removes it if the agent pulled it). containerd
+        unreachable: the message stays, and comes back after its visibility timeout."""
+        self.metrics.messages.labels("release").inc()
+        context = {"job": release.job, "image": release.image}
+        with self.tasks.lock:  # no longer watched for garbage collection: its job is gone
+            for key in [k for k, t in self.tasks.kept.items() if t.job == release.job and t.image == release.image]:
+                self.tasks.kept.pop(key)
+        if release.unpin:
+            try:
+                with ImagePins(self.settings.cri_socket) as pins:
+                    records = pins.unpin(release.image)
+            except ImageNotFoundError:
+                self.log.info("image released by the job is no longer on the node", extra=context)
+            except CriError as e:
+                self.log.warning("image released by the job not unpinned yet: %s", e, extra=context)
+                return
+            else:
+                self.log.info("image unpinned (%d records): no live job pins it here", len(records), extra=context)
+        if release.remove_after is not None:
+            due = self.record.release(release.image, self.clock.time() + release.remove_after)
+            if due is None:
+                self.log.info("image released by the job stays: the agent did not pull it", extra=context)
+            else:
+                self.log.info("image due for removal in %ds unless wanted again", release.remove_after, extra=context)
         self.reports.delete([delivery])
 
     def _poison(self, message: Received, reason: str) -> None:

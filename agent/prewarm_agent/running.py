@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from prewarm.domain.images import parse_image
-from prewarm.domain.messages import NodePhase, StatusReport
+from prewarm.domain.messages import ALREADY_PRESENT, NodePhase, StatusReport
 from prewarm_agent.attempts import TaskRunner
 from prewarm_agent.clock import Clock
 from prewarm_agent.cri.errors import CriError
@@ -15,6 +15,7 @@ from prewarm_agent.cri.pinning import PINNED_LABEL, ImagePins
 from prewarm_agent.logs import NodeLogger
 from prewarm_agent.manifests import ManifestError
 from prewarm_agent.metrics import AgentMetrics
+from prewarm_agent.pulled import PullRecord
 from prewarm_agent.pulls import SharedPull, TaskRun
 from prewarm_agent.reporting import Reports
 from prewarm_agent.startup import NodeStartup
@@ -32,8 +33,9 @@ class TaskRuns:
     """Runs a `TaskRun` (the body of its thread) and answers for it once it ends."""
 
     def __init__(self, runner: TaskRunner, *, tasks: NodeTasks, reports: Reports, startup: NodeStartup,
-                 cri_socket: str, metrics: AgentMetrics, clock: Clock, logger: NodeLogger) -> None:
+                 cri_socket: str, record: PullRecord, metrics: AgentMetrics, clock: Clock, logger: NodeLogger) -> None:
         self.runner = runner
+        self.record = record
         self.tasks = tasks
         self.reports = reports
         self.startup = startup
@@ -52,6 +54,8 @@ class TaskRuns:
         self._finish(run, report)
 
     def _finish(self, run: TaskRun, report: StatusReport) -> None:
+        if report.phase == NodePhase.SUCCEEDED:
+            self._record(run, report)
         if report.phase == NodePhase.SUCCEEDED and run.task.pin:
             report = report.model_copy(update={"message": f"{report.message}; {self._pin(run)}".lstrip("; ")})
         released = run.shutdown and report.phase is NodePhase.CANCELLED
@@ -77,6 +81,15 @@ class TaskRuns:
         self.startup.pull_ended(run.task.image, report)
         if self.reports.send(report):
             self.reports.delete(deliveries)
+
+    def _record(self, run: TaskRun, report: StatusReport) -> None:
+        """The record of what the agent pulled (`pulled`): a pull adds the image; an image that was there
+        already is Prewarm's only if the agent pulled it before, and is wanted again."""
+        names = tuple(n for n in (run.task.image, report.repo_digest) if n)
+        if report.message == ALREADY_PRESENT:
+            self.record.wanted(names)
+        elif report.image_id:
+            self.record.pulled(report.image_id, names, report.size_bytes or 0, report.finished_at or self.clock.time())
 
     def _pin(self, run: TaskRun) -> str:
         """Pins the pulled image (the job's `prewarm.dev/pin`); says how it went. A pin that fails

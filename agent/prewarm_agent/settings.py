@@ -60,6 +60,10 @@ class AgentSettings(BaseModel):
     disk_threshold_percent: float = Field(default=85.0, alias="DISK_THRESHOLD_PERCENT", gt=0, le=100)
     # One ListImages this often looks for images garbage collection removed after they were pulled (0: never).
     image_check_interval_seconds: float = Field(default=300.0, alias="IMAGE_CHECK_INTERVAL_SECONDS", ge=0)
+    # The record of what the agent pulled (`pulled`), which survives restarts there (a hostPath; "": in
+    # memory only), and how often images due for removal are removed and the footprint sent.
+    state_dir: str = Field(default="", alias="STATE_DIR")
+    removal_check_interval_seconds: float = Field(default=60.0, alias="REMOVAL_CHECK_INTERVAL_SECONDS", gt=0)
     node_queue_visibility_seconds: int = Field(
         default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=3, le=SQS_MAX_VISIBILITY_SECONDS
     )

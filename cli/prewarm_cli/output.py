@@ -223,7 +223,19 @@ def describe_node(node: RegisteredNode, *, now: float, bytes_pulled: int) -> str
         ("Labels", labels_text(node.labels)), ("Queue", node.queue_url or NONE),
         ("Last Hello", _when(node.last_hello, now)), ("Startup Taint", state),
     ])
-    return "\n".join(lines + details + _boot_lines(node, bytes_pulled))
+    return "\n".join(lines + details + _boot_lines(node, bytes_pulled) + _footprint_lines(node, now))
+
+
+def _footprint_lines(node: RegisteredNode, now: float) -> list[str]:
+    """What Prewarm's images weigh on the node and what their removals freed, as its agent last said."""
+    footprint = node.footprint
+    if footprint is None:
+        return _fields([("Prewarm Footprint", "none reported (nothing pulled by Prewarm, or an agent too old)")])
+    return _fields([
+        ("Prewarm Footprint", f"{footprint.bytes:,} bytes in {footprint.images} images pulled by Prewarm "
+                              f"(as of {_when(footprint.at, now)})"),
+        ("Bytes Freed", f"{footprint.freed_bytes:,} (images Prewarm removed once no job wanted them)"),
+    ])
 
 
 def _boot_lines(node: RegisteredNode, bytes_pulled: int) -> list[str]:

@@ -83,6 +83,7 @@ class LocalMode(LocalControl):
         clusters: int = 1,
         replica_region: str | None = None,
         registry_quotas: Mapping[str, float] | None = None,
+        parameters: dict[str, str] | None = None,
     ) -> None:
         """`agent_processes`: each agent is a `python -m prewarm_agent` process (as `prewarm local up`
         runs them) rather than an `Agent` in this process (whose internals tests reach).
@@ -98,7 +99,8 @@ class LocalMode(LocalControl):
         with the same nodes, registered as `prewarm cluster add` registers a cluster (`localclusters`).
         `replica_region`: the further clusters run in this Region, to which the local ECR replicates every
         push into a registry of that Region's (`localreplica`). `registry_quotas`: the registry's request
-        quotas lowered (`aws_limits.quotas` names, e.g. `ecr_layer_per_s`), for as long as it runs."""
+        quotas lowered (`aws_limits.quotas` names, e.g. `ecr_layer_per_s`), for as long as it runs.
+        `parameters`: other parameters of the template, as a deploy's overrides (e.g. ImageRemovalGraceSeconds)."""
         if replica_region and clusters < 2:
             raise ValueError("replica_region: a replica serves the further clusters, and there are none (clusters=1)")
         self.node_count = nodes
@@ -118,6 +120,7 @@ class LocalMode(LocalControl):
         self.replica: Any = None
         self.registry_quotas = dict(registry_quotas or {})
         self._quotas_before: Any = None
+        self.parameter_overrides = dict(parameters or {})
         self.extra_clusters: dict[str, LocalCluster] = {}
         # containerd's socket paths must stay short: a short directory under /tmp.
         self._own_dir = base_dir is None
@@ -240,6 +243,7 @@ class LocalMode(LocalControl):
         parameters["BuilderAgentImage"] = "prewarm-agent:local"
         if self.startup_taint_grace_seconds is not None:
             parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
+        parameters.update(self.parameter_overrides)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         # A message record_status hands back comes again when its visibility runs out, as on AWS.
         self.stack = LocalStack(self.aws.url, template_path=self.template_path, parameters=parameters,

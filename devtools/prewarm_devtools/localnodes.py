@@ -241,6 +241,8 @@ class LocalNodes:
             "CRI_SOCKET": str(containerd.socket_path),
             "REGISTRY_CONFIG_PATH": str(containerd.certs_dir),
             "CONTAINERD_CONFIG": str(containerd.config_path),
+            # The node's own /var/lib/prewarm: what its agent pulled outlives the agent, as on a node.
+            "STATE_DIR": str(containerd.base_dir / "prewarm"),
             "HTTP_BIND_ADDRESS": "127.0.0.1",
             "HTTP_PORT": "0",
             "RECEIVE_WAIT_SECONDS": "1",
@@ -284,12 +286,14 @@ class LocalNodes:
         # 2015 expiry) overrides it, as an operator editing the ConfigMap would; the rest is the ConfigMap's.
         config = config_maps.get(AGENT_NAME, {})
         local = {k: v for k, v in values.items()
-                 if k not in ("NODE_NAME", "CRI_SOCKET", "REGISTRY_CONFIG_PATH", "CONTAINERD_CONFIG")
+                 if k not in ("NODE_NAME", "CRI_SOCKET", "REGISTRY_CONFIG_PATH", "CONTAINERD_CONFIG", "STATE_DIR")
                  and config.get(k) != v}
         local.update({"HTTP_BIND_ADDRESS": "127.0.0.1", "HTTP_PORT": str(free_port())})
         host_paths = {"/run/containerd/containerd.sock": containerd.socket_path,
                       "/var/lib/containerd": containerd.root_dir, "/etc/containerd/certs.d": containerd.certs_dir,
-                      "/etc/containerd/config.toml": containerd.config_path}
+                      "/etc/containerd/config.toml": containerd.config_path,
+                      "/var/lib/prewarm": containerd.base_dir / "prewarm"}
+        host_paths["/var/lib/prewarm"].mkdir(exist_ok=True)
         extra = {containerd.root_dir: containerd.root_dir}
         if "KUBE_CA_FILE" in local:
             extra[Path(local["KUBE_CA_FILE"])] = Path(local["KUBE_CA_FILE"])

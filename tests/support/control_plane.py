@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.jobs import JobState, job_key
-from prewarm.domain.messages import CancelTask, PullTask, RequiredImages, StatusReport, parse_node_message
+from prewarm.domain.messages import NodeBound, StatusReport, parse_node_message
 from prewarm.services.dispatch import PlanResult, plan_job
 from prewarm.services.jobs import complete_deletion
 from prewarm.services.ports import JobStore, ScheduleRuns, TaskQueues
@@ -37,12 +37,12 @@ class AgentQueues(TaskQueues, Protocol):
     def queue_url(self, node: str, cluster: str | None = None) -> str: ...
 
 
-def take_node_messages(sqs: Any, url: str) -> list[PullTask | CancelTask | RequiredImages]:
+def take_node_messages(sqs: Any, url: str) -> list[NodeBound]:
     """Takes every message off a node queue, parsed (none when the queue was never created): of a
     `MemorySqs`, or of an SQS client."""
     if isinstance(sqs, MemorySqs):
         return sqs.take(url)
-    got: list[PullTask | CancelTask | RequiredImages] = []
+    got: list[NodeBound] = []
     while True:
         try:
             # Node queues long-poll by default: ask for what is there now.
@@ -104,7 +104,7 @@ class ControlPlane:
             complete_deletion(self.store, self.queues, key)
         return keys
 
-    def node_messages(self, node: str) -> list[PullTask | CancelTask | RequiredImages]:
+    def node_messages(self, node: str) -> list[NodeBound]:
         """Takes every message off a node's queue (none when the queue was never created)."""
         return take_node_messages(self.sqs, self.queues.queue_url(node))
 

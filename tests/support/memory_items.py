@@ -13,7 +13,7 @@ from prewarm.domain.clusters import DEFAULT_CLUSTER, ClusterSetup, RegisteredClu
 from prewarm.domain.cronjobs import StoredCronJob
 from prewarm.domain.keys import JobKey
 from prewarm.domain.mirrors import MirrorConfig
-from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, NodeFootprint, NodeWarm, RegisteredNode
 from prewarm.domain.registry_budget import BudgetState, RegistryBudget, reserve_starts
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import ScheduleRun
@@ -61,7 +61,7 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
                           cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
-                          boot=_node_boot(v.get("boot")),
+                          boot=_node_boot(v.get("boot")), footprint=NodeFootprint.from_dict(v.get("footprint")),
                           mirror_config=MirrorConfig.model_validate_json(v["mirror_config"]) if v.get("mirror_config")
                           else None)
 
@@ -92,6 +92,11 @@ class MemoryNodeItems(TableItems):
         value = {"required": list(boot.required), "present": list(boot.present), "at": boot.at}
         self.table.update(f"record node {scoped(cluster, node)}'s images at boot (not registered)",
                           node_pk(node, cluster), "NODE", {"boot": value}, condition=lambda i: has(i, "pk"))
+
+    def record_footprint(self, node: str, footprint: NodeFootprint, cluster: str = DEFAULT_CLUSTER) -> None:
+        self.table.update(f"record node {scoped(cluster, node)}'s footprint (not registered)",
+                          node_pk(node, cluster), "NODE", {"footprint": footprint.as_dict()},
+                          condition=lambda i: has(i, "pk"))
 
     def get_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode | None:
         item = self.table.get(node_pk(name, cluster), "NODE")

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError, name_refused
 from prewarm.domain.clusters import DEFAULT_CLUSTER, SQS_MAX_DELAY_SECONDS, scoped, split_scoped
 from prewarm.domain.messages import (
-    CancelTask,
     ClusterProbe,
+    NodeBound,
     PullTask,
     RequiredImages,
     cluster_queue_prefix,
@@ -118,7 +118,7 @@ class MemorySqs:
                 queue.bodies.append(body)
             return True
 
-    def take(self, url: str) -> list[PullTask | CancelTask | RequiredImages]:
+    def take(self, url: str) -> list[NodeBound]:
         """Takes every message off a queue, parsed (none when the queue does not exist)."""
         with self._lock:
             queue = self.queue(url)
@@ -219,7 +219,7 @@ class MemoryTaskQueues:
                 queue.attributes.pop(name, None)
         return (*repaired, *sorted(drift))
 
-    def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
+    def send(self, message: NodeBound) -> bool:
         cluster = message.cluster
         body = message.model_dump_json()
         if len(body.encode()) > MAX_MESSAGE_BYTES:
@@ -232,10 +232,10 @@ class MemoryTaskQueues:
             return False
         return True
 
-    def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]:
+    def send_many(self, messages: Sequence[NodeBound]) -> list[tuple[str, str]]:
         return [r for r in map(self._send_or_fail, messages) if r is not None]
 
-    def _send_or_fail(self, message: PullTask | CancelTask | RequiredImages) -> tuple[str, str] | None:
+    def _send_or_fail(self, message: NodeBound) -> tuple[str, str] | None:
         try:
             self.send(message)
         except QueueError as e:

@@ -294,6 +294,13 @@ class CriImageClient(_SocketClient):
             for fs in response.image_filesystems
         ]
 
+    def images_in_use(self) -> set[str]:
+        """The images of the node's containers, as CRI `ListContainers` names them (the container's image spec
+        and its image ref: an id, a digest or a name), in every state: the kubelet's image garbage collection
+        keeps an image any container has, running or not, and so does the agent."""
+        response = self._call(self._runtime.ListContainers, cri_pb2.ListContainersRequest(), "listing containers")
+        return {name for c in response.containers for name in (c.image.image, c.image_ref) if name}
+
     def remove_image(self, image: str) -> None:
         """Remove the image; a no-op when absent. containerd removes the image by its id, so every tag of
         it goes (1.6 to 2.1)."""

@@ -35,7 +35,7 @@ from prewarm.domain.jobs import (
     ImagePullJobTemplate,
     PullPolicy,
 )
-from prewarm.domain.rules import ACCOUNT_ID_PATTERN, GLOB_PATTERN, REGION_PATTERN
+from prewarm.domain.rules import ACCOUNT_ID_PATTERN, GLOB_PATTERN, KEEP_DIGESTS_MAX, REGION_PATTERN
 from prewarm.domain.snapshots import (
     AL2023_CONTAINERD_MOUNT,
     AZ_PATTERN,
@@ -411,6 +411,7 @@ def custom_resource_definitions() -> list[Obj]:
     rule_spec = {"type": "object", "required": ["repositories"], "properties": {
         "repositories": {**globs, "minItems": 1}, "tags": {**globs, "minItems": 1},
         "includeUntagged": {"type": "boolean"}, "registries": globs,
+        "keepDigests": {"type": "integer", "minimum": 0, "maximum": KEEP_DIGESTS_MAX},
         "accountIds": {"type": "array", "items": _patterned(ACCOUNT_ID_PATTERN)},
         "regions": {"type": "array", "items": _patterned(REGION_PATTERN)},
         "clusters": _CLUSTER_SELECTOR, "nodeLabel": _patterned(LABEL_KEY_PATTERN, 253 + 1 + 63),

@@ -3,7 +3,8 @@
 threshold, images are removed least recently used first until enough bytes are freed, skipping those a
 container uses and, since kubelet 1.29, those the runtime reports `pinned`.
 
-The kubelet learns which images are in use from CRI `ListContainers`; here the caller names them.
+The kubelet learns which images are in use from CRI `ListContainers` (every container it lists, in any
+state); so does this.
 """
 
 from __future__ import annotations
@@ -16,26 +17,34 @@ from prewarm_agent.cri.client import CriImageClient, ImageInfo
 
 @dataclass(frozen=True)
 class Collected:
-    """What one pass removed, and what it kept because the runtime reported it pinned."""
+    """What one pass removed, and what it kept because a container uses it or the runtime reported it pinned."""
 
     removed: tuple[ImageInfo, ...]
     kept_pinned: tuple[ImageInfo, ...]
+    kept_in_use: tuple[ImageInfo, ...] = ()
 
     @property
     def freed_bytes(self) -> int:
         return sum(image.size for image in self.removed)
 
 
-def collect_images(cri: CriImageClient, bytes_to_free: int | None = None, in_use: Collection[str] = ()) -> Collected:
+def collect_images(cri: CriImageClient, bytes_to_free: int | None = None,
+                   candidates: Collection[str] | None = None) -> Collected:
     """Remove unused, unpinned images (the order ListImages gives: this harness has no last-used times)
-    until `bytes_to_free` are freed (None: as many as may go, the disk far past its threshold)."""
+    until `bytes_to_free` are freed (None: as many as may go, the disk far past its threshold).
+    `candidates`: the image ids the pass may take (None: every image), so a test leaves others' alone."""
+    in_use = cri.images_in_use()
     removed: list[ImageInfo] = []
     kept: list[ImageInfo] = []
+    used: list[ImageInfo] = []
     freed = 0
     for image in cri.list_images():
         if bytes_to_free is not None and freed >= bytes_to_free:
             break
-        if image.id in in_use:
+        if candidates is not None and image.id not in candidates:
+            continue
+        if in_use & {image.id, *image.repo_tags, *image.repo_digests}:
+            used.append(image)
             continue
         if image.pinned:
             kept.append(image)
@@ -43,4 +52,4 @@ def collect_images(cri: CriImageClient, bytes_to_free: int | None = None, in_use
         cri.remove_image(image.id)
         removed.append(image)
         freed += image.size
-    return Collected(tuple(removed), tuple(kept))
+    return Collected(tuple(removed), tuple(kept), tuple(used))

@@ -9,6 +9,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from prewarm_agent.cri.errors import ImagePullError
 from prewarm_agent.cri.pinning import PINNED_LABEL, ImageNotFoundError, ImagePins
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.node.containerd import PrivateContainerd
-from prewarm_devtools.node.images import host_architecture
+from prewarm_devtools.node.images import RegistryPusher, host_architecture
 from prewarm_devtools.node.kubelet_gc import collect_images
 from prewarm_devtools.node.registry import LocalRegistry
 from prewarm_devtools.pytest_plugins.node import (
@@ -35,6 +36,7 @@ from prewarm_devtools.pytest_plugins.node import (
 )
 from prewarm_devtools.sam.aws import MotoServer
 from tests.support.agent_harness import AgentHarness
+from tests.support.cri_pods import CriPods, install_sandbox_image, missing_tools, runnable_image
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.node, pytest.mark.integration]
@@ -703,26 +705,39 @@ def test_a_pin_task_labels_every_record_of_the_image_pinned_and_nothing_else(
             pins.pin("registry.invalid/none:v1")
 
 
+@pytest.mark.skipif(bool(missing_tools()), reason=missing_tools() or "ok")
 def test_a_pinned_image_survives_kubelets_image_garbage_collection_and_an_unpinned_one_is_removed(
-    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient
+    agents: Agents, registry: LocalRegistry, oci_image_factory: OciImageFactory, cri: CriImageClient,
+    node_runtime: PrivateContainerd, tmp_path: Path,
 ) -> None:
-    # Given two images an agent pulled, one for a pinned job
+    # Given two images an agent pulled, one for a pinned job, and a third that a running container uses
     pinned_image = oci_image_factory.push(registry, "agent/gc-pinned", "v1", size_mb=1)
     plain_image = oci_image_factory.push(registry, "agent/gc-plain", "v1", size_mb=1)
+    pusher = RegistryPusher(registry.url, registry.auth)
+    used_image = pusher.push_image("agent/gc-used", "v1", runnable_image())
     agent = agents()
     pinned, plain = agent.task(pinned_image.reference, pin=True), agent.task(plain_image.reference)
-    agent.send(pinned)
-    agent.send(plain)
-    assert agent.final(pinned).phase == agent.final(plain).phase == "Succeeded"
+    used = agent.task(used_image.reference)
+    for task in (pinned, plain, used):
+        agent.send(task)
+    assert agent.final(pinned).phase == agent.final(plain).phase == agent.final(used).phase == "Succeeded"
     runtime = ContainerRuntime.parse(f"containerd://{cri.version().runtime_version}")
-    ours = {pinned_image.config_digest, plain_image.config_digest}
-    # (the module's other images stand for ones that containers use, so the collection takes only these two)
-    in_use = {image.id for image in cri.list_images()} - ours
+    install_sandbox_image(node_runtime, pusher, registry.host, registry.auth)
+    pods = CriPods(node_runtime.socket_path, tmp_path)
+    try:
+        pods.run(used_image.reference)
+        ours = {pinned_image.config_digest, plain_image.config_digest}
 
-    # When kubelet's image garbage collection runs with the disk far past its threshold
-    collected = collect_images(cri, in_use=in_use)
+        # When kubelet's image garbage collection runs with the disk far past its threshold (over these three:
+        # the module's other images belong to other tests)
+        collected = collect_images(cri, candidates={*ours, used_image.config_digest})
+    finally:
+        pods.close()
 
-    # Then the unpinned image is removed, its bytes freed
+    # Then the image the container uses stays: CRI ListContainers shows it, as the kubelet reads it
+    assert [image.id for image in collected.kept_in_use] == [used_image.config_digest]
+    assert cri.image_status(used_image.reference) is not None
+    # ... the unpinned image is removed, its bytes freed
     assert [image.id for image in collected.removed if image.id == plain_image.config_digest]
     assert cri.image_status(plain_image.reference) is None
     assert collected.freed_bytes >= 1024 * 1024

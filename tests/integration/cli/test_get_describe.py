@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prewarm.domain.messages import Hello, Warmed
+from prewarm.domain.messages import Footprint, Hello, RemovedImage, Warmed
 from prewarm.services.reports import register_node
 from prewarm.services.status_batches import record_status
 from tests.support.cli import Run
@@ -344,3 +344,29 @@ def test_describe_an_unregistered_node_exits_1_naming_it(prewarm: Run) -> None:
     result = prewarm("describe", "node", "node-nobody")
     assert result.exit_code == 1
     assert 'node "node-nobody" not registered' in result.output
+
+
+def test_describe_node_shows_prewarms_footprint_and_the_bytes_its_removals_freed(
+    prewarm: Run, control_plane: ControlPlane
+) -> None:
+    # Given a node whose agent reported holding two images of Prewarm's after a removal freed 2 MB
+    now = time.time()
+    hello = Hello(node="node-lean", architecture="amd64", queue_url=control_plane.queues.queue_url("node-lean"))
+    register_node(control_plane.store, control_plane.queues, None, hello, now=now - 30)
+    removed = RemovedImage(image="r.example/app@sha256:" + "1" * 64, image_id="sha256:" + "2" * 64,
+                           bytes_freed=2_000_000, removed_at=now - 11)
+    footprint = Footprint(node="node-lean", at=now - 10, images=2, bytes=7_340_032, freed_bytes=2_000_000,
+                          removed=[removed])
+    assert record_status(control_plane.store, control_plane.queues, clusters_of(control_plane.store),
+                         [("m", footprint)], now=now).footprints == ["node-lean"]
+
+    # When it is described, and a node whose agent never reported one
+    described = prewarm("describe", "node", "node-lean").stdout
+    hello = Hello(node="node-new", architecture="amd64", queue_url=control_plane.queues.queue_url("node-new"))
+    register_node(control_plane.store, control_plane.queues, None, hello, now=now)
+    fresh = prewarm("describe", "node", "node-new").stdout
+
+    # Then the footprint and the bytes freed are shown
+    assert "Prewarm Footprint: 7,340,032 bytes in 2 images pulled by Prewarm" in described
+    assert "Bytes Freed:" in described and "2,000,000 (images Prewarm removed" in described
+    assert "Prewarm Footprint: none reported" in fresh

@@ -23,7 +23,7 @@ from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
 from prewarm.domain.messages import CancelTask, ClusterProbe, NodePhase, PullTask, RequiredImage, RequiredImages
 from prewarm.domain.node_queues import attribute_drift, foreign_principals
-from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, NodeFootprint, NodeWarm, RegisteredNode
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.registry_budget import BudgetState, RegistryBudget
 from prewarm.domain.schedules import ScheduleRun
@@ -415,6 +415,24 @@ def test_a_nodes_images_at_boot_are_kept_across_hellos_and_warm_ups_per_cluster(
     assert store.get_node("n1", "prod-eu").boot is None  # type: ignore[union-attr]  # another cluster's node
     store.record_boot("n1", NodeBoot(required=(), present=(), at=9.5), "prod-eu")
     assert store.get_node("n1", "prod-eu").boot == NodeBoot(required=(), present=(), at=9.5)  # type: ignore[union-attr]
+
+
+def test_a_nodes_footprint_is_kept_across_hellos_per_cluster_and_refused_before_its_hello(store: Store) -> None:
+    footprint = NodeFootprint(images=2, bytes=4_096, freed_bytes=1_024, at=7.5)
+    assert refusal(lambda: store.record_footprint("n1", footprint)) == "StoreConflictError"
+    store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=5.0))
+    store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=5.0, cluster="prod-eu"))
+    store.record_footprint("n1", footprint)
+    store.put_node(RegisteredNode(name="n1", labels={}, architecture="amd64", os="linux", queue_url="q",
+                                  last_hello=9.0, warm_until=600.0))
+    assert store.get_node("n1").footprint == footprint  # type: ignore[union-attr]  # a later hello keeps it
+    assert [n.footprint for n in store.list_nodes()] == [footprint]
+    assert store.get_node("n1", "prod-eu").footprint is None  # type: ignore[union-attr]  # another cluster's node
+    later = NodeFootprint(images=0, bytes=0, freed_bytes=5_120, at=9.25)
+    store.record_footprint("n1", later, "prod-eu")
+    assert store.get_node("n1", "prod-eu").footprint == later  # type: ignore[union-attr]
 
 
 def test_a_node_registered_unverified_is_marked_verified_keeping_how_it_warmed(store: Store) -> None:

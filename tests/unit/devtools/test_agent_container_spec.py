@@ -25,7 +25,8 @@ STACK = {
 }
 HOST = {"/run/containerd/containerd.sock": Path("/tmp/n0/containerd.sock"),
         "/var/lib/containerd": Path("/tmp/n0/root"), "/etc/containerd/certs.d": Path("/tmp/n0/certs.d"),
-        "/etc/containerd/config.toml": Path("/tmp/n0/config.toml")}
+        "/etc/containerd/config.toml": Path("/tmp/n0/config.toml"),
+        "/var/lib/prewarm": Path("/tmp/n0/prewarm")}
 
 
 def rendered() -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
@@ -57,6 +58,8 @@ def test_the_security_context_mounts_and_memory_limit_become_run_flags() -> None
     assert "--mount=type=bind,src=/tmp/n0/root,dst=/var/lib/containerd,options=rbind:ro:rslave" in flags
     assert "--mount=type=bind,src=/tmp/n0/certs.d,dst=/etc/containerd/certs.d,options=rbind:ro" in flags
     assert "--mount=type=bind,src=/tmp/n0/config.toml,dst=/etc/containerd/config.toml,options=rbind:ro" in flags
+    # the record of pulls, writable: it outlives the agent
+    assert "--mount=type=bind,src=/tmp/n0/prewarm,dst=/var/lib/prewarm,options=rbind:rw" in flags
     assert "--mount=type=bind,src=/tmp/ca.crt,dst=/tmp/ca.crt,options=rbind:ro" in flags
 
 

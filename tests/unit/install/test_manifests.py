@@ -297,6 +297,9 @@ def test_the_containerd_socket_is_mounted_from_the_host_at_the_configured_path()
     assert mounts["containerd-socket"]["mountPath"] == env["CRI_SOCKET"]
     assert mounts["registry-config"]["mountPath"] == env["REGISTRY_CONFIG_PATH"]
     assert mounts["containerd-root"]["readOnly"] is True
+    # The record of what the agent pulled outlives the pod: a hostPath, writable
+    assert volumes["state"]["hostPath"] == {"path": env["STATE_DIR"], "type": "DirectoryOrCreate"}
+    assert mounts["state"]["mountPath"] == env["STATE_DIR"] and not mounts["state"].get("readOnly")
 
 
 def test_probes_and_metrics_use_the_agents_port() -> None:

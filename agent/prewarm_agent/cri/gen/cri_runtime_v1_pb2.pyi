@@ -1,11 +1,23 @@
 # mypy: ignore-errors
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ContainerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTAINER_CREATED: _ClassVar[ContainerState]
+    CONTAINER_RUNNING: _ClassVar[ContainerState]
+    CONTAINER_EXITED: _ClassVar[ContainerState]
+    CONTAINER_UNKNOWN: _ClassVar[ContainerState]
+CONTAINER_CREATED: ContainerState
+CONTAINER_RUNNING: ContainerState
+CONTAINER_EXITED: ContainerState
+CONTAINER_UNKNOWN: ContainerState
 
 class VersionRequest(_message.Message):
     __slots__ = ("version",)
@@ -230,3 +242,45 @@ class ImageFsInfoResponse(_message.Message):
     image_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     container_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     def __init__(self, image_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ..., container_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ...) -> None: ...
+
+class ContainerMetadata(_message.Message):
+    __slots__ = ("name", "attempt")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    attempt: int
+    def __init__(self, name: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ContainerFilter(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ListContainersRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: ContainerFilter
+    def __init__(self, filter: _Optional[_Union[ContainerFilter, _Mapping]] = ...) -> None: ...
+
+class Container(_message.Message):
+    __slots__ = ("id", "pod_sandbox_id", "metadata", "image", "image_ref", "state")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_REF_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    pod_sandbox_id: str
+    metadata: ContainerMetadata
+    image: ImageSpec
+    image_ref: str
+    state: ContainerState
+    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., image_ref: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ...) -> None: ...
+
+class ListContainersResponse(_message.Message):
+    __slots__ = ("containers",)
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    containers: _containers.RepeatedCompositeFieldContainer[Container]
+    def __init__(self, containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ...) -> None: ...

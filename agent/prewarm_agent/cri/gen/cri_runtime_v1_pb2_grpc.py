@@ -40,12 +40,23 @@ class RuntimeServiceStub:
                 request_serializer=cri__runtime__v1__pb2.VersionRequest.SerializeToString,
                 response_deserializer=cri__runtime__v1__pb2.VersionResponse.FromString,
                 _registered_method=True)
+        self.ListContainers = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ListContainers',
+                request_serializer=cri__runtime__v1__pb2.ListContainersRequest.SerializeToString,
+                response_deserializer=cri__runtime__v1__pb2.ListContainersResponse.FromString,
+                _registered_method=True)
 
 
 class RuntimeServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Version(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListContainers(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -58,6 +69,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.Version,
                     request_deserializer=cri__runtime__v1__pb2.VersionRequest.FromString,
                     response_serializer=cri__runtime__v1__pb2.VersionResponse.SerializeToString,
+            ),
+            'ListContainers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListContainers,
+                    request_deserializer=cri__runtime__v1__pb2.ListContainersRequest.FromString,
+                    response_serializer=cri__runtime__v1__pb2.ListContainersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +103,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/Version',
             cri__runtime__v1__pb2.VersionRequest.SerializeToString,
             cri__runtime__v1__pb2.VersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListContainers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ListContainers',
+            cri__runtime__v1__pb2.ListContainersRequest.SerializeToString,
+            cri__runtime__v1__pb2.ListContainersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -240,7 +240,8 @@ def delete_job(key: JobKey) -> int:
     from prewarm.services.stream import delete
 
     plan_calls().deadline.begin()
-    return delete(store(), queues(), plan_clusters(), key, now=time.time())
+    return delete(store(), queues(), plan_clusters(), key, now=time.time(),
+                  remove_after=settings().image_removal_grace)
 
 
 def record_status(messages: Sequence[tuple[str, StatusMessage]], deliveries: Sequence[Delivery] = (),
@@ -332,6 +333,7 @@ def sweep_settings() -> SweepSettings:
         prefix=s.node_queue_prefix, silence_grace_seconds=s.node_silence_grace_seconds,
         resend_after_seconds=s.task_resend_seconds, agent_silence_seconds=s.agent_silence_seconds,
         no_agent_grace_seconds=s.no_agent_grace_seconds, taint_grace_seconds=s.startup_taint_grace_seconds,
+        image_removal_grace_seconds=s.image_removal_grace,
     )
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from prewarm.domain.intervals import (
     AGENT_SILENCE_SECONDS,
+    IMAGE_REMOVAL_GRACE_SECONDS,
     NO_AGENT_GRACE_SECONDS,
     REPORT_INTERVAL_SECONDS,
     STARTUP_TAINT_GRACE_SECONDS,
@@ -60,6 +61,9 @@ class Settings(BaseModel):
     # A startup taint no agent removed by its deadline: the sweep removes it this much later.
     startup_taint_grace_seconds: int = Field(default=STARTUP_TAINT_GRACE_SECONDS, alias="STARTUP_TAINT_GRACE_SECONDS",
                                              ge=0)
+    # How long an image no live job wants stays on its nodes before its agent removes it; -1: for ever.
+    image_removal_grace_seconds: int = Field(default=IMAGE_REMOVAL_GRACE_SECONDS, alias="IMAGE_REMOVAL_GRACE_SECONDS",
+                                             ge=-1, le=10 * 365 * 86_400)
     # The agent reads the same variable for the visibility timeout of its receives.
     node_queue_visibility_seconds: int = Field(default=120, alias="NODE_QUEUE_VISIBILITY_SECONDS", ge=0)
     node_queue_sender_arns_csv: str = Field(default="", alias="NODE_QUEUE_SENDER_ARNS")
@@ -81,6 +85,11 @@ class Settings(BaseModel):
                                       pattern=r"^[0-9A-Za-z_.-]{1,40}$")
     cron_target_arn: str = Field(default="", alias="CRON_TARGET_ARN")
     cron_role_arn: str = Field(default="", alias="CRON_ROLE_ARN")
+
+    @property
+    def image_removal_grace(self) -> int | None:
+        """Seconds until an image no job wants is removed from its nodes; None: never (-1)."""
+        return None if self.image_removal_grace_seconds < 0 else self.image_removal_grace_seconds
 
     @property
     def node_queue_sender_arns(self) -> list[str]:

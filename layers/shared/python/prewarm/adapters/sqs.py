@@ -22,9 +22,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
-    CancelTask,
     ClusterProbe,
     FromAgent,
+    NodeBound,
     PullTask,
     RequiredImages,
     cluster_queue_prefix,
@@ -234,7 +234,7 @@ class NodeQueues(_SqsAdapter):
             log.warning("node queue %s was not the stack's (%s): set back", url, ", ".join(repaired))
         return tuple(repaired)
 
-    def send(self, message: PullTask | CancelTask | RequiredImages) -> bool:
+    def send(self, message: NodeBound) -> bool:
         """Sends to the node's queue; False when the node has none (no agent has started there yet)."""
         # Held back for the start its registry's budget gave it (`services.pacing`).
         delay = {"DelaySeconds": message.delay_seconds} if isinstance(message, PullTask) and message.delay_seconds \
@@ -250,7 +250,7 @@ class NodeQueues(_SqsAdapter):
             raise _error(e, f"send {message.kind} to {message.node}") from e
         return True
 
-    def send_many(self, messages: Sequence[PullTask | CancelTask | RequiredImages]) -> list[tuple[str, str]]:
+    def send_many(self, messages: Sequence[NodeBound]) -> list[tuple[str, str]]:
         """Sends to many nodes concurrently; returns (node, error) for those that failed, each logged."""
         if len(messages) <= 1:
             return [r for r in map(self._send_or_fail, messages) if r is not None]
@@ -258,7 +258,7 @@ class NodeQueues(_SqsAdapter):
         with ThreadPoolExecutor(max_workers=min(self.workers, len(messages))) as pool:
             return [r for r in pool.map(self._send_or_fail, messages) if r is not None]
 
-    def _send_or_fail(self, message: PullTask | CancelTask | RequiredImages) -> tuple[str, str] | None:
+    def _send_or_fail(self, message: NodeBound) -> tuple[str, str] | None:
         try:
             self.send(message)
         except QueueError as e:

@@ -18,3 +18,6 @@ NO_AGENT_GRACE_SECONDS = 120
 # The agent removes the startup taint at maxWarmSeconds; the sweep, for a node whose agent never ran
 # (not scheduled, its image not pullable, crash-looping), this much later (StartupTaintGraceSeconds).
 STARTUP_TAINT_GRACE_SECONDS = 60
+# An image no live job wants stays on its nodes this long (ImageRemovalGraceSeconds): a job deleted by
+# mistake and applied again finds its image still there.
+IMAGE_REMOVAL_GRACE_SECONDS = 86_400

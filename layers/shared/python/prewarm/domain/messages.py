@@ -1,8 +1,8 @@
 """Messages between the control plane and the node agents, defined once for both sides.
 
-Node queues carry `PullTask`, `CancelTask` and `RequiredImages`; the status queue carries
-`StatusReport`, `Hello`, `Warmed` and `ImageGone`; the probe queue, read by the same function, the control
-plane's own `ClusterProbe`. Every message has `v` (the schema version) and `kind`, so a reader can reject
+Node queues carry `PullTask`, `CancelTask`, `RequiredImages` and `ReleaseImage`; the status queue carries
+`StatusReport`, `Hello`, `Warmed`, `ImageGone` and `Footprint`; the probe queue, read by the same function, the
+control plane's own `ClusterProbe`. Every message has `v` (the schema version) and `kind`, so a reader can reject
 what it does not know with a clear error instead of guessing.
 
 Versioning: `v` changes only when an existing kind changes meaning or loses a field. A new kind, or a
@@ -11,7 +11,9 @@ forbid unknown fields and kinds (a poison message to them), so an old agent must
 `RequiredImages` (the control plane sends it only after a hello with `warm_until`), an agent
 leaves `warm_until` out of its hello unless its node holds the startup taint, and it sends `Warmed`
 only to a control plane that sent it a `RequiredImages` (so one that reads `Warmed`). `ImageGone`
-relies on the upgrade order (docs/operations.md, "Upgrade": the stack before the agents).
+relies on the upgrade order (docs/operations.md, "Upgrade": the stack before the agents); so does
+`ReleaseImage` (an agent older than it leaves it to the dead-letter queue: its image stays, as before)
+and `Footprint`.
 """
 
 from __future__ import annotations
@@ -260,6 +262,34 @@ class ImageGone(_Message, JobRef):
     disk: str = Field(default="", max_length=1024)
 
 
+class RemovedImage(BaseModel):
+    """One image the agent removed, and the bytes that freed (its size as the CRI reported it)."""
+
+    model_config = _MODEL_CONFIG
+    image: str = Field(min_length=1, max_length=1024, description="a name the agent had pulled it by")
+    image_id: str = Field(min_length=1, max_length=1024)
+    bytes_freed: Count
+    removed_at: EpochSeconds
+
+
+# A `Footprint` names at most this many removals; more wait for the next one.
+FOOTPRINT_REMOVED_MAX = 50
+
+
+class Footprint(_Message, _InCluster):
+    """What the images Prewarm pulled on the node weigh now (`images`, `bytes`: pulled by the agent and still
+    there, pinned or not), the bytes its removals freed since the agent's record began (`freed_bytes`), and
+    the removals since the last footprint (`removed`). Sent when any of it changed; the newest `at` wins."""
+
+    kind: Literal["footprint"] = "footprint"
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    at: EpochSeconds
+    images: Count
+    bytes: Count
+    freed_bytes: Count
+    removed: list[RemovedImage] = Field(default_factory=list, max_length=FOOTPRINT_REMOVED_MAX)
+
+
 class Baked(_Message):
     """A warm snapshot's builder (the agent in bake mode) is done: every image pulled through the CRI and
     verified (`digests`: reference -> repo digest, `image_bytes`: their size as the CRI reports it), or
@@ -287,9 +317,26 @@ class ClusterProbe(_Message, _InCluster):
     chain: str = Field(min_length=1, max_length=64)
 
 
-NodeMessage = Annotated[PullTask | CancelTask | RequiredImages, Field(discriminator="kind")]
+class ReleaseImage(_Message, _ToNode):
+    """A job that had `image` on this node ended and no live job wants it as it did
+    (`prewarm.domain.lifecycle`): the agent takes its pin off (`unpin`), and removes it `remove_after`
+    seconds later if the agent pulled it and no container uses it then (None: it stays). `job` is the job
+    that let it go, for the agent's log."""
+
+    kind: Literal["release"] = "release"
+    node: str = Field(min_length=1, max_length=NODE_NAME_MAX)
+    job: str = Field(max_length=JOB_KEY_MAX, description="`namespace/name` of the job that ended")
+    image: str = Field(min_length=1, max_length=1024, description="the pull reference the job's tasks named")
+    unpin: bool = True
+    remove_after: int | None = Field(default=None, ge=0, le=10 * 365 * 86_400,
+                                     description="seconds until the image is removed; None: kept")
+
+
+# What the control plane sends on node queues.
+NodeBound = PullTask | CancelTask | RequiredImages | ReleaseImage
+NodeMessage = Annotated[NodeBound, Field(discriminator="kind")]
 # What node agents send on the status queue; builders add `Baked`, the control plane its `ClusterProbe`s.
-FromAgent = StatusReport | Hello | Warmed | ImageGone
+FromAgent = StatusReport | Hello | Warmed | ImageGone | Footprint
 AgentMessage = Annotated[FromAgent | Baked | ClusterProbe, Field(discriminator="kind")]
 # What the status function applies (a builder's `Baked` goes to the warm snapshots' bakes).
 StatusMessage = FromAgent | ClusterProbe
@@ -297,7 +344,7 @@ StatusMessage = FromAgent | ClusterProbe
 
 
 @cache
-def _node_message() -> TypeAdapter[PullTask | CancelTask | RequiredImages]:
+def _node_message() -> TypeAdapter[NodeBound]:
     return TypeAdapter(NodeMessage)
 
 
@@ -306,7 +353,7 @@ def _agent_message() -> TypeAdapter[FromAgent | Baked | ClusterProbe]:
     return TypeAdapter(AgentMessage)
 
 
-def parse_node_message(body: str | bytes) -> PullTask | CancelTask | RequiredImages:
+def parse_node_message(body: str | bytes) -> NodeBound:
     """Parse a node-queue message body, raising `MessageError` naming the field at fault."""
     try:
         return _node_message().validate_json(body)

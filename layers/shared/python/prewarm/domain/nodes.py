@@ -42,6 +42,28 @@ class NodeBoot:
         return bool(self.required) and set(self.required) <= set(self.present)
 
 
+@dataclass(frozen=True)
+class NodeFootprint:
+    """What the images Prewarm pulled on the node weigh, as its agent last said (`Footprint`): how many and
+    their bytes (still there, pinned or not), and the bytes its removals freed, all told."""
+
+    images: int
+    bytes: int
+    freed_bytes: int
+    at: float  # when the agent measured it
+
+    def as_dict(self) -> dict[str, int | float]:
+        return {"images": self.images, "bytes": self.bytes, "freed_bytes": self.freed_bytes, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, value: object) -> NodeFootprint | None:
+        """The footprint `as_dict` gave, as stored; None for anything else (none stored)."""
+        if not isinstance(value, dict):
+            return None
+        return cls(images=int(value.get("images", 0)), bytes=int(value.get("bytes", 0)),
+                   freed_bytes=int(value.get("freed_bytes", 0)), at=float(value.get("at", 0)))
+
+
 @dataclass
 class RegisteredNode:
     """A node whose agent said hello: its labels and platform, its queue, and its warm-up."""
@@ -67,3 +89,5 @@ class RegisteredNode:
     boot: NodeBoot | None = None
     # Its containerd's node-local mirrors, as its last hello said (None: an agent too old to say).
     mirror_config: MirrorConfig | None = None
+    # Prewarm's images on it and the bytes their removals freed (None: its agent has not said).
+    footprint: NodeFootprint | None = None

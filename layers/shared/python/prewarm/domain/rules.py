@@ -40,6 +40,9 @@ TAG_ANNOTATION = "prewarm.dev/tag"
 # A rule's job whose template sets no `ttlSecondsAfterFinished` is deleted a day after it finished: pushes
 # never stop, and finished jobs left for ever would be listed by every sweep and `prewarm get jobs`.
 RULE_JOB_TTL_SECONDS = 86_400
+# A rule without `keepDigests` keeps one earlier digest of a tag warm: the one a rollback would go back to.
+DEFAULT_KEEP_DIGESTS = 1
+KEEP_DIGESTS_MAX = 100
 
 _ACCOUNT_ID = re.compile(r"[0-9]{12}")
 _GLOB = re.compile(r"\S+")
@@ -94,10 +97,17 @@ class PrewarmRuleSpec(KubernetesModel):
     regions: list[str] | None = None
     # The clusters a push's jobs go to: by name or by label; absent, every cluster the stack serves.
     clusters: ClusterSelector | None = None
+    # How many earlier digests of a tag stay warm once a new one is pushed (`prewarm.domain.lifecycle`).
+    keep_digests: int | None = Field(default=None, ge=0, le=KEEP_DIGESTS_MAX)
     # A label key put on each node (value "true") once the images of the rule's jobs there are all present,
     # for pods' node affinity (`prewarm.domain.boot.label_patch`).
     node_label: str | None = None
     template: RuleTemplate = Field(default_factory=RuleTemplate)
+
+    @property
+    def kept_digests(self) -> int:
+        """`keepDigests`, or its default."""
+        return DEFAULT_KEEP_DIGESTS if self.keep_digests is None else self.keep_digests
 
     @field_validator("repositories", "tags", "registries")
     @classmethod

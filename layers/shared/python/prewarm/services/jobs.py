@@ -43,6 +43,7 @@ from prewarm.domain.status import (
     progress_message,
 )
 from prewarm.services.eta import first_estimate, job_estimate
+from prewarm.services.lifecycle import release_images
 from prewarm.services.ports import (
     ApplyItems,
     PlanItems,
@@ -302,8 +303,10 @@ def _in_flight(store: PlanItems, record: StoredJob) -> list[NodeTaskRecord]:
             if t.dispatched_at is not None and not t.phase.is_terminal]
 
 
-def complete_deletion(store: PlanItems, queues: TaskQueues, key: str) -> int:
-    """The control plane's half of a delete: cancels the in-flight pulls, then removes the job's items.
+def complete_deletion(store: PlanItems, queues: TaskQueues, key: str, *, remove_after: int | None = None) -> int:
+    """The control plane's half of a delete: cancels the in-flight pulls, releases its images where no other
+    job wants them (`services.lifecycle`: unpinned, removed `remove_after` seconds later), then removes the
+    job's items.
 
     Safe to run again (a stream retry, the sweep): a job already gone is a no-op. Returns cancels sent.
     """
@@ -315,6 +318,7 @@ def complete_deletion(store: PlanItems, queues: TaskQueues, key: str) -> int:
     if failures:
         # Kept for a retry: once the items are gone, nobody could tell whom to cancel.
         raise TaskSendError(failures)
+    release_images(store, queues, record, remove_after=remove_after)
     store.delete_job(key)
     return len(cancels)
 

@@ -22,14 +22,14 @@ from collections.abc import Callable, Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import InvalidImageReference, parse_image
-from prewarm.domain.messages import CancelTask, PullTask, RequiredImages
+from prewarm.domain.messages import NodeBound, PullTask
 from prewarm.domain.node_queues import ProvidedQueue
 from prewarm.domain.registry_budget import MAX_SEND_DELAY_SECONDS, RegistryBudgets, budget_key, send_delay
 from prewarm.services.ports import BudgetItems, StoreError, TaskQueues
 
 log = logging.getLogger(__name__)
 
-Message = PullTask | CancelTask | RequiredImages
+Message = NodeBound
 
 
 class PacedQueues:

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
 from prewarm.domain.jobs import job_key
+from prewarm.domain.keys import JobKey
+from prewarm.domain.lifecycle import superseded
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.push import ImagePush, ecr_host
 from prewarm.domain.replication import replica_region
 from prewarm.domain.rules import PrewarmRule
-from prewarm.services.jobs import Applied, apply_job
+from prewarm.services.jobs import Applied, apply_job, request_deletion
 from prewarm.services.ports import ApplyItems, ClusterRoster, ImageMetadata, ReplicaRegions
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,9 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
                 if replicated is None:
                     replicated = replication.replica_regions(push.repository)
                 region = replica_region(cluster.region, push.region, replicated)
-            applied.append(_apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=True))
+            done = _apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=True)
+            applied.append(done)
+            retire_superseded(store, rule, job_key(done.namespace, done.name, done.cluster), now=now)
     return applied
 
 
@@ -102,3 +106,19 @@ def _apply(store: ApplyItems, facts: tuple[list[dict[str, str]] | None, int | No
     job = rule.job_for_push(host, push.repository, push.digest, push.tag)
     return apply_job(store, job, now=now, platforms=platforms, cluster=cluster, layers=layers,
                      awaits_replica=replica if hold else "")
+
+
+def retire_superseded(store: ApplyItems, rule: PrewarmRule, newest: JobKey, *, now: float) -> list[JobKey]:
+    """Deletes the rule's jobs of the digests the push of job `newest` superseded beyond the rule's
+    `keepDigests` (`prewarm.domain.lifecycle.superseded`); their deletion releases their images, which are
+    removed after the stack's grace period where no other job wants them. Returns their keys."""
+    record = store.get_job(newest)
+    if record is None:
+        return []
+    retired: list[JobKey] = []
+    for old in superseded(record, store.list_jobs(), rule.spec.kept_digests):
+        request_deletion(store, old.namespace, old.name, now=now, by=old.source, cluster=old.cluster)
+        log.info("job %s retired: rule %s keeps %d earlier digests of the tag", old.key, rule.metadata.name,
+                 rule.spec.kept_digests)
+        retired.append(old.key)
+    return retired

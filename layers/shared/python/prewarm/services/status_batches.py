@@ -10,11 +10,20 @@ from dataclasses import dataclass, field
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.keys import JobKey
-from prewarm.domain.messages import ClusterProbe, Hello, ImageGone, StatusMessage, StatusReport, Warmed
+from prewarm.domain.messages import (
+    ClusterProbe,
+    Footprint,
+    Hello,
+    ImageGone,
+    StatusMessage,
+    StatusReport,
+    Warmed,
+)
 from prewarm.domain.retry import Delivery, redelivery_seconds
 from prewarm.services.boot import record_warm
 from prewarm.services.clusters import ClusterRun, api_or_none, record_health
 from prewarm.services.healing import GoneOutcome, record_gone
+from prewarm.services.lifecycle import record_footprint
 from prewarm.services.node_facts import judge_nodes
 from prewarm.services.ports import (
     ClusterDirectory,
@@ -43,6 +52,8 @@ class StatusBatchOutcome:
     hellos: list[HelloOutcome] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)
     gone: list[GoneOutcome] = field(default_factory=list)
+    # Nodes whose footprint this batch stored.
+    footprints: list[str] = field(default_factory=list)
     job_writes: int = 0
     # Hellos and warm-ups naming a cluster the stack does not serve (removed, or an agent's typo): dropped.
     dropped: list[str] = field(default_factory=list)
@@ -89,6 +100,13 @@ def record_status(
                 outcome.retry_ids.append(message_id)
             else:
                 probes.append((message_id, message))
+        elif isinstance(message, Footprint):
+            try:
+                if record_footprint(store, message):
+                    outcome.footprints.append(message.node)
+            except (StoreConflictError, StoreRetryableError) as e:
+                log.warning("footprint of %s not applied yet: %s", message.node, e)
+                outcome.retry_ids.append(message_id)
         elif isinstance(message, ImageGone):
             try:
                 outcome.gone.append(record_gone(store, queues, message))

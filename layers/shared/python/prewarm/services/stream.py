@@ -93,11 +93,13 @@ def _warming_lists(store: AgentItems, queues: TaskQueues, api: Cluster, key: Job
         return []
 
 
-def delete(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float) -> int:
-    """Cancels a deleted job's in-flight pulls and removes its items, then sends the warming nodes of its
+def delete(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
+           remove_after: int | None = None) -> int:
+    """Cancels a deleted job's in-flight pulls, releases its images (`remove_after`: seconds until those no
+    job wants are removed; None: never) and removes its items, then sends the warming nodes of its
     cluster their lists again (they no longer wait for its image). Returns the cancels sent;
     `TaskSendError` when a send failed (the stream retries the record, the items still there)."""
-    cancels = complete_deletion(store, queues, key)
+    cancels = complete_deletion(store, queues, key, remove_after=remove_after)
     try:
         failures = send_required_images(store, queues, api_or_none(clusters, key.cluster), now=now,
                                         cluster_name=key.cluster)

@@ -27,6 +27,7 @@ from prewarm.domain.status import DEADLINE_EXCEEDED_MESSAGE, NodeTaskRecord, Nod
 from prewarm.services.budget import UNLIMITED, TimeBudget, run_within
 from prewarm.services.dispatch import fill_slots, finish_if_done, resend_dispatched, retry_refused_write
 from prewarm.services.jobs import complete_deletion
+from prewarm.services.lifecycle import release_images
 from prewarm.services.ports import JobItems, PlanItems, StoreConflictError, TaskQueues
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class SweepSettings:
     no_agent_grace_seconds: float | None = None
     taint_grace_seconds: float = STARTUP_TAINT_GRACE_SECONDS
     job_workers: int = JOB_WORKERS
+    # How long an image no live job wants stays on its nodes (ImageRemovalGraceSeconds); None: for ever.
+    image_removal_grace_seconds: int | None = None
 
 
 DEFAULT_SWEEP_SETTINGS = SweepSettings()
@@ -113,11 +116,12 @@ def sweep_job(store: PlanItems, queues: TaskQueues, record: StoredJob, *, now: f
     part = JobSweep()
     if record.state == JobState.DELETING:
         if (record.deleting_since or 0) <= now - DELETION_GRACE_SECONDS:
-            complete_deletion(store, queues, record.key)
+            complete_deletion(store, queues, record.key, remove_after=config.image_removal_grace_seconds)
             part.deletions_completed.append(record.key)
         return part
     if record.ttl is not None and record.ttl <= now:
-        # DynamoDB TTL deletes within days, not at the second: hide and delete it here.
+        # DynamoDB TTL deletes within days, not at the second: hide and delete it here, its pins released.
+        release_images(store, queues, record, remove_after=config.image_removal_grace_seconds)
         store.delete_job(record.key)
         part.expired.append(record.key)
         return part

@@ -10,7 +10,7 @@ from typing import Any
 from prewarm.adapters.dynamodb.table import Table, from_item
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
 from prewarm.domain.mirrors import MirrorConfig
-from prewarm.domain.nodes import NodeBoot, NodeWarm, RegisteredNode
+from prewarm.domain.nodes import NodeBoot, NodeFootprint, NodeWarm, RegisteredNode
 from prewarm.services.ports import StoreConflictError
 
 
@@ -29,7 +29,7 @@ def _registered_node(v: Mapping[str, Any]) -> RegisteredNode:
                           warm_until=float(v["warm_until"]) if "warm_until" in v else None,
                           warm=_node_warm(v.get("warm")), agent_version=str(v.get("agent_version", "")),
                           cluster=str(v.get("cluster", DEFAULT_CLUSTER)), unverified=bool(v.get("unverified")),
-                          boot=_node_boot(v.get("boot")),
+                          boot=_node_boot(v.get("boot")), footprint=NodeFootprint.from_dict(v.get("footprint")),
                           mirror_config=MirrorConfig.model_validate_json(v["mirror_config"]) if v.get("mirror_config")
                           else None)
 
@@ -82,6 +82,13 @@ class NodeItems(Table):
         value = {"required": list(boot.required), "present": list(boot.present), "at": boot.at}
         self._update(f"record node {scoped(cluster, node)}'s images at boot (not registered)",
                      node_pk(node, cluster), "NODE", {"boot": value}, condition="attribute_exists(pk)")
+
+    def record_footprint(self, node: str, footprint: NodeFootprint, cluster: str = DEFAULT_CLUSTER) -> None:
+        """Stores the node's footprint; `StoreConflictError` when it is not registered. SQS keeps no order, so
+        the caller compares `at` with the one stored (a footprint older than it changes nothing)."""
+        self._update(f"record node {scoped(cluster, node)}'s footprint (not registered)",
+                     node_pk(node, cluster), "NODE", {"footprint": footprint.as_dict()},
+                     condition="attribute_exists(pk)")
 
     def get_node(self, name: str, cluster: str = DEFAULT_CLUSTER) -> RegisteredNode | None:
         out = self._call(f"read node {scoped(cluster, name)}", "get_item",

@@ -1,0 +1,73 @@
+"""Letting go of what an ended job put on its nodes: its nodes are sent `ReleaseImage` (unpin, remove after
+the grace period) where no other live job wants the same image (the rules are `prewarm.domain.lifecycle`'s).
+
+Run where a job's items are about to go and its node items are still there to say which nodes have its
+image: `complete_deletion` (the stream's delete, and the sweep's for deletions the stream left) and the
+sweep's expiry of a finished job past its TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from prewarm.domain.images import parse_image
+from prewarm.domain.job import StoredJob
+from prewarm.domain.lifecycle import NodeImage, images_on_nodes, releases, wants_images
+from prewarm.domain.messages import Footprint, NodePhase
+from prewarm.domain.nodes import NodeFootprint
+from prewarm.services.ports import NodeItems, PlanItems, StoreConflictError, TaskQueues, TaskSendError
+
+log = logging.getLogger(__name__)
+
+
+def release_images(store: PlanItems, queues: TaskQueues, record: StoredJob, *, remove_after: int | None) -> int:
+    """Sends the nodes of `record` (a job ending) a `ReleaseImage` where no other live job of its cluster
+    wants its image as it did (`remove_after`: the stack's grace period, None: nothing is removed); returns
+    how many. `TaskSendError` when a send failed (the caller keeps the job's items, so that a retry knows
+    the nodes again).
+
+    Only jobs of the same repository are read for what they want: the same image under the name of another
+    repository is not looked for (the agent still never removes an image with a name it did not pull)."""
+    if not record.is_pull_job or not record.shards or (remove_after is None and not record.pull_job.pin):
+        return 0
+    tasks = store.get_tasks(record.key, shards=record.ref.shards)
+    nodes = {t.node for t in tasks if t.phase is NodePhase.SUCCEEDED}
+    if not nodes:
+        return 0
+    repository = parse_image(record.pull_reference).name
+    still_wanted: dict[str, list[NodeImage]] = defaultdict(list)
+    for other in store.list_jobs():
+        if (other.key == record.key or other.cluster != record.cluster or not wants_images(other)
+                or not other.shards or parse_image(other.pull_reference).name != repository):
+            continue
+        for image in images_on_nodes(other, store.get_tasks(other.key, shards=other.ref.shards)):
+            if image.node in nodes:
+                still_wanted[image.node].append(image)
+    messages = releases(record, tasks, still_wanted, remove_after=remove_after)
+    failures = queues.send_many(messages) if messages else []
+    if failures:
+        raise TaskSendError(failures)
+    if messages:
+        log.info("job %s ended: %s released on %d of its %d nodes", record.key, record.pull_reference,
+                 len(messages), len(nodes))
+    return len(messages)
+
+
+def record_footprint(store: NodeItems, footprint: Footprint) -> bool:
+    """Stores a node's `Footprint` (`prewarm describe node` shows it) and logs its removals; False when it
+    changed nothing: older than the one stored (SQS keeps no order), or its node not registered (the agent's
+    next footprint carries the same totals)."""
+    for removed in footprint.removed:
+        log.info("node %s removed %s (%s): %d bytes freed", footprint.node, removed.image, removed.image_id,
+                 removed.bytes_freed)
+    node = store.get_node(footprint.node, footprint.cluster)
+    if node is None or (node.footprint is not None and node.footprint.at >= footprint.at):
+        return False
+    value = NodeFootprint(images=footprint.images, bytes=footprint.bytes, freed_bytes=footprint.freed_bytes,
+                          at=footprint.at)
+    try:
+        store.record_footprint(footprint.node, value, footprint.cluster)
+    except StoreConflictError:  # forgotten meanwhile: the node left
+        return False
+    return True
