@@ -12,6 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from prewarm.domain.cronjobs import ScheduleState
 from prewarm.domain.keys import JobKey
 
 # At most two expressions per cron job (`CronSchedule.scheduler_expressions`).
@@ -75,6 +76,22 @@ class SchedulerCronSchedules:
             self.client.create_schedule(**fields)
         except ClientError as e:
             raise _error(e, f"create schedule {fields['Name']} of {key}") from e
+
+    def get_schedules(self, key: JobKey) -> list[ScheduleState]:
+        """The cron job's schedules as Scheduler holds them (those that exist)."""
+        found = []
+        for index in range(MAX_SCHEDULES_PER_JOB):
+            name = schedule_name(self.prefix, key, index)
+            try:
+                got = self.client.get_schedule(Name=name, GroupName=GROUP)
+            except ClientError as e:
+                if _code(e) != "ResourceNotFoundException":
+                    raise _error(e, f"get schedule {name} of {key}") from e
+                continue
+            found.append(ScheduleState(name, str(got.get("ScheduleExpression", "")),
+                                       str(got.get("ScheduleExpressionTimezone") or "UTC"),
+                                       got.get("State") != "DISABLED"))
+        return found
 
     def delete_schedules(self, key: JobKey) -> None:
         for index in range(MAX_SCHEDULES_PER_JOB):

@@ -19,11 +19,13 @@ from prewarm.domain.cronjobs import (
     CRON_JOB_ANNOTATION,
     SCHEDULED_AT_ANNOTATION,
     CronRun,
+    ScheduleState,
     StoredCronJob,
     cron_status,
     expired_runs,
     plan_run,
     run_outcome,
+    schedule_drift,
 )
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
@@ -40,12 +42,12 @@ from prewarm.services.jobs import (
     request_deletion,
     view_record,
 )
-from prewarm.services.ports import ApplyItems, CronSchedules
+from prewarm.services.ports import ApplyItems, CronSchedules, CronScheduleStates
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunOutcome", "cron_job_status", "cron_job_statuses", "cron_runs", "delete_cron_job", "run_due",
-           "sync_schedules"]
+__all__ = ["CronJobDescription", "RunOutcome", "cron_job_status", "cron_job_statuses", "cron_runs",
+           "delete_cron_job", "describe_cron_job", "run_due", "sync_schedules"]
 
 
 def sync_schedules(schedules: CronSchedules, new: StoredCronJob | None, old: StoredCronJob | None) -> str:
@@ -169,3 +171,41 @@ def cron_job_statuses(store: ApplyItems, crons: Sequence[StoredCronJob], *, now:
     """The status of each of `crons`, their runs read with one read of the job items."""
     views = _run_views(store, store.list_jobs(), [c.key for c in crons], now=now)
     return [cron_job_status(store, cron, now=now, views=views) for cron in crons]
+
+
+@dataclass
+class CronJobDescription:
+    """A cron job in full (`prewarm describe cronjob`): its item, Kruise's status, its runs (active and kept),
+    when the next is due, and its schedules on AWS with how they differ from the spec (or why they could not
+    be read)."""
+
+    stored: StoredCronJob
+    status: dict[str, object]
+    runs: list[CronRun]
+    next_run: float | None
+    schedules: list[ScheduleState] = field(default_factory=list)
+    drift: str = ""
+    schedules_error: str = ""
+
+
+def describe_cron_job(store: ApplyItems, schedules: CronScheduleStates | None, key: JobKey, *, now: float
+                      ) -> CronJobDescription:
+    """Cron job `key` in full; `schedules` None (or failing) leaves the AWS part unread, saying why.
+    `JobNotFoundError` when there is none."""
+    stored = store.get_cron_job(key)
+    if stored is None:
+        raise not_found(key.namespace, key.name, key.cluster, kind="advancedcronjob")
+    spec = stored.job.spec
+    runs = cron_runs(store, key, now=now)
+    described = CronJobDescription(stored, cron_status(runs, key.namespace, stored.job.api_version), runs,
+                                   spec.next_run(now))
+    if schedules is None:
+        described.schedules_error = "not read: the stack names no cron schedule prefix (output CronSchedulePrefix)"
+        return described
+    try:
+        described.schedules = schedules.get_schedules(key)
+    except Exception as e:  # an adapter's error (refused, throttled, unreachable): shown, not fatal
+        described.schedules_error = f"not read: {e}"
+        return described
+    described.drift = schedule_drift(spec, described.schedules)
+    return described

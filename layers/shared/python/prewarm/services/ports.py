@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: every function imports this module, few need these models
     from prewarm.domain.clusters import RegisteredCluster
-    from prewarm.domain.cronjobs import StoredCronJob
+    from prewarm.domain.cronjobs import ScheduleState, StoredCronJob
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
     from prewarm.domain.keys import JobKey
@@ -206,6 +206,12 @@ class CronSchedules(Protocol):
 
     def put_schedules(self, key: JobKey, expressions: Sequence[str], *, zone: str, enabled: bool) -> None: ...
     def delete_schedules(self, key: JobKey) -> None: ...
+
+
+class CronScheduleStates(Protocol):
+    """A cron job's schedules as EventBridge Scheduler holds them (`prewarm.adapters.scheduler`)."""
+
+    def get_schedules(self, key: JobKey) -> list[ScheduleState]: ...
 
 
 class NodeItems(Protocol):
