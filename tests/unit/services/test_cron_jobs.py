@@ -22,6 +22,7 @@ from prewarm.services.cron_jobs import (
     sync_schedules,
 )
 from prewarm.services.jobs import JobNotFoundError, apply_manifest
+from prewarm.services.ports import SchedulesError
 from tests.support.cluster import make_node
 from tests.support.control_plane import ControlPlane
 
@@ -228,7 +229,7 @@ def test_describe_without_schedules_or_when_they_fail_says_why_and_a_missing_cro
         plane: ControlPlane) -> None:
     class Refusing:
         def get_schedules(self, key: JobKey) -> list[ScheduleState]:
-            raise RuntimeError("get schedule x of default/nightly: AccessDeniedException: no")
+            raise SchedulesError("get schedule x of default/nightly: AccessDeniedException: no")
 
     apply_manifest(plane.store, cron(), now=plane.now())
     assert describe_cron_job(plane.store, None, KEY, now=T0).schedules_error.startswith("not read: the stack names no")

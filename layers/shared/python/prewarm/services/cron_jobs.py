@@ -42,7 +42,7 @@ from prewarm.services.jobs import (
     request_deletion,
     view_record,
 )
-from prewarm.services.ports import ApplyItems, CronSchedules, CronScheduleStates
+from prewarm.services.ports import ApplyItems, CronSchedules, CronScheduleStates, SchedulesError
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def describe_cron_job(store: ApplyItems, schedules: CronScheduleStates | None, k
         return described
     try:
         described.schedules = schedules.get_schedules(key)
-    except Exception as e:  # an adapter's error (refused, throttled, unreachable): shown, not fatal
+    except SchedulesError as e:  # refused, throttled, unreachable: shown, not fatal
         described.schedules_error = f"not read: {e}"
         return described
     described.drift = schedule_drift(spec, described.schedules)

@@ -119,6 +119,10 @@ class PullSecretError(RuntimeError):
     """A job's pullSecrets cannot be made available to the agents; the job fails with this message."""
 
 
+class SchedulesError(RuntimeError):
+    """EventBridge Scheduler refused or failed a call on a cron job's schedules; the message names the schedule."""
+
+
 class StoreError(Exception):
     """Base of the job store's errors."""
 
