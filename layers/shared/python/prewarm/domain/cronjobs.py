@@ -16,7 +16,7 @@ functions of the runs.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -280,6 +280,16 @@ class AdvancedCronJob(NamespacedManifest):
         """Kruise's run name: `<name>-<scheduled time, Unix seconds>`."""
         return f"{self.name}-{int(scheduled_at)}"
 
+    def run_object(self, scheduled_at: float, uid: str) -> dict[str, Any]:
+        """The run as the object Kruise's controller creates for a cron job in the cluster (`uid` its object's):
+        an ImageListPullJob that the cron job controls (`controller`, `blockOwnerDeletion`), so that the
+        garbage collector deletes it with the cron job."""
+        doc = self.run(scheduled_at).to_manifest()
+        doc["metadata"]["ownerReferences"] = [{"apiVersion": self.api_version, "kind": "AdvancedCronJob",
+                                               "name": self.name, "uid": uid, "controller": True,
+                                               "blockOwnerDeletion": True}]
+        return doc
+
     def run(self, scheduled_at: float) -> ImageListPullJob:
         """The ImageListPullJob of the run scheduled at `scheduled_at`, in the cron job's namespace."""
         template = self.template
@@ -293,6 +303,14 @@ class AdvancedCronJob(NamespacedManifest):
         return ImageListPullJob.from_manifest({
             "apiVersion": api_version, "kind": "ImageListPullJob", "metadata": metadata,
             "spec": template.spec.model_dump(by_alias=True, mode="json", exclude_none=True)})
+
+
+def cron_job_owning(obj: Mapping[str, Any]) -> str | None:
+    """The AdvancedCronJob that controls object `obj` (its controller ownerReference), or None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == "AdvancedCronJob" and ref.get("controller") is True:
+            return str(ref.get("name", ""))
+    return None
 
 
 @dataclass(frozen=True)

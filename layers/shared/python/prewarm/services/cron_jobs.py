@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prewarm.domain.cronjobs import (
     CRON_JOB_ANNOTATION,
@@ -31,20 +32,31 @@ from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import parse_time
-from prewarm.domain.sources import Source, source_of
+from prewarm.domain.sources import RESOURCE_API_VERSION, RESOURCE_KINDS, Source, resource_manifest, source_of
 from prewarm.services.jobs import (
+    Applied,
     JobNotFoundError,
     JobView,
     apply_job,
+    apply_manifest,
     check_source,
     list_job_status,
     not_found,
     request_deletion,
     view_record,
 )
-from prewarm.services.ports import ApplyItems, CronSchedules, CronScheduleStates, SchedulesError
+from prewarm.services.ports import (
+    ApplyItems,
+    ClusterConflictError,
+    CronSchedules,
+    CronScheduleStates,
+    RunObjects,
+    SchedulesError,
+)
 
 log = logging.getLogger(__name__)
+
+CRON_PLURAL, RUN_PLURAL = RESOURCE_KINDS["AdvancedCronJob"], RESOURCE_KINDS["ImageListPullJob"]
 
 __all__ = ["CronJobDescription", "RunOutcome", "cron_job_status", "cron_job_statuses", "cron_runs",
            "delete_cron_job", "describe_cron_job", "run_due", "sync_schedules"]
@@ -109,23 +121,44 @@ class RunOutcome:
     expired: list[str] = field(default_factory=list)
 
 
-def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float) -> RunOutcome:
+def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
+            objects: Callable[[], RunObjects] | None = None) -> RunOutcome:
     """The run of cron job `key` due at `scheduled_at`, as Kruise's controller decides it; then the finished
     runs beyond the history limits are deleted. The run's name is the due time's, so a time delivered twice
-    creates one run."""
+    creates one run.
+
+    A cron job applied as a resource has its runs as objects in its cluster, as Kruise's controller makes
+    them: `objects()` (built only then) is that cluster's API. Each run is an ImageListPullJob object the
+    cron job's object controls (so `kubectl get imagelistpulljobs` lists it and the garbage collector deletes
+    it with the cron job), applied to the table as that resource's job (the sync then finds it unchanged and
+    writes its status); replaced and expired runs' objects are deleted with their jobs."""
     outcome = RunOutcome(str(key))
     stored = store.get_cron_job(key)
     if stored is None:
         outcome.skipped = "the cron job is gone"
         return outcome
     job = stored.job
+    api, owner = None, None
+    if source_of(stored.manifest) is Source.RESOURCE:
+        if objects is None:
+            outcome.skipped = "a cron job resource's runs are objects in its cluster: no cluster API was given"
+            return outcome
+        api = objects()
+        owner = api.get_object(RESOURCE_API_VERSION, CRON_PLURAL, key.name, key.namespace)
+        if owner is None:  # the sync deletes the item next
+            outcome.skipped = "the cron job's resource is gone"
+            return outcome
     runs = cron_runs(store, key, now=now)
     plan = plan_run(job.spec, scheduled_at=scheduled_at, now=now, runs=runs)
     if plan.create:
         for name in plan.replace:
-            _delete_run(store, key.sibling(name), now=now)
+            _delete_run(store, key.sibling(name), now=now, api=api)
         outcome.replaced = list(plan.replace)
-        applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster)
+        if api is None or owner is None:
+            applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster)
+        else:
+            applied = _run_object(store, api, job.run_object(scheduled_at, owner["metadata"]["uid"]), now=now,
+                                  cluster=key.cluster)
         outcome.run = applied.name
         # The replaced runs were active and a new run is: the finished runs are still those read. Only a run
         # of this time given a new spec (`configured`) may have started again: then they are read anew.
@@ -134,15 +167,34 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float) 
     else:
         outcome.skipped = plan.reason
     for name in expired_runs(job.spec, runs):
-        _delete_run(store, key.sibling(name), now=now)
+        _delete_run(store, key.sibling(name), now=now, api=api)
         outcome.expired.append(name)
     log.info("cron job %s due at %s: %s", key, scheduled_at, outcome)
     return outcome
 
 
-def _delete_run(store: ApplyItems, run: JobKey, *, now: float) -> None:
+def _run_object(store: ApplyItems, api: RunObjects, obj: dict[str, Any], *, now: float, cluster: str) -> Applied:
+    """Creates a run's object (found when an earlier delivery of its time made it) and applies it as the
+    resource sync would."""
+    meta = obj["metadata"]
+    try:
+        created = api.create_object(RESOURCE_API_VERSION, RUN_PLURAL, obj, meta["namespace"])
+    except ClusterConflictError:
+        found = api.get_object(RESOURCE_API_VERSION, RUN_PLURAL, meta["name"], meta["namespace"])
+        if found is None:
+            raise
+        created = found
+    return apply_manifest(store, resource_manifest(created), now=now, from_resource=True, secrets=api,
+                          cluster=cluster)
+
+
+def _delete_run(store: ApplyItems, run: JobKey, *, now: float, api: RunObjects | None = None) -> None:
+    """Deletes a run (its object too, given its cluster's `api`). By the cron job's authority, whatever
+    made the run's job: a run of a resource is that resource's, and its cron job may delete it."""
+    if api is not None:
+        api.delete_object(RESOURCE_API_VERSION, RUN_PLURAL, run.name, run.namespace)
     with contextlib.suppress(JobNotFoundError):  # deleted meanwhile: what was asked is done
-        request_deletion(store, run.namespace, run.name, now=now, cluster=run.cluster)
+        request_deletion(store, run.namespace, run.name, now=now, cluster=run.cluster, by=Source.RESOURCE)
 
 
 def delete_cron_job(store: ApplyItems, key: JobKey, *, now: float, by: Source = Source.CLI) -> list[str]:

@@ -378,6 +378,17 @@ class PullSecretReader(Protocol):
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
+class RunObjects(PullSecretReader, Protocol):
+    """A cluster's API as the runs of a cron job resource need it (`KubeCluster`): the cron job's object, and
+    its runs' ImageListPullJob objects created and deleted as Kruise's controller does."""
+
+    def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None
+                   ) -> dict[str, Any] | None: ...
+    def create_object(self, api_version: str, plural: str, body: Mapping[str, Any], namespace: str | None = None
+                      ) -> dict[str, Any]: ...
+    def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool: ...
+
+
 class NodeTaints(Protocol):
     """What the sweep needs to remove a startup taint no agent removed (the Kubernetes adapter): the
     agents' ConfigMap (which taint, which deadline), the node (its taints), a guarded patch of it, an
@@ -453,7 +464,7 @@ class ClusterVersion(Protocol):
 
 
 class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeWarmWrites, NodeStates, CredentialsCluster, ClusterVersion,
-                 Protocol):
+                 RunObjects, Protocol):
     """One cluster's Kubernetes API, all a use case may ask of it (`prewarm.adapters.kube.KubeCluster`);
     each use case names the narrower protocol it uses."""
 
