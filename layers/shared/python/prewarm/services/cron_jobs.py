@@ -22,6 +22,7 @@ from prewarm.domain.cronjobs import (
     CronRun,
     ScheduleState,
     StoredCronJob,
+    cron_job_owning,
     cron_status,
     expired_runs,
     plan_run,
@@ -181,8 +182,9 @@ def _run_object(store: ApplyItems, api: RunObjects, obj: dict[str, Any], *, now:
         created = api.create_object(RESOURCE_API_VERSION, RUN_PLURAL, obj, meta["namespace"])
     except ClusterConflictError:
         found = api.get_object(RESOURCE_API_VERSION, RUN_PLURAL, meta["name"], meta["namespace"])
-        if found is None:
-            raise
+        owner = obj["metadata"]["ownerReferences"][0]["name"]
+        if found is None or cron_job_owning(found) != owner:
+            raise  # another's object of that name (or gone meanwhile): Scheduler's retry tries again
         created = found
     return apply_manifest(store, resource_manifest(created), now=now, from_resource=True, secrets=api,
                           cluster=cluster)
