@@ -1,7 +1,8 @@
 """AdvancedCronJobs on a real local stack, every minute (`* * * * *`), side by side on one stack for two
 minutes: a cron job's run is made on time and pulls onto the node; `Forbid` skips a run while one is active,
 `Replace` deletes the active run for the next; a paused one makes none; one applied as a `prewarm.dev`
-resource with kubectl runs too and its status shows its active run and last schedule time.
+resource with kubectl runs too, its runs are objects it owns, its status shows its active run and last schedule
+time, and deleting it collects its runs.
 
 Runs meant to stay active have `parallelism: 0` (nothing is sent until it changes). Local mode fires the
 cron jobs' EventBridge Scheduler schedules at their times (`prewarm_devtools.sam.scheduler`), as AWS would.
@@ -120,6 +121,17 @@ def test_cron_jobs_run_on_time_forbid_skips_replace_replaces_and_paused_stops(
         shown = sync_until(local, status, 20, "the resource's status at the second run")
         assert shown["type"] == "ImageListPullJob"
         assert [a["name"] for a in shown["active"]] == [f"resource-{int(second)}"]
+        # Its runs are ImageListPullJob objects it controls (the first replaced, so deleted); deleting it with the
+        # API collects them, and the sync then deletes it and its run from the table
+        owned = [o["metadata"]["name"] for o in admin.list_objects("prewarm.dev/v1alpha1", "imagelistpulljobs",
+                                                                   NAMESPACE)
+                 if [r["name"] for r in o["metadata"].get("ownerReferences", [])] == ["resource"]]
+        assert owned == [f"resource-{int(second)}"]
+        admin.delete_object("prewarm.dev/v1alpha1", "advancedcronjobs", "resource", NAMESPACE)
+        assert admin.get_object("prewarm.dev/v1alpha1", "imagelistpulljobs", f"resource-{int(second)}",
+                                NAMESPACE) is None
+        sync_until(local, lambda: store.get_cron_job(job_key(NAMESPACE, "resource")) is None, 30,
+                   "the deleted resource's cron job gone from the table")
 
     listed = CliRunner().invoke(cli, ["--local", "get", "cronjobs", "-n", NAMESPACE], catch_exceptions=False)
     assert listed.exit_code == 0 and "forbid" in listed.stdout and "* * * * *" in listed.stdout, listed.output

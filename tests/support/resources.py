@@ -46,6 +46,20 @@ class FakeResources:
         plural = {v: k for k, v in PLURALS.items()}[kind]
         return self.objects[(plural, namespace, name)]
 
+    def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None
+                   ) -> dict[str, Any] | None:
+        self.calls.append(f"get {plural}/{name}")
+        return copy.deepcopy(self.objects.get((plural, namespace, name)))
+
+    def create_object(self, api_version: str, plural: str, body: Mapping[str, Any], namespace: str | None = None
+                      ) -> dict[str, Any]:
+        self.calls.append(f"create {plural}/{body['metadata']['name']}")
+        if (plural, namespace, body["metadata"]["name"]) in self.objects:
+            raise ClusterConflictError(f'{plural} "{body["metadata"]["name"]}" already exists')
+        meta = {k: v for k, v in body["metadata"].items() if k not in ("name", "namespace")}
+        self.put(PLURALS[plural], body["metadata"]["name"], body["spec"], namespace, **meta)
+        return copy.deepcopy(self.objects[(plural, namespace, body["metadata"]["name"])])
+
     def list_objects(self, api_version: str, plural: str, namespace: str | None = None,
                      label_selector: str | None = None) -> list[dict[str, Any]]:
         self.calls.append(f"list {plural}")

@@ -8,12 +8,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
-
-if TYPE_CHECKING:
-    pass
 
 from prewarm_cli.cluster_choice import chosen_many, cluster_option, own_cluster_name, reach, shown
 from prewarm_cli.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
@@ -157,6 +154,18 @@ def _check_rule(ctx: click.Context, body: dict[str, Any], clusters: Sequence[str
                                   for name in unknown], subject=subject)
 
 
+def _warnings(body: dict[str, Any]) -> list[str]:
+    """What an applied manifest should tell its user (an AdvancedCronJob with no time zone), as kubectl's
+    `Warning:` lines."""
+    if body.get("kind") != "AdvancedCronJob":
+        return []
+    from prewarm.domain.cronjobs import AdvancedCronJob
+    from prewarm.domain.manifests import parse_manifest
+
+    job = parse_manifest(body)
+    return job.warnings() if isinstance(job, AdvancedCronJob) else []
+
+
 @click.command()
 @click.option("-f", "--filename", "filenames", multiple=True, required=True,
               type=click.Path(exists=True, allow_dash=True), metavar="FILE|DIR|-",
@@ -237,6 +246,8 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
                 failed += 1
             else:
                 click.echo(outcome)
+                for warning in _warnings(doc.body):
+                    click.echo(f"Warning: {doc.where}: {warning}", err=True)
                 applied += 1
         for file_problem in problems:
             click.echo(f"error: {file_problem}", err=True)

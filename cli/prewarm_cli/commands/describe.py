@@ -19,7 +19,7 @@ from prewarm_cli.options import (
 
 
 @click.command()
-@click.argument("resource", metavar="job|node|snapshot")
+@click.argument("resource", metavar="job|cronjob|node|snapshot")
 @click.argument("name")
 @namespace_option
 @cluster_option()
@@ -35,8 +35,11 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str, clust
     `--cluster` names the cluster of the job or node (default: the stack's own); a job that has namesakes
     in other clusters (a rule's push makes one job per cluster) ends with each cluster's counts.
     Or a warm snapshot: its node class's snapshot and digests, against the newest push; the nodes booted
-    from it; the snapshots kept; the last bake's steps and what it costs."""
-    kind = resource_name(resource, ("jobs", "nodes", "snapshots"), "describe")
+    from it; the snapshots kept; the last bake's steps and what it costs.
+    Or a cron job (AdvancedCronJob): its schedule, time zone and policies, its last and next run times, its
+    active runs and the finished runs its history limits keep, and its EventBridge Scheduler schedules as
+    Scheduler holds them (`scheduler:GetSchedule`), with how they differ from the spec."""
+    kind = resource_name(resource, ("jobs", "cronjobs", "nodes", "snapshots"), "describe")
     from prewarm.services.jobs import list_views, view_job
     from prewarm_cli import output as cli_output
 
@@ -50,6 +53,16 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str, clust
         if found is None:
             raise CommandError(f'warm snapshot "{name}" not found')
         click.echo(describe_snapshot(found, store.list_nodes(), now=now))
+        return EXIT_OK
+    if kind == "cronjobs":
+        from prewarm.domain.keys import JobKey
+        from prewarm.services.cron_jobs import describe_cron_job
+        from prewarm_cli.cron_output import describe_cron_job as cron_text
+        from prewarm_cli.options import current_target
+
+        described = describe_cron_job(store, current_target(ctx).cron_schedules(), JobKey(namespace, name, where),
+                                      now=now)
+        click.echo(cron_text(described, now=now))
         return EXIT_OK
     if kind == "nodes":
         node = store.get_node(name, where)

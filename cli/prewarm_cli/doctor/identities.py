@@ -233,6 +233,10 @@ def required_access(job_namespaces: Iterable[str], pull_secrets: Iterable[tuple[
                   Access("get", "configmaps", AGENT_NAMESPACE, AGENT_NAME), Access("create", "events", "default")],
         "refresh_ecr_credentials": [],
         "sync_resources": [Access("get", "secrets", ns, name) for ns, name in sorted(set(checked_secrets))],
+        # A cron job resource's runs, as Kruise's controller makes them (docs/job-spec.md, AdvancedCronJob).
+        "run_cron_job": [Access("get", "advancedcronjobs", group="prewarm.dev"),
+                         *(Access(verb, "imagelistpulljobs", group="prewarm.dev") for verb in ("create", "get",
+                                                                                             "delete"))],
     }
     if credentials is not None:
         needs["refresh_ecr_credentials"] = [Access("list", "namespaces")] + [

@@ -28,6 +28,7 @@ __all__ = [
     "ALL_NAMESPACES",
     "CONTROL_PLANE_GROUP",
     "CREDENTIALS_GROUP",
+    "CRON_RUNS_GROUP",
     "FUNCTION_GROUPS",
     "KIND_PLURALS",
     "MANAGED_BY",
@@ -50,6 +51,7 @@ CONTROL_PLANE_GROUP = "prewarm-control-plane"
 PULL_SECRETS_GROUP = "prewarm-pull-secrets"
 CREDENTIALS_GROUP = "prewarm-credentials"
 RESOURCES_GROUP = "prewarm-resources"
+CRON_RUNS_GROUP = "prewarm-cron-runs"
 STARTUP_TAINT_GROUP = "prewarm-startup-taint"
 NODE_WARM_GROUP = "prewarm-node-warm"
 NODE_CLASSES_GROUP = "prewarm-node-classes"
@@ -62,6 +64,7 @@ FUNCTION_GROUPS: dict[str, tuple[str, ...]] = {
     "SWEEP_ROLE_ARN": (CONTROL_PLANE_GROUP, STARTUP_TAINT_GROUP),
     "REFRESH_ECR_CREDENTIALS_ROLE_ARN": (CREDENTIALS_GROUP,),
     "SYNC_RESOURCES_ROLE_ARN": (RESOURCES_GROUP,),
+    "RUN_CRON_JOB_ROLE_ARN": (CRON_RUNS_GROUP,),
     "BAKE_SNAPSHOTS_ROLE_ARN": (NODE_CLASSES_GROUP,),
 }
 #: Kind → (API version, plural, namespaced): every kind install writes.
@@ -202,6 +205,9 @@ def render(values: InstallValues) -> list[Obj]:
     # dispatch_job may read them (docs/job-spec.md, "Own pull secrets only").
     objects.extend(_group_binding(RESOURCES_GROUP, values.pull_secret_namespaces, role=PULL_SECRETS_GROUP,
                                   name=f"{RESOURCES_GROUP}-pull-secrets"))
+    # run_cron_job applies a cron job resource's runs as the sync applies resources: the same check.
+    objects.extend(_group_binding(CRON_RUNS_GROUP, values.pull_secret_namespaces, role=PULL_SECRETS_GROUP,
+                                  name=f"{CRON_RUNS_GROUP}-pull-secrets"))
     objects.extend(_group_binding(CREDENTIALS_GROUP, values.credential_namespaces))
     if values.credential_namespaces:
         _credential_rules(_find(objects, "ClusterRole", CREDENTIALS_GROUP), values)

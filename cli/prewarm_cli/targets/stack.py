@@ -29,7 +29,10 @@ STACK_OUTPUTS = {
     "SweepRoleArn": "SWEEP_ROLE_ARN",
     "RefreshEcrCredentialsRoleArn": "REFRESH_ECR_CREDENTIALS_ROLE_ARN",
     "SyncResourcesRoleArn": "SYNC_RESOURCES_ROLE_ARN",
+    "RunCronJobRoleArn": "RUN_CRON_JOB_ROLE_ARN",
     "BakeSnapshotsRoleArn": "BAKE_SNAPSHOTS_ROLE_ARN",
+    # Where `describe cronjob` finds the cron jobs' schedules.
+    "CronSchedulePrefix": "CRON_SCHEDULE_PREFIX",
     # The function `cluster add` invokes to check a cluster from the stack's network.
     "SyncResourcesFunctionName": "SYNC_RESOURCES_FUNCTION_NAME",
 }

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from prewarm.adapters.dynamodb import DynamoJobStore
     from prewarm.adapters.kube import KubeCluster
+    from prewarm.adapters.scheduler import SchedulerCronSchedules
     from prewarm.adapters.sqs import NodeQueues
 
 # Local stacks accept any credentials; fixed ones keep real ones from ever being sent to them.
@@ -68,6 +69,12 @@ class Target:
         return NodeQueues(self.node_queue_prefix, self.status_queue_url, dlq_arn=self.node_dlq_arn,
                           sender_arns=self.node_queue_sender_arns, client=self.client("sqs"))
 
+    def cron_schedules(self) -> SchedulerCronSchedules | None:
+        """The cron jobs' schedules, to read (`scheduler:GetSchedule`); None when the stack names no prefix."""
+        from prewarm.adapters.scheduler import SchedulerCronSchedules
+
+        prefix = self.env.get("CRON_SCHEDULE_PREFIX")
+        return SchedulerCronSchedules(prefix, "", "", client=self.client("scheduler")) if prefix else None
 
     def cluster(self, kubeconfig: str | None = None, context: str | None = None) -> KubeCluster:
         """The stack's cluster as the caller: a kubeconfig's user, or an EKS token from these AWS credentials

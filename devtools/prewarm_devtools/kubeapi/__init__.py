@@ -19,7 +19,8 @@ honoured. Also: `Status` errors with the real reasons, codes and wording, discov
 watch, `status` subresources, `metadata.generation` (DaemonSets: bumped by spec changes only, with the
 `deprecated.daemonset.template.generation` annotation), label and field selectors with the real
 grammar, `limit`/`continue` paging over consistent snapshots, a global resourceVersion, optimistic
-concurrency, generateName, finalizers, namespace cascade deletion, `dryRun` (query or
+concurrency, generateName, finalizers, namespace cascade deletion, the garbage collector's deletion of
+an owner's dependents (`ownerReferences`; `propagationPolicy: Orphan` keeps them), `dryRun` (query or
 DeleteOptions), the NamespaceLifecycle refusal to delete `default`, `kube-system` and
 `kube-public`, the Priority admission plugin's single `globalDefault` PriorityClass, and each
 type's defaulting and validation. Bodies of built-in kinds decode into their Go types as the real
@@ -126,11 +127,13 @@ What it does NOT implement (code relying on these must be tested against a real 
   LimitRange/ResourceQuota/PodSecurity, no webhooks; `metadata.generation` only for DaemonSets,
   CRDs and custom resources.
 - Controllers: no scheduler, kubelet, DaemonSet controller (no pods, no status, no
-  ControllerRevisions), garbage collector (ownerReferences do nothing), token controller or
+  ControllerRevisions), token controller or
   root-CA publisher (no `kube-root-ca.crt` ConfigMap per namespace); events do not expire. A
   namespace's deletion removes its content at once (content with finalizers keeps it
-  Terminating); pod deletion is immediate (no grace period); `propagationPolicy`,
-  `gracePeriodSeconds` and `orphanDependents` are accepted and ignored.
+  Terminating); pod deletion is immediate (no grace period); `gracePeriodSeconds` is accepted and
+  ignored. The garbage collector works at once, on the DELETE of an owner that goes then (not when
+  finalizers release one later); `Foreground` ends as `Background`; a dependent with another owner only
+  loses the reference, that owner assumed present.
 - Subresources other than `status` and the node proxy's `/configz` (no `binding`, `eviction`, `log`,
   `exec`, other `proxy` paths (the kubelet's 404), `ephemeralcontainers`, `resize`, namespace
   `finalize`). `/api/v1/nodes/NAME/proxy/configz` answers as the node's kubelet would (RBAC `get` on

@@ -1,5 +1,5 @@
-"""The delete verbs, as the generic registry and the namespace and CRD cleanup controllers (done at once) carry
-them out: preconditions, finalizers (an object held is only marked for deletion), the namespace cascade,
+"""The delete verbs, as the generic registry and the namespace, CRD cleanup and garbage collector controllers (done
+at once) carry them out: preconditions, finalizers (an object held is only marked for deletion), the namespace cascade,
 a CRD's objects deleted with it, the NamespaceLifecycle and system PriorityClass refusals, and a Status
 or the object as the real registry answers."""
 
@@ -50,7 +50,39 @@ class Deletion(Controllers):
                 )
             if rtype is CUSTOM_RESOURCE_DEFINITIONS:
                 return self._delete_definition(stored, dry_run)
-            return self._delete(rtype, self.key(rtype, namespace, name), stored, dry_run)
+            key = self.key(rtype, namespace, name)
+            answer = self._delete(rtype, key, stored, dry_run)
+            if not dry_run and self.store.get(rtype.storage, key) is None:
+                orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
+                self._collect_garbage(stored.obj, orphan=orphan)
+            return answer
+
+    def _collect_garbage(self, owner: Obj, *, orphan: bool = False) -> None:
+        """The garbage collector's work, done at once, for an owner that went (not one finalizers hold): the
+        objects whose ownerReferences name its uid are deleted, in turn collecting theirs, unless they have
+        another owner (assumed present) or the delete said `Orphan`: then only the reference goes.
+        `Foreground` ends as `Background` does, the owner gone first."""
+        uid, namespace = owner["metadata"].get("uid"), owner["metadata"].get("namespace")
+        for rtype in self.catalog.stored_types() if uid else ():
+            if namespace and not rtype.namespaced:
+                continue  # a namespaced owner owns objects of its namespace only
+            snapshot = self.store.snapshot(rtype.storage)
+            lo, hi = snapshot.bounds(f"{namespace}/" if namespace else "")
+            for key, entry in zip(snapshot.keys[lo:hi], snapshot.entries[lo:hi], strict=True):
+                refs = entry.obj["metadata"].get("ownerReferences") or []
+                rest = [ref for ref in refs if ref.get("uid") != uid]
+                if len(rest) == len(refs):
+                    continue
+                if rest or orphan:
+                    obj = json.loads(entry.raw)
+                    obj["metadata"]["ownerReferences"] = rest
+                    if not rest:
+                        del obj["metadata"]["ownerReferences"]
+                    self._write(rtype, key, obj)
+                    continue
+                self._delete(rtype, key, entry, dry_run=False)
+                if self.store.get(rtype.storage, key) is None:
+                    self._collect_garbage(entry.obj)
 
     def _check_preconditions(self, rtype: ResourceType, stored: Stored, options: Obj) -> None:
         preconditions = options.get("preconditions") or {}
@@ -160,6 +192,8 @@ class Deletion(Controllers):
                     continue
                 self._check_preconditions(rtype, stored, options)
                 self._delete(rtype, key, stored, dry_run)
+                if not dry_run and self.store.get(rtype.storage, key) is None:
+                    self._collect_garbage(stored.obj, orphan=options.get("propagationPolicy") == "Orphan")
                 deleted.append(item)
             page["items"] = deleted
             page["metadata"] = {"resourceVersion": str(self.store.rv)}

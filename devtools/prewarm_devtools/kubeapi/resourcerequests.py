@@ -183,12 +183,16 @@ def decode_body(headers: Any, body: bytes) -> Any:
     raise errors.unsupported_media_type(content_type, [JSON, YAML])
 
 
-def delete_options(headers: Any, body: bytes) -> dict[str, Any]:
-    if not body.strip():
-        return {}
-    options = decode_body(headers, body)
+def delete_options(headers: Any, body: bytes, query: dict[str, str]) -> dict[str, Any]:
+    """The DeleteOptions of the body, with what the query sets (`propagationPolicy`, `orphanDependents`), as
+    the server's decoding merges them."""
+    options = decode_body(headers, body) if body.strip() else {}
     if not isinstance(options, dict):
         raise errors.bad_request("DeleteOptions must be a JSON object")
+    if "propagationPolicy" in query:
+        options["propagationPolicy"] = query["propagationPolicy"]
+    if "orphanDependents" in query:
+        options["orphanDependents"] = query["orphanDependents"] in ("true", "1")
     return options
 
 
@@ -226,7 +230,7 @@ def serve_collection(
         )
         return Response(201, dumps(created), warnings=warnings)
     if method == "DELETE" and "deletecollection" in rtype.verbs:
-        options = delete_options(headers, body)
+        options = delete_options(headers, body, query)
         return Response(
             200,
             api.registry.delete_collection(
@@ -275,7 +279,7 @@ def serve_item(
                                      manager=field_manager(query, headers), **write_options("PatchOptions"))
         return Response(200, dumps(patched), warnings=warnings)
     if method == "DELETE" and not sub:
-        options = delete_options(headers, body)
+        options = delete_options(headers, body, query)
         return Response(
             200,
             dumps(api.registry.delete(rtype, namespace, name, options, dry_run=is_dry_run(query, options),

@@ -65,7 +65,7 @@ def test_the_template_gives_each_function_role_the_groups_install_binds(env: dic
                   "SWEEP_ROLE_ARN": "SweepRoleArn",
                   "REFRESH_ECR_CREDENTIALS_ROLE_ARN": "RefreshEcrCredentialsRoleArn",
                   "SYNC_RESOURCES_ROLE_ARN": "SyncResourcesRoleArn",
-                  "BAKE_SNAPSHOTS_ROLE_ARN": "BakeSnapshotsRoleArn"}
+                  "BAKE_SNAPSHOTS_ROLE_ARN": "BakeSnapshotsRoleArn", "RUN_CRON_JOB_ROLE_ARN": "RunCronJobRoleArn"}
 
     assert env["stack"].access_entries() == {outputs[by_setting[k]]: groups for k, groups in FUNCTION_GROUPS.items()}
 
@@ -118,6 +118,8 @@ def test_refresh_writes_the_pull_secret_into_its_target_namespace(env: dict[str,
      'cannot list resource "namespaces" in API group "" at the cluster scope'),
     ("RefreshEcrCredentialsFunction", lambda c: c.list_nodes(),
      'cannot list resource "nodes" in API group "" at the cluster scope'),
+    ("RunCronJobFunction", lambda c: c.list_objects("prewarm.dev/v1alpha1", "imagelistpulljobs"),
+     'cannot list resource "imagelistpulljobs" in API group "prewarm.dev" at the cluster scope'),
 ])
 def test_each_function_is_refused_one_verb_outside_its_rbac(env: dict[str, Any], function: str, call: Any,
                                                             refused: str) -> None:

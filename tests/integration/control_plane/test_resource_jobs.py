@@ -298,3 +298,48 @@ def test_a_numeric_string_parallelism_is_that_many_nodes_from_kubectl_the_sync_a
     assert status["active"] == 3 and status["message"].startswith("job is running")
     assert by_cli.exit_code == 0, by_cli.output
     assert env["store"].get_job(job_key("shop", "cli-string-parallelism")).manifest["spec"]["parallelism"] == 4
+
+
+def test_a_cron_job_resources_runs_are_objects_it_owns_listed_by_kubectl_and_collected_with_it(
+        env: dict[str, Any], tmp_path: Path) -> None:
+    # Given an AdvancedCronJob resource the sync has applied
+    kubectl = kubectl_in(env, tmp_path)
+    cron = {"apiVersion": API, "kind": "AdvancedCronJob", "metadata": {"name": "nightly", "namespace": "shop"},
+            "spec": {"schedule": "0 3 * * *", "timeZone": "Europe/Berlin", "template": {"imageListPullJobTemplate": {
+                "spec": {"images": ["nginx:1.27", "redis:7"], "parallelism": 0,
+                         "completionPolicy": {"type": "Always", "activeDeadlineSeconds": 100}}}}}}
+    assert kubectl("apply", "-f", "-", input=yaml.safe_dump(cron)).returncode == 0
+    env["stack"].fire("sync_resources")
+
+    # When its schedule fires run_cron_job (as its own role, with the RBAC install ships), twice for one time
+    event = {"cronJob": "shop/nightly", "scheduledTime": "2026-11-29T02:00:00Z"}
+    run = env["stack"].invoke("run_cron_job", event)["run"]
+    assert env["stack"].invoke("run_cron_job", event)["run"] == run
+
+    # Then the run is an ImageListPullJob object the cron job controls, as Kruise's controller makes it
+    assert run == "nightly-1795917600"
+    owner = env["admin"].get_object(API, "advancedcronjobs", "nightly", "shop")
+    obj = env["admin"].get_object(API, "imagelistpulljobs", run, "shop")
+    assert obj["metadata"]["ownerReferences"] == [{"apiVersion": API, "kind": "AdvancedCronJob", "name": "nightly",
+                                                   "uid": owner["metadata"]["uid"], "controller": True,
+                                                   "blockOwnerDeletion": True}]
+    assert obj["spec"]["pullPolicy"]["timeoutSeconds"] == 100  # no pull outlasts the run's deadline
+    listed = kubectl("get", "imagelistpulljobs", "-n", "shop", "-o", "name")
+    assert f"imagelistpulljob.prewarm.dev/{run}" in listed.stdout.split()
+    record = env["store"].get_job(job_key("shop", run))
+    assert record is not None and record.source is Source.RESOURCE
+    # And the sync finds it applied, writes its status and the cron job's
+    summary = env["stack"].fire("sync_resources")
+    assert not [line for line in summary["applied"] if run in line]
+    assert env["admin"].get_object(API, "imagelistpulljobs", run, "shop")["status"]["desired"] == 2
+    assert env["admin"].get_object(API, "advancedcronjobs", "nightly", "shop")["status"]["active"] == [
+        {"apiVersion": API, "kind": "ImageListPullJob", "name": run, "namespace": "shop"}]
+
+    # When the cron job is deleted with kubectl, its run's object goes with it (the garbage collector),
+    # and the sync deletes the cron job's item and its run's job
+    assert kubectl("delete", "advancedcronjob", "nightly", "-n", "shop").returncode == 0
+    assert env["admin"].get_object(API, "imagelistpulljobs", run, "shop") is None
+    summary = env["stack"].fire("sync_resources")
+    assert "AdvancedCronJob shop/nightly" in summary["deleted"]
+    gone = env["store"].get_job(job_key("shop", run))
+    assert gone is None or gone.state is JobState.DELETING

@@ -393,3 +393,37 @@ def test_concurrent_read_modify_write_loses_no_update(kube_api: KubeApiServer) -
     # Then every increment landed, the losers of each race having been told 409
     assert kube_api.get_object("nodes", "n1")["metadata"]["annotations"]["count"] == "200"
     assert conflicts, "eight writers on one object should have collided at least once"
+
+
+def owned_by(*owners: Any) -> list[dict[str, Any]]:
+    return [{"apiVersion": "v1", "kind": "ConfigMap", "name": o.metadata.name, "uid": o.metadata.uid,
+             "controller": i == 0, "blockOwnerDeletion": True} for i, o in enumerate(owners)]
+
+
+def test_deleting_an_owner_deletes_its_dependents_as_the_garbage_collector_does(core_v1: CoreV1Api) -> None:
+    # Given an owner, a dependent, the dependent's own dependent, one with a second owner, and another's
+    owner = core_v1.create_namespaced_config_map("default", {"metadata": {"name": "owner"}})
+    other = core_v1.create_namespaced_config_map("default", {"metadata": {"name": "other"}})
+    child = core_v1.create_namespaced_config_map("default", {"metadata": {"name": "child",
+                                                                          "ownerReferences": owned_by(owner)}})
+    core_v1.create_namespaced_secret("default", {"metadata": {"name": "grandchild",
+                                                               "ownerReferences": owned_by(child)}})
+    core_v1.create_namespaced_config_map("default", {"metadata": {"name": "shared",
+                                                                   "ownerReferences": owned_by(owner, other)}})
+    core_v1.create_namespaced_config_map("default", {"metadata": {"name": "others",
+                                                                   "ownerReferences": owned_by(other)}})
+
+    # When the owner is deleted
+    core_v1.delete_namespaced_config_map("owner", "default")
+
+    # Then its dependents go, theirs too; one with a second owner loses the reference only
+    names = {c.metadata.name for c in core_v1.list_namespaced_config_map("default").items}
+    assert {"owner", "child"}.isdisjoint(names) and {"other", "shared", "others"} <= names
+    assert "grandchild" not in {s.metadata.name for s in core_v1.list_namespaced_secret("default").items}
+    shared = core_v1.read_namespaced_config_map("shared", "default")
+    assert [ref.name for ref in shared.metadata.owner_references] == ["other"]
+
+    # And with propagationPolicy Orphan the dependents stay, without the reference
+    core_v1.delete_namespaced_config_map("other", "default", propagation_policy="Orphan")
+    assert core_v1.read_namespaced_config_map("others", "default").metadata.owner_references is None
+    assert core_v1.read_namespaced_config_map("shared", "default").metadata.owner_references is None

@@ -12,6 +12,7 @@ import boto3
 import pytest
 
 from prewarm.adapters.scheduler import SchedulerCronSchedules, SchedulerError, schedule_name
+from prewarm.domain.cronjobs import ScheduleState
 from prewarm.domain.jobs import job_key
 from tests.support.aws import serial_mock_aws
 
@@ -67,3 +68,15 @@ def _throttled(**_: Any) -> Any:
     from botocore.exceptions import ClientError
 
     raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "UpdateSchedule")
+
+
+def test_get_schedules_reads_each_schedule_of_the_cron_job_as_scheduler_holds_it(client: Any) -> None:
+    schedules = SchedulerCronSchedules("stack-cron", TARGET, ROLE, client=client)
+    assert schedules.get_schedules(KEY) == []  # none put yet
+    schedules.put_schedules(KEY, ["cron(0 18 1 * ? *)", "cron(0 18 ? * 2 *)"], zone="Asia/Shanghai", enabled=False)
+    assert schedules.get_schedules(KEY) == [
+        ScheduleState(schedule_name("stack-cron", KEY, 0), "cron(0 18 1 * ? *)", "Asia/Shanghai", False),
+        ScheduleState(schedule_name("stack-cron", KEY, 1), "cron(0 18 ? * 2 *)", "Asia/Shanghai", False)]
+    client.meta.events.register("before-call.scheduler.GetSchedule", _throttled)
+    with pytest.raises(SchedulerError, match=r"get schedule stack-cron-[0-9a-f]{16}-0 of ml/gpu-batch-images"):
+        schedules.get_schedules(KEY)

@@ -13,6 +13,7 @@ import pytest
 from prewarm.domain.cronjobs import (
     CRON_JOB_ANNOTATION,
     SCHEDULED_AT_ANNOTATION,
+    ZONE_NOT_GIVEN,
     AdvancedCronJob,
     AdvancedCronJobSpec,
     CronRun,
@@ -226,6 +227,21 @@ def test_the_time_zone_is_time_zone_then_the_schedules_prefix_then_utc() -> None
     assert AdvancedCronJob.from_manifest(cron(timeZone="Asia/Shanghai")).spec.zone == "Asia/Shanghai"
     assert AdvancedCronJob.from_manifest(cron(schedule="CRON_TZ=Europe/Paris 0 0 * * *")).spec.zone == "Europe/Paris"
     assert AdvancedCronJob.from_manifest(cron()).spec.zone == "UTC"
+
+
+def test_a_cron_job_without_a_time_zone_is_warned_that_it_runs_in_utc() -> None:
+    assert AdvancedCronJob.from_manifest(cron()).warnings() == [ZONE_NOT_GIVEN]
+    assert "runs in UTC" in ZONE_NOT_GIVEN and "spec.timeZone" in ZONE_NOT_GIVEN
+    assert AdvancedCronJob.from_manifest(cron(timeZone="Asia/Shanghai")).warnings() == []
+    assert AdvancedCronJob.from_manifest(cron(schedule="TZ=Europe/Paris 0 0 * * *")).warnings() == []
+
+
+def test_the_next_run_is_the_schedules_next_time_in_its_zone_and_none_while_paused() -> None:
+    # 23:00 UTC on 2026-11-28 is 07:00 on the 29th in Shanghai: "0 8 * * *" there is 00:00 UTC the 29th
+    assert spec(schedule="0 8 * * *", timeZone="Asia/Shanghai").next_run(T0) == T0 + 3600
+    assert spec(schedule="0 8 * * *").next_run(T0) == T0 + 9 * 3600
+    assert spec(schedule="0 8 * * *", paused=True).next_run(T0) is None
+    assert spec(schedule="@every 5m").next_run(T0) == T0 + 300
 
 
 # --- The controller's rules ---------------------------------------------------------------------------

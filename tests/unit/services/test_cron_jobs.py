@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.cronjobs import SCHEDULED_AT_ANNOTATION, StoredCronJob
+from prewarm.domain.cronjobs import SCHEDULED_AT_ANNOTATION, ScheduleState, StoredCronJob
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.keys import JobKey
 from prewarm.domain.sources import SOURCE_ANNOTATION, Source, SourceConflictError
@@ -17,10 +17,12 @@ from prewarm.services.cron_jobs import (
     cron_job_statuses,
     cron_runs,
     delete_cron_job,
+    describe_cron_job,
     run_due,
     sync_schedules,
 )
 from prewarm.services.jobs import JobNotFoundError, apply_manifest
+from prewarm.services.ports import SchedulesError
 from tests.support.cluster import make_node
 from tests.support.control_plane import ControlPlane
 
@@ -39,6 +41,10 @@ class RecordedSchedules:
 
     def delete_schedules(self, key: JobKey) -> None:
         self.schedules.pop(key, None)
+
+    def get_schedules(self, key: JobKey) -> list[ScheduleState]:
+        expressions, zone, enabled = self.schedules.get(key, ([], "", False))
+        return [ScheduleState(f"s-{n}", expression, zone, enabled) for n, expression in enumerate(expressions)]
 
 
 def cron(name: str = "nightly", **spec: Any) -> dict[str, Any]:
@@ -189,3 +195,45 @@ def test_a_due_time_and_the_statuses_read_the_job_items_once(plane: ControlPlane
     statuses = cron_job_statuses(plane.store, plane.store.list_cron_jobs(), now=T0 + 60)
     assert len(reads) == 2
     assert [[a["name"] for a in s.get("active", [])] for s in statuses] == [[], [f"nightly-{int(T0 + 60)}"]]
+
+
+def test_describe_gives_the_spec_runs_next_time_and_the_schedules_on_aws_against_the_spec(
+        plane: ControlPlane) -> None:
+    schedules = RecordedSchedules()
+    apply_manifest(plane.store, cron(timeZone="Europe/Paris"), now=plane.now())
+    sync_schedules(schedules, plane.store.get_cron_job(KEY), None)
+    first = run_due(plane.store, KEY, scheduled_at=T0, now=T0).run
+    finish(plane, first)
+    second = run_due(plane.store, KEY, scheduled_at=T0 + 60, now=T0 + 60).run
+
+    described = describe_cron_job(plane.store, schedules, KEY, now=T0 + 61)
+    assert described.stored.key == KEY and described.stored.job.spec.zone == "Europe/Paris"
+    assert [(r.name, r.succeeded) for r in described.runs] == [(first, True), (second, None)]
+    assert described.status["lastScheduleTime"] == cron_job_status(plane.store, described.stored,
+                                                                    now=T0 + 61)["lastScheduleTime"]
+    assert [a["name"] for a in described.status["active"]] == [second]  # type: ignore[union-attr]
+    assert described.next_run == T0 + 120
+    assert [(s.expression, s.zone, s.enabled) for s in described.schedules] == [("cron(* * * * ? *)", "Europe/Paris",
+                                                                                 True)]
+    assert described.drift == "" and described.schedules_error == ""
+
+    # Paused in the table, its schedule not put again yet: the difference is named
+    apply_manifest(plane.store, cron(timeZone="Europe/Paris", paused=True), now=plane.now())
+    paused = describe_cron_job(plane.store, schedules, KEY, now=T0 + 61)
+    assert (paused.next_run, paused.drift) == (None, "enabled while paused")
+    schedules.delete_schedules(KEY)
+    assert describe_cron_job(plane.store, schedules, KEY, now=T0).drift.startswith("no schedule on AWS")
+
+
+def test_describe_without_schedules_or_when_they_fail_says_why_and_a_missing_cron_job_is_not_found(
+        plane: ControlPlane) -> None:
+    class Refusing:
+        def get_schedules(self, key: JobKey) -> list[ScheduleState]:
+            raise SchedulesError("get schedule x of default/nightly: AccessDeniedException: no")
+
+    apply_manifest(plane.store, cron(), now=plane.now())
+    assert describe_cron_job(plane.store, None, KEY, now=T0).schedules_error.startswith("not read: the stack names no")
+    assert describe_cron_job(plane.store, Refusing(), KEY, now=T0).schedules_error == (
+        "not read: get schedule x of default/nightly: AccessDeniedException: no")
+    with pytest.raises(JobNotFoundError, match='advancedcronjob "gone" not found in namespace "default"'):
+        describe_cron_job(plane.store, None, job_key("default", "gone"), now=T0)

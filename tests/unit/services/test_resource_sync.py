@@ -232,7 +232,7 @@ def test_an_advanced_cron_job_resource_is_stored_reports_its_runs_and_goes_with_
     assert stored is not None and source_of(stored.manifest) is Source.RESOURCE
     assert api.get("AdvancedCronJob", "nightly")["status"] == {"type": "ImageListPullJob", "observedGeneration": 1}
 
-    run = run_due(plane.store, key, scheduled_at=60.0, now=61.0).run
+    run = run_due(plane.store, key, scheduled_at=60.0, now=61.0, objects=lambda: api).run
     sync_resources(plane.store, api, now=62.0)
     assert api.get("AdvancedCronJob", "nightly")["status"] == {
         "type": "ImageListPullJob", "lastScheduleTime": "1970-01-01T00:01:00Z", "observedGeneration": 1,
@@ -243,6 +243,49 @@ def test_an_advanced_cron_job_resource_is_stored_reports_its_runs_and_goes_with_
     assert report.deleted == ["AdvancedCronJob default/nightly"]
     assert plane.store.get_cron_job(key) is None
     assert plane.store.get_job(job_key("default", run)).state is JobState.DELETING  # type: ignore[union-attr]
+    # Its run's object, which no garbage collector removed here, goes at the next sync, not started again
+    report = sync_resources(plane.store, api, now=80.0)
+    assert report.deleted == [f"ImageListPullJob default/{run} (a run of a deleted AdvancedCronJob)"]
+    assert report.applied == [] and ("imagelistpulljobs", "default", run) not in api.objects
+
+
+def test_a_cron_job_resources_runs_are_objects_it_owns_mirrored_and_deleted_as_kruise_does(
+        plane: ControlPlane, api: FakeResources) -> None:
+    from prewarm.services.cron_jobs import run_due
+
+    api.put("AdvancedCronJob", "nightly", cron_spec(successfulJobsHistoryLimit=0))
+    sync_resources(plane.store, api, now=10.0)
+    key = job_key("default", "nightly")
+
+    # A run is an ImageListPullJob object the cron job controls, and its job is that resource's
+    first = run_due(plane.store, key, scheduled_at=60.0, now=61.0, objects=lambda: api).run
+    obj = api.get("ImageListPullJob", first)
+    assert obj["metadata"]["ownerReferences"] == [{"apiVersion": API, "kind": "AdvancedCronJob", "name": "nightly",
+                                                   "uid": "uid-nightly", "controller": True,
+                                                   "blockOwnerDeletion": True}]
+    assert obj["metadata"]["annotations"]["apps.kruise.io/scheduled-at"] == "1970-01-01T00:01:00Z"
+    assert obj["spec"]["images"] == ["nginx:1.27"]
+    record = plane.store.get_job(job_key("default", first))
+    assert record is not None and record.source is Source.RESOURCE
+    # The same time delivered again finds its object: still one run
+    assert run_due(plane.store, key, scheduled_at=60.0, now=62.0, objects=lambda: api).run == first
+
+    # The sync finds it unchanged and mirrors its job's status onto it
+    report = sync_resources(plane.store, api, now=63.0)
+    assert report.applied == [] and "status imagelistpulljobs/" + first in api.calls
+    assert api.get("ImageListPullJob", first)["status"]["desired"] == 1
+
+    # Replace deletes the active run's object with its job; the new one is an object too
+    second = run_due(plane.store, key, scheduled_at=120.0, now=121.0, objects=lambda: api)
+    assert second.replaced == [first] and ("imagelistpulljobs", "default", first) not in api.objects
+    assert api.get("ImageListPullJob", second.run)["metadata"]["ownerReferences"][0]["name"] == "nightly"
+    assert sync_resources(plane.store, api, now=122.0).applied == []  # the replaced run is not applied again
+
+    # A cron job resource whose object is gone makes no run; without a cluster API none either
+    api.delete_object(API, "advancedcronjobs", "nightly", "default")
+    assert run_due(plane.store, key, scheduled_at=180.0, now=181.0, objects=lambda: api).skipped == (
+        "the cron job's resource is gone")
+    assert run_due(plane.store, key, scheduled_at=180.0, now=181.0).skipped.startswith("a cron job resource's runs")
 
 
 def test_an_advanced_cron_job_the_model_refuses_says_why_in_its_status(plane: ControlPlane,

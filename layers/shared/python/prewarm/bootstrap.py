@@ -396,7 +396,10 @@ def run_cron_job(cron_job: str, scheduled_time: float | None) -> RunOutcome:
     from prewarm.services.cron_jobs import run_due
 
     now = time.time()
-    return run_due(store(), JobKey.parse(cron_job), scheduled_at=scheduled_time or now, now=now)
+    key = JobKey.parse(cron_job)
+    # A cron job resource's runs are objects in its cluster: that cluster's API, built only for one.
+    return run_due(store(), key, scheduled_at=scheduled_time or now, now=now,
+                   objects=lambda: clusters().api(key.cluster))
 
 
 def reset() -> None:

@@ -10,9 +10,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from prewarm.domain.cronjobs import ScheduleState
 from prewarm.domain.keys import JobKey
+from prewarm.services.ports import SchedulesError
 
 # At most two expressions per cron job (`CronSchedule.scheduler_expressions`).
 MAX_SCHEDULES_PER_JOB = 2
@@ -21,7 +23,7 @@ GROUP = "default"
 _RETRY_POLICY = {"MaximumRetryAttempts": 5, "MaximumEventAgeInSeconds": 3600}
 
 
-class SchedulerError(RuntimeError):
+class SchedulerError(SchedulesError):
     """EventBridge Scheduler refused or failed a call; the message names the schedule and the error code."""
 
 
@@ -75,6 +77,24 @@ class SchedulerCronSchedules:
             self.client.create_schedule(**fields)
         except ClientError as e:
             raise _error(e, f"create schedule {fields['Name']} of {key}") from e
+
+    def get_schedules(self, key: JobKey) -> list[ScheduleState]:
+        """The cron job's schedules as Scheduler holds them (those that exist)."""
+        found = []
+        for index in range(MAX_SCHEDULES_PER_JOB):
+            name = schedule_name(self.prefix, key, index)
+            try:
+                got = self.client.get_schedule(Name=name, GroupName=GROUP)
+            except ClientError as e:
+                if _code(e) != "ResourceNotFoundException":
+                    raise _error(e, f"get schedule {name} of {key}") from e
+                continue
+            except BotoCoreError as e:  # no credentials, no endpoint: said as Scheduler's failure
+                raise SchedulerError(f"get schedule {name} of {key}: {e}") from e
+            found.append(ScheduleState(name, str(got.get("ScheduleExpression", "")),
+                                       str(got.get("ScheduleExpressionTimezone") or "UTC"),
+                                       got.get("State") != "DISABLED"))
+        return found
 
     def delete_schedules(self, key: JobKey) -> None:
         for index in range(MAX_SCHEDULES_PER_JOB):

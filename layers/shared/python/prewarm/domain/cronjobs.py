@@ -16,7 +16,7 @@ functions of the runs.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -56,6 +56,10 @@ NAME_MAX_LENGTH = 63
 MAX_ACTIVE_DEADLINE_SECONDS = 86_400
 ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace"]
 _RUN_CONCURRENCY = ("Forbid", "Replace")
+# Kruise's controller parses a schedule without timeZone in its process's local zone (formatSchedule adds `TZ=`
+# only for spec.timeZone): UTC in Kruise's image unless TZ is set there. Prewarm's zone is UTC then.
+ZONE_NOT_GIVEN = ("spec.timeZone is not set: the schedule runs in UTC (Kruise's controller would run it in its own "
+                  "local time zone); set spec.timeZone (an IANA zone, e.g. Europe/Berlin) to run at local hours")
 _NOT_RUN_HERE = ("Prewarm runs only spec.template.imageListPullJobTemplate; a {field} (pods) is for "
                  "OpenKruise's controller")
 
@@ -222,6 +226,15 @@ class AdvancedCronJobSpec(KubernetesModel):
         controller's zone; Lambda's is UTC)."""
         return self.time_zone or self.cron.time_zone or "UTC"
 
+    @property
+    def zone_given(self) -> bool:
+        return self.time_zone is not None or self.cron.time_zone is not None
+
+    def next_run(self, now: float) -> float | None:
+        """When the next run is due after `now` (epoch seconds), in the schedule's zone; None while paused. An
+        `@every` schedule's is counted from `now`: Scheduler counts its rate from when the schedule was put."""
+        return None if self.paused else self.cron.next_after(now, self.zone)
+
 
 class AdvancedCronJobMeta(NamespacedObjectMeta):
     """`metadata`, with the name rules of Kruise's webhook on top of Kubernetes'."""
@@ -259,9 +272,23 @@ class AdvancedCronJob(NamespacedManifest):
         """SHA-256 of the canonical JSON of the spec, defaults filled in."""
         return hash_spec(self.spec)
 
+    def warnings(self) -> list[str]:
+        """What applying it should tell the user though it is valid: a schedule with no time zone."""
+        return [] if self.spec.zone_given else [ZONE_NOT_GIVEN]
+
     def run_name(self, scheduled_at: float) -> str:
         """Kruise's run name: `<name>-<scheduled time, Unix seconds>`."""
         return f"{self.name}-{int(scheduled_at)}"
+
+    def run_object(self, scheduled_at: float, uid: str) -> dict[str, Any]:
+        """The run as the object Kruise's controller creates for a cron job in the cluster (`uid` its object's):
+        an ImageListPullJob that the cron job controls (`controller`, `blockOwnerDeletion`), so that the
+        garbage collector deletes it with the cron job."""
+        doc = self.run(scheduled_at).to_manifest()
+        doc["metadata"]["ownerReferences"] = [{"apiVersion": self.api_version, "kind": "AdvancedCronJob",
+                                               "name": self.name, "uid": uid, "controller": True,
+                                               "blockOwnerDeletion": True}]
+        return doc
 
     def run(self, scheduled_at: float) -> ImageListPullJob:
         """The ImageListPullJob of the run scheduled at `scheduled_at`, in the cron job's namespace."""
@@ -278,6 +305,14 @@ class AdvancedCronJob(NamespacedManifest):
             "spec": template.spec.model_dump(by_alias=True, mode="json", exclude_none=True)})
 
 
+def cron_job_owning(obj: Mapping[str, Any]) -> str | None:
+    """The AdvancedCronJob that controls object `obj` (its controller ownerReference), or None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == "AdvancedCronJob" and ref.get("controller") is True:
+            return str(ref.get("name", ""))
+    return None
+
+
 @dataclass(frozen=True)
 class StoredCronJob:
     """A cron job item: the manifest as applied (Kruise's defaults filled in) under its key."""
@@ -289,6 +324,31 @@ class StoredCronJob:
     @cached_property
     def job(self) -> AdvancedCronJob:
         return AdvancedCronJob.from_manifest(self.manifest)
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """One of a cron job's EventBridge Scheduler schedules as Scheduler holds it (GetSchedule)."""
+
+    name: str
+    expression: str
+    zone: str
+    enabled: bool
+
+
+def schedule_drift(spec: AdvancedCronJobSpec, found: Sequence[ScheduleState]) -> str:
+    """How the schedules on AWS differ from what the spec puts (`services.cron_jobs.sync_schedules`), or ""."""
+    wanted = spec.cron.scheduler_expressions()
+    if not found:
+        return "no schedule on AWS: dispatch_job has not put it (see its DLQ)"
+    problems = []
+    if sorted(s.expression for s in found) != sorted(wanted):
+        problems.append(f"expressions {', '.join(s.expression for s in found)}, spec: {', '.join(wanted)}")
+    if zones := sorted({s.zone for s in found} - {spec.zone}):
+        problems.append(f"time zone {', '.join(zones)}, spec: {spec.zone}")
+    if any(s.enabled == spec.paused for s in found):
+        problems.append("enabled while paused" if spec.paused else "disabled though not paused")
+    return "; ".join(problems)
 
 
 # --- The runs ------------------------------------------------------------------------------------

@@ -12,40 +12,55 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prewarm.domain.cronjobs import (
     CRON_JOB_ANNOTATION,
     SCHEDULED_AT_ANNOTATION,
     CronRun,
+    ScheduleState,
     StoredCronJob,
+    cron_job_owning,
     cron_status,
     expired_runs,
     plan_run,
     run_outcome,
+    schedule_drift,
 )
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import parse_time
-from prewarm.domain.sources import Source, source_of
+from prewarm.domain.sources import RESOURCE_API_VERSION, RESOURCE_KINDS, Source, resource_manifest, source_of
 from prewarm.services.jobs import (
+    Applied,
     JobNotFoundError,
     JobView,
     apply_job,
+    apply_manifest,
     check_source,
     list_job_status,
     not_found,
     request_deletion,
     view_record,
 )
-from prewarm.services.ports import ApplyItems, CronSchedules
+from prewarm.services.ports import (
+    ApplyItems,
+    ClusterConflictError,
+    CronSchedules,
+    CronScheduleStates,
+    RunObjects,
+    SchedulesError,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunOutcome", "cron_job_status", "cron_job_statuses", "cron_runs", "delete_cron_job", "run_due",
-           "sync_schedules"]
+CRON_PLURAL, RUN_PLURAL = RESOURCE_KINDS["AdvancedCronJob"], RESOURCE_KINDS["ImageListPullJob"]
+
+__all__ = ["CronJobDescription", "RunOutcome", "cron_job_status", "cron_job_statuses", "cron_runs",
+           "delete_cron_job", "describe_cron_job", "run_due", "sync_schedules"]
 
 
 def sync_schedules(schedules: CronSchedules, new: StoredCronJob | None, old: StoredCronJob | None) -> str:
@@ -107,23 +122,44 @@ class RunOutcome:
     expired: list[str] = field(default_factory=list)
 
 
-def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float) -> RunOutcome:
+def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
+            objects: Callable[[], RunObjects] | None = None) -> RunOutcome:
     """The run of cron job `key` due at `scheduled_at`, as Kruise's controller decides it; then the finished
     runs beyond the history limits are deleted. The run's name is the due time's, so a time delivered twice
-    creates one run."""
+    creates one run.
+
+    A cron job applied as a resource has its runs as objects in its cluster, as Kruise's controller makes
+    them: `objects()` (built only then) is that cluster's API. Each run is an ImageListPullJob object the
+    cron job's object controls (so `kubectl get imagelistpulljobs` lists it and the garbage collector deletes
+    it with the cron job), applied to the table as that resource's job (the sync then finds it unchanged and
+    writes its status); replaced and expired runs' objects are deleted with their jobs."""
     outcome = RunOutcome(str(key))
     stored = store.get_cron_job(key)
     if stored is None:
         outcome.skipped = "the cron job is gone"
         return outcome
     job = stored.job
+    api, owner = None, None
+    if source_of(stored.manifest) is Source.RESOURCE:
+        if objects is None:
+            outcome.skipped = "a cron job resource's runs are objects in its cluster: no cluster API was given"
+            return outcome
+        api = objects()
+        owner = api.get_object(RESOURCE_API_VERSION, CRON_PLURAL, key.name, key.namespace)
+        if owner is None:  # the sync deletes the item next
+            outcome.skipped = "the cron job's resource is gone"
+            return outcome
     runs = cron_runs(store, key, now=now)
     plan = plan_run(job.spec, scheduled_at=scheduled_at, now=now, runs=runs)
     if plan.create:
         for name in plan.replace:
-            _delete_run(store, key.sibling(name), now=now)
+            _delete_run(store, key.sibling(name), now=now, api=api)
         outcome.replaced = list(plan.replace)
-        applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster)
+        if api is None or owner is None:
+            applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster)
+        else:
+            applied = _run_object(store, api, job.run_object(scheduled_at, owner["metadata"]["uid"]), now=now,
+                                  cluster=key.cluster)
         outcome.run = applied.name
         # The replaced runs were active and a new run is: the finished runs are still those read. Only a run
         # of this time given a new spec (`configured`) may have started again: then they are read anew.
@@ -132,15 +168,35 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float) 
     else:
         outcome.skipped = plan.reason
     for name in expired_runs(job.spec, runs):
-        _delete_run(store, key.sibling(name), now=now)
+        _delete_run(store, key.sibling(name), now=now, api=api)
         outcome.expired.append(name)
     log.info("cron job %s due at %s: %s", key, scheduled_at, outcome)
     return outcome
 
 
-def _delete_run(store: ApplyItems, run: JobKey, *, now: float) -> None:
+def _run_object(store: ApplyItems, api: RunObjects, obj: dict[str, Any], *, now: float, cluster: str) -> Applied:
+    """Creates a run's object (found when an earlier delivery of its time made it) and applies it as the
+    resource sync would."""
+    meta = obj["metadata"]
+    try:
+        created = api.create_object(RESOURCE_API_VERSION, RUN_PLURAL, obj, meta["namespace"])
+    except ClusterConflictError:
+        found = api.get_object(RESOURCE_API_VERSION, RUN_PLURAL, meta["name"], meta["namespace"])
+        owner = obj["metadata"]["ownerReferences"][0]["name"]
+        if found is None or cron_job_owning(found) != owner:
+            raise  # another's object of that name (or gone meanwhile): Scheduler's retry tries again
+        created = found
+    return apply_manifest(store, resource_manifest(created), now=now, from_resource=True, secrets=api,
+                          cluster=cluster)
+
+
+def _delete_run(store: ApplyItems, run: JobKey, *, now: float, api: RunObjects | None = None) -> None:
+    """Deletes a run (its object too, given its cluster's `api`). By the cron job's authority, whatever
+    made the run's job: a run of a resource is that resource's, and its cron job may delete it."""
+    if api is not None:
+        api.delete_object(RESOURCE_API_VERSION, RUN_PLURAL, run.name, run.namespace)
     with contextlib.suppress(JobNotFoundError):  # deleted meanwhile: what was asked is done
-        request_deletion(store, run.namespace, run.name, now=now, cluster=run.cluster)
+        request_deletion(store, run.namespace, run.name, now=now, cluster=run.cluster, by=Source.RESOURCE)
 
 
 def delete_cron_job(store: ApplyItems, key: JobKey, *, now: float, by: Source = Source.CLI) -> list[str]:
@@ -169,3 +225,41 @@ def cron_job_statuses(store: ApplyItems, crons: Sequence[StoredCronJob], *, now:
     """The status of each of `crons`, their runs read with one read of the job items."""
     views = _run_views(store, store.list_jobs(), [c.key for c in crons], now=now)
     return [cron_job_status(store, cron, now=now, views=views) for cron in crons]
+
+
+@dataclass
+class CronJobDescription:
+    """A cron job in full (`prewarm describe cronjob`): its item, Kruise's status, its runs (active and kept),
+    when the next is due, and its schedules on AWS with how they differ from the spec (or why they could not
+    be read)."""
+
+    stored: StoredCronJob
+    status: dict[str, object]
+    runs: list[CronRun]
+    next_run: float | None
+    schedules: list[ScheduleState] = field(default_factory=list)
+    drift: str = ""
+    schedules_error: str = ""
+
+
+def describe_cron_job(store: ApplyItems, schedules: CronScheduleStates | None, key: JobKey, *, now: float
+                      ) -> CronJobDescription:
+    """Cron job `key` in full; `schedules` None (or failing) leaves the AWS part unread, saying why.
+    `JobNotFoundError` when there is none."""
+    stored = store.get_cron_job(key)
+    if stored is None:
+        raise not_found(key.namespace, key.name, key.cluster, kind="advancedcronjob")
+    spec = stored.job.spec
+    runs = cron_runs(store, key, now=now)
+    described = CronJobDescription(stored, cron_status(runs, key.namespace, stored.job.api_version), runs,
+                                   spec.next_run(now))
+    if schedules is None:
+        described.schedules_error = "not read: the stack names no cron schedule prefix (output CronSchedulePrefix)"
+        return described
+    try:
+        described.schedules = schedules.get_schedules(key)
+    except SchedulesError as e:  # refused, throttled, unreachable: shown, not fatal
+        described.schedules_error = f"not read: {e}"
+        return described
+    described.drift = schedule_drift(spec, described.schedules)
+    return described

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: every function imports this module, few need these models
     from prewarm.domain.clusters import RegisteredCluster
-    from prewarm.domain.cronjobs import StoredCronJob
+    from prewarm.domain.cronjobs import ScheduleState, StoredCronJob
     from prewarm.domain.job import JobRound, StoredJob
     from prewarm.domain.jobs import JobState
     from prewarm.domain.keys import JobKey
@@ -122,6 +122,10 @@ class PullSecretError(RuntimeError):
     """A job's pullSecrets cannot be made available to the agents; the job fails with this message."""
 
 
+class SchedulesError(RuntimeError):
+    """EventBridge Scheduler refused or failed a call on a cron job's schedules; the message names the schedule."""
+
+
 class StoreError(Exception):
     """Base of the job store's errors."""
 
@@ -209,6 +213,12 @@ class CronSchedules(Protocol):
 
     def put_schedules(self, key: JobKey, expressions: Sequence[str], *, zone: str, enabled: bool) -> None: ...
     def delete_schedules(self, key: JobKey) -> None: ...
+
+
+class CronScheduleStates(Protocol):
+    """A cron job's schedules as EventBridge Scheduler holds them (`prewarm.adapters.scheduler`)."""
+
+    def get_schedules(self, key: JobKey) -> list[ScheduleState]: ...
 
 
 class NodeItems(Protocol):
@@ -403,6 +413,17 @@ class PullSecretReader(Protocol):
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
+class RunObjects(PullSecretReader, Protocol):
+    """A cluster's API as the runs of a cron job resource need it (`KubeCluster`): the cron job's object, and
+    its runs' ImageListPullJob objects created and deleted as Kruise's controller does."""
+
+    def get_object(self, api_version: str, plural: str, name: str, namespace: str | None = None
+                   ) -> dict[str, Any] | None: ...
+    def create_object(self, api_version: str, plural: str, body: Mapping[str, Any], namespace: str | None = None
+                      ) -> dict[str, Any]: ...
+    def delete_object(self, api_version: str, plural: str, name: str, namespace: str | None = None) -> bool: ...
+
+
 class NodeTaints(Protocol):
     """What the sweep needs to remove a startup taint no agent removed (the Kubernetes adapter): the
     agents' ConfigMap (which taint, which deadline), the node (its taints), a guarded patch of it, an
@@ -484,7 +505,7 @@ class ClusterVersion(Protocol):
 
 
 class ClusterApi(Cluster, NodeInventory, NodeTaints, NodeWarmWrites, NodeStates, CredentialsCluster, ClusterVersion,
-                 Protocol):
+                 RunObjects, Protocol):
     """One cluster's Kubernetes API, all a use case may ask of it (`prewarm.adapters.kube.KubeCluster`);
     each use case names the narrower protocol it uses."""
 

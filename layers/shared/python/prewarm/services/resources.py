@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from prewarm.domain.bakes import SnapshotState
 from prewarm.domain.clusters import DEFAULT_CLUSTER
+from prewarm.domain.cronjobs import cron_job_owning
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import JobValidationError
@@ -144,18 +145,26 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
     report.listed = sum(len(objs) for objs in listed.values())
     stored = _stored_manifests(store, cluster)
     problems: dict[tuple[str, str], str] = {}
+    gone: set[str] = set()
     for kind, objs in listed.items():
         for obj in objs:
             key = _key(obj, cluster)
             if kind in STACK_KINDS and cluster != DEFAULT_CLUSTER:
                 problems[(kind, key)] = RULES_FROM_OWN_CLUSTER
                 continue
+            if _orphan_run(obj, stored, cluster):
+                # Its cron job went, and the garbage collector has not deleted it yet: not a job to start.
+                meta = obj["metadata"]
+                api.delete_object(RESOURCE_API_VERSION, RESOURCE_KINDS[kind], meta["name"], meta.get("namespace"))
+                report.deleted.append(f"{kind} {key} (a run of a deleted AdvancedCronJob)")
+                gone.add(f"{kind} {key}")
+                continue
             problem = _apply(store, api, kind, obj, stored.get((kind, key)), report, now=now, cluster=cluster)
             if problem is not None:
                 problems[(kind, key)] = problem
     _delete_gone(store, listed, stored, report, now=now, cluster=cluster)
     views: dict[str, JobView] = {v.record.key: v for v in list_views(store, namespace=None, now=now, cluster=cluster)}
-    expired = set(report.expired)
+    expired = set(report.expired) | gone
     for kind, objs in listed.items():
         for obj in objs:
             key = _key(obj, cluster)
@@ -239,6 +248,15 @@ def _cron_status(store: ApplyItems, key: str, views: Sequence[JobView], *, now: 
     if stored is None or source_of(stored.manifest) is not Source.RESOURCE:
         return {}
     return cron_job_status(store, stored, now=now, views=views)
+
+
+def _orphan_run(obj: Mapping[str, Any], stored: Mapping[tuple[str, str], Obj], cluster: str) -> bool:
+    """Whether `obj` is the run object of a cron job the table no longer holds as a resource."""
+    owner = cron_job_owning(obj) if obj.get("kind") == "ImageListPullJob" else None
+    if owner is None:
+        return False
+    cron = stored.get(("AdvancedCronJob", job_key(obj["metadata"].get("namespace", ""), owner, cluster)))
+    return cron is None or source_of(cron) is not Source.RESOURCE
 
 
 def _node_counts(view: JobView) -> dict[str, int]:
