@@ -17,6 +17,7 @@ import logging
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -56,6 +57,16 @@ class StreamCursor:
     iterator: str | None
     pending: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 0
+    # ParallelizationFactor N > 1: the shard's records split into N lanes by partition key, as Lambda does
+    # (each key's records in order, lanes side by side), each with a cursor of its own.
+    lanes: list[StreamCursor] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def lane(self, record: dict[str, Any], factor: int) -> StreamCursor:
+        if not self.lanes:
+            self.lanes = [StreamCursor(None) for _ in range(factor)]
+        key = record["dynamodb"]["Keys"].get("pk") or record["dynamodb"]["Keys"]
+        return self.lanes[zlib.crc32(json.dumps(key, sort_keys=True).encode()) % factor]
 
 
 class EventSources:
@@ -240,23 +251,28 @@ class EventSources:
             self.sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
 
     def pump_streams(self) -> int:
-        """Delivers one batch from each table stream event source; returns how many records were handled."""
-        return sum(self._pump_shard(fn, props, shard_id, cursor) for fn, name, props in self.bindings("DynamoDB")
-                   for shard_id, cursor in self._shards(fn, name, props))
+        """Delivers one batch from each table stream event source (each lane of a shard's, with a
+        ParallelizationFactor); returns how many records were handled."""
+        return sum(self._pump_shard(fn, props, shard_id, cursor, lane) for fn, name, props in self.bindings("DynamoDB")
+                   for shard_id, cursor in self._shards(fn, name, props) for lane in range(_factor(props)))
 
-    def _pump_shard(self, fn: Function, props: Mapping[str, Any], shard_id: str, cursor: StreamCursor) -> int:
-        if not cursor.pending and cursor.iterator:
-            out = self.streams.get_records(ShardIterator=cursor.iterator, Limit=1000)
-            cursor.iterator = out.get("NextShardIterator")
-            filters = [json.loads(f["Pattern"]) for f in props.get("FilterCriteria", {}).get("Filters", [])]
-            cursor.pending = [
-                r for r in out.get("Records", [])
-                if not filters or any(matches_pattern(p, as_filter_input(r)) for p in filters)
-            ]
-        if not cursor.pending:
+    def _pump_shard(self, fn: Function, props: Mapping[str, Any], shard_id: str, cursor: StreamCursor,
+                    lane: int = 0) -> int:
+        factor = _factor(props)
+        with cursor.lock:
+            target = cursor if factor == 1 else (cursor.lanes[lane] if cursor.lanes else None)
+            if (target is None or not target.pending) and cursor.iterator:
+                out = self.streams.get_records(ShardIterator=cursor.iterator, Limit=1000)
+                cursor.iterator = out.get("NextShardIterator")
+                filters = [json.loads(f["Pattern"]) for f in props.get("FilterCriteria", {}).get("Filters", [])]
+                for r in out.get("Records", []):
+                    if not filters or any(matches_pattern(p, as_filter_input(r)) for p in filters):
+                        (cursor if factor == 1 else cursor.lane(r, factor)).pending.append(r)
+                target = cursor if factor == 1 else (cursor.lanes[lane] if cursor.lanes else None)
+        if target is None or not target.pending:
             return 0
-        batch = cursor.pending[: int(props.get("BatchSize", 100))]
-        self._deliver_stream_batch(fn, props, cursor, batch, shard_id)
+        batch = target.pending[: int(props.get("BatchSize", 100))]
+        self._deliver_stream_batch(fn, props, target, batch, shard_id)
         return len(batch)
 
     def _deliver_stream_batch(
@@ -335,8 +351,9 @@ class EventSources:
                 self._feed_queue, fn, props, threading.Semaphore(in_flight), pool)
         for fn, name, props in self.bindings("DynamoDB"):
             for shard_id, cursor in self._shards(fn, name, props):
-                found[f"{fn.logical_id}/{name}/{shard_id}"] = functools.partial(
-                    self._pump_shard, fn, props, shard_id, cursor)
+                for lane in range(_factor(props)):
+                    found[f"{fn.logical_id}/{name}/{shard_id}/{lane}"] = functools.partial(
+                        self._pump_shard, fn, props, shard_id, cursor, lane)
         return found
 
     def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
@@ -397,3 +414,8 @@ class EventSources:
 
     def _end_invocations(self) -> None:
         """Ends the invocations still running (the stack's environments)."""
+
+
+def _factor(props: Mapping[str, Any]) -> int:
+    """A stream mapping's ParallelizationFactor: batches of one shard in flight at once (1 to 10)."""
+    return int(props.get("ParallelizationFactor", 1))

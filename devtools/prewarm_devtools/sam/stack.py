@@ -334,8 +334,8 @@ class LocalStack(EventSources):
                 stream = props.get("EventSourceArn")
                 if stream not in {p.attrs.get("StreamArn") for p in self.physical.values()}:
                     raise WiringError(f"{where}: Stream {stream!r} is no table stream of this template")
-                if int(props.get("ParallelizationFactor", 1)) != 1:  # a shard's batches run one at a time here
-                    raise WiringError(f"{where}: local mode models ParallelizationFactor 1 only")
+                if not 1 <= int(props.get("ParallelizationFactor", 1)) <= 10:  # Lambda's range
+                    raise WiringError(f"{where}: ParallelizationFactor must be 1 to 10")
                 for f in props.get("FilterCriteria", {}).get("Filters", []):
                     try:
                         json.loads(f["Pattern"])

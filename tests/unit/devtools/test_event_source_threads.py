@@ -86,3 +86,4 @@ def test_stop_leaves_no_event_source_thread_running(sqs: Any) -> None:
     sources.stop()  # the schedule's timer, a minute away, ends at once too
     assert time.monotonic() - started < 2
     assert not [t.name for t in threading.enumerate() if t.name.startswith("esm-")]
+
