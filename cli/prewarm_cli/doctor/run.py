@@ -106,7 +106,7 @@ class Doctor:
 
         def cluster() -> Any:
             if api is None:
-                from prewarm.services.ports import BakeError
+                from prewarm.services.snapshot_ports import BakeError
 
                 raise BakeError("the cluster cannot be reached (cluster access)")
             return api

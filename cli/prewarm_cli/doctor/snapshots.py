@@ -7,7 +7,7 @@ from typing import Any
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.domain.snapshots import WarmSnapshot
-from prewarm.services.ports import BakeError, NodeClasses
+from prewarm.services.snapshot_ports import BakeError, NodeClasses
 from prewarm_cli.doctor.checks import CheckResult
 
 NAME = "warm snapshots"

@@ -14,7 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from prewarm.adapters.ec2 import STACK_TAG, Ec2Builders, NodeClassObjects
-from prewarm.services.ports import BakeError
+from prewarm.services.snapshot_ports import BakeError
 from prewarm_devtools.kubeapi.server import KubeApiServer
 from prewarm_devtools.sam.aws import REGION, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack

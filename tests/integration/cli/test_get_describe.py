@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -208,8 +209,9 @@ def test_describe_job_shows_spec_status_node_rows_and_excluded_nodes(prewarm: Ru
     text = result.stdout
     assert "Image:             nginx:1.25" in text
     assert "Selector:          names node-a, node-b, node-c, node-d" in text
-    assert "Failed Nodes:    node-b" in text
-    assert "Message:         job is running, progress 66.7%" in text
+    fields = re.sub(r"^(\s*[A-Z][\w ]*:) +", r"\1 ", text, flags=re.M)  # whatever the widest key's width
+    assert "  Failed Nodes: node-b" in fields
+    assert "  Message: job is running, progress 66.7%" in fields
     lines = text.splitlines()
     header = lines.index("Nodes (3: 1 Succeeded, 1 Failed, 1 Waiting):")
     assert lines[header + 1].split() == [

@@ -14,7 +14,7 @@ from moto import mock_aws
 from prewarm.adapters.ec2 import NodeClassObjects
 from prewarm.domain.launch_sources import LaunchSource
 from prewarm.domain.snapshots import AmiFamily
-from prewarm.services.ports import BakeError
+from prewarm.services.snapshot_ports import BakeError
 
 REGION = "us-west-2"
 CLUSTER = "prod"

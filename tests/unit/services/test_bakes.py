@@ -14,7 +14,7 @@ from prewarm.domain.push import ImagePush
 from prewarm.domain.snapshots import AmiFamily
 from prewarm.services import bakes
 from prewarm.services.bakes import BakeContext, BakeSettings
-from prewarm.services.ports import BakeError, NodeClassMissingError
+from prewarm.services.snapshot_ports import BakeError, NodeClassMissingError
 from tests.support.memory_store import MemoryJobStore
 
 HOST = "123456789012.dkr.ecr.us-west-2.amazonaws.com"

@@ -34,11 +34,20 @@ def test_a_hand_applied_ecr_job_gets_its_image_s_layer_count_at_its_plan(plane: 
     assert "layer count" not in view_job(plane.store, "default", "by-hand", now=plane.now()).message
 
 
-def test_a_layer_count_that_cannot_be_read_costs_the_default_and_the_job_says_so(plane: ControlPlane) -> None:
+def test_an_ecr_layer_count_that_cannot_be_read_costs_the_default_and_the_job_says_so(plane: ControlPlane) -> None:
+    images = LayerCounts(layers=None)
+    _plan(plane, ECR_IMAGE, images)
+    assert images.asked == [("123456789012", "ml/model", "v1")]
+    record = plane.store.get_job(job_key("default", "by-hand"))
+    assert record is not None and record.layers is None
+    message = view_job(plane.store, "default", "by-hand", now=plane.now()).message
+    assert f"layer count of {ECR_IMAGE} unknown: each pull is costed at 30 layers" in message
+
+
+def test_another_registrys_image_costs_the_default_without_a_note(plane: ControlPlane) -> None:
     images = LayerCounts(layers=None)
     _plan(plane, "ghcr.io/org/app:v1", images)
     assert images.asked == []  # not an ECR image: nothing to ask
     record = plane.store.get_job(job_key("default", "by-hand"))
     assert record is not None and record.layers is None
-    message = view_job(plane.store, "default", "by-hand", now=plane.now()).message
-    assert "layer count of ghcr.io/org/app:v1 unknown: each pull is costed at 30 layers" in message
+    assert "layer count" not in view_job(plane.store, "default", "by-hand", now=plane.now()).message

@@ -26,7 +26,7 @@ class EcrImageAction(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
     result: str
-    repository_name: str = Field(alias="repository-name", min_length=1)
+    repository_name: str = Field(alias="repository-name", min_length=2, max_length=256)  # ECR: 2 to 256
     image_digest: str = Field(default="", alias="image-digest")
     action_type: str = Field(alias="action-type")
     image_tag: str | None = Field(default=None, alias="image-tag")
@@ -72,7 +72,7 @@ class EcrReplicationAction(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
     result: str
-    repository_name: str = Field(alias="repository-name", min_length=1)
+    repository_name: str = Field(alias="repository-name", min_length=2, max_length=256)  # ECR: 2 to 256
     image_digest: str = Field(alias="image-digest", min_length=1)
     action_type: str = Field(alias="action-type")
     source_account: str = Field(alias="source-account", min_length=1)
@@ -101,7 +101,7 @@ class EcrPullThroughCacheAction(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True)
     sync_status: str = Field(alias="sync-status")
-    repository_name: str = Field(alias="repository-name", min_length=1)
+    repository_name: str = Field(alias="repository-name", min_length=2, max_length=256)  # ECR: 2 to 256
     image_digest: str = Field(default="", alias="image-digest")
     image_tag: str | None = Field(default=None, alias="image-tag")
     upstream_registry_url: str = Field(default="", alias="upstream-registry-url")

@@ -22,7 +22,8 @@ from prewarm.domain.launch_sources import (
     subnet_query,
 )
 from prewarm.domain.snapshots import AmiFamily
-from prewarm.services.ports import BakeError, ClusterError, NodeClassMissingError
+from prewarm.services.ports import ClusterError
+from prewarm.services.snapshot_ports import BakeError, NodeClassMissingError
 
 STACK_TAG = "prewarm.dev/stack"
 WARM_SNAPSHOT_TAG = "prewarm.dev/warm-snapshot"
@@ -46,7 +47,7 @@ def digest_tags(digests: Mapping[str, str]) -> list[dict[str, str]]:
 
 
 class Ec2Builders:
-    """`ports.Builders` on EC2. Give it a boto3 EC2 client, or it builds one on first use."""
+    """`snapshot_ports.Builders` on EC2. Give it a boto3 EC2 client, or it builds one on first use."""
 
     def __init__(self, stack_prefix: str, instance_profile_arn: str, client: Any = None) -> None:
         self.stack_prefix = stack_prefix
@@ -177,7 +178,7 @@ class Ec2Builders:
 
 
 class NodeClassObjects:
-    """`ports.NodeClasses`: Karpenter's EC2NodeClass through the cluster's API (`api`: get_object,
+    """`snapshot_ports.NodeClasses`: Karpenter's EC2NodeClass through the cluster's API (`api`: get_object,
     replace_object), a launch template through EC2 (a new version made the default); the cluster itself
     (its Kubernetes version, its subnets) through EKS DescribeCluster of `cluster_name` (launch sources only)."""
 

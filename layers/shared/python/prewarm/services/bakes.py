@@ -19,7 +19,8 @@ from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.snapshots import WarmSnapshot
-from prewarm.services.ports import BakeError, Builders, NodeClasses, StoreConflictError, WarmSnapshotItems
+from prewarm.services.ports import StoreConflictError, WarmSnapshotItems
+from prewarm.services.snapshot_ports import BakeError, Builders, NodeClasses
 
 log = logging.getLogger(__name__)
 

@@ -326,11 +326,14 @@ def _replan_round(
 
 def _with_layers(record: StoredJob, images: ImageMetadata | None) -> tuple[StoredJob, str]:
     """The job with its image's layer count read from ECR when it has none, and the note its message
-    carries when none could be read (its pulls costed at the default)."""
+    carries when ECR could not say (its pulls costed at the default). Another registry's image is costed
+    at the default without a note: that is the documented rule, not a fault."""
     if record.layers is not None or images is None:
         return record, ""
     found = ecr_image_id(record.image)
-    layers = None if found is None else images.layer_count(found.registry_id, found.repository, found.reference)
+    if found is None:
+        return record, ""
+    layers = images.layer_count(found.registry_id, found.repository, found.reference)
     if layers is None:
         return record, unknown_layers_note(record.image)
     return replace(record, layers=layers), ""
