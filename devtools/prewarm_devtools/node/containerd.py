@@ -260,7 +260,17 @@ disabled_plugins = [{disabled}]
 
 {cri}.registry]
   config_path = {_toml(str(self.certs_dir))}
-{self._transfer_section()}"""
+{self._nri_section()}{self._transfer_section()}"""
+
+    def _nri_section(self) -> str:
+        # 2.x runs NRI by default on /var/run/nri/nri.sock: one socket of each node's own, or two nodes
+        # starting together race for the host's ("bind: address already in use"). 1.6 has no NRI plugin.
+        if not self.version.startswith("2."):
+            return ""
+        return f"""
+[plugins."io.containerd.nri.v1.nri"]
+  socket_path = {_toml(str(self.base_dir / "nri.sock"))}
+"""
 
     def _pull_lines(self) -> str:
         settings = self.pull
