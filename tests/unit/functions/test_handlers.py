@@ -136,3 +136,14 @@ def test_schedules_run_their_use_cases(stack: dict[str, Any]) -> None:
         "rounds_started": []}
     summary = load_handler("sweep").lambda_handler(load_event("schedule_sweep"), stack["ctx"])
     assert summary["deadline_failed"] == [] and summary["expired"] == []
+
+
+def test_reset_forgets_every_adapter_the_composition_root_built(monkeypatch: Any) -> None:
+    # Every cached builder of bootstrap (the settings among them): one reset() misses keeps a client of the
+    # environment before, for the next test that changes it
+    cleared: list[str] = []
+    cached = {name: value for name, value in vars(bootstrap).items() if hasattr(value, "cache_clear")}
+    for name, value in cached.items():
+        monkeypatch.setattr(value, "cache_clear", lambda name=name: cleared.append(name))
+    bootstrap.reset()
+    assert "eks_client" in cached and sorted(cleared) == sorted(cached)

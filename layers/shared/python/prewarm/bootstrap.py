@@ -405,7 +405,8 @@ def run_cron_job(cron_job: str, scheduled_time: float | None) -> RunOutcome:
 def reset() -> None:
     for built in (store, node_queues, queues, status_queue, probe_queue, clusters, circuits, status_calls,
                   status_clusters, plan_calls, plan_clusters, replan_clusters, probe_clusters, images, secret_mirror,
-                  registry_tokens, credential_store, settings, settled_nodes, sweep_settings, cron_schedules):
+                  registry_tokens, credential_store, settings, settled_nodes, sweep_settings, cron_schedules,
+                  eks_client):
         built.cache_clear()
 
 
