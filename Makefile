@@ -119,7 +119,7 @@ test: lint typecheck contracts template sam-validate node-deps
 
 # The slow tier, which CI runs after `make test` (.ci/run): each tests/e2e file runs a whole local stack,
 # two files at a time, then the `timed` ones alone; then the agent image is built and run as the pod.
-e2e: node-deps
+e2e: $(STAMP) node-deps
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not timed" tests/e2e; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
 	  $(PY) -m pytest -q -m timed tests/e2e; rc=$$?; \
