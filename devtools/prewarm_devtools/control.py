@@ -6,7 +6,7 @@ one long-lived worker thread, so the processes they start (containerd, agents) o
 and still die with the stack (their death signal follows the thread that started them).
 
     GET    /status                       endpoints, nodes and their agents
-    POST   /fire        {"schedule": "repull"|"sweep"|"refresh"}
+    POST   /fire        {"schedule": "repull"|"sweep"|"refresh"|"sync"|"bakes"}
     POST   /nodes       {"name": ..., "labels": {...}, "taints": [...], "agent": true}
     DELETE /nodes/NAME
     POST   /agents/NODE/stop|kill|start
