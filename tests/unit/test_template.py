@@ -315,6 +315,21 @@ def test_the_sweep_bounds_on_silent_and_agentless_nodes_are_parameters_its_setti
     assert floor == parameters["AgentSilenceSeconds"]["MinValue"]
 
 
+def test_the_image_removal_grace_reaches_both_functions_that_release_images_within_the_settings_bounds() -> None:
+    from prewarm.settings import Settings
+
+    parameter = template()["Parameters"]["ImageRemovalGraceSeconds"]
+    # dispatch_job releases a deleted job's images, the sweep an expired or superseded job's
+    for function in ("DispatchJobFunction", "SweepFunction"):
+        variables = props(function)["Environment"]["Variables"]
+        assert variables["IMAGE_REMOVAL_GRACE_SECONDS"] == {"Ref": "ImageRemovalGraceSeconds"}, function
+    field = Settings.model_fields["image_removal_grace_seconds"]
+    bounds = {type(m).__name__: m for m in field.metadata}
+    assert (field.default, bounds["Ge"].ge, bounds["Le"].le) == (
+        parameter["Default"], parameter["MinValue"], parameter["MaxValue"])
+    assert Settings.from_env({"TABLE_NAME": "jobs", "IMAGE_REMOVAL_GRACE_SECONDS": "-1"}).image_removal_grace is None
+
+
 def test_asynchronous_functions_send_failed_invocations_to_a_dead_letter_queue() -> None:
     for name in ("OnImagePushFunction", "RepullDailyFunction", "SweepFunction", "RefreshEcrCredentialsFunction"):
         on_failure = props(name)["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]
