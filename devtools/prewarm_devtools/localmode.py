@@ -78,7 +78,6 @@ class LocalMode(LocalControl):
         registry_bandwidth: int | None = None,
         control: bool = True,
         max_warm_seconds: int | None = None,
-        startup_taint_grace_seconds: int | None = None,
         template_path: Path | None = None,
         clusters: int = 1,
         replica_region: str | None = None,
@@ -91,8 +90,7 @@ class LocalMode(LocalControl):
         it as a container on its node's containerd, set up as the installed DaemonSet's pod.
         `registry_bandwidth`: bytes per second the nodes may pull from the registry (None: unlimited).
         `control`: serve the control channel for `prewarm local fire|node|agent|status`.
-        `max_warm_seconds`: install's --max-warm-seconds (the agents' ConfigMap; default 900), and
-        `startup_taint_grace_seconds` the stack's StartupTaintGraceSeconds (default 60).
+        `max_warm_seconds`: install's --max-warm-seconds (the agents' ConfigMap; default 900).
         `template_path`: the SAM template to run instead of the project's `template.yaml` (a variant of it,
         e.g. a role without a grant, to see what AWS would refuse).
         `clusters`: how many EKS clusters the stack serves; the further ones (`local-2`...) are embedded APIs
@@ -100,7 +98,8 @@ class LocalMode(LocalControl):
         `replica_region`: the further clusters run in this Region, to which the local ECR replicates every
         push into a registry of that Region's (`localreplica`). `registry_quotas`: the registry's request
         quotas lowered (`aws_limits.quotas` names, e.g. `ecr_layer_per_s`), for as long as it runs.
-        `parameters`: other parameters of the template, as a deploy's overrides (e.g. ImageRemovalGraceSeconds)."""
+        `parameters`: other parameters of the template, as a deploy's overrides (e.g. StartupTaintGraceSeconds,
+        ImageRemovalGraceSeconds)."""
         if replica_region and clusters < 2:
             raise ValueError("replica_region: a replica serves the further clusters, and there are none (clusters=1)")
         self.node_count = nodes
@@ -112,7 +111,6 @@ class LocalMode(LocalControl):
         self.agent_image = agent_image
         self.registry_bandwidth = registry_bandwidth
         self.max_warm_seconds = max_warm_seconds
-        self.startup_taint_grace_seconds = startup_taint_grace_seconds
         self.control_enabled = control
         self.template_path = template_path
         self.cluster_count = clusters
@@ -241,8 +239,6 @@ class LocalMode(LocalControl):
         parameters["CredentialsConfig"] = json.dumps(self.credentials_config())
         # Builders here run the agent as a process of this checkout (localbuilders), whatever the image.
         parameters["BuilderAgentImage"] = "prewarm-agent:local"
-        if self.startup_taint_grace_seconds is not None:
-            parameters["StartupTaintGraceSeconds"] = str(self.startup_taint_grace_seconds)
         parameters.update(self.parameter_overrides)
         self.function_log = open(self.logs_dir / "functions.log", "a", encoding="utf-8")  # noqa: SIM115
         # A message record_status hands back comes again when its visibility runs out, as on AWS.

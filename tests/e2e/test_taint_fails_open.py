@@ -31,7 +31,7 @@ GRACE_SECONDS = 1
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode]:
     with running_local_mode(tmp_path_factory, "fail-open", nodes=1, max_warm_seconds=MAX_WARM_SECONDS,
-                            startup_taint_grace_seconds=GRACE_SECONDS,
+                            parameters={"StartupTaintGraceSeconds": str(GRACE_SECONDS)},
                             agent_settings={"MAX_WARM_SECONDS": str(MAX_WARM_SECONDS)}) as mode:
         yield mode
 
