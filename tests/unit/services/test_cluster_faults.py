@@ -58,7 +58,7 @@ def prod(plane: ControlPlane) -> FakeCluster:
 
 
 def own_node_pulled(plane: ControlPlane) -> StatusReport:
-    """A job `warm` of the stack's own cluster planned on its node `own-1`, and that node's final report."""
+    """The final report of `own-1`, a node of the stack's own cluster pulling a job's image."""
     plane.cluster.nodes.append(make_node("own-1", pool="gpu"))
     apply_manifest(plane.store, job_doc("warm", selector={"matchLabels": {"pool": "gpu"}}), now=plane.now())
     plan_job(plane.store, plane.cluster, plane.queues, "default/warm", now=plane.now())
