@@ -73,8 +73,9 @@ def handle_replication(store: ApplyItems, images: ImageMetadata | None, push: Im
     (held since the push, or applied now if this event came first), each on the replica."""
     applied: list[Applied] = []
     rules = matching_rules(store, push)
+    served = clusters.served() if rules else []
     targets = [(rule, cluster) for rule in rules
-               for cluster in select_clusters(rule.spec.clusters, clusters.served(), clusters.own_name)
+               for cluster in select_clusters(rule.spec.clusters, served, clusters.own_name)
                if cluster.region == region != push.region]
     facts = _image_facts(images, push) if targets else (None, None)
     for rule, cluster in targets:
