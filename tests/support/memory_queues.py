@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prewarm.adapters.sqs import TAG_CLUSTER, TAG_NODE, TAG_PREFIX, QueueError, QueueRetryableError, name_refused
-from prewarm.domain.clusters import DEFAULT_CLUSTER, SQS_MAX_DELAY_SECONDS, scoped, split_scoped
+from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped, split_scoped
 from prewarm.domain.messages import (
     ClusterProbe,
     NodeBound,
@@ -33,6 +33,7 @@ from prewarm.domain.messages import (
     parse_node_message,
 )
 from prewarm.domain.node_queues import ProvidedQueue, attribute_drift, queue_attributes, queue_tags, tags_differ
+from prewarm.domain.registry_budget import MAX_SEND_DELAY_SECONDS
 
 # SQS's largest message body (moto's too): 1 MiB.
 MAX_MESSAGE_BYTES = 1_048_576
@@ -264,8 +265,8 @@ class MemoryProbeQueue:
     def send_probe(self, probe: ClusterProbe, *, delay: int) -> None:
         if self.refuse:
             raise QueueRetryableError(f"send the probe of cluster {probe.cluster or '(own)'}: throttled")
-        if not 0 <= delay <= SQS_MAX_DELAY_SECONDS:
-            raise QueueError(f"DelaySeconds {delay} is not between 0 and {SQS_MAX_DELAY_SECONDS}")
+        if not 0 <= delay <= MAX_SEND_DELAY_SECONDS:
+            raise QueueError(f"DelaySeconds {delay} is not between 0 and {MAX_SEND_DELAY_SECONDS}")
         self.probes.append((probe, delay))
 
 

@@ -64,12 +64,18 @@ def startup(status: SlowStatus) -> NodeStartup:
     )
 
 
-def test_a_hello_being_sent_is_not_sent_again_by_the_queue_waits_retry() -> None:
-    status = SlowStatus()
+def sending_first_hello(status: SlowStatus) -> tuple[NodeStartup, threading.Thread]:
+    """A node's start, its first hello's send under way (held by `status`)."""
     node = startup(status)
     first = threading.Thread(target=node.begin, args=(QUEUE, NodeFacts(name="node-a", from_api=True)))
     first.start()
     assert status.sending.wait(5)
+    return node, first
+
+
+def test_a_hello_being_sent_is_not_sent_again_by_the_queue_waits_retry() -> None:
+    status = SlowStatus()
+    node, first = sending_first_hello(status)
     # While the first send is under way, the queue wait retries the hello not yet sent
     retry = threading.Thread(target=node.send_hello)
     retry.start()
@@ -81,10 +87,7 @@ def test_a_hello_being_sent_is_not_sent_again_by_the_queue_waits_retry() -> None
 
 def test_a_newer_hello_is_not_cleared_by_an_older_ones_send() -> None:
     status = SlowStatus()
-    node = startup(status)
-    first = threading.Thread(target=node.begin, args=(QUEUE, NodeFacts(name="node-a", from_api=True)))
-    first.start()
-    assert status.sending.wait(5)
+    node, first = sending_first_hello(status)
     # The Node answers with its labels while the first hello is being sent, and the queue refuses for now
     status.refusing = True
     newer = threading.Thread(target=node.say_hello_again)

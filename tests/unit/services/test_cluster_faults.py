@@ -57,17 +57,22 @@ def prod(plane: ControlPlane) -> FakeCluster:
     return cluster
 
 
-def test_a_hello_whose_cluster_cannot_be_read_is_registered_unverified_and_fails_nothing_else(
-    plane: ControlPlane, prod: FakeCluster
-) -> None:
-    # Given a job of the stack's own cluster with a node pulling, and prod-eu's API down
+def own_node_pulled(plane: ControlPlane) -> StatusReport:
+    """The final report of `own-1`, a node of the stack's own cluster pulling a job's image."""
     plane.cluster.nodes.append(make_node("own-1", pool="gpu"))
     apply_manifest(plane.store, job_doc("warm", selector={"matchLabels": {"pool": "gpu"}}), now=plane.now())
     plan_job(plane.store, plane.cluster, plane.queues, "default/warm", now=plane.now())
     record = plane.store.get_job("default/warm")
     assert record is not None
-    pulled = StatusReport(job=record.key, job_uid=record.uid, round=record.round, node="own-1", phase="Succeeded",
-                          attempt=1, seq=2)
+    return StatusReport(job=record.key, job_uid=record.uid, round=record.round, node="own-1", phase="Succeeded",
+                        attempt=1, seq=2)
+
+
+def test_a_hello_whose_cluster_cannot_be_read_is_registered_unverified_and_fails_nothing_else(
+    plane: ControlPlane, prod: FakeCluster
+) -> None:
+    # Given a job of the stack's own cluster with a node pulling, and prod-eu's API down
+    pulled = own_node_pulled(plane)
     clusters = clusters_of(plane.store, plane.cluster, {"prod-eu": Down()})
     # When one batch holds a hello of each cluster and the own node's final report
     outcome = record_status(plane.store, plane.queues, clusters, [
@@ -177,13 +182,7 @@ def test_a_hello_waiting_on_a_hung_cluster_holds_up_none_of_the_batchs_reports(
     plane: ControlPlane, prod: FakeCluster
 ) -> None:
     # Given a node of the stack's own cluster pulling, and prod-eu's API taking calls without answering
-    plane.cluster.nodes.append(make_node("own-1", pool="gpu"))
-    apply_manifest(plane.store, job_doc("warm", selector={"matchLabels": {"pool": "gpu"}}), now=plane.now())
-    plan_job(plane.store, plane.cluster, plane.queues, "default/warm", now=plane.now())
-    record = plane.store.get_job("default/warm")
-    assert record is not None
-    pulled = StatusReport(job=record.key, job_uid=record.uid, round=record.round, node="own-1", phase="Succeeded",
-                          attempt=1, seq=2)
+    pulled = own_node_pulled(plane)
     hung = Hung()
     clusters = clusters_of(plane.store, plane.cluster, {"prod-eu": hung})
     # When one batch holds prod-eu's hello and the own node's final report

@@ -114,6 +114,25 @@ def test_a_node_in_no_never_job_or_labelled_job_is_not_read_on_reports(plane: Co
     assert reads == [] and plane.cluster.writes == []
 
 
+def test_a_plain_job_s_reports_on_a_node_of_a_never_job_cost_no_call_to_the_cluster(plane: ControlPlane) -> None:
+    # Given a node warm for a running Never job, and a plain Always job pulling on it
+    never_job(plane, "torch", IMAGE)
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(node)
+    hello(plane, "gpu-1", images=[IMAGE])
+    apply_manifest(plane.store, job_doc("plain", image=NEWER, selector=GPU), now=plane.now())
+    plane.plan("plain")
+    before, written = condition(node), list(plane.cluster.writes)
+    reads = recorded_reads(plane.cluster)
+
+    # When the plain job's pull starts and succeeds there
+    report(plane, "plain", "gpu-1", "Pulling", bytes_done=0, bytes_total=10)
+    report(plane, "plain", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+
+    # Then its Node is neither read nor written: nothing its condition or labels are judged from changed
+    assert reads == [] and plane.cluster.writes == written and condition(node) == before
+
+
 def test_a_rule_s_node_label_is_set_once_its_images_are_there_and_removed_while_a_new_digest_is_not(
     plane: ControlPlane,
 ) -> None:

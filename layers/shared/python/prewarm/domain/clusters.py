@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from prewarm.domain.kubernetes import NamesOrLabelSelector, label_map_problems
 from prewarm.domain.push import REGION
+from prewarm.domain.registry_budget import MAX_SEND_DELAY_SECONDS
 
 DEFAULT_CLUSTER = ""
 SEPARATOR = ":"
@@ -232,8 +233,6 @@ CIRCUIT_OPEN_MOST_SECONDS = 120.0
 # A parked job's cluster is probed this often until it answers (`ClusterProbe`, sent with this SQS delay):
 # the circuit's shortest spell, so a probe keeps the pace of the circuit's first trial, never faster.
 PROBE_SECONDS = 10
-# SQS SendMessage: "DelaySeconds ... Valid values: 0 to 900" (15 minutes).
-SQS_MAX_DELAY_SECONDS = 900
 # A probe chain whose next probe is this long overdue is taken as lost (its send failed, its message was
 # dropped after its receives): the next park or sweep starts another. A late message of the old chain then
 # names a token no longer the cluster's, and does nothing.
@@ -242,7 +241,7 @@ PROBE_LOST_SECONDS = 60
 
 def probe_delay(seconds: float = PROBE_SECONDS) -> int:
     """The SQS delay of the next probe: `seconds` rounded up, at least `PROBE_SECONDS`, at most SQS's 900."""
-    return int(min(SQS_MAX_DELAY_SECONDS, max(PROBE_SECONDS, -(-seconds // 1))))
+    return int(min(MAX_SEND_DELAY_SECONDS, max(PROBE_SECONDS, -(-seconds // 1))))
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@ true to what its pulls say (docs/agent.md, "Warm at boot"; docs/job-spec.md, `sp
 
 The first hello sets the condition (`services.boot`), and a tainted node's `Warmed` sets it again; a node that
 never held the taint, or that a new `Never` job selects later, is judged here when reports change its
-phases (`record_status`), and an unverified node once its cluster answers (`services.verifying`). A rule
-with `spec.nodeLabel` puts that label on a node once every image of its jobs there is present, and takes it
-off while a new one (a new digest pushed) is not.
+phases in those jobs or a labelled rule's (`record_status`), and an unverified node once its cluster answers
+(`services.verifying`). A rule with `spec.nodeLabel` puts that label on a node once every image of its jobs
+there is present, and takes it off while a new one (a new digest pushed) is not.
 
 Per node judged: its registration, its Node (one GET), and a write only when the condition or a label
 differs from what the Node shows; the jobs' node items are read once for all the nodes of a batch.
@@ -76,13 +76,19 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
     return written
 
 
+def sets_node_facts(record: StoredJob) -> bool:
+    """Whether a node's tasks in this job are what its condition or a label is judged from: a running `Never`
+    job's, or a job of a rule with a node label."""
+    return record.is_pull_job and (record.is_running_never or node_label_of(record.manifest) is not None)
+
+
 def _judged_jobs(store: FactItems, cluster: str, keys: Iterable[str]) -> list[StoredJob]:
     running = {r.key: r for r in store.list_running_jobs(cluster)}
     for key in set(keys) - set(running):
         record = store.get_job(key)
         if record is not None and record.is_pull_job:
             running[record.key] = record
-    return [r for r in running.values() if r.is_pull_job and (r.is_running_never or node_label_of(r.manifest))]
+    return [r for r in running.values() if sets_node_facts(r)]
 
 
 def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, never: Sequence[tuple[str, bool]],

@@ -30,6 +30,7 @@ from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applie
 from prewarm.services.boot import judge_boots, record_boots
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.eta import keep_first_estimate
+from prewarm.services.node_facts import sets_node_facts
 from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
     AgentItems,
@@ -87,8 +88,9 @@ class ReportOutcome:
     # Not applied for a reason that may pass: the message goes back to the queue to be delivered again.
     retry: bool = False
     throttled: bool = False
-    # It changed the node's phase, or is the first of its pull (not progress within Pulling): the node's
-    # warm-up facts are judged again (`services.node_facts`).
+    # It changed the node's phase, or is the first of its pull (not progress within Pulling), in a job the
+    # node's warm-up facts are judged from: they are judged again (`services.node_facts`). Another job's
+    # report changes none of them.
     moved: bool = False
 
 
@@ -316,10 +318,11 @@ class _JobBatch:
         return merged(changes), accepted
 
     def _done(self, change: NodeChange, accepted: list[int]) -> None:
+        facts = self.record is not None and sets_node_facts(self.record)
         for i in accepted:
             report = self.reports[i]
             self.result.outcomes[i] = ReportOutcome(True, "applied", phase=report.phase,
-                                                    moved=change.counts or i in self.first)
+                                                    moved=facts and (change.counts or i in self.first))
         if change.finished:
             self.freed = True
             # The metric of the pull's duration goes with the report that finished it.

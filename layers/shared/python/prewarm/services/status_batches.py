@@ -152,8 +152,9 @@ def record_status(
 
 def judge_reported(store: StatusItems, clusters: ClusterDirectory, moved: Sequence[StatusReport], *,
                    now: float) -> None:
-    """After a batch's reports: the nodes whose phases they changed have their `PrewarmWarm` condition and
-    their rules' node labels judged again (`services.node_facts`), per cluster through its API."""
+    """After a batch's reports: the nodes whose phases they changed in the jobs those facts are judged from
+    (`ReportOutcome.moved`) have their `PrewarmWarm` condition and their rules' node labels judged again
+    (`services.node_facts`), per cluster through its API."""
     by_cluster: dict[str, tuple[set[str], set[str]]] = {}
     for report in moved:
         key = JobKey.parse(report.job)
