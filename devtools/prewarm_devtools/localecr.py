@@ -44,13 +44,32 @@ def push_to_local_ecr(
     moto records the manifest too (so `BatchGetImage` answers as ECR would) but emits no event on a
     push: the caller delivers the returned event, as EventBridge would.
     """
-    from prewarm_devtools.node.images import RegistryPusher, build_image, build_layer
+    from prewarm_devtools.node.images import build_image, build_layer
 
-    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
-    user, _, password = base64.b64decode(token).decode().partition(":")
     # `layers` layers of size_mb / layers each (as an image of several layers is pulled and unpacked).
     image = build_image(size_mb=size_mb) if layers == 1 else build_image(
         layers=[build_layer({f"layer-{n}": b"%d" % n}, size_mb / layers) for n in range(layers)])
+    digest = store_image(registry_url, ecr, repository, tag, image)
+    event = {
+        "version": "0", "id": f"local-{digest[7:19]}", "detail-type": "ECR Image Action",
+        "source": "aws.ecr", "account": ACCOUNT, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": REGION, "resources": [],
+        "detail": {"result": "SUCCESS", "repository-name": repository, "image-digest": digest,
+                   "action-type": "PUSH", "manifest-media-type": image.manifest.media_type,
+                   "artifact-media-type": image.config.media_type, **({"image-tag": tag} if tag else {})},
+    }
+    result = PushedToEcr(repository, tag, digest, f"{ecr_host()}/{repository}@{digest}",
+                         image.total_size, time.time(), image=image)
+    return result, event
+
+
+def store_image(registry_url: str, ecr: Any, repository: str, tag: str | None, image: Any) -> str:
+    """Pushes OCI image `image` to the registry at `registry_url` (with a token of `ecr`, a client of moto's
+    ECR, which the registry admits) and records its manifest in that ECR; returns the digest."""
+    from prewarm_devtools.node.images import RegistryPusher
+
+    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+    user, _, password = base64.b64decode(token).decode().partition(":")
     pusher = RegistryPusher(registry_url, auth=(user, password))
     pushed = pusher.push_image(repository, tag or "untagged-" + image.config.digest[7:19], image)
     with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
@@ -58,14 +77,4 @@ def push_to_local_ecr(
     # The digest the registry computed: moto's own hashes the layer digests, not the manifest's bytes as ECR does.
     ecr.put_image(repositoryName=repository, imageManifest=image.manifest.data.decode(), imageDigest=pushed.digest,
                   imageManifestMediaType=image.manifest.media_type, **({"imageTag": tag} if tag else {}))
-    event = {
-        "version": "0", "id": f"local-{pushed.digest[7:19]}", "detail-type": "ECR Image Action",
-        "source": "aws.ecr", "account": ACCOUNT, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "region": REGION, "resources": [],
-        "detail": {"result": "SUCCESS", "repository-name": repository, "image-digest": pushed.digest,
-                   "action-type": "PUSH", "manifest-media-type": image.manifest.media_type,
-                   "artifact-media-type": image.config.media_type, **({"image-tag": tag} if tag else {})},
-    }
-    result = PushedToEcr(repository, tag, pushed.digest, f"{ecr_host()}/{repository}@{pushed.digest}",
-                         image.total_size, time.time(), image=image)
-    return result, event
+    return str(pushed.digest)

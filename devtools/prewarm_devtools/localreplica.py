@@ -13,12 +13,11 @@ from __future__ import annotations
 import base64
 import functools
 import time
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from prewarm_devtools.account import ACCOUNT, REGION
-from prewarm_devtools.localecr import PushedToEcr, ecr_host
+from prewarm_devtools.localecr import PushedToEcr, ecr_host, store_image
 
 
 class LocalReplica:
@@ -64,21 +63,11 @@ class LocalReplica:
 def replicate_image(registry_url: str, ecr: Any, pushed: PushedToEcr) -> dict[str, Any]:
     """Copies `pushed` into the registry at `registry_url` and the ECR of `ecr`'s Region (a client of moto
     there, whose token the registry admits), and returns ECR's "ECR Replication Action" event."""
-    from prewarm_devtools.node.images import RegistryPusher
-
     assert pushed.image is not None
     region = ecr.meta.region_name
-    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
-    user, _, password = base64.b64decode(token).decode().partition(":")
-    pusher = RegistryPusher(registry_url, auth=(user, password))
-    copied = pusher.push_image(pushed.repository, pushed.tag or "untagged-" + pushed.digest[7:19], pushed.image)
-    if copied.digest != pushed.digest:
-        raise RuntimeError(f"the replica of {pushed.reference} has digest {copied.digest}")
-    with suppress(ecr.exceptions.RepositoryAlreadyExistsException):
-        ecr.create_repository(repositoryName=pushed.repository)
-    ecr.put_image(repositoryName=pushed.repository, imageManifest=pushed.image.manifest.data.decode(),
-                  imageDigest=pushed.digest, imageManifestMediaType=pushed.image.manifest.media_type,
-                  **({"imageTag": pushed.tag} if pushed.tag else {}))
+    copied = store_image(registry_url, ecr, pushed.repository, pushed.tag, pushed.image)
+    if copied != pushed.digest:
+        raise RuntimeError(f"the replica of {pushed.reference} has digest {copied}")
     return {
         "version": "0", "id": f"local-replica-{pushed.digest[7:19]}", "detail-type": "ECR Replication Action",
         "source": "aws.ecr", "account": ACCOUNT, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

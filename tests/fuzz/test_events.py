@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from prewarm import bootstrap
 from prewarm.domain.kubernetes import JobValidationError
-from prewarm.events import EventError, parse_image_action
+from prewarm.events import EventError, parse_ecr_event
 from prewarm.services.jobs import apply_manifest
 from tests.fuzz.strategies import PYDANTIC_WORDING, json_values, mutated
 from tests.support.events import load_event
@@ -64,6 +64,6 @@ def test_an_event_missing_its_detail_fields_names_them_without_pydantic_wording(
     event = {**PUSH, "detail": {"result": "SUCCESS", "image-digest": "sha256:" + "a" * 64}}
     # When it is parsed, then the error names both fields, in the event's words
     with pytest.raises(EventError) as raised:
-        parse_image_action(event)
+        parse_ecr_event(event)
     assert str(raised.value) == ("invalid ECR Image Action event: detail.repository-name: Field required; "
                                  "detail.action-type: Field required")

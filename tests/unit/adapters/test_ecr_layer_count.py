@@ -87,3 +87,12 @@ def test_a_pushed_index_s_platforms_and_layer_count_read_its_manifest_once(ecr: 
     assert images.platforms(ACCOUNT, "ml/model", digest) == [{"os": "linux", "architecture": "amd64"}]
     assert images.layer_count(ACCOUNT, "ml/model", digest) == 5
     assert asked == [[digest], [amd64]]
+
+
+def test_a_tag_s_layers_are_read_again_after_the_tag_moved(ecr: Any) -> None:
+    """One EcrImages lives as long as a warm Lambda: a tag's manifest is never kept from one ask to the next."""
+    images = EcrImages(ecr)
+    put(ecr, manifest(3, "before"), OCI_MANIFEST, "latest")
+    assert images.layer_count(ACCOUNT, "ml/model", "latest") == 3
+    put(ecr, manifest(6, "after"), OCI_MANIFEST, "latest")
+    assert images.layer_count(ACCOUNT, "ml/model", "latest") == 6

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.jobs import PIN_ANNOTATION, JobState
+from prewarm.domain.clusters import RegisteredCluster
+from prewarm.domain.jobs import PIN_ANNOTATION, JobState, job_key
 from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.messages import CancelTask, Footprint, ReleaseImage, RemovedImage
 from prewarm.domain.nodes import NodeFootprint, RegisteredNode
@@ -222,6 +223,40 @@ def test_the_default_keeps_one_earlier_digest(plane: ControlPlane) -> None:
     push(plane, "b")
     push(plane, "c")
     assert deleting(plane) == [first]
+
+
+def test_a_push_to_several_clusters_lists_the_jobs_once_and_an_untagged_push_never(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a rule keeping no earlier digest (untagged pushes too), and three clusters served (the stack's own
+    # and two registered)
+    doc = rule(keep=0)
+    doc["spec"]["includeUntagged"] = True
+    apply_manifest(plane.store, doc, now=plane.now())
+    for name in ("eu", "west"):
+        plane.store.put_cluster(RegisteredCluster(name, endpoint=f"https://{name}.example"))
+    clusters = clusters_of(plane.store, own_name="home")
+    listed = plane.store.list_jobs
+    lists: list[int] = []
+    monkeypatch.setattr(plane.store, "list_jobs", lambda: lists.append(1) or listed())
+
+    def push_to_all(digest: str, tag: str | None = "v1") -> None:
+        handle_push(plane.store, None, ImagePush(account="123456789012", region="us-west-2", repository="ml/model",
+                                                 digest="sha256:" + digest * 64, tag=tag),
+                    now=plane.now(), clusters=clusters)
+
+    # When two digests of the tag are pushed
+    push_to_all("a")
+    lists.clear()
+    push_to_all("b")
+
+    # Then the second push retired the first's job in each cluster, the jobs listed once for all three
+    assert len(lists) == 1
+    assert deleting(plane) == sorted(job_key("default", "models-" + "a" * 12, c) for c in ("", "eu", "west"))
+    # ... and an untagged push, which supersedes nothing, does not list them
+    lists.clear()
+    push_to_all("c", tag=None)
+    assert lists == [] and plane.store.get_job(job_key("default", "models-" + "c" * 12, "eu")) is not None
 
 
 def test_keep_digests_must_be_a_count_in_range(plane: ControlPlane) -> None:

@@ -133,15 +133,6 @@ class EventError(ValueError):
     """An event that is not one of the ECR events the rules deliver; names each field at fault."""
 
 
-def parse_image_action(event: Any) -> EcrImageActionEvent:
-    """The event as an `EcrImageActionEvent`, or `EventError` naming every field at fault."""
-    try:
-        return EcrImageActionEvent.model_validate(event)
-    except ValidationError as e:
-        problems = describe_validation_error(e, subject="event")
-        raise EventError(f"invalid ECR Image Action event: {problems}") from None
-
-
 def parse_ecr_event(event: Any) -> EcrEvent:
     """The event as the ECR event its `detail-type` names, or `EventError` naming every field at fault."""
     kind = event.get("detail-type") if isinstance(event, Mapping) else None

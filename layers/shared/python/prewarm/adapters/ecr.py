@@ -32,8 +32,9 @@ class EcrImages:
 
     def __init__(self, client: Any = None) -> None:
         self._client = client
-        # The last manifest read, by (registry, repository, digest): a push asks for an index's platforms
-        # and its layer count, one read (a digest's manifest never changes).
+        # The last manifest read of a digest, by (registry, repository, digest): a push asks for an index's
+        # platforms and its layer count, one read (a digest's manifest never changes; a tag's may, so a tag's
+        # is read each time: this object lives as long as a warm Lambda).
         self._last: tuple[tuple[str, str, str], list[dict[str, Any]]] | None = None
 
     @property
@@ -60,11 +61,15 @@ class EcrImages:
             raise EcrError(f"manifest of {repository}@{digests[0]} is not JSON") from e
 
     def _manifest(self, registry_id: str, repository: str, digest: str) -> dict[str, Any] | None:
-        """The manifest of `digest` (None: ECR has none), read once for consecutive asks."""
+        """The manifest `digest` (a digest, or a tag) names (None: ECR has none), a digest's read once for
+        consecutive asks."""
         key = (registry_id, repository, digest)
-        if self._last is None or self._last[0] != key:
-            self._last = (key, self._manifests(registry_id, repository, [digest]))
-        return self._last[1][0] if self._last[1] else None
+        if self._last is not None and self._last[0] == key:
+            return self._last[1][0] if self._last[1] else None
+        manifests = self._manifests(registry_id, repository, [digest])
+        if digest.startswith("sha256:"):
+            self._last = (key, manifests)
+        return manifests[0] if manifests else None
 
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
         """The layers of the image `digest` (a digest, or a tag) names (of an index, the most any of its images

@@ -4,9 +4,10 @@ replicated to pulls that Region's replica, once ECR's replication event says it 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
+from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import job_key
 from prewarm.domain.keys import JobKey
 from prewarm.domain.lifecycle import superseded
@@ -48,6 +49,7 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
     served = [RegisteredCluster(DEFAULT_CLUSTER)] if clusters is None else clusters.served()
     own_name = "" if clusters is None else clusters.own_name
     replicated: frozenset[str] | None = None
+    jobs = _read_once(store)
     applied = []
     for rule in rules:
         for unknown in rule.spec.clusters.unknown_names(served, own_name) if rule.spec.clusters else ():
@@ -61,7 +63,7 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
                 region = replica_region(cluster.region, push.region, replicated)
             done = _apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=True)
             applied.append(done)
-            retire_superseded(store, rule, job_key(done.namespace, done.name, done.cluster), now=now)
+            retire_superseded(store, rule, job_key(done.namespace, done.name, done.cluster), jobs(), now=now)
     return applied
 
 
@@ -71,8 +73,9 @@ def handle_replication(store: ApplyItems, images: ImageMetadata | None, push: Im
     (held since the push, or applied now if this event came first), each on the replica."""
     applied: list[Applied] = []
     rules = matching_rules(store, push)
+    served = clusters.served() if rules else []
     targets = [(rule, cluster) for rule in rules
-               for cluster in select_clusters(rule.spec.clusters, clusters.served(), clusters.own_name)
+               for cluster in select_clusters(rule.spec.clusters, served, clusters.own_name)
                if cluster.region == region != push.region]
     facts = _image_facts(images, push) if targets else (None, None)
     for rule, cluster in targets:
@@ -108,15 +111,31 @@ def _apply(store: ApplyItems, facts: tuple[list[dict[str, str]] | None, int | No
                      awaits_replica=replica if hold else "")
 
 
-def retire_superseded(store: ApplyItems, rule: PrewarmRule, newest: JobKey, *, now: float) -> list[JobKey]:
+def _read_once(store: ApplyItems) -> Callable[[], Iterator[StoredJob]]:
+    """The store's jobs, listed at the first iteration of the first call and reused by every later one: a
+    push retiring superseded jobs for several rules and clusters lists the jobs once (an untagged push,
+    which supersedes nothing, never)."""
+    listed: list[StoredJob] | None = None
+
+    def jobs() -> Iterator[StoredJob]:
+        nonlocal listed
+        if listed is None:
+            listed = store.list_jobs()
+        yield from listed
+
+    return jobs
+
+
+def retire_superseded(store: ApplyItems, rule: PrewarmRule, newest: JobKey, jobs: Iterable[StoredJob], *,
+                      now: float) -> list[JobKey]:
     """Deletes the rule's jobs of the digests the push of job `newest` superseded beyond the rule's
-    `keepDigests` (`prewarm.domain.lifecycle.superseded`); their deletion releases their images, which are
-    removed after the stack's grace period where no other job wants them. Returns their keys."""
+    `keepDigests` (`prewarm.domain.lifecycle.superseded`), among `jobs`; their deletion releases their images,
+    which are removed after the stack's grace period where no other job wants them. Returns their keys."""
     record = store.get_job(newest)
     if record is None:
         return []
     retired: list[JobKey] = []
-    for old in superseded(record, store.list_jobs(), rule.spec.kept_digests):
+    for old in superseded(record, jobs, rule.spec.kept_digests):
         request_deletion(store, old.namespace, old.name, now=now, by=old.source, cluster=old.cluster)
         log.info("job %s retired: rule %s keeps %d earlier digests of the tag", old.key, rule.metadata.name,
                  rule.spec.kept_digests)
