@@ -129,10 +129,10 @@ class PullRecord:
     def forget(self, image_ids: list[str], *, freed: int = 0) -> None:
         """Drops images no longer there (or no longer Prewarm's alone), adding `freed` to the bytes freed."""
         with self._lock:
-            for image_id in image_ids:
-                self._state.images.pop(image_id, None)
+            dropped = [self._state.images.pop(image_id, None) for image_id in image_ids]
             self._state.freed_bytes += freed
-            self._save()
+            if freed or any(dropped):  # the removal loop calls this every pass: no rewrite when nothing went
+                self._save()
 
     def totals(self) -> RecordTotals:
         with self._lock:

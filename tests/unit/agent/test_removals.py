@@ -138,3 +138,11 @@ def test_an_image_gone_meanwhile_leaves_the_record() -> None:
     pulled_app(record)
     removals(runtime, record, clock, status).run_once()
     assert record.images() == [] and record.totals().freed_bytes == 0
+
+
+def test_a_pass_that_changes_nothing_does_not_rewrite_the_record(tmp_path: Path) -> None:
+    runtime, record, clock, status = Runtime(APP), PullRecord(tmp_path), Clock(T0), Status()
+    pulled_app(record)
+    (tmp_path / RECORD_FILE).unlink()
+    removals(runtime, record, clock, status).run_once()
+    assert not (tmp_path / RECORD_FILE).exists()
