@@ -1,9 +1,10 @@
 """Removing the images Prewarm pulled once no job wants them, and saying what Prewarm keeps on the node.
 
-Every `interval` seconds: one ListImages drops from the record (`pulled`) what is no longer there (kubelet's
-garbage collection took it); each image due for removal (a `ReleaseImage` said when) is checked just before
-(CRI `ListContainers`, then `prewarm.domain.lifecycle.removal_refusal`) and removed by its id; and when the
-totals changed, a `Footprint` goes to the status queue with the removals and the bytes each freed.
+Every `interval` seconds, while the record (`pulled`) holds any image: one ListImages drops from it what is no
+longer there (kubelet's garbage collection took it); each image due for removal (a `ReleaseImage` said when) is
+checked just before (CRI `ListContainers`, then `prewarm.domain.lifecycle.removal_refusal`) and removed by its
+id. And when the totals changed, a `Footprint` goes to the status queue with the removals and the bytes each
+freed.
 """
 
 from __future__ import annotations
@@ -62,14 +63,17 @@ class Removals:
 
     def run_once(self) -> list[RemovedImage]:
         """One pass; returns the images it removed."""
-        try:
-            present = {image.id: image for image in self.runtime.list_images()}
-        except CriError as e:
-            self.log.warning("image removals skipped: containerd did not list its images: %s", e)
-            return []
-        self.record.forget([i.image_id for i in self.record.images() if i.image_id not in present])
-        removed = self._remove_due(present)
-        self._unsent += removed
+        held = self.record.images()
+        removed: list[RemovedImage] = []
+        if held:  # a node with nothing of Prewarm's is not listed every pass
+            try:
+                present = {image.id: image for image in self.runtime.list_images()}
+            except CriError as e:
+                self.log.warning("image removals skipped: containerd did not list its images: %s", e)
+                return []
+            self.record.forget([i.image_id for i in held if i.image_id not in present])
+            removed = self._remove_due(present)
+            self._unsent += removed
         self._send_footprint()
         return removed
 

@@ -28,8 +28,10 @@ class Runtime:
         self.images = {i.id: i for i in images}
         self.in_use: set[str] = set()
         self.removed: list[str] = []
+        self.listed = 0
 
     def list_images(self) -> list[ImageInfo]:
+        self.listed += 1
         return list(self.images.values())
 
     def images_in_use(self) -> set[str]:
@@ -146,3 +148,12 @@ def test_a_pass_that_changes_nothing_does_not_rewrite_the_record(tmp_path: Path)
     (tmp_path / RECORD_FILE).unlink()
     removals(runtime, record, clock, status).run_once()
     assert not (tmp_path / RECORD_FILE).exists()
+
+
+def test_a_node_with_nothing_of_prewarms_is_not_listed_each_pass() -> None:
+    runtime, record, clock, status = Runtime(APP), PullRecord(None), Clock(T0), Status()
+    loop = removals(runtime, record, clock, status)
+    assert loop.run_once() == [] and runtime.listed == 0 and status.sent == []
+    pulled_app(record)
+    loop.run_once()
+    assert runtime.listed == 1
