@@ -7,13 +7,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from prewarm.domain.mirrors import MirrorConfig, hosts_toml_mirrors, uses_local_image_pull
+from prewarm.domain.mirrors import (
+    MIRROR_REGISTRIES_MAX,
+    MIRRORS_MAX,
+    MirrorConfig,
+    hosts_toml_mirrors,
+    uses_local_image_pull,
+)
 
 log = logging.getLogger(__name__)
-
-# The hello's bounds (`MirrorConfig`): registries, and mirrors of each.
-_MAX_REGISTRIES = 64
-_MAX_MIRRORS = 16
 
 
 def read_mirror_config(config_path: str, containerd_config: str) -> MirrorConfig:
@@ -22,14 +24,15 @@ def read_mirror_config(config_path: str, containerd_config: str) -> MirrorConfig
     parsed is skipped, logged."""
     mirrors: dict[str, list[str]] = {}
     root = Path(config_path) if config_path else None
-    for hosts in sorted(root.glob("*/hosts.toml"))[:_MAX_REGISTRIES] if root is not None and root.is_dir() else []:
+    registries = sorted(root.glob("*/hosts.toml")) if root is not None and root.is_dir() else []
+    for hosts in registries[:MIRROR_REGISTRIES_MAX]:
         try:
             found = hosts_toml_mirrors(hosts.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as e:
             log.warning("registry mirrors of %s not read: %s", hosts, e)
             continue
         if found:
-            mirrors[hosts.parent.name] = found[:_MAX_MIRRORS]
+            mirrors[hosts.parent.name] = found[:MIRRORS_MAX]
     local: bool | None = None
     if containerd_config:
         try:

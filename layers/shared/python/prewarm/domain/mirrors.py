@@ -25,6 +25,9 @@ from prewarm.domain.runtimes import CONTAINERD, ContainerRuntime
 _IMAGES_PLUGINS = ("io.containerd.cri.v1.images", "io.containerd.grpc.v1.cri")
 # The first containerd whose CRI pulls through the transfer service by default (containerd#8515).
 TRANSFER_PULL_SINCE = (2, 1, 0)
+# What a hello carries at most: registries, and mirrors of each (the agent reads no more).
+MIRROR_REGISTRIES_MAX = 64
+MIRRORS_MAX = 16
 
 
 class MirrorConfig(BaseModel):
@@ -35,8 +38,8 @@ class MirrorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mirrors: dict[Annotated[str, Field(max_length=255)],
-                  Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=16)]] = Field(
-        default_factory=dict, max_length=64)
+                  Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=MIRRORS_MAX)]] = Field(
+        default_factory=dict, max_length=MIRROR_REGISTRIES_MAX)
     local_image_pull: bool | None = None
 
 
