@@ -165,7 +165,7 @@ def test_an_image_a_running_container_uses_is_never_removed(local: LocalMode, tm
     install_sandbox_image(node.containerd, pusher, ecr_host(), auth)
 
     # Given an image Prewarm pulled for a job, which a running container on the node uses
-    used = pusher.push_image("e2e/inuse", "v1", runnable_image())
+    pusher.push_image("e2e/inuse", "v1", runnable_image())
     reference = f"{ecr_host()}/e2e/inuse:v1"
     apply_manifest(store, job("in-use", reference, [name]), now=time.time())
     wait_until(lambda: succeeded(local, "default/in-use", [name]), 60, "the image pulled")
@@ -186,6 +186,5 @@ def test_an_image_a_running_container_uses_is_never_removed(local: LocalMode, tm
         pods.remove(sandbox)
         wait_until(lambda: not node.image_present(reference), 30, "the image removed once no container uses it")
         wait_until(lambda: freed(local, name) > before, 30, "the freed bytes reported")
-        assert used.digest
     finally:
         pods.close()
