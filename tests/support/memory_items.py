@@ -17,6 +17,7 @@ from prewarm.domain.nodes import NodeBoot, NodeFootprint, NodeWarm, RegisteredNo
 from prewarm.domain.registry_budget import BudgetState, RegistryBudget, reserve_starts
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.schedules import ScheduleRun
+from prewarm.domain.warm_budgets import WarmBudget
 from prewarm.services.ports import StoreConflictError
 from tests.support.memory_table import MemoryTable, equal, has
 
@@ -320,3 +321,20 @@ class MemoryWarmSnapshotItems(TableItems):
 
     def delete_warm_snapshot(self, name: str) -> bool:
         return self.table.delete(f"delete warm snapshot {name}", f"WARMSNAPSHOT#{name}", "WARMSNAPSHOT") is not None
+
+
+class MemoryWarmBudgetItems(TableItems):
+    """`WarmBudgetItems`: each cluster's namespaces' warm budgets, one item, as the DynamoDB adapter keeps them."""
+
+    def get_warm_budgets(self, cluster: str = DEFAULT_CLUSTER) -> dict[str, WarmBudget]:
+        item = self.table.get(f"WARMBUDGETS#{cluster}", "WARMBUDGETS")
+        stored = json.loads(item["budgets"]) if item is not None else {}
+        return {ns: WarmBudget.from_dict(ns, value) for ns, value in stored.items()}
+
+    def put_warm_budgets(self, budgets: Mapping[str, WarmBudget], cluster: str = DEFAULT_CLUSTER) -> bool:
+        if budgets == self.get_warm_budgets(cluster):
+            return False
+        value = json.dumps({ns: b.as_dict() for ns, b in sorted(budgets.items())}, sort_keys=True)
+        self.table.update(f"write the warm budgets of cluster {cluster!r}", f"WARMBUDGETS#{cluster}", "WARMBUDGETS",
+                          {"budgets": value})
+        return True

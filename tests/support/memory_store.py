@@ -35,6 +35,7 @@ from tests.support.memory_items import (
     MemoryNodeItems,
     MemoryRuleItems,
     MemoryScheduleRunItems,
+    MemoryWarmBudgetItems,
     MemoryWarmSnapshotItems,
     TableItems,
 )
@@ -110,6 +111,8 @@ def _job_item(job: StoredJob) -> dict[str, Any]:
         "pull_secret_arns": job.pull_secret_arns or None, "placement_note": job.placement_note or None,
         "seeds": job.seeds or None, "first_estimate": job.first_estimate or None, "parked": job.parked or None,
         "awaits_replica": job.awaits_replica or None,
+        "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
+        "budget_note": job.budget_note or None,
         RUNNING: _running(job.cluster) if _runs(job) else None, "cluster": job.cluster or None,
     }
 
@@ -143,6 +146,8 @@ def _job(values: Mapping[str, Any]) -> StoredJob:
         placement_note=values.get("placement_note", ""),
         seeds=list(values.get("seeds", [])), first_estimate=values.get("first_estimate", ""),
         parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
+            warm_digest=values.get("warm_digest", ""), warm_bytes=values.get("warm_bytes"),
+            budget_note=values.get("budget_note", ""),
         cluster=values.get("cluster", DEFAULT_CLUSTER),
     )
 
@@ -193,6 +198,8 @@ class MemoryJobItems(TableItems):
             "platforms": json.dumps(job.platforms), "layers": job.layers, "state": job.state,
             "start_time": job.start_time,
             "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
+            "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
+            "budget_note": job.budget_note or None,
             RUNNING: _running(job.cluster) if _runs(job) else None,
         }
         self.table.update(f"update job {job.key}", job_pk(job.key), "JOB", fields,
@@ -418,7 +425,7 @@ class MemoryNodeTaskItems(MemoryJobItems):
 
 
 class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems, MemoryCronJobItems,
-                     MemoryClusterItems, MemoryWarmSnapshotItems, MemoryBudgetItems):
+                     MemoryClusterItems, MemoryWarmSnapshotItems, MemoryBudgetItems, MemoryWarmBudgetItems):
     """`JobStore` and `ScheduleRuns` in memory, as `DynamoJobStore` keeps them on the JobsTable. Stores
     given the same `MemoryTable` share it, as two Lambda containers share the table."""
 

@@ -1,4 +1,4 @@
-"""What ECR knows about an image: the platforms of a pushed index and its layer count (`BatchGetImage`), and
+"""What ECR knows about an image: the platforms of a pushed index, its layer count and size (`BatchGetImage`), and
 where the registry replicates a repository (`DescribeRegistry`)."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from prewarm.domain.registry_budget import ecr_image_id
 from prewarm.domain.replication import Replication, ReplicationConfigError
+from prewarm.domain.warm_budgets import ImageCost
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,10 @@ _MANIFEST_TYPES = [
 ]
 # BatchGetImage: "imageIds ... Maximum number of 100 items."
 _MAX_IMAGE_IDS = 100
+
+
+def _image_id(reference: str) -> dict[str, str]:
+    return {"imageDigest": reference} if reference.startswith("sha256:") else {"imageTag": reference}
 
 
 class EcrError(Exception):
@@ -49,8 +55,7 @@ class EcrImages:
         try:
             out = self.client.batch_get_image(
                 registryId=registry_id, repositoryName=repository,
-                imageIds=[{"imageDigest": d} if d.startswith("sha256:") else {"imageTag": d}
-                          for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
+                imageIds=[_image_id(d) for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
             )
         except ClientError as e:
             raise EcrError(f"read manifest of {repository}@{digests[0]}: "
@@ -87,6 +92,34 @@ class EcrImages:
             return None
         counts = [len(m.get("layers") or []) for m in manifests if "layers" in m]
         return max(counts) if counts else None
+
+    def image_size(self, image: str) -> ImageCost:
+        """`ImageSizes` on ECR: the image's digest and compressed bytes (its layers and config as the manifest
+        lists them; of an index, the largest platform's: which platform a node pulls is known at its plan).
+        Another registry's image, or one ECR cannot read, is unknown (logged)."""
+        found = ecr_image_id(image)
+        if found is None:
+            return ImageCost(image)
+        try:
+            out = self.client.batch_get_image(
+                registryId=found.registry_id, repositoryName=found.repository,
+                imageIds=[_image_id(found.reference)], acceptedMediaTypes=_MANIFEST_TYPES)
+            (read,) = out.get("images") or [None]
+            if read is None:
+                return ImageCost(image)
+            manifest = json.loads(read.get("imageManifest") or "{}")
+            digest = str((read.get("imageId") or {}).get("imageDigest") or "")
+            manifests = [manifest]
+            if "manifests" in manifest:
+                children = [m["digest"] for m in manifest["manifests"]
+                            if (m.get("platform") or {}).get("os") not in (None, "unknown") and m.get("digest")]
+                manifests = self._manifests(found.registry_id, found.repository, children) if children else []
+        except (ClientError, EcrError, json.JSONDecodeError, ValueError) as e:
+            log.warning("size of %s unknown: %s", image, e)
+            return ImageCost(image)
+        sizes = [sum(int(part.get("size") or 0) for part in [m.get("config") or {}, *m["layers"]])
+                 for m in manifests if "layers" in m]
+        return ImageCost(image, digest, max(sizes) if sizes else None)
 
     def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
         """The index's platforms, or None when the manifest is not an index (platform unknown)."""

@@ -95,6 +95,12 @@ class StoredJob:
     # The Region whose ECR replica the job pulls and whose `ECR Replication Action` event it waits for before
     # its plan ("": it waits for none; `prewarm.domain.replication`).
     awaits_replica: str = ""
+    # Its image as its namespace's warm budget counted it at apply (`prewarm.domain.warm_budgets`): the digest
+    # ("": unknown) and the registry's compressed bytes (None: unknown); and what its message says of the
+    # budget (a list job's trimmed images, sizes unknown).
+    warm_digest: str = ""
+    warm_bytes: int | None = None
+    budget_note: str = ""
 
     # --- identity and plan ------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -14,6 +14,7 @@ from typing import Any, Literal
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.cronjobs import AdvancedCronJob
 from prewarm.domain.eta import Estimate
+from prewarm.domain.images import parse_image
 from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import (
     PREWARM_API_VERSION,
@@ -23,6 +24,7 @@ from prewarm.domain.jobs import (
     job_key,
     own_pull_secret_problems,
 )
+from prewarm.domain.keys import JobKey
 from prewarm.domain.liveness import is_silent
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import NodePhase
@@ -42,20 +44,23 @@ from prewarm.domain.status import (
     WaveProgress,
     progress_message,
 )
+from prewarm.domain.warm_budgets import ImageCost
 from prewarm.services.eta import first_estimate, job_estimate
 from prewarm.services.lifecycle import release_images
 from prewarm.services.ports import (
     ApplyItems,
+    ImageSizes,
     PlanItems,
     PullSecretReader,
     StoreConflictError,
     TaskQueues,
     TaskSendError,
 )
+from prewarm.services.warm_budgets import budget_fit
 
 log = logging.getLogger(__name__)
 
-ApplyOutcome = Literal["created", "configured", "unchanged"]
+ApplyOutcome = Literal["created", "configured", "unchanged", "refused"]
 
 class JobNotFoundError(LookupError):
     """No job of that namespace and name (in that cluster)."""
@@ -75,6 +80,8 @@ class Applied:
     outcome: ApplyOutcome
     children: list[Applied] = field(default_factory=list)
     cluster: str = DEFAULT_CLUSTER
+    # What the namespace's warm budget says of it (trimmed images, sizes unknown); the refusal at a push.
+    note: str = ""
 
     def describe(self) -> str:
         """The kubectl-style line, e.g. `imagepulljob.apps.kruise.io/job-x created`."""
@@ -84,10 +91,11 @@ class Applied:
 
 def apply_manifest(
     store: ApplyItems, doc: dict[str, Any], *, now: float, from_resource: bool = False,
-    secrets: PullSecretReader | None = None, cluster: str = DEFAULT_CLUSTER,
+    secrets: PullSecretReader | None = None, cluster: str = DEFAULT_CLUSTER, sizes: ImageSizes | None = None,
 ) -> Applied:
     """Validates one manifest (job, list job or rule) and stores it. Raises the domain's validation error,
-    or `SourceConflictError` when the name belongs to a resource (or, `from_resource`, to the CLI).
+    or `SourceConflictError` when the name belongs to a resource (or, `from_resource`, to the CLI), or
+    `WarmBudgetExceededError` when a job does not fit its namespace's warm budget (`sizes` reads its images').
 
     Only the resource sync (`from_resource`) may apply a manifest marked as a resource's. A manifest
     with `pullSecretsOnly` is refused unless each of its `pullSecrets` exists in its namespace, read
@@ -114,7 +122,7 @@ def apply_manifest(
         return Applied("PrewarmRule", "", obj.metadata.name, outcome)  # type: ignore[arg-type]
     if isinstance(obj, AdvancedCronJob):
         return apply_cron_job(store, obj, cluster=cluster)
-    return apply_job(store, obj, now=now, cluster=cluster)
+    return apply_job(store, obj, now=now, cluster=cluster, sizes=sizes)
 
 
 def apply_cron_job(store: ApplyItems, job: AdvancedCronJob, *, cluster: str = DEFAULT_CLUSTER) -> Applied:
@@ -179,8 +187,14 @@ def apply_job(
     cluster: str = DEFAULT_CLUSTER,
     layers: int | None = None,
     awaits_replica: str = "",
+    sizes: ImageSizes | None = None,
+    leaving: Collection[JobKey] = (),
+    cost: ImageCost | None = None,
 ) -> Applied:
     """Creates the job, or re-plans it when its spec changed; the same spec twice is a no-op.
+    A new or changed spec must fit its namespace's warm budget (`services.warm_budgets`: `sizes` reads the
+    images' sizes, `leaving` are jobs about to go with it; a list job's child is given its `cost`), or
+    `WarmBudgetExceededError` is raised and nothing already stored changes.
     A job created with `awaits_replica` is not planned until that hold is lifted (`services.push`).
 
     A change of what is pulled (image, pull policy, secrets, sandbox config) starts a new round on every
@@ -190,11 +204,16 @@ def apply_job(
     cancels its pulls).
     """
     if isinstance(job, ImageListPullJob):
-        return _apply_list_job(store, job, now=now, cluster=cluster)
+        return _apply_list_job(store, job, now=now, cluster=cluster, sizes=sizes)
     key = job_key(job.namespace, job.name, cluster)
+    note = ""
+    if cost is None and not owner and _changes(store.get_job(key), job.spec_hash()):
+        found = budget_fit(store, sizes, job, cluster=cluster, leaving=leaving)
+        if found is not None:
+            cost, note = found.accepted[0], found.note()
     return retry_on_conflict(
         lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner, cluster=cluster,
-                            layers=layers, awaits_replica=awaits_replica),
+                            layers=layers, awaits_replica=awaits_replica, cost=cost, note=note),
         conflict=StoreConflictError, attempts=5,
         exhausted=lambda: StoreConflictError(f"job {key} kept changing while being applied; try again"),
     )
@@ -202,9 +221,10 @@ def apply_job(
 
 def _apply_once(
     store: ApplyItems, job: ImagePullJob, *, now: float, platforms: list[dict[str, str]] | None, owner: str,
-    cluster: str, layers: int | None = None, awaits_replica: str = "",
+    cluster: str, layers: int | None = None, awaits_replica: str = "", cost: ImageCost | None = None, note: str = "",
 ) -> Applied:
     """One read and one conditional write; a job created or changed meanwhile raises `StoreConflictError`."""
+    warm = {} if cost is None else {"warm_digest": cost.digest, "warm_bytes": cost.bytes, "budget_note": note}
     ns, name = job.metadata.namespace, job.metadata.name
     key = job_key(ns, name, cluster)
     manifest = job.to_manifest()
@@ -214,9 +234,9 @@ def _apply_once(
         store.create_job(StoredJob(
             namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_PULL_JOB, manifest=manifest,
             spec_hash=spec_hash, start_time=now, created_at=now, platforms=platforms or [], owner=owner,
-            cluster=cluster, layers=layers, awaits_replica=awaits_replica,
+            cluster=cluster, layers=layers, awaits_replica=awaits_replica, **warm,  # type: ignore[arg-type]
         ))
-        return Applied("ImagePullJob", ns, name, "created", cluster=cluster)
+        return Applied("ImagePullJob", ns, name, "created", cluster=cluster, note=note)
     if not current.owner:
         check_source("ImagePullJob", ns, name, owner=current.source, by=source_of(manifest))
     if current.spec_hash == spec_hash and (platforms is None or platforms == current.platforms) and (
@@ -226,13 +246,22 @@ def _apply_once(
         # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
         store.replace_job_spec(current.replanned(), expected_hash=spec_hash)
         return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
-    store.replace_job_spec(current.respecified(manifest, spec_hash, now=now, platforms=platforms, layers=layers),
+    store.replace_job_spec(replace(current.respecified(manifest, spec_hash, now=now, platforms=platforms,
+                                                       layers=layers), **warm),  # type: ignore[arg-type]
                            expected_hash=current.spec_hash)
-    return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
+    return Applied("ImagePullJob", ns, name, "configured", cluster=cluster, note=note)
 
 
-def _apply_list_job(store: ApplyItems, job: ImageListPullJob, *, now: float, cluster: str) -> Applied:
-    """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does."""
+def _changes(current: StoredJob | None, spec_hash: str) -> bool:
+    """Whether applying a spec of `spec_hash` stores anything new: only then is the warm budget asked (a job
+    accepted once is never refused again for the same spec)."""
+    return current is None or current.spec_hash != spec_hash
+
+
+def _apply_list_job(store: ApplyItems, job: ImageListPullJob, *, now: float, cluster: str,
+                    sizes: ImageSizes | None = None) -> Applied:
+    """An ImageListPullJob is stored as itself plus one child ImagePullJob per image, as Kruise does; with
+    a warm budget whose policy is `Trim`, one per image that fits, in list order."""
     ns, name = job.metadata.namespace, job.metadata.name
     key = job_key(ns, name, cluster)
     manifest = job.to_manifest()
@@ -241,27 +270,36 @@ def _apply_list_job(store: ApplyItems, job: ImageListPullJob, *, now: float, clu
     if current is not None:
         check_source("ImageListPullJob", ns, name, owner=current.source, by=source_of(manifest))
     children = list(job.child_jobs())
+    costs: dict[str, ImageCost] = {}
+    note = current.budget_note if current is not None else ""
+    if _changes(current, spec_hash) and (found := budget_fit(store, sizes, job, cluster=cluster)) is not None:
+        costs, note = {c.reference: c for c in found.accepted}, found.note()
+        children = [c for c in children if parse_image(c.spec.image).pull_reference in costs]
+    elif current is not None and not _changes(current, spec_hash):
+        children = [c for c in children if c.metadata.name in current.children]  # none trimmed comes back
     child_names = [c.metadata.name for c in children]
-    applied_children = [apply_job(store, c, now=now, owner=key, cluster=cluster) for c in children]
+    applied_children = [apply_job(store, c, now=now, owner=key, cluster=cluster,
+                                  cost=costs.get(parse_image(c.spec.image).pull_reference)) for c in children]
     if current is None:
         store.create_job(
             StoredJob(namespace=ns, name=name, uid=str(uuid.uuid4()), api_kind=ApiKind.IMAGE_LIST_PULL_JOB,
                       manifest=manifest, spec_hash=spec_hash, start_time=now, created_at=now, planned="list",
-                      children=child_names, cluster=cluster)
+                      children=child_names, cluster=cluster, budget_note=note)
         )
         outcome: ApplyOutcome = "created"
     elif current.spec_hash == spec_hash:
         outcome = "unchanged"
     else:
         stale = set(current.children) - set(child_names)
-        changed = replace(current, manifest=manifest, generation=current.generation + 1, spec_hash=spec_hash)
+        changed = replace(current, manifest=manifest, generation=current.generation + 1, spec_hash=spec_hash,
+                          budget_note=note)
         store.replace_job_spec(changed, expected_hash=current.spec_hash)
         store.set_job_fields(key, {"children": child_names})
         outcome = "configured"
         for child in sorted(stale):
             # Its pulls are cancelled by the control plane, which sees the child marked Deleting.
             _mark_deleting(store, job_key(ns, child, cluster), now=now)
-    return Applied("ImageListPullJob", ns, name, outcome, applied_children, cluster=cluster)
+    return Applied("ImageListPullJob", ns, name, outcome, applied_children, cluster=cluster, note=note)
 
 
 def request_deletion(
@@ -405,8 +443,8 @@ def _view(store: ApplyItems, record: StoredJob, *, now: float, with_tasks: bool)
             record=record, desired=desired, active=sum(c.active for c in children),
             succeeded=sum(c.succeeded for c in children), failed=sum(c.failed for c in children),
             failed_nodes=sorted({n for c in children for n in c.failed_nodes}),
-            message=COMPLETED_MESSAGE if done else f"{sum(c.completion_time is not None for c in children)}"
-            f"/{len(children)} images completed",
+            message=(COMPLETED_MESSAGE if done else f"{sum(c.completion_time is not None for c in children)}"
+                     f"/{len(children)} images completed") + (f"; {record.budget_note}" if record.budget_note else ""),
             completion_time=max((c.completion_time or 0 for c in children), default=None) if done else None,
             children=children, silent_agents=sum(c.silent_agents for c in children),
         )
@@ -416,6 +454,8 @@ def _view(store: ApplyItems, record: StoredJob, *, now: float, with_tasks: bool)
         message += f"; {record.placement_note}"
     if record.awaits_replica:
         message += f"; {replication_note(record.awaits_replica)}"
+    if record.budget_note:
+        message += f"; {record.budget_note}"
     shards = record.ref.shards
     tasks = store.get_tasks(record.key, shards=shards) if with_tasks and record.shards else []
     if with_tasks:
@@ -465,6 +505,8 @@ def list_job_status(view: JobView) -> ImageListPullJobStatus:
         if child is not None and child.failed:
             message = f"failed on {child.failed} of {child.desired} nodes: {', '.join(child.failed_nodes)}"
             failed.append(FailedImageStatus(image_pull_job=child.record.name, name=image, message=message))
+        elif child is None and view.record.budget_note:
+            failed.append(FailedImageStatus(image_pull_job="", name=image, message=view.record.budget_note))
     children = list(by_image.values())
     return ImageListPullJobStatus(
         desired=len(images),

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # annotations only: every function imports this module, few n
     from prewarm.domain.registry_budget import BudgetState, RegistryBudget
     from prewarm.domain.schedules import ScheduleRun
     from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
+    from prewarm.domain.warm_budgets import ImageCost, WarmBudget
 
 
 # --- Errors the ports raise ----------------------------------------------------------------------
@@ -276,6 +277,16 @@ class BudgetItems(Protocol):
     def get_budget(self, key: str) -> BudgetState | None: ...  # as its last reservation left it
 
 
+class WarmBudgetItems(Protocol):
+    """Each cluster's namespaces' warm budgets (`prewarm.domain.warm_budgets`), as the resource sync copied them
+    from the Namespaces' annotations: every apply reads them from the table alone."""
+
+    def get_warm_budgets(self, cluster: str = ...) -> dict[str, WarmBudget]: ...
+    def put_warm_budgets(self, budgets: Mapping[str, WarmBudget], cluster: str = ...) -> bool:
+        """Stores every namespace's budget of `cluster`; False when they were stored already."""
+        ...
+
+
 class WarmSnapshotItems(Protocol):
     """Each warm snapshot's manifest and its state (`domain.bakes.SnapshotState`), written with a version."""
 
@@ -289,7 +300,7 @@ class WarmSnapshotItems(Protocol):
 
 
 class JobStore(JobItems, NodeTaskItems, RuleItems, NodeItems, ClusterItems, WarmSnapshotItems, CronJobItems,
-               BudgetItems,
+               BudgetItems, WarmBudgetItems,
                Protocol):
     """The job table, every item kind (`prewarm.adapters.dynamodb.DynamoJobStore`)."""
 
@@ -317,7 +328,7 @@ class StatusItems(AgentItems, ClusterItems, Protocol):
 
 
 class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, BudgetItems,
-                 Protocol):
+                 WarmBudgetItems, Protocol):
     """Jobs, rules, warm snapshots and cron jobs as people and pushes apply them, read back with their node
     items (`services.jobs`, `services.push`)."""
 
@@ -469,6 +480,15 @@ class ImageMetadata(Protocol):
 
     def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None: ...
     def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None: ...
+
+
+class ImageSizes(Protocol):
+    """What an image weighs, as its registry's manifest says (ECR `BatchGetImage`): a namespace's warm budget."""
+
+    def image_size(self, image: str) -> ImageCost:
+        """`image`'s digest and compressed bytes (the largest platform's, for an index); each unknown ("",
+        None) when the registry cannot say, or is not one that can be asked."""
+        ...
 
 
 class ReplicaRegions(Protocol):

@@ -1,8 +1,9 @@
 """The job store on one DynamoDB table, one module per item kind (key design and capacity model in
 docs/architecture.md): `jobs` (job items), `tasks` (node items and excluded nodes), `nodes` (registered
 nodes), `rules` (prewarm rules and schedule runs), `clusters` (registered clusters), `cron_jobs`
-(AdvancedCronJobs), `budgets` (one per registry), all on `table`'s calls and error mapping: a failed
-condition is a conflict (re-read, decide again), throttling is retryable.
+(AdvancedCronJobs), `budgets` (one per registry), `warm_budgets` (namespaces' budgets, one per cluster),
+all on `table`'s calls and error mapping: a failed condition is a conflict (re-read, decide again),
+throttling is retryable.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from prewarm.adapters.dynamodb.rules import RuleItems, ScheduleRunItems
 from prewarm.adapters.dynamodb.snapshots import WarmSnapshotItems
 from prewarm.adapters.dynamodb.table import excluded_sk, job_pk, node_sk, shard_of, task_pk
 from prewarm.adapters.dynamodb.tasks import MAX_NODES_PER_TRANSACTION, NodeTaskItems
+from prewarm.adapters.dynamodb.warm_budgets import WarmBudgetItems
 
 __all__ = [
     "MAX_NODES_PER_TRANSACTION",
@@ -33,6 +35,6 @@ __all__ = [
 
 
 class DynamoJobStore(NodeTaskItems, NodeItems, RuleItems, ScheduleRunItems, ClusterItems, WarmSnapshotItems,
-                     CronJobItems, BudgetItems):
+                     CronJobItems, BudgetItems, WarmBudgetItems):
     """`JobStore` and `ScheduleRuns` on the JobsTable. Give it a boto3 DynamoDB client, or it builds one
     on first use."""

@@ -89,6 +89,8 @@ class JobItems(Table):
                 "placement_note": job.placement_note or None,
                 "seeds": job.seeds or None, "first_estimate": job.first_estimate or None,
                 "parked": job.parked or None, "awaits_replica": job.awaits_replica or None,
+                "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
+                "budget_note": job.budget_note or None,
                 RUNNING: _running(job.cluster) if _runs(job) else None,
                 "cluster": job.cluster or None,
             }
@@ -124,6 +126,8 @@ class JobItems(Table):
             placement_note=values.get("placement_note", ""),
             seeds=list(values.get("seeds", [])), first_estimate=values.get("first_estimate", ""),
             parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
+            warm_digest=values.get("warm_digest", ""), warm_bytes=values.get("warm_bytes"),
+            budget_note=values.get("budget_note", ""),
             cluster=values.get("cluster", DEFAULT_CLUSTER),
         )
 
@@ -151,6 +155,8 @@ class JobItems(Table):
             "completion_time": job.completion_time,
             "message": job.message,
             "ttl": job.ttl,
+            "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
+            "budget_note": job.budget_note or None,
             RUNNING: _running(job.cluster) if _runs(job) else None,
         }
         self._update(

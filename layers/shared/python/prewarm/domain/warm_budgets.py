@@ -1,0 +1,222 @@
+"""A namespace's budget of bytes per node that its jobs may keep warm: the rule, pure.
+
+- **Declared** on the Namespace: `prewarm.dev/warm-bytes-per-node` (bytes, or a Kubernetes quantity such as
+  `20Gi`) and `prewarm.dev/warm-budget-policy` (`Refuse`, the default, or `Trim`); a job's own
+  `prewarm.dev/warm-budget-policy` annotation overrides the namespace's policy.
+- **A job's cost** is its images' sizes, each counted once by digest (the reference when no digest is known):
+  a digest two jobs want is kept once on a node. A size is the registry's compressed bytes (what a pull
+  downloads; unpacked on disk it is larger). An image whose size is unknown is not counted, and the verdict
+  names it: it is never silently taken as zero.
+- **What is kept already**: every live pull job of the namespace in that cluster but the one being applied
+  (`keeps_images_warm`). A job's nodes are chosen at its plan, after apply, and a `Never` job follows nodes
+  that join: any node may come to hold every job of the namespace, so each is counted as on the same node.
+- **Refuse** or **Trim**: a job beyond the budget is refused whole; with `Trim` a list job keeps its images
+  in list order while they fit, and the rest are trimmed (an image already kept costs nothing and is never
+  trimmed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from prewarm.domain.job import StoredJob
+from prewarm.domain.jobs import JobState
+
+BYTES_ANNOTATION = "prewarm.dev/warm-bytes-per-node"
+POLICY_ANNOTATION = "prewarm.dev/warm-budget-policy"
+
+_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+class BudgetPolicy(StrEnum):
+    REFUSE = "Refuse"
+    TRIM = "Trim"
+
+
+class WarmBudgetExceededError(Exception):
+    """A job that does not fit its namespace's budget (or whose namespace's budget does not read)."""
+
+
+def parse_bytes(value: str) -> int:
+    """Bytes from a whole number or a Kubernetes quantity with a binary or decimal suffix.
+
+    >>> parse_bytes("20Gi"), parse_bytes("500M"), parse_bytes("1024")
+    (21474836480, 500000000, 1024)
+    """
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise ValueError(f'not a number of bytes: "{value}" (give bytes, or a quantity such as 20Gi or 500M)')
+    return int(match[1]) * _UNITS[match[2]]
+
+
+def show_bytes(value: int) -> str:
+    """`value` bytes for a person: the bytes, and GiB or MiB beside them when that is more than a KiB.
+
+    >>> show_bytes(21474836480), show_bytes(3 * 2**20), show_bytes(100)
+    ('21474836480 bytes (20.0 GiB)', '3145728 bytes (3.0 MiB)', '100 bytes')
+    """
+    if value >= 2**30:
+        return f"{value} bytes ({value / 2**30:.1f} GiB)"
+    if value >= 2**20:
+        return f"{value} bytes ({value / 2**20:.1f} MiB)"
+    return f"{value} bytes"
+
+
+def _policy(value: Any, where: str) -> BudgetPolicy:
+    try:
+        return BudgetPolicy(value)
+    except ValueError:
+        raise ValueError(f'{where}: unsupported value "{value}": supported values: "Refuse", "Trim"') from None
+
+
+@dataclass(frozen=True)
+class WarmBudget:
+    """A namespace's budget, as its annotations say; `problem` when they do not read (every job of the
+    namespace is then refused, naming the annotation: a budget that does not read is not no budget)."""
+
+    namespace: str
+    bytes_per_node: int = 0
+    policy: BudgetPolicy = BudgetPolicy.REFUSE
+    problem: str = ""
+
+    @classmethod
+    def of_namespace(cls, obj: Mapping[str, Any]) -> WarmBudget | None:
+        """The budget a Namespace object declares; None when it declares none."""
+        meta = obj.get("metadata") or {}
+        name, notes = str(meta.get("name", "")), meta.get("annotations") or {}
+        if BYTES_ANNOTATION not in notes:
+            return None
+        try:
+            budget = parse_bytes(str(notes[BYTES_ANNOTATION]))
+            policy = _policy(notes.get(POLICY_ANNOTATION, BudgetPolicy.REFUSE), f"annotation {POLICY_ANNOTATION}")
+        except ValueError as e:
+            where = "" if str(e).startswith("annotation") else f"annotation {BYTES_ANNOTATION}: "
+            return cls(name, problem=f"namespace {name}: {where}{e}")
+        return cls(name, budget, policy)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bytes": self.bytes_per_node, "policy": str(self.policy), "problem": self.problem}
+
+    @classmethod
+    def from_dict(cls, namespace: str, value: Mapping[str, Any]) -> WarmBudget:
+        return cls(namespace, int(value.get("bytes") or 0), BudgetPolicy(value.get("policy") or "Refuse"),
+                   str(value.get("problem") or ""))
+
+    def policy_for(self, manifest: Mapping[str, Any]) -> BudgetPolicy:
+        """The job's own policy annotation, else the namespace's."""
+        notes = (manifest.get("metadata") or {}).get("annotations") or {}
+        if POLICY_ANNOTATION not in notes:
+            return self.policy
+        try:
+            return _policy(notes[POLICY_ANNOTATION], f"metadata.annotations[{POLICY_ANNOTATION}]")
+        except ValueError as e:
+            raise WarmBudgetExceededError(str(e)) from None
+
+
+@dataclass(frozen=True)
+class ImageCost:
+    """One image a job keeps warm: its reference, its digest when known, its size in bytes when known."""
+
+    reference: str
+    digest: str = ""
+    bytes: int | None = None
+
+    @property
+    def identity(self) -> str:
+        return self.digest or self.reference
+
+
+def keeps_images_warm(job: StoredJob) -> bool:
+    """Whether `job` counts against its namespace's budget: a pull job not being deleted (its images stay on
+    its nodes until it is deleted or expires, `Always` or `Never`, pinned or not), but not one that finished
+    without ever being planned (a job the budget refused at a push: it has no node)."""
+    if not job.is_pull_job or job.state is JobState.DELETING:
+        return False
+    return not (job.state is JobState.FAILED and not job.shards)
+
+
+@dataclass(frozen=True)
+class BudgetFit:
+    """How a job's images meet its namespace's budget."""
+
+    budget: WarmBudget
+    kept_bytes: int  # what the namespace's other live jobs keep on a node (known sizes)
+    job_bytes: int  # what the job adds (known sizes, images kept already not counted again)
+    accepted: tuple[ImageCost, ...]
+    trimmed: tuple[ImageCost, ...] = ()
+    unknown: tuple[ImageCost, ...] = field(default=())  # the job's images and the kept ones of unknown size
+    refused: bool = False
+
+    def refusal(self, subject: str) -> str:
+        """Why `subject` (e.g. `ImagePullJob team-a/web`) is refused, with every figure."""
+        if self.budget.problem:
+            return f"{subject} refused: {self.budget.problem}"
+        return (f"{subject} refused: namespace {self.budget.namespace} keeps at most "
+                f"{show_bytes(self.budget.bytes_per_node)} of images warm per node; its other jobs keep "
+                f"{show_bytes(self.kept_bytes)} and this job adds {show_bytes(self.job_bytes)}"
+                f"{self._unknown_note()} (policy {self.budget.policy}; annotation {BYTES_ANNOTATION})")
+
+    def note(self) -> str:
+        """What the job's message says of the budget when it is accepted (trimmed images, unknown sizes)."""
+        parts = []
+        if self.trimmed:
+            parts.append(f"trimmed by namespace {self.budget.namespace}'s budget of "
+                         f"{show_bytes(self.budget.bytes_per_node)} per node (policy Trim): "
+                         f"{', '.join(i.reference for i in self.trimmed)} not pulled; "
+                         f"{show_bytes(self.kept_bytes + self.job_bytes)} kept with this job")
+        if self.unknown:
+            parts.append(self._unknown_note().removeprefix("; "))
+        return "; ".join(parts)
+
+    def _unknown_note(self) -> str:
+        if not self.unknown:
+            return ""
+        return (f"; size unknown at apply, not counted against the budget: "
+                f"{', '.join(sorted({i.reference for i in self.unknown}))}")
+
+
+def fit(budget: WarmBudget, images: Sequence[ImageCost], kept: Iterable[ImageCost], policy: BudgetPolicy, *,
+        can_trim: bool) -> BudgetFit:
+    """How the job of `images` fits `budget` beside `kept` (the images of the namespace's other live jobs):
+    with `policy` `Trim` and `can_trim` (a list job), its images in order while they fit; otherwise all or
+    none (`refused`). An image whose digest is kept already costs nothing.
+
+    >>> b = WarmBudget("ns", 100)
+    >>> f = fit(b, [ImageCost("a", "d1", 60), ImageCost("b", "d2", 50)], [ImageCost("c", "d1", 60)],
+    ...         BudgetPolicy.REFUSE, can_trim=False)
+    >>> f.refused, f.kept_bytes, f.job_bytes
+    (False, 60, 50)
+    """
+    held: dict[str, ImageCost] = {}
+    for image in kept:
+        held.setdefault(image.identity, image)
+    kept_bytes = sum(i.bytes or 0 for i in held.values())
+    unknown = [i for i in held.values() if i.bytes is None]
+    if budget.problem:
+        return BudgetFit(budget, kept_bytes, 0, (), refused=True)
+    accepted: list[ImageCost] = []
+    trimmed: list[ImageCost] = []
+    used = kept_bytes
+    for image in images:
+        if image.identity in held:
+            accepted.append(image)
+            continue
+        cost = image.bytes or 0
+        if image.bytes is None:
+            unknown.append(image)
+        if used + cost > budget.bytes_per_node and policy is BudgetPolicy.TRIM and can_trim:
+            trimmed.append(image)
+            continue
+        held[image.identity] = image
+        accepted.append(image)
+        used += cost
+    # A job that adds nothing (its images are kept already) is never refused, even over a budget since lowered.
+    refused = (used > kept_bytes and used > budget.bytes_per_node) or not accepted
+    return BudgetFit(budget, kept_bytes, used - kept_bytes, tuple(accepted), tuple(trimmed),
+                     tuple(i for i in unknown if i not in trimmed), refused)
