@@ -196,6 +196,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
     """
     from prewarm.domain.kubernetes import JobValidationError
     from prewarm.domain.sources import SourceConflictError
+    from prewarm.domain.warm_budgets import WarmBudgetExceededError
     from prewarm.services.jobs import apply_manifest
     from prewarm.services.ports import ClusterError, StoreError
 
@@ -210,6 +211,10 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
             _check_rule(ctx, body, clusters)
             return "\n".join(w.apply(body) for w in writers)
     else:
+        from prewarm.adapters.ecr import EcrImages
+
+        # Sizes for the namespaces' warm budgets, read from ECR only where a namespace has one.
+        sizes = EcrImages(client=current_target(ctx).client("ecr"))
         secrets = {c: _ClusterSecrets(functools.partial(reach, ctx, c, kubeconfig)) for c in targets}
         for reader in secrets.values():
             ctx.call_on_close(reader.close)
@@ -219,9 +224,11 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
             lines = []
             for cluster in targets if body.get("kind") != "PrewarmRule" else targets[:1]:
                 applied = apply_manifest(current_store(ctx), body, now=time.time(), secrets=secrets[cluster],
-                                         cluster=cluster)
+                                         cluster=cluster, sizes=sizes)
                 where = f" (cluster {shown(ctx, cluster)})" if len(targets) > 1 or cluster else ""
                 lines.append(applied.describe() + where)
+                if applied.note:
+                    click.echo(f"Warning: {applied.kind} {applied.namespace}/{applied.name}: {applied.note}", err=True)
             return "\n".join(lines)
 
     invalid = failed = applied = 0
@@ -241,7 +248,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
                 for problem in e.errors:
                     click.echo(f"error: {doc.where}{subject}: {problem}", err=True)
                 invalid += 1
-            except (StoreError, SourceConflictError, ClusterError) as e:
+            except (StoreError, SourceConflictError, ClusterError, WarmBudgetExceededError) as e:
                 click.echo(f"error: {doc.where}: {e}", err=True)
                 failed += 1
             else:

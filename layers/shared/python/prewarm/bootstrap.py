@@ -285,7 +285,7 @@ def handle_push(push: ImagePush) -> tuple[list[Applied], list[str]]:
     # The roster alone: a push reads which clusters are served, never their APIs.
     served = ServedClusters(store(), settings().cluster_name)
     applied = handle_push(store(), images(), push, now=time.time(), clusters=served, rules=rules,
-                          replication=EcrReplication(images().client))
+                          replication=EcrReplication(images().client), sizes=images())
     return applied, record_push(store(), push, [r.metadata.name for r in rules], time.time())
 
 
@@ -295,7 +295,7 @@ def handle_replication(push: ImagePush, region: str) -> list[Applied]:
     from prewarm.services.push import handle_replication
 
     served = ServedClusters(store(), settings().cluster_name)
-    return handle_replication(store(), images(), push, region, now=time.time(), clusters=served)
+    return handle_replication(store(), images(), push, region, now=time.time(), clusters=served, sizes=images())
 
 
 def refresh_credentials() -> RefreshReport | None:
@@ -354,7 +354,7 @@ def sync_resources() -> SyncReport:
     every cluster side by side; the run fails when the stack's own cluster did."""
     from prewarm.services.resources import run_sync
 
-    return run_sync(store(), clusters(), clock=time.time)
+    return run_sync(store(), clusters(), clock=time.time, sizes=images())
 
 
 def reach_cluster(name: str) -> ClusterReach:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, RegisteredCluster, select_clusters
-from prewarm.domain.job import StoredJob
+from prewarm.domain.job import ApiKind, StoredJob
 from prewarm.domain.jobs import job_key
 from prewarm.domain.keys import JobKey
 from prewarm.domain.lifecycle import superseded
@@ -15,8 +15,10 @@ from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.push import ImagePush, ecr_host
 from prewarm.domain.replication import replica_region
 from prewarm.domain.rules import PrewarmRule
+from prewarm.domain.warm_budgets import WarmBudgetExceededError
 from prewarm.services.jobs import Applied, apply_job, request_deletion
-from prewarm.services.ports import ApplyItems, ClusterRoster, ImageMetadata, ReplicaRegions
+from prewarm.services.ports import ApplyItems, ClusterRoster, ImageMetadata, ImageSizes, ReplicaRegions
+from prewarm.services.warm_budgets import refused_at_push
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ def matching_rules(store: ApplyItems, push: ImagePush) -> list[PrewarmRule]:
 
 def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, *, now: float,
                 clusters: ClusterRoster | None = None, rules: Sequence[PrewarmRule] | None = None,
-                replication: ReplicaRegions | None = None) -> list[Applied]:
+                replication: ReplicaRegions | None = None, sizes: ImageSizes | None = None) -> list[Applied]:
     """Applies one job per matching rule and cluster it selects of `clusters` (those the stack serves;
     None: the stack's own alone). A duplicate event finds the same spec and changes nothing. Each
     cluster's job has its own key, node items and status: one cluster's nodes never count in another's
@@ -41,7 +43,8 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
     A cluster registered in another Region that `replication` (read at most once, and only for such a
     cluster) copies the repository to gets a job on its Region's replica, held until that Region's
     `ECR Replication Action` event (`handle_replication`); with no `replication`, every cluster pulls the
-    pushed image."""
+    pushed image. A job its namespace's warm budget refuses is recorded `Failed` with the refusal, and
+    retires no earlier digest; `sizes` reads the images' sizes for the budget."""
     rules = matching_rules(store, push) if rules is None else rules
     if not rules:
         return []
@@ -61,14 +64,16 @@ def handle_push(store: ApplyItems, images: ImageMetadata | None, push: ImagePush
                 if replicated is None:
                     replicated = replication.replica_regions(push.repository)
                 region = replica_region(cluster.region, push.region, replicated)
-            done = _apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=True)
+            done = _apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=True, sizes=sizes,
+                          jobs=jobs)
             applied.append(done)
-            retire_superseded(store, rule, job_key(done.namespace, done.name, done.cluster), jobs(), now=now)
+            if done.outcome != "refused":
+                retire_superseded(store, rule, job_key(done.namespace, done.name, done.cluster), jobs(), now=now)
     return applied
 
 
 def handle_replication(store: ApplyItems, images: ImageMetadata | None, push: ImagePush, region: str, *,
-                       now: float, clusters: ClusterRoster) -> list[Applied]:
+                       now: float, clusters: ClusterRoster, sizes: ImageSizes | None = None) -> list[Applied]:
     """ECR says `push` is replicated to `region`: the jobs of the clusters registered in that Region start
     (held since the push, or applied now if this event came first), each on the replica."""
     applied: list[Applied] = []
@@ -79,7 +84,8 @@ def handle_replication(store: ApplyItems, images: ImageMetadata | None, push: Im
                if cluster.region == region != push.region]
     facts = _image_facts(images, push) if targets else (None, None)
     for rule, cluster in targets:
-        done = _apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=False)
+        done = _apply(store, facts, push, rule, cluster.name, now=now, replica=region, hold=False,
+                      jobs=_read_once(store), sizes=sizes)
         key = job_key(done.namespace, done.name, done.cluster)
         record = store.get_job(key)
         if record is not None and record.awaits_replica == region:
@@ -101,14 +107,23 @@ def _image_facts(images: ImageMetadata | None, push: ImagePush) -> tuple[list[di
 
 
 def _apply(store: ApplyItems, facts: tuple[list[dict[str, str]] | None, int | None], push: ImagePush,
-           rule: PrewarmRule, cluster: str, *, now: float, replica: str, hold: bool) -> Applied:
+           rule: PrewarmRule, cluster: str, *, now: float, replica: str, hold: bool,
+           jobs: Callable[[], Iterator[StoredJob]], sizes: ImageSizes | None = None) -> Applied:
     """Rule `rule`'s job of `push` in `cluster`, on Region `replica`'s copy when given (held for its event
-    when `hold`)."""
+    when `hold`). The digests it supersedes do not count against its namespace's warm budget: they go
+    with it. Refused by the budget, it is recorded `Failed` with the refusal."""
     platforms, layers = facts
     host = ecr_host(push.account, replica) if replica else push.registry_host
     job = rule.job_for_push(host, push.repository, push.digest, push.tag)
-    return apply_job(store, job, now=now, platforms=platforms, cluster=cluster, layers=layers,
-                     awaits_replica=replica if hold else "")
+    newest = StoredJob(job.namespace, job.name, "", ApiKind.IMAGE_PULL_JOB, job.to_manifest(), "",
+                       created_at=now, cluster=cluster)
+    leaving = {old.key for old in superseded(newest, jobs(), rule.spec.kept_digests)}
+    try:
+        return apply_job(store, job, now=now, platforms=platforms, cluster=cluster, layers=layers,
+                         awaits_replica=replica if hold else "", sizes=sizes, leaving=leaving)
+    except WarmBudgetExceededError as e:
+        refused_at_push(store, job, str(e), now=now, cluster=cluster, platforms=platforms)
+        return Applied("ImagePullJob", job.namespace, job.name, "refused", cluster=cluster, note=str(e))
 
 
 def _read_once(store: ApplyItems) -> Callable[[], Iterator[StoredJob]]:

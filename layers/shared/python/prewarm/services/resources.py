@@ -38,6 +38,7 @@ from prewarm.domain.sources import (
     source_of,
 )
 from prewarm.domain.status import job_bytes
+from prewarm.domain.warm_budgets import WarmBudgetExceededError
 from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.cron_jobs import cron_job_status, delete_cron_job
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
@@ -47,8 +48,10 @@ from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
     ClusterNotFoundError,
+    ImageSizes,
     JobStore,
 )
+from prewarm.services.warm_budgets import copy_namespace_budgets
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +110,13 @@ class SyncReport:
         self.missing_kinds += named(other.missing_kinds)
 
 
-def sync_clusters(store: JobStore, clusters: ClusterDirectory, *, clock: Callable[[], float]) -> SyncReport:
+def sync_clusters(store: JobStore, clusters: ClusterDirectory, *, clock: Callable[[], float],
+                  sizes: ImageSizes | None = None) -> SyncReport:
     """Each served cluster's resources, side by side (`services.clusters`), so a cluster whose API hangs
     until its timeouts keeps none of the others waiting. A cluster that fails is in `unreachable`; how
     each answered is recorded on its cluster item."""
-    runs = on_each_cluster(clusters, lambda name, api: sync_resources(store, api, now=clock(), cluster=name),
-                           clock=clock)
+    runs = on_each_cluster(clusters, lambda name, api: sync_resources(store, api, now=clock(), cluster=name,
+                                                                      sizes=sizes), clock=clock)
     report = SyncReport()
     for run in runs:
         if run.outcome is not None:
@@ -122,19 +126,26 @@ def sync_clusters(store: JobStore, clusters: ClusterDirectory, *, clock: Callabl
     return report
 
 
-def run_sync(store: JobStore, clusters: ClusterDirectory, *, clock: Callable[[], float]) -> SyncReport:
+def run_sync(store: JobStore, clusters: ClusterDirectory, *, clock: Callable[[], float],
+             sizes: ImageSizes | None = None) -> SyncReport:
     """The sync's scheduled run: `sync_clusters`; it fails (`ClusterUnavailableError`) when the stack's own
     cluster did, after the others were synced."""
-    report = sync_clusters(store, clusters, clock=clock)
+    report = sync_clusters(store, clusters, clock=clock, sizes=sizes)
     raise_if_own_unreachable(report.unreachable, clusters, "synced")
     return report
 
 
-def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER) -> SyncReport:
+def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: str = DEFAULT_CLUSTER,
+                   sizes: ImageSizes | None = None) -> SyncReport:
     """The resources of one cluster (`api` is its API) into the table, their status back to them. A job
     resource belongs to the cluster it lives in; `PrewarmRule` resources, which serve every cluster, are
-    read from the stack's own cluster only (elsewhere their status says so)."""
+    read from the stack's own cluster only (elsewhere their status says so). The Namespaces' warm budgets
+    are copied to the table first, so that the jobs applied here, with the CLI and at pushes meet them."""
     report = SyncReport()
+    try:
+        copy_namespace_budgets(store, api.list_objects("v1", "namespaces"), cluster=cluster)
+    except ClusterError as e:  # the copy stored stands; an install older than budgets may not list namespaces
+        log.warning("namespaces' warm budgets not read in cluster %r: %s", cluster, e)
     listed: dict[str, list[Obj]] = {}
     for kind, plural in RESOURCE_KINDS.items():
         try:
@@ -159,7 +170,8 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
                 report.deleted.append(f"{kind} {key} (a run of a deleted AdvancedCronJob)")
                 gone.add(f"{kind} {key}")
                 continue
-            problem = _apply(store, api, kind, obj, stored.get((kind, key)), report, now=now, cluster=cluster)
+            problem = _apply(store, api, kind, obj, stored.get((kind, key)), report, now=now, cluster=cluster,
+                             sizes=sizes)
             if problem is not None:
                 problems[(kind, key)] = problem
     _delete_gone(store, listed, stored, report, now=now, cluster=cluster)
@@ -186,7 +198,7 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
 
 
 def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Obj | None, report: SyncReport, *,
-           now: float, cluster: str) -> str | None:
+           now: float, cluster: str, sizes: ImageSizes | None) -> str | None:
     """Applies one resource unless its job holds its generation already; the problem when refused."""
     key, meta = _key(obj, cluster), obj["metadata"]
     if current is not None and source_of(current) is Source.RESOURCE and (
@@ -201,8 +213,8 @@ def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Ob
         return None
     try:
         applied = apply_manifest(store, resource_manifest(obj), now=now, from_resource=True, secrets=api,
-                                 cluster=cluster)
-    except (JobValidationError, SourceConflictError) as e:
+                                 cluster=cluster, sizes=sizes)
+    except (JobValidationError, SourceConflictError, WarmBudgetExceededError) as e:
         report.refused.append(f"{kind} {key}: {e}")
         return str(e)
     except ClusterError as e:
