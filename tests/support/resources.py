@@ -42,6 +42,11 @@ class FakeResources:
         self.objects[key] = obj
         return obj
 
+    def put_namespace(self, name: str, **annotations: str) -> None:
+        """A Namespace, listed as `v1` `namespaces` (its warm budget's annotations)."""
+        self.objects[("namespaces", None, name)] = {"apiVersion": "v1", "kind": "Namespace",
+                                                    "metadata": {"name": name, "annotations": annotations}}
+
     def get(self, kind: str, name: str, namespace: str | None = "default") -> dict[str, Any]:
         plural = {v: k for k, v in PLURALS.items()}[kind]
         return self.objects[(plural, namespace, name)]

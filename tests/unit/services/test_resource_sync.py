@@ -57,8 +57,8 @@ def test_an_unchanged_resource_costs_no_table_write_and_no_status_write(plane: C
     report = sync_resources(plane.store, api, now=20.0)
 
     assert (report.unchanged, report.applied, report.statuses_written) == (1, [], 0)
-    assert api.calls == ["list prewarmrules", "list warmsnapshots", "list imagelistpulljobs", "list imagepulljobs",
-                         "list advancedcronjobs"]
+    assert api.calls == ["list namespaces", "list prewarmrules", "list warmsnapshots", "list imagelistpulljobs",
+                         "list imagepulljobs", "list advancedcronjobs"]
     assert plane.store.get_job(job_key("default", "web")).version == version  # type: ignore[union-attr]
 
 

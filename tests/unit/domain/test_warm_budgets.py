@@ -1,0 +1,117 @@
+"""A namespace's warm budget: the rule (`prewarm.domain.warm_budgets`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from prewarm.domain.warm_budgets import (
+    BudgetPolicy,
+    ImageCost,
+    WarmBudget,
+    WarmBudgetExceededError,
+    fit,
+    parse_bytes,
+)
+
+MIB = 2**20
+BUDGET = WarmBudget("team-a", 100 * MIB)
+
+
+def image(name: str, mib: int | None, digest: str = "") -> ImageCost:
+    return ImageCost(f"reg.io/{name}:v1", digest or f"sha256:{name}", None if mib is None else mib * MIB)
+
+
+def test_a_job_within_the_budget_beside_what_is_kept_is_accepted() -> None:
+    found = fit(BUDGET, [image("b", 40)], [image("a", 60)], BudgetPolicy.REFUSE, can_trim=False)
+
+    assert (found.refused, found.kept_bytes, found.job_bytes) == (False, 60 * MIB, 40 * MIB)
+    assert found.note() == ""
+
+
+def test_a_job_beyond_the_budget_is_refused_with_every_figure() -> None:
+    found = fit(BUDGET, [image("b", 41)], [image("a", 60)], BudgetPolicy.REFUSE, can_trim=False)
+
+    assert found.refused
+    assert found.refusal("ImagePullJob team-a/web") == (
+        "ImagePullJob team-a/web refused: namespace team-a keeps at most 104857600 bytes (100.0 MiB) of images "
+        "warm per node; its other jobs keep 62914560 bytes (60.0 MiB) and this job adds 42991616 bytes (41.0 MiB) "
+        "(policy Refuse; annotation prewarm.dev/warm-bytes-per-node)")
+
+
+def test_a_digest_two_jobs_want_counts_once() -> None:
+    kept = [image("a", 60), ImageCost("reg.io/a@sha256:a", "sha256:a", 60 * MIB)]
+    same = ImageCost("reg.io/a:latest", "sha256:a", 60 * MIB)
+
+    found = fit(BUDGET, [same, image("b", 40)], kept, BudgetPolicy.REFUSE, can_trim=False)
+
+    assert (found.refused, found.kept_bytes, found.job_bytes) == (False, 60 * MIB, 40 * MIB)
+
+
+def test_a_list_job_under_trim_keeps_its_images_in_order_while_they_fit() -> None:
+    images = [image("b", 30), image("c", 20), image("d", 5), image("e", 1)]
+
+    found = fit(BUDGET, images, [image("a", 60)], BudgetPolicy.TRIM, can_trim=True)
+
+    assert not found.refused
+    assert [i.reference for i in found.accepted] == ["reg.io/b:v1", "reg.io/d:v1", "reg.io/e:v1"]
+    assert [i.reference for i in found.trimmed] == ["reg.io/c:v1"]
+    assert found.note() == ("trimmed by namespace team-a's budget of 104857600 bytes (100.0 MiB) per node (policy "
+                            "Trim): reg.io/c:v1 not pulled; 100663296 bytes (96.0 MiB) kept with this job")
+
+
+def test_trim_cannot_split_a_single_image_job_nor_a_list_none_of_whose_images_fit() -> None:
+    assert fit(BUDGET, [image("b", 50)], [image("a", 60)], BudgetPolicy.TRIM, can_trim=False).refused
+    assert fit(BUDGET, [image("b", 50), image("c", 41)], [image("a", 60)], BudgetPolicy.TRIM, can_trim=True).refused
+
+
+def test_an_image_of_unknown_size_is_not_counted_and_the_verdict_says_so() -> None:
+    found = fit(BUDGET, [image("b", None)], [image("a", 100), image("k", None)], BudgetPolicy.REFUSE,
+                can_trim=False)
+
+    assert not found.refused
+    assert found.job_bytes == 0
+    assert found.note() == "size unknown at apply, not counted against the budget: reg.io/b:v1, reg.io/k:v1"
+
+
+def test_a_job_that_adds_nothing_is_accepted_over_a_budget_since_lowered() -> None:
+    found = fit(WarmBudget("team-a", 10 * MIB), [image("a", 60)], [image("a", 60)], BudgetPolicy.REFUSE,
+                can_trim=False)
+
+    assert not found.refused
+
+
+def test_the_namespace_annotations_declare_the_budget_and_a_bad_one_refuses_everything() -> None:
+    def namespace(**notes: str) -> dict[str, object]:
+        return {"metadata": {"name": "team-a", "annotations": notes}}
+
+    assert WarmBudget.of_namespace(namespace()) is None
+    assert WarmBudget.of_namespace(namespace(**{"prewarm.dev/warm-bytes-per-node": "20Gi",
+                                                "prewarm.dev/warm-budget-policy": "Trim"})) == WarmBudget(
+        "team-a", 20 * 2**30, BudgetPolicy.TRIM)
+    bad = WarmBudget.of_namespace(namespace(**{"prewarm.dev/warm-bytes-per-node": "lots"}))
+    assert bad is not None
+    assert bad.problem == ('namespace team-a: annotation prewarm.dev/warm-bytes-per-node: not a number of bytes: '
+                           '"lots" (give bytes, or a quantity such as 20Gi or 500M)')
+    assert fit(bad, [image("b", 1)], [], BudgetPolicy.REFUSE, can_trim=False).refusal("ImagePullJob team-a/w") == (
+        "ImagePullJob team-a/w refused: " + bad.problem)
+    policy = WarmBudget.of_namespace(namespace(**{"prewarm.dev/warm-bytes-per-node": "1",
+                                                  "prewarm.dev/warm-budget-policy": "Drop"}))
+    assert policy is not None and policy.problem == (
+        'namespace team-a: annotation prewarm.dev/warm-budget-policy: unsupported value "Drop": supported values: '
+        '"Refuse", "Trim"')
+
+
+def test_a_jobs_own_policy_annotation_overrides_the_namespaces() -> None:
+    def manifest(policy: str) -> dict[str, object]:
+        return {"metadata": {"annotations": {"prewarm.dev/warm-budget-policy": policy}}}
+
+    assert BUDGET.policy_for({"metadata": {}}) is BudgetPolicy.REFUSE
+    assert BUDGET.policy_for(manifest("Trim")) is BudgetPolicy.TRIM
+    with pytest.raises(WarmBudgetExceededError, match=r'metadata.annotations\[prewarm.dev/warm-budget-policy\]: '
+                                                      r'unsupported value "trim"'):
+        BUDGET.policy_for(manifest("trim"))
+
+
+@pytest.mark.parametrize(("text", "value"), [("0", 0), ("1k", 1000), ("3Mi", 3 * MIB), ("2G", 2 * 10**9)])
+def test_sizes_read_as_kubernetes_quantities(text: str, value: int) -> None:
+    assert parse_bytes(text) == value
