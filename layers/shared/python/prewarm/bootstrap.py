@@ -399,7 +399,7 @@ def run_cron_job(cron_job: str, scheduled_time: float | None) -> RunOutcome:
     key = JobKey.parse(cron_job)
     # A cron job resource's runs are objects in its cluster: that cluster's API, built only for one.
     return run_due(store(), key, scheduled_at=scheduled_time or now, now=now,
-                   objects=lambda: clusters().api(key.cluster))
+                   objects=lambda: clusters().api(key.cluster), sizes=images())
 
 
 def reset() -> None:

@@ -34,6 +34,7 @@ from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import parse_time
 from prewarm.domain.sources import RESOURCE_API_VERSION, RESOURCE_KINDS, Source, resource_manifest, source_of
+from prewarm.domain.warm_budgets import WarmBudgetExceededError
 from prewarm.services.jobs import (
     Applied,
     JobNotFoundError,
@@ -51,6 +52,7 @@ from prewarm.services.ports import (
     ClusterConflictError,
     CronSchedules,
     CronScheduleStates,
+    ImageSizes,
     RunObjects,
     SchedulesError,
 )
@@ -123,7 +125,7 @@ class RunOutcome:
 
 
 def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
-            objects: Callable[[], RunObjects] | None = None) -> RunOutcome:
+            objects: Callable[[], RunObjects] | None = None, sizes: ImageSizes | None = None) -> RunOutcome:
     """The run of cron job `key` due at `scheduled_at`, as Kruise's controller decides it; then the finished
     runs beyond the history limits are deleted. The run's name is the due time's, so a time delivered twice
     creates one run.
@@ -132,7 +134,8 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
     them: `objects()` (built only then) is that cluster's API. Each run is an ImageListPullJob object the
     cron job's object controls (so `kubectl get imagelistpulljobs` lists it and the garbage collector deletes
     it with the cron job), applied to the table as that resource's job (the sync then finds it unchanged and
-    writes its status); replaced and expired runs' objects are deleted with their jobs."""
+    writes its status); replaced and expired runs' objects are deleted with their jobs. A run its namespace's
+    warm budget refuses (`sizes` reads its images' sizes) is skipped with the refusal as the reason."""
     outcome = RunOutcome(str(key))
     stored = store.get_cron_job(key)
     if stored is None:
@@ -155,11 +158,16 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
         for name in plan.replace:
             _delete_run(store, key.sibling(name), now=now, api=api)
         outcome.replaced = list(plan.replace)
-        if api is None or owner is None:
-            applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster)
-        else:
-            applied = _run_object(store, api, job.run_object(scheduled_at, owner["metadata"]["uid"]), now=now,
-                                  cluster=key.cluster)
+        try:
+            if api is None or owner is None:
+                applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster, sizes=sizes)
+            else:
+                applied = _run_object(store, api, job.run_object(scheduled_at, owner["metadata"]["uid"]), now=now,
+                                      cluster=key.cluster, sizes=sizes)
+        except WarmBudgetExceededError as e:
+            outcome.skipped = str(e)
+            log.warning("cron job %s due at %s: run %s", key, scheduled_at, e)
+            return outcome
         outcome.run = applied.name
         # The replaced runs were active and a new run is: the finished runs are still those read. Only a run
         # of this time given a new spec (`configured`) may have started again: then they are read anew.
@@ -174,7 +182,8 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
     return outcome
 
 
-def _run_object(store: ApplyItems, api: RunObjects, obj: dict[str, Any], *, now: float, cluster: str) -> Applied:
+def _run_object(store: ApplyItems, api: RunObjects, obj: dict[str, Any], *, now: float, cluster: str,
+                sizes: ImageSizes | None = None) -> Applied:
     """Creates a run's object (found when an earlier delivery of its time made it) and applies it as the
     resource sync would."""
     meta = obj["metadata"]
@@ -187,7 +196,7 @@ def _run_object(store: ApplyItems, api: RunObjects, obj: dict[str, Any], *, now:
             raise  # another's object of that name (or gone meanwhile): Scheduler's retry tries again
         created = found
     return apply_manifest(store, resource_manifest(created), now=now, from_resource=True, secrets=api,
-                          cluster=cluster)
+                          cluster=cluster, sizes=sizes)
 
 
 def _delete_run(store: ApplyItems, run: JobKey, *, now: float, api: RunObjects | None = None) -> None:
