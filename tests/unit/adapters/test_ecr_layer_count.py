@@ -96,3 +96,43 @@ def test_a_tag_s_layers_are_read_again_after_the_tag_moved(ecr: Any) -> None:
     assert images.layer_count(ACCOUNT, "ml/model", "latest") == 3
     put(ecr, manifest(6, "after"), OCI_MANIFEST, "latest")
     assert images.layer_count(ACCOUNT, "ml/model", "latest") == 6
+
+
+def sized(sizes: list[int], nonce: str) -> dict[str, Any]:
+    document = manifest(len(sizes), nonce)
+    for layer, size in zip(document["layers"], sizes, strict=True):
+        layer["size"] = size
+    document["config"]["size"] = 100
+    return document
+
+
+def test_an_image_s_size_is_its_compressed_layers_and_config_by_its_digest(ecr: Any) -> None:
+    digest = put(ecr, sized([1_000, 20_000], "one"), OCI_MANIFEST, "v1")
+    image = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/ml/model:v1"
+
+    size = EcrImages(ecr).image_size(image)
+
+    assert (size.reference, size.digest, size.bytes) == (image, digest, 21_100)
+
+
+def test_an_index_s_size_is_its_largest_platform_s_attestations_aside(ecr: Any) -> None:
+    amd64, arm64 = put(ecr, sized([500], "amd"), OCI_MANIFEST), put(ecr, sized([700, 800], "arm"), OCI_MANIFEST)
+    attestation = put(ecr, sized([10**9], "att"), OCI_MANIFEST)
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": amd64, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"mediaType": OCI_MANIFEST, "digest": arm64, "size": 1, "platform": {"os": "linux", "architecture": "arm64"}},
+        {"mediaType": OCI_MANIFEST, "digest": attestation, "size": 1,
+         "platform": {"os": "unknown", "architecture": "unknown"}}]}
+    digest = put(ecr, index, OCI_INDEX, "v2")
+
+    size = EcrImages(ecr).image_size(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/ml/model@{digest}")
+
+    assert (size.digest, size.bytes) == (digest, 1_600)
+
+
+def test_a_size_ecr_cannot_give_or_another_registry_s_is_unknown(ecr: Any, caplog: pytest.LogCaptureFixture) -> None:
+    host = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
+    for image in (f"{host}/ml/model:absent", f"{host}/ml/absent:v1", "docker.io/library/nginx:1.27"):
+        size = EcrImages(ecr).image_size(image)
+        assert (size.reference, size.digest, size.bytes) == (image, "", None)
+    assert f"size of {host}/ml/absent:v1 unknown" in caplog.text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -28,6 +29,7 @@ from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.registry_budget import BudgetState, RegistryBudget
 from prewarm.domain.schedules import ScheduleRun
 from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate
+from prewarm.domain.warm_budgets import BudgetPolicy, WarmBudget
 from prewarm.services import ports
 from prewarm.services.ports import StoreError
 from prewarm_devtools.sam.template import create_table, load_template
@@ -111,6 +113,29 @@ def test_a_job_reads_back_as_written_in_new_objects_numbers_as_dynamodb_hands_th
     assert type(got.created_at) is int and type(got.start_time) is float
     got.manifest["spec"]["parallelism"] = 9
     assert store.get_job(KEY) == written and store.get_job("default/none") is None
+
+
+def test_a_jobs_warm_budget_facts_read_back_and_are_replaced_with_its_spec(store: Store) -> None:
+    store.create_job(job(warm_digest="sha256:1", warm_bytes=3 * 2**30, budget_note="size unknown"))
+    got = store.get_job(KEY)
+    assert got is not None and (got.warm_digest, got.warm_bytes, got.budget_note) == (
+        "sha256:1", 3 * 2**30, "size unknown")
+    store.replace_job_spec(replace(got, spec_hash="h2", warm_digest="", warm_bytes=None, budget_note=""),
+                           expected_hash=got.spec_hash)
+    got = store.get_job(KEY)
+    assert got is not None and (got.warm_digest, got.warm_bytes, got.budget_note) == ("", None, "")
+
+
+def test_namespaces_warm_budgets_are_kept_per_cluster_and_rewritten_only_when_changed(store: Store) -> None:
+    budgets = {"team-a": WarmBudget("team-a", 2**30), "team-b": WarmBudget("team-b", 5, BudgetPolicy.TRIM),
+               "bad": WarmBudget("bad", problem="namespace bad: annotation ...")}
+    assert store.get_warm_budgets() == {}
+    assert store.put_warm_budgets(budgets) is True
+    assert store.put_warm_budgets(budgets) is False
+    assert store.get_warm_budgets() == budgets and store.get_warm_budgets("prod-eu") == {}
+    assert store.put_warm_budgets({}, "prod-eu") is False
+    assert store.put_warm_budgets({"team-a": WarmBudget("team-a", 1)}) is True
+    assert store.get_warm_budgets() == {"team-a": WarmBudget("team-a", 1)}
 
 
 def test_a_job_created_twice_is_refused(store: Store) -> None:
