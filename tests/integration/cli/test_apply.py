@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import textwrap
 from pathlib import Path
 
+import boto3
 import pytest
 
 from prewarm.domain.jobs import job_key
+from prewarm.domain.warm_budgets import WarmBudget
+from prewarm_devtools.account import ACCOUNT
+from prewarm_devtools.sam.stack import LocalStack
 from tests.support.cli import Run
 from tests.support.control_plane import ControlPlane
 from tests.support.manifests import job_yaml
 
 pytestmark = pytest.mark.integration
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 LIST_JOB = textwrap.dedent("""\
     apiVersion: apps.kruise.io/v1alpha1
@@ -275,3 +282,39 @@ def test_warm_snapshots_are_applied_listed_and_a_device_their_ami_family_does_no
         ["NAME", "NODE", "CLASS"], ["gpu", "EC2NodeClass/gpu", "<none>"],
         ["inference", "LaunchTemplate/lt-0abc1234def567890", "<none>"]]
     assert control_plane.store.get_warm_snapshot("bad") is None
+
+
+def test_a_job_beyond_its_namespaces_warm_budget_is_refused_with_the_figures_and_exit_1(
+    prewarm: Run, tmp_path: Path, control_plane: ControlPlane, local_stack: LocalStack,
+) -> None:
+    # Given a namespace with a warm budget of 1 MiB (as the resource sync copies it from the Namespace's
+    # annotation), and two images in the stack's ECR of 600 KiB and 500 KiB (their compressed layers and config)
+    control_plane.store.put_warm_budgets({"budgeted": WarmBudget("budgeted", 2**20)})
+    ecr = boto3.client("ecr", endpoint_url=local_stack.endpoint_url, region_name=local_stack.region,
+                       aws_access_key_id="local", aws_secret_access_key="local")
+    ecr.create_repository(repositoryName="budget/app")
+    host = f"{ACCOUNT}.dkr.ecr.{local_stack.region}.amazonaws.com/budget/app"
+    for tag, size in (("a", 600 * 1024 - 100), ("b", 500 * 1024 - 100)):
+        layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "size": size,
+                 "digest": "sha256:" + hashlib.sha256(tag.encode()).hexdigest()}
+        config = {"mediaType": "application/vnd.oci.image.config.v1+json", "size": 100,
+                  "digest": "sha256:" + hashlib.sha256(f"config {tag}".encode()).hexdigest()}
+        ecr.put_image(repositoryName="budget/app", imageTag=tag, imageManifest=json.dumps(
+            {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": [layer]}),
+            imageManifestMediaType=OCI_MANIFEST)
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(job_yaml("warm-a", image=f"{host}:a", namespace="budgeted"))
+    second.write_text(job_yaml("warm-b", image=f"{host}:b", namespace="budgeted"))
+
+    # When one job is applied, then the other
+    applied = prewarm("apply", "-f", str(first))
+    refused = prewarm("apply", "-f", str(second))
+
+    # Then the first fits; the second is refused, naming the namespace, the budget and both figures
+    assert (applied.exit_code, applied.stdout) == (0, "imagepulljob.apps.kruise.io/warm-a created\n")
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.stderr == (
+        f"error: {second} document 1: ImagePullJob budgeted/warm-b refused: namespace budgeted keeps at most "
+        "1048576 bytes (1.0 MiB) of images warm per node; its other jobs keep 614400 bytes and this job adds "
+        "512000 bytes (policy Refuse; annotation prewarm.dev/warm-bytes-per-node)\n")
+    assert control_plane.store.get_job(job_key("budgeted", "warm-b")) is None
