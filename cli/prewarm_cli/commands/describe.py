@@ -76,6 +76,10 @@ def describe(ctx: click.Context, resource: str, name: str, namespace: str, clust
     view = view_job(store, namespace, name, now=now, with_tasks=True, with_agents=True, cluster=where)
     click.echo(cli_output.describe_job(view, now=now))
     record = view.record
+    from prewarm.services.warm_budgets import budget_usage
+
+    if (usage := budget_usage(store, namespace, cluster=where)) is not None:
+        click.echo(f"Warm Budget:  {usage}")
     if record.is_pull_job:
         from prewarm_cli.kubelets import describe_credentials
 

@@ -181,21 +181,42 @@ class BudgetFit:
                 f"{', '.join(sorted({i.reference for i in self.unknown}))}")
 
 
+def held_images(kept: Iterable[ImageCost]) -> dict[str, ImageCost]:
+    """`kept` by identity, each digest once (the first of its references)."""
+    held: dict[str, ImageCost] = {}
+    for image in kept:
+        held.setdefault(image.identity, image)
+    return held
+
+
+def usage_line(budget: WarmBudget, kept: Iterable[ImageCost]) -> str:
+    """What `prewarm describe job` says of the namespace's budget: what its live jobs keep against it.
+
+    >>> usage_line(WarmBudget("ns", 1000), [ImageCost("a", "d", 500), ImageCost("b", "d", 500), ImageCost("c")])
+    'namespace ns: 500 bytes of 1000 bytes per node kept (policy Refuse); size unknown: c'
+    """
+    if budget.problem:
+        return budget.problem
+    held = held_images(kept)
+    used = sum(i.bytes or 0 for i in held.values())
+    unknown = sorted(i.reference for i in held.values() if i.bytes is None)
+    return (f"namespace {budget.namespace}: {show_bytes(used)} of {show_bytes(budget.bytes_per_node)} per node "
+            f"kept (policy {budget.policy})" + (f"; size unknown: {', '.join(unknown)}" if unknown else ""))
+
+
 def fit(budget: WarmBudget, images: Sequence[ImageCost], kept: Iterable[ImageCost], policy: BudgetPolicy, *,
         can_trim: bool) -> BudgetFit:
     """How the job of `images` fits `budget` beside `kept` (the images of the namespace's other live jobs):
     with `policy` `Trim` and `can_trim` (a list job), its images in order while they fit; otherwise all or
     none (`refused`). An image whose digest is kept already costs nothing.
 
-    >>> b = WarmBudget("ns", 100)
+    >>> b = WarmBudget("ns", 110)
     >>> f = fit(b, [ImageCost("a", "d1", 60), ImageCost("b", "d2", 50)], [ImageCost("c", "d1", 60)],
     ...         BudgetPolicy.REFUSE, can_trim=False)
     >>> f.refused, f.kept_bytes, f.job_bytes
     (False, 60, 50)
     """
-    held: dict[str, ImageCost] = {}
-    for image in kept:
-        held.setdefault(image.identity, image)
+    held = held_images(kept)
     kept_bytes = sum(i.bytes or 0 for i in held.values())
     unknown = [i for i in held.values() if i.bytes is None]
     if budget.problem:

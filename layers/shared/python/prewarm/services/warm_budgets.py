@@ -21,6 +21,7 @@ from prewarm.domain.warm_budgets import (
     WarmBudgetExceededError,
     fit,
     keeps_images_warm,
+    usage_line,
 )
 from prewarm.services.ports import ApplyItems, ImageSizes, WarmBudgetItems
 
@@ -84,6 +85,15 @@ def budget_fit(store: ApplyItems, sizes: ImageSizes | None, job: ImagePullJob | 
     if found.refused:
         raise WarmBudgetExceededError(found.refusal(f"{job.kind} {key}"))
     return found
+
+
+def budget_usage(store: ApplyItems, namespace: str, *, cluster: str = DEFAULT_CLUSTER) -> str | None:
+    """What the namespace's live jobs keep against its warm budget, from the sizes kept on them (no registry
+    read: a job stored before budgets counts as unknown); None when the namespace has no budget."""
+    budget = store.get_warm_budgets(cluster).get(namespace)
+    if budget is None:
+        return None
+    return usage_line(budget, _kept(store, ImageCost, namespace, cluster, ()))
 
 
 def refused_at_push(store: ApplyItems, job: ImagePullJob, refusal: str, *, now: float, cluster: str,
