@@ -10,9 +10,11 @@ import pytest
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.push import ImagePush
 from prewarm.domain.warm_budgets import BudgetPolicy, ImageCost, WarmBudget, WarmBudgetExceededError
+from prewarm.services.cron_jobs import run_due
 from prewarm.services.jobs import apply_manifest, kruise_status, view_job
 from prewarm.services.push import handle_push
 from prewarm.services.resources import sync_resources
+from prewarm.services.warm_budgets import budget_usage
 from tests.support.control_plane import ControlPlane
 from tests.support.resources import FakeResources
 
@@ -186,3 +188,29 @@ def test_a_resource_beyond_the_budget_is_not_applied_and_its_status_says_why(pla
     message = api.get("ImagePullJob", "web", "team-a")["status"]["message"]
     assert message.startswith("not applied: ImagePullJob team-a/web refused: namespace team-a keeps at most "
                               "104857600 bytes (100.0 MiB)")
+
+
+@pytest.mark.usefixtures("budget")
+def test_the_usage_shown_is_what_the_namespaces_live_jobs_keep_from_their_stored_sizes(plane: ControlPlane) -> None:
+    assert budget_usage(plane.store, "team-b") is None
+    apply_manifest(plane.store, job("base", "app:a"), now=1.0, sizes=SIZES)
+    apply_manifest(plane.store, job("same", "app:a"), now=1.0, sizes=SIZES)
+    apply_manifest(plane.store, job("web", "app:z"), now=2.0, sizes=SIZES)
+
+    assert budget_usage(plane.store, "team-a") == (
+        f"namespace team-a: 62914560 bytes (60.0 MiB) of 104857600 bytes (100.0 MiB) per node kept (policy Refuse); "
+        f"size unknown: {ECR}/app:z")
+
+
+def test_a_cron_run_beyond_the_budget_is_skipped_with_the_refusal(plane: ControlPlane) -> None:
+    plane.store.put_warm_budgets({"team-a": WarmBudget("team-a", 50 * MIB)})
+    template = {"imageListPullJobTemplate": {"spec": {"images": [f"{ECR}/app:a"]}}}
+    apply_manifest(plane.store, {"apiVersion": "apps.kruise.io/v1beta1", "kind": "AdvancedCronJob",
+                                 "metadata": {"name": "nightly", "namespace": "team-a"},
+                                 "spec": {"schedule": "* * * * *", "template": template}}, now=1.0)
+
+    outcome = run_due(plane.store, job_key("team-a", "nightly"), scheduled_at=60.0, now=60.0, sizes=SIZES)
+
+    assert outcome.run == "" and outcome.skipped.startswith(
+        "ImageListPullJob team-a/nightly-60 refused: namespace team-a keeps at most 52428800 bytes (50.0 MiB)")
+    assert plane.store.get_job(job_key("team-a", "nightly-60")) is None
