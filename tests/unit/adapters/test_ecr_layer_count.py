@@ -48,6 +48,15 @@ def manifest(layers: int, nonce: str) -> dict[str, Any]:
                        for i in range(layers)]}
 
 
+def platforms_index(amd64: str, arm64: str, attestation: str) -> dict[str, Any]:
+    """An index of an amd64 and an arm64 image, and a buildx attestation (platform unknown/unknown)."""
+    return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": amd64, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
+        {"mediaType": OCI_MANIFEST, "digest": arm64, "size": 1, "platform": {"os": "linux", "architecture": "arm64"}},
+        {"mediaType": OCI_MANIFEST, "digest": attestation, "size": 1,
+         "platform": {"os": "unknown", "architecture": "unknown"}}]}
+
+
 def test_an_image_s_layers_are_its_manifest_s(ecr: Any) -> None:
     digest = put(ecr, manifest(7, "one"), OCI_MANIFEST, "v1")
     assert EcrImages(ecr).layer_count(ACCOUNT, "ml/model", digest) == 7
@@ -56,11 +65,7 @@ def test_an_image_s_layers_are_its_manifest_s(ecr: Any) -> None:
 def test_an_index_s_layers_are_the_most_any_of_its_platforms_has_attestations_aside(ecr: Any) -> None:
     amd64, arm64 = put(ecr, manifest(4, "amd"), OCI_MANIFEST), put(ecr, manifest(9, "arm"), OCI_MANIFEST)
     attestation = put(ecr, manifest(30, "att"), OCI_MANIFEST)
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        {"mediaType": OCI_MANIFEST, "digest": amd64, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
-        {"mediaType": OCI_MANIFEST, "digest": arm64, "size": 1, "platform": {"os": "linux", "architecture": "arm64"}},
-        {"mediaType": OCI_MANIFEST, "digest": attestation, "size": 1,
-         "platform": {"os": "unknown", "architecture": "unknown"}}]}
+    index = platforms_index(amd64, arm64, attestation)
     digest = put(ecr, index, OCI_INDEX, "v2")
     assert EcrImages(ecr).layer_count(ACCOUNT, "ml/model", digest) == 9
 
@@ -118,11 +123,7 @@ def test_an_image_s_size_is_its_compressed_layers_and_config_by_its_digest(ecr: 
 def test_an_index_s_size_is_its_largest_platform_s_attestations_aside(ecr: Any) -> None:
     amd64, arm64 = put(ecr, sized([500], "amd"), OCI_MANIFEST), put(ecr, sized([700, 800], "arm"), OCI_MANIFEST)
     attestation = put(ecr, sized([10**9], "att"), OCI_MANIFEST)
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        {"mediaType": OCI_MANIFEST, "digest": amd64, "size": 1, "platform": {"os": "linux", "architecture": "amd64"}},
-        {"mediaType": OCI_MANIFEST, "digest": arm64, "size": 1, "platform": {"os": "linux", "architecture": "arm64"}},
-        {"mediaType": OCI_MANIFEST, "digest": attestation, "size": 1,
-         "platform": {"os": "unknown", "architecture": "unknown"}}]}
+    index = platforms_index(amd64, arm64, attestation)
     digest = put(ecr, index, OCI_INDEX, "v2")
 
     size = EcrImages(ecr).image_size(f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/ml/model@{digest}")
