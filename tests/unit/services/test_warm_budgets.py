@@ -214,3 +214,19 @@ def test_a_cron_run_beyond_the_budget_is_skipped_with_the_refusal(plane: Control
     assert outcome.run == "" and outcome.skipped.startswith(
         "ImageListPullJob team-a/nightly-60 refused: namespace team-a keeps at most 52428800 bytes (50.0 MiB)")
     assert plane.store.get_job(job_key("team-a", "nightly-60")) is None
+
+
+@pytest.mark.usefixtures("budget")
+def test_a_job_changed_while_its_namespace_has_no_budget_keeps_no_size_of_its_old_image(plane: ControlPlane) -> None:
+    apply_manifest(plane.store, job("web", "app:a"), now=1.0, sizes=SIZES)
+    plane.store.put_warm_budgets({})
+    apply_manifest(plane.store, job("web", "app:b"), now=2.0, sizes=SIZES)
+    record = plane.store.get_job(job_key("team-a", "web"))
+    assert record is not None and (record.warm_digest, record.warm_bytes) == ("", None)
+
+    # The budget back, the job's size is read again where it is counted.
+    plane.store.put_warm_budgets({"team-a": WarmBudget("team-a", 100 * MIB)})
+    assert budget_usage(plane.store, "team-a") == ("namespace team-a: 0 bytes of 104857600 bytes (100.0 MiB) per "
+                                                   f"node kept (policy Refuse); size unknown: {ECR}/app:b")
+    with pytest.raises(WarmBudgetExceededError, match="its other jobs keep 31457280 bytes"):
+        apply_manifest(plane.store, job("more", "app:x"), now=3.0, sizes=Sizes({**SIZES.mib, f"{ECR}/app:x": 71}))

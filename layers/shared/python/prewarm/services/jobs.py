@@ -207,10 +207,8 @@ def apply_job(
         return _apply_list_job(store, job, now=now, cluster=cluster, sizes=sizes)
     key = job_key(job.namespace, job.name, cluster)
     note = ""
-    if cost is None and not owner and _changes(store.get_job(key), job.spec_hash()):
-        found = budget_fit(store, sizes, job, cluster=cluster, leaving=leaving)
-        if found is not None:
-            cost, note = found.accepted[0], found.note()
+    if cost is None and not owner and (found := budget_fit(store, sizes, job, cluster=cluster, leaving=leaving)):
+        cost, note = found.accepted[0], found.note()
     return retry_on_conflict(
         lambda: _apply_once(store, job, now=now, platforms=platforms, owner=owner, cluster=cluster,
                             layers=layers, awaits_replica=awaits_replica, cost=cost, note=note),
@@ -246,16 +244,12 @@ def _apply_once(
         # Never planned (its stream record went to the DLQ): applying again retriggers the plan.
         store.replace_job_spec(current.replanned(), expected_hash=spec_hash)
         return Applied("ImagePullJob", ns, name, "configured", cluster=cluster)
+    if not warm and current.spec_hash != spec_hash:  # no budget counted it: what was counted is of the old spec
+        warm = {"warm_digest": "", "warm_bytes": None, "budget_note": ""}
     store.replace_job_spec(replace(current.respecified(manifest, spec_hash, now=now, platforms=platforms,
                                                        layers=layers), **warm),  # type: ignore[arg-type]
                            expected_hash=current.spec_hash)
     return Applied("ImagePullJob", ns, name, "configured", cluster=cluster, note=note)
-
-
-def _changes(current: StoredJob | None, spec_hash: str) -> bool:
-    """Whether applying a spec of `spec_hash` stores anything new: only then is the warm budget asked (a job
-    accepted once is never refused again for the same spec)."""
-    return current is None or current.spec_hash != spec_hash
 
 
 def _apply_list_job(store: ApplyItems, job: ImageListPullJob, *, now: float, cluster: str,
@@ -271,11 +265,11 @@ def _apply_list_job(store: ApplyItems, job: ImageListPullJob, *, now: float, clu
         check_source("ImageListPullJob", ns, name, owner=current.source, by=source_of(manifest))
     children = list(job.child_jobs())
     costs: dict[str, ImageCost] = {}
-    note = current.budget_note if current is not None else ""
-    if _changes(current, spec_hash) and (found := budget_fit(store, sizes, job, cluster=cluster)) is not None:
+    note = current.budget_note if current is not None and current.spec_hash == spec_hash else ""
+    if (found := budget_fit(store, sizes, job, cluster=cluster)) is not None:
         costs, note = {c.reference: c for c in found.accepted}, found.note()
         children = [c for c in children if parse_image(c.spec.image).pull_reference in costs]
-    elif current is not None and not _changes(current, spec_hash):
+    elif current is not None and current.spec_hash == spec_hash and current.budget_note:
         children = [c for c in children if c.metadata.name in current.children]  # none trimmed comes back
     child_names = [c.metadata.name for c in children]
     applied_children = [apply_job(store, c, now=now, owner=key, cluster=cluster,

@@ -69,15 +69,16 @@ def _kept(store: ApplyItems, size: Callable[[str], ImageCost], namespace: str, c
 
 def budget_fit(store: ApplyItems, sizes: ImageSizes | None, job: ImagePullJob | ImageListPullJob, *,
                cluster: str, leaving: Collection[JobKey] = ()) -> BudgetFit | None:
-    """How `job` fits its namespace's warm budget in `cluster` (None: the namespace has none); `leaving`:
-    jobs about to go with it (a push's superseded digests), which do not count. Raises
+    """How `job` fits its namespace's warm budget in `cluster` (None: the namespace has none, or `job` is
+    stored with this spec already: a job accepted once is never refused again for the same spec);
+    `leaving`: jobs about to go with it (a push's superseded digests), which do not count. Raises
     `WarmBudgetExceededError`, naming the namespace, the budget and the bytes, when it does not fit."""
     budget = store.get_warm_budgets(cluster).get(job.namespace)
-    if budget is None:
+    key = job_key(job.namespace, job.name, cluster)
+    if budget is None or ((current := store.get_job(key)) is not None and current.spec_hash == job.spec_hash()):
         return None
     policy = budget.policy_for(job.to_manifest())
     size = _sizer(sizes)
-    key = job_key(job.namespace, job.name, cluster)
     images = job.spec.images if isinstance(job, ImageListPullJob) else [job.spec.image]
     costs = [size(parse_image(image).pull_reference) for image in images]
     kept = _kept(store, size, job.namespace, cluster, {key, *leaving})
