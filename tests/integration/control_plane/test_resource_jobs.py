@@ -39,6 +39,7 @@ from tests.support.kubectl import kubectl_binary
 pytestmark = pytest.mark.integration
 
 API = "prewarm.dev/v1alpha1"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 KUBECTL = kubectl_binary()
 
 
@@ -343,3 +344,36 @@ def test_a_cron_job_resources_runs_are_objects_it_owns_listed_by_kubectl_and_col
     assert "AdvancedCronJob shop/nightly" in summary["deleted"]
     gone = env["store"].get_job(job_key("shop", run))
     assert gone is None or gone.state is JobState.DELETING
+
+
+def test_a_namespaces_warm_budget_refuses_a_resource_beyond_it_in_its_status(env: dict[str, Any]) -> None:
+    # Given a Namespace with a warm budget of 1 MiB, and two images in the stack's ECR of 600 KiB and 500 KiB
+    ecr, region = env["aws"].client("ecr"), env["aws"].region
+    ecr.create_repository(repositoryName="budget/app")
+    host = f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com/budget/app"
+    for tag, size in (("a", 600 * 1024 - 100), ("b", 500 * 1024 - 100)):
+        ecr.put_image(repositoryName="budget/app", imageTag=tag, imageManifestMediaType=OCI_MANIFEST,
+                      imageManifest=json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+                          "mediaType": "application/vnd.oci.image.config.v1+json", "size": 100,
+                          "digest": f"sha256:{tag * 64}"}, "layers": [{
+                              "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "size": size,
+                              "digest": f"sha256:{tag * 63}0"}]}))
+    env["admin"].create_object("v1", "namespaces", {"metadata": {
+        "name": "budgeted", "annotations": {"prewarm.dev/warm-bytes-per-node": "1Mi"}}})
+    env["admin"].create_object(API, "imagepulljobs", job("fits", "budgeted", image=f"{host}:a"), "budgeted")
+    env["admin"].create_object(API, "imagepulljobs", job("over", "budgeted", image=f"{host}:b"), "budgeted")
+
+    # When the stack's sync runs (as its role: it lists the Namespaces and reads the images' sizes from ECR)
+    summary = env["stack"].fire("sync_resources")
+
+    # Then the budget is copied to the table, the job that fits is applied, and the other is not: its status
+    # says why, with the figures
+    assert env["store"].get_warm_budgets()["budgeted"].bytes_per_node == 2**20
+    assert env["store"].get_job(job_key("budgeted", "fits")) is not None
+    assert env["store"].get_job(job_key("budgeted", "over")) is None
+    assert [line.split(":")[0] for line in summary["refused"]] == ["ImagePullJob budgeted/over"]
+    status = env["admin"].get_object(API, "imagepulljobs", "over", "budgeted")["status"]
+    assert status["message"] == (
+        "not applied: ImagePullJob budgeted/over refused: namespace budgeted keeps at most 1048576 bytes (1.0 MiB) "
+        "of images warm per node; its other jobs keep 614400 bytes and this job adds 512000 bytes (policy Refuse; "
+        "annotation prewarm.dev/warm-bytes-per-node)")
