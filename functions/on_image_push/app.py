@@ -34,7 +34,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         applied, changed = bootstrap.handle_push(push)
         if changed:
             logger.info("warm snapshots to bake again", extra={"warm_snapshots": changed})
-    created = sum(a.outcome != "unchanged" for a in applied)
+    created = sum(a.outcome in ("created", "configured") for a in applied)  # a refused job is recorded, not started
     metrics.add_metric(name="JobsStarted", unit=MetricUnit.Count, value=created)
     handled = "replication handled" if isinstance(action, EcrReplicationActionEvent) else "push handled"
     logger.info(handled, extra={"jobs": [a.describe() for a in applied]})

@@ -202,6 +202,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
 
     targets = chosen_many(ctx, clusters)
     write: Callable[[dict[str, Any]], str]
+    notes: list[str] = []
     if as_resource:
         from prewarm_cli.resources import ResourceWriter
 
@@ -227,8 +228,8 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
                                          cluster=cluster, sizes=sizes)
                 where = f" (cluster {shown(ctx, cluster)})" if len(targets) > 1 or cluster else ""
                 lines.append(applied.describe() + where)
-                if applied.note:
-                    click.echo(f"Warning: {applied.kind} {applied.namespace}/{applied.name}: {applied.note}", err=True)
+                if applied.note:  # what the namespace's warm budget says of it: trimmed images, sizes unknown
+                    notes.append(f"{applied.kind} {applied.namespace}/{applied.name}: {applied.note}")
             return "\n".join(lines)
 
     invalid = failed = applied = 0
@@ -241,6 +242,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
             continue
         documents, problems = _documents(source, text)
         for doc in documents:
+            notes.clear()
             try:
                 outcome = write(doc.body)
             except JobValidationError as e:
@@ -253,7 +255,7 @@ def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_re
                 failed += 1
             else:
                 click.echo(outcome)
-                for warning in _warnings(doc.body):
+                for warning in [*_warnings(doc.body), *notes]:
                     click.echo(f"Warning: {doc.where}: {warning}", err=True)
                 applied += 1
         for file_problem in problems:
