@@ -318,3 +318,20 @@ def test_a_job_beyond_its_namespaces_warm_budget_is_refused_with_the_figures_and
         "1048576 bytes (1.0 MiB) of images warm per node; its other jobs keep 614400 bytes and this job adds "
         "512000 bytes (policy Refuse; annotation prewarm.dev/warm-bytes-per-node)\n")
     assert control_plane.store.get_job(job_key("budgeted", "warm-b")) is None
+
+
+def test_an_image_of_unknown_size_is_applied_with_a_warning_naming_it(
+    prewarm: Run, tmp_path: Path, control_plane: ControlPlane,
+) -> None:
+    # Given a namespace with a warm budget, and a job of an image no registry can size at apply (not ECR)
+    control_plane.store.put_warm_budgets({"sized": WarmBudget("sized", 2**20)})
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(job_yaml("warm-hub", image="nginx:1.25", namespace="sized"))
+
+    # When it is applied
+    result = prewarm("apply", "-f", str(manifest))
+
+    # Then it is applied, and a warning says its size was not counted
+    assert (result.exit_code, result.stdout) == (0, "imagepulljob.apps.kruise.io/warm-hub created\n")
+    assert result.stderr == (f"Warning: {manifest} document 1: ImagePullJob sized/warm-hub: size unknown at apply, "
+                             "not counted against the budget: docker.io/library/nginx:1.25\n")
