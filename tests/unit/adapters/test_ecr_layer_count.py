@@ -137,3 +137,10 @@ def test_a_size_ecr_cannot_give_or_another_registry_s_is_unknown(ecr: Any, caplo
         size = EcrImages(ecr).image_size(image)
         assert (size.reference, size.digest, size.bytes) == (image, "", None)
     assert f"size of {host}/ml/absent:v1 unknown" in caplog.text
+
+
+def test_another_regions_image_is_not_sized_by_this_regions_repository_of_the_same_name(ecr: Any) -> None:
+    put(ecr, sized([1_000], "one"), OCI_MANIFEST, "v1")
+    image = f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/ml/model:v1"
+
+    assert EcrImages(ecr).image_size(image).bytes is None

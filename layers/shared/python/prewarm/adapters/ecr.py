@@ -96,10 +96,11 @@ class EcrImages:
     def image_size(self, image: str) -> ImageCost:
         """`ImageSizes` on ECR: the image's digest and compressed bytes (its layers and config as the manifest
         lists them; of an index, the largest platform's: which platform a node pulls is known at its plan).
-        Another registry's image, or one ECR cannot read, is unknown (logged)."""
+        Another registry's image, another Region's, or one ECR cannot read (logged), is unknown."""
         found = ecr_image_id(image)
-        if found is None:
-            return ImageCost(image)
+        region = getattr(getattr(self.client, "meta", None), "region_name", None) if found is not None else None
+        if found is None or region not in (None, found.region):
+            return ImageCost(image)  # another registry's, or another Region's: its repository is not asked here
         try:
             out = self.client.batch_get_image(
                 registryId=found.registry_id, repositoryName=found.repository,
