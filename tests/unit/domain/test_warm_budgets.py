@@ -11,6 +11,7 @@ from prewarm.domain.warm_budgets import (
     WarmBudgetExceededError,
     fit,
     parse_bytes,
+    usage_line,
 )
 
 MIB = 2**20
@@ -115,3 +116,38 @@ def test_a_jobs_own_policy_annotation_overrides_the_namespaces() -> None:
 @pytest.mark.parametrize(("text", "value"), [("0", 0), ("1k", 1000), ("3Mi", 3 * MIB), ("2G", 2 * 10**9)])
 def test_sizes_read_as_kubernetes_quantities(text: str, value: int) -> None:
     assert parse_bytes(text) == value
+
+
+def test_jobs_that_name_disjoint_nodes_never_share_one_and_do_not_add_up() -> None:
+    gpu, cpu = frozenset({"gpu-1", "gpu-2"}), frozenset({"cpu-1"})
+
+    found = fit(BUDGET, [image("b", 70).on(cpu)], [image("a", 70).on(gpu)], BudgetPolicy.REFUSE, can_trim=False,
+                nodes=cpu)
+
+    assert (found.refused, found.kept_bytes, found.job_bytes, found.node) == (False, 0, 70 * MIB, "cpu-1")
+
+
+def test_a_job_on_nodes_it_shares_with_another_is_refused_on_the_fullest_naming_it() -> None:
+    kept = [image("a", 70).on(frozenset({"n1"})), image("c", 10).on(frozenset({"n2"})), image("d", 5)]
+
+    found = fit(BUDGET, [image("b", 30)], kept, BudgetPolicy.REFUSE, can_trim=False, nodes=frozenset({"n1", "n2"}))
+
+    assert (found.refused, found.node, found.kept_bytes, found.job_bytes) == (True, "n1", 75 * MIB, 30 * MIB)
+    assert "per node; on node n1 its other jobs keep 78643200 bytes (75.0 MiB)" in found.refusal("ImagePullJob x/y")
+
+
+def test_a_job_that_may_reach_any_node_meets_every_node_another_job_names() -> None:
+    kept = [image("a", 70).on(frozenset({"n1"})), image("d", 5)]
+
+    refused = fit(BUDGET, [image("b", 30)], kept, BudgetPolicy.REFUSE, can_trim=False)
+    fits = fit(BUDGET, [image("b", 25)], kept, BudgetPolicy.REFUSE, can_trim=False)
+
+    assert (refused.refused, refused.node, refused.kept_bytes) == (True, "n1", 75 * MIB)
+    assert not fits.refused
+
+
+def test_the_usage_shown_is_the_fullest_nodes() -> None:
+    kept = [image("a", 70).on(frozenset({"n1"})), image("c", 10).on(frozenset({"n2"})), image("d", 5)]
+
+    assert usage_line(BUDGET, kept) == ("namespace team-a: 78643200 bytes (75.0 MiB) of 104857600 bytes (100.0 MiB) "
+                                        "per node kept on node n1 (policy Refuse)")

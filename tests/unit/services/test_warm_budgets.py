@@ -230,3 +230,19 @@ def test_a_job_changed_while_its_namespace_has_no_budget_keeps_no_size_of_its_ol
                                                    f"node kept (policy Refuse); size unknown: {ECR}/app:b")
     with pytest.raises(WarmBudgetExceededError, match="its other jobs keep 31457280 bytes"):
         apply_manifest(plane.store, job("more", "app:x"), now=3.0, sizes=Sizes({**SIZES.mib, f"{ECR}/app:x": 71}))
+
+
+@pytest.mark.usefixtures("budget")
+def test_jobs_naming_disjoint_nodes_are_each_held_to_the_budget_on_their_own_nodes(plane: ControlPlane) -> None:
+    def on(name: str, image: str, *nodes: str) -> dict[str, Any]:
+        manifest = job(name, image)
+        manifest["spec"]["selector"] = {"names": list(nodes)}
+        return manifest
+
+    apply_manifest(plane.store, on("gpu", "app:a", "gpu-1", "gpu-2"), now=1.0, sizes=SIZES)  # 60 MiB
+    apply_manifest(plane.store, on("cpu", "app:b", "cpu-1"), now=2.0, sizes=SIZES)  # 30 MiB
+    apply_manifest(plane.store, on("cpu-2", "app:a", "cpu-1"), now=3.0, sizes=SIZES)  # 60 MiB beside 30 on cpu-1
+
+    with pytest.raises(WarmBudgetExceededError, match=r"on node cpu-1 its other jobs keep 94371840 bytes \(90.0 MiB\)"):
+        apply_manifest(plane.store, on("both", "app:c", "gpu-1", "cpu-1"), now=4.0,
+                       sizes=Sizes({f"{ECR}/app:c": 41}))

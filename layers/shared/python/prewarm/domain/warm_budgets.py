@@ -8,8 +8,9 @@
   downloads; unpacked on disk it is larger). An image whose size is unknown is not counted, and the verdict
   names it: it is never silently taken as zero.
 - **What is kept already**: every live pull job of the namespace in that cluster but the one being applied
-  (`keeps_images_warm`). A job's nodes are chosen at its plan, after apply, and a `Never` job follows nodes
-  that join: any node may come to hold every job of the namespace, so each is counted as on the same node.
+  (`keeps_images_warm`), on the nodes it may reach. A job that names its nodes (`selector.names`) reaches
+  those alone; any other job's nodes are chosen at its plan, after apply, and a `Never` job follows nodes
+  that join, so it may reach any node. The budget must hold on every node the job may reach.
 - **Refuse** or **Trim**: a job beyond the budget is refused whole; with `Trim` a list job keeps its images
   in list order while they fit, and the rest are trimmed (an image already kept costs nothing and is never
   trimmed).
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.kubernetes import NamesOrLabelSelector
 
 BYTES_ANNOTATION = "prewarm.dev/warm-bytes-per-node"
 POLICY_ANNOTATION = "prewarm.dev/warm-budget-policy"
@@ -121,15 +123,29 @@ class WarmBudget:
 
 @dataclass(frozen=True)
 class ImageCost:
-    """One image a job keeps warm: its reference, its digest when known, its size in bytes when known."""
+    """One image a job keeps warm: its reference, its digest when known, its size in bytes when known, and
+    the nodes its job names (None: any node)."""
 
     reference: str
     digest: str = ""
     bytes: int | None = None
+    nodes: frozenset[str] | None = None
+
+    def on(self, nodes: frozenset[str] | None) -> ImageCost:
+        return replace(self, nodes=nodes)
 
     @property
     def identity(self) -> str:
         return self.digest or self.reference
+
+
+def named_nodes(selector: NamesOrLabelSelector | None) -> frozenset[str] | None:
+    """The nodes a job's `selector` names, the only ones it may reach; None when it may reach any."""
+    return frozenset(selector.names) if selector is not None and selector.names else None
+
+
+# A node no job names: it holds the images of the jobs that may reach any node, and no other.
+ANY_NODE = ""
 
 
 def keeps_images_warm(job: StoredJob) -> bool:
@@ -146,19 +162,20 @@ class BudgetFit:
     """How a job's images meet its namespace's budget."""
 
     budget: WarmBudget
-    kept_bytes: int  # what the namespace's other live jobs keep on a node (known sizes)
-    job_bytes: int  # what the job adds (known sizes, images kept already not counted again)
+    kept_bytes: int  # what the namespace's other live jobs keep on `node` (known sizes)
+    job_bytes: int  # what the job adds there (known sizes, images kept already not counted again)
     accepted: tuple[ImageCost, ...]
     trimmed: tuple[ImageCost, ...] = ()
     unknown: tuple[ImageCost, ...] = field(default=())  # the job's images and the kept ones of unknown size
     refused: bool = False
+    node: str = ANY_NODE  # the node the figures are of: the fullest the job may reach (ANY_NODE: unnamed)
 
     def refusal(self, subject: str) -> str:
         """Why `subject` (e.g. `ImagePullJob team-a/web`) is refused, with every figure."""
         if self.budget.problem:
             return f"{subject} refused: {self.budget.problem}"
         return (f"{subject} refused: namespace {self.budget.namespace} keeps at most "
-                f"{show_bytes(self.budget.bytes_per_node)} of images warm per node; its other jobs keep "
+                f"{show_bytes(self.budget.bytes_per_node)} of images warm per node; {self._where()}its other jobs keep "
                 f"{show_bytes(self.kept_bytes)} and this job adds {show_bytes(self.job_bytes)}"
                 f"{self._unknown_note()} (policy {self.budget.policy}; annotation {BYTES_ANNOTATION})")
 
@@ -169,10 +186,13 @@ class BudgetFit:
             parts.append(f"trimmed by namespace {self.budget.namespace}'s budget of "
                          f"{show_bytes(self.budget.bytes_per_node)} per node (policy Trim): "
                          f"{', '.join(i.reference for i in self.trimmed)} not pulled; "
-                         f"{show_bytes(self.kept_bytes + self.job_bytes)} kept with this job")
+                         f"{self._where()}{show_bytes(self.kept_bytes + self.job_bytes)} kept with this job")
         if self.unknown:
             parts.append(self._unknown_note().removeprefix("; "))
         return "; ".join(parts)
+
+    def _where(self) -> str:
+        return f"on node {self.node} " if self.node else ""
 
     def _unknown_note(self) -> str:
         if not self.unknown:
@@ -189,26 +209,42 @@ def held_images(kept: Iterable[ImageCost]) -> dict[str, ImageCost]:
     return held
 
 
+def _on(node: str, images: Iterable[ImageCost]) -> list[ImageCost]:
+    return [i for i in images if i.nodes is None or node in i.nodes]
+
+
+def _reached(nodes: frozenset[str] | None, kept: Sequence[ImageCost]) -> list[str]:
+    """The nodes a job of `nodes` may reach, as far as the budget can tell them apart: those it names, or
+    every node a kept job names and `ANY_NODE`."""
+    if nodes is not None:
+        return sorted(nodes)
+    return [*sorted({n for i in kept if i.nodes is not None for n in i.nodes}), ANY_NODE]
+
+
 def usage_line(budget: WarmBudget, kept: Iterable[ImageCost]) -> str:
-    """What `prewarm describe job` says of the namespace's budget: what its live jobs keep against it.
+    """What `prewarm describe job` says of the namespace's budget: what its live jobs keep on the fullest node.
 
     >>> usage_line(WarmBudget("ns", 1000), [ImageCost("a", "d", 500), ImageCost("b", "d", 500), ImageCost("c")])
     'namespace ns: 500 bytes of 1000 bytes per node kept (policy Refuse); size unknown: c'
     """
     if budget.problem:
         return budget.problem
-    held = held_images(kept)
-    used = sum(i.bytes or 0 for i in held.values())
-    unknown = sorted(i.reference for i in held.values() if i.bytes is None)
-    return (f"namespace {budget.namespace}: {show_bytes(used)} of {show_bytes(budget.bytes_per_node)} per node "
-            f"kept (policy {budget.policy})" + (f"; size unknown: {', '.join(unknown)}" if unknown else ""))
+    kept = list(kept)
+    used = {node: sum(i.bytes or 0 for i in held_images(_on(node, kept)).values()) for node in _reached(None, kept)}
+    fullest = max(used, key=lambda node: (used[node], node))
+    where = f" on node {fullest}" if fullest else ""
+    unknown = sorted({i.reference for i in kept if i.bytes is None})
+    return (f"namespace {budget.namespace}: {show_bytes(used[fullest])} of {show_bytes(budget.bytes_per_node)} "
+            f"per node kept{where} (policy {budget.policy})") + (f"; size unknown: {', '.join(unknown)}" if unknown
+                                                                 else "")
 
 
 def fit(budget: WarmBudget, images: Sequence[ImageCost], kept: Iterable[ImageCost], policy: BudgetPolicy, *,
-        can_trim: bool) -> BudgetFit:
-    """How the job of `images` fits `budget` beside `kept` (the images of the namespace's other live jobs):
-    with `policy` `Trim` and `can_trim` (a list job), its images in order while they fit; otherwise all or
-    none (`refused`). An image whose digest is kept already costs nothing.
+        can_trim: bool, nodes: frozenset[str] | None = None) -> BudgetFit:
+    """How the job of `images`, which may reach `nodes` (None: any node), fits `budget` beside `kept` (the
+    images of the namespace's other live jobs) on every node it may reach: with `policy` `Trim` and
+    `can_trim` (a list job), its images in order while they fit; otherwise all or none (`refused`). An image
+    whose digest is kept already on a node costs nothing there.
 
     >>> b = WarmBudget("ns", 110)
     >>> f = fit(b, [ImageCost("a", "d1", 60), ImageCost("b", "d2", 50)], [ImageCost("c", "d1", 60)],
@@ -216,28 +252,31 @@ def fit(budget: WarmBudget, images: Sequence[ImageCost], kept: Iterable[ImageCos
     >>> f.refused, f.kept_bytes, f.job_bytes
     (False, 60, 50)
     """
-    held = held_images(kept)
-    kept_bytes = sum(i.bytes or 0 for i in held.values())
-    unknown = [i for i in held.values() if i.bytes is None]
+    kept = list(kept)
+    reached = _reached(nodes, kept)
+    held = {node: held_images(_on(node, kept)) for node in reached}
+    start = {node: sum(i.bytes or 0 for i in held[node].values()) for node in reached}
+    unknown = list(held_images(i for node in reached for i in held[node].values() if i.bytes is None).values())
     if budget.problem:
-        return BudgetFit(budget, kept_bytes, 0, (), refused=True)
+        return BudgetFit(budget, max(start.values()), 0, (), refused=True)
     accepted: list[ImageCost] = []
     trimmed: list[ImageCost] = []
-    used = kept_bytes
+    used = dict(start)
     for image in images:
-        if image.identity in held:
-            accepted.append(image)
-            continue
-        cost = image.bytes or 0
-        if image.bytes is None:
+        adds = {node: 0 if image.identity in held[node] else image.bytes or 0 for node in reached}
+        if image.bytes is None and any(image.identity not in held[node] for node in reached):
             unknown.append(image)
-        if used + cost > budget.bytes_per_node and policy is BudgetPolicy.TRIM and can_trim:
+        if policy is BudgetPolicy.TRIM and can_trim and any(
+                adds[node] and used[node] + adds[node] > budget.bytes_per_node for node in reached):
             trimmed.append(image)
             continue
-        held[image.identity] = image
+        for node in reached:
+            held[node].setdefault(image.identity, image)
+            used[node] += adds[node]
         accepted.append(image)
-        used += cost
-    # A job that adds nothing (its images are kept already) is never refused, even over a budget since lowered.
-    refused = (used > kept_bytes and used > budget.bytes_per_node) or not accepted
-    return BudgetFit(budget, kept_bytes, used - kept_bytes, tuple(accepted), tuple(trimmed),
-                     tuple(i for i in unknown if i not in trimmed), refused)
+    # A job that adds nothing on a node (its images are kept there already) is never refused for that node,
+    # even over a budget since lowered.
+    over = [node for node in reached if used[node] > start[node] and used[node] > budget.bytes_per_node]
+    worst = max(over or reached, key=lambda node: (used[node], node))
+    return BudgetFit(budget, start[worst], used[worst] - start[worst], tuple(accepted), tuple(trimmed),
+                     tuple(i for i in unknown if i not in trimmed), bool(over) or not accepted, worst)

@@ -21,6 +21,7 @@ from prewarm.domain.warm_budgets import (
     WarmBudgetExceededError,
     fit,
     keeps_images_warm,
+    named_nodes,
     usage_line,
 )
 from prewarm.services.ports import ApplyItems, ImageSizes, WarmBudgetItems
@@ -60,10 +61,9 @@ def _kept(store: ApplyItems, size: Callable[[str], ImageCost], namespace: str, c
         if (other.cluster != cluster or other.namespace != namespace or other.key in mine or other.owner in mine
                 or not keeps_images_warm(other)):
             continue
-        if other.warm_digest or other.warm_bytes is not None:
-            kept.append(ImageCost(other.pull_reference, other.warm_digest, other.warm_bytes))
-        else:
-            kept.append(size(other.pull_reference))
+        stored = ImageCost(other.pull_reference, other.warm_digest, other.warm_bytes)
+        measured = stored if other.warm_digest or other.warm_bytes is not None else size(other.pull_reference)
+        kept.append(measured.on(named_nodes(other.pull_job.spec.selector)))
     return kept
 
 
@@ -80,9 +80,10 @@ def budget_fit(store: ApplyItems, sizes: ImageSizes | None, job: ImagePullJob | 
     policy = budget.policy_for(job.to_manifest())
     size = _sizer(sizes)
     images = job.spec.images if isinstance(job, ImageListPullJob) else [job.spec.image]
-    costs = [size(parse_image(image).pull_reference) for image in images]
+    nodes = named_nodes(job.spec.selector)
+    costs = [size(parse_image(image).pull_reference).on(nodes) for image in images]
     kept = _kept(store, size, job.namespace, cluster, {key, *leaving})
-    found = fit(budget, costs, kept, policy, can_trim=isinstance(job, ImageListPullJob))
+    found = fit(budget, costs, kept, policy, can_trim=isinstance(job, ImageListPullJob), nodes=nodes)
     if found.refused:
         raise WarmBudgetExceededError(found.refusal(f"{job.kind} {key}"))
     return found
