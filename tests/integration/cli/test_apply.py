@@ -310,12 +310,14 @@ def test_a_job_beyond_its_namespaces_warm_budget_is_refused_with_the_figures_and
     applied = prewarm("apply", "-f", str(first))
     refused = prewarm("apply", "-f", str(second))
 
-    # Then the first fits; the second is refused, naming the namespace, the budget and both figures
+    # Then the first fits; the second is refused, naming the namespace, the budget and both figures on the
+    # fullest of the nodes both name
     assert (applied.exit_code, applied.stdout) == (0, "imagepulljob.apps.kruise.io/warm-a created\n")
     assert refused.exit_code == 1 and refused.stdout == ""
     assert refused.stderr == (
         f"error: {second} document 1: ImagePullJob budgeted/warm-b refused: namespace budgeted keeps at most "
-        "1048576 bytes (1.0 MiB) of images warm per node; its other jobs keep 614400 bytes and this job adds "
+        "1048576 bytes (1.0 MiB) of images warm per node; on node node-c its other jobs keep 614400 bytes and "
+        "this job adds "
         "512000 bytes (policy Refuse; annotation prewarm.dev/warm-bytes-per-node)\n")
     assert control_plane.store.get_job(job_key("budgeted", "warm-b")) is None
 
