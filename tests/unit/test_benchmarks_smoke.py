@@ -111,7 +111,8 @@ def test_resource_sync_writes_only_what_changed() -> None:
     first, steady, edited = result["first"], result["steady"], result["edited"]
     assert (first["applied"], first["statuses_written"], first["dynamodb_writes"]) == (30, 30, 30)
     assert (steady["applied"], steady["statuses_written"], steady["dynamodb_writes"]) == (0, 0, 0)
-    assert steady["kubernetes_calls"] == {"list": 5}  # one per kind: jobs, list jobs, rules, warm snapshots, cron jobs
+    # One per kind (jobs, list jobs, rules, warm snapshots, cron jobs) and the namespaces (their warm budgets)
+    assert steady["kubernetes_calls"] == {"list": 6}
     assert (edited["applied"], edited["statuses_written"], edited["dynamodb_writes"]) == (4, 4, 4)
 
 
