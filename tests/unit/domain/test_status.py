@@ -233,3 +233,9 @@ def test_invalid_retry_settings_are_rejected() -> None:
         RetryPolicy().attempt(0)
 
 
+def test_a_task_is_due_at_its_paced_start_else_at_its_claim() -> None:
+    assert NodeTaskRecord("n", 0).due_at is None  # not sent
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0).due_at == 10.0
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, starts_at=610.0).due_at == 610.0
+    # a start reserved before a later claim (a round's task claimed again) counts from the claim
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, starts_at=5.0).due_at == 10.0

@@ -91,6 +91,16 @@ class NodeTaskRecord:
     started_at: float | None = None
     finished_at: float | None = None
     updated_at: float | None = None
+    # The start its registry's budget gave its task, when later than the claim (`services.pacing`): the
+    # node's queue holds the task back until then.
+    starts_at: float | None = None
+
+    @property
+    def due_at(self) -> float | None:
+        """When the node's agent can first take its task: its paced start, else its claim; None: not sent."""
+        if self.dispatched_at is None:
+            return None
+        return self.dispatched_at if self.starts_at is None else max(self.dispatched_at, self.starts_at)
 
     @property
     def finished(self) -> bool:

@@ -362,17 +362,18 @@ def resend_dispatched(
     store: PlanItems, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None,
     tasks: Sequence[NodeTaskRecord] | None = None,
 ) -> tuple[int, list[tuple[str, str]]]:
-    """Sends again the tasks dispatched but never reported (a crash between claim and send). `tasks`:
+    """Sends again the tasks dispatched but never reported (a crash between claim and send), those due
+    (`NodeTaskRecord.due_at`: a paced task is not late before its start) by `older_than`. `tasks`:
     the job's node items in flight as the caller read them (the sweep); else its node items are read."""
     read = store.get_tasks(record.key, shards=record.ref.shards) if tasks is None else tasks
     pending = [
         t for t in read
-        if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None
-        and (older_than is None or t.dispatched_at <= older_than)
+        if t.round == record.round and t.phase is NodePhase.WAITING and (due := t.due_at) is not None
+        and (older_than is None or due <= older_than)
     ]
     if not pending:
         return 0, []
-    failures = queues.send_many(record.pull_tasks(t.node for t in pending))
+    failures = queues.send_many(record.resend_tasks(pending))
     return len(pending) - len(failures), failures
 
 
@@ -388,7 +389,7 @@ def resend_to_nodes(queues: TaskQueues, running: Sequence[StoredJob],
             continue
         for node, task in tasks[record.key].items():
             if task.round == record.round and task.phase is NodePhase.WAITING and task.dispatched_at is not None:
-                pending.append(record.pull_task(node))
+                pending += record.resend_tasks([task])
     if not pending:
         return {}, []
     failures = queues.send_many(pending)
