@@ -7,8 +7,8 @@ import pytest
 
 from prewarm.domain.messages import Hello
 from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
-from prewarm.services.jobs import apply_manifest
 from prewarm.services.dispatch import plan_job, resend_to_nodes
+from prewarm.services.jobs import apply_manifest
 from prewarm.services.pacing import PacedQueues
 from prewarm.services.reports import register_node
 from prewarm.services.schedules import SweepSettings, sweep
@@ -45,7 +45,7 @@ def start(plane: ControlPlane, nodes: tuple[str, ...] = NODES) -> float:
         plane.cluster.nodes.append(make_node(name))
         plane.queues.ensure_queue(name)
         register_node(plane.store, paced(plane), None, Hello(node=name), now=plane.now())
-    apply_manifest(plane.store, job_doc(image=f"{ECR}/ml/model:v1", parallelism=4), now=plane.now())
+    apply_manifest(plane.store, job_doc(image=f"{ECR}/ml/model:v1", parallelism=len(nodes)), now=plane.now())
     t0 = plane.now()
     plan_job(plane.store, plane.cluster, paced(plane), "default/warm", now=t0)
     return t0
@@ -129,3 +129,21 @@ def test_a_task_held_back_for_want_of_a_start_is_reserved_when_the_sweep_sends_i
 
     assert (task := plane.store.get_task("default/warm", "n3")) is not None and task.starts_at == t0 + 1200
     assert tat(plane) == t0 + 1600
+
+
+def test_a_task_the_budget_holds_back_past_the_silence_limit_is_not_failed_as_silent(plane: ControlPlane) -> None:
+    # Before: a held-back task was never sent, yet counted silent from its claim: timeoutSeconds (600) +
+    # 300 s later its node failed with "node has not responded", while the budget still held it back.
+    nodes = tuple(f"n{i}" for i in range(6))
+    t0 = start(plane, nodes)  # starts every 400 s: n0-n2 now, n3 from +300 s, n4 from +700 s, n5 from +1,100 s
+    clock = plane.clock
+    assert isinstance(clock, Clock)
+
+    for _ in range(20):  # the sweep each minute, to +1,200 s
+        clock.advance(60)
+        run_sweep(plane)
+
+    tasks = {n: plane.store.get_task("default/warm", n) for n in nodes[3:]}
+    assert {n: (t.phase.value, t.starts_at) for n, t in tasks.items() if t is not None} == {
+        "n3": ("Waiting", t0 + 1200), "n4": ("Waiting", t0 + 1600), "n5": ("Waiting", t0 + 2000)}
+    assert tat(plane) == t0 + 2400

@@ -387,9 +387,9 @@ def resend_to_nodes(queues: TaskQueues, running: Sequence[StoredJob],
     for record in running:
         if not record.is_dispatching:
             continue
-        for node, task in tasks[record.key].items():
-            if task.round == record.round and task.phase is NodePhase.WAITING and task.dispatched_at is not None:
-                pending += record.resend_tasks([task])
+        pending += record.resend_tasks(
+            t for t in tasks[record.key].values()
+            if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None)
     if not pending:
         return {}, []
     failures = queues.send_many(pending)

@@ -274,9 +274,11 @@ class BudgetItems(Protocol):
         (only those within `horizon` s when given); `budget`, their rates, is kept for `prewarm.domain.eta`."""
         ...
     def get_budget(self, key: str) -> BudgetState | None: ...  # as its last reservation left it
-    def record_pull_starts(self, ref: JobRound, starts: Mapping[str, float]) -> None:
-        """Writes each claimed node's paced start (`NodeTaskRecord.starts_at`) on its node item of `ref`'s
-        round; a node item no longer claimed in that round is left alone."""
+    def record_pull_starts(self, ref: JobRound, starts: Mapping[str, float], *, held: Sequence[str] = (),
+                           now: float) -> None:
+        """Writes each claimed node's paced start (`NodeTaskRecord.starts_at`), and `now` as the hold of each
+        node in `held` (`held_at`), on its node item of `ref`'s round; a node item no longer claimed in
+        that round is left alone."""
         ...
 
 

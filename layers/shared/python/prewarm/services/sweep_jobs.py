@@ -177,7 +177,8 @@ def _judge_in_flight(store: PlanItems, queues: TaskQueues, record: StoredJob, fl
     for task in flight:
         name = f"{record.key}:{task.node}"
         dispatched = task.dispatched_at if task.dispatched_at is not None else now
-        due = task.due_at if task.due_at is not None else now  # a paced task's node sees it at its start
+        # A paced task's node sees it at its start; a task the budget holds back was not sent at all.
+        unclaimed = task.unclaimed_since if task.unclaimed_since is not None else now
         if task.phase is NodePhase.WAITING and known is not None and config.no_agent_grace_seconds is not None \
                 and task.node not in known:
             if now - dispatched > config.no_agent_grace_seconds and _finish_task(
@@ -192,7 +193,7 @@ def _judge_in_flight(store: PlanItems, queues: TaskQueues, record: StoredJob, fl
                     part.silent_nodes.append(name)
             elif is_silent(task, now=now):
                 resend.append(task)
-        elif now - due > unclaimed_limit and _finish_task(
+        elif now - unclaimed > unclaimed_limit and _finish_task(
             store, record, task.node, NodePhase.FAILED, SILENT_NODE_MESSAGE, now=now
         ):
             part.silent_nodes.append(name)
