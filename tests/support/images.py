@@ -11,10 +11,13 @@ class LayerCounts:
         self.layers = layers
         self.index = platforms  # every image's manifest is an index of these (None: not an index)
         self.asked: list[tuple[str, str, str]] = []
+        self.regions: list[str] = []  # where each question of layers was asked
 
-    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
+    def platforms(self, registry_id: str, repository: str, digest: str, *,
+                  region: str = "") -> list[dict[str, str]] | None:
         return None if self.index is None else [dict(p) for p in self.index]
 
-    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
+    def layer_count(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None:
         self.asked.append((registry_id, repository, digest))
+        self.regions.append(region)
         return self.layers

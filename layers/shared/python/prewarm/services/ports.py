@@ -473,8 +473,11 @@ class NodeStates(Protocol):
 class ImageMetadata(Protocol):
     """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
 
-    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None: ...
-    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None: ...
+    def platforms(self, registry_id: str, repository: str, digest: str, *,
+                  region: str = "") -> list[dict[str, str]] | None: ...
+    def layer_count(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None:
+        """`region`: where the repository is ("": the stack's Region)."""
+        ...
 
 
 class ReplicaRegions(Protocol):

@@ -94,10 +94,10 @@ def _image_facts(images: ImageMetadata | None, push: ImagePush) -> tuple[list[di
     same whichever of the push and its replication event comes first (the latter says no media type)."""
     platforms = layers = None
     if images is not None and push.may_be_index:
-        platforms = images.platforms(push.account, push.repository, push.digest)
+        platforms = images.platforms(push.account, push.repository, push.digest, region=push.region)
     if images is not None:
         # The pull's share of the registry's budget (None: unknown, the budget assumes a default).
-        layers = images.layer_count(push.account, push.repository, push.digest)
+        layers = images.layer_count(push.account, push.repository, push.digest, region=push.region)
     return platforms, layers
 
 
