@@ -42,7 +42,8 @@ from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
           "registry mirrors", "agent versions", "node queues", "node queue policies", "registered clusters",
-          "replication events", "dead-letter queues", "credentials", "registry pulls", "image credentials", "warm snapshots", "sweep", "daily round")
+          "replication events", "dead-letter queues", "credentials", "registry pulls", "image credentials",
+          "warm snapshots", "sweep", "daily round")
 
 
 @dataclass
