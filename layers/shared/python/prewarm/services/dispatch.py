@@ -334,11 +334,12 @@ def _with_layers(record: StoredJob, images: ImageMetadata | None,
                  budgets: RegistryBudgets) -> tuple[StoredJob, str]:
     """The job with its image's layer count read from ECR (in the image's Region) when it has none, and
     the note its message carries while the count stays unknown: what its registry's budget costs each
-    pull at (`layersIfUnknown`). Other registries are not asked (docs/operations.md, "Registry budgets")."""
-    if record.layers is not None:
+    pull at (`layersIfUnknown`). Other registries are not asked (docs/architecture.md, "Layer counts").
+    Without `images` (no registry to ask) the job is left as it is."""
+    if record.layers is not None or images is None:
         return record, ""
     found = ecr_image_id(record.image)
-    if found is not None and images is not None:
+    if found is not None:
         layers = images.layer_count(found.registry_id, found.repository, found.reference, region=found.region)
         if layers is not None:
             return replace(record, layers=layers), ""
