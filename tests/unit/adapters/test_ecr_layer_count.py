@@ -103,6 +103,19 @@ def test_a_tag_s_layers_are_read_again_after_the_tag_moved(ecr: Any) -> None:
     assert images.layer_count(ACCOUNT, "ml/model", "latest") == 6
 
 
+def test_an_image_in_another_region_is_read_there(ecr: Any) -> None:
+    # Given a repository only in eu-west-1 (a replica's Region), and the stack's client in us-west-2
+    elsewhere = boto3.client("ecr", region_name="eu-west-1")
+    elsewhere.create_repository(repositoryName="ml/model")
+    digest = put(elsewhere, manifest(6, "eu"), OCI_MANIFEST, "v1")
+    images = EcrImages(ecr)
+
+    # Then its layers are read with BatchGetImage in eu-west-1; the stack's Region has no such image
+    assert images.layer_count(ACCOUNT, "ml/model", digest, region="eu-west-1") == 6
+    assert images.layer_count(ACCOUNT, "ml/model", digest) is None
+    assert images.layer_count(ACCOUNT, "ml/model", digest, region=REGION) is None
+
+
 def sized(sizes: list[int], nonce: str) -> dict[str, Any]:
     document = manifest(len(sizes), nonce)
     for layer, size in zip(document["layers"], sizes, strict=True):
@@ -139,8 +152,12 @@ def test_a_size_ecr_cannot_give_or_another_registry_s_is_unknown(ecr: Any, caplo
     assert f"size of {host}/ml/absent:v1 unknown" in caplog.text
 
 
-def test_another_regions_image_is_not_sized_by_this_regions_repository_of_the_same_name(ecr: Any) -> None:
-    put(ecr, sized([1_000], "one"), OCI_MANIFEST, "v1")
-    image = f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/ml/model:v1"
+def test_another_regions_image_is_sized_there_not_by_this_regions_namesake(ecr: Any) -> None:
+    put(ecr, sized([1_000], "here"), OCI_MANIFEST, "v1")
+    elsewhere = boto3.client("ecr", region_name="eu-west-1")
+    elsewhere.create_repository(repositoryName="ml/model")
+    digest = put(elsewhere, sized([5_000], "eu"), OCI_MANIFEST, "v1")
 
-    assert EcrImages(ecr).image_size(image).bytes is None
+    size = EcrImages(ecr).image_size(f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/ml/model:v1")
+
+    assert (size.digest, size.bytes) == (digest, 5_100)

@@ -1,5 +1,5 @@
-"""What ECR knows about an image: the platforms of a pushed index, its layer count and size (`BatchGetImage`), and
-where the registry replicates a repository (`DescribeRegistry`)."""
+"""What ECR knows about an image: the platforms of a pushed index, its layer count and its size (`BatchGetImage`,
+in the image's Region), and where the registry replicates a repository (`DescribeRegistry`)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,12 @@ class EcrImages:
 
     def __init__(self, client: Any = None) -> None:
         self._client = client
-        # The last manifest read of a digest, by (registry, repository, digest): a push asks for an index's
-        # platforms and its layer count, one read (a digest's manifest never changes; a tag's may, so a tag's
-        # is read each time: this object lives as long as a warm Lambda).
-        self._last: tuple[tuple[str, str, str], list[dict[str, Any]]] | None = None
+        # Clients of the other Regions asked (a replica's, a repository in another Region than the stack).
+        self._elsewhere: dict[str, Any] = {}
+        # The last manifest read of a digest, by (registry, repository, digest, region): a push asks for an
+        # index's platforms and its layer count, one read (a digest's manifest never changes; a tag's may,
+        # so a tag's is read each time: this object lives as long as a warm Lambda).
+        self._last: tuple[tuple[str, str, str, str], list[dict[str, Any]]] | None = None
 
     @property
     def client(self) -> Any:
@@ -51,9 +53,21 @@ class EcrImages:
             self._client = boto3.client("ecr")
         return self._client
 
-    def _manifests(self, registry_id: str, repository: str, digests: list[str]) -> list[dict[str, Any]]:
+    def _client_in(self, region: str) -> Any:
+        """The client of `region` ("" or the stack's own: `client`)."""
+        if not region or region == self.client.meta.region_name:
+            return self.client
+        if region not in self._elsewhere:
+            import boto3
+
+            self._elsewhere[region] = boto3.client("ecr", region_name=region)
+        return self._elsewhere[region]
+
+    def _manifests(self, registry_id: str, repository: str, digests: list[str],
+                   region: str = "") -> list[dict[str, Any]]:
+        client = self._client_in(region)
         try:
-            out = self.client.batch_get_image(
+            out = client.batch_get_image(
                 registryId=registry_id, repositoryName=repository,
                 imageIds=[_image_id(d) for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
             )
@@ -65,28 +79,28 @@ class EcrImages:
         except json.JSONDecodeError as e:
             raise EcrError(f"manifest of {repository}@{digests[0]} is not JSON") from e
 
-    def _manifest(self, registry_id: str, repository: str, digest: str) -> dict[str, Any] | None:
+    def _manifest(self, registry_id: str, repository: str, digest: str, region: str) -> dict[str, Any] | None:
         """The manifest `digest` (a digest, or a tag) names (None: ECR has none), a digest's read once for
         consecutive asks."""
-        key = (registry_id, repository, digest)
+        key = (registry_id, repository, digest, region)
         if self._last is not None and self._last[0] == key:
             return self._last[1][0] if self._last[1] else None
-        manifests = self._manifests(registry_id, repository, [digest])
+        manifests = self._manifests(registry_id, repository, [digest], region)
         if digest.startswith("sha256:"):
             self._last = (key, manifests)
         return manifests[0] if manifests else None
 
-    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
+    def layer_count(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None:
         """The layers of the image `digest` (a digest, or a tag) names (of an index, the most any of its images
-        has); None when ECR cannot say (logged: the count only sizes the pull's share of the registry budget,
-        never worth failing a push or a plan for)."""
+        has), read in `region` ("": the client's); None when ECR cannot say (logged: the count only sizes
+        the pull's share of the registry budget, never worth failing a push or a plan for)."""
         try:
-            manifest = self._manifest(registry_id, repository, digest)
+            manifest = self._manifest(registry_id, repository, digest, region)
             manifests = [] if manifest is None else [manifest]
             if manifest is not None and "manifests" in manifest:
                 children = [m["digest"] for m in manifest["manifests"]
                             if (m.get("platform") or {}).get("os") not in (None, "unknown") and m.get("digest")]
-                manifests = self._manifests(registry_id, repository, children) if children else []
+                manifests = self._manifests(registry_id, repository, children, region) if children else []
         except EcrError as e:
             log.warning("layer count unknown: %s", e)
             return None
@@ -96,13 +110,12 @@ class EcrImages:
     def image_size(self, image: str) -> ImageCost:
         """`ImageSizes` on ECR: the image's digest and compressed bytes (its layers and config as the manifest
         lists them; of an index, the largest platform's: which platform a node pulls is known at its plan).
-        Another registry's image, another Region's, or one ECR cannot read (logged), is unknown."""
+        Another registry's image, or one ECR cannot read (logged), is unknown."""
         found = ecr_image_id(image)
-        region = getattr(getattr(self.client, "meta", None), "region_name", None) if found is not None else None
-        if found is None or region not in (None, found.region):
-            return ImageCost(image)  # another registry's, or another Region's: its repository is not asked here
+        if found is None:
+            return ImageCost(image)
         try:
-            out = self.client.batch_get_image(
+            out = self._client_in(found.region).batch_get_image(
                 registryId=found.registry_id, repositoryName=found.repository,
                 imageIds=[_image_id(found.reference)], acceptedMediaTypes=_MANIFEST_TYPES)
             (read,) = out.get("images") or [None]
@@ -114,7 +127,8 @@ class EcrImages:
             if "manifests" in manifest:
                 children = [m["digest"] for m in manifest["manifests"]
                             if (m.get("platform") or {}).get("os") not in (None, "unknown") and m.get("digest")]
-                manifests = self._manifests(found.registry_id, found.repository, children) if children else []
+                manifests = (self._manifests(found.registry_id, found.repository, children, found.region)
+                             if children else [])
         except (ClientError, EcrError, json.JSONDecodeError, ValueError) as e:
             log.warning("size of %s unknown: %s", image, e)
             return ImageCost(image)
@@ -122,9 +136,10 @@ class EcrImages:
                  for m in manifests if "layers" in m]
         return ImageCost(image, digest, max(sizes) if sizes else None)
 
-    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
+    def platforms(self, registry_id: str, repository: str, digest: str, *,
+                  region: str = "") -> list[dict[str, str]] | None:
         """The index's platforms, or None when the manifest is not an index (platform unknown)."""
-        manifest = self._manifest(registry_id, repository, digest)
+        manifest = self._manifest(registry_id, repository, digest, region)
         if manifest is None or "manifests" not in manifest:
             return None
         platforms = []
