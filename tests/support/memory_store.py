@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
-from prewarm.domain.job import ApiKind, JobRound, StoredJob
+from prewarm.domain.job import ApiKind, EarlierImage, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.placement import ExcludedNode
@@ -110,6 +110,7 @@ def _job_item(job: StoredJob) -> dict[str, Any]:
         "pull_secret_arns": job.pull_secret_arns or None, "placement_note": job.placement_note or None,
         "seeds": job.seeds or None, "first_estimate": job.first_estimate or None, "parked": job.parked or None,
         "awaits_replica": job.awaits_replica or None,
+        "earlier": job.earlier.to_json() if job.earlier else None,
         RUNNING: _running(job.cluster) if _runs(job) else None, "cluster": job.cluster or None,
     }
 
@@ -143,6 +144,7 @@ def _job(values: Mapping[str, Any]) -> StoredJob:
         placement_note=values.get("placement_note", ""),
         seeds=list(values.get("seeds", [])), first_estimate=values.get("first_estimate", ""),
         parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
+        earlier=EarlierImage.from_json(values.get("earlier")),
         cluster=values.get("cluster", DEFAULT_CLUSTER),
     )
 
@@ -193,6 +195,7 @@ class MemoryJobItems(TableItems):
             "platforms": json.dumps(job.platforms), "layers": job.layers, "state": job.state,
             "start_time": job.start_time,
             "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
+            "earlier": job.earlier.to_json() if job.earlier else None,
             RUNNING: _running(job.cluster) if _runs(job) else None,
         }
         self.table.update(f"update job {job.key}", job_pk(job.key), "JOB", fields,

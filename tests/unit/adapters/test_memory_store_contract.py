@@ -18,7 +18,7 @@ from prewarm.adapters import dynamodb
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues, ProbeQueue, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
-from prewarm.domain.job import ApiKind, JobRound, StoredJob
+from prewarm.domain.job import ApiKind, EarlierImage, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
 from prewarm.domain.messages import CancelTask, ClusterProbe, NodePhase, PullTask, RequiredImage, RequiredImages
@@ -122,12 +122,12 @@ def test_a_job_created_twice_is_refused(store: Store) -> None:
 def test_a_spec_is_replaced_only_over_the_hash_expected(store: Store) -> None:
     store.create_job(job())
     new = job(manifest={"spec": {"image": "r.example/app:v2"}}, spec_hash="h2", generation=2, round=1,
-              state=JobState.RUNNING, message="")
+              state=JobState.RUNNING, message="", earlier=EarlierImage(0, "r.example/app:v1", pinned=True))
     assert refusal(lambda: store.replace_job_spec(new, expected_hash="stale")) == "StoreConflictError"
     store.replace_job_spec(new, expected_hash="h1")
     got = store.get_job(KEY)
-    assert got is not None and (got.spec_hash, got.generation, got.round, got.manifest) == (
-        "h2", 2, 1, {"spec": {"image": "r.example/app:v2"}})
+    assert got is not None and (got.spec_hash, got.generation, got.round, got.manifest, got.earlier) == (
+        "h2", 2, 1, {"spec": {"image": "r.example/app:v2"}}, new.earlier)
     assert refusal(lambda: store.replace_job_spec(job("other"), expected_hash="h1")) == "StoreConflictError"
 
 
@@ -173,13 +173,14 @@ def test_shards_are_fixed_once(store: Store) -> None:
 def test_a_plan_commits_over_the_version_read_and_moves_it(store: Store) -> None:
     assert refusal(lambda: store.commit_plan(KEY, plan_id="1.0", expected_version=0, counters=Counters(),
                                              extra={})) == "StoreConflictError"
-    store.create_job(job())
+    store.create_job(job(earlier=EarlierImage(0, "r.example/app:v0")))
     store.commit_plan(KEY, plan_id="1.0", expected_version=0, counters=Counters(desired=3, waiting=2, succeeded=1),
-                      extra={"pull_secret_arns": ["arn:1"], "start_time": 9.0})
+                      extra={"pull_secret_arns": ["arn:1"], "start_time": 9.0, "earlier": None})
     assert refusal(lambda: store.commit_plan(KEY, plan_id="1.0", expected_version=0, counters=Counters(),
                                              extra={})) == "StoreConflictError"
     got = store.get_job(KEY)
-    assert got is not None and (got.planned, got.pull_secret_arns, got.start_time) == ("1.0", ["arn:1"], 9)
+    assert got is not None and (got.planned, got.pull_secret_arns, got.start_time, got.earlier) == (
+        "1.0", ["arn:1"], 9, None)
     assert counters(store) == (3, 2, 0, 1, 0, 1)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item, job_pk, plain_value, task_pk, to_item
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
-from prewarm.domain.job import ApiKind, StoredJob
+from prewarm.domain.job import ApiKind, EarlierImage, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.status import Counters
 from prewarm.services.ports import StoreConflictError
@@ -89,6 +89,7 @@ class JobItems(Table):
                 "placement_note": job.placement_note or None,
                 "seeds": job.seeds or None, "first_estimate": job.first_estimate or None,
                 "parked": job.parked or None, "awaits_replica": job.awaits_replica or None,
+                "earlier": job.earlier.to_json() if job.earlier else None,
                 RUNNING: _running(job.cluster) if _runs(job) else None,
                 "cluster": job.cluster or None,
             }
@@ -124,6 +125,7 @@ class JobItems(Table):
             placement_note=values.get("placement_note", ""),
             seeds=list(values.get("seeds", [])), first_estimate=values.get("first_estimate", ""),
             parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
+            earlier=EarlierImage.from_json(values.get("earlier")),
             cluster=values.get("cluster", DEFAULT_CLUSTER),
         )
 
@@ -151,6 +153,7 @@ class JobItems(Table):
             "completion_time": job.completion_time,
             "message": job.message,
             "ttl": job.ttl,
+            "earlier": job.earlier.to_json() if job.earlier else None,
             RUNNING: _running(job.cluster) if _runs(job) else None,
         }
         self._update(
