@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from prewarm.domain.images import parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import NodePhase, ReleaseImage
@@ -40,6 +41,13 @@ class NodeImage:
 def wants_images(job: StoredJob) -> bool:
     """Whether `job` still wants its image on its nodes: a live (not deleting) ImagePullJob."""
     return job.is_pull_job and job.state is not JobState.DELETING
+
+
+def wanted_repository(job: StoredJob) -> str | None:
+    """The repository whose releases must ask `job` what it wants (the `images` index of the job table
+    holds it), or None for a job that wants no image. A job's earlier image (a new round not planned yet)
+    is not indexed: that round's plan releases it soon, and the agent keeps what a task wants again."""
+    return parse_image(job.image).name if wants_images(job) and job.image else None
 
 
 def images_on_nodes(job: StoredJob, tasks: Iterable[NodeTaskRecord]) -> list[NodeImage]:

@@ -22,6 +22,8 @@ from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.ports import NodeItems, PlanItems, StoreConflictError, TaskQueues, TaskSendError
 
 log = logging.getLogger(__name__)
+# BatchGetItem reads at most 100 items a call: fewer nodes than that are read by key, more by their pages.
+_BATCH_READ = 100
 
 
 def release_images(store: PlanItems, queues: TaskQueues, record: StoredJob, *, remove_after: int | None) -> int:
@@ -76,19 +78,23 @@ def _send(queues: TaskQueues, messages: Sequence[ReleaseImage]) -> None:
 
 
 def _still_wanted(store: PlanItems, record: StoredJob, nodes: Collection[str]) -> dict[str, list[NodeImage]]:
-    """The images the other live jobs of `record`'s cluster want on `nodes`. Only jobs of the same
-    repository are read: the same image under the name of another repository is not looked for (the
-    agent still never removes an image with a name it did not pull)."""
+    """The images the other live jobs of `record`'s cluster want on `nodes`: the jobs of its repository,
+    through the table's `images` index (not every job stored), and of each only its node items on `nodes`
+    when they fit one batch read, else all of them in pages. The same image under the name of another
+    repository is not looked for (the agent still never removes an image with a name it did not pull)."""
     references = [record.pull_reference] + ([record.earlier.reference] if record.earlier is not None else [])
-    repositories = {parse_image(reference).name for reference in references}
     still_wanted: dict[str, list[NodeImage]] = defaultdict(list)
-    for other in store.list_jobs():
-        if (other.key == record.key or other.cluster != record.cluster or not wants_images(other)
-                or not other.shards or parse_image(other.pull_reference).name not in repositories):
-            continue
-        for image in images_on_nodes(other, store.get_tasks(other.key, shards=other.ref.shards)):
-            if image.node in nodes:
-                still_wanted[image.node].append(image)
+    for repository in sorted({parse_image(reference).name for reference in references}):
+        for other in store.list_image_jobs(record.cluster, repository):
+            if other.key == record.key or not wants_images(other) or not other.shards:
+                continue
+            if len(nodes) <= _BATCH_READ:
+                tasks: Iterable[NodeTaskRecord] = store.get_tasks_of(other.ref, nodes).values()
+            else:
+                tasks = store.get_tasks(other.key, shards=other.ref.shards)
+            for image in images_on_nodes(other, tasks):
+                if image.node in nodes:
+                    still_wanted[image.node].append(image)
     return still_wanted
 
 
