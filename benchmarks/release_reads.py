@@ -84,7 +84,8 @@ class Sink:
 
 def seed(store: Any, jobs: int, repositories: int, nodes: list[str], now: float) -> list[str]:
     """`jobs` pinned ImagePullJobs, job i of repository i % `repositories`; those of repository 0 planned
-    on `nodes`, each node Succeeded with an image of its own (another tag: nothing else wants it). Returns the keys of repository 0's jobs."""
+    on `nodes`, each node Succeeded with an image of its own (another tag: nothing else wants it). Returns
+    the keys of repository 0's jobs."""
     from moto.dynamodb.models import dynamodb_backends
 
     from prewarm.domain.job import ApiKind, StoredJob
