@@ -408,6 +408,7 @@ def test_a_new_image_leaves_the_planned_rounds_image_as_the_earlier_one() -> Non
     # the node items of round 1 hold nginx:1.25; those of round 2 (and later) the current spec's image
     assert changed.image_of_round(1) == changed.earlier
     assert changed.image_of_round(2) == EarlierImage(2, "docker.io/library/nginx:1.26", pinned=False)
+    assert job.image_of_round(1) == EarlierImage(1, "docker.io/library/nginx:1.25", pinned=True)
     # another new image before round 2's plan: round 1's items still hold nginx:1.25
     again = changed.respecified(pull_manifest(image="nginx:1.27"), "h3", now=T0, platforms=None)
     assert again.earlier == changed.earlier and again.round == 3
