@@ -207,8 +207,11 @@ def test_a_jobs_new_image_releases_the_earlier_one_unpinned_then_removed_after_t
     apply_manifest(store, job("changing", v2.reference, [name], pin=True), now=applied_at)
 
     # Then v2 is pulled (and pinned), v1 unpinned at the new round's plan, and removed after the grace period
-    wait_until(lambda: store.get_job("default/changing").round == 1  # type: ignore[union-attr]
-               and succeeded(local, "default/changing", [name]), 60, "v2 pulled")
+    def v2_pulled() -> bool:
+        task = store.get_task("default/changing", name)
+        return task is not None and task.round == 1 and task.phase is NodePhase.SUCCEEDED
+
+    wait_until(v2_pulled, 60, "v2 pulled")
     if pins:
         assert pinned(node, v2.reference) is True
         wait_until(lambda: pinned(node, v1.reference) is not True, 30, "v1 unpinned")
