@@ -21,6 +21,7 @@ from prewarm.domain.boot import (
     boot_record,
     current,
     label_patch,
+    labels_from_images,
     labels_held,
     node_condition,
     node_label_of,
@@ -172,3 +173,14 @@ def test_a_rules_node_label_is_carried_by_its_jobs_and_must_be_a_label_key() -> 
             PrewarmRule.from_manifest({**doc, "spec": {"repositories": ["ml/*"], "nodeLabel": bad}})
         assert caught.value.errors[0].path == "spec.nodeLabel"
         assert caught.value.errors[0].message.startswith(why)
+
+
+def test_a_late_node_s_label_holds_once_every_image_of_the_rule_s_newest_jobs_is_on_it() -> None:
+    current = {"prewarm.dev/torch": {"r/a@sha256:1", "r/b@sha256:2"}, "prewarm.dev/other": {"r/c@sha256:3"}}
+    # Judged only for a label whose images the node's Never jobs or boot say something of
+    assert labels_from_images(current, present=["r/a@sha256:1"], known=["r/a@sha256:1"]) == {
+        "prewarm.dev/torch": False}
+    assert labels_from_images(current, present=["r/a@sha256:1", "r/b@sha256:2"],
+                              known=["r/a@sha256:1", "r/b@sha256:2"]) == {"prewarm.dev/torch": True}
+    assert labels_from_images(current, present=[], known=["r/c@sha256:3"]) == {"prewarm.dev/other": False}
+    assert labels_from_images({"prewarm.dev/none": set()}, present=[], known=[]) == {}

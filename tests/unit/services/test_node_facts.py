@@ -13,6 +13,7 @@ from prewarm.domain.boot import CONDITION_TYPE, PRESENT_AT_BOOT, PULLED, PULLING
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.jobs import NODE_LABEL_ANNOTATION, job_key
 from prewarm.domain.messages import ALREADY_PRESENT, Hello, StatusReport
+from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANNOTATION
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.ports import ClusterUnavailableError
@@ -39,7 +40,9 @@ def never_job(plane: ControlPlane, name: str, image: str) -> None:
 def rule_job(plane: ControlPlane, name: str, image: str) -> None:
     """A rule's job as `PrewarmRule.job_for_push` makes it for a rule with `spec.nodeLabel: prewarm.dev/torch`."""
     doc = job_doc(name, image=image, selector=GPU, parallelism=10)
-    doc["metadata"]["annotations"] = {NODE_LABEL_ANNOTATION: LABEL}
+    repository = image.partition("/")[2].partition("@")[0]
+    doc["metadata"]["annotations"] = {NODE_LABEL_ANNOTATION: LABEL, RULE_ANNOTATION: "torch",
+                                      REPOSITORY_ANNOTATION: repository, TAG_ANNOTATION: "v1"}
     apply_manifest(plane.store, doc, now=plane.now())
     plane.plan(name)
 
@@ -228,3 +231,65 @@ def test_the_sweep_repairs_a_condition_and_a_label_a_report_could_not_write(plan
     # Then the Node says what its pulls say
     assert condition(node)[:2] == ("True", PULLED)
     assert node["metadata"]["labels"][LABEL] == "true"
+
+
+
+def labelled_rule(plane: ControlPlane) -> None:
+    """The rule `rule_job`'s jobs stand for: its `spec.nodeLabel` is what makes late joiners judged."""
+    apply_manifest(plane.store, {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule",
+                                 "metadata": {"name": "torch"},
+                                 "spec": {"repositories": ["ml/*"], "nodeLabel": LABEL,
+                                          "template": {"spec": {"selector": GPU}}}}, now=plane.now())
+
+
+def test_a_node_that_joins_after_a_rule_s_push_gets_the_label_once_its_never_job_pulled_the_image(
+    plane: ControlPlane,
+) -> None:
+    # Given a labelled rule whose push's job (Always) is done on the node present then, and a Never job that
+    # keeps the pushed digest warm on the pool
+    labelled_rule(plane)
+    present = make_node("gpu-0", pool="gpu")
+    plane.cluster.nodes.append(present)
+    rule_job(plane, "torch-aaaa", IMAGE)
+    report(plane, "torch-aaaa", "gpu-0", "Succeeded", bytes_done=1000, bytes_total=1000)
+    assert present["metadata"]["labels"][LABEL] == "true"
+    never_job(plane, "keep", IMAGE)
+
+    # When a node joins after that push (none since): its hello adds it to the Never job, which pulls the image
+    late = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(late)
+    hello(plane, "gpu-1")
+    report(plane, "keep", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+    assert LABEL not in late["metadata"]["labels"]
+    report(plane, "keep", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+
+    # Then it carries the label, as the node present at the push does
+    assert late["metadata"]["labels"][LABEL] == "true"
+    assert condition(late)[:2] == ("True", PULLED)
+
+
+def test_a_late_node_with_the_image_at_boot_gets_the_label_but_not_while_another_rule_image_is_missing(
+    plane: ControlPlane,
+) -> None:
+    # Given a labelled rule with two images pushed (two repositories), and a Never job keeping one of them warm
+    labelled_rule(plane)
+    plane.cluster.nodes.append(make_node("gpu-0", pool="gpu"))
+    rule_job(plane, "torch-aaaa", IMAGE)
+    rule_job(plane, "tok-cccc", f"{REPO}-tokenizer@sha256:{'c' * 64}")
+    never_job(plane, "keep", IMAGE)
+
+    # When a node booted with that one image joins, and its Never task finds it present
+    late = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(late)
+    hello(plane, "gpu-1", images=[IMAGE])
+    report(plane, "keep", "gpu-1", "Succeeded", message=ALREADY_PRESENT)
+
+    # Then it is not labelled: the rule's other image is on it by no account
+    assert LABEL not in late["metadata"]["labels"]
+
+    # When a Never job keeps the other image warm too, and it is pulled there
+    never_job(plane, "keep-tok", f"{REPO}-tokenizer@sha256:{'c' * 64}")
+    report(plane, "keep-tok", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+
+    # Then it is
+    assert late["metadata"]["labels"][LABEL] == "true"

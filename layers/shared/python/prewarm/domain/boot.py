@@ -9,7 +9,7 @@ agent started, has all of them and is released at once. Everything here is pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +161,20 @@ def labels_held(pulls: Iterable[tuple[str, bool]]) -> dict[str, bool]:
     for key, present in pulls:
         held[key] = held.get(key, True) and present
     return held
+
+
+def labels_from_images(current: Mapping[str, Collection[str]], present: Collection[str],
+                       known: Collection[str]) -> dict[str, bool]:
+    """For a node in none of a labelled rule's jobs (it joined after the rule's last push): per label, whether
+    every image of the rule's newest jobs (`current`: label -> their pull references) is on the node
+    (`present`: Succeeded in its `Never` jobs, or there at boot). A label none of whose images the node's
+    `Never` jobs or boot say anything of (`known`) is not judged: nothing tells whether they are there.
+
+    >>> labels_from_images({"warm": ["r/a@sha256:1"], "gpu": ["r/b@sha256:2"]}, [], ["r/a@sha256:1"])
+    {'warm': False}
+    """
+    return {label: all(image in present for image in images) for label, images in current.items()
+            if images and not set(images).isdisjoint(known)}
 
 
 def _pointer(key: str) -> str:

@@ -5,21 +5,33 @@ The first hello sets the condition (`services.boot`), and a tainted node's `Warm
 never held the taint, or that a new `Never` job selects later, is judged here when reports change its
 phases in those jobs or a labelled rule's (`record_status`), and an unverified node once its cluster answers
 (`services.verifying`). A rule with `spec.nodeLabel` puts that label on a node once every image of its jobs
-there is present, and takes it off while a new one (a new digest pushed) is not.
+there is present, and takes it off while a new one (a new digest pushed) is not. A node in none of a
+labelled rule's jobs (it joined after the rule's last push: a rule's jobs are `Always`) holds the label once
+every image of the rule's newest jobs is on it through its `Never` jobs or at boot.
 
 Per node judged: its registration, its Node (one GET), and a write only when the condition or a label
-differs from what the Node shows; the jobs' node items are read once for all the nodes of a batch.
+differs from what the Node shows; the jobs' node items are read once for all the nodes of a batch, and, for a
+batch with a node in a `Never` job while a rule has `spec.nodeLabel`, the rules and jobs once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from prewarm.domain.boot import at_pulls, label_patch, labels_held, node_condition, node_label_of
+from prewarm.domain.boot import (
+    at_pulls,
+    label_patch,
+    labels_from_images,
+    labels_held,
+    node_condition,
+    node_label_of,
+)
 from prewarm.domain.job import StoredJob
+from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import NodePhase
+from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANNOTATION
 from prewarm.services.boot import set_condition
 from prewarm.services.ports import (
     ClusterError,
@@ -28,6 +40,7 @@ from prewarm.services.ports import (
     NodeItems,
     NodeTaskItems,
     NodeWarmWrites,
+    RuleItems,
     StoreError,
 )
 
@@ -38,8 +51,8 @@ log = logging.getLogger(__name__)
 NODES_PER_BATCH = 100
 
 
-class FactItems(JobItems, NodeTaskItems, NodeItems, Protocol):
-    """Jobs, their node items and registered nodes."""
+class FactItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):
+    """Jobs, their node items, registered nodes and rules."""
 
 
 def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: Iterable[str], *, now: float,
@@ -61,6 +74,7 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
         log.warning("nodes %s: their PrewarmWarm condition and labels not judged now: %s", ", ".join(names), e)
         return []
     written: list[str] = []
+    current: dict[str, set[str]] | None = None  # read once, for the first node in Never jobs only
     for node in names:
         never = [(r.pull_reference, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
                  for r in records if r.is_running_never and node in tasks[r.key]]
@@ -69,7 +83,11 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
         if not never and not labelled and not every:
             continue  # in none of these jobs: nothing of its warm-up changed
         try:
-            if _judge(store, writes, cluster, node, never, labelled, now=now):
+            if never and current is None:
+                current = _rule_images(store, cluster)
+            late = {label: images for label, images in (current or {}).items()
+                    if label not in {key for key, _ in labelled}}
+            if _judge(store, writes, cluster, node, never, labelled, late, now=now):
                 written.append(node)
         except (ClusterError, StoreError) as e:
             log.warning("node %s: its PrewarmWarm condition and labels not written: %s", node, e)
@@ -91,16 +109,42 @@ def _judged_jobs(store: FactItems, cluster: str, keys: Iterable[str]) -> list[St
     return [r for r in running.values() if sets_node_facts(r)]
 
 
+def _rule_images(store: FactItems, cluster: str) -> dict[str, set[str]]:
+    """Per label of a rule with `spec.nodeLabel`, the images of the rule's newest jobs in `cluster` (one per
+    repository and tag: the digests kept by `keepDigests` are not what a node joining now must have). Read
+    only while such a rule exists: a stack without one lists no job here."""
+    if not any((doc.get("spec") or {}).get("nodeLabel") for doc in store.list_rules()):
+        return {}
+    newest: dict[tuple[str, ...], StoredJob] = {}
+    for job in store.list_jobs():
+        label = node_label_of(job.manifest)
+        if label is None or job.cluster != cluster or not job.is_pull_job or job.state is JobState.DELETING:
+            continue
+        notes = job.manifest["metadata"]["annotations"]
+        origin = (label, *(str(notes.get(k, "")) for k in (RULE_ANNOTATION, REPOSITORY_ANNOTATION, TAG_ANNOTATION)))
+        if origin not in newest or (job.created_at or 0.0) > (newest[origin].created_at or 0.0):
+            newest[origin] = job
+    images: dict[str, set[str]] = {}
+    for (label, *_), job in newest.items():
+        images.setdefault(label, set()).add(job.pull_reference)
+    return images
+
+
 def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, never: Sequence[tuple[str, bool]],
-           labelled: Sequence[tuple[str, bool]], *, now: float) -> bool:
+           labelled: Sequence[tuple[str, bool]], late: Mapping[str, set[str]], *, now: float) -> bool:
+    """`late`: per label of a rule none of whose jobs the node is in, the images of the rule's newest jobs: the
+    node joined after the rule's push, and holds the label once its `Never` jobs (or its boot) have them."""
     registered = store.get_node(node, cluster)
+    at_boot = set(registered.boot.present) if registered is not None and registered.boot is not None else set()
+    held = labels_held(labelled)
+    held.update(labels_from_images(late, {image for image, ok in never if ok} | at_boot,
+                                   {image for image, _ in never} | at_boot))
     condition = None
     # Not registered, or not judged yet by its first hello (that hello sets the condition): its labels only.
     if registered is not None and (registered.boot is not None or never):
-        at_boot = set(registered.boot.present) if registered.boot is not None else set()
         condition = at_pulls(registered.boot, [image for image, _ in never],
                              [image for image, present in never if not present and image not in at_boot])
-    elif not labelled:
+    elif not held:
         return False
     seen = writes.get_node(node)
     if seen is None:
@@ -109,15 +153,15 @@ def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, ne
     if condition is not None and node_condition(seen) != condition:
         set_condition(writes, node, condition, now=now)
         wrote = True
-    for key, held in sorted(labels_held(labelled).items()):
-        if (ops := label_patch(seen, key, held)) is None:
+    for key, has in sorted(held.items()):
+        if (ops := label_patch(seen, key, has)) is None:
             continue
         try:
             writes.patch_node(node, ops)
         except ClusterInvalidError as e:  # its guard failed: the Node changed since read; the next report tells
             log.info("node %s: label %s not changed now: %s", node, key, e)
             continue
-        log.info("node %s: label %s %s", node, key, "set" if held else "removed")
+        log.info("node %s: label %s %s", node, key, "set" if has else "removed")
         wrote = True
     return wrote
 
