@@ -17,7 +17,7 @@ from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANN
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.ports import ClusterUnavailableError
-from prewarm.services.schedules import SweepSettings, sweep
+from prewarm.services.schedules import SweepSettings, repull_daily, sweep
 from prewarm.services.status_batches import StatusBatchOutcome, record_status
 from tests.support.cluster import FakeCluster, make_node, recorded_reads
 from tests.support.cluster_directory import clusters_of
@@ -293,3 +293,48 @@ def test_a_late_node_with_the_image_at_boot_gets_the_label_but_not_while_another
 
     # Then it is
     assert late["metadata"]["labels"][LABEL] == "true"
+
+
+def test_a_daily_re_pull_of_digests_the_node_holds_leaves_its_condition_true(plane: ControlPlane) -> None:
+    # Given a node warm for two Never jobs, whose kubelet lists both digests on its Node
+    never_job(plane, "torch", IMAGE)
+    never_job(plane, "torch-next", NEWER)
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(node)
+    hello(plane, "gpu-1")
+    for name in ("torch", "torch-next"):
+        report(plane, name, "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+    node["status"]["images"] = [{"names": [IMAGE, f"{REPO}:v1"], "sizeBytes": 1000},
+                                {"names": [NEWER], "sizeBytes": 1000}]
+    warm = condition(node)
+    assert warm[:2] == ("True", PULLED)
+
+    # When the daily round re-pulls both: one job's task finds its image there while the other's is still
+    # waiting, then pulling again (imagePullPolicy Always)
+    assert sorted(repull_daily(plane.store)) == [job_key("default", "torch"), job_key("default", "torch-next")]
+    plane.plan("torch")
+    plane.plan("torch-next")
+    report(plane, "torch", "gpu-1", "Succeeded", message=ALREADY_PRESENT)
+    report(plane, "torch-next", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then its condition never says Pulling: the node holds both digests all along
+    assert condition(node)[:2] == ("True", PULLED)
+
+
+def test_a_new_round_of_a_digest_the_node_does_not_list_still_shows_pulling(plane: ControlPlane) -> None:
+    # Given a node warm for a Never job, whose Node lists no image (its image was removed since)
+    never_job(plane, "torch", IMAGE)
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(node)
+    hello(plane, "gpu-1")
+    report(plane, "torch", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+
+    # When the daily round pulls it again
+    repull_daily(plane.store)
+    plane.plan("torch")
+    report(plane, "torch", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then the condition says so until the pull succeeds
+    assert condition(node)[:2] == ("False", PULLING)
+    report(plane, "torch", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+    assert condition(node)[:2] == ("True", PULLED)

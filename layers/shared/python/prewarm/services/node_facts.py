@@ -22,11 +22,13 @@ from typing import Protocol
 
 from prewarm.domain.boot import (
     at_pulls,
+    digests_on_node,
     label_patch,
     labels_from_images,
     labels_held,
     node_condition,
     node_label_of,
+    pulls_present,
 )
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
@@ -78,7 +80,7 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
     for node in names:
         never = [(r.pull_reference, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
                  for r in records if r.is_running_never and node in tasks[r.key]]
-        labelled = [(label, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
+        labelled = [(label, r.pull_reference, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
                     for r in records if (label := node_label_of(r.manifest)) and node in tasks[r.key]]
         if not never and not labelled and not every:
             continue  # in none of these jobs: nothing of its warm-up changed
@@ -86,7 +88,7 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
             if never and current is None:
                 current = _rule_images(store, cluster)
             late = {label: images for label, images in (current or {}).items()
-                    if label not in {key for key, _ in labelled}}
+                    if label not in {key for key, _, _ in labelled}}
             if _judge(store, writes, cluster, node, never, labelled, late, now=now):
                 written.append(node)
         except (ClusterError, StoreError) as e:
@@ -131,24 +133,28 @@ def _rule_images(store: FactItems, cluster: str) -> dict[str, set[str]]:
 
 
 def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, never: Sequence[tuple[str, bool]],
-           labelled: Sequence[tuple[str, bool]], late: Mapping[str, set[str]], *, now: float) -> bool:
-    """`late`: per label of a rule none of whose jobs the node is in, the images of the rule's newest jobs: the
-    node joined after the rule's push, and holds the label once its `Never` jobs (or its boot) have them."""
+           labelled: Sequence[tuple[str, str, bool]], late: Mapping[str, set[str]], *, now: float) -> bool:
+    """`never`, `labelled`: the node's tasks in the judged jobs (image, whether Succeeded; label first for a
+    rule's job). `late`: per label of a rule none of whose jobs the node is in, the images of the rule's newest
+    jobs: the node joined after the rule's push, and holds the label once its `Never` jobs (or its boot) have
+    them."""
     registered = store.get_node(node, cluster)
     at_boot = set(registered.boot.present) if registered is not None and registered.boot is not None else set()
-    held = labels_held(labelled)
-    held.update(labels_from_images(late, {image for image, ok in never if ok} | at_boot,
-                                   {image for image, _ in never} | at_boot))
-    condition = None
     # Not registered, or not judged yet by its first hello (that hello sets the condition): its labels only.
-    if registered is not None and (registered.boot is not None or never):
-        condition = at_pulls(registered.boot, [image for image, _ in never],
-                             [image for image, present in never if not present and image not in at_boot])
-    elif not held:
+    judged = registered is not None and (registered.boot is not None or bool(never))
+    if not judged and not labelled and not late:
         return False
     seen = writes.get_node(node)
     if seen is None:
         return False  # gone from the cluster: the departures forget it
+    on_node = at_boot | digests_on_node(seen)
+    present = pulls_present([(image, ok) for image, ok in never], on_node)
+    held = labels_held((label, pulls_present([(image, ok)], on_node)[image]) for label, image, ok in labelled)
+    held.update(labels_from_images(late, {image for image, ok in present.items() if ok} | on_node,
+                                   set(present) | on_node))
+    condition = None
+    if judged and registered is not None:
+        condition = at_pulls(registered.boot, list(present), [image for image, ok in present.items() if not ok])
     wrote = False
     if condition is not None and node_condition(seen) != condition:
         set_condition(writes, node, condition, now=now)
