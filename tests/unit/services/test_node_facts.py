@@ -338,3 +338,23 @@ def test_a_new_round_of_a_digest_the_node_does_not_list_still_shows_pulling(plan
     assert condition(node)[:2] == ("False", PULLING)
     report(plane, "torch", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
     assert condition(node)[:2] == ("True", PULLED)
+
+
+def test_a_daily_re_pull_keeps_the_label_of_a_node_whose_rule_job_pulled_the_image(plane: ControlPlane) -> None:
+    # Given a node labelled by a rule's finished job, and a Never job keeping the same digest warm there
+    labelled_rule(plane)
+    node = make_node("gpu-0", pool="gpu")
+    plane.cluster.nodes.append(node)
+    rule_job(plane, "torch-aaaa", IMAGE)
+    report(plane, "torch-aaaa", "gpu-0", "Succeeded", bytes_done=1000, bytes_total=1000)
+    never_job(plane, "keep", IMAGE)
+    report(plane, "keep", "gpu-0", "Succeeded", message=ALREADY_PRESENT)
+    assert node["metadata"]["labels"][LABEL] == "true"
+
+    # When the daily round re-pulls the Never job's image there (its Node lists no image: a local node)
+    repull_daily(plane.store)
+    plane.plan("keep")
+    report(plane, "keep", "gpu-0", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then the label stays: the rule's own job put the image there
+    assert node["metadata"]["labels"][LABEL] == "true"

@@ -30,10 +30,13 @@ from prewarm.domain.boot import (
     node_label_of,
     pulls_present,
 )
+from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import NodePhase
-from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANNOTATION
+from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANNOTATION, PrewarmRule
+from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.boot import set_condition
 from prewarm.services.ports import (
     ClusterError,
@@ -76,7 +79,7 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
         log.warning("nodes %s: their PrewarmWarm condition and labels not judged now: %s", ", ".join(names), e)
         return []
     written: list[str] = []
-    current: dict[str, set[str]] | None = None  # read once, for the first node in Never jobs only
+    late = _LateLabels(store, cluster, names)
     for node in names:
         never = [(r.pull_reference, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
                  for r in records if r.is_running_never and node in tasks[r.key]]
@@ -85,11 +88,8 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
         if not never and not labelled and not every:
             continue  # in none of these jobs: nothing of its warm-up changed
         try:
-            if never and current is None:
-                current = _rule_images(store, cluster)
-            late = {label: images for label, images in (current or {}).items()
-                    if label not in {key for key, _, _ in labelled}}
-            if _judge(store, writes, cluster, node, never, labelled, late, now=now):
+            judged = late.of(node, [image for image, _ in never], {key for key, _, _ in labelled})
+            if _judge(store, writes, cluster, node, never, labelled, judged, now=now):
                 written.append(node)
         except (ClusterError, StoreError) as e:
             log.warning("node %s: its PrewarmWarm condition and labels not written: %s", node, e)
@@ -111,33 +111,74 @@ def _judged_jobs(store: FactItems, cluster: str, keys: Iterable[str]) -> list[St
     return [r for r in running.values() if sets_node_facts(r)]
 
 
-def _rule_images(store: FactItems, cluster: str) -> dict[str, set[str]]:
-    """Per label of a rule with `spec.nodeLabel`, the images of the rule's newest jobs in `cluster` (one per
-    repository and tag: the digests kept by `keepDigests` are not what a node joining now must have). Read
-    only while such a rule exists: a stack without one lists no job here."""
-    if not any((doc.get("spec") or {}).get("nodeLabel") for doc in store.list_rules()):
-        return {}
-    newest: dict[tuple[str, ...], StoredJob] = {}
-    for job in store.list_jobs():
-        label = node_label_of(job.manifest)
-        if label is None or job.cluster != cluster or not job.is_pull_job or job.state is JobState.DELETING:
-            continue
-        notes = job.manifest["metadata"]["annotations"]
-        origin = (label, *(str(notes.get(k, "")) for k in (RULE_ANNOTATION, REPOSITORY_ANNOTATION, TAG_ANNOTATION)))
-        if origin not in newest or (job.created_at or 0.0) > (newest[origin].created_at or 0.0):
-            newest[origin] = job
-    images: dict[str, set[str]] = {}
-    for (label, *_), job in newest.items():
-        images.setdefault(label, set()).add(job.pull_reference)
-    return images
+class _LateLabels:
+    """The labels of rules whose jobs a node is not in (it joined after their push: a rule's jobs are `Always`),
+    judged from the images of each rule's newest jobs (one per repository and tag: the digests `keepDigests`
+    keeps are not what a node joining now must have). Read once a batch, and only for a node whose `Never` jobs
+    pull an image a labelled rule may push: the rules, then the jobs and their node items."""
+
+    def __init__(self, store: FactItems, cluster: str, names: Sequence[str]) -> None:
+        self.store, self.cluster, self.names = store, cluster, names
+        self._rules: list[PrewarmRule] | None = None
+        self._jobs: dict[str, list[StoredJob]] | None = None
+        self._tasks: dict[str, dict[str, NodeTaskRecord]] = {}
+
+    def of(self, node: str, never: Sequence[str], judged: set[str]) -> dict[str, list[tuple[str, bool, bool]]]:
+        """Per label not in `judged` (those of the rule jobs the node's tasks were read from), each image of
+        the rule's newest jobs: (image, whether its task on the node Succeeded, whether the node is in it)."""
+        if not never or not self._may_push(never):
+            return {}
+        if self._jobs is None:
+            self._jobs = self._newest_jobs()
+            self._tasks = {job.key: self.store.get_tasks_of(job.ref, self.names)
+                           for jobs in self._jobs.values() for job in jobs}
+        found: dict[str, list[tuple[str, bool, bool]]] = {}
+        for label, jobs in self._jobs.items():
+            if label in judged:
+                continue
+            for job in jobs:
+                task = self._tasks[job.key].get(node)
+                found.setdefault(label, []).append(
+                    (job.pull_reference, task is not None and task.phase is NodePhase.SUCCEEDED, task is not None))
+        return found
+
+    def _may_push(self, images: Sequence[str]) -> bool:
+        if self._rules is None:
+            parsed = (parse_manifest(doc) for doc in self.store.list_rules()
+                      if (doc.get("spec") or {}).get("nodeLabel"))
+            self._rules = [rule for rule in parsed if isinstance(rule, PrewarmRule)]
+        refs = [ref for image in images if (ref := _parsed(image)) is not None]
+        return any(rule.pushes_to(ref.repository, ref.registry) for rule in self._rules for ref in refs)
+
+    def _newest_jobs(self) -> dict[str, list[StoredJob]]:
+        newest: dict[tuple[str, ...], StoredJob] = {}
+        for job in self.store.list_jobs():
+            label = node_label_of(job.manifest)
+            if label is None or job.cluster != self.cluster or not job.is_pull_job or job.state is JobState.DELETING:
+                continue
+            notes = job.manifest["metadata"]["annotations"]
+            origin = (label, *(str(notes.get(k, "")) for k in (RULE_ANNOTATION, REPOSITORY_ANNOTATION, TAG_ANNOTATION)))
+            if origin not in newest or (job.created_at or 0.0) > (newest[origin].created_at or 0.0):
+                newest[origin] = job
+        jobs: dict[str, list[StoredJob]] = {}
+        for (label, *_), job in newest.items():
+            jobs.setdefault(label, []).append(job)
+        return jobs
+
+
+def _parsed(image: str) -> ImageRef | None:
+    try:
+        return parse_image(image)
+    except InvalidImageReference:
+        return None
 
 
 def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, never: Sequence[tuple[str, bool]],
-           labelled: Sequence[tuple[str, str, bool]], late: Mapping[str, set[str]], *, now: float) -> bool:
+           labelled: Sequence[tuple[str, str, bool]], late: Mapping[str, Sequence[tuple[str, bool, bool]]], *,
+           now: float) -> bool:
     """`never`, `labelled`: the node's tasks in the judged jobs (image, whether Succeeded; label first for a
-    rule's job). `late`: per label of a rule none of whose jobs the node is in, the images of the rule's newest
-    jobs: the node joined after the rule's push, and holds the label once its `Never` jobs (or its boot) have
-    them."""
+    rule's job). `late`: per label of a rule none of whose judged jobs the node is in, its newest jobs'
+    images (`_LateLabels.of`): the label holds once each is on the node by any account."""
     registered = store.get_node(node, cluster)
     at_boot = set(registered.boot.present) if registered is not None and registered.boot is not None else set()
     # Not registered, or not judged yet by its first hello (that hello sets the condition): its labels only.
@@ -150,8 +191,11 @@ def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, ne
     on_node = at_boot | digests_on_node(seen)
     present = pulls_present([(image, ok) for image, ok in never], on_node)
     held = labels_held((label, pulls_present([(image, ok)], on_node)[image]) for label, image, ok in labelled)
-    held.update(labels_from_images(late, {image for image, ok in present.items() if ok} | on_node,
-                                   set(present) | on_node))
+    pulled = {image for entries in late.values() for image, ok, _ in entries if ok}
+    told = {image for entries in late.values() for image, _, in_job in entries if in_job}
+    held.update(labels_from_images({label: [image for image, _, _ in entries] for label, entries in late.items()},
+                                   {image for image, ok in present.items() if ok} | on_node | pulled,
+                                   set(present) | on_node | told))
     condition = None
     if judged and registered is not None:
         condition = at_pulls(registered.boot, list(present), [image for image, ok in present.items() if not ok])
