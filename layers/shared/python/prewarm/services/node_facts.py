@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from prewarm.domain.boot import (
     at_pulls,
@@ -33,6 +33,7 @@ from prewarm.domain.boot import (
 from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANNOTATION, PrewarmRule
@@ -144,9 +145,8 @@ class _LateLabels:
 
     def _may_push(self, images: Sequence[str]) -> bool:
         if self._rules is None:
-            parsed = (parse_manifest(doc) for doc in self.store.list_rules()
-                      if (doc.get("spec") or {}).get("nodeLabel"))
-            self._rules = [rule for rule in parsed if isinstance(rule, PrewarmRule)]
+            self._rules = [rule for doc in self.store.list_rules() if (doc.get("spec") or {}).get("nodeLabel")
+                           and isinstance(rule := _rule(doc), PrewarmRule)]
         refs = [ref for image in images if (ref := _parsed(image)) is not None]
         return any(rule.pushes_to(ref.repository, ref.registry) for rule in self._rules for ref in refs)
 
@@ -164,6 +164,15 @@ class _LateLabels:
         for (label, *_), job in newest.items():
             jobs.setdefault(label, []).append(job)
         return jobs
+
+
+def _rule(doc: Mapping[str, Any]) -> Any:
+    """A stored rule, or None when it no longer reads as one (validated when applied: an older version's)."""
+    try:
+        return parse_manifest(doc)
+    except JobValidationError as e:
+        log.warning("rule %s not read for node labels: %s", (doc.get("metadata") or {}).get("name"), e)
+        return None
 
 
 def _parsed(image: str) -> ImageRef | None:
