@@ -14,7 +14,8 @@ write is counted per partition key; each task starts when its queue delay (`Dela
 from the task's `not_before`) lets it. Without the budget every task starts at once (parallelism = nodes).
 It prints, side by side, the 429s, the time the last request was served, and the bound the budget sets
 (requests / rate); then the writes of each key the budget wrote (its only key), their peak per second
-against DynamoDB's 1,000 WCU/s a partition. The last line is JSON.
+against DynamoDB's 1,000 WCU/s a partition; then a run whose starts wait longer than the sweep's re-send
+threshold (`resend_run`). The last line is JSON.
 """
 
 from __future__ import annotations
@@ -149,12 +150,93 @@ def budget_starts(nodes: int, layers: int, rate: float) -> tuple[list[float], di
     return starts, {"keys_written": keys, "refusals": dict(layer.stats.refusals)}
 
 
+def resend_run(nodes: int, rate: float, *, resend_after: int = 300) -> dict[str, Any]:
+    """A backlog longer than the sweep's re-send threshold: the real `plan_job`, `PacedQueues` and `sweep`
+    (every 60 s) on the in-memory table and queues, on the model clock; the job's image of unknown layers
+    (costed at 30). Each agent takes its task when its queue delay ends and reports it done; a task
+    delivered twice is pulled once. Answers the pulls; the nodes failed (a task waiting for its start or
+    for the budget, taken for silent); the starts reserved (one per pull unless a re-send reserves
+    again); the re-sends; the last start and the budget's end against the bound (requests / rate)."""
+    from prewarm.domain.jobs import job_key
+    from prewarm.domain.messages import NodeBound, PullTask, StatusReport
+    from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets, pull_requests
+    from prewarm.services.dispatch import plan_job
+    from prewarm.services.jobs import apply_manifest
+    from prewarm.services.pacing import PacedQueues
+    from prewarm.services.reports import record_report
+    from prewarm.services.schedules import SweepSettings, sweep
+    from tests.support.cluster import FakeCluster, make_node
+    from tests.support.cluster_directory import clusters_of
+    from tests.support.manifests import job_doc
+    from tests.support.memory_store import MemoryJobStore
+
+    clock = Clock()
+    clock.now = t0 = 1_800_000_000.0  # an epoch time: the plan tells a claim by its time being set
+    visible: list[tuple[float, int, str]] = []  # (when the agent sees it, order, node)
+    reserved = 0
+
+    class Queues:
+        def send_many(self, messages: Sequence[NodeBound]) -> list[tuple[str, str]]:
+            for m in messages:
+                if isinstance(m, PullTask):
+                    heapq.heappush(visible, (clock.now + m.delay_seconds, len(visible), m.node))
+            return []
+
+    class Store(MemoryJobStore):
+        def reserve_pull_starts(self, key: str, costs: Sequence[float], **kwargs: Any) -> tuple[float, ...]:
+            nonlocal reserved
+            starts = super().reserve_pull_starts(key, costs, **kwargs)
+            reserved += len(starts)
+            return starts
+
+    store = Store()
+    names = [f"node-{n}" for n in range(nodes)]
+    paced = PacedQueues(Queues(), store, RegistryBudgets(RegistryBudget(requests_per_second=rate)),  # type: ignore[arg-type]
+                        clock=clock)
+    key = job_key("default", "fleet")
+    apply_manifest(store, job_doc("fleet", image=f"{ECR}/ml/big:v1", parallelism=nodes), now=clock.now)
+    plan_job(store, FakeCluster(nodes=[make_node(n) for n in names]), paced, key, now=clock.now)
+    record = store.get_job(key)
+    assert record is not None
+    config = SweepSettings(prefix="pw", resend_after_seconds=resend_after)
+    started: dict[str, float] = {}
+    resent, next_sweep = 0, t0 + 60.0
+    def running() -> bool:  # not finished: every node succeeded or failed (Always)
+        current = store.get_job(key)
+        return current is not None and not current.state.is_finished
+
+    while len(started) < nodes and clock.now < t0 + 4 * 3600 and running():
+        clock.now = min(next_sweep, visible[0][0]) if visible else next_sweep
+        while visible and visible[0][0] <= clock.now:
+            _, _, node = heapq.heappop(visible)
+            if node not in started:
+                started[node] = clock.now
+                record_report(store, paced, StatusReport(job=key, job_uid=record.uid, round=record.round, node=node,
+                                                         phase="Succeeded", attempt=1, seq=1), now=clock.now)
+        if clock.now >= next_sweep:
+            resent += sweep(store, paced, clusters_of(store), now=clock.now, config=config).resent
+            next_sweep += 60.0
+    budget = store.get_budget(f"ecr:{ECR.split('.')[0]}:us-west-2")
+    final = store.get_job(key)
+    bound = nodes * pull_requests(30) / rate  # the job's image: layers unknown, costed at 30
+    last = max(started.values(), default=t0) - t0
+    return {"nodes": nodes, "rate": rate, "resend_after_s": resend_after, "pulls": len(started),
+            "nodes_failed": final.counters.failed if final else None, "starts_reserved": reserved,
+            "resent": resent, "last_start_s": round(last, 1), "bound_s": round(bound, 1),
+            "budget_end_s": round(budget.tat - t0, 1) if budget else None,
+            "last_start_vs_bound": round(last / bound, 3)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--rate", type=float, default=None, help="the budget, requests/s (default: the stack's)")
     parser.add_argument("--seed", type=int, default=37)
+    parser.add_argument("--resend-nodes", type=int, default=2000,
+                        help="the re-send run's fleet (0: skip it), at --resend-rate")
+    parser.add_argument("--resend-rate", type=float, default=64.0,
+                        help="the re-send run's budget, requests/s: low enough that starts wait beyond 300 s")
     args = parser.parse_args(argv)
     from prewarm.domain.registry_budget import DEFAULT_REQUESTS_PER_SECOND, pull_requests
     from prewarm_devtools.aws_limits import Quotas
@@ -176,7 +258,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'bound (requests / rate) s':28}{bound:>22,.2f}")
     for key in writes["keys_written"]:
         print(f"writes of {key['key']}: {key['writes']}, peak {key['peak_wcu_per_s']} WCU/s (a partition takes 1,000)")
-    emit({"nodes": args.nodes, "layers": args.layers, "rate": rate, "budget": paced, "no_budget": unpaced, **writes})
+    resends = resend_run(args.resend_nodes, args.resend_rate) if args.resend_nodes else None
+    if resends is not None:
+        r = resends
+        print(f"re-sends: {r['nodes']:,} nodes at {r['rate']:g} requests/s (starts up to {r['bound_s']:,.0f} s "
+              f"away), the sweep every 60 s, re-sending after {r['resend_after_s']} s:")
+        print(f"  pulls {r['pulls']:,}, nodes failed {r['nodes_failed']:,}, starts reserved "
+              f"{r['starts_reserved']:,}, re-sends {r['resent']:,}")
+        print(f"  last start {r['last_start_s']:,} s, budget spent to {r['budget_end_s']:,} s, bound "
+              f"{r['bound_s']:,} s: last start / bound {r['last_start_vs_bound']}")
+    emit({"nodes": args.nodes, "layers": args.layers, "rate": rate, "budget": paced, "no_budget": unpaced, **writes,
+          "resends": resends})
     return 0
 
 

@@ -41,11 +41,15 @@ class CountingCluster:
             shape = "metadata" if "PartialObjectMetadata" in kwargs.get("accept", "") else "full"
             what = "list" if path.endswith("/nodes") and method == "GET" else method.lower()
             # A POST names its collection last; other verbs, the object's after it.
-            kind = "nodes" if what == "list" else path.split("/")[-1 if what == "post" else -2]
-            self.calls[f"{what} {kind} ({shape})"] += 1
+            # A subresource (a node's /status) follows the object's name: "patch nodes/status".
+            parts = path.split("/")
+            subresource = what != "post" and parts[-1] == "status"
+            kind = "nodes" if what == "list" else parts[-1 if what == "post" else -3 if subresource else -2]
+            self.calls[f"{what} {kind}{'/status' if subresource else ''} ({shape})"] += 1
             if on_call is not None:  # named as capacity_calls.LATENCY_S names them
                 verb = {"post": "create"}.get(what, what)
-                on_call("kubernetes:list_nodes" if what == "list" else f"kubernetes:{verb}_{kind.removesuffix('s')}")
+                op = f"{verb}_{kind.removesuffix('s')}{'_status' if subresource else ''}"
+                on_call("kubernetes:list_nodes" if what == "list" else f"kubernetes:{op}")
             return request(method, path, *args, **kwargs)
 
         cluster._request = counted

@@ -7,7 +7,8 @@ turn (a registry refusal moves to the next, and after the last to the node's oth
 Failed attempts sleep 1 s doubling to 30 s; a cancel interrupts any wait and cancels the pull.
 A registry's 429 (`TOOMANYREQUESTS`) is not the node's failure: the attempt is tried again after a
 jittered backoff without counting toward `backoff_limit`, reported as throttled, for up to
-`timeout_seconds` of such waits in all (then it counts). containerd does not pass a `Retry-After` on.
+`timeout_seconds` of such waits in all (then it counts). containerd does not pass a `Retry-After` on
+(its 429 error text holds no header: docs/agent.md, "Pulls"), so the backoff is the agent's own.
 """
 
 from __future__ import annotations

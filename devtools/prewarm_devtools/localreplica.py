@@ -4,14 +4,16 @@ The registry that plays ECR in `REGION` replicates every repository to `R`, as a
 configuration does (moto records it, so `DescribeRegistry` answers it). The replica is a registry of its
 own, answering for `<account>.dkr.ecr.R.amazonaws.com`: an image is there only once replicated, so a pull
 that races replication fails as on ECR. Replicating copies the image into it and into moto's ECR of `R`, and
-returns ECR's "ECR Replication Action" event, which the caller delivers as EventBridge would (on AWS a
-rule in `R` forwards it to the stack's bus).
+returns ECR's "ECR Replication Action" event, which the caller delivers as EventBridge would. The rule in
+`R` that forwards it to the stack's bus on AWS is put in moto as an operator puts it (docs/operations.md,
+"Replicas"), so that `prewarm doctor` finds it.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,12 @@ class LocalReplica:
         ecr = self.aws.client("ecr")
         ecr.put_replication_configuration(replicationConfiguration={"rules": [
             {"destinations": [{"region": self.region, "registryId": ACCOUNT}]}]})
+        events = self.aws.client("events", region_name=self.region)
+        events.put_rule(Name="prewarm-ecr-replication", EventPattern=json.dumps(
+            {"source": ["aws.ecr"], "detail-type": ["ECR Replication Action"]}))
+        events.put_targets(Rule="prewarm-ecr-replication", Targets=[{
+            "Id": "stack-bus", "Arn": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default",
+            "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/prewarm-ecr-replication-forwarding"}])
         token = self.aws.client("ecr", region_name=self.region).get_authorization_token()["authorizationData"][0]
         user, _, password = base64.b64decode(token["authorizationToken"]).decode().partition(":")
         layer = self.aws.layer

@@ -38,9 +38,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.node,
 
 PREWARM = str(Path(sys.executable).with_name("prewarm"))
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
-          "registry mirrors", "agent versions", "node queues",
-          "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
-          "image credentials", "warm snapshots", "sweep", "daily round")
+          "registry mirrors", "agent versions", "node queues", "node queue policies", "registered clusters",
+          "replication events", "dead-letter queues", "credentials", "registry pulls", "image credentials",
+          "warm snapshots", "sweep", "daily round")
 RESTART = "restart the local stack (`prewarm local down`, then `prewarm local up`)"
 
 

@@ -98,3 +98,13 @@ def test_the_second_region_s_cluster_starts_on_its_replication_event_and_pulls_i
         assert not each.image_present(pushed.reference), f"{each.name} pulled from us-west-2"
     for each in local.nodes.values():
         assert each.image_present(pushed.reference) and not each.image_present(replica), each.name
+
+
+def test_doctor_finds_the_replica_region_s_rule_forwarding_replication_events(local: LocalMode) -> None:
+    from prewarm_cli.doctor.replication import check_replication_events
+
+    assert local.aws is not None
+    result = check_replication_events(local.job_store().list_clusters(), stack_region="us-west-2",
+                                      events=lambda region: local.aws.client("events", region_name=region))
+    assert result.ok, result.line()
+    assert result.detail == f"forwarded to us-west-2 from {REPLICA} (rule prewarm-ecr-replication)"

@@ -155,7 +155,8 @@ def _task_item(key: str, task: NodeTaskRecord, shards: int) -> dict[str, Any]:
         "dispatched_at": task.dispatched_at, "attempt": task.attempt, "seq": task.seq, "version": task.version,
         "bytes_done": task.bytes_done, "bytes_total": task.bytes_total, "image_id": task.image_id,
         "message": task.message, "started_at": task.started_at, "finished_at": task.finished_at,
-        "updated_at": task.updated_at, "wpk": pk if waiting else None,
+        "updated_at": task.updated_at, "starts_at": task.starts_at, "held_at": task.held_at,
+        "wpk": pk if waiting else None,
         "fpk": pk if task.dispatched_at is not None and not task.phase.is_terminal else None,
     }
 
@@ -167,7 +168,8 @@ def _task(values: Mapping[str, Any]) -> NodeTaskRecord:
         version=values.get("version", 0), bytes_done=values.get("bytes_done"),
         bytes_total=values.get("bytes_total"), image_id=values.get("image_id"), message=values.get("message", ""),
         started_at=values.get("started_at"), finished_at=values.get("finished_at"),
-        updated_at=values.get("updated_at"),
+        updated_at=values.get("updated_at"), starts_at=values.get("starts_at"),
+        held_at=values.get("held_at"),
     )
 
 
@@ -398,7 +400,8 @@ class MemoryNodeTaskItems(MemoryJobItems):
         while pending:
             claims: list[Action] = [
                 Update(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n),
-                       {"dispatched_at": now, "wpk": None, "fpk": task_pk(ref.key, shard_of(n, ref.shards))},
+                       {"dispatched_at": now, "starts_at": None, "held_at": None, "wpk": None,
+                        "fpk": task_pk(ref.key, shard_of(n, ref.shards))},
                        {"version": 1}, lambda i: not has(i, "dispatched_at") and equal(i, "round", ref.round)
                        and equal(i, "phase", NodePhase.WAITING.value))
                 for n in pending
@@ -415,6 +418,22 @@ class MemoryNodeTaskItems(MemoryJobItems):
                 continue
             return pending
         return []
+
+    def record_pull_starts(self, ref: JobRound, starts: Mapping[str, float], *, held: Sequence[str] = (),
+                           now: float) -> None:
+        pending: dict[str, dict[str, float]] = {**{n: {"held_at": now} for n in held},
+                                                **{n: {"starts_at": at} for n, at in starts.items()}}
+        while pending:
+            chunk = list(pending)[:MAX_NODES_PER_TRANSACTION]
+            updates: list[Action] = [
+                Update(task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n), pending[n], {},
+                       lambda i: has(i, "dispatched_at") and equal(i, "round", ref.round))
+                for n in chunk
+            ]
+            reasons = self.table.transact_or_reasons(f"record {len(chunk)} pull starts in {ref.key}", updates)
+            refused = {n for n, r in zip(chunk, reasons or [], strict=False) if r == "ConditionalCheckFailed"}
+            for node in chunk if reasons is None or not refused else refused:
+                pending.pop(node)
 
 
 class MemoryJobStore(MemoryNodeTaskItems, MemoryNodeItems, MemoryRuleItems, MemoryScheduleRunItems, MemoryCronJobItems,

@@ -92,7 +92,8 @@ def test_fanout_sends_one_task_per_node_in_one_call_each() -> None:
 
 def test_registry_budget_paces_a_small_fleet_without_a_429_and_writes_only_its_key() -> None:
     # Given 300 nodes pulling a 10-layer image (3,300 blob requests: more than ECR's 3,000 a second)
-    result = run_benchmark("registry_budget.py", "--nodes", "300", "--layers", "10", "--rate", "1200")
+    result = run_benchmark("registry_budget.py", "--nodes", "300", "--layers", "10", "--rate", "1200",
+                           "--resend-nodes", "60", "--resend-rate", "2")
     paced, unpaced = result["budget"], result["no_budget"]
     # Then the paced run is never throttled and serves every request, the unpaced one is throttled
     assert (paced["requests"], paced["throttled_requests"], paced["pulls_throttled"]) == (300 * 12, 0, 0)
@@ -101,6 +102,11 @@ def test_registry_budget_paces_a_small_fleet_without_a_429_and_writes_only_its_k
     # And the budget wrote one key, once per batch of 99 claims
     assert [(k["key"].split(":", 1)[1], k["writes"]) for k in result["keys_written"]] == [
         ("BUDGET#ecr:123456789012:us-west-2", 4)]
+    # And starts further away than the sweep's re-send threshold (60 pulls of 16 s) are reserved once
+    # each, no node is failed while it waits, and the last starts within the bound
+    resends = result["resends"]
+    assert (resends["pulls"], resends["nodes_failed"], resends["starts_reserved"]) == (60, 0, 60)
+    assert resends["bound_s"] - 16 <= resends["last_start_s"] <= resends["bound_s"]
 
 
 @pytest.mark.integration

@@ -41,20 +41,21 @@ from prewarm_cli.doctor.identities import (
 from prewarm_cli.kubelets import NodePolicies
 
 CHECKS = ("stack outputs", "cluster access", "function RBAC", "agent DaemonSet", "container runtimes",
-          "registry mirrors", "agent versions", "node queues",
-          "node queue policies", "registered clusters", "dead-letter queues", "credentials", "registry pulls",
-          "image credentials", "warm snapshots", "sweep", "daily round")
+          "registry mirrors", "agent versions", "node queues", "node queue policies", "registered clusters",
+          "replication events", "dead-letter queues", "credentials", "registry pulls", "image credentials",
+          "warm snapshots", "sweep", "daily round")
 
 
 @dataclass
 class Doctor:
-    """What the checks read through. `client(service)` builds a boto3 client; `cluster()` opens the
+    """What the checks read through. `client(service[, region])` builds a boto3 client (in the stack's
+    Region unless another is named); `cluster()` opens the
     cluster as you (raising `ClusterError` when it cannot); `store` and `queues` are the stack's job
     store and node queues (`DynamoJobStore`, `NodeQueues`)."""
 
     env: Mapping[str, str]
     local: bool
-    client: Callable[[str], Any]
+    client: Callable[..., Any]
     cluster: Callable[[], ClusterApi]
     store: Any
     queues: Any
@@ -92,6 +93,7 @@ class Doctor:
             yield self._guarded("registered clusters", lambda: check_registered_clusters(
                 [c for c in self.store.list_clusters() if c.name != self.env.get("CLUSTER_NAME", "")],
                 now=self.clock()))
+            yield self._guarded("replication events", self._replication_events)
             yield self._guarded("dead-letter queues", self._dead_letter_queues)
             yield self._guarded("credentials", lambda: self._credentials(api if reachable else None))
             yield self._guarded("registry pulls", self._registry_pulls)
@@ -113,6 +115,13 @@ class Doctor:
 
         return check_warm_snapshots(self.store.list_warm_snapshots(),
                                     NodeClassObjects(cluster, lambda: self.client("ec2")))
+
+    def _replication_events(self) -> CheckResult:
+        from prewarm_cli.doctor.replication import check_replication_events
+
+        stack_region = self.client("events").meta.region_name
+        return check_replication_events(self.store.list_clusters(), stack_region=stack_region,
+                                        events=lambda region: self.client("events", region))
 
     # -- cluster ------------------------------------------------------------------------------------
 

@@ -96,3 +96,16 @@ def test_a_tag_s_layers_are_read_again_after_the_tag_moved(ecr: Any) -> None:
     assert images.layer_count(ACCOUNT, "ml/model", "latest") == 3
     put(ecr, manifest(6, "after"), OCI_MANIFEST, "latest")
     assert images.layer_count(ACCOUNT, "ml/model", "latest") == 6
+
+
+def test_an_image_in_another_region_is_read_there(ecr: Any) -> None:
+    # Given a repository only in eu-west-1 (a replica's Region), and the stack's client in us-west-2
+    elsewhere = boto3.client("ecr", region_name="eu-west-1")
+    elsewhere.create_repository(repositoryName="ml/model")
+    digest = put(elsewhere, manifest(6, "eu"), OCI_MANIFEST, "v1")
+    images = EcrImages(ecr)
+
+    # Then its layers are read with BatchGetImage in eu-west-1; the stack's Region has no such image
+    assert images.layer_count(ACCOUNT, "ml/model", digest, region="eu-west-1") == 6
+    assert images.layer_count(ACCOUNT, "ml/model", digest) is None
+    assert images.layer_count(ACCOUNT, "ml/model", digest, region=REGION) is None

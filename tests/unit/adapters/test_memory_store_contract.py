@@ -368,6 +368,21 @@ def test_claims_stay_within_parallelism_and_skip_nodes_claimed_first(store: Stor
     assert store.claim_tasks(ref, ["e"], parallelism=9, now=14.0) == []
 
 
+def test_paced_starts_and_holds_are_written_on_the_claimed_nodes_of_the_round_only(store: Store) -> None:
+    ref = planned(store, ["a", "b", "c"])
+    store.claim_tasks(ref, ["a", "b"], parallelism=3, now=10.0)
+    version = store.get_task(KEY, "a").version  # type: ignore[union-attr]
+
+    # c is not claimed, and a node item of another round is left alone: the rest are written
+    store.record_pull_starts(ref, {"a": 400.0, "c": 5.0}, held=["b"], now=20.0)
+    store.record_pull_starts(JobRound(KEY, "u1", 1), {"a": 9.0}, now=20.0)
+
+    read = {n: store.get_task(KEY, n) for n in ("a", "b", "c")}
+    assert {n: (t.starts_at, t.held_at) for n, t in read.items() if t is not None} == {
+        "a": (400.0, None), "b": (None, 20.0), "c": (None, None)}
+    assert read["a"] is not None and read["a"].version == version  # no report meets this write
+
+
 # --- nodes, rules, schedule runs, clusters -----------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from prewarm.domain.registry_budget import (
     DEFAULT_REQUESTS_PER_SECOND,
     ECR_LAYER_REQUESTS_PER_SECOND,
     BudgetConfigError,
+    BudgetState,
     RegistryBudget,
     RegistryBudgets,
     budget_key,
@@ -94,6 +95,21 @@ def test_overrides_are_keyed_as_the_registry_s_budget_and_bad_ones_name_the_host
         RegistryBudget(bytes_per_second=0)
     with pytest.raises(BudgetConfigError, match="burstSeconds must be >= 0, got -1"):
         RegistryBudget(burst_seconds=-1)
+
+
+def test_a_registry_s_assumed_layer_count_costs_its_pulls_of_unknown_layers_and_is_kept_with_the_budget() -> None:
+    budgets = RegistryBudgets.parse(RegistryBudget(requests_per_second=10), {"ghcr.io": {"layersIfUnknown": 8}})
+    ghcr = budgets.of("ghcr.io")
+    assert (ghcr.requests_per_second, ghcr.layers_if_unknown) == (10, 8)
+    assert ghcr.pull_seconds(None) == 1.0 and ghcr.pull_seconds(18) == 2.0  # 2 + 8, 2 + 18 requests
+    assert budgets.of("quay.io").pull_seconds(None) == 3.2  # the default: 2 + 30
+    state = BudgetState(5.0, ghcr)
+    assert BudgetState.of_item(state.fields()) == state
+    assert BudgetState.of_item({"tat": 5.0, "requests_per_second": 10}).budget.layers_if_unknown == 30  # older item
+    with pytest.raises(BudgetConfigError, match=r"ghcr\.io: layersIfUnknown must be a whole number, got 2\.5"):
+        RegistryBudgets.parse(RegistryBudget(), {"ghcr.io": {"layersIfUnknown": 2.5}})
+    with pytest.raises(BudgetConfigError, match=r"ghcr\.io: layersIfUnknown must be >= 0, got -1"):
+        RegistryBudgets.parse(RegistryBudget(), {"ghcr.io": {"layersIfUnknown": -1}})
 
 
 def test_without_a_burst_starts_come_one_cost_apart_from_now() -> None:

@@ -233,3 +233,19 @@ def test_invalid_retry_settings_are_rejected() -> None:
         RetryPolicy().attempt(0)
 
 
+def test_a_task_is_due_at_its_paced_start_else_at_its_claim() -> None:
+    assert NodeTaskRecord("n", 0).due_at is None  # not sent
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0).due_at == 10.0
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, starts_at=610.0).due_at == 610.0
+    # a start reserved before a later claim (a round's task claimed again) counts from the claim
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, starts_at=5.0).due_at == 10.0
+
+
+def test_a_task_held_back_by_the_budget_counts_as_unanswered_from_its_last_hold() -> None:
+    assert NodeTaskRecord("n", 0).unclaimed_since is None
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0).unclaimed_since == 10.0
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, held_at=700.0).unclaimed_since == 700.0
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, held_at=5.0).unclaimed_since == 10.0
+    # held, then given a start: counted from that start
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, held_at=700.0, starts_at=1500.0).unclaimed_since == 1500.0
+    assert NodeTaskRecord("n", 0, dispatched_at=10.0, held_at=700.0, starts_at=650.0).unclaimed_since == 650.0

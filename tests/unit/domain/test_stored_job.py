@@ -13,7 +13,7 @@ from prewarm.domain.job import UNPLANNED_RETRIGGER_SECONDS, ApiKind, JobRound, S
 from prewarm.domain.jobs import CompletionType, JobState
 from prewarm.domain.placement import Platform
 from prewarm.domain.sources import SOURCE_ANNOTATION, Source
-from prewarm.domain.status import COMPLETED_MESSAGE, Counters
+from prewarm.domain.status import COMPLETED_MESSAGE, Counters, NodeTaskRecord
 
 T0 = 1_000.0
 
@@ -328,6 +328,17 @@ def test_a_pull_task_carries_the_jobs_image_policies_deadline_sandbox_and_secret
     assert (task.sandbox_labels, task.sandbox_annotations) == ({"team": "web"}, {"note": "x"})
     assert task.pull_secret_arns == ["arn:aws:secretsmanager:us-east-1:1:secret:a"] and task.pull_secrets_only
     assert not task.pin
+
+
+def test_a_task_sent_again_keeps_the_start_its_node_item_recorded_and_says_where_that_item_is() -> None:
+    job = replace(pull_job(), shards=4)
+    tasks = [NodeTaskRecord("n1", 0, dispatched_at=T0, starts_at=T0 + 600), NodeTaskRecord("n2", 0, dispatched_at=T0)]
+
+    resent = job.resend_tasks(tasks)
+
+    assert [(t.node, t.reserved_start, t.shards) for t in resent] == [("n1", T0 + 600, 4), ("n2", None, 4)]
+    assert job.pull_task("n1").shards == 4 and replace(job, shards=0).pull_task("n1").shards == 1
+    assert "reserved_start" not in resent[0].model_dump() and "shards" not in resent[0].model_dump()
 
 
 def test_a_pull_task_without_a_sandbox_config_has_empty_sandbox_fields() -> None:

@@ -4,6 +4,10 @@ replicates the repository there, and its job starts only on that Region's `ECR R
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.jobs import job_key
 from prewarm.domain.push import ImagePush
@@ -11,6 +15,7 @@ from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.push import handle_push, handle_replication
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane
+from tests.support.images import LayerCounts
 
 PUSH = ImagePush(account="123456789012", region="us-west-2", repository="ml/model", digest="sha256:" + "a" * 64,
                  tag="v1")
@@ -81,6 +86,37 @@ def test_a_replication_event_before_the_push_s_creates_the_job_released_and_the_
     handle_push(plane.store, None, PUSH, now=plane.now(), clusters=clusters, replication=Replication("eu-west-1"))
     eu = plane.store.get_job(job_key("default", NAME, "eu"))
     assert eu is not None and not eu.awaits_replica and "eu-west-1" in eu.image
+
+
+@pytest.mark.parametrize("push_first", [True, False], ids=["push-first", "replication-first"])
+def test_the_replica_s_job_carries_the_index_s_platforms_whichever_event_comes_first(
+    plane: ControlPlane, push_first: bool
+) -> None:
+    # Before: a replication event first (it says no media type) made the job with no platforms, started
+    # at once on every node; the push then re-planned it with the index's platforms.
+    _stack(plane)
+    clusters = clusters_of(plane.store, own_name="home")
+    platforms = [{"os": "linux", "architecture": "amd64"}, {"os": "linux", "architecture": "arm64"}]
+    images = LayerCounts(12, platforms)
+    index = replace(PUSH, manifest_media_type="application/vnd.oci.image.index.v1+json")
+    from_replication = replace(PUSH, manifest_media_type="")  # EcrReplicationActionEvent.to_push
+
+    events = [lambda: handle_push(plane.store, images, index, now=plane.now(), clusters=clusters,
+                                  replication=Replication("eu-west-1")),
+              lambda: handle_replication(plane.store, images, from_replication, "eu-west-1", now=plane.now(),
+                                         clusters=clusters)]
+    first, then = events if push_first else events[::-1]
+    first()
+    started = plane.store.get_job(job_key("default", NAME, "eu"))
+    then()
+
+    eu = plane.store.get_job(job_key("default", NAME, "eu"))
+    assert eu is not None and started is not None and not eu.awaits_replica
+    assert (eu.image, eu.platforms, eu.layers) == (
+        f"123456789012.dkr.ecr.eu-west-1.amazonaws.com/ml/model@{PUSH.digest}", platforms, 12)
+    # the job that starts (released by the replication event) is the one the first event stored
+    assert (started.platforms, started.layers, started.round) == (eu.platforms, eu.layers, eu.round)
+    assert eu.generation == started.generation  # the later event changed nothing to plan again
 
 
 def test_a_region_not_replicated_to_pulls_the_pushed_image_at_once(plane: ControlPlane) -> None:

@@ -1,5 +1,5 @@
-"""What ECR knows about an image: the platforms of a pushed index and its layer count (`BatchGetImage`), and
-where the registry replicates a repository (`DescribeRegistry`)."""
+"""What ECR knows about an image: the platforms of a pushed index and its layer count (`BatchGetImage`, in
+the image's Region), and where the registry replicates a repository (`DescribeRegistry`)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,12 @@ class EcrImages:
 
     def __init__(self, client: Any = None) -> None:
         self._client = client
-        # The last manifest read of a digest, by (registry, repository, digest): a push asks for an index's
-        # platforms and its layer count, one read (a digest's manifest never changes; a tag's may, so a tag's
-        # is read each time: this object lives as long as a warm Lambda).
-        self._last: tuple[tuple[str, str, str], list[dict[str, Any]]] | None = None
+        # Clients of the other Regions asked (a replica's, a repository in another Region than the stack).
+        self._elsewhere: dict[str, Any] = {}
+        # The last manifest read of a digest, by (registry, repository, digest, region): a push asks for an
+        # index's platforms and its layer count, one read (a digest's manifest never changes; a tag's may,
+        # so a tag's is read each time: this object lives as long as a warm Lambda).
+        self._last: tuple[tuple[str, str, str, str], list[dict[str, Any]]] | None = None
 
     @property
     def client(self) -> Any:
@@ -45,9 +47,21 @@ class EcrImages:
             self._client = boto3.client("ecr")
         return self._client
 
-    def _manifests(self, registry_id: str, repository: str, digests: list[str]) -> list[dict[str, Any]]:
+    def _client_in(self, region: str) -> Any:
+        """The client of `region` ("" or the stack's own: `client`)."""
+        if not region or region == self.client.meta.region_name:
+            return self.client
+        if region not in self._elsewhere:
+            import boto3
+
+            self._elsewhere[region] = boto3.client("ecr", region_name=region)
+        return self._elsewhere[region]
+
+    def _manifests(self, registry_id: str, repository: str, digests: list[str],
+                   region: str = "") -> list[dict[str, Any]]:
+        client = self._client_in(region)
         try:
-            out = self.client.batch_get_image(
+            out = client.batch_get_image(
                 registryId=registry_id, repositoryName=repository,
                 imageIds=[{"imageDigest": d} if d.startswith("sha256:") else {"imageTag": d}
                           for d in digests[:_MAX_IMAGE_IDS]], acceptedMediaTypes=_MANIFEST_TYPES,
@@ -60,37 +74,38 @@ class EcrImages:
         except json.JSONDecodeError as e:
             raise EcrError(f"manifest of {repository}@{digests[0]} is not JSON") from e
 
-    def _manifest(self, registry_id: str, repository: str, digest: str) -> dict[str, Any] | None:
+    def _manifest(self, registry_id: str, repository: str, digest: str, region: str) -> dict[str, Any] | None:
         """The manifest `digest` (a digest, or a tag) names (None: ECR has none), a digest's read once for
         consecutive asks."""
-        key = (registry_id, repository, digest)
+        key = (registry_id, repository, digest, region)
         if self._last is not None and self._last[0] == key:
             return self._last[1][0] if self._last[1] else None
-        manifests = self._manifests(registry_id, repository, [digest])
+        manifests = self._manifests(registry_id, repository, [digest], region)
         if digest.startswith("sha256:"):
             self._last = (key, manifests)
         return manifests[0] if manifests else None
 
-    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None:
+    def layer_count(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None:
         """The layers of the image `digest` (a digest, or a tag) names (of an index, the most any of its images
-        has); None when ECR cannot say (logged: the count only sizes the pull's share of the registry budget,
-        never worth failing a push or a plan for)."""
+        has), read in `region` ("": the client's); None when ECR cannot say (logged: the count only sizes
+        the pull's share of the registry budget, never worth failing a push or a plan for)."""
         try:
-            manifest = self._manifest(registry_id, repository, digest)
+            manifest = self._manifest(registry_id, repository, digest, region)
             manifests = [] if manifest is None else [manifest]
             if manifest is not None and "manifests" in manifest:
                 children = [m["digest"] for m in manifest["manifests"]
                             if (m.get("platform") or {}).get("os") not in (None, "unknown") and m.get("digest")]
-                manifests = self._manifests(registry_id, repository, children) if children else []
+                manifests = self._manifests(registry_id, repository, children, region) if children else []
         except EcrError as e:
             log.warning("layer count unknown: %s", e)
             return None
         counts = [len(m.get("layers") or []) for m in manifests if "layers" in m]
         return max(counts) if counts else None
 
-    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None:
+    def platforms(self, registry_id: str, repository: str, digest: str, *,
+                  region: str = "") -> list[dict[str, str]] | None:
         """The index's platforms, or None when the manifest is not an index (platform unknown)."""
-        manifest = self._manifest(registry_id, repository, digest)
+        manifest = self._manifest(registry_id, repository, digest, region)
         if manifest is None or "manifests" not in manifest:
             return None
         platforms = []

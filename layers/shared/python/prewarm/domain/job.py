@@ -22,7 +22,7 @@ from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import CancelTask, PullTask
 from prewarm.domain.placement import Platform
 from prewarm.domain.sources import Source, source_of
-from prewarm.domain.status import COMPLETED_MESSAGE, Counters
+from prewarm.domain.status import COMPLETED_MESSAGE, Counters, NodeTaskRecord
 
 # Fields whose change means a different pull: a new round on every node, not a re-plan.
 _PULL_FIELDS = ("image", "imagePullPolicy", "pullPolicy", "pullSecrets", "pullSecretsOnly", "sandboxConfig")
@@ -345,11 +345,15 @@ class StoredJob:
             sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
             sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
             pull_secret_arns=list(self.pull_secret_arns), pin=self.pull_job.pin,
-            pull_secrets_only=self.pull_secrets_only, layers=self.layers,
+            pull_secrets_only=self.pull_secrets_only, layers=self.layers, shards=self.ref.shards,
         )
 
     def pull_tasks(self, nodes: Iterable[str]) -> list[PullTask]:
         return [self.pull_task(node) for node in nodes]
+
+    def resend_tasks(self, tasks: Iterable[NodeTaskRecord]) -> list[PullTask]:
+        """The tasks of these node items, sent again: each keeps the start its first send reserved."""
+        return [self.pull_task(t.node).model_copy(update={"reserved_start": t.starts_at}) for t in tasks]
 
     def cancel_task(self, node: str, *, round: int, reason: str) -> CancelTask:
         """What `node` is sent to stop pulling this job's image of `round`."""

@@ -144,8 +144,12 @@ class PullTask(_Message, _ToNode, JobRef):
     # For the sender only, never sent (agents refuse unknown fields): the image's layer count, which sets
     # the pull's share of its registry's budget, and how long the queue holds the task back for the start
     # that budget gave it (SendMessage's DelaySeconds).
+    # The job's node items' partitions (where the start is recorded) and, for a task sent again, the start
+    # its first send reserved (not reserved again: `services.pacing`).
     layers: int | None = Field(default=None, ge=0, exclude=True)
     delay_seconds: int = Field(default=0, ge=0, le=900, exclude=True)
+    shards: int = Field(default=1, ge=1, exclude=True)
+    reserved_start: float | None = Field(default=None, allow_inf_nan=False, exclude=True)
 
     @model_serializer(mode="wrap")
     def _without_false_flags(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -33,6 +33,12 @@ class ImagePush:
         return self.manifest_media_type in INDEX_MEDIA_TYPES
 
     @property
+    def may_be_index(self) -> bool:
+        """Whether its manifest may be an index: it is one, or the event did not say (`ECR Replication
+        Action` carries no media type), so its platforms are read from the manifest."""
+        return self.is_index or not self.manifest_media_type
+
+    @property
     def registry_host(self) -> str:
         return ecr_host(self.account, self.region)
 

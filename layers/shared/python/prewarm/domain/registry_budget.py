@@ -30,8 +30,8 @@ DEFAULT_REQUESTS_PER_SECOND = 2400.0
 # back by whole seconds (SQS DelaySeconds), so each second's starts already come at once: with no burst
 # on top, no instant starts more than one second of the budget (ECR states its quotas as rates only).
 DEFAULT_BURST_SECONDS = 0.0
-# A job whose image's layers are unknown (applied by hand, not from an ECR push; or ECR could not say)
-# is costed as an image of this many layers: large AI images have tens of layers.
+# A job whose image's layers are unknown (another registry than ECR; or ECR could not say) is costed as
+# an image of this many layers by default (`layersIfUnknown` per registry): large AI images have tens.
 LAYERS_IF_UNKNOWN = 30
 
 _ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
@@ -84,10 +84,13 @@ def ecr_image_id(image: str) -> EcrImageId | None:
     return EcrImageId(match["account"], match["region"], ref.repository, ref.digest or ref.tag or "latest")
 
 
-def unknown_layers_note(image: str) -> str:
-    """What a job's message says when its image's layer count could not be read."""
-    return (f"layer count of {image} unknown: each pull is costed at {LAYERS_IF_UNKNOWN} layers in its "
-            "registry's budget")
+def assumed_layers_note(host: str, layers: int) -> str:
+    """What a job's message says when its image's layer count is not known: what its pulls are costed at.
+
+    >>> assumed_layers_note("ghcr.io", 30)
+    "layer count assumed 30 for host ghcr.io in its registry's budget (REGISTRY_BUDGETS layersIfUnknown)"
+    """
+    return f"layer count assumed {layers} for host {host} in its registry's budget (REGISTRY_BUDGETS layersIfUnknown)"
 
 
 def pull_requests(layers: int) -> int:
@@ -105,8 +108,11 @@ class RegistryBudget:
     requests_per_second: float = DEFAULT_REQUESTS_PER_SECOND
     bytes_per_second: float | None = None
     burst_seconds: float = DEFAULT_BURST_SECONDS
+    layers_if_unknown: int = LAYERS_IF_UNKNOWN
 
     def __post_init__(self) -> None:
+        if self.layers_if_unknown < 0:
+            raise BudgetConfigError(f"layersIfUnknown must be >= 0, got {self.layers_if_unknown}")
         if self.requests_per_second < 0:
             raise BudgetConfigError(f"requestsPerSecond must be >= 0, got {self.requests_per_second}")
         if self.bytes_per_second is not None and self.bytes_per_second <= 0:
@@ -118,13 +124,17 @@ class RegistryBudget:
     def enabled(self) -> bool:
         return self.requests_per_second > 0
 
+    def pull_requests(self, layers: int | None) -> int:
+        """The requests one pull makes, an image of unknown layers counted as one of `layers_if_unknown`."""
+        return pull_requests(self.layers_if_unknown if layers is None else layers)
+
     def pull_seconds(self, layers: int | None, size_bytes: int | None = None) -> float:
         """The share of the budget one pull takes, in seconds: its requests at the request rate (an image
-        of unknown layers as one of `LAYERS_IF_UNKNOWN`), or its bytes at the byte rate when that is set
+        of unknown layers as one of `layers_if_unknown`), or its bytes at the byte rate when that is set
         and the size known, whichever is longer."""
         if not self.enabled:
             return 0.0
-        seconds = pull_requests(LAYERS_IF_UNKNOWN if layers is None else layers) / self.requests_per_second
+        seconds = self.pull_requests(layers) / self.requests_per_second
         if self.bytes_per_second is not None and size_bytes:
             seconds = max(seconds, size_bytes / self.bytes_per_second)
         return seconds
@@ -141,15 +151,17 @@ class BudgetState:
     def fields(self) -> dict[str, float | None]:
         """The budget item's fields besides its key and version."""
         return {"tat": self.tat, "requests_per_second": self.budget.requests_per_second,
-                "bytes_per_second": self.budget.bytes_per_second}
+                "bytes_per_second": self.budget.bytes_per_second, "layers_if_unknown": self.budget.layers_if_unknown}
 
     @classmethod
     def of_item(cls, item: Mapping[str, object]) -> BudgetState:
         """From a budget item; one written before the rates were (by an older stack) reads as unpaced."""
         rate, byte_rate = item.get("requests_per_second"), item.get("bytes_per_second")
+        layers = item.get("layers_if_unknown")
         return cls(float(str(item["tat"])), RegistryBudget(
             requests_per_second=float(str(rate)) if rate is not None else 0.0,
-            bytes_per_second=float(str(byte_rate)) if byte_rate is not None else None))
+            bytes_per_second=float(str(byte_rate)) if byte_rate is not None else None,
+            layers_if_unknown=int(str(layers)) if layers is not None else LAYERS_IF_UNKNOWN))
 
 
 @dataclass(frozen=True)
@@ -212,13 +224,13 @@ class RegistryBudgets:
 
     @classmethod
     def parse(cls, default: RegistryBudget, overrides: Mapping[str, object]) -> RegistryBudgets:
-        """From the template's JSON: `{"<registry host>": {"requestsPerSecond": 20, "bytesPerSecond": ...}}`;
-        a host is keyed as `budget_key` keys it."""
+        """From the template's JSON: `{"<registry host>": {"requestsPerSecond": 20, "bytesPerSecond": ...,
+        "layersIfUnknown": 12}}`; a host is keyed as `budget_key` keys it."""
         parsed: dict[str, RegistryBudget] = {}
         for host, value in overrides.items():
             if not isinstance(value, Mapping):
                 raise BudgetConfigError(f"registry budget of {host}: expected an object, got {value!r}")
-            unknown = set(value) - {"requestsPerSecond", "bytesPerSecond", "burstSeconds"}
+            unknown = set(value) - {"requestsPerSecond", "bytesPerSecond", "burstSeconds", "layersIfUnknown"}
             if unknown:
                 raise BudgetConfigError(f"registry budget of {host}: unknown field(s) {', '.join(sorted(unknown))}")
             try:
@@ -226,10 +238,17 @@ class RegistryBudgets:
                     requests_per_second=float(value.get("requestsPerSecond", default.requests_per_second)),
                     bytes_per_second=None if value.get("bytesPerSecond") is None else float(value["bytesPerSecond"]),
                     burst_seconds=float(value.get("burstSeconds", default.burst_seconds)),
+                    layers_if_unknown=_whole(value.get("layersIfUnknown", default.layers_if_unknown)),
                 )
             except (TypeError, ValueError) as e:
                 raise BudgetConfigError(f"registry budget of {host}: {e}") from e
         return cls(default, parsed)
+
+
+def _whole(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BudgetConfigError(f"layersIfUnknown must be a whole number, got {value!r}")
+    return value
 
 
 # Starts the message of a Pulling report while the pull waits out a registry's 429: `watch` counts

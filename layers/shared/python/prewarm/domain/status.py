@@ -91,6 +91,26 @@ class NodeTaskRecord:
     started_at: float | None = None
     finished_at: float | None = None
     updated_at: float | None = None
+    # The start its registry's budget gave its task (`services.pacing`): the node's queue holds the task
+    # back until then. `held_at`: when the budget last had no start for it within 15 minutes (not sent).
+    starts_at: float | None = None
+    held_at: float | None = None
+
+    @property
+    def due_at(self) -> float | None:
+        """When the node's agent can first take its task: its paced start, else its claim; None: not sent."""
+        if self.dispatched_at is None:
+            return None
+        return self.dispatched_at if self.starts_at is None else max(self.dispatched_at, self.starts_at)
+
+    @property
+    def unclaimed_since(self) -> float | None:
+        """Since when a task not taken up counts as unanswered: from when it was due, or from its last hold
+        by the budget when later (a task held back was never sent)."""
+        due = self.due_at
+        if due is None or self.held_at is None or self.starts_at is not None:
+            return due
+        return max(due, self.held_at)
 
     @property
     def finished(self) -> bool:

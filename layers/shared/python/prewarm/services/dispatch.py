@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from prewarm.domain.images import InvalidImageReference, parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import ImagePullJob, JobState
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.placement import AgentPlacement, NodeSelection, evaluate_nodes, named_exclusions
-from prewarm.domain.registry_budget import ecr_image_id, unknown_layers_note
+from prewarm.domain.registry_budget import RegistryBudgets, assumed_layers_note, budget_key, ecr_image_id
 from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord, WaveProgress
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
@@ -156,16 +157,20 @@ def plan_job(
     now: float,
     secrets: PullSecretMirror | None = None,
     images: ImageMetadata | None = None,
+    budgets: RegistryBudgets | None = None,
 ) -> PlanResult:
     """Brings the job's node items in line with its spec and round, then fills the free slots.
 
     `secrets` mirrors the job's `pullSecrets` where agents can read them; without it a job that
     names pull secrets fails to plan rather than pulling without its credentials. `images` reads the
-    layer count of a job that has none (applied by hand, not from a push) from ECR, kept on the job:
-    a pull's share of its registry's budget.
+    layer count of a job that has none (applied by hand, not from a push) from ECR, in the image's
+    Region, kept on the job: a pull's share of its registry's budget. When it stays unknown (another
+    registry, or ECR cannot say), the job's message says what `budgets` (the stack's; None: the
+    defaults) costs its pulls at.
     """
     return retry_on_conflict(
-        lambda: _plan_once(store, cluster, queues, key, now=now, secrets=secrets, images=images),
+        lambda: _plan_once(store, cluster, queues, key, now=now, secrets=secrets, images=images,
+                           budgets=budgets or RegistryBudgets()),
         conflict=_RoundChanged, attempts=5,
         exhausted=lambda: StoreConflictError(f"job {key} kept changing while being planned"),
     )
@@ -174,6 +179,7 @@ def plan_job(
 def _plan_once(
     store: PlanItems, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
     secrets: PullSecretMirror | None, images: ImageMetadata | None = None,
+    budgets: RegistryBudgets,
 ) -> PlanResult:
     record = store.get_job(key)
     if record is None or not record.is_pull_job:
@@ -196,7 +202,7 @@ def _plan_once(
         except PullSecretError as e:
             store.finish_job(key, record.finish_fields(JobState.FAILED, at=now, message=str(e)), require_done=False)
             return PlanResult(key, f"failed: {e}")
-    record, note = _with_layers(record, images)
+    record, note = _with_layers(record, images, budgets)
     # A cluster that cannot be read raises its ClusterError: the caller parks the job (`services.stream.plan`).
     selection = select(cluster, record)
     # Fixed at the first plan, from the nodes considered: where this job's node items live.
@@ -324,19 +330,25 @@ def _replan_round(
     return result
 
 
-def _with_layers(record: StoredJob, images: ImageMetadata | None) -> tuple[StoredJob, str]:
-    """The job with its image's layer count read from ECR when it has none, and the note its message
-    carries when ECR could not say (its pulls costed at the default). Another registry's image is costed
-    at the default without a note: that is the documented rule, not a fault."""
+def _with_layers(record: StoredJob, images: ImageMetadata | None,
+                 budgets: RegistryBudgets) -> tuple[StoredJob, str]:
+    """The job with its image's layer count read from ECR (in the image's Region) when it has none, and
+    the note its message carries while the count stays unknown: what its registry's budget costs each
+    pull at (`layersIfUnknown`). Other registries are not asked (docs/architecture.md, "Layer counts").
+    Without `images` (no registry to ask) the job is left as it is."""
     if record.layers is not None or images is None:
         return record, ""
     found = ecr_image_id(record.image)
-    if found is None:
+    if found is not None:
+        layers = images.layer_count(found.registry_id, found.repository, found.reference, region=found.region)
+        if layers is not None:
+            return replace(record, layers=layers), ""
+    try:
+        host = parse_image(record.image).registry
+    except InvalidImageReference:
         return record, ""
-    layers = images.layer_count(found.registry_id, found.repository, found.reference)
-    if layers is None:
-        return record, unknown_layers_note(record.image)
-    return replace(record, layers=layers), ""
+    budget = budgets.of(budget_key(host))
+    return record, assumed_layers_note(host, budget.layers_if_unknown) if budget.enabled else ""
 
 
 def _layers_field(record: StoredJob) -> dict[str, int]:
@@ -362,17 +374,18 @@ def resend_dispatched(
     store: PlanItems, queues: TaskQueues, record: StoredJob, *, older_than: float | None = None,
     tasks: Sequence[NodeTaskRecord] | None = None,
 ) -> tuple[int, list[tuple[str, str]]]:
-    """Sends again the tasks dispatched but never reported (a crash between claim and send). `tasks`:
+    """Sends again the tasks dispatched but never reported (a crash between claim and send), those due
+    (`NodeTaskRecord.due_at`: a paced task is not late before its start) by `older_than`. `tasks`:
     the job's node items in flight as the caller read them (the sweep); else its node items are read."""
     read = store.get_tasks(record.key, shards=record.ref.shards) if tasks is None else tasks
     pending = [
         t for t in read
-        if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None
-        and (older_than is None or t.dispatched_at <= older_than)
+        if t.round == record.round and t.phase is NodePhase.WAITING and (due := t.due_at) is not None
+        and (older_than is None or due <= older_than)
     ]
     if not pending:
         return 0, []
-    failures = queues.send_many(record.pull_tasks(t.node for t in pending))
+    failures = queues.send_many(record.resend_tasks(pending))
     return len(pending) - len(failures), failures
 
 
@@ -386,9 +399,9 @@ def resend_to_nodes(queues: TaskQueues, running: Sequence[StoredJob],
     for record in running:
         if not record.is_dispatching:
             continue
-        for node, task in tasks[record.key].items():
-            if task.round == record.round and task.phase is NodePhase.WAITING and task.dispatched_at is not None:
-                pending.append(record.pull_task(node))
+        pending += record.resend_tasks(
+            t for t in tasks[record.key].values()
+            if t.round == record.round and t.phase is NodePhase.WAITING and t.dispatched_at is not None)
     if not pending:
         return {}, []
     failures = queues.send_many(pending)

@@ -12,7 +12,7 @@ from prewarm.domain.eta import BudgetShare, Estimate, estimate
 from prewarm.domain.images import InvalidImageReference, parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
-from prewarm.domain.registry_budget import LAYERS_IF_UNKNOWN, budget_key, pull_requests
+from prewarm.domain.registry_budget import budget_key
 from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.ports import BudgetItems, JobItems, NodeTaskItems, StoreConflictError
 
@@ -36,7 +36,7 @@ def budget_share(store: BudgetItems, record: StoredJob, *, now: float, size_byte
     return BudgetShare(
         pull_seconds=state.budget.pull_seconds(record.layers, size_bytes), backlog=max(0.0, state.tat - now),
         requests_per_second=state.budget.requests_per_second,
-        requests=pull_requests(LAYERS_IF_UNKNOWN if record.layers is None else record.layers))
+        requests=state.budget.pull_requests(record.layers))
 
 
 def job_estimate(store: BudgetItems, record: StoredJob, tasks: Sequence[NodeTaskRecord], *, now: float,

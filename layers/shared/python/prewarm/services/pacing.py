@@ -6,7 +6,11 @@ gives each task the delay to its start, counted from the reservation and rounded
 (`send_delay`): the queue holds it back that long (SQS DelaySeconds, 15 minutes at most). A task whose
 start would be further away than that is not reserved and not sent: its node stays claimed, and the
 sweep's send of tasks never picked up (`TASK_RESEND_SECONDS` after the claim) tries it again, when the
-budget may have a start for it within 15 minutes. Rounded down,
+budget may have a start for it within 15 minutes. Each start, or hold, is written on its node item
+(`NodeTaskRecord.starts_at`, `held_at`; one transaction per 99 nodes): the sweep takes a task for not
+picked up only `TASK_RESEND_SECONDS` after its start, and for silent counting from its start or last
+hold; a task sent again (`StoredJob.resend_tasks`) keeps its start, held back to it and never reserved
+twice. Rounded down,
 the starts of a second come together at its beginning, so no instant starts more than one second of the
 budget (and one pull), and a start less than a second away costs no latency; counted from the
 reservation, a slow send only makes a start later. The slot stays claimed meanwhile, so `parallelism`
@@ -22,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER
 from prewarm.domain.images import InvalidImageReference, parse_image
+from prewarm.domain.job import JobRound
 from prewarm.domain.messages import NodeBound, PullTask
 from prewarm.domain.node_queues import ProvidedQueue
 from prewarm.domain.registry_budget import MAX_SEND_DELAY_SECONDS, RegistryBudgets, budget_key, send_delay
@@ -54,16 +59,18 @@ class PacedQueues:
         budget has no start for within SQS's longest delay (held back, logged). A budget that cannot be
         written leaves its tasks unpaced (logged): agents back off from a registry's 429 on their own."""
         by_key: dict[str, list[tuple[int, PullTask]]] = {}
+        paced: list[Message | None] = list(messages)
+        now = self.clock()
         for i, message in enumerate(messages):
-            if isinstance(message, PullTask):
+            if isinstance(message, PullTask) and message.reserved_start is not None:
+                paced[i] = message.model_copy(update={"delay_seconds": send_delay(message.reserved_start - now)})
+            elif isinstance(message, PullTask):
                 try:
                     host = parse_image(message.image).registry
                 except InvalidImageReference:
                     continue  # the agent fails it with the reason
                 if self.settings.of(key := budget_key(host)).enabled:
                     by_key.setdefault(key, []).append((i, message))
-        paced: list[Message | None] = list(messages)
-        now = self.clock()
         for key, tasks in by_key.items():
             budget = self.settings.of(key)
             costs = [budget.pull_seconds(t.layers, t.size_bytes) for _, t in tasks]
@@ -76,6 +83,8 @@ class PacedQueues:
             for (i, task), start in zip(tasks, starts, strict=False):
                 if delay := send_delay(start - now):
                     paced[i] = task.model_copy(update={"delay_seconds": delay})
+            self._record_starts([(task, start) for (_, task), start in zip(tasks, starts, strict=False)]
+                                + [(task, None) for _, task in tasks[len(starts):]], now=now)
             for i, _ in tasks[len(starts):]:
                 paced[i] = None
             if starts:
@@ -84,6 +93,22 @@ class PacedQueues:
                 log.info("registry budget of %s: %d pulls held back, no start for them within %d s: sent again "
                          "by the sweep", key, held, MAX_SEND_DELAY_SECONDS)
         return [m for m in paced if m is not None]
+
+    def _record_starts(self, reserved: Sequence[tuple[PullTask, float | None]], *, now: float) -> None:
+        """Writes the starts (None: held back) on the tasks' node items; one that cannot be written is
+        logged: the sweep may then send its task again before its start, which reserves it again."""
+        by_round: dict[JobRound, tuple[dict[str, float], list[str]]] = {}
+        for task, start in reserved:
+            starts, held = by_round.setdefault(JobRound(task.job, task.job_uid, task.round, task.shards), ({}, []))
+            if start is None:
+                held.append(task.node)
+            else:
+                starts[task.node] = start
+        for ref, (starts, held) in by_round.items():
+            try:
+                self.budgets.record_pull_starts(ref, starts, held=held, now=now)
+            except StoreError as e:
+                log.warning("pull starts of %d nodes of %s not recorded: %s", len(starts) + len(held), ref.key, e)
 
     # --- the rest of `TaskQueues`, unchanged ---------------------------------------------------
 

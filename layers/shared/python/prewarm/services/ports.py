@@ -274,6 +274,12 @@ class BudgetItems(Protocol):
         (only those within `horizon` s when given); `budget`, their rates, is kept for `prewarm.domain.eta`."""
         ...
     def get_budget(self, key: str) -> BudgetState | None: ...  # as its last reservation left it
+    def record_pull_starts(self, ref: JobRound, starts: Mapping[str, float], *, held: Sequence[str] = (),
+                           now: float) -> None:
+        """Writes each claimed node's paced start (`NodeTaskRecord.starts_at`), and `now` as the hold of each
+        node in `held` (`held_at`), on its node item of `ref`'s round; a node item no longer claimed in
+        that round is left alone."""
+        ...
 
 
 class WarmSnapshotItems(Protocol):
@@ -467,8 +473,11 @@ class NodeStates(Protocol):
 class ImageMetadata(Protocol):
     """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
 
-    def platforms(self, registry_id: str, repository: str, digest: str) -> list[dict[str, str]] | None: ...
-    def layer_count(self, registry_id: str, repository: str, digest: str) -> int | None: ...
+    def platforms(self, registry_id: str, repository: str, digest: str, *,
+                  region: str = "") -> list[dict[str, str]] | None: ...
+    def layer_count(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None:
+        """`region`: where the repository is ("": the stack's Region)."""
+        ...
 
 
 class ReplicaRegions(Protocol):

@@ -90,13 +90,14 @@ def handle_replication(store: ApplyItems, images: ImageMetadata | None, push: Im
 
 
 def _image_facts(images: ImageMetadata | None, push: ImagePush) -> tuple[list[dict[str, str]] | None, int | None]:
-    """The pushed index's platforms and the image's layer count, read once for every cluster's job."""
+    """The pushed index's platforms and the image's layer count, read once for every cluster's job; the
+    same whichever of the push and its replication event comes first (the latter says no media type)."""
     platforms = layers = None
-    if images is not None and push.is_index:
-        platforms = images.platforms(push.account, push.repository, push.digest)
+    if images is not None and push.may_be_index:
+        platforms = images.platforms(push.account, push.repository, push.digest, region=push.region)
     if images is not None:
         # The pull's share of the registry's budget (None: unknown, the budget assumes a default).
-        layers = images.layer_count(push.account, push.repository, push.digest)
+        layers = images.layer_count(push.account, push.repository, push.digest, region=push.region)
     return platforms, layers
 
 

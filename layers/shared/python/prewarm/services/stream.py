@@ -11,6 +11,7 @@ import logging
 
 from prewarm.domain.clusters import shown
 from prewarm.domain.keys import JobKey
+from prewarm.domain.registry_budget import RegistryBudgets
 from prewarm.services.clusters import api_or_none
 from prewarm.services.dispatch import PlanResult, plan_job
 from prewarm.services.jobs import complete_deletion
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
          secrets: PullSecretMirror | None = None, images: ImageMetadata | None = None,
-         probes: ClusterProbes | None = None) -> PlanResult:
+         probes: ClusterProbes | None = None, budgets: RegistryBudgets | None = None) -> PlanResult:
     """Selects the nodes of job `key` in its cluster and sends the first tasks; after a `Never` job's
     plan, sends the warming nodes of its cluster their lists again. `TaskSendError` when a send failed.
 
@@ -47,7 +48,7 @@ def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key
     """
     try:
         api = clusters.api(key.cluster)
-        result = plan_job(store, api, queues, key, now=now, secrets=secrets, images=images)
+        result = plan_job(store, api, queues, key, now=now, secrets=secrets, images=images, budgets=budgets)
     except ClusterError as e:
         parked = park(store, key, cluster_fault(shown(key.cluster, clusters.own_name), e))
         if probes is not None:

@@ -173,10 +173,12 @@ def _judge_in_flight(store: PlanItems, queues: TaskQueues, record: StoredJob, fl
                      known: set[str] | None, part: JobSweep, *, now: float, config: SweepSettings) -> None:
     """Silence (`prewarm.domain.liveness`) and absent agents among the nodes in flight."""
     unclaimed_limit = record.pull_job.spec.pull_policy.timeout_seconds + config.silence_grace_seconds
-    resend: list[str] = []
+    resend: list[NodeTaskRecord] = []
     for task in flight:
         name = f"{record.key}:{task.node}"
         dispatched = task.dispatched_at if task.dispatched_at is not None else now
+        # A paced task's node sees it at its start; a task the budget holds back was not sent at all.
+        unclaimed = task.unclaimed_since if task.unclaimed_since is not None else now
         if task.phase is NodePhase.WAITING and known is not None and config.no_agent_grace_seconds is not None \
                 and task.node not in known:
             if now - dispatched > config.no_agent_grace_seconds and _finish_task(
@@ -190,13 +192,13 @@ def _judge_in_flight(store: PlanItems, queues: TaskQueues, record: StoredJob, fl
                 if _finish_task(store, record, task.node, NodePhase.FAILED, AGENT_NOT_REPORTING, now=now):
                     part.silent_nodes.append(name)
             elif is_silent(task, now=now):
-                resend.append(task.node)
-        elif now - dispatched > unclaimed_limit and _finish_task(
+                resend.append(task)
+        elif now - unclaimed > unclaimed_limit and _finish_task(
             store, record, task.node, NodePhase.FAILED, SILENT_NODE_MESSAGE, now=now
         ):
             part.silent_nodes.append(name)
     if resend:
-        failures = queues.send_many(record.pull_tasks(resend))
+        failures = queues.send_many(record.resend_tasks(resend))
         part.resent += len(resend) - len(failures)
 
 

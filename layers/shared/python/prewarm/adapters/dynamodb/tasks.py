@@ -82,6 +82,8 @@ class NodeTaskItems(JobItems):
                 "started_at": task.started_at,
                 "finished_at": task.finished_at,
                 "updated_at": task.updated_at,
+                "starts_at": task.starts_at,
+                "held_at": task.held_at,
                 # sparse index of the tasks still waiting for a parallelism slot, per shard
                 "wpk": pk if waiting else None,
                 # sparse index of the tasks in flight (dispatched, not finished), per shard
@@ -106,6 +108,8 @@ class NodeTaskItems(JobItems):
             started_at=values.get("started_at"),
             finished_at=values.get("finished_at"),
             updated_at=values.get("updated_at"),
+            starts_at=values.get("starts_at"),
+            held_at=values.get("held_at"),
         )
 
     def _shard_items(self, what: str, key: str, shards: int, prefix: str) -> Iterator[dict[str, Any]]:
@@ -298,7 +302,8 @@ class NodeTaskItems(JobItems):
             claims = [
                 self._update_args(
                     task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n),
-                    {"dispatched_at": now, "wpk": None, FLIGHT_KEY: task_pk(ref.key, shard_of(n, ref.shards))},
+                    {"dispatched_at": now, "starts_at": None, "held_at": None, "wpk": None,
+                     FLIGHT_KEY: task_pk(ref.key, shard_of(n, ref.shards))},
                     condition="attribute_not_exists(dispatched_at) AND #round = :r AND #phase = :w",
                     values={":r": ref.round, ":w": NodePhase.WAITING.value}, add={"version": 1},
                 )
@@ -321,3 +326,20 @@ class NodeTaskItems(JobItems):
                 continue
             return pending
         return []
+
+    def record_pull_starts(self, ref: JobRound, starts: Mapping[str, float], *, held: Sequence[str] = (),
+                           now: float) -> None:
+        """Each node's paced start or hold, up to 99 node items a transaction (the version untouched: no
+        report meets it); a node no longer claimed in the round drops out and the rest are written again."""
+        pending: dict[str, dict[str, float]] = {**{n: {"held_at": now} for n in held},
+                                                **{n: {"starts_at": at} for n, at in starts.items()}}
+        while pending:
+            chunk = list(pending)[:MAX_NODES_PER_TRANSACTION]
+            updates = [{"Update": self._update_args(
+                task_pk(ref.key, shard_of(n, ref.shards)), node_sk(n), pending[n],
+                condition="attribute_exists(dispatched_at) AND #round = :r", values={":r": ref.round})}
+                for n in chunk]
+            reasons = self._transact_or_reasons(f"record {len(chunk)} pull starts in {ref.key}", updates)
+            refused = {n for n, r in zip(chunk, reasons or [], strict=False) if r == "ConditionalCheckFailed"}
+            for node in chunk if reasons is None or not refused else refused:
+                pending.pop(node)
