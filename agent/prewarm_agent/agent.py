@@ -207,6 +207,9 @@ class Agent:
             started = self.clock.time()
             self._background.append(self._spawn(
                 lambda: self.startup.read_node_until_deadline(self._node, started_at=started), "agent-warming"))
+        # The hello goes first: the control plane makes the node's queue on it, and on a node with every required
+        # image releases its startup taint; looking up the queue and building the ECR client wait until it is sent.
+        self.startup.begin(self.node_queues.queue_url(s.node_name), facts)
         try:
             url = self.node_queues.find_queue(s.node_name)
         except QueueRetryableError as e:
@@ -216,8 +219,6 @@ class Agent:
             raise
         if isinstance(self.credentials, RegistryCredentials):
             self.credentials.prepare(s.aws_region)
-        # The hello goes first: the control plane makes the node's queue on it.
-        self.startup.begin(self.node_queues.queue_url(s.node_name), facts)
         if url is not None:
             self._consume(url)
             return

@@ -37,6 +37,19 @@ log = logging.getLogger(__name__)
 CRD_PATH = Path(__file__).parent / "karpenter" / "ec2nodeclass-crd.yaml"
 
 
+def create_builder_profile(iam: Any, stack: Any) -> str:
+    """What CloudFormation makes of the template's BuilderInstanceProfile in moto's IAM, which RunInstances
+    looks up: the profile holding BuilderRole under the template's path (the role's ARN is what the bake
+    role's `iam:PassRole` grant names). Returns the profile's ARN."""
+    role = stack.physical["BuilderRole"]
+    path = role.attrs["Arn"].split(":role", 1)[1].removesuffix(role.ref)
+    iam.create_role(RoleName=role.ref, Path=path, AssumeRolePolicyDocument="{}")
+    profile = stack.physical["BuilderInstanceProfile"].ref
+    arn = str(iam.create_instance_profile(InstanceProfileName=profile)["InstanceProfile"]["Arn"])
+    iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=role.ref)
+    return arn
+
+
 @dataclass
 class Builder:
     instance_id: str

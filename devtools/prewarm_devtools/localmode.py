@@ -274,17 +274,12 @@ class LocalMode(LocalControl):
 
     def _start_builders(self) -> None:
         """EC2's builders and snapshots (localbuilders), and Karpenter's EC2NodeClass in the embedded API."""
-        from prewarm_devtools.localbuilders import CRD_PATH, LocalBuilders
+        from prewarm_devtools.localbuilders import CRD_PATH, LocalBuilders, create_builder_profile
 
         assert self.aws is not None and self.stack is not None
         if self.kube is not None:
             self.kube.seed_from_file(CRD_PATH)
-        # What CloudFormation makes of BuilderInstanceProfile, which RunInstances looks up (moto does too).
-        iam = self.aws.client("iam")
-        profile = self.stack.physical["BuilderInstanceProfile"].ref
-        iam.create_instance_profile(InstanceProfileName=profile)
-        iam.create_role(RoleName=self.stack.physical["BuilderRole"].ref, AssumeRolePolicyDocument="{}")
-        iam.add_role_to_instance_profile(InstanceProfileName=profile, RoleName=self.stack.physical["BuilderRole"].ref)
+        create_builder_profile(self.aws.client("iam"), self.stack)
         self.builders = LocalBuilders(self.base_dir, self.aws.client("ec2"), self.stack, self.nodes_registry_url,
                                       self.logs_dir).start()
 

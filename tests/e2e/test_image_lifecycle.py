@@ -188,3 +188,33 @@ def test_an_image_a_running_container_uses_is_never_removed(local: LocalMode, tm
         wait_until(lambda: freed(local, name) > before, 30, "the freed bytes reported")
     finally:
         pods.close()
+
+
+def test_a_jobs_new_image_releases_the_earlier_one_unpinned_then_removed_after_the_grace(local: LocalMode) -> None:
+    store = local.job_store()
+    name = sorted(local.nodes)[0]
+    node = local.nodes[name]
+    with node.containerd.cri_client() as cri:
+        pins = ContainerRuntime.parse(f"containerd://{cri.version().runtime_version}").pins
+    # Given a pinned job whose image v1 was pulled (and pinned) on the node
+    v1, v2 = local.push("e2e/changing", "v1", size_mb=2), local.push("e2e/changing", "v2", size_mb=2)
+    apply_manifest(store, job("changing", v1.reference, [name], pin=True), now=time.time())
+    wait_until(lambda: succeeded(local, "default/changing", [name]), 60, "v1 pulled")
+    assert not pins or pinned(node, v1.reference) is True
+
+    # When the job is applied again with v2
+    applied_at = time.time()
+    apply_manifest(store, job("changing", v2.reference, [name], pin=True), now=applied_at)
+
+    # Then v2 is pulled (and pinned), v1 unpinned at the new round's plan, and removed after the grace period
+    def v2_pulled() -> bool:
+        task = store.get_task("default/changing", name)
+        return task is not None and task.round == 1 and task.phase is NodePhase.SUCCEEDED
+
+    wait_until(v2_pulled, 60, "v2 pulled")
+    if pins:
+        assert pinned(node, v2.reference) is True
+        wait_until(lambda: pinned(node, v1.reference) is not True, 30, "v1 unpinned")
+    wait_until(lambda: not node.image_present(v1.reference), GRACE + 30, "v1 removed")
+    assert time.time() - applied_at >= GRACE
+    assert node.image_present(v2.reference)

@@ -1,5 +1,6 @@
 """Issue #36, warm as a node fact after the first hello, on a real local stack: a rule's `spec.nodeLabel`
-appears on a node once the pushed image is there, and a node that joins without the startup taint has its
+appears on a node once the pushed image is there (and on a node that joins after the push, once its `Never`
+job pulled it), and a node that joins without the startup taint has its
 `PrewarmWarm` condition turn from `Pulling` to `ImagesPulled` when its agent's pull succeeds (it sends no
 `Warmed`: the reports do it). Both read through the official kubernetes client.
 
@@ -72,8 +73,20 @@ def test_a_rules_node_label_appears_once_the_pushed_image_is_on_the_node(local: 
                    "the rule's node label on label-1")
         assert local.nodes["label-1"].image_present(pushed.reference)
         assert labels(local, "label-1")["pool"] == "labelled"
+
+        # When a node of the pool joins after the push, with a Never job keeping the pushed digest warm there
+        # (the rule's job, Always, finished before it joined)
+        apply_planned(local, never_job("label-keep", pushed.reference, "labelled"))
+        local.add_node("label-2", labels={"pool": "labelled"}, taints=[])
+
+        # Then it gets the label too once its Never job pulled the image, with no new push
+        wait_until(lambda: labels(local, "label-2").get(LABEL) == "true", 60,
+                   "the rule's node label on label-2, which joined after the push")
+        assert local.nodes["label-2"].image_present(pushed.reference)
     finally:
         local.remove_node("label-1")
+        if "label-2" in local.nodes:
+            local.remove_node("label-2")
 
 
 def test_an_untainted_node_s_condition_turns_true_once_its_agent_pulled_its_image(local: LocalMode) -> None:

@@ -81,10 +81,11 @@ class ControlPlane:
             if (name := node["metadata"]["name"]) not in self.agentless:
                 self.queues.ensure_queue(name)
 
-    def plan(self, name: str, namespace: str = "default") -> PlanResult:
+    def plan(self, name: str, namespace: str = "default", *, remove_after: int | None = None) -> PlanResult:
         """What dispatch_job does (bootstrap.plan_job): the plan, then warming nodes' lists when it asks."""
         self.start_agents()
-        result = plan_job(self.store, self.cluster, self.queues, job_key(namespace, name), now=self.now())
+        result = plan_job(self.store, self.cluster, self.queues, job_key(namespace, name), now=self.now(),
+                          remove_after=remove_after)
         if result.changes_warming:
             result.send_failures += send_required_images(self.store, self.queues, self.cluster, now=self.now())
         return result

@@ -22,8 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
-from prewarm.domain.job import ApiKind, JobRound, StoredJob
+from prewarm.domain.job import ApiKind, EarlierImage, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.lifecycle import wanted_repository
 from prewarm.domain.messages import NodePhase
 from prewarm.domain.placement import ExcludedNode
 from prewarm.domain.status import Counters, NodeTaskRecord, NodeUpdate, removal_deltas
@@ -64,6 +65,8 @@ RUNNING = "running"
 # The adapter's marker that every job item is indexed (its first `list_running_jobs` writes it): no job
 # item here predates the index, so only the marker is written.
 _INDEXED = ("INDEX#running", "INDEX")
+IMAGES_KEY = "ipk"
+_IMAGES_INDEXED = ("INDEX#images", "INDEX")
 
 
 def job_pk(key: str) -> str:
@@ -97,6 +100,11 @@ def _runs(job: StoredJob) -> bool:
     return job.state is JobState.RUNNING
 
 
+def _images(job: StoredJob) -> str | None:
+    repository = wanted_repository(job)
+    return None if repository is None else scoped(job.cluster, repository)
+
+
 def _job_item(job: StoredJob) -> dict[str, Any]:
     c = job.counters
     return {
@@ -113,7 +121,9 @@ def _job_item(job: StoredJob) -> dict[str, Any]:
         "awaits_replica": job.awaits_replica or None,
         "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
         "budget_note": job.budget_note or None,
-        RUNNING: _running(job.cluster) if _runs(job) else None, "cluster": job.cluster or None,
+        "earlier": job.earlier.to_json() if job.earlier else None,
+        RUNNING: _running(job.cluster) if _runs(job) else None, IMAGES_KEY: _images(job),
+        "cluster": job.cluster or None,
     }
 
 
@@ -148,6 +158,7 @@ def _job(values: Mapping[str, Any]) -> StoredJob:
         parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
             warm_digest=values.get("warm_digest", ""), warm_bytes=values.get("warm_bytes"),
             budget_note=values.get("budget_note", ""),
+        earlier=EarlierImage.from_json(values.get("earlier")),
         cluster=values.get("cluster", DEFAULT_CLUSTER),
     )
 
@@ -202,7 +213,8 @@ class MemoryJobItems(TableItems):
             "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
             "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
             "budget_note": job.budget_note or None,
-            RUNNING: _running(job.cluster) if _runs(job) else None,
+            "earlier": job.earlier.to_json() if job.earlier else None,
+            RUNNING: _running(job.cluster) if _runs(job) else None, IMAGES_KEY: _images(job),
         }
         self.table.update(f"update job {job.key}", job_pk(job.key), "JOB", fields,
                           condition=lambda i: equal(i, "spec_hash", expected_hash))
@@ -212,6 +224,8 @@ class MemoryJobItems(TableItems):
             fields = {k: json.dumps(v) if k == "platforms" else v for k, v in fields.items()}
         if "state" in fields and fields["state"] != JobState.RUNNING:
             fields = {**fields, RUNNING: None}
+        if fields.get("state") == JobState.DELETING:
+            fields = {**fields, IMAGES_KEY: None}
         self.table.update(f"update job {key}", job_pk(key), "JOB", fields, condition=lambda i: has(i, "pk") and (
             condition_state is None or equal(i, "state", condition_state)))
 
@@ -222,6 +236,12 @@ class MemoryJobItems(TableItems):
         if self.table.get(*_INDEXED) is None:  # the adapter marks the table indexed on its first read
             self.table.put("write the index marker", {"pk": _INDEXED[0], "sk": _INDEXED[1]})
         items = self.table.index(RUNNING, _running(cluster))
+        return sorted((_job(v) for v in items if v.get("sk") == "JOB"), key=lambda r: r.key)
+
+    def list_image_jobs(self, cluster: str, repository: str) -> list[StoredJob]:
+        if self.table.get(*_IMAGES_INDEXED) is None:
+            self.table.put("write the index marker", {"pk": _IMAGES_INDEXED[0], "sk": _IMAGES_INDEXED[1]})
+        items = self.table.index(IMAGES_KEY, scoped(cluster, repository))
         return sorted((_job(v) for v in items if v.get("sk") == "JOB"), key=lambda r: r.key)
 
     def delete_job(self, key: str) -> None:

@@ -109,6 +109,15 @@ def test_registry_budget_paces_a_small_fleet_without_a_429_and_writes_only_its_k
     assert resends["bound_s"] - 16 <= resends["last_start_s"] <= resends["bound_s"]
 
 
+def test_a_release_reads_its_repositorys_jobs_not_every_job() -> None:
+    # Given 40 jobs over 10 repositories, 4 of the released job's, each on 3 nodes
+    result = run_benchmark("release_reads.py", "--jobs", "40", "--repositories", "10", "--nodes", "3")
+    # Then the release reads its own 3 node items, the 4 jobs' keys and items, and the 3 others' node items
+    assert result["prewarm"]["items_read"] == 3 + 2 * 4 + 3 * 3 and result["prewarm"]["releases_sent"] == 3
+    # ... where the lookup over every job reads all 40 jobs' keys and items, and the 3 others' node items
+    assert result["baseline"]["items_read"] == 2 * 40 + 3 * 3 and result["targets_met"]
+
+
 @pytest.mark.integration
 def test_resource_sync_writes_only_what_changed() -> None:
     # Given 30 job resources over 3 namespaces, when they are synced, synced again, and 4 are edited

@@ -347,7 +347,7 @@ def test_jobs_table_matches_the_documented_design_and_is_retained() -> None:
     assert p["BillingMode"] == "PAY_PER_REQUEST"
     assert p["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
     attributes = {a["AttributeName"]: a["AttributeType"] for a in p["AttributeDefinitions"]}
-    assert attributes == {"pk": "S", "sk": "S", "kind": "S", "wpk": "S", "running": "S", "fpk": "S"}
+    assert attributes == {"pk": "S", "sk": "S", "kind": "S", "wpk": "S", "running": "S", "fpk": "S", "ipk": "S"}
     indexes = {
         i["IndexName"]: (
             [(k["AttributeName"], k["KeyType"]) for k in i["KeySchema"]],
@@ -364,6 +364,8 @@ def test_jobs_table_matches_the_documented_design_and_is_retained() -> None:
         "running": ([("running", "HASH"), ("pk", "RANGE")], "KEYS_ONLY"),
         # sparse: only node items in flight carry fpk (what the sweep reads for silence)
         "flight": ([("fpk", "HASH"), ("sk", "RANGE")], "KEYS_ONLY"),
+        # sparse: only live ImagePullJobs carry ipk, their cluster and repository (what a release reads)
+        "images": ([("ipk", "HASH"), ("pk", "RANGE")], "KEYS_ONLY"),
     }
     assert p["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     assert p["SSESpecification"] == {"SSEEnabled": True}

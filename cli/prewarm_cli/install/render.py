@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from prewarm.domain.cronjobs import ZONE_NOT_GIVEN
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE, StartupTaint, parse_taint
 from prewarm_cli.install.crds import custom_resource_definitions
 
@@ -52,6 +53,8 @@ PULL_SECRETS_GROUP = "prewarm-pull-secrets"
 CREDENTIALS_GROUP = "prewarm-credentials"
 RESOURCES_GROUP = "prewarm-resources"
 CRON_RUNS_GROUP = "prewarm-cron-runs"
+# The policy that warns of an AdvancedCronJob resource with no time zone (86-cron-time-zone-policy.yaml).
+CRON_ZONE_POLICY = "prewarm-cron-time-zone"
 STARTUP_TAINT_GROUP = "prewarm-startup-taint"
 NODE_WARM_GROUP = "prewarm-node-warm"
 NODE_CLASSES_GROUP = "prewarm-node-classes"
@@ -194,6 +197,9 @@ def render(values: InstallValues) -> list[Obj]:
             _config_map(doc, values)
         elif kind == "DaemonSet" and name == AGENT_NAME:
             _daemon_set(doc, values)
+        elif kind == "ValidatingAdmissionPolicy" and name == CRON_ZONE_POLICY:
+            # The warning `prewarm apply` prints, word for word.
+            doc["spec"]["validations"][0]["message"] = ZONE_NOT_GIVEN
         objects.append(doc)
     objects.extend(_group_binding(PULL_SECRETS_GROUP, values.pull_secret_namespaces))
     if values.pull_secret_names:

@@ -21,8 +21,8 @@ policy when it has one (a queue's, a table's, a secret's, a repository's). The p
   with them carries the role's permissions, not the caller's.
 - SSM: the parameter.
 - EC2: the operations of warm snapshots' bakes (`ec2.ec2_requests`), with the tags of the resource and of
-  the request as condition keys; other EC2 operations are not evaluated. Refused with
-  `UnauthorizedOperation`, as EC2 answers.
+  the request as condition keys, and `iam:PassRole` on the role of a RunInstances' instance profile;
+  other EC2 operations are not evaluated. Refused with `UnauthorizedOperation`, as EC2 answers.
 
 Requests to other services, and by principals whose identity policies are unknown, pass as before:
 only a resource policy's explicit Deny refuses those (`policy.evaluate`).

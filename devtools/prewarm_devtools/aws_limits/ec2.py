@@ -104,11 +104,30 @@ def ec2_requests(handler: Any, operation: str) -> list[tuple[str, str, dict[str,
                              _request_context(spec.get(kind, {}))) for kind in ("instance", "volume")]
         used: list[Pair] = [(action, ec2_arn(region, account, str(handler._get_param(p))), {})
                 for p in ("ImageId", "SubnetId") if str(handler._get_param(p) or "").count("-") == 1]
-        return made + used + _tag_on_create(operation, region, account, spec)
+        return made + used + _tag_on_create(operation, region, account, spec) + _passed_roles(handler)
     if operation == "CreateSnapshot":
         snapshot = (action, f"arn:aws:ec2:{region}::snapshot/*", _request_context(spec.get("snapshot", {})))
         return [on(str(handler._get_param("VolumeId"))), snapshot, *_tag_on_create(operation, region, account, spec)]
     return []
+
+
+def _passed_roles(handler: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """A RunInstances with an instance profile passes the profile's role to EC2: the caller needs
+    `iam:PassRole` on the role ("Using an IAM role to grant permissions to applications running on Amazon EC2
+    instances", IAM User Guide), with `iam:PassedToService` `ec2.amazonaws.com`. A profile IAM does not have
+    is left to moto, which refuses it."""
+    from moto.iam.exceptions import NotFoundException
+    from moto.iam.models import iam_backends
+
+    arn, name = handler._get_param("IamInstanceProfile.Arn"), handler._get_param("IamInstanceProfile.Name")
+    if not (arn or name):
+        return []
+    iam = iam_backends[handler.current_account][handler.partition]
+    try:
+        profile = iam.get_instance_profile_by_arn(arn) if arn else iam.get_instance_profile(name)
+    except NotFoundException:
+        return []
+    return [("iam:PassRole", role.arn, {"iam:PassedToService": "ec2.amazonaws.com"}) for role in profile.roles]
 
 
 def _request_context(tags: dict[str, str]) -> dict[str, Any]:

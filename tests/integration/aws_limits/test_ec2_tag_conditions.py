@@ -1,6 +1,7 @@
 """EC2's tag conditions, evaluated by the AWS limits layer as IAM does: the bake function, under the policy
 `template.yaml` gives its role, may act only on what carries the stack's tag, and may create only what it
-tags so; anything else is `UnauthorizedOperation`, as EC2 answers. And a launch template the stack's tag
+tags so, and may launch a builder with an instance profile only of the role it may pass (`iam:PassRole`);
+anything else is `UnauthorizedOperation`, as EC2 answers. And a launch template the stack's tag
 marks is pointed at a new snapshot through the moto server, as the bake does for managed node groups."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from botocore.exceptions import ClientError
 from prewarm.adapters.ec2 import STACK_TAG, Ec2Builders, NodeClassObjects
 from prewarm.services.snapshot_ports import BakeError
 from prewarm_devtools.kubeapi.server import KubeApiServer
-from prewarm_devtools.sam.aws import REGION, MotoServer, aws_environment
+from prewarm_devtools.localbuilders import create_builder_profile
+from prewarm_devtools.sam.aws import REGION, LocalIdentity, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
 
 pytestmark = pytest.mark.integration
@@ -108,3 +110,54 @@ def test_a_launch_template_is_pointed_at_a_snapshot_only_when_it_carries_the_sta
     assert newest["DefaultVersion"] and newest["LaunchTemplateData"]["ImageId"] == AMI
     assert newest["LaunchTemplateData"]["BlockDeviceMappings"] == [
         {"DeviceName": "/dev/xvdb", "Ebs": {"VolumeSize": 20, "SnapshotId": "snap-0123456789abcdef0"}}]
+
+
+def run_builder(ec2: Any, prefix: str, profile_arn: str) -> Any:
+    """A builder's RunInstances as `Ec2Builders.launch` makes it: tagged, with the instance profile."""
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    tags = [{"Key": STACK_TAG, "Value": prefix}]
+    return ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1, SubnetId=subnet,
+                             IamInstanceProfile={"Arn": profile_arn},
+                             TagSpecifications=[{"ResourceType": kind, "Tags": tags}
+                                                for kind in ("instance", "volume")])
+
+
+def instance_profile(aws: MotoServer, name: str, role: str) -> str:
+    """An instance profile holding another role than the builder's; its ARN."""
+    iam = aws.client("iam")
+    iam.create_role(RoleName=role, AssumeRolePolicyDocument="{}")
+    arn = str(iam.create_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Arn"])
+    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=role)
+    return arn
+
+
+def test_a_builder_is_launched_with_an_instance_profile_only_by_a_policy_that_may_pass_its_role(
+        stack: tuple[LocalStack, MotoServer]) -> None:
+    local, aws = stack
+    ec2, prefix = bake_ec2(stack)
+    builder = create_builder_profile(aws.client("iam"), local)  # as local mode makes it
+    other = instance_profile(aws, "another-profile", "AnotherRole")
+
+    # The template's grant: iam:PassRole on BuilderRole, to EC2
+    launched = run_builder(ec2, prefix, builder)["Instances"][0]
+    ec2.terminate_instances(InstanceIds=[launched["InstanceId"]])
+
+    # Another role is refused, as EC2 answers: UnauthorizedOperation naming iam:PassRole and the role
+    message = refusal(run_builder, ec2=ec2, prefix=prefix, profile_arn=other)
+    assert "iam:PassRole on resource: arn:aws:iam::" in message and "role/AnotherRole" in message, message
+
+    # The bake role's policy without its PassRole statement is refused the builder's role too
+    identity = local.functions["BakeSnapshotsFunction"].identity
+    assert identity is not None
+    policies = [{**doc, "Statement": [s for s in doc["Statement"] if s.get("Action") != "iam:PassRole"]}
+                for doc in local.role_policies[identity.arn]]
+    assert policies != local.role_policies[identity.arn]
+    bare = LocalIdentity.of_role(identity.arn.replace("BakeSnapshots", "BakeWithoutPassRole"))
+    bare.register(policies)
+    try:
+        client = boto3.client("ec2", region_name=REGION, endpoint_url=aws.url, config=NO_RETRIES,
+                              aws_access_key_id=bare.access_key_id, aws_secret_access_key=bare.secret_access_key)
+        message = refusal(run_builder, ec2=client, prefix=prefix, profile_arn=builder)
+        assert f"iam:PassRole on resource: {local.physical['BuilderRole'].attrs['Arn']}" in message, message
+    finally:
+        bare.unregister()

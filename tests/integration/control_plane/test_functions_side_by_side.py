@@ -39,13 +39,15 @@ def test_a_stuck_status_function_does_not_hold_up_the_push_function(tmp_path: Pa
             # When a push arrives while it is stuck
             started = time.monotonic()
             stack.sqs.send_message(QueueUrl=stack.event_bus_url, MessageBody=json.dumps(load_event("ecr_push")))
-            delivered = pushed.wait(5)
+            # The status function stays stuck until `release` below (or its own 30 s), so a push that waited
+            # on it would not arrive within 25 s: the wait is generous for a loaded machine, not a latency bound.
+            delivered = pushed.wait(25)
             took = time.monotonic() - started
         finally:
             stuck.release()
             stack.stop()
-    # Then the push function handled it at once, in a process of its own
-    assert delivered and took < 5
+    # Then the push function handled it while the status function was stuck, in a process of its own
+    assert delivered, f"no push handled within {took:.1f} s while the status function was stuck"
     assert stack.function("on_image_push").handler_file == str(stack.function("on_image_push").code_dir / "app.py")
 
 

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.kube import KubeCluster
 from prewarm.domain.jobs import JobState, job_key
+from prewarm.domain.registry_budget import LAYERS_IF_UNKNOWN, assumed_layers_note
 from prewarm.domain.sources import Source, source_of
 from prewarm.services.ports import ClusterAuthError
 from prewarm_cli.app import cli
@@ -86,7 +87,9 @@ def test_a_resource_runs_as_a_job_and_its_status_comes_back(env: dict[str, Any])
     assert record is not None and source_of(record.manifest) is Source.RESOURCE
     status = env["admin"].get_object(API, "imagepulljobs", "res-web", "shop")["status"]
     assert (status["desired"], status["active"], status["observedGeneration"]) == (10, 2, 1)
-    assert status["nodes"]["pulling"] == 2 and status["message"] == "job is running, progress 0.0%"
+    # ... its message the job's, with the note that its Docker Hub image is costed at the assumed layer count
+    note = assumed_layers_note("docker.io", LAYERS_IF_UNKNOWN)
+    assert status["nodes"]["pulling"] == 2 and status["message"] == f"job is running, progress 0.0%; {note}"
     assert summary["unchanged"] >= 1 and summary["applied"] == []
 
 

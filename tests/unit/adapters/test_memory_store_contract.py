@@ -19,7 +19,7 @@ from prewarm.adapters import dynamodb
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.sqs import NodeQueues, ProbeQueue, QueueError, QueueRetryableError, StatusQueue
 from prewarm.domain.clusters import ClusterSetup, RegisteredCluster
-from prewarm.domain.job import ApiKind, JobRound, StoredJob
+from prewarm.domain.job import ApiKind, EarlierImage, JobRound, StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.keys import JobKey
 from prewarm.domain.messages import CancelTask, ClusterProbe, NodePhase, PullTask, RequiredImage, RequiredImages
@@ -147,12 +147,12 @@ def test_a_job_created_twice_is_refused(store: Store) -> None:
 def test_a_spec_is_replaced_only_over_the_hash_expected(store: Store) -> None:
     store.create_job(job())
     new = job(manifest={"spec": {"image": "r.example/app:v2"}}, spec_hash="h2", generation=2, round=1,
-              state=JobState.RUNNING, message="")
+              state=JobState.RUNNING, message="", earlier=EarlierImage(0, "r.example/app:v1", pinned=True))
     assert refusal(lambda: store.replace_job_spec(new, expected_hash="stale")) == "StoreConflictError"
     store.replace_job_spec(new, expected_hash="h1")
     got = store.get_job(KEY)
-    assert got is not None and (got.spec_hash, got.generation, got.round, got.manifest) == (
-        "h2", 2, 1, {"spec": {"image": "r.example/app:v2"}})
+    assert got is not None and (got.spec_hash, got.generation, got.round, got.manifest, got.earlier) == (
+        "h2", 2, 1, {"spec": {"image": "r.example/app:v2"}}, new.earlier)
     assert refusal(lambda: store.replace_job_spec(job("other"), expected_hash="h1")) == "StoreConflictError"
 
 
@@ -187,6 +187,36 @@ def test_jobs_are_listed_by_key_and_running_ones_per_cluster(store: Store) -> No
     assert [j.key for j in store.list_running_jobs()] == ["default/a"]
 
 
+def test_the_live_pull_jobs_of_a_repository_are_listed_per_cluster(store: Store) -> None:
+    def pull_job(name: str, image: str, **fields: Any) -> StoredJob:
+        return job(name, manifest=job_doc(name, image=image), **fields)
+
+    store.create_job(pull_job("a", "r.example/app:v1"))
+    store.create_job(pull_job("b", "r.example/app:v2"))
+    store.create_job(pull_job("other", "r.example/other:v1"))
+    store.create_job(pull_job("a", "r.example/app:v1", cluster="prod-eu"))
+    store.create_job(pull_job("gone", "r.example/app:v1"))
+    store.set_job_fields("default/gone", {"state": JobState.DELETING})  # its deletion started: it wants nothing
+    store.create_job(job("list", api_kind=ApiKind.IMAGE_LIST_PULL_JOB,
+                         manifest={"spec": {"images": ["r.example/app:v1"]}}))
+    assert [j.key for j in store.list_image_jobs("", "r.example/app")] == ["default/a", "default/b"]
+    assert [j.key for j in store.list_image_jobs("prod-eu", "r.example/app")] == ["prod-eu:default/a"]
+    # a finished job still wants its image; one whose new spec pulls another repository moves
+    record = store.get_job("default/a")
+    assert record is not None
+    store.finish_job("default/a", record.finish_fields(JobState.COMPLETED, at=5.0), require_done=False)
+    store.replace_job_spec(pull_job("b", "r.example/other:v2", spec_hash="h2"), expected_hash="h1")
+    assert [j.key for j in store.list_image_jobs("", "r.example/app")] == ["default/a"]
+    assert [j.key for j in store.list_image_jobs("", "r.example/other")] == ["default/b", "default/other"]
+    if isinstance(store, DynamoJobStore):  # a table written before the index: indexed by its first reader
+        client, table = store.client, store.table_name
+        client.update_item(TableName=table, Key={"pk": {"S": "JOB#default/other"}, "sk": {"S": "JOB"}},
+                           UpdateExpression="REMOVE ipk")
+        client.delete_item(TableName=table, Key={"pk": {"S": "INDEX#images"}, "sk": {"S": "INDEX"}})
+        fresh = DynamoJobStore(table, client=client)
+        assert [j.key for j in fresh.list_image_jobs("", "r.example/other")] == ["default/b", "default/other"]
+
+
 def test_shards_are_fixed_once(store: Store) -> None:
     assert store.reserve_shards("default/none", 1_000) == 10
     store.create_job(job())
@@ -198,13 +228,14 @@ def test_shards_are_fixed_once(store: Store) -> None:
 def test_a_plan_commits_over_the_version_read_and_moves_it(store: Store) -> None:
     assert refusal(lambda: store.commit_plan(KEY, plan_id="1.0", expected_version=0, counters=Counters(),
                                              extra={})) == "StoreConflictError"
-    store.create_job(job())
+    store.create_job(job(earlier=EarlierImage(0, "r.example/app:v0")))
     store.commit_plan(KEY, plan_id="1.0", expected_version=0, counters=Counters(desired=3, waiting=2, succeeded=1),
-                      extra={"pull_secret_arns": ["arn:1"], "start_time": 9.0})
+                      extra={"pull_secret_arns": ["arn:1"], "start_time": 9.0, "earlier": None})
     assert refusal(lambda: store.commit_plan(KEY, plan_id="1.0", expected_version=0, counters=Counters(),
                                              extra={})) == "StoreConflictError"
     got = store.get_job(KEY)
-    assert got is not None and (got.planned, got.pull_secret_arns, got.start_time) == ("1.0", ["arn:1"], 9)
+    assert got is not None and (got.planned, got.pull_secret_arns, got.start_time, got.earlier) == (
+        "1.0", ["arn:1"], 9, None)
     assert counters(store) == (3, 2, 0, 1, 0, 1)
 
 
@@ -625,8 +656,11 @@ def test_a_value_boto3_cannot_write_is_refused_before_any_write(store: Store) ->
 
 
 def test_an_item_over_400_kb_is_refused(store: Store) -> None:
-    assert refusal(lambda: store.create_job(job(manifest={"spec": {"image": "x" * 300_000}}))) == ""
-    assert refusal(lambda: store.create_job(job("big", manifest={"spec": {"image": "x" * 420_000}}))) == "StoreError"
+    def padded(size: int) -> dict[str, Any]:
+        return {"spec": {"image": "r.example/app:v1", "pad": "x" * size}}
+
+    assert refusal(lambda: store.create_job(job(manifest=padded(300_000)))) == ""
+    assert refusal(lambda: store.create_job(job("big", manifest=padded(420_000)))) == "StoreError"
     assert refusal(lambda: store.set_job_fields(KEY, {"message": "m" * 150_000})) == "StoreError"
     assert store.get_job("default/big") is None and store.get_job(KEY).message == ""  # type: ignore[union-attr]
 

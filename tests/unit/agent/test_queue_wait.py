@@ -152,3 +152,22 @@ def test_a_queue_deleted_under_the_agent_is_waited_for_and_made_again_by_the_con
     assert delays and delays == [min(2.0**i, agent_module.QUEUE_RETRY_MAX_SECONDS) for i in range(len(delays))]
     for before, after, delay in zip(retries, retries[1:], delays, strict=False):
         assert after.created - before.created >= delay * 0.9
+
+
+def test_the_hello_is_sent_before_the_agent_looks_up_its_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hello is what releases a warm node's taint: no SQS lookup comes before it
+    with sqs_with_status_queue() as (sqs, status):
+        agent = agent_on_queues(sqs, status, prefix=PREFIX)
+        seen_at_lookup: list[list[Hello]] = []
+        find = agent.node_queues.find_queue
+
+        def looking_up(node: str) -> str | None:
+            seen_at_lookup.append(hellos(sqs, status))
+            return find(node)
+
+        monkeypatch.setattr(agent.node_queues, "find_queue", looking_up)
+        agent.start()
+        try:
+            assert [[h.node for h in got] for got in seen_at_lookup[:1]] == [["node-a"]]
+        finally:
+            agent.stop(0)

@@ -20,11 +20,14 @@ from prewarm.domain.boot import (
     boot_due,
     boot_record,
     current,
+    digests_on_node,
     label_patch,
+    labels_from_images,
     labels_held,
     node_condition,
     node_label_of,
     present_at_boot,
+    pulls_present,
 )
 from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.messages import Hello, RequiredImage
@@ -172,3 +175,32 @@ def test_a_rules_node_label_is_carried_by_its_jobs_and_must_be_a_label_key() -> 
             PrewarmRule.from_manifest({**doc, "spec": {"repositories": ["ml/*"], "nodeLabel": bad}})
         assert caught.value.errors[0].path == "spec.nodeLabel"
         assert caught.value.errors[0].message.startswith(why)
+
+
+def test_a_late_node_s_label_holds_once_every_image_of_the_rule_s_newest_jobs_is_on_it() -> None:
+    current = {"prewarm.dev/torch": {"r/a@sha256:1", "r/b@sha256:2"}, "prewarm.dev/other": {"r/c@sha256:3"}}
+    # Judged only for a label whose images the node's Never jobs or boot say something of
+    assert labels_from_images(current, present=["r/a@sha256:1"], known=["r/a@sha256:1"]) == {
+        "prewarm.dev/torch": False}
+    assert labels_from_images(current, present=["r/a@sha256:1", "r/b@sha256:2"],
+                              known=["r/a@sha256:1", "r/b@sha256:2"]) == {"prewarm.dev/torch": True}
+    assert labels_from_images(current, present=[], known=["r/c@sha256:3"]) == {"prewarm.dev/other": False}
+    assert labels_from_images({"prewarm.dev/none": set()}, present=[], known=[]) == {}
+
+
+def test_the_digests_the_kubelet_lists_on_a_node_are_held_there_as_pull_references() -> None:
+    node = {"status": {"images": [
+        {"names": ["busybox@sha256:" + "b" * 64, "busybox:1.36"], "sizeBytes": 10},
+        {"names": ["r.io/a:v1"], "sizeBytes": 5},  # a tag names no content
+        {"names": ["Not A Reference@@"]}, "not a mapping"]}}
+    assert digests_on_node(node) == {"docker.io/library/busybox@sha256:" + "b" * 64}
+    assert digests_on_node({"status": {}}) == frozenset() == digests_on_node({})
+
+
+def test_an_image_the_node_holds_is_present_whatever_its_new_round_says() -> None:
+    a, b = "r/a@sha256:" + "1" * 64, "r/b@sha256:" + "2" * 64
+    assert pulls_present([(a, False), (b, False)], held=[a]) == {a: True, b: False}
+    assert pulls_present([(b, True)], held=[]) == {b: True}
+    # The same image in two jobs: present only if each says so or the node holds it
+    assert pulls_present([(b, True), (b, False)], held=[]) == {b: False}
+    assert pulls_present([(b, True), (b, False)], held=[b]) == {b: True}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from prewarm.domain.job import UNPLANNED_RETRIGGER_SECONDS, ApiKind, JobRound, StoredJob
+from prewarm.domain.job import UNPLANNED_RETRIGGER_SECONDS, ApiKind, EarlierImage, JobRound, StoredJob
 from prewarm.domain.jobs import CompletionType, JobState
 from prewarm.domain.placement import Platform
 from prewarm.domain.sources import SOURCE_ANNOTATION, Source
@@ -408,6 +408,36 @@ def test_a_finished_job_respecified_runs_again_from_now_on_a_new_round() -> None
     # Re-planned in the same round, it keeps the round's start (its deadline runs on)
     replanned = done.respecified(pull_manifest(parallelism=2), "h2", now=T0 + 50, platforms=None)
     assert replanned.state is JobState.RUNNING and replanned.start_time == T0
+
+
+def test_a_new_image_leaves_the_planned_rounds_image_as_the_earlier_one() -> None:
+    pinned = pull_manifest()
+    pinned["metadata"]["annotations"] = {"prewarm.dev/pin": "true"}
+    job = pull_job(round=1, generation=3, manifest=pinned)
+    changed = job.respecified(pull_manifest(image="nginx:1.26"), "h2", now=T0, platforms=None)
+    assert changed.earlier == EarlierImage(1, "docker.io/library/nginx:1.25", pinned=True)
+    # the node items of round 1 hold nginx:1.25; those of round 2 (and later) the current spec's image
+    assert changed.image_of_round(1) == changed.earlier
+    assert changed.image_of_round(2) == EarlierImage(2, "docker.io/library/nginx:1.26", pinned=False)
+    assert job.image_of_round(1) == EarlierImage(1, "docker.io/library/nginx:1.25", pinned=True)
+    # another new image before round 2's plan: round 1's items still hold nginx:1.25
+    again = changed.respecified(pull_manifest(image="nginx:1.27"), "h3", now=T0, platforms=None)
+    assert again.earlier == changed.earlier and again.round == 3
+
+
+def test_no_earlier_image_without_a_change_of_image_or_before_any_plan() -> None:
+    job = pull_job(round=1)
+    assert job.respecified(pull_manifest(imagePullPolicy="Always"), "h2", now=T0, platforms=None).earlier is None
+    assert job.respecified(pull_manifest(parallelism=3), "h2", now=T0, platforms=None).earlier is None
+    unplanned = pull_job(round=1, planned=False)
+    assert unplanned.respecified(pull_manifest(image="nginx:1.26"), "h2", now=T0, platforms=None).earlier is None
+    assert pull_job().image_of_round(0) == EarlierImage(0, "docker.io/library/nginx:1.25")
+
+
+def test_the_earlier_image_is_stored_as_json_and_read_back() -> None:
+    earlier = EarlierImage(4, "reg.io/app:v1", pinned=True)
+    assert EarlierImage.from_json(earlier.to_json()) == earlier
+    assert EarlierImage.from_json(None) is None and EarlierImage.from_json("") is None
 
 
 def test_a_replanned_job_is_the_same_spec_at_the_next_generation() -> None:

@@ -90,6 +90,8 @@ def test_install_holds_the_agent_and_the_functions_rbac_and_labels_all_of_it() -
         ("ClusterRole", RESOURCES_GROUP, ""), ("ClusterRoleBinding", RESOURCES_GROUP, ""),
         ("ClusterRole", CRON_RUNS_GROUP, ""), ("ClusterRoleBinding", CRON_RUNS_GROUP, ""),
         ("RoleBinding", f"{CRON_RUNS_GROUP}-pull-secrets", "shop"),
+        ("ValidatingAdmissionPolicy", "prewarm-cron-time-zone", ""),
+        ("ValidatingAdmissionPolicyBinding", "prewarm-cron-time-zone", ""),
         ("ClusterRole", STARTUP_TAINT_GROUP, ""), ("ClusterRoleBinding", STARTUP_TAINT_GROUP, ""),
         ("ClusterRole", "prewarm-startup-taint-config", ""),
         ("RoleBinding", "prewarm-startup-taint-config", "prewarm-system"),

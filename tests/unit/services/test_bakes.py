@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
-from prewarm.domain.launch_sources import LaunchSource
+from prewarm.domain.launch_sources import Architecture, LaunchSource
 from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.domain.snapshots import AmiFamily
@@ -32,6 +32,7 @@ class FakeEc2:
     owners: dict[str, str] = field(default_factory=dict)  # instance id -> its warm snapshot tag
     calls: list[str] = field(default_factory=list)
     refuse: str = ""
+    instance_types: list[str] = field(default_factory=list)
     sources: dict[str, tuple[str, str]] = field(default_factory=dict)  # bake id -> (image id, subnet id)
 
     def launch(self, bake_id: str, warm_snapshot: str, image_id: str, instance_type: str, subnet_id: str,
@@ -44,6 +45,7 @@ class FakeEc2:
         self.launched_at.setdefault(instance, 0.0)
         self.owners.setdefault(instance, warm_snapshot)
         self.calls.append(f"launch {bake_id}")
+        self.instance_types.append(instance_type)
         return instance, f"vol-{bake_id}"
 
     def stop(self, instance_id: str) -> None:
@@ -90,6 +92,7 @@ class FakeEc2:
 class FakeNodeClasses:
     pointed: dict[str, str] = field(default_factory=lambda: {"gpu": ""})
     unreadable: str = ""
+    architecture: Architecture = Architecture.X86_64
 
     def current_snapshot(self, kind: str, name: str, device_name: str) -> str | None:
         if name not in self.pointed:
@@ -103,7 +106,7 @@ class FakeNodeClasses:
         if self.unreadable:
             raise BakeError(self.unreadable)
         return LaunchSource(f"resolve:ssm:/aws/service/{family}",
-                            ("subnet-0000000000000000a", "subnet-0000000000000000b"))
+                            ("subnet-0000000000000000a", "subnet-0000000000000000b"), self.architecture)
 
 
 def context(**spec: Any) -> tuple[BakeContext, FakeEc2, FakeNodeClasses]:
@@ -319,3 +322,23 @@ def test_a_builder_killed_before_its_report_fails_the_bake_at_the_next_sweep_not
     assert bakes.sweep(ctx, 60.0) == []  # the same set is not retried ...
     push(ctx, D3, 70.0)  # ... the next push is
     assert state(ctx).bake.id == "gpu-3" and ec2.instances["i-gpu-3"] == "running"  # type: ignore[union-attr]
+
+
+def test_an_arm64_node_classs_builder_runs_on_graviton_and_a_spec_type_of_another_architecture_fails_the_bake(
+) -> None:
+    # Given a node class whose AMI is arm64 (the spec names no AMI: the node class's is taken)
+    ctx, ec2, classes = context(builder={"subnetIds": ["subnet-0123456789abcdef0"]})
+    classes.architecture = Architecture.ARM64
+
+    # When a push bakes it, the builder is a Graviton instance
+    push(ctx, D1, 10.0)
+    assert ec2.instance_types == ["m7g.large"]
+
+    # And a spec naming an x86_64 instance type fails its bake before any builder, saying why
+    ctx, ec2, classes = context(builder={"subnetIds": ["subnet-0123456789abcdef0"], "instanceType": "m6i.xlarge"})
+    classes.architecture = Architecture.ARM64
+    push(ctx, D1, 10.0)
+    bake = state(ctx).bake
+    assert bake is not None and bake.step is BakeStep.FAILED and ec2.instance_types == []
+    assert bake.reason == ('the builder could not be launched: spec.builder.instanceType "m6i.xlarge" runs x86_64, '
+                           "but the node class's AMI is arm64: name a Graviton arm64 type or leave it out")

@@ -15,7 +15,7 @@ from prewarm.domain.messages import ALREADY_PRESENT, Hello, Warmed
 from prewarm.services.boot import node_bytes_pulled
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.nodes import view_nodes
-from prewarm.services.ports import ClusterAuthError
+from prewarm.services.ports import ClusterAuthError, NodeQueueError
 from prewarm.services.status_batches import record_status
 from prewarm_cli.node_output import node_document, nodes_table
 from tests.support.cluster import FakeCluster, make_node, recorded_reads
@@ -292,3 +292,23 @@ def test_a_batch_of_warm_ups_and_hellos_of_a_registered_cluster_looks_the_cluste
     assert outcome.retry_ids == [] and outcome.warmed == ["p-0", "p-1"] and len(outcome.hellos) == 1
     assert [condition(prod.nodes[i])["reason"] for i in range(2)] == [PULLED, PULLED]
     assert reads == ["prod-eu", "prod-eu"]
+
+
+def test_a_warm_node_loses_its_taint_while_its_queue_is_still_being_made(plane: ControlPlane,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a Never job and a tainted node with its image at boot, whose queue SQS does not make now
+    never_job(plane, "torch", IMAGE)
+    node = joins(plane, "gpu-1")
+
+    def refused(node: str, cluster: str | None = None) -> Any:
+        raise NodeQueueError("SQS is throttling CreateQueue")
+
+    monkeypatch.setattr(plane.queues, "provide_queue", refused)
+
+    # When its first hello comes
+    outcome = hello(plane, "gpu-1", images=[IMAGE])
+
+    # Then its taint is released all the same (the release waits on no queue), and the hello comes again for
+    # its queue
+    assert outcome.retry_ids == ["h"]
+    assert taint_keys(node) == ["nvidia.com/gpu"] and condition(node)["reason"] == PRESENT_AT_BOOT

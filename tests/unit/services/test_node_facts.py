@@ -13,10 +13,11 @@ from prewarm.domain.boot import CONDITION_TYPE, PRESENT_AT_BOOT, PULLED, PULLING
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm.domain.jobs import NODE_LABEL_ANNOTATION, job_key
 from prewarm.domain.messages import ALREADY_PRESENT, Hello, StatusReport
+from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANNOTATION
 from prewarm.services.dispatch import plan_job
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.ports import ClusterUnavailableError
-from prewarm.services.schedules import SweepSettings, sweep
+from prewarm.services.schedules import SweepSettings, repull_daily, sweep
 from prewarm.services.status_batches import StatusBatchOutcome, record_status
 from tests.support.cluster import FakeCluster, make_node, recorded_reads
 from tests.support.cluster_directory import clusters_of
@@ -39,7 +40,9 @@ def never_job(plane: ControlPlane, name: str, image: str) -> None:
 def rule_job(plane: ControlPlane, name: str, image: str) -> None:
     """A rule's job as `PrewarmRule.job_for_push` makes it for a rule with `spec.nodeLabel: prewarm.dev/torch`."""
     doc = job_doc(name, image=image, selector=GPU, parallelism=10)
-    doc["metadata"]["annotations"] = {NODE_LABEL_ANNOTATION: LABEL}
+    repository = image.partition("/")[2].partition("@")[0]
+    doc["metadata"]["annotations"] = {NODE_LABEL_ANNOTATION: LABEL, RULE_ANNOTATION: "torch",
+                                      REPOSITORY_ANNOTATION: repository, TAG_ANNOTATION: "v1"}
     apply_manifest(plane.store, doc, now=plane.now())
     plane.plan(name)
 
@@ -227,4 +230,131 @@ def test_the_sweep_repairs_a_condition_and_a_label_a_report_could_not_write(plan
 
     # Then the Node says what its pulls say
     assert condition(node)[:2] == ("True", PULLED)
+    assert node["metadata"]["labels"][LABEL] == "true"
+
+
+
+def labelled_rule(plane: ControlPlane) -> None:
+    """The rule `rule_job`'s jobs stand for: its `spec.nodeLabel` is what makes late joiners judged."""
+    apply_manifest(plane.store, {"apiVersion": "prewarm.dev/v1alpha1", "kind": "PrewarmRule",
+                                 "metadata": {"name": "torch"},
+                                 "spec": {"repositories": ["ml/*"], "nodeLabel": LABEL,
+                                          "template": {"spec": {"selector": GPU}}}}, now=plane.now())
+
+
+def test_a_node_that_joins_after_a_rule_s_push_gets_the_label_once_its_never_job_pulled_the_image(
+    plane: ControlPlane,
+) -> None:
+    # Given a labelled rule whose push's job (Always) is done on the node present then, and a Never job that
+    # keeps the pushed digest warm on the pool
+    labelled_rule(plane)
+    present = make_node("gpu-0", pool="gpu")
+    plane.cluster.nodes.append(present)
+    rule_job(plane, "torch-aaaa", IMAGE)
+    report(plane, "torch-aaaa", "gpu-0", "Succeeded", bytes_done=1000, bytes_total=1000)
+    assert present["metadata"]["labels"][LABEL] == "true"
+    never_job(plane, "keep", IMAGE)
+
+    # When a node joins after that push (none since): its hello adds it to the Never job, which pulls the image
+    late = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(late)
+    hello(plane, "gpu-1")
+    report(plane, "keep", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+    assert LABEL not in late["metadata"]["labels"]
+    report(plane, "keep", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+
+    # Then it carries the label, as the node present at the push does
+    assert late["metadata"]["labels"][LABEL] == "true"
+    assert condition(late)[:2] == ("True", PULLED)
+
+
+def test_a_late_node_with_the_image_at_boot_gets_the_label_but_not_while_another_rule_image_is_missing(
+    plane: ControlPlane,
+) -> None:
+    # Given a labelled rule with two images pushed (two repositories), and a Never job keeping one of them warm
+    labelled_rule(plane)
+    plane.cluster.nodes.append(make_node("gpu-0", pool="gpu"))
+    rule_job(plane, "torch-aaaa", IMAGE)
+    rule_job(plane, "tok-cccc", f"{REPO}-tokenizer@sha256:{'c' * 64}")
+    never_job(plane, "keep", IMAGE)
+
+    # When a node booted with that one image joins, and its Never task finds it present
+    late = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(late)
+    hello(plane, "gpu-1", images=[IMAGE])
+    report(plane, "keep", "gpu-1", "Succeeded", message=ALREADY_PRESENT)
+
+    # Then it is not labelled: the rule's other image is on it by no account
+    assert LABEL not in late["metadata"]["labels"]
+
+    # When a Never job keeps the other image warm too, and it is pulled there
+    never_job(plane, "keep-tok", f"{REPO}-tokenizer@sha256:{'c' * 64}")
+    report(plane, "keep-tok", "gpu-1", "Succeeded", bytes_done=10, bytes_total=10)
+
+    # Then it is
+    assert late["metadata"]["labels"][LABEL] == "true"
+
+
+def test_a_daily_re_pull_of_digests_the_node_holds_leaves_its_condition_true(plane: ControlPlane) -> None:
+    # Given a node warm for two Never jobs, whose kubelet lists both digests on its Node
+    never_job(plane, "torch", IMAGE)
+    never_job(plane, "torch-next", NEWER)
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(node)
+    hello(plane, "gpu-1")
+    for name in ("torch", "torch-next"):
+        report(plane, name, "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+    node["status"]["images"] = [{"names": [IMAGE, f"{REPO}:v1"], "sizeBytes": 1000},
+                                {"names": [NEWER], "sizeBytes": 1000}]
+    warm = condition(node)
+    assert warm[:2] == ("True", PULLED)
+
+    # When the daily round re-pulls both: one job's task finds its image there while the other's is still
+    # waiting, then pulling again (imagePullPolicy Always)
+    assert sorted(repull_daily(plane.store)) == [job_key("default", "torch"), job_key("default", "torch-next")]
+    plane.plan("torch")
+    plane.plan("torch-next")
+    report(plane, "torch", "gpu-1", "Succeeded", message=ALREADY_PRESENT)
+    report(plane, "torch-next", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then its condition never says Pulling: the node holds both digests all along
+    assert condition(node)[:2] == ("True", PULLED)
+
+
+def test_a_new_round_of_a_digest_the_node_does_not_list_still_shows_pulling(plane: ControlPlane) -> None:
+    # Given a node warm for a Never job, whose Node lists no image (its image was removed since)
+    never_job(plane, "torch", IMAGE)
+    node = make_node("gpu-1", pool="gpu")
+    plane.cluster.nodes.append(node)
+    hello(plane, "gpu-1")
+    report(plane, "torch", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+
+    # When the daily round pulls it again
+    repull_daily(plane.store)
+    plane.plan("torch")
+    report(plane, "torch", "gpu-1", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then the condition says so until the pull succeeds
+    assert condition(node)[:2] == ("False", PULLING)
+    report(plane, "torch", "gpu-1", "Succeeded", bytes_done=1000, bytes_total=1000)
+    assert condition(node)[:2] == ("True", PULLED)
+
+
+def test_a_daily_re_pull_keeps_the_label_of_a_node_whose_rule_job_pulled_the_image(plane: ControlPlane) -> None:
+    # Given a node labelled by a rule's finished job, and a Never job keeping the same digest warm there
+    labelled_rule(plane)
+    node = make_node("gpu-0", pool="gpu")
+    plane.cluster.nodes.append(node)
+    rule_job(plane, "torch-aaaa", IMAGE)
+    report(plane, "torch-aaaa", "gpu-0", "Succeeded", bytes_done=1000, bytes_total=1000)
+    never_job(plane, "keep", IMAGE)
+    report(plane, "keep", "gpu-0", "Succeeded", message=ALREADY_PRESENT)
+    assert node["metadata"]["labels"][LABEL] == "true"
+
+    # When the daily round re-pulls the Never job's image there (its Node lists no image: a local node)
+    repull_daily(plane.store)
+    plane.plan("keep")
+    report(plane, "keep", "gpu-0", "Pulling", bytes_done=0, bytes_total=1000)
+
+    # Then the label stays: the rule's own job put the image there
     assert node["metadata"]["labels"][LABEL] == "true"

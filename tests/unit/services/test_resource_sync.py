@@ -249,6 +249,30 @@ def test_an_advanced_cron_job_resource_is_stored_reports_its_runs_and_goes_with_
     assert report.applied == [] and ("imagelistpulljobs", "default", run) not in api.objects
 
 
+def test_a_cron_job_resource_deleted_with_cascade_orphan_leaves_its_runs_running(
+        plane: ControlPlane, api: FakeResources) -> None:
+    from prewarm.services.cron_jobs import run_due
+
+    # Given a cron job resource with a run
+    api.put("AdvancedCronJob", "nightly", cron_spec())
+    sync_resources(plane.store, api, now=10.0)
+    run = run_due(plane.store, job_key("default", "nightly"), scheduled_at=60.0, now=61.0, objects=lambda: api).run
+    assert run is not None
+
+    # When it is deleted with --cascade=orphan: the garbage collector takes the owner reference off its run
+    api.delete_object(API, "advancedcronjobs", "nightly", "default")
+    del api.objects[("imagelistpulljobs", "default", run)]["metadata"]["ownerReferences"]
+    report = sync_resources(plane.store, api, now=70.0)
+
+    # Then the cron job goes, and its run stays: its object, and its job, running, its status written
+    assert report.deleted == ["AdvancedCronJob default/nightly"]
+    record = plane.store.get_job(job_key("default", run))
+    assert record is not None and record.state is JobState.RUNNING
+    report = sync_resources(plane.store, api, now=80.0)
+    assert report.deleted == [] and ("imagelistpulljobs", "default", run) in api.objects
+    assert api.get("ImageListPullJob", run)["status"]["desired"] == 1
+
+
 def test_a_cron_job_resources_runs_are_objects_it_owns_mirrored_and_deleted_as_kruise_does(
         plane: ControlPlane, api: FakeResources) -> None:
     from prewarm.services.cron_jobs import run_due

@@ -13,16 +13,21 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from prewarm.domain.launch_sources import (
+    DEFAULT_INSTANCE_TYPES,
+    Architecture,
     LaunchSource,
     LaunchSourceError,
     alias_image_id,
     ami_query,
     family_image_id,
+    image_architecture,
+    instance_target,
     newest_image,
+    node_pools_target,
     subnet_query,
 )
 from prewarm.domain.snapshots import AmiFamily
-from prewarm.services.ports import ClusterError
+from prewarm.services.ports import ClusterError, ClusterNotFoundError
 from prewarm.services.snapshot_ports import BakeError, NodeClassMissingError
 
 STACK_TAG = "prewarm.dev/stack"
@@ -177,6 +182,9 @@ class Ec2Builders:
                 raise _error(e, f"delete snapshot {snapshot_id}") from e
 
 
+NODE_POOLS_API_VERSION = "karpenter.sh/v1"
+
+
 class NodeClassObjects:
     """`snapshot_ports.NodeClasses`: Karpenter's EC2NodeClass through the cluster's API (`api`: get_object,
     replace_object), a launch template through EC2 (a new version made the default); the cluster itself
@@ -209,28 +217,54 @@ class NodeClassObjects:
             raise _error(e, f"describe cluster {self.cluster_name}") from e
 
     def launch_source(self, kind: str, name: str, family: AmiFamily) -> LaunchSource:
-        if kind != "EC2NodeClass":
-            image_id = self._template(name).get("LaunchTemplateData", {}).get("ImageId")
-            cluster = self._cluster()
-            subnets = tuple((cluster.get("resourcesVpcConfig") or {}).get("subnetIds") or ())
-            return LaunchSource(image_id or family_image_id(family, str(cluster.get("version", ""))), subnets)
-        spec = self._node_class(name).get("spec") or {}
-        where = f"EC2NodeClass {name}"
         try:
-            return LaunchSource(self._node_class_image(spec, family, where), self._node_class_subnets(spec, where))
+            if kind != "EC2NodeClass":
+                return self._template_source(name, family)
+            spec = self._node_class(name).get("spec") or {}
+            where = f"EC2NodeClass {name}"
+            image_id, architecture = self._node_class_image(name, spec, family, where)
+            return LaunchSource(image_id, self._node_class_subnets(spec, where), architecture)
         except LaunchSourceError as e:
             raise BakeError(str(e)) from e
 
-    def _node_class_image(self, spec: Mapping[str, Any], family: AmiFamily, where: str) -> str:
+    def _template_source(self, name: str, family: AmiFamily) -> LaunchSource:
+        data = self._template(name).get("LaunchTemplateData", {})
+        cluster = self._cluster()
+        subnets = tuple((cluster.get("resourcesVpcConfig") or {}).get("subnetIds") or ())
+        where = f"launch template {name}"
+        if image_id := data.get("ImageId"):
+            images = self._call_ec2(f"{where}: describe its AMI", "describe_images", ImageIds=[image_id])["Images"]
+            return LaunchSource(image_id, subnets, image_architecture(images[0], where) if images else
+                                Architecture.X86_64)
+        # No image: a managed node group's, which EKS launches from the family's AMI for its instance type.
+        target = instance_target(str(data.get("InstanceType") or DEFAULT_INSTANCE_TYPES[Architecture.X86_64]))
+        return LaunchSource(family_image_id(family, str(cluster.get("version", "")), target=target), subnets,
+                            target.architecture)
+
+    def _node_class_image(self, name: str, spec: Mapping[str, Any], family: AmiFamily,
+                          where: str) -> tuple[str, Architecture]:
         terms = spec.get("amiSelectorTerms") or []
         alias = next((str(t["alias"]) for t in terms if t.get("alias")), None)
         if alias is not None:
-            return alias_image_id(alias, family, str(self._cluster().get("version", "")))
+            target = node_pools_target(name, self._node_pools())
+            return alias_image_id(alias, family, str(self._cluster().get("version", "")), target), target.architecture
         found: dict[str, dict[str, Any]] = {}
         for term in terms:
             out = self._call_ec2(f"{where}: describe its AMIs", "describe_images", **ami_query(term))
             found.update({i["ImageId"]: i for i in out.get("Images", [])})
-        return newest_image(list(found.values()), where)
+        arches = {i.get("Architecture") for i in found.values()}
+        # An AMI per architecture selected: the one the NodePools launch.
+        architecture = node_pools_target(name, self._node_pools()).architecture if len(arches) > 1 else None
+        return newest_image(list(found.values()), where, architecture)
+
+    def _node_pools(self) -> list[dict[str, Any]]:
+        """Karpenter's NodePools (none when Karpenter's v1 API is not served)."""
+        try:
+            return list(self.api.list_objects(NODE_POOLS_API_VERSION, "nodepools"))
+        except ClusterNotFoundError:
+            return []
+        except ClusterError as e:
+            raise BakeError(f"NodePools could not be read: {e}") from e
 
     def _node_class_subnets(self, spec: Mapping[str, Any], where: str) -> tuple[str, ...]:
         found: dict[str, int] = {}

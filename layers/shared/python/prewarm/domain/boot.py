@@ -9,7 +9,7 @@ agent started, has all of them and is released at once. Everything here is pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +161,51 @@ def labels_held(pulls: Iterable[tuple[str, bool]]) -> dict[str, bool]:
     for key, present in pulls:
         held[key] = held.get(key, True) and present
     return held
+
+
+def digests_on_node(node: Mapping[str, Any]) -> frozenset[str]:
+    """The images the kubelet lists on the Node by digest, as pull references: `status.images[].names` holds
+    each image's repo digests (`name@sha256:...`) beside its tags, the largest images first (50 by default,
+    the kubelet's `nodeStatusMaxImages`)."""
+    held = set()
+    for image in (node.get("status") or {}).get("images") or ():
+        for name in (image.get("names") or ()) if isinstance(image, Mapping) else ():
+            try:
+                ref = parse_image(str(name))
+            except InvalidImageReference:
+                continue
+            if ref.digest is not None:
+                held.add(ref.pull_reference)
+    return frozenset(held)
+
+
+def pulls_present(pulls: Iterable[tuple[str, bool]], held: Collection[str]) -> dict[str, bool]:
+    """Per image of the node's tasks (its pull reference, whether its task Succeeded in the job's round): whether
+    it is on the node. An image the node holds (`held`: present at boot, or listed on its Node) is, whatever
+    its task says: a new round re-pulling a digest the node has (a `Never` job's daily round, a pull policy
+    `Always`) does not take it off while it runs.
+
+    >>> pulls_present([("r/a@sha256:1", False), ("r/b@sha256:2", False)], held=["r/a@sha256:1"])
+    {'r/a@sha256:1': True, 'r/b@sha256:2': False}
+    """
+    present: dict[str, bool] = {}
+    for image, succeeded in pulls:
+        present[image] = present.get(image, True) and (succeeded or image in held)
+    return present
+
+
+def labels_from_images(current: Mapping[str, Collection[str]], present: Collection[str],
+                       known: Collection[str]) -> dict[str, bool]:
+    """For a node in none of a labelled rule's jobs (it joined after the rule's last push): per label, whether
+    every image of the rule's newest jobs (`current`: label -> their pull references) is on the node
+    (`present`: Succeeded in its `Never` jobs, or there at boot). A label none of whose images the node's
+    `Never` jobs or boot say anything of (`known`) is not judged: nothing tells whether they are there.
+
+    >>> labels_from_images({"warm": ["r/a@sha256:1"], "gpu": ["r/b@sha256:2"]}, [], ["r/a@sha256:1"])
+    {'warm': False}
+    """
+    return {label: all(image in present for image in images) for label, images in current.items()
+            if images and not set(images).isdisjoint(known)}
 
 
 def _pointer(key: str) -> str:

@@ -305,6 +305,26 @@ class AdvancedCronJob(NamespacedManifest):
             "spec": template.spec.model_dump(by_alias=True, mode="json", exclude_none=True)})
 
 
+def orphaned_runs(namespace: str, name: str, objs: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The names of the run objects of cron job `namespace/name` among `objs` that outlived it: annotated
+    as its runs and controlled by no AdvancedCronJob. `kubectl delete --cascade=orphan` leaves them so (the
+    garbage collector takes the owner reference off each, and deletes none); they stay, and keep running.
+
+    >>> run = {"metadata": {"name": "n-1", "namespace": "ns", "annotations": {CRON_JOB_ANNOTATION: "n"}}}
+    >>> owned = {"metadata": {**run["metadata"], "name": "n-2", "ownerReferences": [
+    ...     {"kind": "AdvancedCronJob", "name": "n", "controller": True}]}}
+    >>> sorted(orphaned_runs("ns", "n", [run, owned]))
+    ['n-1']
+    """
+    found = set()
+    for obj in objs:
+        meta = obj.get("metadata") or {}
+        if (meta.get("namespace") == namespace and (meta.get("annotations") or {}).get(CRON_JOB_ANNOTATION) == name
+                and cron_job_owning(obj) is None):
+            found.add(str(meta.get("name", "")))
+    return found
+
+
 def cron_job_owning(obj: Mapping[str, Any]) -> str | None:
     """The AdvancedCronJob that controls object `obj` (its controller ownerReference), or None."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:

@@ -8,6 +8,7 @@ round, and when it has finished as `prewarm watch` sees it. Services, the CLI an
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -47,6 +48,25 @@ class JobRound:
     uid: str
     round: int
     shards: int = 1
+
+
+@dataclass(frozen=True)
+class EarlierImage:
+    """The image an earlier round of a job pulled (`reference`, pinned or not), which its node items still
+    hold until the plan of the current round replaces them: that plan releases it (`services.lifecycle`)."""
+
+    round: int
+    reference: str
+    pinned: bool = False
+
+    def to_json(self) -> str:
+        """As the job item stores it (`earlier`)."""
+        return json.dumps({"round": self.round, "reference": self.reference, "pinned": self.pinned})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> EarlierImage | None:
+        """The stored value back; None for none."""
+        return cls(**json.loads(text)) if text else None
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,8 @@ class StoredJob:
     warm_digest: str = ""
     warm_bytes: int | None = None
     budget_note: str = ""
+    # The image of the round its node items are of, when a new spec changed the image (None: the same).
+    earlier: EarlierImage | None = None
 
     # --- identity and plan ------------------------------------------------------------------
 
@@ -380,6 +402,7 @@ class StoredJob:
             round=self.round + 1 if new_round else self.round,
             platforms=self.platforms if platforms is None else platforms,
             layers=self.layers if layers is None else layers,
+            earlier=self._earlier_image(changed=new_round and self.image != _pull_part(manifest)["image"]),
         )
         if not self.state.is_finished:
             return changed
@@ -387,6 +410,20 @@ class StoredJob:
             changed, state=JobState.RUNNING, completion_time=None, message="", ttl=None,
             start_time=now if new_round else self.start_time,
         )
+
+    def _earlier_image(self, *, changed: bool) -> EarlierImage | None:
+        """What a new spec leaves on the nodes: the current round's image when the image `changed` and the
+        round was planned (its node items hold it), else what was left before (an unplanned round pulled
+        nothing)."""
+        if changed and self.is_pull_job and self.round_is_planned:
+            return EarlierImage(self.round, self.pull_reference, self.pull_job.pin)
+        return self.earlier
+
+    def image_of_round(self, round_: int) -> EarlierImage:
+        """The image the node items of `round_` pulled: the current spec's, or an earlier round's."""
+        if self.earlier is not None and round_ <= self.earlier.round:
+            return self.earlier
+        return EarlierImage(self.round, self.pull_reference, self.pull_job.pin)
 
     def replanned(self) -> StoredJob:
         """The same spec at the next generation: the table stream plans it again."""

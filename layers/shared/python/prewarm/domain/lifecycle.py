@@ -1,6 +1,7 @@
 """When images Prewarm put on nodes stop being wanted: the rules, pure.
 
-- **Release.** When a job is deleted, or its TTL ends it, each node where its pull succeeded is sent a
+- **Release.** When a job is deleted, or its TTL ends it, or a new spec changes its image (at the plan of
+  its new round, for the nodes of the earlier round), each node where its pull succeeded is sent a
   `ReleaseImage` that unpins the image (a pinned job's: annotation `prewarm.dev/pin: "true"`) unless another
   live pinned job wants the same image on that node, and removes it after the stack's grace period unless
   another live job (pinned or not) wants it there. "The same image" is the same pull reference, or the same
@@ -15,9 +16,10 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from prewarm.domain.images import parse_image
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
 from prewarm.domain.messages import NodePhase, ReleaseImage
@@ -41,11 +43,18 @@ def wants_images(job: StoredJob) -> bool:
     return job.is_pull_job and job.state is not JobState.DELETING
 
 
+def wanted_repository(job: StoredJob) -> str | None:
+    """The repository whose releases must ask `job` what it wants (the `images` index of the job table
+    holds it), or None for a job that wants no image. A job's earlier image (a new round not planned yet)
+    is not indexed: that round's plan releases it soon, and the agent keeps what a task wants again."""
+    return parse_image(job.image).name if wants_images(job) and job.image else None
+
+
 def images_on_nodes(job: StoredJob, tasks: Iterable[NodeTaskRecord]) -> list[NodeImage]:
     """The nodes where `job`'s image is, or may soon be: every node item but the failed and cancelled ones
     (a pull in flight may still succeed and pin)."""
-    reference, pinned = job.pull_reference, job.pull_job.pin
-    return [NodeImage(t.node, reference, t.image_id, pinned) for t in tasks if not t.failed]
+    return [NodeImage(t.node, image.reference, t.image_id, image.pinned) for t in tasks if not t.failed
+            for image in [job.image_of_round(t.round)]]
 
 
 def releases(ended: StoredJob, tasks: Iterable[NodeTaskRecord], still_wanted: Mapping[str, Sequence[NodeImage]],
@@ -66,19 +75,34 @@ def releases(ended: StoredJob, tasks: Iterable[NodeTaskRecord], still_wanted: Ma
     """
     if not ended.is_pull_job:
         return []
-    reference, pinned = ended.pull_reference, ended.pull_job.pin
     out = []
     for task in tasks:
         if task.phase is not NodePhase.SUCCEEDED:
             continue
-        mine = NodeImage(task.node, reference, task.image_id)
+        pulled = ended.image_of_round(task.round)  # an earlier round's node items hold its own image
+        mine = NodeImage(task.node, pulled.reference, task.image_id)
         same = [other for other in still_wanted.get(task.node, ()) if _same_image(mine, other)]
-        unpin = pinned and not any(other.pinned for other in same)
+        unpin = pulled.pinned and not any(other.pinned for other in same)
         remove = remove_after is not None and not same
         if unpin or remove:
-            out.append(ReleaseImage(node=task.node, job=ended.key, image=reference, cluster=ended.cluster,
+            out.append(ReleaseImage(node=task.node, job=ended.key, image=pulled.reference, cluster=ended.cluster,
                                     unpin=unpin, remove_after=remove_after if remove else None))
     return out
+
+
+def earlier_round_releases(job: StoredJob, earlier: Iterable[NodeTaskRecord], selected: Iterable[str],
+                           still_wanted: Mapping[str, Sequence[NodeImage]], *, remove_after: int | None
+                           ) -> list[ReleaseImage]:
+    """What the plan of a round whose image changed (`job.earlier`) sends the nodes of the `earlier` round's
+    items it replaces: as `releases`, where the new round's `selected` nodes want the job's new image too
+    (the same image under its new name is kept, and stays pinned if the job still pins)."""
+    if job.earlier is None:
+        return []
+    mine = NodeImage("", job.pull_reference, None, job.pull_job.pin)
+    wanted = {node: list(images) for node, images in still_wanted.items()}
+    for node in selected:
+        wanted.setdefault(node, []).append(replace(mine, node=node))
+    return releases(job, [t for t in earlier if t.round <= job.earlier.round], wanted, remove_after=remove_after)
 
 
 def _same_image(a: NodeImage, b: NodeImage) -> bool:

@@ -194,6 +194,11 @@ class PrewarmRule(StackObject):
             return self.spec.include_untagged
         return _any_glob(tag, self.spec.tags)
 
+    def pushes_to(self, repository: str, registry: str | None = None) -> bool:
+        """Whether some push of `repository` (whatever its tag) may be this rule's: its image may be one of the
+        rule's jobs'."""
+        return _any_glob(repository, self.spec.repositories) and self._registry_matches(registry)
+
     def job_for_push(self, registry_host: str, repository: str, digest: str, tag: str | None = None) -> ImagePullJob:
         """The `Always` ImagePullJob for a pushed image, pinned to `<registry>/<repository>@<digest>`.
 

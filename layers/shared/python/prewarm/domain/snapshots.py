@@ -105,7 +105,7 @@ class BuilderSpec(KubernetesModel):
     launch (`subnetIds`, `imageId` override the node class's: domain/launch_sources.py)."""
 
     subnet_ids: list[str] = Field(default_factory=list)
-    instance_type: str = "m6i.large"
+    instance_type: str | None = None  # None: m6i.large, or m7g.large on arm64 (launch_sources.builder_instance_type)
     image_id: str | None = None
     time_budget_seconds: int = Field(default=DEFAULT_TIME_BUDGET_SECONDS, ge=MIN_TIME_BUDGET_SECONDS,
                                      le=MAX_TIME_BUDGET_SECONDS)

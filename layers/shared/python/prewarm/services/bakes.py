@@ -14,7 +14,12 @@ from dataclasses import dataclass, replace
 from prewarm.domain import bakes
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.domain.builders import bake_document, builder_user_data
-from prewarm.domain.launch_sources import LaunchSourceError, builder_source, needs_node_class
+from prewarm.domain.launch_sources import (
+    LaunchSourceError,
+    builder_instance_type,
+    builder_source,
+    needs_node_class,
+)
 from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.domain.retry import retry_on_conflict
@@ -94,8 +99,9 @@ def _launch(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now:
         node_class = (ctx.node_classes.launch_source(spec.node_class.kind, spec.node_class.name, spec.ami_family)
                       if needs_node_class(spec.builder) else None)
         source = builder_source(spec.builder, node_class)
+        instance_type = builder_instance_type(spec.builder.instance_type, source.architecture)
         instance_id, volume_id = ctx.builders.launch(
-            bake.id, declared.name, source.image_id, spec.builder.instance_type, source.subnet_ids[0],
+            bake.id, declared.name, source.image_id, instance_type, source.subnet_ids[0],
             spec.data_volume.device_name, spec.data_volume.size_gib, user_data)
     except (BakeError, LaunchSourceError) as e:
         return bakes.fail(state, bake.id, f"the builder could not be launched: {e}", now)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,14 +208,18 @@ def _delete_run(store: ApplyItems, run: JobKey, *, now: float, api: RunObjects |
         request_deletion(store, run.namespace, run.name, now=now, cluster=run.cluster, by=Source.RESOURCE)
 
 
-def delete_cron_job(store: ApplyItems, key: JobKey, *, now: float, by: Source = Source.CLI) -> list[str]:
-    """Deletes cron job `key` and, as Kubernetes' garbage collector does with Kruise's, its runs; the stream
-    then deletes its schedules. Returns the runs marked for deletion; `JobNotFoundError` when there is none."""
+def delete_cron_job(store: ApplyItems, key: JobKey, *, now: float, by: Source = Source.CLI,
+                    orphaned: Collection[str] = ()) -> list[str]:
+    """Deletes cron job `key` and, as Kubernetes' garbage collector does with Kruise's, its runs but the
+    `orphaned` ones (a resource deleted with `--cascade=orphan`: their objects outlived it, and keep running
+    as jobs of their own); the stream then deletes its schedules. Returns the runs marked for deletion;
+    `JobNotFoundError` when there is none."""
     stored = store.get_cron_job(key)
     if stored is None:
         raise not_found(key.namespace, key.name, key.cluster, kind="advancedcronjob")
     check_source("AdvancedCronJob", key.namespace, key.name, owner=source_of(stored.manifest), by=by)
-    runs = sorted(record.name for record in store.list_jobs() if _cron_job_of(record) == key)
+    runs = sorted(record.name for record in store.list_jobs()
+                  if _cron_job_of(record) == key and record.name not in orphaned)
     store.delete_cron_job(key)
     for name in runs:
         _delete_run(store, key.sibling(name), now=now)

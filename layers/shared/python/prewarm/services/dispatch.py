@@ -25,6 +25,7 @@ from prewarm.domain.registry_budget import RegistryBudgets, assumed_layers_note,
 from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord, WaveProgress
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
+from prewarm.services.lifecycle import release_earlier_round
 from prewarm.services.ports import (
     Cluster,
     ClusterAuthError,
@@ -158,6 +159,7 @@ def plan_job(
     secrets: PullSecretMirror | None = None,
     images: ImageMetadata | None = None,
     budgets: RegistryBudgets | None = None,
+    remove_after: int | None = None,
 ) -> PlanResult:
     """Brings the job's node items in line with its spec and round, then fills the free slots.
 
@@ -166,11 +168,13 @@ def plan_job(
     layer count of a job that has none (applied by hand, not from a push) from ECR, in the image's
     Region, kept on the job: a pull's share of its registry's budget. When it stays unknown (another
     registry, or ECR cannot say), the job's message says what `budgets` (the stack's; None: the
-    defaults) costs its pulls at.
+    defaults) costs its pulls at. A new round whose image changed releases the earlier image on the
+    earlier round's nodes (`services.lifecycle.release_earlier_round`; `remove_after`: the stack's grace
+    period before those no job wants are removed, None: never).
     """
     return retry_on_conflict(
         lambda: _plan_once(store, cluster, queues, key, now=now, secrets=secrets, images=images,
-                           budgets=budgets or RegistryBudgets()),
+                           budgets=budgets or RegistryBudgets(), remove_after=remove_after),
         conflict=_RoundChanged, attempts=5,
         exhausted=lambda: StoreConflictError(f"job {key} kept changing while being planned"),
     )
@@ -179,7 +183,7 @@ def plan_job(
 def _plan_once(
     store: PlanItems, cluster: Cluster, queues: TaskQueues, key: str, *, now: float,
     secrets: PullSecretMirror | None, images: ImageMetadata | None = None,
-    budgets: RegistryBudgets,
+    budgets: RegistryBudgets, remove_after: int | None = None,
 ) -> PlanResult:
     record = store.get_job(key)
     if record is None or not record.is_pull_job:
@@ -214,7 +218,8 @@ def _plan_once(
         if record.round_is_planned and same_round:
             result = _replan_round(store, queues, record, selection, same_round, now=now, note=note)
         else:
-            result = _plan_round(store, queues, record, job, selection, tasks, now=now, note=note)
+            result = _plan_round(store, queues, record, job, selection, tasks, now=now, note=note,
+                                 remove_after=remove_after)
     except StoreConflictError as e:
         log.info("job %s changed while planning; planning again", key)
         raise _RoundChanged from e
@@ -243,6 +248,7 @@ def _plan_round(
     *,
     now: float,
     note: str = "",
+    remove_after: int | None = None,
 ) -> PlanResult:
     """A new round: node items written in batches, the first `parallelism` already dispatched.
 
@@ -267,6 +273,8 @@ def _plan_round(
     # Cancels first: once the new round's items replace the old ones, a retry cannot tell whom to cancel.
     if cancels:
         queues.send_many(cancels)
+    # Likewise the earlier image's releases: a failed send raises, the earlier items kept for the retry.
+    release_earlier_round(store, queues, record, existing, selection.selected, remove_after=remove_after)
     store.put_tasks(key, tasks, shards=record.shards)
     if stale:
         store.delete_tasks(key, stale, shards=record.shards)
@@ -275,7 +283,7 @@ def _plan_round(
         key, plan_id=record.plan_id, expected_version=record.version, counters=Counters.of(tasks),
         extra={"start_time": now if record.round else record.start_time, "pull_secret_arns": record.pull_secret_arns,
                "placement_note": placement_note(record, selection, note), "seeds": selection.seeds or None,
-               "first_estimate": None, **_layers_field(record)},
+               "first_estimate": None, "earlier": None, **_layers_field(record)},
     )
     dispatched = record.pull_tasks(t.node for t in tasks if t.dispatched_at)
     failures = queues.send_many(dispatched)

@@ -1,57 +1,101 @@
 """Letting go of what an ended job put on its nodes: its nodes are sent `ReleaseImage` (unpin, remove after
 the grace period) where no other live job wants the same image (the rules are `prewarm.domain.lifecycle`'s).
 
-Run where a job's items are about to go and its node items are still there to say which nodes have its
-image: `complete_deletion` (the stream's delete, and the sweep's for deletions the stream left) and the
-sweep's expiry of a finished job past its TTL.
+Run where a job's node items are about to go and are still there to say which nodes have its image:
+`complete_deletion` (the stream's delete, and the sweep's for deletions the stream left), the sweep's expiry
+of a finished job past its TTL, and the plan of a new round whose image changed (`release_earlier_round`),
+whose node items replace the earlier round's.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
 
 from prewarm.domain.images import parse_image
 from prewarm.domain.job import StoredJob
-from prewarm.domain.lifecycle import NodeImage, images_on_nodes, releases, wants_images
-from prewarm.domain.messages import Footprint, NodePhase
+from prewarm.domain.lifecycle import NodeImage, earlier_round_releases, images_on_nodes, releases, wants_images
+from prewarm.domain.messages import Footprint, NodePhase, ReleaseImage
 from prewarm.domain.nodes import NodeFootprint
+from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.ports import NodeItems, PlanItems, StoreConflictError, TaskQueues, TaskSendError
 
 log = logging.getLogger(__name__)
+# BatchGetItem reads at most 100 items a call: fewer nodes than that are read by key, more by their pages.
+_BATCH_READ = 100
 
 
 def release_images(store: PlanItems, queues: TaskQueues, record: StoredJob, *, remove_after: int | None) -> int:
     """Sends the nodes of `record` (a job ending) a `ReleaseImage` where no other live job of its cluster
     wants its image as it did (`remove_after`: the stack's grace period, None: nothing is removed); returns
     how many. `TaskSendError` when a send failed (the caller keeps the job's items, so that a retry knows
-    the nodes again).
-
-    Only jobs of the same repository are read for what they want: the same image under the name of another
-    repository is not looked for (the agent still never removes an image with a name it did not pull)."""
-    if not record.is_pull_job or not record.shards or (remove_after is None and not record.pull_job.pin):
+    the nodes again)."""
+    if not record.is_pull_job or not record.shards or (remove_after is None and not _pins(record)):
         return 0
     tasks = store.get_tasks(record.key, shards=record.ref.shards)
     nodes = {t.node for t in tasks if t.phase is NodePhase.SUCCEEDED}
     if not nodes:
         return 0
-    repository = parse_image(record.pull_reference).name
-    still_wanted: dict[str, list[NodeImage]] = defaultdict(list)
-    for other in store.list_jobs():
-        if (other.key == record.key or other.cluster != record.cluster or not wants_images(other)
-                or not other.shards or parse_image(other.pull_reference).name != repository):
-            continue
-        for image in images_on_nodes(other, store.get_tasks(other.key, shards=other.ref.shards)):
-            if image.node in nodes:
-                still_wanted[image.node].append(image)
-    messages = releases(record, tasks, still_wanted, remove_after=remove_after)
-    failures = queues.send_many(messages) if messages else []
-    if failures:
-        raise TaskSendError(failures)
+    messages = releases(record, tasks, _still_wanted(store, record, nodes), remove_after=remove_after)
+    _send(queues, messages)
     if messages:
         log.info("job %s ended: %s released on %d of its %d nodes", record.key, record.pull_reference,
                  len(messages), len(nodes))
     return len(messages)
+
+
+def release_earlier_round(store: PlanItems, queues: TaskQueues, record: StoredJob, tasks: Iterable[NodeTaskRecord],
+                          selected: Iterable[str], *, remove_after: int | None) -> int:
+    """At the plan of a round whose image changed (`record.earlier`), before its node items replace the
+    earlier round's `tasks`: sends the nodes where the earlier image was pulled a `ReleaseImage`, as at a
+    deletion, where neither another live job nor this job's new image on its `selected` nodes wants it.
+    Returns how many; `TaskSendError` when a send failed (the plan stops, its earlier items kept)."""
+    earlier = record.earlier
+    if earlier is None or (remove_after is None and not earlier.pinned):
+        return 0
+    tasks = [t for t in tasks if t.round <= earlier.round]
+    nodes = {t.node for t in tasks if t.phase is NodePhase.SUCCEEDED}
+    if not nodes:
+        return 0
+    messages = earlier_round_releases(record, tasks, selected, _still_wanted(store, record, nodes),
+                                      remove_after=remove_after)
+    _send(queues, messages)
+    if messages:
+        log.info("job %s's image changed: %s released on %d of its %d nodes", record.key, earlier.reference,
+                 len(messages), len(nodes))
+    return len(messages)
+
+
+def _pins(record: StoredJob) -> bool:
+    return record.pull_job.pin or (record.earlier is not None and record.earlier.pinned)
+
+
+def _send(queues: TaskQueues, messages: Sequence[ReleaseImage]) -> None:
+    failures = queues.send_many(messages) if messages else []
+    if failures:
+        raise TaskSendError(failures)
+
+
+def _still_wanted(store: PlanItems, record: StoredJob, nodes: Collection[str]) -> dict[str, list[NodeImage]]:
+    """The images the other live jobs of `record`'s cluster want on `nodes`: the jobs of its repository,
+    through the table's `images` index (not every job stored), and of each only its node items on `nodes`
+    when they fit one batch read, else all of them in pages. The same image under the name of another
+    repository is not looked for (the agent still never removes an image with a name it did not pull)."""
+    references = [record.pull_reference] + ([record.earlier.reference] if record.earlier is not None else [])
+    still_wanted: dict[str, list[NodeImage]] = defaultdict(list)
+    for repository in sorted({parse_image(reference).name for reference in references}):
+        for other in store.list_image_jobs(record.cluster, repository):
+            if other.key == record.key or not wants_images(other) or not other.shards:
+                continue
+            if len(nodes) <= _BATCH_READ:
+                tasks: Iterable[NodeTaskRecord] = store.get_tasks_of(other.ref, nodes).values()
+            else:
+                tasks = store.get_tasks(other.key, shards=other.ref.shards)
+            for image in images_on_nodes(other, tasks):
+                if image.node in nodes:
+                    still_wanted[image.node].append(image)
+    return still_wanted
 
 
 def record_footprint(store: NodeItems, footprint: Footprint) -> bool:

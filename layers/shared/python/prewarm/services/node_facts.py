@@ -5,21 +5,39 @@ The first hello sets the condition (`services.boot`), and a tainted node's `Warm
 never held the taint, or that a new `Never` job selects later, is judged here when reports change its
 phases in those jobs or a labelled rule's (`record_status`), and an unverified node once its cluster answers
 (`services.verifying`). A rule with `spec.nodeLabel` puts that label on a node once every image of its jobs
-there is present, and takes it off while a new one (a new digest pushed) is not.
+there is present, and takes it off while a new one (a new digest pushed) is not. A node in none of a
+labelled rule's jobs (it joined after the rule's last push: a rule's jobs are `Always`) holds the label once
+every image of the rule's newest jobs is on it through its `Never` jobs or at boot.
 
 Per node judged: its registration, its Node (one GET), and a write only when the condition or a label
-differs from what the Node shows; the jobs' node items are read once for all the nodes of a batch.
+differs from what the Node shows; the jobs' node items are read once for all the nodes of a batch, and, for a
+batch with a node in a `Never` job while a rule has `spec.nodeLabel`, the rules and jobs once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
-from prewarm.domain.boot import at_pulls, label_patch, labels_held, node_condition, node_label_of
+from prewarm.domain.boot import (
+    at_pulls,
+    digests_on_node,
+    label_patch,
+    labels_from_images,
+    labels_held,
+    node_condition,
+    node_label_of,
+    pulls_present,
+)
+from prewarm.domain.images import ImageRef, InvalidImageReference, parse_image
 from prewarm.domain.job import StoredJob
+from prewarm.domain.jobs import JobState
+from prewarm.domain.kubernetes import JobValidationError
+from prewarm.domain.manifests import parse_manifest
 from prewarm.domain.messages import NodePhase
+from prewarm.domain.rules import REPOSITORY_ANNOTATION, RULE_ANNOTATION, TAG_ANNOTATION, PrewarmRule
+from prewarm.domain.status import NodeTaskRecord
 from prewarm.services.boot import set_condition
 from prewarm.services.ports import (
     ClusterError,
@@ -28,6 +46,7 @@ from prewarm.services.ports import (
     NodeItems,
     NodeTaskItems,
     NodeWarmWrites,
+    RuleItems,
     StoreError,
 )
 
@@ -38,8 +57,8 @@ log = logging.getLogger(__name__)
 NODES_PER_BATCH = 100
 
 
-class FactItems(JobItems, NodeTaskItems, NodeItems, Protocol):
-    """Jobs, their node items and registered nodes."""
+class FactItems(JobItems, NodeTaskItems, NodeItems, RuleItems, Protocol):
+    """Jobs, their node items, registered nodes and rules."""
 
 
 def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: Iterable[str], *, now: float,
@@ -61,15 +80,17 @@ def judge_nodes(store: FactItems, writes: NodeWarmWrites, cluster: str, nodes: I
         log.warning("nodes %s: their PrewarmWarm condition and labels not judged now: %s", ", ".join(names), e)
         return []
     written: list[str] = []
+    late = _LateLabels(store, cluster, names)
     for node in names:
         never = [(r.pull_reference, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
                  for r in records if r.is_running_never and node in tasks[r.key]]
-        labelled = [(label, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
+        labelled = [(label, r.pull_reference, tasks[r.key][node].phase is NodePhase.SUCCEEDED)
                     for r in records if (label := node_label_of(r.manifest)) and node in tasks[r.key]]
         if not never and not labelled and not every:
             continue  # in none of these jobs: nothing of its warm-up changed
         try:
-            if _judge(store, writes, cluster, node, never, labelled, now=now):
+            judged = late.of(node, [image for image, _ in never], {key for key, _, _ in labelled})
+            if _judge(store, writes, cluster, node, never, labelled, judged, now=now):
                 written.append(node)
         except (ClusterError, StoreError) as e:
             log.warning("node %s: its PrewarmWarm condition and labels not written: %s", node, e)
@@ -91,33 +112,115 @@ def _judged_jobs(store: FactItems, cluster: str, keys: Iterable[str]) -> list[St
     return [r for r in running.values() if sets_node_facts(r)]
 
 
+class _LateLabels:
+    """The labels of rules whose jobs a node is not in (it joined after their push: a rule's jobs are `Always`),
+    judged from the images of each rule's newest jobs (one per repository and tag: the digests `keepDigests`
+    keeps are not what a node joining now must have). Read once a batch, and only for a node whose `Never` jobs
+    pull an image a labelled rule may push: the rules, then the jobs and their node items."""
+
+    def __init__(self, store: FactItems, cluster: str, names: Sequence[str]) -> None:
+        self.store, self.cluster, self.names = store, cluster, names
+        self._rules: list[PrewarmRule] | None = None
+        self._jobs: dict[str, list[StoredJob]] | None = None
+        self._tasks: dict[str, dict[str, NodeTaskRecord]] = {}
+
+    def of(self, node: str, never: Sequence[str], judged: set[str]) -> dict[str, list[tuple[str, bool, bool]]]:
+        """Per label not in `judged` (those of the rule jobs the node's tasks were read from), each image of
+        the rule's newest jobs: (image, whether its task on the node Succeeded, whether the node is in it)."""
+        if not never or not self._may_push(never):
+            return {}
+        if self._jobs is None:
+            self._jobs = self._newest_jobs()
+            self._tasks = {job.key: self.store.get_tasks_of(job.ref, self.names)
+                           for jobs in self._jobs.values() for job in jobs}
+        found: dict[str, list[tuple[str, bool, bool]]] = {}
+        for label, jobs in self._jobs.items():
+            if label in judged:
+                continue
+            for job in jobs:
+                task = self._tasks[job.key].get(node)
+                found.setdefault(label, []).append(
+                    (job.pull_reference, task is not None and task.phase is NodePhase.SUCCEEDED, task is not None))
+        return found
+
+    def _may_push(self, images: Sequence[str]) -> bool:
+        if self._rules is None:
+            self._rules = [rule for doc in self.store.list_rules() if (doc.get("spec") or {}).get("nodeLabel")
+                           and isinstance(rule := _rule(doc), PrewarmRule)]
+        refs = [ref for image in images if (ref := _parsed(image)) is not None]
+        return any(rule.pushes_to(ref.repository, ref.registry) for rule in self._rules for ref in refs)
+
+    def _newest_jobs(self) -> dict[str, list[StoredJob]]:
+        newest: dict[tuple[str, ...], StoredJob] = {}
+        for job in self.store.list_jobs():
+            label = node_label_of(job.manifest)
+            if label is None or job.cluster != self.cluster or not job.is_pull_job or job.state is JobState.DELETING:
+                continue
+            notes = job.manifest["metadata"]["annotations"]
+            origin = (label, *(str(notes.get(k, "")) for k in (RULE_ANNOTATION, REPOSITORY_ANNOTATION, TAG_ANNOTATION)))
+            if origin not in newest or (job.created_at or 0.0) > (newest[origin].created_at or 0.0):
+                newest[origin] = job
+        jobs: dict[str, list[StoredJob]] = {}
+        for (label, *_), job in newest.items():
+            jobs.setdefault(label, []).append(job)
+        return jobs
+
+
+def _rule(doc: Mapping[str, Any]) -> Any:
+    """A stored rule, or None when it no longer reads as one (validated when applied: an older version's)."""
+    try:
+        return parse_manifest(doc)
+    except JobValidationError as e:
+        log.warning("rule %s not read for node labels: %s", (doc.get("metadata") or {}).get("name"), e)
+        return None
+
+
+def _parsed(image: str) -> ImageRef | None:
+    try:
+        return parse_image(image)
+    except InvalidImageReference:
+        return None
+
+
 def _judge(store: FactItems, writes: NodeWarmWrites, cluster: str, node: str, never: Sequence[tuple[str, bool]],
-           labelled: Sequence[tuple[str, bool]], *, now: float) -> bool:
+           labelled: Sequence[tuple[str, str, bool]], late: Mapping[str, Sequence[tuple[str, bool, bool]]], *,
+           now: float) -> bool:
+    """`never`, `labelled`: the node's tasks in the judged jobs (image, whether Succeeded; label first for a
+    rule's job). `late`: per label of a rule none of whose judged jobs the node is in, its newest jobs'
+    images (`_LateLabels.of`): the label holds once each is on the node by any account."""
     registered = store.get_node(node, cluster)
-    condition = None
+    at_boot = set(registered.boot.present) if registered is not None and registered.boot is not None else set()
     # Not registered, or not judged yet by its first hello (that hello sets the condition): its labels only.
-    if registered is not None and (registered.boot is not None or never):
-        at_boot = set(registered.boot.present) if registered.boot is not None else set()
-        condition = at_pulls(registered.boot, [image for image, _ in never],
-                             [image for image, present in never if not present and image not in at_boot])
-    elif not labelled:
+    judged = registered is not None and (registered.boot is not None or bool(never))
+    if not judged and not labelled and not late:
         return False
     seen = writes.get_node(node)
     if seen is None:
         return False  # gone from the cluster: the departures forget it
+    on_node = at_boot | digests_on_node(seen)
+    present = pulls_present([(image, ok) for image, ok in never], on_node)
+    held = labels_held((label, pulls_present([(image, ok)], on_node)[image]) for label, image, ok in labelled)
+    pulled = {image for entries in late.values() for image, ok, _ in entries if ok}
+    told = {image for entries in late.values() for image, _, in_job in entries if in_job}
+    held.update(labels_from_images({label: [image for image, _, _ in entries] for label, entries in late.items()},
+                                   {image for image, ok in present.items() if ok} | on_node | pulled,
+                                   set(present) | on_node | told))
+    condition = None
+    if judged and registered is not None:
+        condition = at_pulls(registered.boot, list(present), [image for image, ok in present.items() if not ok])
     wrote = False
     if condition is not None and node_condition(seen) != condition:
         set_condition(writes, node, condition, now=now)
         wrote = True
-    for key, held in sorted(labels_held(labelled).items()):
-        if (ops := label_patch(seen, key, held)) is None:
+    for key, has in sorted(held.items()):
+        if (ops := label_patch(seen, key, has)) is None:
             continue
         try:
             writes.patch_node(node, ops)
         except ClusterInvalidError as e:  # its guard failed: the Node changed since read; the next report tells
             log.info("node %s: label %s not changed now: %s", node, key, e)
             continue
-        log.info("node %s: label %s %s", node, key, "set" if held else "removed")
+        log.info("node %s: label %s %s", node, key, "set" if has else "removed")
         wrote = True
     return wrote
 

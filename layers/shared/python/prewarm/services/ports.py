@@ -149,6 +149,7 @@ class JobItems(Protocol):
     ) -> None: ...
     def list_jobs(self) -> list[StoredJob]: ...
     def list_running_jobs(self, cluster: str = ...) -> list[StoredJob]: ...
+    def list_image_jobs(self, cluster: str, repository: str) -> list[StoredJob]: ...
     def delete_job(self, key: str) -> None: ...
     def reserve_shards(self, key: str, nodes: int) -> int: ...
     def commit_plan(
@@ -328,9 +329,9 @@ class AgentItems(JobItems, NodeTaskItems, NodeItems, BudgetItems, Protocol):
     (`services.reports`, `services.stream`)."""
 
 
-class StatusItems(AgentItems, ClusterItems, Protocol):
-    """What the status queue's messages change, and how a cluster failed when a hello could not read it
-    (`services.status_batches.record_status`)."""
+class StatusItems(AgentItems, ClusterItems, RuleItems, Protocol):
+    """What the status queue's messages change, how a cluster failed when a hello could not read it, and the
+    rules whose node labels they judge (`services.status_batches.record_status`)."""
 
 
 class ApplyItems(JobItems, NodeTaskItems, NodeItems, RuleItems, WarmSnapshotItems, CronJobItems, BudgetItems,
@@ -347,9 +348,9 @@ class ProbeItems(JobItems, ClusterItems, Protocol):
     """A probe's: the parked jobs of its cluster, its chain and the cluster's health (`services.probes`)."""
 
 
-class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, Protocol):
-    """Everything the sweep tends: jobs, node items, registered nodes and each cluster's health
-    (`services.schedules.sweep`)."""
+class SweepItems(JobItems, NodeTaskItems, NodeItems, ClusterItems, RuleItems, Protocol):
+    """Everything the sweep tends: jobs, node items, registered nodes, each cluster's health, and the rules
+    whose node labels it repairs (`services.schedules.sweep`)."""
 
 
 class TaskQueues(Protocol):

@@ -383,7 +383,8 @@ def register_nodes(
     store's index of them, not every job stored), each job gets its new nodes in one transaction and its
     free slots filled once, and independent calls run up to `WRITERS` at once. A node that holds the
     startup taint (`warm_until`) is then sent the images of those jobs. Given `writes` (the cluster's API),
-    a node's first hello is judged on its Node before the joins (`services.boot.judge_boots`).
+    a node's first hello is judged on its Node before the joins, while its queue is made
+    (`services.boot.judge_boots`).
 
     The hellos are of one cluster, whose API `cluster` is: its nodes are registered, and joined to its
     running jobs, under its name (node names repeat across clusters). A node whose cluster cannot be read
@@ -450,57 +451,64 @@ def register_nodes(
         else:
             objects[node] = seen
     # Only the control plane makes a node's queue, for a node its cluster shows; a queue just made or set
-    # back may have missed messages, as on a first hello (services/node_queues.py).
-    changed, queue_failures = provide_queues(queues, sorted(verified & objects.keys()), name)
+    # back may have missed messages, as on a first hello (services/node_queues.py). Made meanwhile: the
+    # release of a warm node's taint below waits on no queue.
+    with ThreadPoolExecutor(1, thread_name_prefix="queues") as making:
+        made = making.submit(provide_queues, queues, sorted(verified & objects.keys()), name)
+        # Read after the nodes are registered (a plan that missed them saw these jobs) and before the jobs
+        # are read: a list computed from older jobs never replaces a newer one.
+        as_of = clock()
+        try:
+            running = store.list_running_jobs(name) if objects else []
+        except (StoreConflictError, StoreRetryableError) as e:
+            running, failed = [], {**failed, **dict.fromkeys(objects, e)}
+            objects = {}
+        records = [r for r in running if r.is_running_never]
+        pods_unread: dict[str, str] = {}
+        selected = {
+            node: jobs_selecting(records, None if node in unverified else cluster, obj, pods_unread=pods_unread)
+            for node, obj in objects.items()
+        }
+        for node, why in sorted(pods_unread.items()):
+            unverified[node] = why
+            try:
+                put(node)
+            except StoreError as e:
+                failed[node] = e
+        # Before the joins: a node with every required image at boot loses its taint without waiting for them.
+        boots, refused = record_boots(
+            store,
+            {n: (prior[n], hellos[by_node[n][-1]], selected[n][1]) for n in selected if n not in failed},
+            cluster=name,
+            now=now,
+        )
+        failed.update(refused)
+        judge_boots(
+            writes,
+            {
+                n: (hellos[by_node[n][-1]], boots[n], objects[n] if n in verified else None)
+                for n in boots
+                if n not in unverified
+            },
+            now=now,
+            each=concurrently,
+        )
+        changed, queue_failures = made.result()
     first |= changed
     failed.update(queue_failures)
-    # Read after the nodes are registered (a plan that missed them saw these jobs) and before the jobs
-    # are read: a list computed from older jobs never replaces a newer one.
-    as_of = clock()
     resent: dict[str, int] = {}
     # First hellos' node items, per dispatching job: read once, for the resends and for the joins.
     first_tasks: dict[str, dict[str, NodeTaskRecord]] = {}
     new: list[str] = []
     try:
-        running = store.list_running_jobs(name) if objects else []
         if new := sorted(first & objects.keys()):
             first_tasks = {r.key: store.get_tasks_of(r.ref, new) for r in running if r.is_dispatching}
             resent, send_failures = resend_to_nodes(queues, running, first_tasks)
             for node, error in send_failures:
                 failed[node] = TaskSendError([(node, error)])
     except (StoreConflictError, StoreRetryableError) as e:
-        running, failed = [], {**failed, **dict.fromkeys(objects, e)}
-        objects = {}
-    records = [r for r in running if r.is_running_never]
-    pods_unread: dict[str, str] = {}
-    selected = {
-        node: jobs_selecting(records, None if node in unverified else cluster, obj, pods_unread=pods_unread)
-        for node, obj in objects.items()
-    }
-    for node, why in sorted(pods_unread.items()):
-        unverified[node] = why
-        try:
-            put(node)
-        except StoreError as e:
-            failed[node] = e
-    # Before the joins: a node with every required image at boot loses its taint without waiting for them.
-    boots, refused = record_boots(
-        store,
-        {n: (prior[n], hellos[by_node[n][-1]], selected[n][1]) for n in selected if n not in failed},
-        cluster=name,
-        now=now,
-    )
-    failed.update(refused)
-    judge_boots(
-        writes,
-        {
-            n: (hellos[by_node[n][-1]], boots[n], objects[n] if n in verified else None)
-            for n in boots
-            if n not in unverified
-        },
-        now=now,
-        each=concurrently,
-    )
+        failed.update(dict.fromkeys(objects, e))
+        objects, selected = {}, {}
     joining: dict[str, list[str]] = {}
     for node, (jobs, _) in selected.items():
         for record in jobs:

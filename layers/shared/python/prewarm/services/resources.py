@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from prewarm.domain.bakes import SnapshotState
 from prewarm.domain.clusters import DEFAULT_CLUSTER
-from prewarm.domain.cronjobs import cron_job_owning
+from prewarm.domain.cronjobs import cron_job_owning, orphaned_runs
 from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import JobValidationError
@@ -311,7 +311,8 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
             store.delete_warm_snapshot(key)
         elif kind == "AdvancedCronJob":
             assert isinstance(key, JobKey), key
-            delete_cron_job(store, key, now=now, by=Source.RESOURCE)
+            orphaned = orphaned_runs(key.namespace, key.name, listed.get("ImageListPullJob", ()))
+            delete_cron_job(store, key, now=now, by=Source.RESOURCE, orphaned=orphaned)
         else:
             assert isinstance(key, JobKey), key  # a job's: its stored record's key
             request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)

@@ -36,9 +36,11 @@ log = logging.getLogger(__name__)
 
 def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
          secrets: PullSecretMirror | None = None, images: ImageMetadata | None = None,
-         probes: ClusterProbes | None = None, budgets: RegistryBudgets | None = None) -> PlanResult:
+         probes: ClusterProbes | None = None, budgets: RegistryBudgets | None = None,
+         remove_after: int | None = None) -> PlanResult:
     """Selects the nodes of job `key` in its cluster and sends the first tasks; after a `Never` job's
     plan, sends the warming nodes of its cluster their lists again. `TaskSendError` when a send failed.
+    `remove_after`: as `delete`'s, for the earlier image of a new round whose image changed.
 
     A cluster that cannot be read (its API down, throttling, denying, or not configured) does not fail the
     plan: the job is parked at once, its message says why in one line, and, given `probes`, the cluster is
@@ -48,7 +50,8 @@ def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key
     """
     try:
         api = clusters.api(key.cluster)
-        result = plan_job(store, api, queues, key, now=now, secrets=secrets, images=images, budgets=budgets)
+        result = plan_job(store, api, queues, key, now=now, secrets=secrets, images=images, budgets=budgets,
+                          remove_after=remove_after)
     except ClusterError as e:
         parked = park(store, key, cluster_fault(shown(key.cluster, clusters.own_name), e))
         if probes is not None:

@@ -4,13 +4,14 @@ sort key `JOB`), its manifest, plan, counters and state."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prewarm.adapters.dynamodb.table import Table, from_item, job_pk, plain_value, task_pk, to_item
 from prewarm.domain.clusters import DEFAULT_CLUSTER, scoped
-from prewarm.domain.job import ApiKind, StoredJob
+from prewarm.domain.job import ApiKind, EarlierImage, StoredJob
 from prewarm.domain.jobs import JobState
+from prewarm.domain.lifecycle import wanted_repository
 from prewarm.domain.status import Counters
 from prewarm.services.ports import StoreConflictError
 
@@ -25,6 +26,14 @@ RUNNING = "running"
 # An item saying every job item is indexed: tables of versions before the index are indexed once, by
 # the first reader that finds it missing.
 _INDEXED = {"pk": {"S": "INDEX#running"}, "sk": {"S": "INDEX"}}
+# The sparse, keys-only `images` index: each live ImagePullJob (not being deleted) under its cluster and
+# repository (`ipk`), so that a release reads the jobs that may want the same image, not every job
+# (`services.lifecycle`). Set with the job's spec, removed when its deletion starts; tables of versions
+# before it are indexed once, as for `running`. One key value per repository and cluster: written only when
+# a job is created, changes repository or starts its deletion (keys only, so reports never write it), far
+# below a partition's 1,000 writes a second (DynamoDB developer guide, "Partitions and data distribution").
+IMAGES, IMAGES_KEY = "images", "ipk"
+_IMAGES_INDEXED = {"pk": {"S": "INDEX#images"}, "sk": {"S": "INDEX"}}
 
 
 def _running(cluster: str) -> str:
@@ -36,6 +45,12 @@ def _runs(job: StoredJob) -> bool:
     """Whether the job item belongs in the index: a running job (planned or not yet); readers apply
     their own rule (`StoredJob.is_running_never`, `is_dispatching`)."""
     return job.state is JobState.RUNNING
+
+
+def _images(job: StoredJob) -> str | None:
+    """The `images` index partition a job is in (None: it wants no image)."""
+    repository = wanted_repository(job)
+    return None if repository is None else scoped(job.cluster, repository)
 
 
 def job_of_item(item: Mapping[str, Any] | None) -> StoredJob | None:
@@ -91,7 +106,9 @@ class JobItems(Table):
                 "parked": job.parked or None, "awaits_replica": job.awaits_replica or None,
                 "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
                 "budget_note": job.budget_note or None,
+                "earlier": job.earlier.to_json() if job.earlier else None,
                 RUNNING: _running(job.cluster) if _runs(job) else None,
+                IMAGES_KEY: _images(job),
                 "cluster": job.cluster or None,
             }
         )
@@ -128,6 +145,7 @@ class JobItems(Table):
             parked=values.get("parked", ""), awaits_replica=values.get("awaits_replica", ""),
             warm_digest=values.get("warm_digest", ""), warm_bytes=values.get("warm_bytes"),
             budget_note=values.get("budget_note", ""),
+            earlier=EarlierImage.from_json(values.get("earlier")),
             cluster=values.get("cluster", DEFAULT_CLUSTER),
         )
 
@@ -157,7 +175,9 @@ class JobItems(Table):
             "ttl": job.ttl,
             "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
             "budget_note": job.budget_note or None,
+            "earlier": job.earlier.to_json() if job.earlier else None,
             RUNNING: _running(job.cluster) if _runs(job) else None,
+            IMAGES_KEY: _images(job),
         }
         self._update(
             f"update job {job.key}", job_pk(job.key), "JOB", fields,
@@ -169,6 +189,8 @@ class JobItems(Table):
             fields = {k: json.dumps(v) if k == "platforms" else v for k, v in fields.items()}
         if "state" in fields and fields["state"] != JobState.RUNNING:
             fields = {**fields, RUNNING: None}
+        if fields.get("state") == JobState.DELETING:
+            fields = {**fields, IMAGES_KEY: None}
         self._update(
             f"update job {key}", job_pk(key), "JOB", fields,
             condition="attribute_exists(pk)" + (" AND #state = :state" if condition_state else ""),
@@ -181,29 +203,38 @@ class JobItems(Table):
     def list_running_jobs(self, cluster: str = DEFAULT_CLUSTER) -> list[StoredJob]:
         """The running jobs of one cluster (and any that stopped a moment ago: the index is eventually
         consistent, as `list_jobs`' is), read through the `running` index."""
-        self._index_older_jobs()
+        self._index_older_jobs(_INDEXED, RUNNING, lambda job: _running(job.cluster) if _runs(job) else None)
+        return self._jobs_of_index("running jobs", RUNNING, RUNNING, _running(cluster))
+
+    def list_image_jobs(self, cluster: str, repository: str) -> list[StoredJob]:
+        """The live ImagePullJobs of `cluster` whose image is of `repository` (and any whose deletion started
+        a moment ago: the index is eventually consistent), read through the `images` index."""
+        self._index_older_jobs(_IMAGES_INDEXED, IMAGES_KEY, _images)
+        return self._jobs_of_index(f"jobs of {repository}", IMAGES, IMAGES_KEY, scoped(cluster, repository))
+
+    def _jobs_of_index(self, what: str, index: str, attribute: str, value: str) -> list[StoredJob]:
         keys = [
             self._key(v["pk"], v["sk"])
-            for v in self._query("list running jobs", IndexName=RUNNING,
-                                 KeyConditionExpression=f"{RUNNING} = :k",
-                                 ExpressionAttributeValues={":k": {"S": _running(cluster)}})
+            for v in self._query(f"list {what}", IndexName=index, KeyConditionExpression=f"{attribute} = :k",
+                                 ExpressionAttributeValues={":k": {"S": value}})
         ]
-        items = self._batch_get("read running jobs", keys)
+        items = self._batch_get(f"read {what}", keys)
         return sorted((self._job(v) for v in items if v.get("sk") == "JOB"), key=lambda r: r.key)
 
-    def _index_older_jobs(self) -> None:
-        """Once per table: indexes the job items a version before the index wrote."""
-        if getattr(self, "_indexed", False):
+    def _index_older_jobs(self, marker: dict[str, Any], attribute: str,
+                          value_of: Callable[[StoredJob], str | None]) -> None:
+        """Once per table and index: indexes the job items a version before the index wrote."""
+        indexed: set[str] = self.__dict__.setdefault("_indexed", set())
+        if attribute in indexed:
             return
-        if "Item" not in self._call("read the index marker", "get_item", Key=_INDEXED, ConsistentRead=True):
+        if "Item" not in self._call("read the index marker", "get_item", Key=marker, ConsistentRead=True):
             for values in self._list_kind("job"):
                 job = self._job(values)
-                if _runs(job) != (RUNNING in values):
-                    self._update(f"index job {job.key}", job_pk(job.key), "JOB",
-                                 {RUNNING: _running(job.cluster) if _runs(job) else None},
+                if values.get(attribute) != (value := value_of(job)):
+                    self._update(f"index job {job.key}", job_pk(job.key), "JOB", {attribute: value},
                                  condition="attribute_exists(pk)")
-            self._call("write the index marker", "put_item", Item=_INDEXED)
-        self._indexed = True
+            self._call("write the index marker", "put_item", Item=marker)
+        indexed.add(attribute)
 
     def delete_job(self, key: str) -> None:
         """Deletes the node and excluded items of every shard, then the job item (a retry finds the rest)."""

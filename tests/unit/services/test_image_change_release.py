@@ -1,0 +1,156 @@
+"""A job whose image changes on a new apply lets go of the earlier image on its earlier round's nodes, as a
+deletion would (unpinned, removed after the grace period unless another live job, or the job's new image,
+wants it), whether applied with the CLI or as a resource; a list job that drops an image does the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prewarm.domain.jobs import PIN_ANNOTATION, job_key
+from prewarm.domain.messages import PullTask, ReleaseImage
+from prewarm.services.jobs import apply_manifest
+from prewarm.services.resources import sync_resources
+from tests.support.cluster import make_node
+from tests.support.control_plane import ControlPlane
+from tests.support.manifests import job_doc
+from tests.support.resources import FakeResources
+
+NODES = ["node-a", "node-b"]
+V1, V2 = "registry.example/app:v1", "registry.example/app:v2"
+V1_ID, V2_ID = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+GRACE = 600
+
+
+def job(name: str, image: str, nodes: list[str], *, pin: bool = True) -> dict[str, Any]:
+    doc = job_doc(name, image=image, parallelism=len(nodes), selector={"names": nodes})
+    if pin:
+        doc["metadata"]["annotations"] = {PIN_ANNOTATION: "true"}
+    return doc
+
+
+def succeed(plane: ControlPlane, name: str, nodes: list[str], image_id: str) -> None:
+    plane.plan(name, remove_after=GRACE)
+    for node in nodes:
+        plane.node_messages(node)
+        plane.report(name, node, "Succeeded", image_id=image_id)
+
+
+def sent(plane: ControlPlane, nodes: list[str]) -> dict[str, list[Any]]:
+    got = {n: plane.node_messages(n) for n in nodes}
+    return {n: [(type(m).__name__, m.image) if isinstance(m, ReleaseImage | PullTask) else type(m).__name__
+                for m in ms] for n, ms in got.items() if ms}
+
+
+def released(plane: ControlPlane, nodes: list[str]) -> dict[str, list[tuple[str, bool, int | None]]]:
+    got = {n: [(m.image, m.unpin, m.remove_after) for m in plane.node_messages(n) if isinstance(m, ReleaseImage)]
+           for n in nodes}
+    return {n: ms for n, ms in got.items() if ms}
+
+
+def test_a_new_image_releases_the_earlier_one_on_its_nodes_at_the_new_rounds_plan(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    # Given a pinned job whose v1 pull succeeded on both nodes
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+
+    # When it is applied again with v2 and planned
+    apply_manifest(plane.store, job("web", V2, NODES), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    # Then each node is told to unpin v1 and remove it after the grace period, and to pull v2
+    assert sent(plane, NODES) == {n: [("ReleaseImage", V1), ("PullTask", V2)] for n in NODES}
+    # ... once: the earlier round is gone with its node items, and the job holds no earlier image
+    record = plane.store.get_job(job_key("default", "web"))
+    assert record is not None and record.earlier is None
+    plane.plan("web", remove_after=GRACE)
+    assert released(plane, NODES) == {}
+
+
+def test_the_release_unpins_and_removes_after_the_grace(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    succeed(plane, "web", NODES[:1], V1_ID)
+    apply_manifest(plane.store, job("web", V2, NODES[:1]), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+    assert released(plane, NODES[:1]) == {"node-a": [(V1, True, GRACE)]}
+
+
+def test_another_live_job_of_the_earlier_image_keeps_it_where_it_wants_it(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    # Given a pinned job of v1 on both nodes, and another pinned job of v1 on node-b
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+    apply_manifest(plane.store, job("other", V1, NODES[1:]), now=plane.now())
+    succeed(plane, "other", NODES[1:], V1_ID)
+
+    # When the first moves to v2, only node-a lets v1 go
+    apply_manifest(plane.store, job("web", V2, NODES), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+    assert released(plane, NODES) == {"node-a": [(V1, True, GRACE)]}
+
+
+def test_a_new_tag_of_the_same_image_is_not_released_where_the_job_pulled_it(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    succeed(plane, "web", NODES[:1], V1_ID)
+    # the job moves back and forth before its next plan: its nodes still hold v1, which it wants again
+    apply_manifest(plane.store, job("web", V2, NODES[:1]), now=plane.now())
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+    assert released(plane, NODES[:1]) == {}
+
+
+def test_a_change_that_keeps_the_image_releases_nothing(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    succeed(plane, "web", NODES[:1], V1_ID)
+    changed = job("web", V1, NODES[:1])
+    changed["spec"]["pullPolicy"] = {"timeoutSeconds": 300}  # a new round, the same image
+    apply_manifest(plane.store, changed, now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+    assert released(plane, NODES[:1]) == {}
+
+
+def test_a_deletion_before_the_new_rounds_plan_releases_the_earlier_image(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    succeed(plane, "web", NODES[:1], V1_ID)
+    apply_manifest(plane.store, job("web", V2, NODES[:1]), now=plane.now())
+    # deleted before the stream planned v2: the node items still say v1
+    from prewarm.services.jobs import complete_deletion, request_deletion
+
+    request_deletion(plane.store, "default", "web", now=plane.now())
+    complete_deletion(plane.store, plane.queues, "default/web", remove_after=GRACE)
+    assert released(plane, NODES[:1]) == {"node-a": [(V1, True, GRACE)]}
+
+
+def test_a_resources_new_image_releases_the_earlier_one(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    api = FakeResources()
+    spec = {"parallelism": 1, "selector": {"names": NODES[:1]}}
+    api.put("ImagePullJob", "web", {"image": V1, **spec}, annotations={PIN_ANNOTATION: "true"})
+    sync_resources(plane.store, api, now=plane.now())
+    succeed(plane, "web", NODES[:1], V1_ID)
+
+    api.put("ImagePullJob", "web", {"image": V2, **spec}, annotations={PIN_ANNOTATION: "true"})
+    sync_resources(plane.store, api, now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    assert released(plane, NODES[:1]) == {"node-a": [(V1, True, GRACE)]}
+
+
+def test_a_list_job_that_drops_an_image_releases_it(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    spec = {"parallelism": 1, "selector": {"names": NODES[:1]}}
+    doc = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImageListPullJob",
+           "metadata": {"name": "list", "namespace": "default", "annotations": {PIN_ANNOTATION: "true"}},
+           "spec": {"images": [V1], **spec}}
+    applied = apply_manifest(plane.store, doc, now=plane.now())
+    (child,) = applied.children
+    succeed(plane, child.name, NODES[:1], V1_ID)
+
+    doc["spec"]["images"] = [V2]
+    apply_manifest(plane.store, doc, now=plane.now())
+    plane.finish_deletions()  # the stream's deletion of the child of v1
+
+    assert [(m.image, m.unpin) for m in plane.node_messages("node-a") if isinstance(m, ReleaseImage)] == [(V1, True)]
