@@ -154,3 +154,55 @@ def test_a_list_job_that_drops_an_image_releases_it(plane: ControlPlane) -> None
     plane.finish_deletions()  # the stream's deletion of the child of v1
 
     assert [(m.image, m.unpin) for m in plane.node_messages("node-a") if isinstance(m, ReleaseImage)] == [(V1, True)]
+
+
+def test_a_node_the_selector_no_longer_holds_lets_the_image_go(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    # Given a pinned job of v1 that succeeded on both nodes
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+
+    # When it is applied again naming node-a only (the same round: nothing of the pull changed)
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    # Then node-b is told to unpin v1 and remove it after the grace period; node-a keeps it
+    assert released(plane, NODES) == {"node-b": [(V1, True, GRACE)]}
+
+
+def test_a_dropped_node_keeps_the_image_another_live_job_wants_there(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+    apply_manifest(plane.store, job("other", V1, NODES[1:], pin=False), now=plane.now())
+    succeed(plane, "other", NODES[1:], V1_ID)
+
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    # Then node-b unpins (the other job does not pin) but keeps v1: the other job wants it
+    assert released(plane, NODES) == {"node-b": [(V1, True, None)]}
+
+
+def test_a_new_round_of_the_same_image_lets_it_go_on_the_nodes_it_drops(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    apply_manifest(plane.store, job("web", V1, NODES, pin=False), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+
+    # When a new round (a new pull policy) names node-a only
+    changed = job("web", V1, NODES[:1], pin=False)
+    changed["spec"]["pullPolicy"] = {"timeoutSeconds": 300}
+    apply_manifest(plane.store, changed, now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    # Then node-b removes v1 after the grace (nothing to unpin); node-a pulls it again, nothing released
+    assert released(plane, NODES) == {"node-b": [(V1, False, GRACE)]}
+
+
+def test_without_a_grace_or_a_pin_a_dropped_node_is_sent_nothing(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    apply_manifest(plane.store, job("web", V1, NODES, pin=False), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+    apply_manifest(plane.store, job("web", V1, NODES[:1], pin=False), now=plane.now())
+    plane.plan("web", remove_after=None)
+    assert released(plane, NODES) == {}
