@@ -32,6 +32,9 @@ def plan_record(record: StreamRecord) -> None:
         return  # a removed job, or only its counters or shards changed
     key = job.key
     logger.append_keys(job=key)
+    # A pin removed from an image the job keeps: its nodes unpin it (a failed send retries this record).
+    if (unpinned := bootstrap.release_dropped_pin(job, old)) is not None:
+        logger.info("pin removed", extra={"unpinned": unpinned})
     # A failed send raises TaskSendError, so the stream retries this record and re-sends what was not sent.
     result = bootstrap.plan_job(key, probing=job.asked_again_after_park)
     logger.info("dispatch", extra={"action": result.action, "selected": result.selected,

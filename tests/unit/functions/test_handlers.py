@@ -8,11 +8,16 @@ from typing import Any
 import boto3
 
 from prewarm import bootstrap
+from prewarm.domain.jobs import PIN_ANNOTATION, job_key
+from prewarm.domain.messages import ReleaseImage, StatusReport
 from prewarm.services.jobs import apply_manifest, view_job
+from prewarm.services.reports import record_report
 from tests.support.cluster import make_node
+from tests.support.control_plane import take_node_messages
 from tests.support.events import load_event
 from tests.support.handlers import load_handler
 from tests.support.lambda_stack import REGION
+from tests.support.manifests import job_doc
 
 RULE = {
     "apiVersion": "prewarm.dev/v1alpha1",
@@ -147,3 +152,34 @@ def test_reset_forgets_every_adapter_the_composition_root_built(monkeypatch: Any
         monkeypatch.setattr(value, "cache_clear", lambda name=name: cleared.append(name))
     bootstrap.reset()
     assert "eks_client" in cached and sorted(cleared) == sorted(cached)
+
+
+def test_job_stream_modify_that_removes_the_pin_unpins_the_image_on_its_nodes(stack: dict[str, Any]) -> None:
+    node = "ip-10-0-9-1.ec2.internal"
+    stack["cluster"].nodes.append(make_node(node))
+    url = bootstrap.node_queues().ensure_queue(node)
+    store, key = bootstrap.store(), job_key("default", "pinned")
+    doc = job_doc("pinned", image="registry.example/app:v1", parallelism=1, selector={"names": [node]})
+    doc["metadata"]["annotations"] = {PIN_ANNOTATION: "true"}
+    # Given a pinned job whose pull succeeded on its node
+    apply_manifest(store, doc, now=1.0)
+    bootstrap.plan_job(key)
+    record = store.get_job(key)
+    assert record is not None
+    record_report(store, bootstrap.queues(), StatusReport(job=key, job_uid=record.uid, round=0, node=node,
+                                                          phase="Succeeded", attempt=1, seq=1), now=2.0)
+    take_node_messages(stack["sqs"], url)
+    raw = {"TableName": "jobs", "Key": {"pk": {"S": f"JOB#{key}"}, "sk": {"S": "JOB"}}}
+    old = stack["ddb"].get_item(**raw)["Item"]
+
+    # When it is applied again without the annotation, and the stream hands dispatch_job the change
+    del doc["metadata"]["annotations"]
+    assert apply_manifest(store, doc, now=3.0).outcome == "configured"
+    event = load_event("dynamodb_stream_job_modify")
+    event["Records"][0]["dynamodb"].update(OldImage=old, NewImage=stack["ddb"].get_item(**raw)["Item"])
+    assert load_handler("dispatch_job").lambda_handler(event, stack["ctx"]) == {"batchItemFailures": []}
+
+    # Then the node is told to unpin the image and to keep it (the job still wants it)
+    released = [(m.image, m.unpin, m.remove_after) for m in take_node_messages(stack["sqs"], url)
+                if isinstance(m, ReleaseImage)]
+    assert released == [("registry.example/app:v1", True, None)]

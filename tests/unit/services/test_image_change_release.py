@@ -4,11 +4,14 @@ wants it), whether applied with the CLI or as a resource; a list job that drops 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from prewarm.domain.jobs import PIN_ANNOTATION, job_key
+from prewarm.domain.lifecycle import pin_dropped
 from prewarm.domain.messages import PullTask, ReleaseImage
 from prewarm.services.jobs import apply_manifest
+from prewarm.services.lifecycle import release_pin
 from prewarm.services.resources import sync_resources
 from tests.support.cluster import make_node
 from tests.support.control_plane import ControlPlane
@@ -154,3 +157,89 @@ def test_a_list_job_that_drops_an_image_releases_it(plane: ControlPlane) -> None
     plane.finish_deletions()  # the stream's deletion of the child of v1
 
     assert [(m.image, m.unpin) for m in plane.node_messages("node-a") if isinstance(m, ReleaseImage)] == [(V1, True)]
+
+
+def test_a_node_the_selector_no_longer_holds_lets_the_image_go(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    # Given a pinned job of v1 that succeeded on both nodes
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+
+    # When it is applied again naming node-a only (the same round: nothing of the pull changed)
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    # Then node-b is told to unpin v1 and remove it after the grace period; node-a keeps it
+    assert released(plane, NODES) == {"node-b": [(V1, True, GRACE)]}
+
+
+def test_a_dropped_node_keeps_the_image_another_live_job_wants_there(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+    apply_manifest(plane.store, job("other", V1, NODES[1:], pin=False), now=plane.now())
+    succeed(plane, "other", NODES[1:], V1_ID)
+
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    # Then node-b unpins (the other job does not pin) but keeps v1: the other job wants it
+    assert released(plane, NODES) == {"node-b": [(V1, True, None)]}
+
+
+def test_a_new_round_of_the_same_image_lets_it_go_on_the_nodes_it_drops(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    apply_manifest(plane.store, job("web", V1, NODES, pin=False), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+
+    # When a new round (a new pull policy) names node-a only
+    changed = job("web", V1, NODES[:1], pin=False)
+    changed["spec"]["pullPolicy"] = {"timeoutSeconds": 300}
+    apply_manifest(plane.store, changed, now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+
+    # Then node-b removes v1 after the grace (nothing to unpin); node-a pulls it again, nothing released
+    assert released(plane, NODES) == {"node-b": [(V1, False, GRACE)]}
+
+
+def test_without_a_grace_or_a_pin_a_dropped_node_is_sent_nothing(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    apply_manifest(plane.store, job("web", V1, NODES, pin=False), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+    apply_manifest(plane.store, job("web", V1, NODES[:1], pin=False), now=plane.now())
+    plane.plan("web", remove_after=None)
+    assert released(plane, NODES) == {}
+
+
+def test_a_pin_removed_from_the_same_image_unpins_it_and_keeps_it(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    # Given a pinned job of v1 on both nodes, and another pinned job of v1 on node-b
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    succeed(plane, "web", NODES, V1_ID)
+    apply_manifest(plane.store, job("other", V1, NODES[1:]), now=plane.now())
+    succeed(plane, "other", NODES[1:], V1_ID)
+    before = plane.store.get_job(job_key("default", "web"))
+
+    # When the first is applied again without its pin annotation
+    apply_manifest(plane.store, job("web", V1, NODES, pin=False), now=plane.now())
+    after = plane.store.get_job(job_key("default", "web"))
+    assert before is not None and after is not None and pin_dropped(after, before)
+    assert release_pin(plane.store, plane.queues, before) == 1
+
+    # Then node-a unpins v1 and keeps it (the job still wants it); node-b stays pinned by the other job
+    assert released(plane, NODES) == {"node-a": [(V1, True, None)]}
+
+
+def test_only_a_removed_pin_of_the_same_planned_image_is_a_dropped_pin(plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES[:1]]
+    apply_manifest(plane.store, job("web", V1, NODES[:1]), now=plane.now())
+    unplanned = plane.store.get_job(job_key("default", "web"))
+    succeed(plane, "web", NODES[:1], V1_ID)
+    pinned = plane.store.get_job(job_key("default", "web"))
+    apply_manifest(plane.store, job("web", V2, NODES[:1], pin=False), now=plane.now())
+    other_image = plane.store.get_job(job_key("default", "web"))
+    assert pinned is not None and unplanned is not None and other_image is not None
+    # a new image (released at its round's plan), a job never planned, a pin kept, no job before
+    assert not pin_dropped(other_image, pinned)
+    assert not pin_dropped(replace(pinned, manifest=job("web", V1, NODES[:1], pin=False)), unplanned)
+    assert not pin_dropped(pinned, pinned) and not pin_dropped(pinned, None)

@@ -245,6 +245,17 @@ def delete_job(key: JobKey) -> int:
                   remove_after=settings().image_removal_grace)
 
 
+def release_dropped_pin(job: StoredJob, before: StoredJob | None) -> int | None:
+    """When `job`'s new spec no longer pins the image `before` pinned: unpin it on its nodes (how many were
+    told), else None; `TaskSendError` when a send failed."""
+    from prewarm.domain.lifecycle import pin_dropped
+    from prewarm.services.lifecycle import release_pin
+
+    if before is None or not pin_dropped(job, before):
+        return None
+    return release_pin(store(), queues(), before)
+
+
 def record_status(messages: Sequence[tuple[str, StatusMessage]], deliveries: Sequence[Delivery] = (),
                   poison_ids: Sequence[str] = (), time_left: Callable[[], float] | None = None) -> StatusBatchOutcome:
     """Apply a batch of the status queue (message id, parsed message): hellos and warm-ups, then reports;

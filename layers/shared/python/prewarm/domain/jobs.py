@@ -351,6 +351,10 @@ def seed_wave_of(annotations: Mapping[str, str] | None) -> SeedWave | None:
     return None if value is None else SeedWave.parse(value)
 
 
+# A job's annotations that change what it does: applying one added, changed or removed is a change.
+_ACTING_ANNOTATIONS = frozenset({PIN_ANNOTATION, SEED_WAVE_ANNOTATION})
+
+
 class _Job(NamespacedManifest):
     api_version: JobApiVersion
     kind: str
@@ -381,8 +385,14 @@ class _Job(NamespacedManifest):
         return Placement(self.spec.selector, self.spec.pod_selector, self.metadata.namespace)
 
     def spec_hash(self) -> str:
-        """SHA-256 of the canonical JSON of the normalised spec: equal for the same spec applied twice."""
-        return hash_spec(self.spec)
+        """SHA-256 of the canonical JSON of the normalised spec, and of the annotations that change what the job
+        does (pin, seed wave): equal for the same job applied twice, changed by a pin or wave added or removed.
+        A job with neither annotation hashes its spec alone, as before these counted."""
+        spec = hash_spec(self.spec)
+        acting = {k: v for k, v in sorted((self.metadata.annotations or {}).items()) if k in _ACTING_ANNOTATIONS}
+        if not acting:
+            return spec
+        return hashlib.sha256(json.dumps([spec, acting], separators=(",", ":")).encode()).hexdigest()
 
     def to_manifest(self) -> dict[str, Any]:
         """The YAML-shaped dict, defaults filled in, keys in the order people write them."""

@@ -9,6 +9,8 @@
   and CRI `RemoveImage` removes every name, so the image decides, not the name.
 - **Removal on the node** (`removal_refusal`): only an image the agent pulled itself, every name of which
   it pulled, none of which Prewarm still wants, and that no container on the node uses.
+- **A pin removed** (`pin_dropped`): a job whose new spec no longer pins its image unpins it on its nodes
+  (unless another live pinned job wants it there) and keeps it: the job still wants it.
 - **Superseded digests** (`superseded`): a rule's `keepDigests` earlier digests of a tag stay; the jobs of
   older ones are deleted at the next push, which releases their images as above.
 """
@@ -103,6 +105,14 @@ def earlier_round_releases(job: StoredJob, earlier: Iterable[NodeTaskRecord], se
     for node in selected:
         wanted.setdefault(node, []).append(replace(mine, node=node))
     return releases(job, [t for t in earlier if t.round <= job.earlier.round], wanted, remove_after=remove_after)
+
+
+def pin_dropped(job: StoredJob, before: StoredJob | None) -> bool:
+    """Whether a new spec of `job` stopped pinning the image `before` (the job as it was) pinned on its
+    nodes: the same image, its pin annotation removed, a round that was planned. (A new image releases the
+    earlier one, pin and all, at its round's plan: `earlier_round_releases`.)"""
+    return (before is not None and before.is_pull_job and job.is_pull_job and before.round_is_planned
+            and before.pull_job.pin and not job.pull_job.pin and before.pull_reference == job.pull_reference)
 
 
 def _same_image(a: NodeImage, b: NodeImage) -> bool:

@@ -25,7 +25,7 @@ from prewarm.domain.registry_budget import RegistryBudgets, assumed_layers_note,
 from prewarm.domain.retry import Backoff, doubling, retry_on_conflict
 from prewarm.domain.status import Counters, NodeTaskRecord, WaveProgress
 from prewarm.domain.warming import AGENT_NAME, AGENT_NAMESPACE
-from prewarm.services.lifecycle import release_earlier_round
+from prewarm.services.lifecycle import release_dropped_nodes, release_earlier_round
 from prewarm.services.ports import (
     Cluster,
     ClusterAuthError,
@@ -216,7 +216,8 @@ def _plan_once(
     same_round = [t for t in tasks if t.round == record.round]
     try:
         if record.round_is_planned and same_round:
-            result = _replan_round(store, queues, record, selection, same_round, now=now, note=note)
+            result = _replan_round(store, queues, record, selection, same_round, now=now, note=note,
+                                   remove_after=remove_after)
         else:
             result = _plan_round(store, queues, record, job, selection, tasks, now=now, note=note,
                                  remove_after=remove_after)
@@ -274,7 +275,11 @@ def _plan_round(
     if cancels:
         queues.send_many(cancels)
     # Likewise the earlier image's releases: a failed send raises, the earlier items kept for the retry.
-    release_earlier_round(store, queues, record, existing, selection.selected, remove_after=remove_after)
+    if record.earlier is not None:
+        release_earlier_round(store, queues, record, existing, selection.selected, remove_after=remove_after)
+    else:  # the same image: only the nodes no longer selected let it go
+        release_dropped_nodes(store, queues, record, [t for t in existing if t.node not in chosen],
+                              remove_after=remove_after)
     store.put_tasks(key, tasks, shards=record.shards)
     if stale:
         store.delete_tasks(key, stale, shards=record.shards)
@@ -303,13 +308,17 @@ def _replan_round(
     *,
     now: float,
     note: str = "",
+    remove_after: int | None = None,
 ) -> PlanResult:
-    """A changed spec in the same round: add newly selected nodes, cancel and drop deselected ones."""
+    """A changed spec in the same round: add newly selected nodes, cancel and drop deselected ones (their
+    image released as at a deletion, `remove_after` the stack's grace period)."""
     key = record.key
     have = {t.node: t for t in tasks}
     wanted = set(selection.selected)
     added = sorted(wanted - set(have))
     removed = sorted(set(have) - wanted)
+    # Before the items go: a failed send raises, the items kept for the retry to know the nodes again.
+    release_dropped_nodes(store, queues, record, [have[n] for n in removed], remove_after=remove_after)
     # Commit the plan id first: adds are conditional on it, and a crash after this point re-runs
     # the diff from the stored node items (the "already planned" path would skip it), so keep the
     # diff idempotent instead: the plan id is written last.

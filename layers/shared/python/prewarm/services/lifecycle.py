@@ -3,8 +3,9 @@ the grace period) where no other live job wants the same image (the rules are `p
 
 Run where a job's node items are about to go and are still there to say which nodes have its image:
 `complete_deletion` (the stream's delete, and the sweep's for deletions the stream left), the sweep's expiry
-of a finished job past its TTL, and the plan of a new round whose image changed (`release_earlier_round`),
-whose node items replace the earlier round's.
+of a finished job past its TTL, the plan of a new round whose image changed (`release_earlier_round`),
+whose node items replace the earlier round's, a plan whose selection dropped nodes
+(`release_dropped_nodes`), and a new spec that no longer pins its image (`release_pin`: unpin only).
 """
 
 from __future__ import annotations
@@ -64,6 +65,41 @@ def release_earlier_round(store: PlanItems, queues: TaskQueues, record: StoredJo
     if messages:
         log.info("job %s's image changed: %s released on %d of its %d nodes", record.key, earlier.reference,
                  len(messages), len(nodes))
+    return len(messages)
+
+
+def release_dropped_nodes(store: PlanItems, queues: TaskQueues, record: StoredJob, dropped: Iterable[NodeTaskRecord],
+                          *, remove_after: int | None) -> int:
+    """At a plan whose selection no longer holds some nodes of `record` (a changed selector or node names),
+    before their node items go: sends the `dropped` nodes where its image was pulled a `ReleaseImage`, as
+    at a deletion, where no other live job wants it. Returns how many; `TaskSendError` when a send failed
+    (the plan stops, the dropped items kept for the retry)."""
+    if remove_after is None and not _pins(record):
+        return 0
+    dropped = [t for t in dropped if t.phase is NodePhase.SUCCEEDED]
+    if not dropped:
+        return 0
+    messages = releases(record, dropped, _still_wanted(store, record, {t.node for t in dropped}),
+                        remove_after=remove_after)
+    _send(queues, messages)
+    if messages:
+        log.info("job %s no longer selects %d nodes: its image released on %d", record.key, len(dropped),
+                 len(messages))
+    return len(messages)
+
+
+def release_pin(store: PlanItems, queues: TaskQueues, before: StoredJob) -> int:
+    """When a job's new spec stopped pinning its image (`domain.lifecycle.pin_dropped`; `before`: the job as it
+    pinned): sends its nodes where the pull succeeded a `ReleaseImage` that only unpins, unless another live
+    pinned job wants the image there. Returns how many; `TaskSendError` when a send failed."""
+    tasks = store.get_tasks(before.key, shards=before.ref.shards)
+    nodes = {t.node for t in tasks if t.phase is NodePhase.SUCCEEDED}
+    if not nodes:
+        return 0
+    messages = releases(before, tasks, _still_wanted(store, before, nodes), remove_after=None)
+    _send(queues, messages)
+    log.info("job %s no longer pins %s: unpinned on %d of its %d nodes", before.key, before.pull_reference,
+             len(messages), len(nodes))
     return len(messages)
 
 
