@@ -19,6 +19,7 @@ import pytest
 from prewarm.adapters.dynamodb import DynamoJobStore
 from prewarm.adapters.eks_auth import EksTokenSource
 from prewarm.adapters.kube import KubeCluster
+from prewarm.domain.registry_budget import LAYERS_IF_UNKNOWN, assumed_layers_note
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.ports import ClusterAuthError
 from prewarm_cli.install.render import AGENT_NAME, AGENT_NAMESPACE
@@ -28,6 +29,8 @@ from prewarm_devtools.sam.aws import ACCOUNT, MotoServer, aws_environment
 from prewarm_devtools.sam.stack import LocalStack
 from prewarm_devtools.sam.template import ROOT
 
+# The jobs' Docker Hub image: its registry's budget costs each pull at the assumed layer count, and says so.
+LAYERS = assumed_layers_note("docker.io", LAYERS_IF_UNKNOWN)
 pytestmark = pytest.mark.integration
 
 CREDENTIALS = {"registries": [{"account": ACCOUNT, "region": "us-west-2"}], "namespaces": ["ml"]}
@@ -93,7 +96,7 @@ def test_the_shipped_daemonset_leaves_out_no_linux_node(env: dict[str, Any]) -> 
 
     # Only what was left out before: the Fargate node (virtual-kubelet) and the unreachable node
     assert (view.desired, len(view.excluded)) == (10, 2), view.message
-    assert view.message == "job is running, progress 0.0%"
+    assert view.message == f"job is running, progress 0.0%; {LAYERS}"
 
 
 def test_dispatch_leaves_out_the_nodes_outside_the_daemonsets_selector_affinity_and_tolerations(
@@ -113,7 +116,7 @@ def test_dispatch_leaves_out_the_nodes_outside_the_daemonsets_selector_affinity_
         n: f"outside the agent DaemonSet's node affinity (kubernetes.io/arch In [amd64]): {NO_AGENT}" for n in ARM}
     assert {n: reasons[n] for n in GPU} == {
         n: f"taint nvidia.com/gpu=true:NoSchedule not tolerated by the agent DaemonSet: {NO_AGENT}" for n in GPU}
-    assert view.desired == 5 and view.message == "job is running, progress 0.0%"
+    assert view.desired == 5 and view.message == f"job is running, progress 0.0%; {LAYERS}"
 
 
 def test_a_named_node_outside_the_daemonset_gets_its_reason_as_the_jobs_message(env: dict[str, Any]) -> None:
@@ -125,7 +128,7 @@ def test_a_named_node_outside_the_daemonset_gets_its_reason_as_the_jobs_message(
 
     assert view.desired == 0
     assert view.message == (f"job has completed; named node {GPU[0]} excluded: outside the agent DaemonSet's "
-                            f"nodeSelector (eks.amazonaws.com/nodegroup=general-amd64): {NO_AGENT}")
+                            f"nodeSelector (eks.amazonaws.com/nodegroup=general-amd64): {NO_AGENT}; {LAYERS}")
 
 
 def test_dispatch_may_get_the_agent_daemonset_and_nothing_near_it(env: dict[str, Any]) -> None:
@@ -165,4 +168,4 @@ def test_without_the_rbac_to_read_the_daemonset_dispatch_selects_as_before_and_s
     # Then every node is selected as before the check, and the job's message says why
     assert (view.desired, len(view.excluded)) == (10, 2)
     assert view.message == ("job is running, progress 0.0%; nodes without an agent not excluded: cannot read "
-                            "DaemonSet prewarm-system/prewarm-agent (Forbidden; run prewarm install)")
+                            f"DaemonSet prewarm-system/prewarm-agent (Forbidden; run prewarm install); {LAYERS}")
