@@ -2,7 +2,8 @@
 `prewarm local cluster stop` (its port refuses connections), or with `stop --hang` (it takes connections
 and never answers, as an endpoint whose packets are dropped). Its agents' hellos and reports are handled in
 the same batches as the healthy cluster's, not handed back; the healthy cluster's push → done stays within
-1.5 times its figure before the stop, for a first and a second push; nothing goes to any dead-letter queue;
+1.5 times its figure before the stop (the median of three pushes), for a first and a second push; nothing
+goes to any dead-letter queue;
 `prewarm cluster list` shows local-2 unreachable within 60 s; and its jobs complete within 60 s of its API's
 return: the jobs parked during the outage started a probe chain of local-2 (a probe every 10 s on the status
 queue), which asks for their plans as soon as local-2 answers, not at the sweep's next minute. Nothing is
@@ -11,6 +12,7 @@ fired by hand: the stack's own schedules and event sources do the work, as on AW
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import threading
 import time
@@ -140,11 +142,15 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
     apply_manifest(local.job_store(), rule("outage", ["e2e/outage-*"]), now=time.time())
     apply_manifest(local.job_store(), rule("outage-there", ["e2e/there-*"], clusters={"names": [OTHER]}),
                    now=time.time())
-    # Given the healthy cluster's push → done figure before the outage, the functions warm (a first push made
-    # them so), both clusters' jobs complete
-    for repository in (f"e2e/outage-{outage}-warm-up", f"e2e/outage-{outage}-before"):
-        before, name = push_to_done(local, repository)
+    # Given the healthy cluster's push → done figure before the outage, the median of three pushes (one push
+    # varies by half its time between runs), the functions warm (a first push made them so), both clusters'
+    # jobs complete
+    befores = []
+    for repository in (f"e2e/outage-{outage}-warm-up", *(f"e2e/outage-{outage}-before-{i}" for i in range(3))):
+        took, name = push_to_done(local, repository)
         wait_complete(local, f"{OTHER}:default/{name}", 60)
+        befores.append(took)
+    before = statistics.median(befores[1:])
     batches = Batches()
     intercept(local.stack, "record_status", batches.wrap(invoking(local.stack, "record_status")), monkeypatch)
     # and local-2's nodes busy with a larger image (8 MB at 8 MiB/s, shared), so their reports come in the outage
@@ -181,7 +187,8 @@ def test_one_clusters_outage_holds_up_nothing_of_the_other(local: LocalMode, mon
     # the healthy cluster's pushes go as fast as before, the first and the second
     first, first_name = push_to_done(local, f"e2e/outage-{outage}-first")
     second, second_name = push_to_done(local, f"e2e/outage-{outage}-second")
-    say(f"push → done in the healthy cluster: before {before:.1f} s, during local-2's outage ({outage}) "
+    say(f"push → done in the healthy cluster: before {before:.1f} s (median of "
+        f"{', '.join(f'{b:.1f}' for b in befores[1:])}), during local-2's outage ({outage}) "
           f"first {first:.1f} s, second {second:.1f} s (bound {1.5 * before:.1f} s)")
     if first > 1.5 * before or second > 1.5 * before:
         broken.append(f"push → done {first:.1f} s and {second:.1f} s against {before:.1f} s before the stop")
