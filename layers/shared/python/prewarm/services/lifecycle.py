@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from prewarm.domain.images import parse_image
 from prewarm.domain.job import StoredJob
@@ -35,15 +35,11 @@ def release_images(store: PlanItems, queues: TaskQueues, record: StoredJob, *, r
     if not record.is_pull_job or not record.shards or (remove_after is None and not _pins(record)):
         return 0
     tasks = store.get_tasks(record.key, shards=record.ref.shards)
-    nodes = {t.node for t in tasks if t.phase is NodePhase.SUCCEEDED}
-    if not nodes:
-        return 0
-    messages = releases(record, tasks, _still_wanted(store, record, nodes), remove_after=remove_after)
-    _send(queues, messages)
-    if messages:
-        log.info("job %s ended: %s released on %d of its %d nodes", record.key, record.pull_reference,
-                 len(messages), len(nodes))
-    return len(messages)
+    sent = _release_on(store, queues, record, tasks,
+                       lambda wanted: releases(record, tasks, wanted, remove_after=remove_after))
+    if sent:
+        log.info("job %s: %s released on %d nodes", record.key, record.pull_reference, sent)
+    return sent
 
 
 def release_earlier_round(store: PlanItems, queues: TaskQueues, record: StoredJob, tasks: Iterable[NodeTaskRecord],
@@ -56,16 +52,11 @@ def release_earlier_round(store: PlanItems, queues: TaskQueues, record: StoredJo
     if earlier is None or (remove_after is None and not earlier.pinned):
         return 0
     tasks = [t for t in tasks if t.round <= earlier.round]
-    nodes = {t.node for t in tasks if t.phase is NodePhase.SUCCEEDED}
-    if not nodes:
-        return 0
-    messages = earlier_round_releases(record, tasks, selected, _still_wanted(store, record, nodes),
-                                      remove_after=remove_after)
-    _send(queues, messages)
-    if messages:
-        log.info("job %s's image changed: %s released on %d of its %d nodes", record.key, earlier.reference,
-                 len(messages), len(nodes))
-    return len(messages)
+    sent = _release_on(store, queues, record, tasks, lambda wanted: earlier_round_releases(
+        record, tasks, selected, wanted, remove_after=remove_after))
+    if sent:
+        log.info("job %s's image changed: %s released on %d nodes", record.key, earlier.reference, sent)
+    return sent
 
 
 def release_dropped_nodes(store: PlanItems, queues: TaskQueues, record: StoredJob, dropped: Iterable[NodeTaskRecord],
@@ -76,30 +67,30 @@ def release_dropped_nodes(store: PlanItems, queues: TaskQueues, record: StoredJo
     (the plan stops, the dropped items kept for the retry)."""
     if remove_after is None and not _pins(record):
         return 0
-    dropped = [t for t in dropped if t.phase is NodePhase.SUCCEEDED]
-    if not dropped:
-        return 0
-    messages = releases(record, dropped, _still_wanted(store, record, {t.node for t in dropped}),
-                        remove_after=remove_after)
-    _send(queues, messages)
-    if messages:
-        log.info("job %s no longer selects %d nodes: its image released on %d", record.key, len(dropped),
-                 len(messages))
-    return len(messages)
+    dropped = list(dropped)
+    sent = _release_on(store, queues, record, dropped,
+                       lambda wanted: releases(record, dropped, wanted, remove_after=remove_after))
+    if sent:
+        log.info("job %s no longer selects some nodes: its image released on %d", record.key, sent)
+    return sent
 
 
 def release_pin(store: PlanItems, queues: TaskQueues, before: StoredJob) -> int:
     """When a job's new spec stopped pinning its image (`domain.lifecycle.pin_dropped`; `before`: the job as it
-    pinned): sends its nodes where the pull succeeded a `ReleaseImage` that only unpins, unless another live
-    pinned job wants the image there. Returns how many; `TaskSendError` when a send failed."""
-    tasks = store.get_tasks(before.key, shards=before.ref.shards)
+    pinned): its nodes where the pull succeeded are told to unpin it, unless another live pinned job wants the
+    image there, and to keep it (the job still wants it): `release_images` with nothing removed."""
+    return release_images(store, queues, before, remove_after=None)
+
+
+def _release_on(store: PlanItems, queues: TaskQueues, record: StoredJob, tasks: Sequence[NodeTaskRecord],
+                messages_for: Callable[[dict[str, list[NodeImage]]], list[ReleaseImage]]) -> int:
+    """Sends `messages_for(what the other live jobs want on the nodes of `tasks` where the pull succeeded)`;
+    how many. Nothing is read when no pull succeeded."""
     nodes = {t.node for t in tasks if t.phase is NodePhase.SUCCEEDED}
     if not nodes:
         return 0
-    messages = releases(before, tasks, _still_wanted(store, before, nodes), remove_after=None)
+    messages = messages_for(_still_wanted(store, record, nodes))
     _send(queues, messages)
-    log.info("job %s no longer pins %s: unpinned on %d of its %d nodes", before.key, before.pull_reference,
-             len(messages), len(nodes))
     return len(messages)
 
 
