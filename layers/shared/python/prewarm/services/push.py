@@ -98,13 +98,15 @@ def handle_replication(store: ApplyItems, images: ImageMetadata | None, push: Im
 def _image_facts(images: ImageMetadata | None, push: ImagePush) -> tuple[list[dict[str, str]] | None, int | None]:
     """The pushed index's platforms and the image's layer count, read once for every cluster's job; the
     same whichever of the push and its replication event comes first (the latter says no media type)."""
-    platforms = layers = None
-    if images is not None and push.may_be_index:
-        platforms = images.platforms(push.account, push.repository, push.digest, region=push.region)
-    if images is not None:
-        # The pull's share of the registry's budget (None: unknown, the budget assumes a default).
-        layers = images.layer_count(push.account, push.repository, push.digest, region=push.region)
-    return platforms, layers
+    if images is None:
+        return None, None
+    # The pull's share of the registry's budget (None: unknown, the budget assumes a default).
+    layers = images.layer_count(push.account, push.repository, push.digest, region=push.region)
+    # An event that names no media type and whose manifest cannot be read (`layers` unknown) has its platforms
+    # unknown, as before it was read; an index push's manifest that cannot be read raises, and is retried.
+    if push.is_index or (push.may_be_index and layers is not None):
+        return images.platforms(push.account, push.repository, push.digest, region=push.region), layers
+    return None, layers
 
 
 def _apply(store: ApplyItems, facts: tuple[list[dict[str, str]] | None, int | None], push: ImagePush,
