@@ -256,6 +256,10 @@ class MemoryClusterItems(TableItems):
             return False
         return True
 
+    def probe_due(self, name: str) -> float | None:
+        item = self.table.get(f"CLUSTER#{name}", "CLUSTER") or {}
+        return None if item.get("probe_due") is None else float(item["probe_due"])
+
 
 class MemoryBudgetItems(TableItems):
     """`BudgetItems`: one item per registry budget, its GCRA arrival time written under a version."""

@@ -228,6 +228,7 @@ def test_stream_records_read_as_powertools_reads_them(name: str) -> None:
         assert ours.new_image == (theirs.dynamodb.new_image or None)
         assert ours.old_image == (theirs.dynamodb.old_image or None)
         assert ours.sequence_number == theirs.dynamodb.sequence_number
+        assert ours.partition_key == (theirs.dynamodb.keys or {})["pk"]
 
 
 def test_stream_record_without_images() -> None:
@@ -235,8 +236,9 @@ def test_stream_record_without_images() -> None:
 
     record = parse_stream_record({"eventName": "REMOVE", "dynamodb": {"Keys": {"pk": {"S": "JOB#a/b"}},
                                                                       "SequenceNumber": "7"}})
-    assert (record.new_image, record.old_image, record.sequence_number) == (None, None, "7")
-    assert parse_stream_record({}).sequence_number is None
+    assert (record.new_image, record.old_image, record.sequence_number, record.partition_key) == (
+        None, None, "7", "JOB#a/b")
+    assert (parse_stream_record({}).sequence_number, parse_stream_record({}).partition_key) == (None, "")
 
 
 @pytest.mark.parametrize("name", ECR_EVENTS)

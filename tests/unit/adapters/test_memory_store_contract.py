@@ -587,14 +587,19 @@ def test_clusters_register_and_record_how_they_answered(store: Store) -> None:
 def test_one_probe_chain_runs_per_cluster_and_only_its_probe_passes_it_on(store: Store) -> None:
     store.put_cluster(RegisteredCluster("prod-eu", endpoint="https://prod.example"))
     # A chain starts once; another start is refused while its probe is due, and taken once it is long overdue
+    assert store.probe_due("prod-eu") is None
     assert store.start_probe("prod-eu", "a", due=10.0, lost_before=0.0)
     assert not store.start_probe("prod-eu", "b", due=12.0, lost_before=2.0)
+    assert store.probe_due("prod-eu") == 10.0
     assert store.start_probe("prod-eu", "c", due=80.0, lost_before=11.0)
     # Only the chain's probe passes it on, once; then it ends
     assert not store.pass_probe("prod-eu", "a", to="x", due=90.0)
     assert store.pass_probe("prod-eu", "c", to="d", due=90.0)
+    assert store.probe_due("prod-eu") == 90.0
     assert not store.pass_probe("prod-eu", "c", to="e", due=90.0)
     assert store.pass_probe("prod-eu", "d", to=None)
+    assert store.probe_due("prod-eu") is None
+    assert store.probe_due("gone") is None
     assert store.start_probe("prod-eu", "f", due=95.0, lost_before=85.0)
     # A registered cluster no longer stored starts none; the stack's own gets an item for its chain
     assert not store.start_probe("gone", "g", due=10.0, lost_before=0.0)

@@ -93,6 +93,54 @@ def test_a_second_parked_job_of_the_same_cluster_starts_no_second_chain(plane: C
     assert sorted(outcome.replanned) == sorted(keys)
 
 
+class Counting(FakeCluster):
+    """prod-eu's API, counting the calls a plan makes to it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls = 0
+
+    def list_nodes(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        self.calls += 1
+        return super().list_nodes(*args, **kwargs)
+
+
+def test_while_its_chain_runs_a_plan_parks_without_calling_the_cluster_and_the_probe_plans_it(
+        plane: ControlPlane) -> None:
+    # Given prod-eu's probe chain running, started by a job parked a moment ago (a hung API costs each
+    # function environment a timeout: their circuits are their own, the chain is the stack's)
+    status = MemoryProbeQueue()
+    parked(plane, status, "first")
+    # When a second job of prod-eu is planned, by another environment
+    apply_manifest(plane.store, job_doc("second"), now=plane.now(), cluster=CLUSTER)
+    key = job_key("default", "second", CLUSTER)
+    api = Counting(nodes=[make_node("p-1")])
+    result = plan(plane.store, plane.queues, clusters_of(plane.store, None, {CLUSTER: api}), key, now=plane.now(),
+                  probes=status)
+    # Then it is parked without a call to prod-eu, and says why; no second chain starts
+    assert (api.calls, result.action) == (0, f"parked: cluster {CLUSTER} cannot be read: it did not answer its "
+                                             f"last probe (probed every {PROBE_SECONDS} s)")
+    assert len(status.probes) == 1
+    # and the chain's probe, once prod-eu answers, asks for its plan, which calls prod-eu
+    outcome = probe(plane.store, probing(plane, status, api), status.probes[0][0], now=plane.now())
+    assert key in outcome.replanned
+    replanned = plan(plane.store, plane.queues, clusters_of(plane.store, None, {CLUSTER: api}), key, now=plane.now(),
+                     probes=status, asked_again=True)
+    assert (replanned.selected, api.calls) == (1, 1)
+
+
+def test_a_lost_chain_no_longer_keeps_plans_from_calling_the_cluster(plane: ControlPlane) -> None:
+    status = MemoryProbeQueue()
+    parked(plane, status, "first")
+    # When the chain's probe is long overdue (lost), a new job's plan calls prod-eu again
+    late = plane.now() + PROBE_SECONDS + PROBE_LOST_SECONDS + 1
+    apply_manifest(plane.store, job_doc("second"), now=late, cluster=CLUSTER)
+    api = Counting(nodes=[make_node("p-1")])
+    result = plan(plane.store, plane.queues, clusters_of(plane.store, None, {CLUSTER: api}),
+                  job_key("default", "second", CLUSTER), now=late, probes=status)
+    assert (api.calls, result.selected) == (1, 1)
+
+
 def test_a_probe_for_a_cluster_still_down_sends_itself_again_and_records_why(plane: ControlPlane) -> None:
     status = MemoryProbeQueue()
     (key,) = parked(plane, status, "warm")

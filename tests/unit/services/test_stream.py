@@ -4,6 +4,7 @@ the sweep asks for its plan as soon as the cluster answers, whatever the job's a
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from prewarm.domain.clusters import RegisteredCluster
@@ -13,7 +14,7 @@ from prewarm.services.jobs import apply_manifest, request_deletion, view_job
 from prewarm.services.ports import ClusterUnavailableError
 from prewarm.services.reports import register_node
 from prewarm.services.schedules import SweepSettings, sweep
-from prewarm.services.stream import delete, plan
+from prewarm.services.stream import delete, each_item_in_order, plan
 from tests.support.cluster import FakeCluster, make_node
 from tests.support.cluster_directory import clusters_of
 from tests.support.control_plane import ControlPlane, take_node_messages
@@ -117,3 +118,39 @@ def test_a_deletion_cancels_the_pulls_removes_the_job_and_tells_warming_nodes(pl
     assert cancels == 1 and plane.store.get_job("default/keep") is None
     lists = [m for m in take_node_messages(plane.sqs, url) if isinstance(m, RequiredImages)]
     assert lists and lists[-1].images == []
+
+
+def test_a_batch_runs_each_items_records_in_order_and_the_items_side_by_side() -> None:
+    # Given a batch whose first record waits (a plan on a hung cluster) until a later item's record ran
+    later_ran = threading.Event()
+    seen: list[str] = []
+
+    def handle(record: tuple[str, str]) -> None:
+        if record == ("hung", "1"):
+            assert later_ran.wait(5), "the other item's record waited for the hung one"
+        if record[0] == "healthy":
+            later_ran.set()
+        seen.append("/".join(record))
+
+    batch = [("hung", "1"), ("healthy", "1"), ("hung", "2"), ("healthy", "2")]
+    # When it is handled
+    failed = each_item_in_order(batch, lambda r: r[0], handle)
+    # Then nothing failed, the healthy item was not held up, and each item's records ran in order
+    assert failed is None
+    assert seen.index("healthy/1") < seen.index("hung/1")
+    assert [s for s in seen if s.startswith("hung")] == ["hung/1", "hung/2"]
+    assert [s for s in seen if s.startswith("healthy")] == ["healthy/1", "healthy/2"]
+
+
+def test_an_items_records_stop_at_its_failure_and_the_earliest_failure_is_where_the_stream_retries() -> None:
+    seen: list[str] = []
+
+    def handle(record: tuple[str, str]) -> None:
+        if record in {("b", "1"), ("a", "2")}:
+            raise RuntimeError("send refused")
+        seen.append("/".join(record))
+
+    batch = [("a", "1"), ("b", "1"), ("a", "2"), ("b", "2"), ("c", "1")]
+    assert each_item_in_order(batch, lambda r: r[0], handle) == ("b", "1")
+    # b's later record waits for b's retry; other items' records ran
+    assert sorted(seen) == ["a/1", "c/1"]

@@ -232,7 +232,8 @@ def plan_job(key: JobKey, *, probing: bool = False) -> PlanResult:
     plan_calls().deadline.begin()
     return plan(store(), queues(), replan_clusters() if probing else plan_clusters(), key, now=time.time(),
                 secrets=secret_mirror(), images=images(), probes=probe_queue(),
-                budgets=settings().registry_budgets(), remove_after=settings().image_removal_grace)
+                budgets=settings().registry_budgets(), remove_after=settings().image_removal_grace,
+                asked_again=probing)
 
 
 def delete_job(key: JobKey) -> int:

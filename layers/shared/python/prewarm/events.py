@@ -153,6 +153,8 @@ class StreamRecord:
     new_image: dict[str, Any] | None
     old_image: dict[str, Any] | None
     sequence_number: str | None
+    # The item's partition key ("" when the record names none): one item's records must be handled in order.
+    partition_key: str = ""
 
 
 def parse_stream_record(raw: Mapping[str, Any]) -> StreamRecord:
@@ -166,7 +168,9 @@ def parse_stream_record(raw: Mapping[str, Any]) -> StreamRecord:
         item = change.get(key)
         return {name: deserializer.deserialize(value) for name, value in item.items()} if item else None
 
-    return StreamRecord(image("NewImage"), image("OldImage"), change.get("SequenceNumber"))
+    pk = (change.get("Keys") or {}).get("pk") or {}
+    return StreamRecord(image("NewImage"), image("OldImage"), change.get("SequenceNumber"),
+                        str(next(iter(pk.values()), "")))
 
 
 class EbsSnapshotNotification(BaseModel):

@@ -239,6 +239,17 @@ PROBE_SECONDS = 10
 PROBE_LOST_SECONDS = 60
 
 
+def probe_chain_runs(due: float | None, now: float) -> bool:
+    """Whether a cluster's probe chain runs: its next probe (due at `due`, None: no chain) is not lost.
+    While it runs, the cluster failed a call within the last probe's spell, and the chain asks for the plans
+    of the jobs parked on it as soon as it answers, so a plan parks at once rather than calling it again.
+
+    >>> probe_chain_runs(None, 100.0), probe_chain_runs(110.0, 100.0), probe_chain_runs(100.0 - 61, 100.0)
+    (False, True, False)
+    """
+    return due is not None and due >= now - PROBE_LOST_SECONDS
+
+
 def probe_delay(seconds: float = PROBE_SECONDS) -> int:
     """The SQS delay of the next probe: `seconds` rounded up, at least `PROBE_SECONDS`, at most SQS's 900."""
     return int(min(MAX_SEND_DELAY_SECONDS, max(PROBE_SECONDS, -(-seconds // 1))))

@@ -254,6 +254,10 @@ class ProbeChains(Protocol):
         False when `token` is not the chain's (a duplicate delivery, a chain ended or replaced)."""
         ...
 
+    def probe_due(self, name: str) -> float | None:
+        """When cluster `name`'s chain's next probe is due; None when no chain was started or it ended."""
+        ...
+
 
 class ClusterItems(ProbeChains, Protocol):
     """The registered clusters (`prewarm.adapters.dynamodb.clusters`)."""

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from prewarm.domain.clusters import shown
+from prewarm.domain.clusters import PROBE_SECONDS, probe_chain_runs, shown
 from prewarm.domain.keys import JobKey
 from prewarm.domain.registry_budget import RegistryBudgets
 from prewarm.services.clusters import api_or_none
@@ -21,7 +24,9 @@ from prewarm.services.ports import (
     ClusterDirectory,
     ClusterError,
     ClusterProbes,
+    ClusterUnavailableError,
     ImageMetadata,
+    ProbeChains,
     PullSecretMirror,
     StoreError,
     StreamItems,
@@ -33,11 +38,13 @@ from prewarm.services.warming import send_required_images
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
+
 
 def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key: JobKey, *, now: float,
          secrets: PullSecretMirror | None = None, images: ImageMetadata | None = None,
          probes: ClusterProbes | None = None, budgets: RegistryBudgets | None = None,
-         remove_after: int | None = None) -> PlanResult:
+         remove_after: int | None = None, asked_again: bool = False) -> PlanResult:
     """Selects the nodes of job `key` in its cluster and sends the first tasks; after a `Never` job's
     plan, sends the warming nodes of its cluster their lists again. `TaskSendError` when a send failed.
     `remove_after`: as `delete`'s, for the earlier image of a new round whose image changed.
@@ -47,8 +54,15 @@ def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key
     probed until it answers (`services.probes`), when its parked jobs are planned again (the sweep does too,
     in its first run in which the cluster answers). A retry would hold up every later record of the stream's
     shard, other clusters' jobs among them.
+
+    Nor does a plan call a cluster whose probe chain runs (it failed within the last probe's spell): the
+    job parks at once, so a hung cluster costs the stream one call's timeout per outage, not one per job
+    and function environment (each keeps its own circuit breaker). `asked_again`: the plan a probe or the
+    sweep asked for because the cluster answered, which calls it.
     """
     try:
+        if not asked_again:
+            _refuse_while_probed(store, key.cluster, clusters.own_name, now)
         api = clusters.api(key.cluster)
         result = plan_job(store, api, queues, key, now=now, secrets=secrets, images=images, budgets=budgets,
                           remove_after=remove_after)
@@ -64,6 +78,12 @@ def plan(store: StreamItems, queues: TaskQueues, clusters: ClusterDirectory, key
         result.send_failures += _warming_lists(store, queues, api, key, now=now)
     result.raise_for_send_failures()
     return result
+
+
+def _refuse_while_probed(store: ProbeChains, cluster: str, own_name: str, now: float) -> None:
+    name = shown(cluster, own_name)
+    if probe_chain_runs(store.probe_due(name), now):
+        raise ClusterUnavailableError(f"it did not answer its last probe (probed every {PROBE_SECONDS} s)")
 
 
 def cluster_fault(cluster: str, error: ClusterError) -> str:
@@ -113,3 +133,34 @@ def delete(store: AgentItems, queues: TaskQueues, clusters: ClusterDirectory, ke
     if failures:
         raise TaskSendError(failures)
     return cancels
+
+
+def each_item_in_order(records: Sequence[R], item: Callable[[R], str], handle: Callable[[R], None]) -> R | None:
+    """Handles a stream batch: each item's records in order, the items side by side (one thread each), so a
+    plan waiting on a slow or hung cluster holds up no other job of the batch; the stream orders records
+    only within an item. An item's records stop at its first failure. Returns the batch's earliest failed
+    record, where the stream retries from (the records after it, of other items too, come again: every
+    handling of a record is idempotent, as at-least-once delivery asks); None when all were handled."""
+    groups: dict[str, list[tuple[int, R]]] = {}
+    for index, record in enumerate(records):
+        groups.setdefault(item(record), []).append((index, record))
+    failed: list[int] = []
+
+    def run(group: list[tuple[int, R]]) -> None:
+        for index, record in group:
+            try:
+                handle(record)
+            except Exception:  # noqa: BLE001 - the stream retries from it (`handle` logs why)
+                failed.append(index)
+                return
+
+    if len(groups) == 1:
+        run(next(iter(groups.values())))
+    else:
+        threads = [threading.Thread(target=run, args=(group,), name="stream-item", daemon=True)
+                   for group in groups.values()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return records[min(failed)] if failed else None

@@ -93,3 +93,9 @@ class ClusterItems(Table):
         except StoreConflictError:
             return False
         return True
+
+    def probe_due(self, name: str) -> float | None:
+        out = self._call(f"read the probes of cluster {name}", "get_item", Key=self._key(_pk(name), "CLUSTER"),
+                         ConsistentRead=True, ProjectionExpression="probe_due")
+        due = from_item(out.get("Item", {})).get("probe_due")
+        return None if due is None else float(due)
