@@ -9,9 +9,12 @@ pool, and two nodes join it with the startup taint (`prewarm.dev/warming=true:No
   local stand-in for a volume EC2 makes from it; the copy's time is printed apart as `restore_s`);
 - `pulled`: a plain node, whose agent pulls the image from the registry.
 
-For each, from the join (the Node object created) to the image present (CRI `ImageStatus`, polled every
-50 ms) and to the startup taint released (the Node polled every 50 ms). Target (issue 36): from the
-snapshot, join to taint released at most 2 s beyond the restore, whatever the image size.
+For each, from the join (the Node object created, polled every 10 ms) to the image present (CRI
+`ImageStatus`, polled every 50 ms) and to the startup taint released (the Node polled every 50 ms). A local
+node joins as an EKS node does: its kubelet registers the Node once containerd serves (EKS's AMIs start
+kubelet after containerd), so the boot before the join (the restore, then containerd's start on the
+restored root) is printed apart. Target (issue 36): from the snapshot, at most 2 s beyond the restore:
+join to taint released within 2 s, whatever the image size.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ TAINT = {"key": "prewarm.dev/warming", "value": "true", "effect": "NoSchedule"}
 POOL = "bench-warm"
 BEYOND_RESTORE_S = 2.0
 POLL_S = 0.05
+JOIN_POLL_S = 0.01
 
 
 def _manifests(subnet: str, image_id: str) -> list[dict[str, Any]]:
@@ -64,12 +68,16 @@ class Joining:
 
     def __init__(self, local: Any, name: str, reference: str) -> None:
         self.local, self.name, self.reference = local, name, reference
-        self.joined = 0.0
+        self.added = time.monotonic()  # `local node add` called: the instance boots
+        self.joined: float | None = None
         self.present: float | None = None
         self.released: float | None = None
 
     def watch(self, timeout: float) -> None:
-        deadline = self.joined + timeout
+        deadline = self.added + timeout
+        while self.local.kube.get_object("nodes", self.name) is None and time.monotonic() < deadline:
+            time.sleep(JOIN_POLL_S)
+        self.joined = time.monotonic()
         while (self.present is None or self.released is None) and time.monotonic() < deadline:
             node = self.local.nodes.get(self.name)
             if self.present is None and node is not None and node.image_present(self.reference):
@@ -82,14 +90,14 @@ class Joining:
 
     def figures(self) -> dict[str, float | None]:
         def since(t: float | None) -> float | None:
-            return None if t is None else round(t - self.joined, 3)
+            return None if t is None or self.joined is None else round(t - self.joined, 3)
 
-        return {"join_to_images_present_s": since(self.present), "join_to_taint_released_s": since(self.released)}
+        return {"boot_before_join_s": None if self.joined is None else round(self.joined - self.added, 3),
+                "join_to_images_present_s": since(self.present), "join_to_taint_released_s": since(self.released)}
 
 
 def join(local: Any, name: str, reference: str, node_class: str | None, timeout: float) -> Joining:
     watcher = Joining(local, name, reference)
-    watcher.joined = time.monotonic()
     thread = threading.Thread(target=watcher.watch, args=(timeout,), daemon=True)
     thread.start()
     local.add_node(name, labels={"pool": POOL}, taints=[TAINT], node_class=node_class)
@@ -151,13 +159,14 @@ def main() -> int:
     print(f"local restore of the volume (copy of the snapshot's containerd root): {result['restore_s']} s")
     for name in ("snapshot", "pulled"):
         figures = result[name]
-        print(f"{name:>8}: join -> images present {figures['join_to_images_present_s']} s, "
+        print(f"{name:>8}: boot before the join {figures['boot_before_join_s']} s (restore, containerd's start), "
+              f"join -> images present {figures['join_to_images_present_s']} s, "
               f"join -> taint released {figures['join_to_taint_released_s']} s")
-    released = result["snapshot"]["join_to_taint_released_s"]
-    beyond = None if released is None else round(released - result["restore_s"], 3)
+    # The restore (and containerd's start) came before the join: the figure after the join is all beyond it.
+    beyond = result["snapshot"]["join_to_taint_released_s"]
     result["snapshot_beyond_restore_s"] = beyond
-    ok = print_targets([Target("snapshot: join -> taint released beyond the restore", beyond or float("inf"),
-                               BEYOND_RESTORE_S, "s")])
+    ok = print_targets([Target("snapshot: join -> taint released (beyond the restore)",
+                               float("inf") if beyond is None else beyond, BEYOND_RESTORE_S, "s")])
     result["targets_met"] = ok
     emit(result)
     return 0

@@ -91,7 +91,8 @@ class LocalControl(LocalNodes):
         agent needs, as a node group whose role misses the policy. An agent that exits as it starts leaves
         the node as it is, its taints included, with `agent_error` in the answer.
         `node_class`: a Karpenter EC2NodeClass; the node's containerd starts from the snapshot its data
-        volume names (`snapshotID`), as an instance Karpenter launches from it does."""
+        volume names (`snapshotID`), as an instance Karpenter launches from it does. The Node joins once its
+        containerd serves, as a kubelet registers it (EKS's AMIs start kubelet after containerd)."""
         from prewarm.domain.kubernetes import dns1123_subdomain_problem, label_map_problems
 
         if self.kube is None:
@@ -121,10 +122,16 @@ class LocalControl(LocalNodes):
             from prewarm_cli.snapshot_output import NODE_CLASS_LABEL
 
             labels = {**labels, NODE_CLASS_LABEL: node_class}  # as Karpenter labels the nodes it launches
-        self.kube.seed_objects([node_object(name, labels, taints)])
-        if agent:
+        kube = self.kube
+
+        def join() -> None:
+            kube.seed_objects([node_object(name, labels, taints)])
+
+        if not agent:
+            join()
+        else:
             try:
-                self._start_node(name, restore=snapshot, preload=images)
+                self._start_node(name, restore=snapshot, preload=images, join=join)
             except BaseException:
                 self.kube.remove_object("nodes", name)
                 if (own := self._agent_identities.pop(name, None)) is not None:

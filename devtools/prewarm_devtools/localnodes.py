@@ -14,7 +14,7 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,7 +172,9 @@ class LocalNodes:
         return str(snapshot)
 
     def _start_node(self, name: str, cluster: LocalCluster | None = None, restore: str | None = None,
-                    preload: Sequence[str] = ()) -> None:
+                    preload: Sequence[str] = (), join: Callable[[], None] | None = None) -> None:
+        """Starts the node's containerd (its root restored from snapshot `restore` first) and agent. `join`
+        registers the Node once containerd serves, as a kubelet does (it starts after the runtime)."""
         from prewarm_devtools.node.containerd import PrivateContainerd
 
         assert self.stack is not None and self.aws is not None and self.registry is not None
@@ -184,16 +186,18 @@ class LocalNodes:
         if cluster is not None and self.replica is not None:  # the further clusters run in the replica's Region
             containerd.add_registry_mirror(self.replica.host, self.replica.registry.url)
         containerd.start()
-        self._report_runtime(name, containerd, self.kube if cluster is None else cluster.kube)
         where = "" if cluster is None else f" in {cluster.name}"
         self._record_child(f"containerd of {name}{where}", containerd)
         node = LocalNode(name, containerd, None)
         (self.nodes if cluster is None else cluster.nodes)[name] = node
-        # On the node before its agent starts, as on one booted from a warm volume or pre-pulled.
+        # On the node before it joins, as on one booted from a warm volume or pre-pulled.
         if preload:
             with containerd.cri_client() as cri:
                 for reference in preload:
                     cri.pull_image(reference, auth=("AWS", self.ecr_password)).result(timeout=120)
+        if join is not None:
+            join()
+        self._report_runtime(name, containerd, self.kube if cluster is None else cluster.kube)
         node.agent = self._new_agent(name, containerd, cluster)
         self._start_agent(name, node)
 

@@ -12,6 +12,7 @@ returns ECR's "ECR Replication Action" event, which the caller delivers as Event
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import time
@@ -42,12 +43,22 @@ class LocalReplica:
         ecr = self.aws.client("ecr")
         ecr.put_replication_configuration(replicationConfiguration={"rules": [
             {"destinations": [{"region": self.region, "registryId": ACCOUNT}]}]})
+        # The forwarding rule of docs/operations.md ("Clusters in other Regions"), with its role.
+        iam, role = self.aws.client("iam"), "prewarm-ecr-replication-forwarding"
+        with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+            iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps({
+                "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                        "Principal": {"Service": "events.amazonaws.com"}}]}))
+        stack_bus = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"
+        iam.put_role_policy(RoleName=role, PolicyName="forward", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "events:PutEvents",
+                                                    "Resource": stack_bus}]}))
         events = self.aws.client("events", region_name=self.region)
         events.put_rule(Name="prewarm-ecr-replication", EventPattern=json.dumps(
             {"source": ["aws.ecr"], "detail-type": ["ECR Replication Action"]}))
         events.put_targets(Rule="prewarm-ecr-replication", Targets=[{
-            "Id": "stack-bus", "Arn": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default",
-            "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/prewarm-ecr-replication-forwarding"}])
+            "Id": "stack-bus", "Arn": stack_bus,
+            "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/{role}"}])
         token = self.aws.client("ecr", region_name=self.region).get_authorization_token()["authorizationData"][0]
         user, _, password = base64.b64decode(token["authorizationToken"]).decode().partition(":")
         layer = self.aws.layer

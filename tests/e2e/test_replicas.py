@@ -105,6 +105,7 @@ def test_doctor_finds_the_replica_region_s_rule_forwarding_replication_events(lo
 
     assert local.aws is not None
     result = check_replication_events(local.job_store().list_clusters(), stack_region="us-west-2",
-                                      events=lambda region: local.aws.client("events", region_name=region))
+                                      events=lambda region: local.aws.client("events", region_name=region),
+                                      iam=local.aws.client("iam"))
     assert result.ok, result.line()
     assert result.detail == f"forwarded to us-west-2 from {REPLICA} (rule prewarm-ecr-replication)"

@@ -10,8 +10,9 @@ What each reads:
   (`Query` on the kinds index) for the namespaces and pull secrets of jobs; namespaces for the refresher.
 - agent DaemonSet: the DaemonSet, the nodes, the DaemonSet's pods.
 - node queues: `sqs:ListQueues` under the node queue prefix, `sqs:ListQueueTags` of queues without a node.
-- replication events (`replication.py`): `events:ListRules`, `events:ListTargetsByRule` in each Region of a
-  registered cluster other than the stack's.
+- replication events (`replication.py`): `events:ListRules`, `events:ListTargetsByRule`,
+  `events:TestEventPattern` in each Region of a registered cluster other than the stack's; `iam:GetRole` and
+  `iam:SimulatePrincipalPolicy` of each forwarding target's role.
 - dead-letter queues: `sqs:GetQueueAttributes` of each.
 - credentials: `secretsmanager:GetSecretValue` of the agents' copies; the refresher's pull secrets.
 - registry pulls (`pulls.py`): `iam:SimulatePrincipalPolicy` of each registry token's principal; the job table.

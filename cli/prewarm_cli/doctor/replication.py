@@ -1,12 +1,19 @@
 """`replication events`: ECR sends `ECR Replication Action` in the destination Region, so every Region with
 a registered cluster other than the stack's needs a rule on its default bus forwarding ECR's events to the
 stack Region's default bus, where the stack's `EcrReplication` rule starts the held jobs
-(docs/operations.md, "Replicas"). Read with `events:ListRules` and `events:ListTargetsByRule` in each
-such Region, as you."""
+(docs/operations.md, "Replicas").
+
+Per such Region, as you: `events:ListRules` and `events:ListTargetsByRule` find the enabled rules that
+target the stack's bus; EventBridge itself (`events:TestEventPattern`) says whether a rule's pattern lets
+a successful replication through, whatever filters it uses (prefix, anything-but, wildcard, `$or`); and
+IAM's policy simulator (`iam:SimulatePrincipalPolicy`) with `iam:GetRole` says whether the target's role
+may be assumed by EventBridge and may `events:PutEvents` to that bus (a target on another Region's bus
+needs a role). The simulator does not see SCPs or permission boundaries, which may still refuse it."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -17,18 +24,29 @@ NAME = "replication events"
 DETAIL_TYPE = "ECR Replication Action"
 
 
-def forwards_replication(pattern: Mapping[str, Any]) -> bool:
-    """Whether an event pattern lets ECR's successful replication events through: source `aws.ecr`, and
-    the detail type, action type and result not filtered out (exact values only: an anything-but or
-    prefix filter is not read as a match)."""
+def replication_event(region: str, account: str) -> dict[str, Any]:
+    """A successful replication as ECR sends it in `region` (the fields a pattern may filter on)."""
+    return {"version": "0", "id": "00000000-0000-0000-0000-000000000000", "detail-type": DETAIL_TYPE,
+            "source": "aws.ecr", "account": account, "region": region,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "resources": [f"arn:aws:ecr:{region}:{account}:repository/prewarm-doctor"],
+            "detail": {"result": "SUCCESS", "action-type": "REPLICATE", "repository-name": "prewarm-doctor",
+                       "image-digest": "sha256:" + "0" * 64, "image-tag": "doctor", "source-account": account,
+                       "source-region": region}}
 
-    def allows(values: Any, wanted: str) -> bool:
-        return values is None or (isinstance(values, list) and wanted in values)
 
-    detail = pattern.get("detail") or {}
-    return (isinstance(pattern.get("source"), list) and "aws.ecr" in pattern["source"]
-            and allows(pattern.get("detail-type"), DETAIL_TYPE) and isinstance(detail, Mapping)
-            and allows(detail.get("action-type"), "REPLICATE") and allows(detail.get("result"), "SUCCESS"))
+def forwards_replication(events: Any, pattern: str, region: str, account: str) -> bool:
+    """Whether EventBridge matches a successful replication against `pattern` (a pattern it cannot read
+    matches nothing)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        answer = events.test_event_pattern(EventPattern=pattern, Event=json.dumps(replication_event(region, account)))
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") == "InvalidEventPatternException":
+            return False
+        raise
+    return bool(answer.get("Result"))
 
 
 def _rules(events: Any) -> Iterator[dict[str, Any]]:
@@ -61,20 +79,68 @@ def stack_bus(rule_arn: str, stack_region: str) -> str:
     return f"arn:{partition}:events:{stack_region}:{account}:event-bus/default"
 
 
-def forwarding_rule(events: Any, stack_region: str) -> str | None:
-    """The name of an enabled rule of this Region's default bus that sends ECR's replication events to
-    the stack Region's default bus (None: none does)."""
+def role_problem(iam: Any, role_arn: str | None, bus: str) -> str | None:
+    """What keeps a target's role from forwarding to `bus` (None: nothing the simulator sees)."""
+    from botocore.exceptions import ClientError
+
+    if not role_arn:
+        return "its target names no role (a target on another Region's bus needs one)"
+    try:
+        trust = iam.get_role(RoleName=role_arn.rsplit("/", 1)[-1])["Role"].get("AssumeRolePolicyDocument") or {}
+        answer = iam.simulate_principal_policy(PolicySourceArn=role_arn, ActionNames=["events:PutEvents"],
+                                               ResourceArns=[bus])
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in {"NoSuchEntity", "NoSuchEntityException"}:
+            return f"its role {role_arn} does not exist"
+        raise
+    if isinstance(trust, str):
+        from urllib.parse import unquote
+
+        trust = json.loads(unquote(trust))
+    if not _trusts_eventbridge(trust):
+        return f"its role {role_arn} does not trust events.amazonaws.com (sts:AssumeRole)"
+    decisions = [r.get("EvalDecision") for r in answer.get("EvaluationResults") or ()]
+    if decisions != ["allowed"]:
+        return f"its role {role_arn} may not events:PutEvents on {bus}"
+    return None
+
+
+def _trusts_eventbridge(document: Mapping[str, Any]) -> bool:
+    statements = document.get("Statement") or []
+    for statement in statements if isinstance(statements, list) else [statements]:
+        services = (statement.get("Principal") or {}).get("Service") if isinstance(statement, Mapping) else None
+        actions = statement.get("Action") if isinstance(statement, Mapping) else None
+        if (statement.get("Effect") == "Allow" and "events.amazonaws.com" in _listed(services)
+                and {"sts:AssumeRole", "sts:*", "*"} & set(_listed(actions))):
+            return True
+    return False
+
+
+def _listed(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else [] if value is None else [str(value)]
+
+
+def forwarding_rule(events: Any, iam: Any, region: str, stack_region: str) -> tuple[str | None, list[str]]:
+    """The name of an enabled rule of `region`'s default bus that forwards ECR's replication events to the
+    stack Region's default bus through a role that may (None: none does), and what is wrong with each rule
+    that targets that bus but does not forward them."""
+    problems = []
     for rule in _rules(events):
-        try:
-            pattern = json.loads(rule.get("EventPattern") or "{}")
-        except json.JSONDecodeError:
-            continue
-        if rule.get("State") != "ENABLED" or not isinstance(pattern, Mapping) or not forwards_replication(pattern):
+        pattern = rule.get("EventPattern")
+        if rule.get("State") != "ENABLED" or not pattern:
             continue
         bus = stack_bus(rule["Arn"], stack_region)
-        if any(t.get("Arn") == bus for t in _targets(events, rule["Name"])):
-            return str(rule["Name"])
-    return None
+        targets = [t for t in _targets(events, rule["Name"]) if t.get("Arn") == bus]
+        if not targets:
+            continue
+        if not forwards_replication(events, pattern, region, rule["Arn"].split(":")[4]):
+            problems.append(f"rule {rule['Name']}'s pattern does not match ECR's replication events")
+            continue
+        why = [role_problem(iam, t.get("RoleArn"), bus) for t in targets]
+        if None in why:
+            return str(rule["Name"]), []
+        problems += [f"rule {rule['Name']}: {w}" for w in dict.fromkeys(why) if w]
+    return None, problems
 
 
 def fix_for(region: str, stack_region: str) -> str:
@@ -87,18 +153,19 @@ def fix_for(region: str, stack_region: str) -> str:
 
 
 def check_replication_events(clusters: Sequence[RegisteredCluster], *, stack_region: str,
-                             events: Callable[[str], Any]) -> CheckResult:
+                             events: Callable[[str], Any], iam: Any) -> CheckResult:
     """Per Region of a registered cluster other than the stack's (`events(region)`: an EventBridge client
-    there): a rule forwarding ECR's replication events to the stack's bus. Without it the jobs of the
-    clusters there that pull a replica wait for ever."""
+    there; `iam`: an IAM client): a rule forwarding ECR's replication events to the stack's bus. Without it
+    the jobs of the clusters there that pull a replica wait for ever."""
     regions = sorted({c.region for c in clusters if c.region and c.region != stack_region})
     if not regions:
         return CheckResult(NAME, True, f"no registered cluster outside {stack_region}")
-    missing, found = [], []
+    missing, found, why = [], [], []
     for region in regions:
-        rule = forwarding_rule(events(region), stack_region)
+        rule, problems = forwarding_rule(events(region), iam, region, stack_region)
         if rule is None:
             missing.append(region)
+            why += [f"{region}: {p}" for p in problems]
         else:
             found.append(f"{region} (rule {rule})")
     if missing:
@@ -106,5 +173,5 @@ def check_replication_events(clusters: Sequence[RegisteredCluster], *, stack_reg
         fixes = "; ".join(fix_for(region, stack_region) for region in missing)
         return CheckResult(NAME, False, f"no rule in {', '.join(missing)} forwards ECR's replication events to "
                            f"the default bus of {stack_region}: jobs of {names} that pull a replica wait for "
-                           "ever", fixes)
+                           "ever" + (f" ({'; '.join(why)})" if why else ""), fixes)
     return CheckResult(NAME, True, f"forwarded to {stack_region} from {', '.join(found)}")

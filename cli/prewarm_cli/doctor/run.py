@@ -121,7 +121,7 @@ class Doctor:
 
         stack_region = self.client("events").meta.region_name
         return check_replication_events(self.store.list_clusters(), stack_region=stack_region,
-                                        events=lambda region: self.client("events", region))
+                                        events=lambda region: self.client("events", region), iam=self.client("iam"))
 
     # -- cluster ------------------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from urllib.parse import urlparse
 from moto.core.exceptions import ServiceException
 
 from prewarm_devtools.aws_limits.ec2 import ec2_requests, fast_snapshot_restores, launch_template_version
+from prewarm_devtools.aws_limits.events import event_pattern_test
 from prewarm_devtools.aws_limits.policy import ContextValue, Decision, Policy, evaluate
 from prewarm_devtools.aws_limits.sqs import access_key_id
 
@@ -103,7 +104,8 @@ class Authorization:
         """What the layer answers in moto's place (a refusal, or a result moto cannot give), None to let
         moto run the request."""
         return (self.refusal(handler) or self.caller_identity(handler) or self.simulation(handler)
-                or fast_snapshot_restores(handler, self.fast_restores) or launch_template_version(handler))
+                or fast_snapshot_restores(handler, self.fast_restores) or launch_template_version(handler)
+                or event_pattern_test(handler))
 
     def caller_identity(self, handler: Any) -> dict[str, str] | None:
         """STS's answer to a known principal's `GetCallerIdentity`: its ARN (moto knows its own users only,
@@ -119,15 +121,17 @@ class Authorization:
 
     def simulation(self, handler: Any) -> dict[str, Any] | ServiceException | None:
         """IAM's policy simulator (`SimulatePrincipalPolicy`, which moto lacks) for a principal the layer
-        knows: each action on each resource decided by `evaluate` with the principal's identity policies,
-        as the simulator does without a resource policy given. An unknown principal is `NoSuchEntity`."""
+        knows, or a role in moto's IAM: each action on each resource decided by `evaluate` with the
+        principal's identity policies, as the simulator does without a resource policy given. An unknown
+        principal is `NoSuchEntity`."""
         if getattr(handler, "service_name", "") != "iam" or handler._get_action() != "SimulatePrincipalPolicy":
             return None
         source = handler._get_param("PolicySourceArn") or ""
-        if source not in self.layer.principals.known():
+        if source in self.layer.principals.known():
+            identity = self.layer.principals.policies(source)
+        elif (identity := assumed_role_policies(self.layer, source)) is None:
             name = source.rsplit("/", 1)[-1]
             return NoSuchEntityError("NoSuchEntity", f"The role with name {name} cannot be found.")
-        identity = self.layer.principals.policies(source)
         results = []
         for action in _members(handler, "ActionNames"):
             for resource in _members(handler, "ResourceArns") or ["*"]:

@@ -1,6 +1,8 @@
 """`prewarm doctor` checks that every Region with a registered cluster other than the stack's forwards ECR's
 replication events (sent in the destination Region) to the stack's bus: without that rule the jobs of the
-clusters there that pull a replica wait for ever (before: nothing said so until a job was seen waiting)."""
+clusters there that pull a replica wait for ever (before: nothing said so until a job was seen waiting).
+EventBridge decides whether a rule's pattern matches (`TestEventPattern`, whatever filters it uses) and IAM's
+simulator whether the target's role may forward (the AWS limits layer stands in for both, which moto lacks)."""
 
 from __future__ import annotations
 
@@ -10,37 +12,48 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from prewarm.domain.clusters import RegisteredCluster
 from prewarm_cli.doctor.replication import check_replication_events, forwards_replication
+from tests.support.aws import mocked_aws
 
 STACK, ELSEWHERE, ACCOUNT = "us-west-2", "eu-west-1", "123456789012"
 STACK_BUS = f"arn:aws:events:{STACK}:{ACCOUNT}:event-bus/default"
 CLUSTERS = [RegisteredCluster("home", region=STACK), RegisteredCluster("eu", endpoint="https://eu.example",
                                                                          region=ELSEWHERE)]
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/forwarding"
+TRUST = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+                                                 "Action": "sts:AssumeRole"}]}
+PUT_EVENTS = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "events:PutEvents",
+                                                      "Resource": STACK_BUS}]}
 
 
 @pytest.fixture
-def events(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {"AWS_DEFAULT_REGION": STACK, "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
+def events(monkeypatch: pytest.MonkeyPatch, aws_limits: Any) -> Iterator[Any]:
+    if aws_limits is None:
+        pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS): nothing stands in for TestEventPattern")
+    with mocked_aws(monkeypatch, STACK):
         yield lambda region: boto3.client("events", region_name=region)
 
 
+def role(*, trust: dict[str, Any] = TRUST, policy: dict[str, Any] | None = PUT_EVENTS) -> None:
+    iam = boto3.client("iam")
+    iam.create_role(RoleName="forwarding", AssumeRolePolicyDocument=json.dumps(trust))
+    if policy is not None:
+        iam.put_role_policy(RoleName="forwarding", PolicyName="put", PolicyDocument=json.dumps(policy))
+
+
 def forward(events: Any, *, pattern: dict[str, Any] | None = None, target: str = STACK_BUS,
-            state: str = "ENABLED") -> None:
+            state: str = "ENABLED", role_arn: str | None = ROLE) -> None:
     client = events(ELSEWHERE)
     client.put_rule(Name="fwd", State=state, EventPattern=json.dumps(
         pattern or {"source": ["aws.ecr"], "detail-type": ["ECR Replication Action"]}))
     client.put_targets(Rule="fwd", Targets=[{"Id": "bus", "Arn": target,
-                                             "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/forwarding"}])
+                                             **({"RoleArn": role_arn} if role_arn else {})}])
 
 
 def check(events: Any) -> Any:
-    return check_replication_events(CLUSTERS, stack_region=STACK, events=events)
+    return check_replication_events(CLUSTERS, stack_region=STACK, events=events, iam=boto3.client("iam"))
 
 
 def test_a_region_with_a_cluster_and_no_forwarding_rule_fails_with_the_commands_that_fix_it(events: Any) -> None:
@@ -52,34 +65,64 @@ def test_a_region_with_a_cluster_and_no_forwarding_rule_fails_with_the_commands_
     assert f"Arn=arn:aws:events:{STACK}:ACCOUNT:event-bus/default" in result.fix
 
 
-def test_a_rule_forwarding_ecr_s_replication_events_to_the_stack_s_bus_passes(events: Any) -> None:
-    forward(events)
+@pytest.mark.parametrize("pattern", [
+    {"source": ["aws.ecr"], "detail-type": ["ECR Replication Action"]},
+    {"source": ["aws.ecr"]},
+    {"source": [{"prefix": "aws."}], "detail-type": [{"prefix": "ECR "}]},
+    {"source": ["aws.ecr"], "detail": {"result": [{"anything-but": "FAILURE"}]}},
+], ids=["exact", "source-only", "prefix", "anything-but"])
+def test_a_rule_forwarding_ecr_s_replication_events_through_a_role_that_may_passes(
+        events: Any, pattern: dict[str, Any]) -> None:
+    role()
+    forward(events, pattern=pattern)
     result = check(events)
     assert result.ok and result.detail == f"forwarded to {STACK} from {ELSEWHERE} (rule fwd)"
 
 
 @pytest.mark.parametrize(("pattern", "target", "state"), [
     ({"source": ["aws.ecr"], "detail-type": ["ECR Image Action"]}, STACK_BUS, "ENABLED"),
+    ({"source": ["aws.ecr"], "detail": {"result": [{"anything-but": "SUCCESS"}]}}, STACK_BUS, "ENABLED"),
+    ({"source": [{"prefix": "aws.s3"}]}, STACK_BUS, "ENABLED"),
     ({"source": ["aws.ecr"], "detail-type": ["ECR Replication Action"]}, STACK_BUS, "DISABLED"),
     ({"source": ["aws.ecr"]}, f"arn:aws:events:{ELSEWHERE}:{ACCOUNT}:event-bus/other", "ENABLED"),
-], ids=["other-events", "disabled", "other-bus"])
+], ids=["other-events", "anything-but-success", "other-prefix", "disabled", "other-bus"])
 def test_a_rule_that_does_not_forward_them_to_the_stack_s_bus_fails(events: Any, pattern: dict[str, Any],
                                                                     target: str, state: str) -> None:
+    role()
     forward(events, pattern=pattern, target=target, state=state)
     assert check(events).failed
+
+
+@pytest.mark.parametrize(("make_role", "role_arn", "why"), [
+    (lambda: role(policy=None), ROLE, f"its role {ROLE} may not events:PutEvents on {STACK_BUS}"),
+    (lambda: role(policy={**PUT_EVENTS, "Statement": [{**PUT_EVENTS["Statement"][0], "Resource":
+                                                       STACK_BUS.replace("default", "other")}]}), ROLE,
+     f"its role {ROLE} may not events:PutEvents on {STACK_BUS}"),
+    (lambda: role(trust={**TRUST, "Statement": [{**TRUST["Statement"][0], "Principal": {
+        "Service": "lambda.amazonaws.com"}}]}), ROLE, f"its role {ROLE} does not trust events.amazonaws.com"),
+    (lambda: None, ROLE, f"its role {ROLE} does not exist"),
+    (lambda: role(), None, "its target names no role"),
+], ids=["no-policy", "other-bus-only", "not-trusted", "no-role", "no-role-named"])
+def test_a_rule_whose_role_may_not_forward_fails_naming_what_the_role_lacks(
+        events: Any, make_role: Any, role_arn: str | None, why: str) -> None:
+    make_role()
+    forward(events, role_arn=role_arn)
+    result = check(events)
+    assert result.failed
+    assert f"({ELSEWHERE}: rule fwd: {why}" in result.detail
 
 
 def test_no_cluster_outside_the_stack_s_region_reads_nothing() -> None:
     def never(region: str) -> Any:
         raise AssertionError(f"asked {region}")
 
-    result = check_replication_events(CLUSTERS[:1], stack_region=STACK, events=never)
+    result = check_replication_events(CLUSTERS[:1], stack_region=STACK, events=never, iam=None)
     assert result.ok and result.detail == f"no registered cluster outside {STACK}"
 
 
-def test_a_pattern_forwards_replications_unless_it_filters_them_out() -> None:
-    assert forwards_replication({"source": ["aws.ecr"]})
-    assert forwards_replication({"source": ["aws.ecr"], "detail-type": ["ECR Replication Action"],
-                                 "detail": {"action-type": ["REPLICATE"], "result": ["SUCCESS"]}})
-    assert not forwards_replication({"source": ["aws.s3"]})
-    assert not forwards_replication({"source": ["aws.ecr"], "detail": {"result": ["FAILURE"]}})
+def test_eventbridge_decides_the_match_and_a_pattern_it_cannot_read_matches_nothing(events: Any) -> None:
+    client = events(ELSEWHERE)
+    assert forwards_replication(client, json.dumps({"source": ["aws.ecr"]}), ELSEWHERE, ACCOUNT)
+    assert not forwards_replication(client, json.dumps({"source": ["aws.ecr"], "detail": {"result": ["FAILURE"]}}),
+                                    ELSEWHERE, ACCOUNT)
+    assert not forwards_replication(client, "{not json", ELSEWHERE, ACCOUNT)
