@@ -146,6 +146,7 @@ class LocalMode(LocalControl):
         self._agent_identities: dict[str, LocalIdentity] = {}
         self._agent_errors: dict[str, str] = {}
         self.builders: Any = None
+        self.kubelets: Any = None  # LocalKubelets: each node's images in its Node's status, as its kubelet lists them
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -270,7 +271,16 @@ class LocalMode(LocalControl):
             for cluster in self.extra_clusters.values():
                 for name in sorted(n["metadata"]["name"] for n in cluster.kube.list_objects("nodes")):
                     self._start_node(name, cluster)
+            from prewarm_devtools.node.kubelet_status import LocalKubelets
+
+            self.kubelets = LocalKubelets(self._kubelet_nodes).start()
         self.write_state()
+
+    def _kubelet_nodes(self) -> list[tuple[str, Any, Any]]:
+        """Each running node's name, containerd and API server (none for a real cluster's)."""
+        return [*((name, node.containerd, self.kube) for name, node in list(self.nodes.items())),
+                *((name, node.containerd, cluster.kube) for cluster in list(self.extra_clusters.values())
+                  for name, node in list(cluster.nodes.items()))]
 
     def _start_builders(self) -> None:
         """EC2's builders and snapshots (localbuilders), and Karpenter's EC2NodeClass in the embedded API."""
@@ -371,6 +381,9 @@ class LocalMode(LocalControl):
         if self.agent_daemonset is not None:
             self.agent_daemonset.stop()
             self.agent_daemonset = None
+        if self.kubelets is not None:
+            self.kubelets.stop()
+            self.kubelets = None
         if self.aws is not None and self.aws.layer is not None:
             # A layer the test run shares goes back to moto's answer.
             self.aws.layer.ecr.token_lifetime_s = None

@@ -2,7 +2,8 @@
 appears on a node once the pushed image is there (and on a node that joins after the push, once its `Never`
 job pulled it), and a node that joins without the startup taint has its
 `PrewarmWarm` condition turn from `Pulling` to `ImagesPulled` when its agent's pull succeeds (it sends no
-`Warmed`: the reports do it). Both read through the official kubernetes client.
+`Warmed`: the reports do it), and stay `ImagesPulled` through the daily re-pull once its kubelet lists the
+image on the Node (`status.images`). All read through the official kubernetes client.
 
 A real local stack: moto behind the AWS limits layer, the functions on their event sources, the embedded
 Kubernetes API under the RBAC and admission policies install ships, the registry that plays ECR, and a
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 from kubernetes.client import CoreV1Api
 
-from prewarm.domain.boot import CONDITION_TYPE, PULLED, PULLING
+from prewarm.domain.boot import CONDITION_TYPE, PULLED, PULLING, digests_on_node
+from prewarm.domain.status import NodePhase
 from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.localmode import LocalMode, missing_prerequisites
 from tests.support.local_mode import apply_planned, never_job, running_local_mode
@@ -104,5 +106,24 @@ def test_an_untainted_node_s_condition_turns_true_once_its_agent_pulled_its_imag
         condition = warm_condition(local, "plain-1")
         assert condition is not None and (condition["status"], condition["reason"]) == ("True", PULLED), condition
         assert local.nodes["plain-1"].image_present(pushed.reference)
+
+        # When its kubelet lists the image on the Node by digest (its image cache, 30 s, then its status loop)
+        wait_until(lambda: pushed.reference in digests_on_node(read_node(local, "plain-1")), 60,
+                   "plain-1's Node listing the image in status.images")
+        # and the daily re-pull starts the job's next round, which pulls the image again on the node
+        store = local.job_store()
+        before = store.get_job("default/plain")
+        assert before is not None
+        local.fire("repull")
+        reasons = set()
+
+        def round_done() -> bool:
+            reasons.add((warm_condition(local, "plain-1") or {}).get("reason"))
+            task = store.get_task("default/plain", "plain-1")
+            return task is not None and task.round > before.round and task.phase == NodePhase.SUCCEEDED
+
+        wait_until(round_done, 60, "plain-1's task of the next round succeeded")
+        # Then its condition never read Pulling meanwhile: the node held the digest all along
+        assert reasons == {PULLED}, reasons
     finally:
         local.remove_node("plain-1")

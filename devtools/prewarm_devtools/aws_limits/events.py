@@ -1,5 +1,5 @@
 """EventBridge's `TestEventPattern`, which moto answers with nothing: whether an event pattern matches an
-event, decided by the matcher the local event bus delivers with (`prewarm_devtools.sam.events`)."""
+event, decided by moto's own matcher, the one its event buses deliver with."""
 
 from __future__ import annotations
 
@@ -8,26 +8,23 @@ from typing import Any
 
 from moto.core.exceptions import ServiceException
 
-from prewarm_devtools.sam.events import matches_pattern
-
 
 class InvalidEventPatternError(ServiceException):
-    """EventBridge's answer to a pattern it cannot read."""
-
-    code = "InvalidEventPatternException"
+    """EventBridge's answer to a pattern, or an event, it cannot read."""
 
 
 def event_pattern_test(handler: Any) -> dict[str, Any] | ServiceException | None:
     """EventBridge's answer to TestEventPattern; None for any other request."""
+    from moto.events.exceptions import InvalidEventPatternException
+    from moto.events.models import EventPattern
+
     if getattr(handler, "service_name", "") != "events" or handler._get_action() != "TestEventPattern":
         return None
     try:
-        pattern, event = json.loads(handler._get_param("EventPattern")), json.loads(handler._get_param("Event"))
+        pattern = EventPattern.load(handler._get_param("EventPattern"))
+        event = json.loads(handler._get_param("Event") or "")
+    except InvalidEventPatternException as e:
+        return InvalidEventPatternError("InvalidEventPatternException", e.message)
     except (TypeError, json.JSONDecodeError) as e:
-        return InvalidEventPatternError("InvalidEventPatternException", f"Event pattern is not valid: {e}")
-    if not isinstance(pattern, dict) or not isinstance(event, dict):
-        return InvalidEventPatternError("InvalidEventPatternException", "Event pattern is not valid: not an object")
-    try:
-        return {"Result": matches_pattern(pattern, event)}
-    except (ValueError, TypeError) as e:
-        return InvalidEventPatternError("InvalidEventPatternException", f"Event pattern is not valid: {e}")
+        return InvalidEventPatternError("InvalidEventPatternException", f"Event is not valid JSON: {e}")
+    return {"Result": isinstance(event, dict) and pattern.matches_event(event)}  # type: ignore[arg-type]

@@ -234,14 +234,13 @@ class NodeItems(Protocol):
     def get_node(self, name: str, cluster: str = ...) -> RegisteredNode | None: ...
     def list_nodes(self, cluster: str = ...) -> list[RegisteredNode]: ...
     def delete_node(self, name: str, cluster: str = ...) -> None: ...
-    def mark_node_verified(self, name: str, cluster: str = ...) -> None:
-        """The node registered `unverified` was checked against its cluster (nothing when it is gone)."""
-        ...
+    def mark_node_verified(self, name: str, cluster: str = ...) -> None: ...  # checked against its cluster
 
 
 class ProbeChains(Protocol):
     """Each cluster's one probe chain while jobs are parked on it, on the cluster's item (`probe`: the token
-    of the probe in flight, `probe_due`: when it is due): conditional writes, so one chain runs per cluster."""
+    of the probe in flight, `probe_due`: when it is due; None: no chain): conditional writes, so one chain
+    runs per cluster."""
 
     def start_probe(self, name: str, token: str, *, due: float, lost_before: float, own: bool = False) -> bool:
         """Starts cluster `name`'s chain with probe `token`, due at `due`, unless one runs (its probe due at or
@@ -254,9 +253,7 @@ class ProbeChains(Protocol):
         False when `token` is not the chain's (a duplicate delivery, a chain ended or replaced)."""
         ...
 
-    def probe_due(self, name: str) -> float | None:
-        """When cluster `name`'s chain's next probe is due; None when no chain was started or it ended."""
-        ...
+    def probe_due(self, name: str) -> float | None: ...
 
 
 class ClusterItems(ProbeChains, Protocol):

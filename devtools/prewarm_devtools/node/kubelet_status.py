@@ -1,0 +1,109 @@
+"""The images a kubelet lists on its Node (`status.images`), for local nodes, as the kubelet lists them.
+
+The kubelet's image manager reads the runtime's images (CRI `ListImages`) into a cache every 30 s, and its
+node status loop (`nodeStatusUpdateFrequency`, 10 s) writes them to the Node through `PATCH
+nodes/NAME/status` when they changed (kubernetes pkg/kubelet/nodestatus/setters.go, `Images`): each image's
+repo digests then tags as `names` (5 at most), its size as `sizeBytes`, the largest images first, 50 at
+most (`nodeStatusMaxImages`). The control plane reads a node's digests there (`prewarm.domain.boot
+.digests_on_node`): a re-pull of an image the node holds does not take its warm condition off.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prewarm_agent.cri.client import ImageInfo
+
+log = logging.getLogger(__name__)
+
+# kubelet's defaults (KubeletConfiguration): the image cache's refresh, the status loop, its caps.
+IMAGE_CACHE_SECONDS = 30.0
+STATUS_UPDATE_SECONDS = 10.0
+MAX_IMAGES = 50
+MAX_NAMES_PER_IMAGE = 5
+
+
+def node_images(images: Iterable[ImageInfo], most: int = MAX_IMAGES) -> list[dict[str, Any]]:
+    """`status.images` as the kubelet writes it from the runtime's images.
+
+    >>> node_images([ImageInfo("sha256:a", ("r/a:v1",), ("r/a@sha256:1",), 10),
+    ...              ImageInfo("sha256:b", ("r/b:v1",), (), 20)])
+    [{'names': ['r/b:v1'], 'sizeBytes': 20}, {'names': ['r/a@sha256:1', 'r/a:v1'], 'sizeBytes': 10}]
+    """
+    largest = sorted(images, key=lambda image: image.size, reverse=True)[:most]
+    return [{"names": [*image.repo_digests, *image.repo_tags][:MAX_NAMES_PER_IMAGE], "sizeBytes": image.size}
+            for image in largest]
+
+
+class LocalKubelets:
+    """One loop for every local node's kubelet: the image cache read from each node's containerd every
+    `cache_seconds`, and each Node's `status.images` patched on the next status tick when it changed.
+
+    `nodes()` gives (node name, its containerd, the embedded API server of its cluster) for each running
+    node. A node whose containerd or API does not answer keeps its last status, as a kubelet retries."""
+
+    def __init__(self, nodes: Callable[[], Iterable[tuple[str, Any, Any]]], *,
+                 cache_seconds: float = IMAGE_CACHE_SECONDS, status_seconds: float = STATUS_UPDATE_SECONDS) -> None:
+        self._nodes = nodes
+        self._cache_seconds, self._status_seconds = cache_seconds, status_seconds
+        self._cache: dict[str, list[dict[str, Any]]] = {}
+        self._written: dict[str, list[dict[str, Any]]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> LocalKubelets:
+        self._thread = threading.Thread(target=self._run, name="local-kubelets", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _run(self) -> None:
+        cached_at = float("-inf")
+        elapsed = 0.0
+        while not self._stop.is_set():
+            if elapsed - cached_at >= self._cache_seconds:
+                self.refresh_cache()
+                cached_at = elapsed
+            self.update_statuses()
+            self._stop.wait(self._status_seconds)
+            elapsed += self._status_seconds
+
+    def refresh_cache(self) -> None:
+        """The image manager's pass: each node's images from its containerd."""
+        for name, containerd, _ in list(self._nodes()):
+            try:
+                with containerd.cri_client(timeout=5.0) as cri:
+                    self._cache[name] = node_images(cri.list_images())
+            except Exception as e:  # noqa: BLE001 - a kubelet logs it and tries again on its next pass
+                log.debug("kubelet of %s: images not listed: %s", name, e)
+
+    def update_statuses(self) -> None:
+        """The status loop's pass: each Node whose images changed since last written is patched."""
+        for name, _, kube in list(self._nodes()):
+            images = self._cache.get(name)
+            if images is None or images == self._written.get(name) or kube is None:
+                continue
+            try:
+                self._patch(kube, name, images)
+            except Exception as e:  # noqa: BLE001 - as above
+                log.debug("kubelet of %s: status not written: %s", name, e)
+                continue
+            self._written[name] = images
+
+    @staticmethod
+    def _patch(kube: Any, name: str, images: list[dict[str, Any]]) -> None:
+        from kubernetes.client import CoreV1Api
+
+        with kube.api_client() as client:
+            # A strategic merge patch replaces `images` whole: ContainerImage has no merge key. The answer is
+            # not read into the client's models, which refuse a local node's `nodeInfo` (it has no osImage).
+            CoreV1Api(client).patch_node_status(name, {"status": {"images": images}}, _request_timeout=5,
+                                                _preload_content=False)
