@@ -465,15 +465,18 @@ class LocalMode(LocalControl):
         return DynamoJobStore(self.stack.env()["TABLE_NAME"], client=self.aws.client("dynamodb"))
 
     def push(self, repository: str, tag: str | None, *, size_mb: float = 1.0, layers: int = 1,
-             replicate: bool = True) -> PushedToEcr:
+             replicate: bool = True, replication_first: bool = False) -> PushedToEcr:
         """Builds an image of `layers` layers, pushes it to the registry that plays ECR, and delivers ECR's
-        PUSH event here; then, with a replica Region and `replicate`, replicates it (`replicate`)."""
+        PUSH event here; then, with a replica Region and `replicate`, replicates it (`replicate`).
+        `replication_first`: the replication's event is delivered before the push's (EventBridge does not
+        order events of two Regions)."""
         assert self.aws is not None and self.stack is not None and self.registry is not None
         pushed, event = push_to_local_ecr(self.registry.url, self.aws.client("ecr"), repository, tag, size_mb=size_mb,
                                           layers=layers)
+        replicated = self.replicate(pushed) if self.replica is not None and replicate and replication_first else []
         results = self.stack.put_event(event)
-        pushed.jobs = [line for r in results for line in (r or {}).get("jobs", [])]
-        if self.replica is not None and replicate:
+        pushed.jobs = [*replicated, *(line for r in results for line in (r or {}).get("jobs", []))]
+        if self.replica is not None and replicate and not replication_first:
             pushed.jobs += self.replicate(pushed)
         return pushed
 

@@ -100,6 +100,25 @@ def test_the_second_region_s_cluster_starts_on_its_replication_event_and_pulls_i
         assert each.image_present(pushed.reference) and not each.image_present(replica), each.name
 
 
+def test_a_replication_event_before_the_push_s_gives_each_cluster_one_job_of_one_round(local: LocalMode) -> None:
+    # When us-east-1's replication event reaches the stack before the push's own event
+    pushed = local.push("e2e/replicated-early", "v1", size_mb=1, replication_first=True)
+    (name,) = {line.split("/")[1].split()[0] for line in pushed.jobs}
+    own, theirs = f"default/{name}", f"{OTHER}:default/{name}"
+    replica = f"{ecr_host(region=REPLICA)}/e2e/replicated-early@{pushed.digest}"
+    # Then each cluster has one job, in its first round and generation (the later event changed neither), both
+    # complete: local-2's from its Region's replica
+    done = wait_for("both jobs done", lambda: (views := views_of(local, name)) and len(views) == 2
+                    and all(v.completion_time for v in views.values()) and views)
+    assert sorted(done) == sorted([own, theirs])
+    for key, image in ((own, pushed.reference), (theirs, replica)):
+        view = done[key]
+        assert (view.record.image, view.record.round, view.record.generation) == (image, 0, 1), key
+        assert (view.desired, view.succeeded, view.record.layers) == (2, 2, 1), key
+    for each in local.extra_clusters[OTHER].nodes.values():
+        assert each.image_present(replica), each.name
+
+
 def test_doctor_finds_the_replica_region_s_rule_forwarding_replication_events(local: LocalMode) -> None:
     from prewarm_cli.doctor.replication import check_replication_events
 

@@ -10,6 +10,7 @@ from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
 from prewarm.services.dispatch import plan_job, resend_to_nodes
 from prewarm.services.jobs import apply_manifest
 from prewarm.services.pacing import PacedQueues
+from prewarm.services.ports import StoreRetryableError
 from prewarm.services.reports import register_node
 from prewarm.services.schedules import SweepSettings, sweep
 from tests.support.clock import Clock
@@ -147,3 +148,37 @@ def test_a_task_the_budget_holds_back_past_the_silence_limit_is_not_failed_as_si
     assert {n: (t.phase.value, t.starts_at) for n, t in tasks.items() if t is not None} == {
         "n3": ("Waiting", t0 + 1200), "n4": ("Waiting", t0 + 1600), "n5": ("Waiting", t0 + 2000)}
     assert tat(plane) == t0 + 2400
+
+
+class ThrottledOnce:
+    """The table, refusing the first write of pull starts for now, as DynamoDB throttles."""
+
+    def __init__(self, store: object) -> None:
+        self.store, self.refused = store, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def record_pull_starts(self, *args: object, **kwargs: object) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise StoreRetryableError("ThrottlingException: throughput exceeds the current capacity")
+        self.store.record_pull_starts(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+def test_starts_the_table_refuses_for_now_are_written_after_a_backoff_not_lost(plane: ControlPlane) -> None:
+    # Before: a refused write of the starts was only logged, so the sweep could send such a task again
+    # before its start, and reserve it again.
+    for name in NODES:
+        plane.cluster.nodes.append(make_node(name))
+        plane.queues.ensure_queue(name)
+        register_node(plane.store, paced(plane), None, Hello(node=name), now=plane.now())
+    apply_manifest(plane.store, job_doc(image=f"{ECR}/ml/model:v1", parallelism=len(NODES)), now=plane.now())
+    throttled, slept = ThrottledOnce(plane.store), []
+    queues = PacedQueues(plane.queues, throttled, RegistryBudgets(RegistryBudget(requests_per_second=RATE)),  # type: ignore[arg-type]
+                         clock=plane.clock, sleep=slept.append)
+    t0 = plane.now()
+    plan_job(plane.store, plane.cluster, queues, "default/warm", now=t0)
+    starts = {n: t.starts_at for n in NODES if (t := plane.store.get_task("default/warm", n)) is not None}
+    assert throttled.refused == 1 and len(slept) == 1
+    assert starts == {"n0": t0, "n1": t0 + 400, "n2": t0 + 800}

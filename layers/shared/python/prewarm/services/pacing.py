@@ -20,6 +20,7 @@ Other messages pass through unchanged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from prewarm.domain.job import JobRound
 from prewarm.domain.messages import NodeBound, PullTask
 from prewarm.domain.node_queues import ProvidedQueue
 from prewarm.domain.registry_budget import MAX_SEND_DELAY_SECONDS, RegistryBudgets, budget_key, send_delay
+from prewarm.services.dispatch import retry_refused_write
 from prewarm.services.ports import BudgetItems, StoreError, TaskQueues
 
 log = logging.getLogger(__name__)
@@ -41,11 +43,12 @@ class PacedQueues:
     """`TaskQueues` whose pull tasks start no faster than their registry's budget allows."""
 
     def __init__(self, queues: TaskQueues, budgets: BudgetItems, settings: RegistryBudgets, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
         self.queues = queues
         self.budgets = budgets
         self.settings = settings
         self.clock = clock
+        self.sleep = sleep
 
     def send(self, message: Message) -> bool:
         paced = self.paced([message])
@@ -95,8 +98,9 @@ class PacedQueues:
         return [m for m in paced if m is not None]
 
     def _record_starts(self, reserved: Sequence[tuple[PullTask, float | None]], *, now: float) -> None:
-        """Writes the starts (None: held back) on the tasks' node items; one that cannot be written is
-        logged: the sweep may then send its task again before its start, which reserves it again."""
+        """Writes the starts (None: held back) on the tasks' node items, again after a backoff while the
+        table refuses them for now (throttled); one still refused is logged: the sweep may then send its
+        task again before its start, which reserves it again."""
         by_round: dict[JobRound, tuple[dict[str, float], list[str]]] = {}
         for task, start in reserved:
             starts, held = by_round.setdefault(JobRound(task.job, task.job_uid, task.round, task.shards), ({}, []))
@@ -106,7 +110,8 @@ class PacedQueues:
                 starts[task.node] = start
         for ref, (starts, held) in by_round.items():
             try:
-                self.budgets.record_pull_starts(ref, starts, held=held, now=now)
+                retry_refused_write(functools.partial(self.budgets.record_pull_starts, ref, starts, held=held,
+                                                      now=now), sleep=self.sleep)
             except StoreError as e:
                 log.warning("pull starts of %d nodes of %s not recorded: %s", len(starts) + len(held), ref.key, e)
 
