@@ -246,3 +246,34 @@ def test_jobs_naming_disjoint_nodes_are_each_held_to_the_budget_on_their_own_nod
     with pytest.raises(WarmBudgetExceededError, match=r"on node cpu-1 its other jobs keep 94371840 bytes \(90.0 MiB\)"):
         apply_manifest(plane.store, on("both", "app:c", "gpu-1", "cpu-1"), now=4.0,
                        sizes=Sizes({f"{ECR}/app:c": 41}))
+
+
+def test_a_cron_resource_s_run_beyond_the_budget_stays_an_object_that_says_why_and_applies_nothing(
+        plane: ControlPlane) -> None:
+    # Given a cron job resource whose runs warm 60 MiB, in a namespace that keeps 50 MiB a node
+    api = FakeResources()
+    api.put_namespace("team-a", **{"prewarm.dev/warm-bytes-per-node": "50Mi"})
+    api.put("AdvancedCronJob", "nightly", {"schedule": "* * * * *", "template": {"imageListPullJobTemplate": {
+        "spec": {"images": [f"{ECR}/app:a"]}}}}, namespace="team-a")
+    sync_resources(plane.store, api, now=10.0, sizes=SIZES)
+    assert plane.store.get_cron_job(job_key("team-a", "nightly")) is not None
+
+    # When its run is due
+    outcome = run_due(plane.store, job_key("team-a", "nightly"), scheduled_at=60.0, now=61.0, objects=lambda: api,
+                      sizes=SIZES)
+
+    # Then the run is skipped with the refusal, no job is stored; its object, which Kruise's controller too
+    # would have made, stays, owned by the cron job (the garbage collector takes it with it)
+    refusal = ("ImageListPullJob team-a/nightly-60 refused: namespace team-a keeps at most 52428800 bytes "
+               "(50.0 MiB)")
+    assert outcome.run == "" and outcome.skipped.startswith(refusal)
+    assert plane.store.get_job(job_key("team-a", "nightly-60")) is None
+    run = api.get("ImageListPullJob", "nightly-60", "team-a")
+    assert [ref["name"] for ref in run["metadata"]["ownerReferences"]] == ["nightly"]
+    # and the next sync leaves it unapplied, its status saying why; the cron job shows no active run
+    report = sync_resources(plane.store, api, now=62.0, sizes=SIZES)
+    assert [r.split(":")[0] for r in report.refused] == ["ImageListPullJob team-a/nightly-60"]
+    assert api.get("ImageListPullJob", "nightly-60", "team-a")["status"]["message"].startswith(
+        f"not applied: {refusal}")
+    assert plane.store.get_job(job_key("team-a", "nightly-60")) is None
+    assert "active" not in api.get("AdvancedCronJob", "nightly", "team-a")["status"]
