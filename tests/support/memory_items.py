@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -146,12 +147,14 @@ class MemoryCronJobItems(TableItems):
             return "unchanged"
         self.table.put(f"write cron job {key}", {"pk": f"CRON#{key}", "sk": "CRON", "kind": "cronjob",
                                                  "key": str(key), "spec": json.dumps(manifest, sort_keys=True),
-                                                 "spec_hash": spec_hash})
+                                                 "spec_hash": spec_hash,
+                                                 "uid": (current or {}).get("uid") or str(uuid.uuid4())})
         return "configured" if current is not None else "created"
 
     @staticmethod
     def _cron_job(value: Mapping[str, Any]) -> StoredCronJob:
-        return StoredCronJob(JobKey.parse(str(value["key"])), json.loads(value["spec"]), str(value["spec_hash"]))
+        return StoredCronJob(JobKey.parse(str(value["key"])), json.loads(value["spec"]), str(value["spec_hash"]),
+                             str(value.get("uid", "")))
 
     def get_cron_job(self, key: JobKey) -> StoredCronJob | None:
         item = self.table.get(f"CRON#{key}", "CRON")

@@ -548,8 +548,11 @@ def test_warm_snapshots_keep_their_state_through_a_new_spec_and_write_it_over_th
 def test_cron_jobs_say_what_a_write_did_and_read_back_by_key(store: Store) -> None:
     key, other = JobKey("ml", "nightly"), JobKey("ml", "nightly", "prod-eu")
     manifest = {"kind": "AdvancedCronJob", "metadata": {"name": "nightly"}, "spec": {"schedule": "0 2 * * *"}}
-    assert [store.put_cron_job(key, manifest, "h1"), store.put_cron_job(key, manifest, "h1"),
-            store.put_cron_job(key, manifest, "h2")] == ["created", "unchanged", "configured"]
+    assert store.put_cron_job(key, manifest, "h1") == "created"
+    uid = store.get_cron_job(key).uid  # type: ignore[union-attr]
+    assert [store.put_cron_job(key, manifest, "h1"), store.put_cron_job(key, manifest, "h2")] == [
+        "unchanged", "configured"]
+    assert uid and store.get_cron_job(key).uid == uid  # type: ignore[union-attr]  # its own, kept while applied
     store.put_cron_job(other, {"spec": {}}, "h")
     got = store.get_cron_job(other)
     assert got is not None and (got.key, got.key.cluster, got.manifest, got.spec_hash) == (
@@ -557,6 +560,8 @@ def test_cron_jobs_say_what_a_write_did_and_read_back_by_key(store: Store) -> No
     assert [(c.key, c.spec_hash) for c in store.list_cron_jobs()] == [("ml/nightly", "h2"), ("prod-eu:ml/nightly", "h")]
     assert (store.delete_cron_job(key), store.delete_cron_job(key)) == (True, False)
     assert store.get_cron_job(key) is None and store.list_jobs() == [] and store.list_rules() == []
+    store.put_cron_job(key, manifest, "h2")  # applied again under its name: another cron job
+    assert store.get_cron_job(key).uid not in {"", uid}  # type: ignore[union-attr]
 
 
 def test_a_schedule_keeps_its_last_run(store: Store) -> None:

@@ -273,6 +273,33 @@ def test_a_cron_job_resource_deleted_with_cascade_orphan_leaves_its_runs_running
     assert api.get("ImageListPullJob", run)["status"]["desired"] == 1
 
 
+def test_a_cron_job_applied_again_after_a_cascade_orphan_delete_does_not_count_the_runs_left_running(
+        plane: ControlPlane, api: FakeResources) -> None:
+    from prewarm.services.cron_jobs import cron_runs, run_due
+
+    # Given a Forbid cron job resource whose run was left running by a delete with --cascade=orphan
+    api.put("AdvancedCronJob", "nightly", cron_spec(concurrencyPolicy="Forbid"))
+    sync_resources(plane.store, api, now=10.0)
+    key = job_key("default", "nightly")
+    orphan = run_due(plane.store, key, scheduled_at=60.0, now=61.0, objects=lambda: api).run
+    api.delete_object(API, "advancedcronjobs", "nightly", "default")
+    del api.objects[("imagelistpulljobs", "default", orphan)]["metadata"]["ownerReferences"]
+    sync_resources(plane.store, api, now=70.0)
+    # When a cron job of that name is applied again, and its first run is due
+    api.put("AdvancedCronJob", "nightly", cron_spec(concurrencyPolicy="Forbid"))
+    sync_resources(plane.store, api, now=80.0)
+    assert cron_runs(plane.store, key, now=81.0) == []
+    outcome = run_due(plane.store, key, scheduled_at=120.0, now=121.0, objects=lambda: api)
+    # Then the run starts: the old cron job's run, still running, is not this one's (Kruise's controller
+    # tells its runs by its owner's uid); and deleting the new one leaves the old run alone
+    assert (outcome.run, outcome.skipped) == ("nightly-120", "")
+    assert [r.name for r in cron_runs(plane.store, key, now=122.0)] == ["nightly-120"]
+    api.delete_object(API, "advancedcronjobs", "nightly", "default")
+    sync_resources(plane.store, api, now=130.0)
+    kept = plane.store.get_job(job_key("default", orphan))
+    assert kept is not None and kept.state is JobState.RUNNING
+
+
 def test_a_cron_job_resources_runs_are_objects_it_owns_mirrored_and_deleted_as_kruise_does(
         plane: ControlPlane, api: FakeResources) -> None:
     from prewarm.services.cron_jobs import run_due

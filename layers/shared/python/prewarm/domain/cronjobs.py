@@ -49,8 +49,10 @@ CRON_API_VERSIONS = (KRUISE_CRON_API_VERSION, PREWARM_API_VERSION)
 V1ALPHA1_REFUSED = ("apps.kruise.io/v1alpha1 AdvancedCronJob has no spec.template.imageListPullJobTemplate "
                     "(Kruise added it in v1beta1): use apps.kruise.io/v1beta1")
 SCHEDULED_AT_ANNOTATION = "apps.kruise.io/scheduled-at"
-# On each run, so its cron job can be found from it (Kruise sets an owner reference).
+# On each run, so its cron job can be found from it (Kruise sets an owner reference), and which one: a cron
+# job deleted and applied again under its name is another, whose runs are not those the first left running.
 CRON_JOB_ANNOTATION = "prewarm.dev/advanced-cron-job"
+CRON_JOB_UID_ANNOTATION = "prewarm.dev/advanced-cron-job-uid"
 # Kruise's webhook: the name pattern and length of an AdvancedCronJob, and the template's deadline bound.
 NAME_MAX_LENGTH = 63
 MAX_ACTIVE_DEADLINE_SECONDS = 86_400
@@ -280,21 +282,22 @@ class AdvancedCronJob(NamespacedManifest):
         """Kruise's run name: `<name>-<scheduled time, Unix seconds>`."""
         return f"{self.name}-{int(scheduled_at)}"
 
-    def run_object(self, scheduled_at: float, uid: str) -> dict[str, Any]:
+    def run_object(self, scheduled_at: float, uid: str, owner_uid: str = "") -> dict[str, Any]:
         """The run as the object Kruise's controller creates for a cron job in the cluster (`uid` its object's):
         an ImageListPullJob that the cron job controls (`controller`, `blockOwnerDeletion`), so that the
-        garbage collector deletes it with the cron job."""
-        doc = self.run(scheduled_at).to_manifest()
+        garbage collector deletes it with the cron job. `owner_uid`: as `run`'s."""
+        doc = self.run(scheduled_at, owner_uid).to_manifest()
         doc["metadata"]["ownerReferences"] = [{"apiVersion": self.api_version, "kind": "AdvancedCronJob",
                                                "name": self.name, "uid": uid, "controller": True,
                                                "blockOwnerDeletion": True}]
         return doc
 
-    def run(self, scheduled_at: float) -> ImageListPullJob:
-        """The ImageListPullJob of the run scheduled at `scheduled_at`, in the cron job's namespace."""
+    def run(self, scheduled_at: float, owner_uid: str = "") -> ImageListPullJob:
+        """The ImageListPullJob of the run scheduled at `scheduled_at`, in the cron job's namespace; `owner_uid`:
+        the uid of the cron job's item, which the run names."""
         template = self.template
         annotations = {**(template.metadata.annotations or {}), SCHEDULED_AT_ANNOTATION: format_time(scheduled_at),
-                       CRON_JOB_ANNOTATION: self.name}
+                       CRON_JOB_ANNOTATION: self.name, **({CRON_JOB_UID_ANNOTATION: owner_uid} if owner_uid else {})}
         metadata: dict[str, Any] = {"name": self.run_name(scheduled_at), "namespace": self.namespace,
                                     "annotations": annotations}
         if template.metadata.labels:
@@ -340,6 +343,8 @@ class StoredCronJob:
     key: JobKey
     manifest: dict[str, Any] = field(hash=False)
     spec_hash: str = ""
+    # Made when the item is first written, kept while it is applied again: this cron job's, not its name's.
+    uid: str = ""
 
     @cached_property
     def job(self) -> AdvancedCronJob:

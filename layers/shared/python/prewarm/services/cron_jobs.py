@@ -18,6 +18,7 @@ from typing import Any
 
 from prewarm.domain.cronjobs import (
     CRON_JOB_ANNOTATION,
+    CRON_JOB_UID_ANNOTATION,
     SCHEDULED_AT_ANNOTATION,
     CronRun,
     ScheduleState,
@@ -81,12 +82,21 @@ def _annotations(record: StoredJob) -> dict[str, str]:
     return (record.manifest.get("metadata") or {}).get("annotations") or {}
 
 
-def _cron_job_of(record: StoredJob) -> JobKey | None:
-    """The cron job whose run `record` is (a top-level list job it annotated, not being deleted), or None."""
-    name = _annotations(record).get(CRON_JOB_ANNOTATION)
+def _cron_job_of(record: StoredJob) -> tuple[JobKey, str] | None:
+    """The cron job whose run `record` is (a top-level list job it annotated, not being deleted), with the uid
+    of that cron job's item the run names ("" in a run made before runs named it); None for any other job."""
+    annotations = _annotations(record)
+    name = annotations.get(CRON_JOB_ANNOTATION)
     if name is None or not record.is_list_job or record.owner or record.state is JobState.DELETING:
         return None
-    return JobKey(record.namespace, name, record.cluster)
+    return JobKey(record.namespace, name, record.cluster), annotations.get(CRON_JOB_UID_ANNOTATION, "")
+
+
+def _is_run_of(record: StoredJob, cron: StoredCronJob) -> bool:
+    """Whether `record` is a run of `cron`: of its name, and not of an earlier cron job of that name (deleted
+    with its runs orphaned, then applied again), as Kruise's controller tells its runs by owner uid."""
+    found = _cron_job_of(record)
+    return found is not None and found[0] == cron.key and (not found[1] or not cron.uid or found[1] == cron.uid)
 
 
 def _run(view: JobView) -> CronRun:
@@ -96,21 +106,27 @@ def _run(view: JobView) -> CronRun:
                    succeeded=run_outcome(status.completion_time, status.succeeded, status.desired))
 
 
-def _runs_in(views: Iterable[JobView], key: JobKey) -> list[CronRun]:
-    return sorted((_run(view) for view in views if _cron_job_of(view.record) == key), key=lambda run: run.name)
+def _runs_in(views: Iterable[JobView], cron: StoredCronJob) -> list[CronRun]:
+    return sorted((_run(view) for view in views if _is_run_of(view.record, cron)), key=lambda run: run.name)
 
 
-def _run_views(store: ApplyItems, records: Iterable[StoredJob], keys: Iterable[JobKey], *, now: float
+def _run_views(store: ApplyItems, records: Iterable[StoredJob], crons: Iterable[StoredCronJob], *, now: float
                ) -> list[JobView]:
-    """The views of the runs of cron jobs `keys` among `records` (only they are read beyond the job items)."""
-    wanted = set(keys)
-    return [view_record(store, record, now=now) for record in records if _cron_job_of(record) in wanted]
+    """The views of the runs of `crons` among `records` (only they are read beyond the job items)."""
+    wanted = list(crons)
+    return [view_record(store, record, now=now) for record in records
+            if any(_is_run_of(record, cron) for cron in wanted)]
+
+
+def _runs_of(store: ApplyItems, cron: StoredCronJob, *, now: float) -> list[CronRun]:
+    return _runs_in(_run_views(store, store.list_jobs(), [cron], now=now), cron)
 
 
 def cron_runs(store: ApplyItems, key: JobKey, *, now: float) -> list[CronRun]:
     """The runs of cron job `key`: its ImageListPullJobs not being deleted, as the rules read them (only
-    they are read beyond the job items)."""
-    return _runs_in(_run_views(store, store.list_jobs(), [key], now=now), key)
+    they are read beyond the job items); none when there is no such cron job."""
+    cron = store.get_cron_job(key)
+    return [] if cron is None else _runs_of(store, cron, now=now)
 
 
 @dataclass
@@ -152,7 +168,7 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
         if owner is None:  # the sync deletes the item next
             outcome.skipped = "the cron job's resource is gone"
             return outcome
-    runs = cron_runs(store, key, now=now)
+    runs = _runs_of(store, stored, now=now)
     plan = plan_run(job.spec, scheduled_at=scheduled_at, now=now, runs=runs)
     if plan.create:
         for name in plan.replace:
@@ -160,9 +176,10 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
         outcome.replaced = list(plan.replace)
         try:
             if api is None or owner is None:
-                applied = apply_job(store, job.run(scheduled_at), now=now, cluster=key.cluster, sizes=sizes)
+                applied = apply_job(store, job.run(scheduled_at, stored.uid), now=now, cluster=key.cluster, sizes=sizes)
             else:
-                applied = _run_object(store, api, job.run_object(scheduled_at, owner["metadata"]["uid"]), now=now,
+                applied = _run_object(store, api, job.run_object(scheduled_at, owner["metadata"]["uid"], stored.uid),
+                                      now=now,
                                       cluster=key.cluster, sizes=sizes)
         except WarmBudgetExceededError as e:
             outcome.skipped = str(e)
@@ -172,7 +189,7 @@ def run_due(store: ApplyItems, key: JobKey, *, scheduled_at: float, now: float,
         # The replaced runs were active and a new run is: the finished runs are still those read. Only a run
         # of this time given a new spec (`configured`) may have started again: then they are read anew.
         if applied.outcome == "configured":
-            runs = cron_runs(store, key, now=now)
+            runs = _runs_of(store, stored, now=now)
     else:
         outcome.skipped = plan.reason
     for name in expired_runs(job.spec, runs):
@@ -219,7 +236,7 @@ def delete_cron_job(store: ApplyItems, key: JobKey, *, now: float, by: Source = 
         raise not_found(key.namespace, key.name, key.cluster, kind="advancedcronjob")
     check_source("AdvancedCronJob", key.namespace, key.name, owner=source_of(stored.manifest), by=by)
     runs = sorted(record.name for record in store.list_jobs()
-                  if _cron_job_of(record) == key and record.name not in orphaned)
+                  if _is_run_of(record, stored) and record.name not in orphaned)
     store.delete_cron_job(key)
     for name in runs:
         _delete_run(store, key.sibling(name), now=now)
@@ -230,13 +247,13 @@ def cron_job_status(store: ApplyItems, stored: StoredCronJob, *, now: float,
                     views: Sequence[JobView] | None = None) -> dict[str, object]:
     """Kruise's status of a cron job: `type`, `active` runs and `lastScheduleTime`. `views`: the job views
     read already (the resource sync's), among which its runs are; else its runs are read."""
-    runs = cron_runs(store, stored.key, now=now) if views is None else _runs_in(views, stored.key)
+    runs = _runs_of(store, stored, now=now) if views is None else _runs_in(views, stored)
     return cron_status(runs, stored.key.namespace, stored.job.api_version)
 
 
 def cron_job_statuses(store: ApplyItems, crons: Sequence[StoredCronJob], *, now: float) -> list[dict[str, object]]:
     """The status of each of `crons`, their runs read with one read of the job items."""
-    views = _run_views(store, store.list_jobs(), [c.key for c in crons], now=now)
+    views = _run_views(store, store.list_jobs(), crons, now=now)
     return [cron_job_status(store, cron, now=now, views=views) for cron in crons]
 
 
@@ -263,7 +280,7 @@ def describe_cron_job(store: ApplyItems, schedules: CronScheduleStates | None, k
     if stored is None:
         raise not_found(key.namespace, key.name, key.cluster, kind="advancedcronjob")
     spec = stored.job.spec
-    runs = cron_runs(store, key, now=now)
+    runs = _runs_of(store, stored, now=now)
     described = CronJobDescription(stored, cron_status(runs, key.namespace, stored.job.api_version), runs,
                                    spec.next_run(now))
     if schedules is None:

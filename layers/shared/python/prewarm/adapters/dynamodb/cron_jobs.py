@@ -4,6 +4,7 @@ items of their own; its schedule lives in EventBridge Scheduler, kept in step th
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,8 @@ def cron_pk(key: JobKey) -> str:
 
 
 def cron_job_of_value(value: Mapping[str, Any]) -> StoredCronJob:
-    return StoredCronJob(JobKey.parse(str(value["key"])), json.loads(value["spec"]), str(value.get("spec_hash", "")))
+    return StoredCronJob(JobKey.parse(str(value["key"])), json.loads(value["spec"]), str(value.get("spec_hash", "")),
+                         str(value.get("uid", "")))
 
 
 def cron_job_of_item(item: Mapping[str, Any] | None) -> StoredCronJob | None:
@@ -35,8 +37,8 @@ class CronJobItems(Table):
     def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str:
         """Writes a cron job; returns `created`, `configured` or `unchanged`, as kubectl says it."""
         return self._put_spec(f"cron job {key}", {"pk": cron_pk(key), "sk": CRON_SK, "kind": "cronjob",
-                                                  "key": str(key), "spec": json.dumps(manifest, sort_keys=True)},
-                              spec_hash)
+                                                  "key": str(key), "spec": json.dumps(manifest, sort_keys=True),
+                                                  "uid": str(uuid.uuid4())}, spec_hash, keep=("uid",))
 
     def get_cron_job(self, key: JobKey) -> StoredCronJob | None:
         found = self._call("get cron job", "get_item", Key=self._key(cron_pk(key), CRON_SK), ConsistentRead=True)

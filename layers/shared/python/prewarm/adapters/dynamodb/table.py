@@ -226,14 +226,17 @@ class Table:
     def _key(self, pk: str, sk: str) -> dict[str, Any]:
         return {"pk": {"S": pk}, "sk": {"S": sk}}
 
-    def _put_spec(self, what: str, item: Mapping[str, Any], spec_hash: str) -> str:
+    def _put_spec(self, what: str, item: Mapping[str, Any], spec_hash: str, keep: tuple[str, ...] = ()) -> str:
         """Writes `item` (its `pk`, `sk` and `spec_hash` among its fields) unless the stored one has that spec
-        hash; returns `created`, `configured` or `unchanged`, as kubectl says it."""
+        hash, the stored item's `keep` fields kept; returns `created`, `configured` or `unchanged`, as kubectl
+        says it."""
         key = self._key(item["pk"], item["sk"])
         current = self._call(f"get {what}", "get_item", Key=key, ConsistentRead=True)
-        if "Item" in current and from_item(current["Item"]).get("spec_hash") == spec_hash:
+        stored = from_item(current["Item"]) if "Item" in current else {}
+        if "Item" in current and stored.get("spec_hash") == spec_hash:
             return "unchanged"
-        self._call(f"write {what}", "put_item", Item=to_item({**item, "spec_hash": spec_hash}))
+        kept = {name: stored[name] for name in keep if stored.get(name) is not None}
+        self._call(f"write {what}", "put_item", Item=to_item({**item, **kept, "spec_hash": spec_hash}))
         return "configured" if "Item" in current else "created"
 
     def _update(
