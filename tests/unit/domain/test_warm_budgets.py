@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from prewarm.domain.kubernetes import LabelSelector
 from prewarm.domain.warm_budgets import (
     BudgetPolicy,
     ImageCost,
+    LabelReach,
     WarmBudget,
     WarmBudgetExceededError,
     fit,
@@ -151,3 +153,53 @@ def test_the_usage_shown_is_the_fullest_nodes() -> None:
 
     assert usage_line(BUDGET, kept) == ("namespace team-a: 78643200 bytes (75.0 MiB) of 104857600 bytes (100.0 MiB) "
                                         "per node kept on node n1 (policy Refuse)")
+
+
+def pool(**labels: str) -> LabelReach:
+    return LabelReach.of(LabelSelector(match_labels=labels))
+
+
+def pools(key: str, operator: str, *values: str) -> LabelReach:
+    return LabelReach.of(LabelSelector(match_expressions=[{"key": key, "operator": operator, "values": list(values)
+                                                           if values else None}]))
+
+
+@pytest.mark.parametrize(("mine", "theirs", "share"), [
+    (pool(pool="a"), pool(pool="b"), False),
+    (pool(pool="a"), pool(pool="a", gpu="x"), True),
+    (pool(pool="a"), pool(gpu="x"), True),
+    (pool(pool="a"), pools("pool", "In", "a", "b"), True),
+    (pools("pool", "In", "c"), pools("pool", "In", "a", "b"), False),
+    (pool(pool="a"), pools("pool", "NotIn", "a"), False),
+    (pools("pool", "In", "a", "b"), pools("pool", "NotIn", "a"), True),
+    (pool(pool="a"), pools("pool", "DoesNotExist"), False),
+    (pool(pool="a"), pools("pool", "Exists"), True),
+    (pool(pool="a"), LabelReach(), True),
+], ids=["other-value", "narrower", "other-key", "in-set", "disjoint-sets", "not-in", "not-in-part", "absent",
+        "exists", "any"])
+def test_two_label_selectors_share_a_node_unless_no_node_can_meet_both(
+        mine: LabelReach, theirs: LabelReach, share: bool) -> None:
+    assert (mine.shares_a_node_with(theirs), theirs.shares_a_node_with(mine)) == (share, share)
+
+
+def test_jobs_on_pools_no_node_is_in_both_of_do_not_add_up_and_one_that_may_meet_both_sees_both() -> None:
+    gpu, cpu = pool(pool="gpu"), pool(pool="cpu")
+    kept = [image("a", 70).on(None, gpu)]
+
+    beside = fit(BUDGET, [image("b", 70).on(None, cpu)], kept, BudgetPolicy.REFUSE, can_trim=False, labels=cpu)
+    over = fit(BUDGET, [image("c", 40).on(None, gpu)], kept, BudgetPolicy.REFUSE, can_trim=False, labels=gpu)
+    either = fit(BUDGET, [image("d", 40)], [*kept, image("b", 70).on(None, cpu)], BudgetPolicy.REFUSE,
+                 can_trim=False, labels=pools("pool", "In", "gpu", "cpu"))
+
+    assert (beside.refused, beside.kept_bytes) == (False, 0)
+    assert (over.refused, over.kept_bytes) == (True, 70 * MIB)
+    assert "per node; on nodes pool in (gpu) its other jobs keep 73400320 bytes" in over.refusal("ImagePullJob x/y")
+    assert (either.refused, either.kept_bytes) == (True, 140 * MIB)  # it cannot tell which pool: both count
+
+
+def test_the_usage_shown_is_the_fullest_pools() -> None:
+    kept = [image("a", 70).on(None, pool(pool="gpu")), image("b", 20).on(None, pool(pool="cpu")),
+            image("c", 5).on(None, pool(pool="cpu"))]
+
+    assert usage_line(BUDGET, kept) == ("namespace team-a: 73400320 bytes (70.0 MiB) of 104857600 bytes (100.0 MiB) "
+                                        "per node kept on nodes pool in (gpu) (policy Refuse)")

@@ -248,6 +248,29 @@ def test_jobs_naming_disjoint_nodes_are_each_held_to_the_budget_on_their_own_nod
                        sizes=Sizes({f"{ECR}/app:c": 41}))
 
 
+@pytest.mark.usefixtures("budget")
+def test_jobs_selecting_pools_no_node_is_in_both_of_are_each_held_to_the_budget_on_their_own_pool(
+        plane: ControlPlane) -> None:
+    # Before: any two label selectors were taken as one node's, so the second pool's job was refused.
+    def on(name: str, image: str, **selector: Any) -> dict[str, Any]:
+        manifest = job(name, image)
+        manifest["spec"]["selector"] = selector
+        return manifest
+
+    apply_manifest(plane.store, on("gpu", "app:a", matchLabels={"pool": "gpu"}), now=1.0, sizes=SIZES)  # 60 MiB
+    apply_manifest(plane.store, on("cpu", "app:a", matchLabels={"pool": "cpu"}), now=2.0, sizes=SIZES)  # 60 MiB
+    apply_manifest(plane.store, on("cpu-b", "app:b", matchLabels={"pool": "cpu"}), now=3.0, sizes=SIZES)  # 30 more
+
+    # A job that may reach either pool is held to both pools' images together (app:a counted once)
+    with pytest.raises(WarmBudgetExceededError,
+                       match=r"on nodes pool in \(cpu, gpu\) its other jobs keep 94371840 bytes"):
+        apply_manifest(plane.store, on("any", "app:c", matchExpressions=[
+            {"key": "pool", "operator": "In", "values": ["gpu", "cpu"]}]), now=4.0, sizes=Sizes({f"{ECR}/app:c": 11}))
+    assert budget_usage(plane.store, "team-a") == (
+        "namespace team-a: 94371840 bytes (90.0 MiB) of 104857600 bytes (100.0 MiB) per node kept on nodes "
+        "pool in (cpu) (policy Refuse)")
+
+
 def test_a_cron_resource_s_run_beyond_the_budget_stays_an_object_that_says_why_and_applies_nothing(
         plane: ControlPlane) -> None:
     # Given a cron job resource whose runs warm 60 MiB, in a namespace that keeps 50 MiB a node

@@ -10,7 +10,11 @@
 - **What is kept already**: every live pull job of the namespace in that cluster but the one being applied
   (`keeps_images_warm`), on the nodes it may reach. A job that names its nodes (`selector.names`) reaches
   those alone; any other job's nodes are chosen at its plan, after apply, and a `Never` job follows nodes
-  that join, so it may reach any node. The budget must hold on every node the job may reach.
+  that join, so it may reach any node its label selector matches. Two label selectors that no node can
+  meet both (`LabelReach`: `pool=a` and `pool=b`, `pool In (a)` and `pool NotIn (a)`, `pool=a` and `pool
+  DoesNotExist`) keep their images on different nodes; any other two may share one (a job whose selector
+  may reach several pools is held to all their images together). The budget must hold on every node the
+  job may reach.
 - **Refuse** or **Trim**: a job beyond the budget is refused whole; with `Trim` a list job keeps its images
   in list order while they fit, and the rest are trimmed (an image already kept costs nothing and is never
   trimmed).
@@ -26,7 +30,7 @@ from typing import Any
 
 from prewarm.domain.job import StoredJob
 from prewarm.domain.jobs import JobState
-from prewarm.domain.kubernetes import NamesOrLabelSelector
+from prewarm.domain.kubernetes import LabelSelector, NamesOrLabelSelector
 
 BYTES_ANNOTATION = "prewarm.dev/warm-bytes-per-node"
 POLICY_ANNOTATION = "prewarm.dev/warm-budget-policy"
@@ -122,17 +126,71 @@ class WarmBudget:
 
 
 @dataclass(frozen=True)
+class LabelReach:
+    """What a job's label selector says of the labels of the nodes it may reach, as far as it tells pools
+    apart: per key, the values such a node has one of (`matchLabels`, `In`), those it has none of (`NotIn`),
+    and the keys it lacks (`DoesNotExist`). An empty one: any node.
+
+    >>> a, b = LabelReach.of(LabelSelector(match_labels={"pool": "a"})), LabelReach.of(LabelSelector(
+    ...     match_expressions=[{"key": "pool", "operator": "NotIn", "values": ["a"]}]))
+    >>> a.shares_a_node_with(b), a.shares_a_node_with(LabelReach()), a.text
+    (False, True, 'pool in (a)')
+    """
+
+    values: tuple[tuple[str, frozenset[str]], ...] = ()
+    excluded: tuple[tuple[str, frozenset[str]], ...] = ()
+    absent: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, selector: LabelSelector | None) -> LabelReach:
+        if selector is None or getattr(selector, "names", None):
+            return cls()
+        values: dict[str, frozenset[str]] = {k: frozenset([v]) for k, v in (selector.match_labels or {}).items()}
+        excluded: dict[str, frozenset[str]] = {}
+        absent: set[str] = set()
+        for requirement in selector.match_expressions or ():
+            key, given = requirement.key, frozenset(requirement.values or ())
+            if requirement.operator == "In":
+                values[key] = values.get(key, given) & given
+            elif requirement.operator == "NotIn":
+                excluded[key] = excluded.get(key, frozenset()) | given
+            elif requirement.operator == "DoesNotExist":
+                absent.add(key)
+        return cls(tuple(sorted(values.items())), tuple(sorted(excluded.items())), frozenset(absent))
+
+    def shares_a_node_with(self, other: LabelReach) -> bool:
+        """Whether one node may be reached by both (False only when the two selectors cannot both hold)."""
+        mine, theirs = dict(self.values), dict(other.values)
+        if any(not mine[key] & theirs[key] for key in mine.keys() & theirs.keys()):
+            return False
+        if self.absent & theirs.keys() or other.absent & mine.keys():
+            return False
+        for have, out in ((mine, dict(other.excluded)), (theirs, dict(self.excluded))):
+            if any(key in out and not have[key] - out[key] for key in have):
+                return False
+        return True
+
+    @property
+    def text(self) -> str:
+        """How the budget's figures name the nodes (`pool in (a)`), "" for any node."""
+        terms = [f"{key} in ({', '.join(sorted(values))})" for key, values in self.values]
+        terms += [f"{key} notin ({', '.join(sorted(values))})" for key, values in self.excluded]
+        return ", ".join([*terms, *(f"!{key}" for key in sorted(self.absent))])
+
+
+@dataclass(frozen=True)
 class ImageCost:
-    """One image a job keeps warm: its reference, its digest when known, its size in bytes when known, and
-    the nodes its job names (None: any node)."""
+    """One image a job keeps warm: its reference, its digest when known, its size in bytes when known, the
+    nodes its job names (None: any node) and what its job's label selector says of them."""
 
     reference: str
     digest: str = ""
     bytes: int | None = None
     nodes: frozenset[str] | None = None
+    labels: LabelReach = LabelReach()
 
-    def on(self, nodes: frozenset[str] | None) -> ImageCost:
-        return replace(self, nodes=nodes)
+    def on(self, nodes: frozenset[str] | None, labels: LabelReach = LabelReach()) -> ImageCost:
+        return replace(self, nodes=nodes, labels=labels)
 
     @property
     def identity(self) -> str:
@@ -169,6 +227,7 @@ class BudgetFit:
     unknown: tuple[ImageCost, ...] = field(default=())  # the job's images and the kept ones of unknown size
     refused: bool = False
     node: str = ANY_NODE  # the node the figures are of: the fullest the job may reach (ANY_NODE: unnamed)
+    labels: LabelReach = LabelReach()  # the job's label selector, which ANY_NODE meets
 
     def refusal(self, subject: str) -> str:
         """Why `subject` (e.g. `ImagePullJob team-a/web`) is refused, with every figure."""
@@ -192,7 +251,7 @@ class BudgetFit:
         return "; ".join(parts)
 
     def _where(self) -> str:
-        return f"on node {self.node} " if self.node else ""
+        return f"on node {self.node} " if self.node else f"on nodes {self.labels.text} " if self.labels.text else ""
 
     def _unknown_note(self) -> str:
         if not self.unknown:
@@ -221,6 +280,14 @@ def _reached(nodes: frozenset[str] | None, kept: Sequence[ImageCost]) -> list[st
     return [*sorted({n for i in kept if i.nodes is not None for n in i.nodes}), ANY_NODE]
 
 
+def _places(kept: Sequence[ImageCost]) -> list[tuple[str, LabelReach]]:
+    """Where the namespace's images may meet: each node a job names, and a node of each job's label selector
+    no job names (`ANY_NODE`), which holds the images of every job whose selector may reach it."""
+    named = sorted({n for i in kept if i.nodes is not None for n in i.nodes})
+    reaches = list(dict.fromkeys(i.labels for i in kept if i.nodes is None)) or [LabelReach()]
+    return [*((node, LabelReach()) for node in named), *((ANY_NODE, reach) for reach in reaches)]
+
+
 def usage_line(budget: WarmBudget, kept: Iterable[ImageCost]) -> str:
     """What `prewarm describe job` says of the namespace's budget: what its live jobs keep on the fullest node.
 
@@ -230,9 +297,11 @@ def usage_line(budget: WarmBudget, kept: Iterable[ImageCost]) -> str:
     if budget.problem:
         return budget.problem
     kept = list(kept)
-    used = {node: sum(i.bytes or 0 for i in held_images(_on(node, kept)).values()) for node in _reached(None, kept)}
-    fullest = max(used, key=lambda node: (used[node], node))
-    where = f" on node {fullest}" if fullest else ""
+    used = {(node, reach): sum(i.bytes or 0 for i in held_images(
+        _on(node, [i for i in kept if i.labels.shares_a_node_with(reach)])).values()) for node, reach in _places(kept)}
+    fullest = max(used, key=lambda place: (used[place], place[0], place[1].text))
+    node, reach = fullest
+    where = f" on node {node}" if node else f" on nodes {reach.text}" if reach.text else ""
     unknown = sorted({i.reference for i in kept if i.bytes is None})
     return (f"namespace {budget.namespace}: {show_bytes(used[fullest])} of {show_bytes(budget.bytes_per_node)} "
             f"per node kept{where} (policy {budget.policy})") + (f"; size unknown: {', '.join(unknown)}" if unknown
@@ -240,9 +309,9 @@ def usage_line(budget: WarmBudget, kept: Iterable[ImageCost]) -> str:
 
 
 def fit(budget: WarmBudget, images: Sequence[ImageCost], kept: Iterable[ImageCost], policy: BudgetPolicy, *,
-        can_trim: bool, nodes: frozenset[str] | None = None) -> BudgetFit:
-    """How the job of `images`, which may reach `nodes` (None: any node), fits `budget` beside `kept` (the
-    images of the namespace's other live jobs) on every node it may reach: with `policy` `Trim` and
+        can_trim: bool, nodes: frozenset[str] | None = None, labels: LabelReach = LabelReach()) -> BudgetFit:
+    """How the job of `images`, which may reach `nodes` (None: any node `labels` allows), fits `budget` beside
+    `kept` (the images of the namespace's other live jobs) on every node it may reach: with `policy` `Trim` and
     `can_trim` (a list job), its images in order while they fit; otherwise all or none (`refused`). An image
     whose digest is kept already on a node costs nothing there.
 
@@ -252,7 +321,7 @@ def fit(budget: WarmBudget, images: Sequence[ImageCost], kept: Iterable[ImageCos
     >>> f.refused, f.kept_bytes, f.job_bytes
     (False, 60, 50)
     """
-    kept = list(kept)
+    kept = [i for i in kept if i.labels.shares_a_node_with(labels)]  # the others' nodes are never this job's
     reached = _reached(nodes, kept)
     held = {node: held_images(_on(node, kept)) for node in reached}
     start = {node: sum(i.bytes or 0 for i in held[node].values()) for node in reached}
@@ -279,4 +348,4 @@ def fit(budget: WarmBudget, images: Sequence[ImageCost], kept: Iterable[ImageCos
     over = [node for node in reached if used[node] > start[node] and used[node] > budget.bytes_per_node]
     worst = max(over or reached, key=lambda node: (used[node], node))
     return BudgetFit(budget, start[worst], used[worst] - start[worst], tuple(accepted), tuple(trimmed),
-                     tuple(i for i in unknown if i not in trimmed), bool(over) or not accepted, worst)
+                     tuple(i for i in unknown if i not in trimmed), bool(over) or not accepted, worst, labels)

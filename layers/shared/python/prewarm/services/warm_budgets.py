@@ -17,6 +17,7 @@ from prewarm.domain.keys import JobKey
 from prewarm.domain.warm_budgets import (
     BudgetFit,
     ImageCost,
+    LabelReach,
     WarmBudget,
     WarmBudgetExceededError,
     fit,
@@ -63,7 +64,8 @@ def _kept(store: ApplyItems, size: Callable[[str], ImageCost], namespace: str, c
             continue
         stored = ImageCost(other.pull_reference, other.warm_digest, other.warm_bytes)
         measured = stored if other.warm_digest or other.warm_bytes is not None else size(other.pull_reference)
-        kept.append(measured.on(named_nodes(other.pull_job.spec.selector)))
+        selector = other.pull_job.spec.selector
+        kept.append(measured.on(named_nodes(selector), LabelReach.of(selector)))
     return kept
 
 
@@ -80,10 +82,10 @@ def budget_fit(store: ApplyItems, sizes: ImageSizes | None, job: ImagePullJob | 
     policy = budget.policy_for(job.to_manifest())
     size = _sizer(sizes)
     images = job.spec.images if isinstance(job, ImageListPullJob) else [job.spec.image]
-    nodes = named_nodes(job.spec.selector)
-    costs = [size(parse_image(image).pull_reference).on(nodes) for image in images]
+    nodes, labels = named_nodes(job.spec.selector), LabelReach.of(job.spec.selector)
+    costs = [size(parse_image(image).pull_reference).on(nodes, labels) for image in images]
     kept = _kept(store, size, job.namespace, cluster, {key, *leaving})
-    found = fit(budget, costs, kept, policy, can_trim=isinstance(job, ImageListPullJob), nodes=nodes)
+    found = fit(budget, costs, kept, policy, can_trim=isinstance(job, ImageListPullJob), nodes=nodes, labels=labels)
     if found.refused:
         raise WarmBudgetExceededError(found.refusal(f"{job.kind} {key}"))
     return found
