@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import boto3
+import pytest
 
 from prewarm import bootstrap
 from prewarm.domain.jobs import PIN_ANNOTATION, job_key
@@ -183,3 +184,22 @@ def test_job_stream_modify_that_removes_the_pin_unpins_the_image_on_its_nodes(st
     released = [(m.image, m.unpin, m.remove_after) for m in take_node_messages(stack["sqs"], url)
                 if isinstance(m, ReleaseImage)]
     assert released == [("registry.example/app:v1", True, None)]
+
+
+def test_dispatch_runs_each_jobs_records_in_order_and_reports_the_earliest_failure(
+        stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = load_handler("dispatch_job")
+    handled: list[tuple[str, str]] = []
+
+    def plan_record(record: Any) -> None:
+        if (record.partition_key, record.sequence_number) == ("JOB#ml/b", "2"):
+            raise RuntimeError("a send refused")
+        handled.append((record.partition_key, record.sequence_number))
+
+    monkeypatch.setattr(handler, "plan_record", plan_record)
+    records = [{"eventName": "MODIFY", "dynamodb": {"Keys": {"pk": {"S": pk}}, "SequenceNumber": seq}}
+               for pk, seq in (("JOB#ml/a", "1"), ("JOB#ml/b", "2"), ("JOB#ml/a", "3"), ("JOB#ml/b", "4"))]
+    # The stream retries from the earliest failed record; the other job's records were handled, in order
+    answer = handler.lambda_handler({"Records": records}, stack["ctx"])
+    assert answer == {"batchItemFailures": [{"itemIdentifier": "2"}]}
+    assert handled == [("JOB#ml/a", "1"), ("JOB#ml/a", "3")]
