@@ -13,8 +13,9 @@ For each, from the join (the Node object created, polled every 10 ms) to the ima
 `ImageStatus`, polled every 50 ms) and to the startup taint released (the Node polled every 50 ms). A local
 node joins as an EKS node does: its kubelet registers the Node once containerd serves (EKS's AMIs start
 kubelet after containerd), so the boot before the join (the restore, then containerd's start on the
-restored root) is printed apart. Target (issue 36): from the snapshot, at most 2 s beyond the restore:
-join to taint released within 2 s, whatever the image size.
+restored root) is printed apart. Target (issue 36): from the snapshot, at most 2 s beyond the restore, whatever
+the image size: from the restore's end (`local node add` called, less the restore) to the taint released,
+containerd's start on the restored root included.
 """
 
 from __future__ import annotations
@@ -162,10 +163,13 @@ def main() -> int:
         print(f"{name:>8}: boot before the join {figures['boot_before_join_s']} s (restore, containerd's start), "
               f"join -> images present {figures['join_to_images_present_s']} s, "
               f"join -> taint released {figures['join_to_taint_released_s']} s")
-    # The restore (and containerd's start) came before the join: the figure after the join is all beyond it.
-    beyond = result["snapshot"]["join_to_taint_released_s"]
+    # Beyond the restore: containerd's start on the restored root (before the join), then join -> released.
+    snapshot = result["snapshot"]
+    released, before = snapshot["join_to_taint_released_s"], snapshot["boot_before_join_s"]
+    beyond = None if released is None or before is None else round(before - result["restore_s"] + released, 3)
     result["snapshot_beyond_restore_s"] = beyond
-    ok = print_targets([Target("snapshot: join -> taint released (beyond the restore)",
+    print(f"snapshot: restore's end -> taint released {beyond} s (containerd's start, then join -> released)")
+    ok = print_targets([Target("snapshot: restore's end -> taint released",
                                float("inf") if beyond is None else beyond, BEYOND_RESTORE_S, "s")])
     result["targets_met"] = ok
     emit(result)

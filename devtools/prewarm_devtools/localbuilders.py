@@ -29,6 +29,7 @@ from typing import Any
 from prewarm.adapters.ec2 import ROLE_TAG, STACK_TAG
 from prewarm.domain.builders import read_bake_document
 from prewarm_devtools.account import ACCOUNT, REGION
+from prewarm_devtools.aws_limits.ec2 import finish_snapshot
 from prewarm_devtools.localecr import ecr_host
 from prewarm_devtools.sam.aws import LocalIdentity
 
@@ -74,6 +75,7 @@ class LocalBuilders:
     hold_agents: bool = False  # builders launched now run no agent (they never report), as one that hangs
     drop_events: bool = False  # snapshots' notifications are lost, as an EventBridge delivery may be
     last_restore_seconds: float = 0.0  # how long the last `restore` took (benchmarks/boot_warm.py)
+    layer: Any = None  # the AWS limits layer: its snapshots stay `pending` until their copy is made here
     _count: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -88,6 +90,9 @@ class LocalBuilders:
         return identity
 
     def start(self, interval: float = 0.2) -> LocalBuilders:
+        if self.layer is not None:
+            self.layer.ec2.snapshots_pending = True
+
         def run() -> None:
             while not self._stop.wait(interval):
                 try:
@@ -100,6 +105,8 @@ class LocalBuilders:
         return self
 
     def stop(self) -> None:
+        if self.layer is not None:
+            self.layer.ec2.snapshots_pending = False
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
@@ -177,6 +184,8 @@ class LocalBuilders:
             kept.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(["cp", "-a", "--reflink=auto", str(builder.containerd.root_dir), str(kept)], check=True)
         self.snapshots[snapshot_id] = kept
+        if self.layer is not None:
+            finish_snapshot(snapshot_id, failed=bool(cause), account=ACCOUNT, region=REGION)
         if not self.drop_events:
             self._emit(snapshot, "failed" if cause else "succeeded", cause)
 
@@ -202,4 +211,8 @@ class LocalBuilders:
         shutil.rmtree(root_dir, ignore_errors=True)
         root_dir.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cp", "-a", "--reflink=auto", str(kept), str(root_dir)], check=True)
+        # The copy on disk before the node boots, as EBS's volume is whole before its instance starts: else
+        # its writeback lands on containerd's start (its database's fsyncs wait for it), a cost of the local
+        # stand-in that no instance booted from a snapshot pays.
+        subprocess.run(["sync", "-f", str(root_dir)], check=True)
         self.last_restore_seconds = time.monotonic() - started

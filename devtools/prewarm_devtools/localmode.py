@@ -291,7 +291,7 @@ class LocalMode(LocalControl):
             self.kube.seed_from_file(CRD_PATH)
         create_builder_profile(self.aws.client("iam"), self.stack)
         self.builders = LocalBuilders(self.base_dir, self.aws.client("ec2"), self.stack, self.nodes_registry_url,
-                                      self.logs_dir).start()
+                                      self.logs_dir, layer=self.aws.layer).start()
 
     def _start_extra_clusters(self) -> None:
         from prewarm_cli.targets import STACK_OUTPUTS

@@ -46,6 +46,7 @@ from prewarm_devtools.aws_limits import patches
 from prewarm_devtools.aws_limits.authorization import AccessDeniedError, Authorization
 from prewarm_devtools.aws_limits.counting import CapacityKey, CapacityStats, KeyUsage, TokenBucket
 from prewarm_devtools.aws_limits.dynamodb import DynamoDBLimits, item_size, read_units, write_units
+from prewarm_devtools.aws_limits.ec2 import EC2State
 from prewarm_devtools.aws_limits.ecr import ECRLimits
 from prewarm_devtools.aws_limits.eks import EKSLimits
 from prewarm_devtools.aws_limits.lambdas import LambdaFunctions
@@ -78,6 +79,7 @@ class AwsLimits:
         self.sqs = SQSLimits(self)
         self.ecr = ECRLimits(self)
         self.eks = EKSLimits()
+        self.ec2 = EC2State()
         self.lambdas = LambdaFunctions()
         self.scheduler = SchedulerLimits()
         self.streams = StreamReaders(clock, self.quotas.stream_retention_s, self.quotas.shard_iterator_s)

@@ -6,6 +6,8 @@ Each (snapshot, Availability Zone) is enabled or disabled; an unknown snapshot o
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 # "Amazon EBS endpoints and quotas": snapshots enabled for fast snapshot restore, 5 per Region (adjustable).
@@ -164,3 +166,38 @@ def launch_template_version(handler: Any) -> dict[str, Any] | None:
         "DefaultVersion": template.is_default(version), "LaunchTemplateData": version.data,
         "LaunchTemplateId": template.id, "LaunchTemplateName": template.name,
         "VersionDescription": version.description, "VersionNumber": version.number}}
+
+
+def snapshot_patches(current: Callable[[], Any]) -> list[tuple[Any, str, Any]]:
+    """moto makes a snapshot `completed` at once; EBS keeps it `pending` while it copies the volume. With the
+    layer's `ec2.snapshots_pending` (local mode's builders, which copy each snapshot's volume and then mark
+    it completed, or `error`), a new snapshot starts `pending`, so nothing reads it as done before its copy
+    is made."""
+    from moto.ec2.models.elastic_block_store import EBSBackend
+
+    original = EBSBackend.create_snapshot
+
+    @functools.wraps(original)
+    def create_snapshot(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        snapshot = original(backend, *args, **kwargs)
+        if (layer := current()) is not None and layer.ec2.snapshots_pending:
+            snapshot.status = "pending"
+        return snapshot
+
+    return [(EBSBackend, "create_snapshot", create_snapshot)]
+
+
+class EC2State:
+    """The layer's EC2 settings: whether new snapshots start `pending` (`snapshot_patches`)."""
+
+    def __init__(self) -> None:
+        self.snapshots_pending = False
+
+
+def finish_snapshot(snapshot_id: str, *, failed: bool = False, account: str, region: str) -> None:
+    """A pending snapshot's copy made (`completed`) or failed (`error`), as EBS ends a snapshot."""
+    from moto.ec2.models import ec2_backends
+
+    snapshot = ec2_backends[account][region].snapshots.get(snapshot_id)
+    if snapshot is not None:
+        snapshot.status = "error" if failed else "completed"

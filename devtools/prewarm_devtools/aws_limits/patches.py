@@ -35,7 +35,7 @@ def install(current: Callable[[], Any]) -> None:
     from moto.sqs.responses import SQSResponse
     from moto.sts.models import STSBackend
 
-    from prewarm_devtools.aws_limits import eks, lambdas, queues, scheduler
+    from prewarm_devtools.aws_limits import ec2, eks, lambdas, queues, scheduler
     from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED, query_patches
 
     with _lock:
@@ -71,6 +71,8 @@ def install(current: Callable[[], Any]) -> None:
         for owner, name, value in lambdas.patches(current):
             _replace(owner, name, value)
         _replace(STSBackend, "assume_role", _session_keys(STSBackend.assume_role, current))
+        for owner, name, value in ec2.snapshot_patches(current):
+            _replace(owner, name, value)
         # Every service's requests pass IAM first, as on AWS, before any of the checks above.
         _replace(BaseResponse, "call_action", _authorized(BaseResponse.call_action, current))
         reset = BackendDict.__dict__["reset"].__func__

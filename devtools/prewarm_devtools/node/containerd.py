@@ -110,15 +110,27 @@ def _toml(value: str) -> str:
     return json.dumps(value)
 
 
+_OVERLAY_WORKS: dict[int, bool] = {}  # by filesystem (st_dev): what the probe found there
+
+
 def overlayfs_works(probe_parent: Path) -> bool:
     """True when an overlay mount succeeds on the filesystem of ``probe_parent`` (needs root).
 
     Overlay fails on some sandboxes and when the directory is itself on overlayfs (nested Docker),
-    and containerd's CRI plugin then refuses to load, so the snapshotter is chosen by trying.
+    and containerd's CRI plugin then refuses to load, so the snapshotter is chosen by trying, once per
+    filesystem: unmounting an overlay syncs its upper filesystem, which costs a node's start seconds
+    when a large copy (a restored snapshot) was just written there.
     """
     if shutil.which("mount") is None or os.geteuid() != 0:
         return False
     probe_parent.mkdir(parents=True, exist_ok=True)
+    device = probe_parent.stat().st_dev
+    if device not in _OVERLAY_WORKS:
+        _OVERLAY_WORKS[device] = _overlay_mounts(probe_parent)
+    return _OVERLAY_WORKS[device]
+
+
+def _overlay_mounts(probe_parent: Path) -> bool:
     with tempfile.TemporaryDirectory(prefix="overlay-probe-", dir=probe_parent) as probe:
         lower, upper, work, merged = (Path(probe, name) for name in ("lower", "upper", "work", "merged"))
         for path in (lower, upper, work, merged):

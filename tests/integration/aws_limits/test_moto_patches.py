@@ -349,3 +349,28 @@ def test_queries_answer_what_moto_s_walk_of_the_whole_table_answers(monkeypatch:
         assert held
         assert {id(i) for i in tables._holding(table, "fpk", tables.DynamoType({"S": "F"}))} == {id(i) for i in held}
         assert set(table.__dict__["_prewarm_by_value"]) == {"fpk", "kind"}
+
+
+def test_with_local_builders_a_snapshot_is_pending_until_its_copy_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    # moto makes a snapshot completed at once; a sweep reading that resumed a bake before local mode had copied
+    # the volume, and a node booted from the class found no snapshot to restore
+    from prewarm_devtools.aws_limits.ec2 import finish_snapshot
+
+    layer = aws_limits.active()
+    if layer is None:
+        pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS)")
+    monkeypatch.setattr(layer.ec2, "snapshots_pending", True)
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        volume = ec2.create_volume(AvailabilityZone="us-west-2a", Size=8)["VolumeId"]
+        made = [ec2.create_snapshot(VolumeId=volume)["SnapshotId"] for _ in range(2)]
+
+        def state(snapshot: str) -> str:
+            return str(ec2.describe_snapshots(SnapshotIds=[snapshot])["Snapshots"][0]["State"])
+
+        assert [state(s) for s in made] == ["pending", "pending"]
+        account = boto3.client("sts", region_name="us-west-2", aws_access_key_id="t",
+                               aws_secret_access_key="t").get_caller_identity()["Account"]
+        finish_snapshot(made[0], account=account, region="us-west-2")
+        finish_snapshot(made[1], failed=True, account=account, region="us-west-2")
+        assert [state(s) for s in made] == ["completed", "error"]
