@@ -119,9 +119,11 @@ class LocalBuilders:
                 {"Name": f"tag:{ROLE_TAG}", "Values": ["builder"]}])["Reservations"]
             for instance in (i for r in reservations for i in r["Instances"]):
                 self._instance(instance)
-            for snapshot in self.ec2.describe_snapshots(OwnerIds=["self"], Filters=[
-                    {"Name": "tag-key", "Values": [STACK_TAG]}])["Snapshots"]:
-                if snapshot["SnapshotId"] not in self.snapshots:
+            for snapshot in self.ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]:
+                if all(tag["Key"] != STACK_TAG for tag in snapshot.get("Tags") or ()):
+                    if self.layer is not None and snapshot["State"] == "pending":  # not the stack's: EBS's alone
+                        finish_snapshot(snapshot["SnapshotId"], account=ACCOUNT, region=REGION)
+                elif snapshot["SnapshotId"] not in self.snapshots:
                     self._snapshot(snapshot)
 
     def _instance(self, instance: dict[str, Any]) -> None:

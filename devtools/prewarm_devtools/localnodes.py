@@ -203,15 +203,18 @@ class LocalNodes:
 
     @staticmethod
     def _report_runtime(name: str, containerd: Any, kube: Any) -> None:
-        """The Node's containerRuntimeVersion, as its kubelet reports the runtime it runs (CRI Version)."""
-        node = kube.get_object("nodes", name) if kube is not None else None
-        if node is None:
+        """The Node's containerRuntimeVersion, as its kubelet reports the runtime it runs (CRI Version), patched
+        onto its status as a kubelet does (nothing else of the Node rewritten)."""
+        from kubernetes.client import CoreV1Api
+
+        if kube is None or kube.get_object("nodes", name) is None:
             return
         with containerd.cri_client() as cri:
             runtime = cri.version()
-        info = node.setdefault("status", {}).setdefault("nodeInfo", {})
-        info["containerRuntimeVersion"] = f"{runtime.runtime_name}://{runtime.runtime_version}"
-        kube.seed_objects([node])
+        with kube.api_client() as client:  # the answer is not read: the client's models refuse a local nodeInfo
+            CoreV1Api(client).patch_node_status(name, {"status": {"nodeInfo": {
+                "containerRuntimeVersion": f"{runtime.runtime_name}://{runtime.runtime_version}"}}},
+                _preload_content=False)
 
     def _start_agent(self, name: str, node: LocalNode) -> None:
         """Starts the node's agent. One that exits as it starts (AccessDenied on its queue) leaves the node,

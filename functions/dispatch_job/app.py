@@ -59,5 +59,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
     from prewarm.services.stream import each_item_in_order  # loaded by the first plan all the same
 
     records = [parse_stream_record(raw) for raw in event["Records"]]
+    if len({r.partition_key for r in records}) > 1:
+        bootstrap.prepare_plans()
     failed = each_item_in_order(records, lambda r: r.partition_key, handle_record)
     return {"batchItemFailures": [{"itemIdentifier": failed.sequence_number or ""}] if failed else []}

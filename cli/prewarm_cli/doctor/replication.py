@@ -35,18 +35,41 @@ def replication_event(region: str, account: str) -> dict[str, Any]:
                        "source-region": region}}
 
 
-def forwards_replication(events: Any, pattern: str, region: str, account: str) -> bool:
+# What a replication event's `detail` says of which replication: a rule may forward only some repositories'
+# (their names, tags, digests, `resources`), which the check does not judge; the rest must let it through.
+_WHICH_REPLICATION = ("repository-name", "image-tag", "image-digest", "source-account", "source-region")
+
+
+def replication_filters(pattern: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`pattern` without its filters on which repository or image (those say what is forwarded, not whether
+    replications are), and whether it had any."""
+    detail = pattern.get("detail")
+    kept = {k: v for k, v in pattern.items() if k != "resources"}
+    if isinstance(detail, Mapping):
+        kept["detail"] = {k: v for k, v in detail.items() if k not in _WHICH_REPLICATION}
+        if not kept["detail"]:
+            del kept["detail"]
+    return kept, kept != dict(pattern)
+
+
+def forwards_replication(events: Any, pattern: str, region: str, account: str) -> bool | str:
     """Whether EventBridge matches a successful replication against `pattern` (a pattern it cannot read
-    matches nothing)."""
+    matches nothing), or why that could not be asked (denied to you)."""
     from botocore.exceptions import ClientError
 
     try:
         answer = events.test_event_pattern(EventPattern=pattern, Event=json.dumps(replication_event(region, account)))
     except ClientError as e:
-        if e.response.get("Error", {}).get("Code") == "InvalidEventPatternException":
+        code = e.response.get("Error", {}).get("Code")
+        if code == "InvalidEventPatternException":
             return False
+        if code in _DENIED:
+            return f"its pattern not checked ({code}: you need events:TestEventPattern)"
         raise
     return bool(answer.get("Result"))
+
+
+_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"}
 
 
 def _rules(events: Any) -> Iterator[dict[str, Any]]:
@@ -80,7 +103,8 @@ def stack_bus(rule_arn: str, stack_region: str) -> str:
 
 
 def role_problem(iam: Any, role_arn: str | None, bus: str) -> str | None:
-    """What keeps a target's role from forwarding to `bus` (None: nothing the simulator sees)."""
+    """What keeps a target's role from forwarding to `bus` (None: nothing the simulator sees); a problem that
+    starts `not checked` when IAM would not say (denied to you)."""
     from botocore.exceptions import ClientError
 
     if not role_arn:
@@ -90,8 +114,11 @@ def role_problem(iam: Any, role_arn: str | None, bus: str) -> str | None:
         answer = iam.simulate_principal_policy(PolicySourceArn=role_arn, ActionNames=["events:PutEvents"],
                                                ResourceArns=[bus])
     except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in {"NoSuchEntity", "NoSuchEntityException"}:
+        code = e.response.get("Error", {}).get("Code")
+        if code in {"NoSuchEntity", "NoSuchEntityException"}:
             return f"its role {role_arn} does not exist"
+        if code in _DENIED:
+            return f"not checked: its role {role_arn} ({code}: you need iam:GetRole and iam:SimulatePrincipalPolicy)"
         raise
     if isinstance(trust, str):
         from urllib.parse import unquote
@@ -108,10 +135,13 @@ def role_problem(iam: Any, role_arn: str | None, bus: str) -> str | None:
 def _trusts_eventbridge(document: Mapping[str, Any]) -> bool:
     statements = document.get("Statement") or []
     for statement in statements if isinstance(statements, list) else [statements]:
-        services = (statement.get("Principal") or {}).get("Service") if isinstance(statement, Mapping) else None
-        actions = statement.get("Action") if isinstance(statement, Mapping) else None
-        if (statement.get("Effect") == "Allow" and "events.amazonaws.com" in _listed(services)
-                and {"sts:AssumeRole", "sts:*", "*"} & set(_listed(actions))):
+        if not isinstance(statement, Mapping) or statement.get("Effect") != "Allow":
+            continue
+        principal = statement.get("Principal")
+        services = ["*"] if principal == "*" else _listed(principal.get("Service")) if isinstance(
+            principal, Mapping) else []
+        if ({"events.amazonaws.com", "*"} & set(services)
+                and {"sts:AssumeRole", "sts:*", "*"} & set(_listed(statement.get("Action")))):
             return True
     return False
 
@@ -121,9 +151,9 @@ def _listed(value: Any) -> list[str]:
 
 
 def forwarding_rule(events: Any, iam: Any, region: str, stack_region: str) -> tuple[str | None, list[str]]:
-    """The name of an enabled rule of `region`'s default bus that forwards ECR's replication events to the
-    stack Region's default bus through a role that may (None: none does), and what is wrong with each rule
-    that targets that bus but does not forward them."""
+    """The rule of `region`'s default bus that forwards ECR's replication events to the stack Region's default
+    bus through a role that may, with what could not be checked of it (None: none does); else what is wrong
+    with each rule that targets that bus but does not forward them."""
     problems = []
     for rule in _rules(events):
         pattern = rule.get("EventPattern")
@@ -133,12 +163,22 @@ def forwarding_rule(events: Any, iam: Any, region: str, stack_region: str) -> tu
         targets = [t for t in _targets(events, rule["Name"]) if t.get("Arn") == bus]
         if not targets:
             continue
-        if not forwards_replication(events, pattern, region, rule["Arn"].split(":")[4]):
+        try:
+            judged, narrowed = replication_filters(json.loads(pattern))
+        except (ValueError, AttributeError):
+            judged, narrowed = {}, False
+        forwards = forwards_replication(events, json.dumps(judged) if judged else pattern, region,
+                                        rule["Arn"].split(":")[4])
+        if forwards is False:
             problems.append(f"rule {rule['Name']}'s pattern does not match ECR's replication events")
             continue
+        notes = [forwards] if isinstance(forwards, str) else []
+        if narrowed:
+            notes.append("it forwards only the repositories or images its pattern names")
         why = [role_problem(iam, t.get("RoleArn"), bus) for t in targets]
-        if None in why:
-            return str(rule["Name"]), []
+        if None in why or all(w and w.startswith("not checked") for w in why):
+            notes += [w for w in dict.fromkeys(why) if w]
+            return f"{rule['Name']}" + (f": {'; '.join(notes)}" if notes else ""), []
         problems += [f"rule {rule['Name']}: {w}" for w in dict.fromkeys(why) if w]
     return None, problems
 

@@ -49,8 +49,8 @@ class LocalKubelets:
                  cache_seconds: float = IMAGE_CACHE_SECONDS, status_seconds: float = STATUS_UPDATE_SECONDS) -> None:
         self._nodes = nodes
         self._cache_seconds, self._status_seconds = cache_seconds, status_seconds
-        self._cache: dict[str, list[dict[str, Any]]] = {}
-        self._written: dict[str, list[dict[str, Any]]] = {}
+        # By node: its API server and its name (names repeat across local mode's clusters).
+        self._cache: dict[tuple[int, str], list[dict[str, Any]]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -77,26 +77,30 @@ class LocalKubelets:
             elapsed += self._status_seconds
 
     def refresh_cache(self) -> None:
-        """The image manager's pass: each node's images from its containerd."""
-        for name, containerd, _ in list(self._nodes()):
+        """The image manager's pass: each node's images from its containerd (a node gone is forgotten)."""
+        nodes = list(self._nodes())
+        for key in set(self._cache) - {(id(kube), name) for name, _, kube in nodes}:
+            del self._cache[key]
+        for name, containerd, kube in nodes:
             try:
                 with containerd.cri_client(timeout=5.0) as cri:
-                    self._cache[name] = node_images(cri.list_images())
+                    self._cache[(id(kube), name)] = node_images(cri.list_images())
             except Exception as e:  # noqa: BLE001 - a kubelet logs it and tries again on its next pass
                 log.debug("kubelet of %s: images not listed: %s", name, e)
 
     def update_statuses(self) -> None:
-        """The status loop's pass: each Node whose images changed since last written is patched."""
+        """The status loop's pass: each Node whose listed images differ from the cache's is patched (a Node
+        made again under its name, or rewritten by another, gets them back)."""
         for name, _, kube in list(self._nodes()):
-            images = self._cache.get(name)
-            if images is None or images == self._written.get(name) or kube is None:
+            images = self._cache.get((id(kube), name))
+            if images is None or kube is None or (node := kube.get_object("nodes", name)) is None:
+                continue
+            if (node.get("status") or {}).get("images") == images:
                 continue
             try:
                 self._patch(kube, name, images)
             except Exception as e:  # noqa: BLE001 - as above
                 log.debug("kubelet of %s: status not written: %s", name, e)
-                continue
-            self._written[name] = images
 
     @staticmethod
     def _patch(kube: Any, name: str, images: list[dict[str, Any]]) -> None:

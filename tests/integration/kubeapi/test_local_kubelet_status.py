@@ -70,8 +70,8 @@ def test_the_node_lists_its_images_as_a_kubelet_does_and_keeps_its_taints(kube_a
 
 def test_a_node_gone_from_the_api_is_skipped_and_the_others_still_written(kube_api: KubeApiServer) -> None:
     kube_api.seed_objects([node_object("n-2", {}, [])])
-    kubelets = LocalKubelets(lambda: [("gone", FakeContainerd([image("a", 1)]), kube_api),
-                                      ("n-2", FakeContainerd([image("b", 2)]), kube_api)])
+    nodes = [("gone", FakeContainerd([image("a", 1)]), kube_api), ("n-2", FakeContainerd([image("b", 2)]), kube_api)]
+    kubelets = LocalKubelets(lambda: nodes)
     kubelets.refresh_cache()
     kubelets.update_statuses()
     assert kube_api.get_object("nodes", "n-2")["status"]["images"] == [{"names": ["r/b:v1"], "sizeBytes": 2}]
@@ -82,3 +82,24 @@ def test_at_most_fifty_images_and_five_names_each() -> None:
     listed = node_images(many)
     assert len(listed) == MAX_IMAGES and listed[0]["sizeBytes"] == 59
     assert all(len(i["names"]) == 5 for i in listed)
+
+
+def test_nodes_of_the_same_name_in_two_clusters_each_list_their_own_images(kube_api: KubeApiServer) -> None:
+    # Local mode's clusters repeat node names; a node added again under its name is a new node
+    with KubeApiServer() as other:
+        for api in (kube_api, other):
+            api.seed_objects([node_object("n-1", {}, [])])
+        here, there = FakeContainerd([image("a", 1)]), FakeContainerd([image("b", 2)])
+        nodes = [("n-1", here, kube_api), ("n-1", there, other)]
+        kubelets = LocalKubelets(lambda: nodes)
+        kubelets.refresh_cache()
+        kubelets.update_statuses()
+        assert [i["names"] for i in kube_api.get_object("nodes", "n-1")["status"]["images"]] == [["r/a:v1"]]
+        assert [i["names"] for i in other.get_object("nodes", "n-1")["status"]["images"]] == [["r/b:v1"]]
+        # n-1 of the first cluster removed and added again, with the same images: its new Node gets them
+        kube_api.remove_object("nodes", "n-1")
+        kube_api.seed_objects([node_object("n-1", {}, [])])
+        nodes[0] = ("n-1", FakeContainerd([image("a", 1)]), kube_api)
+        kubelets.refresh_cache()
+        kubelets.update_statuses()
+        assert [i["names"] for i in kube_api.get_object("nodes", "n-1")["status"]["images"]] == [["r/a:v1"]]

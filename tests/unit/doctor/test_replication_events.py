@@ -126,3 +126,38 @@ def test_eventbridge_decides_the_match_and_a_pattern_it_cannot_read_matches_noth
     assert not forwards_replication(client, json.dumps({"source": ["aws.ecr"], "detail": {"result": ["FAILURE"]}}),
                                     ELSEWHERE, ACCOUNT)
     assert not forwards_replication(client, "{not json", ELSEWHERE, ACCOUNT)
+
+
+def test_a_rule_forwarding_only_some_repositories_passes_saying_so(events: Any) -> None:
+    role()
+    forward(events, pattern={"source": ["aws.ecr"], "detail-type": ["ECR Replication Action"],
+                             "detail": {"repository-name": [{"prefix": "ml/"}], "result": ["SUCCESS"]}})
+    result = check(events)
+    assert result.ok and result.detail == (f"forwarded to {STACK} from {ELSEWHERE} (rule fwd: it forwards only the "
+                                           "repositories or images its pattern names)")
+
+
+class DeniedIam:
+    """IAM refusing you what the role check asks."""
+
+    def __getattr__(self, name: str) -> Any:
+        def denied(**kwargs: Any) -> Any:
+            from botocore.exceptions import ClientError
+
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, name)
+
+        return denied
+
+
+def test_a_role_you_may_not_read_is_not_held_against_the_rule_and_the_check_says_so(events: Any) -> None:
+    forward(events)
+    result = check_replication_events(CLUSTERS, stack_region=STACK, events=events, iam=DeniedIam())
+    assert result.ok
+    assert result.detail == (f"forwarded to {STACK} from {ELSEWHERE} (rule fwd: not checked: its role {ROLE} "
+                             "(AccessDenied: you need iam:GetRole and iam:SimulatePrincipalPolicy))")
+
+
+def test_a_role_trusting_any_principal_trusts_eventbridge(events: Any) -> None:
+    role(trust={**TRUST, "Statement": [{**TRUST["Statement"][0], "Principal": "*"}]})
+    forward(events)
+    assert check(events).ok

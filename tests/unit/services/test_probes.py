@@ -227,3 +227,52 @@ def test_a_probe_in_a_status_batch_runs_beside_the_agents_messages(plane: Contro
                            probing=probing(plane, status, FakeCluster()))
     assert [(p.action, p.replanned) for p in result.probes] == [("answered", [key])]
     assert [r.applied for _, r in result.reports] == [False]
+
+
+def test_a_job_parked_while_the_probe_calls_the_cluster_is_planned_with_the_others(plane: ControlPlane) -> None:
+    # Given prod-eu's chain running for a parked job
+    status = MemoryProbeQueue()
+    (first,) = parked(plane, status, "first")
+
+    class Answering(FakeCluster):
+        """prod-eu answering, while a second job is applied and planned (parked: the chain runs)."""
+
+        def get_version(self) -> dict[str, str]:
+            apply_manifest(plane.store, job_doc("second"), now=plane.now(), cluster=CLUSTER)
+            plan(plane.store, plane.queues, clusters_of(plane.store, None, {CLUSTER: Down()}),
+                 job_key("default", "second", CLUSTER), now=plane.now(), probes=status)
+            return {"gitVersion": "v1.33.0"}
+
+    # When the chain's probe finds prod-eu answering
+    outcome = probe(plane.store, probing(plane, status, Answering()), status.probes[0][0], now=plane.now())
+    # Then both are asked to plan again: the second's park found the chain running and started none
+    assert outcome.action == "answered"
+    assert sorted(outcome.replanned) == sorted([first, job_key("default", "second", CLUSTER)])
+
+
+def test_a_job_parked_as_the_chain_ends_starts_a_new_chain(plane: ControlPlane) -> None:
+    status = MemoryProbeQueue()
+    parked(plane, status, "first")
+    request_deletion(plane.store, "default", "first", now=plane.now(), cluster=CLUSTER)
+
+    class Listing:
+        """The table, a job parked on prod-eu between the probe's read and the chain's end."""
+
+        def __init__(self) -> None:
+            self.reads = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(plane.store, name)
+
+        def list_running_jobs(self, cluster: str = "") -> Any:
+            self.reads += 1
+            if self.reads == 2:
+                apply_manifest(plane.store, job_doc("late"), now=plane.now(), cluster=CLUSTER)
+                plan(plane.store, plane.queues, clusters_of(plane.store, None, {CLUSTER: Down()}),
+                     job_key("default", "late", CLUSTER), now=plane.now(), probes=status)
+            return plane.store.list_running_jobs(cluster)
+
+    store = Listing()  # the probe's first read finds no job parked; the park lands before its second
+    outcome = probe(store, probing(plane, status, Down()), status.probes[0][0], now=plane.now())  # type: ignore[arg-type]
+    assert outcome.action == "restarted"
+    assert len(status.probes) == 2 and status.probes[1][0].chain != status.probes[0][0].chain

@@ -223,6 +223,15 @@ def stored_job(image: Mapping[str, Any] | None) -> StoredJob | None:
     return job_of_item(image)
 
 
+def prepare_plans() -> None:
+    """Makes what plans share before they run side by side on threads: the store, the paced queues and the
+    clusters, and a first boto3 client, which loads the default session's credential and endpoint
+    resolvers (boto3's session is not thread-safe while it makes its first clients)."""
+    store().client  # noqa: B018 - made for its side effect
+    queues()
+    plan_clusters()
+
+
 def plan_job(key: JobKey, *, probing: bool = False) -> PlanResult:
     """Select the nodes of job `key` and send the first tasks, and tell the warming nodes of its cluster;
     `TaskSendError` when a send failed. A job whose cluster cannot be read is parked, and its cluster probed.

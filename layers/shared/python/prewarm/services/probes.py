@@ -50,7 +50,8 @@ class Probing:
 @dataclass
 class ProbeOutcome:
     """What one probe did: `answered` (its cluster's parked jobs asked to plan again), `down` (the next probe
-    sent), `ended` (no job parked on the cluster any more), or `dropped` (not the chain's probe)."""
+    sent), `ended` (no job parked on the cluster any more), `restarted` (a job parked as it ended: a new
+    chain started), or `dropped` (not the chain's probe)."""
 
     cluster: str
     action: str
@@ -67,6 +68,10 @@ def replan(store: JobItems, records: Iterable[StoredJob]) -> list[str]:
             store.replace_job_spec(record.replanned(), expected_hash=record.spec_hash)
             asked.append(record.key)
     return asked
+
+
+def _parked(store: ProbeItems, clusters: ClusterDirectory, cluster: str) -> list[StoredJob]:
+    return [r for r in store.list_running_jobs(cluster) if r.is_parked] if clusters.serves(cluster) else []
 
 
 def start_probing(store: ProbeChains, probes: ClusterProbes, cluster: str, *, own_name: str, now: float) -> bool:
@@ -93,10 +98,15 @@ def probe(store: ProbeItems, probing: Probing, message: ClusterProbe, *, now: fl
     could not be sent (the chain is left to this one, which comes again); `StoreError` from the table."""
     clusters, cluster = probing.clusters, message.cluster
     name = shown(cluster, clusters.own_name)
-    parked = [r for r in store.list_running_jobs(cluster) if r.is_parked] if clusters.serves(cluster) else []
+    parked = _parked(store, clusters, cluster)
     if not parked:
-        ended = store.pass_probe(name, message.chain, to=None)
-        return ProbeOutcome(cluster, "ended" if ended else "dropped")
+        if not store.pass_probe(name, message.chain, to=None):
+            return ProbeOutcome(cluster, "dropped")
+        # A job parked after the read above found this chain running, so started none: it starts one now.
+        if _parked(store, clusters, cluster):
+            start_probing(store, probing.probes(), cluster, own_name=clusters.own_name, now=now)
+            return ProbeOutcome(cluster, "restarted")
+        return ProbeOutcome(cluster, "ended")
     # The chain passes to the next probe before the cluster is called: a duplicate of this one stops here.
     token, delay = uuid.uuid4().hex, probe_delay()
     if not store.pass_probe(name, message.chain, to=token, due=now + delay):
@@ -110,7 +120,9 @@ def probe(store: ProbeItems, probing: Probing, message: ClusterProbe, *, now: fl
         record_health(store, clusters, [ClusterRun(cluster, now, error=why or None)])
     if not why:
         store.pass_probe(name, token, to=None)
-        asked = replan(store, parked)
+        # With those parked while it was called: their park found the chain running, so started none.
+        seen = {r.key for r in parked}
+        asked = replan(store, [*parked, *(r for r in _parked(store, clusters, cluster) if r.key not in seen)])
         log.info("cluster %s answers again: %d parked jobs asked to plan", name, len(asked))
         return ProbeOutcome(cluster, "answered", asked)
     try:
