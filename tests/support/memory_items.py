@@ -141,14 +141,14 @@ class MemoryRuleItems(TableItems):
 class MemoryCronJobItems(TableItems):
     """`CronJobItems`: the AdvancedCronJobs, each with its manifest and spec hash."""
 
-    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str:
+    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str, uid: str = "") -> str:
         current = self.table.get(f"CRON#{key}", "CRON")
         if current is not None and current.get("spec_hash") == spec_hash:
             return "unchanged"
         self.table.put(f"write cron job {key}", {"pk": f"CRON#{key}", "sk": "CRON", "kind": "cronjob",
                                                  "key": str(key), "spec": json.dumps(manifest, sort_keys=True),
                                                  "spec_hash": spec_hash,
-                                                 "uid": (current or {}).get("uid") or str(uuid.uuid4())})
+                                                 "uid": uid or (current or {}).get("uid") or str(uuid.uuid4())})
         return "configured" if current is not None else "created"
 
     @staticmethod

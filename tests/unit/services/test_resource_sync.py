@@ -273,8 +273,9 @@ def test_a_cron_job_resource_deleted_with_cascade_orphan_leaves_its_runs_running
     assert api.get("ImageListPullJob", run)["status"]["desired"] == 1
 
 
+@pytest.mark.parametrize("sync_between", [True, False], ids=["synced-between", "before-the-next-sync"])
 def test_a_cron_job_applied_again_after_a_cascade_orphan_delete_does_not_count_the_runs_left_running(
-        plane: ControlPlane, api: FakeResources) -> None:
+        plane: ControlPlane, api: FakeResources, sync_between: bool) -> None:
     from prewarm.services.cron_jobs import cron_runs, run_due
 
     # Given a Forbid cron job resource whose run was left running by a delete with --cascade=orphan
@@ -284,9 +285,11 @@ def test_a_cron_job_applied_again_after_a_cascade_orphan_delete_does_not_count_t
     orphan = run_due(plane.store, key, scheduled_at=60.0, now=61.0, objects=lambda: api).run
     api.delete_object(API, "advancedcronjobs", "nightly", "default")
     del api.objects[("imagelistpulljobs", "default", orphan)]["metadata"]["ownerReferences"]
-    sync_resources(plane.store, api, now=70.0)
-    # When a cron job of that name is applied again, and its first run is due
-    api.put("AdvancedCronJob", "nightly", cron_spec(concurrencyPolicy="Forbid"))
+    if sync_between:
+        sync_resources(plane.store, api, now=70.0)
+    # When a cron job of that name is applied again (a new object: a new uid, at the same generation), and
+    # its first run is due
+    api.put("AdvancedCronJob", "nightly", cron_spec(concurrencyPolicy="Forbid"), uid="uid-nightly-again")
     sync_resources(plane.store, api, now=80.0)
     assert cron_runs(plane.store, key, now=81.0) == []
     outcome = run_due(plane.store, key, scheduled_at=120.0, now=121.0, objects=lambda: api)

@@ -22,6 +22,7 @@ from prewarm.domain.rules import RULE_ANNOTATION
 __all__ = [
     "GENERATION_ANNOTATION",
     "RESOURCE_KINDS",
+    "RESOURCE_UID_ANNOTATION",
     "SOURCE_ANNOTATION",
     "STACK_KINDS",
     "Source",
@@ -29,6 +30,7 @@ __all__ = [
     "reserved_annotation_problems",
     "resource_generation",
     "resource_manifest",
+    "resource_uid",
     "source_of",
 ]
 
@@ -36,6 +38,9 @@ SOURCE_ANNOTATION = "prewarm.dev/source"
 # The resource's metadata.generation the stored job was applied from: spec changes bump it, status
 # writes do not, so an unchanged resource costs no table write.
 GENERATION_ANNOTATION = "prewarm.dev/resource-generation"
+# An AdvancedCronJob resource's `metadata.uid`: deleted and created again under its name (within a sync, at its
+# same generation), it is another cron job, whose runs are not those its namesake left running.
+RESOURCE_UID_ANNOTATION = "prewarm.dev/resource-uid"
 #: Resource kind → plural, in apply order (a list job's children are ImagePullJobs of its own).
 RESOURCE_KINDS = {"PrewarmRule": "prewarmrules", "WarmSnapshot": "warmsnapshots",
                   "ImageListPullJob": "imagelistpulljobs", "ImagePullJob": "imagepulljobs",
@@ -71,6 +76,11 @@ def resource_generation(manifest: Mapping[str, Any]) -> str:
     return str(((manifest.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION, ""))
 
 
+def resource_uid(manifest: Mapping[str, Any]) -> str:
+    """The uid of the cron job resource a stored manifest was applied from ("" for any other)."""
+    return str(((manifest.get("metadata") or {}).get("annotations") or {}).get(RESOURCE_UID_ANNOTATION, ""))
+
+
 def resource_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest to apply for a resource as the API returns it: its spec, name, namespace, labels and
     annotations, marked as the resource's; server fields and status left out."""
@@ -78,6 +88,8 @@ def resource_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
                    if k != "kubectl.kubernetes.io/last-applied-configuration"}
     annotations.update({SOURCE_ANNOTATION: Source.RESOURCE, GENERATION_ANNOTATION: str(meta.get("generation", ""))})
+    if obj.get("kind") == "AdvancedCronJob" and meta.get("uid"):
+        annotations[RESOURCE_UID_ANNOTATION] = str(meta["uid"])
     metadata: dict[str, Any] = {"name": meta.get("name", ""), "annotations": annotations}
     if meta.get("namespace"):
         metadata["namespace"] = meta["namespace"]
@@ -94,4 +106,4 @@ def reserved_annotation_problems(doc: Mapping[str, Any]) -> list[tuple[str, str]
     if not isinstance(annotations, Mapping):
         return []
     return [(f"metadata.annotations.{key}", "is set by the resource sync only: remove it")
-            for key in (SOURCE_ANNOTATION, GENERATION_ANNOTATION) if key in annotations]
+            for key in (SOURCE_ANNOTATION, GENERATION_ANNOTATION, RESOURCE_UID_ANNOTATION) if key in annotations]

@@ -34,7 +34,13 @@ from prewarm.domain.replication import replication_note
 from prewarm.domain.retry import retry_on_conflict
 from prewarm.domain.rules import PrewarmRule
 from prewarm.domain.snapshots import WarmSnapshot
-from prewarm.domain.sources import Source, SourceConflictError, reserved_annotation_problems, source_of
+from prewarm.domain.sources import (
+    Source,
+    SourceConflictError,
+    reserved_annotation_problems,
+    resource_uid,
+    source_of,
+)
 from prewarm.domain.status import (
     COMPLETED_MESSAGE,
     FailedImageStatus,
@@ -135,7 +141,7 @@ def apply_cron_job(store: ApplyItems, job: AdvancedCronJob, *, cluster: str = DE
         check_source("AdvancedCronJob", job.namespace, job.name, owner=source_of(current.manifest),
                      by=source_of(manifest))
     digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
-    outcome = store.put_cron_job(key, manifest, digest)
+    outcome = store.put_cron_job(key, manifest, digest, uid=resource_uid(manifest))
     return Applied("AdvancedCronJob", job.namespace, job.name, outcome, cluster=cluster)  # type: ignore[arg-type]
 
 

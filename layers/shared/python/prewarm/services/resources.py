@@ -35,6 +35,7 @@ from prewarm.domain.sources import (
     SourceConflictError,
     resource_generation,
     resource_manifest,
+    resource_uid,
     source_of,
 )
 from prewarm.domain.status import job_bytes
@@ -202,7 +203,8 @@ def _apply(store: ApplyItems, api: ResourceApi, kind: str, obj: Obj, current: Ob
     """Applies one resource unless its job holds its generation already; the problem when refused."""
     key, meta = _key(obj, cluster), obj["metadata"]
     if current is not None and source_of(current) is Source.RESOURCE and (
-            resource_generation(current) == str(meta.get("generation", ""))):
+            resource_generation(current) == str(meta.get("generation", ""))) and (
+            kind != "AdvancedCronJob" or resource_uid(current) == str(meta.get("uid", ""))):
         report.unchanged += 1
         return None
     if current is None and kind in ("ImagePullJob", "ImageListPullJob") and (obj.get("status") or {}).get(

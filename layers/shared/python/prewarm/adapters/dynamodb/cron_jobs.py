@@ -34,11 +34,13 @@ def cron_job_of_item(item: Mapping[str, Any] | None) -> StoredCronJob | None:
 class CronJobItems(Table):
     """The AdvancedCronJobs, each with its manifest and spec hash."""
 
-    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str) -> str:
-        """Writes a cron job; returns `created`, `configured` or `unchanged`, as kubectl says it."""
+    def put_cron_job(self, key: JobKey, manifest: dict[str, Any], spec_hash: str, uid: str = "") -> str:
+        """Writes a cron job; returns `created`, `configured` or `unchanged`, as kubectl says it. Its uid is
+        `uid` when given (a resource's), else the stored one's, else a new one."""
         return self._put_spec(f"cron job {key}", {"pk": cron_pk(key), "sk": CRON_SK, "kind": "cronjob",
                                                   "key": str(key), "spec": json.dumps(manifest, sort_keys=True),
-                                                  "uid": str(uuid.uuid4())}, spec_hash, keep=("uid",))
+                                                  "uid": uid or str(uuid.uuid4())}, spec_hash,
+                              keep=() if uid else ("uid",))
 
     def get_cron_job(self, key: JobKey) -> StoredCronJob | None:
         found = self._call("get cron job", "get_item", Key=self._key(cron_pk(key), CRON_SK), ConsistentRead=True)
