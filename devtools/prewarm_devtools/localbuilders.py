@@ -91,7 +91,7 @@ class LocalBuilders:
 
     def start(self, interval: float = 0.2) -> LocalBuilders:
         if self.layer is not None:
-            self.layer.ec2.snapshots_pending = True
+            self.layer.hold_snapshots(True)
 
         def run() -> None:
             while not self._stop.wait(interval):
@@ -106,7 +106,7 @@ class LocalBuilders:
 
     def stop(self) -> None:
         if self.layer is not None:
-            self.layer.ec2.snapshots_pending = False
+            self.layer.hold_snapshots(False)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)

@@ -46,7 +46,7 @@ from prewarm_devtools.aws_limits import patches
 from prewarm_devtools.aws_limits.authorization import AccessDeniedError, Authorization
 from prewarm_devtools.aws_limits.counting import CapacityKey, CapacityStats, KeyUsage, TokenBucket
 from prewarm_devtools.aws_limits.dynamodb import DynamoDBLimits, item_size, read_units, write_units
-from prewarm_devtools.aws_limits.ec2 import EC2State
+from prewarm_devtools.aws_limits.ec2 import EC2State, pending_snapshots
 from prewarm_devtools.aws_limits.ecr import ECRLimits
 from prewarm_devtools.aws_limits.eks import EKSLimits
 from prewarm_devtools.aws_limits.lambdas import LambdaFunctions
@@ -83,6 +83,14 @@ class AwsLimits:
         self.lambdas = LambdaFunctions()
         self.scheduler = SchedulerLimits()
         self.streams = StreamReaders(clock, self.quotas.stream_retention_s, self.quotas.shard_iterator_s)
+
+    def hold_snapshots(self, held: bool) -> None:
+        """New snapshots start `pending` (`held`), for local mode's builders, which complete each once its copy
+        is made (`ec2.finish_snapshot`). Its patch is put in place at the first hold only: a run that makes no
+        snapshot does not import moto's EC2 (the import alone shifts the timing `benchmarks/capacity.py` models)."""
+        if held:
+            patches.install_late(*pending_snapshots(active))
+        self.ec2.snapshots_pending = held
 
     def reset(self) -> None:
         """Forgets all state and counts, as moto forgets its resources on a reset."""

@@ -168,11 +168,11 @@ def launch_template_version(handler: Any) -> dict[str, Any] | None:
         "VersionDescription": version.description, "VersionNumber": version.number}}
 
 
-def snapshot_patches(current: Callable[[], Any]) -> list[tuple[Any, str, Any]]:
+def pending_snapshots(current: Callable[[], Any]) -> tuple[Any, str, Any]:
     """moto makes a snapshot `completed` at once; EBS keeps it `pending` while it copies the volume. With the
-    layer's `ec2.snapshots_pending` (local mode's builders, which copy each snapshot's volume and then mark
-    it completed, or `error`), a new snapshot starts `pending`, so nothing reads it as done before its copy
-    is made."""
+    layer's snapshots held (local mode's builders, which copy each snapshot's volume and then mark it
+    completed, or `error`), a new snapshot starts `pending`, so nothing reads it as done before its copy is
+    made."""
     from moto.ec2.models.elastic_block_store import EBSBackend
 
     original = EBSBackend.create_snapshot
@@ -184,11 +184,11 @@ def snapshot_patches(current: Callable[[], Any]) -> list[tuple[Any, str, Any]]:
             snapshot.status = "pending"
         return snapshot
 
-    return [(EBSBackend, "create_snapshot", create_snapshot)]
+    return EBSBackend, "create_snapshot", create_snapshot
 
 
 class EC2State:
-    """The layer's EC2 settings: whether new snapshots start `pending` (`snapshot_patches`)."""
+    """The layer's EC2 settings: whether new snapshots start `pending` (`AwsLimits.hold_snapshots`)."""
 
     def __init__(self) -> None:
         self.snapshots_pending = False

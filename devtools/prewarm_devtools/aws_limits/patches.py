@@ -35,7 +35,7 @@ def install(current: Callable[[], Any]) -> None:
     from moto.sqs.responses import SQSResponse
     from moto.sts.models import STSBackend
 
-    from prewarm_devtools.aws_limits import ec2, eks, lambdas, queues, scheduler
+    from prewarm_devtools.aws_limits import eks, lambdas, queues, scheduler
     from prewarm_devtools.aws_limits.tables import TABLES_ARE_NOT_COPIED, query_patches
 
     with _lock:
@@ -71,12 +71,18 @@ def install(current: Callable[[], Any]) -> None:
         for owner, name, value in lambdas.patches(current):
             _replace(owner, name, value)
         _replace(STSBackend, "assume_role", _session_keys(STSBackend.assume_role, current))
-        for owner, name, value in ec2.snapshot_patches(current):
-            _replace(owner, name, value)
         # Every service's requests pass IAM first, as on AWS, before any of the checks above.
         _replace(BaseResponse, "call_action", _authorized(BaseResponse.call_action, current))
         reset = BackendDict.__dict__["reset"].__func__
         _replace(BackendDict, "reset", classmethod(_resetting(reset, current)))
+
+
+def install_late(owner: Any, name: str, value: Any) -> None:
+    """One more patch, put in place while the others are (and taken out with them): for what only some runs
+    need, whose moto module costs every other run its import (EC2's, for local mode's builders)."""
+    with _lock:
+        if _originals and not any(o is owner and n == name for o, n, _ in _originals):
+            _replace(owner, name, value)
 
 
 def uninstall() -> None:

@@ -359,7 +359,8 @@ def test_with_local_builders_a_snapshot_is_pending_until_its_copy_is_made(monkey
     layer = aws_limits.active()
     if layer is None:
         pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS)")
-    monkeypatch.setattr(layer.ec2, "snapshots_pending", True)
+    monkeypatch.setattr(layer.ec2, "snapshots_pending", layer.ec2.snapshots_pending)  # as it was, after the test
+    layer.hold_snapshots(True)
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
         volume = ec2.create_volume(AvailabilityZone="us-west-2a", Size=8)["VolumeId"]

@@ -30,26 +30,24 @@ PLAN_CALL_SECONDS = 60.0
 
 
 class InvocationDeadline:
-    """Until when the calls of one invocation may run; `begin` starts an invocation's. A thread that began its
-    own (a plan, side by side with the others of its stream batch) keeps it; the threads an invocation fans
-    out to (the status path's clusters, side by side) share the last one begun."""
+    """Until when the calls of one invocation may run; `begin` starts an invocation's. One deadline serves the
+    threads of an invocation (the status path's clusters, a stream batch's plans side by side): a plan that
+    begins renews it for the plans already running, whose every request still has its own timeouts."""
 
     def __init__(self, most: float = STATUS_CALL_SECONDS, reserve: float = STATUS_RESERVE_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._most, self._reserve, self._clock = most, reserve, clock
         self._until: float | None = None
-        self._own = threading.local()
 
     def begin(self, time_left: Callable[[], float] | None = None) -> None:
         """An invocation starts: `time_left()` is the seconds it has (Lambda's remaining time), None: no
         limit but `most`."""
         seconds = self._most if time_left is None else min(self._most, time_left() - self._reserve)
-        self._until = self._own.until = self._clock() + max(0.0, seconds)
+        self._until = self._clock() + max(0.0, seconds)
 
     def left(self) -> float | None:
         """Seconds left for calls; None before any invocation began."""
-        until = getattr(self._own, "until", self._until)
-        return None if until is None else until - self._clock()
+        return None if self._until is None else self._until - self._clock()
 
 
 class CircuitBreakers:
