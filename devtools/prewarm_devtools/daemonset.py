@@ -192,29 +192,19 @@ class AgentDaemonSet:
         self.name = name
         self.clock = clock
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker: Any = None
 
     def start(self, interval: float = 1.0) -> AgentDaemonSet:
+        from prewarm_devtools.node.process import Ticker
+
         self.reconcile()
-        self._stop.clear()
-
-        def loop() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    self.reconcile()
-                except Exception:  # keep playing the controller; the next tick tries again
-                    log.exception("agent DaemonSet")
-
-        self._thread = threading.Thread(target=loop, name="prewarm-local-daemonset", daemon=True)
-        self._thread.start()
+        self._ticker = Ticker("prewarm-local-daemonset", self.reconcile, interval).start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
 
     def reconcile(self) -> None:
         from prewarm_devtools.kubeapi.errors import StatusError

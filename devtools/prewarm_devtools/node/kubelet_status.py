@@ -11,11 +11,11 @@ most (`nodeStatusMaxImages`). The control plane reads a node's digests there (`p
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from prewarm_agent.cri.client import ImageInfo
+from prewarm_devtools.node.process import Ticker
 
 log = logging.getLogger(__name__)
 
@@ -51,30 +51,23 @@ class LocalKubelets:
         self._cache_seconds, self._status_seconds = cache_seconds, status_seconds
         # By node: its API server and its name (names repeat across local mode's clusters).
         self._cache: dict[tuple[int, str], list[dict[str, Any]]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticks = 0
+        self._ticker = Ticker("local-kubelets", self._tick, status_seconds)
 
     def start(self) -> LocalKubelets:
-        self._thread = threading.Thread(target=self._run, name="local-kubelets", daemon=True)
-        self._thread.start()
+        self._tick()
+        self._ticker.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._ticker.stop()
 
-    def _run(self) -> None:
-        cached_at = float("-inf")
-        elapsed = 0.0
-        while not self._stop.is_set():
-            if elapsed - cached_at >= self._cache_seconds:
-                self.refresh_cache()
-                cached_at = elapsed
-            self.update_statuses()
-            self._stop.wait(self._status_seconds)
-            elapsed += self._status_seconds
+    def _tick(self) -> None:
+        """The image cache every `cache_seconds` (from the first tick), the statuses every tick."""
+        if self._ticks % max(1, round(self._cache_seconds / self._status_seconds)) == 0:
+            self.refresh_cache()
+        self._ticks += 1
+        self.update_statuses()
 
     def refresh_cache(self) -> None:
         """The image manager's pass: each node's images from its containerd (a node gone is forgotten)."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -273,3 +275,33 @@ class DaemonBacked:
     def last_exit(self) -> ProcessExit | None:
         """How its last run ended (None while it runs)."""
         return self._daemon.last_exit
+
+
+class Ticker:
+    """Calls `tick()` every `interval` seconds on a daemon thread of its own until `stop`; a tick that raises is
+    logged and the next one comes (a controller or kubelet local mode plays keeps playing)."""
+
+    def __init__(self, name: str, tick: Callable[[], None], interval: float) -> None:
+        self.name, self._tick, self._interval = name, tick, interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Ticker:
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(self._interval):
+                try:
+                    self._tick()
+                except Exception:  # the next tick tries again
+                    logging.getLogger(__name__).exception("%s", self.name)
+
+        self._thread = threading.Thread(target=loop, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
