@@ -9,6 +9,7 @@ downloads, which the CRI does not report: that is the live progress of a pull.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -135,22 +136,29 @@ def _call_error(
     timeout: float | None,
     image: str = "",
     pull: bool = False,
+    deadline_passed: bool = False,
 ) -> CriError:
-    """The typed error for a failed call; ``pull`` selects the pull-specific kinds."""
+    """The typed error for a failed call; ``pull`` selects the pull-specific kinds.
+
+    ``deadline_passed``: the call's own deadline had passed when it failed. The runtime enforces the
+    deadline it was sent too, and when its timer fires before ours it resets the stream (HTTP/2
+    RST_STREAM CANCEL), which reaches us as CANCELLED "Stream removed", not DEADLINE_EXCEEDED.
+    """
     code, details = _status_of(err)
     code_name = code.name if code is not None else ""
     kind: type[CriError] = ImagePullError if pull else CriError
     message = f"{action} failed ({code_name}): {details}"
+    cancelled = code is grpc.StatusCode.CANCELLED
     if code is grpc.StatusCode.UNAVAILABLE:
         kind = CriUnavailableError
         message = f"container runtime socket {socket_path} is unavailable while {action}: {details}"
-    elif code is grpc.StatusCode.DEADLINE_EXCEEDED:
+    elif pull and cancelled and _RUNTIME_CANCEL in details:
+        kind, message = PullStalledError, f"{details} ({STALLED_HINT})"
+    elif code is grpc.StatusCode.DEADLINE_EXCEEDED or (cancelled and deadline_passed):
         limit = f"{timeout:g}s" if timeout is not None else "its"
         kind = PullTimeoutError if pull else CriUnavailableError
         message = f"{action} did not finish within {limit} deadline ({socket_path}): {details}"
-    elif pull and code is grpc.StatusCode.CANCELLED and _RUNTIME_CANCEL in details:
-        kind, message = PullStalledError, f"{details} ({STALLED_HINT})"
-    elif pull and code is grpc.StatusCode.CANCELLED:
+    elif pull and cancelled:
         kind, message = PullCancelledError, f"{action} was cancelled"
     elif pull:
         message = f"{action} failed: {details}"
@@ -174,11 +182,24 @@ class PullHandle:
     connections to the registry close); ``result()`` waits for the image reference.
     """
 
-    def __init__(self, image: str, future: grpc.Future, *, socket_path: str, timeout: float | None) -> None:
+    def __init__(
+        self,
+        image: str,
+        future: grpc.Future,
+        *,
+        socket_path: str,
+        timeout: float | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.image = image
         self.timeout = timeout
         self._future = future
         self._socket_path = socket_path
+        self._clock = clock
+        self._started = clock()
+
+    def _deadline_passed(self) -> bool:
+        return self.timeout is not None and self._clock() - self._started >= self.timeout
 
     def cancel(self) -> bool:
         """Cancel the pull; returns False when it had already finished."""
@@ -213,6 +234,7 @@ class PullHandle:
                 timeout=self.timeout,
                 image=self.image,
                 pull=True,
+                deadline_passed=self._deadline_passed(),
             ) from err
         return str(response.image_ref)
 

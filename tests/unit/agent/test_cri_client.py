@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, filesystem_usage_percent
+from prewarm_agent.cri.client import ContentStatusReader, CriImageClient, PullHandle, filesystem_usage_percent
 from prewarm_agent.cri.errors import (
     CriError,
     CriUnavailableError,
@@ -193,6 +193,45 @@ def test_a_pull_past_its_deadline_is_a_timeout(runtime: Runtime) -> None:
     assert "0.3s" in str(caught.value)
     assert caught.value.code == "DEADLINE_EXCEEDED"
     assert images.slow_pull_ended.wait(timeout=5)
+
+
+class _ResetStream(grpc.RpcError):
+    """What gRPC raises when the peer resets the stream: CANCELLED, "Stream removed"."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.CANCELLED
+
+    def details(self) -> str:
+        return "Stream removed"
+
+
+class _FailedFuture:
+    def result(self, timeout: float | None = None) -> None:
+        raise _ResetStream()
+
+
+def _reset_pull(*, elapsed: float, timeout: float | None) -> PullHandle:
+    ticks = iter([100.0, 100.0 + elapsed])
+    return PullHandle(
+        "r/app:v1", _FailedFuture(), socket_path="cri.sock", timeout=timeout, clock=lambda: next(ticks)
+    )  # type: ignore[arg-type]
+
+
+def test_a_stream_the_runtime_reset_once_the_deadline_passed_is_a_timeout() -> None:
+    # Given a pull whose 1.5 s deadline passed; containerd's timer fired before ours and reset the stream
+    handle = _reset_pull(elapsed=1.6, timeout=1.5)
+
+    # Then it is the pull's timeout, not a cancel nobody asked for
+    with pytest.raises(PullTimeoutError) as caught:
+        handle.result(timeout=5)
+    assert "1.5s deadline" in str(caught.value)
+    assert caught.value.code == "CANCELLED"
+
+
+@pytest.mark.parametrize(("elapsed", "timeout"), [(0.5, 1.5), (30.0, None)])
+def test_a_stream_reset_before_the_deadline_stays_a_cancel(elapsed: float, timeout: float | None) -> None:
+    with pytest.raises(PullCancelledError):
+        _reset_pull(elapsed=elapsed, timeout=timeout).result(timeout=5)
 
 
 def test_image_status_is_none_for_an_absent_image(runtime: Runtime) -> None:
