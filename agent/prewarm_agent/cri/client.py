@@ -274,11 +274,17 @@ class CriImageClient(_SocketClient):
         self._runtime = cri_grpc.RuntimeServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     def _call(self, method: Any, request: Any, action: str, image: str = "") -> Any:
+        started = time.monotonic()
         try:
             return method(request, timeout=self.timeout)
         except grpc.RpcError as err:
             raise _call_error(
-                err, socket_path=self.socket_path, action=action, timeout=self.timeout, image=image
+                err,
+                socket_path=self.socket_path,
+                action=action,
+                timeout=self.timeout,
+                image=image,
+                deadline_passed=time.monotonic() - started >= self.timeout,
             ) from err
 
     def version(self) -> RuntimeVersion:
