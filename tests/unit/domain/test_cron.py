@@ -3,7 +3,8 @@ EventBridge Scheduler expressions that run them."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -18,6 +19,49 @@ def at(text: str, zone: str = "UTC") -> float:
 def iso(epoch: float | None, zone: str = "UTC") -> str:
     assert epoch is not None
     return datetime.fromtimestamp(epoch, ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %a")
+
+
+# Scheduler's cron table ("Schedule types on EventBridge Scheduler"): each field's values and the wildcards it
+# takes (L, W and # left out: never written). Read independently of the code under test.
+SCHEDULER_FIELDS = ((0, 59, ",-*/"), (0, 23, ",-*/"), (1, 31, ",-*?/"), (1, 12, ",-*/"), (1, 7, ",-*?"))
+
+
+def scheduler_values(text: str, low: int, high: int, wildcards: str) -> set[int]:
+    assert not set(re.sub("[0-9]", "", text)) - set(wildcards), f"{text!r}: the field takes only {wildcards}"
+    values: set[int] = set()
+    for term in text.split(","):
+        span, slash, step = term.partition("/")
+        first, dash, last = span.partition("-")
+        start = low if first in ("*", "?") else int(first)
+        end = int(last) if dash else high if slash or first in ("*", "?") else start
+        values.update(range(start, end + 1, int(step) if slash else 1))
+    assert values and values <= set(range(low, high + 1)), f"{text!r} is outside {low}-{high}"
+    return values
+
+
+def scheduler_fires(expressions: list[str], start: datetime, days: int) -> list[datetime]:
+    """When Scheduler fires these UTC expressions together in `days` days from `start`, as its table reads."""
+    fires: set[datetime] = set()
+    for expression in expressions:
+        fields = re.fullmatch(r"cron\((\S+) (\S+) (\S+) (\S+) (\S+) \*\)", expression)
+        assert fields is not None, expression
+        assert (fields[3] == "?") != (fields[5] == "?"), f"{expression}: one day field must be ?"
+        minutes, hours, days_of_month, months, weekdays = (
+            scheduler_values(text, *field) for text, field in zip(fields.groups(), SCHEDULER_FIELDS, strict=True))
+        for n in range(days):
+            day = start + timedelta(days=n)
+            if day.day in days_of_month and day.month in months and day.isoweekday() % 7 + 1 in weekdays:
+                fires.update(day.replace(hour=hour, minute=minute) for hour in hours for minute in minutes)
+    return sorted(fires)
+
+
+def kubernetes_fires(schedule: CronSchedule, start: datetime, days: int) -> list[datetime]:
+    fires: list[datetime] = []
+    after, end = start.timestamp() - 1, (start + timedelta(days=days)).timestamp()
+    while (following := schedule.next_after(after)) is not None and following < end:
+        fires.append(datetime.fromtimestamp(following, UTC))
+        after = following
+    return fires
 
 
 @pytest.mark.parametrize(("schedule", "expressions"), [
@@ -42,6 +86,34 @@ def iso(epoch: float | None, zone: str = "UTC") -> str:
 ])
 def test_kruise_schedules_become_scheduler_expressions(schedule: str, expressions: list[str]) -> None:
     assert CronSchedule.parse(schedule).scheduler_expressions() == expressions
+    if expressions[0].startswith("cron("):  # and each field within Scheduler's table
+        scheduler_fires(expressions, datetime(2026, 11, 28, tzinfo=UTC), 1)
+
+
+@pytest.mark.parametrize(("schedule", "expressions"), [
+    ("0 9 * * MON,WED,FRI", ["cron(0 9 ? * 2,4,6 *)"]),
+    ("0 0 * * */2", ["cron(0 0 ? * 1,3,5,7 *)"]),
+    ("0 0 * * 1-5", ["cron(0 0 ? * 2-6 *)"]),
+    ("0 0 * * SUN,SAT", ["cron(0 0 ? * 1,7 *)"]),
+    ("30 6 * * 2/3", ["cron(30 6 ? * 3,6 *)"]),  # Tuesday and Friday
+    ("0 12 1 * */2", ["cron(0 12 1 * ? *)", "cron(0 12 ? * 1,3,5,7 *)"]),
+    ("0 0 */2 * *", ["cron(0 0 1/2 * ? *)"]),  # day-of-month takes a step
+    ("0 0 * JAN,jul sun", ["cron(0 0 ? 1/6 1 *)"]),
+])
+def test_scheduler_expressions_take_only_each_fields_wildcards_and_fire_as_kubernetes_does(
+        schedule: str, expressions: list[str]) -> None:
+    parsed = CronSchedule.parse(schedule)
+    assert parsed.scheduler_expressions() == expressions
+    start = datetime(2026, 11, 28, tzinfo=UTC)
+    assert scheduler_fires(expressions, start, 400) == kubernetes_fires(parsed, start, 400)
+
+
+def test_every_set_of_weekdays_fires_on_those_days_with_no_step_in_day_of_week() -> None:
+    start = datetime(2026, 11, 28, tzinfo=UTC)
+    for mask in range(1, 128):
+        schedule = CronSchedule.parse("0 0 * * " + ",".join(str(day) for day in range(7) if mask >> day & 1))
+        expressions = schedule.scheduler_expressions()
+        assert scheduler_fires(expressions, start, 14) == kubernetes_fires(schedule, start, 14), expressions
 
 
 @pytest.mark.parametrize(("schedule", "message"), [

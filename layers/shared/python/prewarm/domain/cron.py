@@ -6,8 +6,9 @@ month, day of week; names such as `MON` and `JAN`; `*`, `?`, ranges, lists and `
 when both day fields are restricted a day matches either (`0 0 1 * MON`: the 1st and every Monday).
 
 EventBridge Scheduler takes `cron(min hour day-of-month month day-of-week year)`, where one day field
-must be `?` and Sunday is 1, or `rate(N minutes)`. So a schedule restricting both day fields becomes two
-expressions (one per day field), and `@every` must be whole minutes, EventBridge's finest rate.
+must be `?`, Sunday is 1 and day-of-week takes no `/` step, or `rate(N minutes)`. So a schedule
+restricting both day fields becomes two expressions (one per day field), a day-of-week step becomes a list,
+and `@every` must be whole minutes, EventBridge's finest rate.
 
 >>> CronSchedule.parse("*/15 9-17 * * MON-FRI").scheduler_expressions()
 ['cron(0/15 9-17 ? * 2-6 *)']
@@ -235,7 +236,8 @@ class CronSchedule:
         minute, hour, month = _scheduler_field(self.minutes, _MINUTE), _scheduler_field(self.hours, _HOUR), \
             _scheduler_field(self.months, _MONTH)
         days = _scheduler_field(self.days, _DOM)
-        weekdays = _scheduler_field(frozenset(day + 1 for day in self.weekdays), _Field("", 1, 7))
+        # Scheduler's day-of-week takes no `/` (its cron table: `, - * ? L #`), so no steps there
+        weekdays = _scheduler_field(frozenset(day + 1 for day in self.weekdays), _Field("", 1, 7), steps=False)
         if self.weekdays_star:
             pairs = [(days, "?")]  # robfig ANDs the day fields when one is a star: the other one decides
         elif self.days_star:
@@ -251,8 +253,9 @@ class CronSchedule:
         return expressions
 
 
-def _scheduler_field(values: frozenset[int], field: _Field) -> str:
-    """A field's values in Scheduler's grammar: `*`, `start/step` to the field's end, a range, or a list."""
+def _scheduler_field(values: frozenset[int], field: _Field, steps: bool = True) -> str:
+    """A field's values in Scheduler's grammar: `*`, a range, `start/step` to the field's end (if `steps`),
+    or a list."""
     ordered = sorted(values)
     if ordered == list(range(field.low, field.high + 1)):
         return "*"
@@ -262,6 +265,6 @@ def _scheduler_field(values: frozenset[int], field: _Field) -> str:
     if ordered == list(range(ordered[0], ordered[-1] + 1, step)):
         if step == 1:
             return f"{ordered[0]}-{ordered[-1]}"
-        if ordered[-1] + step > field.high:
+        if steps and ordered[-1] + step > field.high:
             return f"{ordered[0]}/{step}"
     return ",".join(str(value) for value in ordered)
