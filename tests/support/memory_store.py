@@ -121,7 +121,7 @@ def _job_item(job: StoredJob) -> dict[str, Any]:
         "awaits_replica": job.awaits_replica or None,
         "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
         "budget_note": job.budget_note or None,
-        "earlier": job.earlier.to_json() if job.earlier else None,
+        "earlier": job.earlier.to_json() if job.earlier else None, "pinned_until": job.pinned_until,
         RUNNING: _running(job.cluster) if _runs(job) else None, IMAGES_KEY: _images(job),
         "cluster": job.cluster or None,
     }
@@ -159,6 +159,7 @@ def _job(values: Mapping[str, Any]) -> StoredJob:
             warm_digest=values.get("warm_digest", ""), warm_bytes=values.get("warm_bytes"),
             budget_note=values.get("budget_note", ""),
         earlier=EarlierImage.from_json(values.get("earlier")),
+        pinned_until=int(values["pinned_until"]) if values.get("pinned_until") is not None else None,
         cluster=values.get("cluster", DEFAULT_CLUSTER),
     )
 
@@ -213,7 +214,7 @@ class MemoryJobItems(TableItems):
             "completion_time": job.completion_time, "message": job.message, "ttl": job.ttl,
             "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
             "budget_note": job.budget_note or None,
-            "earlier": job.earlier.to_json() if job.earlier else None,
+            "earlier": job.earlier.to_json() if job.earlier else None, "pinned_until": job.pinned_until,
             RUNNING: _running(job.cluster) if _runs(job) else None, IMAGES_KEY: _images(job),
         }
         self.table.update(f"update job {job.key}", job_pk(job.key), "JOB", fields,

@@ -147,12 +147,14 @@ def test_a_job_created_twice_is_refused(store: Store) -> None:
 def test_a_spec_is_replaced_only_over_the_hash_expected(store: Store) -> None:
     store.create_job(job())
     new = job(manifest={"spec": {"image": "r.example/app:v2"}}, spec_hash="h2", generation=2, round=1,
-              state=JobState.RUNNING, message="", earlier=EarlierImage(0, "r.example/app:v1", pinned=True))
+              state=JobState.RUNNING, message="", earlier=EarlierImage(0, "r.example/app:v1", pinned=True),
+              pinned_until=0)
     assert refusal(lambda: store.replace_job_spec(new, expected_hash="stale")) == "StoreConflictError"
     store.replace_job_spec(new, expected_hash="h1")
     got = store.get_job(KEY)
-    assert got is not None and (got.spec_hash, got.generation, got.round, got.manifest, got.earlier) == (
-        "h2", 2, 1, {"spec": {"image": "r.example/app:v2"}}, new.earlier)
+    assert got is not None and (got.spec_hash, got.generation, got.round, got.manifest, got.earlier,
+                                got.pinned_until) == ("h2", 2, 1, {"spec": {"image": "r.example/app:v2"}},
+                                                      new.earlier, 0)
     assert refusal(lambda: store.replace_job_spec(job("other"), expected_hash="h1")) == "StoreConflictError"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from prewarm.domain.job import UNPLANNED_RETRIGGER_SECONDS, ApiKind, EarlierImage, JobRound, StoredJob
-from prewarm.domain.jobs import CompletionType, JobState
+from prewarm.domain.jobs import PIN_ANNOTATION, CompletionType, JobState
 from prewarm.domain.placement import Platform
 from prewarm.domain.sources import SOURCE_ANNOTATION, Source
 from prewarm.domain.status import COMPLETED_MESSAGE, Counters, NodeTaskRecord
@@ -450,3 +450,23 @@ def test_a_new_job_has_no_seeds_and_no_first_estimate_until_its_plan_and_progres
     job = pull_job(planned=False)
     assert (job.seeds, job.first_estimate) == ([], "")
     assert not job.seeds and not job.first_estimate
+
+
+def pinned(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {**manifest, "metadata": {**manifest["metadata"], "annotations": {PIN_ANNOTATION: "true"}}}
+
+
+def test_a_dropped_pin_is_remembered_for_the_round_whose_tasks_went_out_pinned() -> None:
+    job = pull_job(manifest=pinned(pull_manifest()), round=2)
+    # A pin dropped from a planned round: that round's pulls may still pin
+    dropped = job.respecified(pull_manifest(), "h2", now=T0, platforms=None)
+    assert dropped.pinned_until == 2 and dropped.pinned_in(2) and not dropped.image_of_round(2).pinned
+    # kept through later changes, and through a new round (its node items are of the new round: not pinned)
+    later = replace(dropped, planned=dropped.plan_id).respecified(pull_manifest(imagePullPolicy="Always"), "h3",
+                                                                   now=T0, platforms=None)
+    assert later.pinned_until == 2 and later.round == 3 and not later.pinned_in(3)
+    # the pin applied again: the spec pins, nothing to remember
+    assert dropped.respecified(pinned(pull_manifest()), "h4", now=T0, platforms=None).pinned_until is None
+    # a round never planned sent no pinned task
+    unplanned = pull_job(manifest=pinned(pull_manifest()), planned=False)
+    assert unplanned.respecified(pull_manifest(), "h2", now=T0, platforms=None).pinned_until is None

@@ -10,7 +10,7 @@ from typing import Any
 from prewarm.domain.jobs import PIN_ANNOTATION, job_key
 from prewarm.domain.lifecycle import pin_dropped
 from prewarm.domain.messages import PullTask, ReleaseImage
-from prewarm.services.jobs import apply_manifest
+from prewarm.services.jobs import apply_manifest, request_deletion
 from prewarm.services.lifecycle import release_pin
 from prewarm.services.resources import sync_resources
 from tests.support.cluster import make_node
@@ -243,3 +243,34 @@ def test_only_a_removed_pin_of_the_same_planned_image_is_a_dropped_pin(plane: Co
     assert not pin_dropped(other_image, pinned)
     assert not pin_dropped(replace(pinned, manifest=job("web", V1, NODES[:1], pin=False)), unplanned)
     assert not pin_dropped(pinned, pinned) and not pin_dropped(pinned, None)
+
+
+def test_a_pull_that_pins_after_the_pin_was_dropped_is_unpinned_when_it_ends_and_at_the_jobs_end(
+        plane: ControlPlane) -> None:
+    plane.cluster.nodes += [make_node(n) for n in NODES]
+    # Given a pinned job of v1 whose pull succeeded on node-a and still runs on node-b (its task says pin)
+    apply_manifest(plane.store, job("web", V1, NODES), now=plane.now())
+    plane.plan("web", remove_after=GRACE)
+    assert all(m.pin for n in NODES for m in plane.node_messages(n) if isinstance(m, PullTask))
+    plane.report("web", "node-a", "Succeeded", image_id=V1_ID)
+    plane.report("web", "node-b", "Pulling")
+    before = plane.store.get_job(job_key("default", "web"))
+
+    # When it is applied again without its pin: node-a unpins at once, node-b has nothing pinned yet
+    apply_manifest(plane.store, job("web", V1, NODES, pin=False), now=plane.now())
+    assert before is not None and release_pin(plane.store, plane.queues, before) == 1
+    assert released(plane, NODES) == {"node-a": [(V1, True, None)]}
+
+    # Then node-b, whose pull pinned v1 as it ended, is told to unpin it (and keep it) on its Succeeded
+    plane.report("web", "node-b", "Succeeded", image_id=V1_ID)
+    assert released(plane, NODES) == {"node-b": [(V1, True, None)]}
+    # ... and a later report of the round sends nothing again
+    plane.report("web", "node-a", "Succeeded", image_id=V1_ID)
+    assert released(plane, NODES) == {}
+
+    # And at the job's end both nodes are told to unpin once more (a lost message unpins there at the latest)
+    record = plane.store.get_job(job_key("default", "web"))
+    assert record is not None and record.pinned_until == before.round
+    request_deletion(plane.store, "default", "web", now=plane.now())
+    plane.finish_deletions()
+    assert released(plane, NODES) == {n: [(V1, True, None)] for n in NODES}

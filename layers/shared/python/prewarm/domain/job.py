@@ -123,6 +123,9 @@ class StoredJob:
     budget_note: str = ""
     # The image of the round its node items are of, when a new spec changed the image (None: the same).
     earlier: EarlierImage | None = None
+    # The last round whose tasks went out pinned before a new spec dropped the pin (None: none): a pull of
+    # that round still running pins the image as it ends, so its node is told to unpin then (and at the end).
+    pinned_until: int | None = None
 
     # --- identity and plan ------------------------------------------------------------------
 
@@ -404,6 +407,7 @@ class StoredJob:
             layers=self.layers if layers is None else layers,
             earlier=self._earlier_image(changed=new_round and self.image != _pull_part(manifest)["image"]),
         )
+        changed = replace(changed, pinned_until=self._pinned_until(changed))
         if not self.state.is_finished:
             return changed
         return replace(
@@ -418,6 +422,18 @@ class StoredJob:
         if changed and self.is_pull_job and self.round_is_planned:
             return EarlierImage(self.round, self.pull_reference, self.pull_job.pin)
         return self.earlier
+
+    def _pinned_until(self, changed: StoredJob) -> int | None:
+        """`pinned_until` under the new spec `changed`: this round, when it drops a pin a plan sent out."""
+        dropping = self.is_pull_job and self.pull_job.pin and self.round_is_planned
+        if (not dropping and self.pinned_until is None) or changed.pull_job.pin:
+            return None
+        return self.round if dropping else self.pinned_until
+
+    def pinned_in(self, round_: int) -> bool:
+        """Whether node items of `round_` may hold the image pinned by this job: its image of that round was
+        pinned, or a pin dropped since went out with that round's tasks (`pinned_until`)."""
+        return self.image_of_round(round_).pinned or (self.pinned_until is not None and round_ <= self.pinned_until)
 
     def image_of_round(self, round_: int) -> EarlierImage:
         """The image the node items of `round_` pulled: the current spec's, or an earlier round's."""

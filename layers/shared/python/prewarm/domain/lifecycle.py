@@ -10,7 +10,9 @@
 - **Removal on the node** (`removal_refusal`): only an image the agent pulled itself, every name of which
   it pulled, none of which Prewarm still wants, and that no container on the node uses.
 - **A pin removed** (`pin_dropped`): a job whose new spec no longer pins its image unpins it on its nodes
-  (unless another live pinned job wants it there) and keeps it: the job still wants it.
+  (unless another live pinned job wants it there) and keeps it: the job still wants it. A pull the pinned
+  spec sent that ends later pins the image as it ends: its node is told to unpin on its `Succeeded`, and
+  again at the job's end (`StoredJob.pinned_until`).
 - **Superseded digests** (`superseded`): a rule's `keepDigests` earlier digests of a tag stay; the jobs of
   older ones are deleted at the next push, which releases their images as above.
 """
@@ -84,7 +86,7 @@ def releases(ended: StoredJob, tasks: Iterable[NodeTaskRecord], still_wanted: Ma
         pulled = ended.image_of_round(task.round)  # an earlier round's node items hold its own image
         mine = NodeImage(task.node, pulled.reference, task.image_id)
         same = [other for other in still_wanted.get(task.node, ()) if _same_image(mine, other)]
-        unpin = pulled.pinned and not any(other.pinned for other in same)
+        unpin = ended.pinned_in(task.round) and not any(other.pinned for other in same)
         remove = remove_after is not None and not same
         if unpin or remove:
             out.append(ReleaseImage(node=task.node, job=ended.key, image=pulled.reference, cluster=ended.cluster,

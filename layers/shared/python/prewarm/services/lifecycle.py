@@ -5,7 +5,8 @@ Run where a job's node items are about to go and are still there to say which no
 `complete_deletion` (the stream's delete, and the sweep's for deletions the stream left), the sweep's expiry
 of a finished job past its TTL, the plan of a new round whose image changed (`release_earlier_round`),
 whose node items replace the earlier round's, a plan whose selection dropped nodes
-(`release_dropped_nodes`), and a new spec that no longer pins its image (`release_pin`: unpin only).
+(`release_dropped_nodes`), a new spec that no longer pins its image (`release_pin`: unpin only), and the
+reports of pulls that pinned after that (`unpin_late_pulls`).
 """
 
 from __future__ import annotations
@@ -82,6 +83,20 @@ def release_pin(store: PlanItems, queues: TaskQueues, before: StoredJob) -> int:
     return release_images(store, queues, before, remove_after=None)
 
 
+def unpin_late_pulls(store: PlanItems, queues: TaskQueues, record: StoredJob, nodes: Collection[str]) -> int:
+    """`nodes` just reported `Succeeded` for a round of `record` whose tasks went out pinned before its pin
+    was dropped (`pinned_until`): each pinned the image as its pull ended, so it is told to unpin it unless
+    another live pinned job wants it there, and to keep it (the job still wants it). How many were told."""
+    if record.pinned_until is None or not record.is_pull_job or record.pull_job.pin or not nodes:
+        return 0
+    tasks = [t for t in store.get_tasks_of(record.ref, nodes).values() if t.round <= record.pinned_until]
+    sent = _release_on(store, queues, record, tasks, lambda wanted: releases(record, tasks, wanted))
+    if sent:
+        log.info("job %s: %s unpinned on %d nodes whose pinned pull ended after the pin was dropped",
+                 record.key, record.pull_reference, sent)
+    return sent
+
+
 def _release_on(store: PlanItems, queues: TaskQueues, record: StoredJob, tasks: Sequence[NodeTaskRecord],
                 messages_for: Callable[[dict[str, list[NodeImage]]], list[ReleaseImage]]) -> int:
     """Sends `messages_for(what the other live jobs want on the nodes of `tasks` where the pull succeeded)`;
@@ -95,7 +110,8 @@ def _release_on(store: PlanItems, queues: TaskQueues, record: StoredJob, tasks: 
 
 
 def _pins(record: StoredJob) -> bool:
-    return record.pull_job.pin or (record.earlier is not None and record.earlier.pinned)
+    return record.pull_job.pin or record.pinned_until is not None or (
+        record.earlier is not None and record.earlier.pinned)
 
 
 def _send(queues: TaskQueues, messages: Sequence[ReleaseImage]) -> None:

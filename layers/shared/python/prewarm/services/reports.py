@@ -30,6 +30,7 @@ from prewarm.domain.status import NodeChange, NodeTaskRecord, NodeUpdate, applie
 from prewarm.services.boot import judge_boots, record_boots
 from prewarm.services.dispatch import add_nodes_to_job, fill_slots, finish_if_done, resend_to_nodes
 from prewarm.services.eta import keep_first_estimate
+from prewarm.services.lifecycle import unpin_late_pulls
 from prewarm.services.node_facts import sets_node_facts
 from prewarm.services.node_queues import provide_queues
 from prewarm.services.ports import (
@@ -185,6 +186,7 @@ class _JobBatch:
                         False, f"node {self.reports[i].node} kept changing", retry=True
                     )
         self._first_estimate()
+        self._unpin_late_pulls()
         if self.freed or self.redelivered_final:
             # Once per job per batch, and also when a redelivery finds the work written by a run that
             # crashed before refilling: finish what that run started.
@@ -212,6 +214,19 @@ class _JobBatch:
             keep_first_estimate(self.store, record, now=self.now)
         except StoreError as e:  # only `describe`'s estimate at start is missed
             log.warning("job %s: first estimate not kept: %s", self.key, e)
+
+    def _unpin_late_pulls(self) -> None:
+        """Nodes whose pull ended pinned after the job's pin was dropped are told to unpin (a failure is
+        logged: the job's end unpins them again)."""
+        record = self.record
+        if record is None or record.pinned_until is None:
+            return
+        nodes = {self.reports[i].node for i in self.indexes
+                 if self.result.outcomes[i].applied and self.result.outcomes[i].phase is NodePhase.SUCCEEDED}
+        try:
+            unpin_late_pulls(self.store, self.queues, record, nodes)
+        except (StoreError, TaskSendError) as e:
+            log.warning("job %s: nodes that pinned after the pin was dropped not told to unpin yet: %s", self.key, e)
 
     def _finish_later(self, refusal: StoreRetryableError) -> None:
         """The refill or the completion was refused for now: the job's final reports go back to the queue,

@@ -106,7 +106,7 @@ class JobItems(Table):
                 "parked": job.parked or None, "awaits_replica": job.awaits_replica or None,
                 "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
                 "budget_note": job.budget_note or None,
-                "earlier": job.earlier.to_json() if job.earlier else None,
+                "earlier": job.earlier.to_json() if job.earlier else None, "pinned_until": job.pinned_until,
                 RUNNING: _running(job.cluster) if _runs(job) else None,
                 IMAGES_KEY: _images(job),
                 "cluster": job.cluster or None,
@@ -146,6 +146,7 @@ class JobItems(Table):
             warm_digest=values.get("warm_digest", ""), warm_bytes=values.get("warm_bytes"),
             budget_note=values.get("budget_note", ""),
             earlier=EarlierImage.from_json(values.get("earlier")),
+            pinned_until=int(values["pinned_until"]) if values.get("pinned_until") is not None else None,
             cluster=values.get("cluster", DEFAULT_CLUSTER),
         )
 
@@ -175,7 +176,7 @@ class JobItems(Table):
             "ttl": job.ttl,
             "warm_digest": job.warm_digest or None, "warm_bytes": job.warm_bytes,
             "budget_note": job.budget_note or None,
-            "earlier": job.earlier.to_json() if job.earlier else None,
+            "earlier": job.earlier.to_json() if job.earlier else None, "pinned_until": job.pinned_until,
             RUNNING: _running(job.cluster) if _runs(job) else None,
             IMAGES_KEY: _images(job),
         }
