@@ -292,9 +292,9 @@ def test_scheduler_holds_schedules_to_their_name_grant_the_passed_role_and_its_o
     allowed.create_schedule(Name="stack-cron-a-0", **schedule)
     assert refused(allowed.create_schedule, Name="other-a-0", **schedule)["Code"] == "AccessDeniedException"
     assert refused(without_pass.create_schedule, Name="stack-cron-b-0", **schedule)["Code"] == "AccessDeniedException"
-    # What Scheduler itself refuses: both day fields given, a name over 64, an unknown zone
+    # What Scheduler itself refuses: both day fields given, a day-of-week step, a name over 64, an unknown zone
     for bad in ({"ScheduleExpression": "cron(0 0 1 * MON *)"}, {"ScheduleExpression": "every minute"},
-                {"ScheduleExpressionTimezone": "Mars/Olympus"}):
+                {"ScheduleExpression": "cron(0 9 ? * 2/2 *)"}, {"ScheduleExpressionTimezone": "Mars/Olympus"}):
         assert refused(allowed.create_schedule, Name="stack-cron-c-0", **{**schedule, **bad})["Code"] == \
             "ValidationException"
     assert refused(allowed.create_schedule, Name="stack-cron-" + "d" * 60, **schedule)["Code"] == "ValidationException"
