@@ -3,6 +3,7 @@ digest reported, or the first image that failed named with why."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,6 @@ from prewarm_agent.cri.client import ImageInfo
 from prewarm_agent.cri.errors import ImagePullError
 
 HOST = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-DIGEST = "sha256:" + "a" * 64
 
 
 @dataclass
@@ -43,7 +43,14 @@ class FakeRuntime:
         if image not in self.present:
             return None
         name = image.rsplit(":", 1)[0]
-        return ImageInfo("sha256:id", (image,), (f"{name}@{DIGEST}",), 1000)
+        # The same content may hold a digest under another name too (listed first): only the image's own counts
+        digests = (f"other.example/mirror@{digest_of('x')}", f"{name}@{digest_of(image)}")
+        return ImageInfo("sha256:id", (image,), digests, 1000)
+
+
+def digest_of(image: str) -> str:
+    """A digest of each image its own, so that one image's digest reported for another shows."""
+    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
 class FakeTokens:
@@ -64,7 +71,7 @@ def test_every_image_is_pulled_with_one_token_per_registry_and_its_digest_report
     runtime, tokens = FakeRuntime(), FakeTokens()
     images = [f"{HOST}/ml/a:v1", f"{HOST}/ml/b:v2", "docker.io/library/busybox:1"]
     baked = bake(document(*images), runtime, tokens)  # type: ignore[arg-type]
-    assert baked.ok and baked.digests == {image: DIGEST for image in images} and baked.image_bytes == 3000
+    assert baked.ok and baked.digests == {image: digest_of(image) for image in images} and baked.image_bytes == 3000
     assert tokens.asked == ["123456789012"]
     assert [auth for _, auth in runtime.auths] == [("AWS", "secret"), ("AWS", "secret"), None]
 
@@ -74,7 +81,7 @@ def test_the_first_image_refused_ends_the_bake_naming_it_and_why() -> None:
     runtime = FakeRuntime(refused={refused: ImagePullError("403 Forbidden", image=refused)})
     baked = bake(document(f"{HOST}/ml/a:v1", refused, f"{HOST}/ml/c:v3"), runtime, FakeTokens())  # type: ignore[arg-type]
     assert not baked.ok and baked.message.startswith(f"{refused}: ") and "403 Forbidden" in baked.message
-    assert baked.digests == {f"{HOST}/ml/a:v1": DIGEST}
+    assert baked.digests == {f"{HOST}/ml/a:v1": digest_of(f"{HOST}/ml/a:v1")}
     assert [image for image, _ in runtime.auths] == [f"{HOST}/ml/a:v1", refused]
 
 
