@@ -19,8 +19,9 @@ Record = tuple[dict[str, Any], dict[str, Any], int]
 
 
 def status_word(state: SnapshotState) -> str:
-    """Stale (a pushed digest is not in the snapshot, whether or not a bake runs: LAST BAKE says), Baking,
-    Failed (nothing baked yet, the last bake failed), Current, or None (nothing declared to bake yet)."""
+    """Stale (the snapshot lacks a pushed digest or an image declared since, or holds one no longer
+    declared, whether or not a bake runs: LAST BAKE says), Baking, Failed (nothing baked yet, the last
+    bake failed), Current, or None (nothing declared to bake yet)."""
     bake = state.bake
     if state.stale:
         return "Stale"

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pytest
+
 from prewarm.domain.bakes import BakeStep, SnapshotState
 from prewarm.domain.launch_sources import Architecture, LaunchSource
 from prewarm.domain.messages import Baked
@@ -15,6 +17,7 @@ from prewarm.domain.snapshots import AmiFamily
 from prewarm.services import bakes
 from prewarm.services.bakes import BakeContext, BakeSettings
 from prewarm.services.snapshot_ports import BakeError, NodeClassMissingError
+from prewarm_cli.snapshot_output import status_word
 from tests.support.memory_store import MemoryJobStore
 
 HOST = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
@@ -34,6 +37,11 @@ class FakeEc2:
     refuse: str = ""
     instance_types: list[str] = field(default_factory=list)
     sources: dict[str, tuple[str, str]] = field(default_factory=dict)  # bake id -> (image id, subnet id)
+    faults: dict[str, str] = field(default_factory=dict)  # a call as `calls` names it -> what EC2 says
+
+    def _fault(self, call: str) -> None:
+        if call in self.faults:
+            raise BakeError(self.faults[call])
 
     def launch(self, bake_id: str, warm_snapshot: str, image_id: str, instance_type: str, subnet_id: str,
                device_name: str, size_gib: int, user_data: str) -> tuple[str, str]:
@@ -52,6 +60,7 @@ class FakeEc2:
         self.instances[instance_id] = "stopped"
 
     def terminate(self, instance_id: str) -> None:
+        self._fault(f"terminate {instance_id}")
         self.instances[instance_id] = "terminated"
         self.calls.append(f"terminate {instance_id}")
 
@@ -60,6 +69,7 @@ class FakeEc2:
                 if s != "terminated"]
 
     def builder_state(self, instance_id: str) -> str | None:
+        self._fault(f"state {instance_id}")
         return self.instances.get(instance_id)
 
     def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
@@ -81,9 +91,11 @@ class FakeEc2:
         self.calls.append(f"fsr {snapshot_id} {list(zones)}")
 
     def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
+        self._fault(f"no fsr {snapshot_id}")
         self.calls.append(f"no fsr {snapshot_id}")
 
     def delete_snapshot(self, snapshot_id: str) -> None:
+        self._fault(f"delete {snapshot_id}")
         self.snapshots.pop(snapshot_id, None)
         self.calls.append(f"delete {snapshot_id}")
 
@@ -109,13 +121,22 @@ class FakeNodeClasses:
                             ("subnet-0000000000000000a", "subnet-0000000000000000b"), self.architecture)
 
 
+def manifest(name: str = "gpu", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "prewarm.dev/v1alpha1", "kind": "WarmSnapshot", "metadata": {"name": name},
+            "spec": {"nodeClass": {"ec2NodeClass": name}, "amiFamily": "Bottlerocket", "rules": ["ml"],
+                     "builder": {"subnetIds": ["subnet-0123456789abcdef0"], "timeBudgetSeconds": 600}, **spec}}
+
+
 def context(**spec: Any) -> tuple[BakeContext, FakeEc2, FakeNodeClasses]:
     store, ec2, classes = MemoryJobStore(), FakeEc2(), FakeNodeClasses()
-    manifest = {"apiVersion": "prewarm.dev/v1alpha1", "kind": "WarmSnapshot", "metadata": {"name": "gpu"},
-                "spec": {"nodeClass": {"ec2NodeClass": "gpu"}, "amiFamily": "Bottlerocket", "rules": ["ml"],
-                         "builder": {"subnetIds": ["subnet-0123456789abcdef0"], "timeBudgetSeconds": 600}, **spec}}
-    store.put_warm_snapshot("gpu", manifest, "h")
+    store.put_warm_snapshot("gpu", manifest(**spec), "h")
     return BakeContext(store, ec2, classes, BakeSettings("https://sqs/status", "us-west-2", "agent:1")), ec2, classes
+
+
+def declare(ctx: BakeContext, **spec: Any) -> None:
+    """The spec applied again, changed: the table's stream then advances it."""
+    ctx.store.put_warm_snapshot("gpu", manifest(**spec), str(sorted(spec.items())))
+    bakes.advance(ctx, "gpu", 0.0)
 
 
 def push(ctx: BakeContext, digest: str, now: float) -> None:
@@ -342,3 +363,122 @@ def test_an_arm64_node_classs_builder_runs_on_graviton_and_a_spec_type_of_anothe
     assert bake is not None and bake.step is BakeStep.FAILED and ec2.instance_types == []
     assert bake.reason == ('the builder could not be launched: spec.builder.instanceType "m6i.xlarge" runs x86_64, '
                            "but the node class's AMI is arm64: name a Graviton arm64 type or leave it out")
+
+
+def published_twice(**spec: Any) -> tuple[BakeContext, FakeEc2, FakeNodeClasses]:
+    """snap-1 baked and published, then snap-2 baked: its snapshot event is next."""
+    ctx, ec2, classes = context(**spec)
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+    push(ctx, D2, 40.0)
+    builder_reports(ctx, D2, 50.0)
+    return ctx, ec2, classes
+
+
+@pytest.mark.parametrize(("spec", "fault", "error", "done"), [
+    ({"fastSnapshotRestore": {"availabilityZones": ["us-west-2a"]}}, "no fsr snap-1",
+     "Fast Snapshot Restore of snap-1 not disabled: UnauthorizedOperation",
+     "Fast Snapshot Restore of snap-1 disabled"),
+    ({"keep": 1}, "delete snap-1", "snap-1 not deleted: UnauthorizedOperation", "snap-1 deleted"),
+], ids=["fsr-disable", "delete-beyond-keep"])
+def test_a_clean_up_that_fails_after_the_publish_is_recorded_and_retried_by_the_sweep_never_undoing_it(
+        spec: dict[str, Any], fault: str, error: str, done: str) -> None:
+    # Given a second bake whose clean-up of snap-1 EC2 refuses
+    ctx, ec2, classes = published_twice(**spec)
+    ec2.faults[fault] = "UnauthorizedOperation"
+
+    # When its snapshot completes, Then the publish is recorded: the node class and the record agree on snap-2
+    bakes.on_snapshot_event(ctx, "snap-2", True, "", 60.0)
+    bakes.advance(ctx, "gpu", 60.0)  # the stream's record of it: the sweep's to retry, not the stream's
+    after = state(ctx)
+    assert classes.pointed == {"gpu": "snap-2"} and after.current is not None and after.current.id == "snap-2"
+    assert after.bake is not None and after.bake.step is BakeStep.SUCCEEDED and ec2.instances["i-gpu-2"] == "terminated"
+    # And the failed step is said, where the bake's errors are
+    assert after.clean_up.error == error and f"clean-up owed (the sweep retries): {error}" in after.message()
+    assert ec2.calls.count(fault) == 0 and "snap-2" in ec2.snapshots
+
+    # When the sweeps run past the bake's budget while EC2 still refuses, Then snap-2 stays, the class on it
+    assert bakes.sweep(ctx, 1000.0) == []
+    assert classes.pointed == {"gpu": "snap-2"} and "snap-2" in ec2.snapshots and state(ctx).current == after.current
+
+    # And once EC2 accepts, the next sweep cleans up, once
+    del ec2.faults[fault]
+    assert bakes.sweep(ctx, 1060.0) == [f"gpu: clean-up: {done}"]
+    cleaned = state(ctx)
+    assert not cleaned.clean_up.owed and cleaned.clean_up.error == "" and "clean-up" not in cleaned.message()
+    assert bakes.sweep(ctx, 1120.0) == [] and ec2.calls.count(fault) == 1
+
+
+def test_a_bake_past_its_budget_never_deletes_the_snapshot_its_node_class_boots_from() -> None:
+    # Given a bake whose publish pointed the node class at its snapshot, but whose record of it was lost
+    ctx, ec2, classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    classes.pointed["gpu"] = "snap-1"
+
+    # When the sweep fails it past its budget, Then snap-1 is kept, and why it is not deleted is said
+    assert bakes.sweep(ctx, 700.0) == ["gpu: bake gpu-1 failed at Snapshotting, past its 600 s budget"]
+    failed = state(ctx)
+    assert "snap-1" in ec2.snapshots and failed.bake is not None and failed.bake.step is BakeStep.FAILED
+    assert failed.clean_up.delete == ("snap-1",)
+    assert failed.clean_up.error == "snap-1 not deleted: EC2NodeClass/gpu boots from it"
+
+    # And once the class is on another snapshot, the failed bake's snapshot is deleted
+    classes.pointed["gpu"] = "snap-0"
+    assert bakes.sweep(ctx, 760.0) == ["gpu: clean-up: snap-1 deleted"]
+    assert "snap-1" not in ec2.snapshots and not state(ctx).clean_up.owed
+
+
+def test_one_warm_snapshot_that_cannot_be_swept_stops_neither_the_others_nor_the_orphan_builders() -> None:
+    # Given two warm snapshots baking, the first (cpu) one whose builder EC2 cannot describe now
+    ctx, ec2, classes = context()
+    ctx.store.put_warm_snapshot("cpu", manifest("cpu"), "h")
+    classes.pointed["cpu"] = ""
+    push(ctx, D1, 10.0)
+    bakes.advance(ctx, "cpu", 10.0)
+    ec2.faults["state i-cpu-1"] = "RequestLimitExceeded"
+    # And gpu's builder killed, and a builder no bake owns, long past any budget
+    ec2.instances["i-gpu-1"] = "terminated"
+    ec2.instances["i-old-7"], ec2.launched_at["i-old-7"] = "running", -1000.0
+
+    # When the sweep runs, Then cpu's error is said and the rest is swept
+    assert bakes.sweep(ctx, 50.0) == ["cpu: not swept: RequestLimitExceeded",
+                                      "gpu: bake gpu-1 failed: its builder is terminated",
+                                      "terminated builder i-old-7 of old-7: past its time budget"]
+    assert ec2.instances == {"i-cpu-1": "running", "i-gpu-1": "terminated", "i-old-7": "terminated"}
+
+    # And a builder EC2 will not terminate is said, not raised
+    ec2.instances["i-old-8"], ec2.launched_at["i-old-8"] = "running", -1000.0
+    ec2.faults["terminate i-old-8"] = "IncorrectInstanceState"
+    assert bakes.sweep(ctx, 60.0)[-1] == "builder i-old-8 of old-8 not terminated: IncorrectInstanceState"
+
+
+def test_an_image_declared_after_a_bake_is_baked_at_once_and_one_removed_is_baked_out() -> None:
+    busybox = "docker.io/library/busybox:1"
+    ctx, ec2, _classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+    assert status_word(state(ctx)) == "Current"
+
+    # When the spec names another image, Then the snapshot is Stale and a bake of both starts, the new
+    # image's digest left to the builder, as in a first bake
+    declare(ctx, images=[busybox])
+    added = state(ctx)
+    assert status_word(added) == "Stale" and f"Stale: {busybox} declared but not baked" in added.message()
+    assert added.bake is not None and added.bake.id == "gpu-2" and added.bake.images == {REF: D1, busybox: None}
+    bakes.record_baked(ctx.store, Baked(warm_snapshot="gpu", bake="gpu-2", ok=True, image_bytes=1,
+                                        digests={REF: D1, busybox: D3}), 40.0)
+    bakes.advance(ctx, "gpu", 40.0)
+    bakes.on_snapshot_event(ctx, "snap-2", True, "", 50.0)
+    baked = state(ctx)
+    assert baked.current is not None and baked.current.digests == {REF: D1, busybox: D3}
+    assert status_word(baked) == "Current" and bakes.advance(ctx, "gpu", 51.0) == []  # nothing more owed
+
+    # When the spec no longer names it, Then a bake without it starts
+    declare(ctx)
+    dropped = state(ctx)
+    assert dropped.stale and f"Stale: {busybox} no longer declared but in the snapshot" in dropped.message()
+    assert dropped.bake is not None and dropped.bake.id == "gpu-3" and dropped.bake.images == {REF: D1}
+    assert [c for c in ec2.calls if c.startswith("launch")] == ["launch gpu-1", "launch gpu-2", "launch gpu-3"]

@@ -11,12 +11,14 @@ Steps, in order (each recorded with its time):
   Pulling       the builder's agent pulls each image through CRI and reports (`Baked`)
   Snapshotting  StopInstances, CreateSnapshot of the data volume; waits for EBS's event
   Publishing    tag the snapshot, Fast Snapshot Restore, point the node class at it
-  Succeeded / Failed, after the builder is terminated and snapshots beyond `keep` deleted
+  Succeeded / Failed; the builder is then terminated. What is left to do to earlier snapshots (their Fast
+  Snapshot Restore disabled, those beyond `keep` or of a failed bake deleted) is recorded as `clean_up`
+  and done after, until it succeeds: its failure never undoes a publish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -94,6 +96,20 @@ class BakedSnapshot:
 
 
 @dataclass(frozen=True)
+class CleanUp:
+    """What a publish (or a failed bake) left to do to snapshots the node class no longer boots from.
+    Recorded with it and done after, so a failure here is retried (the sweep) and never undoes the publish."""
+
+    fsr_off: dict[str, tuple[str, ...]] = field(default_factory=dict)  # snapshot -> AZs: billed per AZ-hour
+    delete: tuple[str, ...] = ()  # beyond `keep`, or a failed bake's
+    error: str = ""  # why the last attempt left some undone: which step, which snapshot, what AWS said
+
+    @property
+    def owed(self) -> bool:
+        return bool(self.fsr_off or self.delete)
+
+
+@dataclass(frozen=True)
 class SnapshotState:
     """What is recorded of one warm snapshot: the image set wanted, the bakes, the snapshots kept."""
 
@@ -105,6 +121,7 @@ class SnapshotState:
     bake: Bake | None = None
     bakes: int = 0
     snapshots: tuple[BakedSnapshot, ...] = ()
+    clean_up: CleanUp = field(default_factory=CleanUp)
 
     @property
     def current(self) -> BakedSnapshot | None:
@@ -112,10 +129,30 @@ class SnapshotState:
         return self.snapshots[0] if self.snapshots else None
 
     @property
-    def stale(self) -> bool:
-        """Whether a digest was pushed that the current snapshot does not hold (or there is none yet)."""
+    def newer_pushed(self) -> list[str]:
+        """Images pushed at a digest the current snapshot does not hold (any pushed one when there is none)."""
         held = self.current.digests if self.current else {}
-        return any(digest is not None and held.get(ref) != digest for ref, digest in self.images.items())
+        return [ref for ref, digest in self.images.items() if digest is not None and held.get(ref) != digest]
+
+    @property
+    def not_baked(self) -> list[str]:
+        """Images declared since the current snapshot was baked, no push of them seen: the builder resolves
+        their digests, as in the first bake (before any snapshot, `next_bake_owed` bakes them)."""
+        held = self.current.digests if self.current else None
+        return [] if held is None else [ref for ref, d in self.images.items() if d is None and ref not in held]
+
+    @property
+    def no_longer_declared(self) -> list[str]:
+        """Images the current snapshot holds that the set no longer names. An empty set owes no bake: a
+        snapshot of nothing helps no node, the class keeps what it has."""
+        held = self.current.digests if self.current else {}
+        return [ref for ref in held if self.images and ref not in self.images]
+
+    @property
+    def stale(self) -> bool:
+        """Whether the current snapshot is not the image set (a pushed digest it lacks, or there is none yet;
+        an image declared or dropped since it was baked): a bake is owed."""
+        return bool(self.newer_pushed or self.not_baked or self.no_longer_declared)
 
     @property
     def pending(self) -> bool:
@@ -128,10 +165,16 @@ class SnapshotState:
         """One line on where the warm snapshot stands: what the node class boots from, and the last bake."""
         bake, current = self.bake, self.current
         parts = [f"node class on {current.id}" if current else "no snapshot baked yet"]
-        if self.stale:
-            parts.append("Stale: a newer digest is pushed but not baked")
+        why = [text for refs, text in ((self.newer_pushed, "a newer digest is pushed but not baked"),
+                                       (self.not_baked, f"{_some(self.not_baked)} declared but not baked"),
+                                       (self.no_longer_declared, f"{_some(self.no_longer_declared)} no longer "
+                                                                 "declared but in the snapshot")) if refs]
+        if why:
+            parts.append("Stale: " + ", ".join(why))
         if bake is not None:
             parts.append(f"bake {bake.id} {bake.step}" + (f": {bake.reason}" if bake.reason else ""))
+        if self.clean_up.error:
+            parts.append(f"clean-up owed (the sweep retries): {self.clean_up.error}")
         return "; ".join(parts)
 
     def resource_status(self) -> dict[str, Any]:
@@ -148,7 +191,7 @@ class SnapshotState:
     def from_dict(cls, data: Mapping[str, Any] | None) -> SnapshotState:
         if not data:
             return cls()
-        bake = data.get("bake")
+        bake, clean_up = data.get("bake"), data.get("clean_up") or {}
         return cls(
             images=dict(data.get("images", {})),
             newest_push_at=data.get("newest_push_at"),
@@ -158,7 +201,15 @@ class SnapshotState:
                                           for s in bake["steps"])}),
             bakes=int(data.get("bakes", 0)),
             snapshots=tuple(BakedSnapshot(**s) for s in data.get("snapshots", ())),
+            clean_up=CleanUp({s: tuple(zones) for s, zones in clean_up.get("fsr_off", {}).items()},
+                             tuple(clean_up.get("delete", ())), clean_up.get("error", "")),
         )
+
+
+def _some(refs: Sequence[str], shown: int = 3) -> str:
+    """A few references for a one-line message (a spec may name 100)."""
+    more = len(refs) - shown
+    return ", ".join(refs[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def with_push(state: SnapshotState, reference: str, digest: str, now: float,
@@ -179,7 +230,8 @@ def with_push(state: SnapshotState, reference: str, digest: str, now: float,
 def with_declared(state: SnapshotState, images: list[str], rules: list[str]) -> SnapshotState:
     """The image set the spec declares now: each image it names (its digest unknown until a push or the
     builder says), each pushed image one of its rules brought in; an image it no longer names, brought
-    by no rule it still names, leaves the set (so the next bake drops it)."""
+    by no rule it still names, leaves the set. Either change makes the current snapshot `stale`: a bake
+    is owed that adds or drops it."""
     named, kept_rules = set(images), set(rules)
     kept = {ref: digest for ref, digest in state.images.items()
             if ref in named or kept_rules & set(state.image_rules.get(ref, ()))}
@@ -241,15 +293,45 @@ def snapshot_completed(state: SnapshotState, snapshot_id: str, now: float) -> Sn
     return replace(state, bake=bake.at(BakeStep.PUBLISHING, now, snapshot_id))
 
 
-def published(state: SnapshotState, snapshot_id: str, keep: int, now: float) -> tuple[SnapshotState, list[str]]:
-    """The node class points at `snapshot_id`: it becomes current; returns the snapshots beyond `keep` to delete."""
+def published(state: SnapshotState, snapshot_id: str, keep: int, now: float,
+              fsr_zones: Sequence[str] = ()) -> tuple[SnapshotState, list[str]]:
+    """The node class points at `snapshot_id`: it becomes current. The clean-up it leaves is recorded as
+    owed: the snapshots beyond `keep` deleted (returned too), and the previous one's Fast Snapshot Restore
+    in `fsr_zones` disabled (only the snapshot nodes launch from keeps it)."""
     bake = state.bake
     if bake is None or bake.step is not BakeStep.PUBLISHING or bake.snapshot_id != snapshot_id:
         return state, []
+    previous = state.current
     made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.id, bake.bytes_pulled)
     kept = (made, *(s for s in state.snapshots if s.id != snapshot_id))
     done = bake.at(BakeStep.SUCCEEDED, now, finished_at=now)
-    return replace(state, bake=done, snapshots=kept[:keep]), [s.id for s in kept[keep:]]
+    beyond = [s.id for s in kept[keep:]]
+    fsr_off = {previous.id: tuple(fsr_zones)} if previous is not None and fsr_zones else {}
+    return owe_clean_up(replace(state, bake=done, snapshots=kept[:keep]), delete=beyond, fsr_off=fsr_off), beyond
+
+
+def owe_clean_up(state: SnapshotState, *, delete: Iterable[str] = (),
+                 fsr_off: Mapping[str, Sequence[str]] | None = None) -> SnapshotState:
+    """Records clean-up owed, added to what is owed already. A snapshot kept (the current one first) is
+    never deleted, nor the current one's FSR disabled; one to delete needs no FSR disabled (EBS disables
+    it with the snapshot)."""
+    kept = {s.id for s in state.snapshots}
+    owed = state.clean_up
+    deletes = tuple(s for s in dict.fromkeys((*owed.delete, *delete)) if s not in kept)
+    current = state.current.id if state.current else None
+    off = {s: tuple(zones) for s, zones in {**owed.fsr_off, **(fsr_off or {})}.items()
+           if s != current and s not in deletes}
+    after = replace(owed, fsr_off=off, delete=deletes)
+    return state if after == owed else replace(state, clean_up=after)
+
+
+def cleaned(state: SnapshotState, disabled: Iterable[str], deleted: Iterable[str], error: str) -> SnapshotState:
+    """What a clean-up attempt did: the snapshots done leave what is owed; `error` says why the rest was not
+    ("": nothing failed)."""
+    off, gone, owed = set(disabled), set(deleted), state.clean_up
+    after = CleanUp({s: z for s, z in owed.fsr_off.items() if s not in off},
+                    tuple(s for s in owed.delete if s not in gone), error)
+    return state if after == owed else replace(state, clean_up=after)
 
 
 def fail(state: SnapshotState, bake_id: str, reason: str, now: float) -> SnapshotState:

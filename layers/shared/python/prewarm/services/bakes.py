@@ -23,9 +23,9 @@ from prewarm.domain.launch_sources import (
 from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
 from prewarm.domain.retry import retry_on_conflict
-from prewarm.domain.snapshots import WarmSnapshot
+from prewarm.domain.snapshots import MAX_TIME_BUDGET_SECONDS, WarmSnapshot
 from prewarm.services.ports import StoreConflictError, WarmSnapshotItems
-from prewarm.services.snapshot_ports import BakeError, Builders, NodeClasses
+from prewarm.services.snapshot_ports import BakeError, Builders, NodeClasses, NodeClassMissingError
 
 log = logging.getLogger(__name__)
 
@@ -170,12 +170,11 @@ def on_snapshot_event(ctx: BakeContext, snapshot_id: str, succeeded: bool, cause
 
     def change(declared: WarmSnapshot, state: SnapshotState) -> SnapshotState:
         if not succeeded:
-            state = _end(ctx, bakes.fail(state, bake_id, f"snapshot {snapshot_id} failed: {cause or 'no cause'}", now))
-            ctx.builders.delete_snapshot(snapshot_id)
-            return state
+            failed = bakes.fail(state, bake_id, f"snapshot {snapshot_id} failed: {cause or 'no cause'}", now)
+            return _end(ctx, bakes.owe_clean_up(failed, delete=[snapshot_id]))
         return _publish(ctx, declared, bakes.snapshot_completed(state, snapshot_id, now), now)
 
-    _update(ctx.store, name, change)
+    _clean_up_owed(ctx, name, _update(ctx.store, name, change), [], sweeping=False)
     return name
 
 
@@ -191,16 +190,62 @@ def _publish(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
         ctx.node_classes.point_at(spec.node_class.kind, spec.node_class.name, spec.data_volume.device_name,
                                   bake.snapshot_id)
     except BakeError as e:
-        ctx.builders.delete_snapshot(bake.snapshot_id)
-        return _end(ctx, bakes.fail(state, bake.id, f"the node class was not pointed at {bake.snapshot_id}: {e}", now))
-    previous = state.current
-    state, beyond_keep = bakes.published(state, bake.snapshot_id, spec.keep, now)
-    if spec.fast_snapshot_restore is not None and previous is not None and previous.id not in beyond_keep:
-        # Billed per AZ-hour while enabled: only the snapshot nodes launch from keeps it.
-        ctx.builders.disable_fast_restore(previous.id, spec.fast_snapshot_restore.availability_zones)
-    for old in beyond_keep:
-        ctx.builders.delete_snapshot(old)
+        failed = bakes.fail(state, bake.id, f"the node class was not pointed at {bake.snapshot_id}: {e}", now)
+        return _end(ctx, bakes.owe_clean_up(failed, delete=[bake.snapshot_id]))
+    # The node class boots from it now: that is what gets recorded. The earlier snapshots' clean-up is only
+    # recorded as owed here, and done once this is saved (`_clean_up_owed`): its failure cannot undo this.
+    zones = spec.fast_snapshot_restore.availability_zones if spec.fast_snapshot_restore is not None else []
+    state, _beyond_keep = bakes.published(state, bake.snapshot_id, spec.keep, now, zones)
     return _end(ctx, state)
+
+
+def _clean_up_owed(ctx: BakeContext, name: str, recorded: SnapshotState | None, done: list[str], *,
+                   sweeping: bool) -> None:
+    """Does the clean-up the saved state owes, in a write of its own. Outside the sweep only a first
+    attempt: a failure recorded is the sweep's to retry (the stream would otherwise go round on it)."""
+    if recorded is None or not recorded.clean_up.owed or (recorded.clean_up.error and not sweeping):
+        return
+    _update(ctx.store, name, lambda declared, state: _clean_up(ctx, declared, state, done))
+
+
+def _clean_up(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, done: list[str]) -> SnapshotState:
+    """Disables FSR and deletes the snapshots owed, each call idempotent; records what failed, and why.
+    Never deletes the snapshot the node class boots from (an interrupted publish may have pointed it)."""
+    owed, spec = state.clean_up, declared.spec
+    disabled: list[str] = []
+    deleted: list[str] = []
+    errors: list[str] = []
+    for snapshot_id, zones in owed.fsr_off.items():
+        try:
+            ctx.builders.disable_fast_restore(snapshot_id, zones)
+            disabled.append(snapshot_id)
+        except BakeError as e:
+            errors.append(f"Fast Snapshot Restore of {snapshot_id} not disabled: {e}")
+    pointed: str | None = None
+    if owed.delete:
+        try:
+            pointed = ctx.node_classes.current_snapshot(spec.node_class.kind, spec.node_class.name,
+                                                        spec.data_volume.device_name)
+        except NodeClassMissingError:
+            pointed = None  # no such class (or volume): it boots from none of them
+        except BakeError as e:
+            errors.append(f"{', '.join(owed.delete)} not deleted: {spec.node_class.describe()} not read: {e}")
+            return bakes.cleaned(state, disabled, deleted, "; ".join(errors))
+    for snapshot_id in owed.delete:
+        if snapshot_id == pointed:
+            errors.append(f"{snapshot_id} not deleted: {spec.node_class.describe()} boots from it")
+            continue
+        try:
+            ctx.builders.delete_snapshot(snapshot_id)
+            deleted.append(snapshot_id)
+        except BakeError as e:
+            errors.append(f"{snapshot_id} not deleted: {e}")
+    if disabled or deleted:
+        done.append(f"{declared.name}: clean-up: " + ", ".join(
+            [f"Fast Snapshot Restore of {s} disabled" for s in disabled] + [f"{s} deleted" for s in deleted]))
+    if errors:
+        log.warning("clean-up of earlier snapshots failed", extra={"warm_snapshot": declared.name, "errors": errors})
+    return bakes.cleaned(state, disabled, deleted, "; ".join(errors))
 
 
 def _end(ctx: BakeContext, state: SnapshotState) -> SnapshotState:
@@ -222,23 +267,36 @@ def advance(ctx: BakeContext, name: str, now: float, *, sweeping: bool = False) 
     terminates an ended bake's builder; fails a bake past its time budget. `sweeping`: also look for what
     an event was lost for (a snapshot completed whose notification never came). Returns what it did."""
     done: list[str] = []
-    _update(ctx.store, name, lambda declared, state: _advance(ctx, declared, state, now, sweeping, done))
+    recorded = _update(ctx.store, name, lambda declared, state: _advance(ctx, declared, state, now, sweeping, done))
+    _clean_up_owed(ctx, name, recorded, done, sweeping=sweeping)
     return done
 
 
 def sweep(ctx: BakeContext, now: float) -> list[str]:
-    """`advance`s every warm snapshot, and terminates builders no bake owns past the longest time budget.
-    Returns what it did, one line each."""
+    """`advance`s every warm snapshot, each on its own: one's error is logged and said, and the others, then
+    the builders no bake owns (terminated past the longest time budget), are still swept. Returns what it
+    did, one line each."""
     done: list[str] = []
     budgets: dict[str, float] = {}
     for manifest, _data, _version in ctx.store.list_warm_snapshots():
-        declared = WarmSnapshot.from_manifest(manifest)
-        budgets[declared.name] = declared.spec.builder.time_budget_seconds
-        done += advance(ctx, declared.name, now, sweeping=True)
+        name = str(manifest.get("metadata", {}).get("name", ""))
+        budgets[name] = MAX_TIME_BUDGET_SECONDS  # until its spec is read: its builder is not cut short
+        try:
+            declared = WarmSnapshot.from_manifest(manifest)
+            budgets[name] = declared.spec.builder.time_budget_seconds
+            done += advance(ctx, name, now, sweeping=True)
+        except Exception as e:  # an AWS, table or record fault of one warm snapshot stops no other's sweep
+            log.exception("warm snapshot not swept", extra={"warm_snapshot": name})
+            done.append(f"{name}: not swept: {e}")
     longest = max(budgets.values(), default=0.0)
     for instance_id, owner, bake_id, launched_at in ctx.builders.running_builders():
         if now - launched_at > budgets.get(owner, longest):
-            ctx.builders.terminate(instance_id)
+            try:
+                ctx.builders.terminate(instance_id)
+            except BakeError as e:
+                log.warning("builder not terminated", extra={"instance": instance_id, "error": str(e)})
+                done.append(f"builder {instance_id} of {bake_id} not terminated: {e}")
+                continue
             done.append(f"terminated builder {instance_id} of {bake_id}: past its time budget")
     return done
 
@@ -247,12 +305,14 @@ def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
              done: list[str]) -> SnapshotState:
     state = bakes.with_declared(state, declared.spec.images, declared.spec.rules)
     bake, budget = state.bake, declared.spec.builder.time_budget_seconds
+    if bake is not None and bake.step is BakeStep.PUBLISHING:
+        # Its snapshot is complete, the node class maybe on it already: published, never failed for its age.
+        return _publish(ctx, declared, state, now)
     if bake is not None and bakes.expired(state, now, budget):
         done.append(f"{declared.name}: bake {bake.id} failed at {bake.step}, past its {budget} s budget")
-        if bake.snapshot_id:
-            ctx.builders.delete_snapshot(bake.snapshot_id)
-        return _end(ctx, bakes.fail(state, bake.id, f"the bake outlived its time budget ({budget} s) at {bake.step}",
-                                    now))
+        failed = bakes.fail(state, bake.id, f"the bake outlived its time budget ({budget} s) at {bake.step}", now)
+        # Its snapshot is deleted by the clean-up, which never deletes one the node class boots from.
+        return _end(ctx, bakes.owe_clean_up(failed, delete=[bake.snapshot_id] if bake.snapshot_id else []))
     if bake is None or not bake.active:
         state = _end(ctx, state)  # a bake the builder's report ended
         started = _start_if_owed(ctx, declared, state, now)
@@ -279,6 +339,4 @@ def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
             return _publish(ctx, declared, bakes.snapshot_completed(state, found[0], now), now)
         if found is not None and found[1] == "error":
             return _end(ctx, bakes.fail(state, bake.id, f"snapshot {found[0]} failed", now))
-    if bake.step is BakeStep.PUBLISHING:
-        return _publish(ctx, declared, state, now)
     return state
