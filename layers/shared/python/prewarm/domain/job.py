@@ -431,9 +431,10 @@ class StoredJob:
         return self.round if dropping else self.pinned_until
 
     def pinned_in(self, round_: int) -> bool:
-        """Whether node items of `round_` may hold the image pinned by this job: its image of that round was
-        pinned, or a pin dropped since went out with that round's tasks (`pinned_until`)."""
-        return self.image_of_round(round_).pinned or (self.pinned_until is not None and round_ <= self.pinned_until)
+        """Whether the nodes of node items of `round_` may hold the image pinned by this job: its image of that
+        round was pinned, or a pin dropped since went out with tasks of that round or an earlier one
+        (`pinned_until`: a pull of an earlier round may have ended pinned after its report could count)."""
+        return self.image_of_round(round_).pinned or self.pinned_until is not None
 
     def image_of_round(self, round_: int) -> EarlierImage:
         """The image the node items of `round_` pulled: the current spec's, or an earlier round's."""
