@@ -94,3 +94,14 @@ def test_the_first_estimate_round_trips_and_reads_against_the_outcome() -> None:
                                                (3600, "1h00m"), (7260, "2h01m"), (-3, "0s")])
 def test_durations_read_as_people_write_them(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+def test_a_paused_job_has_no_eta_and_says_why_and_its_pulls_in_flight_still_count() -> None:
+    # parallelism 0 with nodes waiting: they start only once it is raised
+    tasks = [pulling("a", 50 * MB, started=5), succeeded("c", seconds=20), waiting("w1"), waiting("w2")]
+    got = estimate(tasks, parallelism=0, now=10)
+    assert (got.seconds, got.bottleneck) == (None, None)
+    assert got.detail == "parallelism 0: 2 nodes wait until it is raised"
+    # lowered to 0 with none waiting: the pull in flight finishes at the nodes' rate (50 MB at 7.5 MB/s)
+    flying = estimate(tasks[:2], parallelism=0, now=10)
+    assert (flying.seconds, flying.bottleneck) == (pytest.approx(50 / 7.5), Bottleneck.NODE_THROUGHPUT)

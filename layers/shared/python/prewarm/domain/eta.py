@@ -139,6 +139,9 @@ def estimate(tasks: Sequence[NodeTaskRecord], *, parallelism: int, now: float,
         waiting = sum(1 for t in remaining if t.dispatched_at is None)
     if not remaining and not waiting:
         return Estimate(0.0, Bottleneck.NODE_DISK if disk else None, disk or "nothing left to pull", now)
+    if waiting and parallelism < 1:  # paused: the waiting nodes start only once parallelism is raised
+        paused = f"parallelism 0: {waiting} node{'s' if waiting > 1 else ''} wait until it is raised"
+        return Estimate(None, Bottleneck.NODE_DISK if disk else None, f"{disk}; {paused}" if disk else paused, now)
     size = max((t.bytes_total or 0 for t in tasks), default=0)
     rate = node_rate(tasks)
     bounds: list[tuple[float, Bottleneck, str]] = []
@@ -147,7 +150,8 @@ def estimate(tasks: Sequence[NodeTaskRecord], *, parallelism: int, now: float,
         in_flight = max((max(0, (t.bytes_total or size) - (t.bytes_done or 0)) / rate
                          for t in remaining if t.dispatched_at is not None), default=0.0)
         slots = f"{parallelism} slot{'s' if parallelism > 1 else ''}"
-        bounds.append((in_flight + math.ceil(waiting / parallelism) * pull, Bottleneck.NODE_THROUGHPUT,
+        rounds = math.ceil(waiting / parallelism) if waiting else 0
+        bounds.append((in_flight + rounds * pull, Bottleneck.NODE_THROUGHPUT,
                        f"{_bytes(rate)}/s a node, {_bytes(size)} an image, {waiting} waiting for {slots}"))
     if budget is not None and budget.pull_seconds > 0 and waiting:
         bounds.append((budget.backlog + waiting * budget.pull_seconds + pull, Bottleneck.REGISTRY_BUDGET,
