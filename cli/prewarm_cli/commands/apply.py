@@ -182,11 +182,12 @@ def _warnings(body: dict[str, Any]) -> list[str]:
 @click.pass_context
 def apply(ctx: click.Context, filenames: tuple[str, ...], recursive: bool, as_resource: bool,
           kubeconfig: str | None, clusters: tuple[str, ...]) -> int:
-    """Create or update jobs and rules from manifests, as `kubectl apply` does.
+    """Create or update jobs, rules, warm snapshots and cron jobs from manifests, as `kubectl apply` does.
 
     \b
-    Kinds: ImagePullJob, ImageListPullJob (apps.kruise.io/v1alpha1 or v1beta1, prewarm.dev/v1alpha1)
-    and PrewarmRule (prewarm.dev/v1alpha1); multi-document YAML and `kind: List` are read.
+    Kinds: ImagePullJob, ImageListPullJob (apps.kruise.io/v1alpha1 or v1beta1, prewarm.dev/v1alpha1),
+    AdvancedCronJob (apps.kruise.io/v1beta1, prewarm.dev/v1alpha1), PrewarmRule and WarmSnapshot
+    (prewarm.dev/v1alpha1); multi-document YAML and `kind: List` are read.
     Valid documents are applied even when others are invalid; invalid ones are reported, each
     naming the file, the document and the field, and the exit code is then 2. A job or rule with
     pullSecretsOnly is applied only when each of its pullSecrets exists in its namespace (read as you).
