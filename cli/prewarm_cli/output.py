@@ -402,7 +402,7 @@ def describe_job(view: JobView, *, now: float) -> str:
         ("Desired", view.desired), ("Active", view.active), ("Succeeded", view.succeeded), ("Failed", view.failed),
         ("Failed Nodes", listed(view.failed_nodes) or NONE), ("Start Time", _when(r.start_time, now)),
         ("Completion Time", _when(view.completion_time, now)), ("Message", view.message),
-        *([("Wave", view.wave)] if view.wave else []), *_estimate_pairs(view),
+        *_wave_pairs(view), *(_children_estimate(view) if r.is_list_job else _estimate_pairs(view)),
     ]
     lines += _fields(status_pairs, "  ")
     if r.is_list_job:
@@ -410,6 +410,23 @@ def describe_job(view: JobView, *, now: float) -> str:
     else:
         lines += _describe_nodes(view, now=now)
     return "\n".join(lines)
+
+
+def _wave_pairs(view: JobView) -> list[tuple[str, object]]:
+    """A seed wave's progress and its seed nodes; a list job's, per image."""
+    if view.record.is_list_job:
+        waves = "; ".join(f"{c.record.name}: {c.wave}" for c in view.children if c.wave)
+        return [("Wave", waves)] if waves else []
+    if not view.wave:
+        return []
+    return [("Wave", view.wave), ("Seed Nodes", listed(sorted(view.record.seeds)))]
+
+
+def _children_estimate(view: JobView) -> list[tuple[str, object]]:
+    """A list job's ETA: the longest of its running images' (`prewarm describe job CHILD` shows each)."""
+    known = [c.estimate for c in view.children
+             if c.estimate is not None and c.estimate.seconds is not None and c.completion_time is None]
+    return [("ETA", max(known, key=lambda e: e.seconds or 0))] if known else []
 
 
 def _estimate_pairs(view: JobView) -> list[tuple[str, object]]:

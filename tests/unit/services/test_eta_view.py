@@ -101,7 +101,34 @@ def test_describe_and_watch_show_the_seed_wave(plane: ControlPlane) -> None:
     plane.plan("warm")
     live = view(plane)
     assert status_lines(describe_job(live, now=plane.now()))["Wave"] == "seed wave: 0/2 seeds finished"
+    seeds = sorted(plane.store.get_job("default/warm").seeds)  # type: ignore[union-attr]
+    assert len(seeds) == 2 and status_lines(describe_job(live, now=plane.now()))["Seed Nodes"] == ", ".join(seeds)
     assert "; seed wave: 0/2 seeds finished" in watch_state(live).line()
     plane.report("warm", "a0", "Succeeded")
     plane.report("warm", "b0", "Failed", message="401 Unauthorized")
     assert status_lines(describe_job(view(plane), now=plane.now()))["Wave"] == "rest: 1/2 seeds succeeded"
+
+
+def test_a_list_jobs_describe_shows_its_images_waves_and_the_longest_eta(plane: ControlPlane) -> None:
+    nodes(plane, ["n0", "n1", "n2", "n3"])
+    other = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/tok@sha256:" + "b" * 64
+    doc = {"apiVersion": "apps.kruise.io/v1alpha1", "kind": "ImageListPullJob",
+           "metadata": {"name": "bundle", "namespace": "default", "annotations": {"prewarm.dev/seed-wave": "1"}},
+           "spec": {"images": [IMAGE, other], "parallelism": 2}}
+    apply_manifest(plane.store, doc, now=plane.now())
+    record = plane.store.get_job("default/bundle")
+    assert record is not None
+    first, second = record.children
+    for child in record.children:
+        plane.plan(child)
+    # One image's seed reports bytes: its ETA is the list job's (the other has none yet)
+    seed = plane.store.get_job(f"default/{first}").seeds[0]  # type: ignore[union-attr]
+    plane.report(first, seed, "Pulling")
+    plane.report(first, seed, "Pulling", bytes_done=20 * MB, bytes_total=100 * MB)
+    parent = view_job(plane.store, "default", "bundle", now=plane.now(), with_tasks=True)
+    shown = status_lines(describe_job(parent, now=plane.now()))
+    child = next(c for c in parent.children if c.record.name == first)
+    assert child.estimate is not None and shown["ETA"] == str(child.estimate)
+    assert "bound by node throughput" in shown["ETA"]
+    assert shown["Wave"].startswith(f"{first}: seed wave: 0/1 seeds finished") and f"{second}: seed wave" in shown[
+        "Wave"]
