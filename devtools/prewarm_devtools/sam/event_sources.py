@@ -364,9 +364,11 @@ class EventSources:
         for fn, period in self._rate_schedules() if schedules else []:
             loops[f"{fn.logical_id}/schedule"] = functools.partial(self._poll, fn.logical_id, functools.partial(
                 self._fire_every, fn, period), 0)
+        self._scheduler = None
         if schedules and self.scheduler is not None:  # the schedules functions make (the cron jobs'), on time
-            loops["scheduler"] = functools.partial(self._poll, "scheduler", LocalScheduler(
-                self.scheduler, self.invoke_arn).pump, 0.5)
+            self._scheduler = LocalScheduler(self.scheduler, self.invoke_arn)
+            loops["scheduler"] = functools.partial(self._poll, "scheduler", functools.partial(
+                self._scheduler.pump, wait=False), 0.5)
         for name, loop in loops.items():
             t = threading.Thread(target=loop, name=f"esm-{name}", daemon=True)
             t.start()
@@ -405,6 +407,9 @@ class EventSources:
             if t.is_alive():
                 log.warning("event source thread %s is still inside a handler", t.name)
         self._threads.clear()
+        scheduler = getattr(self, "_scheduler", None)
+        if scheduler is not None and not scheduler.join(max(0.0, deadline - time.monotonic())):
+            log.warning("schedule invocations still inside a handler after %s s", timeout)
         if wait(list(getattr(self, "_batches", ())), timeout=max(0.0, deadline - time.monotonic())).not_done:
             log.warning("SQS batches still inside a handler after %s s", timeout)
         self._end_invocations()

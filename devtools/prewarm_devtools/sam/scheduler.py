@@ -55,6 +55,7 @@ def schedule_of(expression: str) -> CronSchedule:
 class _Seen:
     modified: float
     since: float
+    schedule: dict[str, Any]  # GetSchedule's answer at `modified`: read again only once it changed
 
 
 class LocalScheduler:
@@ -65,9 +66,13 @@ class LocalScheduler:
                  clock: Callable[[], float] = time.time) -> None:
         self.client, self.invoke, self.clock = client, invoke, clock
         self._seen: dict[str, _Seen] = {}
+        self._running: set[threading.Thread] = set()
+        self._lock = threading.Lock()
 
-    def pump(self) -> int:
-        """Fires what is due, side by side as Scheduler invokes its targets; returns how many it fired."""
+    def pump(self, *, wait: bool = True) -> int:
+        """Fires what is due, side by side as Scheduler invokes its targets; returns how many it fired.
+        `wait`: return once those invocations end; else at once, as Scheduler does not wait for a target
+        either (a slow one must not make the next schedule late: `join` waits for them)."""
         now, fired = self.clock(), []
         listed = self.client.list_schedules().get("Schedules", [])
         self._seen = {s["Arn"]: self._seen[s["Arn"]] for s in listed if s["Arn"] in self._seen}
@@ -78,8 +83,9 @@ class LocalScheduler:
             modified = summary["LastModificationDate"].timestamp()
             seen = self._seen.get(summary["Arn"])
             if seen is None or seen.modified != modified:
-                seen = self._seen[summary["Arn"]] = _Seen(modified, since=min(modified, now))
-            schedule = self.client.get_schedule(Name=summary["Name"], GroupName=summary.get("GroupName", "default"))
+                got = self.client.get_schedule(Name=summary["Name"], GroupName=summary.get("GroupName", "default"))
+                seen = self._seen[summary["Arn"]] = _Seen(modified, since=min(modified, now), schedule=got)
+            schedule = seen.schedule
             try:
                 due = schedule_of(schedule["ScheduleExpression"]).latest_at_or_before(
                     now, since=seen.since, zone=schedule.get("ScheduleExpressionTimezone") or "UTC")
@@ -90,11 +96,23 @@ class LocalScheduler:
                 continue
             seen.since = due
             fired.append(threading.Thread(target=self._fire, args=(schedule, due), name=f"fire-{summary['Name']}"))
+        with self._lock:
+            self._running = {t for t in self._running if t.is_alive()} | set(fired)
         for thread in fired:
             thread.start()
-        for thread in fired:
-            thread.join()
+        if wait:
+            for thread in fired:
+                thread.join()
         return len(fired)
+
+    def join(self, timeout: float) -> bool:
+        """Waits up to `timeout` seconds for the invocations fired without waiting; False if some still run."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            running = list(self._running)
+        for thread in running:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in running)
 
     def _fire(self, schedule: dict[str, Any], scheduled_at: float) -> None:
         target = schedule["Target"]
