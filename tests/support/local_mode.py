@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from prewarm.services.jobs import apply_manifest
 from prewarm_devtools.localmode import LocalMode
+from prewarm_devtools.sam.aws import ACCOUNT, REGION
 from tests.support.waiting import wait_until
 
 # The startup taint a node joins with, as install's agents' ConfigMap names it by default.
@@ -72,3 +74,22 @@ def tainted(local: LocalMode, node: str) -> bool:
     obj = local.kube.get_object("nodes", node)
     assert obj is not None
     return any(t.get("key") == TAINT["key"] for t in (obj.get("spec") or {}).get("taints") or [])
+
+
+@contextmanager
+def manifests_refused(local: LocalMode) -> Iterator[None]:
+    """The registry refuses every manifest request (ECR's BatchGetImage) with its 429 until the block ends: a
+    pull through it meanwhile waits, reported `Pulling` (throttled), and goes on after."""
+    if local.aws is None or local.aws.layer is None:
+        pytest.skip("the AWS limits layer is off: it plays ECR's request quotas")
+    ecr = local.aws.layer.ecr
+    before = ecr.quotas
+    ecr.quotas = replace(before, ecr_manifest_per_s=0.001)
+    ecr.reset()
+    while ecr.rate_refusal("ecr:BatchGetImage", ACCOUNT, REGION) is None:  # the bucket's one token
+        pass
+    try:
+        yield
+    finally:
+        ecr.quotas = before
+        ecr.reset()
