@@ -417,15 +417,12 @@ def _wave_pairs(view: JobView) -> list[tuple[str, object]]:
     if view.record.is_list_job:
         waves = "; ".join(f"{c.record.name}: {c.wave}" for c in view.children if c.wave)
         return [("Wave", waves)] if waves else []
-    if not view.wave:
-        return []
-    return [("Wave", view.wave), ("Seed Nodes", listed(sorted(view.record.seeds)))]
+    return [("Wave", view.wave), ("Seed Nodes", listed(sorted(view.record.seeds)))] if view.wave else []
 
 
 def _children_estimate(view: JobView) -> list[tuple[str, object]]:
     """A list job's ETA: the longest of its running images' (`prewarm describe job CHILD` shows each)."""
-    known = [c.estimate for c in view.children
-             if c.estimate is not None and c.estimate.seconds is not None and c.completion_time is None]
+    known = [c.estimate for c in view.children if c.estimate and c.estimate.seconds and c.completion_time is None]
     return [("ETA", max(known, key=lambda e: e.seconds or 0))] if known else []
 
 
