@@ -71,6 +71,8 @@ def push_to_done(local: LocalMode, repository: str) -> dict[str, Any]:
     return {"seconds": round(time.monotonic() - started, 1), "succeeded": record.counters.succeeded,
             "failed": record.counters.failed, "layers": record.layers,
             "counted_retries": sum(max(0, t.attempt - 1) for t in tasks),
+            "start_span": round(max(starts) - min(starts), 1) if (starts := [t.starts_at for t in tasks
+                                                                              if t.starts_at is not None]) else None,
             "throttled_requests": ecr.throttled.get(LAYER_API, 0) - throttled_before}
 
 
@@ -89,4 +91,9 @@ def test_the_budget_keeps_twenty_nodes_under_the_layer_quota_and_without_it_the_
     # held up a second on a loaded machine: 22 blob requests against a burst of 20), and is waited out too.
     assert unpaced["throttled_requests"] > 0
     assert paced["throttled_requests"] < unpaced["throttled_requests"]
+    # The budget did the spacing: the reserved starts span what 20 pulls of 12 requests take at 12 a second,
+    # less one second's burst (a run the budget never reached reserves none)
+    bound = (NODES - 1) * (LAYERS + 2) / BUDGET
+    assert paced["start_span"] is not None and paced["start_span"] >= 0.8 * bound, (paced, bound)
+    assert unpaced["start_span"] is None
     assert (unpaced["succeeded"], unpaced["failed"], unpaced["counted_retries"]) == (NODES, 0, 0)

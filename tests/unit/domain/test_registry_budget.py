@@ -145,3 +145,30 @@ def test_an_invalid_registry_budgets_entry_fails_the_functions_settings_at_cold_
                                             r"requestsPerSecond must be >= 0, got -1"):
         Settings.from_env(env)
     assert Settings.from_env({**env, "REGISTRY_BUDGETS": '{"quay.io": {"requestsPerSecond": 5}}'})
+
+
+def test_a_byte_budget_alone_costs_a_pull_its_bytes_and_neither_rate_means_no_budget() -> None:
+    # Before: requestsPerSecond 0 made every pull cost 0 s, the byte budget with it.
+    bytes_only = RegistryBudget(requests_per_second=0, bytes_per_second=1000)
+    assert bytes_only.pull_seconds(8, size_bytes=5000) == 5.0
+    assert bytes_only.pull_seconds(8) == 0.0  # size unknown: nothing to cost it by
+    assert bytes_only.paces and not bytes_only.enabled  # requests are not counted
+    assert not RegistryBudget(requests_per_second=0).paces
+    assert RegistryBudget().paces
+
+
+def test_a_host_s_entry_inherits_the_default_byte_budget_and_0_turns_it_off() -> None:
+    # Before: an entry without bytesPerSecond dropped the global byte budget for its host.
+    default = RegistryBudget(requests_per_second=10, bytes_per_second=1e9)
+    budgets = RegistryBudgets.parse(default, {"ghcr.io": {"layersIfUnknown": 12},
+                                              "quay.io": {"bytesPerSecond": 0},
+                                              "docker.io": {"bytesPerSecond": None},
+                                              "gcr.io": {"bytesPerSecond": 5e8}})
+    assert budgets.of("ghcr.io") == RegistryBudget(10, 1e9, layers_if_unknown=12)
+    assert budgets.of("quay.io").bytes_per_second is None and budgets.of("quay.io").requests_per_second == 10
+    assert budgets.of("docker.io").bytes_per_second is None
+    assert budgets.of("gcr.io").bytes_per_second == 5e8
+    off = RegistryBudgets.parse(default, {"quay.io": {"requestsPerSecond": 0, "bytesPerSecond": 0}}).of("quay.io")
+    assert not off.paces
+    with pytest.raises(BudgetConfigError, match=r"quay\.io: bytesPerSecond must be > 0 when set, got -1"):
+        RegistryBudgets.parse(default, {"quay.io": {"bytesPerSecond": -1}})

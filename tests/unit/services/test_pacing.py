@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+
+import pytest
 
 from prewarm.domain.messages import CancelTask, PullTask
 from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
@@ -109,3 +112,25 @@ def test_a_task_the_budget_has_no_start_for_within_15_minutes_is_held_back_not_s
     item = store.table.get("BUDGET#ecr:123456789012:us-west-2", "BUDGET")
     assert item is not None and item["tat"] == NOW + 1200.0
     assert queues.send(task("d", layers=30)) is True  # held back again, as nothing was sent
+
+
+def test_a_byte_budget_alone_paces_pulls_by_their_size_and_sends_those_of_unknown_size_at_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Before: requestsPerSecond 0 skipped the registry, and RegistryBytesPerSecond paced nothing.
+    store = MemoryJobStore()
+    queues = paced(RegistryBudget(requests_per_second=0, bytes_per_second=1000), store)
+    sized = [task(f"n{i}").model_copy(update={"size_bytes": 2000}) for i in range(3)]
+
+    sent = queues.paced(sized)
+
+    # 2,000 bytes at 1,000 a second: a start every 2 s
+    assert [t.delay_seconds for t in sent if isinstance(t, PullTask)] == [0, 2, 4]
+    item = store.table.get("BUDGET#ecr:123456789012:us-west-2", "BUDGET")
+    assert item is not None and item["tat"] == NOW + 6.0
+    # A task of unknown size takes none of the budget: sent at once, not reserved, and said so
+    with caplog.at_level(logging.WARNING, logger="prewarm.services.pacing"):
+        unsized = queues.paced([task("n9")])
+    assert [t.delay_seconds for t in unsized if isinstance(t, PullTask)] == [0]
+    after = store.table.get("BUDGET#ecr:123456789012:us-west-2", "BUDGET")
+    assert after is not None and after["tat"] == NOW + 6.0
+    assert "counts bytes only: 1 pulls of unknown size start unpaced" in caplog.text

@@ -2,10 +2,11 @@
 whether containerd uses them.
 
 containerd reads a registry's mirrors from `<config_path>/<registry>/hosts.toml` (`_default` for every
-registry): each `[host."<url>"]` table is a mirror, tried in order before `server`. containerd 2.1 pulls
-CRI images through its transfer service unless its CRI images plugin sets `use_local_image_pull = true`,
-and pulls through the transfer service have been seen to ignore those mirrors (spegel-org/spegel#1272,
-containerd 2.1.5 on EKS's AL2023): the mirror then serves nothing, and every node pulls from the registry.
+registry): each `[host."<url>"]` table is a mirror, tried in order before `server`. From 2.1, containerd
+pulls CRI images through its transfer service unless its CRI images plugin sets `use_local_image_pull = true`
+(`ContainerRuntime.pulls_through_transfer_service`), and pulls through the transfer service have been seen
+to ignore those mirrors (spegel-org/spegel#1272, containerd 2.1.5 on EKS's AL2023): the mirror then serves
+nothing, and every node pulls from the registry.
 The agent reads both files and says what it found in its hello; `prewarm doctor` judges it here.
 """
 
@@ -18,13 +19,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prewarm.domain.runtimes import CONTAINERD, ContainerRuntime
+from prewarm.domain.runtimes import ContainerRuntime
 
 # The CRI images plugin's table in containerd 2.x's config (version 3), and the CRI plugin's in a version 2
 # config, which containerd 2.x migrates to it.
 _IMAGES_PLUGINS = ("io.containerd.cri.v1.images", "io.containerd.grpc.v1.cri")
-# The first containerd whose CRI pulls through the transfer service by default (containerd#8515).
-TRANSFER_PULL_SINCE = (2, 1, 0)
 # What a hello carries at most: registries, and mirrors of each (the agent reads no more).
 MIRROR_REGISTRIES_MAX = 64
 MIRRORS_MAX = 16
@@ -78,7 +77,7 @@ class NodeMirrors:
         """Whether containerd pulls through its transfer service, which ignores the mirrors."""
         if not self.mirrors or self.local_image_pull is not False:
             return False
-        return self.runtime is None or (self.runtime.name == CONTAINERD and self.runtime.release >= TRANSFER_PULL_SINCE)
+        return self.runtime is None or self.runtime.pulls_through_transfer_service
 
 
 # How to make containerd 2.1+'s CRI pull through the mirrors.

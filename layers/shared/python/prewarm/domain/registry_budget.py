@@ -20,6 +20,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # The default budget: 80 % of ECR's GetDownloadUrlForLayer quota (3,000/s per account and Region), the
 # rest left to other users of the account (kubelets, CI). Manifest requests are counted in it too, so
@@ -102,8 +103,8 @@ def pull_requests(layers: int) -> int:
 
 @dataclass(frozen=True)
 class RegistryBudget:
-    """What pulls from one registry may use: `requests_per_second` (0: no budget, pulls start at once)
-    and, optionally, `bytes_per_second`."""
+    """What pulls from one registry may use: `requests_per_second` (0: requests are not counted) and,
+    optionally, `bytes_per_second`. Neither set: no budget, pulls start at once."""
 
     requests_per_second: float = DEFAULT_REQUESTS_PER_SECOND
     bytes_per_second: float | None = None
@@ -122,7 +123,14 @@ class RegistryBudget:
 
     @property
     def enabled(self) -> bool:
+        """Whether requests are counted: what the layer-count note and the ETA's request bound rest on
+        (`paces` says whether pulls are paced at all)."""
         return self.requests_per_second > 0
+
+    @property
+    def paces(self) -> bool:
+        """Whether pull starts are paced: by requests, bytes or both."""
+        return self.enabled or self.bytes_per_second is not None
 
     def pull_requests(self, layers: int | None) -> int:
         """The requests one pull makes, an image of unknown layers counted as one of `layers_if_unknown`."""
@@ -130,11 +138,14 @@ class RegistryBudget:
 
     def pull_seconds(self, layers: int | None, size_bytes: int | None = None) -> float:
         """The share of the budget one pull takes, in seconds: its requests at the request rate (an image
-        of unknown layers as one of `layers_if_unknown`), or its bytes at the byte rate when that is set
-        and the size known, whichever is longer."""
-        if not self.enabled:
-            return 0.0
-        seconds = self.pull_requests(layers) / self.requests_per_second
+        of unknown layers as one of `layers_if_unknown`) and its bytes at the byte rate, whichever is
+        longer, each only when its rate is set. A pull of unknown size takes none of the byte rate: with
+        a byte budget alone it costs 0 s (nothing to pace it by).
+
+        >>> RegistryBudget(requests_per_second=0, bytes_per_second=1e6).pull_seconds(8, size_bytes=3_000_000)
+        3.0
+        """
+        seconds = self.pull_requests(layers) / self.requests_per_second if self.enabled else 0.0
         if self.bytes_per_second is not None and size_bytes:
             seconds = max(seconds, size_bytes / self.bytes_per_second)
         return seconds
@@ -225,7 +236,9 @@ class RegistryBudgets:
     @classmethod
     def parse(cls, default: RegistryBudget, overrides: Mapping[str, object]) -> RegistryBudgets:
         """From the template's JSON: `{"<registry host>": {"requestsPerSecond": 20, "bytesPerSecond": ...,
-        "layersIfUnknown": 12}}`; a host is keyed as `budget_key` keys it."""
+        "layersIfUnknown": 12}}`; a host is keyed as `budget_key` keys it. A field left out is `default`'s;
+        `bytesPerSecond` 0 (or null) turns the byte budget off for that host, as `requestsPerSecond` 0
+        does the request budget."""
         parsed: dict[str, RegistryBudget] = {}
         for host, value in overrides.items():
             if not isinstance(value, Mapping):
@@ -236,13 +249,21 @@ class RegistryBudgets:
             try:
                 parsed[budget_key(host)] = RegistryBudget(
                     requests_per_second=float(value.get("requestsPerSecond", default.requests_per_second)),
-                    bytes_per_second=None if value.get("bytesPerSecond") is None else float(value["bytesPerSecond"]),
+                    bytes_per_second=_byte_rate(value, default.bytes_per_second),
                     burst_seconds=float(value.get("burstSeconds", default.burst_seconds)),
                     layers_if_unknown=_whole(value.get("layersIfUnknown", default.layers_if_unknown)),
                 )
             except (TypeError, ValueError) as e:
                 raise BudgetConfigError(f"registry budget of {host}: {e}") from e
         return cls(default, parsed)
+
+
+def _byte_rate(value: Mapping[str, Any], default: float | None) -> float | None:
+    """A host's `bytesPerSecond`: left out, the default's; 0 or null, none (as REGISTRY_BYTES_PER_SECOND 0)."""
+    if "bytesPerSecond" not in value:
+        return default
+    rate = value["bytesPerSecond"]
+    return None if rate is None else float(rate) or None
 
 
 def _whole(value: object) -> int:

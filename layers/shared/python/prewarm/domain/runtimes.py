@@ -3,7 +3,8 @@
 
 Pinning (`io.cri-containerd.pinned`, which keeps an image from kubelet's image garbage collection) needs
 containerd 1.7.10 or later (containerd#9381): an older one stores the label but its CRI never reports the
-image pinned, so the kubelet may remove it.
+image pinned, so the kubelet may remove it. It also needs a kubelet that reads the CRI's `pinned` field
+(`KubeletVersion.honours_pins`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ from dataclasses import dataclass
 
 CONTAINERD = "containerd"
 PINNING_SINCE = (1, 7, 10)
+# The kubelet's image GC skips what the CRI reports pinned only since kubernetes#119986 (1.29; before it the
+# kubelet dropped the field and saw every image unpinned), backported to these patch releases (#120053-6).
+KUBELET_PINNING_SINCE = (1, 29, 0)
+KUBELET_PINNING_BACKPORTS = {(1, 25): 14, (1, 26): 9, (1, 27): 6, (1, 28): 2}
+# The CRI pulls through the transfer service by default from containerd 2.1.0 (containerd#8515, merged
+# after 2.0; docs/cri/config.md at v2.1.0, "Transfer Service for Image Pull"); 2.0 pulls as 1.7 does.
+TRANSFER_PULL_SINCE = (2, 1, 0)
 # What moved a CRI pull of a 2 GiB image on 2 cores (benchmarks/pull_limit.py, docs/performance.md
 # section 14): gunzip in Go was the bottleneck on every version, unpigz took a third of the time off
 # it and more; max_concurrent_downloads, the snapshotter and the transfer service's options did not help.
@@ -26,6 +34,10 @@ _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 class RuntimeVersionError(ValueError):
     """A containerRuntimeVersion that is not `<runtime>://<version>`."""
+
+
+class KubeletVersionError(ValueError):
+    """A kubeletVersion that is not `v<major>.<minor>.<patch>`."""
 
 
 @dataclass(frozen=True)
@@ -72,5 +84,34 @@ class ContainerRuntime:
 
     @property
     def pulls_through_transfer_service(self) -> bool:
-        """containerd 2.x's CRI pulls through the transfer service by default (`use_local_image_pull = false`)."""
-        return self.name == CONTAINERD and self.release >= (2, 0, 0)
+        """Whether the CRI pulls through the transfer service by default (`use_local_image_pull = false`)."""
+        return self.name == CONTAINERD and self.release >= TRANSFER_PULL_SINCE
+
+
+@dataclass(frozen=True)
+class KubeletVersion:
+    """A kubelet's version as its Node reports it (`status.nodeInfo.kubeletVersion`, `v1.34.1-eks-113cf36`)."""
+
+    release: tuple[int, int, int]
+    text: str
+
+    @classmethod
+    def parse(cls, reported: str) -> KubeletVersion:
+        """`v1.34.1-eks-113cf36` as the Node reports it.
+
+        >>> KubeletVersion.parse("v1.28.2-eks-a5df82a").release
+        (1, 28, 2)
+        """
+        found = _VERSION.match(reported)
+        if found is None:
+            raise KubeletVersionError(f"kubeletVersion {reported!r} is not v<major>.<minor>.<patch> (e.g. v1.34.1)")
+        major, minor, patch = (int(part or 0) for part in found.groups())
+        return cls((major, minor, patch), reported)
+
+    @property
+    def honours_pins(self) -> bool:
+        """Whether the kubelet's image garbage collection skips the images its CRI reports pinned."""
+        if self.release >= KUBELET_PINNING_SINCE:
+            return True
+        since = KUBELET_PINNING_BACKPORTS.get(self.release[:2])
+        return since is not None and self.release[2] >= since

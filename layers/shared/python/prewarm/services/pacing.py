@@ -15,7 +15,9 @@ the starts of a second come together at its beginning, so no instant starts more
 budget (and one pull), and a start less than a second away costs no latency; counted from the
 reservation, a slow send only makes a start later. The slot stays claimed meanwhile, so `parallelism`
 still bounds what a job has in flight, and every job and cluster of the stack draws on the same budget.
-Other messages pass through unchanged.
+A pull's bytes are its task's `size_bytes`: one of unknown size takes none of a byte budget, so under a
+byte budget alone (no request rate) it is sent at once, unreserved, with a warning. Other messages pass
+through unchanged.
 """
 
 from __future__ import annotations
@@ -60,8 +62,11 @@ class PacedQueues:
     def paced(self, messages: Sequence[Message]) -> list[Message]:
         """`messages` with each pull task's start reserved in its registry's budget, less the tasks the
         budget has no start for within SQS's longest delay (held back, logged). A budget that cannot be
-        written leaves its tasks unpaced (logged): agents back off from a registry's 429 on their own."""
+        written leaves its tasks unpaced (logged): agents back off from a registry's 429 on their own. A
+        task that costs none of its budget (a byte budget alone, the task's `size_bytes` unknown) is not
+        reserved: it starts at once (logged)."""
         by_key: dict[str, list[tuple[int, PullTask]]] = {}
+        unsized: dict[str, int] = {}
         paced: list[Message | None] = list(messages)
         now = self.clock()
         for i, message in enumerate(messages):
@@ -72,8 +77,13 @@ class PacedQueues:
                     host = parse_image(message.image).registry
                 except InvalidImageReference:
                     continue  # the agent fails it with the reason
-                if self.settings.of(key := budget_key(host)).enabled:
+                budget = self.settings.of(key := budget_key(host))
+                if budget.pull_seconds(message.layers, message.size_bytes) > 0:
                     by_key.setdefault(key, []).append((i, message))
+                elif budget.paces:  # a byte budget alone, and the task's size unknown
+                    unsized[key] = unsized.get(key, 0) + 1
+        for key, count in unsized.items():
+            log.warning("registry budget of %s counts bytes only: %d pulls of unknown size start unpaced", key, count)
         for key, tasks in by_key.items():
             budget = self.settings.of(key)
             costs = [budget.pull_seconds(t.layers, t.size_bytes) for _, t in tasks]
