@@ -57,7 +57,7 @@ def test_a_publish_records_the_clean_up_it_owes_and_a_kept_snapshot_is_never_del
     state = baked(bakes.with_push(state, REF, D3, 20.0), {REF: D3}, 21.0, "snap-3", fsr_zones=("az-a",))
     # snap-1 went beyond keep: deleted (EBS drops its FSR with it); snap-2, now previous, loses FSR
     assert state.clean_up == CleanUp(fsr_off={"snap-2": ("az-a",)}, delete=("snap-1",))
-    assert bakes.owe_clean_up(state, delete=["snap-3", "snap-2"], fsr_off={"snap-3": ["az-a"]}) == state
+    assert bakes.owe_clean_up(state, delete=["snap-3", "snap-2"]) == state
 
     failed = bakes.cleaned(state, [], ["snap-1"], "Fast Snapshot Restore of snap-2 not disabled: throttled")
     assert failed.clean_up == CleanUp(fsr_off={"snap-2": ("az-a",)}, error=failed.clean_up.error)

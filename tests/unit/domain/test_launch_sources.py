@@ -11,18 +11,21 @@ import pytest
 
 from prewarm.domain.launch_sources import (
     Architecture,
+    LaunchSource,
     LaunchSourceError,
     LaunchTarget,
     Variant,
     alias_image_id,
     builder_instance_type,
+    builder_source,
     family_image_id,
     instance_target,
     newest_image,
     node_pools_target,
+    parameter_architecture,
     pool_target,
 )
-from prewarm.domain.snapshots import AmiFamily
+from prewarm.domain.snapshots import AmiFamily, BuilderSpec
 
 ARM = LaunchTarget(Architecture.ARM64)
 ARM_NVIDIA = LaunchTarget(Architecture.ARM64, Variant.NVIDIA)
@@ -139,3 +142,26 @@ def test_the_newest_ami_of_the_architecture_asked_is_taken() -> None:
     assert newest_image(images, "EC2NodeClass c", Architecture.ARM64) == ("ami-2", Architecture.ARM64)
     with pytest.raises(LaunchSourceError, match="EC2NodeClass c: its amiSelectorTerms select no available arm64 AMI"):
         newest_image(images[:1], "EC2NodeClass c", Architecture.ARM64)
+
+
+def test_a_builder_on_the_specs_own_ami_runs_that_amis_architecture_not_the_node_classs() -> None:
+    both = BuilderSpec.model_validate({"imageId": "ami-0123456789abcdef0", "subnetIds": ["subnet-0123456789abcdef0"]})
+    # The spec names both: the node class is not read, the AMI's architecture is the builder's
+    assert builder_source(both, None, Architecture.ARM64) == LaunchSource(
+        "ami-0123456789abcdef0", ("subnet-0123456789abcdef0",), Architecture.ARM64)
+    # The spec names the AMI only: the class gives the subnets, not the architecture
+    class_source = LaunchSource("ami-0fedcba9876543210", ("subnet-0000000000000000a",), Architecture.X86_64)
+    only_ami = BuilderSpec.model_validate({"imageId": "ami-0123456789abcdef0"})
+    assert builder_source(only_ami, class_source, Architecture.ARM64).architecture is Architecture.ARM64
+    assert builder_source(BuilderSpec(), class_source) == class_source
+    with pytest.raises(LaunchSourceError, match="its architecture is not known"):
+        builder_source(both, None)
+
+
+def test_an_aws_ami_parameter_names_its_architecture_in_its_path() -> None:
+    assert parameter_architecture(family_image_id(AmiFamily.BOTTLEROCKET, "1.33", target=ARM)) is Architecture.ARM64
+    assert parameter_architecture(family_image_id(AmiFamily.AL2023, "1.33")) is Architecture.X86_64
+    assert parameter_architecture(
+        "resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64") is Architecture.ARM64
+    with pytest.raises(LaunchSourceError, match="name the AMI id"):
+        parameter_architecture("resolve:ssm:/aws/service/custom/image_id")

@@ -3,160 +3,33 @@ the node classes: each fault ends with a clear reason and the node class untouch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from prewarm.domain.bakes import BakeStep, SnapshotState
-from prewarm.domain.launch_sources import Architecture, LaunchSource
+from prewarm.domain.launch_sources import Architecture
 from prewarm.domain.messages import Baked
 from prewarm.domain.push import ImagePush
-from prewarm.domain.snapshots import AmiFamily
 from prewarm.services import bakes
-from prewarm.services.bakes import BakeContext, BakeSettings
-from prewarm.services.snapshot_ports import BakeError, NodeClassMissingError
+from prewarm.services.bakes import BakeContext
 from prewarm_cli.snapshot_output import status_word
-from tests.support.memory_store import MemoryJobStore
-
-HOST = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-REF = f"{HOST}/ml/trainer:v1"
-D1, D2, D3 = ("sha256:" + c * 64 for c in "123")
-
-
-@dataclass
-class FakeEc2:
-    """Builders and snapshots as EC2 keeps them: ids, states and who was asked what."""
-
-    instances: dict[str, str] = field(default_factory=dict)  # id -> state
-    snapshots: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> (warm snapshot, bake, state)
-    launched_at: dict[str, float] = field(default_factory=dict)
-    owners: dict[str, str] = field(default_factory=dict)  # instance id -> its warm snapshot tag
-    calls: list[str] = field(default_factory=list)
-    refuse: str = ""
-    instance_types: list[str] = field(default_factory=list)
-    sources: dict[str, tuple[str, str]] = field(default_factory=dict)  # bake id -> (image id, subnet id)
-    faults: dict[str, str] = field(default_factory=dict)  # a call as `calls` names it -> what EC2 says
-
-    def _fault(self, call: str) -> None:
-        if call in self.faults:
-            raise BakeError(self.faults[call])
-
-    def launch(self, bake_id: str, warm_snapshot: str, image_id: str, instance_type: str, subnet_id: str,
-               device_name: str, size_gib: int, user_data: str) -> tuple[str, str]:
-        if self.refuse:
-            raise BakeError(self.refuse)
-        instance = f"i-{bake_id}"  # the client token makes it idempotent
-        self.sources[bake_id] = (image_id, subnet_id)
-        self.instances.setdefault(instance, "running")
-        self.launched_at.setdefault(instance, 0.0)
-        self.owners.setdefault(instance, warm_snapshot)
-        self.calls.append(f"launch {bake_id}")
-        self.instance_types.append(instance_type)
-        return instance, f"vol-{bake_id}"
-
-    def stop(self, instance_id: str) -> None:
-        self.instances[instance_id] = "stopped"
-
-    def terminate(self, instance_id: str) -> None:
-        self._fault(f"terminate {instance_id}")
-        self.instances[instance_id] = "terminated"
-        self.calls.append(f"terminate {instance_id}")
-
-    def running_builders(self) -> list[tuple[str, str, str, float]]:
-        return [(i, self.owners.get(i, ""), i[2:], self.launched_at[i]) for i, s in self.instances.items()
-                if s != "terminated"]
-
-    def builder_state(self, instance_id: str) -> str | None:
-        self._fault(f"state {instance_id}")
-        return self.instances.get(instance_id)
-
-    def create_snapshot(self, volume_id: str, bake_id: str, warm_snapshot: str) -> str:
-        snapshot = f"snap-{len(self.snapshots) + 1}"
-        self.snapshots[snapshot] = (warm_snapshot, bake_id, "pending")
-        return snapshot
-
-    def snapshot_of(self, bake_id: str) -> tuple[str, str] | None:
-        return next(((s, v[2]) for s, v in self.snapshots.items() if v[1] == bake_id), None)
-
-    def snapshot_owner(self, snapshot_id: str) -> tuple[str, str] | None:
-        found = self.snapshots.get(snapshot_id)
-        return (found[0], found[1]) if found else None
-
-    def tag_snapshot(self, snapshot_id: str, digests: Mapping[str, str]) -> None:
-        self.calls.append(f"tag {snapshot_id} {dict(digests)}")
-
-    def enable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
-        self.calls.append(f"fsr {snapshot_id} {list(zones)}")
-
-    def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
-        self._fault(f"no fsr {snapshot_id}")
-        self.calls.append(f"no fsr {snapshot_id}")
-
-    def delete_snapshot(self, snapshot_id: str) -> None:
-        self._fault(f"delete {snapshot_id}")
-        self.snapshots.pop(snapshot_id, None)
-        self.calls.append(f"delete {snapshot_id}")
-
-
-@dataclass
-class FakeNodeClasses:
-    pointed: dict[str, str] = field(default_factory=lambda: {"gpu": ""})
-    unreadable: str = ""
-    architecture: Architecture = Architecture.X86_64
-
-    def current_snapshot(self, kind: str, name: str, device_name: str) -> str | None:
-        if name not in self.pointed:
-            raise NodeClassMissingError(f"{kind} {name} does not exist")
-        return self.pointed[name] or None
-
-    def point_at(self, kind: str, name: str, device_name: str, snapshot_id: str) -> None:
-        self.pointed[name] = snapshot_id
-
-    def launch_source(self, kind: str, name: str, family: AmiFamily) -> LaunchSource:
-        if self.unreadable:
-            raise BakeError(self.unreadable)
-        return LaunchSource(f"resolve:ssm:/aws/service/{family}",
-                            ("subnet-0000000000000000a", "subnet-0000000000000000b"), self.architecture)
-
-
-def manifest(name: str = "gpu", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "prewarm.dev/v1alpha1", "kind": "WarmSnapshot", "metadata": {"name": name},
-            "spec": {"nodeClass": {"ec2NodeClass": name}, "amiFamily": "Bottlerocket", "rules": ["ml"],
-                     "builder": {"subnetIds": ["subnet-0123456789abcdef0"], "timeBudgetSeconds": 600}, **spec}}
-
-
-def context(**spec: Any) -> tuple[BakeContext, FakeEc2, FakeNodeClasses]:
-    store, ec2, classes = MemoryJobStore(), FakeEc2(), FakeNodeClasses()
-    store.put_warm_snapshot("gpu", manifest(**spec), "h")
-    return BakeContext(store, ec2, classes, BakeSettings("https://sqs/status", "us-west-2", "agent:1")), ec2, classes
-
-
-def declare(ctx: BakeContext, **spec: Any) -> None:
-    """The spec applied again, changed: the table's stream then advances it."""
-    ctx.store.put_warm_snapshot("gpu", manifest(**spec), str(sorted(spec.items())))
-    bakes.advance(ctx, "gpu", 0.0)
-
-
-def push(ctx: BakeContext, digest: str, now: float) -> None:
-    bakes.record_push(ctx.store, ImagePush("123456789012", "us-west-2", "ml/trainer", digest, "v1"), ["ml"], now)
-    bakes.advance(ctx, "gpu", now)
-
-
-def state(ctx: BakeContext) -> SnapshotState:
-    found = ctx.store.get_warm_snapshot("gpu")
-    assert found is not None
-    return SnapshotState.from_dict(found[1])
-
-
-def builder_reports(ctx: BakeContext, digest: str, now: float, *, ok: bool = True, message: str = "") -> None:
-    bake = state(ctx).bake
-    assert bake is not None
-    report = Baked(warm_snapshot="gpu", bake=bake.id, ok=ok, digests={REF: digest} if ok else {}, image_bytes=1000,
-                   message=message)
-    bakes.record_baked(ctx.store, report, now)
-    bakes.advance(ctx, "gpu", now)
+from tests.support.bakes import (
+    D1,
+    D2,
+    D3,
+    HOST,
+    REF,
+    FakeEc2,
+    FakeNodeClasses,
+    builder_reports,
+    context,
+    declare,
+    manifest,
+    push,
+    state,
+)
 
 
 def test_a_push_bakes_and_the_snapshot_event_points_the_node_class_at_it() -> None:
@@ -308,11 +181,13 @@ def test_the_builder_launches_from_the_node_classs_ami_and_subnets_unless_the_sp
     ctx, ec2, _classes = context(builder={"timeBudgetSeconds": 600})
     push(ctx, D1, 10.0)
     assert ec2.sources["gpu-1"] == ("resolve:ssm:/aws/service/Bottlerocket", "subnet-0000000000000000a")
-    ctx, ec2, _classes = context(builder={"imageId": "ami-0123456789abcdef0"})
+    ctx, ec2, classes = context(builder={"imageId": "ami-0123456789abcdef0"})
+    classes.amis["ami-0123456789abcdef0"] = Architecture.X86_64
     push(ctx, D1, 10.0)
     assert ec2.sources["gpu-1"] == ("ami-0123456789abcdef0", "subnet-0000000000000000a")
     ctx, ec2, classes = context(builder={"imageId": "ami-0123456789abcdef0", "subnetIds": ["subnet-0123456789abcdef0"]})
     classes.unreadable = "not read: the spec names both"
+    classes.amis["ami-0123456789abcdef0"] = Architecture.X86_64
     push(ctx, D1, 10.0)
     assert ec2.sources["gpu-1"] == ("ami-0123456789abcdef0", "subnet-0123456789abcdef0")
 
@@ -363,6 +238,28 @@ def test_an_arm64_node_classs_builder_runs_on_graviton_and_a_spec_type_of_anothe
     assert bake is not None and bake.step is BakeStep.FAILED and ec2.instance_types == []
     assert bake.reason == ('the builder could not be launched: spec.builder.instanceType "m6i.xlarge" runs x86_64, '
                            "but the node class's AMI is arm64: name a Graviton arm64 type or leave it out")
+
+
+@pytest.mark.parametrize(("instance_type", "launched"), [(None, "m7g.large"), ("m7g.xlarge", "m7g.xlarge")])
+def test_a_builder_on_the_specs_own_arm64_ami_runs_on_graviton_without_reading_the_node_class(
+        instance_type: str | None, launched: str) -> None:
+    # Given a spec naming an arm64 AMI and the subnets (the node class, x86_64 here, is not read)
+    builder = {"imageId": "ami-0123456789abcdef0", "subnetIds": ["subnet-0123456789abcdef0"]}
+    ctx, ec2, classes = context(builder={**builder, **({"instanceType": instance_type} if instance_type else {})})
+    classes.unreadable = "not read: the spec names both"
+    classes.amis["ami-0123456789abcdef0"] = Architecture.ARM64
+
+    # When a push bakes it, Then the builder is a Graviton instance on that AMI
+    push(ctx, D1, 10.0)
+    assert ec2.instance_types == [launched] and ec2.sources["gpu-1"][0] == "ami-0123456789abcdef0"
+
+    # And an x86_64 type for it fails the bake before any builder, naming whose AMI it is
+    ctx, ec2, classes = context(builder={**builder, "instanceType": "m6i.large"})
+    classes.amis["ami-0123456789abcdef0"] = Architecture.ARM64
+    push(ctx, D1, 10.0)
+    assert ec2.instance_types == [] and state(ctx).bake.reason == (  # type: ignore[union-attr]
+        'the builder could not be launched: spec.builder.instanceType "m6i.large" runs x86_64, but '
+        "spec.builder.imageId's AMI is arm64: name a Graviton arm64 type or leave it out")
 
 
 def published_twice(**spec: Any) -> tuple[BakeContext, FakeEc2, FakeNodeClasses]:
@@ -482,3 +379,15 @@ def test_an_image_declared_after_a_bake_is_baked_at_once_and_one_removed_is_bake
     assert dropped.stale and f"Stale: {busybox} no longer declared but in the snapshot" in dropped.message()
     assert dropped.bake is not None and dropped.bake.id == "gpu-3" and dropped.bake.images == {REF: D1}
     assert [c for c in ec2.calls if c.startswith("launch")] == ["launch gpu-1", "launch gpu-2", "launch gpu-3"]
+
+
+def test_a_rules_push_of_a_new_tag_bakes_it_in_place_of_the_tag_it_pushed_before() -> None:
+    # Given v1 baked, brought by the rule
+    ctx, _ec2, _classes = context()
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    bakes.on_snapshot_event(ctx, "snap-1", True, "", 30.0)
+
+    # When the rule's next push is v2 of that repository, Then the next bake holds v2 alone
+    push(ctx, D2, 40.0, tag="v2")
+    assert state(ctx).bake.images == {f"{HOST}/ml/trainer:v2": D2}  # type: ignore[union-attr]

@@ -24,6 +24,7 @@ from prewarm.domain.launch_sources import (
     instance_target,
     newest_image,
     node_pools_target,
+    parameter_architecture,
     subnet_query,
 )
 from prewarm.domain.snapshots import AmiFamily
@@ -224,6 +225,18 @@ class NodeClassObjects:
             where = f"EC2NodeClass {name}"
             image_id, architecture = self._node_class_image(name, spec, family, where)
             return LaunchSource(image_id, self._node_class_subnets(spec, where), architecture)
+        except LaunchSourceError as e:
+            raise BakeError(str(e)) from e
+
+    def ami_architecture(self, image_id: str) -> Architecture:
+        where = f'spec.builder.imageId "{image_id}"'
+        try:
+            if image_id.startswith("resolve:ssm:"):
+                return parameter_architecture(image_id)
+            images = self._call_ec2(f"{where}: describe it", "describe_images", ImageIds=[image_id])["Images"]
+            if not images:
+                raise LaunchSourceError(f"{where}: DescribeImages finds no such AMI")
+            return image_architecture(images[0], where)
         except LaunchSourceError as e:
             raise BakeError(str(e)) from e
 

@@ -14,11 +14,16 @@ Steps, in order (each recorded with its time):
   Succeeded / Failed; the builder is then terminated. What is left to do to earlier snapshots (their Fast
   Snapshot Restore disabled, those beyond `keep` or of a failed bake deleted) is recorded as `clean_up`
   and done after, until it succeeds: its failure never undoes a publish.
+
+Fast Snapshot Restore is billed per snapshot and AZ-hour while enabled, so each snapshot records the zones
+it is enabled in: the clean-up disables those of earlier snapshots, those of the current one the spec no
+longer names, and, once the WarmSnapshot is deleted, all of them (its snapshots are kept: nodes may boot
+from them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -86,13 +91,15 @@ class Bake:
 
 @dataclass(frozen=True)
 class BakedSnapshot:
-    """A snapshot a bake made and published: what it holds and when."""
+    """A snapshot a bake made and published: what it holds and when, and the zones Fast Snapshot Restore
+    is enabled in (since `created_at`: it is enabled at the publish), until the clean-up disables them."""
 
     id: str
     digests: dict[str, str]
     created_at: float
     bake_id: str
     stored_bytes: int = 0
+    fsr_zones: tuple[str, ...] | None = None  # None: recorded before the zones were (`with_fsr_declared`)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,8 @@ class SnapshotState:
     bakes: int = 0
     snapshots: tuple[BakedSnapshot, ...] = ()
     clean_up: CleanUp = field(default_factory=CleanUp)
+    # When its WarmSnapshot was deleted: no bake starts; the record goes once the clean-up is done.
+    deleted_at: float | None = None
 
     @property
     def current(self) -> BakedSnapshot | None:
@@ -136,10 +145,10 @@ class SnapshotState:
 
     @property
     def not_baked(self) -> list[str]:
-        """Images declared since the current snapshot was baked, no push of them seen: the builder resolves
-        their digests, as in the first bake (before any snapshot, `next_bake_owed` bakes them)."""
-        held = self.current.digests if self.current else None
-        return [] if held is None else [ref for ref, d in self.images.items() if d is None and ref not in held]
+        """Images declared (no push of them seen) that the current snapshot, if any, does not hold: the
+        builder resolves their digests."""
+        held = self.current.digests if self.current else {}
+        return [ref for ref, d in self.images.items() if d is None and ref not in held]
 
     @property
     def no_longer_declared(self) -> list[str]:
@@ -150,9 +159,22 @@ class SnapshotState:
 
     @property
     def stale(self) -> bool:
-        """Whether the current snapshot is not the image set (a pushed digest it lacks, or there is none yet;
-        an image declared or dropped since it was baked): a bake is owed."""
+        """Whether the current snapshot is not the image set (a pushed digest or a declared image it lacks,
+        none baked yet included; an image dropped since it was baked): a bake is owed."""
         return bool(self.newer_pushed or self.not_baked or self.no_longer_declared)
+
+    @property
+    def last_bake_failed(self) -> bool:
+        """The last bake failed and the image set is still not baked: nothing retries it before the next
+        push or change of the spec."""
+        return self.stale and self.bake is not None and self.bake.step is BakeStep.FAILED
+
+    @property
+    def deletion_done(self) -> bool:
+        """Its WarmSnapshot is deleted and nothing is left to do: no FSR to disable, no builder to end."""
+        bake = self.bake
+        builder_left = bake is not None and (bake.active or (bool(bake.instance_id) and not bake.builder_terminated))
+        return self.deleted_at is not None and not self.clean_up.owed and not builder_left
 
     @property
     def pending(self) -> bool:
@@ -165,6 +187,8 @@ class SnapshotState:
         """One line on where the warm snapshot stands: what the node class boots from, and the last bake."""
         bake, current = self.bake, self.current
         parts = [f"node class on {current.id}" if current else "no snapshot baked yet"]
+        if self.deleted_at is not None:
+            parts.append("deleted: Fast Snapshot Restore being disabled on its snapshots (they are kept)")
         why = [text for refs, text in ((self.newer_pushed, "a newer digest is pushed but not baked"),
                                        (self.not_baked, f"{_some(self.not_baked)} declared but not baked"),
                                        (self.no_longer_declared, f"{_some(self.no_longer_declared)} no longer "
@@ -200,9 +224,11 @@ class SnapshotState:
                 **{**bake, "steps": tuple(StepRecord(BakeStep(s["step"]), s["at"], s.get("note", ""))
                                           for s in bake["steps"])}),
             bakes=int(data.get("bakes", 0)),
-            snapshots=tuple(BakedSnapshot(**s) for s in data.get("snapshots", ())),
+            snapshots=tuple(BakedSnapshot(**{**s, "fsr_zones": None if s.get("fsr_zones") is None
+                                             else tuple(s["fsr_zones"])}) for s in data.get("snapshots", ())),
             clean_up=CleanUp({s: tuple(zones) for s, zones in clean_up.get("fsr_off", {}).items()},
                              tuple(clean_up.get("delete", ())), clean_up.get("error", "")),
+            deleted_at=data.get("deleted_at"),
         )
 
 
@@ -212,18 +238,43 @@ def _some(refs: Sequence[str], shown: int = 3) -> str:
     return ", ".join(refs[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
+def _repository(reference: str) -> str:
+    """`registry/repository` of `registry/repository:tag` or `registry/repository@digest`."""
+    if "@" in reference:
+        return reference.split("@", 1)[0]
+    name, _, tag = reference.rpartition(":")
+    return name if name and "/" not in tag else reference
+
+
 def with_push(state: SnapshotState, reference: str, digest: str, now: float,
-              rules: list[str] | None = None) -> SnapshotState:
+              rules: list[str] | None = None, named: Collection[str] = ()) -> SnapshotState:
     """The image set after `reference` (registry/repository:tag, or @digest) was pushed at `digest`;
-    `rules`: the warm snapshot's rules that matched the push (none: the spec names the image)."""
+    `rules`: the warm snapshot's rules that matched the push (none: the spec names the image).
+
+    A rule keeps the newest tag pushed per repository: the tags of that repository it brought earlier
+    leave the set (and the next snapshot) unless another rule still brings them or the spec names them
+    (`named`). Every tag a rule ever matched would otherwise be baked into every snapshot, forever."""
     matched = sorted(set(rules or ()))
-    if state.images.get(reference) == digest and state.image_rules.get(reference, []) == matched:
-        return state
-    moved = state.images.get(reference) != digest
-    image_rules = {k: v for k, v in state.image_rules.items() if k != reference}
+    images, image_rules = dict(state.images), dict(state.image_rules)
+    repository = _repository(reference)
+    for ref, by in state.image_rules.items():
+        if ref == reference or not set(by) & set(matched) or _repository(ref) != repository:
+            continue
+        left = [r for r in by if r not in matched]
+        if left:
+            image_rules[ref] = left
+            continue
+        del image_rules[ref]
+        if ref not in named:
+            images.pop(ref, None)
+    moved = images.get(reference) != digest
+    images[reference] = digest
+    image_rules.pop(reference, None)
     if matched:
         image_rules[reference] = matched
-    return replace(state, images={**state.images, reference: digest}, image_rules=image_rules,
+    if images == state.images and image_rules == state.image_rules:
+        return state
+    return replace(state, images=images, image_rules=image_rules,
                    newest_push_at=now if moved else state.newest_push_at)
 
 
@@ -295,43 +346,90 @@ def snapshot_completed(state: SnapshotState, snapshot_id: str, now: float) -> Sn
 
 def published(state: SnapshotState, snapshot_id: str, keep: int, now: float,
               fsr_zones: Sequence[str] = ()) -> tuple[SnapshotState, list[str]]:
-    """The node class points at `snapshot_id`: it becomes current. The clean-up it leaves is recorded as
-    owed: the snapshots beyond `keep` deleted (returned too), and the previous one's Fast Snapshot Restore
-    in `fsr_zones` disabled (only the snapshot nodes launch from keeps it)."""
+    """The node class points at `snapshot_id`, its Fast Snapshot Restore enabled in `fsr_zones`: it becomes
+    current. The clean-up it leaves is recorded as owed: the snapshots beyond `keep` deleted (returned too),
+    and the FSR of the kept earlier ones disabled in the zones recorded for each (only the snapshot nodes
+    launch from keeps it)."""
     bake = state.bake
     if bake is None or bake.step is not BakeStep.PUBLISHING or bake.snapshot_id != snapshot_id:
         return state, []
-    previous = state.current
-    made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.id, bake.bytes_pulled)
+    made = BakedSnapshot(snapshot_id, dict(bake.pulled), now, bake.id, bake.bytes_pulled, tuple(fsr_zones))
     kept = (made, *(s for s in state.snapshots if s.id != snapshot_id))
     done = bake.at(BakeStep.SUCCEEDED, now, finished_at=now)
     beyond = [s.id for s in kept[keep:]]
-    fsr_off = {previous.id: tuple(fsr_zones)} if previous is not None and fsr_zones else {}
+    fsr_off = {s.id: s.fsr_zones for s in kept[1:keep] if s.fsr_zones}
     return owe_clean_up(replace(state, bake=done, snapshots=kept[:keep]), delete=beyond, fsr_off=fsr_off), beyond
+
+
+def with_fsr_declared(state: SnapshotState, zones: Sequence[str]) -> SnapshotState:
+    """The Fast Snapshot Restore the spec declares now (`zones`; none: off): the current snapshot's zones it
+    no longer names are owed disabling, and a zone named again before that is done no longer is. A zone
+    added is enabled from the next snapshot. A snapshot recorded before zones were is taken as enabled
+    where the spec says if current (its publish enabled the spec's), else nowhere (the next publish
+    disabled it). A deleted WarmSnapshot's state is left as `deleted` made it."""
+    if state.deleted_at is not None:
+        return state
+    snapshots = tuple(replace(s, fsr_zones=tuple(zones) if i == 0 else ()) if s.fsr_zones is None else s
+                      for i, s in enumerate(state.snapshots))
+    off = dict(state.clean_up.fsr_off)
+    if snapshots:
+        current = snapshots[0]
+        undeclared = tuple(z for z in current.fsr_zones or () if z not in zones)
+        if undeclared:
+            off[current.id] = undeclared
+        else:
+            off.pop(current.id, None)
+    after = replace(state, snapshots=snapshots, clean_up=replace(state.clean_up, fsr_off=off))
+    return state if after == state else after
+
+
+def deleted(state: SnapshotState, now: float) -> SnapshotState:
+    """Its WarmSnapshot is deleted: a running bake fails (its snapshot deleted; `_end` terminates its
+    builder), and Fast Snapshot Restore is owed disabling on every snapshot, in the zones recorded for it.
+    The snapshots are kept: the node class may still boot from them, and a node booting from a deleted
+    snapshot fails."""
+    if state.deleted_at is not None:
+        return state
+    bake = state.bake
+    if bake is not None and bake.active:
+        state = fail(state, bake.id, "its WarmSnapshot was deleted", now)
+        state = owe_clean_up(state, delete=[bake.snapshot_id] if bake.snapshot_id else [])
+    state = owe_clean_up(state, fsr_off={s.id: s.fsr_zones for s in state.snapshots if s.fsr_zones})
+    return replace(state, deleted_at=now)
+
+
+def undeleted(state: SnapshotState) -> SnapshotState:
+    """A WarmSnapshot of that name applied again before its record went: it bakes again (the FSR disabled
+    meanwhile is enabled on its next snapshot)."""
+    return state if state.deleted_at is None else replace(state, deleted_at=None)
 
 
 def owe_clean_up(state: SnapshotState, *, delete: Iterable[str] = (),
                  fsr_off: Mapping[str, Sequence[str]] | None = None) -> SnapshotState:
     """Records clean-up owed, added to what is owed already. A snapshot kept (the current one first) is
-    never deleted, nor the current one's FSR disabled; one to delete needs no FSR disabled (EBS disables
-    it with the snapshot)."""
+    never deleted; one to delete needs no FSR disabled (EBS disables it with the snapshot). Which of the
+    current one's zones to disable is the caller's to say (`with_fsr_declared`, `deleted`)."""
     kept = {s.id for s in state.snapshots}
     owed = state.clean_up
     deletes = tuple(s for s in dict.fromkeys((*owed.delete, *delete)) if s not in kept)
-    current = state.current.id if state.current else None
-    off = {s: tuple(zones) for s, zones in {**owed.fsr_off, **(fsr_off or {})}.items()
-           if s != current and s not in deletes}
-    after = replace(owed, fsr_off=off, delete=deletes)
+    off = dict(owed.fsr_off)
+    for snapshot_id, zones in (fsr_off or {}).items():
+        off[snapshot_id] = tuple(dict.fromkeys((*off.get(snapshot_id, ()), *zones)))
+    after = replace(owed, fsr_off={s: z for s, z in off.items() if z and s not in deletes}, delete=deletes)
     return state if after == owed else replace(state, clean_up=after)
 
 
 def cleaned(state: SnapshotState, disabled: Iterable[str], deleted: Iterable[str], error: str) -> SnapshotState:
-    """What a clean-up attempt did: the snapshots done leave what is owed; `error` says why the rest was not
-    ("": nothing failed)."""
+    """What a clean-up attempt did: the snapshots done leave what is owed (those whose FSR was disabled no
+    longer have it in those zones); `error` says why the rest was not ("": nothing failed)."""
     off, gone, owed = set(disabled), set(deleted), state.clean_up
     after = CleanUp({s: z for s, z in owed.fsr_off.items() if s not in off},
                     tuple(s for s in owed.delete if s not in gone), error)
-    return state if after == owed else replace(state, clean_up=after)
+    snapshots = tuple(replace(s, fsr_zones=tuple(z for z in s.fsr_zones if z not in owed.fsr_off[s.id]))
+                      if s.id in off and s.id in owed.fsr_off and s.fsr_zones else s for s in state.snapshots)
+    if after == owed and snapshots == state.snapshots:
+        return state
+    return replace(state, clean_up=after, snapshots=snapshots)
 
 
 def fail(state: SnapshotState, bake_id: str, reason: str, now: float) -> SnapshotState:
@@ -352,17 +450,17 @@ def next_bake_owed(state: SnapshotState) -> bool:
     """Whether a new bake should start now: none runs, and the image set is not what the current snapshot
     holds, and the last bake did not already fail on this very set (the next push tries again)."""
     bake = state.bake
-    if bake is not None and bake.active:
+    if state.deleted_at is not None or (bake is not None and bake.active):
         return False
     if bake is not None and bake.step is BakeStep.FAILED and bake.images == state.images:
         return False
-    return state.stale or (state.current is None and bool(state.images))
+    return state.stale
 
 
 @dataclass(frozen=True)
 class BakeCost:
-    """What the warm snapshot costs: its last bake's builder, the snapshots kept, and Fast Snapshot Restore
-    on the current one since it was published (only the current one has it: the previous loses it)."""
+    """What the warm snapshot costs: its last bake's builder, the snapshots kept, and the Fast Snapshot
+    Restore still enabled (until the clean-up disables it), each zone since its snapshot's publish."""
 
     builder_minutes: float
     gb_stored: float
@@ -373,9 +471,9 @@ class BakeCost:
         return round(self.gb_stored * snapshot_gb_month, 2), round(self.fsr_hours * fsr_az_hour, 2)
 
 
-def cost(state: SnapshotState, now: float, fsr_zones: int) -> BakeCost:
-    current = state.current
+def cost(state: SnapshotState, now: float) -> BakeCost:
+    fsr_seconds = sum(len(s.fsr_zones or ()) * max(0.0, now - s.created_at) for s in state.snapshots)
     return BakeCost(
         builder_minutes=round(state.bake.builder_seconds(now) / 60, 1) if state.bake else 0.0,
         gb_stored=round(sum(s.stored_bytes for s in state.snapshots) / 1e9, 3),
-        fsr_hours=round(fsr_zones * max(0.0, now - current.created_at) / 3600, 2) if current else 0.0)
+        fsr_hours=round(fsr_seconds / 3600, 2))

@@ -16,7 +16,9 @@ an AMI's own `Architecture`, or for an alias the `kubernetes.io/arch` requiremen
 launch from the class, on a Graviton instance type for arm64; an alias takes the family's accelerated
 (NVIDIA, Neuron) variant when those NodePools ask for such instances, as Karpenter does.
 
-The spec's `builder.imageId` and `builder.subnetIds` override either. Pure: the adapter makes the calls.
+The spec's `builder.imageId` and `builder.subnetIds` override either; the builder then runs the named AMI's
+architecture (DescribeImages', or the one an AWS `resolve:ssm:` parameter's path names). Pure: the adapter
+makes the calls.
 """
 
 from __future__ import annotations
@@ -229,6 +231,19 @@ def newest_image(images: Sequence[Mapping[str, Any]], where: str,
     return str(newest["ImageId"]), Architecture(newest.get("Architecture", Architecture.X86_64))
 
 
+# AWS's public AMI parameters name the architecture in their path: `.../arm64/...`, `...-kernel-6.1-arm64`.
+_PATH_ARCHITECTURE = re.compile(r"(?:^|[/_-])(arm64|x86_64)(?:$|[/_-])")
+
+
+def parameter_architecture(image_id: str) -> Architecture:
+    """The architecture of `resolve:ssm:PARAMETER` as its path names it (every AWS AMI parameter's does)."""
+    found = {Architecture(m) for m in _PATH_ARCHITECTURE.findall(image_id.removeprefix("resolve:ssm:"))}
+    if len(found) != 1:
+        raise LaunchSourceError(f'spec.builder.imageId "{image_id}": its parameter path does not name one '
+                                "architecture (arm64 or x86_64): name the AMI id (ami-...) instead")
+    return found.pop()
+
+
 def image_architecture(image: Mapping[str, Any], where: str) -> Architecture:
     """The architecture of an AMI as DescribeImages gives it; one Prewarm cannot build on is refused."""
     value = str(image.get("Architecture", Architecture.X86_64))
@@ -248,29 +263,36 @@ def instance_target(instance_type: str) -> LaunchTarget:
     return LaunchTarget(arch, pool_target([{"key": _FAMILY_KEYS[0], "operator": "In", "values": [family]}])[1])
 
 
-def builder_instance_type(given: str | None, architecture: Architecture) -> str:
+def builder_instance_type(given: str | None, architecture: Architecture, ami: str = "the node class's AMI") -> str:
     """The builder's instance type: the spec's, which must run the AMI's architecture, else the default for
-    that architecture (`DEFAULT_INSTANCE_TYPES`)."""
+    that architecture (`DEFAULT_INSTANCE_TYPES`). `ami`: whose AMI, for the error."""
     if given is None:
         return DEFAULT_INSTANCE_TYPES[architecture]
     runs = instance_target(given).architecture
     if runs is not architecture:
-        raise LaunchSourceError(f'spec.builder.instanceType "{given}" runs {runs}, but the node class\'s AMI is '
+        raise LaunchSourceError(f'spec.builder.instanceType "{given}" runs {runs}, but {ami} is '
                                 f"{architecture}: name a{'' if runs is Architecture.ARM64 else ' Graviton'} "
                                 f"{architecture} type or leave it out")
     return given
 
 
-def builder_source(builder: BuilderSpec, node_class: LaunchSource | None) -> LaunchSource:
+def builder_source(builder: BuilderSpec, node_class: LaunchSource | None,
+                   named: Architecture | None = None) -> LaunchSource:
     """What the builder launches from: the spec's `imageId` / `subnetIds` where given, else the node
-    class's (None: the spec names both, the node class is not read)."""
+    class's (None: the spec names both, the node class is not read). `named`: the architecture of the AMI
+    the spec names, which the builder then runs."""
     image_id = builder.image_id or (node_class.image_id if node_class else "")
     subnets = tuple(builder.subnet_ids) or (node_class.subnet_ids if node_class else ())
     if not subnets:
         raise LaunchSourceError("no subnet to launch the builder in: the node class selects none and "
                                 "spec.builder.subnetIds is empty")
-    # An AMI the spec names is taken as the node class's architecture (x86_64 when the class is not read).
-    return LaunchSource(image_id, subnets, node_class.architecture if node_class else Architecture.X86_64)
+    if builder.image_id:
+        if named is None:
+            raise LaunchSourceError(f'spec.builder.imageId "{builder.image_id}": its architecture is not known')
+        return LaunchSource(image_id, subnets, named)
+    if node_class is None:
+        raise LaunchSourceError("no AMI to launch the builder from: the node class was not read")
+    return LaunchSource(image_id, subnets, node_class.architecture)
 
 
 def needs_node_class(builder: BuilderSpec) -> bool:

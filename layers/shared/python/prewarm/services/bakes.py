@@ -51,8 +51,37 @@ class BakeContext:
 
 
 def apply_warm_snapshot(store: WarmSnapshotItems, declared: WarmSnapshot) -> str:
-    """Records the declaration; its state (bakes, snapshots) is kept. Returns kubectl's word for it."""
-    return store.put_warm_snapshot(declared.name, declared.to_manifest(), declared.spec_hash())
+    """Records the declaration; its state (bakes, snapshots) is kept, and bakes again if it was being
+    deleted (`delete_warm_snapshot`). Returns kubectl's word for it."""
+    word = store.put_warm_snapshot(declared.name, declared.to_manifest(), declared.spec_hash())
+    before = store.get_warm_snapshot(declared.name)
+    if before is None or SnapshotState.from_dict(before[1]).deleted_at is None:
+        return word
+    _update(store, declared.name, lambda _declared, state: bakes.undeleted(state))
+    return "configured"
+
+
+def delete_warm_snapshot(store: WarmSnapshotItems, name: str, now: float) -> bool:
+    """Its WarmSnapshot resource is gone: the record is marked deleted, which fails a running bake and owes
+    Fast Snapshot Restore disabled on its snapshots (the bakes' stream and sweep do it: only they may call
+    EC2), and goes once nothing is owed; each call (every sync) takes it a step on. The snapshots are kept:
+    the node class may boot from them. Returns whether the record is gone."""
+
+    def change(declared: WarmSnapshot, state: SnapshotState) -> SnapshotState:
+        return bakes.deleted(_declared(declared, state), now)
+
+    after = _update(store, name, change)
+    if after is not None and not after.deletion_done:
+        return False
+    store.delete_warm_snapshot(name)
+    return True
+
+
+def _declared(declared: WarmSnapshot, state: SnapshotState) -> SnapshotState:
+    """The state against the spec as it is now: its image set, and the FSR it owes disabling."""
+    spec = declared.spec
+    zones = spec.fast_snapshot_restore.availability_zones if spec.fast_snapshot_restore is not None else []
+    return bakes.with_fsr_declared(bakes.with_declared(state, spec.images, spec.rules), zones)
 
 
 def _update(store: WarmSnapshotItems, name: str,
@@ -98,8 +127,11 @@ def _launch(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now:
     try:
         node_class = (ctx.node_classes.launch_source(spec.node_class.kind, spec.node_class.name, spec.ami_family)
                       if needs_node_class(spec.builder) else None)
-        source = builder_source(spec.builder, node_class)
-        instance_type = builder_instance_type(spec.builder.instance_type, source.architecture)
+        named = ctx.node_classes.ami_architecture(spec.builder.image_id) if spec.builder.image_id else None
+        source = builder_source(spec.builder, node_class, named)
+        instance_type = builder_instance_type(spec.builder.instance_type, source.architecture,
+                                              "spec.builder.imageId's AMI" if spec.builder.image_id
+                                              else "the node class's AMI")
         instance_id, volume_id = ctx.builders.launch(
             bake.id, declared.name, source.image_id, instance_type, source.subnet_ids[0],
             spec.data_volume.device_name, spec.data_volume.size_gib, user_data)
@@ -127,8 +159,11 @@ def record_push(store: WarmSnapshotItems, push: ImagePush, matched_rules: Sequen
 
         def change(declared: WarmSnapshot, state: SnapshotState, ref: str = reference,
                    by: list[str] = rules) -> SnapshotState:
+            if state.deleted_at is not None:
+                return state
             spec = declared.spec
-            return bakes.with_declared(bakes.with_push(state, ref, push.digest, now, by), spec.images, spec.rules)
+            pushed = bakes.with_push(state, ref, push.digest, now, by, named=spec.images)
+            return bakes.with_declared(pushed, spec.images, spec.rules)
 
         if _update(store, declared.name, change) is not None:
             changed.append(declared.name)
@@ -195,7 +230,7 @@ def _publish(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now
     # The node class boots from it now: that is what gets recorded. The earlier snapshots' clean-up is only
     # recorded as owed here, and done once this is saved (`_clean_up_owed`): its failure cannot undo this.
     zones = spec.fast_snapshot_restore.availability_zones if spec.fast_snapshot_restore is not None else []
-    state, _beyond_keep = bakes.published(state, bake.snapshot_id, spec.keep, now, zones)
+    state, _beyond_keep = bakes.published(_declared(declared, state), bake.snapshot_id, spec.keep, now, zones)
     return _end(ctx, state)
 
 
@@ -303,7 +338,9 @@ def sweep(ctx: BakeContext, now: float) -> list[str]:
 
 def _advance(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, now: float, sweeping: bool,
              done: list[str]) -> SnapshotState:
-    state = bakes.with_declared(state, declared.spec.images, declared.spec.rules)
+    if state.deleted_at is not None:
+        return _end(ctx, state)  # its clean-up (FSR off) follows; `sync_resources` then drops the record
+    state = _declared(declared, state)
     bake, budget = state.bake, declared.spec.builder.time_budget_seconds
     if bake is not None and bake.step is BakeStep.PUBLISHING:
         # Its snapshot is complete, the node class maybe on it already: published, never failed for its age.

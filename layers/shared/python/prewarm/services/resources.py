@@ -28,6 +28,7 @@ from prewarm.domain.jobs import JobState, job_key
 from prewarm.domain.keys import JobKey
 from prewarm.domain.kubernetes import JobValidationError
 from prewarm.domain.sources import (
+    GENERATION_ANNOTATION,
     RESOURCE_API_VERSION,
     RESOURCE_KINDS,
     STACK_KINDS,
@@ -40,6 +41,7 @@ from prewarm.domain.sources import (
 )
 from prewarm.domain.status import job_bytes
 from prewarm.domain.warm_budgets import WarmBudgetExceededError
+from prewarm.services.bakes import delete_warm_snapshot
 from prewarm.services.clusters import on_each_cluster, raise_if_own_unreachable, record_health, unreachable
 from prewarm.services.cron_jobs import cron_job_status, delete_cron_job
 from prewarm.services.jobs import JobView, apply_manifest, kruise_status, list_views, request_deletion
@@ -296,7 +298,9 @@ def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], 
     if cluster == DEFAULT_CLUSTER:
         for rule in store.list_rules():
             found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
-        for manifest, _state, _version in store.list_warm_snapshots():
+        for manifest, state, _version in store.list_warm_snapshots():
+            if SnapshotState.from_dict(state).deleted_at is not None:
+                manifest = _being_deleted(manifest)
             found[("WarmSnapshot", str(manifest.get("metadata", {}).get("name", "")))] = manifest
     return found
 
@@ -310,7 +314,8 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
         if kind == "PrewarmRule":
             store.delete_rule(key)
         elif kind == "WarmSnapshot":
-            store.delete_warm_snapshot(key)
+            if not delete_warm_snapshot(store, key, now):
+                continue  # its FSR is being disabled first: the next sync looks again
         elif kind == "AdvancedCronJob":
             assert isinstance(key, JobKey), key
             orphaned = orphaned_runs(key.namespace, key.name, listed.get("ImageListPullJob", ()))
@@ -319,6 +324,14 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
             assert isinstance(key, JobKey), key  # a job's: its stored record's key
             request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)
         report.deleted.append(f"{kind} {key}")
+
+
+def _being_deleted(manifest: Obj) -> Obj:
+    """A WarmSnapshot record being deleted, as no resource's generation: one of that name created again is
+    applied (`_apply`), which takes the deletion back; while none is, each sync carries the deletion on."""
+    meta = manifest.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != GENERATION_ANNOTATION}
+    return {**manifest, "metadata": {**meta, "annotations": annotations}}
 
 
 def _write_status(api: ResourceApi, kind: str, obj: Obj, status: Obj, report: SyncReport) -> None:

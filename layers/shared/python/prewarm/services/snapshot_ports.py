@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from prewarm.domain.launch_sources import LaunchSource
+    from prewarm.domain.launch_sources import Architecture, LaunchSource
     from prewarm.domain.snapshots import AmiFamily
 
 # --- Warm snapshots: their records, the builders and snapshots (EC2/EBS), the node classes ----------
@@ -56,4 +56,7 @@ class NodeClasses(Protocol):
     def point_at(self, kind: str, name: str, device_name: str, snapshot_id: str) -> None: ...
     def launch_source(self, kind: str, name: str, family: AmiFamily) -> LaunchSource:
         """Where the class's nodes launch: its AMI and subnets (BakeError if they cannot be read)."""
+        ...
+    def ami_architecture(self, image_id: str) -> Architecture:
+        """The architecture of the AMI a spec names (`ami-...`, or `resolve:ssm:...`); BakeError if unknown."""
         ...
