@@ -161,3 +161,12 @@ def test_another_regions_image_is_sized_there_not_by_this_regions_namesake(ecr: 
     size = EcrImages(ecr).image_size(f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/ml/model:v1")
 
     assert (size.digest, size.bytes) == (digest, 5_100)
+
+
+def test_an_image_s_bytes_are_its_config_and_layers_and_an_index_s_its_largest_image_s(ecr: Any) -> None:
+    digest = put(ecr, manifest(7, "one"), OCI_MANIFEST, "v1")
+    assert EcrImages(ecr).image_bytes(ACCOUNT, "ml/model", digest) == 8  # a config and 7 layers of 1 byte
+    amd64, arm64 = put(ecr, manifest(4, "amd"), OCI_MANIFEST), put(ecr, manifest(9, "arm"), OCI_MANIFEST)
+    index = put(ecr, platforms_index(amd64, arm64, put(ecr, manifest(30, "att"), OCI_MANIFEST)), OCI_INDEX, "v2")
+    assert EcrImages(ecr).image_bytes(ACCOUNT, "ml/model", index) == 10
+    assert EcrImages(ecr).image_bytes(ACCOUNT, "ml/absent", "sha256:" + "0" * 64) is None

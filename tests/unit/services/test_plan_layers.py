@@ -6,6 +6,8 @@ of another registry, was costed at 30 layers, silently)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prewarm.domain.jobs import job_key
 from prewarm.domain.registry_budget import RegistryBudget, RegistryBudgets
 from prewarm.services.jobs import apply_manifest, view_job
@@ -69,3 +71,31 @@ def test_a_registry_without_a_budget_costs_nothing_and_the_job_says_nothing_of_l
     budgets = RegistryBudgets.parse(RegistryBudget(), {"ghcr.io": {"requestsPerSecond": 0}})
     _plan(plane, "ghcr.io/org/app:v1", LayerCounts(layers=None), budgets)
     assert "layer count" not in view_job(plane.store, "default", "by-hand", now=plane.now()).message
+
+
+def test_under_a_byte_budget_the_plan_reads_the_image_s_bytes_and_its_tasks_carry_them(plane: ControlPlane) -> None:
+    # Given a budget that counts bytes: the image's compressed bytes are read at the plan, kept on the job and
+    # sent with each task (a pull's share of the byte budget, and the agents' disk guard)
+    images = LayerCounts(layers=7, size=3_000_000_000)
+    _plan(plane, ECR_IMAGE, images, RegistryBudgets(RegistryBudget(bytes_per_second=500e6)))
+    assert images.sized == [("123456789012", "ml/model", "v1")]
+    record = plane.store.get_job(job_key("default", "by-hand"))
+    assert record is not None and record.image_bytes == 3_000_000_000
+    assert record.pull_task("ip-10-0-1-1").size_bytes == 3_000_000_000
+    (sent,) = plane.node_messages("ip-10-0-1-1")
+    assert sent.size_bytes == 3_000_000_000  # type: ignore[union-attr]
+
+
+def test_without_a_byte_budget_the_image_s_bytes_are_not_asked_and_a_new_image_forgets_them(
+        plane: ControlPlane) -> None:
+    images = LayerCounts(layers=7, size=3_000_000_000)
+    _plan(plane, ECR_IMAGE, images)
+    assert images.sized == []
+    record = plane.store.get_job(job_key("default", "by-hand"))
+    assert record is not None and record.image_bytes is None and record.pull_task("n").size_bytes is None
+    sized = replace(record, image_bytes=5)
+    other = job_doc("by-hand", image=ECR_IMAGE.replace(":v1", ":v2"))
+    changed = sized.respecified(other, "h2", now=plane.now(), platforms=None)
+    assert (changed.image_bytes, changed.layers) == (None, None)
+    assert sized.respecified(job_doc("by-hand", image=ECR_IMAGE, parallelism=3), "h3", now=plane.now(),
+                             platforms=None).image_bytes == 5

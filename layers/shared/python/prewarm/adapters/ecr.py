@@ -94,6 +94,20 @@ class EcrImages:
         """The layers of the image `digest` (a digest, or a tag) names (of an index, the most any of its images
         has), read in `region` ("": the client's); None when ECR cannot say (logged: the count only sizes
         the pull's share of the registry budget, never worth failing a push or a plan for)."""
+        counts = [len(m.get("layers") or [])
+                  for m in self._images(registry_id, repository, digest, region, "layer count")]
+        return max(counts) if counts else None
+
+    def image_bytes(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None:
+        """The compressed bytes of the image `digest` names (config and layers as its manifest lists them; of
+        an index, the largest image's), read as `layer_count` reads; None when ECR cannot say (logged)."""
+        sizes = [sum(int(part.get("size") or 0) for part in [m.get("config") or {}, *m["layers"]])
+                 for m in self._images(registry_id, repository, digest, region, "size")]
+        return max(sizes) if sizes else None
+
+    def _images(self, registry_id: str, repository: str, digest: str, region: str,
+                what: str) -> list[dict[str, Any]]:
+        """The image manifests `digest` names: itself, or an index's images of a known platform ([]: unknown)."""
         try:
             manifest = self._manifest(registry_id, repository, digest, region)
             manifests = [] if manifest is None else [manifest]
@@ -102,10 +116,9 @@ class EcrImages:
                             if (m.get("platform") or {}).get("os") not in (None, "unknown") and m.get("digest")]
                 manifests = self._manifests(registry_id, repository, children, region) if children else []
         except EcrError as e:
-            log.warning("layer count unknown: %s", e)
-            return None
-        counts = [len(m.get("layers") or []) for m in manifests if "layers" in m]
-        return max(counts) if counts else None
+            log.warning("%s unknown: %s", what, e)
+            return []
+        return [m for m in manifests if "layers" in m]
 
     def image_size(self, image: str) -> ImageCost:
         """`ImageSizes` on ECR: the image's digest and compressed bytes (its layers and config as the manifest

@@ -92,6 +92,9 @@ class StoredJob:
     # The image's layer count when known (ECR's manifest, read on a push): a pull's share of its
     # registry's budget (`prewarm.domain.registry_budget`).
     layers: int | None = None
+    # Its image's compressed bytes when known (ECR's manifest, read at its plan while its registry's budget
+    # counts bytes): a pull's share of a byte budget, and the agents' disk guard.
+    image_bytes: int | None = None
     created_at: float | None = None
     version: int = 0
     owner: str = ""
@@ -375,7 +378,7 @@ class StoredJob:
             deadline=self.deadline,
             sandbox_labels=dict(sandbox.labels or {}) if sandbox else {},
             sandbox_annotations=dict(sandbox.annotations or {}) if sandbox else {},
-            pull_secret_arns=list(self.pull_secret_arns), pin=self.pull_job.pin,
+            pull_secret_arns=list(self.pull_secret_arns), pin=self.pull_job.pin, size_bytes=self.image_bytes,
             pull_secrets_only=self.pull_secrets_only, layers=self.layers, shards=self.ref.shards,
         )
 
@@ -400,12 +403,15 @@ class StoredJob:
         sandbox config) starts a new round on every node, any other change re-plans the current round.
         A finished job runs again: its completion is cleared and the plan decides anew."""
         new_round = _pull_part(self.manifest) != _pull_part(manifest)
+        new_image = self.image != _pull_part(manifest)["image"]
         changed = replace(
             self, manifest=manifest, spec_hash=spec_hash, generation=self.generation + 1,
             round=self.round + 1 if new_round else self.round,
             platforms=self.platforms if platforms is None else platforms,
-            layers=self.layers if layers is None else layers,
-            earlier=self._earlier_image(changed=new_round and self.image != _pull_part(manifest)["image"]),
+            # another image's facts are read again (its push gives its layers, its plan the rest)
+            layers=layers if layers is not None or new_image else self.layers,
+            image_bytes=None if new_image else self.image_bytes,
+            earlier=self._earlier_image(changed=new_round and new_image),
         )
         changed = replace(changed, pinned_until=self._pinned_until(changed))
         if not self.state.is_finished:

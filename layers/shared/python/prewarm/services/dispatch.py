@@ -349,27 +349,33 @@ def _replan_round(
 
 def _with_layers(record: StoredJob, images: ImageMetadata | None,
                  budgets: RegistryBudgets) -> tuple[StoredJob, str]:
-    """The job with its image's layer count read from ECR (in the image's Region) when it has none, and
-    the note its message carries while the count stays unknown: what its registry's budget costs each
-    pull at (`layersIfUnknown`). Other registries are not asked (docs/architecture.md, "Layer counts").
-    Without `images` (no registry to ask) the job is left as it is."""
-    if record.layers is not None or images is None:
+    """The job with its image's layer count read from ECR (in the image's Region) when it has none, and its
+    compressed bytes when its registry's budget counts bytes and it has none; and the note its message
+    carries while the count stays unknown: what its registry's budget costs each pull at
+    (`layersIfUnknown`). Other registries are not asked (docs/architecture.md, "Layer counts"). Without
+    `images` (no registry to ask) the job is left as it is."""
+    if images is None:
         return record, ""
-    found = ecr_image_id(record.image)
-    if found is not None:
-        layers = images.layer_count(found.registry_id, found.repository, found.reference, region=found.region)
-        if layers is not None:
-            return replace(record, layers=layers), ""
     try:
         host = parse_image(record.image).registry
     except InvalidImageReference:
         return record, ""
     budget = budgets.of(budget_key(host))
-    return record, assumed_layers_note(host, budget.layers_if_unknown) if budget.enabled else ""
+    found = ecr_image_id(record.image)
+    if found is not None and record.layers is None:
+        layers = images.layer_count(found.registry_id, found.repository, found.reference, region=found.region)
+        record = record if layers is None else replace(record, layers=layers)
+    if found is not None and record.image_bytes is None and budget.bytes_per_second is not None:
+        size = images.image_bytes(found.registry_id, found.repository, found.reference, region=found.region)
+        record = record if size is None else replace(record, image_bytes=size)
+    if record.layers is not None or not budget.enabled:
+        return record, ""
+    return record, assumed_layers_note(host, budget.layers_if_unknown)
 
 
 def _layers_field(record: StoredJob) -> dict[str, int]:
-    return {} if record.layers is None else {"layers": record.layers}
+    return {name: value for name, value in (("layers", record.layers), ("image_bytes", record.image_bytes))
+            if value is not None}
 
 
 def add_nodes_to_job(store: PlanItems, record: StoredJob, nodes: list[str], *, now: float,

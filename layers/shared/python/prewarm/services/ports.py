@@ -484,13 +484,13 @@ class NodeStates(Protocol):
 
 
 class ImageMetadata(Protocol):
-    """What the registry knows about a pushed image (ECR `BatchGetImage`)."""
+    """What the registry knows about a pushed image (ECR `BatchGetImage`); each `region` is where the repository
+    is ("": the stack's Region)."""
 
     def platforms(self, registry_id: str, repository: str, digest: str, *,
                   region: str = "") -> list[dict[str, str]] | None: ...
-    def layer_count(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None:
-        """`region`: where the repository is ("": the stack's Region)."""
-        ...
+    def layer_count(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None: ...
+    def image_bytes(self, registry_id: str, repository: str, digest: str, *, region: str = "") -> int | None: ...
 
 
 class ImageSizes(Protocol):
