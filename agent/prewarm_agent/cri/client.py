@@ -39,7 +39,7 @@ DEFAULT_TIMEOUT = 10.0
 # reaches containerd's error path, so its status carries no such words.
 _RUNTIME_CANCEL = "context canceled"
 STALLED_HINT = ("containerd cancelled the pull: no byte progress within its image_pull_progress_timeout; "
-                "on containerd 2.x also while a long unpack runs, containerd#13909")
+                "on containerd 2.1 and later also while a long unpack runs, containerd#13909")
 # Nodes with thousands of images answer ListImages with more than gRPC's 4 MiB default.
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 

@@ -36,8 +36,8 @@ class PullCancelledError(CriError):
 
 class PullStalledError(CriError):
     """containerd cancelled the pull itself: no byte progress within its ``image_pull_progress_timeout``
-    (1.7 and later). On 2.x pulling through the transfer service this also ends pulls whose downloads
-    are done but whose unpack runs long (containerd#13909); a retry finds the layers already downloaded.
+    (1.7 and later). On 2.1 and later, pulling through the transfer service, this also ends pulls whose
+    downloads are done but whose unpack runs long (containerd#13909); a retry finds the layers downloaded.
     The message is containerd's text with that explanation."""
 
     retryable = True

@@ -52,7 +52,7 @@ def get(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: st
 
     \b
     Snapshots: each WarmSnapshot's node class, the snapshot it boots from, how many images it holds, its
-    age and the newest push's, and its status (Current, Stale, Baking, Failed).
+    age and the newest push's, and its status (Pending, Baking, Current, Stale, Failed, Deleting).
     """
     kind = resource_name(resource, ("jobs", "rules", "cronjobs", "nodes", "snapshots"), "get")
     if all_namespaces and names:

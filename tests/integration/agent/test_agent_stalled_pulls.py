@@ -1,5 +1,5 @@
 """A pull containerd cancels itself, when no byte arrives for its `image_pull_progress_timeout` (1.7 and
-later; on 2.x through the transfer service also during a long unpack, containerd#13909): the agent tells
+later; on 2.1 and later through the transfer service also during a long unpack, containerd#13909): the agent tells
 it from a cancel of its own, says why in containerd's words, and retries; the retry finishes the pull."""
 
 from __future__ import annotations
