@@ -1,4 +1,5 @@
-"""`prewarm delete`: delete jobs (cancelling their in-flight pulls), rules, or cron jobs (with their runs)."""
+"""`prewarm delete`: delete jobs (cancelling their in-flight pulls), rules, warm snapshots, or cron jobs (with
+their runs)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ from prewarm_cli.options import current_store, namespace_option, resource_name, 
 
 
 @click.command()
-@click.argument("resource", metavar="job|rule|cronjob")
+@click.argument("resource", metavar="job|rule|snapshot|cronjob")
 @click.argument("names", nargs=-1, required=True)
 @namespace_option
 @cluster_option()
 @target_options
 @click.pass_context
 def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace: str, cluster: str | None) -> int:
-    """Delete jobs (in-flight pulls are cancelled on their nodes), rules, or cron jobs (with their runs)."""
-    kind = resource_name(resource, ("jobs", "rules", "cronjobs"), "delete")
+    """Delete jobs (in-flight pulls are cancelled on their nodes), rules, warm snapshots (their EBS snapshots
+    are kept), or cron jobs (with their runs)."""
+    kind = resource_name(resource, ("jobs", "rules", "snapshots", "cronjobs"), "delete")
     store = current_store(ctx)
     code = EXIT_OK
     from prewarm.domain.sources import Source, SourceConflictError, source_of
@@ -44,10 +46,36 @@ def delete(ctx: click.Context, resource: str, names: tuple[str, ...], namespace:
                 click.echo(f'error: rule "{name}" not found', err=True)
                 code = EXIT_FAILURE
         return code
+    if kind == "snapshots":
+        return _delete_warm_snapshots(store, names)
     where = chosen(ctx, cluster)
     if kind == "cronjobs":
         return _each(names, lambda name: _delete_cron_job(store, namespace, name, where))
     return _each(names, lambda name: _delete_job(store, namespace, name, where))
+
+
+def _delete_warm_snapshots(store: Any, names: tuple[str, ...]) -> int:
+    """Marks each deleted: its running bake fails, Fast Snapshot Restore goes off on its snapshots (the
+    bakes' function does it), and the resource sync drops the record once it is off; the snapshots stay."""
+    from prewarm.domain.sources import Source, SourceConflictError, source_of
+    from prewarm.services.bakes import delete_warm_snapshot
+    from prewarm.services.jobs import check_source
+
+    code = EXIT_OK
+    for name in names:
+        found = store.get_warm_snapshot(name)
+        try:
+            if found is None:
+                raise LookupError(f'warm snapshot "{name}" not found')
+            check_source("WarmSnapshot", "", name, owner=source_of(found[0]), by=Source.CLI)
+        except (LookupError, SourceConflictError) as e:
+            click.echo(f"error: {e}", err=True)
+            code = EXIT_FAILURE
+            continue
+        gone = delete_warm_snapshot(store, name, time.time())
+        click.echo(f'warmsnapshot.prewarm.dev "{name}" deleted' + ("" if gone else (
+            " (Fast Snapshot Restore is turned off on its snapshots first; the record goes at a later sync)")))
+    return code
 
 
 def _each(names: tuple[str, ...], delete_one: Callable[[str], str]) -> int:

@@ -99,6 +99,28 @@ def test_deleting_a_rule_and_then_a_missing_rule(prewarm: Run) -> None:
     assert (second.exit_code, second.stderr) == (1, 'error: rule "delete-rule" not found\n')
 
 
+def test_deleting_a_warm_snapshot_and_then_a_missing_one(prewarm: Run) -> None:
+    # Given a warm snapshot applied with the CLI (rules only: nothing baked yet, so nothing to turn off)
+    snapshot = textwrap.dedent("""\
+        apiVersion: prewarm.dev/v1alpha1
+        kind: WarmSnapshot
+        metadata: {name: delete-gpu}
+        spec:
+          nodeClass: {ec2NodeClass: gpu}
+          amiFamily: Bottlerocket
+          rules: [delete-rule]
+          builder: {subnetIds: [subnet-0123456789abcdef0]}
+        """)
+    applied = prewarm("apply", "-f", "-", input=snapshot)
+    assert applied.exit_code == 0, applied.stderr
+
+    # When it is deleted twice, Then the first deletes it at once, the second fails naming it
+    first = prewarm("delete", "snapshot", "delete-gpu")
+    second = prewarm("delete", "warmsnapshot", "delete-gpu")
+    assert (first.exit_code, first.stdout) == (0, 'warmsnapshot.prewarm.dev "delete-gpu" deleted\n'), first.stderr
+    assert (second.exit_code, second.stderr) == (1, 'error: warm snapshot "delete-gpu" not found\n')
+
+
 def _watch(prewarm: Run, name: str, *extra: str) -> tuple[int, list[str], str]:
     result = prewarm("watch", "job", name, "--interval", "0.1", "--timeout", "10", *extra)
     return result.exit_code, result.stdout.splitlines(), result.stderr

@@ -146,3 +146,20 @@ def test_a_warm_snapshot_deleted_while_baking_ends_its_bake_and_created_again_ba
     assert state(ctx).deleted_at is None
     push(ctx, D2, 50.0)
     assert state(ctx).bake.id == "gpu-2"  # type: ignore[union-attr]
+
+
+def test_a_cli_applied_warm_snapshot_deleted_with_the_cli_turns_fsr_off_and_the_sync_then_drops_it() -> None:
+    # Given a warm snapshot applied with the CLI (no resource), snap-1 published with FSR
+    ctx, ec2, _classes = bake_context(**fsr(A, B))
+    baked(ctx, D1, 10.0)
+    api = FakeResources()
+    assert sync_resources(ctx.store, api, now=50.0).deleted == []  # not the sync's to delete: no resource made it
+
+    # When `prewarm delete snapshot` marks it deleted, Then FSR is owed off first
+    assert not bakes.delete_warm_snapshot(ctx.store, "gpu", 100.0)
+    assert status_word(state(ctx)) == "Deleting"
+    # ... the bakes' stream turns it off, keeping the snapshot, and the next sync drops the record
+    bakes.advance(ctx, "gpu", 101.0)
+    assert ec2.billed_fsr() == {} and "snap-1" in ec2.snapshots
+    assert sync_resources(ctx.store, api, now=160.0).deleted == ["WarmSnapshot gpu"]
+    assert ctx.store.get_warm_snapshot("gpu") is None

@@ -309,7 +309,11 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
                  report: SyncReport, *, now: float, cluster: str) -> None:
     present = {(kind, _key(obj, cluster)) for kind, objs in listed.items() for obj in objs}
     for (kind, key), manifest in stored.items():
-        if kind not in listed or (kind, key) in present or source_of(manifest) is not Source.RESOURCE:
+        if kind not in listed or (kind, key) in present:
+            continue
+        # A resource's record goes with it; a CLI-applied warm snapshot `prewarm delete` began deleting is
+        # carried on here too (only this function may delete its record once its FSR is off).
+        if source_of(manifest) is not Source.RESOURCE and not (kind == "WarmSnapshot" and _deleting(store, key)):
             continue
         if kind == "PrewarmRule":
             store.delete_rule(key)
@@ -324,6 +328,11 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
             assert isinstance(key, JobKey), key  # a job's: its stored record's key
             request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)
         report.deleted.append(f"{kind} {key}")
+
+
+def _deleting(store: ApplyItems, name: str) -> bool:
+    found = store.get_warm_snapshot(name)
+    return found is not None and SnapshotState.from_dict(found[1]).deleted_at is not None
 
 
 def _being_deleted(manifest: Obj) -> Obj:
