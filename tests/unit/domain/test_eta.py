@@ -48,6 +48,17 @@ def test_the_registry_budget_bounds_a_job_whose_starts_it_paces_and_counts_what_
                         "100 waiting, 30s of it reserved ahead")
 
 
+def test_a_byte_budget_that_bounds_the_pull_is_the_cost_named() -> None:
+    tasks = [pulling("a", 90 * MB), *(waiting(f"w{i}") for i in range(10))]
+    # 3 GB a pull at 1 GB/s: 3 s a start, against 12 requests at 20/s (0.6 s); and a byte budget alone
+    for rate in (20.0, 0.0):
+        budget = BudgetShare(pull_seconds=3.0, backlog=0, requests_per_second=rate, requests=12,
+                             bytes_per_second=1e9, size_bytes=3_000_000_000)
+        got = estimate(tasks, parallelism=10, now=10, budget=budget)
+        assert got.bottleneck is Bottleneck.REGISTRY_BUDGET
+        assert "0.333 pull starts/s (3.0 GB a pull at 1.0 GB/s), 10 waiting" in str(got), str(got)
+
+
 def test_before_any_byte_progress_only_the_budget_gives_a_bound_and_without_it_the_eta_is_unknown() -> None:
     tasks = [NodeTaskRecord("a", 0, NodePhase.PULLING, dispatched_at=0), waiting("b"), waiting("c")]
     budget = BudgetShare(pull_seconds=2, backlog=1, requests_per_second=6, requests=12)

@@ -52,6 +52,15 @@ class BudgetShare:
     backlog: float
     requests_per_second: float
     requests: int
+    bytes_per_second: float | None = None
+    size_bytes: int | None = None
+
+    def cost(self) -> str:
+        """What a pull costs of the budget, by whichever rate bounds it."""
+        by_requests = self.requests / self.requests_per_second if self.requests_per_second > 0 else 0.0
+        if self.bytes_per_second and self.size_bytes and self.size_bytes / self.bytes_per_second > by_requests:
+            return f"{_bytes(self.size_bytes)} a pull at {_bytes(self.bytes_per_second)}/s"
+        return f"{self.requests} requests a pull at {self.requests_per_second:g}/s"
 
 
 @dataclass(frozen=True)
@@ -155,9 +164,8 @@ def estimate(tasks: Sequence[NodeTaskRecord], *, parallelism: int, now: float,
                        f"{_bytes(rate)}/s a node, {_bytes(size)} an image, {waiting} waiting for {slots}"))
     if budget is not None and budget.pull_seconds > 0 and waiting:
         bounds.append((budget.backlog + waiting * budget.pull_seconds + pull, Bottleneck.REGISTRY_BUDGET,
-                       f"{1 / budget.pull_seconds:.3g} pull starts/s ({budget.requests} requests a pull at "
-                       f"{budget.requests_per_second:g}/s), {waiting} waiting, {duration(budget.backlog)} of it "
-                       "reserved ahead"))
+                       f"{1 / budget.pull_seconds:.3g} pull starts/s ({budget.cost()}), {waiting} waiting, "
+                       f"{duration(budget.backlog)} of it reserved ahead"))
     if not bounds:
         return Estimate(None, Bottleneck.NODE_DISK if disk else None,
                         disk or "no node has reported byte progress yet", now)

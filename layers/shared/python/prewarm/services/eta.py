@@ -31,12 +31,14 @@ def budget_share(store: BudgetItems, record: StoredJob, *, now: float, size_byte
     except InvalidImageReference:
         return None
     state = store.get_budget(budget_key(host))
-    if state is None or not state.budget.enabled:
+    if state is None or not state.budget.paces:
         return None
+    size_bytes = record.image_bytes or size_bytes  # the pull's compressed bytes, as the budget counted them
     return BudgetShare(
         pull_seconds=state.budget.pull_seconds(record.layers, size_bytes), backlog=max(0.0, state.tat - now),
         requests_per_second=state.budget.requests_per_second,
-        requests=state.budget.pull_requests(record.layers))
+        requests=state.budget.pull_requests(record.layers),
+        bytes_per_second=state.budget.bytes_per_second, size_bytes=size_bytes)
 
 
 def job_estimate(store: BudgetItems, record: StoredJob, tasks: Sequence[NodeTaskRecord], *, now: float,
