@@ -7,6 +7,7 @@ scopes every later call to (template.yaml, `BakeRole`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,11 +39,20 @@ ROLE_TAG = "prewarm.dev/role"
 DIGEST_TAG_PREFIX = "prewarm.dev/digest:"
 # EC2 tag keys are at most 128 characters.
 _TAG_KEY_MAX = 128
+# A disable where FSR is not on ("... is not enabled", "... is already disabled", "... disabling"), or of a
+# snapshot deleted already: nothing is billed there.
+_FSR_ALREADY_OFF = re.compile(r"not enabled|disabled|disabling|InvalidSnapshot\.NotFound", re.IGNORECASE)
 
 
 def _error(e: ClientError, what: str) -> BakeError:
     err = e.response.get("Error", {})
     return BakeError(f"{what}: {err.get('Code', 'error')}: {err.get('Message', str(e))}")
+
+
+def _fsr_errors(out: Mapping[str, Any]) -> list[str]:
+    """The zones' errors of an Enable/DisableFastSnapshotRestores answer (`Unsuccessful`), as `code: message`."""
+    return [f"{err.get('Code', 'error')}: {err.get('Message', '')}" for u in out.get("Unsuccessful") or []
+            for item in u.get("FastSnapshotRestoreStateErrors") or [] for err in [item.get("Error") or {}]]
 
 
 def digest_tags(digests: Mapping[str, str]) -> list[dict[str, str]]:
@@ -167,13 +177,16 @@ class Ec2Builders:
         out = self._call(f"enable fast snapshot restore of {snapshot_id}", "enable_fast_snapshot_restores",
                          AvailabilityZones=list(zones), SourceSnapshotIds=[snapshot_id])
         if out.get("Unsuccessful"):
-            errors = [e.get("Message", "") for u in out["Unsuccessful"]
-                      for e in u.get("FastSnapshotRestoreStateErrors", [])]
-            raise BakeError(f"fast snapshot restore of {snapshot_id} refused: {'; '.join(errors)}")
+            raise BakeError(f"fast snapshot restore of {snapshot_id} refused: {'; '.join(_fsr_errors(out))}")
 
     def disable_fast_restore(self, snapshot_id: str, zones: Sequence[str]) -> None:
-        self._call(f"disable fast snapshot restore of {snapshot_id}", "disable_fast_snapshot_restores",
-                   AvailabilityZones=list(zones), SourceSnapshotIds=[snapshot_id])
+        """EC2 answers a refusal per snapshot and zone in `Unsuccessful`, not as an error: one for a zone where
+        FSR is not on (already disabled) is done; any other is raised, so the clean-up owes it still."""
+        out = self._call(f"disable fast snapshot restore of {snapshot_id}", "disable_fast_snapshot_restores",
+                         AvailabilityZones=list(zones), SourceSnapshotIds=[snapshot_id])
+        refused = [m for m in _fsr_errors(out) if not _FSR_ALREADY_OFF.search(m)]
+        if refused:
+            raise BakeError(f"fast snapshot restore of {snapshot_id} not disabled: {'; '.join(refused)}")
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         try:
