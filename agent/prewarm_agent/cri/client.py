@@ -190,13 +190,14 @@ class PullHandle:
         socket_path: str,
         timeout: float | None,
         clock: Callable[[], float] = time.monotonic,
+        started: float | None = None,
     ) -> None:
         self.image = image
         self.timeout = timeout
         self._future = future
         self._socket_path = socket_path
         self._clock = clock
-        self._started = clock()
+        self._started = clock() if started is None else started  # when the call began: its deadline's start
 
     def _deadline_passed(self) -> bool:
         return self.timeout is not None and self._clock() - self._started >= self.timeout
@@ -357,8 +358,9 @@ class CriImageClient(_SocketClient):
             request.sandbox_config.CopyFrom(
                 cri_pb2.PodSandboxConfig(labels=sandbox_labels or {}, annotations=sandbox_annotations or {})
             )
+        started = time.monotonic()  # gRPC counts the deadline from inside the call below
         future = self._images.PullImage.future(request, timeout=timeout)
-        return PullHandle(image, future, socket_path=self.socket_path, timeout=timeout)
+        return PullHandle(image, future, socket_path=self.socket_path, timeout=timeout, started=started)
 
 
 def _timestamp(ts: Timestamp) -> datetime | None:

@@ -87,7 +87,8 @@ def test_pull_past_its_deadline_fails_with_a_timeout_and_hangs_up(
 
     # Then the pull fails at the deadline and containerd drops the download
     assert time.monotonic() - started < 5
-    assert caught.value.code == "DEADLINE_EXCEEDED"
+    # gRPC's own deadline, or containerd's reset of the stream at the same deadline when its timer fired first
+    assert caught.value.code in ("DEADLINE_EXCEEDED", "CANCELLED")
     assert slow_link.wait_for(lambda proxy: not busiest(proxy).open, timeout=2)
     assert cri.image_status(image.reference) is None
 

@@ -229,6 +229,14 @@ def test_a_stream_the_runtime_reset_once_the_deadline_passed_is_a_timeout() -> N
     assert caught.value.code == "CANCELLED"
 
 
+def test_the_deadline_counts_from_when_the_call_began_not_from_when_its_handle_was_made() -> None:
+    # The call took 0.2 s to return its future: a reset 1.4 s after the handle is 1.6 s into a 1.5 s deadline
+    handle = PullHandle("r/app:v1", _FailedFuture(), socket_path="cri.sock", timeout=1.5,  # type: ignore[arg-type]
+                        clock=lambda: 101.6, started=100.0)
+    with pytest.raises(PullTimeoutError):
+        handle.result(timeout=5)
+
+
 @pytest.mark.parametrize(("elapsed", "timeout"), [(0.5, 1.5), (30.0, None)])
 def test_a_stream_reset_before_the_deadline_stays_a_cancel(elapsed: float, timeout: float | None) -> None:
     with pytest.raises(PullCancelledError):
