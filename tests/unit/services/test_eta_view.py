@@ -9,6 +9,7 @@ from prewarm.domain.eta import Bottleneck
 from prewarm.domain.messages import Hello
 from prewarm.domain.placement import ZONE_LABEL
 from prewarm.domain.registry_budget import RegistryBudget, budget_key
+from prewarm.services.eta import first_estimate
 from prewarm.services.jobs import apply_manifest, view_job
 from prewarm.services.reports import register_node
 from prewarm_cli.commands.watch import watch_state
@@ -132,3 +133,23 @@ def test_a_list_jobs_describe_shows_its_images_waves_and_the_longest_eta(plane: 
     assert "bound by node throughput" in shown["ETA"]
     assert shown["Wave"].startswith(f"{first}: seed wave: 0/1 seeds finished") and f"{second}: seed wave" in shown[
         "Wave"]
+
+
+def test_a_paused_job_keeps_no_first_estimate_until_it_runs_again(plane: ControlPlane) -> None:
+    # Given a job pulling on one node, paused (parallelism 0) before its first byte progress, three waiting
+    nodes(plane, ["n0", "n1", "n2", "n3"])
+    apply_manifest(plane.store, job_doc(parallelism=1), now=plane.now())
+    plane.plan("warm")
+    (pulling,) = [n for n in ("n0", "n1", "n2", "n3") if plane.node_messages(n)]
+    apply_manifest(plane.store, job_doc(parallelism=0), now=plane.now())
+    plane.plan("warm")
+    # When its node in flight reports bytes, Then no estimate is kept: there is none to give
+    plane.report("warm", pulling, "Pulling")
+    plane.report("warm", pulling, "Pulling", bytes_done=20 * MB, bytes_total=100 * MB)
+    assert plane.store.get_job("default/warm").first_estimate == ""  # type: ignore[union-attr]
+    assert view(plane).estimate.detail == "parallelism 0: 3 nodes wait until it is raised"
+    # And once it runs again, the first estimate with a figure is kept
+    apply_manifest(plane.store, job_doc(parallelism=2), now=plane.now())
+    plane.plan("warm")
+    plane.report("warm", pulling, "Pulling", bytes_done=40 * MB, bytes_total=100 * MB)
+    assert first_estimate(plane.store.get_job("default/warm")).seconds  # type: ignore[arg-type, union-attr]

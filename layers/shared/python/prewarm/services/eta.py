@@ -66,6 +66,8 @@ def keep_first_estimate(store: EtaItems, record: StoredJob, *, now: float) -> Es
     if not any(t.bytes_done for t in flight):
         return None
     found = job_estimate(store, record, flight, now=now, waiting=record.counters.waiting)
+    if found.seconds is None:  # paused (parallelism 0): the first estimate with a figure is kept once it runs
+        return None
     try:
         store.set_job_fields(record.key, {"first_estimate": json.dumps(found.to_item())},
                              condition_state=JobState.RUNNING)
