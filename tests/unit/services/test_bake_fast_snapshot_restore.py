@@ -163,3 +163,29 @@ def test_a_cli_applied_warm_snapshot_deleted_with_the_cli_turns_fsr_off_and_the_
     assert ec2.billed_fsr() == {} and "snap-1" in ec2.snapshots
     assert sync_resources(ctx.store, api, now=160.0).deleted == ["WarmSnapshot gpu"]
     assert ctx.store.get_warm_snapshot("gpu") is None
+
+
+def test_a_warm_snapshot_deleted_while_its_publish_points_the_class_keeps_that_snapshot_and_turns_its_fsr_off(
+) -> None:
+    # Given a bake whose publish points the node class at snap-1 while its WarmSnapshot is deleted meanwhile
+    ctx, ec2, classes = bake_context(**fsr(A))
+    push(ctx, D1, 10.0)
+    builder_reports(ctx, D1, 20.0)
+    snapshot = state(ctx).bake.snapshot_id  # type: ignore[union-attr]
+    pointing = classes.point_at
+
+    def point_and_delete(kind: str, name: str, device_name: str, snapshot_id: str) -> None:
+        pointing(kind, name, device_name, snapshot_id)
+        bakes.delete_warm_snapshot(ctx.store, "gpu", 25.0)
+
+    classes.point_at = point_and_delete  # type: ignore[method-assign]
+    bakes.on_snapshot_event(ctx, snapshot, True, "", 30.0)
+    assert classes.pointed == {"gpu": snapshot}
+
+    # When the sweeps go on, Then the snapshot the class boots from is kept, its FSR turned off, and the
+    # deletion finishes (before, it stayed Deleting for good, FSR billed)
+    for minute in range(1, 4):
+        bakes.sweep(ctx, 30.0 + 60 * minute)
+    assert snapshot in ec2.snapshots and ec2.billed_fsr() == {}
+    assert state(ctx).deletion_done
+    assert bakes.delete_warm_snapshot(ctx.store, "gpu", 300.0)

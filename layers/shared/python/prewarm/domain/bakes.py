@@ -419,6 +419,15 @@ def owe_clean_up(state: SnapshotState, *, delete: Iterable[str] = (),
     return state if after == owed else replace(state, clean_up=after)
 
 
+def kept_booted(state: SnapshotState, snapshot_id: str, zones: Sequence[str]) -> SnapshotState:
+    """The node class boots from `snapshot_id`, owed deletion because the warm snapshot was deleted while a
+    publish had pointed the class at it: it is kept, as every snapshot of a deleted warm snapshot is, and
+    the Fast Snapshot Restore that publish enabled (in `zones`) is owed off instead."""
+    owed = state.clean_up
+    state = replace(state, clean_up=replace(owed, delete=tuple(s for s in owed.delete if s != snapshot_id)))
+    return owe_clean_up(state, fsr_off={snapshot_id: zones}) if zones else state
+
+
 def cleaned(state: SnapshotState, disabled: Iterable[str], deleted: Iterable[str], error: str) -> SnapshotState:
     """What a clean-up attempt did: the snapshots done leave what is owed (those whose FSR was disabled no
     longer have it in those zones); `error` says why the rest was not ("": nothing failed)."""

@@ -266,7 +266,11 @@ def _clean_up(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, do
         except BakeError as e:
             errors.append(f"{', '.join(owed.delete)} not deleted: {spec.node_class.describe()} not read: {e}")
             return bakes.cleaned(state, disabled, deleted, "; ".join(errors))
+    kept: str | None = None
     for snapshot_id in owed.delete:
+        if snapshot_id == pointed and state.deleted_at is not None:
+            kept = snapshot_id  # a deleted warm snapshot keeps its snapshots: this one's FSR goes off instead
+            continue
         if snapshot_id == pointed:
             errors.append(f"{snapshot_id} not deleted: {spec.node_class.describe()} boots from it")
             continue
@@ -280,7 +284,11 @@ def _clean_up(ctx: BakeContext, declared: WarmSnapshot, state: SnapshotState, do
             [f"Fast Snapshot Restore of {s} disabled" for s in disabled] + [f"{s} deleted" for s in deleted]))
     if errors:
         log.warning("clean-up of earlier snapshots failed", extra={"warm_snapshot": declared.name, "errors": errors})
-    return bakes.cleaned(state, disabled, deleted, "; ".join(errors))
+    state = bakes.cleaned(state, disabled, deleted, "; ".join(errors))
+    if kept is not None:
+        fsr = spec.fast_snapshot_restore
+        state = bakes.kept_booted(state, kept, list(fsr.availability_zones) if fsr is not None else [])
+    return state
 
 
 def _end(ctx: BakeContext, state: SnapshotState) -> SnapshotState:
