@@ -35,7 +35,10 @@ MIB = 1024 * 1024
 # Two 4 MiB images through 3 MiB/s: a few seconds of pulling to watch the taint stay through.
 BANDWIDTH = 3 * MIB
 IMAGE_MB = 4
-MAX_WARM_SECONDS = 12
+# The agent's deadline: past the join, the pulls and the control plane's list of required images with room
+# (the first test took 10 to 17 s alone on this machine, at a0f44a0 and after, most of it before the pulls
+# began; over 12 under CI's load).
+MAX_WARM_SECONDS = 30
 # Issue #12: seconds from the last required image being present to the taint gone.
 UNTAINT_WITHIN = 2.0
 
