@@ -157,7 +157,7 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
             # No CRD: nothing to apply, and nothing is deleted on the strength of an absent type.
             report.missing_kinds.append(f"{plural}.prewarm.dev")
     report.listed = sum(len(objs) for objs in listed.values())
-    stored = _stored_manifests(store, cluster)
+    stored, deleting = _stored_manifests(store, cluster)
     problems: dict[tuple[str, str], str] = {}
     gone: set[str] = set()
     for kind, objs in listed.items():
@@ -177,7 +177,7 @@ def sync_resources(store: ApplyItems, api: ResourceApi, *, now: float, cluster: 
                              sizes=sizes)
             if problem is not None:
                 problems[(kind, key)] = problem
-    _delete_gone(store, listed, stored, report, now=now, cluster=cluster)
+    _delete_gone(store, listed, stored, deleting, report, now=now, cluster=cluster)
     views: dict[str, JobView] = {v.record.key: v for v in list_views(store, namespace=None, now=now, cluster=cluster)}
     expired = set(report.expired) | gone
     for kind, objs in listed.items():
@@ -285,10 +285,11 @@ def _key(obj: Mapping[str, Any], cluster: str) -> str:
     return job_key(meta["namespace"], meta["name"], cluster) if meta.get("namespace") else str(meta["name"])
 
 
-def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], Obj]:
-    """Each top-level job's of `cluster` and (for the stack's own cluster) each rule's stored manifest, by
-    (kind, key)."""
+def _stored_manifests(store: ApplyItems, cluster: str) -> tuple[dict[tuple[str, str], Obj], set[str]]:
+    """Each top-level job's of `cluster` and (for the stack's own cluster) each rule's and warm snapshot's
+    stored manifest, by (kind, key); and the warm snapshots being deleted."""
     found: dict[tuple[str, str], Obj] = {}
+    deleting: set[str] = set()
     for record in store.list_jobs():
         if not record.owner and record.state is not JobState.DELETING and record.cluster == cluster:
             found[(record.api_kind, record.key)] = record.manifest
@@ -299,21 +300,23 @@ def _stored_manifests(store: ApplyItems, cluster: str) -> dict[tuple[str, str], 
         for rule in store.list_rules():
             found[("PrewarmRule", str(rule.get("metadata", {}).get("name", "")))] = rule
         for manifest, state, _version in store.list_warm_snapshots():
+            name = str(manifest.get("metadata", {}).get("name", ""))
             if SnapshotState.from_dict(state).deleted_at is not None:
                 manifest = _being_deleted(manifest)
-            found[("WarmSnapshot", str(manifest.get("metadata", {}).get("name", "")))] = manifest
-    return found
+                deleting.add(name)
+            found[("WarmSnapshot", name)] = manifest
+    return found, deleting
 
 
 def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored: Mapping[tuple[str, str], Obj],
-                 report: SyncReport, *, now: float, cluster: str) -> None:
+                 deleting: set[str], report: SyncReport, *, now: float, cluster: str) -> None:
     present = {(kind, _key(obj, cluster)) for kind, objs in listed.items() for obj in objs}
     for (kind, key), manifest in stored.items():
         if kind not in listed or (kind, key) in present:
             continue
         # A resource's record goes with it; a CLI-applied warm snapshot `prewarm delete` began deleting is
         # carried on here too (only this function may delete its record once its FSR is off).
-        if source_of(manifest) is not Source.RESOURCE and not (kind == "WarmSnapshot" and _deleting(store, key)):
+        if source_of(manifest) is not Source.RESOURCE and not (kind == "WarmSnapshot" and key in deleting):
             continue
         if kind == "PrewarmRule":
             store.delete_rule(key)
@@ -328,11 +331,6 @@ def _delete_gone(store: ApplyItems, listed: Mapping[str, Sequence[Obj]], stored:
             assert isinstance(key, JobKey), key  # a job's: its stored record's key
             request_deletion(store, key.namespace, key.name, now=now, by=Source.RESOURCE, cluster=key.cluster)
         report.deleted.append(f"{kind} {key}")
-
-
-def _deleting(store: ApplyItems, name: str) -> bool:
-    found = store.get_warm_snapshot(name)
-    return found is not None and SnapshotState.from_dict(found[1]).deleted_at is not None
 
 
 def _being_deleted(manifest: Obj) -> Obj:
