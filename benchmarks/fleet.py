@@ -17,7 +17,7 @@ status queue, so that wait is in no simulated figure: it is a cost in wall time 
 Time is simulated: each tick is one second of simulated time, in which every agent sends the
 reports due (progress every 5 s, pull times lognormal around `--pull-median` s, `--failures` of the
 pulls failing, `--disorder` of the reports duplicated or held back a few seconds, one agent
-restarted mid-pull: it reports Cancelled and the task message comes back to its next run, which
+restarted mid-pull: it reports Pulling (shutting down) and the task message comes back to its next run, which
 reports from attempt 1 again, as `prewarm_agent` does); the tick ends when the status queue is
 drained. The limits layer's clock is the simulated clock, so capacity is counted per simulated
 second: `hottest_key_wcu_per_s` is the busiest simulated second of the hottest partition key.

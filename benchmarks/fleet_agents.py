@@ -17,7 +17,7 @@ IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/inference@sha256:" + "7
 IMAGE_BYTES = 12 * 2**30
 PROGRESS_EVERY_S = 5
 START_SPREAD_S = 5.0
-SHUTDOWN_REASON = "agent shutting down"  # prewarm_agent.agent.SHUTDOWN_REASON
+SHUTDOWN_MESSAGE = "agent shutting down; the pull starts again when the agent restarts"  # prewarm_agent.running
 # A held task stays invisible for as long as its agent pulls it, as prewarm_agent's heartbeat keeps
 # it; otherwise a pull that outlasts the visibility (a simulated second can take many wall seconds at
 # 5,000 nodes) is delivered again and, after 5 receives, moved to the node DLQ. SQS's visibility runs
@@ -122,9 +122,9 @@ class Agents:
                 reports.append(pull.report("Pulling", self.clock, bytes_done=done, bytes_total=IMAGE_BYTES))
                 pull.next_progress += PROGRESS_EVERY_S
             if pull.restart_at is not None and pull.restart_at <= t:
-                # The agent stops: its pull reports Cancelled and the message is released for the next run.
-                reports.append(pull.report("Cancelled", self.clock, message=SHUTDOWN_REASON,
-                                           finished_at=self.clock.epoch_of(pull.restart_at)))
+                # The agent stops: its pull reports Pulling (no final phase: the restarted agent pulls again, as
+                # `prewarm_agent.running` does) and the message is released for the next run.
+                reports.append(pull.report("Pulling", self.clock, message=SHUTDOWN_MESSAGE))
                 releases += [(pull.queue_url, r) for r in pull.receipts[-1:]]
                 del self.runs[key]
                 continue
