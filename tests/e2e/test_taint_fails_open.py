@@ -24,9 +24,10 @@ from tests.support.local_mode import TAINT, running_local_mode, tainted
 pytestmark = [pytest.mark.integration, pytest.mark.node,
               pytest.mark.skipif(bool(missing_prerequisites()), reason="; ".join(missing_prerequisites()) or "ok")]
 
-# Short, so that the deadline passes within the test; long enough that an agent refused its queue meets the
-# refusal before its own deadline on a loaded machine (CI's two local stacks on 2 cores took over 4 s).
-MAX_WARM_SECONDS = 8
+# Short, so that the deadline passes within the test; long enough that a node refused its queue boots
+# (its containerd, its agent) and meets the refusal well before the deadline on a loaded machine: CI's two
+# local stacks on 2 cores took over 4 s at one run and 11.3 s at another, from add_node to the taint's going.
+MAX_WARM_SECONDS = 20
 GRACE_SECONDS = 1
 
 
@@ -76,7 +77,10 @@ def test_a_node_whose_agent_is_refused_its_queue_is_untainted_by_the_agent_as_it
     assert "because no identity-based policy allows the sqs:getqueueurl action" in status["agent_error"]
     # And the node is schedulable well within MAX_WARM_SECONDS and the grace: the agent removed the taint
     assert not tainted(local, "denied-1")
-    assert time.time() - joined < MAX_WARM_SECONDS + GRACE_SECONDS
+    took = time.time() - joined
+    print(f"add_node to the taint's going, the node's boot included: {took:.1f} s")
+    assert took < MAX_WARM_SECONDS + GRACE_SECONDS
+    assert not [e for e in events_about(local, "denied-1") if e["reason"] == FAIL_OPEN_EVENT_REASON]
     (event,) = [e for e in events_about(local, "denied-1") if e["reason"] == EVENT_REASON]
     assert "so pods can schedule: the agent cannot start: find queue prewarm-local-node-denied-1: AccessDenied" \
         in str(event["message"])
