@@ -471,3 +471,25 @@ def test_a_dropped_pin_is_remembered_for_the_round_whose_tasks_went_out_pinned()
     # a round never planned sent no pinned task
     unplanned = pull_job(manifest=pinned(pull_manifest()), planned=False)
     assert unplanned.respecified(pull_manifest(), "h2", now=T0, platforms=None).pinned_until is None
+    # and through a second new round: still the round that went out pinned, not the one before the change
+    latest = replace(later, planned=later.plan_id).respecified(pull_manifest(imagePullPolicy="IfNotPresent"),
+                                                               "h5", now=T0, platforms=None)
+    assert (latest.round, latest.pinned_until) == (4, 2)
+
+
+def test_a_round_is_pinned_as_its_own_image_was_when_no_pin_was_dropped() -> None:
+    # Given an unpinned image pulled in round 1, then another image pinned from round 2
+    job = pull_job(round=1).respecified(pinned(pull_manifest(image="nginx:1.26")), "h2", now=T0, platforms=None)
+    assert job.pinned_until is None and job.earlier == EarlierImage(1, "docker.io/library/nginx:1.25", False)
+    # Then round 1's nodes hold it unpinned, round 2's pinned
+    assert not job.pinned_in(1) and job.pinned_in(2)
+
+
+def test_a_task_carries_the_image_bytes_its_plan_read_and_a_new_image_forgets_them() -> None:
+    job = pull_job(image_bytes=7_000_000)
+    assert job.pull_task("n1").size_bytes == 7_000_000
+    assert pull_job().pull_task("n1").size_bytes is None
+    # the same image under another pull policy keeps its size; another image's size is read again
+    assert job.respecified(pull_manifest(imagePullPolicy="Always"), "h2", now=T0, platforms=None).image_bytes \
+        == 7_000_000
+    assert job.respecified(pull_manifest(image="nginx:1.26"), "h2", now=T0, platforms=None).image_bytes is None
