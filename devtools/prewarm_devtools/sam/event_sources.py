@@ -52,6 +52,11 @@ def as_filter_input(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"eventName": record.get("eventName"), "dynamodb": record.get("dynamodb", {})}
 
 
+# "Lambda polls shards in your DynamoDB stream for records at a base rate of 4 times per second" (Lambda's
+# guide, DynamoDB streams).
+SHARD_READ_SECONDS = 0.25
+
+
 @dataclass
 class StreamCursor:
     iterator: str | None
@@ -61,6 +66,7 @@ class StreamCursor:
     # (each key's records in order, lanes side by side), each with a cursor of its own.
     lanes: list[StreamCursor] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    fetched_at: float = float("-inf")  # when GetRecords last read the shard (monotonic)
 
     def lane(self, record: dict[str, Any], factor: int) -> StreamCursor:
         if not self.lanes:
@@ -257,11 +263,15 @@ class EventSources:
                    for shard_id, cursor in self._shards(fn, name, props) for lane in range(_factor(props)))
 
     def _pump_shard(self, fn: Function, props: Mapping[str, Any], shard_id: str, cursor: StreamCursor,
-                    lane: int = 0) -> int:
+                    lane: int = 0, every: float = 0.0) -> int:
+        """One batch of the shard's `lane`; the shard is read (GetRecords) when that lane has nothing pending,
+        and not again within `every` seconds, whichever lane asks."""
         factor = _factor(props)
         with cursor.lock:
             target = cursor if factor == 1 else (cursor.lanes[lane] if cursor.lanes else None)
-            if (target is None or not target.pending) and cursor.iterator:
+            due = time.monotonic() - cursor.fetched_at >= every
+            if (target is None or not target.pending) and cursor.iterator and due:
+                cursor.fetched_at = time.monotonic()
                 out = self.streams.get_records(ShardIterator=cursor.iterator, Limit=1000)
                 cursor.iterator = out.get("NextShardIterator")
                 filters = [json.loads(f["Pattern"]) for f in props.get("FilterCriteria", {}).get("Filters", [])]
@@ -352,8 +362,10 @@ class EventSources:
         for fn, name, props in self.bindings("DynamoDB"):
             for shard_id, cursor in self._shards(fn, name, props):
                 for lane in range(_factor(props)):
+                    # Lambda reads a shard 4 times a second, however many batches of it are in flight (its
+                    # ParallelizationFactor): the lanes share those reads, not one poll each.
                     found[f"{fn.logical_id}/{name}/{shard_id}/{lane}"] = functools.partial(
-                        self._pump_shard, fn, props, shard_id, cursor, lane)
+                        self._pump_shard, fn, props, shard_id, cursor, lane, SHARD_READ_SECONDS)
         return found
 
     def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:

@@ -375,3 +375,48 @@ def test_with_local_builders_a_snapshot_is_pending_until_its_copy_is_made(monkey
         finish_snapshot(made[0], account=account, region="us-west-2")
         finish_snapshot(made[1], failed=True, account=account, region="us-west-2")
         assert [state(s) for s in made] == ["completed", "error"]
+
+
+class CountingSnapshots:
+    """An EC2 client that counts the snapshots its DescribeSnapshots answers held."""
+
+    def __init__(self, ec2: Any) -> None:
+        self.ec2, self.listed = ec2, 0
+
+    def describe_snapshots(self, **kwargs: Any) -> Any:
+        out = self.ec2.describe_snapshots(**kwargs)
+        self.listed += len(out["Snapshots"])
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ec2, name)
+
+
+def test_local_builders_poll_reads_only_the_snapshots_they_have_to_finish(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+) -> None:
+    # moto's EC2 owns some 1,300 completed snapshots of its default AMIs: a poll that listed them (five times
+    # a second) kept a core of every local stack busy, and slowed all else in its process
+    from prewarm_devtools.localbuilders import LocalBuilders
+
+    layer = aws_limits.active()
+    if layer is None:
+        pytest.skip("the AWS limits layer is off (PREWARM_AWS_LIMITS)")
+    monkeypatch.setattr(layer.ec2, "snapshots_pending", layer.ec2.snapshots_pending)
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+        assert len(ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]) > 1000
+        layer.hold_snapshots(True)  # as local mode holds them: after its stack has made the EC2 backend
+        counting = CountingSnapshots(ec2)
+        builders = LocalBuilders(tmp_path, counting, None, "", tmp_path, layer=layer)
+        # Given an idle account, a poll lists no snapshot
+        builders.poll()
+        assert counting.listed == 0
+        # When a snapshot not the stack's is made, the poll finishes it (EBS's part alone) and lists it alone
+        volume = ec2.create_volume(AvailabilityZone="us-west-2a", Size=8)["VolumeId"]
+        made = ec2.create_snapshot(VolumeId=volume)["SnapshotId"]
+        builders.poll()
+        assert counting.listed == 1
+        assert ec2.describe_snapshots(SnapshotIds=[made])["Snapshots"][0]["State"] == "completed"
+        builders.poll()
+        assert counting.listed == 1

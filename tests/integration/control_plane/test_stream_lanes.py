@@ -74,3 +74,40 @@ def test_a_stream_batch_waiting_holds_up_other_keys_only_with_a_parallelization_
         finally:
             release.set()
             sources.stop()
+
+
+class CountingReads:
+    """The stream client, counting GetRecords."""
+
+    def __init__(self, streams: Any) -> None:
+        self.streams, self.reads = streams, 0
+
+    def get_records(self, **kwargs: Any) -> Any:
+        self.reads += 1
+        return self.streams.get_records(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.streams, name)
+
+
+def test_a_shard_is_read_four_times_a_second_whatever_its_parallelization_factor() -> None:
+    with MotoServer() as server:
+        dynamodb = server.client("dynamodb")
+        streams = CountingReads(server.client("dynamodbstreams"))
+        seen: list[str] = []
+        sources = StreamSources(dynamodb, streams, lambda e: seen.extend(
+            r["dynamodb"]["Keys"]["pk"]["S"] for r in e["Records"]), 10)
+        sources.prime_streams()
+        # Given ten lanes that each look for work every 50 ms
+        sources.start(schedules=False, interval=0.05)
+        try:
+            started = time.monotonic()
+            dynamodb.put_item(TableName="jobs", Item={"pk": {"S": "JOB#a"}, "sk": {"S": "JOB"}})
+            time.sleep(2)
+            elapsed = time.monotonic() - started
+        finally:
+            sources.stop()
+        # Then the shard was read as Lambda reads it, 4 times a second (not once per lane: 200 a second),
+        # and the record still came through
+        assert streams.reads <= 4 * elapsed + 2, (streams.reads, elapsed)
+        assert seen == ["JOB#a"]
