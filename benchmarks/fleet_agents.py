@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.fleet_moto import Json, SimClock
+from prewarm_agent.running import SHUTDOWN_MESSAGE
 
 NAMESPACE = "default"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/ml/inference@sha256:" + "7" * 64
 IMAGE_BYTES = 12 * 2**30
 PROGRESS_EVERY_S = 5
 START_SPREAD_S = 5.0
-SHUTDOWN_MESSAGE = "agent shutting down; the pull starts again when the agent restarts"  # prewarm_agent.running
 # A held task stays invisible for as long as its agent pulls it, as prewarm_agent's heartbeat keeps
 # it; otherwise a pull that outlasts the visibility (a simulated second can take many wall seconds at
 # 5,000 nodes) is delivered again and, after 5 receives, moved to the node DLQ. SQS's visibility runs
