@@ -125,9 +125,9 @@ class LocalBuilders:
             unfinished = ({"Name": "status", "Values": ["pending"]} if self.layer is not None
                           else {"Name": "tag-key", "Values": [STACK_TAG]})
             for snapshot in self.ec2.describe_snapshots(OwnerIds=["self"], Filters=[unfinished])["Snapshots"]:
+                # not the stack's (listed only as pending, under the layer): EBS's part alone
                 if all(tag["Key"] != STACK_TAG for tag in snapshot.get("Tags") or ()):
-                    if self.layer is not None and snapshot["State"] == "pending":  # not the stack's: EBS's alone
-                        finish_snapshot(snapshot["SnapshotId"], account=ACCOUNT, region=REGION)
+                    finish_snapshot(snapshot["SnapshotId"], account=ACCOUNT, region=REGION)
                 elif snapshot["SnapshotId"] not in self.snapshots:
                     self._snapshot(snapshot)
 
