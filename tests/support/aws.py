@@ -58,3 +58,24 @@ def sqs_with_status_queue(region: str = "us-west-2") -> Iterator[tuple[Any, str]
     with mock_aws():
         sqs = boto3.client("sqs", region_name=region, aws_access_key_id="t", aws_secret_access_key="t")
         yield sqs, sqs.create_queue(QueueName="prewarm-status")["QueueUrl"]
+
+
+class Answers:
+    """A boto3 client whose `operation` calls are kept with what each answered (`answers`); every other
+    call goes to the client as it is."""
+
+    def __init__(self, client: Any, operation: str) -> None:
+        self.client, self.operation = client, operation
+        self.answers: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+        if name != self.operation:
+            return method
+
+        def kept(**kwargs: Any) -> Any:
+            answer = method(**kwargs)
+            self.answers.append(answer)
+            return answer
+
+        return kept

@@ -16,6 +16,7 @@ from moto import mock_aws
 
 from prewarm_devtools import aws_limits
 from prewarm_devtools.aws_limits import patches
+from tests.support.aws import Answers
 
 pytestmark = pytest.mark.integration
 
@@ -377,19 +378,9 @@ def test_with_local_builders_a_snapshot_is_pending_until_its_copy_is_made(monkey
         assert [state(s) for s in made] == ["completed", "error"]
 
 
-class CountingSnapshots:
-    """An EC2 client that counts the snapshots its DescribeSnapshots answers held."""
-
-    def __init__(self, ec2: Any) -> None:
-        self.ec2, self.listed = ec2, 0
-
-    def describe_snapshots(self, **kwargs: Any) -> Any:
-        out = self.ec2.describe_snapshots(**kwargs)
-        self.listed += len(out["Snapshots"])
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.ec2, name)
+def listed(client: Answers) -> int:
+    """How many snapshots the DescribeSnapshots answers held."""
+    return sum(len(answer["Snapshots"]) for answer in client.answers)
 
 
 def test_local_builders_poll_reads_only_the_snapshots_they_have_to_finish(
@@ -407,16 +398,16 @@ def test_local_builders_poll_reads_only_the_snapshots_they_have_to_finish(
         ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
         assert len(ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]) > 1000
         layer.hold_snapshots(True)  # as local mode holds them: after its stack has made the EC2 backend
-        counting = CountingSnapshots(ec2)
+        counting = Answers(ec2, "describe_snapshots")
         builders = LocalBuilders(tmp_path, counting, None, "", tmp_path, layer=layer)
         # Given an idle account, a poll lists no snapshot
         builders.poll()
-        assert counting.listed == 0
+        assert listed(counting) == 0
         # When a snapshot not the stack's is made, the poll finishes it (EBS's part alone) and lists it alone
         volume = ec2.create_volume(AvailabilityZone="us-west-2a", Size=8)["VolumeId"]
         made = ec2.create_snapshot(VolumeId=volume)["SnapshotId"]
         builders.poll()
-        assert counting.listed == 1
+        assert listed(counting) == 1
         assert ec2.describe_snapshots(SnapshotIds=[made])["Snapshots"][0]["State"] == "completed"
         builders.poll()
-        assert counting.listed == 1
+        assert listed(counting) == 1

@@ -15,6 +15,7 @@ import pytest
 from prewarm_devtools.sam.aws import MotoServer
 from prewarm_devtools.sam.event_sources import EventSources
 from prewarm_devtools.sam.invocation import Function
+from tests.support.aws import Answers
 
 pytestmark = pytest.mark.integration
 
@@ -76,24 +77,10 @@ def test_a_stream_batch_waiting_holds_up_other_keys_only_with_a_parallelization_
             sources.stop()
 
 
-class CountingReads:
-    """The stream client, counting GetRecords."""
-
-    def __init__(self, streams: Any) -> None:
-        self.streams, self.reads = streams, 0
-
-    def get_records(self, **kwargs: Any) -> Any:
-        self.reads += 1
-        return self.streams.get_records(**kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.streams, name)
-
-
 def test_a_shard_is_read_four_times_a_second_whatever_its_parallelization_factor() -> None:
     with MotoServer() as server:
         dynamodb = server.client("dynamodb")
-        streams = CountingReads(server.client("dynamodbstreams"))
+        streams = Answers(server.client("dynamodbstreams"), "get_records")
         seen: list[str] = []
         sources = StreamSources(dynamodb, streams, lambda e: seen.extend(
             r["dynamodb"]["Keys"]["pk"]["S"] for r in e["Records"]), 10)
@@ -109,5 +96,5 @@ def test_a_shard_is_read_four_times_a_second_whatever_its_parallelization_factor
             sources.stop()
         # Then the shard was read as Lambda reads it, 4 times a second (not once per lane: 200 a second),
         # and the record still came through
-        assert streams.reads <= 4 * elapsed + 2, (streams.reads, elapsed)
+        assert len(streams.answers) <= 4 * elapsed + 2, (len(streams.answers), elapsed)
         assert seen == ["JOB#a"]
