@@ -110,6 +110,10 @@ class Environment:
             raise FunctionError(f"{self.fn.name}: {pending.error}")
         return pending.result
 
+    def loaded(self, timeout: float) -> bool:
+        """Waits up to `timeout` seconds for its handler to load (or its environment to end)."""
+        return self._ready.wait(timeout)
+
     def _time_out(self, request: str) -> None:
         """Past the function's timeout: its environment is killed and discarded, as Lambda's is."""
         with self._lock:
@@ -199,6 +203,7 @@ class Environments:
         self._idle: list[Environment] = []  # warm and free, the least recently used first
         self._busy: set[Environment] = set()  # each inside an invocation
         self._throttles: dict[str, threading.BoundedSemaphore] = {}
+        self._cold_starts: dict[str, int] = {}
         self._cond = threading.Condition()
 
     def invoke(self, fn: Function, event: Any, environ: Callable[[], Mapping[str, str]],
@@ -216,11 +221,34 @@ class Environments:
         raise AssertionError("unreachable")
 
     def warm(self, fn: Function, environ: Callable[[], Mapping[str, str]],
-             spec: Callable[[], Mapping[str, Any]]) -> None:
-        """Starts an environment of the function now, if it has none (its handler loads meanwhile)."""
+             spec: Callable[[], Mapping[str, Any]], count: int = 1, *, wait: bool = False) -> None:
+        """Starts environments of the function now until it has `count` (as Lambda's provisioned
+        concurrency), within the stack's limit; their handlers load meanwhile, or before it returns with
+        `wait` (provisioned concurrency is ready once allocated)."""
+        started = []
         with self._cond:
-            if not any(e.fn.logical_id == fn.logical_id and e.ended is None for e in self._started):
-                self._give_back(self._take(fn, environ, spec))
+            have = sum(e.fn.logical_id == fn.logical_id for e in (*self._idle, *self._busy) if e.ended is None)
+            for _ in range(count - have):
+                if len(self._busy) + len(self._idle) >= self._limit:
+                    break
+                started.append(self._start(fn, environ, spec))
+                self._idle.append(started[-1])
+            self._cond.notify_all()
+        if wait:
+            for environment in started:
+                environment.loaded(INIT_LIMIT)
+
+    def cold_starts(self, fn: Function) -> int:
+        """How many environments of the function were started so far (warmed ones too)."""
+        with self._cond:
+            return self._cold_starts.get(fn.logical_id, 0)
+
+    def _start(self, fn: Function, environ: Callable[[], Mapping[str, str]],
+               spec: Callable[[], Mapping[str, Any]]) -> Environment:
+        environment = Environment(fn, environ(), spec(), self._output)
+        self._started = [e for e in self._started if e.process.poll() is None] + [environment]
+        self._cold_starts[fn.logical_id] = self._cold_starts.get(fn.logical_id, 0) + 1
+        return environment
 
     @contextlib.contextmanager
     def _throttled(self, fn: Function) -> Iterator[None]:
@@ -245,8 +273,7 @@ class Environments:
                 elif len(self._busy) + len(self._idle) >= self._limit and self._idle:
                     self._idle.pop(0).retire()  # the least recently used, another function's, makes room
                 if environment is None and len(self._busy) + len(self._idle) < self._limit:
-                    environment = Environment(fn, environ(), spec(), self._output)
-                    self._started = [e for e in self._started if e.process.poll() is None] + [environment]
+                    environment = self._start(fn, environ, spec)
                 if environment is not None:
                     self._busy.add(environment)
                     return environment

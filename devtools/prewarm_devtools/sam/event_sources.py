@@ -86,6 +86,7 @@ class EventSources:
     functions: dict[str, Function]
     event_bus_url: str
     _cursors: dict[tuple[str, str], StreamCursor]
+    _schedule_due: dict[str, float]  # each rate schedule's next firing (monotonic), set while it waits
     _threads: list[threading.Thread]
     _pools: list[ThreadPoolExecutor]  # the running SQS sources' batches (set by `start`)
     _batches: set[Future[None]]  # those in flight
@@ -371,7 +372,7 @@ class EventSources:
     def start(self, *, schedules: bool = True, interval: float = 0.2) -> None:
         """Runs each event source (and a timer for each rate schedule) on a background thread of its own."""
         self._stop.clear()
-        self._pools, self._batches = [], set()
+        self._pools, self._batches, self._schedule_due = [], set(), {}
         loops = {name: functools.partial(self._poll, name, pump, interval) for name, pump in self.sources().items()}
         for fn, period in self._rate_schedules() if schedules else []:
             loops[f"{fn.logical_id}/schedule"] = functools.partial(self._poll, fn.logical_id, functools.partial(
@@ -397,9 +398,17 @@ class EventSources:
                 self._stop.wait(interval)
 
     def _fire_every(self, fn: Function, period: float) -> int:
+        self._schedule_due[fn.logical_id] = time.monotonic() + period
         if not self._stop.wait(period):
             self.fire(fn.logical_id)
         return 1
+
+    def schedules_quiet_for(self) -> float:
+        """Seconds until the next rate schedule fires (0 while one is running, inf with none): a timed test
+        starts a figure's run in a quiet spell, not in the minute's burst of sweep, sync and bake that
+        shares this machine's cores and moto with it, as it shares nothing on AWS."""
+        due = list(getattr(self, "_schedule_due", {}).values())
+        return max(0.0, min(due) - time.monotonic()) if due else float("inf")
 
     def _rate_schedules(self) -> list[tuple[Function, float]]:
         out = []

@@ -421,6 +421,17 @@ class LocalStack(EventSources):
         for fn in self.functions.values():
             self.environments.warm(fn, functools.partial(self._environ, fn), functools.partial(self._spec, fn))
 
+    def keep_warm(self, name: str, count: int) -> None:
+        """Starts environments of function `name` until it has `count`, as Lambda's provisioned
+        concurrency: invocations up to that many at once start no environment. Returns once they loaded."""
+        fn = self.function(name)
+        self.environments.warm(fn, functools.partial(self._environ, fn), functools.partial(self._spec, fn), count,
+                               wait=True)
+
+    def cold_starts(self, name: str) -> int:
+        """How many environments of function `name` were started so far."""
+        return self.environments.cold_starts(self.function(name))
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stops every event source, then ends every function's environment: no process is left."""
         super().stop(timeout)

@@ -1,6 +1,6 @@
 """Local mode delivers each event source on its own thread, as Lambda polls each mapping on its own: a
-handler stuck on one source's batch does not hold up another source's delivery, and `stop` leaves no
-source's thread running."""
+handler stuck on one source's batch does not hold up another source's delivery, `stop` leaves no
+source's thread running, and the rate schedules say how long until the next fires."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from prewarm_devtools.sam import event_sources
 from prewarm_devtools.sam.event_sources import EventSources
 from prewarm_devtools.sam.intrinsics import Physical
 from prewarm_devtools.sam.invocation import Function
@@ -38,6 +39,9 @@ class QueueSources(EventSources):
 
     def _queue_by_arn(self, arn: str, where: str) -> Physical:
         return self.queues[arn]
+
+    def function(self, name: str) -> Function:
+        return self.functions[name]
 
     def invoke(self, name: str, event: Mapping[str, Any]) -> Any:
         return self.handlers[name](event)
@@ -87,3 +91,34 @@ def test_stop_leaves_no_event_source_thread_running(sqs: Any) -> None:
     assert time.monotonic() - started < 2
     assert not [t.name for t in threading.enumerate() if t.name.startswith("esm-")]
 
+
+
+def test_schedules_quiet_for_is_the_time_to_the_next_rate_schedule_and_0_while_one_runs(
+        sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    running, release = threading.Event(), threading.Event()
+
+    def tick(event: Any) -> None:
+        running.set()
+        release.wait(10)
+
+    sources = QueueSources(sqs, {"a": lambda event: None})
+    sources.handlers["timer"] = tick
+    sources.functions["timer"] = Function(
+        logical_id="timer", name="timer", code_dir=Path("."), handler="app.handler", env={}, timeout=3, memory=128,
+        events={"Tick": {"Type": "Schedule", "Properties": {"ScheduleExpression": "rate(1 minute)"}}})
+    assert sources.schedules_quiet_for() == float("inf")  # none started
+    monkeypatch.setattr(event_sources, "parse_schedule", lambda expression, where: 0.5)  # a minute, brought near
+    sources.start(interval=0.05)
+    try:
+        assert 0 < sources.schedules_quiet_for() <= 0.5
+        assert running.wait(5), "the schedule never fired"
+        assert sources.schedules_quiet_for() == 0  # running
+        release.set()
+        deadline = time.monotonic() + 5
+        while sources.schedules_quiet_for() == 0:
+            assert time.monotonic() < deadline, "the schedule's next firing was never set"
+            time.sleep(0.01)
+        assert 0 < sources.schedules_quiet_for() <= 0.5
+    finally:
+        release.set()
+        sources.stop()

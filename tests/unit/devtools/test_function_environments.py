@@ -97,6 +97,33 @@ def test_concurrent_invocations_of_one_function_run_in_processes_of_their_own_up
             assert pids == {warm}, ran
 
 
+def test_environments_kept_warm_serve_invocations_at_once_without_a_cold_start(
+        environments: tuple[Environments, io.StringIO]) -> None:
+    started, _ = environments
+    fn = function()
+    spec = {"code_dir": str(fn.code_dir), "handler": fn.handler, "memory": fn.memory, "timeout": fn.timeout,
+            "function_name": fn.name, "region": "us-west-2", "account": "123456789012"}
+    # Given three environments kept warm, as provisioned concurrency (asking again starts none)
+    for _ in range(2):
+        started.warm(fn, lambda: {**os.environ, **fn.env}, lambda: spec, count=3, wait=True)
+    assert len(started.processes(fn)) == started.cold_starts(fn) == 3
+    # When three invocations overlap
+    ran: list[dict[str, Any]] = []
+    threads = [threading.Thread(target=lambda: ran.append(invoke(started, fn, {"sleep": 1}))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then each ran in one of the three, and none was started for them; a fourth at once is a cold start
+    assert {r["pid"] for r in ran} == {p.pid for p in started.processes(fn)} and started.cold_starts(fn) == 3
+    threads = [threading.Thread(target=lambda: invoke(started, fn, {"sleep": 1})) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert started.cold_starts(fn) == 4
+
+
 def test_an_invocation_past_the_timeout_is_killed_with_its_environment_and_logged_as_lambda_does(
         environments: tuple[Environments, io.StringIO]) -> None:
     started, output = environments
