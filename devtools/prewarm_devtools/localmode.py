@@ -271,6 +271,7 @@ class LocalMode(LocalControl):
             for cluster in self.extra_clusters.values():
                 for name in sorted(n["metadata"]["name"] for n in cluster.kube.list_objects("nodes")):
                     self._start_node(name, cluster)
+            self._wait_agents_consuming()
             from prewarm_devtools.node.kubelet_status import LocalKubelets
 
             self.kubelets = LocalKubelets(self._kubelet_nodes).start()

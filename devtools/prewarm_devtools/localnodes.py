@@ -102,6 +102,7 @@ class LocalNodes:
     registry_proxy: Any
     replica: Any  # LocalReplica: the further clusters' Region's registry, or None
     nodes: dict[str, LocalNode]
+    extra_clusters: dict[str, LocalCluster]
     agent_token: str
     agent_daemonset: Any
     ecr_password: str
@@ -229,6 +230,21 @@ class LocalNodes:
             return
         self._agent_errors.pop(name, None)
         self._record_child(f"agent of {name}", node.agent)
+
+    def _wait_agents_consuming(self, timeout: float = 30.0) -> None:
+        """Waits until each in-process agent consumes its node queue (made on its hello), as an agent
+        process or container is waited for as it starts: the stack is up once its agents took their
+        queues, as `prewarm local up` has it. One still waiting at `timeout` is logged, not failed."""
+        from prewarm_devtools.node.agent import InProcessAgent
+
+        deadline = time.monotonic() + timeout
+        nodes = [*self.nodes.items(), *((n, node) for c in self.extra_clusters.values() for n, node in c.nodes.items())]
+        waiting = [name for name, node in nodes if isinstance(node.agent, InProcessAgent)]
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.1)
+            waiting = [name for name in waiting if not dict(nodes)[name].agent.consuming()]
+        if waiting:
+            log.warning("agents not consuming their node queues %g s after the start: %s", timeout, ", ".join(waiting))
 
     def _new_agent(self, name: str, containerd: Any, cluster: LocalCluster | None = None) -> Any:
         from prewarm_devtools.node.agent import AgentProcess, InProcessAgent, agent_output_path

@@ -96,6 +96,9 @@ def store(local: LocalMode) -> DynamoJobStore:
 
 
 def test_a_fresh_stack_is_all_ok(local: LocalMode) -> None:
+    # Given a stack just up: every agent consumes its node queue, as an agent process is waited for as it starts
+    assert all(node.agent.consuming() for node in local.nodes.values())
+
     code, lines = doctor()
 
     assert code == 0 and failing(lines) == [], "\n".join(lines.values())

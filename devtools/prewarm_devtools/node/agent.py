@@ -127,6 +127,10 @@ class InProcessAgent:
         self.agent = agent
         self.last_exit = None
 
+    def consuming(self) -> bool:
+        """Whether its agent consumes its node queue: what `AgentProcess.start` waits for."""
+        return self.agent is not None and self.agent.queue is not None
+
     def stop(self, grace: float) -> None:
         if self.agent is not None:
             self.agent.stop(grace)
