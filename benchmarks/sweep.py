@@ -44,11 +44,11 @@ if __name__ == "__main__" and not __package__:  # run as a file: make `benchmark
 from benchmarks.measure import Target, emit, peak_rss_mb, print_machine, print_targets, rss_mb, run_child
 from benchmarks.servers import KubeApiProcess, MotoProcess
 from benchmarks.sweep_jobs import jobs_benchmark, jobs_child
-from benchmarks.sweep_parts import BUDGET_S, PEAK_MB, CountingCluster, padded_nodes, time_left_from
+from benchmarks.sweep_parts import BUDGET_S, PEAK_MB, CountingCluster, outside_repairs, padded_nodes, time_left_from
 
 
-def prepare(nodes: list[str], departed: list[str], env: dict[str, str]) -> None:
-    """Each node's queue and registration, as its agent leaves them (departed nodes' too)."""
+def prepare(nodes: list[str], departed: list[str], env: dict[str, str], now: float) -> None:
+    """Each node's queue and registration, as its agent leaves them (departed nodes' too), its hello at `now`."""
     import boto3
 
     from prewarm.adapters.dynamodb import DynamoJobStore
@@ -62,7 +62,7 @@ def prepare(nodes: list[str], departed: list[str], env: dict[str, str]) -> None:
     def one(name: str) -> None:
         url = queues.ensure_queue(name)
         store.put_node(RegisteredNode(name=name, labels={}, architecture="amd64", os="linux", queue_url=url,
-                                      last_hello=time.time()))
+                                      last_hello=now))
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(one, [*nodes, *departed]))
@@ -93,13 +93,15 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     clusters = StackClusters(store, "", own_api=lambda: kube, registered_api=KubeCluster.for_registered)
     settled = SettledNodes()
     runs = {}
+    began = time.monotonic()  # the runs' clock starts at --now, as the registrations' hellos
     for name in ("cold", "warm"):
         aws.clear()
         counting.calls.clear()
         gc.collect()
         started = time.monotonic()
         budget = TimeBudget(time_left_from(started))
-        result = sweep(store, queues, clusters, now=time.time(), config=SweepSettings(prefix=env["NODE_QUEUE_PREFIX"]),
+        now = args.now + time.monotonic() - began
+        result = sweep(store, queues, clusters, now=now, config=SweepSettings(prefix=env["NODE_QUEUE_PREFIX"]),
                        budget=budget, settled=settled)
         seconds = time.monotonic() - started
         runs[name] = {
@@ -133,11 +135,13 @@ def benchmark(nodes: int, images: int, departed: int) -> dict[str, Any]:
                                stack_name=f"sweep-{uuid.uuid4().hex[:6]}").deploy()
             env = stack.env()
             started = time.monotonic()
-            prepare(names, gone, env)
+            # Both runs in minutes of the sweep's own, not the node repair's (their clock starts here).
+            now = outside_repairs(time.time(), 3)
+            prepare(names, gone, env, now)
             print(f"  {len(names) + departed} queues and registrations made in {time.monotonic() - started:.0f} s "
                   f"(a node is {node_kb:.0f} KB of JSON)", flush=True)
             runs = run_child("sweep", ["--child", "--kube", api.url, "--token", api.token,
-                                       "--env", json.dumps(env)], timeout=900)
+                                       "--env", json.dumps(env), "--now", str(now)], timeout=900)
     for name, run in runs.items():
         print(f"  {name}: {run['seconds']} s; {run['queues_deleted']} queues deleted, {run['nodes_forgotten']} "
               f"registrations forgotten, {run['departures_deferred']} deferred, {run['nodes_settled']} nodes' "

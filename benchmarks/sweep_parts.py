@@ -58,3 +58,15 @@ class CountingCluster:
 def time_left_from(started: float) -> Callable[[], float]:
     """The seconds left of the function's budget for a run started at `started` (monotonic)."""
     return lambda: BUDGET_S - (time.monotonic() - started)
+
+
+def outside_repairs(now: float, minutes: int) -> float:
+    """`now`, moved back by whole minutes until the `minutes` from it hold none of the node repair's runs
+    (the sweep's minute, one in `REPAIR_EVERY_RUNS`, reads and writes up to 20 Nodes: `services.node_facts`).
+    The figures are of the sweep's other runs, and the wall clock must not decide which a run is."""
+    from prewarm.services.node_facts import REPAIR_EVERY_RUNS
+
+    while any(int(now // 60 + i) % REPAIR_EVERY_RUNS == 0 for i in range(minutes)):
+        now -= 60
+    return now
+

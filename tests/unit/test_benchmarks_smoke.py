@@ -34,6 +34,7 @@ from benchmarks.cold_start import (
 from benchmarks.cold_start import main as cold_start_main
 from benchmarks.e2e_latency import Fit, FunctionClock
 from benchmarks.measure import ROOT, Target
+from benchmarks.sweep_parts import outside_repairs
 from prewarm_devtools.lambda_layers import LayerBuildError, build_layer, lambda_code_dir, set_writable
 
 IMPORTTIME = """\
@@ -504,6 +505,17 @@ def test_sweep_forgets_every_departed_node_and_then_reads_metadata_only() -> Non
     # ... and the warm run lists the nodes as metadata and reads no node whole
     assert warm["kubernetes_calls"] == {"get configmaps (full)": 1, "list nodes (metadata)": 1}
     assert warm["queues_deleted"] == 0 and warm["peak_rss_mb"] > 0 and result["targets_met"] is True
+
+
+def test_the_sweep_benchmarks_runs_keep_out_of_the_node_repairs_minutes_whatever_the_wall_clock() -> None:
+    from prewarm.services.node_facts import REPAIR_EVERY_RUNS
+
+    for minute in range(3 * REPAIR_EVERY_RUNS):
+        now = minute * 60 + 7.5
+        moved = outside_repairs(now, 2)
+        assert all(int(moved // 60 + i) % REPAIR_EVERY_RUNS for i in range(2)), minute
+        assert moved % 60 == 7.5 and 0 <= now - moved <= 120  # whole minutes back, no more than needed
+        assert moved == now or int(now // 60) % REPAIR_EVERY_RUNS in (0, REPAIR_EVERY_RUNS - 1)
 
 
 @pytest.mark.integration
