@@ -238,13 +238,15 @@ class LocalNodes:
         from prewarm_devtools.node.agent import InProcessAgent
 
         deadline = time.monotonic() + timeout
-        nodes = [*self.nodes.items(), *((n, node) for c in self.extra_clusters.values() for n, node in c.nodes.items())]
-        waiting = [name for name, node in nodes if isinstance(node.agent, InProcessAgent)]
+        # (name, agent) pairs: a further cluster's node may share a name with another cluster's
+        nodes = [*self.nodes.items(), *(item for c in self.extra_clusters.values() for item in c.nodes.items())]
+        waiting = [(name, node.agent) for name, node in nodes if isinstance(node.agent, InProcessAgent)]
         while waiting and time.monotonic() < deadline:
             time.sleep(0.1)
-            waiting = [name for name in waiting if not dict(nodes)[name].agent.consuming()]
+            waiting = [(name, agent) for name, agent in waiting if not agent.consuming()]
         if waiting:
-            log.warning("agents not consuming their node queues %g s after the start: %s", timeout, ", ".join(waiting))
+            log.warning("agents not consuming their node queues %g s after the start: %s", timeout,
+                        ", ".join(name for name, _ in waiting))
 
     def _new_agent(self, name: str, containerd: Any, cluster: LocalCluster | None = None) -> Any:
         from prewarm_devtools.node.agent import AgentProcess, InProcessAgent, agent_output_path
