@@ -3,8 +3,6 @@ mode's moto server; and the capacity counted per key."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -145,30 +143,6 @@ def test_two_actions_on_one_item_in_a_transaction_are_refused(aws: Aws) -> None:
                         "ExpressionAttributeValues": {":v": {"S": "1"}}}},
         ])
     assert error(e) == ("ValidationException", "Transaction request cannot include multiple operations on one item")
-
-
-@pytest.mark.aws_quotas(transaction_hold_s=0.5)
-def test_a_transaction_on_an_item_another_transaction_holds_is_cancelled_with_transaction_conflict(aws: Aws) -> None:
-    dynamodb = aws.client("dynamodb")
-    make_table(dynamodb)
-    first = threading.Thread(target=lambda: aws.client("dynamodb").transact_write_items(TransactItems=[
-        {"Put": {"TableName": TABLE, "Item": item("job", v="1")}}]))
-    first.start()
-    time.sleep(0.15)
-    with pytest.raises(ClientError) as e:
-        dynamodb.transact_write_items(TransactItems=[
-            {"Put": {"TableName": TABLE, "Item": item("other")}},
-            {"Update": {"TableName": TABLE, "Key": item("job"), "UpdateExpression": "SET v = :v",
-                        "ExpressionAttributeValues": {":v": {"S": "2"}}}},
-        ])
-    first.join()
-    assert error(e)[0] == "TransactionCanceledException"
-    assert reasons(e) == ["None", "TransactionConflict"]
-    assert aws.layer.stats.transaction_conflicts == 1
-    # and once the first is done, the same transaction goes through: a caller that waits never conflicts
-    dynamodb.transact_write_items(TransactItems=[{"Update": {
-        "TableName": TABLE, "Key": item("job"), "UpdateExpression": "SET v = :v",
-        "ExpressionAttributeValues": {":v": {"S": "3"}}}}])
 
 
 @pytest.mark.aws_quotas(partition_wcu_per_s=10)

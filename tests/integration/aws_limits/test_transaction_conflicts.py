@@ -91,6 +91,28 @@ def test_a_single_write_on_an_item_a_transaction_holds_is_refused_with_transacti
     assert dynamodb.get_item(TableName=TABLE, Key=item("job"))["Item"]["v"] == {"S": "2"}
 
 
+def test_a_transaction_on_an_item_another_transaction_holds_is_cancelled_with_transaction_conflict(
+        aws: Aws, gate: Gate) -> None:
+    dynamodb = aws.client("dynamodb")
+    make_table(dynamodb)
+    # Given a transaction in flight on the job item
+    held = hold_in_a_transaction(aws, "job")
+    # When another transaction writes a free item and the job item
+    with pytest.raises(ClientError) as e:
+        dynamodb.transact_write_items(TransactItems=[
+            {"Put": {"TableName": TABLE, "Item": item("other")}}, {"Update": update("job", "2")}])
+    gate.open()
+    held.join()
+    # Then it is cancelled for the held item only, and writes nothing
+    assert error(e)[0] == "TransactionCanceledException"
+    assert reasons(e) == ["None", "TransactionConflict"]
+    assert aws.layer.stats.transaction_conflicts == 1
+    assert "Item" not in dynamodb.get_item(TableName=TABLE, Key=item("other"))
+    # and once the first committed, the same transaction goes through: a caller that waits never conflicts
+    dynamodb.transact_write_items(TransactItems=[{"Update": update("job", "3")}])
+    assert dynamodb.get_item(TableName=TABLE, Key=item("job"))["Item"]["v"] == {"S": "3"}
+
+
 def test_an_injected_rate_refuses_writes_on_items_transactions_write_and_no_others(aws: Aws) -> None:
     dynamodb = aws.client("dynamodb")
     make_table(dynamodb)
