@@ -148,8 +148,9 @@ def test_every_local_verb_on_a_running_stack(stack: subprocess.Popen[str], env: 
     # an agent killed by someone else (kill -9, the OOM killer) is dead, not stopped (issue #25)
     restarted = run(env, "local", "agent", "start", "gpu-1")
     os.kill(int(restarted.stdout.split("pid ")[1].rstrip(")\n")), signal.SIGKILL)
-    time.sleep(0.5)
-    gpu = status_nodes(env)["gpu-1"]
+    deadline = time.monotonic() + 10  # the stack notices the exit when it reaps the process
+    while (gpu := status_nodes(env)["gpu-1"])[0] != "dead" and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert (gpu[:2], gpu[3]) == (["dead", "-"], "killed by SIGKILL, unexpectedly")
     assert run(env, "local", "agent", "start", "nope").returncode == 1
 

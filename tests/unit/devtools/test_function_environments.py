@@ -168,7 +168,9 @@ def test_ending_the_environments_kills_a_stuck_handler_and_fails_its_invocation(
 
     thread = threading.Thread(target=stuck)
     thread.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10  # until the invocation is inside its environment
+    while not any(e._pending for e in list(started._busy)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     started.end(grace=0.5)
     thread.join(5)
     assert process.poll() is not None and not started.processes()
