@@ -189,6 +189,20 @@ def test_values_the_job_store_cannot_hold_are_message_errors_naming_the_field(fi
         parse_agent_message(body)
 
 
+@pytest.mark.parametrize(("labels", "named"), [
+    ({"": "x"}, r"\[\]: key \"\": "), ({"pool": "gpu", "not a key!": "x"}, r"\[not a key!\]: key "),
+    ({"pool": "a value, not a label's"}, r"\[pool\]: value "),
+])
+def test_a_hello_whose_labels_are_no_nodes_labels_is_a_message_error_naming_the_label(
+        labels: dict[str, str], named: str) -> None:
+    # Given a hello whose labels no API server would have let a Node carry (an empty key: moto then
+    # answers the node's next ALL_NEW write with a map it cannot parse)
+    body = json.dumps({"v": 1, "kind": "hello", "node": "n0", "labels": labels})
+    # When it is parsed, then it is a poison message naming the label, not a stored registration
+    with pytest.raises(MessageError, match=rf"hello\.labels: .*{named}"):
+        parse_agent_message(body)
+
+
 def test_a_timestamp_too_small_for_dynamodb_is_recorded_as_zero(planned: tuple[Plane, str]) -> None:
     # Given a report whose finish time is a denormal float (DynamoDB numbers stop at 1e-130)
     plane, uid = planned
