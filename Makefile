@@ -111,15 +111,21 @@ mutate-changed: $(STAMP)
 # agent image, built and run (image-tests).
 PYTEST_WORKERS ?= 2
 test: lint typecheck contracts template sam-validate node-deps
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/e2e --ignore=tests/image; rc=$$?; \
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/e2e --ignore=tests/image \
+	  -m "not slow"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc
 	@# The figures of what users deploy, printed: each function's unzipped size with its layers, the
 	@# deps layer's architecture check (tests/integration/test_lambda_layers.py asserts the same).
 	$(MAKE) lambda-layers
 
-# The slow tier, which CI runs after `make test` (.ci/run): each tests/e2e file runs a whole local stack,
+# The slow tier, which CI runs after `make test` (.ci/run): first the `slow` tests outside tests/e2e (the
+# benchmarks run at a tiny size, the crash-at-every-write and burst runs: minutes of CPU that make test
+# leaves out to keep within 15 minutes); then each tests/e2e file runs a whole local stack,
 # two files at a time, then the `timed` ones alone; then the agent image is built and run as the pod.
 e2e: $(STAMP) node-deps
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/e2e \
+	  --ignore=tests/image -m slow; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no slow tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not timed" tests/e2e; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no e2e tests" >&2; exit 1; fi; [ $$rc -eq 0 ] || exit $$rc; \
 	  $(PY) -m pytest -q -m timed tests/e2e; rc=$$?; \

@@ -79,6 +79,7 @@ def test_select_nodes_both_sides_select_the_same_nodes_and_report_every_field() 
     assert result["nodes"] == 60 and 0 < result["selected"] < 60
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_fanout_sends_one_task_per_node_in_one_call_each() -> None:
     # Given 40 nodes whose queues exist, when one job fans out to all of them
@@ -119,6 +120,7 @@ def test_a_release_reads_its_repositorys_jobs_not_every_job() -> None:
     assert result["baseline"]["items_read"] == 2 * 40 + 3 * 3 and result["targets_met"]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_resource_sync_writes_only_what_changed() -> None:
     # Given 30 job resources over 3 namespaces, when they are synced, synced again, and 4 are edited
@@ -132,6 +134,7 @@ def test_resource_sync_writes_only_what_changed() -> None:
     assert (edited["applied"], edited["statuses_written"], edited["dynamodb_writes"]) == (4, 4, 4)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_cold_start_measures_every_function_against_the_naive_baseline(tmp_path: Path) -> None:
     # Given every function of functions/, when each is imported and invoked once on its sample event
@@ -251,6 +254,7 @@ def test_targets_say_whether_a_bound_is_met_in_either_direction() -> None:
 NODE_TOOLS_MISSING = "; ".join(missing_node_tools())
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.node
 @pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
@@ -267,6 +271,7 @@ def test_agent_overhead_pulls_one_image_directly_and_through_both_agents() -> No
     assert set(result["steps_s"]) == {"delivery", "before_pull", "pull", "after_pull", "report_send"}
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.node
 @pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
@@ -279,6 +284,7 @@ def test_e2e_latency_follows_one_push_to_every_node_and_measures_the_floor() -> 
     assert result["direct_pull_s"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.node
 @pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
@@ -296,6 +302,7 @@ def test_pull_limit_pulls_one_image_per_setting_and_compares_each_with_the_floor
                for p in result["pulls"])
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.node
 @pytest.mark.skipif(bool(NODE_TOOLS_MISSING), reason=NODE_TOOLS_MISSING or "node tools present")
@@ -384,6 +391,7 @@ FLEET_KEYS = {"nodes", "reports", "sim_seconds", "wall_seconds", "hottest_key", 
               "counters_exact", "job_item_bytes", "slot_refill_p50_s", "slot_refill_p99_s", "returned_items"}
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
     # Given 20 simulated agents with short pulls, failures, duplicates, reordering and one restart
@@ -409,6 +417,7 @@ def test_fleet_loses_no_report_and_keeps_exact_counters_on_both_paths() -> None:
     assert 1 <= budget["writes"] <= 20 < result["never"]["reports"]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_fleet_runs_the_never_round_alone_with_its_figures_at_the_top() -> None:
     # Given the Never job's daily round asked for alone, with no old-path replay
@@ -422,6 +431,7 @@ def test_fleet_runs_the_never_round_alone_with_its_figures_at_the_top() -> None:
     assert result["slot_refill_p50_s"] == result["never"]["slot_refill_p50_s"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_fleet_of_two_clusters_warms_both_from_one_push_and_shares_only_the_index_keys_of_new_items() -> None:
     # Given two clusters of 10 nodes with the same names, each agent saying hello with its cluster, and one push
@@ -455,6 +465,7 @@ def test_fleet_of_two_clusters_warms_both_from_one_push_and_shares_only_the_inde
     assert result["queues"]["queues_of_several_clusters"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_capacity_models_both_scenarios_and_loses_nothing() -> None:
     # Given 20 pulling nodes for 10 s, and 10 nodes joining while 2 Never and 3 finished jobs exist
@@ -470,6 +481,7 @@ def test_capacity_models_both_scenarios_and_loses_nothing() -> None:
     assert storm["dlq"] == 0 and storm["counters_exact"] is True and storm["last_told_s"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_capacity_succeeded_wave_meets_concurrent_invocations_on_the_job_item_and_completes_the_job() -> None:
     # Given 200 pulling nodes whose Succeeded reports all come at once (two full batches together)
@@ -493,6 +505,7 @@ def test_moto_queues_times_both_codes_at_every_depth() -> None:
         assert all(f["send_batch_ms"] > 0 and f["receive_ms"] > 0 for f in figures.values())
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_sweep_forgets_every_departed_node_and_then_reads_metadata_only() -> None:
     # Given 30 nodes with 50 images each and 6 departed, when the sweep runs cold and then warm
@@ -518,6 +531,7 @@ def test_the_sweep_benchmarks_runs_keep_out_of_the_node_repairs_minutes_whatever
         assert moved == now or int(now // 60) % REPAIR_EVERY_RUNS in (0, REPAIR_EVERY_RUNS - 1)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_sweep_with_running_jobs_reads_their_nodes_in_flight_and_releases_new_tainted_nodes_first() -> None:
     # Given 3 running Never jobs of 40 nodes, 4 of each in flight, and 2 new nodes tainted with no hello
