@@ -69,4 +69,3 @@ def outside_repairs(now: float, minutes: int) -> float:
     while any(int(now // 60 + i) % REPAIR_EVERY_RUNS == 0 for i in range(minutes)):
         now -= 60
     return now
-

@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from prewarm.domain.clusters import CLUSTER_NAME_MAX, CLUSTER_NAME_PATTERN
-from prewarm.domain.kubernetes import label_map_problems
+from prewarm.domain.kubernetes import label_map_problems, raise_problems
 from prewarm.domain.mirrors import MirrorConfig
 from prewarm.domain.validation import describe_validation_error
 
@@ -213,9 +213,7 @@ class Hello(_Message, _InCluster):
     def _labels_are_node_labels(cls, labels: dict[str, str]) -> dict[str, str]:
         # The Node's labels, which its API server validated: any other map (an empty key, say) is not
         # the node's and is refused before it reaches the node's item.
-        problems = label_map_problems(labels)
-        if problems:
-            raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
+        raise_problems(label_map_problems(labels))
         return labels
 
     @model_serializer(mode="wrap")
